@@ -1,0 +1,118 @@
+"""The ``servesim`` command line.
+
+Subcommands: ``simulate``, ``calibrate`` (needs the ``calibrate`` extra: torch) and
+``trace``. User errors print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sim.errors import ServesimError
+
+
+def _simulate(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="servesim simulate",
+                                description="Simulate one scenario file and report latencies.")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key, e.g. --set workload.num_requests=500")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: out/<scenario name>)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="do not print the table")
+    a = p.parse_args(argv)
+
+    from sim import report, scenario
+    from sim.engine import simulate
+    from sim.metrics import summarize
+
+    sc = scenario.load(a.scenario, a.overrides)
+    res = simulate(sc)
+    summary = summarize(res)
+    out = a.out if a.out is not None else Path("out") / sc.name
+    try:
+        paths = report.write_run(res, summary, out, plots=not a.no_plots)
+    except OSError as exc:
+        raise ServesimError(f"cannot write outputs: {exc.strerror}", str(out)) from None
+    if not a.quiet:
+        print(report.table(summary))
+        print("wrote " + ", ".join(str(x) for x in paths))
+    return 0
+
+
+def _calibrate(argv: list[str]) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ServesimError("calibration needs torch; install servesim[calibrate]") from None
+    from calibrate.cli import main as calibrate_main
+
+    return calibrate_main(argv)
+
+
+# Each command's module is imported only when that command runs, so the CLI starts fast
+# and `simulate` never imports torch. Values: (callable or "module:function", help).
+COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
+    "simulate": (_simulate, "simulate a scenario file"),
+    "compare": ("sim.compare:main", "run one workload through several batching policies"),
+    "sweep": ("sim.sweep:main", "grid of simulations over rates, policies, cluster shapes"),
+    "capacity": ("sim.capacity:main", "highest load meeting SLOs; cheapest configuration"),
+    "report": ("sim.htmlreport:main", "self-contained report of a sweep or capacity run"),
+    "calibrate": (_calibrate, "time a model on this machine's device and write a cost profile"),
+    "validate": ("sim.validate:main", "compare predictions with a real run or vLLM results"),
+    "trace": ("sim.tracecli:main", "statistics and plots of a request trace"),
+}
+
+
+def _resolve(target: Callable[[list[str]], int] | str) -> Callable[[list[str]], int]:
+    if callable(target):
+        return target
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def _available(name: str) -> bool:
+    target = COMMANDS[name][0]
+    if callable(target):
+        return True
+    return importlib.util.find_spec(target.split(":")[0]) is not None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``servesim`` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: servesim COMMAND [ARGS]\n\ncommands:")
+        for name, (_, text) in COMMANDS.items():
+            if _available(name):
+                print(f"  {name:<10} {text}")
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from sim import __version__
+
+        print(f"servesim {__version__}")
+        return 0
+    name = args[0]
+    if name not in COMMANDS or not _available(name):
+        valid = ", ".join(n for n in COMMANDS if _available(n))
+        print(f"servesim: unknown command {name!r}; valid: {valid}",
+              file=sys.stderr)
+        return 2
+    try:
+        return _resolve(COMMANDS[name][0])(args[1:])
+    except ServesimError as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servesim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

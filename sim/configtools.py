@@ -1,0 +1,159 @@
+"""Build frozen dataclasses from parsed YAML, checking every key, type and bound.
+
+Each config section is a frozen dataclass. Its fields' annotations give the types
+(``int``, ``float``, ``str``, ``bool``, ``Literal[...]``, ``X | None``, nested
+dataclasses, ``tuple[X, ...]``, ``dict[str, X]``) and ``field(metadata=...)`` may give
+bounds: ``gt``, ``ge``, ``lt``, ``le``. Cross-field rules live in ``__post_init__`` and
+raise :class:`ServesimError` with ``where`` set to the offending key; :func:`build`
+prefixes it with the section's dotted path. Unknown keys are errors. Nothing here
+touches the filesystem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from sim.errors import ServesimError
+
+T = TypeVar("T")
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None))
+    if origin is tuple:
+        return f"a list of {_describe(get_args(tp)[0])}"
+    if origin is dict:
+        return f"a mapping of {_describe(get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, str(tp)
+    )
+
+
+def convert(tp: Any, value: Any, where: str) -> Any:
+    """Convert a parsed YAML ``value`` to type ``tp`` or raise a located :class:`ServesimError`."""
+    origin = get_origin(tp)
+    bad = ServesimError(f"got {value!r}, expected {_describe(tp)}", where=where)
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return convert(arg, value, where)
+            except ServesimError as exc:
+                errors.append(exc)
+        # A nested error (deeper key) is more useful than the generic type complaint.
+        deeper = [e for e in errors if e.where != where]
+        raise deeper[0] if deeper else bad
+    if origin is Literal:
+        if value in get_args(tp) and not isinstance(value, bool):
+            return value
+        raise bad
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise bad
+        (item,) = get_args(tp)[:1]
+        return tuple(convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad
+        val_tp = get_args(tp)[1]
+        return {str(k): convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise bad
+        return build(typing.cast(type, tp), value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            return int(value)
+        raise bad
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            f = float(value)
+            if math.isfinite(f):
+                return f
+        raise bad
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    if tp is Any:
+        return value
+    raise TypeError(f"configtools cannot convert to {tp!r}")  # a programming error
+
+
+def _check_bounds(f: dataclasses.Field[Any], value: Any, where: str) -> None:
+    if value is None or not isinstance(value, int | float):
+        return
+    meta = f.metadata
+    for key, ok, text in (
+        ("gt", lambda v, b: v > b, "greater than"),
+        ("ge", lambda v, b: v >= b, "at least"),
+        ("lt", lambda v, b: v < b, "less than"),
+        ("le", lambda v, b: v <= b, "at most"),
+    ):
+        if key in meta and not ok(value, meta[key]):
+            raise ServesimError(f"got {value!r}, must be {text} {meta[key]}", where=where)
+
+
+def build(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from mapping ``data``; ``where`` is the dotted key of ``data``."""
+    if not isinstance(data, dict):
+        raise ServesimError(f"got {data!r}, expected a mapping", where=where or None)
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls)) if f.init}
+    hints = _hints(cls)
+
+    def key(name: str) -> str:
+        return f"{where}.{name}" if where else name
+
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown:
+        raise ServesimError(
+            f"unknown key {unknown[0]!r}; allowed: {', '.join(sorted(fields))}",
+            where=key(unknown[0]),
+        )
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ServesimError("required key is missing", where=key(name))
+            continue
+        value = convert(hints[name], data[name], key(name))
+        _check_bounds(f, value, key(name))
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except ServesimError as exc:
+        raise exc.located(prefix=where or None) from None
+
+
+def bounded(default: Any = dataclasses.MISSING, **bounds: float) -> Any:
+    """A dataclass field with numeric bounds (``gt``, ``ge``, ``lt``, ``le``) for :func:`build`."""
+    return dataclasses.field(default=default, metadata=bounds)

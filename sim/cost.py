@@ -1,0 +1,111 @@
+"""Step-time cost models: pure functions from a :class:`StepShape` to seconds.
+
+- :class:`LinearCost`: user-given coefficients; what hand-worked tests use.
+- :class:`RooflineCost`: analytic, from the model's dimensions and a GPU's datasheet
+  figures with efficiency factors. Linear layers and attention are each bounded by the
+  slower of FLOP time and memory time; tensor parallelism shards both and adds two
+  ring all-reduces per layer.
+- Measured profiles (written by calibrate/) are evaluated by :mod:`sim.profile`.
+
+Every model accepts numpy arrays in the shape's fields and then returns an array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from sim.configtools import bounded
+from sim.shape import StepShape
+from sim.specs import GPUSpec, ModelSpec
+
+
+class CostModel(Protocol):
+    """Anything with ``step_time(shape) -> seconds``; must be pure (no state, no I/O)."""
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds one iteration of ``shape`` takes on one replica."""
+        ...
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """t = step_s + per_new_token_s·new + per_context_token_s·context + per_seq_s·seqs (seconds)."""
+
+    step_s: float = bounded(0.0, ge=0)
+    per_new_token_s: float = bounded(0.0, ge=0)
+    per_context_token_s: float = bounded(0.0, ge=0)
+    per_seq_s: float = bounded(0.0, ge=0)
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds for one iteration of ``shape``."""
+        return (
+            self.step_s
+            + self.per_new_token_s * shape.new_tokens
+            + self.per_context_token_s * shape.context_tokens
+            + self.per_seq_s * shape.seqs
+        )
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """User-tunable knobs of the roofline model (fractions of peak, and seconds)."""
+
+    flops_efficiency: float = bounded(0.6, gt=0, le=1)
+    bandwidth_efficiency: float = bounded(0.8, gt=0, le=1)
+    attention_flops_efficiency: float = bounded(0.5, gt=0, le=1)
+    step_overhead_s: float = bounded(0.003, ge=0)
+    per_seq_overhead_s: float = bounded(2e-5, ge=0)
+
+
+class RooflineCost:
+    """Analytic step time for ``model`` on ``tp`` GPUs of type ``gpu``.
+
+    Per step (all terms in seconds, tp-sharded FLOPs and bytes):
+    linear = max(2·P_lin·new / (F·e_f), P_lin·b / (B·e_b));
+    attention = max(4·L·H·d·pairs / (F·e_a), kv_bytes_per_token·kv_tokens / (B·e_b));
+    lm head = max(2·V·h·seqs / (F·e_f), V·h·b / (B·e_b));
+    all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1;
+    plus step and per-sequence overheads (scheduling, sampling, kernel launches).
+    """
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
+        self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
+        m, p = model, params
+        b = m.dtype_bytes
+        flops = gpu.flops * p.flops_efficiency
+        attn_flops = gpu.flops * p.attention_flops_efficiency
+        bw = gpu.mem_bw * p.bandwidth_efficiency
+        lin = m.layers * m.linear_params_per_layer / tp
+        head = m.vocab * m.hidden / tp
+        # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
+        self._lin_flop_s = 2 * lin / flops
+        self._lin_mem_s = lin * b / bw
+        self._head_flop_s = 2 * head / flops
+        self._head_mem_s = head * b / bw
+        self._attn_flop_s = 4 * m.layers * m.heads * m.head_dim / tp / attn_flops
+        self._kv_mem_s = m.kv_bytes_per_token / tp / bw
+        if tp > 1:
+            self._ar_fixed_s = 2 * m.layers * gpu.link_latency_s
+            self._ar_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * b / gpu.link_bw
+        else:
+            self._ar_fixed_s = self._ar_token_s = 0.0
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds for one iteration of ``shape``."""
+        new = shape.new_tokens
+        pairs = shape.prefill_pairs + shape.decode_kv
+        kv_tokens = shape.context_tokens + new
+        mx = np.maximum
+        t = (
+            mx(self._lin_flop_s * new, self._lin_mem_s)
+            + mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens)
+            + mx(self._head_flop_s * shape.seqs, self._head_mem_s)
+            + self._ar_fixed_s
+            + self._ar_token_s * new
+            + self.params.step_overhead_s
+            + self.params.per_seq_overhead_s * shape.seqs
+        )
+        return float(t) if np.ndim(t) == 0 else t

@@ -1,0 +1,95 @@
+"""A mergeable log-bucketed histogram for per-token statistics in bounded memory.
+
+Inter-token latencies number one per output token: tens of millions in a large run.
+Keeping them all would cost gigabytes, so they go into logarithmic buckets whose
+width bounds the relative error of any quantile read back: with ``rel_accuracy``
+a, every reported quantile q̂ of a positive value q satisfies |q̂ − q| ≤ a·q.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_MIN_VALUE = 1e-9  # seconds; smaller positive values share the lowest bucket
+
+
+class LogHistogram:
+    """Counts of positive values (seconds) in buckets of ratio γ = (1 + a) / (1 − a)."""
+
+    def __init__(self, rel_accuracy: float = 0.005, max_value: float = 1e6):
+        if not 0 < rel_accuracy < 1:
+            raise ValueError("rel_accuracy must be in (0, 1)")
+        self.rel_accuracy = rel_accuracy
+        self._gamma = (1 + rel_accuracy) / (1 - rel_accuracy)
+        self._log_gamma = math.log(self._gamma)
+        self._offset = math.floor(math.log(_MIN_VALUE) / self._log_gamma)
+        size = math.ceil(math.log(max_value) / self._log_gamma) - self._offset + 2
+        self.counts = np.zeros(size, dtype=np.int64)
+        self.zeros = 0
+        self.total = 0
+        self.sum = 0.0
+        self.max = 0.0
+        self._buffer: list[float] = []
+
+    def add(self, value: float) -> None:
+        """Record one value (seconds, >= 0)."""
+        self._buffer.append(value)
+        if len(self._buffer) >= 65536:
+            self.flush()
+
+    def add_many(self, values: np.ndarray) -> None:
+        """Record an array of values (seconds, >= 0)."""
+        v = np.asarray(values, dtype=np.float64)
+        if v.size == 0:
+            return
+        zero = v <= 0.0
+        self.zeros += int(zero.sum())
+        pos = v[~zero]
+        self.total += int(v.size)
+        self.sum += float(v.sum())
+        self.max = max(self.max, float(v.max()))
+        if pos.size:
+            idx = np.ceil(np.log(np.maximum(pos, _MIN_VALUE)) / self._log_gamma).astype(np.int64)
+            idx = np.clip(idx - self._offset, 0, len(self.counts) - 1)
+            self.counts += np.bincount(idx, minlength=len(self.counts))
+
+    def flush(self) -> None:
+        """Move buffered values into the buckets."""
+        if self._buffer:
+            buf, self._buffer = self._buffer, []
+            self.add_many(np.array(buf))
+
+    def merge(self, other: LogHistogram) -> None:
+        """Add ``other``'s counts (same accuracy) into this histogram."""
+        if other.rel_accuracy != self.rel_accuracy or len(other.counts) != len(self.counts):
+            raise ValueError("histograms differ in accuracy")
+        other.flush()
+        self.flush()
+        self.counts += other.counts
+        self.zeros += other.zeros
+        self.total += other.total
+        self.sum += other.sum
+        self.max = max(self.max, other.max)
+
+    @property
+    def mean(self) -> float:
+        """Exact mean of the recorded values (nan when empty)."""
+        self.flush()
+        return self.sum / self.total if self.total else math.nan
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile (0 <= q <= 1) within the relative accuracy; nan when empty."""
+        self.flush()
+        if self.total == 0:
+            return math.nan
+        rank = q * (self.total - 1)
+        if rank < self.zeros:
+            return 0.0
+        cum = np.cumsum(self.counts)
+        i = int(np.searchsorted(cum, rank - self.zeros, side="right"))
+        i = min(i, len(self.counts) - 1)
+        # Bucket i holds (γ^(k−1), γ^k]; this point is within a of every value there.
+        k = i + self._offset
+        return min(2.0 * self._gamma**k / (self._gamma + 1.0), self.max)

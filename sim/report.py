@@ -1,0 +1,144 @@
+"""Run outputs: requests.csv, summary.json, a printed table and TTFT/TPOT CDF plots.
+
+Files are written to a temporary name in the same folder and renamed into place, so
+an interrupted run never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.engine import RunResult
+from sim.metrics import clean, per_request
+from sim.request import STATUS_NAMES
+
+CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
+               "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
+               "replica", "status", "reason")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _fmt(values: np.ndarray) -> list[str]:
+    # Nanosecond resolution; an event that did not happen is an empty cell.
+    return ["" if v != v else f"{v:.9f}" for v in values.tolist()]
+
+
+def requests_csv(res: RunResult) -> bytes:
+    """One row per request, in id order (times in seconds)."""
+    lat = per_request(res)
+    rq = res.requests
+    cols = [
+        [str(i) for i in range(len(rq))],
+        _fmt(rq.arrival_s),
+        [str(v) for v in rq.prompt_tokens.tolist()],
+        [str(v) for v in rq.output_tokens.tolist()],
+        _fmt(res.first_sched), _fmt(res.first_token), _fmt(res.finish),
+        _fmt(lat["ttft"]), _fmt(lat["tpot"]), _fmt(lat["e2e"]),
+        [str(v) for v in res.preemptions.tolist()],
+        [str(v) if v >= 0 else "" for v in res.replica.tolist()],
+        [STATUS_NAMES[v] for v in res.status.tolist()],
+        [str(v) for v in res.reason.tolist()],
+    ]
+    lines = [",".join(CSV_COLUMNS)]
+    lines.extend(",".join(row) for row in zip(*cols, strict=True))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def summary_json(summary: dict[str, Any]) -> bytes:
+    """The summary as strict, stable JSON."""
+    return (json.dumps(clean(summary), indent=2, allow_nan=False) + "\n").encode()
+
+
+def table(summary: dict[str, Any]) -> str:
+    """A human-readable table of the summary (latencies in milliseconds)."""
+    lines = []
+    rq = summary["requests"]
+    lines.append(f"scenario {summary['scenario']}: policy {summary['policy']}, "
+                 f"{summary['replicas']} replica(s), span {summary['span_s']:.1f} s")
+    reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
+    lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
+                 f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
+                 f"{rq['unfinished']} unfinished")
+    head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in
+                                           ("p50", "p90", "p95", "p99", "mean", "max"))
+    lines.append(head)
+    lines.append("-" * len(head))
+    for name in ("ttft", "tpot", "itl", "e2e", "queueing"):
+        d = summary["latency_s"][name]
+        cells = "".join(
+            f"{'-':>10}" if d[k] is None else f"{d[k] * 1e3:>10.1f}"
+            for k in ("p50", "p90", "p95", "p99", "mean", "max")
+        )
+        lines.append(f"{name:<14}{cells}")
+    tp = summary["throughput"]
+
+    def num(v: float | None, f: str) -> str:
+        return "-" if v is None else format(v, f)
+
+    slo = tp["slo"]
+    slo_txt = ", ".join(f"{k}<={v}" for k, v in slo.items() if v is not None) or "none set"
+    lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s, "
+                 f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s; goodput "
+                 f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
+                 f"attainment {num(tp['slo_attainment'], '.1%')})")
+    b, kv = summary["batch"], summary["kv"]
+    lines.append(f"batch: {b['iterations']} iterations, mean {num(b['mean_seqs'], '.1f')} seqs "
+                 f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {kv['blocks_per_replica']} "
+                 f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
+                 f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    return "\n".join(lines)
+
+
+def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
+    """TTFT and TPOT CDFs (log time axis, ms) of one or more runs, overlaid, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, res in runs.items():
+        lat = per_request(res)
+        for ax, key in zip(axes, ("ttft", "tpot"), strict=True):
+            v = np.sort(lat[key][np.isfinite(lat[key])]) * 1e3
+            if v.size:
+                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=label)
+    for ax, title in zip(axes, ("TTFT (time to first token)", "TPOT (time per output token)"),
+                         strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel("milliseconds (log scale)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylim(0, 1.01)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
+              plots: bool = True) -> list[Path]:
+    """Write requests.csv, summary.json and (optionally) the CDF plot; return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "requests.csv", out_dir / "summary.json"]
+    write_atomic(paths[0], requests_csv(res))
+    write_atomic(paths[1], summary_json(summary))
+    if plots:
+        paths.append(out_dir / "ttft_tpot_cdf.png")
+        plot_cdfs({res.scenario.name: res}, paths[-1])
+    return paths

@@ -1,0 +1,41 @@
+"""A request in flight on a replica, and the status codes every request ends with."""
+
+from __future__ import annotations
+
+# Final status of each request; every request ends with exactly one.
+PENDING, FINISHED, REJECTED, UNFINISHED = 0, 1, 2, 3
+STATUS_NAMES = {PENDING: "pending", FINISHED: "finished", REJECTED: "rejected",
+                UNFINISHED: "unfinished"}
+
+
+class Request:
+    """Progress of one request while a replica holds it (tokens, blocks, seconds).
+
+    ``computed`` counts tokens whose KV is in the cache; ``generated`` counts output
+    tokens produced. An iteration emits a token for this request when it brings
+    ``computed`` up to ``prompt + generated``: the end of a (re)prefill, or a decode step.
+    Static attributes live in the run's numpy arrays; this object is dropped on finish.
+    """
+
+    __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
+                 "last_token", "scheduled")
+
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int):
+        self.id = rid
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
+        self.computed = 0
+        self.generated = 0
+        self.blocks = 0
+        self.last_token = 0.0
+        self.scheduled = False
+
+    @property
+    def pending_tokens(self) -> int:
+        """Tokens still to compute before the next token is emitted."""
+        return self.prompt + self.generated - self.computed
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.id}, computed={self.computed}, "
+                f"generated={self.generated}/{self.output}, blocks={self.blocks})")

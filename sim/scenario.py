@@ -1,0 +1,215 @@
+"""Scenario files: YAML → validated, frozen :class:`Scenario`. Loading writes nothing.
+
+Top-level keys: ``name``, ``model``, ``hardware``, ``cost``, ``serving``, ``cluster``,
+``workload``, ``slo``, ``horizon_s``. docs/scenarios.md is the reference.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from sim.configtools import bounded, build, convert
+from sim.cost import LinearCost, RooflineParams
+from sim.errors import ServesimError
+from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
+from sim.workload import WorkloadConfig
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """One replica's GPUs: type, count (tensor-parallel degree), usable memory fraction."""
+
+    gpu: str = "h100-sxm"
+    tp: int = bounded(1, ge=1)
+    memory_utilization: float = bounded(0.9, gt=0, le=1)
+
+    def __post_init__(self) -> None:
+        if self.gpu not in GPUS:
+            raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
+                                where="gpu")
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """Exactly one of: ``roofline`` (analytic), ``linear`` (coefficients), ``profile`` (file)."""
+
+    roofline: RooflineParams | None = None
+    linear: LinearCost | None = None
+    profile: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("roofline", "linear", "profile") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ServesimError(
+                f"give exactly one cost model of roofline, linear, profile (got {given or 'none'})"
+            )
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Batching policy and its limits (sequences, tokens per iteration, KV blocks)."""
+
+    policy: str = "continuous"
+    max_num_seqs: int = bounded(256, ge=1)
+    max_num_batched_tokens: int = bounded(8192, ge=1)
+    block_size: int = bounded(16, ge=1)
+    watermark: float = bounded(0.01, ge=0, lt=1)
+    preemption: Literal["recompute"] = "recompute"
+    num_kv_blocks: int | None = bounded(None, ge=1)  # override the memory-derived capacity
+
+    def __post_init__(self) -> None:
+        from sim.policies import POLICIES
+
+        if self.policy not in POLICIES:
+            raise ServesimError(
+                f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
+                where="policy",
+            )
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Identical replicas behind one router."""
+
+    replicas: int = bounded(1, ge=1)
+    router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+
+
+@dataclass(frozen=True)
+class SLOConfig:
+    """Latency targets a request must meet to count towards goodput (seconds)."""
+
+    ttft_s: float | None = bounded(None, gt=0)
+    tpot_s: float | None = bounded(None, gt=0)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A whole, validated scenario. ``base_dir`` resolves relative paths in it."""
+
+    model: ModelSpec
+    workload: WorkloadConfig
+    name: str = "scenario"
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    cost: CostConfig = field(default_factory=lambda: CostConfig(roofline=RooflineParams()))
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    horizon_s: float | None = bounded(None, gt=0)
+    base_dir: Path | None = None
+    source: str = "<scenario>"
+
+
+_TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo", "horizon_s")
+
+
+def _model(value: Any) -> ModelSpec:
+    if isinstance(value, str):
+        try:
+            return model_preset(value)
+        except ServesimError as exc:
+            raise exc.located(prefix="model") from None
+    if not isinstance(value, dict):
+        raise ServesimError(f"got {value!r}, expected a preset name or a mapping", where="model")
+    spec = dict(value)
+    preset = spec.pop("preset", None)
+    if preset is not None:
+        if not isinstance(preset, str) or preset not in MODELS:
+            raise ServesimError(f"unknown model preset {preset!r}; valid: "
+                                f"{', '.join(sorted(MODELS))}", where="model.preset")
+        base = {k: getattr(MODELS[preset], k) for k in MODELS[preset].__dataclass_fields__}
+        spec = {**base, **spec}
+    return build(ModelSpec, spec, "model")
+
+
+def _cost(value: Any) -> CostConfig:
+    if value in ("roofline", None):
+        return CostConfig(roofline=RooflineParams())
+    if isinstance(value, dict) and value.get("roofline", 0) is None:
+        value = {**value, "roofline": {}}
+    return build(CostConfig, value, "cost")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``raw`` with each ``dotted.key=value`` set (value parsed as YAML)."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ServesimError(f"--set needs dotted.key=value, got {item!r}")
+        key, text = item.split("=", 1)
+        try:
+            val = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ServesimError(f"cannot parse value {text!r}", where=key) from None
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[parts[-1]] = val
+    return out
+
+
+def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """Validate a parsed scenario mapping; errors name ``source`` and the dotted key."""
+    try:
+        if not isinstance(raw, dict):
+            raise ServesimError(f"expected a mapping of {', '.join(_TOP)}, got {raw!r}")
+        unknown = sorted(set(map(str, raw)) - set(_TOP))
+        if unknown:
+            raise ServesimError(f"unknown key {unknown[0]!r}; allowed: {', '.join(_TOP)}",
+                                where=unknown[0])
+        for required in ("model", "workload"):
+            if required not in raw:
+                raise ServesimError("required key is missing", where=required)
+        hardware = build(HardwareConfig, raw.get("hardware") or {}, "hardware")
+        gpu(hardware.gpu)
+        scenario = Scenario(
+            model=_model(raw["model"]),
+            workload=build(WorkloadConfig, raw["workload"], "workload"),
+            name=convert(str, raw.get("name", "scenario"), "name"),
+            hardware=hardware,
+            cost=_cost(raw.get("cost")),
+            serving=build(ServingConfig, raw.get("serving") or {}, "serving"),
+            cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
+            slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
+            horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
+            base_dir=base_dir,
+            source=source,
+        )
+        if scenario.horizon_s is not None and scenario.horizon_s <= 0:
+            raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
+                                where="horizon_s")
+        return scenario
+    except ServesimError as exc:
+        raise exc.located(source) from None
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate the scenario file at ``path``, applying ``--set`` overrides."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ServesimError(f"invalid YAML: {problem}", str(p), where) from None
+    if overrides:
+        if not isinstance(raw, dict):
+            raise ServesimError("expected a mapping at the top level", str(p))
+        try:
+            raw = apply_overrides(raw, overrides)
+        except ServesimError as exc:
+            raise exc.located(str(p)) from None
+    return from_dict(raw, str(p), p.parent.resolve())

@@ -1,0 +1,152 @@
+"""Model architectures and GPU datasheet figures: the one table both sim/ and calibrate/ use.
+
+Pure Python (no numpy, no simpy, no torch) so every part of servesim can import it.
+Model figures are the public ``config.json`` values of each family; GPU figures are
+vendor datasheet numbers (dense, no sparsity), in SI units: FLOP/s, bytes/s, bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sim.configtools import bounded
+from sim.errors import ServesimError
+
+Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A Llama-family decoder: dimensions in elements, ``max_context`` in tokens."""
+
+    layers: int = bounded(ge=1)
+    hidden: int = bounded(ge=1)
+    heads: int = bounded(ge=1)
+    kv_heads: int = bounded(ge=1)
+    head_dim: int = bounded(ge=1)
+    intermediate: int = bounded(ge=1)
+    vocab: int = bounded(ge=1)
+    dtype: Dtype = "bf16"
+    max_context: int = bounded(8192, ge=1)
+    rope_theta: float = bounded(10000.0, gt=0)
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.heads % self.kv_heads:
+            raise ServesimError(
+                f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}",
+                where="kv_heads",
+            )
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per weight and per KV-cache element."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights in one layer's QKV, output and SwiGLU projections (elements)."""
+        q = self.hidden * self.heads * self.head_dim
+        kv = 2 * self.hidden * self.kv_heads * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        mlp = 3 * self.hidden * self.intermediate
+        return q + kv + o + mlp
+
+    @property
+    def embedding_params(self) -> int:
+        """Weights of the token embedding (elements)."""
+        return self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        """All weights (elements): layers, embedding and, unless tied, the LM head."""
+        head = 0 if self.tie_embeddings else self.embedding_params
+        return self.layers * self.linear_params_per_layer + self.embedding_params + head
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of all weights at ``dtype`` (before tensor-parallel sharding)."""
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies over all layers (before sharding): 2·L·kv·d·b."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+def _llama(**kw: object) -> ModelSpec:
+    return ModelSpec(**kw)  # type: ignore[arg-type]
+
+
+MODELS: dict[str, ModelSpec] = {
+    "llama-3-8b": _llama(name="llama-3-8b", layers=32, hidden=4096, heads=32, kv_heads=8,
+                         head_dim=128, intermediate=14336, vocab=128256, max_context=8192,
+                         rope_theta=500000.0),
+    "llama-3-70b": _llama(name="llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8,
+                          head_dim=128, intermediate=28672, vocab=128256, max_context=8192,
+                          rope_theta=500000.0),
+    "mistral-7b": _llama(name="mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8,
+                         head_dim=128, intermediate=14336, vocab=32768, max_context=32768,
+                         rope_theta=1000000.0),
+    "qwen2.5-7b": _llama(name="qwen2.5-7b", layers=28, hidden=3584, heads=28, kv_heads=4,
+                         head_dim=128, intermediate=18944, vocab=152064, max_context=32768,
+                         rope_theta=1000000.0, qkv_bias=True),
+    "qwen2.5-32b": _llama(name="qwen2.5-32b", layers=64, hidden=5120, heads=40, kv_heads=8,
+                          head_dim=128, intermediate=27648, vocab=152064, max_context=32768,
+                          rope_theta=1000000.0, qkv_bias=True),
+    # Small enough to calibrate and replay on a 2-core CPU in seconds.
+    "tiny": _llama(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, head_dim=64,
+                   intermediate=704, vocab=2048, dtype="fp32", max_context=4096),
+}
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet figures of one accelerator.
+
+    ``flops`` is dense bf16/fp16 FLOP/s; ``mem_bw`` HBM bytes/s; ``mem_bytes`` HBM bytes;
+    ``link_bw`` per-GPU, per-direction bytes/s of the tensor-parallel interconnect and
+    ``link_latency_s`` the fixed cost of one all-reduce; ``host_bw`` per-direction bytes/s
+    to host memory (PCIe), used for swapping.
+    """
+
+    name: str
+    flops: float
+    mem_bw: float
+    mem_bytes: float
+    link_bw: float
+    link_latency_s: float
+    host_bw: float
+
+
+GPUS: dict[str, GPUSpec] = {
+    "a100-80gb": GPUSpec("a100-80gb", 312e12, 2.039e12, 80e9, 300e9, 8e-6, 32e9),
+    "h100-sxm": GPUSpec("h100-sxm", 989e12, 3.35e12, 80e9, 450e9, 8e-6, 64e9),
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 141e9, 450e9, 8e-6, 64e9),
+    "l40s": GPUSpec("l40s", 362e12, 0.864e12, 48e9, 32e9, 20e-6, 32e9),
+    "b200": GPUSpec("b200", 2250e12, 8.0e12, 180e9, 900e9, 6e-6, 64e9),
+    "mi300x": GPUSpec("mi300x", 1307e12, 5.3e12, 192e9, 448e9, 10e-6, 64e9),
+}
+
+
+def model_preset(name: str) -> ModelSpec:
+    """The preset called ``name``; an unknown name is an error listing the valid ones."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ServesimError(
+            f"unknown model preset {name!r}; valid: {', '.join(sorted(MODELS))}"
+        ) from None
+
+
+def gpu(name: str) -> GPUSpec:
+    """The GPU called ``name``; an unknown name is an error listing the valid ones."""
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise ServesimError(f"unknown gpu {name!r}; valid: {', '.join(sorted(GPUS))}") from None
+

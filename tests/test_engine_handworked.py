@@ -1,0 +1,144 @@
+"""Tiny scenarios worked out by hand: exact iteration logs and timestamps.
+
+Cost in every case: 10 ms per step + 1 ms per new token (linear), block size 4.
+Step log entries: (replica, start_s, end_s, ((request id, new tokens, context before), ...)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import run_requests, tiny_scenario
+
+from sim.request import FINISHED
+
+
+def steps(res):
+    return [(s[0], round(s[1], 9), round(s[2], 9), s[3]) for s in res.step_log]
+
+
+def test_lone_request():
+    # Prefill of 20 tokens: 10 + 20 ms; then 2 decodes of 10 + 1 ms each.
+    res = run_requests(tiny_scenario(), [0.5], [20], [3])
+    assert steps(res) == [
+        (0, 0.5, 0.53, ((0, 20, 0),)),
+        (0, 0.53, 0.541, ((0, 1, 20),)),
+        (0, 0.541, 0.552, ((0, 1, 21),)),
+    ]
+    assert res.first_sched[0] == 0.5
+    assert res.first_token[0] == pytest.approx(0.53, abs=1e-12)
+    assert res.finish[0] == pytest.approx(0.552, abs=1e-12)
+    assert res.status[0] == FINISHED
+
+
+def test_arrival_during_prefill_waits_for_next_iteration():
+    # B arrives at 15 ms, mid-way through A's prefill; it is prefilled alone next
+    # (prefill-first), then both decode together.
+    res = run_requests(tiny_scenario(), [0.0, 0.015], [20, 10], [3, 2])
+    assert steps(res) == [
+        (0, 0.0, 0.03, ((0, 20, 0),)),
+        (0, 0.03, 0.05, ((1, 10, 0),)),
+        (0, 0.05, 0.062, ((0, 1, 20), (1, 1, 10))),
+        (0, 0.062, 0.073, ((0, 1, 21),)),
+    ]
+    np.testing.assert_allclose(res.first_token, [0.03, 0.05], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.073, 0.062], atol=1e-12)
+    np.testing.assert_allclose(res.first_sched, [0.0, 0.03], atol=1e-12)
+
+
+def test_arrival_exactly_at_boundary_is_seen_by_that_boundary():
+    # B arrives exactly when A's prefill ends (30 ms): it is prefilled at 30 ms.
+    res = run_requests(tiny_scenario(), [0.0, 0.03], [20, 10], [2, 2])
+    assert steps(res)[1] == (0, 0.03, 0.05, ((1, 10, 0),))
+
+
+def test_two_prompts_prefilled_together_when_both_wait():
+    res = run_requests(tiny_scenario(), [0.0, 0.0], [8, 8], [2, 2])
+    assert steps(res) == [
+        (0, 0.0, 0.026, ((0, 8, 0), (1, 8, 0))),
+        (0, 0.026, 0.038, ((0, 1, 8), (1, 1, 8))),
+    ]
+
+
+def test_preemption_by_recompute():
+    # 6 blocks of 4 tokens. A and B (prompt 8 = 2 blocks each, output 6) prefill together,
+    # each grows to 3 blocks at context 8; at context 12 A needs a 4th block while none is
+    # free: B (newest) is preempted and its 3 blocks freed. A finishes; B re-prefills its
+    # prompt plus its 5 generated tokens (13 tokens), which emits its 6th and last token.
+    sc = tiny_scenario(serving={"num_kv_blocks": 6})
+    res = run_requests(sc, [0.0, 0.0], [8, 8], [6, 6])
+    assert steps(res) == [
+        (0, 0.0, 0.026, ((0, 8, 0), (1, 8, 0))),
+        (0, 0.026, 0.038, ((0, 1, 8), (1, 1, 8))),
+        (0, 0.038, 0.05, ((0, 1, 9), (1, 1, 9))),
+        (0, 0.05, 0.062, ((0, 1, 10), (1, 1, 10))),
+        (0, 0.062, 0.074, ((0, 1, 11), (1, 1, 11))),
+        (0, 0.074, 0.085, ((0, 1, 12),)),
+        (0, 0.085, 0.108, ((1, 13, 0),)),
+    ]
+    assert res.preemptions.tolist() == [0, 1]
+    np.testing.assert_allclose(res.finish, [0.085, 0.108], atol=1e-12)
+    np.testing.assert_allclose(res.first_token, [0.026, 0.026], atol=1e-12)
+
+
+def test_single_token_output_finishes_at_prefill_and_has_no_tpot():
+    from sim.metrics import per_request
+
+    res = run_requests(tiny_scenario(), [0.0], [10], [1])
+    assert res.finish[0] == pytest.approx(0.02)
+    assert math.isnan(per_request(res)["tpot"][0])
+
+
+def test_max_num_seqs_limits_admission():
+    sc = tiny_scenario(serving={"max_num_seqs": 1})
+    res = run_requests(sc, [0.0, 0.0], [8, 8], [2, 2])
+    assert steps(res) == [
+        (0, 0.0, 0.018, ((0, 8, 0),)),
+        (0, 0.018, 0.029, ((0, 1, 8),)),
+        (0, 0.029, 0.047, ((1, 8, 0),)),
+        (0, 0.047, 0.058, ((1, 1, 8),)),
+    ]
+
+
+def test_token_budget_limits_admission():
+    sc = tiny_scenario(serving={"max_num_batched_tokens": 12})
+    res = run_requests(sc, [0.0, 0.0], [8, 8], [2, 2])
+    # B does not fit A's prefill budget: it is prefilled alone next, then both decode.
+    assert [len(s[3]) for s in res.step_log] == [1, 1, 2]
+
+
+def test_rejections_are_counted_with_reasons():
+    from sim.request import REJECTED
+
+    # tiny has max_context 4096; 30 blocks x 4 tokens = 120 tokens of KV.
+    sc = tiny_scenario(serving={"num_kv_blocks": 30, "max_num_batched_tokens": 64})
+    res = run_requests(sc, [0.0, 0.0, 0.0, 0.0], [4000, 130, 100, 8], [200, 2, 2, 2])
+    assert res.status.tolist()[:3] == [REJECTED] * 3
+    assert res.reason.tolist() == ["exceeds_context", "exceeds_kv_capacity",
+                                   "prompt_exceeds_max_num_batched_tokens", ""]
+    assert res.status[3] == FINISHED
+
+
+def test_round_robin_spreads_over_replicas():
+    sc = tiny_scenario(cluster={"replicas": 2})
+    res = run_requests(sc, [0.0, 0.0, 0.0], [8, 8, 8], [2, 2, 2])
+    assert res.replica.tolist() == [0, 1, 0]
+    # Replica 1 serves its request alone: 18 ms prefill, 11 ms decode.
+    assert res.finish[1] == pytest.approx(0.029)
+
+
+def test_least_outstanding_prefers_the_lighter_replica():
+    sc = tiny_scenario(cluster={"replicas": 2, "router": "least_outstanding"})
+    res = run_requests(sc, [0.0, 0.0, 0.0], [100, 8, 8], [2, 2, 2])
+    # 0 -> replica 0 (tie, lowest index); 1 -> replica 1 (empty); 2 -> replica 1 (10 < 102).
+    assert res.replica.tolist() == [0, 1, 1]
+
+
+def test_horizon_leaves_unfinished_requests_counted():
+    from sim.request import UNFINISHED
+
+    sc = tiny_scenario(horizon_s=0.05)
+    res = run_requests(sc, [0.0, 0.01, 1.0], [20, 20, 20], [10, 10, 10])
+    assert res.status.tolist() == [UNFINISHED] * 3

@@ -102,6 +102,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
             "unfinished": int((status == UNFINISHED).sum()),
             "rejected_by_reason": dict(sorted(reasons.items())),
         },
+        "workload_notes": list(res.requests.notes),
         "span_s": span,
         "latency_s": {
             "ttft": distribution(lat["ttft"]),

@@ -1,0 +1,103 @@
+"""Simulator speed and memory on fixed, seeded scenarios.
+
+Each case runs in a fresh child process so its peak RSS is its own. Workload: Azure
+2023 conversation lengths (pairs drawn from the shipped trace), Poisson arrivals at
+80% of the measured capacity, Llama-3-8B on one H100, roofline cost. Capacity is
+measured first by a saturated run (all requests arriving at once): its completion
+rate is the most one replica sustains.
+
+Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
+       [--policies continuous] [--replicas 1]
+Prints a Markdown table: median wall seconds over the repeats, simulated requests per
+wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0) -> dict[str, Any]:
+    """The benchmark scenario as a raw mapping."""
+    return {
+        "name": f"bench-{policy}-{replicas}r-{n}",
+        "model": "llama-3-8b",
+        "hardware": {"gpu": "h100-sxm"},
+        "cost": "roofline",
+        "serving": {"policy": policy},
+        "cluster": {"replicas": replicas, "router": "round_robin"},
+        "workload": {"arrivals": {"process": "poisson", "rate": rate},
+                     "lengths": {"empirical": "azure_2023_conv"},
+                     "num_requests": n, "seed": seed},
+    }
+
+
+def child(spec: str) -> None:
+    """Run one case (JSON spec on argv) and print its measurements as JSON."""
+    sys.path.insert(0, str(ROOT))
+    args = json.loads(spec)
+    from sim.engine import simulate
+    from sim.metrics import summarize
+    from sim.scenario import from_dict
+
+    sc = from_dict(args["scenario"], "<bench>", ROOT)
+    t0 = time.perf_counter()
+    res = simulate(sc)
+    wall = time.perf_counter() - t0
+    s = summarize(res)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+    print(json.dumps({"wall_s": wall, "iterations": s["batch"]["iterations"],
+                      "finished": s["requests"]["finished"], "total": s["requests"]["total"],
+                      "throughput": s["throughput"]["requests_per_s"], "rss_mib": rss}))
+
+
+def run_case(scenario: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps({"scenario": scenario})],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def capacity(policy: str, replicas: int) -> float:
+    """Requests/s one setup completes when saturated (5,000 requests arriving together)."""
+    r = run_case(base(policy, replicas, rate=1e6, n=5000))
+    return float(r["throughput"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="10000,100000")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--policies", default="continuous")
+    p.add_argument("--replicas", default="1")
+    p.add_argument("--child")
+    a = p.parse_args()
+    if a.child:
+        child(a.child)
+        return
+    print("| policy | replicas | requests | rate (req/s) | wall s (median) | sim req/s | "
+          "iterations/s | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for policy in a.policies.split(","):
+        for replicas in map(int, a.replicas.split(",")):
+            rate = 0.8 * capacity(policy, replicas)
+            for n in map(int, a.sizes.split(",")):
+                runs = [run_case(base(policy, replicas, rate, n)) for _ in range(a.repeats)]
+                wall = statistics.median(r["wall_s"] for r in runs)
+                rss = max(r["rss_mib"] for r in runs)
+                it = runs[0]["iterations"]
+                print(f"| {policy} | {replicas} | {n:,} | {rate:.2f} | {wall:.2f} | "
+                      f"{n / wall:,.0f} | {it / wall:,.0f} | {rss:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

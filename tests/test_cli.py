@@ -1,0 +1,131 @@
+"""The command line end to end: outputs, determinism, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+                          text=True, env=full_env, cwd=ROOT, timeout=300)
+
+
+def test_simulate_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["simulate", str(QUICK), "--set", "workload.duration_s=60", "--out",
+               str(tmp_path)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "ttft" in printed and "goodput" in printed
+    rows = (tmp_path / "requests.csv").read_text().splitlines()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(rows) - 1 == summary["requests"]["total"] > 0
+    assert (tmp_path / "ttft_tpot_cdf.png").stat().st_size > 10_000
+    counted = sum(summary["requests"][k] for k in ("finished", "rejected", "unfinished"))
+    assert counted == summary["requests"]["total"]
+
+
+def test_same_seed_gives_byte_identical_outputs_across_hash_seeds(tmp_path: Path) -> None:
+    outs = []
+    for i, hash_seed in enumerate(("0", "12345")):
+        out = tmp_path / f"run{i}"
+        r = run_cli("simulate", str(QUICK), "--set", "workload.duration_s=120", "--out",
+                    str(out), "--no-plots", "--quiet", env={"PYTHONHASHSEED": hash_seed})
+        assert r.returncode == 0, r.stderr
+        outs.append(((out / "requests.csv").read_bytes(), (out / "summary.json").read_bytes()))
+    assert outs[0] == outs[1]
+
+
+def test_different_seed_changes_generated_workload(tmp_path: Path) -> None:
+    scen = tmp_path / "gen.yaml"
+    scen.write_text(
+        "model: llama-3-8b\n"
+        "workload:\n"
+        "  arrivals: {process: poisson, rate: 5}\n"
+        "  lengths: {prompt: {dist: uniform, low: 10, high: 500},"
+        " output: {dist: uniform, low: 2, high: 50}}\n"
+        "  num_requests: 50\n"
+    )
+    csvs = []
+    for seed in ("1", "1", "2"):
+        out = tmp_path / f"s{len(csvs)}"
+        assert main(["simulate", str(scen), "--set", f"workload.seed={seed}", "--out",
+                     str(out), "--no-plots", "--quiet"]) == 0
+        csvs.append((out / "requests.csv").read_bytes())
+    assert csvs[0] == csvs[1] != csvs[2]
+
+
+BAD = {
+    "unknown_key": ("model: tiny\nworkload: {trace: {path: azure_2023_conv}}\nservng: {}\n",
+                    ["servng", "allowed"]),
+    "nested_unknown_key": ("model: tiny\nworkload: {trace: {path: azure_2023_conv, speed: 2}}\n",
+                           ["workload.trace.speed", "allowed"]),
+    "wrong_type": ("model: tiny\nserving: {max_num_seqs: lots}\n"
+                   "workload: {trace: {path: azure_2023_conv}}\n",
+                   ["serving.max_num_seqs", "'lots'", "integer"]),
+    "negative_rate": ("model: tiny\nworkload:\n  arrivals: {process: poisson, rate: -3}\n"
+                      "  lengths: {empirical: azure_2023_conv}\n  num_requests: 5\n",
+                      ["workload.arrivals.rate", "-3", "greater than 0"]),
+    "unknown_policy": ("model: tiny\nserving: {policy: fastest}\n"
+                       "workload: {trace: {path: azure_2023_conv}}\n",
+                       ["serving.policy", "'fastest'", "continuous"]),
+    "unknown_preset": ("model: llama-9\nworkload: {trace: {path: azure_2023_conv}}\n",
+                       ["model", "'llama-9'", "llama-3-8b"]),
+    "missing_trace": ("model: tiny\nworkload: {trace: {path: nowhere.csv}}\n",
+                      ["workload.trace", "nowhere.csv"]),
+    "does_not_fit": ("model: llama-3-70b\nhardware: {gpu: l40s}\n"
+                     "workload: {trace: {path: azure_2023_conv}}\n",
+                     ["does not fit", "141.1 GB", "43.2 GB", "l40s"]),
+    "yaml_syntax": ("model: tiny\nworkload: {trace: [\n", ["invalid YAML", "line"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_clear_line(case: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text, needles = BAD[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(text)
+    rc = main(["simulate", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err
+    for needle in needles:
+        assert needle in err, err
+    assert not (tmp_path / "out").exists()  # nothing written for a failed run
+
+
+def test_malformed_trace_row_names_file_line_and_value(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,10,5\n0.5,ten,5\n")
+    scen = tmp_path / "s.yaml"
+    scen.write_text("model: tiny\nworkload: {trace: {path: t.csv}}\n")
+    assert main(["simulate", str(scen), "--quiet", "--no-plots",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "t.csv" in err and "line 3" in err and "ten" in err
+
+
+def test_missing_scenario_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "/nonexistent/scenario.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "/nonexistent/scenario.yaml" in err and "cannot read" in err
+
+
+def test_bad_override(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(QUICK), "--set", "serving.block_size=0", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "serving.block_size" in err and "at least 1" in err

@@ -1,0 +1,44 @@
+"""Golden summaries of shipped scenarios: any change in simulated behaviour shows here.
+
+After a deliberate change, regenerate with tests/golden/regen.py and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim import scenario
+from sim.engine import simulate
+from sim.metrics import clean, summarize
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def assert_close(got: Any, want: Any, path: str = "") -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), path
+        for k in want:
+            assert_close(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_close(g, w, f"{path}[{i}]")
+    elif isinstance(want, float) and not isinstance(got, bool):
+        assert isinstance(got, int | float) and math.isclose(got, want, rel_tol=1e-9,
+                                                             abs_tol=1e-12), (path, got, want)
+    else:
+        assert got == want, (path, got, want)
+
+
+@pytest.mark.parametrize("name", ["quickstart"])
+def test_shipped_scenario_matches_golden_summary(name: str) -> None:
+    want = json.loads((GOLDEN_DIR / f"{name}_summary.json").read_text())
+    got = clean(summarize(simulate(scenario.load(ROOT / "scenarios" / f"{name}.yaml"))))
+    got = json.loads(json.dumps(got))
+    assert_close(got, want)

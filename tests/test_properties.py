@@ -1,0 +1,103 @@
+"""Invariants that hold for every policy on random small workloads (hypothesis).
+
+Each example runs a tiny model with a linear cost and a small KV cache, then checks
+the step log against the requests: limits respected, KV never over-allocated and all
+returned, every request ends counted, tokens produced equal output tokens.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from conftest import tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.engine import Engine, build_cost
+from sim.policies import POLICIES
+from sim.request import FINISHED, REJECTED, UNFINISHED
+from sim.workload import Requests
+
+EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
+
+
+@st.composite
+def workloads(draw: Any) -> dict[str, Any]:
+    n = draw(st.integers(1, 16))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.001, 0.005, 0.02, 0.1]), min_size=n,
+                         max_size=n))
+    return {
+        "arrivals": np.cumsum(gaps).tolist(),
+        "prompts": draw(st.lists(st.integers(1, 60), min_size=n, max_size=n)),
+        "outputs": draw(st.lists(st.integers(1, 20), min_size=n, max_size=n)),
+    }
+
+
+@st.composite
+def servings(draw: Any) -> dict[str, Any]:
+    return {
+        "policy": draw(st.sampled_from(sorted(POLICIES))),
+        "block_size": draw(st.sampled_from([1, 2, 4, 16])),
+        "num_kv_blocks": draw(st.integers(4, 48)),
+        "max_num_seqs": draw(st.integers(1, 6)),
+        "max_num_batched_tokens": draw(st.sampled_from([16, 32, 64, 256])),
+    }
+
+
+def run(serving: dict[str, Any], cluster: dict[str, Any], wl: dict[str, Any]) -> Any:
+    sc = tiny_scenario(serving=serving, cluster=cluster)
+    req = Requests(np.array(wl["arrivals"]), np.array(wl["prompts"], dtype=np.int64),
+                   np.array(wl["outputs"], dtype=np.int64))
+    eng = Engine(sc, req, build_cost(sc), np.random.default_rng(1), log_steps=True)
+    return sc, eng, eng.run()
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(servings(), st.integers(1, 3), st.sampled_from(["round_robin", "least_outstanding",
+                                                       "random"]), workloads())
+def test_invariants_hold_for_every_policy(serving: dict[str, Any], replicas: int, router: str,
+                                          wl: dict[str, Any]) -> None:
+    sc, eng, res = run(serving, {"replicas": replicas, "router": router}, wl)
+    n = len(wl["prompts"])
+    prompts, outputs = wl["prompts"], wl["outputs"]
+
+    # Every request ends counted; with no horizon nothing is left unfinished.
+    assert set(res.status.tolist()) <= {FINISHED, REJECTED}
+    assert all(bool(res.reason[i]) == (res.status[i] == REJECTED) for i in range(n))
+    assert (res.status != UNFINISHED).all()
+
+    # All KV blocks are returned at the end.
+    for rep in eng.replicas:
+        assert rep.kv.used == 0
+        assert not rep.waiting and not rep.running
+
+    # Replay the step log: limits per step, iterations of one replica never overlap,
+    # and each request emits exactly output_tokens tokens.
+    generated = [0] * n
+    last_end: dict[int, float] = {}
+    for replica, start, end, entries in res.step_log:
+        assert end > start >= last_end.get(replica, 0.0) - 1e-12
+        last_end[replica] = end
+        ids = [e[0] for e in entries]
+        assert len(ids) == len(set(ids))
+        assert len(entries) <= serving["max_num_seqs"]
+        assert sum(e[1] for e in entries) <= serving["max_num_batched_tokens"]
+        for rid, new, ctx in entries:
+            assert res.replica[rid] == replica
+            assert new >= 1
+            total = ctx + new
+            # Context plus new tokens never exceeds the KV the request can hold.
+            assert total <= prompts[rid] + outputs[rid] - 1 or outputs[rid] == 1
+            if total == prompts[rid] + generated[rid]:
+                generated[rid] += 1
+    for i in range(n):
+        if res.status[i] == FINISHED:
+            assert generated[i] == outputs[i]
+            arrival = wl["arrivals"][i]
+            assert arrival <= res.first_sched[i] <= res.first_token[i] <= res.finish[i]
+            assert res.first_token[i] - arrival <= res.finish[i] - arrival
+        else:
+            assert generated[i] == 0

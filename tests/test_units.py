@@ -110,7 +110,8 @@ def test_roofline_decode_is_memory_bound_and_prefill_compute_bound() -> None:
     seqs = np.array([1, 8, 64])
     ctx = np.array([100, 800, 64000])
     vec = c.step_time(StepShape(seqs, seqs, ctx, 0, 0, 0, ctx + seqs))
-    assert vec.tolist() == [c.step_time(decode_shape(int(a), int(b))) for a, b in zip(seqs, ctx, strict=True)]
+    pairs = zip(seqs, ctx, strict=True)
+    assert vec.tolist() == [c.step_time(decode_shape(int(a), int(b))) for a, b in pairs]
 
 
 def test_roofline_tensor_parallel_adds_allreduce_but_is_faster() -> None:

@@ -1,0 +1,6 @@
+"""servesim's calibrator: times prefill and decode work with torch and fits a cost profile.
+
+Run it as ``servesim calibrate ...`` or ``python -m calibrate ...``. It needs torch,
+numpy, scipy and pyyaml, never simpy; the one thing it hands the simulator is the
+profile file that :mod:`sim.profile` reads.
+"""

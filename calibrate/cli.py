@@ -1,0 +1,83 @@
+"""Command line: ``servesim calibrate`` (also ``python -m calibrate``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sim.errors import ServesimError
+
+
+def parser() -> argparse.ArgumentParser:
+    """The calibrate argument parser."""
+    p = argparse.ArgumentParser(
+        prog="servesim calibrate",
+        description="Time prefill and decode on this device with torch, fit the cost model, "
+                    "and write a profile the simulator reads with cost: {profile: FILE}.")
+    p.add_argument("--model", default=None, help="model preset (see sim/specs.py), e.g. llama-3-8b")
+    p.add_argument("--hf-config", type=Path, default=None,
+                   help="HuggingFace config.json (llama, mistral, qwen2); overrides --model")
+    p.add_argument("--device", default="cuda", help="cuda or cpu (default: cuda)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
+                   help="default: the model's dtype on cuda, fp32 on cpu")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree to model")
+    p.add_argument("--gpu", default=None,
+                   help="hardware-table entry whose interconnect sets the tp all-reduce cost")
+    p.add_argument("--budget-s", type=float, default=600.0,
+                   help="wall-clock budget; the sweep stops early and fits what it measured")
+    p.add_argument("--quick", action="store_true", help="a coarse grid and fewer repeats")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, see docs)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--out", type=Path, required=True,
+                   help="profile YAML to write; the measurements CSV goes beside it")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; a :class:`ServesimError` prints one line on stderr and returns 2."""
+    args = parser().parse_args(argv)
+    try:
+        # torch is imported only now, so that --help works and a missing torch is one line.
+        try:
+            from calibrate.arch import resolve_model
+            from calibrate.run import CalibrationConfig, calibrate
+        except ImportError as exc:
+            raise ServesimError(f"calibrate needs torch, numpy, scipy and pyyaml ({exc})") from None
+        if args.budget_s <= 0:
+            raise ServesimError(f"got {args.budget_s}, must be greater than 0", where="--budget-s")
+        if args.out.suffix not in (".yaml", ".yml"):
+            raise ServesimError(f"got {str(args.out)!r}, expected a .yaml file", where="--out")
+        cfg = CalibrationConfig(
+            model=resolve_model(args.model, args.hf_config), out=args.out, device=args.device,
+            dtype=args.dtype, tp=args.tp, budget_s=args.budget_s, quick=args.quick, gpu=args.gpu,
+            threads=args.threads, progress=not args.no_progress)
+        res = calibrate(cfg)
+    except ServesimError as exc:
+        print(f"servesim calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servesim calibrate: interrupted", file=sys.stderr)
+        return 130
+    print(summary(res))
+    return 0
+
+
+def summary(res: object) -> str:
+    """Human-readable lines: per-component held-out error, whole-step error, files written."""
+    from calibrate.run import CalibrationResult
+
+    assert isinstance(res, CalibrationResult)
+    bar = res.bar
+
+    def verdict(x: float) -> str:
+        return "ok" if x <= bar else f"above the {bar:.0%} bar"
+    lines = [f"{'component':<18} {'held-out MAPE':>13} {'worst':>7} {'train+test':>11}"]
+    for name, f in res.fits.items():
+        lines.append(f"{name:<18} {f.mape_test:>12.1%} {f.max_err_test:>8.1%} "
+                     f"{f.n_train:>6}+{f.n_test:<4} {verdict(f.mape_test)}")
+    lines.append(f"whole steps: mean error {res.step_mape:.1%}, worst {res.step_max_err:.1%}"
+                 f" ({verdict(res.step_mape)})")
+    lines += [f"note: {n}" for n in res.notes]
+    lines.append(f"wrote {res.profile_path} and {res.csv_path.name} in {res.elapsed_s:.1f} s")
+    return "\n".join(lines)

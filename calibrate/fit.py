@@ -1,0 +1,142 @@
+"""Fit each component's coefficients to its measurements and report held-out errors.
+
+The formulas are :data:`sim.profile.FORMS`, the very functions the simulator
+evaluates. The fit minimises *relative* error (what MAPE reports), with every
+coefficient ≥ 0 so each keeps its physical meaning. Forms linear in their
+coefficients are solved exactly (bounded linear least squares); the roofline-shaped
+``max(weight_s, slope·x)`` forms are fitted by ``scipy.optimize.least_squares`` from
+several starting points, the best kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares, lsq_linear
+
+from sim.errors import ServesimError
+from sim.profile import FORMS, ComponentForm
+from sim.shape import StepShape
+
+# Hold out one point in this many (every component keeps at least MIN_TEST out).
+HOLDOUT_EVERY = 4
+MIN_TEST = 2
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Coefficients (seconds) and relative errors of one component's fit."""
+
+    component: str
+    coef: dict[str, float]
+    mape_train: float
+    mape_test: float
+    max_err_test: float
+    n_train: int
+    n_test: int
+
+
+def stack(shapes: Sequence[StepShape]) -> StepShape:
+    """One :class:`StepShape` of arrays from many scalar shapes (for vectorised evaluation)."""
+    return StepShape(*(np.asarray(col, dtype=float) for col in zip(*shapes, strict=True)))
+
+
+def split(n: int) -> np.ndarray:
+    """Boolean held-out mask for ``n`` points (sorted by size by the caller).
+
+    Interior points are held out, never the smallest or largest, so the test checks
+    interpolation inside the measured range rather than extrapolation.
+    """
+    test = np.zeros(n, dtype=bool)
+    if n < 4:
+        return test
+    test[2:n - 1:HOLDOUT_EVERY] = True
+    if test.sum() < MIN_TEST:
+        test[n // 2] = test[n // 2 - 1] = True
+    return test
+
+
+def relative_errors(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """|pred − y| / y, elementwise."""
+    return np.abs(np.asarray(pred, dtype=float) - y) / y
+
+
+def _predict(form: ComponentForm, x: np.ndarray, s: StepShape) -> np.ndarray:
+    out = form.evaluate(dict(zip(form.coefs, x, strict=True)), s)
+    return np.broadcast_to(np.asarray(out, dtype=float), s.seqs.shape)
+
+
+def _fit_linear(form: ComponentForm, s: StepShape, y: np.ndarray) -> np.ndarray:
+    # The form is linear in its coefficients, so column i is the form at unit coefficient i.
+    k = len(form.coefs)
+    a = np.stack([_predict(form, np.eye(k)[i], s) for i in range(k)], axis=1)
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)
+    res = lsq_linear((a / scale) / y[:, None], np.ones_like(y), bounds=(0, np.inf))
+    return np.asarray(res.x / scale, dtype=float)
+
+
+def _fit_roofline(form: ComponentForm, s: StepShape, y: np.ndarray) -> np.ndarray:
+    # Coefficients are (const_s, weight_s, slope) with x = new_tokens or seqs.
+    x = np.asarray(s.new_tokens if form.name == "linear" else s.seqs, dtype=float)
+    a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
+    c0, slope = lsq_linear(a, np.ones_like(y), bounds=(0, np.inf)).x
+    ymin = float(y.min())
+    starts = [(c0, 0.0, slope), (0.1 * ymin, 0.8 * ymin, slope), (0.5 * ymin, 0.5 * ymin, slope),
+              (0.0, ymin, float(np.median(y / np.maximum(x, 1))))]
+    scale = np.array([ymin, ymin, max(slope, ymin / max(float(x.max()), 1.0))])
+    best: np.ndarray | None = None
+    best_cost = np.inf
+    for x0 in starts:
+        z0 = np.maximum(np.asarray(x0, dtype=float), 0) / scale
+        res = least_squares(lambda z: _predict(form, z * scale, s) / y - 1.0, z0,
+                            bounds=(0, np.inf), method="trf")
+        if res.cost < best_cost:
+            best, best_cost = res.x * scale, res.cost
+    assert best is not None
+    return best
+
+
+def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float]) -> FitResult:
+    """Fit component ``name`` to ``shapes`` timed at ``y`` seconds.
+
+    Points are ordered by size, the held-out ones chosen by :func:`split`, and the
+    coefficients fitted on the rest only, so ``mape_test`` is an honest estimate.
+    """
+    form = FORMS[name]
+    need = len(form.coefs) + 1
+    if len(y) < need + MIN_TEST:
+        raise ServesimError(f"only {len(y)} measured points, need {need + MIN_TEST} to fit "
+                            "and test; raise --budget-s or check the skipped points",
+                            where=f"components.{name}")
+    ys = np.asarray(y, dtype=float)
+    # Order by total work (sum of the shape's counts) so held-out points interleave sizes.
+    order = np.argsort([sum(float(v) for v in sh) for sh in shapes], kind="stable")
+    all_s = stack([shapes[i] for i in order])
+    ys = ys[order]
+    test = split(len(ys))
+    train_s = StepShape(*(col[~test] for col in all_s))
+    test_s = StepShape(*(col[test] for col in all_s))
+    fitter = _fit_linear if form.linear else _fit_roofline
+    coef = fitter(form, train_s, ys[~test])
+    err_train = relative_errors(_predict(form, coef, train_s), ys[~test])
+    err_test = relative_errors(_predict(form, coef, test_s), ys[test])
+    nan = float("nan")
+    return FitResult(name, {k: float(v) for k, v in zip(form.coefs, coef, strict=True)},
+                     float(err_train.mean()), float(err_test.mean()) if test.any() else nan,
+                     float(err_test.max()) if test.any() else nan,
+                     int((~test).sum()), int(test.sum()))
+
+
+def allreduce_coefs(layers: int, hidden: int, dtype_bytes: int, tp: int,
+                    link_bw: float, link_latency_s: float) -> dict[str, float]:
+    """Two ring all-reduces per layer from interconnect figures (one GPU cannot measure them).
+
+    Each moves 2·(tp−1)/tp of the step's activations, new_tokens·hidden·dtype_bytes
+    bytes, over a link of ``link_bw`` bytes/s, after a fixed ``link_latency_s``.
+    """
+    if tp == 1:
+        return {"per_step_s": 0.0, "per_token_s": 0.0}
+    return {"per_step_s": 2 * layers * link_latency_s,
+            "per_token_s": 2 * layers * 2 * (tp - 1) / tp * hidden * dtype_bytes / link_bw}

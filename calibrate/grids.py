@@ -1,0 +1,172 @@
+"""Sweep grids: which batch shapes each component is timed at.
+
+A point is a list of (new_tokens, context_before) entries, the same description the
+simulator's :class:`sim.shape.StepShape` is built from, so every measurement row
+carries the exact shape the fit and the profile evaluate. Grids are scaled to the
+device (a 2-core CPU times a tiny model; a GPU times an 8B model's layer) and to the
+model's context limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.specs import ModelSpec
+
+Entries = tuple[tuple[int, int], ...]
+
+# Components timed on their own, and the whole-model steps that check their sum.
+OPERATORS = ("step", "linear", "prefill_attention", "decode_attention", "lm_head")
+WHOLE_STEP = "whole_step"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: a component and the batch it is timed on."""
+
+    component: str
+    entries: Entries
+    label: str
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """Sizes of the sweep (tokens, sequences) before capping by the model's context."""
+
+    tokens: tuple[int, ...]            # linear stack: new tokens per step
+    chunks: tuple[int, ...]            # prefill attention: chunk lengths
+    prefill_contexts: tuple[int, ...]  # ... and context already cached before the chunk
+    batches: tuple[int, ...]           # decode attention: sequences
+    decode_contexts: tuple[int, ...]   # ... and their (uniform) context
+    mixed: int                         # decode batches with random mixed contexts
+    head_seqs: tuple[int, ...]         # LM head and sampling: sequences
+    scale: int                         # whole steps: multiplier on the base mixes
+
+
+CPU_QUICK = GridConfig(
+    tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512),
+    chunks=(16, 64, 128, 256, 512), prefill_contexts=(0, 256, 1024),
+    batches=(1, 4, 16, 32, 64), decode_contexts=(64, 512, 2048), mixed=5,
+    head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
+)
+CPU_FULL = GridConfig(
+    tokens=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512),
+    chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 512, 1024, 2048),
+    batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(32, 128, 512, 1024, 2048), mixed=10,
+    head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
+)
+GPU_QUICK = GridConfig(
+    tokens=(1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+    chunks=(128, 512, 1024, 2048, 4096), prefill_contexts=(0, 2048, 4096),
+    batches=(1, 8, 32, 64, 128, 256), decode_contexts=(256, 1024, 4096), mixed=4,
+    head_seqs=(1, 8, 32, 128, 256, 512), scale=4,
+)
+GPU_FULL = GridConfig(
+    tokens=(1, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+            4096, 6144, 8192),
+    chunks=(64, 128, 256, 512, 1024, 2048, 4096, 8192), prefill_contexts=(0, 1024, 2048, 4096),
+    batches=(1, 4, 8, 16, 32, 64, 128, 192, 256), decode_contexts=(128, 512, 1024, 2048, 4096),
+    mixed=8, head_seqs=(1, 4, 16, 32, 64, 128, 256, 512), scale=4,
+)
+
+
+def grid_for(device: str, quick: bool) -> GridConfig:
+    """The grid for a device type (``cpu`` or ``cuda``) and mode."""
+    if device == "cpu":
+        return CPU_QUICK if quick else CPU_FULL
+    return GPU_QUICK if quick else GPU_FULL
+
+
+def _spread(points: list[Point]) -> list[Point]:
+    """Reorder so that any prefix covers the range (bit-reversed order), for early stops."""
+    n = len(points)
+    if n < 3:
+        return points
+    bits = max(1, (n - 1).bit_length())
+    order = sorted(range(1 << bits), key=lambda i: int(f"{i:0{bits}b}"[::-1], 2))
+    return [points[i] for i in order if i < n]
+
+
+def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point]:
+    """All operator sweep points, interleaved across components (range-first order)."""
+    cap = spec.max_context
+    per: dict[str, list[Point]] = {c: [] for c in OPERATORS}
+    per["linear"] = [Point("linear", ((n, 0),), f"n={n}") for n in g.tokens if n <= cap]
+    for n in g.chunks:
+        for c in g.prefill_contexts:
+            if n + c <= cap:
+                per["prefill_attention"].append(
+                    Point("prefill_attention", ((n, c),), f"n={n} c={c}"))
+    # Several prefills in one step, so per-sequence costs are identifiable.
+    small, mid = g.chunks[0], g.chunks[len(g.chunks) // 2]
+    for k in (2, 4):
+        per["prefill_attention"].append(
+            Point("prefill_attention", ((small, 0),) * k, f"{k}x n={small}"))
+        if mid + g.prefill_contexts[1] <= cap:
+            per["prefill_attention"].append(
+                Point("prefill_attention", ((mid, g.prefill_contexts[1]),) * k,
+                      f"{k}x n={mid} c={g.prefill_contexts[1]}"))
+    for b in g.batches:
+        for c in g.decode_contexts:
+            if c < cap:
+                per["decode_attention"].append(Point("decode_attention", ((1, c),) * b,
+                                                     f"b={b} c={c}"))
+    rng = np.random.default_rng(seed)
+    hi = min(max(g.decode_contexts), cap - 1)
+    for i in range(g.mixed):
+        b = int(g.batches[1 + i % (len(g.batches) - 1)])
+        ctx = sorted(int(c) for c in rng.integers(min(g.decode_contexts), hi + 1, size=b))
+        per["decode_attention"].append(Point("decode_attention", tuple((1, c) for c in ctx),
+                                             f"b={b} mixed"))
+    per["lm_head"] = [Point("lm_head", ((1, 0),) * s, f"seqs={s}") for s in g.head_seqs]
+    for s in g.head_seqs:
+        per["step"].append(Point("step", ((1, 128),) * s, f"decode seqs={s}"))
+    for n in g.chunks:
+        per["step"].append(Point("step", ((n, 0),), f"prefill n={n}"))
+        per["step"].append(Point("step", ((n, 0),) + ((1, 64),) * 8, f"prefill n={n} + 8 decodes"))
+    spread = {c: _spread(p) for c, p in per.items()}
+    return list(_interleave(spread))
+
+
+def _interleave(per: dict[str, list[Point]]) -> Iterator[Point]:
+    longest = max(len(p) for p in per.values())
+    for i in range(longest):
+        for pts in per.values():
+            if i < len(pts):
+                yield pts[i]
+
+
+def whole_step_points(spec: ModelSpec, g: GridConfig, seed: int = 1) -> list[Point]:
+    """Whole-model steps (prefill-only, decode-only and mixed) that check the fitted sum.
+
+    They differ from every operator point, so agreement is a genuine out-of-sample test.
+    """
+    s = g.scale
+    cap = spec.max_context - 1
+    rng = np.random.default_rng(seed)
+
+    def mixed_ctx(b: int, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+        hi = min(hi, cap)
+        return tuple((1, int(c)) for c in sorted(rng.integers(lo, hi + 1, size=b)))
+
+    mixes: list[tuple[str, Entries]] = [
+        ("decode b=2 c=96", ((1, min(96 * s, cap)),) * 2),
+        ("decode b=12 c=300", ((1, min(300 * s, cap)),) * 12),
+        ("decode b=24 mixed", mixed_ctx(24, 40 * s, 1500 * s)),
+        ("decode b=48 c=700", ((1, min(700 * s, cap)),) * 48),
+        ("prefill n=100", ((100 * s, 0),)),
+        ("prefill n=320", ((320 * s, 0),)),
+        ("prefill chunk n=200 c=600", ((200 * s, min(600 * s, cap - 200 * s)),)),
+        ("prefill 2x n=150", ((150 * s, 0),) * 2),
+        ("mixed n=160 + 20 decodes", ((160 * s, 0),) + mixed_ctx(20, 50 * s, 1200 * s)),
+        ("mixed chunk n=48 c=300 + 40 decodes",
+         ((48 * s, 300 * s),) + ((1, 400 * s),) * 40),
+        ("mixed n=400 + 6 decodes", ((400 * s, 0),) + ((1, 900 * s),) * 6),
+        ("mixed 2 chunks + 10 decodes",
+         ((64 * s, 128 * s), (96 * s, 0)) + mixed_ctx(10, 100, 800 * s)),
+    ]
+    return [Point(WHOLE_STEP, e, label) for label, e in mixes
+            if all(n + c <= spec.max_context for n, c in e)]

@@ -1,0 +1,131 @@
+"""Write a calibration's results: the profile YAML (schema in docs/cost-model.md) and its CSV.
+
+The YAML is small and is all the simulator reads; the CSV beside it keeps every
+timing sample of every point, for audit and refitting.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import math
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import yaml
+
+from sim.profile import FORMS, SCHEMA
+
+if TYPE_CHECKING:
+    from calibrate.run import CalibrationConfig, CalibrationResult
+    from calibrate.sweeps import Measurement
+
+CSV_COLUMNS = ("component", "label", "status", "split", "graph", "seqs", "new_tokens",
+               "context_tokens", "prefill_seqs", "prefill_tokens", "prefill_pairs", "decode_kv",
+               "median_s", "p10_s", "p90_s", "repeats", "predicted_s", "note", "entries",
+               "samples_s")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    """Device type and name, torch and CUDA versions (recorded in the profile)."""
+    cuda = device.type == "cuda"
+    return {
+        "type": device.type,
+        "name": torch.cuda.get_device_name(device) if cuda else _cpu_name(),
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda if cuda else None,
+    }
+
+
+def _g(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def write_csv(path: Path, rows: list[Measurement]) -> None:
+    """One row per point, with every timing sample (seconds, space-separated)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for m in rows:
+            t = m.timing
+            w.writerow([
+                m.point.component, m.point.label, m.status, m.split,
+                int(t.graph) if t else "", *m.shape,
+                _g(t.median_s) if t else "", _g(t.quantile(0.1)) if t else "",
+                _g(t.quantile(0.9)) if t else "", len(t.samples) if t else 0,
+                _g(m.predicted_s) if m.predicted_s is not None else "", m.note,
+                " ".join(f"{n}:{c}" for n, c in m.point.entries),
+                " ".join(_g(s) for s in t.samples) if t else "",
+            ])
+
+
+def _num(x: float) -> float | None:
+    # YAML has no portable NaN; a missing error (too few points) is written as null.
+    return None if math.isnan(x) else float(f"{x:.6g}")
+
+
+def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[str, Any],
+                 layers_checked: int, bar: float, grid: str) -> dict[str, Any]:
+    """The profile as a plain mapping, in schema order."""
+    comps: dict[str, Any] = {}
+    for name, form in FORMS.items():
+        entry: dict[str, Any] = {"formula": form.formula, "per_layer": form.per_layer,
+                                 "coef": {k: float(f"{v:.6g}") for k, v in
+                                          res.cost.coefs[name].items()}}
+        fit = res.fits.get(name)
+        if fit is not None:
+            entry["fit"] = {"source": "measured", "mape_test": _num(fit.mape_test),
+                            "max_err_test": _num(fit.max_err_test),
+                            "mape_train": _num(fit.mape_train),
+                            "n_train": fit.n_train, "n_test": fit.n_test,
+                            "passed": bool(fit.mape_test <= bar)}
+        else:
+            entry["fit"] = {"source": "datasheet" if cfg.tp > 1 else "none (tp=1)"}
+        comps[name] = entry
+    steps = [m for m in res.measurements if m.split == "validate" and m.predicted_s is not None]
+    return {
+        "schema": SCHEMA,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "dtype": res.cost.dtype,
+        "tp": cfg.tp,
+        "model": dataclasses.asdict(res.cost.model),
+        "components": comps,
+        "validation": {
+            "whole_steps": len(steps), "layers": layers_checked,
+            "mape": _num(res.step_mape), "max_err": _num(res.step_max_err), "bar": bar,
+            "passed": bool(res.step_mape <= bar),
+        },
+        "calibration": {
+            "grid": grid, "budget_s": cfg.budget_s, "elapsed_s": round(res.elapsed_s, 2),
+            "stopped_early": res.stopped_early,
+            "points": len(res.measurements),
+            "points_skipped": sum(m.status != "ok" for m in res.measurements),
+            "notes": res.notes,
+        },
+        "measurements": res.csv_path.name,
+    }
+
+
+def write_profile(cfg: CalibrationConfig, res: CalibrationResult, device: dict[str, Any],
+                  layers_checked: int, bar: float, grid: str) -> None:
+    """Write the profile YAML at ``res.profile_path``."""
+    data = profile_dict(cfg, res, device, layers_checked, bar, grid)
+    res.profile_path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(data, sort_keys=False, width=100)
+    res.profile_path.write_text(f"# servesim cost profile, written by calibrate\n{text}",
+                                encoding="utf-8")

@@ -1,0 +1,224 @@
+"""One calibration, end to end: sweep operators, fit, time whole steps, write the profile.
+
+The wall-clock budget is split between the operator sweep and the whole-step check;
+when it runs out, the sweep stops, the fit uses what was measured, and the profile
+says so. Whatever happens, the raw measurements are written first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from calibrate.arch import shard
+from calibrate.fit import FitResult, allreduce_coefs, fit_component, relative_errors, split
+from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
+from calibrate.output import device_info, write_csv, write_profile
+from calibrate.sweeps import Bench, Measurement
+from calibrate.timing import Timer, TimingConfig
+from sim.errors import ServesimError
+from sim.profile import ProfileCost
+from sim.specs import GPUS, ModelSpec
+
+# Held-out component MAPE and whole-step error bars (fractions) by device type.
+BARS = {"cpu": 0.10, "cuda": 0.05}
+# Share of the budget kept back for timing whole steps after the sweep.
+STEP_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """Everything one calibration needs; ``budget_s`` is wall-clock seconds for the run."""
+
+    model: ModelSpec
+    out: Path
+    device: str = "cpu"
+    dtype: str | None = None       # default: the model's dtype on CUDA, fp32 on CPU
+    tp: int = 1
+    budget_s: float = 600.0
+    quick: bool = False
+    gpu: str | None = None         # hardware-table entry for all-reduce figures when tp > 1
+    threads: int = 1               # CPU only; see DESIGN.md on why 1
+    progress: bool = True
+    seed: int = 0
+
+
+@dataclass
+class CalibrationResult:
+    """What a run produced: the profile, its measurements, fits and whole-step errors."""
+
+    profile_path: Path
+    csv_path: Path
+    cost: ProfileCost
+    fits: dict[str, FitResult]
+    measurements: list[Measurement]
+    step_mape: float
+    step_max_err: float
+    elapsed_s: float
+    stopped_early: bool
+    bar: float = BARS["cpu"]
+    notes: list[str] = field(default_factory=list)
+
+
+def _device(cfg: CalibrationConfig) -> torch.device:
+    if cfg.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ServesimError(f"torch {torch.__version__} sees no CUDA device; "
+                                "use --device cpu or run on a machine with an NVIDIA GPU",
+                                where="--device")
+        return torch.device("cuda", torch.cuda.current_device())
+    if cfg.device != "cpu":
+        raise ServesimError(f"got {cfg.device!r}, expected cuda or cpu", where="--device")
+    return torch.device("cpu")
+
+
+def _gpu_entry(cfg: CalibrationConfig, device_name: str) -> str | None:
+    if cfg.gpu is not None:
+        if cfg.gpu not in GPUS:
+            raise ServesimError(f"unknown gpu {cfg.gpu!r}; valid: {', '.join(sorted(GPUS))}",
+                                where="--gpu")
+        return cfg.gpu
+    lowered = device_name.lower().replace(" ", "")
+    for key in GPUS:
+        if key.split("-")[0] in lowered:
+            return key
+    return None
+
+
+def _timing(quick: bool) -> TimingConfig:
+    if quick:
+        return TimingConfig(warmup=2, min_repeats=7, max_repeats=40, target_s=0.03)
+    return TimingConfig(warmup=3, min_repeats=10, max_repeats=100, target_s=0.15)
+
+
+def _validation_layers(model: ModelSpec, weight_bytes_per_layer: float, device: torch.device
+                       ) -> int:
+    """Layers the whole-step check can hold: all, unless their weights crowd out memory."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        room = 0.6 * free
+    else:
+        room = 4e9  # keep CPU runs modest whatever the host has
+    return max(1, min(model.layers, int(room // max(weight_bytes_per_layer, 1.0))))
+
+
+def _sweep(points: list[Point], bench: Bench, deadline: float, label: str, progress: bool,
+           on_point: Callable[[Measurement], None] | None = None) -> tuple[list[Measurement], bool]:
+    out: list[Measurement] = []
+    bar = tqdm(total=len(points), desc=label, disable=not progress, file=sys.stderr,
+               unit="pt", dynamic_ncols=True)
+    stopped = False
+    try:
+        for p in points:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                stopped = True
+                break
+            m = bench.run(p)
+            out.append(m)
+            if on_point:
+                on_point(m)
+            bar.set_postfix_str(f"phase budget left {max(0.0, left):.0f}s")
+            bar.update()
+    finally:
+        bar.close()
+    return out, stopped
+
+
+def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
+    """Run one calibration and write ``cfg.out`` (profile YAML) and its measurements CSV."""
+    t0 = time.perf_counter()
+    device = _device(cfg)
+    dtype = cfg.dtype or (cfg.model.dtype if device.type == "cuda" else "fp32")
+    if dtype not in ("fp32", "fp16", "bf16"):
+        raise ServesimError(f"got {dtype!r}, expected bf16, fp16 or fp32", where="--dtype")
+    model = dataclasses.replace(cfg.model, dtype=dtype)  # type: ignore[arg-type]
+    dims = shard(model, cfg.tp)
+    info = device_info(device)
+    gpu_key = _gpu_entry(cfg, info["name"]) if device.type == "cuda" or cfg.gpu else None
+    if cfg.tp > 1 and gpu_key is None:
+        raise ServesimError("tp > 1 needs interconnect figures; name the GPU with --gpu "
+                            f"({', '.join(sorted(GPUS))})", where="--tp")
+    if device.type == "cpu":
+        torch.set_num_threads(cfg.threads)
+    info["threads"] = torch.get_num_threads()
+    notes: list[str] = []
+
+    grid = grid_for(device.type, cfg.quick)
+    timer = Timer(device, _timing(cfg.quick))
+    with torch.inference_mode():
+        bench = Bench(dims, model.layers, model.max_context, dtype, device, timer)
+        sweep_deadline = t0 + cfg.budget_s * (1 - STEP_SHARE)
+        ops, stopped = _sweep(operator_points(model, grid, cfg.seed), bench, sweep_deadline,
+                              "operators", cfg.progress)
+        if stopped:
+            notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
+                         "fitted on what was measured")
+        csv_path = cfg.out.with_suffix(".csv")
+        fits: dict[str, FitResult] = {}
+        try:
+            for name in OPERATORS:
+                good = [m for m in ops if m.point.component == name and m.status == "ok"]
+                fits[name] = fit_component(name, [m.shape for m in good],
+                                           [m.timing.median_s for m in good if m.timing])
+                _mark_split(good)
+        except ServesimError as exc:
+            write_csv(csv_path, ops)
+            raise ServesimError(f"{exc}; measurements kept in {csv_path}") from None
+        lin_bytes = model.linear_params_per_layer / cfg.tp * model.dtype_bytes
+        coefs: dict[str, dict[str, float]] = {n: f.coef for n, f in fits.items()}
+        link = GPUS[gpu_key] if gpu_key else None
+        coefs["allreduce"] = allreduce_coefs(model.layers, model.hidden, model.dtype_bytes, cfg.tp,
+                                             link.link_bw if link else 1.0,
+                                             link.link_latency_s if link else 0.0)
+        cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs)
+
+        layers = _validation_layers(model, lin_bytes, device)
+        if layers < model.layers:
+            notes.append(f"whole steps timed at {layers} of {model.layers} layers (memory)")
+        check = cost.with_layers(layers)
+        steps, stopped_steps = _sweep(whole_step_points(model, grid), bench,
+                                      t0 + cfg.budget_s, "whole steps", cfg.progress)
+        if stopped_steps:
+            notes.append(f"budget exhausted: {len(steps)} whole steps timed")
+    for m in steps:
+        m.split = "validate"
+        if m.status == "ok":
+            # One GPU cannot run the all-reduce, so the check leaves it out of the prediction.
+            parts = check.breakdown(m.shape)
+            m.predicted_s = float(sum(v for k, v in parts.items() if k != "allreduce"))
+    done = [m for m in steps if m.status == "ok" and m.timing and m.predicted_s is not None]
+    if not done:
+        write_csv(csv_path, ops + steps)
+        raise ServesimError(f"no whole step could be timed; measurements kept in {csv_path}")
+    errs = relative_errors(np.array([m.predicted_s for m in done]),
+                           np.array([m.timing.median_s for m in done if m.timing]))
+    skipped = [m for m in ops + steps if m.status != "ok"]
+    notes += [f"skipped {m.point.component} {m.point.label}: {m.note}" for m in skipped]
+    result = CalibrationResult(cfg.out, csv_path, cost, fits, ops + steps, float(errs.mean()),
+                               float(errs.max()), time.perf_counter() - t0,
+                               stopped or stopped_steps, BARS[device.type], notes)
+    write_csv(csv_path, result.measurements)
+    write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
+    return result
+
+
+def grid_name(cfg: CalibrationConfig) -> str:
+    """Name of the grid used, recorded in the profile."""
+    return f"{cfg.device}-{'quick' if cfg.quick else 'full'}"
+
+
+def _mark_split(good: list[Measurement]) -> None:
+    """Record in each measurement whether the fit trained or tested on it (same rule as fit)."""
+    order = np.argsort([sum(float(v) for v in m.shape) for m in good], kind="stable")
+    test = split(len(good))
+    for rank, i in enumerate(order):
+        good[int(i)].split = "test" if test[rank] else "train"

@@ -1,0 +1,176 @@
+"""Run sweep points on the device: one (sharded) layer for operators, the full model for steps.
+
+Each point becomes a callable over preallocated tensors, so only the operator itself
+is timed. Successive repeats cycle through a few copies of the layer (and of its KV
+cache), as many as the real model has up to a working set of ``ROTATE_BYTES``, so a
+small model's weights are not unrealistically cache-hot between repeats; a large
+model's layer already overflows any cache on its own. Entries get cache slots in order
+of context, which lets decode groups read the cache through views rather than copies.
+A point that runs out of memory is skipped and recorded, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from calibrate.arch import Shard
+from calibrate.grids import WHOLE_STEP, Point
+from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare
+from calibrate.timing import Timer, Timing, is_oom
+from sim.shape import StepShape, shape_of
+
+ROTATE_BYTES = 64e6
+
+
+@dataclass
+class Measurement:
+    """A point's outcome: ``status`` is ``ok``, ``oom`` or ``error`` (then ``note`` says why)."""
+
+    point: Point
+    status: str
+    timing: Timing | None = None
+    note: str = ""
+    split: str = ""          # train / test for operators, validate for whole steps
+    predicted_s: float | None = None
+
+    @property
+    def shape(self) -> StepShape:
+        """The point's batch as the simulator sees it."""
+        return shape_of(self.point.entries)
+
+
+def slotted(entries: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
+    """(slot, new, ctx) with slots assigned in order of context (see module docstring)."""
+    order = sorted(range(len(entries)), key=lambda i: entries[i][1])
+    slot = {i: s for s, i in enumerate(order)}
+    return [(slot[i], n, c) for i, (n, c) in enumerate(entries)]
+
+
+def _needs(entries: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    return len(entries), max(n + c for n, c in entries)
+
+
+class Bench:
+    """Builds and times the callable for each point on one device."""
+
+    def __init__(self, shard: Shard, layers: int, max_pos: int, dtype: str,
+                 device: torch.device, timer: Timer):
+        self.d, self.layers, self.max_pos = shard, layers, max_pos
+        self.dtype, self.device, self.timer = dtype, device, timer
+        per_layer = sum(p.numel() * p.element_size()
+                        for p in build_decoder(shard, 1, 1, dtype, torch.device("meta"))
+                        .layers[0].parameters())
+        self.copies = max(1, min(layers, int(ROTATE_BYTES // max(per_layer, 1))))
+        self.one = build_decoder(shard, self.copies, max_pos, dtype, device)
+        self._caches: list[KVCache] | None = None
+        self.full: Decoder | None = None
+        self._full_caches: list[KVCache] | None = None
+
+    def caches(self, slots: int, capacity: int) -> list[KVCache]:
+        """One cache per layer copy, at least (slots, capacity), grown (never shrunk) on demand."""
+        cs = self._caches
+        if cs is None or cs[0].slots < slots or cs[0].capacity < capacity:
+            old = (cs[0].slots, cs[0].capacity) if cs else (0, 0)
+            self._caches = None
+            self._release()
+            cs = self._caches = self.one.caches(max(slots, old[0]), max(capacity, old[1]))
+        return cs
+
+    def _release(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def run(self, point: Point) -> Measurement:
+        """Time ``point``; out-of-memory and other failures are recorded, not raised."""
+        try:
+            fn, graph, wall = self._callable(point)
+            return Measurement(point, "ok", self.timer.measure(fn, graph=graph, wall=wall))
+        except Exception as exc:  # noqa: BLE001 - a failed point must not end the sweep
+            if is_oom(exc):
+                self._caches = None
+                self._release()
+                return Measurement(point, "oom", note="out of memory")
+            return Measurement(point, "error", note=f"{type(exc).__name__}: {exc}"[:200])
+
+    def _randn(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=self.device, dtype=self.one.embed.weight.dtype)
+
+    def _callable(self, point: Point) -> tuple[Callable[[], object], bool, bool]:
+        """(fn, use CUDA graph, time by wall clock) for ``point``."""
+        entries = slotted(point.entries)
+        slots, capacity = _needs(point.entries)
+        d = self.d
+        turn = itertools.cycle(range(self.copies))
+        layers: list[DecoderLayer] = list(self.one.layers)  # type: ignore[arg-type]
+        decode_sized = all(n == 1 for _, n, _ in entries)
+        batch = prepare(entries, self.device)
+        t = batch.tokens
+        if point.component == "linear":
+            x, attn = self._randn(t, d.hidden), self._randn(t, d.heads * d.head_dim)
+
+            def linear() -> object:
+                layer = layers[next(turn)]
+                layer.project(x, batch)
+                return layer.finish(x, attn)
+            return linear, t <= 256, False
+        if point.component in ("prefill_attention", "decode_attention"):
+            caches = self.caches(slots, capacity)
+            q, k, v = (self._randn(t, h, d.head_dim) for h in (d.heads, d.kv_heads, d.kv_heads))
+
+            def attention() -> object:
+                i = next(turn)
+                return layers[i].attend(q, k, v, caches[i], batch)
+            return attention, decode_sized, False
+        if point.component == "lm_head":
+            h = self._randn(len(entries), d.hidden)
+            return (lambda: self.one.head(h)), True, False
+        tokens = [7] * t
+        if point.component == "step":
+            # What a step does besides its layers and head: pack the batch, move token ids
+            # to the device, embed them, pick each entry's last row, return ids to the host.
+            def step() -> object:
+                b = prepare(entries, self.device)
+                x = self.one.embed(torch.tensor(tokens, device=self.device))
+                return x[b.last, 0].cpu()
+            return step, False, True
+        if point.component == WHOLE_STEP:
+            return self._whole(entries, tokens, decode_sized), False, True
+        raise ValueError(f"unknown component {point.component!r}")
+
+    def _whole(self, entries: list[tuple[int, int, int]], tokens: list[int],
+               decode_sized: bool) -> Callable[[], object]:
+        """A full-depth step, timed by wall clock from host packing to ids on the host."""
+        if self.full is None:
+            self.full = build_decoder(self.d, self.layers, self.max_pos, self.dtype, self.device)
+        slots, capacity = _needs(tuple((n, c) for _, n, c in entries))
+        caches = self._full_caches
+        if caches is None or caches[0].slots < slots or caches[0].capacity < capacity:
+            old = (caches[0].slots, caches[0].capacity) if caches else (0, 0)
+            self._full_caches = None
+            self._release()
+            caches = self.full.caches(max(slots, old[0]), max(capacity, old[1]))
+            self._full_caches = caches
+        model = self.full
+        if decode_sized and self.device.type == "cuda":
+            batch = prepare(entries, self.device)
+            ids = torch.tensor(tokens, device=self.device)
+            replay = self.timer.capture(lambda: model(ids, caches, batch))
+            if replay is not None:
+                out = typing.cast(torch.Tensor, replay[1])
+
+                def graphed() -> object:
+                    prepare(entries, self.device)  # the host work still happens every step
+                    ids.copy_(torch.tensor(tokens), non_blocking=True)
+                    replay[0]()
+                    return out.cpu()
+                return graphed
+
+        def eager() -> object:
+            b = prepare(entries, self.device)
+            return model(torch.tensor(tokens, device=self.device), caches, b).cpu()
+        return eager

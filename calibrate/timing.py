@@ -1,0 +1,123 @@
+"""Timing discipline: warm-up excluded, repeats, medians and spread, every sample kept.
+
+On CUDA each repeat is bracketed by CUDA events, and decode-sized work can be
+captured once in a CUDA graph and replayed, so launch overhead that a serving engine
+would also remove with graphs does not dominate. On CPU each repeat is timed with
+``time.perf_counter``; the caller pins ``torch.set_num_threads(1)`` (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How hard to time one point: warm-up calls, and repeats bounded by count and seconds."""
+
+    warmup: int = 2
+    min_repeats: int = 5
+    max_repeats: int = 50
+    target_s: float = 0.05  # aim to spend about this long on a point's repeats
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Result of timing one callable: all in seconds."""
+
+    samples: tuple[float, ...]
+    graph: bool
+
+    @property
+    def median_s(self) -> float:
+        """Median of the samples."""
+        return statistics.median(self.samples)
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile (0..1) of the samples, nearest-rank."""
+        s = sorted(self.samples)
+        return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when ``exc`` is the device (or host) running out of memory."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+class Timer:
+    """Times callables on one device following :class:`TimingConfig`."""
+
+    def __init__(self, device: torch.device, config: TimingConfig):
+        self.device = device
+        self.config = config
+        self.cuda = device.type == "cuda"
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def capture(self, fn: Callable[[], object]) -> tuple[Callable[[], object], object] | None:
+        """Capture ``fn`` in a CUDA graph: (replay, fn's output, refreshed by each replay).
+
+        None when not on CUDA or when ``fn`` cannot be captured; callers then run eagerly.
+        """
+        if not self.cuda:
+            return None
+        try:
+            # Warm up on a side stream first, as graph capture requires.
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(max(1, self.config.warmup)):
+                    fn()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fn()
+            graph.replay()
+            self._sync()
+            return graph.replay, out
+        except Exception:  # noqa: BLE001 - any capture failure just means "time eagerly"
+            self._sync()
+            return None
+
+    def measure(self, fn: Callable[[], object], graph: bool = False, wall: bool = False) -> Timing:
+        """Time ``fn`` after warm-up.
+
+        ``graph`` asks for CUDA-graph replay where it can be captured; ``wall`` times by
+        ``perf_counter`` even on CUDA (for work that includes host packing and a sync).
+        """
+        cfg = self.config
+        for _ in range(cfg.warmup):
+            fn()
+        self._sync()
+        run, used_graph = fn, False
+        if graph:
+            captured = self.capture(fn)
+            if captured is not None:
+                run, used_graph = captured[0], True
+        first = self._once(run, wall)
+        repeats = int(min(cfg.max_repeats, max(cfg.min_repeats, cfg.target_s / max(first, 1e-7))))
+        samples = [first] + [self._once(run, wall) for _ in range(repeats - 1)]
+        return Timing(tuple(samples), used_graph)
+
+    def _once(self, run: Callable[[], object], wall: bool) -> float:
+        if self.cuda and not wall:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0

@@ -1,0 +1,239 @@
+"""Measured cost profiles: the file ``calibrate`` writes and the simulator reads.
+
+A profile (YAML, schema ``servesim-profile/1``, documented in docs/cost-model.md)
+holds fitted coefficients for a fixed set of step-time components. This module owns
+both the schema and the component formulas, so the fit in ``calibrate/`` and the
+evaluation here can never disagree about what a coefficient means.
+
+Only numpy, yaml and pure ``sim`` modules are imported: no torch, no simpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from sim.configtools import build
+from sim.errors import ServesimError
+from sim.shape import StepShape
+from sim.specs import ModelSpec
+
+SCHEMA = "servesim-profile/1"
+PROFILE_DIR = Path(__file__).parent / "data" / "profiles"
+
+
+def _prefill_context(s: StepShape) -> Any:
+    """Tokens already cached before the step's prefill entries (decode entries excluded)."""
+    return s.context_tokens - (s.decode_kv - s.decode_seqs)
+
+
+def _step(c: Mapping[str, float], s: StepShape) -> Any:
+    return c["const_s"] + c["per_seq_s"] * s.seqs + c["per_new_token_s"] * s.new_tokens
+
+
+def _linear(c: Mapping[str, float], s: StepShape) -> Any:
+    # A layer's projections either stream their weights once (small batches) or are
+    # limited by FLOPs (large batches); the slower of the two sets the time.
+    return c["const_s"] + np.maximum(c["weight_s"], c["per_token_s"] * s.new_tokens)
+
+
+def _prefill_attention(c: Mapping[str, float], s: StepShape) -> Any:
+    return (
+        c["per_seq_s"] * s.prefill_seqs
+        + c["per_token_s"] * s.prefill_tokens
+        + c["per_context_token_s"] * _prefill_context(s)
+        + c["per_pair_s"] * s.prefill_pairs
+    )
+
+
+def _decode_attention(c: Mapping[str, float], s: StepShape) -> Any:
+    # The fixed part is paid only by steps that have decode entries at all.
+    present = np.asarray(s.decode_seqs) > 0
+    return (
+        c["const_s"] * present
+        + c["per_seq_s"] * s.decode_seqs
+        + c["per_kv_token_s"] * s.decode_kv
+    )
+
+
+def _lm_head(c: Mapping[str, float], s: StepShape) -> Any:
+    return c["const_s"] + np.maximum(c["weight_s"], c["per_seq_s"] * s.seqs)
+
+
+def _allreduce(c: Mapping[str, float], s: StepShape) -> Any:
+    return c["per_step_s"] + c["per_token_s"] * s.new_tokens
+
+
+@dataclass(frozen=True)
+class ComponentForm:
+    """One term of the step time: its coefficients (all seconds, all ≥ 0) and formula.
+
+    ``per_layer`` terms are measured on one (tensor-parallel-sharded) layer and
+    multiplied by the model's layer count. ``linear`` says the formula is linear in
+    its coefficients (the fit can then solve it exactly).
+    """
+
+    name: str
+    coefs: tuple[str, ...]
+    per_layer: bool
+    linear: bool
+    formula: str
+    evaluate: Callable[[Mapping[str, float], StepShape], Any]
+
+
+FORMS: dict[str, ComponentForm] = {
+    f.name: f
+    for f in (
+        ComponentForm("step", ("const_s", "per_seq_s", "per_new_token_s"), False, True,
+                      "const_s + per_seq_s*seqs + per_new_token_s*new_tokens", _step),
+        ComponentForm("linear", ("const_s", "weight_s", "per_token_s"), True, False,
+                      "const_s + max(weight_s, per_token_s*new_tokens)", _linear),
+        ComponentForm("prefill_attention",
+                      ("per_seq_s", "per_token_s", "per_context_token_s", "per_pair_s"), True, True,
+                      "per_seq_s*prefill_seqs + per_token_s*prefill_tokens"
+                      " + per_context_token_s*prefill_context + per_pair_s*prefill_pairs",
+                      _prefill_attention),
+        ComponentForm("decode_attention", ("const_s", "per_seq_s", "per_kv_token_s"), True, True,
+                      "const_s*[decode_seqs>0] + per_seq_s*decode_seqs + per_kv_token_s*decode_kv",
+                      _decode_attention),
+        ComponentForm("lm_head", ("const_s", "weight_s", "per_seq_s"), False, False,
+                      "const_s + max(weight_s, per_seq_s*seqs)", _lm_head),
+        ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
+                      "per_step_s + per_token_s*new_tokens", _allreduce),
+    )
+}
+
+
+class ProfileCost:
+    """Step time from a measured profile: sum of the :data:`FORMS` components.
+
+    ``coefs`` maps each component name to its coefficient mapping (seconds).
+    ``step_time`` is pure and accepts numpy arrays in any shape field.
+    """
+
+    def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
+                 coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None):
+        self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
+        self.coefs = {k: dict(v) for k, v in coefs.items()}
+        self.meta: dict[str, Any] = meta or {}
+
+    def breakdown(self, shape: StepShape) -> dict[str, Any]:
+        """Seconds per component for ``shape`` (per-layer terms already times layers)."""
+        out = {}
+        for name, form in FORMS.items():
+            t = form.evaluate(self.coefs[name], shape)
+            out[name] = t * self.model.layers if form.per_layer else t
+        return out
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays)."""
+        t = sum(self.breakdown(shape).values())
+        return float(t) if np.ndim(t) == 0 else t
+
+    def with_layers(self, layers: int) -> ProfileCost:
+        """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
+        model = dataclasses.replace(self.model, layers=layers)
+        return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta)
+
+
+def shipped_profiles() -> list[str]:
+    """Names (file stems) of the profiles that ship under ``sim/data/profiles/``."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")) if PROFILE_DIR.is_dir() else []
+
+
+def resolve(ref: str, base_dir: Path | None = None) -> Path:
+    """The file ``ref`` names: a path (relative to ``base_dir``) or a shipped profile's name."""
+    looks_like_path = ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref
+    if looks_like_path:
+        path = Path(ref).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if not path.is_file():
+            raise ServesimError(f"profile file {str(path)!r} does not exist", where="cost.profile")
+        return path
+    path = PROFILE_DIR / f"{ref}.yaml"
+    if not path.is_file():
+        names = ", ".join(shipped_profiles()) or "(none)"
+        raise ServesimError(
+            f"unknown profile {ref!r}; shipped profiles: {names} (or give a path to a .yaml file)",
+            where="cost.profile",
+        )
+    return path
+
+
+def _loader() -> Any:
+    # The C loader makes a shipped profile load in about a millisecond.
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise ServesimError("required key is missing", where=f"{where}{key}")
+    value = data[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ServesimError(f"got {value!r}, wrong type", where=f"{where}{key}")
+    return value
+
+
+def parse_profile(data: Any, source: str) -> ProfileCost:
+    """Check a parsed profile mapping against the schema and build its :class:`ProfileCost`."""
+    try:
+        if not isinstance(data, dict):
+            raise ServesimError("a profile must be a YAML mapping")
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads {SCHEMA!r}",
+                                where="schema")
+        model = build(ModelSpec, _need(data, "model", dict, ""), "model")
+        tp = _need(data, "tp", int, "")
+        if tp < 1:
+            raise ServesimError(f"got {tp!r}, must be at least 1", where="tp")
+        device = _need(data, "device", dict, "")
+        device_name = _need(device, "name", str, "device.")
+        dtype = _need(data, "dtype", str, "")
+        comps = _need(data, "components", dict, "")
+        coefs: dict[str, dict[str, float]] = {}
+        for name, form in FORMS.items():
+            comp = _need(comps, name, dict, "components.")
+            raw = _need(comp, "coef", dict, f"components.{name}.")
+            extra = sorted(set(raw) - set(form.coefs))
+            if extra:
+                raise ServesimError(f"unknown coefficient; allowed: {', '.join(form.coefs)}",
+                                    where=f"components.{name}.coef.{extra[0]}")
+            coefs[name] = {}
+            for key in form.coefs:
+                v = _need(raw, key, (int, float), f"components.{name}.coef.")
+                if not math.isfinite(v) or v < 0:
+                    raise ServesimError(f"got {v!r}, must be a finite number >= 0",
+                                        where=f"components.{name}.coef.{key}")
+                coefs[name][key] = float(v)
+        meta = {k: v for k, v in data.items() if k not in ("model", "components")}
+        meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
+    except ServesimError as exc:
+        raise exc.located(source=source) from None
+    return ProfileCost(model, tp, device_name, dtype, coefs, meta)
+
+
+def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
+    """Load the profile ``ref``: a path (relative ones resolved against ``base_dir``, the
+    scenario's folder) or the name of a shipped profile. Errors are one-line
+    :class:`ServesimError` naming the file and key. The raw-measurements CSV is not read.
+    """
+    path = resolve(ref, base_dir)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServesimError(f"cannot read: {exc}", source=str(path)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        raise ServesimError(f"not valid YAML: {getattr(exc, 'problem', exc)}",
+                            source=str(path), where=where) from None
+    return parse_profile(data, str(path))

@@ -1,0 +1,84 @@
+"""calibrate.fit: known coefficients are recovered from noisy synthetic timings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibrate.fit import allreduce_coefs, fit_component, split
+from sim.errors import ServesimError
+from sim.profile import FORMS
+from sim.shape import StepShape, shape_of
+
+
+def synthetic(name: str, coef: dict[str, float], shapes: list[StepShape], noise: float,
+              seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    clean = [float(FORMS[name].evaluate(coef, s)) for s in shapes]
+    return [t * (1 + rng.normal(0, noise)) for t in clean]
+
+
+def test_split_holds_out_interior_points() -> None:
+    test = split(15)
+    assert test.sum() >= 3 and not test[0] and not test[-1]
+    assert split(5).sum() == 2 and split(3).sum() == 0
+
+
+def test_roofline_linear_recovered() -> None:
+    # Weight-bound below ~200 tokens, FLOP-bound above: the knee must be found.
+    truth = {"const_s": 1e-4, "weight_s": 4e-4, "per_token_s": 2e-6}
+    shapes = [shape_of([(n, 0)]) for n in (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384,
+                                            512, 768, 1024, 2048, 4096)]
+    fit = fit_component("linear", shapes, synthetic("linear", truth, shapes, 0.01))
+    # The slopes are well determined; const_s and weight_s trade off only through the
+    # knee, so const_s gets a looser bound.
+    assert fit.coef["weight_s"] == pytest.approx(4e-4, rel=0.1)
+    assert fit.coef["per_token_s"] == pytest.approx(2e-6, rel=0.1)
+    assert fit.coef["const_s"] == pytest.approx(1e-4, rel=0.3)
+    assert fit.mape_test < 0.03 and fit.n_test >= 3
+
+
+def test_lm_head_recovered() -> None:
+    truth = {"const_s": 1e-5, "weight_s": 3e-4, "per_seq_s": 3e-6}
+    shapes = [shape_of([(1, 0)] * s) for s in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
+    fit = fit_component("lm_head", shapes, synthetic("lm_head", truth, shapes, 0.02, seed=1))
+    assert fit.coef["weight_s"] == pytest.approx(3e-4, rel=0.1)
+    assert fit.coef["per_seq_s"] == pytest.approx(3e-6, rel=0.15)
+
+
+def test_linear_in_coefficient_forms_recovered() -> None:
+    truth = {"per_seq_s": 1e-5, "per_token_s": 2e-7, "per_context_token_s": 5e-8,
+             "per_pair_s": 1e-10}
+    shapes = [shape_of([(n, c)] * k) for n in (16, 64, 256, 1024) for c in (0, 512, 2048)
+              for k in (1, 3)]
+    fit = fit_component("prefill_attention", shapes,
+                        synthetic("prefill_attention", truth, shapes, 0.01, seed=2))
+    for key, value in truth.items():
+        assert fit.coef[key] == pytest.approx(value, rel=0.2), key
+    truth_d = {"const_s": 1e-5, "per_seq_s": 2e-6, "per_kv_token_s": 1e-8}
+    shapes = [shape_of([(1, c)] * b) for b in (1, 4, 16, 64) for c in (100, 1000, 4000)]
+    fit = fit_component("decode_attention", shapes,
+                        synthetic("decode_attention", truth_d, shapes, 0.01, seed=3))
+    for key, value in truth_d.items():
+        assert fit.coef[key] == pytest.approx(value, rel=0.2), key
+
+
+def test_coefficients_stay_non_negative_and_errors_are_reported() -> None:
+    # Timings that fall with size would need a negative slope; the fit must refuse it.
+    shapes = [shape_of([(1, 0)] * s) for s in range(1, 11)]
+    fit = fit_component("step", shapes, [1e-3 / s for s in range(1, 11)])
+    assert all(v >= 0 for v in fit.coef.values())
+    assert fit.mape_test > 0.1  # and the poor fit shows in the held-out error
+
+
+def test_too_few_points_is_a_clear_error() -> None:
+    shapes = [shape_of([(n, 0)]) for n in (1, 2, 3)]
+    with pytest.raises(ServesimError, match="components.linear: only 3 measured points"):
+        fit_component("linear", shapes, [1e-3, 2e-3, 3e-3])
+
+
+def test_allreduce_from_interconnect_figures() -> None:
+    assert allreduce_coefs(32, 4096, 2, 1, 450e9, 8e-6) == {"per_step_s": 0.0, "per_token_s": 0.0}
+    c = allreduce_coefs(32, 4096, 2, 4, 450e9, 8e-6)
+    assert c["per_step_s"] == pytest.approx(64 * 8e-6)
+    assert c["per_token_s"] == pytest.approx(64 * 1.5 * 4096 * 2 / 450e9)

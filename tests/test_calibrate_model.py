@@ -1,0 +1,106 @@
+"""calibrate.model and calibrate.arch: the packed-batch decoder and architecture sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from calibrate.arch import from_hf_config, resolve_model, shard
+from calibrate.model import build_decoder, prepare
+from sim.errors import ServesimError
+from sim.specs import MODELS
+
+CPU = torch.device("cpu")
+
+
+def hidden(model, tokens: torch.Tensor, caches, entries) -> torch.Tensor:
+    batch = prepare(entries, CPU)
+    x = model.embed(tokens)
+    for layer, cache in zip(model.layers, caches, strict=True):
+        x = layer(x, cache, batch)
+    return x
+
+
+@torch.inference_mode()
+def test_chunked_prefill_and_mixed_decode_match_full_prefill() -> None:
+    model = build_decoder(shard(MODELS["tiny"], 1), 2, 256, "fp32", CPU)
+    toks = torch.randint(0, 2048, (3, 24))
+    ref = hidden(model, toks.flatten(), model.caches(3, 32),
+                 [(0, 24, 0), (1, 24, 0), (2, 24, 0)]).view(3, 24, -1)
+    caches = model.caches(8, 32)
+    # Step 1: prefill chunks of different lengths into slots 5, 3, 6.
+    a = hidden(model, torch.cat([toks[0, :10], toks[1, :16], toks[2, :20]]), caches,
+               [(5, 10, 0), (3, 16, 0), (6, 20, 0)])
+    # Step 2: a second chunk mixed with decodes at different contexts (masked decode group).
+    b = hidden(model, torch.cat([toks[0, 10:23], toks[1, 16:17], toks[2, 20:21]]), caches,
+               [(5, 13, 10), (3, 1, 16), (6, 1, 20)])
+    torch.testing.assert_close(a[:10], ref[0, :10], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(b[:13], ref[0, 10:23], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(b[13], ref[1, 16], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(b[14], ref[2, 20], atol=1e-5, rtol=1e-4)
+
+
+def test_decode_groups_bucket_by_context_and_use_views() -> None:
+    batch = prepare([(0, 1, 100), (1, 1, 101), (2, 1, 1000), (7, 1, 5)], CPU)
+    assert [g.length for g in batch.decodes] == [6, 102, 1001]
+    assert isinstance(batch.decodes[1].slots, slice) and batch.decodes[1].mask is not None
+    assert batch.decodes[0].mask is None
+
+
+@torch.inference_mode()
+def test_full_step_samples_one_token_per_entry() -> None:
+    model = build_decoder(shard(MODELS["tiny"], 1), 2, 256, "fp32", CPU)
+    batch = prepare([(0, 5, 0), (1, 1, 7)], CPU)
+    out = model(torch.zeros(6, dtype=torch.long), model.caches(2, 16), batch)
+    assert out.shape == (2,) and out.dtype == torch.long and int(out.max()) < 2048
+
+
+def test_tensor_parallel_shard() -> None:
+    d = shard(MODELS["llama-3-8b"], 4)
+    assert (d.heads, d.kv_heads, d.intermediate, d.hidden) == (8, 2, 3584, 4096)
+    assert shard(MODELS["llama-3-8b"], 16).kv_heads == 1  # KV heads replicated
+    with pytest.raises(ServesimError, match="--tp"):
+        shard(MODELS["llama-3-8b"], 3)
+
+
+def write(tmp_path: Path, cfg: object) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg) if not isinstance(cfg, str) else cfg)
+    return path
+
+
+QWEN = {"model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "num_hidden_layers": 28, "intermediate_size": 18944,
+        "vocab_size": 152064, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+        "torch_dtype": "bfloat16"}
+
+
+def test_hf_config_matches_preset(tmp_path: Path) -> None:
+    spec = from_hf_config(write(tmp_path, QWEN))
+    preset = MODELS["qwen2.5-7b"]
+    for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab",
+              "qkv_bias", "rope_theta", "dtype"):
+        assert getattr(spec, f) == getattr(preset, f), f
+
+
+@pytest.mark.parametrize(("cfg", "match"), [
+    ("{not json", "not valid JSON"),
+    ({**QWEN, "model_type": "mixtral", "num_local_experts": 8}, "mixture-of-experts"),
+    ({**QWEN, "model_type": "gpt2"}, "model_type: unsupported model_type 'gpt2'"),
+    ({k: v for k, v in QWEN.items() if k != "hidden_size"}, "hidden_size: required key"),
+    ({**QWEN, "num_attention_heads": "many"}, "num_attention_heads: got 'many'"),
+    ({**QWEN, "num_key_value_heads": 5}, "not a multiple of kv_heads=5"),
+])
+def test_bad_hf_config_is_one_clear_line(tmp_path: Path, cfg: object, match: str) -> None:
+    path = write(tmp_path, cfg)
+    with pytest.raises(ServesimError, match=match) as err:
+        from_hf_config(path)
+    assert str(path) in str(err.value)
+
+
+def test_unknown_preset() -> None:
+    with pytest.raises(ServesimError, match="unknown model preset 'llama-9'.*tiny"):
+        resolve_model("llama-9", None)

@@ -1,0 +1,129 @@
+"""sim.profile: schema checks, shipped-name lookup and vectorised evaluation (no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.errors import ServesimError
+from sim.profile import FORMS, SCHEMA, ProfileCost, load_profile, parse_profile
+from sim.shape import StepShape, decode_shape, shape_of
+from sim.specs import MODELS
+
+COEFS = {
+    "step": {"const_s": 1e-3, "per_seq_s": 1e-5, "per_new_token_s": 1e-6},
+    "linear": {"const_s": 1e-5, "weight_s": 2e-4, "per_token_s": 1e-6},
+    "prefill_attention": {"per_seq_s": 1e-5, "per_token_s": 1e-7, "per_context_token_s": 1e-8,
+                          "per_pair_s": 1e-10},
+    "decode_attention": {"const_s": 5e-6, "per_seq_s": 1e-6, "per_kv_token_s": 1e-8},
+    "lm_head": {"const_s": 1e-5, "weight_s": 1e-4, "per_seq_s": 1e-6},
+    "allreduce": {"per_step_s": 0.0, "per_token_s": 0.0},
+}
+
+
+def profile_data() -> dict:
+    return {"schema": SCHEMA, "device": {"name": "test"}, "dtype": "bf16", "tp": 1,
+            "model": dataclasses.asdict(MODELS["llama-3-8b"]),
+            "components": {k: {"coef": dict(v)} for k, v in COEFS.items()}}
+
+
+def write(tmp_path: Path, data: dict, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_hand_computed_step_time(tmp_path: Path) -> None:
+    cost = load_profile(str(write(tmp_path, profile_data())))
+    # One prefill of 100 new tokens after 50 cached, plus 2 decodes at context 9.
+    s = shape_of([(100, 50), (1, 9), (1, 9)])
+    assert s.prefill_pairs == 100 * 50 + 100 * 101 // 2 and s.decode_kv == 20
+    step = 1e-3 + 1e-5 * 3 + 1e-6 * 102
+    linear = 1e-5 + max(2e-4, 1e-6 * 102)
+    prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 1e-10 * s.prefill_pairs
+    decode = 5e-6 + 1e-6 * 2 + 1e-8 * 20
+    head = 1e-5 + max(1e-4, 1e-6 * 3)
+    expected = step + 32 * (linear + prefill + decode) + head
+    got = cost.step_time(s)
+    assert isinstance(got, float)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_vectorised_matches_scalar(tmp_path: Path) -> None:
+    cost = load_profile(str(write(tmp_path, profile_data())))
+    shapes = [decode_shape(8, 4000), shape_of([(512, 0)]), shape_of([(64, 128), (1, 5)]),
+              decode_shape(1, 1)]
+    arrays = StepShape(*(np.array(col) for col in zip(*shapes, strict=True)))
+    vec = cost.step_time(arrays)
+    assert isinstance(vec, np.ndarray) and vec.shape == (4,)
+    np.testing.assert_allclose(vec, [cost.step_time(s) for s in shapes], rtol=1e-12)
+    # A decode-free step pays no decode constant.
+    assert cost.breakdown(shape_of([(512, 0)]))["decode_attention"] == 0
+
+
+def test_with_layers_scales_per_layer_terms_only(tmp_path: Path) -> None:
+    cost = load_profile(str(write(tmp_path, profile_data())))
+    s = decode_shape(4, 400)
+    full, half = cost.breakdown(s), cost.with_layers(16).breakdown(s)
+    assert half["linear"] == pytest.approx(full["linear"] / 2)
+    assert half["lm_head"] == full["lm_head"]
+
+
+def test_relative_path_resolves_against_base_dir(tmp_path: Path) -> None:
+    write(tmp_path, profile_data(), "mine.yaml")
+    cost = load_profile("mine.yaml", base_dir=tmp_path)
+    assert isinstance(cost, ProfileCost) and cost.model.name == "llama-3-8b" and cost.tp == 1
+
+
+@pytest.mark.parametrize(("mutate", "where"), [
+    (lambda d: d.update(schema="servesim-profile/9"), "schema"),
+    (lambda d: d.pop("tp"), "tp"),
+    (lambda d: d["components"].pop("linear"), "components.linear"),
+    (lambda d: d["components"]["linear"]["coef"].update(weight_s=-1.0),
+     "components.linear.coef.weight_s"),
+    (lambda d: d["components"]["step"]["coef"].update(bogus=1.0), "components.step.coef.bogus"),
+    (lambda d: d["components"]["step"]["coef"].update(const_s="fast"),
+     "components.step.coef.const_s"),
+    (lambda d: d["model"].update(layers=0), "model.layers"),
+])
+def test_malformed_profile_names_file_and_key(tmp_path: Path, mutate, where: str) -> None:
+    data = profile_data()
+    mutate(data)
+    path = write(tmp_path, data)
+    with pytest.raises(ServesimError) as err:
+        load_profile(str(path))
+    msg = str(err.value)
+    assert str(path) in msg and where in msg and "\n" not in msg
+
+
+def test_bad_yaml_and_unknown_name(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: [unclosed\n")
+    with pytest.raises(ServesimError, match="not valid YAML"):
+        load_profile(str(bad))
+    with pytest.raises(ServesimError, match="unknown profile 'no-such-gpu'.*shipped profiles"):
+        load_profile("no-such-gpu")
+    with pytest.raises(ServesimError, match="does not exist"):
+        load_profile("missing.yaml", base_dir=tmp_path)
+    with pytest.raises(ServesimError, match="must be a YAML mapping"):
+        parse_profile([1, 2], "x.yaml")
+
+
+def test_every_form_lists_its_coefficients() -> None:
+    assert set(FORMS) == set(COEFS)
+    for name, form in FORMS.items():
+        assert set(form.coefs) == set(COEFS[name])
+
+
+def test_sim_profile_imports_without_torch_or_simpy() -> None:
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['simpy'] = None; "
+            "import sim.profile; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).parents[1], check=True)
+    assert out.stdout.strip() == "ok"

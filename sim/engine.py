@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 
 from sim.cost import CostModel, RooflineCost
+from sim.disagg import Handoff, pools
 from sim.errors import ServesimError
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, kv_capacity_blocks
@@ -28,14 +29,17 @@ from sim.specs import gpu
 from sim.workload import Requests, build_requests
 
 
-def build_cost(scenario: Scenario) -> CostModel:
-    """The scenario's cost model (roofline, linear, or a loaded profile)."""
+def build_cost(scenario: Scenario, gpu_name: str | None = None,
+               tp: int | None = None) -> CostModel:
+    """The scenario's cost model (roofline, linear, or a loaded profile), for its
+    hardware or for a pool's ``gpu_name`` and ``tp`` when given."""
     c = scenario.cost
+    gpu_name = gpu_name or scenario.hardware.gpu
+    tp = tp or scenario.hardware.tp
     if c.linear is not None:
         return c.linear
     if c.roofline is not None:
-        return RooflineCost(scenario.model, gpu(scenario.hardware.gpu), scenario.hardware.tp,
-                            c.roofline)
+        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
     from sim.profile import load_profile  # lazy: only profile scenarios pay for it
 
     assert c.profile is not None
@@ -46,7 +50,7 @@ def build_cost(scenario: Scenario) -> CostModel:
     mismatch = [
         f"{k} {a!r} != {b!r}"
         for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, scenario.hardware.tp))
+                        ("tp", prof.tp, tp))
         if a != b
     ]
     if mismatch:
@@ -77,10 +81,17 @@ class RunResult:
     kv_blocks: int
     end_s: float
     step_log: list[tuple[Any, ...]] | None
+    # Disaggregated runs: each request's prefill replica (``replica`` is where it decoded);
+    # None otherwise. ``kv_blocks`` is then the mean over replicas of unequal pools.
+    prefill_replica: np.ndarray | None = None
 
 
 class Engine:
-    """Wires requests, router and replicas into one SimPy environment."""
+    """Wires requests, router and replicas into one SimPy environment.
+
+    ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
+    their own from their GPU and tp (a linear cost is shared).
+    """
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
                  rng: np.random.Generator, log_steps: bool = False):
@@ -97,23 +108,49 @@ class Engine:
         self.reason = np.full(n, "", dtype=object)
         self.finished_count = 0
         self.step_log: list[tuple[Any, ...]] | None = [] if log_steps else None
-        hw, sv = scenario.hardware, scenario.serving
-        self.kv_blocks = sv.num_kv_blocks or kv_capacity_blocks(
-            scenario.model, gpu(hw.gpu), hw.tp, hw.memory_utilization, sv.block_size)
-        watermark = int(sv.watermark * self.kv_blocks)
-        self.replicas = [
-            Replica(i, self, make_policy(sv), cost,
-                    BlockAllocator(self.kv_blocks, sv.block_size, watermark))
-            for i in range(scenario.cluster.replicas)
-        ]
-        self.router = ROUTERS[scenario.cluster.router](rng)
+        self.replicas: list[Replica] = []
+        by_role: dict[str, list[Replica]] = {}
+        routers: dict[str, Any] = {}
+        model = scenario.model
+        for pool in pools(scenario):
+            sv = pool.serving
+            spec = gpu(pool.gpu)
+            blocks = sv.num_kv_blocks or kv_capacity_blocks(
+                model, spec, pool.tp, pool.memory_utilization, sv.block_size)
+            watermark = int(sv.watermark * blocks)
+            pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
+            # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
+            block_bytes = model.kv_bytes_per_token / pool.tp * sv.block_size
+            swap_blocks = int(sv.swap_space_gib * 2**30 // block_bytes)
+            members = [
+                Replica(len(self.replicas) + i, self, make_policy(sv), pool_cost,
+                        BlockAllocator(blocks, sv.block_size, watermark), sv, pool.role,
+                        block_bytes / spec.host_bw, swap_blocks)
+                for i in range(pool.replicas)
+            ]
+            self.replicas += members
+            by_role[pool.role] = members
+            routers[pool.role] = ROUTERS[pool.router](rng)
+        self.entry = by_role.get("both") or by_role["prefill"]
+        self.router = routers.get("both") or routers["prefill"]
+        self.decode_pool = by_role.get("decode")
+        self.prefill_of: np.ndarray | None = None
+        if self.decode_pool is not None:
+            handoff = Handoff(self.decode_pool, routers["decode"], scenario.disaggregated.link,
+                              len(self.entry), model.kv_bytes_per_token)
+            for rep in self.entry:
+                rep.handoff = handoff
+            self.prefill_of = np.full(n, -1, dtype=np.int64)
+        self.kv_blocks = round(sum(r.kv.total for r in self.replicas) / len(self.replicas))
+        self._priority = (requests.priority.tolist() if requests.priority is not None
+                          else None)
         # Plain lists index faster than numpy arrays in the per-arrival path.
         self._arrival = requests.arrival_s.tolist()
         self._prompt = requests.prompt_tokens.tolist()
         self._output = requests.output_tokens.tolist()
         self._next = 0
         self._max_context = scenario.model.max_context
-        self._idle = len(self.replicas)
+        self._idle = len(self.entry)  # idle entry replicas (counted by the replicas)
         self._timer_wait: Any = None
         self.env.process(self._arrival_timer())
 
@@ -133,16 +170,21 @@ class Engine:
         if prompt + output > self._max_context:
             self._reject(i, "exceeds_context")
             return
-        k = self.router.pick(self.replicas)
-        rep = self.replicas[k]
+        k = self.router.pick(self.entry)
+        rep = self.entry[k]
         why = rep.fits_ever(prompt, output)
+        if why is None and self.decode_pool is not None:
+            why = self.decode_pool[0].fits_ever(prompt, output)
+            if why is not None:
+                why = f"decode_{why}"
         if why is not None:
             self._reject(i, why)
             return
         self.replica_of[i] = k
-        if rep.idle:
-            self._idle -= 1
-        rep.enqueue(Request(i, self._arrival[i], prompt, output))
+        if self.prefill_of is not None:
+            self.prefill_of[i] = k
+        prio = 0 if self._priority is None else self._priority[i]
+        rep.enqueue(Request(i, self._arrival[i], prompt, output, prio))
 
     def _reject(self, i: int, why: str) -> None:
         self.status[i] = REJECTED
@@ -184,7 +226,7 @@ class Engine:
             first_token=self.first_token, finish=self.finish, preemptions=self.preemptions,
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
             replica_stats=[r.stats for r in self.replicas], kv_blocks=self.kv_blocks,
-            end_s=float(end), step_log=self.step_log,
+            end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
         )
 
 
@@ -193,6 +235,6 @@ def simulate(scenario: Scenario, log_steps: bool = False) -> RunResult:
     seeds = np.random.SeedSequence(scenario.workload.seed).spawn(2)
     workload_rng, router_rng = (np.random.default_rng(s) for s in seeds)
     requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
-                              scenario.source)
+                              scenario.source, scenario.model.max_context)
     cost = build_cost(scenario)
     return Engine(scenario, requests, cost, router_rng, log_steps).run()

@@ -8,6 +8,9 @@ run's span: first arrival to the last finish (or the horizon when one cut the ru
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -62,6 +65,17 @@ def meets_slo(res: RunResult, lat: dict[str, np.ndarray]) -> np.ndarray:
     return ok
 
 
+def scenario_digest(scenario: Any) -> str:
+    """SHA-256 (hex) of the validated scenario's settings, file locations excluded: two
+    runs with equal digests simulated the same configuration (trace files' contents are
+    not hashed)."""
+    fields = dataclasses.asdict(scenario)
+    fields.pop("base_dir", None)
+    fields.pop("source", None)
+    blob = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def summarize(res: RunResult) -> dict[str, Any]:
     """The run's summary as plain JSON-ready values (seconds, tokens, requests)."""
     from sim import __version__
@@ -83,7 +97,10 @@ def summarize(res: RunResult) -> dict[str, Any]:
     out_tokens = int(res.requests.output_tokens[finished].sum())
     stats = res.replica_stats
     iters = sum(s.iterations for s in stats)
-    kv_total = res.kv_blocks * len(stats)
+    kv_total = sum(s.kv_total for s in stats)
+    from sim.disagg import pools
+
+    gpus = sum(p.replicas * p.tp for p in pools(res.scenario))
 
     def rate(x: float) -> float | None:
         return x / span if span > 0 else None
@@ -92,9 +109,11 @@ def summarize(res: RunResult) -> dict[str, Any]:
     return {
         "scenario": sc.name,
         "servesim_version": __version__,
+        "scenario_sha256": scenario_digest(sc),
         "seed": sc.workload.seed,
         "policy": sc.serving.policy,
-        "replicas": sc.cluster.replicas,
+        "replicas": len(stats),
+        "gpus": gpus,
         "requests": {
             "total": n,
             "finished": int(finished.sum()),
@@ -125,11 +144,11 @@ def summarize(res: RunResult) -> dict[str, Any]:
             "mean_tokens": sum(s.batch_tokens for s in stats) / iters if iters else None,
         },
         "kv": {
-            "blocks_per_replica": res.kv_blocks,
+            "blocks_per_replica": [s.kv_total for s in stats],
             "block_size": sc.serving.block_size,
             "mean_utilization": (sum(s.kv_block_s for s in stats) / (kv_total * span)
                                  if span > 0 else None),
-            "peak_utilization": max((s.kv_peak for s in stats), default=0) / res.kv_blocks,
+            "peak_utilization": max((s.kv_peak / s.kv_total for s in stats), default=0.0),
         },
         "preemptions": int(res.preemptions.sum()),
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)

@@ -1,40 +1,32 @@
-"""Batching policies: each decides one iteration's batch from a replica's state.
+"""Batching policies by YAML name (:data:`POLICIES`), and ``continuous`` itself.
 
-A policy is one small class with ``schedule(state) -> Batch`` where a batch maps each
-request to the tokens it computes this iteration: a whole prompt, a prefill chunk,
-or 1 for a decode. Policies move requests between ``state.waiting`` and
-``state.running`` only through ``state.admit`` and ``state.preempt``, which keep the
-KV accounting and per-request records straight. They are registered by their YAML
-name in :data:`POLICIES`.
+A policy is one small class with ``schedule(state) -> Batch`` (see :mod:`sim.batching`
+for the batch, the state it reads and the shared moves). Each lives in its own module:
 
-The state a policy reads (see :class:`sim.replica.Replica`): ``waiting`` (deque,
-FCFS), ``running`` (list, admission order), ``kv`` (:class:`BlockAllocator`),
-``block_size``.
+- ``static``: :class:`sim.policy_static.Static` (FasterTransformer request-level batching)
+- ``continuous``: :class:`Continuous` below (vLLM v0 default)
+- ``orca``: :class:`sim.policy_static.Orca` (Orca, OSDI'22: whole prefills mixed with decodes)
+- ``chunked``: :class:`sim.chunked.Chunked` (Sarathi-Serve, OSDI'24 / vLLM v1)
+- ``disaggregated``: a cluster layout of prefill and decode pools (:mod:`sim.disagg`)
+
+docs/policies.md describes each with its measured behaviour.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from sim.batching import Batch, Policy, decode_all, resume
+from sim.chunked import Chunked
+from sim.disagg import Disaggregated
 from sim.kvcache import blocks_for
-from sim.request import Request
+from sim.policy_static import Orca, Static
 
 if TYPE_CHECKING:
     from sim.scenario import ServingConfig
 
-Batch = dict[Request, int]
-
-
-class Policy(Protocol):
-    """What the replica needs from a batching policy."""
-
-    def schedule(self, state: Any) -> Batch:
-        """The next iteration's batch (empty when there is nothing to run)."""
-        ...
-
-    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
-        """Why a request of these lengths (tokens) can never run here, or None."""
-        ...
+__all__ = ["POLICIES", "Batch", "Chunked", "Continuous", "Disaggregated", "Orca", "Policy",
+           "Static", "decode_all", "make_policy", "resume"]
 
 
 class Continuous:
@@ -45,7 +37,8 @@ class Continuous:
     iteration is prefill-only. Otherwise every running request decodes one token; when
     one needs a new block and none is free, the newest running request is preempted
     (recompute: its blocks are freed and it re-prefills prompt plus generated tokens
-    later), repeating until the block fits or the request itself is the newest.
+    later, or with ``preemption: swap`` its KV goes to host memory and comes back as a
+    decode), repeating until the block fits or the request itself is the newest.
     """
 
     def __init__(self, cfg: ServingConfig):
@@ -53,9 +46,13 @@ class Continuous:
         self.max_tokens = cfg.max_num_batched_tokens
 
     def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
-        """Prompts over the token budget can never be admitted as one prefill."""
+        """Prompts over the token budget can never be admitted as one prefill; nor can the
+        re-prefill of prompt plus output a preemption may force. (vLLM refuses to start
+        when max_num_batched_tokens < max_model_len for this reason.)"""
         if prompt > self.max_tokens:
             return "prompt_exceeds_max_num_batched_tokens"
+        if prompt + output - 1 > self.max_tokens:
+            return "recompute_exceeds_max_num_batched_tokens"
         return None
 
     def schedule(self, state: Any) -> Batch:
@@ -65,12 +62,20 @@ class Continuous:
         bs = state.block_size
         waiting = state.waiting
         if waiting:
+            if waiting[0].computed:
+                # Its KV is present (swapped out, or sent by a prefill replica): like vLLM
+                # v0 with a swapped queue, no prefills; resume it when no one is preempted.
+                before = len(state.running)
+                decode_all(state, batch)
+                if len(state.running) == before:
+                    resume(state, batch, self.max_seqs)
+                return batch
             tokens = self.max_tokens
             seqs = len(state.running)
             while waiting and seqs < self.max_seqs:
                 r = waiting[0]
                 n = r.prompt + r.generated  # a preempted request recomputes its output too
-                if n > tokens:
+                if n > tokens or r.computed:  # KV present: resumed in a decode iteration
                     break
                 need = blocks_for(n, bs)
                 if not kv.can_allocate(need, keep_watermark=True):
@@ -85,40 +90,16 @@ class Continuous:
         return decode_all(state, batch)
 
 
-def decode_all(state: Any, batch: Batch) -> Batch:
-    """Add one decode token for every running request to ``batch``, preempting the
-    newest running requests (recompute) when the KV cache has no block to grow into."""
-    running = state.running
-    kv = state.kv
-    bs = state.block_size
-    victims: list[Request] = []
-    i = 0
-    while i < len(running):
-        r = running[i]
-        need = r.computed // bs + 1 - r.blocks
-        if need > 0:
-            while not kv.can_allocate(need) and running[-1] is not r:
-                victims.append(running.pop())
-                state.release(victims[-1])
-            if not kv.can_allocate(need):
-                victims.append(running.pop())  # r is the newest: it yields its own blocks
-                state.release(r)
-                break
-            kv.allocate(need)
-            r.blocks += need
-        batch[r] = 1
-        i += 1
-    if victims:
-        # Oldest victim first, ahead of newer arrivals: FCFS order is kept.
-        state.waiting.extendleft(victims)
-    return batch
-
-
 POLICIES: dict[str, type] = {
+    "static": Static,
     "continuous": Continuous,
+    "orca": Orca,
+    "chunked": Chunked,
+    "disaggregated": Disaggregated,
 }
 
 
 def make_policy(cfg: ServingConfig) -> Policy:
     """The policy named by ``cfg.policy``."""
-    return POLICIES[cfg.policy](cfg)
+    policy: Policy = POLICIES[cfg.policy](cfg)
+    return policy

@@ -3,11 +3,19 @@
 Each loop: the policy picks a batch, the cost model prices it, the process sleeps
 that long, then (after the engine has delivered every arrival up to now) applies the
 iteration: tokens computed, tokens emitted, requests finished and their blocks freed.
+
+A replica has a ``role``: ``both`` (co-located prefill and decode), or ``prefill`` /
+``decode`` in a disaggregated cluster (:mod:`sim.disagg`). A prefill replica hands each
+request to ``handoff`` once its first token is out; a decode replica receives requests
+with their prompt KV present through an inbox of timed deliveries.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import insort
 from collections import deque
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sim.histogram import LogHistogram
@@ -18,15 +26,19 @@ from sim.shape import StepShape
 if TYPE_CHECKING:
     from sim.engine import Engine
     from sim.policies import Batch, Policy
+    from sim.scenario import ServingConfig
 
 
 class ReplicaStats:
-    """Per-replica totals over the run (counts, seconds, block-seconds)."""
+    """Per-replica totals over the run (counts, seconds, block-seconds); ``kv_total`` is the
+    replica's KV capacity in blocks and ``role`` its pool (both, prefill or decode)."""
 
     __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
-                 "preemptions")
+                 "preemptions", "kv_total", "role")
 
-    def __init__(self) -> None:
+    def __init__(self, kv_total: int = 0, role: str = "both") -> None:
+        self.kv_total = kv_total
+        self.role = role
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs = 0
@@ -52,12 +64,23 @@ def batch_shape(batch: Batch) -> StepShape:
     return StepShape(len(batch), new, ctx, p_seqs, p_tok, pairs, d_kv)
 
 
+def _order(r: Request) -> tuple[int, float, int]:
+    """Admission order under priority scheduling: class, then arrival, then id."""
+    return (r.priority, r.arrival, r.id)
+
+
 class Replica:
     """State the policies read (``waiting``, ``running``, ``kv``, ``block_size``) and the
-    process that runs iterations on it."""
+    process that runs iterations on it.
+
+    ``swap_block_s`` is the PCIe time to move one block (per-GPU shard) between GPU and
+    host, ``swap_blocks`` the host space in blocks; both matter only when
+    ``serving.preemption`` is ``swap``.
+    """
 
     def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
-                 kv: BlockAllocator):
+                 kv: BlockAllocator, serving: ServingConfig | None = None, role: str = "both",
+                 swap_block_s: float = 0.0, swap_blocks: int = 0):
         self.index = index
         self.engine = engine
         self.env = engine.env
@@ -65,44 +88,108 @@ class Replica:
         self.cost = cost
         self.kv = kv
         self.block_size = kv.block_size
+        self.role = role
+        self.entry = role != "decode"  # receives arrivals from the router
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.outstanding = 0  # tokens: unprefilled prompts plus outputs not yet produced
         self.idle = True
+        self.priority = serving is not None and serving.priority
+        self.swap = serving is not None and serving.preemption == "swap"
+        self.swap_block_s = swap_block_s
+        self.swap_free = swap_blocks  # host blocks left for swapped-out KV
+        self.swap_s = 0.0  # PCIe seconds the next iteration spends swapping
+        self.handoff: Callable[[Replica, Request, float], None] | None = None
+        self.inbox: list[tuple[float, int, Request]] = []  # (lands_s, id, request)
         self._wakeup: Any = None
-        self.stats = ReplicaStats()
+        self.stats = ReplicaStats(kv.total, role)
         self.itl = LogHistogram()
         self.process = self.env.process(self._run())
 
     # -- what the router and policies call -------------------------------------------
     def enqueue(self, r: Request) -> None:
         """Accept a routed request into the waiting queue; wake the process if idle."""
-        self.waiting.append(r)
+        if self.priority:
+            insort(self.waiting, r, key=_order)
+        else:
+            self.waiting.append(r)
         self.outstanding += r.prompt + r.output
         if self.idle:
-            self.idle = False
-            self._wakeup.succeed()
+            self._wake()
+
+    def _wake(self) -> None:
+        self.idle = False
+        if self.entry:
+            self.engine._idle -= 1
+        self._wakeup.succeed()
+
+    def receive(self, r: Request, lands: float) -> None:
+        """A request whose prefill ran elsewhere; its KV lands here at ``lands`` (s)."""
+        self.outstanding += r.output - r.generated
+        heapq.heappush(self.inbox, (lands, r.id, r))
+        self.env.timeout(lands - self.env.now).callbacks.append(self._landed)
+
+    def _landed(self, _event: Any) -> None:
+        self.pull()
+
+    def pull(self) -> None:
+        """Queue every delivery that has landed by now (whichever event comes first)."""
+        now = self.env.now
+        inbox = self.inbox
+        while inbox and inbox[0][0] <= now:
+            r = heapq.heappop(inbox)[2]
+            if self.priority:
+                insort(self.waiting, r, key=_order)
+            else:
+                self.waiting.append(r)
+            if self.idle:
+                self._wake()
+
+    def requeue(self, victims: Iterable[Request]) -> None:
+        """Put preempted requests (newest first) back in the waiting queue: at its front
+        under FCFS, so the oldest victim runs first; in order under priority."""
+        if self.priority:
+            for r in victims:
+                insort(self.waiting, r, key=_order)
+        else:
+            self.waiting.extendleft(victims)
 
     def admit(self, r: Request, blocks: int) -> None:
-        """Move ``r`` (already popped from waiting) into running with ``blocks`` more blocks."""
+        """Move ``r`` (already popped from waiting) into running with ``blocks`` more blocks.
+        A swapped-out request's KV comes back over PCIe in the next iteration."""
         self.kv.allocate(blocks)
         r.blocks += blocks
         self.running.append(r)
+        if r.swapped:
+            self.swap_s += r.swapped * self.swap_block_s
+            self.swap_free += r.swapped
+            r.swapped = 0
         if not r.scheduled:
             r.scheduled = True
             self.engine.first_sched[r.id] = self.env.now
 
     def release(self, r: Request) -> None:
-        """Preempt ``r`` by recompute: free its blocks and forget its computed tokens."""
-        self.kv.free(r.blocks)
+        """Preempt ``r``: free its blocks. By recompute it forgets its computed tokens; by
+        swap its KV moves to host memory (when the host has room, else recompute)."""
+        n = r.blocks
+        self.kv.free(n)
         r.blocks = 0
-        r.computed = 0
+        if self.swap and r.computed and n <= self.swap_free:
+            r.swapped = n
+            self.swap_free -= n
+            self.swap_s += n * self.swap_block_s
+        else:
+            r.computed = 0
         self.engine.preemptions[r.id] += 1
         self.stats.preemptions += 1
 
+    preempt = release
+
     def fits_ever(self, prompt: int, output: int) -> str | None:
-        """Why a request of these lengths can never finish on this replica, or None."""
-        if blocks_for(prompt + output - 1, self.block_size) > self.kv.total - self.kv.watermark:
+        """Why a request of these lengths can never finish on this replica, or None.
+        A prefill replica holds only the prompt's KV."""
+        tokens = prompt if self.role == "prefill" else prompt + output - 1
+        if blocks_for(tokens, self.block_size) > self.kv.total - self.kv.watermark:
             return "exceeds_kv_capacity"
         return self.policy.reject_reason(prompt, output, self)
 
@@ -122,11 +209,16 @@ class Replica:
                                        f"{len(self.waiting)} waiting, {len(self.running)} running")
                 self.idle = True
                 self._wakeup = env.event()
-                engine.replica_idle()
+                if self.entry:
+                    engine.replica_idle()
                 yield self._wakeup
                 continue
             shape = batch_shape(batch)
             dt = step_time(shape)
+            if self.swap_s:
+                # vLLM runs this iteration's swap-outs and swap-ins before its forward pass.
+                dt += self.swap_s
+                self.swap_s = 0.0
             start = env.now
             stats.iterations += 1
             stats.busy_s += dt
@@ -141,6 +233,8 @@ class Replica:
                             tuple((r.id, n, r.computed) for r, n in batch.items())))
             yield env.timeout(dt)
             engine.dispatch()
+            if self.inbox:
+                self.pull()
             self._complete(batch, env.now)
 
     def _complete(self, batch: Batch, now: float) -> None:
@@ -148,6 +242,7 @@ class Replica:
         itl = self.itl
         done = 0
         emitted = 0
+        leaving: list[Request] | None = None
         for r, n in batch.items():
             c = r.computed + n
             r.computed = c
@@ -158,6 +253,8 @@ class Replica:
                 if g == 1:
                     engine.first_token[r.id] = now
                     self.outstanding -= r.prompt
+                    if self.handoff is not None and g < r.output:
+                        leaving = [r] if leaving is None else [*leaving, r]
                 else:
                     itl.add(now - r.last_token)
                 r.last_token = now
@@ -171,3 +268,16 @@ class Replica:
         if done:
             self.running = [r for r in self.running if r.generated < r.output]
             engine.finished_count += done
+        if leaving is not None:
+            self._hand_off(leaving, now)
+
+    def _hand_off(self, leaving: list[Request], now: float) -> None:
+        """Send requests whose prefill just finished to the decode pool."""
+        assert self.handoff is not None
+        # On a prefill replica only requests still prefilling stay.
+        self.running = [r for r in self.running if r.generated == 0]
+        for r in leaving:
+            self.kv.free(r.blocks)
+            r.blocks = 0
+            self.outstanding -= r.output - r.generated
+            self.handoff(self, r, now)

@@ -66,7 +66,8 @@ def table(summary: dict[str, Any]) -> str:
     lines = []
     rq = summary["requests"]
     lines.append(f"scenario {summary['scenario']}: policy {summary['policy']}, "
-                 f"{summary['replicas']} replica(s), span {summary['span_s']:.1f} s")
+                 f"{summary['replicas']} replica(s) on {summary['gpus']} GPU(s), "
+                 f"span {summary['span_s']:.1f} s")
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
     lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
                  f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
@@ -94,8 +95,9 @@ def table(summary: dict[str, Any]) -> str:
                  f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
                  f"attainment {num(tp['slo_attainment'], '.1%')})")
     b, kv = summary["batch"], summary["kv"]
+    blocks = "/".join(str(x) for x in dict.fromkeys(kv["blocks_per_replica"]))
     lines.append(f"batch: {b['iterations']} iterations, mean {num(b['mean_seqs'], '.1f')} seqs "
-                 f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {kv['blocks_per_replica']} "
+                 f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
     return "\n".join(lines)

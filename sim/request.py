@@ -11,16 +11,18 @@ STATUS_NAMES = {PENDING: "pending", FINISHED: "finished", REJECTED: "rejected",
 class Request:
     """Progress of one request while a replica holds it (tokens, blocks, seconds).
 
-    ``computed`` counts tokens whose KV is in the cache; ``generated`` counts output
-    tokens produced. An iteration emits a token for this request when it brings
+    ``computed`` counts tokens whose KV is in the cache (or, while ``swapped`` > 0, in
+    host memory: ``swapped`` blocks of it); ``generated`` counts output tokens produced.
+    ``priority`` orders admission when the policy asks for it (lower runs first).
+    An iteration emits a token for this request when it brings
     ``computed`` up to ``prompt + generated``: the end of a (re)prefill, or a decode step.
     Static attributes live in the run's numpy arrays; this object is dropped on finish.
     """
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
-                 "last_token", "scheduled")
+                 "last_token", "scheduled", "priority", "swapped")
 
-    def __init__(self, rid: int, arrival: float, prompt: int, output: int):
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
         self.arrival = arrival
         self.prompt = prompt
@@ -30,6 +32,8 @@ class Request:
         self.blocks = 0
         self.last_token = 0.0
         self.scheduled = False
+        self.priority = priority
+        self.swapped = 0
 
     @property
     def pending_tokens(self) -> int:

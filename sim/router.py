@@ -53,8 +53,29 @@ class Random:
         return int(self._rng.integers(len(replicas)))
 
 
+class PowerOfTwo:
+    """Power of two choices (Mitzenmacher): two distinct random replicas, the one with
+    fewer outstanding tokens wins (the lower index on ties). Nearly as balanced as
+    least_outstanding while reading only two replicas' load."""
+
+    def __init__(self, rng: np.random.Generator):
+        self._rng = rng
+
+    def pick(self, replicas: Sequence[Any]) -> int:
+        """Index of the less loaded of two random replicas."""
+        n = len(replicas)
+        if n == 1:
+            return 0
+        a, b = (int(x) for x in self._rng.choice(n, size=2, replace=False))
+        la, lb = replicas[a].outstanding, replicas[b].outstanding
+        if la < lb or (la == lb and a < b):
+            return a
+        return b
+
+
 ROUTERS: dict[str, type] = {
     "round_robin": RoundRobin,
     "least_outstanding": LeastOutstanding,
     "random": Random,
+    "power_of_two": PowerOfTwo,
 }

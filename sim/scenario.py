@@ -1,7 +1,8 @@
 """Scenario files: YAML → validated, frozen :class:`Scenario`. Loading writes nothing.
 
 Top-level keys: ``name``, ``model``, ``hardware``, ``cost``, ``serving``, ``cluster``,
-``workload``, ``slo``, ``horizon_s``. docs/scenarios.md is the reference.
+``workload``, ``slo``, ``disaggregated`` (pools and link of the ``disaggregated`` policy,
+see docs/policies.md), ``horizon_s``. docs/scenarios.md is the reference.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import yaml
 
 from sim.configtools import bounded, build, convert
 from sim.cost import LinearCost, RooflineParams
+from sim.disagg import DisaggConfig, check_disaggregated
 from sim.errors import ServesimError
+from sim.kvcache import kv_capacity_blocks
 from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.workload import WorkloadConfig
 
@@ -59,8 +62,13 @@ class ServingConfig:
     max_num_batched_tokens: int = bounded(8192, ge=1)
     block_size: int = bounded(16, ge=1)
     watermark: float = bounded(0.01, ge=0, lt=1)
-    preemption: Literal["recompute"] = "recompute"
+    preemption: Literal["recompute", "swap"] = "recompute"
     num_kv_blocks: int | None = bounded(None, ge=1)  # override the memory-derived capacity
+    swap_space_gib: float = bounded(4.0, ge=0)  # host memory per GPU for swapped KV (GiB)
+    # chunked: tokens per iteration (default 2048, or max_num_batched_tokens if smaller)
+    token_budget: int | None = bounded(None, ge=1)
+    static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
+    priority: bool = False  # admit by (priority class, arrival) instead of arrival
 
     def __post_init__(self) -> None:
         from sim.policies import POLICIES
@@ -70,6 +78,23 @@ class ServingConfig:
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
                 where="policy",
             )
+        if self.policy == "chunked":
+            # A budget below one block could never grow a prefill by a whole block, and
+            # one above the per-iteration cap would break that cap.
+            if self.chunk_budget < self.block_size:
+                raise ServesimError(f"got {self.chunk_budget}, must be at least block_size "
+                                    f"{self.block_size}", where="token_budget")
+            if self.token_budget is not None and self.token_budget > self.max_num_batched_tokens:
+                raise ServesimError(f"got {self.token_budget}, must be at most "
+                                    f"max_num_batched_tokens {self.max_num_batched_tokens}",
+                                    where="token_budget")
+
+    @property
+    def chunk_budget(self) -> int:
+        """The chunked policy's tokens per iteration."""
+        if self.token_budget is not None:
+            return self.token_budget
+        return min(2048, self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -77,7 +102,7 @@ class ClusterConfig:
     """Identical replicas behind one router."""
 
     replicas: int = bounded(1, ge=1)
-    router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "random", "power_of_two"] = "round_robin"
 
 
 @dataclass(frozen=True)
@@ -100,12 +125,14 @@ class Scenario:
     serving: ServingConfig = field(default_factory=ServingConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
+    disaggregated: DisaggConfig = field(default_factory=DisaggConfig)
     horizon_s: float | None = bounded(None, gt=0)
     base_dir: Path | None = None
     source: str = "<scenario>"
 
 
-_TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo", "horizon_s")
+_TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
+        "disaggregated", "horizon_s")
 
 
 def _model(value: Any) -> ModelSpec:
@@ -179,10 +206,17 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             serving=build(ServingConfig, raw.get("serving") or {}, "serving"),
             cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
+            disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
             base_dir=base_dir,
             source=source,
         )
+        if scenario.serving.policy == "disaggregated":
+            check_disaggregated(scenario)
+        elif scenario.serving.num_kv_blocks is None:
+            # A model that does not fit is a load-time error, with the numbers.
+            kv_capacity_blocks(scenario.model, gpu(hardware.gpu), hardware.tp,
+                               hardware.memory_utilization, scenario.serving.block_size)
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
                                 where="horizon_s")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -98,19 +98,81 @@ class LengthsConfig:
 
 @dataclass(frozen=True)
 class TraceConfig:
-    """Arrivals and lengths replayed from a file; ``time_scale`` multiplies its arrival
-    times (0.5 doubles the rate), ``target_rate`` rescales them to that mean req/s."""
+    """Arrivals and lengths replayed from a file, transformed in this fixed order:
+    ``window_s`` [start, end) → ``sample_fraction``/``sample_n`` → ``repeat`` →
+    ``time_scale`` (multiplies arrival times: 0.5 doubles the rate) or ``target_rate``
+    (req/s) → ``truncate`` (cap prompt + output at the model's context; counted).
+    ``model``/``log_type`` filter BurstGPT rows; ``spread`` spreads Mooncake buckets."""
 
     path: str
     format: str | None = None
+    sort: bool = False
+    model: str | None = None
+    log_type: str | None = None
+    spread: bool = False
+    window_s: tuple[float, ...] | None = None
+    sample_fraction: float | None = bounded(None, gt=0, le=1)
+    sample_n: int | None = bounded(None, ge=1)
+    repeat: int = bounded(1, ge=1)
     time_scale: float = bounded(1.0, gt=0)
     target_rate: float | None = bounded(None, gt=0)
-    start_s: float = bounded(0.0, ge=0)
-    sort: bool = False
+    truncate: bool = False
 
     def __post_init__(self) -> None:
         if self.target_rate is not None and self.time_scale != 1.0:
             raise ServesimError("give time_scale or target_rate, not both", where="target_rate")
+        self.transforms(None)  # validates window and sampling keys now, at load
+
+    def transforms(self, max_context: int | None) -> Any:
+        """The :class:`sim.tracetools.TraceTransforms` these keys describe."""
+        from sim.tracetools import TraceTransforms
+
+        return TraceTransforms(
+            window_s=self.window_s, sample_fraction=self.sample_fraction,
+            sample_n=self.sample_n, repeat=self.repeat,
+            time_scale=None if self.time_scale == 1.0 else self.time_scale,
+            target_rate_rps=self.target_rate,
+            max_context=max_context if self.truncate else None,
+        )
+
+    def load_options(self) -> dict[str, Any]:
+        """Format options passed to :func:`sim.traces.load_trace`."""
+        opts: dict[str, Any] = {}
+        if self.model is not None:
+            opts["model"] = self.model
+        if self.log_type is not None:
+            opts["log_type"] = self.log_type
+        if self.spread:
+            opts["spread"] = True
+        return opts
+
+
+@dataclass(frozen=True)
+class PriorityConfig:
+    """Priority classes drawn per generated request: ``classes`` (lower is served first
+    when ``serving.priority`` is on) with relative ``weights`` (default equal)."""
+
+    classes: tuple[int, ...]
+    weights: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.classes:
+            raise ServesimError("give at least one priority class", where="classes")
+        if self.weights is not None:
+            if len(self.weights) != len(self.classes):
+                raise ServesimError(f"{len(self.weights)} weights for {len(self.classes)} "
+                                    "classes; give one weight per class", where="weights")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ServesimError(f"got {list(self.weights)}, weights must be >= 0 with a "
+                                    "positive sum", where="weights")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` priority classes (int64)."""
+        p = None
+        if self.weights is not None:
+            w = np.asarray(self.weights, dtype=float)
+            p = w / w.sum()
+        return rng.choice(np.asarray(self.classes, dtype=np.int64), size=n, p=p)
 
 
 @dataclass(frozen=True)
@@ -123,9 +185,13 @@ class WorkloadConfig:
     num_requests: int | None = bounded(None, ge=1)
     duration_s: float | None = bounded(None, gt=0)
     seed: int = 0
+    priority: PriorityConfig | None = None
 
     def __post_init__(self) -> None:
         if self.trace is not None:
+            if self.priority is not None:
+                raise ServesimError("a trace brings its own priority column; remove "
+                                    "workload.priority", where="priority")
             if self.arrivals is not None or self.lengths is not None:
                 raise ServesimError("a trace brings its own arrivals and lengths; remove "
                                     "arrivals/lengths or the trace", where="trace")
@@ -140,11 +206,14 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class Requests:
-    """The requests of one run, sorted by arrival; ids are positions in these arrays."""
+    """The requests of one run, sorted by arrival; ids are positions in these arrays.
+    ``notes`` say what loading changed or dropped (reported in the summary)."""
 
     arrival_s: np.ndarray  # float64 seconds
     prompt_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
+    notes: tuple[str, ...] = ()
+    priority: np.ndarray | None = None  # int64 class per request, lower is served first
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -177,34 +246,41 @@ def _arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None
     return np.concatenate(chunks) if chunks else np.empty(0)
 
 
+def _located(exc: ServesimError, source: str, key: str) -> ServesimError:
+    # An error inside a trace file already names that file and line: keep it as it is.
+    return exc if exc.source else exc.located(source, key)
+
+
 def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
-                   source: str = "<scenario>") -> Requests:
-    """Materialise the workload's requests (arrays), reading trace files if it names any."""
+                   source: str = "<scenario>", max_context: int | None = None) -> Requests:
+    """Materialise the workload's requests (arrays), reading trace files if it names any.
+    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies."""
     from sim import traces  # lazy: only trace workloads need the loaders
 
     if cfg.trace is not None:
+        from sim.tracetools import apply_transforms
+
         tc = cfg.trace
         try:
-            tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format, sort=tc.sort,
-                                   rng=rng)
+            tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format,
+                                   sort=tc.sort, rng=rng, **tc.load_options())
+            tr, changes = apply_transforms(tr, tc.transforms(max_context), rng)
         except ServesimError as exc:
-            raise exc.located(source, "workload.trace") from None
+            raise _located(exc, source, "workload.trace") from None
         if tr.arrival_s is None:
             raise ServesimError(f"{tc.path} has lengths only; use lengths: {{empirical: ...}} "
                                 "with generated arrivals", source, "workload.trace.path")
+        notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
+        notes += [str(c) for c in changes]
         t = np.asarray(tr.arrival_s, dtype=np.float64)
-        prompt, output = tr.prompt_tokens, tr.output_tokens
-        keep = t >= tc.start_s
-        t, prompt, output = t[keep] - tc.start_s, prompt[keep], output[keep]
-        if tc.target_rate is not None and len(t) > 1 and t[-1] > t[0]:
-            t = t * ((len(t) / (t[-1] - t[0])) / tc.target_rate)
-        else:
-            t = t * tc.time_scale
+        n = len(t)
         if cfg.duration_s is not None:
-            keep = t < cfg.duration_s
-            t, prompt, output = t[keep], prompt[keep], output[keep]
-        n = len(t) if cfg.num_requests is None else min(cfg.num_requests, len(t))
-        return Requests(t[:n].copy(), prompt[:n].astype(np.int64), output[:n].astype(np.int64))
+            n = int(np.searchsorted(t, cfg.duration_s, side="left"))
+        if cfg.num_requests is not None:
+            n = min(n, cfg.num_requests)
+        prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
+        return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
+                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio)
 
     assert cfg.arrivals is not None and cfg.lengths is not None
     t = _arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
@@ -214,7 +290,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         try:
             tr = traces.load_trace(traces.find_trace(lc.empirical, base_dir))
         except ServesimError as exc:
-            raise exc.located(source, "workload.lengths.empirical") from None
+            raise _located(exc, source, "workload.lengths.empirical") from None
         idx = rng.integers(0, len(tr.prompt_tokens), size=n)
         prompt = np.asarray(tr.prompt_tokens, dtype=np.int64)[idx]
         output = np.asarray(tr.output_tokens, dtype=np.int64)[idx]
@@ -222,4 +298,5 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         assert lc.prompt is not None and lc.output is not None
         prompt = lc.prompt.sample(n, rng)
         output = lc.output.sample(n, rng)
-    return Requests(t, prompt, output)
+    prio = None if cfg.priority is None else cfg.priority.sample(n, rng)
+    return Requests(t, prompt, output, priority=prio)

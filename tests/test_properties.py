@@ -86,7 +86,9 @@ def test_invariants_hold_for_every_policy(serving: dict[str, Any], replicas: int
         assert len(entries) <= serving["max_num_seqs"]
         assert sum(e[1] for e in entries) <= serving["max_num_batched_tokens"]
         for rid, new, ctx in entries:
-            assert res.replica[rid] == replica
+            # A disaggregated request prefills on one replica and decodes on another.
+            prefill_rep = -1 if res.prefill_replica is None else res.prefill_replica[rid]
+            assert replica in (res.replica[rid], prefill_rep)
             assert new >= 1
             total = ctx + new
             # Context plus new tokens never exceeds the KV the request can hold.

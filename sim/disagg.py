@@ -1,0 +1,200 @@
+"""Disaggregated prefill and decode (DistServe, OSDI'24; Splitwise, ISCA'24).
+
+Two replica pools, each with its own GPU type, tensor-parallel degree, KV cache and
+inner batching policy. A request is routed to a prefill replica, which computes its
+prompt and emits the first token; then its prompt KV (``prompt x kv_bytes_per_token``
+bytes) is sent over the prefill replica's link to a decode replica picked by the decode
+pool's router. Each link is a FIFO transfer queue: a transfer starts when the link is
+free, occupies it for ``bytes / bandwidth`` and lands ``latency`` later. The decode
+replica queues the arrival and admits it (allocating its blocks) only when its KV cache
+can hold it; there it decodes as if it had prefilled the prompt itself.
+
+The prefill replica frees the request's blocks when the transfer starts: the KV is
+streamed out layer by layer while the prompt is computed (Splitwise's layer-wise
+transfer), so it never holds prefill memory waiting for the decode side.
+
+YAML (every key optional; see docs/policies.md)::
+
+    serving: {policy: disaggregated}
+    disaggregated:
+      prefill: {replicas: 1, gpu: h100-sxm, tp: 1, policy: continuous}
+      decode:  {replicas: 1, gpu: h100-sxm, tp: 1, policy: continuous}
+      link: {kind: nvlink, bandwidth_gb_s: 450, latency_s: 1.0e-5}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from sim.configtools import bounded
+from sim.errors import ServesimError
+from sim.specs import GPUS
+
+if TYPE_CHECKING:
+    from sim.replica import Replica
+    from sim.request import Request
+    from sim.scenario import Scenario, ServingConfig
+
+RouterName = Literal["round_robin", "least_outstanding", "random", "power_of_two"]
+
+# Nominal figures (GB/s per direction, seconds per transfer) of each link kind:
+# NVLink 4 per H100 GPU; one InfiniBand NDR 400 Gb/s NIC; PCIe 5.0 x16.
+LINKS: dict[str, tuple[float, float]] = {
+    "nvlink": (450.0, 5e-6),
+    "infiniband": (50.0, 2e-5),
+    "pcie": (64.0, 1e-5),
+}
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """The KV link from each prefill replica: a kind's nominal figures, or given ones."""
+
+    kind: Literal["nvlink", "infiniband", "pcie"] = "nvlink"
+    bandwidth_gb_s: float | None = bounded(None, gt=0)  # 1e9 bytes per second
+    latency_s: float | None = bounded(None, ge=0)
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second."""
+        gb = self.bandwidth_gb_s if self.bandwidth_gb_s is not None else LINKS[self.kind][0]
+        return gb * 1e9
+
+    @property
+    def latency(self) -> float:
+        """Seconds from the end of a transfer's send to its arrival."""
+        return self.latency_s if self.latency_s is not None else LINKS[self.kind][1]
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One pool of identical replicas. Unset keys take the scenario's values:
+    ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
+    ``memory_utilization`` from ``hardware``, the limits from ``serving``."""
+
+    replicas: int | None = bounded(None, ge=1)
+    gpu: str | None = None
+    tp: int | None = bounded(None, ge=1)
+    memory_utilization: float | None = bounded(None, gt=0, le=1)
+    policy: Literal["continuous", "chunked"] = "continuous"
+    router: RouterName | None = None
+    max_num_seqs: int | None = bounded(None, ge=1)
+    max_num_batched_tokens: int | None = bounded(None, ge=1)
+    token_budget: int | None = bounded(None, ge=1)
+    num_kv_blocks: int | None = bounded(None, ge=1)
+
+    def __post_init__(self) -> None:
+        if self.gpu is not None and self.gpu not in GPUS:
+            raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
+                                where="gpu")
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    """Prefill pool, decode pool and the link between them (used only by the
+    ``disaggregated`` policy)."""
+
+    prefill: PoolConfig = field(default_factory=PoolConfig)
+    decode: PoolConfig = field(default_factory=PoolConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A resolved pool: everything the engine needs to build its replicas."""
+
+    role: Literal["both", "prefill", "decode"]
+    replicas: int
+    gpu: str
+    tp: int
+    memory_utilization: float
+    serving: ServingConfig
+    router: str
+
+
+class Disaggregated:
+    """Registry entry for ``policy: disaggregated``. It is not an inner policy: the
+    engine splits the cluster into the pools of ``scenario.disaggregated``."""
+
+    def __init__(self, cfg: Any):
+        raise ServesimError("disaggregated is a cluster layout, not a replica policy; "
+                            "pool policies may be continuous or chunked",
+                            where="serving.policy")
+
+
+def pools(scenario: Scenario) -> list[Pool]:
+    """The scenario's pools: one co-located pool, or prefill then decode pools."""
+    hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
+    if sv.policy != "disaggregated":
+        return [Pool("both", cl.replicas, hw.gpu, hw.tp, hw.memory_utilization, sv, cl.router)]
+    out = []
+    for role in ("prefill", "decode"):
+        pc: PoolConfig = getattr(scenario.disaggregated, role)
+        limits = {k: getattr(pc, k) for k in ("max_num_seqs", "max_num_batched_tokens",
+                                               "token_budget", "num_kv_blocks")
+                  if getattr(pc, k) is not None}
+        try:
+            serving = dataclasses.replace(sv, policy=pc.policy, **limits)
+        except ServesimError as exc:
+            raise exc.located(prefix=f"disaggregated.{role}") from None
+        out.append(Pool(role, pc.replicas or cl.replicas, pc.gpu or hw.gpu, pc.tp or hw.tp,
+                        pc.memory_utilization or hw.memory_utilization, serving,
+                        pc.router or cl.router))
+    return out
+
+
+def check_disaggregated(scenario: Scenario) -> None:
+    """Load-time checks of a disaggregated layout: pool limits and that the model fits
+    each pool's GPUs (errors name the pool's key)."""
+    from sim.kvcache import kv_capacity_blocks
+    from sim.specs import gpu
+
+    for pool in pools(scenario):
+        if pool.serving.num_kv_blocks is None:
+            try:
+                kv_capacity_blocks(scenario.model, gpu(pool.gpu), pool.tp,
+                                   pool.memory_utilization, pool.serving.block_size)
+            except ServesimError as exc:
+                raise ServesimError(exc.message, where=f"disaggregated.{pool.role}") from None
+
+
+class Link:
+    """One prefill replica's outgoing KV link: a FIFO queue of transfers (bytes, seconds)."""
+
+    __slots__ = ("bandwidth", "latency", "free_at", "bytes_sent", "busy_s")
+
+    def __init__(self, cfg: LinkConfig):
+        self.bandwidth = cfg.bandwidth
+        self.latency = cfg.latency
+        self.free_at = 0.0
+        self.bytes_sent = 0
+        self.busy_s = 0.0
+
+    def send(self, now: float, nbytes: int) -> float:
+        """Queue a transfer of ``nbytes`` at ``now``; return the time it lands."""
+        start = self.free_at if self.free_at > now else now
+        dt = nbytes / self.bandwidth
+        self.free_at = start + dt
+        self.bytes_sent += nbytes
+        self.busy_s += dt
+        return self.free_at + self.latency
+
+
+class Handoff:
+    """Moves a request whose prefill finished from a prefill replica to a decode replica."""
+
+    def __init__(self, decode: list[Replica], router: Any, link: LinkConfig, n_prefill: int,
+                 kv_bytes_per_token: int):
+        self.decode = decode
+        self.router = router
+        self.links = [Link(link) for _ in range(n_prefill)]
+        self.kv_bytes_per_token = kv_bytes_per_token
+
+    def __call__(self, src: Replica, r: Request, now: float) -> None:
+        """Send ``r``'s prompt KV (its blocks already freed on ``src``) to a decode replica."""
+        dst = self.decode[self.router.pick(self.decode)]
+        landed = self.links[src.index].send(now, r.computed * self.kv_bytes_per_token)
+        dst.engine.replica_of[r.id] = dst.index
+        dst.receive(r, landed)

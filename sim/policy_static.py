@@ -1,0 +1,101 @@
+"""Policies that reserve a request's whole KV at admission: ``static`` and ``orca``.
+
+Both take ``prompt + output - 1`` tokens' worth of blocks when a request is admitted,
+as FasterTransformer and Orca (which predates paged attention) do, so neither ever
+preempts; the price is a KV cache that holds fewer requests than paging would allow.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sim.batching import Batch, reserve_blocks
+
+if TYPE_CHECKING:
+    from sim.scenario import ServingConfig
+
+
+class Static:
+    """Request-level batching (FasterTransformer; a plain HuggingFace ``generate`` loop).
+
+    When nothing runs, up to ``static_batch_size`` (capped by ``max_num_seqs``) waiting
+    requests, taken in queue order while their prompts fit ``max_num_batched_tokens``
+    and their reserved KV fits the cache, form a batch and prefill together in one
+    iteration. The batch then decodes until its longest request finishes: a finished
+    request's slot idles (it costs nothing: the cost model sees only live sequences)
+    and newcomers wait for the whole batch to drain. Padding of shorter prompts is not
+    modelled.
+    """
+
+    def __init__(self, cfg: ServingConfig):
+        self.size = min(cfg.static_batch_size or cfg.max_num_seqs, cfg.max_num_seqs)
+        self.max_tokens = cfg.max_num_batched_tokens
+
+    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+        """Prompts over the token budget can never be prefilled."""
+        if prompt > self.max_tokens:
+            return "prompt_exceeds_max_num_batched_tokens"
+        return None
+
+    def schedule(self, state: Any) -> Batch:
+        """Decode the current batch; when it has drained, form the next one."""
+        running = state.running
+        if running:
+            return {r: 1 for r in running}  # blocks were reserved at admission
+        batch: Batch = {}
+        waiting = state.waiting
+        kv = state.kv
+        bs = state.block_size
+        tokens = self.max_tokens
+        while waiting and len(batch) < self.size:
+            r = waiting[0]
+            need = reserve_blocks(r, bs)
+            if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
+                break
+            waiting.popleft()
+            state.admit(r, need)
+            batch[r] = r.prompt
+            tokens -= r.prompt
+        return batch
+
+
+class Orca:
+    """Iteration-level scheduling with mixed batches (Orca, OSDI'22).
+
+    Every iteration, each running request decodes one token and, in the same
+    iteration, waiting requests are admitted in queue order with their whole prompt
+    while the sequence limit, the token budget (decodes count one token each) and the
+    KV cache (whole-life reservation, keeping the watermark free) allow. So a long
+    prompt's prefill lengthens the iteration every running decode waits on: the
+    prefill/decode interference chunked prefill removes.
+    """
+
+    def __init__(self, cfg: ServingConfig):
+        self.max_seqs = cfg.max_num_seqs
+        self.max_tokens = cfg.max_num_batched_tokens
+
+    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+        """Prompts over the token budget can never be prefilled."""
+        if prompt > self.max_tokens:
+            return "prompt_exceeds_max_num_batched_tokens"
+        return None
+
+    def schedule(self, state: Any) -> Batch:
+        """Decode every running request and add the whole prefills that fit."""
+        batch: Batch = {r: 1 for r in state.running}
+        waiting = state.waiting
+        kv = state.kv
+        bs = state.block_size
+        tokens = self.max_tokens - len(batch)
+        seqs = len(batch)
+        while waiting and seqs < self.max_seqs:
+            r = waiting[0]
+            need = reserve_blocks(r, bs)
+            if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
+                break
+            waiting.popleft()
+            state.admit(r, need)
+            batch[r] = r.prompt
+            tokens -= r.prompt
+            seqs += 1
+        return batch

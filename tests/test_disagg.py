@@ -1,0 +1,140 @@
+"""Disaggregated prefill/decode: hand-worked timings, the KV link, and bad layouts.
+
+Linear cost 10 ms per step + 1 ms per new token, block size 4. The tiny model's KV is
+2048 B per token, so an 8-token prompt moves 16384 B; over a 2.048 MB/s link that is
+8 ms, plus 2 ms latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import run_requests, tiny_scenario
+
+from sim.errors import ServesimError
+from sim.request import FINISHED, REJECTED
+
+LINK = {"kind": "pcie", "bandwidth_gb_s": 0.002048, "latency_s": 0.002}
+
+
+def steps(res):
+    return [(s[0], round(s[1], 9), round(s[2], 9), s[3]) for s in res.step_log]
+
+
+def disagg(**pools):
+    return tiny_scenario(serving={"policy": "disaggregated"},
+                         disaggregated={"link": LINK, **pools})
+
+
+def test_prefill_then_transfer_then_decode():
+    # Replica 0 prefills A and B together and emits both first tokens at 26 ms. The
+    # link sends A's KV 26-34 ms (lands 36), then B's 34-42 ms (lands 44). Decode
+    # replica 1 starts A at 36 ms; B joins at A's next iteration boundary (47 ms).
+    res = run_requests(disagg(), [0.0, 0.0], [8, 8], [3, 2])
+    assert steps(res) == [
+        (0, 0.0, 0.026, ((0, 8, 0), (1, 8, 0))),
+        (1, 0.036, 0.047, ((0, 1, 8),)),
+        (1, 0.047, 0.059, ((0, 1, 9), (1, 1, 8))),
+    ]
+    np.testing.assert_allclose(res.first_token, [0.026, 0.026], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.059, 0.059], atol=1e-12)
+    assert res.replica.tolist() == [1, 1]
+    assert res.prefill_replica is not None and res.prefill_replica.tolist() == [0, 0]
+    # TPOT includes the transfer wait: B's 2nd token comes 33 ms after its 1st.
+    assert res.itl.max == pytest.approx(0.033, rel=res.itl.rel_accuracy)
+
+
+def test_decode_side_admits_only_what_its_kv_holds():
+    # The decode replica has 3 blocks: A holds all of them, so B (landed at 44 ms)
+    # waits for A to finish before it is admitted.
+    res = run_requests(disagg(decode={"num_kv_blocks": 3}), [0.0, 0.0], [8, 8], [3, 2])
+    assert steps(res)[1:] == [
+        (1, 0.036, 0.047, ((0, 1, 8),)),
+        (1, 0.047, 0.058, ((0, 1, 9),)),
+        (1, 0.058, 0.069, ((1, 1, 8),)),
+    ]
+
+
+def test_single_token_requests_never_leave_the_prefill_pool():
+    res = run_requests(disagg(), [0.0], [8], [1])
+    assert steps(res) == [(0, 0.0, 0.018, ((0, 8, 0),))]
+    assert res.replica.tolist() == [0] and res.status[0] == FINISHED
+
+
+def test_pools_number_prefill_replicas_first_and_route_separately():
+    sc = disagg(prefill={"replicas": 2}, decode={"replicas": 3, "router": "round_robin"})
+    res = run_requests(sc, [0.0] * 4, [8] * 4, [2] * 4)
+    assert res.prefill_replica.tolist() == [0, 1, 0, 1]
+    # Replica 0 (A, C) hands off before replica 1 (B, D): decode replicas 2, 3, 4, 2.
+    assert res.replica.tolist() == [2, 4, 3, 2]
+    assert (res.status == FINISHED).all()
+
+
+def test_chunked_prefill_pool():
+    sc = disagg(prefill={"policy": "chunked", "token_budget": 8})
+    res = run_requests(sc, [0.0], [12], [2])
+    assert steps(res) == [
+        (0, 0.0, 0.018, ((0, 8, 0),)),
+        (0, 0.018, 0.032, ((0, 4, 8),)),
+        # 12 tokens x 2048 B = 12 ms on the link + 2 ms: lands at 46 ms.
+        (1, 0.046, 0.057, ((0, 1, 12),)),
+    ]
+
+
+def test_link_kinds_have_nominal_figures():
+    from sim.disagg import LinkConfig
+
+    assert LinkConfig().bandwidth == 450e9
+    assert LinkConfig(kind="infiniband").bandwidth < LinkConfig(kind="pcie").bandwidth
+    assert LinkConfig(kind="pcie", bandwidth_gb_s=10).bandwidth == 10e9
+
+
+def test_transfers_queue_on_one_link():
+    from sim.disagg import Link, LinkConfig
+
+    link = Link(LinkConfig(bandwidth_gb_s=1.0, latency_s=0.5))
+    assert link.send(0.0, 10**9) == pytest.approx(1.5)
+    assert link.send(0.2, 10**9) == pytest.approx(2.5)  # waits for the first to finish
+    assert link.send(5.0, 0) == pytest.approx(5.5)
+
+
+def test_request_larger_than_the_decode_cache_is_rejected_with_its_reason():
+    res = run_requests(disagg(decode={"num_kv_blocks": 3}), [0.0, 0.0], [8, 8], [6, 2])
+    assert res.status.tolist() == [REJECTED, FINISHED]
+    assert res.reason[0] == "decode_exceeds_kv_capacity"
+
+
+@pytest.mark.parametrize("section, where", [
+    ({"prefill": {"replicas": 0}}, "disaggregated.prefill.replicas"),
+    ({"link": {"bandwidth_gb_s": 0}}, "disaggregated.link.bandwidth_gb_s"),
+    ({"link": {"kind": "ethernet"}}, "disaggregated.link.kind"),
+    ({"decode": {"policy": "static"}}, "disaggregated.decode.policy"),
+    ({"decode": {"gpu": "h900"}}, "disaggregated.decode.gpu"),
+    ({"prefill": {"policy": "chunked", "token_budget": 2}}, "disaggregated.prefill.token_budget"),
+    ({"pools": {}}, "disaggregated.pools"),
+])
+def test_bad_layouts_are_one_line_errors_naming_the_key(section, where):
+    with pytest.raises(ServesimError) as err:
+        tiny_scenario(serving={"policy": "disaggregated"}, disaggregated=section)
+    assert err.value.where == where
+    assert "\n" not in str(err.value)
+
+
+def test_model_that_does_not_fit_a_pool_names_the_pool():
+    with pytest.raises(ServesimError) as err:
+        tiny_scenario(model="llama-3-70b", cost="roofline", serving={"policy": "disaggregated"},
+                      hardware={"gpu": "h100-sxm", "tp": 4},
+                      disaggregated={"prefill": {"tp": 1}})
+    assert err.value.where == "disaggregated.prefill"
+    assert "does not fit" in str(err.value)
+
+
+def test_bad_serving_options_are_errors():
+    with pytest.raises(ServesimError, match="at least block_size"):
+        tiny_scenario(serving={"policy": "chunked", "token_budget": 2})
+    with pytest.raises(ServesimError, match="at most max_num_batched_tokens"):
+        tiny_scenario(serving={"policy": "chunked", "token_budget": 1024})
+    with pytest.raises(ServesimError, match="preemption"):
+        tiny_scenario(serving={"preemption": "drop"})
+    with pytest.raises(ServesimError, match="router"):
+        tiny_scenario(cluster={"router": "fastest"})

@@ -1,0 +1,129 @@
+"""Capacity search: against an M/D/1 closed form, against brute force, and target sizing."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sim.capacity import Search, default_start, passes, run_capacity
+from sim.cli import main as cli_main
+from sim.slospec import parse_slos
+from sim.sweep import SweepSpec, read_csv, run_sweep
+from sim.sweeppoint import PointCache, read_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+MD1 = ROOT / "scenarios" / "capacity-md1.yaml"
+D = 0.02  # seconds per request in capacity-md1.yaml: 0.01 + 10 tokens x 0.001
+
+
+def search(slos: list[str], seeds: int, n: int, cache: Path | None = None) -> Search:
+    raw = read_raw(MD1, [f"workload.num_requests={n}"])
+    return Search(raw, str(MD1), MD1.parent, parse_slos(slos), list(range(seeds)),
+                  PointCache(cache), workers=2)
+
+
+def md1_max_rate(mean_ttft_s: float) -> float:
+    """Highest Poisson rate (req/s) with mean TTFT D + lam D^2 / (2 (1 - lam D)) <= target."""
+    w = mean_ttft_s - D
+    return 2 * w / (D * (D + 2 * w))
+
+
+@pytest.mark.parametrize("target", [0.04, 0.05, 0.1])
+def test_max_rate_matches_md1_closed_form(target):
+    s = search([f"ttft_mean={target}"], seeds=4, n=2000)
+    res = run_capacity(s, ["continuous"], [1], start=30.0, tol=0.005)
+    (m,) = res.max_rates
+    exact = md1_max_rate(target)  # 33.3, 37.5 and 44.4 req/s
+    assert m.ci is not None and m.ci > 0
+    assert m.mean == pytest.approx(exact, rel=0.03)
+    # The interval (widened by the search tolerance) covers the exact answer.
+    assert m.mean - m.ci - 0.005 * m.mean <= exact <= m.mean + m.ci + 0.005 * m.mean
+    assert len(m.per_seed) == 4 and len(set(m.per_seed)) > 1
+
+
+def test_max_rate_agrees_with_brute_force_sweep(tmp_path):
+    slos = ["ttft_p99=0.15"]
+    s = search(slos, seeds=3, n=1000)
+    res = run_capacity(s, ["continuous"], [1], start=10.0, tol=0.01)
+    (m,) = res.max_rates
+    step = 1.0
+    spec = SweepSpec(read_raw(MD1, ["workload.num_requests=1000"]), str(MD1), MD1.parent,
+                     [float(r) for r in range(20, 50)], ["continuous"], [1], [1], [0, 1, 2])
+    run_sweep(spec, tmp_path, workers=2, plots=False)
+    points = read_csv(tmp_path / "points.csv")
+    slo = parse_slos(slos)
+    for seed, found in zip(range(3), m.per_seed, strict=True):
+        ok = [passes(slo, p) for p in sorted((p for p in points if p["seed"] == seed),
+                                             key=lambda p: p["rate"])]
+        assert ok[0] and not ok[-1]  # the grid brackets the answer
+        grid_best = 20.0 + step * (ok.index(False) - 1)
+        assert grid_best <= found < grid_best + step
+
+
+def test_unreachable_slo_gives_zero_and_no_configuration():
+    s = search(["ttft_mean=0.01"], seeds=2, n=200)  # below the 0.02 s service time itself
+    res = run_capacity(s, ["continuous"], [1], start=5.0, tol=0.05, target=10.0)
+    assert res.max_rates[0].per_seed == [0.0, 0.0]
+    assert res.best is None
+
+
+def test_cheapest_configuration_for_a_target_rate(tmp_path):
+    s = search(["ttft_mean=0.05"], seeds=3, n=1500, cache=tmp_path / "cache")
+    res = run_capacity(s, ["continuous"], [1], start=30.0, tol=0.02, target=100.0,
+                       gpu_cost=2.0)
+    # About 37 req/s per replica: two replicas (74) fail at 100 req/s, three pass.
+    assert res.best is not None and res.best.replicas == 3 and res.best.gpus == 3
+    checked = {c.replicas: c.passed for c in res.checked}
+    assert checked[3] and not checked[2]
+    from sim.capacity import cost_row
+
+    row = cost_row(res.best, 2.0)
+    tps = res.best.row["output_tps"]
+    assert tps == pytest.approx(100.0, rel=0.05)
+    assert row["usd_per_mtok"] == pytest.approx(3 * 2.0 / 3600 / tps * 1e6)
+    # Replica counts can be restricted: only 4 or 8 allowed gives 4.
+    res4 = run_capacity(s, ["continuous"], [1], start=30.0, tol=0.02, target=100.0,
+                        allowed=[4, 8])
+    assert res4.best is not None and res4.best.replicas == 4
+    assert s.stats.cached > 0  # the second search reused the first one's points
+
+
+def test_default_start():
+    assert default_start(read_raw(MD1)) == 30.0
+    assert default_start({"workload": {"trace": {"path": "x", "target_rate": 3}}}) == 3.0
+    assert default_start({"workload": {}}) == 1.0
+
+
+def test_cli_capacity_writes_results(tmp_path, capsys):
+    out = tmp_path / "cap"
+    rc = cli_main(["capacity", str(MD1), "--slo", "ttft_mean=0.05", "--slo", "ttft_p99=0.3",
+                   "--seeds", "2", "--set", "workload.num_requests=800", "--target-rate", "60",
+                   "--gpu-cost-per-hour", "2.5", "--out", str(out), "--workers", "2"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "max" in text and "cheapest for 60 requests/s" in text
+    blob = json.loads((out / "capacity.json").read_text())
+    assert blob["best"]["replicas"] == 2 and blob["best"]["usd_per_mtok"] > 0
+    (mr,) = read_csv(out / "capacity.csv")
+    assert mr["max_rate_per_replica"] == pytest.approx(blob["max_rate_per_replica"][0]
+                                                       ["max_rate_per_replica"])
+    search_rows = read_csv(out / "search.csv")
+    assert all(r["pass"] in (0.0, 1.0) for r in search_rows)
+    assert (out / "capacity_search.png").stat().st_size > 10_000
+    assert not math.isnan(mr["ci_low"])
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "--slo: give at least one target"),
+    (["--slo", "foo=1"], "--slo foo=1"),
+    (["--slo", "ttft_p99=0.5", "--target-rate", "-1"], "--target-rate -1"),
+    (["--slo", "ttft_p99=0.5", "--tol", "2"], "--tol 2"),
+    (["--slo", "ttft_p99=0.5", "--replicas", "0"], "--replicas 0"),
+])
+def test_cli_capacity_errors(args, needle, capsys, tmp_path):
+    assert cli_main(["capacity", str(MD1), "--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]

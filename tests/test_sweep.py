@@ -1,0 +1,255 @@
+"""Sweeps: grid parsing, per-point overrides, CI aggregation, caching/resume, determinism."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+import sim.sweeppoint as sp
+from sim.cli import main as cli_main
+from sim.errors import ServesimError
+from sim.slospec import parse_slo, parse_slos
+from sim.sweep import (
+    SweepSpec,
+    aggregate,
+    parse_ints,
+    parse_names,
+    parse_rates,
+    read_csv,
+    run_sweep,
+)
+from sim.sweeppoint import PointKey, make_task, point_raw, read_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+MD1 = ROOT / "scenarios" / "capacity-md1.yaml"
+
+
+def md1_spec(rates: list[float], seeds: int = 1, n: int = 300, **kw) -> SweepSpec:
+    """The M/D/1 scenario (D = 0.02 s) with ``n`` requests per point."""
+    raw = read_raw(MD1, [f"workload.num_requests={n}"])
+    return SweepSpec(raw, str(MD1), MD1.parent, rates, ["continuous"], [1], [1],
+                     list(range(seeds)), **kw)
+
+
+# -- parsing -------------------------------------------------------------------------
+def test_parse_rates_ranges_and_lists():
+    assert parse_rates("1:5:1") == [1, 2, 3, 4, 5]
+    assert parse_rates("0.1:0.3:0.1") == [0.1, 0.2, 0.3]
+    assert parse_rates("1:2:0.4") == [1.0, 1.4, 1.8]
+    assert parse_rates("8,2,4") == [2, 4, 8]
+
+
+@pytest.mark.parametrize("bad", ["5:1:1", "1:5:0", "1:5", "a:b:c", "x", "-1,2", "0:4:1", "2,2"])
+def test_parse_rates_errors_name_flag_and_value(bad):
+    with pytest.raises(ServesimError, match=f"--rates {bad}"):
+        parse_rates(bad)
+
+
+def test_parse_lists():
+    assert parse_ints("1,2,4", "--tp") == [1, 2, 4]
+    assert parse_names("continuous, orca", "--policies") == ["continuous", "orca"]
+    for bad in ("0", "1,1", "a"):
+        with pytest.raises(ServesimError, match="--tp"):
+            parse_ints(bad, "--tp")
+
+
+def test_parse_slo():
+    s = parse_slo("ttft_p99=0.5")
+    assert (s.metric, s.stat, s.limit_s, s.column) == ("ttft", "p99", 0.5, "ttft_p99")
+    assert parse_slo("tpot_mean=50ms").limit_s == pytest.approx(0.05)
+    assert s.met(0.5) and not s.met(0.51) and not s.met(None) and not s.met(math.nan)
+    for bad in ("foo=1", "ttft_p42=1", "ttft_p99=abc", "ttft_p99=-1", "ttft_p99"):
+        with pytest.raises(ServesimError, match=f"--slo {bad}"):
+            parse_slo(bad)
+    with pytest.raises(ServesimError, match="twice"):
+        parse_slos(["ttft_p99=1", "ttft_p99=2"])
+
+
+# -- one point ----------------------------------------------------------------------------
+def test_point_overrides_generated_workload():
+    raw = read_raw(MD1)
+    p = point_raw(raw, PointKey("continuous", 2, 4, 12.5, 7), horizon_factor=4.0)
+    assert p["workload"]["arrivals"]["rate"] == 12.5
+    assert p["workload"]["seed"] == 7
+    assert (p["cluster"]["replicas"], p["hardware"]["tp"]) == (2, 4)
+    assert p["horizon_s"] == pytest.approx(4 * 4000 / 12.5 + 60)
+    assert "horizon_s" not in raw  # the base mapping is not modified
+    raw["horizon_s"] = 5.0
+    assert point_raw(raw, PointKey("continuous", 1, 1, 1.0, 0), 4.0)["horizon_s"] == 5.0
+
+
+def test_point_overrides_trace_workload(tmp_path):
+    trace = tmp_path / "t.csv"
+    rng = np.random.default_rng(1)
+    arr = np.cumsum(rng.exponential(0.5, 200))
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{a:.6f},10,1\n" for a in arr))
+    scen = tmp_path / "s.yaml"
+    scen.write_text(MD1.read_text().replace(
+        "  arrivals: {process: poisson, rate: 30.0}\n", f"  trace: {{path: {trace}, time_scale: "
+        "0.5}\n").replace("  lengths:\n    prompt: {dist: fixed, value: 10}\n"
+                          "    output: {dist: fixed, value: 1}\n", "").replace(
+        "  num_requests: 4000\n", ""))
+    raw = read_raw(scen)
+    task = make_task(raw, str(scen), tmp_path, PointKey("continuous", 1, 1, 20.0, 0))
+    assert task.raw["workload"]["trace"]["target_rate"] == 20.0
+    assert task.raw["workload"]["trace"]["time_scale"] == 1.0
+    row = sp.run_task(task)
+    assert row["offered_rps"] == pytest.approx(20.0, rel=0.01)
+    assert row["finished"] == 200
+
+
+def test_unknown_policy_fails_before_running():
+    spec = md1_spec([1.0])
+    spec.policies = ["nosuch"]
+    with pytest.raises(ServesimError, match="unknown policy 'nosuch'.*policy=nosuch"):
+        spec.tasks()
+
+
+def test_saturated_point_is_cut_at_the_horizon_and_marked():
+    raw = read_raw(MD1, ["workload.num_requests=5000"])
+    # Capacity is 1/D = 50 req/s; at 500 req/s the queue grows without bound. The
+    # arrivals span 10 s, so horizon factor 1 cuts the run at 10 + 60 s: 3,500 served.
+    task = make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 500.0, 0), 1.0)
+    assert task.raw["horizon_s"] == pytest.approx(5000 / 500 + 60)
+    row = sp.run_task(task)
+    assert row["saturated"] == 1.0
+    assert row["finished"] == pytest.approx(3500, abs=2)
+    assert row["finished"] + row["unfinished"] == 5000
+    ok = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 20.0, 0)))
+    assert ok["saturated"] == 0.0 and ok["unfinished"] == 0
+
+
+# -- aggregation ---------------------------------------------------------------------------
+def test_aggregate_mean_and_student_t_interval():
+    rows = [{"policy": "p", "replicas": 1, "tp": 1, "rate": 1.0, "seed": s,
+             **{c: None for c in sp.METRIC_COLUMNS}} for s in range(3)]
+    for r, v in zip(rows, (1.0, 2.0, 4.0), strict=True):
+        r["ttft_p99"] = v
+    rows[2]["tpot_p99"] = 3.0
+    g = aggregate(rows)
+    assert len(g) == 1 and g[0]["seeds"] == 3
+    half = student_t.ppf(0.975, 2) * np.std([1, 2, 4], ddof=1) / math.sqrt(3)
+    assert g[0]["ttft_p99"] == pytest.approx(7 / 3)
+    assert g[0]["ttft_p99_ci"] == pytest.approx(half)
+    assert g[0]["tpot_p99"] == 3.0 and g[0]["tpot_p99_ci"] is None  # one defined value
+    assert g[0]["e2e_p99"] is None
+
+
+# -- whole sweeps ----------------------------------------------------------------------------
+def test_sweep_csv_identical_for_one_and_two_workers(tmp_path):
+    spec = md1_spec([10.0, 25.0, 40.0], seeds=2)
+    a = run_sweep(spec, tmp_path / "a", workers=1, plots=False)
+    b = run_sweep(spec, tmp_path / "b", workers=2, plots=False)
+    assert a.stats.computed == b.stats.computed == 6
+    for name in ("points.csv", "sweep.csv", "sweep.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    grid = read_csv(tmp_path / "a" / "sweep.csv")
+    pts = read_csv(tmp_path / "a" / "points.csv")
+    assert [g["rate"] for g in grid] == [10.0, 25.0, 40.0]
+    # Each grid value is the mean of its seeds' values.
+    for g in grid:
+        vals = [p["ttft_p99"] for p in pts if p["rate"] == g["rate"]]
+        assert g["ttft_p99"] == pytest.approx(np.mean(vals))
+        assert g["ttft_p99_ci"] is not None and g["ttft_p99_ci"] > 0
+    # Latency grows with load on an M/D/1 queue.
+    assert grid[0]["ttft_mean"] < grid[1]["ttft_mean"] < grid[2]["ttft_mean"]
+
+
+def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+    spec = md1_spec([5.0, 10.0, 15.0, 20.0, 25.0], seeds=2)
+    real = sp.run_task
+    first: list[str] = []
+
+    def interrupt_after_three(task):
+        if len(first) == 3:
+            raise KeyboardInterrupt
+        first.append(task.digest)
+        return real(task)
+
+    monkeypatch.setattr(sp, "run_task", interrupt_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path, workers=1, plots=False)
+    assert not (tmp_path / "sweep.csv").exists()
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 3
+
+    second: list[str] = []
+
+    def record(task):
+        second.append(task.digest)
+        return real(task)
+
+    monkeypatch.setattr(sp, "run_task", record)
+    res = run_sweep(spec, tmp_path, workers=1, plots=False)
+    assert len(second) == 7 and not set(second) & set(first)
+    assert (res.stats.cached, res.stats.computed) == (3, 7)
+
+    # A third run (in a process pool) and a wider grid run only what is new.
+    monkeypatch.setattr(sp, "run_task", real)
+    again = run_sweep(spec, tmp_path, workers=2, plots=False)
+    assert again.stats.computed == 0
+    wider = md1_spec([5.0, 10.0, 15.0, 20.0, 25.0, 30.0], seeds=2)
+    more = run_sweep(wider, tmp_path, workers=2, plots=False)
+    assert (more.stats.cached, more.stats.computed) == (10, 2)
+
+
+def test_fresh_run_equals_resumed_run(tmp_path, monkeypatch):
+    spec = md1_spec([10.0, 30.0], seeds=2)
+    real = sp.run_task
+    calls: list[int] = []
+
+    def flaky(task):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(task)
+
+    monkeypatch.setattr(sp, "run_task", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "resumed", workers=1, plots=False)
+    monkeypatch.setattr(sp, "run_task", real)
+    run_sweep(spec, tmp_path / "resumed", workers=1, plots=False)
+    run_sweep(spec, tmp_path / "fresh", workers=1, plots=False, use_cache=False)
+    assert not (tmp_path / "fresh" / "cache").exists()
+    assert ((tmp_path / "resumed" / "sweep.csv").read_bytes()
+            == (tmp_path / "fresh" / "sweep.csv").read_bytes())
+
+
+def test_corrupt_cache_entry_is_recomputed(tmp_path):
+    spec = md1_spec([10.0])
+    run_sweep(spec, tmp_path, workers=1, plots=False)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    entry.write_text('{"row": {"ttft_p99"')  # as if a crash cut the write short
+    assert run_sweep(spec, tmp_path, workers=1, plots=False).stats.computed == 1
+
+
+def test_cli_sweep_end_to_end(tmp_path, capsys):
+    out = tmp_path / "o"
+    rc = cli_main(["sweep", str(MD1), "--rates", "10:30:10", "--seeds", "2", "--set",
+                   "workload.num_requests=200", "--slo", "ttft_p99=0.1", "--out", str(out),
+                   "--workers", "2", "--quiet", "--no-plots"])
+    assert rc == 0
+    grid = read_csv(out / "sweep.csv")
+    assert [(g["rate"], g["seeds"]) for g in grid] == [(10.0, 2.0), (20.0, 2.0), (30.0, 2.0)]
+    rc = cli_main(["sweep", str(MD1), "--rates", "5:1:1", "--out", str(out)])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rates 5:1:1" in err[0]
+    assert cli_main(["sweep", str(MD1), "--rates", "1", "--slo", "foo=1"]) == 2
+    assert "--slo foo=1" in capsys.readouterr().err
+    assert cli_main(["sweep", str(MD1), "--rates", "1", "--policies", "nosuch",
+                     "--out", str(out)]) == 2
+    assert "unknown policy 'nosuch'" in capsys.readouterr().err
+
+
+def test_ray_backend_matches_local(tmp_path):
+    pytest.importorskip("ray")
+    spec = md1_spec([10.0, 30.0], seeds=2)
+    run_sweep(spec, tmp_path / "local", workers=2, plots=False)
+    run_sweep(spec, tmp_path / "ray", backend="ray", workers=2, plots=False)
+    assert ((tmp_path / "local" / "sweep.csv").read_bytes()
+            == (tmp_path / "ray" / "sweep.csv").read_bytes())

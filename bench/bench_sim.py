@@ -7,7 +7,7 @@ measured first by a saturated run (all requests arriving at once): its completio
 rate is the most one replica sustains.
 
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
-       [--policies continuous] [--replicas 1]
+       [--policies continuous] [--replicas 1] [--skip on,off]
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
 """
@@ -27,9 +27,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0) -> dict[str, Any]:
+def base(policy: str, replicas: int, rate: float, n: int, skip: bool = True,
+         seed: int = 0) -> dict[str, Any]:
     """The benchmark scenario as a raw mapping."""
     return {
+        "event_skipping": skip,
         "name": f"bench-{policy}-{replicas}r-{n}",
         "model": "llama-3-8b",
         "hardware": {"gpu": "h100-sxm"},
@@ -51,12 +53,26 @@ def child(spec: str) -> None:
     from sim.scenario import from_dict
 
     sc = from_dict(args["scenario"], "<bench>", ROOT)
+    import simpy
+
+    events = [0]
+    step = simpy.Environment.step
+
+    class Counting(simpy.Environment):
+        def step(self) -> None:
+            events[0] += 1
+            step(self)
+
+    import sim.engine as engine_mod
+
+    engine_mod.simpy.Environment = Counting  # type: ignore[misc]
     t0 = time.perf_counter()
     res = simulate(sc)
     wall = time.perf_counter() - t0
     s = summarize(res)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     print(json.dumps({"wall_s": wall, "iterations": s["batch"]["iterations"],
+                      "events": events[0],
                       "finished": s["requests"]["finished"], "total": s["requests"]["total"],
                       "throughput": s["throughput"]["requests_per_s"], "rss_mib": rss}))
 
@@ -79,24 +95,28 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--policies", default="continuous")
     p.add_argument("--replicas", default="1")
+    p.add_argument("--skip", default="on,off", help="event skipping modes to run")
     p.add_argument("--child")
     a = p.parse_args()
     if a.child:
         child(a.child)
         return
-    print("| policy | replicas | requests | rate (req/s) | wall s (median) | sim req/s | "
-          "iterations/s | peak RSS MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| policy | replicas | requests | rate (req/s) | skipping | wall s (median) | "
+          "sim req/s | iterations/s | events/s | peak RSS MiB |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for policy in a.policies.split(","):
         for replicas in map(int, a.replicas.split(",")):
             rate = 0.8 * capacity(policy, replicas)
             for n in map(int, a.sizes.split(",")):
-                runs = [run_case(base(policy, replicas, rate, n)) for _ in range(a.repeats)]
-                wall = statistics.median(r["wall_s"] for r in runs)
-                rss = max(r["rss_mib"] for r in runs)
-                it = runs[0]["iterations"]
-                print(f"| {policy} | {replicas} | {n:,} | {rate:.2f} | {wall:.2f} | "
-                      f"{n / wall:,.0f} | {it / wall:,.0f} | {rss:.0f} |", flush=True)
+                for mode in a.skip.split(","):
+                    sc = base(policy, replicas, rate, n, skip=mode == "on")
+                    runs = [run_case(sc) for _ in range(a.repeats)]
+                    wall = statistics.median(r["wall_s"] for r in runs)
+                    rss = max(r["rss_mib"] for r in runs)
+                    it, ev = runs[0]["iterations"], runs[0]["events"]
+                    print(f"| {policy} | {replicas} | {n:,} | {rate:.2f} | {mode} | {wall:.2f} | "
+                          f"{n / wall:,.0f} | {it / wall:,.0f} | {ev / wall:,.0f} | {rss:.0f} |",
+                          flush=True)
 
 
 if __name__ == "__main__":

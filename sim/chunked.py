@@ -34,6 +34,10 @@ class Chunked:
     into the space it just gave up.
     """
 
+    # Decode-only batches of all running requests repeat until an arrival, a finish or
+    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
+    steady = True
+
     def __init__(self, cfg: ServingConfig):
         self.budget = cfg.chunk_budget
         self.max_seqs = cfg.max_num_seqs

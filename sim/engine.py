@@ -9,6 +9,7 @@ separate arrival timer runs only while some replica is idle and must be woken.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,6 +190,12 @@ class Engine:
     def _reject(self, i: int, why: str) -> None:
         self.status[i] = REJECTED
         self.reason[i] = why
+
+    def skip_bound(self) -> float:
+        """Time (s) no skipped run may reach: the next undelivered arrival or the horizon."""
+        nxt = self._arrival[self._next] if self._next < len(self._arrival) else math.inf
+        horizon = self.scenario.horizon_s
+        return nxt if horizon is None else min(nxt, horizon)
 
     def replica_idle(self) -> None:
         """A replica ran out of work: make sure the arrival timer is running."""

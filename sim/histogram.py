@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 _MIN_VALUE = 1e-9  # seconds; smaller positive values share the lowest bucket
+_CHUNK = 65536  # values per buffered batch
 
 
 class LogHistogram:
@@ -36,8 +37,24 @@ class LogHistogram:
     def add(self, value: float) -> None:
         """Record one value (seconds, >= 0)."""
         self._buffer.append(value)
-        if len(self._buffer) >= 65536:
-            self.flush()
+        if len(self._buffer) >= _CHUNK:
+            self._flush_chunks()
+
+    def extend(self, values: list[float]) -> None:
+        """Record several values (seconds, >= 0); cheap: they are buffered."""
+        buf = self._buffer
+        buf.extend(values)
+        if len(buf) >= _CHUNK:
+            self._flush_chunks()
+
+    def _flush_chunks(self) -> None:
+        # Whole chunks only: the running sum then depends on the sequence of values,
+        # not on how callers grouped them, so equal runs give equal means to the bit.
+        buf = self._buffer
+        whole = len(buf) - len(buf) % _CHUNK
+        for i in range(0, whole, _CHUNK):
+            self.add_many(np.array(buf[i:i + _CHUNK]))
+        del buf[:whole]
 
     def add_many(self, values: np.ndarray) -> None:
         """Record an array of values (seconds, >= 0)."""

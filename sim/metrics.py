@@ -4,6 +4,7 @@ TTFT = first token − arrival; TPOT = (finish − first token) / (output − 1)
 with at least 2 output tokens; ITL = gaps between consecutive tokens of a request;
 E2E = finish − arrival; queueing delay = first scheduled − arrival. Rates divide by the
 run's span: first arrival to the last finish (or the horizon when one cut the run).
+A mixed workload's requests meet their own class's SLO, and get a per-class summary.
 """
 
 from __future__ import annotations
@@ -54,15 +55,76 @@ def _itl_distribution(res: RunResult) -> dict[str, float | None]:
             "max": h.max}
 
 
+def class_targets(res: RunResult) -> list[tuple[float | None, float | None]]:
+    """(TTFT, TPOT) targets in seconds of each class of a mixed workload, in class order
+    (None: no target); empty for a workload without classes."""
+    from sim.mix import class_slos
+
+    sc = res.scenario
+    return class_slos(sc.workload, res.requests.class_names, sc.slo.ttft_s, sc.slo.tpot_s)
+
+
 def meets_slo(res: RunResult, lat: dict[str, np.ndarray]) -> np.ndarray:
-    """Boolean per request: finished and within every SLO the scenario sets."""
+    """Boolean per request: finished and within every SLO that applies to it: its class's
+    targets in a mixed workload, the scenario's ``slo`` otherwise."""
     ok = res.status == FINISHED
+    klass = res.requests.klass
+    if klass is not None:
+        targets = class_targets(res)
+        ttft = np.array([np.inf if a is None else a for a, _ in targets], dtype=float)
+        tpot = np.array([np.inf if b is None else b for _, b in targets], dtype=float)
+        # requests of one token have no TPOT to miss (NaN > x is False)
+        return ok & (lat["ttft"] <= ttft[klass]) & ~(lat["tpot"] > tpot[klass])
     slo = res.scenario.slo
     if slo.ttft_s is not None:
         ok &= lat["ttft"] <= slo.ttft_s
     if slo.tpot_s is not None:
         ok &= ~(lat["tpot"] > slo.tpot_s)  # requests of one token have no TPOT to miss
     return ok
+
+
+def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray,
+                    span: float) -> dict[str, Any]:
+    """Per-class counts, latencies (s), mean lengths (tokens), rates (per s, over the whole
+    run's ``span`` so classes add up to the total) and SLO attainment, by class name.
+    ITL is not split by class: replicas keep one ITL histogram for all requests."""
+    rq = res.requests
+    if rq.klass is None:
+        return {}
+    status = res.status
+    out: dict[str, Any] = {}
+
+    def rate(x: float) -> float | None:
+        return x / span if span > 0 else None
+
+    for i, (name, (ttft_s, tpot_s)) in enumerate(
+            zip(rq.class_names, class_targets(res), strict=True)):
+        m = rq.klass == i
+        n = int(m.sum())
+        fin = m & (status == FINISHED)
+        n_good = int(good[m].sum())
+        out[name] = {
+            "requests": {
+                "total": n,
+                "finished": int(fin.sum()),
+                "rejected": int((m & (status == REJECTED)).sum()),
+                "unfinished": int((m & (status == UNFINISHED)).sum()),
+            },
+            "tokens": {
+                "prompt_mean": float(rq.prompt_tokens[m].mean()) if n else None,
+                "output_mean": float(rq.output_tokens[m].mean()) if n else None,
+            },
+            "latency_s": {k: distribution(lat[k][m]) for k in ("ttft", "tpot", "e2e",
+                                                                "queueing")},
+            "throughput": {
+                "requests_per_s": rate(float(fin.sum())),
+                "output_tokens_per_s": rate(float(rq.output_tokens[fin].sum())),
+                "goodput_requests_per_s": rate(float(n_good)),
+                "slo_attainment": n_good / n if n else None,
+                "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
+            },
+        }
+    return out
 
 
 def scenario_digest(scenario: Any) -> str:
@@ -77,7 +139,8 @@ def scenario_digest(scenario: Any) -> str:
 
 
 def summarize(res: RunResult) -> dict[str, Any]:
-    """The run's summary as plain JSON-ready values (seconds, tokens, requests)."""
+    """The run's summary as plain JSON-ready values (seconds, tokens, requests); a mixed
+    workload adds ``classes`` (:func:`class_summaries`)."""
     from sim import __version__
 
     lat = per_request(res)
@@ -106,7 +169,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         return x / span if span > 0 else None
 
     sc = res.scenario
-    return {
+    summary: dict[str, Any] = {
         "scenario": sc.name,
         "servesim_version": __version__,
         "scenario_sha256": scenario_digest(sc),
@@ -154,6 +217,9 @@ def summarize(res: RunResult) -> dict[str, Any]:
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)
                           if span > 0 else None),
     }
+    if res.requests.klass is not None:
+        summary["classes"] = class_summaries(res, lat, good, span)
+    return summary
 
 
 def clean(value: Any) -> Any:

@@ -41,6 +41,10 @@ class Continuous:
     decode), repeating until the block fits or the request itself is the newest.
     """
 
+    # Decode-only batches of all running requests repeat until an arrival, a finish or
+    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
+    steady = True
+
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens

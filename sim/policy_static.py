@@ -27,6 +27,10 @@ class Static:
     modelled.
     """
 
+    # Decode-only batches of all running requests repeat until an arrival, a finish or
+    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
+    steady = True
+
     def __init__(self, cfg: ServingConfig):
         self.size = min(cfg.static_batch_size or cfg.max_num_seqs, cfg.max_num_seqs)
         self.max_tokens = cfg.max_num_batched_tokens
@@ -69,6 +73,10 @@ class Orca:
     prompt's prefill lengthens the iteration every running decode waits on: the
     prefill/decode interference chunked prefill removes.
     """
+
+    # Decode-only batches of all running requests repeat until an arrival, a finish or
+    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
+    steady = True
 
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs

@@ -22,6 +22,7 @@ from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.request import FINISHED, Request
 from sim.shape import StepShape
+from sim.skip import apply_decode_run, plan_decode_run
 
 if TYPE_CHECKING:
     from sim.engine import Engine
@@ -201,7 +202,12 @@ class Replica:
         schedule = self.policy.schedule
         step_time = self.cost.step_time
         log = engine.step_log
+        # Decode replicas of a disaggregated cluster receive KV transfers at times no
+        # bound can foresee, so they always step one iteration at a time.
+        fuse = (engine.scenario.event_skipping and self.role != "decode"
+                and getattr(self.policy, "steady", False))
         while True:
+            preempted = stats.preemptions
             batch = schedule(self)
             if not batch:
                 if self.waiting or self.running:
@@ -220,6 +226,14 @@ class Replica:
                 dt += self.swap_s
                 self.swap_s = 0.0
             start = env.now
+            if (fuse and shape.prefill_seqs == 0 and shape.seqs == len(self.running)
+                    and stats.preemptions == preempted and shape.seqs):
+                run = plan_decode_run(self, start, dt, engine.skip_bound())
+                if run is not None:
+                    yield env.timeout(run.delay)
+                    engine.dispatch()
+                    apply_decode_run(self, run, start)
+                    continue
             stats.iterations += 1
             stats.busy_s += dt
             stats.batch_seqs += shape.seqs
@@ -239,7 +253,7 @@ class Replica:
 
     def _complete(self, batch: Batch, now: float) -> None:
         engine = self.engine
-        itl = self.itl
+        gaps: list[float] = []
         done = 0
         emitted = 0
         leaving: list[Request] | None = None
@@ -256,7 +270,7 @@ class Replica:
                     if self.handoff is not None and g < r.output:
                         leaving = [r] if leaving is None else [*leaving, r]
                 else:
-                    itl.add(now - r.last_token)
+                    gaps.append(now - r.last_token)
                 r.last_token = now
                 if g == r.output:
                     self.kv.free(r.blocks)
@@ -264,6 +278,8 @@ class Replica:
                     engine.finish[r.id] = now
                     engine.status[r.id] = FINISHED
                     done += 1
+        if gaps:
+            self.itl.extend(gaps)
         self.outstanding -= emitted
         if done:
             self.running = [r for r in self.running if r.generated < r.output]

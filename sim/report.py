@@ -1,5 +1,8 @@
 """Run outputs: requests.csv, summary.json, a printed table and TTFT/TPOT CDF plots.
 
+A mixed workload's table ends with a per-class block, and requests.csv's last column
+names each request's class (empty without classes).
+
 Files are written to a temporary name in the same folder and renamed into place, so
 an interrupted run never leaves a file that looks complete.
 """
@@ -19,7 +22,7 @@ from sim.request import STATUS_NAMES
 
 CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
                "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
-               "replica", "status", "reason")
+               "replica", "status", "reason", "class")
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -33,6 +36,21 @@ def write_atomic(path: Path, data: bytes) -> None:
 def _fmt(values: np.ndarray) -> list[str]:
     # Nanosecond resolution; an event that did not happen is an empty cell.
     return ["" if v != v else f"{v:.9f}" for v in values.tolist()]
+
+
+def _csv_cell(text: str) -> str:
+    # RFC 4180 quoting, needed only for trace class labels (scenario names are plain).
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _class_cells(klass: np.ndarray | None, names: tuple[str, ...], n: int) -> list[str]:
+    """Each request's class name (empty cells for a workload without classes)."""
+    if klass is None:
+        return [""] * n
+    cells = [_csv_cell(x) for x in names]
+    return [cells[k] for k in klass.tolist()]
 
 
 def requests_csv(res: RunResult) -> bytes:
@@ -50,6 +68,7 @@ def requests_csv(res: RunResult) -> bytes:
         [str(v) if v >= 0 else "" for v in res.replica.tolist()],
         [STATUS_NAMES[v] for v in res.status.tolist()],
         [str(v) for v in res.reason.tolist()],
+        _class_cells(rq.klass, rq.class_names, len(rq)),
     ]
     lines = [",".join(CSV_COLUMNS)]
     lines.extend(",".join(row) for row in zip(*cols, strict=True))
@@ -90,6 +109,8 @@ def table(summary: dict[str, Any]) -> str:
 
     slo = tp["slo"]
     slo_txt = ", ".join(f"{k}<={v}" for k, v in slo.items() if v is not None) or "none set"
+    if "classes" in summary:
+        slo_txt = "per class, below"
     lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s, "
                  f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s; goodput "
                  f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
@@ -100,7 +121,36 @@ def table(summary: dict[str, Any]) -> str:
                  f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    if "classes" in summary:
+        lines.extend(class_table(summary["classes"]))
     return "\n".join(lines)
+
+
+def class_table(classes: dict[str, Any]) -> list[str]:
+    """Lines of the per-class block: counts, TTFT/TPOT/E2E percentiles (ms), goodput
+    (req/s), SLO attainment and each class's targets."""
+    cols = ("requests", "done", "ttft p50", "ttft p99", "tpot p50", "tpot p99", "e2e p99",
+            "goodput", "attain")
+    width = max([12, *(len(n) + 2 for n in classes)])
+    head = f"{'class':<{width}}" + "".join(f"{c:>10}" for c in cols) + "  SLO (s)"
+    lines = [head, "-" * len(head)]
+
+    def ms(d: dict[str, float | None], k: str) -> str:
+        v = d[k]
+        return f"{'-':>10}" if v is None else f"{v * 1e3:>10.1f}"
+
+    for name, c in classes.items():
+        lat, tp, rq = c["latency_s"], c["throughput"], c["requests"]
+        good = tp["goodput_requests_per_s"]
+        att = tp["slo_attainment"]
+        slo = ", ".join(f"{k[:-2]}<={v:g}" for k, v in tp["slo"].items() if v is not None)
+        lines.append(f"{name:<{width}}{rq['total']:>10}{rq['finished']:>10}"
+                     + ms(lat["ttft"], "p50") + ms(lat["ttft"], "p99")
+                     + ms(lat["tpot"], "p50") + ms(lat["tpot"], "p99") + ms(lat["e2e"], "p99")
+                     + (f"{'-':>10}" if good is None else f"{good:>10.3f}")
+                     + (f"{'-':>10}" if att is None else f"{att:>10.1%}")
+                     + f"  {slo or 'none set'}")
+    return lines
 
 
 def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Top-level keys: ``name``, ``model``, ``hardware``, ``cost``, ``serving``, ``cluster``,
 ``workload``, ``slo``, ``disaggregated`` (pools and link of the ``disaggregated`` policy,
-see docs/policies.md), ``horizon_s``. docs/scenarios.md is the reference.
+see docs/policies.md), ``horizon_s``, ``event_skipping``. docs/scenarios.md is the reference.
 """
 
 from __future__ import annotations
@@ -127,12 +127,13 @@ class Scenario:
     slo: SLOConfig = field(default_factory=SLOConfig)
     disaggregated: DisaggConfig = field(default_factory=DisaggConfig)
     horizon_s: float | None = bounded(None, gt=0)
+    event_skipping: bool = True  # advance runs of decode-only iterations in one event
     base_dir: Path | None = None
     source: str = "<scenario>"
 
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
-        "disaggregated", "horizon_s")
+        "disaggregated", "horizon_s", "event_skipping")
 
 
 def _model(value: Any) -> ModelSpec:
@@ -208,6 +209,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
             disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
+            event_skipping=convert(bool, raw.get("event_skipping", True), "event_skipping"),
             base_dir=base_dir,
             source=source,
         )

@@ -5,6 +5,11 @@ A workload is either a ``trace`` (arrivals and lengths from a file) or ``arrival
 pairs drawn from an empirical file). ``num_requests`` and ``duration_s`` bound it;
 whichever is hit first wins. Generation draws from one explicitly passed numpy
 Generator, so a seed fixes the workload.
+
+``classes`` makes a mixed workload: named request classes, each with its own lengths,
+priority and SLO, sharing ``arrivals`` by weight or each with its own arrival process
+(or, with a trace, labelled by its ``class`` column). :mod:`sim.mix` checks and builds
+them; requests then carry their class index in ``Requests.klass``.
 """
 
 from __future__ import annotations
@@ -176,6 +181,34 @@ class PriorityConfig:
 
 
 @dataclass(frozen=True)
+class ClassSLO:
+    """A class's own latency targets (seconds); a key left out falls back to the
+    scenario's ``slo`` section."""
+
+    ttft_s: float | None = bounded(None, gt=0)
+    tpot_s: float | None = bounded(None, gt=0)
+
+
+@dataclass(frozen=True)
+class ClassConfig:
+    """One request class of a mixed workload. ``weight`` (relative, > 0) is its share of a
+    shared ``workload.arrivals``; ``arrivals`` instead gives it its own process. ``lengths``
+    default to ``workload.lengths``; ``priority`` (lower is served first when
+    ``serving.priority`` is on) defaults to 0; ``slo`` overrides the scenario's targets."""
+
+    weight: float | None = bounded(None, gt=0)
+    arrivals: ArrivalsConfig | None = None
+    lengths: LengthsConfig | None = None
+    priority: int | None = None
+    slo: ClassSLO | None = None
+
+    def __post_init__(self) -> None:
+        if self.weight is not None and self.arrivals is not None:
+            raise ServesimError("give weight (a share of workload.arrivals) or arrivals (the "
+                                "class's own process), not both", where="weight")
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """What requests arrive: a trace, or generated arrivals with lengths."""
 
@@ -186,8 +219,14 @@ class WorkloadConfig:
     duration_s: float | None = bounded(None, gt=0)
     seed: int = 0
     priority: PriorityConfig | None = None
+    classes: dict[str, ClassConfig] | None = None
 
     def __post_init__(self) -> None:
+        if self.classes is not None:
+            from sim.mix import check_classes  # lazy: sim.mix imports this module
+
+            check_classes(self)
+            return
         if self.trace is not None:
             if self.priority is not None:
                 raise ServesimError("a trace brings its own priority column; remove "
@@ -207,19 +246,22 @@ class WorkloadConfig:
 @dataclass(frozen=True)
 class Requests:
     """The requests of one run, sorted by arrival; ids are positions in these arrays.
-    ``notes`` say what loading changed or dropped (reported in the summary)."""
+    ``notes`` say what loading changed or dropped (reported in the summary).
+    ``klass[i]`` indexes ``class_names`` for a mixed workload (None otherwise)."""
 
     arrival_s: np.ndarray  # float64 seconds
     prompt_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
     notes: tuple[str, ...] = ()
     priority: np.ndarray | None = None  # int64 class per request, lower is served first
+    klass: np.ndarray | None = None  # int64 index into class_names
+    class_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
 
-def _arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
+def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
                    rng: np.random.Generator) -> np.ndarray:
     """Arrival times in seconds: first at start_s, then gaps from the process."""
     def gaps(k: int) -> np.ndarray:
@@ -258,6 +300,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
     from sim import traces  # lazy: only trace workloads need the loaders
 
     if cfg.trace is not None:
+        from sim.mix import trace_classes
         from sim.tracetools import apply_transforms
 
         tc = cfg.trace
@@ -279,24 +322,35 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         if cfg.num_requests is not None:
             n = min(n, cfg.num_requests)
         prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
+        klass, names, prio = trace_classes(cfg, tr.klass, n, prio, source)
         return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
-                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio)
+                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names)
 
+    if cfg.classes is not None:
+        from sim.mix import build_mixed
+
+        return build_mixed(cfg, base_dir, rng, source)
     assert cfg.arrivals is not None and cfg.lengths is not None
-    t = _arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
-    n = len(t)
-    lc = cfg.lengths
+    t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
+    prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
+                                    "workload.lengths")
+    prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
+    return Requests(t, prompt, output, priority=prio)
+
+
+def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,
+                   base_dir: Path | None, source: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) token counts (int64 arrays) drawn as ``lc`` says; ``key`` is
+    the dotted key of ``lc``, named by errors in an empirical file."""
+    from sim import traces
+
     if lc.empirical is not None:
         try:
             tr = traces.load_trace(traces.find_trace(lc.empirical, base_dir))
         except ServesimError as exc:
-            raise _located(exc, source, "workload.lengths.empirical") from None
+            raise _located(exc, source, f"{key}.empirical") from None
         idx = rng.integers(0, len(tr.prompt_tokens), size=n)
-        prompt = np.asarray(tr.prompt_tokens, dtype=np.int64)[idx]
-        output = np.asarray(tr.output_tokens, dtype=np.int64)[idx]
-    else:
-        assert lc.prompt is not None and lc.output is not None
-        prompt = lc.prompt.sample(n, rng)
-        output = lc.output.sample(n, rng)
-    prio = None if cfg.priority is None else cfg.priority.sample(n, rng)
-    return Requests(t, prompt, output, priority=prio)
+        return (np.asarray(tr.prompt_tokens, dtype=np.int64)[idx],
+                np.asarray(tr.output_tokens, dtype=np.int64)[idx])
+    assert lc.prompt is not None and lc.output is not None
+    return lc.prompt.sample(n, rng), lc.output.sample(n, rng)

@@ -1,0 +1,396 @@
+"""Replay a request trace for real: the calibration model, a real KV cache and a real
+continuous-batching loop, in wall-clock time on the device.
+
+The loop is the simulator's replica loop without SimPy. Each iteration: every request
+whose arrival time has passed joins the waiting queue (the same rejection rules as
+``sim.engine``), the *simulator's own* policy object (``sim.policies``: ``continuous``
+or ``chunked``) picks the batch against the same integer KV-block accounting
+(``sim.kvcache.BlockAllocator``, watermark included, preemption by recompute), the
+model runs that batch, and the iteration's end stamps first tokens and finishes the
+way ``sim.replica`` does. So real and simulated runs differ only in where step times
+come from: the device here, the cost profile there.
+
+Physical KV storage is one slot per running request (``max_num_seqs`` slots, each
+holding the longest request), while admission follows the paged block count, as in
+vLLM. Two clocks drive the loop: :class:`WallClock` (real time; an idle loop sleeps
+until the next arrival) and :class:`VirtualClock` (time advances by each step's
+returned duration), which with :class:`CostExecutor` reproduces the simulator
+exactly; tests use that to prove the loop follows the policy.
+
+Imports torch, numpy and pure ``sim`` modules only, never SimPy: it runs on a GPU
+machine that has no simulator dependencies. The command ``python -m calibrate.replay_cli``
+(:mod:`calibrate.replay_cli`) writes one ``servesim-replay/1`` JSON file per load level.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from sim.errors import ServesimError
+from sim.kvcache import BlockAllocator, blocks_for
+from sim.policies import make_policy
+from sim.request import Request
+from sim.shape import StepShape, shape_of
+from sim.specs import ModelSpec
+
+SCHEMA = "servesim-replay/1"
+STEP_FIELDS = ("start_s", "end_s", "exec_s", "cpu_s") + StepShape._fields
+Entry = tuple[int, int, int]  # (slot, new_tokens, context_before)
+
+
+class Executor(Protocol):
+    """Runs one iteration: ``entries`` (slot, new, ctx) with ``tokens`` (one id per new token)."""
+
+    def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
+        """Next token id per entry and the step's duration in seconds."""
+        ...
+
+
+class WallClock:
+    """Real time in seconds since construction (``perf_counter``)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        """Seconds since the replay started."""
+        return time.perf_counter() - self.t0
+
+    def wait_until(self, t: float) -> None:
+        """Sleep until ``t``; the last millisecond is spun for precision."""
+        while (left := t - self.now()) > 0:
+            if left > 2e-3:
+                time.sleep(left - 1e-3)
+
+    def end_step(self, start: float, duration: float) -> float:
+        """The iteration ends when the clock says, whatever the executor reported."""
+        return self.now()
+
+
+class VirtualClock:
+    """Simulated time: a step ends ``duration`` seconds after it starts; waits jump."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        """Current virtual time (s)."""
+        return self.t
+
+    def wait_until(self, t: float) -> None:
+        """Jump forward to ``t`` seconds."""
+        self.t = max(self.t, t)
+
+    def end_step(self, start: float, duration: float) -> float:
+        """Advance to ``start + duration`` seconds."""
+        self.t = start + duration
+        return self.t
+
+
+class CostExecutor:
+    """A stand-in device whose step time is a cost model's (``step_time(StepShape)`` in s)."""
+
+    def __init__(self, cost: Any):
+        self.cost = cost
+
+    def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
+        """Zeros for ids; the cost model's seconds for the shape."""
+        dt = float(self.cost.step_time(shape_of((n, c) for _, n, c in entries)))
+        return [0] * len(entries), dt
+
+
+class _State:
+    """What the policies read and call (the simpy-free half of ``sim.replica.Replica``)."""
+
+    def __init__(self, kv: BlockAllocator, first_sched: np.ndarray, preemptions: np.ndarray):
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.kv = kv
+        self.block_size = kv.block_size
+        self.now = 0.0
+        self._first_sched = first_sched
+        self._preemptions = preemptions
+
+    def admit(self, r: Request, blocks: int) -> None:
+        """Move ``r`` (popped from waiting) into running holding ``blocks`` more blocks."""
+        self.kv.allocate(blocks)
+        r.blocks += blocks
+        self.running.append(r)
+        if not r.scheduled:
+            r.scheduled = True
+            self._first_sched[r.id] = self.now
+
+    def release(self, r: Request) -> None:
+        """Preempt ``r`` by recompute: free its blocks and forget its computed tokens."""
+        self.kv.free(r.blocks)
+        r.blocks = 0
+        r.computed = 0
+        self._preemptions[r.id] += 1
+
+    preempt = release
+
+    def requeue(self, victims: list[Request]) -> None:
+        """Preempted requests (newest first) go back to the queue's front, oldest first."""
+        self.waiting.extendleft(victims)
+
+
+@dataclass
+class ReplayResult:
+    """Per-request times (seconds from the replay's start; NaN if it never happened),
+    statuses (``finished`` or ``rejected``) and one row per iteration (:data:`STEP_FIELDS`)."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    first_sched: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    preemptions: np.ndarray
+    status: list[str]
+    reason: list[str]
+    steps: list[tuple[float, ...]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serving: Any,
+             max_context: int, executor: Executor, clock: WallClock | VirtualClock,
+             vocab: int = 2) -> ReplayResult:
+    """Serve the requests (arrivals in seconds, ascending; token counts) under ``serving``
+    (a ``sim.scenario.ServingConfig``: policy, limits, ``num_kv_blocks`` required)."""
+    if serving.policy not in ("continuous", "chunked"):
+        raise ServesimError(f"replay runs continuous or chunked, not {serving.policy!r}",
+                            where="policy")
+    if serving.preemption != "recompute" or serving.priority:
+        raise ServesimError("replay supports FCFS with preemption by recompute only")
+    if serving.num_kv_blocks is None:
+        raise ServesimError("replay needs serving.num_kv_blocks", where="num_kv_blocks")
+    n = len(arrival_s)
+    blocks = serving.num_kv_blocks
+    kv = BlockAllocator(blocks, serving.block_size, int(serving.watermark * blocks))
+    policy = make_policy(serving)
+    nan = np.full(n, np.nan)
+    res = ReplayResult(np.asarray(arrival_s, float), np.asarray(prompt), np.asarray(output),
+                       nan.copy(), nan.copy(), nan.copy(), np.zeros(n, np.int64),
+                       ["finished"] * n, [""] * n)
+    state = _State(kv, res.first_sched, res.preemptions)
+    free_slots = list(range(serving.max_num_seqs - 1, -1, -1))
+    slot: dict[int, int] = {}
+    last_id: dict[int, int] = {}
+    arrivals = res.arrival_s.tolist()
+    nxt = 0
+    t_start = time.perf_counter()
+    while True:
+        now = clock.now()
+        while nxt < n and arrivals[nxt] <= now:
+            why = _reject_reason(int(prompt[nxt]), int(output[nxt]), max_context, kv,
+                                 serving.block_size, policy, state)
+            if why:
+                res.status[nxt], res.reason[nxt] = "rejected", why
+            else:
+                state.waiting.append(Request(nxt, arrivals[nxt], int(prompt[nxt]),
+                                             int(output[nxt])))
+            nxt += 1
+        state.now = now
+        batch = policy.schedule(state)
+        if not batch:
+            if state.waiting or state.running:
+                raise RuntimeError("the policy scheduled nothing with work pending")
+            if nxt >= n:
+                break
+            clock.wait_until(arrivals[nxt])
+            continue
+        # Physical slots follow the block accounting: preempted requests gave theirs up.
+        for rid in [i for i in slot if i not in {r.id for r in state.running}]:
+            free_slots.append(slot.pop(rid))
+        entries: list[Entry] = []
+        tokens: list[int] = []
+        for r, k in batch.items():
+            if r.id not in slot:
+                slot[r.id] = free_slots.pop()
+            entries.append((slot[r.id], k, r.computed))
+            tokens.extend([last_id.get(r.id, r.id % vocab)] * k)
+        cpu0 = time.thread_time()
+        ids, dt = executor.step(entries, tokens)
+        end = clock.end_step(now, dt)
+        # This thread's CPU seconds in the step: on a CPU device, well under exec_s means
+        # other processes took the core and the measured times are inflated.
+        cpu = time.thread_time() - cpu0
+        res.steps.append((now, end, dt, cpu, *shape_of((k, c) for _, k, c in entries)))
+        done = False
+        for (r, k), tok in zip(batch.items(), ids, strict=True):
+            r.computed += k
+            last_id[r.id] = tok
+            if r.computed == r.prompt + r.generated:
+                r.generated += 1
+                if r.generated == 1:
+                    res.first_token[r.id] = end
+                if r.generated == r.output:
+                    kv.free(r.blocks)
+                    r.blocks = 0
+                    res.finish[r.id] = end
+                    free_slots.append(slot.pop(r.id))
+                    done = True
+        if done:
+            state.running = [r for r in state.running if r.generated < r.output]
+    res.wall_s = time.perf_counter() - t_start
+    return res
+
+
+def _reject_reason(prompt: int, output: int, max_context: int, kv: BlockAllocator,
+                   block_size: int, policy: Any, state: _State) -> str | None:
+    """The simulator's rules (``Engine._route``, ``Replica.fits_ever``) for one arrival."""
+    if prompt + output > max_context:
+        return "exceeds_context"
+    if blocks_for(prompt + output - 1, block_size) > kv.total - kv.watermark:
+        return "exceeds_kv_capacity"
+    why: str | None = policy.reject_reason(prompt, output, state)
+    return why
+
+
+class ModelExecutor:
+    """The calibration model at full depth with a per-slot KV cache, on ``device``.
+
+    A step is timed by wall clock from packing the batch to the sampled ids on the host
+    (``.tolist()`` synchronises a CUDA device), the span a profile's components model.
+    """
+
+    def __init__(self, spec: ModelSpec, device: torch.device, dtype: str, slots: int,
+                 capacity: int, seed: int = 0):
+        from calibrate.arch import shard
+        from calibrate.model import build_decoder
+
+        self.device = device
+        kv_bytes = 2 * spec.layers * slots * capacity * spec.kv_heads * spec.head_dim * (
+            4 if dtype == "fp32" else 2)
+        try:
+            self.model = build_decoder(shard(spec, 1), spec.layers, capacity, dtype, device, seed)
+            self.caches = self.model.caches(slots, capacity)
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise ServesimError(
+                f"out of memory building {spec.name} with a KV cache of {slots} slots x "
+                f"{capacity} tokens ({kv_bytes / 2**30:.1f} GiB); lower --max-num-seqs or "
+                "--max-len") from None
+        self.slots, self.capacity = slots, capacity
+
+    def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
+        """Run one packed step; (next id per entry, seconds)."""
+        from calibrate.model import prepare
+
+        t0 = time.perf_counter()
+        batch = _views_only(prepare(entries, self.device), entries, self.device)
+        ids = self.model(torch.tensor(tokens, device=self.device), self.caches, batch)
+        out: list[int] = ids.tolist()
+        return out, time.perf_counter() - t0
+
+    def warm_up(self, max_prefill: int, repeats: int = 2) -> None:
+        """Run prefill, decode and mixed steps of a few sizes so no replayed step is a
+        first call (allocator growth, kernel selection, lazy initialisation)."""
+        cap = min(max_prefill, self.capacity - 1)
+        sizes = sorted({max(2, min(cap, s)) for s in (16, 128, 512, cap)})
+        decodes = sorted({1, max(1, self.slots // 4), self.slots})
+        shapes: list[list[Entry]] = [[(0, s, 0)] for s in sizes]
+        shapes += [[(i, 1, 64 + i) for i in range(b)] for b in decodes]
+        shapes += [[(0, min(cap, 64), 64)] + [(i, 1, 64) for i in range(1, min(8, self.slots))]]
+        for _ in range(repeats):
+            for entries in shapes:
+                self.step(entries, [1] * sum(k for _, k, _ in entries))
+
+
+def _views_only(batch: Any, entries: list[Entry], device: torch.device) -> Any:
+    """Split each decode group whose cache slots are not contiguous into runs that are.
+
+    ``prepare`` groups decodes by context; a group over scattered slots would gather
+    (copy) its K/V out of the cache every layer, 2-4x the cost of reading it in place
+    (measured on CPU, tiny model), which neither a paged-attention server nor the
+    calibration (slots laid out in context order) pays. Runs of consecutive slots are
+    read through views; each run is padded only to its own longest context.
+    """
+    from calibrate.model import DecodeGroup
+
+    if all(isinstance(g.slots, slice) for g in batch.decodes):
+        return batch
+    ctx_of: dict[int, int] = {}
+    row = 0
+    for _, n, c in entries:
+        row += n
+        if n == 1:
+            ctx_of[row - 1] = c
+    groups = []
+    for g in batch.decodes:
+        if isinstance(g.slots, slice):
+            groups.append(g)
+            continue
+        pairs = sorted(zip(g.slots.tolist(), g.tokens.tolist(), strict=True))
+        i = 0
+        while i < len(pairs):
+            j = i + 1
+            while j < len(pairs) and pairs[j][0] == pairs[j - 1][0] + 1:
+                j += 1
+            run = pairs[i:j]
+            lens = [ctx_of[r] + 1 for _, r in run]
+            mask = None
+            if min(lens) != max(lens):
+                mask = (torch.arange(max(lens), device=device)[None, :]
+                        < torch.tensor(lens, device=device)[:, None]).view(
+                            len(run), 1, 1, max(lens))
+            groups.append(DecodeGroup(
+                tokens=torch.tensor([r for _, r in run], dtype=torch.long, device=device),
+                slots=slice(run[0][0], run[0][0] + len(run)), length=max(lens), mask=mask))
+            i = j
+    batch.decodes = groups
+    return batch
+
+
+def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: int,
+                    slots: int, capacity: int, max_prefill: int, seed: int = 0,
+                    log: Callable[[str], None] | None = None) -> tuple[ModelExecutor, dict]:
+    """Build and warm up the model for ``slots`` sequences of up to ``capacity`` tokens;
+    (executor, facts for the record: device, dtype, threads, cache size)."""
+    from calibrate.output import device_info
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ServesimError("torch sees no CUDA device; use --device cpu", where="--device")
+    if device not in ("cuda", "cpu"):
+        raise ServesimError(f"got {device!r}, expected cuda or cpu", where="--device")
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else \
+        torch.device("cpu")
+    if dev.type == "cpu":
+        torch.set_num_threads(threads)
+    dtype = dtype or (spec.dtype if dev.type == "cuda" else "fp32")
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        ex = ModelExecutor(spec, dev, dtype, slots, capacity, seed)
+        ex.warm_up(max_prefill)
+    if log:
+        log(f"model built and warmed up in {time.perf_counter() - t0:.1f} s "
+            f"({slots} slots x {capacity} tokens)")
+    info = {**device_info(dev), "threads": torch.get_num_threads(), "dtype": dtype,
+            "kv_slots": slots, "slot_capacity": capacity}
+    return ex, info
+
+
+def replay_on_device(spec: ModelSpec, arrival_s: np.ndarray, prompt: np.ndarray,
+                     output: np.ndarray, serving: Any, device: str, dtype: str | None,
+                     threads: int = 1, seed: int = 0, log: Callable[[str], None] | None = None,
+                     executor: tuple[ModelExecutor, dict] | None = None
+                     ) -> tuple[ReplayResult, dict]:
+    """Replay these requests in wall-clock time on the model (built for them unless an
+    ``executor`` from :func:`device_executor` is given); (result, facts for the record)."""
+    if executor is None:
+        capacity = int(min(spec.max_context, max(int((prompt + output).max()), 2)))
+        executor = device_executor(spec, device, dtype, threads, serving.max_num_seqs,
+                                   capacity, int(prompt.max()), seed, log)
+    ex, info = executor
+    with torch.inference_mode():
+        res = run_loop(arrival_s, prompt, output, serving, spec.max_context, ex, WallClock(),
+                       vocab=spec.vocab)
+    return res, info

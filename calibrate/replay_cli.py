@@ -1,0 +1,261 @@
+"""``python -m calibrate.replay_cli``: real replays of a trace at one or more load levels.
+
+Chooses the requests (the first ``--requests`` rows of a trace, rebased to 0 s,
+rescaled to each ``--rate`` in req/s, capped at the model's context), chooses the
+rates when given as ``--load`` fractions of the saturation rate a cost profile
+predicts, runs :func:`calibrate.replay.replay_on_device` per level and writes one
+``servesim-replay/1`` JSON per level (schema in docs/validation.md). ``servesim
+validate`` calls :func:`run_levels` in-process; on a machine without the simulator
+(a GPU box with torch only) this command writes the files and ``servesim validate
+--replay FILE`` compares them later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibrate.replay import (
+    SCHEMA,
+    STEP_FIELDS,
+    CostExecutor,
+    ReplayResult,
+    VirtualClock,
+    device_executor,
+    replay_on_device,
+    run_loop,
+)
+from sim.errors import ServesimError
+from sim.specs import ModelSpec
+
+# Loads (fractions of the predicted saturation rate) below which a level counts as
+# "below saturation"; at or above, "near saturation".
+NEAR = 0.7
+# Fewest requests a level replays when --level-s shortens it.
+MIN_LEVEL = 20
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The requests of a validation: arrivals (s, for rate 1 unit unless rescaled) and lengths."""
+
+    arrival_s: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    notes: tuple[str, ...]
+
+    def at_rate(self, rate: float) -> np.ndarray:
+        """Arrivals rescaled so that requests / (last - first arrival) = ``rate`` req/s."""
+        span = float(self.arrival_s[-1] - self.arrival_s[0])
+        if len(self.arrival_s) < 2 or span <= 0:
+            return np.zeros_like(self.arrival_s)
+        return self.arrival_s * (len(self.arrival_s) / rate / span)
+
+
+def trace_workload(ref: str, n: int, max_len: int, offset: int = 0) -> Workload:
+    """Rows ``offset .. offset+n`` of trace ``ref`` (path or shipped name), rebased to 0 s,
+    prompt + output capped at ``max_len`` tokens (``sim.tracetools.truncate_to_context``)."""
+    from sim.traces import find_trace, load_trace
+    from sim.tracetools import truncate_to_context
+
+    tr = load_trace(find_trace(ref, Path.cwd()))
+    if tr.arrival_s is None:
+        raise ServesimError(f"{ref} has no arrival times", where="--trace")
+    if n < 2 or offset < 0 or offset + n > len(tr):
+        raise ServesimError(f"cannot take {n} rows from {offset} of a {len(tr)}-row trace",
+                            where="--requests")
+    idx = np.arange(offset, offset + n)
+    tr = dataclasses.replace(tr, arrival_s=tr.arrival_s[idx] - tr.arrival_s[offset],
+                             prompt_tokens=tr.prompt_tokens[idx],
+                             output_tokens=tr.output_tokens[idx], priority=None, klass=None,
+                             prefix_hashes=None)
+    tr, change = truncate_to_context(tr, max_len)
+    assert tr.arrival_s is not None
+    return Workload(tr.arrival_s, tr.prompt_tokens, tr.output_tokens,
+                    (f"{tr.source}: rows {offset}..{offset + n - 1}", str(change)))
+
+
+def serving_config(values: dict[str, Any]) -> Any:
+    """A validated ``sim.scenario.ServingConfig`` from plain values."""
+    from sim.configtools import build
+    from sim.scenario import ServingConfig
+
+    return build(ServingConfig, {k: v for k, v in values.items() if v is not None}, "serving")
+
+
+def saturation_rate(w: Workload, serving: Any, max_context: int, cost: Any) -> float:
+    """Requests/s the cost model predicts the loop sustains: every request queued at 0 s,
+    90% of them finished over the time that took (the drain tail left out)."""
+    res = run_loop(np.zeros(len(w.prompt)), w.prompt, w.output, serving, max_context,
+                   CostExecutor(cost), VirtualClock())
+    done = np.sort(res.finish[np.isfinite(res.finish)])
+    if done.size == 0:
+        raise ServesimError("no request of the workload can finish under these limits")
+    k = max(1, int(math.ceil(0.9 * done.size)))
+    return k / float(done[k - 1])
+
+
+def to_record(res: ReplayResult, meta: dict[str, Any]) -> dict[str, Any]:
+    """The ``servesim-replay/1`` mapping of a result (NaN written as null)."""
+    def num(xs: Iterable[float]) -> list[float | None]:
+        return [None if not math.isfinite(x) else round(float(x), 9) for x in xs]
+
+    steps = np.asarray(res.steps, dtype=float).reshape(-1, len(STEP_FIELDS))
+    return {
+        "schema": SCHEMA,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **meta,
+        "wall_s": round(res.wall_s, 3),
+        "requests": {
+            "arrival_s": num(res.arrival_s), "prompt_tokens": res.prompt_tokens.tolist(),
+            "output_tokens": res.output_tokens.tolist(),
+            "first_scheduled_s": num(res.first_sched), "first_token_s": num(res.first_token),
+            "finish_s": num(res.finish), "preemptions": res.preemptions.tolist(),
+            "status": res.status, "reason": res.reason,
+        },
+        "steps": {k: num(steps[:, i]) for i, k in enumerate(STEP_FIELDS)},
+    }
+
+
+def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
+               loads: list[float | None], device: str, dtype: str | None, threads: int,
+               trace: str, log: Callable[[str], None], level_s: float | None = None,
+               on_record: Callable[[dict[str, Any]], None] | None = None
+               ) -> list[dict[str, Any]]:
+    """Replay ``w`` at each rate (req/s) on the device; one record per level, each also
+    handed to ``on_record`` as soon as it is made (so a later timeout loses only its own)."""
+    records = []
+    capacity = int(min(spec.max_context, max(int((w.prompt + w.output).max()), 2)))
+    ex = device_executor(spec, device, dtype, threads, serving.max_num_seqs, capacity,
+                         int(w.prompt.max()), log=log)
+    for rate, load in zip(rates, loads, strict=True):
+        label = ("near" if load >= NEAR else "below") if load is not None else "rate"
+        # --level-s: only the requests that arrive within that many seconds at this rate.
+        n = len(w.prompt) if level_s is None else min(len(w.prompt),
+                                                      max(MIN_LEVEL, int(rate * level_s)))
+        log(f"replaying {n} requests at {rate:.3g} req/s"
+            f"{f' (load {load:.2f} of predicted saturation)' if load is not None else ''}")
+        res, info = replay_on_device(spec, w.at_rate(rate)[:n], w.prompt[:n], w.output[:n],
+                                     serving, device, dtype, threads, log=log, executor=ex)
+        fin = np.isfinite(res.finish)
+        log(f"  done in {res.wall_s:.1f} s: {int(fin.sum())} finished, "
+            f"{res.status.count('rejected')} rejected, {len(res.steps)} iterations")
+        records.append(to_record(res, {
+            "label": f"{label}-{rate:.3g}rps", "level": label, "rate_rps": rate,
+            "load": load, "trace": trace, "notes": list(w.notes),
+            "model": dataclasses.asdict(spec), "device": info,
+            "serving": dataclasses.asdict(serving)}))
+        if on_record is not None:
+            on_record(records[-1])
+    return records
+
+
+def parser() -> argparse.ArgumentParser:
+    """Arguments shared with ``servesim validate`` (which adds its own)."""
+    p = argparse.ArgumentParser(prog="python -m calibrate.replay_cli",
+                                description="Replay a trace for real on this device's model.")
+    add_replay_args(p)
+    p.add_argument("--out", type=Path, required=True, help="folder for replay-LABEL.json files")
+    return p
+
+
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    """The model, device, trace, load and serving-limit options."""
+    p.add_argument("--model", default=None, help="model preset, e.g. tiny or llama-3-8b")
+    p.add_argument("--hf-config", type=Path, default=None, help="HuggingFace config.json")
+    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None)
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    p.add_argument("--trace", default="azure_2023_conv", help="trace path or shipped name")
+    p.add_argument("--requests", type=int, default=100, help="rows of the trace to replay")
+    p.add_argument("--offset", type=int, default=0, help="first row of the trace to use")
+    p.add_argument("--level-s", type=float, default=None,
+                   help="replay at most the requests arriving in this many seconds per level "
+                        f"(at least {MIN_LEVEL}), to bound the run's time")
+    p.add_argument("--rate", default=None, help="req/s, comma-separated for several levels")
+    p.add_argument("--load", default="0.5,0.85",
+                   help="fractions of the profile's predicted saturation rate (when no --rate)")
+    p.add_argument("--profile", default=None, help="cost profile (needed for --load)")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="cap prompt+output tokens (default: the model's context)")
+    p.add_argument("--policy", choices=("continuous", "chunked"), default="continuous")
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="default: --max-len (continuous needs a whole prompt per step)")
+    p.add_argument("--token-budget", type=int, default=None, help="chunked: tokens per step")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--watermark", type=float, default=0.01)
+    p.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV blocks (default: enough for every slot to hold --max-len)")
+
+
+def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
+                   ) -> tuple[ModelSpec, Workload, Any, list[float], list[float | None], Any]:
+    """(model, workload, serving, rates, loads, profile or None) from parsed arguments."""
+    from calibrate.arch import resolve_model
+    from sim.profile import load_profile
+
+    spec = resolve_model(args.model, args.hf_config)
+    prof = load_profile(args.profile, Path.cwd()) if args.profile else None
+    max_len = min(args.max_len or spec.max_context, spec.max_context)
+    w = trace_workload(args.trace, args.requests, max_len, args.offset)
+    blocks = args.num_kv_blocks or args.max_num_seqs * -(-max_len // args.block_size)
+    serving = serving_config({
+        "policy": args.policy, "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens or max_len,
+        "token_budget": args.token_budget, "block_size": args.block_size,
+        "watermark": args.watermark, "num_kv_blocks": blocks})
+    sat = saturation_rate(w, serving, spec.max_context, prof) if prof is not None else None
+    if sat is not None:
+        log(f"predicted saturation: {sat:.3g} req/s for these requests ({args.profile})")
+    if args.rate:
+        rates = [float(x) for x in str(args.rate).split(",")]
+        loads: list[float | None] = [r / sat if sat else None for r in rates]
+    else:
+        if sat is None:
+            raise ServesimError("give --rate, or --profile so that --load can be turned "
+                                "into rates", where="--rate")
+        loads = [float(x) for x in str(args.load).split(",")]
+        rates = [sat * f for f in loads if f is not None]
+    if any(not r > 0 for r in rates):
+        raise ServesimError(f"rates must be > 0, got {rates}", where="--rate")
+    return spec, w, serving, rates, loads, prof
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay and write ``OUT/replay-LABEL.json`` per level; errors are one line, exit 2."""
+    args = parser().parse_args(argv)
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+    try:
+        spec, w, serving, rates, loads, _ = prepare_levels(args, log)
+        args.out.mkdir(parents=True, exist_ok=True)
+
+        def write(rec: dict[str, Any]) -> None:
+            path = args.out / f"replay-{rec['label']}.json"
+            path.write_text(json.dumps(rec, allow_nan=False) + "\n", encoding="utf-8")
+            print(f"wrote {path}", flush=True)
+        run_levels(spec, w, serving, rates, loads, args.device, args.dtype, args.threads,
+                   args.trace, log, args.level_s, write)
+    except ServesimError as exc:
+        print(f"replay: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("replay: interrupted; levels finished so far are written", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

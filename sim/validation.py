@@ -1,0 +1,194 @@
+"""Measured against predicted: per-request latencies of a real run and of the simulator's
+run of the same requests, compared percentile by percentile.
+
+A real run (a replay on the device, or a vLLM benchmark) becomes a
+:class:`sim.engine.RunResult`, so the report module writes its per-request CSV and
+plots its CDFs like any simulation. :func:`compare` takes requests that finished in
+both runs and gives, for TTFT, TPOT and E2E at p50/p90/p99, the real and predicted
+values and the relative error ``(predicted - real) / real``.
+
+No torch and no calibrate imports: this module reads what a replay wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.engine import Engine, RunResult, build_cost
+from sim.errors import ServesimError
+from sim.histogram import LogHistogram
+from sim.metrics import per_request
+from sim.replica import ReplicaStats
+from sim.request import FINISHED, REJECTED, UNFINISHED
+from sim.scenario import Scenario, ServingConfig, from_dict
+from sim.shape import StepShape
+from sim.workload import Requests
+
+METRICS = ("ttft", "tpot", "e2e")
+QUANTILES = (50, 90, 99)
+# Percentiles and metrics the bars apply to (docs/validation.md).
+BAR_METRICS = ("ttft", "tpot")
+BAR_QUANTILES = (50, 90)
+REPLAY_SCHEMA = "servesim-replay/1"
+# A placeholder workload: validation hands the engine its own requests.
+_NO_WORKLOAD = {"arrivals": {"process": "constant", "rate": 1.0},
+                "lengths": {"prompt": {"dist": "fixed", "value": 1},
+                            "output": {"dist": "fixed", "value": 1}},
+                "num_requests": 1}
+
+
+def scenario_for(model: dict[str, Any], serving: dict[str, Any], cost: dict[str, Any],
+                 name: str, base_dir: Path | None = None,
+                 hardware: dict[str, Any] | None = None) -> Scenario:
+    """A scenario of one replica with this model, serving limits and cost section."""
+    fields = {f.name for f in dataclasses.fields(ServingConfig)}
+    raw = {"name": name, "model": model, "cost": cost, "workload": _NO_WORKLOAD,
+           "serving": {k: v for k, v in serving.items() if k in fields and v is not None}}
+    if hardware:
+        raw["hardware"] = hardware
+    return from_dict(raw, f"<validate {name}>", base_dir)
+
+
+def simulate_requests(scenario: Scenario, requests: Requests, seed: int = 0) -> RunResult:
+    """The simulator's run of exactly ``requests`` under ``scenario`` (its workload unused)."""
+    return Engine(scenario, requests, build_cost(scenario), np.random.default_rng(seed)).run()
+
+
+def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
+                finish: np.ndarray, status: np.ndarray, reason: np.ndarray | None = None,
+                first_sched: np.ndarray | None = None, preemptions: np.ndarray | None = None,
+                itls: list[list[float]] | None = None,
+                steps: dict[str, np.ndarray] | None = None) -> RunResult:
+    """A measured run as a :class:`RunResult` (times in seconds; status codes of
+    :mod:`sim.request`). ``steps`` (iteration start/end times and shapes) fills the
+    busy time and batch statistics; ``itls`` (seconds, per request) the ITL histogram."""
+    n = len(requests)
+    itl = LogHistogram()
+    for gaps in itls or []:
+        if gaps:
+            itl.add_many(np.asarray(gaps, dtype=float))
+    stats = ReplicaStats()
+    if steps is not None and len(steps["start_s"]):
+        stats.iterations = len(steps["start_s"])
+        stats.busy_s = float(np.sum(steps["end_s"] - steps["start_s"]))
+        stats.batch_seqs = int(np.sum(steps["seqs"]))
+        stats.batch_tokens = int(np.sum(steps["new_tokens"]))
+    done = np.concatenate([finish[np.isfinite(finish)], [0.0]])
+    return RunResult(
+        scenario=scenario, requests=requests,
+        first_sched=np.full(n, np.nan) if first_sched is None else first_sched,
+        first_token=first_token, finish=finish,
+        preemptions=np.zeros(n, np.int64) if preemptions is None else preemptions,
+        replica=np.where(status == REJECTED, -1, 0), status=status,
+        reason=np.full(n, "", dtype=object) if reason is None else reason, itl=itl,
+        replica_stats=[stats], kv_blocks=scenario.serving.num_kv_blocks or 1,
+        end_s=float(done.max()), step_log=None)
+
+
+def compare(real: RunResult, pred: RunResult) -> dict[str, Any]:
+    """Percentiles of TTFT, TPOT and E2E (seconds) over requests finished in both runs,
+    with relative errors; counts of what each side finished, rejected or left unfinished."""
+    both = (real.status == FINISHED) & (pred.status == FINISHED)
+    lr, lp = per_request(real), per_request(pred)
+    rows: dict[str, dict[str, dict[str, float | None]]] = {}
+    for m in METRICS:
+        ok = both & np.isfinite(lr[m]) & np.isfinite(lp[m])
+        rows[m] = {}
+        for q in QUANTILES:
+            r = float(np.percentile(lr[m][ok], q)) if ok.any() else None
+            p = float(np.percentile(lp[m][ok], q)) if ok.any() else None
+            err = (p - r) / r if r and p is not None else None
+            rows[m][f"p{q}"] = {"real": r, "predicted": p, "rel_err": err}
+
+    def counts(res: RunResult) -> dict[str, int]:
+        return {"finished": int((res.status == FINISHED).sum()),
+                "rejected": int((res.status == REJECTED).sum()),
+                "unfinished": int((res.status == UNFINISHED).sum())}
+    return {"requests": len(real.status), "compared": int(both.sum()),
+            "real": counts(real), "predicted": counts(pred), "metrics": rows}
+
+
+def verdict(cmp: dict[str, Any], bar: float) -> dict[str, Any]:
+    """Worst |relative error| over the bar's metrics and percentiles, and pass or fail."""
+    errs = [cmp["metrics"][m][f"p{q}"]["rel_err"] for m in BAR_METRICS for q in BAR_QUANTILES]
+    if any(e is None for e in errs):
+        return {"bar": bar, "worst": None, "passed": False}
+    worst = max(abs(e) for e in errs)
+    return {"bar": bar, "worst": worst, "passed": worst <= bar}
+
+
+def table(cmp: dict[str, Any], title: str) -> str:
+    """The comparison as text: one row per metric and percentile, milliseconds."""
+    lines = [title,
+             f"requests: {cmp['requests']}, compared {cmp['compared']} (finished in both); "
+             f"real {_counts(cmp['real'])}; predicted {_counts(cmp['predicted'])}",
+             f"{'metric':<8}{'pct':>5}{'real ms':>12}{'predicted ms':>14}{'rel err':>10}"]
+    for m in METRICS:
+        for q in QUANTILES:
+            row = cmp["metrics"][m][f"p{q}"]
+            if row["real"] is None:
+                lines.append(f"{m:<8}{'p' + str(q):>5}{'-':>12}{'-':>14}{'-':>10}")
+                continue
+            err = "-" if row["rel_err"] is None else f"{row['rel_err']:+.1%}"
+            lines.append(f"{m:<8}{'p' + str(q):>5}{row['real'] * 1e3:>12.1f}"
+                         f"{row['predicted'] * 1e3:>14.1f}{err:>10}")
+    return "\n".join(lines)
+
+
+def _counts(c: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in c.items() if v or k == "finished")
+
+
+def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
+    """Each measured iteration against the cost model's price for its shape: relative
+    errors of the executor's seconds (``exec_s``) by kind, and busy time on both sides."""
+    if not len(steps["start_s"]):
+        return {}
+    shape = StepShape(*(np.asarray(steps[f], dtype=float) for f in StepShape._fields))
+    pred = np.asarray(cost.step_time(shape), dtype=float)
+    real = np.asarray(steps["exec_s"], dtype=float)
+    rel = (pred - real) / real
+    prefill = np.asarray(steps["prefill_seqs"]) > 0
+    out: dict[str, Any] = {
+        "iterations": int(real.size),
+        "busy_real_s": float(np.sum(steps["end_s"] - steps["start_s"])),
+        "exec_real_s": float(real.sum()), "exec_predicted_s": float(pred.sum()),
+    }
+    if "cpu_s" in steps:
+        # Share of the steps' wall time the replay thread was on a core (CPU devices).
+        out["cpu_share"] = float(np.sum(steps["cpu_s"]) / max(real.sum(), 1e-12))
+    for kind, mask in (("with_prefill", prefill), ("decode_only", ~prefill)):
+        out[kind] = {"iterations": int(mask.sum()),
+                     "real_s": float(real[mask].sum()), "predicted_s": float(pred[mask].sum()),
+                     "median_rel_err": float(np.median(rel[mask])) if mask.any() else None}
+    return out
+
+
+def read_replay(record: dict[str, Any], source: str) -> tuple[Requests, dict[str, np.ndarray],
+                                                              dict[str, np.ndarray]]:
+    """(requests, measured per-request columns, step columns) of a replay record."""
+    if record.get("schema") != REPLAY_SCHEMA:
+        raise ServesimError(f"not a replay file (schema {record.get('schema')!r}, expected "
+                            f"{REPLAY_SCHEMA!r})", source=source)
+    try:
+        rq, st = record["requests"], record["steps"]
+
+        def arr(xs: list[Any]) -> np.ndarray:
+            return np.array([np.nan if x is None else x for x in xs], dtype=float)
+        requests = Requests(arr(rq["arrival_s"]), np.asarray(rq["prompt_tokens"], np.int64),
+                            np.asarray(rq["output_tokens"], np.int64))
+        status = np.array([FINISHED if s == "finished" else REJECTED if s == "rejected"
+                           else UNFINISHED for s in rq["status"]], dtype=np.int8)
+        cols = {"first_sched": arr(rq["first_scheduled_s"]),
+                "first_token": arr(rq["first_token_s"]), "finish": arr(rq["finish_s"]),
+                "preemptions": np.asarray(rq["preemptions"], np.int64), "status": status,
+                "reason": np.array(rq["reason"], dtype=object)}
+        steps = {k: arr(v) for k, v in st.items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ServesimError(f"malformed replay record ({type(exc).__name__}: {exc})",
+                            source=source) from None
+    return requests, cols, steps

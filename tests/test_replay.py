@@ -1,0 +1,127 @@
+"""The real replay loop (calibrate/replay.py): it follows the simulator's policies exactly,
+runs the tiny model on CPU with consistent bookkeeping, and never imports SimPy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from calibrate.replay import CostExecutor, VirtualClock, WallClock, replay_on_device, run_loop
+from calibrate.replay_cli import main as replay_main
+from calibrate.replay_cli import saturation_rate, serving_config, to_record, trace_workload
+from sim.cost import LinearCost
+from sim.engine import Engine
+from sim.request import FINISHED
+from sim.specs import MODELS
+from sim.validation import read_replay, scenario_for
+from sim.workload import Requests
+
+ROOT = Path(__file__).parents[1]
+COST = {"step_s": 0.004, "per_new_token_s": 2e-5, "per_context_token_s": 1e-6,
+        "per_seq_s": 1e-4}
+
+
+def _engine(serving, w, arrival):
+    sc = scenario_for(dataclasses.asdict(MODELS["tiny"]), dataclasses.asdict(serving),
+                      {"linear": COST}, "eq")
+    req = Requests(arrival, w.prompt, w.output)
+    return Engine(sc, req, LinearCost(**COST), np.random.default_rng(0)).run()
+
+
+@pytest.mark.parametrize(("policy", "blocks"), [("continuous", None), ("continuous", 120),
+                                                ("chunked", None), ("chunked", 120)])
+def test_virtual_replay_equals_the_simulator(policy: str, blocks: int | None) -> None:
+    """Same step times in, same schedule out: every first token and finish to the ns,
+    with KV pressure (preemption by recompute) and without."""
+    w = trace_workload("azure_2023_conv", 150, 2048)
+    sv = serving_config({"policy": policy, "max_num_seqs": 12, "max_num_batched_tokens": 2048,
+                         "block_size": 16, "num_kv_blocks": blocks or 12 * 128})
+    cost = LinearCost(**COST)
+    arrival = w.at_rate(0.8 * saturation_rate(w, sv, 4096, cost))
+    mine = run_loop(arrival, w.prompt, w.output, sv, 4096, CostExecutor(cost), VirtualClock())
+    sim = _engine(sv, w, arrival)
+    assert np.array_equal(np.isnan(mine.finish), np.isnan(sim.finish))
+    np.testing.assert_allclose(mine.first_token, sim.first_token, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(mine.finish, sim.finish, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(mine.first_sched, sim.first_sched, rtol=0, atol=1e-9)
+    assert np.array_equal(mine.preemptions, sim.preemptions)
+    if blocks is not None:
+        assert mine.preemptions.sum() > 0  # the KV limit was actually exercised
+    assert [s == "finished" for s in mine.status] == list(sim.status == FINISHED)
+
+
+def test_rejections_follow_the_simulator() -> None:
+    sv = serving_config({"policy": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 64,
+                         "num_kv_blocks": 8, "block_size": 16})
+    prompt, output = np.array([30, 70, 10, 100]), np.array([10, 1, 200, 1])
+    res = run_loop(np.zeros(4), prompt, output, sv, 256, CostExecutor(LinearCost(**COST)),
+                   VirtualClock())
+    assert res.reason == ["", "prompt_exceeds_max_num_batched_tokens", "exceeds_kv_capacity",
+                          "prompt_exceeds_max_num_batched_tokens"]
+    assert res.status[0] == "finished" and np.isfinite(res.finish[0])
+
+
+def test_wall_clock_replay_of_the_tiny_model_on_cpu() -> None:
+    """A real run: arrivals respected, token accounting exact, steps back to back."""
+    spec = MODELS["tiny"]
+    w = trace_workload("azure_2023_conv", 12, 256)
+    sv = serving_config({"policy": "chunked", "max_num_seqs": 4, "max_num_batched_tokens": 256,
+                         "token_budget": 64, "num_kv_blocks": 40})
+    arrival = w.at_rate(40.0)
+    threads = torch.get_num_threads()
+    try:
+        res, info = replay_on_device(spec, arrival, w.prompt, w.output, sv, "cpu", None)
+    finally:
+        torch.set_num_threads(threads)
+    assert info["threads"] == 1 and info["type"] == "cpu"
+    assert all(s == "finished" for s in res.status)
+    assert np.all(res.first_sched >= arrival) and np.all(res.first_token > res.first_sched)
+    assert np.all(res.finish >= res.first_token)
+    steps = np.array(res.steps)
+    assert np.all(steps[1:, 0] >= steps[:-1, 1])  # iterations never overlap
+    assert np.all(steps[:, 2] <= steps[:, 1] - steps[:, 0] + 1e-9)  # exec within the step
+    assert steps[:, 3].sum() > 0  # CPU seconds recorded
+    # Every prompt token plus every output token but the last is computed at least once.
+    assert steps[:, 5].sum() >= (w.prompt + w.output - 1).sum()
+    assert steps[:, 5].max() <= 64  # the chunked budget held
+    rec = json.loads(json.dumps(to_record(res, {"label": "x"}), allow_nan=False))
+    requests, cols, back = read_replay(rec, "<test>")
+    np.testing.assert_allclose(cols["finish"], res.finish, atol=1e-8)
+    assert np.array_equal(requests.prompt_tokens, w.prompt)
+    assert len(back["start_s"]) == len(res.steps)
+
+
+def test_wall_clock_waits_for_arrivals() -> None:
+    clock = WallClock()
+    clock.wait_until(0.02)
+    assert 0.02 <= clock.now() < 0.5
+
+
+def test_replay_command_writes_records(tmp_path: Path) -> None:
+    threads = torch.get_num_threads()
+    try:
+        rc = replay_main(["--model", "tiny", "--device", "cpu", "--requests", "6",
+                          "--max-len", "128", "--rate", "50", "--max-num-seqs", "4",
+                          "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0
+    (path,) = tmp_path.glob("replay-*.json")
+    rec = json.loads(path.read_text())
+    assert rec["schema"] == "servesim-replay/1" and rec["rate_rps"] == 50.0
+    assert rec["serving"]["max_num_seqs"] == 4 and len(rec["requests"]["status"]) == 6
+    assert replay_main(["--model", "tiny", "--device", "cpu", "--out", str(tmp_path),
+                        "--requests", "6"]) == 2  # --load needs a profile
+
+
+def test_replay_never_imports_simpy() -> None:
+    code = ("import sys; import calibrate.replay, calibrate.replay_cli; "
+            "assert 'simpy' not in sys.modules and 'matplotlib' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

@@ -1,0 +1,135 @@
+"""``servesim validate``: the vLLM-result import and its arithmetic, checked by hand, and
+the real path (replay on CPU, simulate, compare) end to end on a short trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from sim import vllm_results
+from sim.errors import ServesimError
+from sim.validate import main
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm" / "bench_detailed.json"
+# Every request of the fixture arrives alone (start_times 10 s apart), so under this
+# linear cost the prediction is exact arithmetic: TTFT = 0.01 + 0.001·prompt and one
+# decode step = 0.011 s.
+SCENARIO = {
+    "name": "vllm-check", "model": "tiny",
+    "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+    "serving": {"max_num_batched_tokens": 256, "num_kv_blocks": 64},
+    "workload": {"arrivals": {"process": "constant", "rate": 1.0},
+                 "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                             "output": {"dist": "fixed", "value": 2}}, "num_requests": 1},
+}
+
+
+def test_vllm_result_is_read_with_vllm_definitions() -> None:
+    run = vllm_results.load(FIXTURE)
+    assert run.failed.tolist() == [False, False, False, True]
+    np.testing.assert_allclose(run.arrival_s, [0.0, 10.0, 20.0, 25.0])
+    np.testing.assert_allclose(run.e2e_s[:3], [0.194, 0.080, 0.313])
+    assert np.isnan(run.e2e_s[3])
+    assert "start_times" in run.arrivals_note
+    assert any("1 of 4 requests failed" in n for n in run.notes)
+    assert run.meta["aggregates_ms"]["median_ttft_ms"] == 150.0
+
+
+def test_vllm_arrivals_are_reconstructed_when_not_saved() -> None:
+    data = json.loads(FIXTURE.read_text())
+    del data["start_times"]
+    a = vllm_results.parse(data, "<t>", seed=3)
+    b = vllm_results.parse(data, "<t>", seed=3)
+    assert a.arrival_s[0] == 0.0 and np.all(np.diff(a.arrival_s) > 0)
+    np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
+    assert "Poisson at 0.2 req/s, seed 3" in a.arrivals_note
+    data["request_rate"] = "inf"
+    assert vllm_results.parse(data, "<t>").arrival_s.tolist() == [0.0] * 4
+    del data["itls"]
+    with pytest.raises(ServesimError, match="save-detailed"):
+        vllm_results.parse(data, "<t>")
+
+
+def test_vllm_comparison_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "out"
+    assert main(["--vllm-result", str(FIXTURE), "--scenario", str(sc), "--out", str(out),
+                 "--no-plots"]) == 0
+    level = json.loads((out / "validation.json").read_text())["levels"][0]
+    cmp = level["comparison"]
+    assert cmp["compared"] == 3 and cmp["failed_in_vllm"] == 1
+    m = cmp["metrics"]
+    # Real: TTFT [0.15, 0.05, 0.30], TPOT [0.011, 0.015, 0.013], E2E [0.194, 0.080, 0.313].
+    # Predicted: TTFT [0.11, 0.06, 0.21], TPOT 0.011 each, E2E [0.154, 0.082, 0.221].
+    expect = {("ttft", "p50"): (0.150, 0.110), ("ttft", "p90"): (0.270, 0.190),
+              ("tpot", "p50"): (0.013, 0.011), ("tpot", "p90"): (0.0146, 0.011),
+              ("e2e", "p50"): (0.194, 0.154), ("e2e", "p99"): (0.31062, 0.21966)}
+    for (metric, q), (real, pred) in expect.items():
+        row = m[metric][q]
+        assert row["real"] == pytest.approx(real, rel=1e-9)
+        assert row["predicted"] == pytest.approx(pred, rel=1e-9)
+        assert row["rel_err"] == pytest.approx((pred - real) / real, rel=1e-9)
+    assert level["verdict"]["worst"] == pytest.approx(abs((0.19 - 0.27) / 0.27))
+    assert level["cross_check"]["median_ttft_ms"] == {"vllm": 150.0,
+                                                      "from_requests": pytest.approx(150.0)}
+    rows = (out / "real-vllm.csv").read_text().splitlines()
+    assert len(rows) == 4  # header + the three requests that did not fail
+    text = capsys.readouterr().out
+    assert "failed in vLLM: 1" in text and "-26.7%" in text
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short quick calibration of tiny on CPU (its accuracy is not what is tested)."""
+    from calibrate.run import CalibrationConfig, calibrate
+    from sim.specs import MODELS
+
+    out = tmp_path_factory.mktemp("prof") / "tiny.yaml"
+    threads = torch.get_num_threads()
+    try:
+        calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu", quick=True,
+                                    budget_s=20, progress=False))
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Replay, simulate, compare at two rates; the bound is loose (a busy 2-core machine
+    can slow the real side several-fold); the 15% bar is the command's, not this test's."""
+    out = tmp_path / "v"
+    threads = torch.get_num_threads()
+    try:
+        rc = main(["--model", "tiny", "--device", "cpu", "--profile", str(profile),
+                   "--requests", "16", "--max-len", "512", "--rate", "4,12", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0
+    levels = json.loads((out / "validation.json").read_text())["levels"]
+    assert [lv["rate_rps"] for lv in levels] == [4.0, 12.0]
+    for lv in levels:
+        cmp = lv["comparison"]
+        assert cmp["compared"] == 16 and cmp["real"]["finished"] == 16
+        for metric in ("ttft", "tpot", "e2e"):
+            row = cmp["metrics"][metric]["p50"]
+            assert 1 / 4 < row["predicted"] / row["real"] < 4, (metric, row)
+        assert lv["steps"]["iterations"] > 16
+        for name in ("real", "predicted"):
+            assert (out / f"{name}-{lv['label']}.csv").is_file()
+        assert (out / f"cdf-{lv['label']}.png").stat().st_size > 1000
+    text = capsys.readouterr().out
+    assert text.count("rel err") == 2 and "bar" in text
+    # The recorded replays compare again without re-running the model.
+    replays = sorted(str(p) for p in out.glob("replay-*.json"))
+    assert main(["--replay", *replays, "--profile", str(profile), "--out", str(tmp_path / "r"),
+                 "--no-plots"]) == 0
+    again = json.loads((tmp_path / "r" / "validation.json").read_text())["levels"]
+    assert {lv["label"]: lv["comparison"] for lv in again} == {
+        lv["label"]: lv["comparison"] for lv in levels}

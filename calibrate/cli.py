@@ -28,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
                    help="wall-clock budget; the sweep stops early and fits what it measured")
     p.add_argument("--quick", action="store_true", help="a coarse grid and fewer repeats")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, see docs)")
+    p.add_argument("--passes", type=int, default=2,
+                   help="sweeps over every point, each point keeping its fastest median "
+                        "(default 2; guards against a busy neighbour on a shared machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", type=Path, required=True,
                    help="profile YAML to write; the measurements CSV goes beside it")
@@ -46,12 +49,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ServesimError(f"calibrate needs torch, numpy, scipy and pyyaml ({exc})") from None
         if args.budget_s <= 0:
             raise ServesimError(f"got {args.budget_s}, must be greater than 0", where="--budget-s")
+        if args.passes < 1:
+            raise ServesimError(f"got {args.passes}, must be at least 1", where="--passes")
         if args.out.suffix not in (".yaml", ".yml"):
             raise ServesimError(f"got {str(args.out)!r}, expected a .yaml file", where="--out")
         cfg = CalibrationConfig(
             model=resolve_model(args.model, args.hf_config), out=args.out, device=args.device,
             dtype=args.dtype, tp=args.tp, budget_s=args.budget_s, quick=args.quick, gpu=args.gpu,
-            threads=args.threads, progress=not args.no_progress)
+            threads=args.threads, progress=not args.no_progress, passes=args.passes)
         res = calibrate(cfg)
     except ServesimError as exc:
         print(f"servesim calibrate: error: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ several starting points, the best kept.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from sim.shape import StepShape
 # Hold out one point in this many (every component keeps at least MIN_TEST out).
 HOLDOUT_EVERY = 4
 MIN_TEST = 2
+# Breakpoints tried per breakpoint coefficient on the coarse pass (geometric, 1 to 1e9).
+KNEE_CANDIDATES = 37
 
 
 @dataclass(frozen=True)
@@ -68,13 +71,67 @@ def _predict(form: ComponentForm, x: np.ndarray, s: StepShape) -> np.ndarray:
     return np.broadcast_to(np.asarray(out, dtype=float), s.seqs.shape)
 
 
-def _fit_linear(form: ComponentForm, s: StepShape, y: np.ndarray) -> np.ndarray:
-    # The form is linear in its coefficients, so column i is the form at unit coefficient i.
-    k = len(form.coefs)
-    a = np.stack([_predict(form, np.eye(k)[i], s) for i in range(k)], axis=1)
-    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)
-    res = lsq_linear((a / scale) / y[:, None], np.ones_like(y), bounds=(0, np.inf))
-    return np.asarray(res.x / scale, dtype=float)
+def _columns(form: ComponentForm, s: StepShape, fixed: dict[str, float]) -> np.ndarray:
+    """The form at unit value of each free coefficient (``fixed`` ones held), one column each."""
+    free = [k for k in form.coefs if k not in fixed]
+    cols = []
+    for k in free:
+        c = {**{j: 0.0 for j in form.coefs}, **fixed, k: 1.0}
+        out = form.evaluate(c, s)
+        cols.append(np.broadcast_to(np.asarray(out, dtype=float), s.seqs.shape))
+    return np.stack(cols, axis=1)
+
+
+def _solve(a: np.ndarray, y: np.ndarray, offset: np.ndarray | float = 0.0
+           ) -> tuple[np.ndarray, float]:
+    """Non-negative x minimising Σ((offset + a·x)/y − 1)²: (x, that sum). Empty columns get 0."""
+    scale = np.abs(a).max(axis=0)
+    used = scale > 0
+    x = np.zeros(a.shape[1])
+    if used.any():
+        # Candidate breakpoints can make columns collinear; scipy then warns on the way
+        # to a valid answer, and a non-finite one is simply not kept.
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            res = lsq_linear((a[:, used] / scale[used]) / y[:, None], 1.0 - offset / y,
+                             bounds=(0, np.inf))
+        x[used] = res.x / scale[used]
+    cost = float(np.sum(((offset + a @ x) / y - 1.0) ** 2))
+    return x, cost if np.all(np.isfinite(x)) and np.isfinite(cost) else np.inf
+
+
+def _fit_linear(form: ComponentForm, s: StepShape, y: np.ndarray,
+                offset: np.ndarray | float = 0.0, times: float = 1.0) -> np.ndarray:
+    """Coefficients of a form linear in them, fitting ``offset + times·form`` to ``y``."""
+    if not form.knees:
+        return _solve(_columns(form, s, {}) * times, y, offset)[0]
+
+    # Breakpoint coefficients (counts): solve exactly at each candidate set, keep the best.
+    # A coarse geometric grid over any plausible count first (and "none in range",
+    # infinity), then a finer one around the best, one breakpoint at a time.
+    def cost_at(knees: dict[str, float]) -> tuple[float, np.ndarray]:
+        x, c = _solve(_columns(form, s, knees) * times, y, offset)
+        return c, x
+
+    coarse = [*np.geomspace(1.0, 1e9, KNEE_CANDIDATES), np.inf]
+    best: dict[str, float] = {}
+    best_cost, best_x = np.inf, np.zeros(0)
+    for combo in itertools.product(coarse, repeat=len(form.knees)):
+        knees = dict(zip(form.knees, (float(k) for k in combo), strict=True))
+        c, x = cost_at(knees)
+        if c < best_cost * (1 - 1e-9):
+            best, best_cost, best_x = knees, c, x
+    step = (1e9 ** (1 / (KNEE_CANDIDATES - 1)))
+    for name in form.knees:
+        if not np.isfinite(best[name]):
+            continue
+        for k in np.geomspace(best[name] / step, best[name] * step, 13):
+            knees = {**best, name: float(k)}
+            c, x = cost_at(knees)
+            if c < best_cost * (1 - 1e-9):
+                best, best_cost, best_x = knees, c, x
+    free = iter(best_x)
+    # "No breakpoint in range" is written as a finite count past any plausible one.
+    return np.array([min(best[k], 1e9) if k in best else next(free) for k in form.coefs])
 
 
 def _fit_roofline(form: ComponentForm, s: StepShape, y: np.ndarray) -> np.ndarray:
@@ -140,3 +197,20 @@ def allreduce_coefs(layers: int, hidden: int, dtype_bytes: int, tp: int,
         return {"per_step_s": 0.0, "per_token_s": 0.0}
     return {"per_step_s": 2 * layers * link_latency_s,
             "per_token_s": 2 * layers * 2 * (tp - 1) / tp * hidden * dtype_bytes / link_bw}
+
+
+def fit_in_situ(shapes: Sequence[StepShape], y: Sequence[float] | np.ndarray,
+                base: Sequence[float] | np.ndarray, layers: int
+                ) -> tuple[dict[str, float], np.ndarray]:
+    """Fit the ``in_situ`` component to whole steps: (coefficients, its seconds per step).
+
+    ``y`` are the timed steps and ``base`` what the operator components predict for
+    them; the correction (per layer, times ``layers``) takes up the rest, minimising
+    relative error with coefficients ≥ 0, so a device with no in-situ effect gets zeros.
+    """
+    form = FORMS["in_situ"]
+    s = stack(shapes)
+    ys, bs = np.asarray(y, dtype=float), np.asarray(base, dtype=float)
+    x = _fit_linear(form, s, ys, offset=bs, times=float(layers))
+    coef = {k: float(v) for k, v in zip(form.coefs, x, strict=True)}
+    return coef, _predict(form, x, s) * layers

@@ -41,22 +41,22 @@ class GridConfig:
     prefill_contexts: tuple[int, ...]  # ... and context already cached before the chunk
     batches: tuple[int, ...]           # decode attention: sequences
     decode_contexts: tuple[int, ...]   # ... and their (uniform) context
-    mixed: int                         # decode batches with random mixed contexts
+    mixed: int                         # off-grid decode batches (random size and context)
     head_seqs: tuple[int, ...]         # LM head and sampling: sequences
     scale: int                         # whole steps: multiplier on the base mixes
 
 
 CPU_QUICK = GridConfig(
     tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512),
-    chunks=(16, 64, 128, 256, 512), prefill_contexts=(0, 256, 1024),
-    batches=(1, 4, 16, 32, 64), decode_contexts=(64, 512, 2048), mixed=5,
+    chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 512, 1024, 2048),
+    batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(32, 128, 512, 1024, 2048), mixed=6,
     head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
 )
 CPU_FULL = GridConfig(
     tokens=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512),
-    chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 512, 1024, 2048),
-    batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(32, 128, 512, 1024, 2048), mixed=10,
-    head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
+    chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 256, 512, 1024, 2048),
+    batches=(1, 2, 4, 8, 16, 24, 32, 48, 64), decode_contexts=(32, 128, 256, 512, 1024, 2048),
+    mixed=10, head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
 )
 GPU_QUICK = GridConfig(
     tokens=(1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
@@ -90,6 +90,19 @@ def _spread(points: list[Point]) -> list[Point]:
     return [points[i] for i in order if i < n]
 
 
+def _around(rng: np.random.Generator, b: int, c: int, cap: int) -> Entries:
+    """``b`` decode entries with contexts drawn uniformly from [c/4, 7c/4] (one: exactly c).
+
+    A serving batch's contexts are spread (sequences joined at different times), and the
+    spread sets how many length groups decode attention runs, so every decode batch the
+    calibration times, operator or whole step, is spread alike.
+    """
+    if b == 1:
+        return ((1, c),)
+    ctx = rng.integers(max(1, c // 4), min(cap - 1, c + 3 * c // 4) + 1, size=b)
+    return tuple((1, int(x)) for x in sorted(ctx))
+
+
 def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point]:
     """All operator sweep points, interleaved across components (range-first order)."""
     cap = spec.max_context
@@ -109,24 +122,31 @@ def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point
             per["prefill_attention"].append(
                 Point("prefill_attention", ((mid, g.prefill_contexts[1]),) * k,
                       f"{k}x n={mid} c={g.prefill_contexts[1]}"))
+    # Decode contexts are spread around each nominal one (as in real serving, where no two
+    # sequences share a length), so the grouping and padding of mixed lengths is measured.
+    rng = np.random.default_rng(seed)
     for b in g.batches:
         for c in g.decode_contexts:
             if c < cap:
-                per["decode_attention"].append(Point("decode_attention", ((1, c),) * b,
-                                                     f"b={b} c={c}"))
-    rng = np.random.default_rng(seed)
-    hi = min(max(g.decode_contexts), cap - 1)
-    for i in range(g.mixed):
-        b = int(g.batches[1 + i % (len(g.batches) - 1)])
-        ctx = sorted(int(c) for c in rng.integers(min(g.decode_contexts), hi + 1, size=b))
-        per["decode_attention"].append(Point("decode_attention", tuple((1, c) for c in ctx),
-                                             f"b={b} mixed"))
+                per["decode_attention"].append(Point(
+                    "decode_attention", _around(rng, b, c, cap), f"b={b} c~{c}"))
+    # Off-grid batches: random sizes and nominal contexts within the grid's range.
+    lo, hi = min(g.decode_contexts), min(max(g.decode_contexts), cap - 1)
+    for _ in range(g.mixed):
+        b = int(rng.integers(2, max(g.batches) + 1))
+        c = int(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+        per["decode_attention"].append(Point("decode_attention", _around(rng, b, c, cap),
+                                             f"b={b} c~{c}"))
     per["lm_head"] = [Point("lm_head", ((1, 0),) * s, f"seqs={s}") for s in g.head_seqs]
     for s in g.head_seqs:
-        per["step"].append(Point("step", ((1, 128),) * s, f"decode seqs={s}"))
+        per["step"].append(Point("step", _around(rng, s, 128, cap), f"decode seqs={s}"))
+        if s > 2:
+            c = int(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+            per["step"].append(Point("step", _around(rng, s, c, cap), f"decode seqs={s} c~{c}"))
     for n in g.chunks:
         per["step"].append(Point("step", ((n, 0),), f"prefill n={n}"))
-        per["step"].append(Point("step", ((n, 0),) + ((1, 64),) * 8, f"prefill n={n} + 8 decodes"))
+        per["step"].append(Point("step", ((n, 0),) + _around(rng, 8, 64, cap),
+                                 f"prefill n={n} + 8 decodes"))
     spread = {c: _spread(p) for c, p in per.items()}
     return list(_interleave(spread))
 
@@ -148,25 +168,31 @@ def whole_step_points(spec: ModelSpec, g: GridConfig, seed: int = 1) -> list[Poi
     cap = spec.max_context - 1
     rng = np.random.default_rng(seed)
 
-    def mixed_ctx(b: int, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
-        hi = min(hi, cap)
-        return tuple((1, int(c)) for c in sorted(rng.integers(lo, hi + 1, size=b)))
+    def around(b: int, c: int) -> Entries:
+        return _around(rng, b, min(c * s, cap), spec.max_context)
 
     mixes: list[tuple[str, Entries]] = [
-        ("decode b=2 c=96", ((1, min(96 * s, cap)),) * 2),
-        ("decode b=12 c=300", ((1, min(300 * s, cap)),) * 12),
-        ("decode b=24 mixed", mixed_ctx(24, 40 * s, 1500 * s)),
-        ("decode b=48 c=700", ((1, min(700 * s, cap)),) * 48),
+        ("decode b=2 c~96", around(2, 96)),
+        ("decode b=6 c~1500", around(6, 1500)),
+        ("decode b=12 c~300", around(12, 300)),
+        ("decode b=24 c~800", around(24, 800)),
+        ("decode b=48 c~700", around(48, 700)),
+        ("decode b=64 c~200", around(64, 200)),
         ("prefill n=100", ((100 * s, 0),)),
         ("prefill n=320", ((320 * s, 0),)),
         ("prefill chunk n=200 c=600", ((200 * s, min(600 * s, cap - 200 * s)),)),
         ("prefill 2x n=150", ((150 * s, 0),) * 2),
-        ("mixed n=160 + 20 decodes", ((160 * s, 0),) + mixed_ctx(20, 50 * s, 1200 * s)),
-        ("mixed chunk n=48 c=300 + 40 decodes",
-         ((48 * s, 300 * s),) + ((1, 400 * s),) * 40),
-        ("mixed n=400 + 6 decodes", ((400 * s, 0),) + ((1, 900 * s),) * 6),
+        ("prefill 3x n=48", ((48 * s, 0),) * 3),
+        ("mixed n=160 + 20 decodes", ((160 * s, 0),) + around(20, 600)),
+        ("mixed chunk n=48 c=300 + 40 decodes", ((48 * s, 300 * s),) + around(40, 400)),
+        ("mixed n=400 + 6 decodes", ((400 * s, 0),) + around(6, 900)),
         ("mixed 2 chunks + 10 decodes",
-         ((64 * s, 128 * s), (96 * s, 0)) + mixed_ctx(10, 100, 800 * s)),
+         ((64 * s, 128 * s), (96 * s, 0)) + around(10, 450)),
+        ("mixed chunk n=32 c=1500 + 24 decodes", ((32 * s, 1500 * s),) + around(24, 600)),
+        ("decode b=4 c~400", around(4, 400)),
+        ("decode b=32 c~1200", around(32, 1200)),
+        ("mixed n=96 + 32 decodes", ((96 * s, 0),) + around(32, 300)),
+        ("mixed chunk n=128 c=1024 + 12 decodes", ((128 * s, 1024 * s),) + around(12, 1000)),
     ]
     return [Point(WHOLE_STEP, e, label) for label, e in mixes
             if all(n + c <= spec.max_context for n, c in e)]

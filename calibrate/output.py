@@ -97,6 +97,7 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
             entry["fit"] = {"source": "datasheet" if cfg.tp > 1 else "none (tp=1)"}
         comps[name] = entry
     steps = [m for m in res.measurements if m.split == "validate" and m.predicted_s is not None]
+    fit_steps = sum(m.split == "fit" for m in res.measurements)
     return {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -106,7 +107,7 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
         "model": dataclasses.asdict(res.cost.model),
         "components": comps,
         "validation": {
-            "whole_steps": len(steps), "layers": layers_checked,
+            "whole_steps": len(steps), "fit_steps": fit_steps, "layers": layers_checked,
             "mape": _num(res.step_mape), "max_err": _num(res.step_max_err), "bar": bar,
             "passed": bool(res.step_mape <= bar),
         },

@@ -59,8 +59,10 @@ class Bench:
     """Builds and times the callable for each point on one device."""
 
     def __init__(self, shard: Shard, layers: int, max_pos: int, dtype: str,
-                 device: torch.device, timer: Timer):
+                 device: torch.device, timer: Timer, step_layers: int | None = None):
+        # ``layers``: the model's depth; ``step_layers``: the depth whole steps run at.
         self.d, self.layers, self.max_pos = shard, layers, max_pos
+        self.step_layers = step_layers or layers
         self.dtype, self.device, self.timer = dtype, device, timer
         per_layer = sum(p.numel() * p.element_size()
                         for p in build_decoder(shard, 1, 1, dtype, torch.device("meta"))
@@ -146,7 +148,8 @@ class Bench:
                decode_sized: bool) -> Callable[[], object]:
         """A full-depth step, timed by wall clock from host packing to ids on the host."""
         if self.full is None:
-            self.full = build_decoder(self.d, self.layers, self.max_pos, self.dtype, self.device)
+            self.full = build_decoder(self.d, self.step_layers, self.max_pos, self.dtype,
+                                      self.device)
         slots, capacity = _needs(tuple((n, c) for _, n, c in entries))
         caches = self._full_caches
         if caches is None or caches[0].slots < slots or caches[0].capacity < capacity:

@@ -2,8 +2,12 @@
 
 On CUDA each repeat is bracketed by CUDA events, and decode-sized work can be
 captured once in a CUDA graph and replayed, so launch overhead that a serving engine
-would also remove with graphs does not dominate. On CPU each repeat is timed with
-``time.perf_counter``; the caller pins ``torch.set_num_threads(1)`` (see DESIGN.md).
+would also remove with graphs does not dominate. On CPU the caller pins
+``torch.set_num_threads(1)`` (see DESIGN.md), so all the work runs on the calling
+thread, and each repeat is timed by that thread's CPU clock (``time.thread_time``):
+it is the wall time of the work less any time the scheduler gave other processes.
+On a shared 2-core machine that removes the preemption tail (measured: p90 of a
+1.6 ms matmul pair 5.7 ms by wall clock, 1.7 ms by thread clock, medians equal).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ class Timer:
 
         ``graph`` asks for CUDA-graph replay where it can be captured; ``wall`` times by
         ``perf_counter`` even on CUDA (for work that includes host packing and a sync).
+        On CPU every repeat is timed by the thread's CPU clock (see the module docstring).
         """
         cfg = self.config
         for _ in range(cfg.warmup):
@@ -118,6 +123,7 @@ class Timer:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
+        clock = time.perf_counter if self.cuda else time.thread_time
+        t0 = clock()
         run()
-        return time.perf_counter() - t0
+        return clock() - t0

@@ -20,8 +20,11 @@ py=${PYTHON:-python3}
 device=${SERVESIM_CHECK_DEVICE:-cuda}
 
 # model  grid-flag  budget-s  hard-timeout-s (budget plus model build and start-up)
+# The CPU path is a smoke test of this script, so it sweeps once (--passes 1).
+extra=""
 if [ "$device" = cpu ]; then
     runs=("tiny --quick 40 90")
+    extra="--passes 1"
 else
     runs=("llama-3-8b - 170 230" "mistral-7b --quick 60 100" "qwen2.5-7b --quick 60 100")
 fi
@@ -47,13 +50,47 @@ for run in "${runs[@]}"; do
     name="$device-$model"
     echo "== $name: budget ${budget}s $flag" >>"$log"
     start=$(date +%s)
-    # shellcheck disable=SC2086  # $flag is empty or one word
+    # shellcheck disable=SC2086  # $flag and $extra are empty or plain words
     timeout --signal=INT --kill-after=15 "$limit" \
-        "$py" -m calibrate --model "$model" --device "$device" $flag --budget-s "$budget" \
+        "$py" -m calibrate --model "$model" --device "$device" $flag $extra --budget-s "$budget" \
         --no-progress --out "$out/$name.yaml" >>"$log" 2>&1
     rc=$?
     echo "== $name: exit $rc after $(( $(date +%s) - start ))s" >>"$log"
     [ "$rc" -eq 0 ] || status=1
 done
+
+# ---- validation (issue #7; owner: calibrate/replay.py) --------------------------------
+# Replays the first llama-3-8b profile's model for real (real KV cache, the simulator's
+# continuous policy) on a few hundred Azure conversation requests at two loads, 0.5 and
+# 0.85 of the saturation rate the profile predicts. No simulator is needed here: the
+# replay records go, as one file, to OUTDIR/validate-DEVICE-MODEL.tar.gz (the 8th file);
+# compare them elsewhere with
+#   servesim validate --replay replay-*.json --profile OUTDIR/DEVICE-MODEL.yaml
+# The block runs only when the calibration left at least 100 s of the 8 minutes.
+vmodel=llama-3-8b
+vrequests=300
+if [ "$device" = cpu ]; then vmodel=tiny; vrequests=40; fi
+vprofile="$out/$device-$vmodel.yaml"
+vleft=$(( 470 - SECONDS ))
+if [ ! -f "$vprofile" ]; then
+    echo "== validate: skipped, no profile $vprofile" >>"$log"
+elif [ "$vleft" -lt 100 ]; then
+    echo "== validate: skipped, only ${vleft}s of the 8 minutes left" >>"$log"
+else
+    vtmp=$(mktemp -d)
+    # Per level: the requests arriving within (left - build and drain) / 2 seconds.
+    vlevel=$(( (vleft - 60) / 2 ))
+    echo "== validate $device-$vmodel: ${vleft}s left, ${vlevel}s of arrivals per level" >>"$log"
+    timeout --signal=INT --kill-after=15 "$(( vleft - 5 ))" \
+        "$py" -m calibrate.replay_cli --model "$vmodel" --device "$device" \
+        --profile "$vprofile" --trace azure_2023_conv --requests "$vrequests" --load 0.5,0.85 \
+        --level-s "$vlevel" --out "$vtmp" >>"$log" 2>&1
+    rc=$?
+    tar -czf "$out/validate-$device-$vmodel.tar.gz" -C "$vtmp" . 2>>"$log"
+    rm -rf "$vtmp"
+    echo "== validate: exit $rc at ${SECONDS}s" >>"$log"
+    [ "$rc" -eq 0 ] || status=1
+fi
+# ---- end of validation block ----------------------------------------------------------
 echo "done, exit $status" >>"$log"
 exit "$status"

@@ -1,6 +1,6 @@
 """Measured cost profiles: the file ``calibrate`` writes and the simulator reads.
 
-A profile (YAML, schema ``servesim-profile/1``, documented in docs/cost-model.md)
+A profile (YAML, schema ``servesim-profile/2``, documented in docs/cost-model.md)
 holds fitted coefficients for a fixed set of step-time components. This module owns
 both the schema and the component formulas, so the fit in ``calibrate/`` and the
 evaluation here can never disagree about what a coefficient means.
@@ -25,7 +25,7 @@ from sim.errors import ServesimError
 from sim.shape import StepShape
 from sim.specs import ModelSpec
 
-SCHEMA = "servesim-profile/1"
+SCHEMA = "servesim-profile/2"
 PROFILE_DIR = Path(__file__).parent / "data" / "profiles"
 
 
@@ -34,8 +34,28 @@ def _prefill_context(s: StepShape) -> Any:
     return s.context_tokens - (s.decode_kv - s.decode_seqs)
 
 
+def _self_pairs(s: StepShape) -> Any:
+    """Query–key pairs of the prefill chunks among themselves, Σ n·(n+1)/2.
+
+    The shape keeps only Σ n, so chunks are taken as equal-sized: exact for one prefill
+    per step and for equal chunks, and close for the usual mixes.
+    """
+    seqs = np.maximum(np.asarray(s.prefill_seqs, dtype=float), 1.0)
+    mean = np.asarray(s.prefill_tokens, dtype=float) / seqs
+    return s.prefill_tokens * (mean + 1.0) / 2.0
+
+
+def _context_pairs(s: StepShape) -> Any:
+    """Query–key pairs from prefill chunks to their cached context, Σ n·c."""
+    return np.maximum(s.prefill_pairs - _self_pairs(s), 0.0)
+
+
 def _step(c: Mapping[str, float], s: StepShape) -> Any:
-    return c["const_s"] + c["per_seq_s"] * s.seqs + c["per_new_token_s"] * s.new_tokens
+    # Decode entries are packed into groups of similar context, each group a few small
+    # host-side tensors; a batch has at most about group_seqs distinct groups (a count),
+    # so that cost grows with decode entries only up to there.
+    return (c["const_s"] + c["per_seq_s"] * s.seqs + c["per_new_token_s"] * s.new_tokens
+            + c["per_group_s"] * np.minimum(s.decode_seqs, c["group_seqs"]))
 
 
 def _linear(c: Mapping[str, float], s: StepShape) -> Any:
@@ -45,21 +65,32 @@ def _linear(c: Mapping[str, float], s: StepShape) -> Any:
 
 
 def _prefill_attention(c: Mapping[str, float], s: StepShape) -> Any:
+    # A chunk with no cached context runs a causal kernel over its own n×n block; one
+    # after cached context runs a masked kernel over n×(c+n). Kernels differ in how much
+    # of the causal triangle they skip, so the two kinds of pairs get their own price.
     return (
         c["per_seq_s"] * s.prefill_seqs
         + c["per_token_s"] * s.prefill_tokens
         + c["per_context_token_s"] * _prefill_context(s)
-        + c["per_pair_s"] * s.prefill_pairs
+        + c["per_self_pair_s"] * _self_pairs(s)
+        + c["per_context_pair_s"] * _context_pairs(s)
     )
 
 
 def _decode_attention(c: Mapping[str, float], s: StepShape) -> Any:
-    # The fixed part is paid only by steps that have decode entries at all.
+    # The fixed part is paid only by steps that have decode entries at all. Reading the
+    # KV cache costs per_kv_token_s per token while the step's KV fits in the device's
+    # caches; beyond spill_kv tokens (a count, not seconds) each token also pays
+    # per_spill_token_s, the extra of streaming it from main memory.
+    # Entries of similar context share one attention call (a group); a batch has at most
+    # about group_seqs groups (a count), so call overheads stop growing there.
     present = np.asarray(s.decode_seqs) > 0
     return (
         c["const_s"] * present
         + c["per_seq_s"] * s.decode_seqs
+        + c["per_group_s"] * np.minimum(s.decode_seqs, c["group_seqs"])
         + c["per_kv_token_s"] * s.decode_kv
+        + c["per_spill_token_s"] * np.maximum(s.decode_kv - c["spill_kv"], 0.0)
     )
 
 
@@ -71,13 +102,24 @@ def _allreduce(c: Mapping[str, float], s: StepShape) -> Any:
     return c["per_step_s"] + c["per_token_s"] * s.new_tokens
 
 
+def _in_situ(c: Mapping[str, float], s: StepShape) -> Any:
+    # What a layer costs inside a real step beyond its operators timed alone: chiefly
+    # weights that the step's KV reads pushed out of the caches, streamed again. More KV
+    # read evicts more, until past evict_kv tokens (a count) all that can be evicted is.
+    # Fitted on whole steps, after the operators; zero where a device shows no effect.
+    present = np.asarray(s.decode_seqs) > 0
+    return (c["const_s"] * present + c["per_seq_s"] * s.decode_seqs
+            + c["per_kv_token_s"] * np.minimum(s.decode_kv, c["evict_kv"]))
+
+
 @dataclass(frozen=True)
 class ComponentForm:
-    """One term of the step time: its coefficients (all seconds, all ≥ 0) and formula.
+    """One term of the step time: its coefficients (seconds unless named in ``knees``) and formula.
 
     ``per_layer`` terms are measured on one (tensor-parallel-sharded) layer and
     multiplied by the model's layer count. ``linear`` says the formula is linear in
-    its coefficients (the fit can then solve it exactly).
+    its coefficients once the ``knees`` coefficients (breakpoints, counts of tokens or
+    sequences) are fixed, so the fit can solve it exactly for each candidate breakpoint.
     """
 
     name: str
@@ -86,27 +128,42 @@ class ComponentForm:
     linear: bool
     formula: str
     evaluate: Callable[[Mapping[str, float], StepShape], Any]
+    knees: tuple[str, ...] = ()
 
 
 FORMS: dict[str, ComponentForm] = {
     f.name: f
     for f in (
-        ComponentForm("step", ("const_s", "per_seq_s", "per_new_token_s"), False, True,
-                      "const_s + per_seq_s*seqs + per_new_token_s*new_tokens", _step),
+        ComponentForm("step", ("const_s", "per_seq_s", "per_new_token_s", "per_group_s",
+                               "group_seqs"), False, True,
+                      "const_s + per_seq_s*seqs + per_new_token_s*new_tokens"
+                      " + per_group_s*min(decode_seqs, group_seqs)", _step, knees=("group_seqs",)),
         ComponentForm("linear", ("const_s", "weight_s", "per_token_s"), True, False,
                       "const_s + max(weight_s, per_token_s*new_tokens)", _linear),
         ComponentForm("prefill_attention",
-                      ("per_seq_s", "per_token_s", "per_context_token_s", "per_pair_s"), True, True,
+                      ("per_seq_s", "per_token_s", "per_context_token_s", "per_self_pair_s",
+                       "per_context_pair_s"), True, True,
                       "per_seq_s*prefill_seqs + per_token_s*prefill_tokens"
-                      " + per_context_token_s*prefill_context + per_pair_s*prefill_pairs",
+                      " + per_context_token_s*prefill_context + per_self_pair_s*self_pairs"
+                      " + per_context_pair_s*context_pairs",
                       _prefill_attention),
-        ComponentForm("decode_attention", ("const_s", "per_seq_s", "per_kv_token_s"), True, True,
-                      "const_s*[decode_seqs>0] + per_seq_s*decode_seqs + per_kv_token_s*decode_kv",
-                      _decode_attention),
+        ComponentForm("decode_attention",
+                      ("const_s", "per_seq_s", "per_group_s", "group_seqs", "per_kv_token_s",
+                       "per_spill_token_s", "spill_kv"),
+                      True, True,
+                      "const_s*[decode_seqs>0] + per_seq_s*decode_seqs"
+                      " + per_group_s*min(decode_seqs, group_seqs) + per_kv_token_s*decode_kv"
+                      " + per_spill_token_s*max(decode_kv - spill_kv, 0)",
+                      _decode_attention, knees=("group_seqs", "spill_kv")),
         ComponentForm("lm_head", ("const_s", "weight_s", "per_seq_s"), False, False,
                       "const_s + max(weight_s, per_seq_s*seqs)", _lm_head),
         ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
                       "per_step_s + per_token_s*new_tokens", _allreduce),
+        ComponentForm("in_situ", ("const_s", "per_seq_s", "per_kv_token_s", "evict_kv"),
+                      True, True,
+                      "const_s*[decode_seqs>0] + per_seq_s*decode_seqs"
+                      " + per_kv_token_s*min(decode_kv, evict_kv)", _in_situ,
+                      knees=("evict_kv",)),
     )
 }
 
@@ -189,8 +246,10 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
             raise ServesimError("a profile must be a YAML mapping")
         schema = data.get("schema")
         if schema != SCHEMA:
-            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads {SCHEMA!r}",
-                                where="schema")
+            hint = ("; it was written by an older calibrate, run `servesim calibrate` again"
+                    if schema == "servesim-profile/1" else "")
+            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads {SCHEMA!r}"
+                                f"{hint}", where="schema")
         model = build(ModelSpec, _need(data, "model", dict, ""), "model")
         tp = _need(data, "tp", int, "")
         if tp < 1:

@@ -19,13 +19,15 @@ from calibrate.arch import shard
 from calibrate.cli import main
 from calibrate.grids import Point
 from calibrate.model import build_decoder, prepare
-from calibrate.run import CalibrationConfig, _sweep, calibrate
+from calibrate.run import CalibrationConfig, _best, _sweep, calibrate
+from calibrate.sweeps import Measurement
+from calibrate.timing import Timing
 from sim.profile import load_profile
 from sim.shape import shape_of
 from sim.specs import MODELS
 
 ROOT = Path(__file__).parents[1]
-OOM_LABEL = "b=32 c=512"
+OOM_LABEL = "b=32 c~512"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory):
     start = time.perf_counter()
     try:
         res = calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu",
-                                          quick=True, budget_s=120, progress=False))
+                                          quick=True, budget_s=120, progress=False,
+                                          passes=1))
     finally:
         mp.undo()
         torch.set_num_threads(threads)
@@ -60,13 +63,15 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
     data = yaml.safe_load(res.profile_path.read_text())
     assert data["device"]["threads"] == 1 and data["device"]["type"] == "cpu"
     assert data["measurements"] == "cpu-tiny.csv"
-    for name in ("step", "linear", "prefill_attention", "decode_attention", "lm_head"):
+    for name in ("step", "linear", "prefill_attention", "decode_attention", "lm_head",
+                 "in_situ"):
         fit = data["components"][name]["fit"]
         assert fit["n_test"] >= 2 and fit["mape_test"] is not None
         # Generous: a busy 2-core machine must not make this flaky (the 10% bar is
         # recorded in the profile, not asserted here).
         assert fit["mape_test"] < 0.6, name
-    assert data["validation"]["whole_steps"] >= 10 and data["validation"]["mape"] < 0.35
+    assert data["validation"]["whole_steps"] >= 8 and data["validation"]["fit_steps"] >= 8
+    assert data["validation"]["mape"] < 0.35
 
 
 def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
@@ -80,7 +85,7 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
         samples = [float(x) for x in r["samples_s"].split()]
         assert len(samples) == int(r["repeats"]) >= 5
         assert float(r["median_s"]) == pytest.approx(statistics.median(samples), rel=1e-4)
-    assert {r["split"] for r in ok} == {"train", "test", "validate"}
+    assert {r["split"] for r in ok} == {"train", "test", "fit", "validate"}
     assert any("out of memory" in n for n in res.notes)
 
 
@@ -111,6 +116,21 @@ def test_profile_predicts_a_directly_timed_step(calibrated) -> None:
     measured = statistics.median(times)
     predicted = cost.step_time(shape_of([(n, c) for _, n, c in entries]))
     assert abs(predicted - measured) / measured < 0.35, (predicted, measured)
+
+
+def timed(point: Point, median: float) -> Measurement:
+    return Measurement(point, "ok", Timing((median,) * 5, False))
+
+
+def test_passes_keep_each_points_fastest_median() -> None:
+    points = [Point("lm_head", ((1, 0),) * s, f"seqs={s}") for s in (1, 2, 4)]
+    # Pass one: 3, 1, 5 ms; pass two (cut short): 2, 4 ms (a neighbour was busy).
+    first = [timed(p, t) for p, t in zip(points, (3e-3, 1e-3, 5e-3), strict=True)]
+    second = [timed(p, t) for p, t in zip(points, (2e-3, 4e-3), strict=False)]
+    out = _best([first, second], points)
+    assert [m.point for m in out] == points
+    assert [m.timing.median_s for m in out if m.timing] == [2e-3, 1e-3, 5e-3]
+    assert out[0].note == "pass medians (s): 0.003 0.002" and out[2].note == ""
 
 
 def test_exhausted_budget_stops_the_sweep() -> None:
@@ -162,6 +182,8 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     log = (out / "gpu_check.log").read_text()
     assert proc.returncode == 0, log
     names = sorted(p.name for p in out.iterdir())
+    # The script's validation block (calibrate/replay.py's owner) may add its archive.
+    names = [n for n in names if n != "validate-cpu-tiny.tar.gz"]
     assert names == ["cpu-tiny.csv", "cpu-tiny.yaml", "gpu_check.log"]
     assert all(p.is_file() for p in out.iterdir())
     assert "whole steps: mean error" in log

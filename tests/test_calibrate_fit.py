@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibrate.fit import allreduce_coefs, fit_component, split
+from calibrate.fit import allreduce_coefs, fit_component, fit_in_situ, split
 from sim.errors import ServesimError
 from sim.profile import FORMS
 from sim.shape import StepShape, shape_of
@@ -48,19 +48,57 @@ def test_lm_head_recovered() -> None:
 
 def test_linear_in_coefficient_forms_recovered() -> None:
     truth = {"per_seq_s": 1e-5, "per_token_s": 2e-7, "per_context_token_s": 5e-8,
-             "per_pair_s": 1e-10}
+             "per_self_pair_s": 2e-10, "per_context_pair_s": 1e-10}
     shapes = [shape_of([(n, c)] * k) for n in (16, 64, 256, 1024) for c in (0, 512, 2048)
               for k in (1, 3)]
     fit = fit_component("prefill_attention", shapes,
                         synthetic("prefill_attention", truth, shapes, 0.01, seed=2))
     for key, value in truth.items():
         assert fit.coef[key] == pytest.approx(value, rel=0.2), key
-    truth_d = {"const_s": 1e-5, "per_seq_s": 2e-6, "per_kv_token_s": 1e-8}
+
+
+def test_breakpoints_recovered() -> None:
+    # Decode attention: launches stop growing past 8 groups; KV reads cost more past 20k.
+    truth = {"const_s": 1e-5, "per_seq_s": 1e-6, "per_group_s": 1e-5, "group_seqs": 8.0,
+             "per_kv_token_s": 1e-8, "per_spill_token_s": 2e-8, "spill_kv": 20000.0}
+    shapes = [shape_of([(1, c)] * b) for b in (1, 2, 4, 8, 16, 32, 64, 128)
+              for c in (30, 100, 300, 1000, 3000)]
+    fit = fit_component("decode_attention", shapes,
+                        synthetic("decode_attention", truth, shapes, 0.01, seed=3))
+    assert fit.coef["group_seqs"] == pytest.approx(8, rel=0.25)
+    assert fit.coef["spill_kv"] == pytest.approx(20000, rel=0.25)
+    for key in ("per_group_s", "per_kv_token_s", "per_spill_token_s"):
+        assert fit.coef[key] == pytest.approx(truth[key], rel=0.2), key
+    assert fit.mape_test < 0.03
+
+
+def test_no_breakpoint_in_range_means_no_spill() -> None:
+    truth = {"const_s": 1e-5, "per_seq_s": 2e-6, "per_group_s": 0.0, "group_seqs": 1e9,
+             "per_kv_token_s": 1e-8, "per_spill_token_s": 0.0, "spill_kv": 1e9}
     shapes = [shape_of([(1, c)] * b) for b in (1, 4, 16, 64) for c in (100, 1000, 4000)]
     fit = fit_component("decode_attention", shapes,
-                        synthetic("decode_attention", truth_d, shapes, 0.01, seed=3))
-    for key, value in truth_d.items():
-        assert fit.coef[key] == pytest.approx(value, rel=0.2), key
+                        synthetic("decode_attention", truth, shapes, 0.005, seed=4))
+    s = shape_of([(1, 4000)] * 64)
+    pred = float(FORMS["decode_attention"].evaluate(fit.coef, s))
+    assert pred == pytest.approx(float(FORMS["decode_attention"].evaluate(truth, s)), rel=0.05)
+    assert fit.coef["per_kv_token_s"] == pytest.approx(1e-8, rel=0.1)
+
+
+def test_in_situ_takes_up_what_the_operators_miss() -> None:
+    # Eviction grows with the KV read until 20k tokens, then stays.
+    truth = {"const_s": 2e-5, "per_seq_s": 0.0, "per_kv_token_s": 5e-9, "evict_kv": 20000.0}
+    shapes = [shape_of([(1, c)] * b) for b in (2, 8, 32, 64) for c in (100, 300, 1000, 3000)]
+    shapes += [shape_of([(256, 0)]), shape_of([(64, 0)])]
+    base = np.array([1e-3 * (1 + i) for i in range(len(shapes))])
+    extra = np.array([float(FORMS["in_situ"].evaluate(truth, s)) * 4 for s in shapes])
+    coef, got = fit_in_situ(shapes, list(base + extra), list(base), layers=4)
+    np.testing.assert_allclose(got, extra, rtol=0.02, atol=1e-8)
+    assert coef["const_s"] == pytest.approx(2e-5, rel=0.05)
+    assert coef["evict_kv"] == pytest.approx(20000, rel=0.2)
+    # Operators that already explain every step leave nothing to correct.
+    coef, got = fit_in_situ(shapes, list(base), list(base), layers=4)
+    assert np.all(got == 0)
+    assert all(v == 0 for k, v in coef.items() if k != "evict_kv")
 
 
 def test_coefficients_stay_non_negative_and_errors_are_reported() -> None:

@@ -17,13 +17,17 @@ from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import MODELS
 
 COEFS = {
-    "step": {"const_s": 1e-3, "per_seq_s": 1e-5, "per_new_token_s": 1e-6},
+    "step": {"const_s": 1e-3, "per_seq_s": 1e-5, "per_new_token_s": 1e-6, "per_group_s": 4e-6,
+             "group_seqs": 8.0},
     "linear": {"const_s": 1e-5, "weight_s": 2e-4, "per_token_s": 1e-6},
     "prefill_attention": {"per_seq_s": 1e-5, "per_token_s": 1e-7, "per_context_token_s": 1e-8,
-                          "per_pair_s": 1e-10},
-    "decode_attention": {"const_s": 5e-6, "per_seq_s": 1e-6, "per_kv_token_s": 1e-8},
+                          "per_self_pair_s": 2e-10, "per_context_pair_s": 1e-10},
+    "decode_attention": {"const_s": 5e-6, "per_seq_s": 1e-6, "per_group_s": 3e-6,
+                         "group_seqs": 10.0, "per_kv_token_s": 1e-8, "per_spill_token_s": 2e-8,
+                         "spill_kv": 15.0},
     "lm_head": {"const_s": 1e-5, "weight_s": 1e-4, "per_seq_s": 1e-6},
     "allreduce": {"per_step_s": 0.0, "per_token_s": 0.0},
+    "in_situ": {"const_s": 2e-6, "per_seq_s": 1e-7, "per_kv_token_s": 1e-9, "evict_kv": 12.0},
 }
 
 
@@ -44,12 +48,14 @@ def test_hand_computed_step_time(tmp_path: Path) -> None:
     # One prefill of 100 new tokens after 50 cached, plus 2 decodes at context 9.
     s = shape_of([(100, 50), (1, 9), (1, 9)])
     assert s.prefill_pairs == 100 * 50 + 100 * 101 // 2 and s.decode_kv == 20
-    step = 1e-3 + 1e-5 * 3 + 1e-6 * 102
+    step = 1e-3 + 1e-5 * 3 + 1e-6 * 102 + 4e-6 * 2
     linear = 1e-5 + max(2e-4, 1e-6 * 102)
-    prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 1e-10 * s.prefill_pairs
-    decode = 5e-6 + 1e-6 * 2 + 1e-8 * 20
+    # One chunk: its own pairs 100·101/2 and 100·50 pairs to its cached context.
+    prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 1e-10 * 5000
+    decode = 5e-6 + 1e-6 * 2 + 3e-6 * 2 + 1e-8 * 20 + 2e-8 * (20 - 15)
     head = 1e-5 + max(1e-4, 1e-6 * 3)
-    expected = step + 32 * (linear + prefill + decode) + head
+    in_situ = 2e-6 + 1e-7 * 2 + 1e-9 * min(20, 12)
+    expected = step + 32 * (linear + prefill + decode + in_situ) + head
     got = cost.step_time(s)
     assert isinstance(got, float)
     assert got == pytest.approx(expected, rel=1e-12)
@@ -63,8 +69,9 @@ def test_vectorised_matches_scalar(tmp_path: Path) -> None:
     vec = cost.step_time(arrays)
     assert isinstance(vec, np.ndarray) and vec.shape == (4,)
     np.testing.assert_allclose(vec, [cost.step_time(s) for s in shapes], rtol=1e-12)
-    # A decode-free step pays no decode constant.
-    assert cost.breakdown(shape_of([(512, 0)]))["decode_attention"] == 0
+    # A decode-free step pays no decode constant and no in-situ term.
+    parts = cost.breakdown(shape_of([(512, 0)]))
+    assert parts["decode_attention"] == 0 and parts["in_situ"] == 0
 
 
 def test_with_layers_scales_per_layer_terms_only(tmp_path: Path) -> None:
@@ -83,6 +90,7 @@ def test_relative_path_resolves_against_base_dir(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("mutate", "where"), [
     (lambda d: d.update(schema="servesim-profile/9"), "schema"),
+    (lambda d: d["components"].pop("in_situ"), "components.in_situ"),
     (lambda d: d.pop("tp"), "tp"),
     (lambda d: d["components"].pop("linear"), "components.linear"),
     (lambda d: d["components"]["linear"]["coef"].update(weight_s=-1.0),
@@ -113,6 +121,27 @@ def test_bad_yaml_and_unknown_name(tmp_path: Path) -> None:
         load_profile("missing.yaml", base_dir=tmp_path)
     with pytest.raises(ServesimError, match="must be a YAML mapping"):
         parse_profile([1, 2], "x.yaml")
+
+
+def test_old_schema_says_to_recalibrate(tmp_path: Path) -> None:
+    data = profile_data()
+    data["schema"] = "servesim-profile/1"
+    with pytest.raises(ServesimError, match="older calibrate.*calibrate` again"):
+        load_profile(str(write(tmp_path, data)))
+
+
+def test_pairs_split_into_own_and_context() -> None:
+    cost = ProfileCost(MODELS["tiny"], 1, "t", "fp32", {
+        k: {c: 0.0 for c in v} for k, v in COEFS.items()})
+    # Equal chunks are split exactly: 2 chunks of 64 after 100 cached, with decodes beside.
+    s = shape_of([(64, 100), (64, 100), (1, 7)])
+    only = {"per_self_pair_s": 1.0}
+    c = {**cost.coefs["prefill_attention"], **only}
+    assert FORMS["prefill_attention"].evaluate(c, s) == pytest.approx(2 * 64 * 65 / 2)
+    c = {**cost.coefs["prefill_attention"], "per_context_pair_s": 1.0}
+    assert FORMS["prefill_attention"].evaluate(c, s) == pytest.approx(2 * 64 * 100)
+    # No prefill at all: both are zero, with no division by zero.
+    assert FORMS["prefill_attention"].evaluate(c, decode_shape(3, 30)) == 0
 
 
 def test_every_form_lists_its_coefficients() -> None:

@@ -118,7 +118,11 @@ class _State:
         self._first_sched = first_sched
         self._preemptions = preemptions
 
-    def admit(self, r: Request, blocks: int) -> None:
+    def prefix_hit(self, r: Request) -> tuple[int, int]:
+        """The replay keeps no prefix cache: nothing is ever a hit."""
+        return 0, 0
+
+    def admit(self, r: Request, blocks: int, cached_tokens: int = 0) -> None:
         """Move ``r`` (popped from waiting) into running holding ``blocks`` more blocks."""
         self.kv.allocate(blocks)
         r.blocks += blocks

@@ -87,15 +87,16 @@ class Chunked:
         seqs = len(running)
         while waiting and budget > 0 and seqs < self.max_seqs:
             r = waiting[0]
-            c = r.computed
+            hit, pinned = state.prefix_hit(r)  # leading tokens in the prefix cache
+            c = r.computed + hit
             n = r.prompt + r.generated - c
             if n > budget:
                 n = budget
-            need = blocks_for(c + n, bs) - r.blocks
-            if not kv.can_allocate(need, keep_watermark=True):
+            need = blocks_for(c + n, bs) - r.blocks - hit // bs
+            if not kv.can_allocate(need + pinned, keep_watermark=True):
                 break
             waiting.popleft()
-            state.admit(r, need)
+            state.admit(r, need, hit)
             batch[r] = n
             budget -= n
             seqs += 1

@@ -9,6 +9,7 @@ separate arrival timer runs only while some replica is idle and must be woken.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -16,14 +17,17 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim.admission import Timeouts, TokenBucket
 from sim.cost import CostModel, RooflineCost
 from sim.disagg import Handoff, pools
 from sim.errors import ServesimError
+from sim.faults import Faults
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, kv_capacity_blocks
 from sim.policies import make_policy
+from sim.prefix import PrefixCache
 from sim.replica import Replica, ReplicaStats
-from sim.request import PENDING, REJECTED, UNFINISHED, Request
+from sim.request import PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
 from sim.router import ROUTERS
 from sim.scenario import Scenario
 from sim.specs import gpu
@@ -85,6 +89,10 @@ class RunResult:
     # Disaggregated runs: each request's prefill replica (``replica`` is where it decoded);
     # None otherwise. ``kv_blocks`` is then the mean over replicas of unequal pools.
     prefill_replica: np.ndarray | None = None
+    # With faults: times each request was placed again, and (replica, down_s, up_s) of
+    # every outage (sim/faults.py).
+    retries: np.ndarray | None = None
+    outages: tuple[tuple[int, float, float], ...] = ()
 
 
 class Engine:
@@ -95,7 +103,8 @@ class Engine:
     """
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
-                 rng: np.random.Generator, log_steps: bool = False):
+                 rng: np.random.Generator, log_steps: bool = False,
+                 fault_seed: np.random.SeedSequence | None = None):
         self.scenario = scenario
         self.requests = requests
         self.env = simpy.Environment()
@@ -143,6 +152,21 @@ class Engine:
                 rep.handoff = handoff
             self.prefill_of = np.full(n, -1, dtype=np.int64)
         self.kv_blocks = round(sum(r.kv.total for r in self.replicas) / len(self.replicas))
+        self._hashes: list[tuple[int, ...]] | None = None
+        if scenario.serving.prefix_caching and requests.prefix_hashes is None:
+            raise ServesimError(
+                "prefix_caching needs requests with prefix hashes: a trace with hash_ids "
+                "(mooncake) or a prefix_hash_ids column, or workload.shared_prefix",
+                scenario.source, "serving.prefix_caching")
+        if scenario.serving.prefix_caching and requests.prefix_hashes is not None:
+            hash_tokens = requests.prefix_block_tokens or scenario.serving.block_size
+            if hash_tokens % scenario.serving.block_size:
+                raise ServesimError(
+                    f"prefix blocks of {hash_tokens} tokens are not a multiple of block_size "
+                    f"{scenario.serving.block_size}", scenario.source, "serving.block_size")
+            self._hashes = [tuple(h.tolist()) for h in requests.prefix_hashes]
+            for rep in self.entry:
+                rep.prefix = PrefixCache(rep.kv, hash_tokens)
         self._priority = (requests.priority.tolist() if requests.priority is not None
                           else None)
         # Plain lists index faster than numpy arrays in the per-arrival path.
@@ -154,9 +178,24 @@ class Engine:
         self._idle = len(self.entry)  # idle entry replicas (counted by the replicas)
         self._timer_wait: Any = None
         self.env.process(self._arrival_timer())
+        # Admission control, client timeouts and faults (docs/reliability.md); None when
+        # not configured, so such runs keep the plain dispatch path.
+        adm = scenario.admission
+        self._bucket = TokenBucket(adm.rate_limit) if adm.rate_limit is not None else None
+        self._max_waiting = adm.max_waiting
+        self.timeouts = Timeouts(self, adm.timeout_s) if adm.timeout_s is not None else None
+        self.faults: Faults | None = None
+        if scenario.faults.active:
+            if fault_seed is None:
+                fault_seed = fault_seed_of(scenario)
+            self.faults = Faults(self, scenario.faults, fault_seed)
+        self._guarded = self.timeouts is not None or self.faults is not None
 
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
+        if self._guarded:
+            self._dispatch_guarded()
+            return
         now = self.env.now
         arrival = self._arrival
         i = self._next
@@ -166,12 +205,52 @@ class Engine:
             i += 1
         self._next = i
 
-    def _route(self, i: int) -> None:
+    def _dispatch_guarded(self) -> None:
+        """dispatch() with retries of requests lost to faults, merged with arrivals in
+        (time, id) order, and client timeouts applied up to each placed request's time."""
+        now = self.env.now
+        arrival = self._arrival
+        n = len(arrival)
+        retry = self.faults.retry_heap if self.faults is not None else []
+        while True:
+            a = arrival[self._next] if self._next < n else math.inf
+            is_retry = bool(retry) and retry[0] < (a, self._next)
+            t = retry[0][0] if is_retry else a
+            if t > now:
+                break
+            if self.timeouts is not None:
+                self.timeouts.expire_all(t)
+            if is_retry:
+                self._route(heapq.heappop(retry)[1], t)
+            else:
+                self._next += 1
+                self._route(self._next - 1)
+
+    def _route(self, i: int, retry_s: float | None = None) -> None:
+        """Place request ``i`` on a replica, or end it: refused at the front door (rate
+        limit, length), by the replica (capacity, full queue), or lost to a fault. A retry
+        (at ``retry_s``) skips the front door: the gateway itself places it again."""
         prompt, output = self._prompt[i], self._output[i]
-        if prompt + output > self._max_context:
-            self._reject(i, "exceeds_context")
+        t = self._arrival[i] if retry_s is None else retry_s
+        if retry_s is None:
+            if self._bucket is not None and not self._bucket.take(t):
+                self._reject(i, "rate_limited")
+                return
+            if prompt + output > self._max_context:
+                self._reject(i, "exceeds_context")
+                return
+        elif self.timeouts is not None and self._arrival[i] + self.timeouts.timeout_s <= t:
+            self.status[i] = TIMED_OUT  # its client gave up before the retry
+            self.reason[i] = "timeout"
             return
-        k = self.router.pick(self.entry)
+        hashes = None if self._hashes is None else self._hashes[i]
+        if self.faults is None:
+            k = self.router.pick(self.entry, hashes)
+        else:
+            k = self.faults.pick(self.router, t, hashes)
+            if k < 0:
+                self._reject(i, "no_replica_up")
+                return
         rep = self.entry[k]
         why = rep.fits_ever(prompt, output)
         if why is None and self.decode_pool is not None:
@@ -181,21 +260,39 @@ class Engine:
         if why is not None:
             self._reject(i, why)
             return
+        if self._max_waiting is not None and len(rep.waiting) >= self._max_waiting:
+            self._reject(i, "queue_full")
+            return
+        if self.faults is not None and self.faults.is_down(k):
+            self.faults.lose(i, k)  # sent to a failed replica the router still trusts
+            return
         self.replica_of[i] = k
         if self.prefill_of is not None:
             self.prefill_of[i] = k
         prio = 0 if self._priority is None else self._priority[i]
-        rep.enqueue(Request(i, self._arrival[i], prompt, output, prio))
+        r = Request(i, self._arrival[i], prompt, output, prio)
+        if rep.prefix is not None:
+            r.hashes = hashes
+        rep.enqueue(r)
+        if self.timeouts is not None:
+            self.timeouts.track(rep, r)
 
     def _reject(self, i: int, why: str) -> None:
         self.status[i] = REJECTED
         self.reason[i] = why
 
-    def skip_bound(self) -> float:
-        """Time (s) no skipped run may reach: the next undelivered arrival or the horizon."""
+    def skip_bound(self, replica: Replica | None = None) -> float:
+        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival,
+        the horizon, the next fault or retry, and the next client timeout on it."""
         nxt = self._arrival[self._next] if self._next < len(self._arrival) else math.inf
         horizon = self.scenario.horizon_s
-        return nxt if horizon is None else min(nxt, horizon)
+        bound = nxt if horizon is None else min(nxt, horizon)
+        if self._guarded:
+            if self.faults is not None:
+                bound = min(bound, self.faults.next_change_s())
+            if self.timeouts is not None and replica is not None:
+                bound = min(bound, self.timeouts.next_deadline(replica))
+        return bound
 
     def replica_idle(self) -> None:
         """A replica ran out of work: make sure the arrival timer is running."""
@@ -224,7 +321,17 @@ class Engine:
         self.env.run(until=horizon)
         end = self.env.now
         pending = self.status == PENDING
+        if self.timeouts is not None:
+            # Still waiting unscheduled at the end with its deadline passed: abandoned.
+            late = pending & np.isnan(self.first_sched) & (
+                self.requests.arrival_s + self.timeouts.timeout_s <= end)
+            self.status[late] = TIMED_OUT
+            self.reason[late] = "timeout"
+            pending &= ~late
         self.status[pending] = UNFINISHED
+        for rep in self.replicas:
+            if rep.prefix is not None:
+                rep.stats.prefix_evictions = rep.prefix.evictions
         itl = LogHistogram()
         for rep in self.replicas:
             itl.merge(rep.itl)
@@ -234,14 +341,23 @@ class Engine:
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
             replica_stats=[r.stats for r in self.replicas], kv_blocks=self.kv_blocks,
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
+            retries=None if self.faults is None else self.faults.retries,
+            outages=() if self.faults is None else tuple(self.faults.log),
         )
 
 
 def simulate(scenario: Scenario, log_steps: bool = False) -> RunResult:
     """Build the workload and cost model of ``scenario`` and run it."""
-    seeds = np.random.SeedSequence(scenario.workload.seed).spawn(2)
-    workload_rng, router_rng = (np.random.default_rng(s) for s in seeds)
+    # Children in a fixed order (workload, router, faults): adding one leaves the
+    # earlier ones, and so every result without faults, unchanged.
+    seeds = np.random.SeedSequence(scenario.workload.seed).spawn(3)
+    workload_rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
     requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
                               scenario.source, scenario.model.max_context)
     cost = build_cost(scenario)
-    return Engine(scenario, requests, cost, router_rng, log_steps).run()
+    return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2]).run()
+
+
+def fault_seed_of(scenario: Scenario) -> np.random.SeedSequence:
+    """The fault stream's seed: the third child of the workload seed (as simulate())."""
+    return np.random.SeedSequence(scenario.workload.seed).spawn(3)[2]

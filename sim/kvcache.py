@@ -7,6 +7,8 @@ the allocator guarantees 0 <= used <= total.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sim.errors import ServesimError
 from sim.specs import GPUSpec, ModelSpec
 
@@ -20,10 +22,12 @@ class BlockAllocator:
     """Counts free and used KV blocks of one replica.
 
     ``watermark_blocks`` are kept free when admitting new work (vLLM's watermark) so a
-    freshly admitted prompt does not immediately force running requests out.
+    freshly admitted prompt does not immediately force running requests out. With prefix
+    caching, a ``reclaimer`` (:class:`sim.prefix.PrefixCache`) holds blocks that no
+    request references: they count as available and are evicted on demand.
     """
 
-    __slots__ = ("total", "block_size", "watermark", "used")
+    __slots__ = ("total", "block_size", "watermark", "used", "reclaimer")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0):
         if total_blocks < 1 or block_size < 1 or not 0 <= watermark_blocks <= total_blocks:
@@ -32,19 +36,31 @@ class BlockAllocator:
         self.block_size = block_size
         self.watermark = watermark_blocks
         self.used = 0
+        self.reclaimer: Any = None
 
     @property
     def num_free(self) -> int:
         """Blocks not held by any request."""
         return self.total - self.used
 
+    @property
+    def available(self) -> int:
+        """Free blocks plus cached blocks that may be evicted."""
+        rc = self.reclaimer
+        return self.total - self.used + (rc.evictable if rc is not None else 0)
+
     def can_allocate(self, n: int, keep_watermark: bool = False) -> bool:
         """Whether ``n`` more blocks fit (leaving the watermark free if asked)."""
         reserve = self.watermark if keep_watermark else 0
-        return self.total - self.used - n >= reserve
+        rc = self.reclaimer
+        evictable = rc.evictable if rc is not None else 0
+        return self.total - self.used + evictable - n >= reserve
 
     def allocate(self, n: int) -> None:
-        """Take ``n`` blocks; the caller must have checked :meth:`can_allocate`."""
+        """Take ``n`` blocks (evicting cached ones if needed); the caller must have
+        checked :meth:`can_allocate`."""
+        if self.reclaimer is not None and self.total - self.used < n:
+            self.reclaimer.reclaim(n)
         if n < 0 or self.used + n > self.total:
             raise AssertionError(f"KV over-allocation: used {self.used} + {n} > {self.total}")
         self.used += n

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from sim.engine import RunResult
-from sim.request import FINISHED, REJECTED, UNFINISHED
+from sim.faults import fault_summary
+from sim.overload import saturation
+from sim.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -109,6 +111,8 @@ def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray
                 "finished": int(fin.sum()),
                 "rejected": int((m & (status == REJECTED)).sum()),
                 "unfinished": int((m & (status == UNFINISHED)).sum()),
+                "timed_out": int((m & (status == TIMED_OUT)).sum()),
+                "failed": int((m & (status == FAILED)).sum()),
             },
             "tokens": {
                 "prompt_mean": float(rq.prompt_tokens[m].mean()) if n else None,
@@ -134,8 +138,30 @@ def scenario_digest(scenario: Any) -> str:
     fields = dataclasses.asdict(scenario)
     fields.pop("base_dir", None)
     fields.pop("source", None)
+    # Sections added later are hashed only when set, so older digests stay valid.
+    from sim.admission import AdmissionConfig
+    from sim.faults import FaultsConfig
+
+    for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
+        if fields.get(key) == dataclasses.asdict(default):
+            fields.pop(key)
     blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _prefix_summary(res: RunResult) -> dict[str, Any]:
+    """Prefix-cache figures (tokens), present only when the scenario enables caching."""
+    if not res.scenario.serving.prefix_caching:
+        return {}
+    stats = res.replica_stats
+    query = sum(s.prefix_query_tokens for s in stats)
+    hit = sum(s.prefix_hit_tokens for s in stats)
+    return {"prefix_cache": {
+        "prefill_tokens": query,
+        "hit_tokens": hit,
+        "hit_rate": hit / query if query else None,
+        "evictions": sum(s.prefix_evictions for s in stats),
+    }}
 
 
 def summarize(res: RunResult) -> dict[str, Any]:
@@ -182,6 +208,8 @@ def summarize(res: RunResult) -> dict[str, Any]:
             "finished": int(finished.sum()),
             "rejected": int((status == REJECTED).sum()),
             "unfinished": int((status == UNFINISHED).sum()),
+            "timed_out": int((status == TIMED_OUT).sum()),
+            "failed": int((status == FAILED).sum()),
             "rejected_by_reason": dict(sorted(reasons.items())),
         },
         "workload_notes": list(res.requests.notes),
@@ -214,8 +242,11 @@ def summarize(res: RunResult) -> dict[str, Any]:
             "peak_utilization": max((s.kv_peak / s.kv_total for s in stats), default=0.0),
         },
         "preemptions": int(res.preemptions.sum()),
+        **_prefix_summary(res),
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)
                           if span > 0 else None),
+        "saturation": saturation(res),
+        **fault_summary(res, lat),
     }
     if res.requests.klass is not None:
         summary["classes"] = class_summaries(res, lat, good, span)

@@ -78,16 +78,19 @@ class Continuous:
             seqs = len(state.running)
             while waiting and seqs < self.max_seqs:
                 r = waiting[0]
-                n = r.prompt + r.generated  # a preempted request recomputes its output too
-                if n > tokens or r.computed:  # KV present: resumed in a decode iteration
+                if r.computed:  # KV present: resumed in a decode iteration
                     break
-                need = blocks_for(n, bs)
-                if not kv.can_allocate(need, keep_watermark=True):
+                n = r.prompt + r.generated  # a preempted request recomputes its output too
+                hit, pinned = state.prefix_hit(r)  # leading tokens in the prefix cache
+                if n - hit > tokens:
+                    break
+                need = blocks_for(n, bs) - hit // bs
+                if not kv.can_allocate(need + pinned, keep_watermark=True):
                     break
                 waiting.popleft()
-                state.admit(r, need)
-                batch[r] = n
-                tokens -= n
+                state.admit(r, need, hit)
+                batch[r] = n - hit
+                tokens -= n - hit
                 seqs += 1
             if batch:
                 return batch

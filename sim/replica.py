@@ -18,8 +18,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import simpy
+
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, blocks_for
+from sim.prefix import PrefixCache
 from sim.request import FINISHED, Request
 from sim.shape import StepShape
 from sim.skip import apply_decode_run, plan_decode_run
@@ -35,11 +38,15 @@ class ReplicaStats:
     replica's KV capacity in blocks and ``role`` its pool (both, prefill or decode)."""
 
     __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
-                 "preemptions", "kv_total", "role")
+                 "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
+                 "prefix_evictions")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
         self.role = role
+        self.prefix_query_tokens = 0  # tokens of prefills admitted with prefix caching on
+        self.prefix_hit_tokens = 0  # of which found in the prefix cache
+        self.prefix_evictions = 0  # cached prefix entries evicted for space
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs = 0
@@ -104,6 +111,7 @@ class Replica:
         self.inbox: list[tuple[float, int, Request]] = []  # (lands_s, id, request)
         self._wakeup: Any = None
         self.stats = ReplicaStats(kv.total, role)
+        self.prefix: PrefixCache | None = None  # set by the engine when caching is on
         self.itl = LogHistogram()
         self.process = self.env.process(self._run())
 
@@ -155,9 +163,30 @@ class Replica:
         else:
             self.waiting.extendleft(victims)
 
-    def admit(self, r: Request, blocks: int) -> None:
-        """Move ``r`` (already popped from waiting) into running with ``blocks`` more blocks.
+    def prefix_hit(self, r: Request) -> tuple[int, int]:
+        """(tokens of ``r``'s next prefill already in this replica's prefix cache, cached
+        blocks that would stop being evictable if it took them); (0, 0) without caching."""
+        pc = self.prefix
+        if pc is None or r.hashes is None or r.computed:
+            return 0, 0
+        k, unref = pc.match(r.hashes, r.prompt + r.generated)
+        return k * pc.hash_tokens, unref
+
+    def admit(self, r: Request, blocks: int, cached_tokens: int = 0) -> None:
+        """Move ``r`` (already popped from waiting) into running with ``blocks`` more blocks,
+        its first ``cached_tokens`` taken from the prefix cache (see :meth:`prefix_hit`).
         A swapped-out request's KV comes back over PCIe in the next iteration."""
+        pc = self.prefix
+        if pc is not None and not r.computed:
+            self.stats.prefix_query_tokens += r.prompt + r.generated
+            if cached_tokens:
+                assert r.hashes is not None
+                k = cached_tokens // pc.hash_tokens
+                pc.acquire(r.hashes[:k])  # before allocating, so they are not evicted
+                r.cached = k
+                r.blocks += k * pc.per_hash
+                r.computed = cached_tokens
+                self.stats.prefix_hit_tokens += cached_tokens
         self.kv.allocate(blocks)
         r.blocks += blocks
         self.running.append(r)
@@ -173,8 +202,7 @@ class Replica:
         """Preempt ``r``: free its blocks. By recompute it forgets its computed tokens; by
         swap its KV moves to host memory (when the host has room, else recompute)."""
         n = r.blocks
-        self.kv.free(n)
-        r.blocks = 0
+        self._drop_blocks(r)
         if self.swap and r.computed and n <= self.swap_free:
             r.swapped = n
             self.swap_free -= n
@@ -185,6 +213,49 @@ class Replica:
         self.stats.preemptions += 1
 
     preempt = release
+
+    def _drop_blocks(self, r: Request) -> None:
+        """Free ``r``'s own blocks and its references to cached prefix entries."""
+        if r.cached:
+            pc = self.prefix
+            assert pc is not None and r.hashes is not None
+            self.kv.free(r.blocks - r.cached * pc.per_hash)
+            pc.release(r.hashes[:r.cached])
+            r.cached = 0
+        else:
+            self.kv.free(r.blocks)
+        r.blocks = 0
+
+    def _publish(self, r: Request) -> None:
+        """After ``r``'s prefill: its full prompt blocks join the prefix cache (or, when
+        another request cached the same content meanwhile, share that and free its own)."""
+        pc = self.prefix
+        assert pc is not None and r.hashes is not None
+        full = min(len(r.hashes), r.prompt // pc.hash_tokens)
+        for k in range(r.cached, full):
+            if not pc.publish(r.hashes[k]):
+                self.kv.free(pc.per_hash)
+        r.cached = max(r.cached, full)
+
+    def crash(self) -> list[Request]:
+        """A fault: drop every request held here (waiting, running, landing), with their
+        KV, cached prefixes and swapped blocks; interrupt an iteration in progress.
+        Returns the lost requests in id order."""
+        lost = [*self.running, *self.waiting, *(x[2] for x in self.inbox)]
+        self.running = []
+        self.waiting = deque()
+        self.inbox = []
+        for r in lost:
+            self.swap_free += r.swapped
+        if self.prefix is not None:
+            self.prefix.refs.clear()
+            self.prefix.lru.clear()
+        self.kv.free(self.kv.used)
+        self.outstanding = 0
+        self.swap_s = 0.0
+        if not self.idle:
+            self.process.interrupt("fault")
+        return sorted(lost, key=lambda r: r.id)
 
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
@@ -207,7 +278,12 @@ class Replica:
         fuse = (engine.scenario.event_skipping and self.role != "decode"
                 and getattr(self.policy, "steady", False))
         while True:
+            if engine.timeouts is not None:
+                # Client timeouts due by now leave the queue before this decision
+                # (sim/admission.py: lazily, yet as an eager timer would).
+                engine.timeouts.expire(self, env.now)
             preempted = stats.preemptions
+            queued = len(self.waiting)
             batch = schedule(self)
             if not batch:
                 if self.waiting or self.running:
@@ -217,7 +293,10 @@ class Replica:
                 self._wakeup = env.event()
                 if self.entry:
                     engine.replica_idle()
-                yield self._wakeup
+                try:
+                    yield self._wakeup
+                except simpy.Interrupt:
+                    pass  # a fault struck as an arrival woke it: crash() emptied it
                 continue
             shape = batch_shape(batch)
             dt = step_time(shape)
@@ -226,9 +305,12 @@ class Replica:
                 dt += self.swap_s
                 self.swap_s = 0.0
             start = env.now
+            # Only a batch that admitted and preempted nothing is the steady state: after a
+            # resume or an admission the next decision may differ (a prefill may fit).
             if (fuse and shape.prefill_seqs == 0 and shape.seqs == len(self.running)
-                    and stats.preemptions == preempted and shape.seqs):
-                run = plan_decode_run(self, start, dt, engine.skip_bound())
+                    and stats.preemptions == preempted and len(self.waiting) == queued
+                    and shape.seqs):
+                run = plan_decode_run(self, start, dt, engine.skip_bound(self))
                 if run is not None:
                     yield env.timeout(run.delay)
                     engine.dispatch()
@@ -245,7 +327,16 @@ class Replica:
             if log is not None:
                 log.append((self.index, start, start + dt,
                             tuple((r.id, n, r.computed) for r, n in batch.items())))
-            yield env.timeout(dt)
+            try:
+                yield env.timeout(dt)
+            except simpy.Interrupt:
+                # A fault (sim/faults.py) struck mid-iteration: crash() emptied the replica;
+                # only the part of the iteration that ran was busy. (A fused run is never
+                # interrupted: skip_bound ends it before the next fault.)
+                cut = start + dt - env.now
+                stats.busy_s -= cut
+                stats.kv_block_s -= used * cut
+                continue
             engine.dispatch()
             if self.inbox:
                 self.pull()
@@ -272,9 +363,10 @@ class Replica:
                 else:
                     gaps.append(now - r.last_token)
                 r.last_token = now
+                if r.hashes is not None and self.prefix is not None:
+                    self._publish(r)
                 if g == r.output:
-                    self.kv.free(r.blocks)
-                    r.blocks = 0
+                    self._drop_blocks(r)
                     engine.finish[r.id] = now
                     engine.status[r.id] = FINISHED
                     done += 1

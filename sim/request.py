@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 # Final status of each request; every request ends with exactly one.
-PENDING, FINISHED, REJECTED, UNFINISHED = 0, 1, 2, 3
+# TIMED_OUT: its client gave up waiting to be scheduled (``admission.timeout_s``);
+# FAILED: lost on a failed replica and not retried (``faults``, docs/reliability.md).
+PENDING, FINISHED, REJECTED, UNFINISHED, TIMED_OUT, FAILED = 0, 1, 2, 3, 4, 5
 STATUS_NAMES = {PENDING: "pending", FINISHED: "finished", REJECTED: "rejected",
-                UNFINISHED: "unfinished"}
+                UNFINISHED: "unfinished", TIMED_OUT: "timed_out", FAILED: "failed"}
 
 
 class Request:
@@ -14,13 +16,15 @@ class Request:
     ``computed`` counts tokens whose KV is in the cache (or, while ``swapped`` > 0, in
     host memory: ``swapped`` blocks of it); ``generated`` counts output tokens produced.
     ``priority`` orders admission when the policy asks for it (lower runs first).
+    ``hashes`` names the request's leading prompt blocks for prefix caching (or None);
+    ``cached`` counts the leading ones it references in its replica's prefix cache.
     An iteration emits a token for this request when it brings
     ``computed`` up to ``prompt + generated``: the end of a (re)prefill, or a decode step.
     Static attributes live in the run's numpy arrays; this object is dropped on finish.
     """
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
-                 "last_token", "scheduled", "priority", "swapped")
+                 "last_token", "scheduled", "priority", "swapped", "hashes", "cached")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
@@ -34,6 +38,8 @@ class Request:
         self.scheduled = False
         self.priority = priority
         self.swapped = 0
+        self.hashes: tuple[int, ...] | None = None
+        self.cached = 0
 
     @property
     def pending_tokens(self) -> int:

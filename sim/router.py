@@ -1,7 +1,9 @@
 """Routers: which replica an arriving request goes to.
 
-Each is a small function-like class with ``pick(replicas) -> index``. Ties go to the
-lowest replica index, so results never depend on iteration order of anything else.
+Each is a small function-like class with ``pick(replicas, hashes) -> index``, where
+``hashes`` are the request's prefix-block ids (or None; only ``prefix_affinity`` reads
+them). Ties go to the lowest replica index, so results never depend on iteration order
+of anything else.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ class RoundRobin:
     def __init__(self, rng: np.random.Generator):
         self._next = 0
 
-    def pick(self, replicas: Sequence[Any]) -> int:
+    def pick(self, replicas: Sequence[Any], hashes: Sequence[int] | None = None) -> int:
         """Index of the replica for the next request."""
         i = self._next
         self._next = (i + 1) % len(replicas)
@@ -32,7 +34,7 @@ class LeastOutstanding:
     def __init__(self, rng: np.random.Generator):
         pass
 
-    def pick(self, replicas: Sequence[Any]) -> int:
+    def pick(self, replicas: Sequence[Any], hashes: Sequence[int] | None = None) -> int:
         """Index of the least-loaded replica (lowest index on ties)."""
         best, best_load = 0, replicas[0].outstanding
         for i in range(1, len(replicas)):
@@ -48,7 +50,7 @@ class Random:
     def __init__(self, rng: np.random.Generator):
         self._rng = rng
 
-    def pick(self, replicas: Sequence[Any]) -> int:
+    def pick(self, replicas: Sequence[Any], hashes: Sequence[int] | None = None) -> int:
         """Index of a random replica."""
         return int(self._rng.integers(len(replicas)))
 
@@ -61,7 +63,7 @@ class PowerOfTwo:
     def __init__(self, rng: np.random.Generator):
         self._rng = rng
 
-    def pick(self, replicas: Sequence[Any]) -> int:
+    def pick(self, replicas: Sequence[Any], hashes: Sequence[int] | None = None) -> int:
         """Index of the less loaded of two random replicas."""
         n = len(replicas)
         if n == 1:
@@ -73,9 +75,30 @@ class PowerOfTwo:
         return b
 
 
+class PrefixAffinity:
+    """The replica whose prefix cache holds the longest leading run of the request's
+    prefix blocks; among equals (or without hashes), the fewest outstanding tokens, then
+    the lowest index. Keeps requests that share a system prompt where it is cached."""
+
+    def __init__(self, rng: np.random.Generator):
+        pass
+
+    def pick(self, replicas: Sequence[Any], hashes: Sequence[int] | None = None) -> int:
+        """Index of the replica with the longest cached prefix, then the least loaded."""
+        best, best_key = 0, None
+        for i, rep in enumerate(replicas):
+            pc = rep.prefix
+            hit = pc.match(hashes, 1 << 62)[0] if pc is not None and hashes is not None else 0
+            key = (-hit, rep.outstanding)
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+        return best
+
+
 ROUTERS: dict[str, type] = {
     "round_robin": RoundRobin,
     "least_outstanding": LeastOutstanding,
     "random": Random,
     "power_of_two": PowerOfTwo,
+    "prefix_affinity": PrefixAffinity,
 }

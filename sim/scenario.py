@@ -2,7 +2,8 @@
 
 Top-level keys: ``name``, ``model``, ``hardware``, ``cost``, ``serving``, ``cluster``,
 ``workload``, ``slo``, ``disaggregated`` (pools and link of the ``disaggregated`` policy,
-see docs/policies.md), ``horizon_s``, ``event_skipping``. docs/scenarios.md is the reference.
+see docs/policies.md), ``admission`` and ``faults`` (docs/reliability.md), ``horizon_s``,
+``event_skipping``. docs/scenarios.md is the reference.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any, Literal
 
 import yaml
 
+from sim.admission import AdmissionConfig
 from sim.configtools import bounded, build, convert
 from sim.cost import LinearCost, RooflineParams
-from sim.disagg import DisaggConfig, check_disaggregated
+from sim.disagg import DisaggConfig, check_disaggregated, pools
 from sim.errors import ServesimError
+from sim.faults import FaultsConfig, check_faults
 from sim.kvcache import kv_capacity_blocks
 from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.workload import WorkloadConfig
@@ -69,6 +72,7 @@ class ServingConfig:
     token_budget: int | None = bounded(None, ge=1)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
+    prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
 
     def __post_init__(self) -> None:
         from sim.policies import POLICIES
@@ -78,6 +82,12 @@ class ServingConfig:
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
                 where="policy",
             )
+        if self.prefix_caching and (self.policy not in ("continuous", "chunked")
+                                    or self.preemption != "recompute"):
+            raise ServesimError(
+                f"prefix caching is modelled for policies continuous and chunked with "
+                f"preemption recompute (vLLM's automatic prefix caching), not policy "
+                f"{self.policy!r} with preemption {self.preemption!r}", where="prefix_caching")
         if self.policy == "chunked":
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.
@@ -102,7 +112,8 @@ class ClusterConfig:
     """Identical replicas behind one router."""
 
     replicas: int = bounded(1, ge=1)
-    router: Literal["round_robin", "least_outstanding", "random", "power_of_two"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "random", "power_of_two",
+                    "prefix_affinity"] = "round_robin"
 
 
 @dataclass(frozen=True)
@@ -128,12 +139,14 @@ class Scenario:
     disaggregated: DisaggConfig = field(default_factory=DisaggConfig)
     horizon_s: float | None = bounded(None, gt=0)
     event_skipping: bool = True  # advance runs of decode-only iterations in one event
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     base_dir: Path | None = None
     source: str = "<scenario>"
 
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
-        "disaggregated", "horizon_s", "event_skipping")
+        "disaggregated", "horizon_s", "event_skipping", "admission", "faults")
 
 
 def _model(value: Any) -> ModelSpec:
@@ -210,6 +223,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
             event_skipping=convert(bool, raw.get("event_skipping", True), "event_skipping"),
+            admission=build(AdmissionConfig, raw.get("admission") or {}, "admission"),
+            faults=build(FaultsConfig, raw.get("faults") or {}, "faults"),
             base_dir=base_dir,
             source=source,
         )
@@ -219,6 +234,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             # A model that does not fit is a load-time error, with the numbers.
             kv_capacity_blocks(scenario.model, gpu(hardware.gpu), hardware.tp,
                                hardware.memory_utilization, scenario.serving.block_size)
+        check_faults(scenario.faults, pools(scenario)[0].replicas)
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
                                 where="horizon_s")

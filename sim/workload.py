@@ -220,8 +220,12 @@ class WorkloadConfig:
     seed: int = 0
     priority: PriorityConfig | None = None
     classes: dict[str, ClassConfig] | None = None
+    shared_prefix: SharedPrefixConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.trace is not None and self.shared_prefix is not None:
+            raise ServesimError("a trace brings its own prefix hashes (hash_ids, "
+                                "prefix_hash_ids); remove shared_prefix", where="shared_prefix")
         if self.classes is not None:
             from sim.mix import check_classes  # lazy: sim.mix imports this module
 
@@ -244,6 +248,29 @@ class WorkloadConfig:
 
 
 @dataclass(frozen=True)
+class SharedPrefixConfig:
+    """Generated requests share a leading prompt prefix (a system prompt, few-shot
+    examples): each request belongs to one of ``groups`` (drawn uniformly, seeded) whose
+    first ``tokens`` prompt tokens are identical, named in blocks of ``block_tokens``."""
+
+    tokens: int = bounded(ge=1)
+    groups: int = bounded(1, ge=1)
+    block_tokens: int = bounded(16, ge=1)
+
+    def apply(self, reqs: Requests, rng: np.random.Generator) -> Requests:
+        """``reqs`` with per-request prefix hashes (prompts shorter than the prefix use
+        what they cover)."""
+        import dataclasses
+
+        group = rng.integers(0, self.groups, size=len(reqs))
+        per = self.tokens // self.block_tokens
+        chains = [np.arange(per, dtype=np.int64) + (int(g) << 32) for g in range(self.groups)]
+        hashes = tuple(chains[g] for g in group.tolist())
+        return dataclasses.replace(reqs, prefix_hashes=hashes,
+                                   prefix_block_tokens=self.block_tokens)
+
+
+@dataclass(frozen=True)
 class Requests:
     """The requests of one run, sorted by arrival; ids are positions in these arrays.
     ``notes`` say what loading changed or dropped (reported in the summary).
@@ -256,6 +283,10 @@ class Requests:
     priority: np.ndarray | None = None  # int64 class per request, lower is served first
     klass: np.ndarray | None = None  # int64 index into class_names
     class_names: tuple[str, ...] = ()
+    # Prefix caching: per request, the ids of its leading prompt blocks of
+    # prefix_block_tokens tokens each (equal ids mean equal content).
+    prefix_hashes: tuple[np.ndarray, ...] | None = None
+    prefix_block_tokens: int | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -323,19 +354,26 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
             n = min(n, cfg.num_requests)
         prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
         klass, names, prio = trace_classes(cfg, tr.klass, n, prio, source)
+        hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])
         return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
-                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names)
+                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names,
+                        hashes, tr.prefix_block_tokens if hashes is not None else None)
 
     if cfg.classes is not None:
         from sim.mix import build_mixed
 
-        return build_mixed(cfg, base_dir, rng, source)
-    assert cfg.arrivals is not None and cfg.lengths is not None
-    t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
-    prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
-                                    "workload.lengths")
-    prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
-    return Requests(t, prompt, output, priority=prio)
+        reqs = build_mixed(cfg, base_dir, rng, source)
+    else:
+        assert cfg.arrivals is not None and cfg.lengths is not None
+        t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
+        prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
+                                        "workload.lengths")
+        prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
+        reqs = Requests(t, prompt, output, priority=prio)
+    if cfg.shared_prefix is not None:
+        # Drawn last, so adding a shared prefix leaves every other draw unchanged.
+        reqs = cfg.shared_prefix.apply(reqs, rng)
+    return reqs
 
 
 def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,

@@ -1,0 +1,139 @@
+"""Prefix caching: exact hand-worked hits, sharing, eviction; TTFT gain on shared prefixes.
+
+Cost: 10 ms per step + 1 ms per new token (linear); KV blocks of 4 tokens; prefix
+hashes name 4-token blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import tiny_scenario
+
+from sim.engine import Engine, build_cost, simulate
+from sim.errors import ServesimError
+from sim.kvcache import BlockAllocator
+from sim.metrics import per_request, summarize
+from sim.prefix import PrefixCache
+from sim.workload import Requests
+
+
+def run(serving: dict, arrivals: list[float], prompts: list[int], outputs: list[int],
+        hashes: list[list[int]], cluster: dict | None = None):
+    sc = tiny_scenario(serving={"prefix_caching": True, **serving}, cluster=cluster or {})
+    req = Requests(np.array(arrivals), np.array(prompts), np.array(outputs),
+                   prefix_hashes=tuple(np.array(h, dtype=np.int64) for h in hashes),
+                   prefix_block_tokens=4)
+    eng = Engine(sc, req, build_cost(sc), np.random.default_rng(0), log_steps=True)
+    return eng, eng.run()
+
+
+def steps(res):
+    return [(s[0], round(s[1], 9), round(s[2], 9), s[3]) for s in res.step_log]
+
+
+def test_second_request_skips_the_cached_prefix() -> None:
+    # A computes all 12 prompt tokens and publishes its 2 full hashed blocks (8 tokens).
+    # B, later, with the same 2 hashes, prefills only its last 4 tokens after 8 cached.
+    eng, res = run({}, [0.0, 1.0], [12, 12], [2, 2], [[7, 8], [7, 8]])
+    assert steps(res) == [
+        (0, 0.0, 0.022, ((0, 12, 0),)),
+        (0, 0.022, 0.033, ((0, 1, 12),)),
+        (0, 1.0, 1.014, ((1, 4, 8),)),
+        (0, 1.014, 1.025, ((1, 1, 12),)),
+    ]
+    s = summarize(res)["prefix_cache"]
+    assert (s["prefill_tokens"], s["hit_tokens"]) == (24, 8)
+    assert s["hit_rate"] == pytest.approx(1 / 3)
+    # The two cached blocks stay (unreferenced, evictable); everything else is free.
+    rep = eng.replicas[0]
+    assert rep.kv.used == 2 and rep.prefix is not None and rep.prefix.evictable == 2
+
+
+def test_hit_stops_at_the_first_missing_hash_and_before_the_last_token() -> None:
+    # B shares only the first hash. C's prompt is exactly the 8 cached tokens: its last
+    # token must be computed (its logits give the first output), so only 4 are reused.
+    _, res = run({}, [0.0, 1.0, 2.0], [12, 12, 8], [2, 2, 2],
+                 [[7, 8], [7, 9], [7, 8]])
+    prefills = [e for s in res.step_log for e in s[3] if e[1] > 1]
+    assert prefills == [(0, 12, 0), (1, 8, 4), (2, 4, 4)]
+
+
+def test_concurrent_identical_prefixes_share_one_copy() -> None:
+    # A and B prefill together (neither is cached yet); when their prefills end, B's
+    # copy of the 2 blocks is freed and it shares A's entries.
+    eng, res = run({}, [0.0, 0.0], [8, 8], [3, 3], [[5, 6], [5, 6]])
+    assert steps(res)[0] == (0, 0.0, 0.026, ((0, 8, 0), (1, 8, 0)))
+    rep = eng.replicas[0]
+    # During decode: 2 shared blocks + 1 private block each; all returned at the end
+    # except the 2 cached ones.
+    assert rep.stats.kv_peak == 4
+    assert rep.kv.used == 2
+
+
+def test_unreferenced_entries_are_evicted_lru_when_space_is_needed() -> None:
+    # 6 blocks. A caches [1, 2] (2 blocks), then B (no hashes in common, prompt 16 = 4
+    # blocks + 1 to decode) needs 5: the LRU entry goes first, then the next.
+    eng, res = run({"num_kv_blocks": 6}, [0.0, 1.0], [8, 16], [2, 2], [[1, 2], [3, 4, 5, 6]])
+    rep = eng.replicas[0]
+    assert rep.stats.prefix_evictions == 1
+    assert res.status.tolist() == [1, 1]
+    assert rep.kv.used <= rep.kv.total
+
+
+def test_prefix_cache_unit_refcounts() -> None:
+    kv = BlockAllocator(10, 4)
+    pc = PrefixCache(kv, 8)
+    assert pc.per_hash == 2
+    assert pc.publish(1) and pc.publish(2)
+    kv.used += 4  # the publishing request's blocks, now owned by the cache
+    assert pc.match([1, 2, 3], 100) == (2, 0)
+    pc.release([1, 2])
+    assert pc.evictable == 4 and list(pc.lru) == [2, 1]  # the tail is evicted first
+    assert pc.match([1, 2], 100) == (2, 4)
+    assert kv.can_allocate(10)
+    kv.allocate(8)
+    assert pc.evictions == 1 and kv.used == 10 and list(pc.refs) == [1]
+
+
+def test_shared_system_prompt_lowers_ttft() -> None:
+    base = {
+        "model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "cost": "roofline",
+        "workload": {"arrivals": {"process": "poisson", "rate": 8.0},
+                     "lengths": {"prompt": {"dist": "uniform", "low": 2100, "high": 2600},
+                                 "output": {"dist": "uniform", "low": 20, "high": 80}},
+                     "shared_prefix": {"tokens": 2048, "groups": 4},
+                     "num_requests": 600, "seed": 2},
+    }
+    from sim.scenario import from_dict
+
+    on = simulate(from_dict({**base, "serving": {"prefix_caching": True}}))
+    off = simulate(from_dict(base))
+    t_on = np.median(per_request(on)["ttft"])
+    t_off = np.median(per_request(off)["ttft"])
+    assert t_on < 0.5 * t_off
+    assert summarize(on)["prefix_cache"]["hit_rate"] > 0.7
+    # The same requests (lengths, arrivals) in both runs: only the caching differs.
+    np.testing.assert_array_equal(on.requests.prompt_tokens, off.requests.prompt_tokens)
+
+
+def test_prefix_affinity_routes_to_the_replica_holding_the_prefix() -> None:
+    _, res = run({}, [0.0, 0.0, 1.0, 1.0], [12, 12, 12, 12], [2, 2, 2, 2],
+                 [[1, 2], [3, 4], [3, 4], [1, 2]],
+                 cluster={"replicas": 2, "router": "prefix_affinity"})
+    assert res.replica.tolist() == [0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("serving, needle", [
+    ({"policy": "static"}, "prefix_caching"),
+    ({"preemption": "swap"}, "prefix_caching"),
+])
+def test_unsupported_combinations_are_errors(serving: dict, needle: str) -> None:
+    with pytest.raises(ServesimError) as info:
+        tiny_scenario(serving={"prefix_caching": True, **serving})
+    assert needle in str(info.value)
+
+
+def test_caching_without_hashes_is_an_error() -> None:
+    with pytest.raises(ServesimError, match="prefix hashes"):
+        simulate(tiny_scenario(serving={"prefix_caching": True}))

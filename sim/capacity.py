@@ -252,6 +252,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default out/<scenario name>-capacity)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
+    p.add_argument("--redundancy", type=int, default=0, metavar="K",
+                   help="spare replicas for failures (N+K): the cheapest configuration's "
+                        "N replicas meet the target; K more keep it met with K down")
     add_execution_args(p)
     a = p.parse_args(argv)
 
@@ -264,6 +267,8 @@ def main(argv: list[str]) -> int:
             raise ServesimError(f"{flag} {v}: must be a positive number")
     if not 0 < a.tol < 1:
         raise ServesimError(f"--tol {a.tol}: must be between 0 and 1 (a fraction of the rate)")
+    if a.redundancy < 0:
+        raise ServesimError(f"--redundancy {a.redundancy}: must be 0 or more spare replicas")
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas else None
     base = read_raw(a.scenario, a.overrides)
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
@@ -279,6 +284,7 @@ def main(argv: list[str]) -> int:
                a.workers, a.ray_address, progress=not a.quiet)
     result = run_capacity(s, grid["policies"], grid["tps"], a.rate_start or default_start(base),
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
+    result.redundancy = a.redundancy
     paths = write_files(result, out)
     if not a.no_plots:
         from sim.plots import capacity_plot
@@ -307,6 +313,7 @@ class CapacityResult:
     checked: list[Config]
     best: Config | None
     search: list[Row]
+    redundancy: int = 0  # spare replicas (N+K) added to the cheapest configuration
 
 
 def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
@@ -347,6 +354,12 @@ def result_json(r: CapacityResult) -> bytes:
         "checked": [cost_row(c, r.gpu_cost_per_hour) for c in r.checked],
         "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
     }
+    if r.redundancy:
+        blob["redundancy"] = r.redundancy
+        if r.best is not None:
+            blob["best_with_redundancy"] = {"replicas": r.best.replicas + r.redundancy,
+                                            "gpus": (r.best.replicas + r.redundancy)
+                                            * r.best.tp}
     return (json.dumps(clean(blob), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
@@ -389,3 +402,7 @@ def print_summary(r: CapacityResult) -> None:
     gh_txt = f"{gh:.3g} GPU-hours per million output tokens" if gh else "no output tokens"
     print(f"cheapest for {r.target_rate:g} requests/s: {c['policy']}, {c['replicas']} "
           f"replica(s) x tp {c['tp']} = {c['gpus']} GPU(s); {gh_txt}{usd}")
+    if r.redundancy:
+        n = r.best.replicas + r.redundancy
+        print(f"with N+{r.redundancy} redundancy (the target still met with "
+              f"{r.redundancy} replica(s) down): {n} replicas = {n * r.best.tp} GPU(s)")

@@ -27,7 +27,7 @@ from sim.kvcache import BlockAllocator, kv_capacity_blocks
 from sim.policies import make_policy
 from sim.prefix import PrefixCache
 from sim.replica import Replica, ReplicaStats
-from sim.request import PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
+from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
 from sim.router import ROUTERS
 from sim.scenario import Scenario
 from sim.specs import gpu
@@ -249,7 +249,10 @@ class Engine:
         else:
             k = self.faults.pick(self.router, t, hashes)
             if k < 0:
+                # Nowhere to go: a new arrival is refused; a retry (accepted once) fails.
                 self._reject(i, "no_replica_up")
+                if retry_s is not None:
+                    self.status[i] = FAILED
                 return
         rep = self.entry[k]
         why = rep.fits_ever(prompt, output)

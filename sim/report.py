@@ -26,11 +26,21 @@ CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_sched
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and a rename."""
+    """Write ``data`` to ``path`` via a temporary file and a rename.
+
+    The data is flushed to disk before the rename, so after a crash ``path`` is either
+    absent, its previous version, or complete; an interrupted write removes the
+    temporary file instead of leaving it behind."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _fmt(values: np.ndarray) -> list[str]:
@@ -53,26 +63,33 @@ def _class_cells(klass: np.ndarray | None, names: tuple[str, ...], n: int) -> li
     return [cells[k] for k in klass.tolist()]
 
 
+CSV_CHUNK = 32768  # rows formatted at a time: peak memory stays near the output's size
+
+
 def requests_csv(res: RunResult) -> bytes:
     """One row per request, in id order (times in seconds)."""
     lat = per_request(res)
     rq = res.requests
-    cols = [
-        [str(i) for i in range(len(rq))],
-        _fmt(rq.arrival_s),
-        [str(v) for v in rq.prompt_tokens.tolist()],
-        [str(v) for v in rq.output_tokens.tolist()],
-        _fmt(res.first_sched), _fmt(res.first_token), _fmt(res.finish),
-        _fmt(lat["ttft"]), _fmt(lat["tpot"]), _fmt(lat["e2e"]),
-        [str(v) for v in res.preemptions.tolist()],
-        [str(v) if v >= 0 else "" for v in res.replica.tolist()],
-        [STATUS_NAMES[v] for v in res.status.tolist()],
-        [str(v) for v in res.reason.tolist()],
-        _class_cells(rq.klass, rq.class_names, len(rq)),
-    ]
-    lines = [",".join(CSV_COLUMNS)]
-    lines.extend(",".join(row) for row in zip(*cols, strict=True))
-    return ("\n".join(lines) + "\n").encode()
+    parts = [(",".join(CSV_COLUMNS) + "\n").encode()]
+    for a in range(0, len(rq), CSV_CHUNK):
+        b = min(a + CSV_CHUNK, len(rq))
+        s = slice(a, b)
+        cols = [
+            [str(i) for i in range(a, b)],
+            _fmt(rq.arrival_s[s]),
+            [str(v) for v in rq.prompt_tokens[s].tolist()],
+            [str(v) for v in rq.output_tokens[s].tolist()],
+            _fmt(res.first_sched[s]), _fmt(res.first_token[s]), _fmt(res.finish[s]),
+            _fmt(lat["ttft"][s]), _fmt(lat["tpot"][s]), _fmt(lat["e2e"][s]),
+            [str(v) for v in res.preemptions[s].tolist()],
+            [str(v) if v >= 0 else "" for v in res.replica[s].tolist()],
+            [STATUS_NAMES[v] for v in res.status[s].tolist()],
+            [str(v) for v in res.reason[s].tolist()],
+            _class_cells(None if rq.klass is None else rq.klass[s], rq.class_names, b - a),
+        ]
+        parts.append(("\n".join(",".join(row) for row in zip(*cols, strict=True))
+                      + "\n").encode())
+    return b"".join(parts)
 
 
 def summary_json(summary: dict[str, Any]) -> bytes:
@@ -88,9 +105,11 @@ def table(summary: dict[str, Any]) -> str:
                  f"{summary['replicas']} replica(s) on {summary['gpus']} GPU(s), "
                  f"span {summary['span_s']:.1f} s")
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
+    ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("timed_out", "failed")
+                    if rq.get(k))
     lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
                  f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
-                 f"{rq['unfinished']} unfinished")
+                 f"{rq['unfinished']} unfinished{ended}")
     head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in
                                            ("p50", "p90", "p95", "p99", "mean", "max"))
     lines.append(head)
@@ -121,9 +140,37 @@ def table(summary: dict[str, Any]) -> str:
                  f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    lines.extend(reliability_lines(summary))
     if "classes" in summary:
         lines.extend(class_table(summary["classes"]))
     return "\n".join(lines)
+
+
+def reliability_lines(summary: dict[str, Any]) -> list[str]:
+    """The saturation verdict when saturated, and the faults' counts and latency impact
+    (E2E p50/p99 in ms of requests placed again against the rest) when faults are set."""
+    out = []
+    sat = summary.get("saturation")
+    if sat and sat["saturated"]:
+        growth, offered = sat["queue_growth_rps"], sat["offered_rps"]
+        g = "-" if growth is None else f"{growth:.2f}"
+        o = "-" if offered is None else f"{offered:.2f}"
+        out.append(f"SATURATED: waiting queue grows {g} req/s at {o} req/s offered; "
+                   f"{sat['refused_fraction']:.1%} refused or abandoned")
+    f = summary.get("faults")
+    if f:
+        lat = f["latency_s"]
+
+        def ms(group: str, k: str) -> str:
+            v = lat[group]["e2e"][k]
+            return "-" if v is None else f"{v * 1e3:.0f}"
+
+        out.append(f"faults: {f['outages']} outage(s), {f['downtime_s']:.0f} s down; "
+                   f"{f['requests_lost']} lost, {f['requests_retried']} retried, "
+                   f"{f['requests_failed']} failed; e2e p50/p99 ms affected "
+                   f"{ms('affected', 'p50')}/{ms('affected', 'p99')}, others "
+                   f"{ms('unaffected', 'p50')}/{ms('unaffected', 'p99')}")
+    return out
 
 
 def class_table(classes: dict[str, Any]) -> list[str]:

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from sim.engine import simulate
 from sim.errors import ServesimError
+from sim.metrics import summarize
 from sim.policies import POLICIES
-from sim.request import FINISHED, REJECTED, UNFINISHED
+from sim.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.scenario import from_dict
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
@@ -35,53 +36,97 @@ def maybe(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(valid, valid, valid, junk)
 
 
+def _same(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return valid
+
+
 positive_int = st.integers(1, 64)
 
 
 @st.composite
 def scenario_dicts(draw: Any) -> dict[str, Any]:
+    # One case in three is corrupt: any key may then hold junk. (Junk everywhere at
+    # once would leave almost no valid scenario to run.)
+    bad = draw(st.integers(0, 2)) == 2  # hypothesis favours small values: 0 is valid
+    m = maybe if bad else _same
     dist = st.one_of(
-        st.fixed_dictionaries({"dist": st.just("fixed"), "value": maybe(st.integers(1, 40))}),
-        st.fixed_dictionaries({"dist": st.just("uniform"), "low": maybe(st.integers(1, 10)),
-                               "high": maybe(st.integers(1, 40))}),
-        st.fixed_dictionaries({"dist": st.just("lognormal"), "median": maybe(st.floats(1, 30)),
-                               "sigma": maybe(st.floats(0, 2)), "min": st.integers(1, 5),
-                               "max": maybe(st.integers(1, 60))}),
+        st.fixed_dictionaries({"dist": st.just("fixed"), "value": m(st.integers(1, 40))}),
+        st.fixed_dictionaries({"dist": st.just("uniform"), "low": m(st.integers(1, 10)),
+                               "high": m(st.integers(1, 40))}),
+        st.fixed_dictionaries({"dist": st.just("lognormal"), "median": m(st.floats(1, 30)),
+                               "sigma": m(st.floats(0, 2)), "min": st.integers(1, 5),
+                               "max": m(st.integers(1, 60))}),
     )
     workload: dict[str, Any] = {
-        "arrivals": {"process": draw(maybe(st.sampled_from(["poisson", "gamma", "constant"]))),
-                     "rate": draw(maybe(st.floats(0.1, 500)))},
+        "arrivals": {"process": draw(m(st.sampled_from(["poisson", "gamma", "constant"]))),
+                     "rate": draw(m(st.floats(0.1, 500)))},
         "lengths": {"prompt": draw(dist), "output": draw(dist)},
-        "num_requests": draw(maybe(st.integers(1, 40))),
+        "num_requests": draw(m(st.integers(1, 40))),
         "seed": draw(st.integers(0, 3)),
     }
-    if draw(st.booleans()):
-        workload["arrivals"]["cv"] = draw(maybe(st.floats(0.1, 4)))
+    if workload["arrivals"]["process"] == "gamma" or (bad and draw(st.booleans())):
+        workload["arrivals"]["cv"] = draw(m(st.floats(0.1, 4)))
     raw: dict[str, Any] = {
-        "model": draw(maybe(st.sampled_from(["tiny", "llama-3-8b"]))),
-        "hardware": {"gpu": draw(maybe(st.sampled_from(["h100-sxm", "l40s", "a100-80gb"]))),
-                     "tp": draw(maybe(st.sampled_from([1, 2]))),
-                     "memory_utilization": draw(maybe(st.floats(0.05, 1.0)))},
+        "model": draw(m(st.sampled_from(["tiny", "llama-3-8b"]))),
+        "hardware": {"gpu": draw(m(st.sampled_from(["h100-sxm", "l40s", "a100-80gb"]))),
+                     "tp": draw(m(st.sampled_from([1, 2]))),
+                     "memory_utilization": draw(m(st.floats(0.05, 1.0)))},
         "cost": draw(st.one_of(
             st.just("roofline"),
             st.fixed_dictionaries({"linear": st.fixed_dictionaries(
-                {"step_s": maybe(st.floats(1e-4, 0.05)),
-                 "per_new_token_s": maybe(st.floats(0, 1e-3))})}),
+                {"step_s": m(st.floats(1e-4, 0.05)),
+                 "per_new_token_s": m(st.floats(0, 1e-3))})}),
         )),
-        "serving": {"policy": draw(maybe(st.sampled_from(sorted(POLICIES)))),
-                    "max_num_seqs": draw(maybe(positive_int)),
-                    "max_num_batched_tokens": draw(maybe(st.integers(8, 512))),
-                    "block_size": draw(maybe(st.sampled_from([1, 4, 16]))),
-                    "num_kv_blocks": draw(maybe(st.integers(2, 200)))},
-        "cluster": {"replicas": draw(maybe(st.integers(1, 3))),
-                    "router": draw(maybe(st.sampled_from(["round_robin", "least_outstanding",
+        "serving": {"policy": draw(m(st.sampled_from(sorted(POLICIES)))),
+                    "max_num_seqs": draw(m(positive_int)),
+                    "max_num_batched_tokens": draw(m(st.integers(8, 512))),
+                    "block_size": draw(m(st.sampled_from([1, 4, 16]))),
+                    "num_kv_blocks": draw(m(st.integers(2, 200)))},
+        "cluster": {"replicas": draw(m(st.integers(1, 3))),
+                    "router": draw(m(st.sampled_from(["round_robin", "least_outstanding",
                                                           "random"])))},
         "workload": workload,
-        "slo": {"ttft_s": draw(maybe(st.floats(0.01, 5)))},
+        "slo": {"ttft_s": draw(m(st.floats(0.01, 5)))},
     }
-    if draw(st.integers(0, 9)) == 0:
-        raw[draw(st.sampled_from(["extra", "workload"]))] = draw(junk)
+    if draw(st.booleans()):
+        raw["admission"] = draw(admission_dicts(bad))
+    if draw(st.booleans()):
+        raw["faults"] = draw(fault_dicts(bad))
+    if draw(st.booleans()):
+        raw["horizon_s"] = draw(m(st.floats(0.01, 5)))
+    if draw(st.integers(0, 9)) == 9:
+        raw[draw(st.sampled_from(["extra", "workload", "admission", "faults"]))] = draw(junk)
     return raw
+
+
+@st.composite
+def admission_dicts(draw: Any, bad: bool) -> dict[str, Any]:
+    m = maybe if bad else _same
+    """admission: queue limit, token bucket, client timeout (docs/reliability.md)."""
+    keys = {"max_waiting": m(st.integers(0, 8)),
+            "rate_limit": m(st.fixed_dictionaries(
+                {"rate": m(st.floats(0.5, 200))},
+                optional={"burst": m(st.integers(0, 5))})),
+            "timeout_s": m(st.floats(0.001, 2))}
+    chosen = draw(st.lists(st.sampled_from(sorted(keys)), unique=True))
+    return {k: draw(keys[k]) for k in chosen}
+
+
+@st.composite
+def fault_dicts(draw: Any, bad: bool) -> dict[str, Any]:
+    m = maybe if bad else _same
+    """faults: planned outages, a failure rate, detection, retry or fail."""
+    outage = st.fixed_dictionaries({"replica": m(st.integers(0, 3)),
+                                    "at_s": m(st.floats(0, 2)),
+                                    "duration_s": m(st.floats(0.001, 1))})
+    keys = {"outages": m(st.lists(outage, max_size=3)),
+            "failures_per_hour": m(st.floats(0, 20000)),
+            "repair_s": m(st.floats(0.001, 1)),
+            "detection_s": m(st.floats(0, 0.5)),
+            "on_failure": m(st.sampled_from(["retry", "fail"])),
+            "max_retries": m(st.integers(0, 3))}
+    chosen = draw(st.lists(st.sampled_from(sorted(keys)), unique=True))
+    return {k: draw(keys[k]) for k in chosen}
 
 
 def check_error(exc: ServesimError) -> None:
@@ -92,10 +137,19 @@ def check_error(exc: ServesimError) -> None:
 
 def check_result(res: Any) -> None:
     st_ = res.status
-    assert set(st_.tolist()) <= {FINISHED, REJECTED, UNFINISHED}
+    assert set(st_.tolist()) <= {FINISHED, REJECTED, UNFINISHED, TIMED_OUT, FAILED}
     done = st_ == FINISHED
     assert np.all(res.first_token[done] <= res.finish[done])
-    assert np.all(res.requests.arrival_s[done] <= res.first_token[done])
+    assert np.all(res.requests.arrival_s[done] <= res.first_sched[done])
+    assert np.all(res.first_sched[done] <= res.first_token[done])
+    # Every request that did not finish says why (unfinished: the horizon cut it).
+    ended = (st_ == REJECTED) | (st_ == TIMED_OUT) | (st_ == FAILED)
+    assert all(bool(res.reason[i]) == bool(ended[i]) for i in range(len(st_)))
+    if res.scenario.horizon_s is None:
+        assert not (st_ == UNFINISHED).any()
+    counts = summarize(res)["requests"]
+    assert sum(counts[k] for k in ("finished", "rejected", "unfinished", "timed_out",
+                                   "failed")) == counts["total"] == len(st_)
 
 
 @FUZZ

@@ -86,6 +86,16 @@ def test_shape_of_counts_pairs_and_kv() -> None:
     assert decode_shape(2, 30) == shape_of([(1, 10), (1, 20)])
 
 
+def test_batch_shape_agrees_with_shape_of() -> None:
+    from sim.replica import batch_shape
+    from sim.request import Request
+
+    reqs = [Request(i, 0.0, 50, 10) for i in range(3)]
+    reqs[1].computed, reqs[2].computed = 30, 12
+    batch = {reqs[0]: 10, reqs[1]: 1, reqs[2]: 5}
+    assert batch_shape(batch) == shape_of([(10, 0), (1, 30), (5, 12)])
+
+
 def test_linear_cost_is_the_formula() -> None:
     c = LinearCost(step_s=0.01, per_new_token_s=1e-3, per_context_token_s=1e-5, per_seq_s=1e-4)
     assert c.step_time(shape_of([(10, 0), (1, 100)])) == pytest.approx(

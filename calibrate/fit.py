@@ -26,6 +26,10 @@ HOLDOUT_EVERY = 4
 MIN_TEST = 2
 # Breakpoints tried per breakpoint coefficient on the coarse pass (geometric, 1 to 1e9).
 KNEE_CANDIDATES = 37
+# Breakpoints in sequences never lie past this many (no batch holds more), so their
+# coarse pass stops here, at the same spacing (then "none in range", as for all).
+SEQ_KNEES = {"group_seqs", "sat_seqs"}
+MAX_SEQS = 1e3
 
 
 @dataclass(frozen=True)
@@ -113,9 +117,10 @@ def _fit_linear(form: ComponentForm, s: StepShape, y: np.ndarray,
         return c, x
 
     coarse = [*np.geomspace(1.0, 1e9, KNEE_CANDIDATES), np.inf]
+    seqs = [k for k in coarse if k <= MAX_SEQS * (1 + 1e-9)] + [np.inf]
     best: dict[str, float] = {}
     best_cost, best_x = np.inf, np.zeros(0)
-    for combo in itertools.product(coarse, repeat=len(form.knees)):
+    for combo in itertools.product(*(seqs if k in SEQ_KNEES else coarse for k in form.knees)):
         knees = dict(zip(form.knees, (float(k) for k in combo), strict=True))
         c, x = cost_at(knees)
         if c < best_cost * (1 - 1e-9):

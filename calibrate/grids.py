@@ -44,19 +44,25 @@ class GridConfig:
     mixed: int                         # off-grid decode batches (random size and context)
     head_seqs: tuple[int, ...]         # LM head and sampling: sequences
     scale: int                         # whole steps: multiplier on the base mixes
+    long: tuple[tuple[int, int], ...] = ()  # prefill attention: (chunk, context) past the grid
 
 
+# Long prompts (up to the model's context) are served too, and a block-tiled causal kernel
+# gets cheaper per pair past one key block, so prefill attention and the linear stack
+# are also timed at a few chunks well past the cross grid (capped by the context).
+CPU_LONG = ((2048, 0), (3072, 0))
 CPU_QUICK = GridConfig(
-    tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512),
+    tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024),
     chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 512, 1024, 2048),
     batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(32, 128, 512, 1024, 2048), mixed=6,
-    head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
+    head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1, long=CPU_LONG,
 )
 CPU_FULL = GridConfig(
-    tokens=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512),
+    tokens=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512,
+            1024, 2048),
     chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 256, 512, 1024, 2048),
     batches=(1, 2, 4, 8, 16, 24, 32, 48, 64), decode_contexts=(32, 128, 256, 512, 1024, 2048),
-    mixed=10, head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1,
+    mixed=10, head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1, long=CPU_LONG,
 )
 GPU_QUICK = GridConfig(
     tokens=(1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
@@ -113,6 +119,9 @@ def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point
             if n + c <= cap:
                 per["prefill_attention"].append(
                     Point("prefill_attention", ((n, c),), f"n={n} c={c}"))
+    for n, c in g.long:
+        if n + c <= cap:
+            per["prefill_attention"].append(Point("prefill_attention", ((n, c),), f"n={n} c={c}"))
     # Several prefills in one step, so per-sequence costs are identifiable.
     small, mid = g.chunks[0], g.chunks[len(g.chunks) // 2]
     for k in (2, 4):
@@ -190,6 +199,19 @@ def whole_step_points(spec: ModelSpec, g: GridConfig, seed: int = 1) -> list[Poi
          ((64 * s, 128 * s), (96 * s, 0)) + around(10, 450)),
         ("mixed chunk n=32 c=1500 + 24 decodes", ((32 * s, 1500 * s),) + around(24, 600)),
         ("decode b=4 c~400", around(4, 400)),
+        # Below saturation a server mostly decodes a handful of sequences.
+        ("decode b=1 c=300", around(1, 300)),
+        ("decode b=1 c=1200", around(1, 1200)),
+        ("decode b=2 c~600", around(2, 600)),
+        ("decode b=3 c~1000", around(3, 1000)),
+        ("decode b=5 c~1500", around(5, 1500)),
+        ("decode b=8 c~400", around(8, 400)),
+        # Small batches' times depend on how their contexts group; a second draw of each.
+        ("decode b=2 c~250", around(2, 250)),
+        ("decode b=3 c~500", around(3, 500)),
+        ("decode b=4 c~1000", around(4, 1000)),
+        ("decode b=6 c~300", around(6, 300)),
+        ("prefill n=1100", ((1100 * s, 0),)),
         ("decode b=32 c~1200", around(32, 1200)),
         ("mixed n=96 + 32 decodes", ((96 * s, 0),) + around(32, 300)),
         ("mixed chunk n=128 c=1024 + 12 decodes", ((128 * s, 1024 * s),) + around(12, 1000)),

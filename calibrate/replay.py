@@ -367,8 +367,12 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
         raise ServesimError(f"got {device!r}, expected cuda or cpu", where="--device")
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else \
         torch.device("cpu")
+    kept = None
     if dev.type == "cpu":
+        from calibrate.timing import keep_host_memory
+
         torch.set_num_threads(threads)
+        kept = keep_host_memory()
     dtype = dtype or (spec.dtype if dev.type == "cuda" else "fp32")
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -379,6 +383,8 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
             f"({slots} slots x {capacity} tokens)")
     info = {**device_info(dev), "threads": torch.get_num_threads(), "dtype": dtype,
             "kv_slots": slots, "slot_capacity": capacity}
+    if kept is not None:
+        info["host_memory_kept"] = kept
     return ex, info
 
 

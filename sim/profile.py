@@ -45,6 +45,14 @@ def _self_pairs(s: StepShape) -> Any:
     return s.prefill_tokens * (mean + 1.0) / 2.0
 
 
+def _block_pairs(s: StepShape, block: float) -> Any:
+    """Σ n·min(n, block) over the prefill chunks (equal-sized, as in :func:`_self_pairs`):
+    the query–key pairs a block-tiled causal kernel computes beyond the triangle."""
+    seqs = np.maximum(np.asarray(s.prefill_seqs, dtype=float), 1.0)
+    mean = np.asarray(s.prefill_tokens, dtype=float) / seqs
+    return s.prefill_tokens * np.minimum(mean, block)
+
+
 def _context_pairs(s: StepShape) -> Any:
     """Query–key pairs from prefill chunks to their cached context, Σ n·c."""
     return np.maximum(s.prefill_pairs - _self_pairs(s), 0.0)
@@ -68,11 +76,15 @@ def _prefill_attention(c: Mapping[str, float], s: StepShape) -> Any:
     # A chunk with no cached context runs a causal kernel over its own n×n block; one
     # after cached context runs a masked kernel over n×(c+n). Kernels differ in how much
     # of the causal triangle they skip, so the two kinds of pairs get their own price.
+    # A block-tiled causal kernel computes the whole n×n square while the chunk fits in
+    # one key block (block_tokens, a count) and skips the blocks above the diagonal past
+    # it: per_block_pair_s prices those n·min(n, block_tokens) extra pairs.
     return (
         c["per_seq_s"] * s.prefill_seqs
         + c["per_token_s"] * s.prefill_tokens
         + c["per_context_token_s"] * _prefill_context(s)
         + c["per_self_pair_s"] * _self_pairs(s)
+        + c["per_block_pair_s"] * _block_pairs(s, c["block_tokens"])
         + c["per_context_pair_s"] * _context_pairs(s)
     )
 
@@ -106,10 +118,17 @@ def _in_situ(c: Mapping[str, float], s: StepShape) -> Any:
     # What a layer costs inside a real step beyond its operators timed alone: chiefly
     # weights that the step's KV reads pushed out of the caches, streamed again. More KV
     # read evicts more, until past evict_kv tokens (a count) all that can be evicted is.
-    # Fitted on whole steps, after the operators; zero where a device shows no effect.
-    present = np.asarray(s.decode_seqs) > 0
-    return (c["const_s"] * present + c["per_seq_s"] * s.decode_seqs
-            + c["per_kv_token_s"] * np.minimum(s.decode_kv, c["evict_kv"]))
+    # A step of one decode entry runs matrix-vector products and one unmasked attention
+    # call; from two entries on, matrix-matrix kernels (which repack the weights they
+    # read) and masked or several attention calls: multi_s prices that step. Each entry
+    # adds per_seq_s up to sat_seqs entries (a count), each prefill chunk (its own
+    # attention call and large temporaries) per_prefill_s. Fitted on whole steps, after
+    # the operators; zero where a device shows no effect.
+    d = np.asarray(s.decode_seqs)
+    return (c["const_s"] * (d > 0) + c["multi_s"] * (d > 1)
+            + c["per_seq_s"] * np.minimum(s.decode_seqs, c["sat_seqs"])
+            + c["per_kv_token_s"] * np.minimum(s.decode_kv, c["evict_kv"])
+            + c["per_prefill_s"] * s.prefill_seqs)
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,9 @@ class ComponentForm:
     formula: str
     evaluate: Callable[[Mapping[str, float], StepShape], Any]
     knees: tuple[str, ...] = ()
+    # Coefficients a profile written before they existed may lack, and the value that
+    # gives that profile's formula back exactly.
+    defaults: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 FORMS: dict[str, ComponentForm] = {
@@ -142,11 +164,13 @@ FORMS: dict[str, ComponentForm] = {
                       "const_s + max(weight_s, per_token_s*new_tokens)", _linear),
         ComponentForm("prefill_attention",
                       ("per_seq_s", "per_token_s", "per_context_token_s", "per_self_pair_s",
-                       "per_context_pair_s"), True, True,
+                       "per_block_pair_s", "block_tokens", "per_context_pair_s"), True, True,
                       "per_seq_s*prefill_seqs + per_token_s*prefill_tokens"
                       " + per_context_token_s*prefill_context + per_self_pair_s*self_pairs"
+                      " + per_block_pair_s*prefill_tokens*min(chunk, block_tokens)"
                       " + per_context_pair_s*context_pairs",
-                      _prefill_attention),
+                      _prefill_attention, knees=("block_tokens",),
+                      defaults={"per_block_pair_s": 0.0, "block_tokens": 0.0}),
         ComponentForm("decode_attention",
                       ("const_s", "per_seq_s", "per_group_s", "group_seqs", "per_kv_token_s",
                        "per_spill_token_s", "spill_kv"),
@@ -159,11 +183,14 @@ FORMS: dict[str, ComponentForm] = {
                       "const_s + max(weight_s, per_seq_s*seqs)", _lm_head),
         ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
                       "per_step_s + per_token_s*new_tokens", _allreduce),
-        ComponentForm("in_situ", ("const_s", "per_seq_s", "per_kv_token_s", "evict_kv"),
+        ComponentForm("in_situ", ("const_s", "multi_s", "per_seq_s", "sat_seqs",
+                                  "per_kv_token_s", "evict_kv", "per_prefill_s"),
                       True, True,
-                      "const_s*[decode_seqs>0] + per_seq_s*decode_seqs"
-                      " + per_kv_token_s*min(decode_kv, evict_kv)", _in_situ,
-                      knees=("evict_kv",)),
+                      "const_s*[decode_seqs>0] + multi_s*[decode_seqs>1]"
+                      " + per_seq_s*min(decode_seqs, sat_seqs)"
+                      " + per_kv_token_s*min(decode_kv, evict_kv) + per_prefill_s*prefill_seqs",
+                      _in_situ, knees=("sat_seqs", "evict_kv"),
+                      defaults={"multi_s": 0.0, "sat_seqs": 1e9, "per_prefill_s": 0.0}),
     )
 }
 
@@ -268,6 +295,9 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
                                     where=f"components.{name}.coef.{extra[0]}")
             coefs[name] = {}
             for key in form.coefs:
+                if key not in raw and key in form.defaults:
+                    coefs[name][key] = float(form.defaults[key])
+                    continue
                 v = _need(raw, key, (int, float), f"components.{name}.coef.")
                 if not math.isfinite(v) or v < 0:
                     raise ServesimError(f"got {v!r}, must be a finite number >= 0",

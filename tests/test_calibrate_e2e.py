@@ -62,6 +62,7 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
     assert cost.model.name == "tiny" and cost.tp == 1 and cost.dtype == "fp32"
     data = yaml.safe_load(res.profile_path.read_text())
     assert data["device"]["threads"] == 1 and data["device"]["type"] == "cpu"
+    assert data["device"]["host_memory_kept"] is sys.platform.startswith("linux")
     assert data["measurements"] == "cpu-tiny.csv"
     for name in ("step", "linear", "prefill_attention", "decode_attention", "lm_head",
                  "in_situ"):

@@ -47,14 +47,21 @@ def test_lm_head_recovered() -> None:
 
 
 def test_linear_in_coefficient_forms_recovered() -> None:
+    # A tiled causal kernel: the whole square up to 256-token chunks, the triangle past.
     truth = {"per_seq_s": 1e-5, "per_token_s": 2e-7, "per_context_token_s": 5e-8,
-             "per_self_pair_s": 2e-10, "per_context_pair_s": 1e-10}
-    shapes = [shape_of([(n, c)] * k) for n in (16, 64, 256, 1024) for c in (0, 512, 2048)
+             "per_self_pair_s": 2e-10, "per_block_pair_s": 2e-10, "block_tokens": 256.0,
+             "per_context_pair_s": 1e-10}
+    shapes = [shape_of([(n, c)] * k) for n in (16, 64, 256, 1024, 3000) for c in (0, 512, 2048)
               for k in (1, 3)]
     fit = fit_component("prefill_attention", shapes,
                         synthetic("prefill_attention", truth, shapes, 0.01, seed=2))
-    for key, value in truth.items():
-        assert fit.coef[key] == pytest.approx(value, rel=0.2), key
+    for key in ("per_seq_s", "per_token_s", "per_context_token_s", "per_context_pair_s"):
+        assert fit.coef[key] == pytest.approx(truth[key], rel=0.2), key
+    assert fit.coef["block_tokens"] == pytest.approx(256, rel=0.3)
+    for n in (128, 512, 2048, 4000):
+        s = shape_of([(n, 0)])
+        assert float(FORMS["prefill_attention"].evaluate(fit.coef, s)) == pytest.approx(
+            float(FORMS["prefill_attention"].evaluate(truth, s)), rel=0.05), n
 
 
 def test_breakpoints_recovered() -> None:
@@ -86,19 +93,22 @@ def test_no_breakpoint_in_range_means_no_spill() -> None:
 
 def test_in_situ_takes_up_what_the_operators_miss() -> None:
     # Eviction grows with the KV read until 20k tokens, then stays.
-    truth = {"const_s": 2e-5, "per_seq_s": 0.0, "per_kv_token_s": 5e-9, "evict_kv": 20000.0}
-    shapes = [shape_of([(1, c)] * b) for b in (2, 8, 32, 64) for c in (100, 300, 1000, 3000)]
+    # Steps of several decode entries pay 1e-5 more than those of one.
+    truth = {"const_s": 2e-5, "multi_s": 1e-5, "per_seq_s": 0.0, "sat_seqs": 1e9,
+             "per_kv_token_s": 5e-9, "evict_kv": 20000.0, "per_prefill_s": 0.0}
+    shapes = [shape_of([(1, c)] * b) for b in (1, 2, 8, 32, 64) for c in (100, 300, 1000, 3000)]
     shapes += [shape_of([(256, 0)]), shape_of([(64, 0)])]
     base = np.array([1e-3 * (1 + i) for i in range(len(shapes))])
     extra = np.array([float(FORMS["in_situ"].evaluate(truth, s)) * 4 for s in shapes])
     coef, got = fit_in_situ(shapes, list(base + extra), list(base), layers=4)
-    np.testing.assert_allclose(got, extra, rtol=0.02, atol=1e-8)
+    np.testing.assert_allclose(got, extra, rtol=0.02, atol=1e-7)
     assert coef["const_s"] == pytest.approx(2e-5, rel=0.05)
+    assert coef["multi_s"] == pytest.approx(1e-5, rel=0.1)
     assert coef["evict_kv"] == pytest.approx(20000, rel=0.2)
     # Operators that already explain every step leave nothing to correct.
     coef, got = fit_in_situ(shapes, list(base), list(base), layers=4)
     assert np.all(got == 0)
-    assert all(v == 0 for k, v in coef.items() if k != "evict_kv")
+    assert all(v == 0 for k, v in coef.items() if k not in ("evict_kv", "sat_seqs"))
 
 
 def test_coefficients_stay_non_negative_and_errors_are_reported() -> None:

@@ -21,13 +21,15 @@ COEFS = {
              "group_seqs": 8.0},
     "linear": {"const_s": 1e-5, "weight_s": 2e-4, "per_token_s": 1e-6},
     "prefill_attention": {"per_seq_s": 1e-5, "per_token_s": 1e-7, "per_context_token_s": 1e-8,
-                          "per_self_pair_s": 2e-10, "per_context_pair_s": 1e-10},
+                          "per_self_pair_s": 2e-10, "per_block_pair_s": 3e-11,
+                          "block_tokens": 64.0, "per_context_pair_s": 1e-10},
     "decode_attention": {"const_s": 5e-6, "per_seq_s": 1e-6, "per_group_s": 3e-6,
                          "group_seqs": 10.0, "per_kv_token_s": 1e-8, "per_spill_token_s": 2e-8,
                          "spill_kv": 15.0},
     "lm_head": {"const_s": 1e-5, "weight_s": 1e-4, "per_seq_s": 1e-6},
     "allreduce": {"per_step_s": 0.0, "per_token_s": 0.0},
-    "in_situ": {"const_s": 2e-6, "per_seq_s": 1e-7, "per_kv_token_s": 1e-9, "evict_kv": 12.0},
+    "in_situ": {"const_s": 2e-6, "multi_s": 3e-6, "per_seq_s": 1e-7, "sat_seqs": 1.5,
+                "per_kv_token_s": 1e-9, "evict_kv": 12.0, "per_prefill_s": 4e-6},
 }
 
 
@@ -50,11 +52,12 @@ def test_hand_computed_step_time(tmp_path: Path) -> None:
     assert s.prefill_pairs == 100 * 50 + 100 * 101 // 2 and s.decode_kv == 20
     step = 1e-3 + 1e-5 * 3 + 1e-6 * 102 + 4e-6 * 2
     linear = 1e-5 + max(2e-4, 1e-6 * 102)
-    # One chunk: its own pairs 100·101/2 and 100·50 pairs to its cached context.
-    prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 1e-10 * 5000
+    # One chunk: its own pairs 100·101/2, 100·min(100, 64) in tiles past the triangle,
+    # and 100·50 pairs to its cached context.
+    prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 3e-11 * 100 * 64 + 1e-10 * 5000
     decode = 5e-6 + 1e-6 * 2 + 3e-6 * 2 + 1e-8 * 20 + 2e-8 * (20 - 15)
     head = 1e-5 + max(1e-4, 1e-6 * 3)
-    in_situ = 2e-6 + 1e-7 * 2 + 1e-9 * min(20, 12)
+    in_situ = 2e-6 + 3e-6 + 1e-7 * min(2, 1.5) + 1e-9 * min(20, 12) + 4e-6 * 1
     expected = step + 32 * (linear + prefill + decode + in_situ) + head
     got = cost.step_time(s)
     assert isinstance(got, float)
@@ -69,9 +72,12 @@ def test_vectorised_matches_scalar(tmp_path: Path) -> None:
     vec = cost.step_time(arrays)
     assert isinstance(vec, np.ndarray) and vec.shape == (4,)
     np.testing.assert_allclose(vec, [cost.step_time(s) for s in shapes], rtol=1e-12)
-    # A decode-free step pays no decode constant and no in-situ term.
+    # A decode-free step pays no decode constant, and in situ only its prefill's share;
+    # one decode entry does not pay the several-entries term.
     parts = cost.breakdown(shape_of([(512, 0)]))
-    assert parts["decode_attention"] == 0 and parts["in_situ"] == 0
+    assert parts["decode_attention"] == 0 and parts["in_situ"] == pytest.approx(32 * 4e-6)
+    one = cost.breakdown(decode_shape(1, 5))["in_situ"]
+    assert one == pytest.approx(32 * (2e-6 + 1e-7 + 1e-9 * 6))
 
 
 def test_with_layers_scales_per_layer_terms_only(tmp_path: Path) -> None:
@@ -108,6 +114,22 @@ def test_malformed_profile_names_file_and_key(tmp_path: Path, mutate, where: str
         load_profile(str(path))
     msg = str(err.value)
     assert str(path) in msg and where in msg and "\n" not in msg
+
+
+def test_profile_without_newer_coefficients_keeps_its_formula(tmp_path: Path) -> None:
+    """Schema-2 files written before the tiled-prefill and in-situ step terms existed
+    load with neutral values and price every step as they did."""
+    data = profile_data()
+    for name, keys in (("prefill_attention", ("per_block_pair_s", "block_tokens")),
+                       ("in_situ", ("multi_s", "sat_seqs", "per_prefill_s"))):
+        for k in keys:
+            del data["components"][name]["coef"][k]
+    cost = load_profile(str(write(tmp_path, data)))
+    s = shape_of([(100, 50), (1, 9), (1, 9)])
+    parts = cost.breakdown(s)
+    old_prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 1e-10 * 5000
+    assert parts["prefill_attention"] == pytest.approx(32 * old_prefill, rel=1e-12)
+    assert parts["in_situ"] == pytest.approx(32 * (2e-6 + 1e-7 * 2 + 1e-9 * 12), rel=1e-12)
 
 
 def test_bad_yaml_and_unknown_name(tmp_path: Path) -> None:

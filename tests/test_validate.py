@@ -94,7 +94,7 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     threads = torch.get_num_threads()
     try:
         calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu", quick=True,
-                                    budget_s=20, progress=False))
+                                    budget_s=20, progress=False, passes=1))
     finally:
         torch.set_num_threads(threads)
     return out

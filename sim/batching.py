@@ -35,6 +35,12 @@ class Policy(Protocol):
         ...
 
 
+def prompt_over_budget(prompt: int, max_tokens: int) -> str | None:
+    """Why a prompt of ``prompt`` tokens can never be prefilled in one iteration of at
+    most ``max_tokens`` tokens, or None."""
+    return "prompt_exceeds_max_num_batched_tokens" if prompt > max_tokens else None
+
+
 def decode_all(state: Any, batch: Batch) -> Batch:
     """Add one decode token for every running request to ``batch``, preempting the
     newest running requests when the KV cache has no block to grow into."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.batching import Batch, Policy, decode_all, resume
+from sim.batching import Batch, Policy, decode_all, prompt_over_budget, resume
 from sim.chunked import Chunked
 from sim.disagg import Disaggregated
 from sim.kvcache import blocks_for
@@ -53,8 +53,9 @@ class Continuous:
         """Prompts over the token budget can never be admitted as one prefill; nor can the
         re-prefill of prompt plus output a preemption may force. (vLLM refuses to start
         when max_num_batched_tokens < max_model_len for this reason.)"""
-        if prompt > self.max_tokens:
-            return "prompt_exceeds_max_num_batched_tokens"
+        why = prompt_over_budget(prompt, self.max_tokens)
+        if why is not None:
+            return why
         if prompt + output - 1 > self.max_tokens:
             return "recompute_exceeds_max_num_batched_tokens"
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.batching import Batch, reserve_blocks
+from sim.batching import Batch, prompt_over_budget, reserve_blocks
 
 if TYPE_CHECKING:
     from sim.scenario import ServingConfig
@@ -37,9 +37,7 @@ class Static:
 
     def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
         """Prompts over the token budget can never be prefilled."""
-        if prompt > self.max_tokens:
-            return "prompt_exceeds_max_num_batched_tokens"
-        return None
+        return prompt_over_budget(prompt, self.max_tokens)
 
     def schedule(self, state: Any) -> Batch:
         """Decode the current batch; when it has drained, form the next one."""
@@ -84,9 +82,7 @@ class Orca:
 
     def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
         """Prompts over the token budget can never be prefilled."""
-        if prompt > self.max_tokens:
-            return "prompt_exceeds_max_num_batched_tokens"
-        return None
+        return prompt_over_budget(prompt, self.max_tokens)
 
     def schedule(self, state: Any) -> Batch:
         """Decode every running request and add the whole prefills that fit."""

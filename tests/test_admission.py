@@ -11,24 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_requests, tiny_scenario
+from conftest import run_both_ways as both
+from conftest import tiny_scenario
 
 from sim.admission import RateLimitConfig, TokenBucket
 from sim.errors import ServesimError
 from sim.metrics import summarize
-from sim.report import requests_csv
 from sim.request import FINISHED, REJECTED, TIMED_OUT
-
-
-def both(sc: Any, arrivals: list[float], prompts: list[int], outputs: list[int]) -> Any:
-    """Run with skipping on and off; assert identical outputs; return the skipping run."""
-    runs = [run_requests(sc.__class__(**{**sc.__dict__, "event_skipping": skip}),
-                         arrivals, prompts, outputs) for skip in (True, False)]
-    assert requests_csv(runs[0]) == requests_csv(runs[1])
-    # Fused runs log their iterations when they end: compare per replica, in time order.
-    logs = [sorted(r.step_log, key=lambda e: (e[0], e[1])) for r in runs]
-    assert logs[0] == logs[1]
-    return runs[0]
 
 
 def test_token_bucket_refills_at_its_rate_and_caps_at_burst() -> None:

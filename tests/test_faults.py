@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_requests, tiny_scenario
+from conftest import run_both_ways as both
+from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,23 +20,11 @@ from sim.errors import ServesimError
 from sim.faults import FaultsConfig, OutageConfig, outage_plan
 from sim.metrics import summarize
 from sim.policies import POLICIES
-from sim.report import requests_csv
 from sim.request import FAILED, FINISHED, REJECTED, STATUS_NAMES, TIMED_OUT, UNFINISHED
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:
     return sorted((s[0], round(s[1], 9), round(s[2], 9), s[3]) for s in res.step_log)
-
-
-def both(sc: Any, arrivals: list[float], prompts: list[int], outputs: list[int]) -> Any:
-    """Run with skipping on and off; assert identical outputs; return the skipping run."""
-    runs = [run_requests(sc.__class__(**{**sc.__dict__, "event_skipping": skip}),
-                         arrivals, prompts, outputs) for skip in (True, False)]
-    assert requests_csv(runs[0]) == requests_csv(runs[1])
-    # Fused runs log their iterations when they end: compare per replica, in time order.
-    logs = [sorted(r.step_log, key=lambda e: (e[0], e[1])) for r in runs]
-    assert logs[0] == logs[1]
-    return runs[0]
 
 
 OUTAGE = {"outages": [{"replica": 0, "at_s": 0.02, "duration_s": 1.0}], "detection_s": 0.05}

@@ -1,26 +1,30 @@
 """Exact event skipping: a run of decode-only iterations advanced in one SimPy event.
 
-While a replica's batch is every running request decoding one token, and nothing
-arrives, finishes or runs out of KV blocks, each iteration is the same batch with every
-context one token longer: its step time is known in advance. :func:`plan_decode_run`
-finds how many such iterations follow (K >= 2) and their end times; the replica then
-sleeps once until the last end and :func:`apply_decode_run` books all K iterations.
+While a replica's batch is every running request decoding one token and nothing
+arrives, each iteration is the same batch with every context one token longer, minus
+the requests that have finished: its step time is known in advance.
+:func:`plan_decode_run` finds how many such iterations follow (K >= 2) and their end
+times; the replica then sleeps once until the last end and :func:`apply_decode_run`
+books all K iterations, finishes included.
 
 Exactness: step times come from the same cost model, evaluated on arrays with the same
 floating-point operations as the scalar path; end times are summed one by one in the
-same order SimPy would add them, and inter-token gaps are differences of those times,
-so every timestamp and histogram entry equals the step-by-step run's to the bit. The
+same order SimPy would add them, inter-token gaps are differences of those times, and
+blocks are freed and taken boundary by boundary in step-by-step order, so every
+timestamp, log entry and histogram count equals the step-by-step run's to the bit. The
 run stops before:
 
-- the first iteration that would finish a request (finishing changes the batch);
-- the first iteration ending at or after the next undelivered arrival, or at or after
-  the horizon (an arrival may be routed here and change the next decision);
-- the first iteration that would need more KV blocks than are free (preemption).
+- the first iteration ending at or after the next undelivered arrival, fault, client
+  timeout or the horizon (any of them may change the next decision);
+- the first iteration that would need more KV blocks than are free (preemption or
+  eviction);
+- while requests wait: the first iteration that would finish a request (the room it
+  frees might admit one). With nobody waiting a finish only shrinks the batch.
 
 A policy opts in with ``steady = True``, asserting that after a decode-only batch of
-all its running requests it would choose the same batch again as long as none of the
-above happens (admission blocked by the sequence limit, the token budget or the KV
-watermark stays blocked while free blocks only shrink).
+all its running requests it would choose the same batch again (less finished requests)
+as long as none of the above happens (admission blocked by the sequence limit, the
+token budget or the KV watermark stays blocked while free blocks only shrink).
 """
 
 from __future__ import annotations

@@ -68,7 +68,10 @@ def saturation(res: RunResult) -> dict[str, Any]:
         t0, t1 = float(arr[0]), float(arr[-1])
         times = np.linspace(t0, t1, SAMPLES)
         queue = waiting_curve(res, times)
-        growth = float(np.polyfit(times - t0, queue.astype(float), 1)[0])
+        # Fit on time normalised to [0, 1]: well conditioned whatever the span (a trace
+        # may put all arrivals within nanoseconds), then back to requests per second.
+        x = (times - t0) / (t1 - t0)
+        growth = float(np.polyfit(x, queue.astype(float), 1)[0]) / (t1 - t0)
         offered = (n - 1) / (t1 - t0)
         peak = int(queue.max())
     grows = growth is not None and offered is not None and growth > SATURATION_SHARE * offered

@@ -189,3 +189,14 @@ def test_workload_validation_names_the_key(raw: dict, where: str) -> None:
     with pytest.raises(ServesimError) as info:
         _wl(**raw)
     assert info.value.where == where
+
+
+def test_summary_of_arrivals_nanoseconds_apart_is_finite() -> None:
+    # Found by hypothesis: a queue-growth fit over a span of 1e-174 s failed to converge.
+    from conftest import run_requests, tiny_scenario
+
+    from sim.metrics import summarize
+
+    res = run_requests(tiny_scenario(), [0.0, 1.874959363376289e-174], [1, 1], [1, 1])
+    sat = summarize(res)["saturation"]
+    assert sat["offered_rps"] > 1e170 and sat["saturated"] in (True, False)

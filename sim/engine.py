@@ -83,11 +83,10 @@ class RunResult:
     reason: np.ndarray
     itl: LogHistogram
     replica_stats: list[ReplicaStats]
-    kv_blocks: int
     end_s: float
     step_log: list[tuple[Any, ...]] | None
     # Disaggregated runs: each request's prefill replica (``replica`` is where it decoded);
-    # None otherwise. ``kv_blocks`` is then the mean over replicas of unequal pools.
+    # None otherwise.
     prefill_replica: np.ndarray | None = None
     # With faults: times each request was placed again, and (replica, down_s, up_s) of
     # every outage (sim/faults.py).
@@ -151,7 +150,6 @@ class Engine:
             for rep in self.entry:
                 rep.handoff = handoff
             self.prefill_of = np.full(n, -1, dtype=np.int64)
-        self.kv_blocks = round(sum(r.kv.total for r in self.replicas) / len(self.replicas))
         self._hashes: list[tuple[int, ...]] | None = None
         if scenario.serving.prefix_caching and requests.prefix_hashes is None:
             raise ServesimError(
@@ -342,7 +340,7 @@ class Engine:
             scenario=self.scenario, requests=self.requests, first_sched=self.first_sched,
             first_token=self.first_token, finish=self.finish, preemptions=self.preemptions,
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
-            replica_stats=[r.stats for r in self.replicas], kv_blocks=self.kv_blocks,
+            replica_stats=[r.stats for r in self.replicas],
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),

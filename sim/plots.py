@@ -47,6 +47,17 @@ def by_config(grid: list[Row]) -> dict[str, list[Row]]:
     return {k: sorted(v, key=lambda r: r["rate"]) for k, v in out.items()}
 
 
+def _finish_latency_axis(ax: Any, metric: str, xlabel: str, ylabel: str, title: str) -> None:
+    """Empty-panel note, log latency axis, labels, title and grid of a latency panel."""
+    _empty_note(ax, "TPOT needs requests of 2+ output tokens" if metric == "tpot"
+                else "no request finished")
+    _log_axis(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def _log_axis(ax: Any) -> None:
     """Log y axis labelled in plain numbers (50, 100, 200), not 5x10^1."""
     from matplotlib.ticker import FuncFormatter
@@ -140,13 +151,8 @@ def latency_vs_rate(grid: list[Row], slos: list[SLO], scenario_slo: dict[str, fl
         if per_request is not None:
             ax.axhline(per_request * 1e3, color="gray", linewidth=1, linestyle="-.",
                        label=f"per-request SLO {per_request * 1e3:g} ms (goodput)")
-        _empty_note(ax, "TPOT needs requests of 2+ output tokens" if metric == "tpot"
-                    else "no request finished")
-        _log_axis(ax)
-        ax.set_xlabel("request rate (requests/s, whole cluster)")
-        ax.set_ylabel(f"{metric.upper()} (ms, log scale)")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
+        _finish_latency_axis(ax, metric, "request rate (requests/s, whole cluster)",
+                             f"{metric.upper()} (ms, log scale)", title)
     # Two legends: colours name configurations, line styles name percentiles.
     handles = [plt.Line2D([], [], color=colors[i % len(colors)], marker="o", label=lbl)
                for i, lbl in enumerate(configs)]
@@ -239,13 +245,9 @@ def frontier(grid: list[Row], slos: list[SLO], path: Path) -> Curves:
             if s.metric == metric and s.stat == "p99":
                 ax.axhline(s.limit_s * 1e3, color="red", linewidth=1.2,
                            label=f"SLO p99 ≤ {s.limit_s * 1e3:g} ms")
-        _empty_note(ax, "TPOT needs requests of 2+ output tokens" if metric == "tpot"
-                    else "no request finished")
-        _log_axis(ax)
-        ax.set_xlabel("output throughput (tokens/s, whole cluster)")
-        ax.set_ylabel(f"p99 {metric.upper()} (ms, log scale)")
-        ax.set_title(f"Latency–throughput frontier: p99 {metric.upper()}")
-        ax.grid(True, which="both", alpha=0.3)
+        _finish_latency_axis(ax, metric, "output throughput (tokens/s, whole cluster)",
+                             f"p99 {metric.upper()} (ms, log scale)",
+                             f"Latency–throughput frontier: p99 {metric.upper()}")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
     fig.tight_layout()

@@ -15,6 +15,26 @@ if TYPE_CHECKING:
     from sim.scenario import ServingConfig
 
 
+def admit_whole_prompts(state: Any, batch: Batch, tokens: int, max_seqs: int) -> Batch:
+    """Add waiting requests to ``batch`` in queue order, each with its whole prompt and
+    its whole-life KV reserved, while the batch holds fewer than ``max_seqs`` sequences,
+    the prompts fit ``tokens`` (new tokens left this iteration) and the KV cache keeps
+    its watermark free."""
+    waiting = state.waiting
+    kv = state.kv
+    bs = state.block_size
+    while waiting and len(batch) < max_seqs:
+        r = waiting[0]
+        need = reserve_blocks(r, bs)
+        if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
+            break
+        waiting.popleft()
+        state.admit(r, need)
+        batch[r] = r.prompt
+        tokens -= r.prompt
+    return batch
+
+
 class Static:
     """Request-level batching (FasterTransformer; a plain HuggingFace ``generate`` loop).
 
@@ -44,21 +64,7 @@ class Static:
         running = state.running
         if running:
             return {r: 1 for r in running}  # blocks were reserved at admission
-        batch: Batch = {}
-        waiting = state.waiting
-        kv = state.kv
-        bs = state.block_size
-        tokens = self.max_tokens
-        while waiting and len(batch) < self.size:
-            r = waiting[0]
-            need = reserve_blocks(r, bs)
-            if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
-                break
-            waiting.popleft()
-            state.admit(r, need)
-            batch[r] = r.prompt
-            tokens -= r.prompt
-        return batch
+        return admit_whole_prompts(state, {}, self.max_tokens, self.size)
 
 
 class Orca:
@@ -87,19 +93,4 @@ class Orca:
     def schedule(self, state: Any) -> Batch:
         """Decode every running request and add the whole prefills that fit."""
         batch: Batch = {r: 1 for r in state.running}
-        waiting = state.waiting
-        kv = state.kv
-        bs = state.block_size
-        tokens = self.max_tokens - len(batch)
-        seqs = len(batch)
-        while waiting and seqs < self.max_seqs:
-            r = waiting[0]
-            need = reserve_blocks(r, bs)
-            if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
-                break
-            waiting.popleft()
-            state.admit(r, need)
-            batch[r] = r.prompt
-            tokens -= r.prompt
-            seqs += 1
-        return batch
+        return admit_whole_prompts(state, batch, self.max_tokens - len(batch), self.max_seqs)

@@ -71,7 +71,7 @@ def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
     for gaps in itls or []:
         if gaps:
             itl.add_many(np.asarray(gaps, dtype=float))
-    stats = ReplicaStats()
+    stats = ReplicaStats(scenario.serving.num_kv_blocks or 1)  # KV capacity, blocks
     if steps is not None and len(steps["start_s"]):
         stats.iterations = len(steps["start_s"])
         stats.busy_s = float(np.sum(steps["end_s"] - steps["start_s"]))
@@ -85,7 +85,7 @@ def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
         preemptions=np.zeros(n, np.int64) if preemptions is None else preemptions,
         replica=np.where(status == REJECTED, -1, 0), status=status,
         reason=np.full(n, "", dtype=object) if reason is None else reason, itl=itl,
-        replica_stats=[stats], kv_blocks=scenario.serving.num_kv_blocks or 1,
+        replica_stats=[stats],
         end_s=float(done.max()), step_log=None)
 
 

@@ -43,8 +43,17 @@ def prompt_over_budget(prompt: int, max_tokens: int) -> str | None:
 
 def decode_all(state: Any, batch: Batch) -> Batch:
     """Add one decode token for every running request to ``batch``, preempting the
-    newest running requests when the KV cache has no block to grow into."""
+    newest running requests when the KV cache has no block to grow into.
+
+    A replica that keeps its steady decodes in a :class:`sim.decodeset.DecodeSet`
+    (``state.group``) decodes them implicitly when they need no preemption: the batch
+    then lists only the other entries, and the set's members decode too."""
     running = state.running
+    group = getattr(state, "group", None)
+    if group is not None:
+        if group.reserve(state.kv, running):
+            return batch
+        group.flush(running)
     kv = state.kv
     bs = state.block_size
     victims: list[Request] = []

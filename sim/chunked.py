@@ -37,6 +37,9 @@ class Chunked:
     # Decode-only batches of all running requests repeat until an arrival, a finish or
     # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
     steady = True
+    # A request's running entry is a steady decode once its last chunk emitted, and
+    # those lead the running list (later admissions follow them).
+    lazy_decodes = True
 
     def __init__(self, cfg: ServingConfig):
         self.budget = cfg.chunk_budget
@@ -55,6 +58,15 @@ class Chunked:
         budget = self.budget
         victims = []
         i = 0
+        group = getattr(state, "group", None)
+        if group is not None:
+            # Steady decodes lead the running list; when they all fit the budget and
+            # their blocks are free, they decode implicitly (sim/decodeset.py).
+            if group.n <= budget and group.reserve(kv, running, prefix=True):
+                i = group.n
+                budget -= i
+            else:
+                group.flush(running)
         while i < len(running) and budget > 0:
             r = running[i]
             c = r.computed

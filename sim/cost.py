@@ -98,7 +98,10 @@ class RooflineCost:
         new = shape.new_tokens
         pairs = shape.prefill_pairs + shape.decode_kv
         kv_tokens = shape.context_tokens + new
-        mx = np.maximum
+        # One step (Python ints) is priced with Python floats: the same operations in the
+        # same order as on arrays, so bit-equal, and without numpy's per-call overhead.
+        scalar = type(new) is int
+        mx: Any = max if scalar else np.maximum
         t = (
             mx(self._lin_flop_s * new, self._lin_mem_s)
             + mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens)
@@ -108,4 +111,6 @@ class RooflineCost:
             + self.params.step_overhead_s
             + self.params.per_seq_overhead_s * shape.seqs
         )
+        if scalar:
+            return t
         return float(t) if np.ndim(t) == 0 else t

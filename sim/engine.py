@@ -98,13 +98,16 @@ class Engine:
     """Wires requests, router and replicas into one SimPy environment.
 
     ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
-    their own from their GPU and tp (a linear cost is shared).
+    their own from their GPU and tp (a linear cost is shared). ``lazy_decodes=False``
+    turns off :class:`sim.decodeset.DecodeSet` bookkeeping (same results, slower).
     """
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
                  rng: np.random.Generator, log_steps: bool = False,
-                 fault_seed: np.random.SeedSequence | None = None):
+                 fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True):
         self.scenario = scenario
+        # False: every policy decodes request by request (tests compare the two ways).
+        self.lazy_decodes = lazy_decodes
         self.requests = requests
         self.env = simpy.Environment()
         n = len(requests)

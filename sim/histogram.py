@@ -33,6 +33,10 @@ class LogHistogram:
         self.sum = 0.0
         self.max = 0.0
         self._buffer: list[float] = []
+        # Repeated values (one gap shared by every sequence of a decode iteration) are
+        # buffered once with their count: a large run has hundreds of millions of gaps.
+        self._rep_values: list[float] = []
+        self._rep_counts: list[int] = []
 
     def add(self, value: float) -> None:
         """Record one value (seconds, >= 0)."""
@@ -47,6 +51,22 @@ class LogHistogram:
         if len(buf) >= _CHUNK:
             self._flush_chunks()
 
+    def add_repeated(self, value: float, count: int) -> None:
+        """Record ``value`` (seconds, >= 0) ``count`` times."""
+        self._rep_values.append(value)
+        self._rep_counts.append(count)
+        if len(self._rep_values) >= _CHUNK:
+            self._flush_repeated()
+
+    def _flush_repeated(self) -> None:
+        # Whole chunks, as _flush_chunks, for the same reason.
+        vals, cnts = self._rep_values, self._rep_counts
+        whole = len(vals) - len(vals) % _CHUNK
+        for i in range(0, whole, _CHUNK):
+            self.add_many(np.array(vals[i:i + _CHUNK]), np.array(cnts[i:i + _CHUNK]))
+        del vals[:whole]
+        del cnts[:whole]
+
     def _flush_chunks(self) -> None:
         # Whole chunks only: the running sum then depends on the sequence of values,
         # not on how callers grouped them, so equal runs give equal means to the bit.
@@ -56,27 +76,43 @@ class LogHistogram:
             self.add_many(np.array(buf[i:i + _CHUNK]))
         del buf[:whole]
 
-    def add_many(self, values: np.ndarray) -> None:
-        """Record an array of values (seconds, >= 0)."""
+    def add_many(self, values: np.ndarray, counts: np.ndarray | None = None) -> None:
+        """Record an array of values (seconds, >= 0), each ``counts`` times (default once)."""
         v = np.asarray(values, dtype=np.float64)
         if v.size == 0:
             return
+        w = None if counts is None else np.asarray(counts, dtype=np.int64)
+        if w is not None:
+            keep = w > 0
+            v, w = v[keep], w[keep]
+            if v.size == 0:
+                return
         zero = v <= 0.0
-        self.zeros += int(zero.sum())
         pos = v[~zero]
-        self.total += int(v.size)
-        self.sum += float(v.sum())
+        if w is None:
+            self.zeros += int(zero.sum())
+            self.total += int(v.size)
+            self.sum += float(v.sum())
+        else:
+            self.zeros += int(w[zero].sum())
+            self.total += int(w.sum())
+            self.sum += float((v * w).sum())
         self.max = max(self.max, float(v.max()))
         if pos.size:
             idx = np.ceil(np.log(np.maximum(pos, _MIN_VALUE)) / self._log_gamma).astype(np.int64)
             idx = np.clip(idx - self._offset, 0, len(self.counts) - 1)
-            self.counts += np.bincount(idx, minlength=len(self.counts))
+            self.counts += np.bincount(idx, weights=None if w is None else w[~zero],
+                                       minlength=len(self.counts)).astype(np.int64)
 
     def flush(self) -> None:
         """Move buffered values into the buckets."""
         if self._buffer:
             buf, self._buffer = self._buffer, []
             self.add_many(np.array(buf))
+        if self._rep_values:
+            vals, cnts = self._rep_values, self._rep_counts
+            self._rep_values, self._rep_counts = [], []
+            self.add_many(np.array(vals), np.array(cnts))
 
     def merge(self, other: LogHistogram) -> None:
         """Add ``other``'s counts (same accuracy) into this histogram."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from sim.decodeset import DecodeSet
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.prefix import PrefixCache
@@ -55,6 +56,17 @@ class ReplicaStats:
         self.kv_block_s = 0.0
         self.kv_peak = 0
         self.preemptions = 0
+
+    def book(self, dt: float, seqs: int, tokens: int, used: int) -> None:
+        """Count one iteration of ``dt`` seconds over ``seqs`` sequences computing
+        ``tokens`` tokens with ``used`` KV blocks held."""
+        self.iterations += 1
+        self.busy_s += dt
+        self.batch_seqs += seqs
+        self.batch_tokens += tokens
+        self.kv_block_s += used * dt
+        if used > self.kv_peak:
+            self.kv_peak = used
 
 
 def batch_shape(batch: Batch) -> StepShape:
@@ -117,6 +129,10 @@ class Replica:
         self.stats = ReplicaStats(kv.total, role)
         self.prefix: PrefixCache | None = None  # set by the engine when caching is on
         self.itl = LogHistogram()
+        # Policies whose running requests are all steady decodes between iterations keep
+        # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
+        lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
+        self.group = DecodeSet(self.block_size) if lazy else None
         self.process = self.env.process(self._run())
 
     # -- what the router and policies call -------------------------------------------
@@ -245,6 +261,8 @@ class Replica:
         """A fault: drop every request held here (waiting, running, landing), with their
         KV, cached prefixes and swapped blocks; interrupt an iteration in progress.
         Returns the lost requests in id order."""
+        if self.group is not None:
+            self.group.flush(self.running)
         lost = [*self.running, *self.waiting, *(x[2] for x in self.inbox)]
         self.running = []
         self.waiting = deque()
@@ -277,6 +295,7 @@ class Replica:
         schedule = self.policy.schedule
         step_time = self.cost.step_time
         log = engine.step_log
+        group = self.group
         # Decode replicas of a disaggregated cluster receive KV transfers at times no
         # bound can foresee, so they always step one iteration at a time.
         fuse = (engine.scenario.event_skipping and self.role != "decode"
@@ -289,7 +308,8 @@ class Replica:
             preempted = stats.preemptions
             queued = len(self.waiting)
             batch = schedule(self)
-            if not batch:
+            stepping = group is not None and group.stepping
+            if not batch and not stepping:
                 if self.waiting or self.running:
                     raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
                                        f"{len(self.waiting)} waiting, {len(self.running)} running")
@@ -301,7 +321,14 @@ class Replica:
                 with contextlib.suppress(simpy.Interrupt):
                     yield self._wakeup
                 continue
-            shape = batch_shape(batch)
+            if stepping:
+                assert group is not None
+                shape = group.shape()
+                if batch:
+                    shape = StepShape(*(a + b for a, b in zip(shape, batch_shape(batch),
+                                                              strict=True)))
+            else:
+                shape = batch_shape(batch)
             dt = step_time(shape)
             if self.swap_s:
                 # vLLM runs this iteration's swap-outs and swap-ins before its forward pass.
@@ -310,26 +337,33 @@ class Replica:
             start = env.now
             # Only a batch that admitted and preempted nothing is the steady state: after a
             # resume or an admission the next decision may differ (a prefill may fit).
-            if (fuse and shape.prefill_seqs == 0 and shape.seqs == len(self.running)
-                    and stats.preemptions == preempted and len(self.waiting) == queued
-                    and shape.seqs):
+            if (fuse and stepping and not batch and stats.preemptions == preempted
+                    and len(self.waiting) == queued):
+                assert group is not None
+                grun = group.plan_run(self, start, dt, engine.skip_bound(self),
+                                      bool(self.waiting))
+                if grun is not None:
+                    yield env.timeout(grun.delay)
+                    engine.dispatch()
+                    group.apply_run(self, grun, start)
+                    continue
+            elif (fuse and group is None and shape.prefill_seqs == 0
+                    and shape.seqs == len(self.running) and stats.preemptions == preempted
+                    and len(self.waiting) == queued and shape.seqs):
                 run = plan_decode_run(self, start, dt, engine.skip_bound(self))
                 if run is not None:
                     yield env.timeout(run.delay)
                     engine.dispatch()
                     apply_decode_run(self, run, start)
                     continue
-            stats.iterations += 1
-            stats.busy_s += dt
-            stats.batch_seqs += shape.seqs
-            stats.batch_tokens += shape.new_tokens
             used = self.kv.used
-            stats.kv_block_s += used * dt
-            if used > stats.kv_peak:
-                stats.kv_peak = used
+            stats.book(dt, shape.seqs, shape.new_tokens, used)
             if log is not None:
-                log.append((self.index, start, start + dt,
-                            tuple((r.id, n, r.computed) for r, n in batch.items())))
+                entries = [(r.id, n, r.computed) for r, n in batch.items()]
+                if stepping:
+                    assert group is not None
+                    entries = group.log_entries(self.running) + entries
+                log.append((self.index, start, start + dt, tuple(entries)))
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
@@ -343,6 +377,9 @@ class Replica:
             engine.dispatch()
             if self.inbox:
                 self.pull()
+            if stepping:
+                assert group is not None
+                group.end_step(self, env.now)
             self._complete(batch, env.now)
 
     def _complete(self, batch: Batch, now: float) -> None:
@@ -381,6 +418,21 @@ class Replica:
             engine.finished_count += done
         if leaving is not None:
             self._hand_off(leaving, now)
+        group = self.group
+        if group is not None:
+            bs = self.block_size
+            for r in batch:
+                if r.sync < 0 and group.joinable(r, bs):
+                    group.join(r)
+
+    def remove_running(self, done: list[Request]) -> None:
+        """Drop finished requests ``done`` from ``running``, keeping its order."""
+        if len(done) < 8:
+            for r in done:
+                self.running.remove(r)
+        else:
+            gone = set(done)
+            self.running = [r for r in self.running if r not in gone]
 
     def _hand_off(self, leaving: list[Request], now: float) -> None:
         """Send requests whose prefill just finished to the decode pool."""

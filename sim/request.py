@@ -18,13 +18,16 @@ class Request:
     ``priority`` orders admission when the policy asks for it (lower runs first).
     ``hashes`` names the request's leading prompt blocks for prefix caching (or None);
     ``cached`` counts the leading ones it references in its replica's prefix cache.
+    While ``sync`` >= 0 the request is a member of its replica's
+    :class:`sim.decodeset.DecodeSet` and ``computed``, ``generated``, ``blocks`` and
+    ``last_token`` are as of that set's tick ``sync``.
     An iteration emits a token for this request when it brings
     ``computed`` up to ``prompt + generated``: the end of a (re)prefill, or a decode step.
     Static attributes live in the run's numpy arrays; this object is dropped on finish.
     """
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
-                 "last_token", "scheduled", "priority", "swapped", "hashes", "cached")
+                 "last_token", "scheduled", "priority", "swapped", "hashes", "cached", "sync")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
@@ -40,6 +43,7 @@ class Request:
         self.swapped = 0
         self.hashes: tuple[int, ...] | None = None
         self.cached = 0
+        self.sync = -1  # tick it joined its replica's DecodeSet (sim/decodeset.py); -1: none
 
     @property
     def pending_tokens(self) -> int:

@@ -170,14 +170,7 @@ def apply_decode_run(rep: Replica, run: DecodeRun, start: float) -> None:
     for j in range(k):
         dt = run.dts[j]
         b_ = run.seqs[j]
-        stats.iterations += 1
-        stats.busy_s += dt
-        stats.batch_seqs += b_
-        stats.batch_tokens += b_
-        used = run.used[j]
-        stats.kv_block_s += used * dt
-        if used > stats.kv_peak:
-            stats.kv_peak = used
+        stats.book(dt, b_, b_, run.used[j])
         if log is not None:
             log.append((rep.index, t0, t0 + dt, tuple(
                 (r.id, 1, r.computed + j) for r, m in zip(reqs, rem, strict=True) if m > j)))

@@ -1,0 +1,190 @@
+"""Lazily advanced decodes (sim/decodeset.py) must give exactly what request-by-request
+decoding gives: every timestamp, log entry, KV count and inter-token gap."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import scenario
+from sim.decodeset import DecodeSet
+from sim.engine import Engine, build_cost, simulate
+from sim.errors import ServesimError
+from sim.histogram import LogHistogram
+from sim.kvcache import BlockAllocator
+from sim.metrics import summarize
+from sim.report import requests_csv
+from sim.request import Request
+from sim.workload import Requests
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml"))
+LAZY_POLICIES = ("continuous", "chunked")
+
+
+def lazy_and_eager(sc: Any, requests: Requests, log: bool = True) -> list[Any]:
+    out = []
+    for lazy in (True, False):
+        res = Engine(sc, requests, build_cost(sc), np.random.default_rng(0), log_steps=log,
+                     lazy_decodes=lazy).run()
+        if res.step_log is not None:
+            res.step_log.sort(key=lambda e: (e[0], e[1]))
+        out.append(res)
+    return out
+
+
+def assert_equivalent(a: Any, b: Any) -> None:
+    assert a.step_log == b.step_log
+    assert requests_csv(a) == requests_csv(b)
+    for field in ("first_sched", "first_token", "finish", "preemptions", "status"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert a.itl.counts.tolist() == b.itl.counts.tolist()
+    assert (a.itl.total, a.itl.zeros, a.itl.max) == (b.itl.total, b.itl.zeros, b.itl.max)
+    sa, sb = summarize(a), summarize(b)
+    # Repeated gaps are summed as value x count: the ITL mean may differ in its last bits.
+    ia, ib = sa["latency_s"].get("itl") or {}, sb["latency_s"].get("itl") or {}
+    ma, mb = ia.pop("mean", 0.0), ib.pop("mean", 0.0)
+    assert (ma is None and mb is None) or ma == pytest.approx(mb, rel=1e-12)
+    assert sa == sb
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(LAZY_POLICIES), st.integers(1, 8),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
+                min_size=1, max_size=14),
+       st.integers(8, 60), st.booleans(), st.integers(2, 24), st.booleans())
+def test_lazy_decodes_equal_eager_on_random_workloads(
+        policy: str, block: int, rows: list[tuple], blocks: int, swap: bool, budget: int,
+        skip: bool) -> None:
+    # Small KV caches force preemptions (the set flushes); small chunk budgets leave
+    # decodes out of a batch (the set holds only the running list's leading entries).
+    rows = sorted(rows)
+    sc = tiny_scenario(event_skipping=skip,
+                       serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
+                                "max_num_seqs": 5, "token_budget": max(budget, block),
+                                "preemption": "swap" if swap else "recompute"})
+    req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                   np.array([r[2] for r in rows]))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("policy", [*LAZY_POLICIES, "disaggregated"])
+def test_shipped_scenarios_lazy_equal_eager(name: str, policy: str) -> None:
+    # Disaggregated pools run continuous batching on their replicas.
+    try:
+        sc = scenario.load(ROOT / "scenarios" / name,
+                           [f"serving.policy={policy}", "workload.num_requests=300"])
+    except ServesimError as exc:
+        pytest.skip(f"{name} does not combine with {policy}: {exc}")
+    ref = simulate(sc)  # the engine as `servesim simulate` builds it (lazy)
+    from sim.workload import build_requests
+
+    seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
+    req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,
+                         sc.model.max_context)
+    eager = Engine(sc, req, build_cost(sc), np.random.default_rng(seeds[1]),
+                   fault_seed=seeds[2], lazy_decodes=False).run()
+    assert_equivalent(ref, eager)
+
+
+def test_prefix_caching_with_eviction_lazy_equal_eager() -> None:
+    sc = tiny_scenario(serving={"prefix_caching": True, "num_kv_blocks": 40, "max_num_seqs": 6},
+                       cluster={"replicas": 2, "router": "prefix_affinity"})
+    rng = np.random.default_rng(5)
+    n = 80
+    hashes = tuple(np.arange(6, dtype=np.int64) + 100 * int(g) for g in rng.integers(0, 5, n))
+    req = Requests(np.sort(rng.uniform(0, 3, n)), rng.integers(8, 40, n),
+                   rng.integers(1, 30, n), prefix_hashes=hashes, prefix_block_tokens=4)
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+    assert summarize(lazy)["prefix_cache"]["evictions"] > 0
+
+
+def _member(rid: int, computed: int, generated: int, output: int, bs: int) -> Request:
+    r = Request(rid, 0.0, computed - generated + 1, output)
+    r.computed, r.generated, r.blocks = computed, generated, -(-computed // bs)
+    return r
+
+
+class StubReplica:
+    """The few replica fields a DecodeSet touches."""
+
+    def __init__(self, running: list[Request], kv: BlockAllocator):
+        self.running = running
+        self.kv = kv
+        self.itl = LogHistogram()
+        self.outstanding = 0
+        self.prefix = None
+        self.engine = SimpleNamespace(finish=np.full(2, np.nan), status=np.zeros(2, np.int8),
+                                      finished_count=0)
+
+    def _drop_blocks(self, r: Request) -> None:
+        self.kv.free(r.blocks)
+        r.blocks = 0
+
+    def remove_running(self, done: list[Request]) -> None:
+        self.running = [r for r in self.running if r not in done]
+
+
+def test_set_bookkeeping_by_hand() -> None:
+    # Block size 4. A: 5 tokens cached (2 blocks), 1 of 6 outputs; B: 8 cached (2 full
+    # blocks), 2 of 3 outputs, so one more decode finishes it.
+    bs = 4
+    g = DecodeSet(bs)
+    a, b = _member(0, 5, 1, 6, bs), _member(1, 8, 2, 3, bs)
+    kv = BlockAllocator(10, bs)
+    kv.allocate(4)
+    rep = StubReplica([a, b], kv)
+    g.join(a)
+    g.join(b)
+    assert g.shape() == (2, 2, 13, 0, 0, 0, 15)
+    assert g.finish_at == {5: [a], 1: [b]}
+    assert not DecodeSet(bs).reserve(kv, [a])  # a running request outside the set
+    # Tick 0: B's 9th token needs a third block; A's 6th fits its second.
+    assert g.reserve(kv, rep.running) and kv.used == 5
+    g.end_step(rep, 1.0)  # both emit; B finishes and frees its 3 blocks
+    assert rep.running == [a] and kv.used == 2 and rep.engine.finish[1] == 1.0
+    assert rep.outstanding == -2 and g.n == 1
+    # Ticks 1 and 2: A computes its 7th and 8th tokens inside its 2 blocks.
+    for t in (1.5, 2.5):
+        assert g.reserve(kv, rep.running) and kv.used == 2
+        assert g.shape().context_tokens == a.computed + g.tick
+        g.end_step(rep, t)
+    # Tick 3: A's 9th token needs a block.
+    assert g.reserve(kv, rep.running) and kv.used == 3
+    g.stepping = False
+    g.flush(rep.running)
+    assert (a.computed, a.generated, a.blocks, a.last_token, a.sync) == (8, 4, 2, 2.5, -1)
+    assert g.n == 0 and not g.finish_at and sum(g.phase) == 0
+    # Gaps: 1.0 for both at the first step (they joined with last token 0), then 0.5, 1.0.
+    rep.itl.flush()
+    assert (rep.itl.total, rep.itl.max) == (4, 1.0)
+    assert rep.itl.mean == pytest.approx(3.5 / 4)
+
+
+def test_histogram_repeated_values_equal_individual_ones() -> None:
+    rng = np.random.default_rng(3)
+    one, rep = LogHistogram(), LogHistogram()
+    for _ in range(500):
+        v = float(rng.exponential(0.02))
+        k = int(rng.integers(0, 50))
+        one.extend([v] * k)
+        rep.add_repeated(v, k)
+    rep.extend([0.0, 0.5])
+    one.extend([0.0, 0.5])
+    for q in (0.0, 0.1, 0.5, 0.9, 0.99, 1.0):
+        assert one.quantile(q) == rep.quantile(q)
+    assert (one.total, one.zeros, one.max) == (rep.total, rep.zeros, rep.max)
+    assert one.counts.tolist() == rep.counts.tolist()
+    assert rep.mean == pytest.approx(one.mean, rel=1e-12)

@@ -189,6 +189,13 @@ def whole_step_points(spec: ModelSpec, g: GridConfig, seed: int = 1) -> list[Poi
         ("decode b=64 c~200", around(64, 200)),
         ("prefill n=100", ((100 * s, 0),)),
         ("prefill n=320", ((320 * s, 0),)),
+        # Prefill-first batching (continuous) runs prompts alone, short to near the
+        # context limit: their in-step cost is measured over that whole range.
+        ("prefill n=64", ((64 * s, 0),)),
+        ("prefill n=200", ((200 * s, 0),)),
+        ("prefill n=600", ((600 * s, 0),)),
+        ("prefill n=2000", ((min(2000 * s, cap), 0),)),
+        ("prefill n=3800", ((min(3800 * s, cap), 0),)),
         ("prefill chunk n=200 c=600", ((200 * s, min(600 * s, cap - 200 * s)),)),
         ("prefill 2x n=150", ((150 * s, 0),) * 2),
         ("prefill 3x n=48", ((48 * s, 0),) * 3),

@@ -122,13 +122,16 @@ def _in_situ(c: Mapping[str, float], s: StepShape) -> Any:
     # call; from two entries on, matrix-matrix kernels (which repack the weights they
     # read) and masked or several attention calls: multi_s prices that step. Each entry
     # adds per_seq_s up to sat_seqs entries (a count), each prefill chunk (its own
-    # attention call and large temporaries) per_prefill_s. Fitted on whole steps, after
-    # the operators; zero where a device shows no effect.
+    # attention call and large temporaries) per_prefill_s, and each of its causal
+    # query-key pairs per_prefill_pair_s (its score matrices, too large for the caches
+    # that held them when the kernel was timed alone). Fitted on whole steps, after the
+    # operators; zero where a device shows no effect.
     d = np.asarray(s.decode_seqs)
     return (c["const_s"] * (d > 0) + c["multi_s"] * (d > 1)
             + c["per_seq_s"] * np.minimum(s.decode_seqs, c["sat_seqs"])
             + c["per_kv_token_s"] * np.minimum(s.decode_kv, c["evict_kv"])
-            + c["per_prefill_s"] * s.prefill_seqs)
+            + c["per_prefill_s"] * s.prefill_seqs
+            + c["per_prefill_pair_s"] * s.prefill_pairs)
 
 
 @dataclass(frozen=True)
@@ -184,13 +187,16 @@ FORMS: dict[str, ComponentForm] = {
         ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
                       "per_step_s + per_token_s*new_tokens", _allreduce),
         ComponentForm("in_situ", ("const_s", "multi_s", "per_seq_s", "sat_seqs",
-                                  "per_kv_token_s", "evict_kv", "per_prefill_s"),
+                                  "per_kv_token_s", "evict_kv", "per_prefill_s",
+                                  "per_prefill_pair_s"),
                       True, True,
                       "const_s*[decode_seqs>0] + multi_s*[decode_seqs>1]"
                       " + per_seq_s*min(decode_seqs, sat_seqs)"
-                      " + per_kv_token_s*min(decode_kv, evict_kv) + per_prefill_s*prefill_seqs",
+                      " + per_kv_token_s*min(decode_kv, evict_kv) + per_prefill_s*prefill_seqs"
+                      " + per_prefill_pair_s*prefill_pairs",
                       _in_situ, knees=("sat_seqs", "evict_kv"),
-                      defaults={"multi_s": 0.0, "sat_seqs": 1e9, "per_prefill_s": 0.0}),
+                      defaults={"multi_s": 0.0, "sat_seqs": 1e9, "per_prefill_s": 0.0,
+                                "per_prefill_pair_s": 0.0}),
     )
 }
 

@@ -93,11 +93,13 @@ def test_no_breakpoint_in_range_means_no_spill() -> None:
 
 def test_in_situ_takes_up_what_the_operators_miss() -> None:
     # Eviction grows with the KV read until 20k tokens, then stays.
-    # Steps of several decode entries pay 1e-5 more than those of one.
+    # Steps of several decode entries pay 1e-5 more than those of one; a prefill pays
+    # 1e-4 plus 2e-10 per causal query-key pair.
     truth = {"const_s": 2e-5, "multi_s": 1e-5, "per_seq_s": 0.0, "sat_seqs": 1e9,
-             "per_kv_token_s": 5e-9, "evict_kv": 20000.0, "per_prefill_s": 0.0}
+             "per_kv_token_s": 5e-9, "evict_kv": 20000.0, "per_prefill_s": 1e-4,
+             "per_prefill_pair_s": 2e-10}
     shapes = [shape_of([(1, c)] * b) for b in (1, 2, 8, 32, 64) for c in (100, 300, 1000, 3000)]
-    shapes += [shape_of([(256, 0)]), shape_of([(64, 0)])]
+    shapes += [shape_of([(n, 0)]) for n in (64, 256, 1000, 2000, 4000)]
     base = np.array([1e-3 * (1 + i) for i in range(len(shapes))])
     extra = np.array([float(FORMS["in_situ"].evaluate(truth, s)) * 4 for s in shapes])
     coef, got = fit_in_situ(shapes, list(base + extra), list(base), layers=4)
@@ -105,6 +107,8 @@ def test_in_situ_takes_up_what_the_operators_miss() -> None:
     assert coef["const_s"] == pytest.approx(2e-5, rel=0.05)
     assert coef["multi_s"] == pytest.approx(1e-5, rel=0.1)
     assert coef["evict_kv"] == pytest.approx(20000, rel=0.2)
+    assert coef["per_prefill_s"] == pytest.approx(1e-4, rel=0.05)
+    assert coef["per_prefill_pair_s"] == pytest.approx(2e-10, rel=0.05)
     # Operators that already explain every step leave nothing to correct.
     coef, got = fit_in_situ(shapes, list(base), list(base), layers=4)
     assert np.all(got == 0)

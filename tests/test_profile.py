@@ -29,7 +29,8 @@ COEFS = {
     "lm_head": {"const_s": 1e-5, "weight_s": 1e-4, "per_seq_s": 1e-6},
     "allreduce": {"per_step_s": 0.0, "per_token_s": 0.0},
     "in_situ": {"const_s": 2e-6, "multi_s": 3e-6, "per_seq_s": 1e-7, "sat_seqs": 1.5,
-                "per_kv_token_s": 1e-9, "evict_kv": 12.0, "per_prefill_s": 4e-6},
+                "per_kv_token_s": 1e-9, "evict_kv": 12.0, "per_prefill_s": 4e-6,
+                "per_prefill_pair_s": 1e-11},
 }
 
 
@@ -57,7 +58,7 @@ def test_hand_computed_step_time(tmp_path: Path) -> None:
     prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 3e-11 * 100 * 64 + 1e-10 * 5000
     decode = 5e-6 + 1e-6 * 2 + 3e-6 * 2 + 1e-8 * 20 + 2e-8 * (20 - 15)
     head = 1e-5 + max(1e-4, 1e-6 * 3)
-    in_situ = 2e-6 + 3e-6 + 1e-7 * min(2, 1.5) + 1e-9 * min(20, 12) + 4e-6 * 1
+    in_situ = 2e-6 + 3e-6 + 1e-7 * min(2, 1.5) + 1e-9 * min(20, 12) + 4e-6 * 1 + 1e-11 * 10050
     expected = step + 32 * (linear + prefill + decode + in_situ) + head
     got = cost.step_time(s)
     assert isinstance(got, float)
@@ -75,7 +76,8 @@ def test_vectorised_matches_scalar(tmp_path: Path) -> None:
     # A decode-free step pays no decode constant, and in situ only its prefill's share;
     # one decode entry does not pay the several-entries term.
     parts = cost.breakdown(shape_of([(512, 0)]))
-    assert parts["decode_attention"] == 0 and parts["in_situ"] == pytest.approx(32 * 4e-6)
+    assert parts["decode_attention"] == 0
+    assert parts["in_situ"] == pytest.approx(32 * (4e-6 + 1e-11 * (512 * 513 // 2)))
     one = cost.breakdown(decode_shape(1, 5))["in_situ"]
     assert one == pytest.approx(32 * (2e-6 + 1e-7 + 1e-9 * 6))
 
@@ -121,7 +123,7 @@ def test_profile_without_newer_coefficients_keeps_its_formula(tmp_path: Path) ->
     load with neutral values and price every step as they did."""
     data = profile_data()
     for name, keys in (("prefill_attention", ("per_block_pair_s", "block_tokens")),
-                       ("in_situ", ("multi_s", "sat_seqs", "per_prefill_s"))):
+                       ("in_situ", ("multi_s", "sat_seqs", "per_prefill_s", "per_prefill_pair_s"))):
         for k in keys:
             del data["components"][name]["coef"][k]
     cost = load_profile(str(write(tmp_path, data)))

@@ -218,6 +218,17 @@ def whole_step_points(spec: ModelSpec, g: GridConfig, seed: int = 1) -> list[Poi
         ("decode b=3 c~500", around(3, 500)),
         ("decode b=4 c~1000", around(4, 1000)),
         ("decode b=6 c~300", around(6, 300)),
+        # More of the steps that dominate serving below saturation, across contexts:
+        # each small step's time moves with what ran before it, so many of them pin
+        # the in-situ term better than a few.
+        ("decode b=1 c=60", around(1, 60)),
+        ("decode b=1 c=2500", around(1, 2500)),
+        ("decode b=2 c~2000", around(2, 2000)),
+        ("decode b=3 c~150", around(3, 150)),
+        ("decode b=4 c~2200", around(4, 2200)),
+        ("decode b=5 c~200", around(5, 200)),
+        ("decode b=7 c~700", around(7, 700)),
+        ("decode b=8 c~1500", around(8, 1500)),
         ("prefill n=1100", ((1100 * s, 0),)),
         ("decode b=32 c~1200", around(32, 1200)),
         ("mixed n=96 + 32 decodes", ((96 * s, 0),) + around(32, 300)),

@@ -96,8 +96,11 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
         else:
             entry["fit"] = {"source": "datasheet" if cfg.tp > 1 else "none (tp=1)"}
         comps[name] = entry
-    steps = [m for m in res.measurements if m.split == "validate" and m.predicted_s is not None]
-    fit_steps = sum(m.split == "fit" for m in res.measurements)
+    # Whole steps are cross-validated (calibrate/run.py): each was predicted by an in_situ
+    # fitted without it, and the kept coefficients are fitted on all of them.
+    steps = [m for m in res.measurements if m.split in ("cv-a", "cv-b")
+             and m.predicted_s is not None]
+    fit_steps = len(steps)
     return {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

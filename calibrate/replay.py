@@ -368,11 +368,13 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else \
         torch.device("cpu")
     kept = None
+    pinned = None
     if dev.type == "cpu":
-        from calibrate.timing import keep_host_memory
+        from calibrate.timing import keep_host_memory, pin_cores
 
         torch.set_num_threads(threads)
         kept = keep_host_memory()
+        pinned = pin_cores(threads)  # the process stays bound (as calibration times it)
     dtype = dtype or (spec.dtype if dev.type == "cuda" else "fp32")
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -385,6 +387,7 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
             "kv_slots": slots, "slot_capacity": capacity}
     if kept is not None:
         info["host_memory_kept"] = kept
+        info["pinned_cpus"] = pinned
     return ex, info
 
 

@@ -44,6 +44,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory):
     mp = pytest.MonkeyPatch()
     mp.setattr(sweeps.Bench, "_callable", flaky)
     threads = torch.get_num_threads()
+    mask = os.sched_getaffinity(0)
     start = time.perf_counter()
     try:
         res = calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu",
@@ -52,7 +53,10 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory):
     finally:
         mp.undo()
         torch.set_num_threads(threads)
-    return res, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    # The calibration bound this thread to one core while it ran, and released it.
+    assert os.sched_getaffinity(0) == mask
+    return res, wall
 
 
 def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
@@ -63,6 +67,8 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
     data = yaml.safe_load(res.profile_path.read_text())
     assert data["device"]["threads"] == 1 and data["device"]["type"] == "cpu"
     assert data["device"]["host_memory_kept"] is sys.platform.startswith("linux")
+    pinned = data["device"]["pinned_cpus"]
+    assert len(pinned) == 1 and pinned[0] == max(os.sched_getaffinity(0))
     assert data["measurements"] == "cpu-tiny.csv"
     for name in ("step", "linear", "prefill_attention", "decode_attention", "lm_head",
                  "in_situ"):
@@ -86,7 +92,7 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
         samples = [float(x) for x in r["samples_s"].split()]
         assert len(samples) == int(r["repeats"]) >= 5
         assert float(r["median_s"]) == pytest.approx(statistics.median(samples), rel=1e-4)
-    assert {r["split"] for r in ok} == {"train", "test", "fit", "validate"}
+    assert {r["split"] for r in ok} == {"train", "test", "cv-a", "cv-b"}
     assert any("out of memory" in n for n in res.notes)
 
 

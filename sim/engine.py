@@ -26,7 +26,8 @@ from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, kv_capacity_blocks
 from sim.policies import make_policy
 from sim.prefix import PrefixCache
-from sim.replica import Replica, ReplicaStats
+from sim.replica import Replica
+from sim.replicastats import ReplicaStats
 from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
 from sim.router import ROUTERS
 from sim.scenario import Scenario

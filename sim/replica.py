@@ -25,67 +25,15 @@ from sim.decodeset import DecodeSet
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.prefix import PrefixCache
+from sim.replicastats import ReplicaStats
 from sim.request import FINISHED, Request
-from sim.shape import StepShape
+from sim.shape import StepShape, batch_shape
 from sim.skip import apply_decode_run, plan_decode_run
 
 if TYPE_CHECKING:
     from sim.engine import Engine
     from sim.policies import Batch, Policy
     from sim.scenario import ServingConfig
-
-
-class ReplicaStats:
-    """Per-replica totals over the run (counts, seconds, block-seconds); ``kv_total`` is the
-    replica's KV capacity in blocks and ``role`` its pool (both, prefill or decode)."""
-
-    __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
-                 "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
-                 "prefix_evictions")
-
-    def __init__(self, kv_total: int = 0, role: str = "both") -> None:
-        self.kv_total = kv_total
-        self.role = role
-        self.prefix_query_tokens = 0  # tokens of prefills admitted with prefix caching on
-        self.prefix_hit_tokens = 0  # of which found in the prefix cache
-        self.prefix_evictions = 0  # cached prefix entries evicted for space
-        self.iterations = 0
-        self.busy_s = 0.0
-        self.batch_seqs = 0
-        self.batch_tokens = 0
-        self.kv_block_s = 0.0
-        self.kv_peak = 0
-        self.preemptions = 0
-
-    def book(self, dt: float, seqs: int, tokens: int, used: int) -> None:
-        """Count one iteration of ``dt`` seconds over ``seqs`` sequences computing
-        ``tokens`` tokens with ``used`` KV blocks held."""
-        self.iterations += 1
-        self.busy_s += dt
-        self.batch_seqs += seqs
-        self.batch_tokens += tokens
-        self.kv_block_s += used * dt
-        if used > self.kv_peak:
-            self.kv_peak = used
-
-
-def batch_shape(batch: Batch) -> StepShape:
-    """The :class:`StepShape` of a batch (see :func:`sim.shape.shape_of`)."""
-    # The same sums as shape_of, written over the batch dict itself: this runs once per
-    # iteration, and feeding shape_of a generator of tuples costs ~10% of an iteration.
-    # tests/test_units.py checks the two agree.
-    new = ctx = p_seqs = p_tok = pairs = d_kv = 0
-    for r, n in batch.items():
-        c = r.computed
-        new += n
-        ctx += c
-        if n > 1:
-            p_seqs += 1
-            p_tok += n
-            pairs += n * c + n * (n + 1) // 2
-        else:
-            d_kv += c + 1
-    return StepShape(len(batch), new, ctx, p_seqs, p_tok, pairs, d_kv)
 
 
 def _order(r: Request) -> tuple[int, float, int]:

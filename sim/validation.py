@@ -22,7 +22,7 @@ from sim.engine import Engine, RunResult, build_cost
 from sim.errors import ServesimError
 from sim.histogram import LogHistogram
 from sim.metrics import per_request
-from sim.replica import ReplicaStats
+from sim.replicastats import ReplicaStats
 from sim.request import FINISHED, REJECTED, UNFINISHED
 from sim.scenario import Scenario, ServingConfig, from_dict
 from sim.shape import StepShape

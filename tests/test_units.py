@@ -87,8 +87,8 @@ def test_shape_of_counts_pairs_and_kv() -> None:
 
 
 def test_batch_shape_agrees_with_shape_of() -> None:
-    from sim.replica import batch_shape
     from sim.request import Request
+    from sim.shape import batch_shape
 
     reqs = [Request(i, 0.0, 50, 10) for i in range(3)]
     reqs[1].computed, reqs[2].computed = 30, 12

@@ -127,6 +127,38 @@ def to_record(res: ReplayResult, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def probe_shapes(slots: int, capacity: int) -> dict[str, list[tuple[int, int, int]]]:
+    """Fixed steps timed on the executor around each level, as (slot, new, context)
+    entries: a 1-entry and a several-entry decode and a short prefill, sized to fit."""
+    c = max(1, min(300, capacity // 4))
+    b = max(1, min(4, slots))
+    ctx = [min(c + 100 * i, capacity - 2) for i in range(b)]
+    n = max(2, min(200, capacity - 1))
+    return {f"decode b=1 c={c}": [(0, 1, c)],
+            f"decode b={b} c~{sum(ctx) // b}": [(i, 1, x) for i, x in enumerate(ctx)],
+            f"prefill n={n}": [(0, n, 0)]}
+
+
+def probe(ex: Any, shapes: dict[str, list[tuple[int, int, int]]],
+          target_s: float = 0.1) -> dict[str, float]:
+    """Median seconds of each probe step on executor ``ex`` (two warm-up calls, then
+    repeats for about ``target_s`` each, at least 5). Only between levels: it writes
+    into cache slots no request holds then."""
+    import torch
+
+    out = {}
+    with torch.inference_mode():
+        for label, entries in shapes.items():
+            tokens = [1] * sum(n for _, n, _ in entries)
+            for _ in range(2):
+                ex.step(entries, tokens)
+            times: list[float] = []
+            while len(times) < 5 or (sum(times) < target_s and len(times) < 200):
+                times.append(ex.step(entries, tokens)[1])
+            out[label] = float(np.median(times))
+    return out
+
+
 def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
                loads: list[float | None], device: str, dtype: str | None, threads: int,
                trace: str, log: Callable[[str], None], level_s: float | None = None,
@@ -138,7 +170,11 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
     capacity = int(min(spec.max_context, max(int((w.prompt + w.output).max()), 2)))
     ex = device_executor(spec, device, dtype, threads, serving.max_num_seqs, capacity,
                          int(w.prompt.max()), log=log)
+    # The machine's speed on fixed steps just before and after each level, against the
+    # profile's price for them (docs/validation.md: a CPU's speed drifts).
+    shapes = probe_shapes(ex[0].slots, ex[0].capacity)
     for rate, load in zip(rates, loads, strict=True):
+        before = probe(ex[0], shapes)
         label = ("near" if load >= NEAR else "below") if load is not None else "rate"
         # --level-s: only the requests that arrive within that many seconds at this rate.
         n = len(w.prompt) if level_s is None else min(len(w.prompt),
@@ -147,6 +183,7 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
             f"{f' (load {load:.2f} of predicted saturation)' if load is not None else ''}")
         res, info = replay_on_device(spec, w.at_rate(rate)[:n], w.prompt[:n], w.output[:n],
                                      serving, device, dtype, threads, log=log, executor=ex)
+        after = probe(ex[0], shapes)
         fin = np.isfinite(res.finish)
         log(f"  done in {res.wall_s:.1f} s: {int(fin.sum())} finished, "
             f"{res.status.count('rejected')} rejected, {len(res.steps)} iterations")
@@ -154,7 +191,9 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
             "label": f"{label}-{rate:.3g}rps", "level": label, "rate_rps": rate,
             "load": load, "trace": trace, "notes": list(w.notes),
             "model": dataclasses.asdict(spec), "device": info,
-            "serving": dataclasses.asdict(serving)}))
+            "serving": dataclasses.asdict(serving),
+            "probe": {"entries": {k: [[n, c] for _, n, c in e] for k, e in shapes.items()},
+                      "before_s": before, "after_s": after}}))
         if on_record is not None:
             on_record(records[-1])
     return records

@@ -31,6 +31,7 @@ from sim.errors import ServesimError
 from sim.metrics import clean
 from sim.validation import (
     compare,
+    probe_report,
     read_replay,
     real_result,
     scenario_for,
@@ -90,7 +91,8 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
              "load": record.get("load"), "device": record.get("device"),
              "profile": str(path), "policy": sc.serving.policy, "notes": record.get("notes", []),
              "comparison": cmp, "verdict": verdict(cmp, bar or BARS.get(device, 0.15)),
-             "steps": step_errors(steps, prof)}
+             "steps": step_errors(steps, prof),
+             "probe": probe_report(record.get("probe"), prof)}
     return level, real, pred
 
 
@@ -118,6 +120,11 @@ def _print_level(level: dict[str, Any]) -> None:
             busy = share < BUSY_SHARE
             print(f"replay thread on a core {share:.0%} of its step time"
                   + (": the machine was busy, real times are inflated" if busy else ""))
+    probes = level.get("probe") or {}
+    if probes:
+        print("probe steps, median ms before / after the level, profile's price: " + "; ".join(
+            f"{k} {p['before_s'] * 1e3:.2f} / {p['after_s'] * 1e3:.2f}, "
+            f"{p['predicted_s'] * 1e3:.2f}" for k, p in probes.items()))
     v = level["verdict"]
     worst = "-" if v["worst"] is None else f"{v['worst']:.1%}"
     print(f"TTFT/TPOT p50+p90 worst |error| {worst}: "

@@ -25,7 +25,7 @@ from sim.metrics import per_request
 from sim.replicastats import ReplicaStats
 from sim.request import FINISHED, REJECTED, UNFINISHED
 from sim.scenario import Scenario, ServingConfig, from_dict
-from sim.shape import StepShape
+from sim.shape import StepShape, shape_of
 from sim.workload import Requests
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -165,6 +165,20 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
         out[kind] = {"iterations": int(mask.sum()),
                      "real_s": float(real[mask].sum()), "predicted_s": float(pred[mask].sum()),
                      "median_rel_err": float(np.median(rel[mask])) if mask.any() else None}
+    return out
+
+
+def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str, float]]:
+    """Per probe step of a replay record: its median seconds just before and just after
+    the level, and the cost model's price for it (seconds); {} for records without."""
+    if not probe:
+        return {}
+    out = {}
+    for label, entries in probe.get("entries", {}).items():
+        shape = shape_of((int(n), int(c)) for n, c in entries)
+        out[label] = {"before_s": float(probe["before_s"][label]),
+                      "after_s": float(probe["after_s"][label]),
+                      "predicted_s": float(cost.step_time(shape))}
     return out
 
 

@@ -121,11 +121,15 @@ def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
             row = cmp["metrics"][metric]["p50"]
             assert 1 / 4 < row["predicted"] / row["real"] < 4, (metric, row)
         assert lv["steps"]["iterations"] > 16
+        # Fixed steps timed around the level, priced by the profile.
+        assert len(lv["probe"]) == 3
+        for p in lv["probe"].values():
+            assert min(p["before_s"], p["after_s"], p["predicted_s"]) > 0
         for name in ("real", "predicted"):
             assert (out / f"{name}-{lv['label']}.csv").is_file()
         assert (out / f"cdf-{lv['label']}.png").stat().st_size > 1000
     text = capsys.readouterr().out
-    assert text.count("rel err") == 2 and "bar" in text
+    assert text.count("rel err") == 2 and "bar" in text and text.count("probe steps") == 2
     # The recorded replays compare again without re-running the model.
     replays = sorted(str(p) for p in out.glob("replay-*.json"))
     assert main(["--replay", *replays, "--profile", str(profile), "--out", str(tmp_path / "r"),

@@ -24,7 +24,7 @@ O(batch) Python work per iteration; here it costs a few integer updates:
 Nothing here decides anything: policies still choose batches (sim/batching.py asks
 :meth:`reserve` whether the set can decode without preemption; when it cannot, it
 calls :meth:`flush` and decodes request by request). :meth:`plan_run` and
-:meth:`apply_run` fuse runs of iterations (docs in sim/skip.py) without touching
+:meth:`apply_run` fuse runs of iterations (the rules are in sim/skip.py) without touching
 members.
 """
 
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sim.request import FINISHED, Request
 from sim.shape import StepShape
-from sim.skip import _delay_to
+from sim.skip import delay_to
 
 if TYPE_CHECKING:
     from sim.replica import Replica
@@ -63,11 +63,14 @@ class DecodeSet:
     this iteration) and :meth:`end_step`.
     """
 
-    __slots__ = ("bs", "tick", "n", "ctx_base", "phase", "finish_at", "fresh", "last_end",
-                 "stepping")
+    __slots__ = ("bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
+                 "last_end", "stepping")
 
-    def __init__(self, block_size: int):
+    def __init__(self, block_size: int, reserved: bool = False):
         self.bs = block_size
+        # Policies that reserve a request's whole-life KV at admission (static, orca):
+        # members never take a block while decoding, and free what they reserved.
+        self.reserved = reserved
         self.tick = 0
         self.n = 0
         self.ctx_base = 0
@@ -78,12 +81,15 @@ class DecodeSet:
         self.stepping = False
 
     # -- membership ---------------------------------------------------------------------
-    @staticmethod
-    def joinable(r: Request, block_size: int) -> bool:
-        """Whether ``r`` is a steady decode with exactly the blocks its tokens fill."""
+    def joinable(self, r: Request) -> bool:
+        """Whether ``r`` is a steady decode holding exactly the blocks its tokens fill
+        (or, reserved, the blocks of its whole life)."""
         c = r.computed
-        return (r.prompt + r.generated - c == 1 and 0 < r.generated < r.output
-                and r.blocks == _ceil_div(c, block_size))
+        if not (r.prompt + r.generated - c == 1 and 0 < r.generated < r.output):
+            return False
+        if self.reserved:
+            return r.blocks * self.bs >= r.prompt + r.output - 1
+        return r.blocks == _ceil_div(c, self.bs)
 
     def join(self, r: Request) -> None:
         """Make ``r`` (a steady decode, fields exact now) a member from this tick on."""
@@ -92,7 +98,8 @@ class DecodeSet:
         c = r.computed
         self.n += 1
         self.ctx_base += c - t
-        self.phase[(t - c) % self.bs] += 1
+        if not self.reserved:
+            self.phase[(t - c) % self.bs] += 1
         f = t + r.output - r.generated
         lst = self.finish_at.get(f)
         if lst is None:
@@ -107,7 +114,8 @@ class DecodeSet:
         if d:
             r.computed += d
             r.generated += d
-            r.blocks = _ceil_div(r.computed, self.bs)
+            if not self.reserved:
+                r.blocks = _ceil_div(r.computed, self.bs)
             r.last_token = self.last_end
         r.sync = -1
 
@@ -179,7 +187,8 @@ class DecodeSet:
         for r in done:
             c = r.computed
             self.ctx_base -= c - r.sync
-            self.phase[(r.sync - c) % bs] -= 1
+            if not self.reserved:
+                self.phase[(r.sync - c) % bs] -= 1
             self._settle(r, t)
             rep._drop_blocks(r)
             engine.finish[r.id] = now
@@ -234,8 +243,11 @@ class DecodeSet:
                 for r in done:
                     c = r.computed
                     ctx_base -= c - r.sync
-                    phase[(r.sync - c) % bs] -= 1
-                    freed = _ceil_div(c + t - r.sync, bs) - r.cached * per_hash
+                    if self.reserved:
+                        freed = r.blocks
+                    else:
+                        phase[(r.sync - c) % bs] -= 1
+                        freed = _ceil_div(c + t - r.sync, bs) - r.cached * per_hash
                     used -= freed
                     free += freed
                 n -= len(done)
@@ -261,7 +273,7 @@ class DecodeSet:
         k = len(ends)
         # The one event must land exactly where step-by-step events would.
         while k >= 2:
-            delay = _delay_to(start, ends[k - 1])
+            delay = delay_to(start, ends[k - 1])
             if delay is not None:
                 return SetRun(dts[:k], ends[:k], seqs[:k], needs[:k], useds[:k], delay)
             k -= 1

@@ -45,7 +45,7 @@ import numpy as np
 from sim.configtools import bounded
 from sim.errors import ServesimError
 from sim.request import FAILED
-from sim.skip import _delay_to
+from sim.skip import delay_to
 
 if TYPE_CHECKING:
     from sim.engine import Engine, RunResult
@@ -220,7 +220,7 @@ class Faults:
 
 def _exact_delay(now: float, target: float) -> float:
     """A delay landing exactly on ``target`` (s) when rounding allows, else the nearest."""
-    d = _delay_to(now, target)
+    d = delay_to(now, target)
     return max(0.0, target - now) if d is None else max(0.0, d)
 
 

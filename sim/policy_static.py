@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.batching import Batch, prompt_over_budget, reserve_blocks
+from sim.batching import Batch, decode_all, prompt_over_budget, reserve_blocks
 
 if TYPE_CHECKING:
     from sim.scenario import ServingConfig
@@ -23,7 +23,9 @@ def admit_whole_prompts(state: Any, batch: Batch, tokens: int, max_seqs: int) ->
     waiting = state.waiting
     kv = state.kv
     bs = state.block_size
-    while waiting and len(batch) < max_seqs:
+    # Every running request decodes in these policies, so the running list counts the
+    # batch's sequences (its decodes may be implicit: sim/decodeset.py).
+    while waiting and len(state.running) < max_seqs:
         r = waiting[0]
         need = reserve_blocks(r, bs)
         if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
@@ -50,6 +52,8 @@ class Static:
     # Decode-only batches of all running requests repeat until an arrival, a finish or
     # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
     steady = True
+    lazy_decodes = True  # running requests are steady decodes between iterations
+    reserves_kv = True
 
     def __init__(self, cfg: ServingConfig):
         self.size = min(cfg.static_batch_size or cfg.max_num_seqs, cfg.max_num_seqs)
@@ -61,9 +65,8 @@ class Static:
 
     def schedule(self, state: Any) -> Batch:
         """Decode the current batch; when it has drained, form the next one."""
-        running = state.running
-        if running:
-            return {r: 1 for r in running}  # blocks were reserved at admission
+        if state.running:
+            return decode_all(state, {})  # blocks were reserved at admission: none taken
         return admit_whole_prompts(state, {}, self.max_tokens, self.size)
 
 
@@ -81,6 +84,8 @@ class Orca:
     # Decode-only batches of all running requests repeat until an arrival, a finish or
     # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
     steady = True
+    lazy_decodes = True  # running requests are steady decodes between iterations
+    reserves_kv = True
 
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs
@@ -92,5 +97,6 @@ class Orca:
 
     def schedule(self, state: Any) -> Batch:
         """Decode every running request and add the whole prefills that fit."""
-        batch: Batch = {r: 1 for r in state.running}
-        return admit_whole_prompts(state, batch, self.max_tokens - len(batch), self.max_seqs)
+        batch = decode_all(state, {})  # blocks were reserved at admission: none taken
+        return admit_whole_prompts(state, batch, self.max_tokens - len(state.running),
+                                   self.max_seqs)

@@ -28,7 +28,6 @@ from sim.prefix import PrefixCache
 from sim.replicastats import ReplicaStats
 from sim.request import FINISHED, Request
 from sim.shape import StepShape, batch_shape
-from sim.skip import apply_decode_run, plan_decode_run
 
 if TYPE_CHECKING:
     from sim.engine import Engine
@@ -80,7 +79,8 @@ class Replica:
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
-        self.group = DecodeSet(self.block_size) if lazy else None
+        self.group = (DecodeSet(self.block_size, getattr(policy, "reserves_kv", False))
+                      if lazy else None)
         self.process = self.env.process(self._run())
 
     # -- what the router and policies call -------------------------------------------
@@ -285,24 +285,14 @@ class Replica:
             start = env.now
             # Only a batch that admitted and preempted nothing is the steady state: after a
             # resume or an admission the next decision may differ (a prefill may fit).
-            if (fuse and stepping and not batch and stats.preemptions == preempted
-                    and len(self.waiting) == queued):
-                assert group is not None
+            if (fuse and group is not None and stepping and not batch
+                    and stats.preemptions == preempted and len(self.waiting) == queued):
                 grun = group.plan_run(self, start, dt, engine.skip_bound(self),
                                       bool(self.waiting))
                 if grun is not None:
                     yield env.timeout(grun.delay)
                     engine.dispatch()
                     group.apply_run(self, grun, start)
-                    continue
-            elif (fuse and group is None and shape.prefill_seqs == 0
-                    and shape.seqs == len(self.running) and stats.preemptions == preempted
-                    and len(self.waiting) == queued and shape.seqs):
-                run = plan_decode_run(self, start, dt, engine.skip_bound(self))
-                if run is not None:
-                    yield env.timeout(run.delay)
-                    engine.dispatch()
-                    apply_decode_run(self, run, start)
                     continue
             used = self.kv.used
             stats.book(dt, shape.seqs, shape.new_tokens, used)
@@ -368,9 +358,8 @@ class Replica:
             self._hand_off(leaving, now)
         group = self.group
         if group is not None:
-            bs = self.block_size
             for r in batch:
-                if r.sync < 0 and group.joinable(r, bs):
+                if r.sync < 0 and group.joinable(r):
                     group.join(r)
 
     def remove_running(self, done: list[Request]) -> None:

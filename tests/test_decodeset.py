@@ -27,7 +27,7 @@ from sim.workload import Requests
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml"))
-LAZY_POLICIES = ("continuous", "chunked")
+LAZY_POLICIES = ("continuous", "chunked", "static", "orca")
 
 
 def lazy_and_eager(sc: Any, requests: Requests, log: bool = True) -> list[Any]:

@@ -1,11 +1,14 @@
 """Running decodes advanced together in O(1) per iteration, their per-request fields
 brought up to date lazily.
 
-Under ``continuous`` batching every running request is, between iterations, a steady
-decode: one pending token, its first token out, its KV blocks exactly covering its
-cached tokens (``blocks == ceil(computed / block_size)``). A decode iteration of all of
-them moves every request one token on. Doing that request by request costs
-O(batch) Python work per iteration; here it costs a few integer updates:
+Under every batching policy the running requests are, between iterations, steady
+decodes (chunked: those past their last chunk, which lead the running list): one
+pending token, the first token out, KV blocks exactly covering the cached tokens
+(``blocks == ceil(computed / block_size)``; ``static`` and ``orca`` instead hold their
+whole life's blocks from admission: the set's ``reserved`` mode, where no member takes
+a block). A decode iteration of all of them moves every request one token on. Doing
+that request by request costs O(batch) Python work per iteration; here it costs a few
+integer updates:
 
 - ``tick`` counts the set's iterations. A member's ``computed``, ``generated`` and
   ``blocks`` are exact as of tick ``r.sync`` (the tick it joined); at tick T its
@@ -24,8 +27,8 @@ O(batch) Python work per iteration; here it costs a few integer updates:
 Nothing here decides anything: policies still choose batches (sim/batching.py asks
 :meth:`reserve` whether the set can decode without preemption; when it cannot, it
 calls :meth:`flush` and decodes request by request). :meth:`plan_run` and
-:meth:`apply_run` fuse runs of iterations (the rules are in sim/skip.py) without touching
-members.
+:meth:`apply_run` fuse runs of iterations (the rules are in sim/skip.py) without
+touching members.
 """
 
 from __future__ import annotations
@@ -138,8 +141,8 @@ class DecodeSet:
     def reserve(self, kv: Any, running: list[Request], prefix: bool = False) -> bool:
         """Decode every member this iteration if the members are all of ``running`` (or,
         with ``prefix``, its leading entries) and the blocks they need fit without
-        preemption or eviction; take those blocks. False: the caller must flush and
-        decode request by request."""
+        preemption (evicting cached prefixes if need be, as request by request); take
+        those blocks. False: the caller must flush and decode request by request."""
         n = self.n
         # Members join in running order and only non-members are admitted after them,
         # so they lead the list; checked at the seam, cheaply.

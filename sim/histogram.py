@@ -42,39 +42,32 @@ class LogHistogram:
         """Record one value (seconds, >= 0)."""
         self._buffer.append(value)
         if len(self._buffer) >= _CHUNK:
-            self._flush_chunks()
+            self._flush_whole(self._buffer, None)
 
     def extend(self, values: list[float]) -> None:
         """Record several values (seconds, >= 0); cheap: they are buffered."""
         buf = self._buffer
         buf.extend(values)
         if len(buf) >= _CHUNK:
-            self._flush_chunks()
+            self._flush_whole(buf, None)
 
     def add_repeated(self, value: float, count: int) -> None:
         """Record ``value`` (seconds, >= 0) ``count`` times."""
         self._rep_values.append(value)
         self._rep_counts.append(count)
         if len(self._rep_values) >= _CHUNK:
-            self._flush_repeated()
+            self._flush_whole(self._rep_values, self._rep_counts)
 
-    def _flush_repeated(self) -> None:
-        # Whole chunks, as _flush_chunks, for the same reason.
-        vals, cnts = self._rep_values, self._rep_counts
-        whole = len(vals) - len(vals) % _CHUNK
-        for i in range(0, whole, _CHUNK):
-            self.add_many(np.array(vals[i:i + _CHUNK]), np.array(cnts[i:i + _CHUNK]))
-        del vals[:whole]
-        del cnts[:whole]
-
-    def _flush_chunks(self) -> None:
+    def _flush_whole(self, values: list[float], counts: list[int] | None) -> None:
         # Whole chunks only: the running sum then depends on the sequence of values,
         # not on how callers grouped them, so equal runs give equal means to the bit.
-        buf = self._buffer
-        whole = len(buf) - len(buf) % _CHUNK
+        whole = len(values) - len(values) % _CHUNK
         for i in range(0, whole, _CHUNK):
-            self.add_many(np.array(buf[i:i + _CHUNK]))
-        del buf[:whole]
+            self.add_many(np.array(values[i:i + _CHUNK]),
+                          None if counts is None else np.array(counts[i:i + _CHUNK]))
+        del values[:whole]
+        if counts is not None:
+            del counts[:whole]
 
     def add_many(self, values: np.ndarray, counts: np.ndarray | None = None) -> None:
         """Record an array of values (seconds, >= 0), each ``counts`` times (default once)."""

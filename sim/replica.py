@@ -323,7 +323,7 @@ class Replica:
     def _complete(self, batch: Batch, now: float) -> None:
         engine = self.engine
         gaps: list[float] = []
-        done = 0
+        finished: list[Request] = []
         emitted = 0
         leaving: list[Request] | None = None
         for r, n in batch.items():
@@ -347,13 +347,14 @@ class Replica:
                     self._drop_blocks(r)
                     engine.finish[r.id] = now
                     engine.status[r.id] = FINISHED
-                    done += 1
+                    finished.append(r)
         if gaps:
             self.itl.extend(gaps)
         self.outstanding -= emitted
-        if done:
-            self.running = [r for r in self.running if r.generated < r.output]
-            engine.finished_count += done
+        if finished:
+            # By identity: DecodeSet members' own counters are stale until they finish.
+            self.remove_running(finished)
+            engine.finished_count += len(finished)
         if leaving is not None:
             self._hand_off(leaving, now)
         group = self.group

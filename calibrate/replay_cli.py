@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from calibrate.replay import (
     SCHEMA,
@@ -144,8 +145,6 @@ def probe(ex: Any, shapes: dict[str, list[tuple[int, int, int]]],
     """Median seconds of each probe step on executor ``ex`` (two warm-up calls, then
     repeats for about ``target_s`` each, at least 5). Only between levels: it writes
     into cache slots no request holds then."""
-    import torch
-
     out = {}
     with torch.inference_mode():
         for label, entries in shapes.items():

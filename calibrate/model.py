@@ -88,7 +88,7 @@ class DecodeGroup:
     """Decode entries attended in one SDPA call, padded to the group's longest context."""
 
     tokens: torch.Tensor            # [B] their rows in the packed batch
-    slots: slice | torch.Tensor     # cache slots: a slice when contiguous (no copy)
+    slots: slice                    # consecutive cache slots, read through a view
     length: int                     # longest context + 1 (the new token)
     mask: torch.Tensor | None       # [B, 1, 1, length] True where a key is real; None if all equal
 
@@ -140,18 +140,25 @@ def prepare(entries: list[tuple[int, int, int]], device: torch.device) -> Batch:
         j = i + 1
         while j < len(decodes) and decodes[j][0] + 1 <= DECODE_BUCKET_RATIO * (decodes[i][0] + 1):
             j += 1
-        part = decodes[i:j]
-        lens = [c + 1 for c, _, _ in part]
-        slots = [s for _, _, s in part]
-        contiguous = slots == list(range(slots[0], slots[0] + len(slots)))
-        mask = None
-        if min(lens) != max(lens):
-            mask = (torch.arange(max(lens), device=device)[None, :]
-                    < tensor(lens)[:, None]).view(len(part), 1, 1, max(lens))
-        groups.append(DecodeGroup(tokens=tensor([r for _, r, _ in part]),
-                                  slots=slice(slots[0], slots[0] + len(slots)) if contiguous
-                                  else tensor(slots),
-                                  length=max(lens), mask=mask))
+        # A bucket over scattered slots would gather (copy) its K/V out of the cache every
+        # layer, 2-4x the cost of reading it in place (tiny, CPU), which no paged-attention
+        # server pays: it is split into runs of consecutive slots, read through views.
+        part = sorted(decodes[i:j], key=lambda d: d[2])
+        a = 0
+        while a < len(part):
+            b = a + 1
+            while b < len(part) and part[b][2] == part[b - 1][2] + 1:
+                b += 1
+            run = part[a:b]
+            lens = [c + 1 for c, _, _ in run]
+            mask = None
+            if min(lens) != max(lens):
+                mask = (torch.arange(max(lens), device=device)[None, :]
+                        < tensor(lens)[:, None]).view(len(run), 1, 1, max(lens))
+            groups.append(DecodeGroup(tokens=tensor([r for _, r, _ in run]),
+                                      slots=slice(run[0][2], run[0][2] + len(run)),
+                                      length=max(lens), mask=mask))
+            a = b
         i = j
     return Batch(entries=list(entries), tokens=row, pos=tensor(pos), slot_of=tensor(slot_of),
                  last=tensor(last), prefills=prefills, decodes=groups)

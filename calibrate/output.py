@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 CSV_COLUMNS = ("component", "label", "status", "split", "graph", "seqs", "new_tokens",
                "context_tokens", "prefill_seqs", "prefill_tokens", "prefill_pairs", "decode_kv",
-               "median_s", "p10_s", "p90_s", "repeats", "predicted_s", "note", "entries",
+               "median_s", "mean_s", "p10_s", "p90_s", "repeats", "predicted_s", "note", "entries",
                "samples_s")
 
 
@@ -65,7 +65,8 @@ def write_csv(path: Path, rows: list[Measurement]) -> None:
             w.writerow([
                 m.point.component, m.point.label, m.status, m.split,
                 int(t.graph) if t else "", *m.shape,
-                _g(t.median_s) if t else "", _g(t.quantile(0.1)) if t else "",
+                _g(t.median_s) if t else "", _g(t.mean_s) if t else "",
+                _g(t.quantile(0.1)) if t else "",
                 _g(t.quantile(0.9)) if t else "", len(t.samples) if t else 0,
                 _g(m.predicted_s) if m.predicted_s is not None else "", m.note,
                 " ".join(f"{n}:{c}" for n, c in m.point.entries),

@@ -290,7 +290,7 @@ class ModelExecutor:
         from calibrate.model import prepare
 
         t0 = time.perf_counter()
-        batch = _views_only(prepare(entries, self.device), entries, self.device)
+        batch = prepare(entries, self.device)
         ids = self.model(torch.tensor(tokens, device=self.device), self.caches, batch)
         out: list[int] = ids.tolist()
         return out, time.perf_counter() - t0
@@ -307,51 +307,6 @@ class ModelExecutor:
         for _ in range(repeats):
             for entries in shapes:
                 self.step(entries, [1] * sum(k for _, k, _ in entries))
-
-
-def _views_only(batch: Any, entries: list[Entry], device: torch.device) -> Any:
-    """Split each decode group whose cache slots are not contiguous into runs that are.
-
-    ``prepare`` groups decodes by context; a group over scattered slots would gather
-    (copy) its K/V out of the cache every layer, 2-4x the cost of reading it in place
-    (measured on CPU, tiny model), which neither a paged-attention server nor the
-    calibration (slots laid out in context order) pays. Runs of consecutive slots are
-    read through views; each run is padded only to its own longest context.
-    """
-    from calibrate.model import DecodeGroup
-
-    if all(isinstance(g.slots, slice) for g in batch.decodes):
-        return batch
-    ctx_of: dict[int, int] = {}
-    row = 0
-    for _, n, c in entries:
-        row += n
-        if n == 1:
-            ctx_of[row - 1] = c
-    groups = []
-    for g in batch.decodes:
-        if isinstance(g.slots, slice):
-            groups.append(g)
-            continue
-        pairs = sorted(zip(g.slots.tolist(), g.tokens.tolist(), strict=True))
-        i = 0
-        while i < len(pairs):
-            j = i + 1
-            while j < len(pairs) and pairs[j][0] == pairs[j - 1][0] + 1:
-                j += 1
-            run = pairs[i:j]
-            lens = [ctx_of[r] + 1 for _, r in run]
-            mask = None
-            if min(lens) != max(lens):
-                mask = (torch.arange(max(lens), device=device)[None, :]
-                        < torch.tensor(lens, device=device)[:, None]).view(
-                            len(run), 1, 1, max(lens))
-            groups.append(DecodeGroup(
-                tokens=torch.tensor([r for _, r in run], dtype=torch.long, device=device),
-                slots=slice(run[0][0], run[0][0] + len(run)), length=max(lens), mask=mask))
-            i = j
-    batch.decodes = groups
-    return batch
 
 
 def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: int,

@@ -31,8 +31,9 @@ from calibrate.fit import (
 )
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.output import device_info, write_csv, write_profile
+from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
-from calibrate.timing import Timer, Timing, TimingConfig, keep_host_memory, pin_cores
+from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
 from sim.specs import GPUS, ModelSpec
@@ -59,7 +60,7 @@ class CalibrationConfig:
     progress: bool = True
     seed: int = 0
     passes: int = 2                # sweeps over every operator point; each keeps its fastest
-    step_passes: int = 3           # sweeps over the whole steps, pooled (see _pooled)
+    rounds: RoundsConfig = RoundsConfig()  # how whole steps are timed (calibrate.rounds)
 
 
 @dataclass
@@ -144,31 +145,6 @@ def _sweep(points: list[Point], bench: Bench, deadline: float, label: str, progr
     return out, stopped
 
 
-def _pooled(runs: list[list[Measurement]], points: list[Point]) -> list[Measurement]:
-    """Merge passes over whole steps: each keeps every pass's samples (median of all).
-
-    Whole steps are the reference a serving loop is priced against (they fit
-    ``in_situ``), so they are taken as the loop sees them, not at their luckiest: on the
-    quiet 2-core machine the same small decode step's pass medians differ by 5-20%
-    (shared cache and memory of the host), and the lowest of two left the fitted
-    profile 5-20% under a replay's small decode steps.
-    """
-    out: list[Measurement] = []
-    for i, m in enumerate(runs[0]):
-        tries = [r[i] for r in runs if i < len(r) and r[i].status == "ok" and r[i].timing]
-        if len(tries) > 1:
-            medians = " ".join(f"{r.timing.median_s:.4g}" for r in tries if r.timing)
-            samples = tuple(x for r in tries if r.timing for x in r.timing.samples)
-            m = dataclasses.replace(tries[0], timing=Timing(samples, tries[0].timing.graph
-                                                            if tries[0].timing else False),
-                                    note=f"pass medians (s): {medians}; pooled")
-        elif tries:
-            m = tries[0]
-        out.append(m)
-    assert all(m.point == p for m, p in zip(out, points, strict=False))
-    return out
-
-
 def _best(runs: list[list[Measurement]], points: list[Point]) -> list[Measurement]:
     """Merge passes over ``points`` (the first complete or cut short, later ones partial):
     each point keeps its lowest median, and a note lists every pass's median.
@@ -195,41 +171,27 @@ def _best(runs: list[list[Measurement]], points: list[Point]) -> list[Measuremen
 def _timed_passes(op_points: list[Point], step_points: list[Point], bench: Bench,
                   t0: float, cfg: CalibrationConfig
                   ) -> tuple[list[Measurement], list[Measurement], bool, bool]:
-    """Operators then whole steps, ``cfg.passes`` and ``cfg.step_passes`` times over:
+    """Operators in ``cfg.passes`` sweeps, then whole steps in interleaved rounds:
     (ops, steps, stopped×2).
 
-    Passes alternate the two sets, so each set's passes lie far apart in time. The first
-    pass has the whole budget (operators until 1 − STEP_SHARE of it); later passes use
-    what is left under the same deadlines, and an incomplete one still improves what it
-    reached. Only the first pass decides whether a sweep was cut short. Whole steps get
-    more passes than operators: on CPU an operator's pass medians agree within a few
-    percent, while a small whole step's differ by up to 40% (tiny, 1-entry decode: 1.51
-    and 1.11 ms in two passes of one calibration), and they are pooled, not minimised.
+    The first operator pass may run until 1 − STEP_SHARE of the budget; later passes use
+    what is left under the same deadline, and an incomplete one still improves what it
+    reached (only the first decides whether the sweep was cut short). The whole steps
+    then have the rest of the budget (:mod:`calibrate.rounds`).
     """
     op_deadline, step_deadline = t0 + cfg.budget_s * (1 - STEP_SHARE), t0 + cfg.budget_s
     op_runs: list[list[Measurement]] = []
-    step_runs: list[list[Measurement]] = []
-    stopped = [False, False]
-    total = max(cfg.passes, cfg.step_passes)
-    for k in range(total):
-        tag = f" (pass {k + 1}/{total})" if total > 1 else ""
-        if k < cfg.passes:
-            ops, cut = _sweep(op_points, bench, op_deadline, "operators" + tag, cfg.progress)
-            op_runs.append(ops)
-            stopped[0] = stopped[0] or (cut and k == 0)
-            if k == 0 and cut:
-                break  # the operators alone outran the budget; time the steps once, below
-        if k >= cfg.step_passes:
-            continue
-        steps, cut = _sweep(step_points, bench, step_deadline, "whole steps" + tag,
-                            cfg.progress)
-        step_runs.append(steps)
-        stopped[1] = stopped[1] or (cut and k == 0)
-    if not step_runs:
-        steps, cut = _sweep(step_points, bench, step_deadline, "whole steps", cfg.progress)
-        step_runs.append(steps)
-        stopped[1] = cut
-    return _best(op_runs, op_points), _pooled(step_runs, step_points), stopped[0], stopped[1]
+    stopped = False
+    for k in range(cfg.passes):
+        tag = f" (pass {k + 1}/{cfg.passes})" if cfg.passes > 1 else ""
+        ops, cut = _sweep(op_points, bench, op_deadline, "operators" + tag, cfg.progress)
+        op_runs.append(ops)
+        stopped = stopped or (cut and k == 0)
+        if cut:
+            break
+    steps, stopped_steps = time_in_rounds(step_points, bench, step_deadline, cfg.rounds,
+                                          cfg.progress)
+    return _best(op_runs, op_points), steps, stopped, stopped_steps
 
 
 def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
@@ -330,7 +292,7 @@ def _fit_in_situ(cost: ProfileCost, layers: int, done: list[Measurement]
     all-reduce term is left out (one GPU cannot run it).
     """
     check = cost.with_layers(layers)
-    y = np.array([m.timing.median_s for m in done if m.timing])
+    y = np.array([m.timing.mean_s for m in done if m.timing])
     base = np.array([sum(float(v) for k, v in check.breakdown(m.shape).items()
                          if k not in ("allreduce", "in_situ")) for m in done])
     order = np.argsort(y, kind="stable")

@@ -4,8 +4,11 @@ Each point becomes a callable over preallocated tensors, so only the operator it
 is timed. Successive repeats cycle through a few copies of the layer (and of its KV
 cache), as many as the real model has up to a working set of ``ROTATE_BYTES``, so a
 small model's weights are not unrealistically cache-hot between repeats; a large
-model's layer already overflows any cache on its own. Entries get cache slots in order
-of context, which lets decode groups read the cache through views rather than copies.
+model's layer already overflows any cache on its own. Operator points give entries
+cache slots in order of context, so each decode group is one view of the cache; whole
+steps give them slots in an order unrelated to context, as a serving loop's slots end
+up, so their groups split into runs of consecutive slots as a replay's do (a 4-entry
+decode: 2 groups in context order, 4 scattered).
 A point that runs out of memory is skipped and recorded, and the sweep goes on.
 """
 
@@ -13,9 +16,11 @@ from __future__ import annotations
 
 import itertools
 import typing
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from calibrate.arch import Shard
@@ -44,9 +49,15 @@ class Measurement:
         return shape_of(self.point.entries)
 
 
-def slotted(entries: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
-    """(slot, new, ctx) with slots assigned in order of context (see module docstring)."""
+def slotted(entries: tuple[tuple[int, int], ...], scatter: bool = False
+            ) -> list[tuple[int, int, int]]:
+    """(slot, new, ctx): slots assigned in order of context (see module docstring), or
+    with ``scatter`` as a serving loop leaves them, slots 0..n-1 in an order unrelated
+    to context (a fixed shuffle per batch, so every run times the same layout)."""
     order = sorted(range(len(entries)), key=lambda i: entries[i][1])
+    if scatter:
+        rng = np.random.default_rng(zlib.crc32(repr(entries).encode()))
+        order = [int(i) for i in rng.permutation(len(entries))]
     slot = {i: s for s, i in enumerate(order)}
     return [(slot[i], n, c) for i, (n, c) in enumerate(entries)]
 
@@ -83,6 +94,21 @@ class Bench:
             cs = self._caches = self.one.caches(max(slots, old[0]), max(capacity, old[1]))
         return cs
 
+    def _full_model(self, slots: int, capacity: int) -> tuple[Decoder, list[KVCache]]:
+        """The full-depth model, and its caches grown (never shrunk) to at least
+        (slots, capacity)."""
+        if self.full is None:
+            self.full = build_decoder(self.d, self.step_layers, self.max_pos, self.dtype,
+                                      self.device)
+        caches = self._full_caches
+        if caches is None or caches[0].slots < slots or caches[0].capacity < capacity:
+            old = (caches[0].slots, caches[0].capacity) if caches else (0, 0)
+            self._full_caches = None
+            self._release()
+            caches = self.full.caches(max(slots, old[0]), max(capacity, old[1]))
+            self._full_caches = caches
+        return self.full, caches
+
     def _release(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -93,18 +119,37 @@ class Bench:
             fn, graph, wall = self._callable(point)
             return Measurement(point, "ok", self.timer.measure(fn, graph=graph, wall=wall))
         except Exception as exc:  # noqa: BLE001 - a failed point must not end the sweep
-            if is_oom(exc):
-                self._caches = None
-                self._release()
-                return Measurement(point, "oom", note="out of memory")
-            return Measurement(point, "error", note=f"{type(exc).__name__}: {exc}"[:200])
+            return self.failure(point, exc)
+
+    def failure(self, point: Point, exc: Exception) -> Measurement:
+        """Record ``exc`` raised by ``point`` (freeing the operator caches on out-of-memory)."""
+        if is_oom(exc):
+            self._caches = None
+            self._release()
+            return Measurement(point, "oom", note="out of memory")
+        return Measurement(point, "error", note=f"{type(exc).__name__}: {exc}"[:200])
+
+    def reserve(self, points: list[Point]) -> None:
+        """Build the full-depth model and its caches once for every whole step in
+        ``points``, so callables prepared for them stay valid together (a CUDA graph
+        holds its cache's addresses)."""
+        needs = [_needs(p.entries) for p in points if p.component == WHOLE_STEP]
+        if needs:
+            self._full_model(max(n[0] for n in needs), max(n[1] for n in needs))
+
+    def prepare(self, point: Point) -> tuple[Callable[[], object], bool]:
+        """(callable, time by wall clock) for a whole step, reusable across rounds."""
+        if point.component != WHOLE_STEP:
+            raise ValueError(f"prepare() is for whole steps, not {point.component!r}")
+        fn, _, wall = self._callable(point)
+        return fn, wall
 
     def _randn(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=self.one.embed.weight.dtype)
 
     def _callable(self, point: Point) -> tuple[Callable[[], object], bool, bool]:
         """(fn, use CUDA graph, time by wall clock) for ``point``."""
-        entries = slotted(point.entries)
+        entries = slotted(point.entries, scatter=point.component == WHOLE_STEP)
         slots, capacity = _needs(point.entries)
         d = self.d
         turn = itertools.cycle(range(self.copies))
@@ -147,18 +192,7 @@ class Bench:
     def _whole(self, entries: list[tuple[int, int, int]], tokens: list[int],
                decode_sized: bool) -> Callable[[], object]:
         """A full-depth step, timed by wall clock from host packing to ids on the host."""
-        if self.full is None:
-            self.full = build_decoder(self.d, self.step_layers, self.max_pos, self.dtype,
-                                      self.device)
-        slots, capacity = _needs(tuple((n, c) for _, n, c in entries))
-        caches = self._full_caches
-        if caches is None or caches[0].slots < slots or caches[0].capacity < capacity:
-            old = (caches[0].slots, caches[0].capacity) if caches else (0, 0)
-            self._full_caches = None
-            self._release()
-            caches = self.full.caches(max(slots, old[0]), max(capacity, old[1]))
-            self._full_caches = caches
-        model = self.full
+        model, caches = self._full_model(*_needs(tuple((n, c) for _, n, c in entries)))
         if decode_sized and self.device.type == "cuda":
             batch = prepare(entries, self.device)
             ids = torch.tensor(tokens, device=self.device)

@@ -93,6 +93,11 @@ class Timing:
         """Median of the samples."""
         return statistics.median(self.samples)
 
+    @property
+    def mean_s(self) -> float:
+        """Mean of the samples."""
+        return statistics.fmean(self.samples)
+
     def quantile(self, q: float) -> float:
         """The ``q`` quantile (0..1) of the samples, nearest-rank."""
         s = sorted(self.samples)
@@ -163,6 +168,15 @@ class Timer:
         repeats = int(min(cfg.max_repeats, max(cfg.min_repeats, cfg.target_s / max(first, 1e-7))))
         samples = [first] + [self._once(run, wall) for _ in range(repeats - 1)]
         return Timing(tuple(samples), used_graph)
+
+    def take(self, fn: Callable[[], object], n: int, wall: bool, warmup: int = 0
+             ) -> list[float]:
+        """``n`` timed calls of ``fn`` after ``warmup`` untimed ones (clocks as in
+        :meth:`measure`); seconds."""
+        for _ in range(warmup):
+            fn()
+        self._sync()
+        return [self._once(fn, wall) for _ in range(n)]
 
     def _once(self, run: Callable[[], object], wall: bool) -> float:
         if self.cuda and not wall:

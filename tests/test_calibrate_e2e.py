@@ -92,6 +92,13 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
         samples = [float(x) for x in r["samples_s"].split()]
         assert len(samples) == int(r["repeats"]) >= 5
         assert float(r["median_s"]) == pytest.approx(statistics.median(samples), rel=1e-4)
+        assert float(r["mean_s"]) == pytest.approx(statistics.fmean(samples), rel=1e-4)
+    # Whole steps are timed in rounds: every round gives a step the same number of samples.
+    steps = [r for r in ok if r["component"] == "whole_step"]
+    assert steps and all(r["note"].startswith("12 rounds x ") for r in steps)
+    for r in steps:
+        per_round = int(r["note"].split()[3].rstrip(";"))
+        assert int(r["repeats"]) == 12 * per_round
     assert {r["split"] for r in ok} == {"train", "test", "cv-a", "cv-b"}
     assert any("out of memory" in n for n in res.notes)
 

@@ -10,6 +10,7 @@ import torch
 
 from calibrate.arch import from_hf_config, resolve_model, shard
 from calibrate.model import build_decoder, prepare
+from calibrate.sweeps import slotted
 from sim.errors import ServesimError
 from sim.specs import MODELS
 
@@ -48,6 +49,28 @@ def test_decode_groups_bucket_by_context_and_use_views() -> None:
     assert [g.length for g in batch.decodes] == [6, 102, 1001]
     assert isinstance(batch.decodes[1].slots, slice) and batch.decodes[1].mask is not None
     assert batch.decodes[0].mask is None
+
+
+def test_a_bucket_over_scattered_slots_splits_into_runs_of_consecutive_slots() -> None:
+    # One bucket of contexts (100-102) in slots 3, 1, 2 and 7: runs 1-3 and 7.
+    batch = prepare([(3, 1, 100), (1, 1, 101), (2, 1, 102), (7, 1, 101)], CPU)
+    assert [(g.slots.start, g.slots.stop) for g in batch.decodes] == [(1, 4), (7, 8)]
+    # Rows follow the slots: slot 1 is row 1, slot 2 row 2, slot 3 row 0.
+    assert batch.decodes[0].tokens.tolist() == [1, 2, 0]
+    assert batch.decodes[0].length == 103 and batch.decodes[1].length == 102
+    assert batch.decodes[0].mask is not None and batch.decodes[0].mask[:, 0, 0].sum(1).tolist() \
+        == [102, 103, 101]
+    assert batch.decodes[1].mask is None
+
+
+def test_whole_steps_scatter_slots_the_same_way_every_time() -> None:
+    entries = ((1, 569), (1, 645), (1, 983), (1, 1093))
+    ordered, scattered = slotted(entries), slotted(entries, scatter=True)
+    assert [s for s, _, _ in ordered] == [0, 1, 2, 3]
+    assert sorted(s for s, _, _ in scattered) == [0, 1, 2, 3]
+    assert scattered == slotted(entries, scatter=True)
+    assert [(n, c) for _, n, c in scattered] == list(entries)
+    assert len(prepare(ordered, CPU).decodes) == 2 and len(prepare(scattered, CPU).decodes) == 4
 
 
 @torch.inference_mode()

@@ -1,0 +1,81 @@
+"""Whole steps timed in interleaved rounds (calibrate/rounds.py), against a stand-in bench."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from calibrate.grids import WHOLE_STEP, Point
+from calibrate.rounds import RoundsConfig, time_in_rounds
+from calibrate.sweeps import Measurement
+from calibrate.timing import Timer, TimingConfig
+
+
+class Recorder:
+    """A bench whose steps only log their name; step ``fail`` raises from round ``fail_round``."""
+
+    def __init__(self, fail: str = "", fail_round: int = 1, oom: bool = False):
+        self.timer = Timer(torch.device("cpu"), TimingConfig())
+        self.calls: list[str] = []
+        self.reserved: list[Point] = []
+        self.fail, self.fail_round, self.oom = fail, fail_round, oom
+
+    def reserve(self, points: list[Point]) -> None:
+        self.reserved = list(points)
+
+    def prepare(self, point: Point):
+        def fn() -> None:
+            self.calls.append(point.label)
+            if point.label == self.fail and self.calls.count(point.label) > 3 * self.fail_round:
+                raise (torch.OutOfMemoryError("injected") if self.oom else RuntimeError("boom"))
+        return fn, True
+
+    def failure(self, point: Point, exc: Exception) -> Measurement:
+        return Measurement(point, "oom" if self.oom else "error", note=str(exc))
+
+
+def pts(*labels: str) -> list[Point]:
+    return [Point(WHOLE_STEP, ((1, 10),), label) for label in labels]
+
+
+def test_rounds_interleave_shapes_and_give_each_the_same_samples() -> None:
+    bench = Recorder()
+    points = pts("a", "b")
+    cfg = RoundsConfig(rounds=3, slice_s=1.0, warmup=1, max_per_round=2)
+    out, stopped = time_in_rounds(points, bench, time.perf_counter() + 60, cfg)  # type: ignore[arg-type]
+    assert not stopped and bench.reserved == points
+    # Round one: one warm-up, the first sample, one more; later rounds: a warm-up and two.
+    assert bench.calls == ["a"] * 3 + ["b"] * 3 + (["a"] * 3 + ["b"] * 3) * 2
+    assert [m.status for m in out] == ["ok", "ok"]
+    for m in out:
+        assert m.timing is not None and len(m.timing.samples) == 6
+        assert m.note.startswith("3 rounds x 2; mean ")
+        assert m.timing.mean_s == sum(m.timing.samples) / 6
+
+
+def test_a_step_that_fails_is_recorded_once_and_left_out_of_later_rounds() -> None:
+    bench = Recorder(fail="b", fail_round=1)
+    cfg = RoundsConfig(rounds=3, slice_s=1.0, warmup=1, max_per_round=2)
+    out, _ = time_in_rounds(pts("a", "b", "c"), bench, time.perf_counter() + 60, cfg)  # type: ignore[arg-type]
+    assert [m.status for m in out] == ["ok", "error", "ok"]
+    assert out[1].timing is None and out[1].note == "boom"
+    assert bench.calls.count("b") == 4  # three in round one, the failing call in round two
+    assert all(m.timing is not None and len(m.timing.samples) == 6 for m in (out[0], out[2]))
+
+
+def test_a_spent_budget_times_nothing_and_says_so() -> None:
+    bench = Recorder()
+    out, stopped = time_in_rounds(pts("a"), bench, time.perf_counter() - 1,  # type: ignore[arg-type]
+                                  RoundsConfig())
+    assert stopped and out == [] and bench.calls == []
+
+
+def test_an_expensive_step_takes_one_sample_a_round_without_warm_up() -> None:
+    bench = Recorder()
+    cfg = RoundsConfig(rounds=4, slice_s=1e-9, warmup=2, max_per_round=40)
+    out, _ = time_in_rounds(pts("big"), bench, time.perf_counter() + 60, cfg)  # type: ignore[arg-type]
+    # Two warm-up calls before the first sample, then one call per round.
+    assert bench.calls == ["big"] * (2 + 1 + 3)
+    assert out[0].timing is not None and len(out[0].timing.samples) == 4
+    assert out[0].note.startswith("4 rounds x 1; ")

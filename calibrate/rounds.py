@@ -63,7 +63,7 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
                 if time.perf_counter() >= deadline:
                     stopped = r == 0
                     break
-                if i in failed or (r > 0 and i not in fns):
+                if r > 0 and i not in fns:  # failed, or not reached in round one
                     continue
                 try:
                     if r == 0:

@@ -54,10 +54,11 @@ def slotted(entries: tuple[tuple[int, int], ...], scatter: bool = False
     """(slot, new, ctx): slots assigned in order of context (see module docstring), or
     with ``scatter`` as a serving loop leaves them, slots 0..n-1 in an order unrelated
     to context (a fixed shuffle per batch, so every run times the same layout)."""
-    order = sorted(range(len(entries)), key=lambda i: entries[i][1])
     if scatter:
         rng = np.random.default_rng(zlib.crc32(repr(entries).encode()))
         order = [int(i) for i in rng.permutation(len(entries))]
+    else:
+        order = sorted(range(len(entries)), key=lambda i: entries[i][1])
     slot = {i: s for s, i in enumerate(order)}
     return [(slot[i], n, c) for i, (n, c) in enumerate(entries)]
 

@@ -5,7 +5,9 @@ evaluates. The fit minimises *relative* error (what MAPE reports), with every
 coefficient ≥ 0 so each keeps its physical meaning. Forms linear in their
 coefficients are solved exactly (bounded linear least squares); the roofline-shaped
 ``max(weight_s, slope·x)`` forms are fitted by ``scipy.optimize.least_squares`` from
-several starting points, the best kept.
+several starting points, the best kept. Components with a measured table (linear,
+LM head) keep their times at every small count as measured, and the formula is fitted
+and tested on the larger counts only.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class FitResult:
     max_err_test: float
     n_train: int
     n_test: int
+    table: tuple[float, ...] = ()   # seconds at counts 1..len(table), as measured
 
 
 def stack(shapes: Sequence[StepShape]) -> StepShape:
@@ -160,17 +163,41 @@ def _fit_roofline(form: ComponentForm, s: StepShape, y: np.ndarray) -> np.ndarra
     return best
 
 
-def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float]) -> FitResult:
+def table_points(name: str, shapes: Sequence[StepShape], table_max: int) -> list[int]:
+    """Indices of the points that form ``name``'s measured table: one per count 1, 2, ...
+    up to ``table_max`` or the first count not measured, whichever comes first."""
+    form = FORMS[name]
+    if not form.table or table_max < 1:
+        return []
+    first: dict[float, int] = {}
+    for i, sh in enumerate(shapes):
+        first.setdefault(float(getattr(sh, form.table)), i)
+    out: list[int] = []
+    while len(out) < table_max and float(len(out) + 1) in first:
+        out.append(first[float(len(out) + 1)])
+    return out
+
+
+def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float],
+                  table_max: int = 0) -> FitResult:
     """Fit component ``name`` to ``shapes`` timed at ``y`` seconds.
 
     Points are ordered by size, the held-out ones chosen by :func:`split`, and the
-    coefficients fitted on the rest only, so ``mape_test`` is an honest estimate.
+    coefficients fitted on the rest only, so ``mape_test`` is an honest estimate. With
+    ``table_max`` and a component that has a table, the points at counts 1, 2, ...
+    (:func:`table_points`) become the table and the formula is fitted on the others.
     """
     form = FORMS[name]
+    tab = table_points(name, shapes, table_max)
+    table = tuple(float(y[i]) for i in tab)
+    if tab:
+        rest = [i for i in range(len(y)) if float(getattr(shapes[i], form.table)) > len(tab)]
+        shapes, y = [shapes[i] for i in rest], [y[i] for i in rest]
     need = len(form.coefs) + 1
     if len(y) < need + MIN_TEST:
-        raise ServesimError(f"only {len(y)} measured points, need {need + MIN_TEST} to fit "
-                            "and test; raise --budget-s or check the skipped points",
+        beyond = f" past its table of {len(tab)} counts" if tab else ""
+        raise ServesimError(f"only {len(y)} measured points{beyond}, need {need + MIN_TEST} "
+                            "to fit and test; raise --budget-s or check the skipped points",
                             where=f"components.{name}")
     ys = np.asarray(y, dtype=float)
     # Order by total work (sum of the shape's counts) so held-out points interleave sizes.
@@ -188,7 +215,7 @@ def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float]) ->
     return FitResult(name, {k: float(v) for k, v in zip(form.coefs, coef, strict=True)},
                      float(err_train.mean()), float(err_test.mean()) if test.any() else nan,
                      float(err_test.max()) if test.any() else nan,
-                     int((~test).sum()), int(test.sum()))
+                     int((~test).sum()), int(test.sum()), table)
 
 
 def allreduce_coefs(layers: int, hidden: int, dtype_bytes: int, tp: int,

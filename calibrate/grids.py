@@ -45,6 +45,10 @@ class GridConfig:
     head_seqs: tuple[int, ...]         # LM head and sampling: sequences
     scale: int                         # whole steps: multiplier on the base mixes
     long: tuple[tuple[int, int], ...] = ()  # prefill attention: (chunk, context) past the grid
+    # Linear stack and LM head are also timed at every count 1..table_max (tokens,
+    # sequences), kept as a measured table (sim.profile.tabled): small matrix products
+    # are not a smooth function of their rows (CPU: multiples of four fastest).
+    table_max: int = 0
 
 
 # Long prompts (up to the model's context) are served too, and a block-tiled causal kernel
@@ -55,27 +59,29 @@ CPU_QUICK = GridConfig(
     tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024),
     chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 512, 1024, 2048),
     batches=(1, 2, 4, 8, 16, 32, 64), decode_contexts=(32, 128, 512, 1024, 2048), mixed=6,
-    head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1, long=CPU_LONG,
+    head_seqs=(1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256), scale=1, long=CPU_LONG,
+    table_max=32,
 )
 CPU_FULL = GridConfig(
     tokens=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512,
             1024, 2048),
     chunks=(16, 32, 64, 128, 256, 512), prefill_contexts=(0, 128, 256, 512, 1024, 2048),
     batches=(1, 2, 4, 8, 16, 24, 32, 48, 64), decode_contexts=(32, 128, 256, 512, 1024, 2048),
-    mixed=10, head_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), scale=1, long=CPU_LONG,
+    mixed=10, head_seqs=(1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256), scale=1,
+    long=CPU_LONG, table_max=32,
 )
 GPU_QUICK = GridConfig(
     tokens=(1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
     chunks=(128, 512, 1024, 2048, 4096), prefill_contexts=(0, 2048, 4096),
     batches=(1, 8, 32, 64, 128, 256), decode_contexts=(256, 1024, 4096), mixed=4,
-    head_seqs=(1, 8, 32, 128, 256, 512), scale=4,
+    head_seqs=(1, 8, 24, 32, 48, 64, 128, 256, 512), scale=4, table_max=16,
 )
 GPU_FULL = GridConfig(
     tokens=(1, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
             4096, 6144, 8192),
     chunks=(64, 128, 256, 512, 1024, 2048, 4096, 8192), prefill_contexts=(0, 1024, 2048, 4096),
     batches=(1, 4, 8, 16, 32, 64, 128, 192, 256), decode_contexts=(128, 512, 1024, 2048, 4096),
-    mixed=8, head_seqs=(1, 4, 16, 32, 64, 128, 256, 512), scale=4,
+    mixed=8, head_seqs=(1, 4, 16, 32, 48, 64, 96, 128, 256, 512), scale=4, table_max=16,
 )
 
 
@@ -113,7 +119,9 @@ def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point
     """All operator sweep points, interleaved across components (range-first order)."""
     cap = spec.max_context
     per: dict[str, list[Point]] = {c: [] for c in OPERATORS}
-    per["linear"] = [Point("linear", ((n, 0),), f"n={n}") for n in g.tokens if n <= cap]
+    table = tuple(range(1, g.table_max + 1))
+    per["linear"] = [Point("linear", ((n, 0),), f"n={n}")
+                     for n in sorted({*table, *g.tokens}) if n <= cap]
     for n in g.chunks:
         for c in g.prefill_contexts:
             if n + c <= cap:
@@ -146,7 +154,8 @@ def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point
         c = int(np.exp(rng.uniform(np.log(lo), np.log(hi))))
         per["decode_attention"].append(Point("decode_attention", _around(rng, b, c, cap),
                                              f"b={b} c~{c}"))
-    per["lm_head"] = [Point("lm_head", ((1, 0),) * s, f"seqs={s}") for s in g.head_seqs]
+    per["lm_head"] = [Point("lm_head", ((1, 0),) * s, f"seqs={s}")
+                      for s in sorted({*table, *g.head_seqs})]
     for s in g.head_seqs:
         per["step"].append(Point("step", _around(rng, s, 128, cap), f"decode seqs={s}"))
         if s > 2:

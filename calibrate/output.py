@@ -87,6 +87,9 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
         entry: dict[str, Any] = {"formula": form.formula, "per_layer": form.per_layer,
                                  "coef": {k: float(f"{v:.6g}") for k, v in
                                           res.cost.coefs[name].items()}}
+        table = res.cost.tables.get(name)
+        if table:
+            entry["table_s"] = [float(f"{v:.6g}") for v in table]
         fit = res.fits.get(name)
         if fit is not None:
             entry["fit"] = {"source": "measured", "mape_test": _num(fit.mape_test),

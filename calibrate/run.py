@@ -28,6 +28,7 @@ from calibrate.fit import (
     fit_in_situ,
     relative_errors,
     split,
+    table_points,
 )
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.output import device_info, write_csv, write_profile
@@ -244,8 +245,9 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
             for name in OPERATORS:
                 good = [m for m in ops if m.point.component == name and m.status == "ok"]
                 fits[name] = fit_component(name, [m.shape for m in good],
-                                           [m.timing.median_s for m in good if m.timing])
-                _mark_split(good)
+                                           [m.timing.median_s for m in good if m.timing],
+                                           grid.table_max)
+                _mark_split(good, len(fits[name].table))
         except ServesimError as exc:
             write_csv(csv_path, ops)
             raise ServesimError(f"{exc}; measurements kept in {csv_path}") from None
@@ -255,7 +257,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                                              link.link_bw if link else 1.0,
                                              link.link_latency_s if link else 0.0)
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
-        cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs)
+        cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
+                           tables={n: f.table for n, f in fits.items() if f.table})
 
         if layers < model.layers:
             notes.append(f"whole steps timed at {layers} of {model.layers} layers (memory)")
@@ -324,8 +327,16 @@ def grid_name(cfg: CalibrationConfig) -> str:
     return f"{cfg.device}-{'quick' if cfg.quick else 'full'}"
 
 
-def _mark_split(good: list[Measurement]) -> None:
-    """Record in each measurement whether the fit trained or tested on it (same rule as fit)."""
+def _mark_split(good: list[Measurement], table: int = 0) -> None:
+    """Record in each measurement whether the fit trained or tested on it, or made its
+    measured table (the rules of :func:`calibrate.fit.fit_component`)."""
+    if table:
+        name = good[0].point.component
+        tab = set(table_points(name, [m.shape for m in good], table))
+        for i, m in enumerate(good):
+            m.split = "table" if i in tab else "unused"
+        good = [m for m in good
+                if float(getattr(m.shape, FORMS[name].table)) > table]
     order = np.argsort([sum(float(v) for v in m.shape) for m in good], kind="stable")
     test = split(len(good))
     for rank, i in enumerate(order):

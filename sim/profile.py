@@ -1,9 +1,10 @@
 """Measured cost profiles: the file ``calibrate`` writes and the simulator reads.
 
-A profile (YAML, schema ``servesim-profile/2``, documented in docs/cost-model.md)
-holds fitted coefficients for a fixed set of step-time components. This module owns
-both the schema and the component formulas, so the fit in ``calibrate/`` and the
-evaluation here can never disagree about what a coefficient means.
+A profile (YAML, schema ``servesim-profile/3``, documented in docs/cost-model.md)
+holds fitted coefficients for a fixed set of step-time components and, for the
+components whose kernels change with small batch sizes, a table of measured times.
+This module owns both the schema and the component formulas, so the fit in
+``calibrate/`` and the evaluation here can never disagree about what a coefficient means.
 
 Only numpy, yaml and pure ``sim`` modules are imported: no torch, no simpy.
 """
@@ -25,7 +26,9 @@ from sim.errors import ServesimError
 from sim.shape import StepShape
 from sim.specs import ModelSpec
 
-SCHEMA = "servesim-profile/2"
+SCHEMA = "servesim-profile/3"
+# Schemas this module reads: /2 is /3 without measured tables.
+READS = ("servesim-profile/2", SCHEMA)
 PROFILE_DIR = Path(__file__).parent / "data" / "profiles"
 
 
@@ -151,6 +154,9 @@ class ComponentForm:
     formula: str
     evaluate: Callable[[Mapping[str, float], StepShape], Any]
     knees: tuple[str, ...] = ()
+    # The StepShape count (e.g. "new_tokens") by which a measured table may replace the
+    # formula at small counts (see :func:`tabled`); "" when the component has none.
+    table: str = ""
     # Coefficients a profile written before they existed may lack, and the value that
     # gives that profile's formula back exactly.
     defaults: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -164,7 +170,8 @@ FORMS: dict[str, ComponentForm] = {
                       "const_s + per_seq_s*seqs + per_new_token_s*new_tokens"
                       " + per_group_s*min(decode_seqs, group_seqs)", _step, knees=("group_seqs",)),
         ComponentForm("linear", ("const_s", "weight_s", "per_token_s"), True, False,
-                      "const_s + max(weight_s, per_token_s*new_tokens)", _linear),
+                      "const_s + max(weight_s, per_token_s*new_tokens)", _linear,
+                      table="new_tokens"),
         ComponentForm("prefill_attention",
                       ("per_seq_s", "per_token_s", "per_context_token_s", "per_self_pair_s",
                        "per_block_pair_s", "block_tokens", "per_context_pair_s"), True, True,
@@ -183,7 +190,7 @@ FORMS: dict[str, ComponentForm] = {
                       " + per_spill_token_s*max(decode_kv - spill_kv, 0)",
                       _decode_attention, knees=("group_seqs", "spill_kv")),
         ComponentForm("lm_head", ("const_s", "weight_s", "per_seq_s"), False, False,
-                      "const_s + max(weight_s, per_seq_s*seqs)", _lm_head),
+                      "const_s + max(weight_s, per_seq_s*seqs)", _lm_head, table="seqs"),
         ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
                       "per_step_s + per_token_s*new_tokens", _allreduce),
         ComponentForm("in_situ", ("const_s", "multi_s", "per_seq_s", "sat_seqs",
@@ -201,17 +208,41 @@ FORMS: dict[str, ComponentForm] = {
 }
 
 
+def tabled(table: tuple[float, ...], count: Any, otherwise: Any) -> Any:
+    """``table[count - 1]`` where ``count`` is a whole number in 1..len(table) (seconds
+    measured at that count), ``otherwise`` elsewhere; scalars or numpy arrays.
+
+    Small matrix products do not cost a smooth function of their rows: a kernel handles
+    rows in blocks (on the CPU this was measured with multiples of four fastest, three
+    rows slower than four), so a component measured at every small count keeps those
+    times and its formula prices only larger counts.
+    """
+    if not table:
+        return otherwise
+    if isinstance(count, (int, float)) and np.ndim(otherwise) == 0:
+        k = int(count)
+        return table[k - 1] if k == count and 1 <= k <= len(table) else otherwise
+    x = np.asarray(count, dtype=float)
+    inside = (x >= 1) & (x <= len(table)) & (x == np.floor(x))
+    idx = np.clip(x, 1, len(table)).astype(np.int64) - 1
+    return np.where(inside, np.asarray(table, dtype=float)[idx], otherwise)
+
+
 class ProfileCost:
     """Step time from a measured profile: sum of the :data:`FORMS` components.
 
-    ``coefs`` maps each component name to its coefficient mapping (seconds).
-    ``step_time`` is pure and accepts numpy arrays in any shape field.
+    ``coefs`` maps each component name to its coefficient mapping (seconds);
+    ``tables`` maps a component with a ``table`` count to its measured seconds at counts
+    1, 2, ... (per layer for per-layer components). ``step_time`` is pure and accepts
+    numpy arrays in any shape field.
     """
 
     def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
-                 coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None):
+                 coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None,
+                 tables: Mapping[str, tuple[float, ...]] | None = None):
         self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
         self.coefs = {k: dict(v) for k, v in coefs.items()}
+        self.tables = {k: tuple(float(x) for x in v) for k, v in (tables or {}).items() if v}
         self.meta: dict[str, Any] = meta or {}
 
     def breakdown(self, shape: StepShape) -> dict[str, Any]:
@@ -219,6 +250,8 @@ class ProfileCost:
         out = {}
         for name, form in FORMS.items():
             t = form.evaluate(self.coefs[name], shape)
+            if name in self.tables:
+                t = tabled(self.tables[name], getattr(shape, form.table), t)
             out[name] = t * self.model.layers if form.per_layer else t
         return out
 
@@ -230,7 +263,8 @@ class ProfileCost:
     def with_layers(self, layers: int) -> ProfileCost:
         """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
         model = dataclasses.replace(self.model, layers=layers)
-        return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta)
+        return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta,
+                           self.tables)
 
 
 def shipped_profiles() -> list[str]:
@@ -278,11 +312,11 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         if not isinstance(data, dict):
             raise ServesimError("a profile must be a YAML mapping")
         schema = data.get("schema")
-        if schema != SCHEMA:
+        if schema not in READS:
             hint = ("; it was written by an older calibrate, run `servesim calibrate` again"
                     if schema == "servesim-profile/1" else "")
-            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads {SCHEMA!r}"
-                                f"{hint}", where="schema")
+            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads "
+                                f"{' and '.join(map(repr, READS))}{hint}", where="schema")
         model = build(ModelSpec, _need(data, "model", dict, ""), "model")
         tp = _need(data, "tp", int, "")
         if tp < 1:
@@ -292,8 +326,11 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         dtype = _need(data, "dtype", str, "")
         comps = _need(data, "components", dict, "")
         coefs: dict[str, dict[str, float]] = {}
+        tables: dict[str, tuple[float, ...]] = {}
         for name, form in FORMS.items():
             comp = _need(comps, name, dict, "components.")
+            if "table_s" in comp:
+                tables[name] = _table(comp["table_s"], form, schema, f"components.{name}.table_s")
             raw = _need(comp, "coef", dict, f"components.{name}.")
             extra = sorted(set(raw) - set(form.coefs))
             if extra:
@@ -313,7 +350,24 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
     except ServesimError as exc:
         raise exc.located(source=source) from None
-    return ProfileCost(model, tp, device_name, dtype, coefs, meta)
+    return ProfileCost(model, tp, device_name, dtype, coefs, meta, tables)
+
+
+def _table(raw: Any, form: ComponentForm, schema: str, where: str) -> tuple[float, ...]:
+    if schema != SCHEMA:
+        raise ServesimError(f"measured tables need schema {SCHEMA!r}", where=where)
+    if not form.table:
+        raise ServesimError("this component has no measured table; components with one: "
+                            + ", ".join(n for n, f in FORMS.items() if f.table), where=where)
+    if not isinstance(raw, list) or not raw:
+        raise ServesimError(f"got {raw!r}; expected a non-empty list of seconds at "
+                            f"{form.table} = 1, 2, ...", where=where)
+    for i, v in enumerate(raw):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ServesimError(f"got {v!r}, must be a finite number of seconds > 0",
+                                where=f"{where}[{i}]")
+    return tuple(float(v) for v in raw)
 
 
 def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:

@@ -99,8 +99,17 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
     for r in steps:
         per_round = int(r["note"].split()[3].rstrip(";"))
         assert int(r["repeats"]) == 12 * per_round
-    assert {r["split"] for r in ok} == {"train", "test", "cv-a", "cv-b"}
+    assert {r["split"] for r in ok} == {"train", "test", "table", "cv-a", "cv-b"}
     assert any("out of memory" in n for n in res.notes)
+    # The linear stack and LM head keep their medians at every count 1..32 as a table.
+    data = yaml.safe_load(res.profile_path.read_text())
+    assert data["schema"] == "servesim-profile/3"
+    for name, count in (("linear", "new_tokens"), ("lm_head", "seqs")):
+        table = sorted((int(r[count]), float(r["median_s"])) for r in ok
+                       if r["component"] == name and r["split"] == "table")
+        assert [n for n, _ in table] == list(range(1, 33))
+        assert data["components"][name]["table_s"] == pytest.approx([t for _, t in table],
+                                                                   rel=1e-5)
 
 
 def test_profile_predicts_a_directly_timed_step(calibrated) -> None:

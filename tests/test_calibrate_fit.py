@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibrate.fit import allreduce_coefs, fit_component, fit_in_situ, split
+from calibrate.fit import allreduce_coefs, fit_component, fit_in_situ, split, table_points
 from sim.errors import ServesimError
 from sim.profile import FORMS
 from sim.shape import StepShape, shape_of
@@ -44,6 +44,38 @@ def test_lm_head_recovered() -> None:
     fit = fit_component("lm_head", shapes, synthetic("lm_head", truth, shapes, 0.02, seed=1))
     assert fit.coef["weight_s"] == pytest.approx(3e-4, rel=0.1)
     assert fit.coef["per_seq_s"] == pytest.approx(3e-6, rel=0.15)
+
+
+def test_small_counts_become_a_table_and_the_formula_fits_the_rest() -> None:
+    # A kernel that handles rows in blocks of four: 3 rows cost more than 4 (as measured
+    # on the CPU); past the table a roofline that no small count disturbs.
+    truth = {"const_s": 1e-4, "weight_s": 4e-4, "per_token_s": 2e-6}
+    small = [3.0e-4, 4.4e-4, 5.9e-4, 5.0e-4, 6.2e-4, 6.4e-4, 7.6e-4, 6.6e-4]
+    big = [shape_of([(n, 0)]) for n in (12, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)]
+    shapes = [shape_of([(n, 0)]) for n in range(1, 9)] + big
+    y = small + synthetic("linear", truth, big, 0.01)
+    fit = fit_component("linear", shapes, y, table_max=8)
+    assert fit.table == tuple(small)
+    assert fit.n_train + fit.n_test == len(big)
+    assert fit.coef["per_token_s"] == pytest.approx(2e-6, rel=0.1)
+    assert fit.mape_test < 0.03
+    # Without table_max every point is the formula's.
+    plain = fit_component("linear", shapes, y)
+    assert plain.table == () and plain.n_train + plain.n_test == len(shapes)
+
+
+def test_table_stops_at_the_first_count_not_measured() -> None:
+    # Counts 1, 2, 4, 5 (3 failed): the table holds 1-2 and 4, 5 go to the formula.
+    shapes = [shape_of([(1, 0)] * s) for s in (5, 1, 2, 4, 1)]
+    assert table_points("lm_head", shapes, 8) == [1, 2]
+    assert table_points("lm_head", shapes, 1) == [1]
+    assert table_points("lm_head", shapes, 0) == []
+    assert table_points("decode_attention", shapes, 8) == []  # no table for this component
+    more = [shape_of([(1, 0)] * s) for s in (16, 32, 64, 128, 256, 512)]
+    fit = fit_component("lm_head", shapes + more, [1e-4] * 5 + [1e-3] * 6, table_max=8)
+    assert fit.table == (1e-4, 1e-4) and fit.n_train + fit.n_test == 8
+    with pytest.raises(ServesimError, match="past its table of 2 counts"):
+        fit_component("lm_head", shapes, [1e-4] * 5, table_max=8)
 
 
 def test_linear_in_coefficient_forms_recovered() -> None:
@@ -134,3 +166,25 @@ def test_allreduce_from_interconnect_figures() -> None:
     c = allreduce_coefs(32, 4096, 2, 4, 450e9, 8e-6)
     assert c["per_step_s"] == pytest.approx(64 * 8e-6)
     assert c["per_token_s"] == pytest.approx(64 * 1.5 * 4096 * 2 / 450e9)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("quick", [True, False])
+def test_every_grid_leaves_each_operator_enough_points_to_fit(device: str, quick: bool) -> None:
+    """A GPU calibration cannot be run here, so its grids are checked on paper: every
+    count 1..table_max is timed, and each component keeps enough points past its table."""
+    from calibrate.fit import table_points as tabled
+    from calibrate.grids import OPERATORS, grid_for, operator_points
+    from sim.specs import MODELS
+
+    g = grid_for(device, quick)
+    model = MODELS["llama-3-8b" if device == "cuda" else "tiny"]
+    points = operator_points(model, g)
+    for name in OPERATORS:
+        shapes = [shape_of(p.entries) for p in points if p.component == name]
+        tab = tabled(name, shapes, g.table_max)
+        count = FORMS[name].table
+        if count:
+            assert len(tab) == g.table_max > 0, name
+            shapes = [s for s in shapes if float(getattr(s, count)) > len(tab)]
+        assert len(shapes) >= len(FORMS[name].coefs) + 1 + 2, (name, len(shapes))

@@ -111,11 +111,16 @@ def test_relative_path_resolves_against_base_dir(tmp_path: Path) -> None:
 def test_malformed_profile_names_file_and_key(tmp_path: Path, mutate, where: str) -> None:
     data = profile_data()
     mutate(data)
+    path, msg = load_error(tmp_path, data)
+    assert str(path) in msg and where in msg and "\n" not in msg
+
+
+def load_error(tmp_path: Path, data: dict) -> tuple[Path, str]:
+    """(file written, the one-line error loading it raised)."""
     path = write(tmp_path, data)
     with pytest.raises(ServesimError) as err:
         load_profile(str(path))
-    msg = str(err.value)
-    assert str(path) in msg and where in msg and "\n" not in msg
+    return path, str(err.value)
 
 
 def test_profile_without_newer_coefficients_keeps_its_formula(tmp_path: Path) -> None:
@@ -180,3 +185,78 @@ def test_sim_profile_imports_without_torch_or_simpy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).parents[1], check=True)
     assert out.stdout.strip() == "ok"
+
+
+def tabled_data() -> dict:
+    data = profile_data()
+    # Per-layer linear stack measured at 1..4 tokens, LM head at 1..2 sequences.
+    data["components"]["linear"]["table_s"] = [3e-4, 5e-4, 7e-4, 4e-4]
+    data["components"]["lm_head"]["table_s"] = [2e-4, 6e-4]
+    return data
+
+
+def test_measured_table_replaces_formula_at_its_counts(tmp_path: Path) -> None:
+    cost = load_profile(str(write(tmp_path, tabled_data())))
+    plain = load_profile(str(write(tmp_path, profile_data(), "plain.yaml")))
+    # Three decodes: 3 new tokens (table 7e-4 per layer), 3 sequences (past the head's table).
+    s = decode_shape(3, 300)
+    parts, base = cost.breakdown(s), plain.breakdown(s)
+    assert parts["linear"] == pytest.approx(32 * 7e-4, rel=1e-12)
+    assert parts["lm_head"] == base["lm_head"] == pytest.approx(1e-5 + max(1e-4, 3e-6))
+    assert cost.step_time(s) - plain.step_time(s) == pytest.approx(
+        32 * (7e-4 - (1e-5 + max(2e-4, 3e-6))), rel=1e-9)
+    # Four tokens cost less than three, as measured; five fall back to the formula.
+    assert cost.breakdown(decode_shape(4, 300))["linear"] == pytest.approx(32 * 4e-4)
+    assert cost.breakdown(decode_shape(5, 300))["linear"] == base_linear(plain, 5)
+    assert cost.breakdown(decode_shape(2, 10))["lm_head"] == pytest.approx(6e-4)
+    # A 300-token prefill is far past the linear table; its one sequence's head row is not.
+    big = shape_of([(300, 0)])
+    parts, base = cost.breakdown(big), plain.breakdown(big)
+    assert parts["linear"] == base["linear"] and parts["lm_head"] == 2e-4
+
+
+def base_linear(cost: ProfileCost, n: int) -> float:
+    return float(cost.breakdown(decode_shape(n, 300))["linear"])
+
+
+def test_tabled_vectorised_matches_scalar(tmp_path: Path) -> None:
+    cost = load_profile(str(write(tmp_path, tabled_data())))
+    shapes = [decode_shape(b, 100 * b) for b in range(1, 7)] + [shape_of([(3, 0)]),
+                                                              shape_of([(40, 0), (1, 3)])]
+    arrays = StepShape(*(np.array(col) for col in zip(*shapes, strict=True)))
+    vec = cost.step_time(arrays)
+    scalar = [cost.step_time(s) for s in shapes]
+    assert vec.tolist() == scalar  # bit for bit: the same floats from the same table
+    # numpy integers in a scalar shape take the same path as Python ints.
+    s64 = StepShape(*(np.int64(v) for v in decode_shape(3, 300)))
+    assert float(cost.step_time(s64)) == cost.step_time(decode_shape(3, 300))
+
+
+@pytest.mark.parametrize(("mutate", "where", "says"), [
+    (lambda d: d["components"]["decode_attention"].update(table_s=[1e-4]),
+     "components.decode_attention.table_s", "components with one: linear, lm_head"),
+    (lambda d: d["components"]["linear"].update(table_s=[1e-4, -2e-4]),
+     "components.linear.table_s[1]", "> 0"),
+    (lambda d: d["components"]["linear"].update(table_s=[]),
+     "components.linear.table_s", "non-empty list"),
+    (lambda d: d["components"]["lm_head"].update(table_s={"1": 1e-4}),
+     "components.lm_head.table_s", "seqs = 1, 2"),
+    (lambda d: d["components"]["linear"].update(table_s=[1e-4, True]),
+     "components.linear.table_s[1]", "finite number"),
+    (lambda d: d.update(schema="servesim-profile/2"),
+     "components.linear.table_s", "need schema 'servesim-profile/3'"),
+])
+def test_bad_table_names_file_key_and_rule(tmp_path: Path, mutate, where: str, says: str) -> None:
+    data = tabled_data()
+    mutate(data)
+    path, msg = load_error(tmp_path, data)
+    assert str(path) in msg and where in msg and says in msg and "\n" not in msg
+
+
+def test_schema_2_profiles_still_load(tmp_path: Path) -> None:
+    data = profile_data()
+    data["schema"] = "servesim-profile/2"
+    cost = load_profile(str(write(tmp_path, data)))
+    assert cost.tables == {}
+    assert cost.step_time(decode_shape(3, 300)) == load_profile(
+        str(write(tmp_path, profile_data(), "new.yaml"))).step_time(decode_shape(3, 300))

@@ -97,8 +97,10 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
                             "mape_train": _num(fit.mape_train),
                             "n_train": fit.n_train, "n_test": fit.n_test,
                             "passed": bool(fit.mape_test <= bar)}
-        else:
+        elif name == "allreduce":
             entry["fit"] = {"source": "datasheet" if cfg.tp > 1 else "none (tp=1)"}
+        else:
+            entry["fit"] = {"source": "not measured"}
         comps[name] = entry
     # Whole steps are cross-validated (calibrate/run.py): each was predicted by an in_situ
     # fitted without it, and the kept coefficients are fitted on all of them.

@@ -33,6 +33,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from calibrate.arch import shard
+from calibrate.model import Decoder, KVCache, build_decoder, prepare
 from sim.errors import ServesimError
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.policies import make_policy
@@ -41,7 +43,7 @@ from sim.shape import StepShape, shape_of
 from sim.specs import ModelSpec
 
 SCHEMA = "servesim-replay/1"
-STEP_FIELDS = ("start_s", "end_s", "exec_s", "cpu_s") + StepShape._fields
+STEP_FIELDS = ("start_s", "end_s", "exec_s", "cpu_s", "host_s") + StepShape._fields
 Entry = tuple[int, int, int]  # (slot, new_tokens, context_before)
 
 
@@ -190,6 +192,9 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
     arrivals = res.arrival_s.tolist()
     nxt = 0
     t_start = time.perf_counter()
+    # The loop's own work since the previous step returned (or since an idle wait
+    # ended), timed on the wall clock whatever ``clock`` is: sim prices it as ``host``.
+    host_t0 = t_start
     while True:
         now = clock.now()
         while nxt < n and arrivals[nxt] <= now:
@@ -209,6 +214,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
             if nxt >= n:
                 break
             clock.wait_until(arrivals[nxt])
+            host_t0 = time.perf_counter()
             continue
         # Physical slots follow the block accounting: preempted requests gave theirs up.
         for rid in [i for i in slot if i not in {r.id for r in state.running}]:
@@ -221,12 +227,14 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
             entries.append((slot[r.id], k, r.computed))
             tokens.extend([last_id.get(r.id, r.id % vocab)] * k)
         cpu0 = time.thread_time()
+        host = time.perf_counter() - host_t0
         ids, dt = executor.step(entries, tokens)
+        host_t0 = time.perf_counter()
         end = clock.end_step(now, dt)
         # This thread's CPU seconds in the step: on a CPU device, well under exec_s means
         # other processes took the core and the measured times are inflated.
         cpu = time.thread_time() - cpu0
-        res.steps.append((now, end, dt, cpu, *shape_of((k, c) for _, k, c in entries)))
+        res.steps.append((now, end, dt, cpu, host, *shape_of((k, c) for _, k, c in entries)))
         done = False
         for (r, k), tok in zip(batch.items(), ids, strict=True):
             r.computed += k
@@ -265,17 +273,20 @@ class ModelExecutor:
     (``.tolist()`` synchronises a CUDA device), the span a profile's components model.
     """
 
-    def __init__(self, spec: ModelSpec, device: torch.device, dtype: str, slots: int,
-                 capacity: int, seed: int = 0):
-        from calibrate.arch import shard
-        from calibrate.model import build_decoder
+    def __init__(self, model: Decoder, caches: list[KVCache], device: torch.device):
+        self.model, self.caches, self.device = model, caches, device
+        self.slots, self.capacity = caches[0].slots, caches[0].capacity
 
-        self.device = device
+    @classmethod
+    def build(cls, spec: ModelSpec, device: torch.device, dtype: str, slots: int,
+              capacity: int, seed: int = 0) -> ModelExecutor:
+        """A fresh model of ``spec`` with caches for ``slots`` sequences of ``capacity``
+        tokens; running out of memory is a one-line error saying what to lower."""
         kv_bytes = 2 * spec.layers * slots * capacity * spec.kv_heads * spec.head_dim * (
             4 if dtype == "fp32" else 2)
         try:
-            self.model = build_decoder(shard(spec, 1), spec.layers, capacity, dtype, device, seed)
-            self.caches = self.model.caches(slots, capacity)
+            model = build_decoder(shard(spec, 1), spec.layers, capacity, dtype, device, seed)
+            return cls(model, model.caches(slots, capacity), device)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
             if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
@@ -283,12 +294,9 @@ class ModelExecutor:
                 f"out of memory building {spec.name} with a KV cache of {slots} slots x "
                 f"{capacity} tokens ({kv_bytes / 2**30:.1f} GiB); lower --max-num-seqs or "
                 "--max-len") from None
-        self.slots, self.capacity = slots, capacity
 
     def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
         """Run one packed step; (next id per entry, seconds)."""
-        from calibrate.model import prepare
-
         t0 = time.perf_counter()
         batch = prepare(entries, self.device)
         ids = self.model(torch.tensor(tokens, device=self.device), self.caches, batch)
@@ -333,7 +341,7 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
     dtype = dtype or (spec.dtype if dev.type == "cuda" else "fp32")
     t0 = time.perf_counter()
     with torch.inference_mode():
-        ex = ModelExecutor(spec, dev, dtype, slots, capacity, seed)
+        ex = ModelExecutor.build(spec, dev, dtype, slots, capacity, seed)
         ex.warm_up(max_prefill)
     if log:
         log(f"model built and warmed up in {time.perf_counter() - t0:.1f} s "

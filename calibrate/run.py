@@ -31,6 +31,7 @@ from calibrate.fit import (
     table_points,
 )
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
+from calibrate.host import time_host
 from calibrate.output import device_info, write_csv, write_profile
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
@@ -236,14 +237,21 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         ops, steps, stopped, stopped_steps = _timed_passes(
             operator_points(model, grid, cfg.seed), whole_step_points(model, grid), bench, t0,
             cfg)
+        full = bench.reserved()
+        if full is not None and time.perf_counter() < t0 + cfg.budget_s:
+            ops += time_host(*full, model.max_context, cfg.seed).measurements()
+        else:
+            notes.append("budget exhausted: host work between steps not measured (priced 0)")
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
         csv_path = cfg.out.with_suffix(".csv")
         fits: dict[str, FitResult] = {}
         try:
-            for name in OPERATORS:
+            for name in OPERATORS + ("host",):
                 good = [m for m in ops if m.point.component == name and m.status == "ok"]
+                if name == "host" and not good:
+                    continue
                 fits[name] = fit_component(name, [m.shape for m in good],
                                            [m.timing.median_s for m in good if m.timing],
                                            grid.table_max)
@@ -257,6 +265,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                                              link.link_bw if link else 1.0,
                                              link.link_latency_s if link else 0.0)
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
+        coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
                            tables={n: f.table for n, f in fits.items() if f.table})
 
@@ -292,12 +301,13 @@ def _fit_in_situ(cost: ProfileCost, layers: int, done: list[Measurement]
     coefficients kept are then fitted on every step: a handful of small steps whose
     times move by 10-20% with what ran before them leave an 8-coefficient fit on half
     of them noticeably noisier. Each step records its out-of-fold prediction. The
-    all-reduce term is left out (one GPU cannot run it).
+    all-reduce term is left out (one GPU cannot run it), and so is the host work
+    between steps (a whole step is timed alone, not in a serving loop).
     """
     check = cost.with_layers(layers)
     y = np.array([m.timing.mean_s for m in done if m.timing])
     base = np.array([sum(float(v) for k, v in check.breakdown(m.shape).items()
-                         if k not in ("allreduce", "in_situ")) for m in done])
+                         if k not in ("allreduce", "in_situ", "host")) for m in done])
     order = np.argsort(y, kind="stable")
     fold_b = np.zeros(len(done), dtype=bool)
     fold_b[order[1::2]] = True

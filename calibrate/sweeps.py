@@ -110,6 +110,12 @@ class Bench:
             self._full_caches = caches
         return self.full, caches
 
+    def reserved(self) -> tuple[Decoder, list[KVCache]] | None:
+        """The full-depth model and caches :meth:`reserve` built, if it has."""
+        if self.full is None or self._full_caches is None:
+            return None
+        return self.full, self._full_caches
+
     def _release(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

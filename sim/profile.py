@@ -113,6 +113,12 @@ def _lm_head(c: Mapping[str, float], s: StepShape) -> Any:
     return c["const_s"] + np.maximum(c["weight_s"], c["per_seq_s"] * s.seqs)
 
 
+def _host(c: Mapping[str, float], s: StepShape) -> Any:
+    # The serving loop's own work between device steps (admitting arrivals, scheduling,
+    # slot and block bookkeeping, recording outputs), which walks the running batch.
+    return c["const_s"] + c["per_seq_s"] * s.seqs
+
+
 def _allreduce(c: Mapping[str, float], s: StepShape) -> Any:
     return c["per_step_s"] + c["per_token_s"] * s.new_tokens
 
@@ -204,6 +210,9 @@ FORMS: dict[str, ComponentForm] = {
                       _in_situ, knees=("sat_seqs", "evict_kv"),
                       defaults={"multi_s": 0.0, "sat_seqs": 1e9, "per_prefill_s": 0.0,
                                 "per_prefill_pair_s": 0.0}),
+        ComponentForm("host", ("const_s", "per_seq_s"), False, True,
+                      "const_s + per_seq_s*seqs", _host,
+                      defaults={"const_s": 0.0, "per_seq_s": 0.0}),
     )
 }
 
@@ -256,8 +265,16 @@ class ProfileCost:
         return out
 
     def step_time(self, shape: StepShape) -> Any:
-        """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays)."""
+        """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays):
+        the device step and the serving loop's host work around it."""
         t = sum(self.breakdown(shape).values())
+        return float(t) if np.ndim(t) == 0 else t
+
+    def device_time(self, shape: StepShape) -> Any:
+        """Seconds of the device step alone (``step_time`` without ``host``), what an
+        executor's timer sees."""
+        parts = self.breakdown(shape)
+        t = sum(v for k, v in parts.items() if k != "host")
         return float(t) if np.ndim(t) == 0 else t
 
     def with_layers(self, layers: int) -> ProfileCost:
@@ -328,6 +345,10 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         coefs: dict[str, dict[str, float]] = {}
         tables: dict[str, tuple[float, ...]] = {}
         for name, form in FORMS.items():
+            if name not in comps and set(form.defaults) == set(form.coefs):
+                # Written before this component existed: its neutral values (zeros).
+                coefs[name] = {k: float(v) for k, v in form.defaults.items()}
+                continue
             comp = _need(comps, name, dict, "components.")
             if "table_s" in comp:
                 tables[name] = _table(comp["table_s"], form, schema, f"components.{name}.table_s")

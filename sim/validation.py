@@ -143,13 +143,21 @@ def _counts(c: dict[str, int]) -> str:
     return ", ".join(f"{v} {k}" for k, v in c.items() if v or k == "finished")
 
 
+def _device_time(cost: Any, shape: StepShape) -> Any:
+    """What an executor's timer sees: a profile's step without its ``host`` part (other
+    cost models price the step alone)."""
+    return cost.device_time(shape) if hasattr(cost, "device_time") else cost.step_time(shape)
+
+
 def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
     """Each measured iteration against the cost model's price for its shape: relative
-    errors of the executor's seconds (``exec_s``) by kind, and busy time on both sides."""
+    errors of the executor's seconds (``exec_s``) by kind, busy time on both sides, and
+    the loop's host seconds between steps (records that have ``host_s``) against the
+    profile's ``host`` price."""
     if not len(steps["start_s"]):
         return {}
     shape = StepShape(*(np.asarray(steps[f], dtype=float) for f in StepShape._fields))
-    pred = np.asarray(cost.step_time(shape), dtype=float)
+    pred = np.asarray(_device_time(cost, shape), dtype=float)
     real = np.asarray(steps["exec_s"], dtype=float)
     rel = (pred - real) / real
     prefill = np.asarray(steps["prefill_seqs"]) > 0
@@ -161,6 +169,10 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
     if "cpu_s" in steps:
         # Share of the steps' wall time the replay thread was on a core (CPU devices).
         out["cpu_share"] = float(np.sum(steps["cpu_s"]) / max(real.sum(), 1e-12))
+    if "host_s" in steps:
+        total = np.asarray(cost.step_time(shape), dtype=float)
+        out["host"] = {"real_s": float(np.sum(steps["host_s"])),
+                       "predicted_s": float(np.sum(total - pred))}
     for kind, mask in (("with_prefill", prefill), ("decode_only", ~prefill)):
         out[kind] = {"iterations": int(mask.sum()),
                      "real_s": float(real[mask].sum()), "predicted_s": float(pred[mask].sum()),
@@ -178,7 +190,7 @@ def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str,
         shape = shape_of((int(n), int(c)) for n, c in entries)
         out[label] = {"before_s": float(probe["before_s"][label]),
                       "after_s": float(probe["after_s"][label]),
-                      "predicted_s": float(cost.step_time(shape))}
+                      "predicted_s": float(_device_time(cost, shape))}
     return out
 
 

@@ -78,6 +78,10 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
         # recorded in the profile, not asserted here).
         assert fit["mape_test"] < 0.6, name
     assert data["validation"]["whole_steps"] >= 8 and data["validation"]["fit_steps"] >= 8
+    # The serving loop's host work was timed at most batch sizes and costs something.
+    host = data["components"]["host"]
+    assert host["fit"]["source"] == "measured" and host["fit"]["n_train"] >= 20
+    assert 0 < host["coef"]["const_s"] + host["coef"]["per_seq_s"] < 1e-3
     assert data["validation"]["mape"] < 0.35
 
 
@@ -90,7 +94,8 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
     assert len(ok) == len(rows) - 1
     for r in ok:
         samples = [float(x) for x in r["samples_s"].split()]
-        assert len(samples) == int(r["repeats"]) >= 5
+        # The loop's host intervals come a few per batch size (calibrate.host).
+        assert len(samples) == int(r["repeats"]) >= (3 if r["component"] == "host" else 5)
         assert float(r["median_s"]) == pytest.approx(statistics.median(samples), rel=1e-4)
         assert float(r["mean_s"]) == pytest.approx(statistics.fmean(samples), rel=1e-4)
     # Whole steps are timed in rounds: every round gives a step the same number of samples.

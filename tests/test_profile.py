@@ -31,6 +31,7 @@ COEFS = {
     "in_situ": {"const_s": 2e-6, "multi_s": 3e-6, "per_seq_s": 1e-7, "sat_seqs": 1.5,
                 "per_kv_token_s": 1e-9, "evict_kv": 12.0, "per_prefill_s": 4e-6,
                 "per_prefill_pair_s": 1e-11},
+    "host": {"const_s": 2e-5, "per_seq_s": 3e-6},
 }
 
 
@@ -59,10 +60,13 @@ def test_hand_computed_step_time(tmp_path: Path) -> None:
     decode = 5e-6 + 1e-6 * 2 + 3e-6 * 2 + 1e-8 * 20 + 2e-8 * (20 - 15)
     head = 1e-5 + max(1e-4, 1e-6 * 3)
     in_situ = 2e-6 + 3e-6 + 1e-7 * min(2, 1.5) + 1e-9 * min(20, 12) + 4e-6 * 1 + 1e-11 * 10050
-    expected = step + 32 * (linear + prefill + decode + in_situ) + head
+    host = 2e-5 + 3e-6 * 3
+    expected = step + 32 * (linear + prefill + decode + in_situ) + head + host
     got = cost.step_time(s)
     assert isinstance(got, float)
     assert got == pytest.approx(expected, rel=1e-12)
+    # The device's part is all but the serving loop's host work.
+    assert cost.device_time(s) == pytest.approx(expected - host, rel=1e-12)
 
 
 def test_vectorised_matches_scalar(tmp_path: Path) -> None:
@@ -260,3 +264,15 @@ def test_schema_2_profiles_still_load(tmp_path: Path) -> None:
     assert cost.tables == {}
     assert cost.step_time(decode_shape(3, 300)) == load_profile(
         str(write(tmp_path, profile_data(), "new.yaml"))).step_time(decode_shape(3, 300))
+
+
+def test_profiles_without_host_work_price_it_zero(tmp_path: Path) -> None:
+    """Files written before the host component existed load, and price it at 0 s."""
+    data = profile_data()
+    del data["components"]["host"]
+    cost = load_profile(str(write(tmp_path, data)))
+    s = decode_shape(4, 400)
+    assert cost.breakdown(s)["host"] == 0
+    assert cost.step_time(s) == cost.device_time(s)
+    with_host = load_profile(str(write(tmp_path, profile_data(), "h.yaml")))
+    assert with_host.step_time(s) - cost.step_time(s) == pytest.approx(2e-5 + 3e-6 * 4)

@@ -84,6 +84,34 @@ def test_vllm_comparison_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "failed in vLLM: 1" in text and "-26.7%" in text
 
 
+def test_step_diagnostics_split_device_and_host_time() -> None:
+    """Executor seconds are priced without the profile's host part; the loop's recorded
+    host seconds are set against that part."""
+    from sim.profile import FORMS, ProfileCost
+    from sim.shape import StepShape, decode_shape, shape_of
+    from sim.specs import MODELS
+    from sim.validation import step_errors
+
+    coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
+    coefs["step"]["const_s"] = 1e-3
+    coefs["host"] = {"const_s": 2e-5, "per_seq_s": 1e-6}
+    cost = ProfileCost(MODELS["tiny"], 1, "t", "fp32", coefs)
+    shapes = [decode_shape(1, 10), decode_shape(3, 30), shape_of([(50, 0)])]
+    steps = {f: np.array(col, dtype=float)
+             for f, col in zip(StepShape._fields, zip(*shapes, strict=True), strict=True)}
+    steps.update({"start_s": np.array([0.0, 0.01, 0.02]),
+                  "end_s": np.array([0.0012, 0.0112, 0.0212]),
+                  "exec_s": np.full(3, 1.1e-3), "host_s": np.array([3e-5, 4e-5, 2e-5])})
+    out = step_errors(steps, cost)
+    assert out["exec_predicted_s"] == pytest.approx(3e-3)
+    assert out["decode_only"]["predicted_s"] == pytest.approx(2e-3)
+    assert out["decode_only"]["median_rel_err"] == pytest.approx(1e-3 / 1.1e-3 - 1)
+    assert out["host"]["real_s"] == pytest.approx(9e-5)
+    assert out["host"]["predicted_s"] == pytest.approx(3 * 2e-5 + 1e-6 * (1 + 3 + 1))
+    del steps["host_s"]  # a record from before the loop timed its host work
+    assert "host" not in step_errors(steps, cost)
+
+
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short quick calibration of tiny on CPU (its accuracy is not what is tested)."""

@@ -1,0 +1,110 @@
+"""The serving loop's host work between device steps, timed on the reference loop.
+
+A serving iteration is more than its device step: the loop admits arrivals, asks the
+batching policy for a batch, assigns cache slots, books KV blocks and records the
+tokens the step produced, all on the host and, in a loop like vLLM's v0 engine or
+calibrate.replay's, in series with the device. On the 2-core development machine that
+work took 15-36 µs per iteration in validation replays of the tiny model (median
+11 µs before a 1-entry decode, 96 µs before a 17-64-entry one), about 1% of the busy
+time, and it grows with the batch because the loop walks the running requests.
+
+It is measured here the way it happens: :func:`calibrate.replay.run_loop` (the same
+code validation runs, with the ``continuous`` policy) drives the full-depth model on a
+short synthetic workload, every request queued at once so that batches shrink from
+the slot count to one as requests finish (each size run a few times), and every
+interval between the end of one device step and the start of the next is recorded
+against the size of the batch that follows. The model running in between is what
+leaves the loop's data out of the caches, so the host work is timed with it, not in a
+loop of its own (there it took a quarter of the time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibrate.grids import Point
+from calibrate.model import Decoder, KVCache
+from calibrate.replay import Entry, ModelExecutor, VirtualClock, run_loop
+from calibrate.sweeps import Measurement
+from calibrate.timing import Timing
+
+# Distinct batch sizes need this many intervals each to make a point.
+MIN_SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class HostTimes:
+    """Host seconds between device steps, each with the size of the batch that followed."""
+
+    seqs: tuple[int, ...]
+    host_s: tuple[float, ...]
+
+    def measurements(self) -> list[Measurement]:
+        """One ``host`` point per batch size seen at least ``MIN_SAMPLES`` times, with
+        every interval as its samples (in the order they were taken)."""
+        out = []
+        for b in sorted(set(self.seqs)):
+            xs = tuple(t for s, t in zip(self.seqs, self.host_s, strict=True) if s == b)
+            if len(xs) >= MIN_SAMPLES:
+                point = Point("host", ((1, 0),) * b, f"loop seqs={b}")
+                out.append(Measurement(point, "ok", Timing(xs, False)))
+        return out
+
+
+class _Stamped:
+    """An executor that notes the host time since the previous step ended."""
+
+    def __init__(self, inner: ModelExecutor):
+        self.inner = inner
+        self.last: float | None = None
+        self.seqs: list[int] = []
+        self.host_s: list[float] = []
+
+    def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
+        start = time.perf_counter()
+        if self.last is not None:
+            self.seqs.append(len(entries))
+            self.host_s.append(start - self.last)
+        out = self.inner.step(entries, tokens)
+        self.last = time.perf_counter()
+        return out
+
+
+def workload(slots: int, capacity: int, rng: np.random.Generator
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``slots`` requests queued at 0 s: (arrival s, prompt tokens, output tokens).
+
+    Prompts are short (the host work does not depend on their length, the device time
+    does). Outputs are 2, 2 + k, 2 + 2k, ... tokens with k = ``MIN_SAMPLES`` + 1 (capped
+    by ``capacity``), in random order: once all are admitted, the batch shrinks by one
+    sequence every k steps, so every size from ``slots`` down to one is run k times.
+    """
+    prompt = rng.integers(8, max(9, min(64, capacity // 4)), size=slots)
+    k = MIN_SAMPLES + 1
+    room = max(2, capacity - int(prompt.max()))
+    output = np.minimum(2 + k * rng.permutation(slots), room)
+    return np.zeros(slots), prompt, output
+
+
+def time_host(model: Decoder, caches: list[KVCache], max_context: int, seed: int = 0
+              ) -> HostTimes:
+    """Run the reference loop (``continuous``, one sequence per cache slot, enough KV
+    blocks for all) over ``model`` and its ``caches`` on :func:`workload`; the host
+    intervals it measured."""
+    from sim.kvcache import blocks_for
+    from sim.scenario import ServingConfig
+
+    ex = ModelExecutor(model, caches, caches[0].k.device)
+    arrival, prompt, output = workload(ex.slots, ex.capacity, np.random.default_rng(seed))
+    serving = ServingConfig(policy="continuous", max_num_seqs=ex.slots,
+                            max_num_batched_tokens=max(2048, int(prompt.sum())),
+                            num_kv_blocks=ex.slots * blocks_for(ex.capacity, 16))
+    stamped = _Stamped(ex)
+    # Virtual time never sleeps: every request is already there, and the intervals are
+    # taken by the executor's own wall clock.
+    run_loop(arrival, prompt, output, serving, max_context, stamped, VirtualClock(),
+             vocab=model.d.vocab)
+    return HostTimes(tuple(stamped.seqs), tuple(stamped.host_s))

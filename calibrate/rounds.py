@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
 from calibrate.grids import Point
-from calibrate.sweeps import Bench, Measurement
+from calibrate.sweeps import Bench, Measurement, Prepared
 from calibrate.timing import Timing
 
 
@@ -50,7 +49,8 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
     round was cut short). A point that fails (out of memory, say) is recorded once and
     left out of later rounds; points the first round did not reach are absent."""
     bench.reserve(points)
-    fns: dict[int, tuple[Callable[[], object], bool]] = {}
+    fns: dict[int, Prepared] = {}
+    graphed: dict[int, bool] = {}
     per_round: dict[int, int] = {}
     samples: dict[int, list[float]] = {}
     failed: dict[int, Measurement] = {}
@@ -67,13 +67,13 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
                     continue
                 try:
                     if r == 0:
-                        fn, wall = fns[i] = bench.prepare(p)
+                        fn, wall, graphed[i] = fns[i] = bench.prepare(p)
                         first = bench.timer.take(fn, 1, wall, warmup=cfg.warmup)
                         k = max(1, min(cfg.max_per_round, int(cfg.slice_s / max(first[0], 1e-7))))
                         per_round[i] = k
                         samples[i] = first + bench.timer.take(fn, k - 1, wall)
                     else:
-                        fn, wall = fns[i]
+                        fn, wall, _ = fns[i]
                         k = per_round[i]
                         samples[i] += bench.timer.take(fn, k, wall, warmup=1 if k > 1 else 0)
                 except Exception as exc:  # noqa: BLE001 - a failed step must not end the phase
@@ -89,7 +89,7 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
         if i in failed:
             out.append(failed[i])
         elif i in samples:
-            t = Timing(tuple(samples[i]), False)
+            t = Timing(tuple(samples[i]), graphed[i])
             out.append(Measurement(p, "ok", t, note=(
                 f"{len(t.samples) // per_round[i]} rounds x {per_round[i]}; mean {t.mean_s:.4g} s, "
                 f"median {t.median_s:.4g} s")))

@@ -19,6 +19,7 @@ import typing
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,6 +31,14 @@ from calibrate.timing import Timer, Timing, is_oom
 from sim.shape import StepShape, shape_of
 
 ROTATE_BYTES = 64e6
+
+
+class Prepared(NamedTuple):
+    """A whole step ready to time repeatedly."""
+
+    fn: Callable[[], object]
+    wall: bool      # time by wall clock (host packing to ids on the host)
+    graphed: bool   # replays a captured CUDA graph
 
 
 @dataclass
@@ -144,12 +153,14 @@ class Bench:
         if needs:
             self._full_model(max(n[0] for n in needs), max(n[1] for n in needs))
 
-    def prepare(self, point: Point) -> tuple[Callable[[], object], bool]:
-        """(callable, time by wall clock) for a whole step, reusable across rounds."""
+    def prepare(self, point: Point) -> Prepared:
+        """A whole step's callable, reusable across rounds."""
         if point.component != WHOLE_STEP:
             raise ValueError(f"prepare() is for whole steps, not {point.component!r}")
-        fn, _, wall = self._callable(point)
-        return fn, wall
+        entries = slotted(point.entries, scatter=True)
+        fn, graphed = self._whole(entries, [7] * sum(n for _, n, _ in entries),
+                                  all(n == 1 for _, n, _ in entries))
+        return Prepared(fn, True, graphed)
 
     def _randn(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=self.one.embed.weight.dtype)
@@ -193,12 +204,13 @@ class Bench:
                 return x[b.last, 0].cpu()
             return step, False, True
         if point.component == WHOLE_STEP:
-            return self._whole(entries, tokens, decode_sized), False, True
+            return self._whole(entries, tokens, decode_sized)[0], False, True
         raise ValueError(f"unknown component {point.component!r}")
 
     def _whole(self, entries: list[tuple[int, int, int]], tokens: list[int],
-               decode_sized: bool) -> Callable[[], object]:
-        """A full-depth step, timed by wall clock from host packing to ids on the host."""
+               decode_sized: bool) -> tuple[Callable[[], object], bool]:
+        """A full-depth step, timed by wall clock from host packing to ids on the host;
+        (callable, whether it replays a CUDA graph)."""
         model, caches = self._full_model(*_needs(tuple((n, c) for _, n, c in entries)))
         if decode_sized and self.device.type == "cuda":
             batch = prepare(entries, self.device)
@@ -212,9 +224,9 @@ class Bench:
                     ids.copy_(torch.tensor(tokens), non_blocking=True)
                     replay[0]()
                     return out.cpu()
-                return graphed
+                return graphed, True
 
         def eager() -> object:
             b = prepare(entries, self.device)
             return model(torch.tensor(tokens, device=self.device), caches, b).cpu()
-        return eager
+        return eager, False

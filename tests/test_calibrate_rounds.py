@@ -8,15 +8,17 @@ import torch
 
 from calibrate.grids import WHOLE_STEP, Point
 from calibrate.rounds import RoundsConfig, time_in_rounds
-from calibrate.sweeps import Measurement
+from calibrate.sweeps import Measurement, Prepared
 from calibrate.timing import Timer, TimingConfig
 
 
 class Recorder:
     """A bench whose steps only log their name; step ``fail`` raises from round ``fail_round``."""
 
-    def __init__(self, fail: str = "", fail_round: int = 1, oom: bool = False):
+    def __init__(self, fail: str = "", fail_round: int = 1, oom: bool = False,
+                 graphed: bool = False):
         self.timer = Timer(torch.device("cpu"), TimingConfig())
+        self.graphed = graphed
         self.calls: list[str] = []
         self.reserved: list[Point] = []
         self.fail, self.fail_round, self.oom = fail, fail_round, oom
@@ -29,7 +31,7 @@ class Recorder:
             self.calls.append(point.label)
             if point.label == self.fail and self.calls.count(point.label) > 3 * self.fail_round:
                 raise (torch.OutOfMemoryError("injected") if self.oom else RuntimeError("boom"))
-        return fn, True
+        return Prepared(fn, True, self.graphed)
 
     def failure(self, point: Point, exc: Exception) -> Measurement:
         return Measurement(point, "oom" if self.oom else "error", note=str(exc))
@@ -79,3 +81,12 @@ def test_an_expensive_step_takes_one_sample_a_round_without_warm_up() -> None:
     assert bench.calls == ["big"] * (2 + 1 + 3)
     assert out[0].timing is not None and len(out[0].timing.samples) == 4
     assert out[0].note.startswith("4 rounds x 1; ")
+
+
+def test_a_graphed_step_is_recorded_as_graphed() -> None:
+    """The CSV's graph column says whether a whole step replayed a CUDA graph."""
+    cfg = RoundsConfig(rounds=2, slice_s=1.0, warmup=1, max_per_round=2)
+    for graphed in (False, True):
+        out, _ = time_in_rounds(pts("a"), Recorder(graphed=graphed),  # type: ignore[arg-type]
+                                time.perf_counter() + 60, cfg)
+        assert out[0].timing is not None and out[0].timing.graph is graphed

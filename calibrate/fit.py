@@ -46,6 +46,9 @@ class FitResult:
     n_train: int
     n_test: int
     table: tuple[float, ...] = ()   # seconds at counts 1..len(table), as measured
+    # What the fit did with each input point, in input order: train, test, table, or
+    # unused (a repeat of a tabled count).
+    roles: tuple[str, ...] = ()
 
 
 def stack(shapes: Sequence[StepShape]) -> StepShape:
@@ -190,8 +193,10 @@ def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float],
     form = FORMS[name]
     tab = table_points(name, shapes, table_max)
     table = tuple(float(y[i]) for i in tab)
+    roles = ["table" if i in tab else "unused" for i in range(len(y))]
+    rest = list(range(len(y)))
     if tab:
-        rest = [i for i in range(len(y)) if float(getattr(shapes[i], form.table)) > len(tab)]
+        rest = [i for i in rest if float(getattr(shapes[i], form.table)) > len(tab)]
         shapes, y = [shapes[i] for i in rest], [y[i] for i in rest]
     need = len(form.coefs) + 1
     if len(y) < need + MIN_TEST:
@@ -205,6 +210,8 @@ def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float],
     all_s = stack([shapes[i] for i in order])
     ys = ys[order]
     test = split(len(ys))
+    for rank, i in enumerate(order):
+        roles[rest[int(i)]] = "test" if test[rank] else "train"
     train_s = StepShape(*(col[~test] for col in all_s))
     test_s = StepShape(*(col[test] for col in all_s))
     fitter = _fit_linear if form.linear else _fit_roofline
@@ -215,7 +222,7 @@ def fit_component(name: str, shapes: Sequence[StepShape], y: Sequence[float],
     return FitResult(name, {k: float(v) for k, v in zip(form.coefs, coef, strict=True)},
                      float(err_train.mean()), float(err_test.mean()) if test.any() else nan,
                      float(err_test.max()) if test.any() else nan,
-                     int((~test).sum()), int(test.sum()), table)
+                     int((~test).sum()), int(test.sum()), table, tuple(roles))
 
 
 def allreduce_coefs(layers: int, hidden: int, dtype_bytes: int, tp: int,

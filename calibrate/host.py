@@ -20,16 +20,17 @@ loop of its own (there it took a quarter of the time).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from calibrate.grids import Point
 from calibrate.model import Decoder, KVCache
-from calibrate.replay import Entry, ModelExecutor, VirtualClock, run_loop
+from calibrate.replay import STEP_FIELDS, ModelExecutor, VirtualClock, run_loop
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
+from sim.kvcache import blocks_for
+from sim.scenario import ServingConfig
 
 # Distinct batch sizes need this many intervals each to make a point.
 MIN_SAMPLES = 3
@@ -54,25 +55,6 @@ class HostTimes:
         return out
 
 
-class _Stamped:
-    """An executor that notes the host time since the previous step ended."""
-
-    def __init__(self, inner: ModelExecutor):
-        self.inner = inner
-        self.last: float | None = None
-        self.seqs: list[int] = []
-        self.host_s: list[float] = []
-
-    def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
-        start = time.perf_counter()
-        if self.last is not None:
-            self.seqs.append(len(entries))
-            self.host_s.append(start - self.last)
-        out = self.inner.step(entries, tokens)
-        self.last = time.perf_counter()
-        return out
-
-
 def workload(slots: int, capacity: int, rng: np.random.Generator
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``slots`` requests queued at 0 s: (arrival s, prompt tokens, output tokens).
@@ -93,18 +75,17 @@ def time_host(model: Decoder, caches: list[KVCache], max_context: int, seed: int
               ) -> HostTimes:
     """Run the reference loop (``continuous``, one sequence per cache slot, enough KV
     blocks for all) over ``model`` and its ``caches`` on :func:`workload`; the host
-    intervals it measured."""
-    from sim.kvcache import blocks_for
-    from sim.scenario import ServingConfig
-
+    intervals it recorded (``host_s``), every step's but the first (timed from the
+    loop's start, not from a previous step)."""
     ex = ModelExecutor(model, caches, caches[0].k.device)
     arrival, prompt, output = workload(ex.slots, ex.capacity, np.random.default_rng(seed))
     serving = ServingConfig(policy="continuous", max_num_seqs=ex.slots,
                             max_num_batched_tokens=max(2048, int(prompt.sum())),
                             num_kv_blocks=ex.slots * blocks_for(ex.capacity, 16))
-    stamped = _Stamped(ex)
-    # Virtual time never sleeps: every request is already there, and the intervals are
-    # taken by the executor's own wall clock.
-    run_loop(arrival, prompt, output, serving, max_context, stamped, VirtualClock(),
-             vocab=model.d.vocab)
-    return HostTimes(tuple(stamped.seqs), tuple(stamped.host_s))
+    # Virtual time never sleeps: every request is already there, and the loop times its
+    # host work by the wall clock whatever clock drives it.
+    res = run_loop(arrival, prompt, output, serving, max_context, ex, VirtualClock(),
+                   vocab=model.d.vocab)
+    seqs, host = STEP_FIELDS.index("seqs"), STEP_FIELDS.index("host_s")
+    return HostTimes(tuple(int(r[seqs]) for r in res.steps[1:]),
+                     tuple(float(r[host]) for r in res.steps[1:]))

@@ -50,7 +50,6 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
     left out of later rounds; points the first round did not reach are absent."""
     bench.reserve(points)
     fns: dict[int, Prepared] = {}
-    graphed: dict[int, bool] = {}
     per_round: dict[int, int] = {}
     samples: dict[int, list[float]] = {}
     failed: dict[int, Measurement] = {}
@@ -67,7 +66,7 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
                     continue
                 try:
                     if r == 0:
-                        fn, wall, graphed[i] = fns[i] = bench.prepare(p)
+                        fn, wall, _ = fns[i] = bench.prepare(p)
                         first = bench.timer.take(fn, 1, wall, warmup=cfg.warmup)
                         k = max(1, min(cfg.max_per_round, int(cfg.slice_s / max(first[0], 1e-7))))
                         per_round[i] = k
@@ -89,7 +88,7 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
         if i in failed:
             out.append(failed[i])
         elif i in samples:
-            t = Timing(tuple(samples[i]), graphed[i])
+            t = Timing(tuple(samples[i]), fns[i].graphed)
             out.append(Measurement(p, "ok", t, note=(
                 f"{len(t.samples) // per_round[i]} rounds x {per_round[i]}; mean {t.mean_s:.4g} s, "
                 f"median {t.median_s:.4g} s")))

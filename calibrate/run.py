@@ -27,8 +27,6 @@ from calibrate.fit import (
     fit_component,
     fit_in_situ,
     relative_errors,
-    split,
-    table_points,
 )
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.host import time_host
@@ -255,7 +253,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                 fits[name] = fit_component(name, [m.shape for m in good],
                                            [m.timing.median_s for m in good if m.timing],
                                            grid.table_max)
-                _mark_split(good, len(fits[name].table))
+                for m, role in zip(good, fits[name].roles, strict=True):
+                    m.split = role
         except ServesimError as exc:
             write_csv(csv_path, ops)
             raise ServesimError(f"{exc}; measurements kept in {csv_path}") from None
@@ -335,19 +334,3 @@ def _fit_in_situ(cost: ProfileCost, layers: int, done: list[Measurement]
 def grid_name(cfg: CalibrationConfig) -> str:
     """Name of the grid used, recorded in the profile."""
     return f"{cfg.device}-{'quick' if cfg.quick else 'full'}"
-
-
-def _mark_split(good: list[Measurement], table: int = 0) -> None:
-    """Record in each measurement whether the fit trained or tested on it, or made its
-    measured table (the rules of :func:`calibrate.fit.fit_component`)."""
-    if table:
-        name = good[0].point.component
-        tab = set(table_points(name, [m.shape for m in good], table))
-        for i, m in enumerate(good):
-            m.split = "table" if i in tab else "unused"
-        good = [m for m in good
-                if float(getattr(m.shape, FORMS[name].table)) > table]
-    order = np.argsort([sum(float(v) for v in m.shape) for m in good], kind="stable")
-    test = split(len(good))
-    for rank, i in enumerate(order):
-        good[int(i)].split = "test" if test[rank] else "train"

@@ -237,6 +237,12 @@ def tabled(table: tuple[float, ...], count: Any, otherwise: Any) -> Any:
     return np.where(inside, np.asarray(table, dtype=float)[idx], otherwise)
 
 
+def _total(parts: Any) -> Any:
+    """Sum of component seconds: a float for a scalar shape, an array for arrays."""
+    t = sum(parts)
+    return float(t) if np.ndim(t) == 0 else t
+
+
 class ProfileCost:
     """Step time from a measured profile: sum of the :data:`FORMS` components.
 
@@ -267,15 +273,12 @@ class ProfileCost:
     def step_time(self, shape: StepShape) -> Any:
         """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays):
         the device step and the serving loop's host work around it."""
-        t = sum(self.breakdown(shape).values())
-        return float(t) if np.ndim(t) == 0 else t
+        return _total(self.breakdown(shape).values())
 
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (``step_time`` without ``host``), what an
         executor's timer sees."""
-        parts = self.breakdown(shape)
-        t = sum(v for k, v in parts.items() if k != "host")
-        return float(t) if np.ndim(t) == 0 else t
+        return _total(v for k, v in self.breakdown(shape).items() if k != "host")
 
     def with_layers(self, layers: int) -> ProfileCost:
         """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""

@@ -57,6 +57,8 @@ def test_small_counts_become_a_table_and_the_formula_fits_the_rest() -> None:
     fit = fit_component("linear", shapes, y, table_max=8)
     assert fit.table == tuple(small)
     assert fit.n_train + fit.n_test == len(big)
+    assert fit.roles[:8] == ("table",) * 8
+    assert fit.roles.count("test") == fit.n_test and fit.roles.count("train") == fit.n_train
     assert fit.coef["per_token_s"] == pytest.approx(2e-6, rel=0.1)
     assert fit.mape_test < 0.03
     # Without table_max every point is the formula's.
@@ -74,6 +76,9 @@ def test_table_stops_at_the_first_count_not_measured() -> None:
     more = [shape_of([(1, 0)] * s) for s in (16, 32, 64, 128, 256, 512)]
     fit = fit_component("lm_head", shapes + more, [1e-4] * 5 + [1e-3] * 6, table_max=8)
     assert fit.table == (1e-4, 1e-4) and fit.n_train + fit.n_test == 8
+    # The second point at count 1 repeats a tabled count: neither table nor formula.
+    assert fit.roles[1:3] == ("table", "table") and fit.roles[4] == "unused"
+    assert set(fit.roles[:1] + fit.roles[3:4] + fit.roles[5:]) <= {"train", "test"}
     with pytest.raises(ServesimError, match="past its table of 2 counts"):
         fit_component("lm_head", shapes, [1e-4] * 5, table_max=8)
 

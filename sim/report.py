@@ -206,6 +206,7 @@ def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, res in runs.items():
@@ -217,6 +218,10 @@ def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
     for ax, title in zip(axes, ("TTFT (time to first token)", "TPOT (time per output token)"),
                          strict=True):
         ax.set_xscale("log")
+        # Plain numbers (0.5, 2, 30) rather than 2x10^0; minor ticks labelled only on
+        # short ranges, as matplotlib's own log formatter decides.
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         ax.set_xlabel("milliseconds (log scale)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(title)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sim import report
+from sim.engine import build_cost
 from sim.errors import ServesimError
 from sim.metrics import clean
 from sim.validation import (
@@ -36,6 +37,7 @@ from sim.validation import (
     real_result,
     scenario_for,
     simulate_requests,
+    speed_matched,
     step_errors,
     table,
     verdict,
@@ -54,20 +56,25 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
 
 
-def _write_level(out: Path, label: str, real: Any, pred: Any, plots: bool) -> list[Path]:
+def _write_level(out: Path, label: str, real: Any, pred: Any, plots: bool,
+                 matched: Any = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"real-{label}.csv", out / f"predicted-{label}.csv"]
     report.write_atomic(paths[0], report.requests_csv(real))
     report.write_atomic(paths[1], report.requests_csv(pred))
     if plots:
         paths.append(out / f"cdf-{label}.png")
-        report.plot_cdfs({"real": real, "predicted": pred}, paths[-1])
+        runs = {"real": real, "predicted": pred}
+        if matched is not None:
+            runs["predicted at the level's measured speed"] = matched
+        report.plot_cdfs(runs, paths[-1])
     return paths
 
 
 def evaluate_replay(record: dict[str, Any], source: str, profile: str,
-                    bar: float | None) -> tuple[dict[str, Any], Any, Any]:
-    """Simulate a replay record's requests with ``profile``; (level summary, real, pred)."""
+                    bar: float | None) -> tuple[dict[str, Any], Any, Any, Any]:
+    """Simulate a replay record's requests with ``profile``; (level summary, real, pred,
+    the speed-matched prediction or None for a record without steps)."""
     from sim.profile import load_profile, resolve
 
     requests, cols, steps = read_replay(record, source)
@@ -84,16 +91,21 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
                       {"profile": str(path)}, label)
     real = real_result(sc, requests, cols["first_token"], cols["finish"], cols["status"],
                        cols["reason"], cols["first_sched"], cols["preemptions"], steps=steps)
-    pred = simulate_requests(sc, requests)
+    cost = build_cost(sc)
+    pred = simulate_requests(sc, requests, cost=cost)
     cmp = compare(real, pred)
     device = (record.get("device") or {}).get("type", "cpu")
+    bar = bar or BARS.get(device, 0.15)
+    summary = step_errors(steps, prof)
     level = {"label": label, "level": record.get("level"), "rate_rps": record.get("rate_rps"),
              "load": record.get("load"), "device": record.get("device"),
              "profile": str(path), "policy": sc.serving.policy, "notes": record.get("notes", []),
-             "comparison": cmp, "verdict": verdict(cmp, bar or BARS.get(device, 0.15)),
-             "steps": step_errors(steps, prof),
+             "comparison": cmp, "verdict": verdict(cmp, bar), "steps": summary,
              "probe": probe_report(record.get("probe"), prof)}
-    return level, real, pred
+    matched = None
+    if summary:
+        level["speed_matched"], matched = speed_matched(sc, requests, real, cost, summary, bar)
+    return level, real, pred, matched
 
 
 def _title(level: dict[str, Any]) -> str:
@@ -132,6 +144,17 @@ def _print_level(level: dict[str, Any]) -> None:
     worst = "-" if v["worst"] is None else f"{v['worst']:.1%}"
     print(f"TTFT/TPOT p50+p90 worst |error| {worst}: "
           f"{'within' if v['passed'] else 'OVER'} the {v['bar']:.0%} bar")
+    sm = level.get("speed_matched")
+    if sm:
+        errs = ", ".join(
+            f"{m.upper()} p{q} " + ("-" if (e := sm["comparison"]["metrics"][m][f"p{q}"]
+                                         ["rel_err"]) is None else f"{e:+.1%}")
+            for m in ("ttft", "tpot") for q in (50, 90))
+        w = sm["verdict"]["worst"]
+        print(f"speed-matched (diagnostic, not the verdict): the level ran prefill steps at "
+              f"{sm['prefill_factor']:.3f}x and decode-only steps at {sm['decode_factor']:.3f}x "
+              f"the profile's price; priced so: {errs}; worst "
+              f"{'-' if w is None else f'{w:.1%}'}")
 
 
 def _finish(levels: list[dict[str, Any]], out: Path, extra: dict[str, Any]) -> int:
@@ -157,9 +180,9 @@ def _replay_main(argv: list[str]) -> int:
             record = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
-        level, real, pred = evaluate_replay(record, str(f), a.profile, a.bar)
-        level["files"] = [str(x) for x in
-                          _write_level(a.out, level["label"], real, pred, not a.no_plots)]
+        level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
+        level["files"] = [str(x) for x in _write_level(a.out, level["label"], real, pred,
+                                                       not a.no_plots, matched)]
         _print_level(level)
         levels.append(level)
     return _finish(levels, a.out, {"mode": "replay"})
@@ -192,9 +215,9 @@ def _real_main(argv: list[str]) -> int:
     for rec in records:
         raw = a.out / f"replay-{rec['label']}.json"
         report.write_atomic(raw, (json.dumps(rec, allow_nan=False) + "\n").encode())
-        level, real, pred = evaluate_replay(rec, str(raw), a.profile, a.bar)
+        level, real, pred, matched = evaluate_replay(rec, str(raw), a.profile, a.bar)
         level["files"] = [str(raw)] + [str(x) for x in _write_level(
-            a.out, level["label"], real, pred, not a.no_plots)]
+            a.out, level["label"], real, pred, not a.no_plots, matched)]
         _print_level(level)
         levels.append(level)
     return _finish(levels, a.out, {"mode": "real", "trace": a.trace, "requests": a.requests})

@@ -53,9 +53,12 @@ def scenario_for(model: dict[str, Any], serving: dict[str, Any], cost: dict[str,
     return from_dict(raw, f"<validate {name}>", base_dir)
 
 
-def simulate_requests(scenario: Scenario, requests: Requests, seed: int = 0) -> RunResult:
-    """The simulator's run of exactly ``requests`` under ``scenario`` (its workload unused)."""
-    return Engine(scenario, requests, build_cost(scenario), np.random.default_rng(seed)).run()
+def simulate_requests(scenario: Scenario, requests: Requests, seed: int = 0,
+                      cost: Any = None) -> RunResult:
+    """The simulator's run of exactly ``requests`` under ``scenario`` (its workload unused),
+    priced by ``cost`` when given, else by the scenario's own cost model."""
+    return Engine(scenario, requests, build_cost(scenario) if cost is None else cost,
+                  np.random.default_rng(seed)).run()
 
 
 def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
@@ -178,6 +181,46 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
                      "real_s": float(real[mask].sum()), "predicted_s": float(pred[mask].sum()),
                      "median_rel_err": float(np.median(rel[mask])) if mask.any() else None}
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedMatched:
+    """A cost model whose device prices are scaled to a device's measured speed: steps
+    with a prefill by ``prefill``, decode-only steps by ``decode`` (dimensionless
+    factors); a profile's ``host`` part is left as priced."""
+
+    cost: Any
+    prefill: float
+    decode: float
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds: the cost model's step time plus (factor - 1) x its device time."""
+        factor = np.where(np.asarray(shape.prefill_seqs) > 0, self.prefill, self.decode)
+        out = self.cost.step_time(shape) + (factor - 1.0) * _device_time(self.cost, shape)
+        return float(out) if np.ndim(out) == 0 else out
+
+
+def speed_factors(summary: dict[str, Any]) -> tuple[float, float]:
+    """(with-prefill, decode-only) factors of a level: measured over priced executor
+    seconds in :func:`step_errors`' summary; 1.0 for a kind the level did not run."""
+    def ratio(kind: str) -> float:
+        part = summary.get(kind) or {}
+        pred = part.get("predicted_s") or 0.0
+        return float(part["real_s"] / pred) if part.get("iterations") and pred > 0 else 1.0
+    return ratio("with_prefill"), ratio("decode_only")
+
+
+def speed_matched(scenario: Scenario, requests: Requests, real: RunResult, cost: Any,
+                  summary: dict[str, Any], bar: float) -> tuple[dict[str, Any], RunResult]:
+    """The simulator's run again with ``cost`` scaled by the level's own measured speed
+    (:func:`speed_factors`), compared with the real run: what is left once the device's
+    speed during the level is taken as measured is the model's and the schedule's error.
+    (factors, comparison and verdict; that run)."""
+    prefill, decode = speed_factors(summary)
+    pred = simulate_requests(scenario, requests, cost=SpeedMatched(cost, prefill, decode))
+    cmp = compare(real, pred)
+    return {"prefill_factor": prefill, "decode_factor": decode, "comparison": cmp,
+            "verdict": verdict(cmp, bar)}, pred
 
 
 def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str, float]]:

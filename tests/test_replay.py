@@ -64,6 +64,45 @@ def test_virtual_replay_equals_the_simulator(policy: str, blocks: int | None) ->
     assert [s == "finished" for s in mine.status] == list(sim.status == FINISHED)
 
 
+def test_speed_matched_prediction_recovers_a_uniformly_slower_device() -> None:
+    """A device that ran prefill steps 10% and decode-only steps 25% over the cost model:
+    the level's measured factors come out exact, and the prediction priced with them
+    reproduces every request's latency, where the plain prediction is optimistic."""
+    from sim.validation import (
+        SpeedMatched,
+        compare,
+        real_result,
+        simulate_requests,
+        speed_matched,
+        step_errors,
+    )
+
+    w = trace_workload("azure_2023_conv", 60, 2048)
+    sv = serving_config({"policy": "continuous", "max_num_seqs": 12,
+                         "max_num_batched_tokens": 2048, "num_kv_blocks": 12 * 128})
+    cost = LinearCost(**COST)
+    arrival = w.at_rate(0.7 * saturation_rate(w, sv, 4096, cost))
+    res = run_loop(arrival, w.prompt, w.output, sv, 4096,
+                   CostExecutor(SpeedMatched(cost, 1.1, 1.25)), VirtualClock())
+    rec = to_record(res, {"label": "x", "serving": dataclasses.asdict(sv)})
+    requests, cols, steps = read_replay(rec, "<test>")
+    sc = scenario_for(dataclasses.asdict(MODELS["tiny"]), dataclasses.asdict(sv),
+                      {"linear": COST}, "sm")
+    real = real_result(sc, requests, cols["first_token"], cols["finish"], cols["status"])
+    summary = step_errors(steps, cost)
+    out, run = speed_matched(sc, requests, real, cost, summary, 0.15)
+    np.testing.assert_allclose(run.finish, real.finish, rtol=0, atol=2e-9)
+    assert out["prefill_factor"] == pytest.approx(1.1, rel=1e-6)
+    assert out["decode_factor"] == pytest.approx(1.25, rel=1e-6)
+    for m in ("ttft", "tpot", "e2e"):
+        for q in ("p50", "p90", "p99"):
+            assert abs(out["comparison"]["metrics"][m][q]["rel_err"]) < 1e-6, (m, q)
+    assert out["verdict"]["passed"]
+    plain = compare(real, simulate_requests(sc, requests, cost=cost))["metrics"]
+    assert plain["tpot"]["p50"]["rel_err"] < -0.15  # 1/1.25 - 1 = -20% on pure decode
+    assert plain["ttft"]["p50"]["rel_err"] < -0.05
+
+
 def test_rejections_follow_the_simulator() -> None:
     sv = serving_config({"policy": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 64,
                          "num_kv_blocks": 8, "block_size": 16})

@@ -112,6 +112,28 @@ def test_step_diagnostics_split_device_and_host_time() -> None:
     assert "host" not in step_errors(steps, cost)
 
 
+def test_speed_matched_cost_scales_the_device_part_by_kind() -> None:
+    """Prefill steps by one factor, decode-only steps by another, host as priced; scalar
+    and array shapes alike; a level without one kind of step keeps that factor at 1."""
+    from sim.profile import FORMS, ProfileCost
+    from sim.shape import StepShape, decode_shape, shape_of
+    from sim.specs import MODELS
+    from sim.validation import SpeedMatched, speed_factors
+
+    coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
+    coefs["step"]["const_s"] = 1e-3
+    coefs["host"] = {"const_s": 2e-5, "per_seq_s": 0.0}
+    cost = SpeedMatched(ProfileCost(MODELS["tiny"], 1, "t", "fp32", coefs), 1.5, 0.5)
+    assert cost.step_time(decode_shape(2, 40)) == pytest.approx(0.5e-3 + 2e-5)
+    assert cost.step_time(shape_of([(30, 0), (1, 9)])) == pytest.approx(1.5e-3 + 2e-5)
+    both = StepShape(*(np.array(col, dtype=float) for col in zip(
+        decode_shape(2, 40), shape_of([(30, 0)]), strict=True)))
+    np.testing.assert_allclose(cost.step_time(both), [0.52e-3, 1.52e-3])
+    summary = {"with_prefill": {"iterations": 0, "real_s": 0.0, "predicted_s": 0.0},
+               "decode_only": {"iterations": 5, "real_s": 3.0, "predicted_s": 2.0}}
+    assert speed_factors(summary) == (1.0, 1.5)
+
+
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A short quick calibration of tiny on CPU (its accuracy is not what is tested)."""
@@ -153,11 +175,16 @@ def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
         assert len(lv["probe"]) == 3
         for p in lv["probe"].values():
             assert min(p["before_s"], p["after_s"], p["predicted_s"]) > 0
+        # The same requests priced at the level's measured speed (a diagnostic).
+        sm = lv["speed_matched"]
+        assert sm["prefill_factor"] > 0 and sm["decode_factor"] > 0
+        assert sm["comparison"]["compared"] == 16
         for name in ("real", "predicted"):
             assert (out / f"{name}-{lv['label']}.csv").is_file()
         assert (out / f"cdf-{lv['label']}.png").stat().st_size > 1000
     text = capsys.readouterr().out
     assert text.count("rel err") == 2 and "bar" in text and text.count("probe steps") == 2
+    assert text.count("speed-matched") == 2
     # The recorded replays compare again without re-running the model.
     replays = sorted(str(p) for p in out.glob("replay-*.json"))
     assert main(["--replay", *replays, "--profile", str(profile), "--out", str(tmp_path / "r"),

@@ -83,6 +83,12 @@ def summary(res: object) -> str:
                      f"{f.n_train:>6}+{f.n_test:<4} {verdict(f.mape_test)}")
     lines.append(f"whole steps: mean error {res.step_mape:.1%}, worst {res.step_max_err:.1%}"
                  f" ({verdict(res.step_mape)})")
+    if res.cost.wake and res.wake_fit is not None:
+        w, fit = res.cost.wake, res.wake_fit
+        lines.append(f"waking from idle: up to +{w['max_s'] * 1e3:.3g} ms a step, time "
+                     f"constant {w['tau_s'] * 1e3:.3g} ms (fit off by "
+                     f"{fit['mean_abs_err_s'] * 1e6:.0f} us on average over "
+                     f"{int(fit['points'])} points)")
     lines += [f"note: {n}" for n in res.notes]
     lines.append(f"wrote {res.profile_path} and {res.csv_path.name} in {res.elapsed_s:.1f} s")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
-from sim.profile import FORMS, SCHEMA
+from sim.profile import FORMS, SCHEMA, WAKE_FORMULA
 
 if TYPE_CHECKING:
     from calibrate.run import CalibrationConfig, CalibrationResult
@@ -102,6 +102,11 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
         else:
             entry["fit"] = {"source": "not measured"}
         comps[name] = entry
+    if res.cost.wake and res.wake_fit is not None:
+        comps["wake"] = {"formula": WAKE_FORMULA, "per_layer": False,
+                         "coef": {k: float(f"{v:.6g}") for k, v in res.cost.wake.items()},
+                         "fit": {"source": "measured", "points": int(res.wake_fit["points"]),
+                                 "mean_abs_err_s": _num(res.wake_fit["mean_abs_err_s"])}}
     # Whole steps are cross-validated (calibrate/run.py): each was predicted by an in_situ
     # fitted without it, and the kept coefficients are fitted on all of them.
     steps = [m for m in res.measurements if m.split in ("cv-a", "cv-b")

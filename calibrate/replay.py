@@ -97,14 +97,25 @@ class VirtualClock:
 
 
 class CostExecutor:
-    """A stand-in device whose step time is a cost model's (``step_time(StepShape)`` in s)."""
+    """A stand-in device whose step time is a cost model's (``step_time(StepShape)`` in s).
 
-    def __init__(self, cost: Any):
-        self.cost = cost
+    Given the loop's ``clock``, a step that starts after the loop sat idle also pays
+    the cost model's ``wake_time(idle seconds)`` where it has one, as sim's replicas do.
+    """
+
+    def __init__(self, cost: Any, clock: WallClock | VirtualClock | None = None):
+        self.cost, self.clock = cost, clock
+        self.wake = getattr(cost, "wake_time", None) if clock is not None else None
+        self.last_end = 0.0
 
     def step(self, entries: list[Entry], tokens: list[int]) -> tuple[list[int], float]:
         """Zeros for ids; the cost model's seconds for the shape."""
         dt = float(self.cost.step_time(shape_of((n, c) for _, n, c in entries)))
+        if self.wake is not None and self.clock is not None:
+            start = self.clock.now()
+            if start > self.last_end:
+                dt += float(self.wake(start - self.last_end))
+            self.last_end = start + dt
         return [0] * len(entries), dt
 
 

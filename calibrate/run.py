@@ -34,6 +34,7 @@ from calibrate.output import device_info, write_csv, write_profile
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
+from calibrate.wake import fit_wake, time_wake_on
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
 from sim.specs import GPUS, ModelSpec
@@ -78,6 +79,8 @@ class CalibrationResult:
     stopped_early: bool
     bar: float = BARS["cpu"]
     notes: list[str] = field(default_factory=list)
+    # The wake term's fit: points (prompt x idle spell) and mean absolute error, seconds.
+    wake_fit: dict[str, float] | None = None
 
 
 def _device(cfg: CalibrationConfig) -> torch.device:
@@ -103,6 +106,11 @@ def _gpu_entry(cfg: CalibrationConfig, device_name: str) -> str | None:
         if key.split("-")[0] in lowered:
             return key
     return None
+
+
+# Rounds of the wake timing (calibrate.wake), quick grid and full: about 4 and 7 s on
+# the tiny model on CPU, mostly the idle spells themselves.
+WAKE_ROUNDS = {True: 6, False: 10}
 
 
 def _timing(quick: bool) -> TimingConfig:
@@ -236,10 +244,18 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
             operator_points(model, grid, cfg.seed), whole_step_points(model, grid), bench, t0,
             cfg)
         full = bench.reserved()
+        wake: dict[str, float] | None = None
+        wake_fit: dict[str, float] | None = None
         if full is not None and time.perf_counter() < t0 + cfg.budget_s:
             ops += time_host(*full, model.max_context, cfg.seed).measurements()
+            woken = time_wake_on(*full, WAKE_ROUNDS[cfg.quick], cfg.seed)
+            ops += woken.measurements()
+            points = woken.excess()
+            wake, err = fit_wake(points)
+            wake_fit = {"points": len(points), "mean_abs_err_s": err}
         else:
-            notes.append("budget exhausted: host work between steps not measured (priced 0)")
+            notes.append("budget exhausted: host work between steps and the price of "
+                         "waking from idle not measured (priced 0)")
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
@@ -266,7 +282,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
-                           tables={n: f.table for n, f in fits.items() if f.table})
+                           tables={n: f.table for n, f in fits.items() if f.table}, wake=wake)
 
         if layers < model.layers:
             notes.append(f"whole steps timed at {layers} of {model.layers} layers (memory)")
@@ -284,7 +300,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                  f"{base_errs.mean():.1%}, worst {base_errs.max():.1%}")
     result = CalibrationResult(cfg.out, csv_path, cost, fits, ops + steps, float(errs.mean()),
                                float(errs.max()), time.perf_counter() - t0,
-                               stopped or stopped_steps, BARS[device.type], notes)
+                               stopped or stopped_steps, BARS[device.type], notes, wake_fit)
     write_csv(csv_path, result.measurements)
     write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
     return result

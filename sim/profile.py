@@ -1,8 +1,9 @@
 """Measured cost profiles: the file ``calibrate`` writes and the simulator reads.
 
-A profile (YAML, schema ``servesim-profile/3``, documented in docs/cost-model.md)
-holds fitted coefficients for a fixed set of step-time components and, for the
-components whose kernels change with small batch sizes, a table of measured times.
+A profile (YAML, schema ``servesim-profile/4``, documented in docs/cost-model.md)
+holds fitted coefficients for a fixed set of step-time components, for the
+components whose kernels change with small batch sizes a table of measured times, and
+the extra seconds a step takes when the server was idle before it (``wake``).
 This module owns both the schema and the component formulas, so the fit in
 ``calibrate/`` and the evaluation here can never disagree about what a coefficient means.
 
@@ -26,9 +27,12 @@ from sim.errors import ServesimError
 from sim.shape import StepShape
 from sim.specs import ModelSpec
 
-SCHEMA = "servesim-profile/3"
-# Schemas this module reads: /2 is /3 without measured tables.
-READS = ("servesim-profile/2", SCHEMA)
+SCHEMA = "servesim-profile/4"
+# Schemas this module reads: /3 is /4 without ``wake``, /2 is /3 without measured tables.
+READS = ("servesim-profile/2", "servesim-profile/3", SCHEMA)
+# The wake term's coefficients and formula (seconds; idle_s is the idle time before a step).
+WAKE_COEFS = ("max_s", "tau_s")
+WAKE_FORMULA = "max_s*(1 - exp(-idle_s/tau_s))"
 PROFILE_DIR = Path(__file__).parent / "data" / "profiles"
 
 
@@ -248,16 +252,19 @@ class ProfileCost:
 
     ``coefs`` maps each component name to its coefficient mapping (seconds);
     ``tables`` maps a component with a ``table`` count to its measured seconds at counts
-    1, 2, ... (per layer for per-layer components). ``step_time`` is pure and accepts
-    numpy arrays in any shape field.
+    1, 2, ... (per layer for per-layer components); ``wake`` holds ``max_s`` and
+    ``tau_s`` of :meth:`wake_time` (none: a step after idle costs what it costs after
+    others). ``step_time`` is pure and accepts numpy arrays in any shape field.
     """
 
     def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
                  coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None,
-                 tables: Mapping[str, tuple[float, ...]] | None = None):
+                 tables: Mapping[str, tuple[float, ...]] | None = None,
+                 wake: Mapping[str, float] | None = None):
         self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
         self.coefs = {k: dict(v) for k, v in coefs.items()}
         self.tables = {k: tuple(float(x) for x in v) for k, v in (tables or {}).items() if v}
+        self.wake = {k: float(v) for k, v in (wake or {}).items()}
         self.meta: dict[str, Any] = meta or {}
 
     def breakdown(self, shape: StepShape) -> dict[str, Any]:
@@ -280,11 +287,20 @@ class ProfileCost:
         executor's timer sees."""
         return _total(v for k, v in self.breakdown(shape).items() if k != "host")
 
+    def wake_time(self, idle_s: float) -> float:
+        """Extra seconds of a step that starts after the server sat idle for ``idle_s``
+        seconds: ``max_s * (1 - exp(-idle_s / tau_s))``, 0 without a measured ``wake``.
+        A pure function of the idle time, so the step's price stays one of its shape."""
+        top, tau = self.wake.get("max_s", 0.0), self.wake.get("tau_s", 0.0)
+        if idle_s <= 0.0 or top <= 0.0 or tau <= 0.0:
+            return 0.0
+        return top * -math.expm1(-idle_s / tau)
+
     def with_layers(self, layers: int) -> ProfileCost:
         """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
         model = dataclasses.replace(self.model, layers=layers)
         return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta,
-                           self.tables)
+                           self.tables, self.wake)
 
 
 def shipped_profiles() -> list[str]:
@@ -345,6 +361,11 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         device_name = _need(device, "name", str, "device.")
         dtype = _need(data, "dtype", str, "")
         comps = _need(data, "components", dict, "")
+        unknown = sorted(set(comps) - set(FORMS) - {"wake"})
+        if unknown:
+            raise ServesimError(f"unknown component; allowed: {', '.join(FORMS)}, wake",
+                                where=f"components.{unknown[0]}")
+        wake = _wake(comps["wake"], schema) if "wake" in comps else None
         coefs: dict[str, dict[str, float]] = {}
         tables: dict[str, tuple[float, ...]] = {}
         for name, form in FORMS.items():
@@ -374,12 +395,34 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
     except ServesimError as exc:
         raise exc.located(source=source) from None
-    return ProfileCost(model, tp, device_name, dtype, coefs, meta, tables)
+    return ProfileCost(model, tp, device_name, dtype, coefs, meta, tables, wake)
+
+
+def _wake(comp: Any, schema: str) -> dict[str, float]:
+    where = "components.wake"
+    if schema != SCHEMA:
+        raise ServesimError(f"the wake term needs schema {SCHEMA!r}", where=where)
+    if not isinstance(comp, dict):
+        raise ServesimError(f"got {comp!r}, expected a mapping with coef", where=where)
+    raw = _need(comp, "coef", dict, f"{where}.")
+    extra = sorted(set(raw) - set(WAKE_COEFS))
+    if extra:
+        raise ServesimError(f"unknown coefficient; allowed: {', '.join(WAKE_COEFS)}",
+                            where=f"{where}.coef.{extra[0]}")
+    out = {}
+    for key in WAKE_COEFS:
+        v = _need(raw, key, (int, float), f"{where}.coef.")
+        if not math.isfinite(v) or v < 0 or key == "tau_s" and v == 0:
+            rule = "> 0" if key == "tau_s" else ">= 0"
+            raise ServesimError(f"got {v!r}, must be a finite number of seconds {rule}",
+                                where=f"{where}.coef.{key}")
+        out[key] = float(v)
+    return out
 
 
 def _table(raw: Any, form: ComponentForm, schema: str, where: str) -> tuple[float, ...]:
-    if schema != SCHEMA:
-        raise ServesimError(f"measured tables need schema {SCHEMA!r}", where=where)
+    if schema == READS[0]:
+        raise ServesimError(f"measured tables need schema {READS[1]!r} or later", where=where)
     if not form.table:
         raise ServesimError("this component has no measured table; components with one: "
                             + ", ".join(n for n, f in FORMS.items() if f.table), where=where)

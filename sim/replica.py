@@ -242,6 +242,9 @@ class Replica:
         stats = self.stats
         schedule = self.policy.schedule
         step_time = self.cost.step_time
+        # A profile's price for the first step after an idle spell (sim.profile, wake).
+        wake_time = getattr(self.cost, "wake_time", None)
+        idle_since: float | None = None
         log = engine.step_log
         group = self.group
         # Decode replicas of a disaggregated cluster receive KV transfers at times no
@@ -262,6 +265,8 @@ class Replica:
                     raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
                                        f"{len(self.waiting)} waiting, {len(self.running)} running")
                 self.idle = True
+                if idle_since is None:
+                    idle_since = env.now
                 self._wakeup = env.event()
                 if self.entry:
                     engine.replica_idle()
@@ -278,6 +283,10 @@ class Replica:
             else:
                 shape = batch_shape(batch)
             dt = step_time(shape)
+            if idle_since is not None:
+                if wake_time is not None:
+                    dt += wake_time(env.now - idle_since)
+                idle_since = None
             if self.swap_s:
                 # vLLM runs this iteration's swap-outs and swap-ins before its forward pass.
                 dt += self.swap_s

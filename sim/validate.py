@@ -126,6 +126,9 @@ def _print_level(level: dict[str, Any]) -> None:
         parts = [f"{k.replace('_', ' ')} {v['iterations']} steps: {v['real_s']:.2f} s real, "
                  f"{v['predicted_s']:.2f} s predicted" for k in ("with_prefill", "decode_only")
                  if (v := st[k])["iterations"]]
+        if st.get("wake"):
+            parts.append(f"waking from idle priced on {st['wake']['steps']} steps "
+                         f"({st['wake']['predicted_s']:.3f} s, included above)")
         if st.get("host"):
             parts.append(f"host work between steps {st['host']['real_s']:.3f} s real, "
                          f"{st['host']['predicted_s']:.3f} s predicted")

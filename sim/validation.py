@@ -152,15 +152,34 @@ def _device_time(cost: Any, shape: StepShape) -> Any:
     return cost.device_time(shape) if hasattr(cost, "device_time") else cost.step_time(shape)
 
 
+def idle_before(steps: dict[str, np.ndarray]) -> np.ndarray:
+    """Seconds each recorded iteration's loop sat idle before it (0 when it followed
+    another step): the gap since the previous step ended (the first: since the replay
+    began), less the loop's own host work in it where the record has ``host_s``."""
+    start = np.asarray(steps["start_s"], dtype=float)
+    prev_end = np.concatenate([[0.0], np.asarray(steps["end_s"], dtype=float)[:-1]])
+    host = np.asarray(steps["host_s"], dtype=float) if "host_s" in steps else 0.0
+    return np.maximum(start - prev_end - host, 0.0)
+
+
+def _wake_prices(cost: Any, idle: np.ndarray) -> np.ndarray:
+    """A profile's ``wake`` seconds for each idle spell (0 for other cost models)."""
+    wake = getattr(cost, "wake_time", None)
+    if wake is None:
+        return np.zeros(len(idle))
+    return np.array([wake(float(x)) for x in idle], dtype=float)
+
+
 def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
-    """Each measured iteration against the cost model's price for its shape: relative
-    errors of the executor's seconds (``exec_s``) by kind, busy time on both sides, and
-    the loop's host seconds between steps (records that have ``host_s``) against the
-    profile's ``host`` price."""
+    """Each measured iteration against the cost model's price for its shape (and, after
+    an idle spell, the profile's ``wake`` term): relative errors of the executor's
+    seconds (``exec_s``) by kind, busy time on both sides, and the loop's host seconds
+    between steps (records that have ``host_s``) against the profile's ``host`` price."""
     if not len(steps["start_s"]):
         return {}
     shape = StepShape(*(np.asarray(steps[f], dtype=float) for f in StepShape._fields))
-    pred = np.asarray(_device_time(cost, shape), dtype=float)
+    wake = _wake_prices(cost, idle_before(steps))
+    pred = np.asarray(_device_time(cost, shape), dtype=float) + wake
     real = np.asarray(steps["exec_s"], dtype=float)
     rel = (pred - real) / real
     prefill = np.asarray(steps["prefill_seqs"]) > 0
@@ -173,9 +192,11 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
         # Share of the steps' wall time the replay thread was on a core (CPU devices).
         out["cpu_share"] = float(np.sum(steps["cpu_s"]) / max(real.sum(), 1e-12))
     if "host_s" in steps:
-        total = np.asarray(cost.step_time(shape), dtype=float)
+        total = np.asarray(cost.step_time(shape), dtype=float) + wake
         out["host"] = {"real_s": float(np.sum(steps["host_s"])),
                        "predicted_s": float(np.sum(total - pred))}
+    if wake.any():
+        out["wake"] = {"steps": int((wake > 0).sum()), "predicted_s": float(wake.sum())}
     for kind, mask in (("with_prefill", prefill), ("decode_only", ~prefill)):
         out[kind] = {"iterations": int(mask.sum()),
                      "real_s": float(real[mask].sum()), "predicted_s": float(pred[mask].sum()),
@@ -198,6 +219,11 @@ class SpeedMatched:
         factor = np.where(np.asarray(shape.prefill_seqs) > 0, self.prefill, self.decode)
         out = self.cost.step_time(shape) + (factor - 1.0) * _device_time(self.cost, shape)
         return float(out) if np.ndim(out) == 0 else out
+
+    def wake_time(self, idle_s: float) -> float:
+        """The cost model's price of waking from ``idle_s`` seconds idle, unscaled."""
+        wake = getattr(self.cost, "wake_time", None)
+        return 0.0 if wake is None else float(wake(idle_s))
 
 
 def speed_factors(summary: dict[str, Any]) -> tuple[float, float]:

@@ -19,9 +19,10 @@ from calibrate.arch import shard
 from calibrate.cli import main
 from calibrate.grids import Point
 from calibrate.model import build_decoder, prepare
-from calibrate.run import CalibrationConfig, _best, _sweep, calibrate
+from calibrate.run import WAKE_ROUNDS, CalibrationConfig, _best, _sweep, calibrate
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
+from calibrate.wake import IDLE_S
 from sim.profile import load_profile
 from sim.shape import shape_of
 from sim.specs import MODELS
@@ -104,11 +105,20 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
     for r in steps:
         per_round = int(r["note"].split()[3].rstrip(";"))
         assert int(r["repeats"]) == 12 * per_round
-    assert {r["split"] for r in ok} == {"train", "test", "table", "cv-a", "cv-b"}
+    assert {r["split"] for r in ok} == {"train", "test", "table", "cv-a", "cv-b", "wake"}
     assert any("out of memory" in n for n in res.notes)
     # The linear stack and LM head keep their medians at every count 1..32 as a table.
     data = yaml.safe_load(res.profile_path.read_text())
-    assert data["schema"] == "servesim-profile/3"
+    assert data["schema"] == "servesim-profile/4"
+    # Prefills after each idle spell, both prompt lengths, six rounds (quick grid).
+    wake_rows = [r for r in ok if r["component"] == "wake"]
+    assert len(wake_rows) == 2 * len(IDLE_S) and all(r["split"] == "wake" for r in wake_rows)
+    assert {int(r["repeats"]) for r in wake_rows} == {WAKE_ROUNDS[True]}
+    wake = data["components"]["wake"]
+    assert wake["fit"] == {"source": "measured", "points": 2 * (len(IDLE_S) - 1),
+                           "mean_abs_err_s": pytest.approx(wake["fit"]["mean_abs_err_s"])}
+    # Generous: idle costs something on this machine, less than a 256-token prefill.
+    assert 0 <= wake["coef"]["max_s"] < 0.01 and 2e-4 <= wake["coef"]["tau_s"] <= 2.0
     for name, count in (("linear", "new_tokens"), ("lm_head", "seqs")):
         table = sorted((int(r[count]), float(r["median_s"])) for r in ok
                        if r["component"] == name and r["split"] == "table")

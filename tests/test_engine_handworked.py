@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
+from sim.engine import Engine, build_cost
 from sim.request import FINISHED
+from sim.workload import Requests
 
 
 def steps(res):
@@ -142,3 +144,41 @@ def test_horizon_leaves_unfinished_requests_counted():
     sc = tiny_scenario(horizon_s=0.05)
     res = run_requests(sc, [0.0, 0.01, 1.0], [20, 20, 20], [10, 10, 10])
     assert res.status.tolist() == [UNFINISHED] * 3
+
+
+class _Waking:
+    """The tiny scenario's linear cost plus a wake term: 5 ms x (1 - exp(-idle / 0.1 s))."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def step_time(self, shape):
+        return self.base.step_time(shape)
+
+    def wake_time(self, idle_s):
+        return 0.005 * -math.expm1(-idle_s / 0.1)
+
+
+def test_first_step_after_idle_pays_the_wake_term():
+    # The replica is idle from 0 s. A (20-token prompt, 3 tokens) arrives at 0.5 s: its
+    # prefill costs 30 ms + wake(0.5 s); two decodes of 11 ms follow. B arrives at 0.6 s,
+    # after 0.6 - A's finish of idle: 20 ms + wake(that). C arrives at 0.61 s while B's
+    # prefill runs: its prefill follows at once and pays no wake.
+    sc = tiny_scenario()
+    req = Requests(np.array([0.5, 0.6, 0.61]), np.array([20, 10, 10], dtype=np.int64),
+                   np.array([3, 1, 1], dtype=np.int64))
+    res = Engine(sc, req, _Waking(build_cost(sc)), np.random.default_rng(0), True).run()
+
+    def wake(idle):
+        return 0.005 * (1 - math.exp(-idle / 0.1))
+    a_first = 0.5 + 0.030 + wake(0.5)
+    a_done = a_first + 2 * 0.011
+    b_first = 0.6 + 0.020 + wake(0.6 - a_done)
+    c_first = b_first + 0.020
+    np.testing.assert_allclose(res.first_token, [a_first, b_first, c_first], rtol=0,
+                               atol=1e-12)
+    np.testing.assert_allclose(res.finish, [a_done, b_first, c_first], rtol=0, atol=1e-12)
+    assert wake(0.5) == pytest.approx(0.004966, abs=1e-6)
+    # Without the term the same requests run as before.
+    plain = run_requests(sc, [0.5, 0.6, 0.61], [20, 10, 10], [3, 1, 1])
+    np.testing.assert_allclose(plain.first_token, [0.53, 0.62, 0.64], atol=1e-12)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -276,3 +277,42 @@ def test_profiles_without_host_work_price_it_zero(tmp_path: Path) -> None:
     assert cost.step_time(s) == cost.device_time(s)
     with_host = load_profile(str(write(tmp_path, profile_data(), "h.yaml")))
     assert with_host.step_time(s) - cost.step_time(s) == pytest.approx(2e-5 + 3e-6 * 4)
+
+
+def test_wake_term_prices_the_step_after_an_idle_spell(tmp_path: Path) -> None:
+    """max_s x (1 - exp(-idle / tau_s)); nothing after no idle, nothing without the term;
+    the step's own price is unchanged."""
+    data = profile_data()
+    data["components"]["wake"] = {"coef": {"max_s": 8e-4, "tau_s": 0.01}}
+    cost = load_profile(str(write(tmp_path, data)))
+    assert cost.wake_time(0.0) == 0.0
+    assert cost.wake_time(0.01) == pytest.approx(8e-4 * (1 - math.exp(-1)), rel=1e-12)
+    assert cost.wake_time(5.0) == pytest.approx(8e-4, rel=1e-12)
+    plain = load_profile(str(write(tmp_path, profile_data(), "plain.yaml")))
+    assert plain.wake_time(1.0) == 0.0
+    s = shape_of([(100, 0)])
+    assert cost.step_time(s) == plain.step_time(s)
+    assert cost.with_layers(2).wake_time(0.01) == cost.wake_time(0.01)
+
+
+@pytest.mark.parametrize(("mutate", "where", "says"), [
+    (lambda d: d["components"]["wake"]["coef"].update(tau_s=0.0),
+     "components.wake.coef.tau_s", "> 0"),
+    (lambda d: d["components"]["wake"]["coef"].update(max_s=-1e-3),
+     "components.wake.coef.max_s", ">= 0"),
+    (lambda d: d["components"]["wake"]["coef"].update(after_s=1.0),
+     "components.wake.coef.after_s", "allowed: max_s, tau_s"),
+    (lambda d: d["components"]["wake"]["coef"].pop("tau_s"),
+     "components.wake.coef.tau_s", "missing"),
+    (lambda d: d.update(schema="servesim-profile/3"), "components.wake",
+     "needs schema 'servesim-profile/4'"),
+    (lambda d: d["components"].update(lm_haed={"coef": {}}), "components.lm_haed",
+     "unknown component; allowed: step, linear"),
+])
+def test_bad_wake_or_component_names_file_key_and_rule(tmp_path: Path, mutate, where: str,
+                                                      says: str) -> None:
+    data = profile_data()
+    data["components"]["wake"] = {"coef": {"max_s": 8e-4, "tau_s": 0.01}}
+    mutate(data)
+    path, msg = load_error(tmp_path, data)
+    assert str(path) in msg and where in msg and says in msg and "\n" not in msg

@@ -1,0 +1,133 @@
+"""The price of waking: a step that starts after the device sat idle runs longer.
+
+Timed back to back, a step finds the model's weights and the loop's data in the
+caches; after an idle spell it does not (on a CPU the core may also have been given
+to others or parked, on a GPU its clocks fall), so the first step pays for bringing
+them back. Measured on the 2-core development machine with the tiny model, the
+extra seconds grew with the idle time and then levelled off, nearly the same for a
+50-token prefill as for a 600-token one (0.6-0.9 ms after 100 ms idle): a fixed
+amount of state to restore rather than a share of the step. In serving this is the
+first-token step of a request that arrives at an idle server, the common case at low
+load, so it sits in TTFT.
+
+:func:`time_wake` runs prefill steps on the full-depth model (the replay's executor)
+after idle spells of :data:`IDLE_S`, each preceded by the same step so that only the
+idle time differs, in a seeded random order; :func:`fit_wake` fits the profile's
+``wake`` term, ``max_s * (1 - exp(-idle_s / tau_s))``, to the medians' excess over
+the back-to-back step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import curve_fit
+
+from calibrate.grids import Point
+from calibrate.model import Decoder, KVCache
+from calibrate.replay import ModelExecutor
+from calibrate.sweeps import Measurement
+from calibrate.timing import Timing
+
+# Idle spells before the timed step, seconds (0: back to back, the reference).
+IDLE_S = (0.0, 0.002, 0.01, 0.05, 0.2)
+# Prompt lengths of the timed prefill steps, tokens (capped by the cache).
+PROMPTS = (64, 256)
+
+
+@dataclass(frozen=True)
+class WakeTimes:
+    """Every timed step: its prompt (tokens), the idle seconds before it and its seconds."""
+
+    prompt: tuple[int, ...]
+    idle_s: tuple[float, ...]
+    step_s: tuple[float, ...]
+
+    def _samples(self, n: int, idle: float) -> tuple[float, ...]:
+        return tuple(t for p, i, t in zip(self.prompt, self.idle_s, self.step_s, strict=True)
+                     if p == n and i == idle)
+
+    def excess(self) -> list[tuple[int, float, float]]:
+        """(prompt, idle s, median step s after that idle minus back to back) for every
+        prompt and idle spell > 0."""
+        out = []
+        for n in sorted(set(self.prompt)):
+            base = statistics.median(self._samples(n, 0.0))
+            out += [(n, i, statistics.median(self._samples(n, i)) - base)
+                    for i in sorted(set(self.idle_s)) if i > 0]
+        return out
+
+    def measurements(self) -> list[Measurement]:
+        """One ``wake`` row per prompt and idle spell for the CSV (all samples kept)."""
+        out = []
+        for n in sorted(set(self.prompt)):
+            for i in sorted(set(self.idle_s)):
+                point = Point("wake", ((n, 0),), f"prefill {n} after {i * 1e3:g} ms idle")
+                out.append(Measurement(point, "ok", Timing(self._samples(n, i), False),
+                                       split="wake"))
+        return out
+
+
+def time_wake(step: Callable[[int], float], prompts: Sequence[int], rounds: int,
+              rng: np.random.Generator, idles: Sequence[float] = IDLE_S,
+              sleep: Callable[[float], None] = time.sleep) -> WakeTimes:
+    """Time a prefill of each prompt length after each idle spell, ``rounds`` times.
+
+    ``step(n)`` runs one prefill of ``n`` tokens and returns its seconds. Each timed
+    step follows the same step run just before it (the device busy and warm), then the
+    idle spell; the (prompt, idle) pairs of a round come in a random order so that a
+    slow stretch of the machine does not fall on one idle length.
+    """
+    rows: list[tuple[int, float, float]] = []
+    pairs = [(n, i) for n in prompts for i in idles]
+    for _ in range(rounds):
+        for k in rng.permutation(len(pairs)):
+            n, idle = pairs[int(k)]
+            step(n)
+            if idle > 0:
+                sleep(idle)
+            rows.append((n, idle, step(n)))
+    prompt, idle_s, step_s = zip(*rows, strict=True) if rows else ((), (), ())
+    return WakeTimes(tuple(prompt), tuple(idle_s), tuple(step_s))
+
+
+def wake_curve(idle_s: np.ndarray, max_s: float, tau_s: float) -> np.ndarray:
+    """``max_s * (1 - exp(-idle_s / tau_s))``: seconds, as sim.profile prices it."""
+    return max_s * -np.expm1(-idle_s / tau_s)
+
+
+def fit_wake(points: Sequence[tuple[int, float, float]]) -> tuple[dict[str, float], float]:
+    """Fit ``max_s`` and ``tau_s`` (seconds) to (prompt, idle s, excess s) points, all
+    prompts together (the excess is taken to be the same for any step); (coefficients,
+    mean absolute error in seconds). A device with no measurable excess gets 0."""
+    x = np.array([p[1] for p in points], dtype=float)
+    y = np.array([p[2] for p in points], dtype=float)
+    if not len(x) or y.max() <= 0.0:
+        return {"max_s": 0.0, "tau_s": 0.01}, float(np.abs(y).mean()) if len(y) else 0.0
+    # Fitted in milliseconds, where the numbers are near 1 and the solver's tolerances
+    # mean something; tau from a tenth of the shortest spell to ten times the longest
+    # (the fit cannot see a time constant outside what was measured).
+    xm, ym = x * 1e3, y * 1e3
+    lo, hi, top0 = float(xm.min()), float(xm.max()), float(ym.max())
+    (top, tau), _ = curve_fit(wake_curve, xm, ym, p0=(top0, math.sqrt(lo * hi)),
+                              bounds=([0.0, lo / 10], [10 * top0, hi * 10]),
+                              xtol=1e-12, ftol=1e-12, gtol=1e-12, maxfev=10000)
+    err = float(np.abs(wake_curve(x, top / 1e3, tau / 1e3) - y).mean())
+    return {"max_s": float(top) / 1e3, "tau_s": float(tau) / 1e3}, err
+
+
+def time_wake_on(model: Decoder, caches: list[KVCache], rounds: int, seed: int = 0
+                 ) -> WakeTimes:
+    """:func:`time_wake` on the full-depth ``model`` and its ``caches`` (cache slot 0),
+    through the replay's executor, so the steps are timed as a serving loop times them."""
+    ex = ModelExecutor(model, caches, caches[0].k.device)
+    prompts = sorted({max(1, min(n, ex.capacity - 1)) for n in PROMPTS})
+
+    def step(n: int) -> float:
+        return ex.step([(0, n, 0)], [1] * n)[1]
+    return time_wake(step, prompts, rounds, np.random.default_rng(seed))

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
-from sim.profile import FORMS, SCHEMA, WAKE_FORMULA
+from sim.profile import FORMS, WAKE_FORMULA
+from sim.profilefile import SCHEMA
 
 if TYPE_CHECKING:
     from calibrate.run import CalibrationConfig, CalibrationResult

@@ -241,7 +241,7 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
                    ) -> tuple[ModelSpec, Workload, Any, list[float], list[float | None], Any]:
     """(model, workload, serving, rates, loads, profile or None) from parsed arguments."""
     from calibrate.arch import resolve_model
-    from sim.profile import load_profile
+    from sim.profilefile import load_profile
 
     spec = resolve_model(args.model, args.hf_config)
     prof = load_profile(args.profile, Path.cwd()) if args.profile else None

@@ -2,7 +2,8 @@
 
 Importing this package is cheap and pulls in neither simpy nor torch, so that
 ``calibrate`` can share the model tables (:mod:`sim.specs`) and the profile
-evaluator (:mod:`sim.profile`) without depending on the simulator engine.
+evaluator (:mod:`sim.profile`, :mod:`sim.profilefile`) without depending on the
+simulator engine.
 """
 
 __version__ = "0.1.0"

@@ -46,7 +46,7 @@ def build_cost(scenario: Scenario, gpu_name: str | None = None,
         return c.linear
     if c.roofline is not None:
         return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
-    from sim.profile import load_profile  # lazy: only profile scenarios pay for it
+    from sim.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
     assert c.profile is not None
     try:

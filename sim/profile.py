@@ -1,13 +1,13 @@
-"""Measured cost profiles: the file ``calibrate`` writes and the simulator reads.
+"""Measured cost profiles: the step-time components and their prices.
 
-A profile (YAML, schema ``servesim-profile/4``, documented in docs/cost-model.md)
-holds fitted coefficients for a fixed set of step-time components, for the
-components whose kernels change with small batch sizes a table of measured times, and
-the extra seconds a step takes when the server was idle before it (``wake``).
-This module owns both the schema and the component formulas, so the fit in
-``calibrate/`` and the evaluation here can never disagree about what a coefficient means.
+A profile holds fitted coefficients for a fixed set of step-time components
+(:data:`FORMS`), for the components whose kernels change with small batch sizes a
+table of measured times, and the extra seconds a step takes when the server was idle
+before it (``wake``). This module owns the component formulas, so the fit in
+``calibrate/`` and the evaluation here can never disagree about what a coefficient
+means; :mod:`sim.profilefile` reads and checks the YAML file ``calibrate`` writes.
 
-Only numpy, yaml and pure ``sim`` modules are imported: no torch, no simpy.
+Only numpy and pure ``sim`` modules are imported: no torch, no simpy.
 """
 
 from __future__ import annotations
@@ -16,24 +16,16 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from sim.configtools import build
-from sim.errors import ServesimError
 from sim.shape import StepShape
 from sim.specs import ModelSpec
 
-SCHEMA = "servesim-profile/4"
-# Schemas this module reads: /3 is /4 without ``wake``, /2 is /3 without measured tables.
-READS = ("servesim-profile/2", "servesim-profile/3", SCHEMA)
 # The wake term's coefficients and formula (seconds; idle_s is the idle time before a step).
 WAKE_COEFS = ("max_s", "tau_s")
 WAKE_FORMULA = "max_s*(1 - exp(-idle_s/tau_s))"
-PROFILE_DIR = Path(__file__).parent / "data" / "profiles"
 
 
 def _prefill_context(s: StepShape) -> Any:
@@ -301,155 +293,3 @@ class ProfileCost:
         model = dataclasses.replace(self.model, layers=layers)
         return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta,
                            self.tables, self.wake)
-
-
-def shipped_profiles() -> list[str]:
-    """Names (file stems) of the profiles that ship under ``sim/data/profiles/``."""
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")) if PROFILE_DIR.is_dir() else []
-
-
-def resolve(ref: str, base_dir: Path | None = None) -> Path:
-    """The file ``ref`` names: a path (relative to ``base_dir``) or a shipped profile's name."""
-    looks_like_path = ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref
-    if looks_like_path:
-        path = Path(ref).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        if not path.is_file():
-            raise ServesimError(f"profile file {str(path)!r} does not exist", where="cost.profile")
-        return path
-    path = PROFILE_DIR / f"{ref}.yaml"
-    if not path.is_file():
-        names = ", ".join(shipped_profiles()) or "(none)"
-        raise ServesimError(
-            f"unknown profile {ref!r}; shipped profiles: {names} (or give a path to a .yaml file)",
-            where="cost.profile",
-        )
-    return path
-
-
-def _loader() -> Any:
-    # The C loader makes a shipped profile load in about a millisecond.
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in data:
-        raise ServesimError("required key is missing", where=f"{where}{key}")
-    value = data[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ServesimError(f"got {value!r}, wrong type", where=f"{where}{key}")
-    return value
-
-
-def parse_profile(data: Any, source: str) -> ProfileCost:
-    """Check a parsed profile mapping against the schema and build its :class:`ProfileCost`."""
-    try:
-        if not isinstance(data, dict):
-            raise ServesimError("a profile must be a YAML mapping")
-        schema = data.get("schema")
-        if schema not in READS:
-            hint = ("; it was written by an older calibrate, run `servesim calibrate` again"
-                    if schema == "servesim-profile/1" else "")
-            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads "
-                                f"{' and '.join(map(repr, READS))}{hint}", where="schema")
-        model = build(ModelSpec, _need(data, "model", dict, ""), "model")
-        tp = _need(data, "tp", int, "")
-        if tp < 1:
-            raise ServesimError(f"got {tp!r}, must be at least 1", where="tp")
-        device = _need(data, "device", dict, "")
-        device_name = _need(device, "name", str, "device.")
-        dtype = _need(data, "dtype", str, "")
-        comps = _need(data, "components", dict, "")
-        unknown = sorted(set(comps) - set(FORMS) - {"wake"})
-        if unknown:
-            raise ServesimError(f"unknown component; allowed: {', '.join(FORMS)}, wake",
-                                where=f"components.{unknown[0]}")
-        wake = _wake(comps["wake"], schema) if "wake" in comps else None
-        coefs: dict[str, dict[str, float]] = {}
-        tables: dict[str, tuple[float, ...]] = {}
-        for name, form in FORMS.items():
-            if name not in comps and set(form.defaults) == set(form.coefs):
-                # Written before this component existed: its neutral values (zeros).
-                coefs[name] = {k: float(v) for k, v in form.defaults.items()}
-                continue
-            comp = _need(comps, name, dict, "components.")
-            if "table_s" in comp:
-                tables[name] = _table(comp["table_s"], form, schema, f"components.{name}.table_s")
-            raw = _need(comp, "coef", dict, f"components.{name}.")
-            extra = sorted(set(raw) - set(form.coefs))
-            if extra:
-                raise ServesimError(f"unknown coefficient; allowed: {', '.join(form.coefs)}",
-                                    where=f"components.{name}.coef.{extra[0]}")
-            coefs[name] = {}
-            for key in form.coefs:
-                if key not in raw and key in form.defaults:
-                    coefs[name][key] = float(form.defaults[key])
-                    continue
-                v = _need(raw, key, (int, float), f"components.{name}.coef.")
-                if not math.isfinite(v) or v < 0:
-                    raise ServesimError(f"got {v!r}, must be a finite number >= 0",
-                                        where=f"components.{name}.coef.{key}")
-                coefs[name][key] = float(v)
-        meta = {k: v for k, v in data.items() if k not in ("model", "components")}
-        meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
-    except ServesimError as exc:
-        raise exc.located(source=source) from None
-    return ProfileCost(model, tp, device_name, dtype, coefs, meta, tables, wake)
-
-
-def _wake(comp: Any, schema: str) -> dict[str, float]:
-    where = "components.wake"
-    if schema != SCHEMA:
-        raise ServesimError(f"the wake term needs schema {SCHEMA!r}", where=where)
-    if not isinstance(comp, dict):
-        raise ServesimError(f"got {comp!r}, expected a mapping with coef", where=where)
-    raw = _need(comp, "coef", dict, f"{where}.")
-    extra = sorted(set(raw) - set(WAKE_COEFS))
-    if extra:
-        raise ServesimError(f"unknown coefficient; allowed: {', '.join(WAKE_COEFS)}",
-                            where=f"{where}.coef.{extra[0]}")
-    out = {}
-    for key in WAKE_COEFS:
-        v = _need(raw, key, (int, float), f"{where}.coef.")
-        if not math.isfinite(v) or v < 0 or key == "tau_s" and v == 0:
-            rule = "> 0" if key == "tau_s" else ">= 0"
-            raise ServesimError(f"got {v!r}, must be a finite number of seconds {rule}",
-                                where=f"{where}.coef.{key}")
-        out[key] = float(v)
-    return out
-
-
-def _table(raw: Any, form: ComponentForm, schema: str, where: str) -> tuple[float, ...]:
-    if schema == READS[0]:
-        raise ServesimError(f"measured tables need schema {READS[1]!r} or later", where=where)
-    if not form.table:
-        raise ServesimError("this component has no measured table; components with one: "
-                            + ", ".join(n for n, f in FORMS.items() if f.table), where=where)
-    if not isinstance(raw, list) or not raw:
-        raise ServesimError(f"got {raw!r}; expected a non-empty list of seconds at "
-                            f"{form.table} = 1, 2, ...", where=where)
-    for i, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v <= 0:
-            raise ServesimError(f"got {v!r}, must be a finite number of seconds > 0",
-                                where=f"{where}[{i}]")
-    return tuple(float(v) for v in raw)
-
-
-def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
-    """Load the profile ``ref``: a path (relative ones resolved against ``base_dir``, the
-    scenario's folder) or the name of a shipped profile. Errors are one-line
-    :class:`ServesimError` naming the file and key. The raw-measurements CSV is not read.
-    """
-    path = resolve(ref, base_dir)
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ServesimError(f"cannot read: {exc}", source=str(path)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        raise ServesimError(f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                            source=str(path), where=where) from None
-    return parse_profile(data, str(path))

@@ -75,7 +75,7 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
                     bar: float | None) -> tuple[dict[str, Any], Any, Any, Any]:
     """Simulate a replay record's requests with ``profile``; (level summary, real, pred,
     the speed-matched prediction or None for a record without steps)."""
-    from sim.profile import load_profile, resolve
+    from sim.profilefile import load_profile, resolve
 
     requests, cols, steps = read_replay(record, source)
     path = resolve(profile, Path.cwd()).resolve()

@@ -23,7 +23,7 @@ from calibrate.run import WAKE_ROUNDS, CalibrationConfig, _best, _sweep, calibra
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
 from calibrate.wake import IDLE_S
-from sim.profile import load_profile
+from sim.profilefile import load_profile
 from sim.shape import shape_of
 from sim.specs import MODELS
 

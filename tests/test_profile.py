@@ -1,4 +1,5 @@
-"""sim.profile: schema checks, shipped-name lookup and vectorised evaluation (no torch)."""
+"""sim.profile and sim.profilefile: schema checks, shipped-name lookup and vectorised
+evaluation (no torch)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 import yaml
 
 from sim.errors import ServesimError
-from sim.profile import FORMS, SCHEMA, ProfileCost, load_profile, parse_profile
+from sim.profile import FORMS, ProfileCost
+from sim.profilefile import SCHEMA, load_profile, parse_profile
 from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import MODELS
 
@@ -186,7 +188,7 @@ def test_every_form_lists_its_coefficients() -> None:
 
 def test_sim_profile_imports_without_torch_or_simpy() -> None:
     code = ("import sys; sys.modules['torch'] = None; sys.modules['simpy'] = None; "
-            "import sim.profile; print('ok')")
+            "import sim.profile, sim.profilefile; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).parents[1], check=True)
     assert out.stdout.strip() == "ok"

@@ -182,3 +182,44 @@ def test_first_step_after_idle_pays_the_wake_term():
     # Without the term the same requests run as before.
     plain = run_requests(sc, [0.5, 0.6, 0.61], [20, 10, 10], [3, 1, 1])
     np.testing.assert_allclose(plain.first_token, [0.53, 0.62, 0.64], atol=1e-12)
+
+
+def test_wake_is_paid_alike_with_and_without_event_skipping(tmp_path):
+    """A profile's wake term with fused decode runs and step by step: same outputs, and
+    the arrivals that find the replica idle pay it."""
+    import dataclasses
+
+    import yaml
+    from conftest import run_both_ways
+
+    from sim.profile import FORMS
+    from sim.profilefile import SCHEMA
+    from sim.scenario import from_dict
+    from sim.specs import MODELS
+
+    coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
+    coefs["step"].update(const_s=0.01, per_new_token_s=0.001)
+
+    def scenario(wake):
+        comps = {k: {"coef": v} for k, v in coefs.items()}
+        if wake:
+            comps["wake"] = {"coef": {"max_s": 0.004, "tau_s": 0.05}}
+        path = tmp_path / f"wake-{wake}.yaml"
+        path.write_text(yaml.safe_dump({
+            "schema": SCHEMA, "device": {"name": "t"}, "dtype": "fp32", "tp": 1,
+            "model": dataclasses.asdict(MODELS["tiny"]), "components": comps}))
+        return from_dict({
+            "model": "tiny", "cost": {"profile": str(path)},
+            "serving": {"block_size": 4, "max_num_batched_tokens": 256, "watermark": 0.0},
+            "workload": {"arrivals": {"process": "constant", "rate": 1.0},
+                         "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                     "output": {"dist": "fixed", "value": 2}},
+                         "num_requests": 1}})
+    args = ([0.0, 0.005, 2.0, 2.02], [20, 12, 30, 8], [40, 30, 20, 25])
+    woken = run_both_ways(scenario(True), *args)
+    plain = run_both_ways(scenario(False), *args)
+    # Request 0 arrives at 0 s (no idle time); request 2 at 2 s, long after the first
+    # two finished (about 0.5 s): it pays the full 4 ms less exp(-1.5/0.05) of it.
+    assert woken.first_token[0] == pytest.approx(plain.first_token[0], abs=1e-12)
+    assert woken.first_token[2] - plain.first_token[2] == pytest.approx(0.004, abs=1e-9)
+    assert woken.finish[3] > plain.finish[3]

@@ -208,7 +208,8 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
 class SpeedMatched:
     """A cost model whose device prices are scaled to a device's measured speed: steps
     with a prefill by ``prefill``, decode-only steps by ``decode`` (dimensionless
-    factors); a profile's ``host`` part is left as priced."""
+    factors), the price of waking from idle (paid by a prefill step) by ``prefill``;
+    a profile's ``host`` part is left as priced."""
 
     cost: Any
     prefill: float
@@ -221,9 +222,10 @@ class SpeedMatched:
         return float(out) if np.ndim(out) == 0 else out
 
     def wake_time(self, idle_s: float) -> float:
-        """The cost model's price of waking from ``idle_s`` seconds idle, unscaled."""
+        """The cost model's price of waking from ``idle_s`` seconds idle, times
+        ``prefill`` (the factor was measured on prefill steps with that price in)."""
         wake = getattr(self.cost, "wake_time", None)
-        return 0.0 if wake is None else float(wake(idle_s))
+        return 0.0 if wake is None else self.prefill * float(wake(idle_s))
 
 
 def speed_factors(summary: dict[str, Any]) -> tuple[float, float]:

@@ -4,6 +4,7 @@ the real path (replay on CPU, simulate, compare) end to end on a short trace."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -113,8 +114,9 @@ def test_step_diagnostics_split_device_and_host_time() -> None:
 
 
 def test_speed_matched_cost_scales_the_device_part_by_kind() -> None:
-    """Prefill steps by one factor, decode-only steps by another, host as priced; scalar
-    and array shapes alike; a level without one kind of step keeps that factor at 1."""
+    """Prefill steps (and waking) by one factor, decode-only steps by another, host as
+    priced; scalar and array shapes alike; a level without one kind of step keeps that
+    factor at 1."""
     from sim.profile import FORMS, ProfileCost
     from sim.shape import StepShape, decode_shape, shape_of
     from sim.specs import MODELS
@@ -123,7 +125,9 @@ def test_speed_matched_cost_scales_the_device_part_by_kind() -> None:
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"]["const_s"] = 1e-3
     coefs["host"] = {"const_s": 2e-5, "per_seq_s": 0.0}
-    cost = SpeedMatched(ProfileCost(MODELS["tiny"], 1, "t", "fp32", coefs), 1.5, 0.5)
+    base = ProfileCost(MODELS["tiny"], 1, "t", "fp32", coefs, wake={"max_s": 1e-3, "tau_s": 0.1})
+    cost = SpeedMatched(base, 1.5, 0.5)
+    assert cost.wake_time(0.1) == pytest.approx(1.5e-3 * -math.expm1(-1.0))
     assert cost.step_time(decode_shape(2, 40)) == pytest.approx(0.5e-3 + 2e-5)
     assert cost.step_time(shape_of([(30, 0), (1, 9)])) == pytest.approx(1.5e-3 + 2e-5)
     both = StepShape(*(np.array(col, dtype=float) for col in zip(

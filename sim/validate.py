@@ -36,6 +36,7 @@ from sim.validation import (
     read_replay,
     real_result,
     scenario_for,
+    sensitivity,
     simulate_requests,
     speed_matched,
     step_errors,
@@ -105,6 +106,7 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
     matched = None
     if summary:
         level["speed_matched"], matched = speed_matched(sc, requests, real, cost, summary, bar)
+        level["sensitivity"] = sensitivity(sc, requests, cost)
     return level, real, pred, matched
 
 
@@ -147,6 +149,16 @@ def _print_level(level: dict[str, Any]) -> None:
     worst = "-" if v["worst"] is None else f"{v['worst']:.1%}"
     print(f"TTFT/TPOT p50+p90 worst |error| {worst}: "
           f"{'within' if v['passed'] else 'OVER'} the {v['bar']:.0%} bar")
+    sens = level.get("sensitivity")
+    if sens:
+        lo, hi = sens["factors"]
+        cmp = level["comparison"]["metrics"]
+
+        def ms(x: float | None) -> str:
+            return "-" if x is None else f"{x * 1e3:.3g}"
+        print(f"sensitivity: every step's price x{lo:g} / x{hi:g} gives " + "; ".join(
+            f"{m.upper()} {q} {ms(v[0])} / {ms(v[1])} ms (real {ms(cmp[m][q]['real'])})"
+            for m, rows in sens["metrics"].items() for q, v in rows.items()))
     sm = level.get("speed_matched")
     if sm:
         errs = ", ".join(

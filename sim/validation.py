@@ -251,6 +251,25 @@ def speed_matched(scenario: Scenario, requests: Requests, real: RunResult, cost:
             "verdict": verdict(cmp, bar)}, pred
 
 
+def sensitivity(scenario: Scenario, requests: Requests, cost: Any,
+                factors: tuple[float, ...] = (0.95, 1.05)) -> dict[str, Any]:
+    """The prediction again with every step's device price (and waking) times each of
+    ``factors``: p50 and p90 of TTFT and TPOT (seconds) per factor, over the requests
+    finished in that run. How far a level's percentiles move for a few percent of step
+    time: near saturation several times as far, which bounds what any cost model can
+    promise there on a device whose speed moves that much."""
+    rows: dict[str, dict[str, list[float | None]]] = {
+        m: {f"p{q}": [] for q in BAR_QUANTILES} for m in BAR_METRICS}
+    for k in factors:
+        run = simulate_requests(scenario, requests, cost=SpeedMatched(cost, k, k))
+        lat = per_request(run)
+        for m in BAR_METRICS:
+            v = lat[m][(run.status == FINISHED) & np.isfinite(lat[m])]
+            for q in BAR_QUANTILES:
+                rows[m][f"p{q}"].append(float(np.percentile(v, q)) if v.size else None)
+    return {"factors": list(factors), "metrics": rows}
+
+
 def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str, float]]:
     """Per probe step of a replay record: its median seconds just before and just after
     the level, and the cost model's price for it (seconds); {} for records without."""

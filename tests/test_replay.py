@@ -72,6 +72,7 @@ def test_speed_matched_prediction_recovers_a_uniformly_slower_device() -> None:
         SpeedMatched,
         compare,
         real_result,
+        sensitivity,
         simulate_requests,
         speed_matched,
         step_errors,
@@ -101,6 +102,12 @@ def test_speed_matched_prediction_recovers_a_uniformly_slower_device() -> None:
     plain = compare(real, simulate_requests(sc, requests, cost=cost))["metrics"]
     assert plain["tpot"]["p50"]["rel_err"] < -0.15  # 1/1.25 - 1 = -20% on pure decode
     assert plain["ttft"]["p50"]["rel_err"] < -0.05
+    # Sensitivity: at x1 it is the plain prediction; cheaper steps, shorter latencies.
+    sens = sensitivity(sc, requests, cost, (0.9, 1.0, 1.1))["metrics"]
+    for m in ("ttft", "tpot"):
+        for q in ("p50", "p90"):
+            lo, one, hi = sens[m][q]
+            assert one == plain[m][q]["predicted"] and lo < one < hi, (m, q)
 
 
 def test_virtual_replay_pays_wake_like_the_simulator() -> None:

@@ -183,12 +183,15 @@ def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
         sm = lv["speed_matched"]
         assert sm["prefill_factor"] > 0 and sm["decode_factor"] > 0
         assert sm["comparison"]["compared"] == 16
+        assert lv["sensitivity"]["factors"] == [0.95, 1.05]
+        assert all(len(v) == 2 for rows in lv["sensitivity"]["metrics"].values()
+                   for v in rows.values())
         for name in ("real", "predicted"):
             assert (out / f"{name}-{lv['label']}.csv").is_file()
         assert (out / f"cdf-{lv['label']}.png").stat().st_size > 1000
     text = capsys.readouterr().out
     assert text.count("rel err") == 2 and "bar" in text and text.count("probe steps") == 2
-    assert text.count("speed-matched") == 2
+    assert text.count("speed-matched") == 2 and text.count("sensitivity:") == 2
     # The recorded replays compare again without re-running the model.
     replays = sorted(str(p) for p in out.glob("replay-*.json"))
     assert main(["--replay", *replays, "--profile", str(profile), "--out", str(tmp_path / "r"),

@@ -5,7 +5,7 @@ caches; after an idle spell it does not (on a CPU the core may also have been gi
 to others or parked, on a GPU its clocks fall), so the first step pays for bringing
 them back. Measured on the 2-core development machine with the tiny model, the
 extra seconds grew with the idle time and then levelled off, nearly the same for a
-50-token prefill as for a 600-token one (0.6-0.9 ms after 100 ms idle): a fixed
+50-token prefill as for a 600-token one (+0.83 and +0.62 ms after 100 ms): a fixed
 amount of state to restore rather than a share of the step. In serving this is the
 first-token step of a request that arrives at an idle server, the common case at low
 load, so it sits in TTFT.

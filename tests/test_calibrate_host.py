@@ -6,14 +6,14 @@ import numpy as np
 import torch
 
 from calibrate.arch import shard
-from calibrate.host import MIN_SAMPLES, HostTimes, time_host, workload
+from calibrate.host import STEPS_PER_SIZE, HostTimes, time_host, workload
 from calibrate.model import build_decoder
 from sim.specs import MODELS
 
 
 def test_workload_shrinks_the_batch_by_one_every_few_steps() -> None:
     arrival, prompt, output = workload(8, 1000, np.random.default_rng(3))
-    k = MIN_SAMPLES + 1
+    k = STEPS_PER_SIZE
     assert np.all(arrival == 0)
     assert sorted(output.tolist()) == [2 + k * i for i in range(8)]
     assert prompt.min() >= 8 and prompt.max() < 64
@@ -27,13 +27,13 @@ def test_workload_shrinks_the_batch_by_one_every_few_steps() -> None:
 
 def test_loop_intervals_follow_the_batch_sizes_hand_worked() -> None:
     """8 slots: one prefill step admits all, then decode step j holds the requests with
-    output >= j + 1. With outputs 2, 6, ..., 30 that is 8 sequences once, then 7 down to
-    1 four times each; the interval before each step after the first is recorded."""
+    output >= j + 1. With outputs 2, 10, ..., 58 that is 8 sequences once, then 7 down
+    to 1 eight times each; the interval before each step after the first is recorded."""
     torch.manual_seed(0)
     with torch.inference_mode():
         model = build_decoder(shard(MODELS["tiny"], 1), 2, 256, "fp32", torch.device("cpu"))
         times = time_host(model, model.caches(8, 256), 4096, seed=0)
-    k = MIN_SAMPLES + 1
+    k = STEPS_PER_SIZE
     assert list(times.seqs) == [8] + [b for b in range(7, 0, -1) for _ in range(k)]
     assert all(0 < t < 0.1 for t in times.host_s)
     points = times.measurements()

@@ -13,7 +13,7 @@ Only yaml and pure ``sim`` modules are imported: no torch, no simpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,7 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         if unknown:
             raise ServesimError(f"unknown component; allowed: {', '.join(FORMS)}, wake",
                                 where=f"components.{unknown[0]}")
-        wake = _wake(comps["wake"], schema) if "wake" in comps else None
+        wake = _wake(comps, schema) if "wake" in comps else None
         coefs: dict[str, dict[str, float]] = {}
         tables: dict[str, tuple[float, ...]] = {}
         for name, form in FORMS.items():
@@ -103,21 +103,7 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
             comp = _need(comps, name, dict, "components.")
             if "table_s" in comp:
                 tables[name] = _table(comp["table_s"], form, schema, f"components.{name}.table_s")
-            raw = _need(comp, "coef", dict, f"components.{name}.")
-            extra = sorted(set(raw) - set(form.coefs))
-            if extra:
-                raise ServesimError(f"unknown coefficient; allowed: {', '.join(form.coefs)}",
-                                    where=f"components.{name}.coef.{extra[0]}")
-            coefs[name] = {}
-            for key in form.coefs:
-                if key not in raw and key in form.defaults:
-                    coefs[name][key] = float(form.defaults[key])
-                    continue
-                v = _need(raw, key, (int, float), f"components.{name}.coef.")
-                if not math.isfinite(v) or v < 0:
-                    raise ServesimError(f"got {v!r}, must be a finite number >= 0",
-                                        where=f"components.{name}.coef.{key}")
-                coefs[name][key] = float(v)
+            coefs[name] = _coefs(comp, form.coefs, f"components.{name}", form.defaults)
         meta = {k: v for k, v in data.items() if k not in ("model", "components")}
         meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
     except ServesimError as exc:
@@ -125,26 +111,35 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
     return ProfileCost(model, tp, device_name, dtype, coefs, meta, tables, wake)
 
 
-def _wake(comp: Any, schema: str) -> dict[str, float]:
-    where = "components.wake"
-    if schema != SCHEMA:
-        raise ServesimError(f"the wake term needs schema {SCHEMA!r}", where=where)
-    if not isinstance(comp, dict):
-        raise ServesimError(f"got {comp!r}, expected a mapping with coef", where=where)
+def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,
+           defaults: Mapping[str, float] | None = None, positive: Sequence[str] = ()
+           ) -> dict[str, float]:
+    """A component's ``coef`` mapping checked: exactly ``names`` (those in ``defaults``
+    may be absent and take that value), each a finite number >= 0 (> 0 for ``positive``)."""
     raw = _need(comp, "coef", dict, f"{where}.")
-    extra = sorted(set(raw) - set(WAKE_COEFS))
+    extra = sorted(set(raw) - set(names))
     if extra:
-        raise ServesimError(f"unknown coefficient; allowed: {', '.join(WAKE_COEFS)}",
+        raise ServesimError(f"unknown coefficient; allowed: {', '.join(names)}",
                             where=f"{where}.coef.{extra[0]}")
     out = {}
-    for key in WAKE_COEFS:
+    for key in names:
+        if key not in raw and defaults and key in defaults:
+            out[key] = float(defaults[key])
+            continue
         v = _need(raw, key, (int, float), f"{where}.coef.")
-        if not math.isfinite(v) or v < 0 or key == "tau_s" and v == 0:
-            rule = "> 0" if key == "tau_s" else ">= 0"
-            raise ServesimError(f"got {v!r}, must be a finite number of seconds {rule}",
+        strict = key in positive
+        if not math.isfinite(v) or v < 0 or strict and v == 0:
+            raise ServesimError(f"got {v!r}, must be a finite number {'> 0' if strict else '>= 0'}",
                                 where=f"{where}.coef.{key}")
         out[key] = float(v)
     return out
+
+
+def _wake(comps: Mapping[str, Any], schema: str) -> dict[str, float]:
+    if schema != SCHEMA:
+        raise ServesimError(f"the wake term needs schema {SCHEMA!r}", where="components.wake")
+    comp = _need(comps, "wake", dict, "components.")
+    return _coefs(comp, WAKE_COEFS, "components.wake", positive=("tau_s",))
 
 
 def _table(raw: Any, form: ComponentForm, schema: str, where: str) -> tuple[float, ...]:

@@ -11,7 +11,7 @@ time, and it grows with the batch because the loop walks the running requests.
 It is measured here the way it happens: :func:`calibrate.replay.run_loop` (the same
 code validation runs, with the ``continuous`` policy) drives the full-depth model on a
 short synthetic workload, every request queued at once so that batches shrink from
-the slot count to one as requests finish (each size run a few times), and every
+the slot count to one as requests finish (each size run :data:`STEPS_PER_SIZE` times), and every
 interval between the end of one device step and the start of the next is recorded
 against the size of the batch that follows. The model running in between is what
 leaves the loop's data out of the caches, so the host work is timed with it, not in a
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibrate.grids import Point
-from calibrate.model import Decoder, KVCache
 from calibrate.replay import STEP_FIELDS, ModelExecutor, VirtualClock, run_loop
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
@@ -76,13 +75,11 @@ def workload(slots: int, capacity: int, rng: np.random.Generator
     return np.zeros(slots), prompt, output
 
 
-def time_host(model: Decoder, caches: list[KVCache], max_context: int, seed: int = 0
-              ) -> HostTimes:
+def time_host(ex: ModelExecutor, max_context: int, seed: int = 0) -> HostTimes:
     """Run the reference loop (``continuous``, one sequence per cache slot, enough KV
-    blocks for all) over ``model`` and its ``caches`` on :func:`workload`; the host
+    blocks for all) over the full-depth model of ``ex`` on :func:`workload`; the host
     intervals it recorded (``host_s``), every step's but the first (timed from the
     loop's start, not from a previous step)."""
-    ex = ModelExecutor(model, caches, caches[0].k.device)
     arrival, prompt, output = workload(ex.slots, ex.capacity, np.random.default_rng(seed))
     serving = ServingConfig(policy="continuous", max_num_seqs=ex.slots,
                             max_num_batched_tokens=max(2048, int(prompt.sum())),
@@ -90,7 +87,7 @@ def time_host(model: Decoder, caches: list[KVCache], max_context: int, seed: int
     # Virtual time never sleeps: every request is already there, and the loop times its
     # host work by the wall clock whatever clock drives it.
     res = run_loop(arrival, prompt, output, serving, max_context, ex, VirtualClock(),
-                   vocab=model.d.vocab)
+                   vocab=ex.model.d.vocab)
     seqs, host = STEP_FIELDS.index("seqs"), STEP_FIELDS.index("host_s")
     return HostTimes(tuple(int(r[seqs]) for r in res.steps[1:]),
                      tuple(float(r[host]) for r in res.steps[1:]))

@@ -31,6 +31,7 @@ from calibrate.fit import (
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.host import time_host
 from calibrate.output import device_info, write_csv, write_profile
+from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
@@ -247,8 +248,9 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         wake: dict[str, float] | None = None
         wake_fit: dict[str, float] | None = None
         if full is not None and time.perf_counter() < t0 + cfg.budget_s:
-            ops += time_host(*full, model.max_context, cfg.seed).measurements()
-            woken = time_wake_on(*full, WAKE_ROUNDS[cfg.quick], cfg.seed)
+            loop = ModelExecutor(*full, device)  # the replay's executor on that model
+            ops += time_host(loop, model.max_context, cfg.seed).measurements()
+            woken = time_wake_on(loop, WAKE_ROUNDS[cfg.quick], cfg.seed)
             ops += woken.measurements()
             points = woken.excess()
             wake, err = fit_wake(points)

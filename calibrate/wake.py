@@ -29,7 +29,6 @@ import numpy as np
 from scipy.optimize import curve_fit
 
 from calibrate.grids import Point
-from calibrate.model import Decoder, KVCache
 from calibrate.replay import ModelExecutor
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
@@ -121,11 +120,9 @@ def fit_wake(points: Sequence[tuple[int, float, float]]) -> tuple[dict[str, floa
     return {"max_s": float(top) / 1e3, "tau_s": float(tau) / 1e3}, err
 
 
-def time_wake_on(model: Decoder, caches: list[KVCache], rounds: int, seed: int = 0
-                 ) -> WakeTimes:
-    """:func:`time_wake` on the full-depth ``model`` and its ``caches`` (cache slot 0),
-    through the replay's executor, so the steps are timed as a serving loop times them."""
-    ex = ModelExecutor(model, caches, caches[0].k.device)
+def time_wake_on(ex: ModelExecutor, rounds: int, seed: int = 0) -> WakeTimes:
+    """:func:`time_wake` on the full-depth model of the replay's executor ``ex`` (cache
+    slot 0), so the steps are timed as a serving loop times them."""
     prompts = sorted({max(1, min(n, ex.capacity - 1)) for n in PROMPTS})
 
     def step(n: int) -> float:

@@ -179,7 +179,8 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
         return {}
     shape = StepShape(*(np.asarray(steps[f], dtype=float) for f in StepShape._fields))
     wake = _wake_prices(cost, idle_before(steps))
-    pred = np.asarray(_device_time(cost, shape), dtype=float) + wake
+    device = np.asarray(_device_time(cost, shape), dtype=float)
+    pred = device + wake
     real = np.asarray(steps["exec_s"], dtype=float)
     rel = (pred - real) / real
     prefill = np.asarray(steps["prefill_seqs"]) > 0
@@ -192,9 +193,9 @@ def step_errors(steps: dict[str, np.ndarray], cost: Any) -> dict[str, Any]:
         # Share of the steps' wall time the replay thread was on a core (CPU devices).
         out["cpu_share"] = float(np.sum(steps["cpu_s"]) / max(real.sum(), 1e-12))
     if "host_s" in steps:
-        total = np.asarray(cost.step_time(shape), dtype=float) + wake
+        total = np.asarray(cost.step_time(shape), dtype=float)
         out["host"] = {"real_s": float(np.sum(steps["host_s"])),
-                       "predicted_s": float(np.sum(total - pred))}
+                       "predicted_s": float(np.sum(total - device))}
     if wake.any():
         out["wake"] = {"steps": int((wake > 0).sum()), "predicted_s": float(wake.sum())}
     for kind, mask in (("with_prefill", prefill), ("decode_only", ~prefill)):

@@ -8,6 +8,7 @@ import torch
 from calibrate.arch import shard
 from calibrate.host import STEPS_PER_SIZE, HostTimes, time_host, workload
 from calibrate.model import build_decoder
+from calibrate.replay import ModelExecutor
 from sim.specs import MODELS
 
 
@@ -32,7 +33,8 @@ def test_loop_intervals_follow_the_batch_sizes_hand_worked() -> None:
     torch.manual_seed(0)
     with torch.inference_mode():
         model = build_decoder(shard(MODELS["tiny"], 1), 2, 256, "fp32", torch.device("cpu"))
-        times = time_host(model, model.caches(8, 256), 4096, seed=0)
+        ex = ModelExecutor(model, model.caches(8, 256), torch.device("cpu"))
+        times = time_host(ex, 4096, seed=0)
     k = STEPS_PER_SIZE
     assert list(times.seqs) == [8] + [b for b in range(7, 0, -1) for _ in range(k)]
     assert all(0 < t < 0.1 for t in times.host_s)

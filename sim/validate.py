@@ -156,7 +156,7 @@ def _print_level(level: dict[str, Any]) -> None:
 
         def ms(x: float | None) -> str:
             return "-" if x is None else f"{x * 1e3:.3g}"
-        print(f"sensitivity: every step's price x{lo:g} / x{hi:g} gives " + "; ".join(
+        print(f"sensitivity: device prices x{lo:g} / x{hi:g} give " + "; ".join(
             f"{m.upper()} {q} {ms(v[0])} / {ms(v[1])} ms (real {ms(cmp[m][q]['real'])})"
             for m, rows in sens["metrics"].items() for q, v in rows.items()))
     sm = level.get("speed_matched")

@@ -178,8 +178,17 @@ def _attend_folded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if mask is not None:
         # Rows are ordered (head in group, query), so the per-query mask repeats per head.
         mask = mask.expand(b, 1, n, mask.shape[-1]).repeat(1, 1, h // kv, 1)
-    o = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask)
-    return o.view(b, h, n, d)
+    return unfold_heads(F.scaled_dot_product_attention(qf, k, v, attn_mask=mask), h, n)
+
+
+def unfold_heads(o: torch.Tensor, heads: int, n: int) -> torch.Tensor:
+    """Folded attention output [B, K, (H/K)·n, D] back to [B, H, n, D].
+
+    A reshape, not a view: CUDA's flash and memory-efficient kernels return their
+    output laid out as [B, rows, K, D] in memory (a transposed view), where KV heads
+    and rows cannot merge without a copy; CPU kernels return it contiguous.
+    """
+    return o.reshape(o.shape[0], heads, n, o.shape[-1])
 
 
 class DecoderLayer(nn.Module):

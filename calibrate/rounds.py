@@ -12,7 +12,8 @@ phase: every shape sees the same mix of the machine's states.
 Each shape's figure is then the **mean** of its samples, not the median: a serving
 loop's latencies are sums of step times, and on that machine the mean of a small step
 sits 5-10% above its median (the same 90 s: median 0.92 ms, mean 1.03 ms), which a
-median-fitted profile leaves out. On a GPU, with CUDA graphs, the two agree.
+median-fitted profile leaves out. Whole steps are run eagerly and timed by wall clock
+on every device (calibrate/sweeps.py says why).
 
 A shape's first call of each round after the first is a discarded warm-up when the
 shape takes several samples per round (a cheap step): a serving loop mostly runs a
@@ -21,14 +22,13 @@ decode after a similar decode, not after the expensive prefill timed before it h
 
 from __future__ import annotations
 
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from tqdm import tqdm
-
 from calibrate.grids import Point
-from calibrate.sweeps import Bench, Measurement, Prepared
+from calibrate.progress import bar as progress_bar
+from calibrate.sweeps import Bench, Measurement
 from calibrate.timing import Timing
 
 
@@ -48,13 +48,15 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
     (``perf_counter`` seconds); (one measurement per point reached, whether the first
     round was cut short). A point that fails (out of memory, say) is recorded once and
     left out of later rounds; points the first round did not reach are absent."""
-    bench.reserve(points)
-    fns: dict[int, Prepared] = {}
+    try:
+        bench.reserve(points)
+    except Exception as exc:  # noqa: BLE001 - out of memory, say: every step records it
+        return [bench.failure(p, exc) for p in points], False
+    fns: dict[int, Callable[[], object]] = {}
     per_round: dict[int, int] = {}
     samples: dict[int, list[float]] = {}
     failed: dict[int, Measurement] = {}
-    bar = tqdm(total=len(points) * cfg.rounds, desc="whole steps (rounds)", disable=not progress,
-               file=sys.stderr, unit="pt", dynamic_ncols=True)
+    bar = progress_bar(len(points) * cfg.rounds, "whole steps (rounds)", progress)
     stopped = False
     try:
         for r in range(cfg.rounds):
@@ -66,15 +68,14 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
                     continue
                 try:
                     if r == 0:
-                        fn, wall, _ = fns[i] = bench.prepare(p)
-                        first = bench.timer.take(fn, 1, wall, warmup=cfg.warmup)
+                        fn = fns[i] = bench.prepare(p)
+                        first = bench.timer.take(fn, 1, True, warmup=cfg.warmup)
                         k = max(1, min(cfg.max_per_round, int(cfg.slice_s / max(first[0], 1e-7))))
                         per_round[i] = k
-                        samples[i] = first + bench.timer.take(fn, k - 1, wall)
+                        samples[i] = first + bench.timer.take(fn, k - 1, True)
                     else:
-                        fn, wall, _ = fns[i]
                         k = per_round[i]
-                        samples[i] += bench.timer.take(fn, k, wall, warmup=1 if k > 1 else 0)
+                        samples[i] += bench.timer.take(fns[i], k, True, warmup=1 if k > 1 else 0)
                 except Exception as exc:  # noqa: BLE001 - a failed step must not end the phase
                     failed[i] = bench.failure(p, exc)
                     fns.pop(i, None)
@@ -88,7 +89,7 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
         if i in failed:
             out.append(failed[i])
         elif i in samples:
-            t = Timing(tuple(samples[i]), fns[i].graphed)
+            t = Timing(tuple(samples[i]), graph=False)
             out.append(Measurement(p, "ok", t, note=(
                 f"{len(t.samples) // per_round[i]} rounds x {per_round[i]}; mean {t.mean_s:.4g} s, "
                 f"median {t.median_s:.4g} s")))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from calibrate.arch import shard
 from calibrate.fit import (
@@ -31,10 +29,11 @@ from calibrate.fit import (
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.host import time_host
 from calibrate.output import device_info, write_csv, write_profile
+from calibrate.progress import bar as progress_bar
 from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
-from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
+from calibrate.timing import Timer, TimingConfig, is_oom, keep_host_memory, pin_cores
 from calibrate.wake import fit_wake, time_wake_on
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
@@ -120,22 +119,32 @@ def _timing(quick: bool) -> TimingConfig:
     return TimingConfig(warmup=3, min_repeats=10, max_repeats=100, target_s=0.15)
 
 
-def _validation_layers(model: ModelSpec, weight_bytes_per_layer: float, device: torch.device
-                       ) -> int:
-    """Layers the whole-step check can hold: all, unless their weights crowd out memory."""
+def _validation_layers(model: ModelSpec, layer_bytes: float, device: torch.device) -> int:
+    """Layers the whole steps can run at: all, unless a layer's weights and KV caches
+    (``layer_bytes``) crowd out memory."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         room = 0.6 * free
     else:
         room = 4e9  # keep CPU runs modest whatever the host has
-    return max(1, min(model.layers, int(room // max(weight_bytes_per_layer, 1.0))))
+    return max(1, min(model.layers, int(room // max(layer_bytes, 1.0))))
+
+
+def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> float:
+    """Bytes one layer of the full-depth model needs for the whole steps: its weights and
+    the K and V caches :meth:`Bench.reserve` sizes for ``step_points`` (most entries of
+    any step × longest context of any step)."""
+    d = shard(model, tp)
+    slots = max(len(p.entries) for p in step_points)
+    capacity = max(n + c for p in step_points for n, c in p.entries)
+    kv = 2 * slots * capacity * d.kv_heads * d.head_dim
+    return (model.linear_params_per_layer / tp + kv) * model.dtype_bytes
 
 
 def _sweep(points: list[Point], bench: Bench, deadline: float, label: str, progress: bool,
            on_point: Callable[[Measurement], None] | None = None) -> tuple[list[Measurement], bool]:
     out: list[Measurement] = []
-    bar = tqdm(total=len(points), desc=label, disable=not progress, file=sys.stderr,
-               unit="pt", dynamic_ncols=True)
+    bar = progress_bar(len(points), label, progress)
     stopped = False
     try:
         for p in points:
@@ -177,18 +186,17 @@ def _best(runs: list[list[Measurement]], points: list[Point]) -> list[Measuremen
     return out
 
 
-def _timed_passes(op_points: list[Point], step_points: list[Point], bench: Bench,
-                  t0: float, cfg: CalibrationConfig
-                  ) -> tuple[list[Measurement], list[Measurement], bool, bool]:
-    """Operators in ``cfg.passes`` sweeps, then whole steps in interleaved rounds:
-    (ops, steps, stopped×2).
+def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: CalibrationConfig
+                     ) -> tuple[list[Measurement], bool]:
+    """Operators in ``cfg.passes`` sweeps: (the best of each point, whether the first
+    pass was cut short).
 
-    The first operator pass may run until 1 − STEP_SHARE of the budget; later passes use
-    what is left under the same deadline, and an incomplete one still improves what it
-    reached (only the first decides whether the sweep was cut short). The whole steps
-    then have the rest of the budget (:mod:`calibrate.rounds`).
+    The first pass may run until 1 − STEP_SHARE of the budget; later passes use what is
+    left under the same deadline, and an incomplete one still improves what it reached
+    (only the first decides whether the sweep was cut short). Host work, waking and the
+    whole steps then have the rest of the budget.
     """
-    op_deadline, step_deadline = t0 + cfg.budget_s * (1 - STEP_SHARE), t0 + cfg.budget_s
+    op_deadline = t0 + cfg.budget_s * (1 - STEP_SHARE)
     op_runs: list[list[Measurement]] = []
     stopped = False
     for k in range(cfg.passes):
@@ -198,9 +206,38 @@ def _timed_passes(op_points: list[Point], step_points: list[Point], bench: Bench
         stopped = stopped or (cut and k == 0)
         if cut:
             break
-    steps, stopped_steps = time_in_rounds(step_points, bench, step_deadline, cfg.rounds,
-                                          cfg.progress)
-    return _best(op_runs, op_points), steps, stopped, stopped_steps
+    return _best(op_runs, op_points), stopped
+
+
+def _loop_terms(bench: Bench, step_points: list[Point], model: ModelSpec, cfg: CalibrationConfig,
+                deadline: float, device: torch.device
+                ) -> tuple[list[Measurement], dict[str, float] | None, dict[str, float] | None,
+                           str | None]:
+    """Build the full-depth model for the whole steps and time the serving loop's host
+    work and the price of waking from idle on it: (their measurements, the wake
+    coefficients and fit, or a note saying why they were not measured).
+
+    They run before the whole steps, which take whatever time is left: timed last,
+    they would find the budget spent whenever the rounds run to the deadline (a large
+    model's always do), and the profile would price them at their defaults.
+    """
+    try:
+        bench.reserve(step_points)
+    except Exception as exc:  # noqa: BLE001 - out of memory: the whole steps record it too
+        if not is_oom(exc):
+            raise
+        return [], None, None, ("out of memory building the full-depth model: host work "
+                                "between steps and waking from idle not measured (priced 0)")
+    full = bench.reserved()
+    if full is None or time.perf_counter() >= deadline:
+        return [], None, None, ("budget exhausted: host work between steps and the price "
+                                "of waking from idle not measured (priced 0)")
+    loop = ModelExecutor(*full, device)  # the replay's executor on that model
+    ms = time_host(loop, model.max_context, cfg.seed).measurements()
+    woken = time_wake_on(loop, WAKE_ROUNDS[cfg.quick], cfg.seed)
+    points = woken.excess()
+    wake, err = fit_wake(points)
+    return ms + woken.measurements(), wake, {"points": len(points), "mean_abs_err_s": err}, None
 
 
 def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
@@ -237,31 +274,23 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
 
     grid = grid_for(device.type, cfg.quick)
     timer = Timer(device, _timing(cfg.quick))
+    step_points = whole_step_points(model, grid)
     with torch.inference_mode():
-        lin_bytes = model.linear_params_per_layer / cfg.tp * model.dtype_bytes
-        layers = _validation_layers(model, lin_bytes, device)
+        layers = _validation_layers(model, _step_layer_bytes(model, cfg.tp, step_points), device)
         bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
-        ops, steps, stopped, stopped_steps = _timed_passes(
-            operator_points(model, grid, cfg.seed), whole_step_points(model, grid), bench, t0,
-            cfg)
-        full = bench.reserved()
-        wake: dict[str, float] | None = None
-        wake_fit: dict[str, float] | None = None
-        if full is not None and time.perf_counter() < t0 + cfg.budget_s:
-            loop = ModelExecutor(*full, device)  # the replay's executor on that model
-            ops += time_host(loop, model.max_context, cfg.seed).measurements()
-            woken = time_wake_on(loop, WAKE_ROUNDS[cfg.quick], cfg.seed)
-            ops += woken.measurements()
-            points = woken.excess()
-            wake, err = fit_wake(points)
-            wake_fit = {"points": len(points), "mean_abs_err_s": err}
-        else:
-            notes.append("budget exhausted: host work between steps and the price of "
-                         "waking from idle not measured (priced 0)")
+        csv_path = cfg.out.with_suffix(".csv")
+        ops, stopped = _operator_passes(operator_points(model, grid, cfg.seed), bench, t0, cfg)
+        write_csv(csv_path, ops)  # kept whatever happens next (an interrupt, say)
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
-        csv_path = cfg.out.with_suffix(".csv")
+        loop_ms, wake, wake_fit, why = _loop_terms(bench, step_points, model, cfg,
+                                                   t0 + cfg.budget_s, device)
+        ops += loop_ms
+        notes += [why] if why else []
+        write_csv(csv_path, ops)
+        steps, stopped_steps = time_in_rounds(step_points, bench, t0 + cfg.budget_s, cfg.rounds,
+                                              cfg.progress)
         fits: dict[str, FitResult] = {}
         try:
             for name in OPERATORS + ("host",):

@@ -8,18 +8,19 @@ model's layer already overflows any cache on its own. Operator points give entri
 cache slots in order of context, so each decode group is one view of the cache; whole
 steps give them slots in an order unrelated to context, as a serving loop's slots end
 up, so their groups split into runs of consecutive slots as a replay's do (a 4-entry
-decode: 2 groups in context order, 4 scattered).
+decode: 2 groups in context order, 4 scattered). Whole steps run eagerly on every
+device, as the replay's serving loop runs them (calibrate/replay.py): on CUDA a
+decode step's kernel launches are part of what a step costs there, and a profile
+fitted on graph replays would price a loop that validation never runs.
 A point that runs out of memory is skipped and recorded, and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import itertools
-import typing
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -31,14 +32,6 @@ from calibrate.timing import Timer, Timing, is_oom
 from sim.shape import StepShape, shape_of
 
 ROTATE_BYTES = 64e6
-
-
-class Prepared(NamedTuple):
-    """A whole step ready to time repeatedly."""
-
-    fn: Callable[[], object]
-    wall: bool      # time by wall clock (host packing to ids on the host)
-    graphed: bool   # replays a captured CUDA graph
 
 
 @dataclass
@@ -113,7 +106,8 @@ class Bench:
         caches = self._full_caches
         if caches is None or caches[0].slots < slots or caches[0].capacity < capacity:
             old = (caches[0].slots, caches[0].capacity) if caches else (0, 0)
-            self._full_caches = None
+            # Whole steps come after the operators: their caches make room for these.
+            self._caches = self._full_caches = None
             self._release()
             caches = self.full.caches(max(slots, old[0]), max(capacity, old[1]))
             self._full_caches = caches
@@ -147,20 +141,18 @@ class Bench:
 
     def reserve(self, points: list[Point]) -> None:
         """Build the full-depth model and its caches once for every whole step in
-        ``points``, so callables prepared for them stay valid together (a CUDA graph
-        holds its cache's addresses)."""
+        ``points``, so the callables prepared for them share one set of caches (each
+        holds the caches it was prepared with; growing them later would keep two)."""
         needs = [_needs(p.entries) for p in points if p.component == WHOLE_STEP]
         if needs:
             self._full_model(max(n[0] for n in needs), max(n[1] for n in needs))
 
-    def prepare(self, point: Point) -> Prepared:
-        """A whole step's callable, reusable across rounds."""
+    def prepare(self, point: Point) -> Callable[[], object]:
+        """A whole step's callable, reusable across rounds; time it by wall clock."""
         if point.component != WHOLE_STEP:
             raise ValueError(f"prepare() is for whole steps, not {point.component!r}")
         entries = slotted(point.entries, scatter=True)
-        fn, graphed = self._whole(entries, [7] * sum(n for _, n, _ in entries),
-                                  all(n == 1 for _, n, _ in entries))
-        return Prepared(fn, True, graphed)
+        return self._whole(entries, [7] * sum(n for _, n, _ in entries))
 
     def _randn(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=self.one.embed.weight.dtype)
@@ -204,29 +196,16 @@ class Bench:
                 return x[b.last, 0].cpu()
             return step, False, True
         if point.component == WHOLE_STEP:
-            return self._whole(entries, tokens, decode_sized)[0], False, True
+            return self._whole(entries, tokens), False, True
         raise ValueError(f"unknown component {point.component!r}")
 
-    def _whole(self, entries: list[tuple[int, int, int]], tokens: list[int],
-               decode_sized: bool) -> tuple[Callable[[], object], bool]:
-        """A full-depth step, timed by wall clock from host packing to ids on the host;
-        (callable, whether it replays a CUDA graph)."""
+    def _whole(self, entries: list[tuple[int, int, int]], tokens: list[int]
+               ) -> Callable[[], object]:
+        """A full-depth step, run eagerly (see the module docstring), to be timed by wall
+        clock from host packing to ids on the host."""
         model, caches = self._full_model(*_needs(tuple((n, c) for _, n, c in entries)))
-        if decode_sized and self.device.type == "cuda":
-            batch = prepare(entries, self.device)
-            ids = torch.tensor(tokens, device=self.device)
-            replay = self.timer.capture(lambda: model(ids, caches, batch))
-            if replay is not None:
-                out = typing.cast(torch.Tensor, replay[1])
-
-                def graphed() -> object:
-                    prepare(entries, self.device)  # the host work still happens every step
-                    ids.copy_(torch.tensor(tokens), non_blocking=True)
-                    replay[0]()
-                    return out.cpu()
-                return graphed, True
 
         def eager() -> object:
             b = prepare(entries, self.device)
             return model(torch.tensor(tokens, device=self.device), caches, b).cpu()
-        return eager, False
+        return eager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -17,11 +18,18 @@ import yaml
 from calibrate import sweeps
 from calibrate.arch import shard
 from calibrate.cli import main
-from calibrate.grids import Point
+from calibrate.grids import Point, grid_for, whole_step_points
 from calibrate.model import build_decoder, prepare
-from calibrate.run import WAKE_ROUNDS, CalibrationConfig, _best, _sweep, calibrate
+from calibrate.run import (
+    WAKE_ROUNDS,
+    CalibrationConfig,
+    _best,
+    _step_layer_bytes,
+    _sweep,
+    calibrate,
+)
 from calibrate.sweeps import Measurement
-from calibrate.timing import Timing
+from calibrate.timing import Timer, Timing, TimingConfig
 from calibrate.wake import IDLE_S
 from sim.profilefile import load_profile
 from sim.shape import shape_of
@@ -210,9 +218,11 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], m
 def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
            "SERVESIM_CHECK_DEVICE": "cpu"}
-    # Block simpy in the child: calibration must not need it.
+    # The GPU machine has only torch, numpy, scipy and pyyaml of what servesim uses:
+    # block the rest in the child.
     (tmp_path / "block").mkdir()
-    (tmp_path / "block" / "simpy.py").write_text("raise ImportError('simpy is blocked')\n")
+    for name in ("simpy", "tqdm", "matplotlib"):
+        (tmp_path / "block" / f"{name}.py").write_text(f"raise ImportError('{name} is blocked')\n")
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{tmp_path / 'block'}"
     out = tmp_path / "out"
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)], env=env,
@@ -226,3 +236,28 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     assert all(p.is_file() for p in out.iterdir())
     assert "whole steps: mean error" in log
     load_profile(str(out / "cpu-tiny.yaml"))
+
+
+def test_whole_step_memory_estimate_is_what_reserve_builds() -> None:
+    """The layer count for whole steps is sized from this estimate (a model whose caches
+    do not fit at full depth runs them at fewer layers), so it must match the weights
+    and caches :meth:`Bench.reserve` actually allocates."""
+    spec = MODELS["tiny"]
+    points = whole_step_points(spec, grid_for("cpu", True))
+    meta = torch.device("meta")
+    bench = sweeps.Bench(shard(spec, 1), spec.layers, spec.max_context, "fp32", meta,
+                         Timer(meta, TimingConfig()))
+    bench.reserve(points)
+    built = bench.reserved()
+    assert built is not None
+    model, caches = built
+    layer = model.layers[0]
+    weights = sum(m.weight.numel() * m.weight.element_size() for m in layer.modules()
+                  if isinstance(m, torch.nn.Linear))
+    kv = 2 * caches[0].k.numel() * caches[0].k.element_size()
+    assert _step_layer_bytes(spec, 1, points) == weights + kv
+    # mistral-7b's longest whole-step prompt on the GPU grid with its 64-entry decodes:
+    # 4.1 GiB a layer in bf16, so 60% of an H200's free memory holds 20 of its 32 layers.
+    big = dataclasses.replace(MODELS["mistral-7b"], dtype="bf16")
+    per_layer = _step_layer_bytes(big, 1, whole_step_points(big, grid_for("cuda", False)))
+    assert 4.0 < per_layer / 2**30 < 4.3

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from calibrate.arch import from_hf_config, resolve_model, shard
-from calibrate.model import build_decoder, prepare
+from calibrate.model import build_decoder, prepare, unfold_heads
 from calibrate.sweeps import slotted
 from sim.errors import ServesimError
 from sim.specs import MODELS
@@ -42,6 +42,18 @@ def test_chunked_prefill_and_mixed_decode_match_full_prefill() -> None:
     torch.testing.assert_close(b[:13], ref[0, 10:23], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(b[13], ref[1, 16], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(b[14], ref[2, 20], atol=1e-5, rtol=1e-4)
+
+
+def test_folded_attention_output_unfolds_from_the_layout_cuda_kernels_return() -> None:
+    # CUDA's flash kernels hand back [B, K, G*n, D] as a transposed view of a
+    # [B, G*n, K, D] buffer; heads and rows must come back in the same logical order.
+    b, kv, g, n, d = 3, 2, 4, 5, 8
+    contiguous = torch.randn(b, kv, g * n, d)
+    transposed = contiguous.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not transposed.is_contiguous()
+    want = contiguous.view(b, kv * g, n, d)
+    torch.testing.assert_close(unfold_heads(transposed, kv * g, n), want, rtol=0, atol=0)
+    torch.testing.assert_close(unfold_heads(contiguous, kv * g, n), want, rtol=0, atol=0)
 
 
 def test_decode_groups_bucket_by_context_and_use_views() -> None:

@@ -8,7 +8,7 @@ import torch
 
 from calibrate.grids import WHOLE_STEP, Point
 from calibrate.rounds import RoundsConfig, time_in_rounds
-from calibrate.sweeps import Measurement, Prepared
+from calibrate.sweeps import Measurement
 from calibrate.timing import Timer, TimingConfig
 
 
@@ -16,14 +16,16 @@ class Recorder:
     """A bench whose steps only log their name; step ``fail`` raises from round ``fail_round``."""
 
     def __init__(self, fail: str = "", fail_round: int = 1, oom: bool = False,
-                 graphed: bool = False):
+                 reserve_fails: bool = False):
         self.timer = Timer(torch.device("cpu"), TimingConfig())
-        self.graphed = graphed
+        self.reserve_fails = reserve_fails
         self.calls: list[str] = []
         self.reserved: list[Point] = []
         self.fail, self.fail_round, self.oom = fail, fail_round, oom
 
     def reserve(self, points: list[Point]) -> None:
+        if self.reserve_fails:
+            raise torch.OutOfMemoryError("no room for the full model")
         self.reserved = list(points)
 
     def prepare(self, point: Point):
@@ -31,7 +33,7 @@ class Recorder:
             self.calls.append(point.label)
             if point.label == self.fail and self.calls.count(point.label) > 3 * self.fail_round:
                 raise (torch.OutOfMemoryError("injected") if self.oom else RuntimeError("boom"))
-        return Prepared(fn, True, self.graphed)
+        return fn
 
     def failure(self, point: Point, exc: Exception) -> Measurement:
         return Measurement(point, "oom" if self.oom else "error", note=str(exc))
@@ -83,10 +85,17 @@ def test_an_expensive_step_takes_one_sample_a_round_without_warm_up() -> None:
     assert out[0].note.startswith("4 rounds x 1; ")
 
 
-def test_a_graphed_step_is_recorded_as_graphed() -> None:
-    """The CSV's graph column says whether a whole step replayed a CUDA graph."""
+def test_whole_steps_are_recorded_as_eager_wall_clock_runs() -> None:
+    """The CSV's graph column: whole steps never replay a CUDA graph (the replay's loop
+    does not)."""
     cfg = RoundsConfig(rounds=2, slice_s=1.0, warmup=1, max_per_round=2)
-    for graphed in (False, True):
-        out, _ = time_in_rounds(pts("a"), Recorder(graphed=graphed),  # type: ignore[arg-type]
-                                time.perf_counter() + 60, cfg)
-        assert out[0].timing is not None and out[0].timing.graph is graphed
+    out, _ = time_in_rounds(pts("a"), Recorder(), time.perf_counter() + 60, cfg)  # type: ignore[arg-type]
+    assert out[0].timing is not None and out[0].timing.graph is False
+
+
+def test_no_room_for_the_full_model_records_every_step_and_times_none() -> None:
+    bench = Recorder(oom=True, reserve_fails=True)
+    out, stopped = time_in_rounds(pts("a", "b"), bench, time.perf_counter() + 60,  # type: ignore[arg-type]
+                                  RoundsConfig())
+    assert not stopped and bench.calls == []
+    assert [(m.status, m.note) for m in out] == [("oom", "no room for the full model")] * 2

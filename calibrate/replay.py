@@ -161,7 +161,8 @@ class _State:
 @dataclass
 class ReplayResult:
     """Per-request times (seconds from the replay's start; NaN if it never happened),
-    statuses (``finished`` or ``rejected``) and one row per iteration (:data:`STEP_FIELDS`)."""
+    statuses (``finished``, ``rejected``, or ``unfinished`` when the replay was
+    interrupted first) and one row per iteration (:data:`STEP_FIELDS`)."""
 
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
@@ -174,6 +175,7 @@ class ReplayResult:
     reason: list[str]
     steps: list[tuple[float, ...]] = field(default_factory=list)
     wall_s: float = 0.0
+    interrupted: bool = False  # stopped by SIGINT (a timeout, say) before the last finish
 
 
 def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serving: Any,
@@ -206,62 +208,70 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
     # The loop's own work since the previous step returned (or since an idle wait
     # ended), timed on the wall clock whatever ``clock`` is: sim prices it as ``host``.
     host_t0 = t_start
-    while True:
-        now = clock.now()
-        while nxt < n and arrivals[nxt] <= now:
-            why = _reject_reason(int(prompt[nxt]), int(output[nxt]), max_context, kv,
-                                 serving.block_size, policy, state)
-            if why:
-                res.status[nxt], res.reason[nxt] = "rejected", why
-            else:
-                state.waiting.append(Request(nxt, arrivals[nxt], int(prompt[nxt]),
-                                             int(output[nxt])))
-            nxt += 1
-        state.now = now
-        batch = policy.schedule(state)
-        if not batch:
-            if state.waiting or state.running:
-                raise RuntimeError("the policy scheduled nothing with work pending")
-            if nxt >= n:
-                break
-            clock.wait_until(arrivals[nxt])
+    # A SIGINT (the timeout around a replay on a lent machine) ends the loop between or
+    # inside steps: what was served is kept and the rest is marked unfinished.
+    try:
+        while True:
+            now = clock.now()
+            while nxt < n and arrivals[nxt] <= now:
+                why = _reject_reason(int(prompt[nxt]), int(output[nxt]), max_context, kv,
+                                     serving.block_size, policy, state)
+                if why:
+                    res.status[nxt], res.reason[nxt] = "rejected", why
+                else:
+                    state.waiting.append(Request(nxt, arrivals[nxt], int(prompt[nxt]),
+                                                 int(output[nxt])))
+                nxt += 1
+            state.now = now
+            batch = policy.schedule(state)
+            if not batch:
+                if state.waiting or state.running:
+                    raise RuntimeError("the policy scheduled nothing with work pending")
+                if nxt >= n:
+                    break
+                clock.wait_until(arrivals[nxt])
+                host_t0 = time.perf_counter()
+                continue
+            # Physical slots follow the block accounting: preempted requests gave theirs up.
+            running = {r.id for r in state.running}
+            for rid in [i for i in slot if i not in running]:
+                free_slots.append(slot.pop(rid))
+            entries: list[Entry] = []
+            tokens: list[int] = []
+            for r, k in batch.items():
+                if r.id not in slot:
+                    slot[r.id] = free_slots.pop()
+                entries.append((slot[r.id], k, r.computed))
+                tokens.extend([last_id.get(r.id, r.id % vocab)] * k)
+            cpu0 = time.thread_time()
+            host = time.perf_counter() - host_t0
+            ids, dt = executor.step(entries, tokens)
             host_t0 = time.perf_counter()
-            continue
-        # Physical slots follow the block accounting: preempted requests gave theirs up.
-        for rid in [i for i in slot if i not in {r.id for r in state.running}]:
-            free_slots.append(slot.pop(rid))
-        entries: list[Entry] = []
-        tokens: list[int] = []
-        for r, k in batch.items():
-            if r.id not in slot:
-                slot[r.id] = free_slots.pop()
-            entries.append((slot[r.id], k, r.computed))
-            tokens.extend([last_id.get(r.id, r.id % vocab)] * k)
-        cpu0 = time.thread_time()
-        host = time.perf_counter() - host_t0
-        ids, dt = executor.step(entries, tokens)
-        host_t0 = time.perf_counter()
-        end = clock.end_step(now, dt)
-        # This thread's CPU seconds in the step: on a CPU device, well under exec_s means
-        # other processes took the core and the measured times are inflated.
-        cpu = time.thread_time() - cpu0
-        res.steps.append((now, end, dt, cpu, host, *shape_of((k, c) for _, k, c in entries)))
-        done = False
-        for (r, k), tok in zip(batch.items(), ids, strict=True):
-            r.computed += k
-            last_id[r.id] = tok
-            if r.computed == r.prompt + r.generated:
-                r.generated += 1
-                if r.generated == 1:
-                    res.first_token[r.id] = end
-                if r.generated == r.output:
-                    kv.free(r.blocks)
-                    r.blocks = 0
-                    res.finish[r.id] = end
-                    free_slots.append(slot.pop(r.id))
-                    done = True
-        if done:
-            state.running = [r for r in state.running if r.generated < r.output]
+            end = clock.end_step(now, dt)
+            # This thread's CPU seconds in the step: on a CPU device, well under exec_s means
+            # other processes took the core and the measured times are inflated.
+            cpu = time.thread_time() - cpu0
+            res.steps.append((now, end, dt, cpu, host, *shape_of((k, c) for _, k, c in entries)))
+            done = False
+            for (r, k), tok in zip(batch.items(), ids, strict=True):
+                r.computed += k
+                last_id[r.id] = tok
+                if r.computed == r.prompt + r.generated:
+                    r.generated += 1
+                    if r.generated == 1:
+                        res.first_token[r.id] = end
+                    if r.generated == r.output:
+                        kv.free(r.blocks)
+                        r.blocks = 0
+                        res.finish[r.id] = end
+                        free_slots.append(slot.pop(r.id))
+                        done = True
+            if done:
+                state.running = [r for r in state.running if r.generated < r.output]
+    except KeyboardInterrupt:
+        res.interrupted = True
+        res.status = ["unfinished" if st == "finished" and not np.isfinite(f) else st
+                      for st, f in zip(res.status, res.finish, strict=True)]
     res.wall_s = time.perf_counter() - t_start
     return res
 

@@ -55,12 +55,16 @@ class Workload:
     output: np.ndarray
     notes: tuple[str, ...]
 
-    def at_rate(self, rate: float) -> np.ndarray:
-        """Arrivals rescaled so that requests / (last - first arrival) = ``rate`` req/s."""
-        span = float(self.arrival_s[-1] - self.arrival_s[0])
-        if len(self.arrival_s) < 2 or span <= 0:
-            return np.zeros_like(self.arrival_s)
-        return self.arrival_s * (len(self.arrival_s) / rate / span)
+    def at_rate(self, rate: float, n: int | None = None) -> np.ndarray:
+        """The first ``n`` arrivals (all by default) rescaled so that n / (last - first
+        arrival) = ``rate`` req/s. Scaling the first n by their own span, not the whole
+        trace's, keeps a level cut short by ``--level-s`` at its rate: a trace's
+        arrivals are not even, and its first rows may be sparser than the rest."""
+        a = self.arrival_s[:n]
+        span = float(a[-1] - a[0]) if len(a) else 0.0
+        if len(a) < 2 or span <= 0:
+            return np.zeros_like(a)
+        return a * (len(a) / rate / span)
 
 
 def trace_workload(ref: str, n: int, max_len: int, offset: int = 0) -> Workload:
@@ -180,19 +184,31 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
                                                       max(MIN_LEVEL, int(rate * level_s)))
         log(f"replaying {n} requests at {rate:.3g} req/s"
             f"{f' (load {load:.2f} of predicted saturation)' if load is not None else ''}")
-        res, info = replay_on_device(spec, w.at_rate(rate)[:n], w.prompt[:n], w.output[:n],
+        res, info = replay_on_device(spec, w.at_rate(rate, n), w.prompt[:n], w.output[:n],
                                      serving, device, dtype, threads, log=log, executor=ex)
-        after = probe(ex[0], shapes)
         fin = np.isfinite(res.finish)
-        log(f"  done in {res.wall_s:.1f} s: {int(fin.sum())} finished, "
-            f"{res.status.count('rejected')} rejected, {len(res.steps)} iterations")
-        records.append(to_record(res, {
+        meta: dict[str, Any] = {
             "label": f"{label}-{rate:.3g}rps", "level": label, "rate_rps": rate,
             "load": load, "trace": trace, "notes": list(w.notes),
             "model": dataclasses.asdict(spec), "device": info,
-            "serving": dataclasses.asdict(serving),
-            "probe": {"entries": {k: [[n, c] for _, n, c in e] for k, e in shapes.items()},
-                      "before_s": before, "after_s": after}}))
+            "serving": dataclasses.asdict(serving)}
+        if res.interrupted:
+            # Keep what the level served, say so, and stop as asked (no probe after it).
+            left = res.status.count("unfinished")
+            log(f"  interrupted after {res.wall_s:.1f} s: {int(fin.sum())} finished, "
+                f"{left} unfinished; writing the level as far as it went")
+            meta["notes"] = [*meta["notes"], f"interrupted after {res.wall_s:.1f} s: "
+                             f"{left} of {n} requests unfinished"]
+            records.append(to_record(res, meta))
+            if on_record is not None:
+                on_record(records[-1])
+            raise KeyboardInterrupt
+        after = probe(ex[0], shapes)
+        log(f"  done in {res.wall_s:.1f} s: {int(fin.sum())} finished, "
+            f"{res.status.count('rejected')} rejected, {len(res.steps)} iterations")
+        meta["probe"] = {"entries": {k: [[n, c] for _, n, c in e] for k, e in shapes.items()},
+                         "before_s": before, "after_s": after}
+        records.append(to_record(res, meta))
         if on_record is not None:
             on_record(records[-1])
     return records
@@ -290,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("replay: interrupted; levels finished so far are written", file=sys.stderr)
+        print("replay: interrupted; the levels run so far are written (the last as far as "
+              "it went)", file=sys.stderr)
         return 130
     return 0
 

@@ -219,7 +219,8 @@ def _loop_terms(bench: Bench, step_points: list[Point], model: ModelSpec, cfg: C
 
     They run before the whole steps, which take whatever time is left: timed last,
     they would find the budget spent whenever the rounds run to the deadline (a large
-    model's always do), and the profile would price them at their defaults.
+    model's always do), and the profile would price them at their defaults. They start
+    only before ``deadline``.
     """
     try:
         bench.reserve(step_points)
@@ -284,8 +285,10 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
-        loop_ms, wake, wake_fit, why = _loop_terms(bench, step_points, model, cfg,
-                                                   t0 + cfg.budget_s, device)
+        # Host and wake start only while half the whole steps' share is left, so an
+        # operator sweep that ran to its deadline cannot leave the steps no time at all.
+        loop_ms, wake, wake_fit, why = _loop_terms(
+            bench, step_points, model, cfg, t0 + cfg.budget_s * (1 - STEP_SHARE / 2), device)
         ops += loop_ms
         notes += [why] if why else []
         write_csv(csv_path, ops)

@@ -66,7 +66,8 @@ done
 # replay records go, as one file, to OUTDIR/validate-DEVICE-MODEL.tar.gz (the 8th file);
 # compare them elsewhere with
 #   servesim validate --replay replay-*.json --profile OUTDIR/DEVICE-MODEL.yaml
-# The block runs only when the calibration left at least 100 s of the 8 minutes.
+# The block runs only when the calibration left at least 120 s of the 8 minutes. A level
+# the timeout interrupts is kept as far as it went (its unserved requests marked).
 vmodel=llama-3-8b
 vrequests=300
 if [ "$device" = cpu ]; then vmodel=tiny; vrequests=40; fi
@@ -74,14 +75,15 @@ vprofile="$out/$device-$vmodel.yaml"
 vleft=$(( 470 - SECONDS ))
 if [ ! -f "$vprofile" ]; then
     echo "== validate: skipped, no profile $vprofile" >>"$log"
-elif [ "$vleft" -lt 100 ]; then
+elif [ "$vleft" -lt 120 ]; then
     echo "== validate: skipped, only ${vleft}s of the 8 minutes left" >>"$log"
 else
     vtmp=$(mktemp -d)
-    # Per level: the requests arriving within (left - build and drain) / 2 seconds.
-    vlevel=$(( (vleft - 60) / 2 ))
+    # Per level: arrivals over (left - start-up, probes and two drains) / 2 seconds. The
+    # timeout leaves 20 s (and 10 more before a kill) for the archive before 8 minutes.
+    vlevel=$(( (vleft - 80) / 2 ))
     echo "== validate $device-$vmodel: ${vleft}s left, ${vlevel}s of arrivals per level" >>"$log"
-    timeout --signal=INT --kill-after=15 "$(( vleft - 5 ))" \
+    timeout --signal=INT --kill-after=10 "$(( vleft - 20 ))" \
         "$py" -m calibrate.replay_cli --model "$vmodel" --device "$device" \
         --profile "$vprofile" --trace azure_2023_conv --requests "$vrequests" --load 0.5,0.85 \
         --level-s "$vlevel" --out "$vtmp" >>"$log" 2>&1

@@ -138,6 +138,55 @@ def test_virtual_replay_pays_wake_like_the_simulator() -> None:
     assert np.abs(sim.first_token - plain.first_token).max() > 1e-3
 
 
+class InterruptedAt(CostExecutor):
+    """A stand-in device interrupted (as by a timeout's SIGINT) in its ``k``-th step."""
+
+    def __init__(self, cost: LinearCost, k: int):
+        super().__init__(cost)
+        self.k, self.calls = k, 0
+
+    def step(self, entries, tokens):
+        self.calls += 1
+        if self.calls == self.k:
+            raise KeyboardInterrupt
+        return super().step(entries, tokens)
+
+
+def test_an_interrupted_replay_keeps_what_it_served() -> None:
+    w = trace_workload("azure_2023_conv", 60, 2048)
+    sv = serving_config({"policy": "continuous", "max_num_seqs": 8,
+                         "max_num_batched_tokens": 2048, "num_kv_blocks": 8 * 128})
+    cost = LinearCost(**COST)
+    arrival = w.at_rate(0.7 * saturation_rate(w, sv, 4096, cost))
+    whole = run_loop(arrival, w.prompt, w.output, sv, 4096, CostExecutor(cost), VirtualClock())
+    k = len(whole.steps) // 2
+    part = run_loop(arrival, w.prompt, w.output, sv, 4096, InterruptedAt(cost, k),
+                    VirtualClock())
+    assert part.interrupted and not whole.interrupted
+    assert len(part.steps) == k - 1  # the interrupted step is not recorded
+    done = np.isfinite(part.finish)
+    assert 0 < done.sum() < len(w.prompt)
+    # Up to the interrupt the two runs are the same run.
+    np.testing.assert_array_equal(part.finish[done], whole.finish[done])
+    assert [s for s, d in zip(part.status, done, strict=True) if not d] == \
+        ["unfinished"] * int((~done).sum())
+    assert all(s == "finished" for s, d in zip(part.status, done, strict=True) if d)
+
+
+def test_a_level_cut_short_runs_at_its_rate() -> None:
+    """--level-s keeps the first n requests; their own span sets the rate, whatever the
+    rest of the trace does (its first rows are sparser than the whole)."""
+    w = trace_workload("azure_2023_conv", 300, 4096)
+    for n in (20, 90, 300):
+        a = w.at_rate(4.0, n)
+        assert len(a) == n and a[0] == 0.0
+        assert n / (a[-1] - a[0]) == pytest.approx(4.0, rel=1e-12)
+    # Scaled by the whole trace's span instead, the first 90 would run well below 4 req/s.
+    whole = w.at_rate(4.0)[:90]
+    assert 90 / whole[-1] < 0.8 * 4.0
+    np.testing.assert_array_equal(w.at_rate(4.0, 300), w.at_rate(4.0))
+
+
 def test_rejections_follow_the_simulator() -> None:
     sv = serving_config({"policy": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 64,
                          "num_kv_blocks": 8, "block_size": 16})

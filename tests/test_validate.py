@@ -199,3 +199,18 @@ def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
     again = json.loads((tmp_path / "r" / "validation.json").read_text())["levels"]
     assert {lv["label"]: lv["comparison"] for lv in again} == {
         lv["label"]: lv["comparison"] for lv in levels}
+    # A level the replay was interrupted in: what finished is compared, nothing judged.
+    rec = json.loads(Path(replays[0]).read_text())
+    rq = rec["requests"]
+    for i in range(11, 16):
+        rq["status"][i], rq["finish_s"][i] = "unfinished", None
+    cut = tmp_path / "replay-cut.json"
+    cut.write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert main(["--replay", str(cut), "--profile", str(profile), "--out", str(tmp_path / "c"),
+                 "--no-plots"]) == 0
+    lv = json.loads((tmp_path / "c" / "validation.json").read_text())["levels"][0]
+    assert lv["comparison"]["compared"] == 11 and lv["comparison"]["real"]["unfinished"] == 5
+    assert lv["verdict"]["passed"] is None
+    assert lv["verdict"]["why"] == "the real run was interrupted with 5 of 16 requests unfinished"
+    assert "not judged (the real run was interrupted" in capsys.readouterr().out

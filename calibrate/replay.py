@@ -233,8 +233,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
                 host_t0 = time.perf_counter()
                 continue
             # Physical slots follow the block accounting: preempted requests gave theirs up.
-            running = {r.id for r in state.running}
-            for rid in [i for i in slot if i not in running]:
+            for rid in [i for i in slot if i not in {r.id for r in state.running}]:
                 free_slots.append(slot.pop(rid))
             entries: list[Entry] = []
             tokens: list[int] = []

@@ -43,11 +43,15 @@ class RoundsConfig:
 
 
 def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: RoundsConfig,
-                   progress: bool = False) -> tuple[list[Measurement], bool]:
+                   progress: bool = False, between: Callable[[], object] | None = None
+                   ) -> tuple[list[Measurement], bool]:
     """Time ``points`` (whole steps) in rounds until ``cfg.rounds`` or ``deadline``
     (``perf_counter`` seconds); (one measurement per point reached, whether the first
     round was cut short). A point that fails (out of memory, say) is recorded once and
-    left out of later rounds; points the first round did not reach are absent."""
+    left out of later rounds; points the first round did not reach are absent.
+    ``between`` runs once, after the first round: other work on the full-depth model
+    (calibrate.run times the serving loop's host work and waking there), which then
+    cannot leave the whole steps unmeasured however long it takes."""
     try:
         bench.reserve(points)
     except Exception as exc:  # noqa: BLE001 - out of memory, say: every step records it
@@ -80,6 +84,8 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
                     failed[i] = bench.failure(p, exc)
                     fns.pop(i, None)
                 bar.update()
+            if r == 0 and between is not None:
+                between()
             if time.perf_counter() >= deadline:
                 break
     finally:

@@ -33,7 +33,7 @@ from calibrate.progress import bar as progress_bar
 from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
-from calibrate.timing import Timer, TimingConfig, is_oom, keep_host_memory, pin_cores
+from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from calibrate.wake import fit_wake, time_wake_on
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
@@ -209,26 +209,21 @@ def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: Calib
     return _best(op_runs, op_points), stopped
 
 
-def _loop_terms(bench: Bench, step_points: list[Point], model: ModelSpec, cfg: CalibrationConfig,
-                deadline: float, device: torch.device
+def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline: float,
+                device: torch.device
                 ) -> tuple[list[Measurement], dict[str, float] | None, dict[str, float] | None,
                            str | None]:
-    """Build the full-depth model for the whole steps and time the serving loop's host
-    work and the price of waking from idle on it: (their measurements, the wake
-    coefficients and fit, or a note saying why they were not measured).
+    """Time the serving loop's host work and the price of waking from idle on the
+    full-depth model the whole steps run on: (their measurements, the wake coefficients
+    and fit, or a note saying why they were not measured).
 
-    They run before the whole steps, which take whatever time is left: timed last,
+    They run after the whole steps' first round and before the others
+    (:func:`calibrate.rounds.time_in_rounds`, ``between``): timed after every round,
     they would find the budget spent whenever the rounds run to the deadline (a large
-    model's always do), and the profile would price them at their defaults. They start
-    only before ``deadline``.
+    model's always do), and the profile would price them at their defaults; timed
+    before any, they could leave the whole steps no time. They start only before
+    ``deadline``.
     """
-    try:
-        bench.reserve(step_points)
-    except Exception as exc:  # noqa: BLE001 - out of memory: the whole steps record it too
-        if not is_oom(exc):
-            raise
-        return [], None, None, ("out of memory building the full-depth model: host work "
-                                "between steps and waking from idle not measured (priced 0)")
     full = bench.reserved()
     if full is None or time.perf_counter() >= deadline:
         return [], None, None, ("budget exhausted: host work between steps and the price "
@@ -285,15 +280,22 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
-        # Host and wake start only while half the whole steps' share is left, so an
-        # operator sweep that ran to its deadline cannot leave the steps no time at all.
-        loop_ms, wake, wake_fit, why = _loop_terms(
-            bench, step_points, model, cfg, t0 + cfg.budget_s * (1 - STEP_SHARE / 2), device)
+        loop: list[tuple[list[Measurement], dict[str, float] | None,
+                         dict[str, float] | None, str | None]] = []
+
+        def loop_terms() -> None:
+            # Host and wake start only while half the whole steps' share of the budget
+            # is left, so that they overrun it by little if at all.
+            loop.append(_loop_terms(bench, model, cfg,
+                                    t0 + cfg.budget_s * (1 - STEP_SHARE / 2), device))
+            write_csv(csv_path, ops + loop[0][0])
+        steps, stopped_steps = time_in_rounds(step_points, bench, t0 + cfg.budget_s, cfg.rounds,
+                                              cfg.progress, between=loop_terms)
+        loop_ms, wake, wake_fit, why = loop[0] if loop else (
+            [], None, None, "no full-depth model for the whole steps (see their notes): host "
+            "work between steps and waking from idle not measured (priced 0)")
         ops += loop_ms
         notes += [why] if why else []
-        write_csv(csv_path, ops)
-        steps, stopped_steps = time_in_rounds(step_points, bench, t0 + cfg.budget_s, cfg.rounds,
-                                              cfg.progress)
         fits: dict[str, FitResult] = {}
         try:
             for name in OPERATORS + ("host",):

@@ -5,12 +5,18 @@
 #
 # Needs only python with torch, numpy, scipy and pyyaml (no simpy, no network).
 # Writes to OUTDIR, flat: one profile .yaml and one measurements .csv per model, and
-# gpu_check.log; at most 8 files. llama-3-8b gets the full grid; mistral-7b and
-# qwen2.5-7b, which also fit on one GPU, get the quick grid; the whole script stays
-# under 8 minutes. A run that fails is logged and the script goes on to the next.
+# gpu_check.log; at most 8 files. llama-3-8b gets the full grid and mistral-7b, which
+# also fits on one GPU, the quick grid; the whole script stays under 8 minutes. A run
+# that fails is logged and the script goes on to the next. The log is also printed.
+#
+# On a GPU it starts with a smoke test (under a minute): the tiny model calibrated and
+# replayed on the device. This code has never run on a GPU before its first lent
+# session, so if the smoke test fails the script stops at once, printing the log,
+# and the session has its device time left to fix the code and run it again.
 #
 # SERVESIM_CHECK_DEVICE=cpu runs the same path on the CPU with the tiny model (to test
-# the script where there is no GPU); PYTHON overrides the interpreter.
+# the script where there is no GPU), without the smoke test unless
+# SERVESIM_CHECK_SMOKE=1; PYTHON overrides the interpreter.
 set -u -o pipefail
 
 out=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -26,8 +32,9 @@ if [ "$device" = cpu ]; then
     runs=("tiny --quick 40 90")
     extra="--passes 1"
 else
-    runs=("llama-3-8b - 170 230" "mistral-7b --quick 60 100" "qwen2.5-7b --quick 60 100")
+    runs=("llama-3-8b - 170 230" "mistral-7b --quick 60 100")
 fi
+smoke=${SERVESIM_CHECK_SMOKE:-$([ "$device" = cuda ] && echo 1 || echo 0)}
 
 {
     echo "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) device=$device"
@@ -43,6 +50,25 @@ PY
 } >"$log" 2>&1
 
 status=0
+if [ "$smoke" = 1 ]; then
+    stmp=$(mktemp -d)
+    echo "== smoke: tiny on $device" >>"$log"
+    if timeout --signal=INT --kill-after=10 60 \
+            "$py" -m calibrate --model tiny --device "$device" --quick --passes 1 \
+            --budget-s 30 --no-progress --out "$stmp/smoke.yaml" >>"$log" 2>&1 &&
+        timeout --signal=INT --kill-after=10 60 \
+            "$py" -m calibrate.replay_cli --model tiny --device "$device" \
+            --profile "$stmp/smoke.yaml" --trace azure_2023_conv --requests 20 --load 0.5 \
+            --out "$stmp/replay" >>"$log" 2>&1; then
+        echo "== smoke: passed at ${SECONDS}s" >>"$log"
+        rm -rf "$stmp"
+    else
+        rm -rf "$stmp"
+        echo "== smoke: FAILED at ${SECONDS}s; stopping here (fix, then run again)" >>"$log"
+        cat "$log"
+        exit 1
+    fi
+fi
 for run in "${runs[@]}"; do
     read -r model grid budget limit <<<"$run"
     flag=""
@@ -95,4 +121,5 @@ else
 fi
 # ---- end of validation block ----------------------------------------------------------
 echo "done, exit $status" >>"$log"
+cat "$log"
 exit "$status"

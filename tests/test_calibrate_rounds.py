@@ -99,3 +99,24 @@ def test_no_room_for_the_full_model_records_every_step_and_times_none() -> None:
                                   RoundsConfig())
     assert not stopped and bench.calls == []
     assert [(m.status, m.note) for m in out] == [("oom", "no room for the full model")] * 2
+
+
+def test_work_between_runs_once_after_the_first_round() -> None:
+    """calibrate.run times host work and waking there: after every step has a first
+    measurement, before the rounds that fill the rest of the budget."""
+    bench = Recorder()
+    cfg = RoundsConfig(rounds=3, slice_s=1.0, warmup=1, max_per_round=2)
+    out, _ = time_in_rounds(pts("a", "b"), bench, time.perf_counter() + 60, cfg,  # type: ignore[arg-type]
+                            between=lambda: bench.calls.append("|"))
+    assert bench.calls == ["a"] * 3 + ["b"] * 3 + ["|"] + (["a"] * 3 + ["b"] * 3) * 2
+    assert all(m.timing is not None and len(m.timing.samples) == 6 for m in out)
+    # Work in between that spends the budget leaves the first round's samples.
+    bench = Recorder()
+    stop = time.perf_counter() + 0.5
+
+    def spend() -> None:
+        bench.calls.append("|")
+        time.sleep(max(0.0, stop - time.perf_counter()) + 0.01)
+    out, stopped = time_in_rounds(pts("a"), bench, stop, cfg, between=spend)  # type: ignore[arg-type]
+    assert not stopped and bench.calls == ["a"] * 3 + ["|"]
+    assert out[0].timing is not None and len(out[0].timing.samples) == 2

@@ -180,9 +180,12 @@ class ReplayResult:
 
 def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serving: Any,
              max_context: int, executor: Executor, clock: WallClock | VirtualClock,
-             vocab: int = 2) -> ReplayResult:
+             vocab: int = 2, interruptible: bool = False) -> ReplayResult:
     """Serve the requests (arrivals in seconds, ascending; token counts) under ``serving``
-    (a ``sim.scenario.ServingConfig``: policy, limits, ``num_kv_blocks`` required)."""
+    (a ``sim.scenario.ServingConfig``: policy, limits, ``num_kv_blocks`` required).
+    ``interruptible``: a SIGINT ends the loop with what it served (``interrupted``),
+    instead of propagating; for a replay, whose partial record is worth keeping, not
+    for calibration's uses of the loop, which must stop when asked."""
     if serving.policy not in ("continuous", "chunked"):
         raise ServesimError(f"replay runs continuous or chunked, not {serving.policy!r}",
                             where="policy")
@@ -268,6 +271,8 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
             if done:
                 state.running = [r for r in state.running if r.generated < r.output]
     except KeyboardInterrupt:
+        if not interruptible:
+            raise
         res.interrupted = True
         res.status = ["unfinished" if st == "finished" and not np.isfinite(f) else st
                       for st, f in zip(res.status, res.finish, strict=True)]
@@ -388,5 +393,5 @@ def replay_on_device(spec: ModelSpec, arrival_s: np.ndarray, prompt: np.ndarray,
     ex, info = executor
     with torch.inference_mode():
         res = run_loop(arrival_s, prompt, output, serving, spec.max_context, ex, WallClock(),
-                       vocab=spec.vocab)
+                       vocab=spec.vocab, interruptible=True)
     return res, info

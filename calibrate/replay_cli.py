@@ -203,7 +203,14 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
             if on_record is not None:
                 on_record(records[-1])
             raise KeyboardInterrupt
-        after = probe(ex[0], shapes)
+        try:
+            after = probe(ex[0], shapes)
+        except KeyboardInterrupt:
+            # The level itself is complete: keep it, without the probe it did not finish.
+            records.append(to_record(res, meta))
+            if on_record is not None:
+                on_record(records[-1])
+            raise
         log(f"  done in {res.wall_s:.1f} s: {int(fin.sum())} finished, "
             f"{res.status.count('rejected')} rejected, {len(res.steps)} iterations")
         meta["probe"] = {"entries": {k: [[n, c] for _, n, c in e] for k, e in shapes.items()},

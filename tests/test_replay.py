@@ -160,8 +160,11 @@ def test_an_interrupted_replay_keeps_what_it_served() -> None:
     arrival = w.at_rate(0.7 * saturation_rate(w, sv, 4096, cost))
     whole = run_loop(arrival, w.prompt, w.output, sv, 4096, CostExecutor(cost), VirtualClock())
     k = len(whole.steps) // 2
+    # Calibration's uses of the loop (host timing, saturation) stop when asked.
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(arrival, w.prompt, w.output, sv, 4096, InterruptedAt(cost, k), VirtualClock())
     part = run_loop(arrival, w.prompt, w.output, sv, 4096, InterruptedAt(cost, k),
-                    VirtualClock())
+                    VirtualClock(), interruptible=True)
     assert part.interrupted and not whole.interrupted
     assert len(part.steps) == k - 1  # the interrupted step is not recorded
     done = np.isfinite(part.finish)

@@ -33,7 +33,7 @@ from calibrate.progress import bar as progress_bar
 from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement
-from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
+from calibrate.timing import Timer, TimingConfig, is_oom, keep_host_memory, pin_cores
 from calibrate.wake import fit_wake, time_wake_on
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
@@ -229,8 +229,14 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline
         return [], None, None, ("budget exhausted: host work between steps and the price "
                                 "of waking from idle not measured (priced 0)")
     loop = ModelExecutor(*full, device)  # the replay's executor on that model
-    ms = time_host(loop, model.max_context, cfg.seed).measurements()
-    woken = time_wake_on(loop, WAKE_ROUNDS[cfg.quick], cfg.seed)
+    try:
+        ms = time_host(loop, model.max_context, cfg.seed).measurements()
+        woken = time_wake_on(loop, WAKE_ROUNDS[cfg.quick], cfg.seed)
+    except Exception as exc:  # noqa: BLE001 - out of memory is recorded; anything else raised
+        if not is_oom(exc):
+            raise
+        return [], None, None, ("out of memory timing host work between steps and waking "
+                                "from idle: not measured (priced 0)")
     points = woken.excess()
     wake, err = fit_wake(points)
     return ms + woken.measurements(), wake, {"points": len(points), "mean_abs_err_s": err}, None

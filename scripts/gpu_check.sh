@@ -94,7 +94,7 @@ done
 # Replays the first llama-3-8b profile's model for real (real KV cache, the simulator's
 # continuous policy) on a few hundred Azure conversation requests at two loads, 0.5 and
 # 0.85 of the saturation rate the profile predicts. No simulator is needed here: the
-# replay records go, as one file, to OUTDIR/validate-DEVICE-MODEL.tar.gz (the 8th file);
+# replay records go, as one file, to OUTDIR/validate-DEVICE-MODEL.tar.gz;
 # compare them elsewhere with
 #   servesim validate --replay replay-*.json --profile OUTDIR/DEVICE-MODEL.yaml
 # The block runs only when the calibration left at least 120 s of the 8 minutes. A level

@@ -32,6 +32,7 @@ from calibrate.grids import Point
 from calibrate.replay import ModelExecutor
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
+from sim.profile import wake_curve
 
 # Idle spells before the timed step, seconds (0: back to back, the reference).
 IDLE_S = (0.0, 0.002, 0.01, 0.05, 0.2)
@@ -93,11 +94,6 @@ def time_wake(step: Callable[[int], float], prompts: Sequence[int], rounds: int,
             rows.append((n, idle, step(n)))
     prompt, idle_s, step_s = zip(*rows, strict=True) if rows else ((), (), ())
     return WakeTimes(tuple(prompt), tuple(idle_s), tuple(step_s))
-
-
-def wake_curve(idle_s: np.ndarray, max_s: float, tau_s: float) -> np.ndarray:
-    """``max_s * (1 - exp(-idle_s / tau_s))``: seconds, as sim.profile prices it."""
-    return max_s * -np.expm1(-idle_s / tau_s)
 
 
 def fit_wake(points: Sequence[tuple[int, float, float]]) -> tuple[dict[str, float], float]:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.wake import IDLE_S, fit_wake, time_wake, wake_curve
+from calibrate.wake import IDLE_S, fit_wake, time_wake
 
 MAX_S, TAU_S = 7e-4, 0.012
 
@@ -62,8 +62,6 @@ def test_excess_and_fit_recover_the_wake_curve() -> None:
     assert coef["max_s"] == pytest.approx(MAX_S, rel=1e-4)
     assert coef["tau_s"] == pytest.approx(TAU_S, rel=1e-4)
     assert err < 1e-9
-    np.testing.assert_allclose(wake_curve(np.array([TAU_S]), MAX_S, TAU_S),
-                               [MAX_S * (1 - math.exp(-1))])
 
 
 def test_no_excess_fits_no_wake_and_rows_keep_every_sample() -> None:

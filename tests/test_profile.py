@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sim.errors import ServesimError
-from sim.profile import FORMS, ProfileCost
+from sim.profile import FORMS, ProfileCost, wake_curve
 from sim.profilefile import SCHEMA, load_profile, parse_profile
 from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import MODELS
@@ -295,6 +295,9 @@ def test_wake_term_prices_the_step_after_an_idle_spell(tmp_path: Path) -> None:
     s = shape_of([(100, 0)])
     assert cost.step_time(s) == plain.step_time(s)
     assert cost.with_layers(2).wake_time(0.01) == cost.wake_time(0.01)
+    # The one formula, on arrays too (calibrate.wake fits it).
+    np.testing.assert_allclose(wake_curve(np.array([0.01, 5.0]), 8e-4, 0.01),
+                               [8e-4 * (1 - math.exp(-1)), 8e-4 * (1 - math.exp(-500))])
 
 
 @pytest.mark.parametrize(("mutate", "where", "says"), [

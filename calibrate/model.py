@@ -63,6 +63,13 @@ class Rotary(nn.Module):
         return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
 
 
+def kv_cache_bytes(slots: int, capacity: int, kv_heads: int, head_dim: int,
+                   dtype_bytes: int) -> int:
+    """Bytes of one layer's :class:`KVCache`: keys and values for ``slots`` sequences of
+    ``capacity`` tokens."""
+    return 2 * slots * capacity * kv_heads * head_dim * dtype_bytes
+
+
 class KVCache:
     """Preallocated keys and values of one layer: ``k``, ``v`` are [S, K, C, D]."""
 

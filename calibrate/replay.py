@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from calibrate.arch import shard
-from calibrate.model import Decoder, KVCache, build_decoder, prepare
+from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
 from sim.errors import ServesimError
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.policies import make_policy
@@ -307,8 +307,8 @@ class ModelExecutor:
               capacity: int, seed: int = 0) -> ModelExecutor:
         """A fresh model of ``spec`` with caches for ``slots`` sequences of ``capacity``
         tokens; running out of memory is a one-line error saying what to lower."""
-        kv_bytes = 2 * spec.layers * slots * capacity * spec.kv_heads * spec.head_dim * (
-            4 if dtype == "fp32" else 2)
+        kv_bytes = spec.layers * kv_cache_bytes(slots, capacity, spec.kv_heads, spec.head_dim,
+                                                4 if dtype == "fp32" else 2)
         try:
             model = build_decoder(shard(spec, 1), spec.layers, capacity, dtype, device, seed)
             return cls(model, model.caches(slots, capacity), device)

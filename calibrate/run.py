@@ -28,11 +28,12 @@ from calibrate.fit import (
 )
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.host import time_host
+from calibrate.model import kv_cache_bytes
 from calibrate.output import device_info, write_csv, write_profile
 from calibrate.progress import bar as progress_bar
 from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
-from calibrate.sweeps import Bench, Measurement
+from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, is_oom, keep_host_memory, pin_cores
 from calibrate.wake import fit_wake, time_wake_on
 from sim.errors import ServesimError
@@ -132,13 +133,11 @@ def _validation_layers(model: ModelSpec, layer_bytes: float, device: torch.devic
 
 def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> float:
     """Bytes one layer of the full-depth model needs for the whole steps: its weights and
-    the K and V caches :meth:`Bench.reserve` sizes for ``step_points`` (most entries of
-    any step × longest context of any step)."""
+    the KV cache :meth:`Bench.reserve` sizes for ``step_points``."""
     d = shard(model, tp)
-    slots = max(len(p.entries) for p in step_points)
-    capacity = max(n + c for p in step_points for n, c in p.entries)
-    kv = 2 * slots * capacity * d.kv_heads * d.head_dim
-    return (model.linear_params_per_layer / tp + kv) * model.dtype_bytes
+    slots, capacity = step_cache_size(step_points) or (0, 0)
+    return (model.linear_params_per_layer / tp * model.dtype_bytes
+            + kv_cache_bytes(slots, capacity, d.kv_heads, d.head_dim, model.dtype_bytes))
 
 
 def _sweep(points: list[Point], bench: Bench, deadline: float, label: str, progress: bool,

@@ -69,6 +69,15 @@ def _needs(entries: tuple[tuple[int, int], ...]) -> tuple[int, int]:
     return len(entries), max(n + c for n, c in entries)
 
 
+def step_cache_size(points: list[Point]) -> tuple[int, int] | None:
+    """(slots, tokens per slot) of the one KV cache every whole step in ``points`` runs
+    on: the most entries of any step by the longest context of any; None without any."""
+    needs = [_needs(p.entries) for p in points if p.component == WHOLE_STEP]
+    if not needs:
+        return None
+    return max(n[0] for n in needs), max(n[1] for n in needs)
+
+
 class Bench:
     """Builds and times the callable for each point on one device."""
 
@@ -143,9 +152,9 @@ class Bench:
         """Build the full-depth model and its caches once for every whole step in
         ``points``, so the callables prepared for them share one set of caches (each
         holds the caches it was prepared with; growing them later would keep two)."""
-        needs = [_needs(p.entries) for p in points if p.component == WHOLE_STEP]
-        if needs:
-            self._full_model(max(n[0] for n in needs), max(n[1] for n in needs))
+        size = step_cache_size(points)
+        if size is not None:
+            self._full_model(*size)
 
     def prepare(self, point: Point) -> Callable[[], object]:
         """A whole step's callable, reusable across rounds; time it by wall clock."""

@@ -169,7 +169,12 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
                ) -> list[dict[str, Any]]:
     """Replay ``w`` at each rate (req/s) on the device; one record per level, each also
     handed to ``on_record`` as soon as it is made (so a later timeout loses only its own)."""
-    records = []
+    records: list[dict[str, Any]] = []
+
+    def keep(res: Any, meta: dict[str, Any]) -> None:
+        records.append(to_record(res, meta))
+        if on_record is not None:
+            on_record(records[-1])
     capacity = int(min(spec.max_context, max(int((w.prompt + w.output).max()), 2)))
     ex = device_executor(spec, device, dtype, threads, serving.max_num_seqs, capacity,
                          int(w.prompt.max()), log=log)
@@ -199,25 +204,19 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
                 f"{left} unfinished; writing the level as far as it went")
             meta["notes"] = [*meta["notes"], f"interrupted after {res.wall_s:.1f} s: "
                              f"{left} of {n} requests unfinished"]
-            records.append(to_record(res, meta))
-            if on_record is not None:
-                on_record(records[-1])
+            keep(res, meta)
             raise KeyboardInterrupt
         try:
             after = probe(ex[0], shapes)
         except KeyboardInterrupt:
             # The level itself is complete: keep it, without the probe it did not finish.
-            records.append(to_record(res, meta))
-            if on_record is not None:
-                on_record(records[-1])
+            keep(res, meta)
             raise
         log(f"  done in {res.wall_s:.1f} s: {int(fin.sum())} finished, "
             f"{res.status.count('rejected')} rejected, {len(res.steps)} iterations")
         meta["probe"] = {"entries": {k: [[n, c] for _, n, c in e] for k, e in shapes.items()},
                          "before_s": before, "after_s": after}
-        records.append(to_record(res, meta))
-        if on_record is not None:
-            on_record(records[-1])
+        keep(res, meta)
     return records
 
 

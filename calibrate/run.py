@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -208,13 +209,26 @@ def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: Calib
     return _best(op_runs, op_points), stopped
 
 
+class LoopTerms(NamedTuple):
+    """What timing the serving loop's host work and waking gave: their measurements, the
+    wake coefficients and fit (seconds), or the note saying why they were not measured."""
+
+    measurements: list[Measurement]
+    wake: dict[str, float] | None = None
+    wake_fit: dict[str, float] | None = None
+    note: str | None = None
+
+    @classmethod
+    def unmeasured(cls, why: str) -> LoopTerms:
+        """Nothing measured, because of ``why``."""
+        return cls([], note=f"{why}: host work between steps and waking from idle not "
+                            "measured (priced 0)")
+
+
 def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline: float,
-                device: torch.device
-                ) -> tuple[list[Measurement], dict[str, float] | None, dict[str, float] | None,
-                           str | None]:
+                device: torch.device) -> LoopTerms:
     """Time the serving loop's host work and the price of waking from idle on the
-    full-depth model the whole steps run on: (their measurements, the wake coefficients
-    and fit, or a note saying why they were not measured).
+    full-depth model the whole steps run on.
 
     They run after the whole steps' first round and before the others
     (:func:`calibrate.rounds.time_in_rounds`, ``between``): timed after every round,
@@ -225,8 +239,7 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline
     """
     full = bench.reserved()
     if full is None or time.perf_counter() >= deadline:
-        return [], None, None, ("budget exhausted: host work between steps and the price "
-                                "of waking from idle not measured (priced 0)")
+        return LoopTerms.unmeasured("budget exhausted")
     loop = ModelExecutor(*full, device)  # the replay's executor on that model
     try:
         ms = time_host(loop, model.max_context, cfg.seed).measurements()
@@ -234,11 +247,11 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline
     except Exception as exc:  # noqa: BLE001 - out of memory is recorded; anything else raised
         if not is_oom(exc):
             raise
-        return [], None, None, ("out of memory timing host work between steps and waking "
-                                "from idle: not measured (priced 0)")
+        return LoopTerms.unmeasured("out of memory timing them")
     points = woken.excess()
     wake, err = fit_wake(points)
-    return ms + woken.measurements(), wake, {"points": len(points), "mean_abs_err_s": err}, None
+    return LoopTerms(ms + woken.measurements(), wake,
+                     {"points": len(points), "mean_abs_err_s": err})
 
 
 def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
@@ -285,22 +298,20 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
-        loop: list[tuple[list[Measurement], dict[str, float] | None,
-                         dict[str, float] | None, str | None]] = []
+        loop: list[LoopTerms] = []  # filled between the whole steps' rounds
 
         def loop_terms() -> None:
             # Host and wake start only while half the whole steps' share of the budget
             # is left, so that they overrun it by little if at all.
             loop.append(_loop_terms(bench, model, cfg,
                                     t0 + cfg.budget_s * (1 - STEP_SHARE / 2), device))
-            write_csv(csv_path, ops + loop[0][0])
+            write_csv(csv_path, ops + loop[0].measurements)
         steps, stopped_steps = time_in_rounds(step_points, bench, t0 + cfg.budget_s, cfg.rounds,
                                               cfg.progress, between=loop_terms)
-        loop_ms, wake, wake_fit, why = loop[0] if loop else (
-            [], None, None, "no full-depth model for the whole steps (see their notes): host "
-            "work between steps and waking from idle not measured (priced 0)")
-        ops += loop_ms
-        notes += [why] if why else []
+        terms = loop[0] if loop else LoopTerms.unmeasured(
+            "no full-depth model for the whole steps (see their notes)")
+        ops += terms.measurements
+        notes += [terms.note] if terms.note else []
         fits: dict[str, FitResult] = {}
         try:
             for name in OPERATORS + ("host",):
@@ -323,7 +334,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
-                           tables={n: f.table for n, f in fits.items() if f.table}, wake=wake)
+                           tables={n: f.table for n, f in fits.items() if f.table},
+                           wake=terms.wake)
 
         if layers < model.layers:
             notes.append(f"whole steps timed at {layers} of {model.layers} layers (memory)")
@@ -341,7 +353,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                  f"{base_errs.mean():.1%}, worst {base_errs.max():.1%}")
     result = CalibrationResult(cfg.out, csv_path, cost, fits, ops + steps, float(errs.mean()),
                                float(errs.max()), time.perf_counter() - t0,
-                               stopped or stopped_steps, BARS[device.type], notes, wake_fit)
+                               stopped or stopped_steps, BARS[device.type], notes,
+                               terms.wake_fit)
     write_csv(csv_path, result.measurements)
     write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
     return result

@@ -259,6 +259,13 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                    help="KV blocks (default: enough for every slot to hold --max-len)")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Reject values no replay can use before anything runs (``servesim validate`` may
+    calibrate first: a bad value found after that would cost its minute)."""
+    if args.level_s is not None and not args.level_s > 0:
+        raise ServesimError(f"got {args.level_s:g}, must be > 0 seconds", where="--level-s")
+
+
 def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
                    ) -> tuple[ModelSpec, Workload, Any, list[float], list[float | None], Any]:
     """(model, workload, serving, rates, loads, profile or None) from parsed arguments."""
@@ -299,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
     try:
+        check_args(args)
         spec, w, serving, rates, loads, _ = prepare_levels(args, log)
         args.out.mkdir(parents=True, exist_ok=True)
 

@@ -217,7 +217,7 @@ def _replay_main(argv: list[str]) -> int:
 
 def _real_main(argv: list[str]) -> int:
     try:
-        from calibrate.replay_cli import add_replay_args, prepare_levels, run_levels
+        from calibrate.replay_cli import add_replay_args, check_args, prepare_levels, run_levels
     except ImportError as exc:
         raise ServesimError(f"validate --model runs the model for real and needs torch "
                             f"(install servesim[calibrate]): {exc}") from None
@@ -232,6 +232,7 @@ def _real_main(argv: list[str]) -> int:
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
+    check_args(a)
     if a.profile is None:
         a.profile = str(_calibrate(a, log))
     spec, w, serving, rates, loads, _ = prepare_levels(a, log)

@@ -256,6 +256,15 @@ def test_replay_command_writes_records(tmp_path: Path) -> None:
                         "--requests", "6"]) == 2  # --load needs a profile
 
 
+def test_a_level_length_that_is_not_positive_is_one_clear_error(tmp_path: Path,
+                                                                 capsys) -> None:
+    rc = replay_main(["--model", "tiny", "--device", "cpu", "--rate", "3", "--level-s", "-5",
+                      "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == "replay: error: --level-s: got -5, must be > 0 seconds"
+    assert not list(tmp_path.glob("*.json"))
+
+
 def test_replay_never_imports_simpy() -> None:
     code = ("import sys; import calibrate.replay, calibrate.replay_cli; "
             "assert 'simpy' not in sys.modules and 'matplotlib' not in sys.modules")

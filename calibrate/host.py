@@ -16,18 +16,23 @@ interval between the end of one device step and the start of the next is recorde
 against the size of the batch that follows. The model running in between is what
 leaves the loop's data out of the caches, so the host work is timed with it, not in a
 loop of its own (there it took a quarter of the time).
+
+:func:`time_loop_terms` runs it together with the other term the loop alone shows,
+the price of waking from idle (:mod:`calibrate.wake`), and hands calibrate.run both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from calibrate.grids import Point
 from calibrate.replay import STEP_FIELDS, ModelExecutor, VirtualClock, run_loop
 from calibrate.sweeps import Measurement
-from calibrate.timing import Timing
+from calibrate.timing import Timing, is_oom
+from calibrate.wake import fit_wake, time_wake_on
 from sim.kvcache import blocks_for
 from sim.scenario import ServingConfig
 
@@ -91,3 +96,42 @@ def time_host(ex: ModelExecutor, max_context: int, seed: int = 0) -> HostTimes:
     seqs, host = STEP_FIELDS.index("seqs"), STEP_FIELDS.index("host_s")
     return HostTimes(tuple(int(r[seqs]) for r in res.steps[1:]),
                      tuple(float(r[host]) for r in res.steps[1:]))
+
+
+# Rounds of the wake timing (calibrate.wake), quick grid and full: about 4 and 7 s on
+# the tiny model on CPU, mostly the idle spells themselves.
+WAKE_ROUNDS = {True: 6, False: 10}
+
+
+class LoopTerms(NamedTuple):
+    """What timing the serving loop's host work and waking gave: their measurements, the
+    wake coefficients and fit (seconds), or the note saying why they were not measured."""
+
+    measurements: list[Measurement]
+    wake: dict[str, float] | None = None
+    wake_fit: dict[str, float] | None = None
+    note: str | None = None
+
+    @classmethod
+    def unmeasured(cls, why: str) -> LoopTerms:
+        """Nothing measured, because of ``why``."""
+        return cls([], note=f"{why}: host work between steps and waking from idle not "
+                            "measured (priced 0)")
+
+
+def time_loop_terms(loop: ModelExecutor, max_context: int, quick: bool, seed: int
+                    ) -> LoopTerms:
+    """Host work between steps (:func:`time_host`) and the price of waking from idle
+    (:mod:`calibrate.wake`, fitted) on ``loop``; running out of memory gives
+    :meth:`LoopTerms.unmeasured`, any other failure is raised."""
+    try:
+        ms = time_host(loop, max_context, seed).measurements()
+        woken = time_wake_on(loop, WAKE_ROUNDS[quick], seed)
+    except Exception as exc:  # noqa: BLE001 - out of memory is recorded; anything else raised
+        if not is_oom(exc):
+            raise
+        return LoopTerms.unmeasured("out of memory timing them")
+    points = woken.excess()
+    wake, err = fit_wake(points)
+    return LoopTerms(ms + woken.measurements(), wake,
+                     {"points": len(points), "mean_abs_err_s": err})

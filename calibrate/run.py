@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -28,15 +27,14 @@ from calibrate.fit import (
     relative_errors,
 )
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
-from calibrate.host import time_host
+from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
 from calibrate.output import device_info, write_csv, write_profile
 from calibrate.progress import bar as progress_bar
 from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
-from calibrate.timing import Timer, TimingConfig, is_oom, keep_host_memory, pin_cores
-from calibrate.wake import fit_wake, time_wake_on
+from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
 from sim.specs import GPUS, ModelSpec
@@ -108,11 +106,6 @@ def _gpu_entry(cfg: CalibrationConfig, device_name: str) -> str | None:
         if key.split("-")[0] in lowered:
             return key
     return None
-
-
-# Rounds of the wake timing (calibrate.wake), quick grid and full: about 4 and 7 s on
-# the tiny model on CPU, mostly the idle spells themselves.
-WAKE_ROUNDS = {True: 6, False: 10}
 
 
 def _timing(quick: bool) -> TimingConfig:
@@ -209,22 +202,6 @@ def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: Calib
     return _best(op_runs, op_points), stopped
 
 
-class LoopTerms(NamedTuple):
-    """What timing the serving loop's host work and waking gave: their measurements, the
-    wake coefficients and fit (seconds), or the note saying why they were not measured."""
-
-    measurements: list[Measurement]
-    wake: dict[str, float] | None = None
-    wake_fit: dict[str, float] | None = None
-    note: str | None = None
-
-    @classmethod
-    def unmeasured(cls, why: str) -> LoopTerms:
-        """Nothing measured, because of ``why``."""
-        return cls([], note=f"{why}: host work between steps and waking from idle not "
-                            "measured (priced 0)")
-
-
 def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline: float,
                 device: torch.device) -> LoopTerms:
     """Time the serving loop's host work and the price of waking from idle on the
@@ -240,18 +217,8 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline
     full = bench.reserved()
     if full is None or time.perf_counter() >= deadline:
         return LoopTerms.unmeasured("budget exhausted")
-    loop = ModelExecutor(*full, device)  # the replay's executor on that model
-    try:
-        ms = time_host(loop, model.max_context, cfg.seed).measurements()
-        woken = time_wake_on(loop, WAKE_ROUNDS[cfg.quick], cfg.seed)
-    except Exception as exc:  # noqa: BLE001 - out of memory is recorded; anything else raised
-        if not is_oom(exc):
-            raise
-        return LoopTerms.unmeasured("out of memory timing them")
-    points = woken.excess()
-    wake, err = fit_wake(points)
-    return LoopTerms(ms + woken.measurements(), wake,
-                     {"points": len(points), "mean_abs_err_s": err})
+    # The replay's executor on that model.
+    return time_loop_terms(ModelExecutor(*full, device), model.max_context, cfg.quick, cfg.seed)
 
 
 def calibrate(cfg: CalibrationConfig) -> CalibrationResult:

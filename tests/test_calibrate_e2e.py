@@ -19,9 +19,9 @@ from calibrate import sweeps
 from calibrate.arch import shard
 from calibrate.cli import main
 from calibrate.grids import Point, grid_for, whole_step_points
+from calibrate.host import WAKE_ROUNDS
 from calibrate.model import build_decoder, prepare
 from calibrate.run import (
-    WAKE_ROUNDS,
     CalibrationConfig,
     _best,
     _step_layer_bytes,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -105,13 +106,22 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        return _resolve(COMMANDS[name][0])(args[1:])
+        rc = _resolve(COMMANDS[name][0])(args[1:])
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return rc
     except ServesimError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`servesim ... | head`). Point stdout at
+        # devnull so the interpreter's last flush cannot raise again, and say what was lost.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"servesim: {name} stopped: its standard output was closed before it "
+              "finished (files it had still to write were not written)", file=sys.stderr)
+        return 141  # as a shell reports a process ended by SIGPIPE
 
 
 if __name__ == "__main__":

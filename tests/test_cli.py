@@ -129,3 +129,17 @@ def test_bad_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", str(QUICK), "--set", "serving.block_size=0", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "serving.block_size" in err and "at least 1" in err
+
+
+def test_closed_output_pipe_is_one_line_not_a_traceback() -> None:
+    """`servesim ... | head` closes the pipe early: the command stops with one line on
+    stderr and the shell's SIGPIPE status, whatever it had buffered."""
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "trace", "stats", "azure_2023_conv"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the interpreter has even started: every write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err
+    assert err.strip() == ("servesim: trace stopped: its standard output was closed before "
+                           "it finished (files it had still to write were not written)")

@@ -10,6 +10,8 @@ Three ways in (docs/validation.md):
   without the simulator writes them with ``python -m calibrate.replay_cli``).
 - ``--vllm-result FILE --scenario S``: compare a ``vllm bench serve`` result with the
   scenario's prediction for the same request lengths. Needs no torch.
+- ``--replay A... --against B...``: two real runs of the same requests against each
+  other, the floor under any validation error on that machine (:mod:`sim.repeat`).
 
 Each level writes ``real-LABEL.csv``, ``predicted-LABEL.csv`` and ``cdf-LABEL.png``;
 all levels' tables go to ``validation.json``; the tables are printed.
@@ -225,6 +227,7 @@ def _real_main(argv: list[str]) -> int:
         prog="servesim validate",
         description="Replay a trace on this device's model and compare with the simulator.",
         epilog="Other modes: --replay FILE... --profile P (compare recorded replays); "
+               "--replay A... --against B... (two real runs of the same requests); "
                "--vllm-result FILE --scenario S (compare a vLLM benchmark result).")
     add_replay_args(p)
     _common(p)
@@ -255,6 +258,10 @@ def _real_main(argv: list[str]) -> int:
             a.out, level["label"], real, pred, not a.no_plots, matched)]
         _print_level(level)
         levels.append(level)
+    if any(lv["verdict"]["passed"] is False for lv in levels):
+        print(f"a level over the bar: run this again with --profile {a.profile} and compare "
+              "the two runs' records with --replay FIRST --against SECOND to see how far this "
+              "machine repeats itself at that load (docs/validation.md, Repeatability)")
     return _finish(levels, a.out, {"mode": "real", "trace": a.trace, "requests": a.requests})
 
 
@@ -331,6 +338,10 @@ def main(argv: list[str]) -> int:
     """Dispatch on the mode; a :class:`ServesimError` propagates to ``sim.cli`` (exit 2)."""
     if any(x == "--vllm-result" or x.startswith("--vllm-result=") for x in argv):
         return _vllm_main(argv)
+    if any(x == "--against" or x.startswith("--against=") for x in argv):
+        from sim import repeat
+
+        return repeat.main(argv)
     if any(x == "--replay" or x.startswith("--replay=") for x in argv):
         return _replay_main(argv)
     return _real_main(argv)

@@ -7,9 +7,9 @@ Usage::
 A validation compares a real run against a profile measured a minute earlier, so it
 can only be as good as the device is steady between the two. This benchmark builds
 three Llama-shaped models of two layers (calibrate.model, random weights), whose
-weights are about 1.7 MB (fits one core's 2 MB L2 cache on the 2-core VM), 8 MB (the
-``tiny`` preset: fits only the 32 MB L3, which the host's other tenants share) and
-76 MB (streams from memory), and times
+weights are about 1.7 MB (a small share of the 32 MB L3 of the 2-core VM, whose cores
+have 1 MiB of L2 each), 8 MB (the ``tiny`` preset: a quarter of that L3, which the
+host's other tenants share) and 76 MB (streams from memory), and times
 a 1-entry decode (context 300) and a 4-entry decode (context 450) on each, one model
 at a time in phases of ``--phase-s`` seconds, round after round. For each model and
 step it prints the median of every phase and their spread (standard deviation and
@@ -46,7 +46,7 @@ def variants() -> dict[str, ModelSpec]:
     """The three sizes: name -> spec (two layers each, fp32 on CPU)."""
     tiny = MODELS["tiny"]
     return {
-        "l2-sized": dataclasses.replace(tiny, name="l2-sized", hidden=128, heads=2,
+        "small": dataclasses.replace(tiny, name="small", hidden=128, heads=2,
                                         kv_heads=1, intermediate=352, vocab=512),
         "tiny": tiny,
         "memory-sized": dataclasses.replace(tiny, name="memory-sized", hidden=768,

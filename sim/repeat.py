@@ -29,6 +29,7 @@ from sim import report
 from sim.engine import RunResult
 from sim.errors import ServesimError
 from sim.metrics import clean
+from sim.validate import BARS
 from sim.validation import (
     compare,
     read_replay,
@@ -66,7 +67,8 @@ def recorded_run(record: dict[str, Any], source: str
 
 def check_same(first: dict[str, Any], second: dict[str, Any], a: Requests, b: Requests,
                names: tuple[str, str]) -> None:
-    """Raise unless both records ran the same requests under the same serving limits."""
+    """Raise unless both records ran the same requests on the same model under the same
+    serving limits."""
     where = f"{names[0]} and {names[1]}"
     if len(a) != len(b):
         raise ServesimError(f"{where} hold {len(a)} and {len(b)} requests; --against needs "
@@ -79,11 +81,12 @@ def check_same(first: dict[str, Any], second: dict[str, Any], a: Requests, b: Re
             raise ServesimError(f"{where} differ in requests.{field} at row {i} ({x[i]} vs "
                                 f"{y[i]}); --against needs two runs of the same requests",
                                 where="--against")
-    sa, sb = first.get("serving") or {}, second.get("serving") or {}
-    for key in sorted(set(sa) | set(sb)):
-        if sa.get(key) != sb.get(key):
-            raise ServesimError(f"{where} ran under different serving.{key} ({sa.get(key)!r} "
-                                f"vs {sb.get(key)!r})", where="--against")
+    for part in ("model", "serving"):
+        sa, sb = first.get(part) or {}, second.get(part) or {}
+        for key in sorted(set(sa) | set(sb)):
+            if sa.get(key) != sb.get(key):
+                raise ServesimError(f"{where} ran under different {part}.{key} "
+                                    f"({sa.get(key)!r} vs {sb.get(key)!r})", where="--against")
 
 
 def against(first: RunResult, second: RunResult) -> dict[str, Any]:
@@ -146,8 +149,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--profile", default=None,
                    help="a cost profile: also say how fast each run's steps ran against it")
     p.add_argument("--out", type=Path, default=Path("out") / "repeat", help="output folder")
-    p.add_argument("--bar", type=float, default=0.15,
-                   help="the validation bar the difference is set against (default 0.15)")
+    p.add_argument("--bar", type=float, default=None,
+                   help="the validation bar the difference is set against (default 0.15 "
+                        "on CPU, 0.10 on GPU, by the first run's device)")
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
     a = p.parse_args(argv)
     if len(a.replay) != len(a.against):
@@ -160,6 +164,7 @@ def main(argv: list[str]) -> int:
         second, qb, sb = recorded_run(rb, str(fb))
         check_same(ra, rb, qa, qb, (str(fa), str(fb)))
         label = str(ra.get("label", "level"))
+        bar = a.bar or BARS.get((ra.get("device") or {}).get("type", "cpu"), 0.15)
         cmp = against(first, second)
         speeds = _speeds([sa, sb], a.profile)
         a.out.mkdir(parents=True, exist_ok=True)
@@ -178,10 +183,10 @@ def main(argv: list[str]) -> int:
         worst = cmp["worst"]
         if worst is not None:
             print(f"TTFT/TPOT p50+p90: the two runs differ by up to {worst:.1%} "
-                  f"({'within' if worst <= a.bar else 'more than'} the {a.bar:.0%} bar)")
+                  f"({'within' if worst <= bar else 'more than'} the {bar:.0%} bar)")
         levels.append({"label": label, "level": ra.get("level"), "rate_rps": ra.get("rate_rps"),
                        "first": str(fa), "second": str(fb), "comparison": cmp,
-                       "bar": a.bar, "speeds": speeds, "files": [str(f) for f in files]})
+                       "bar": bar, "speeds": speeds, "files": [str(f) for f in files]})
     path = a.out / "validation.json"
     report.write_atomic(path, (json.dumps(clean({"mode": "repeat", "levels": levels}), indent=2,
                                           allow_nan=False) + "\n").encode())

@@ -90,6 +90,11 @@ def test_runs_of_other_requests_or_limits_are_refused(tmp_path: Path) -> None:
     c = write(tmp_path / "c.json", record(max_num_seqs=16))
     with pytest.raises(ServesimError, match=r"different serving.max_num_seqs \(8 vs 16\)"):
         main(["--replay", str(a), "--against", str(c), "--out", str(tmp_path / "o")])
+    d = record()
+    d["model"]["layers"] = 3
+    e = write(tmp_path / "e.json", d)
+    with pytest.raises(ServesimError, match=r"different model.layers \(2 vs 3\)"):
+        main(["--replay", str(a), "--against", str(e), "--out", str(tmp_path / "o")])
     with pytest.raises(ServesimError, match="got 2 --replay and 1 --against"):
         main(["--replay", str(a), str(a), "--against", str(a), "--out", str(tmp_path / "o")])
     (tmp_path / "bad.json").write_text("{")

@@ -217,7 +217,7 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline
     full = bench.reserved()
     if full is None or time.perf_counter() >= deadline:
         return LoopTerms.unmeasured("budget exhausted")
-    # The replay's executor on that model.
+    # Through the replay's own executor: the loop validation runs is the one priced.
     return time_loop_terms(ModelExecutor(*full, device), model.max_context, cfg.quick, cfg.seed)
 
 

@@ -107,21 +107,35 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         rc = _resolve(COMMANDS[name][0])(args[1:])
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
-        return rc
     except ServesimError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)
-        return 2
+        rc = 2
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
-        return 130
+        rc = 130
     except BrokenPipeError:
-        # The reader of our output went away (`servesim ... | head`). Point stdout at
-        # devnull so the interpreter's last flush cannot raise again, and say what was lost.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"servesim: {name} stopped: its standard output was closed before it "
-              "finished (files it had still to write were not written)", file=sys.stderr)
-        return 141  # as a shell reports a process ended by SIGPIPE
+        return _closed_pipe(f"{name} stopped before it finished: its standard output was "
+                            "closed (files it had still to write were not written)")
+    try:
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        return _closed_pipe(f"{name}: its standard output was closed before all of it was "
+                            "read")
+    return rc
+
+
+def _closed_pipe(what: str) -> int:
+    """The reader of our output went away (``servesim ... | head``): point stdout at
+    devnull so that no later flush raises, say ``what`` on stderr if it is still open,
+    and give the status a shell reports for a process ended by SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    try:
+        print(f"servesim: {what}", file=sys.stderr, flush=True)
+    except OSError:  # stderr went into the same pipe (2>&1 | head)
+        os.dup2(devnull, sys.stderr.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

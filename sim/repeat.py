@@ -29,9 +29,11 @@ from sim import report
 from sim.engine import RunResult
 from sim.errors import ServesimError
 from sim.metrics import clean
-from sim.validate import BARS
 from sim.validation import (
+    BARS,
+    bar_value,
     compare,
+    model_mismatch,
     read_replay,
     real_result,
     scenario_for,
@@ -45,11 +47,12 @@ from sim.workload import Requests
 _UNUSED_COST = {"linear": {"step_s": 1.0}}
 
 
-def load_record(path: Path) -> dict[str, Any]:
-    """A replay record (``servesim-replay/1`` JSON) as a dict; unreadable files are errors."""
+def load_record(path: Path) -> Any:
+    """A replay file's JSON (:func:`sim.validation.read_replay` checks its shape);
+    unreadable files are errors."""
     try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, TypeError, ValueError) as exc:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ServesimError(f"cannot read replay: {exc}", source=str(path)) from None
 
 
@@ -58,8 +61,11 @@ def recorded_run(record: dict[str, Any], source: str
     """A replay record as a :class:`RunResult`: (run, its requests, its step columns)."""
     requests, cols, steps = read_replay(record, source)
     label = str(record.get("label", "level"))
-    sc = scenario_for(dict(record.get("model") or {}), record.get("serving") or {},
-                      _UNUSED_COST, label)
+    try:
+        sc = scenario_for(dict(record.get("model") or {}), record.get("serving") or {},
+                          _UNUSED_COST, label)
+    except ServesimError as exc:  # name the record, not the scenario built from it
+        raise ServesimError(exc.message, source, exc.where) from None
     run = real_result(sc, requests, cols["first_token"], cols["finish"], cols["status"],
                       cols["reason"], cols["first_sched"], cols["preemptions"], steps=steps)
     return run, requests, steps
@@ -106,8 +112,10 @@ def against(first: RunResult, second: RunResult) -> dict[str, Any]:
 
 def table(cmp: dict[str, Any], title: str) -> str:
     """The comparison as text, milliseconds, one row per metric and percentile."""
-    lines = [title, f"requests: {cmp['requests']}, compared {cmp['compared']} "
-                    "(finished in both runs)",
+    def counts(c: dict[str, int]) -> str:
+        return ", ".join(f"{v} {k}" for k, v in c.items() if v or k == "finished")
+    lines = [title, f"requests: {cmp['requests']}, compared {cmp['compared']} (finished in "
+                    f"both runs); first {counts(cmp['first'])}; second {counts(cmp['second'])}",
              f"{'metric':<8}{'pct':>5}{'first ms':>12}{'second ms':>12}{'rel diff':>10}"
              f"{'2nd rank':>10}"]
     for m, rows in cmp["metrics"].items():
@@ -123,18 +131,72 @@ def table(cmp: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def _speeds(steps: list[dict[str, np.ndarray]], profile: str | None) -> list[dict[str, float]]:
-    """Each run's steps against ``profile``: (with-prefill, decode-only) factors."""
-    if profile is None:
-        return []
-    from sim.profilefile import load_profile
-
-    prof = load_profile(profile, Path.cwd())
-    out = []
+def speeds(steps: list[dict[str, np.ndarray]], prof: Any) -> list[dict[str, float] | None]:
+    """Each run's steps against the profile ``prof``: its with-prefill and decode-only
+    factors (measured over priced seconds), None for a record without steps."""
+    out: list[dict[str, float] | None] = []
     for st in steps:
-        pre, dec = speed_factors(step_errors(st, prof)) if len(st["start_s"]) else (1.0, 1.0)
+        if not len(st.get("start_s", ())):
+            out.append(None)
+            continue
+        pre, dec = speed_factors(step_errors(st, prof))
         out.append({"prefill_factor": pre, "decode_factor": dec})
     return out
+
+
+def judge(cmp: dict[str, Any], bar: float) -> tuple[bool | None, str]:
+    """(whether the runs are within ``bar`` of each other, or None when not judged; the
+    line that says so)."""
+    left = cmp["first"]["unfinished"] + cmp["second"]["unfinished"]
+    worst = cmp["worst"]
+    if worst is None:
+        return None, ("TTFT/TPOT p50+p90: not compared (no request finished in both runs "
+                      "with a TTFT and a TPOT: outputs of one token have none)")
+    if left:
+        # An interrupted run finished its short requests first: the percentiles of what
+        # it finished are not the level's.
+        return None, (f"TTFT/TPOT p50+p90 differ by up to {worst:.1%} over the requests "
+                      f"finished in both, not judged: {left} requests were left unfinished")
+    within = worst <= bar
+    return within, (f"TTFT/TPOT p50+p90: the two runs differ by up to {worst:.1%} "
+                    f"({'within' if within else 'more than'} the {bar:.0%} bar)")
+
+
+def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
+                  taken: list[str], plots: bool) -> dict[str, Any]:
+    """Compare the records in ``fa`` and ``fb``, write their CSVs (and plot) under the
+    first record's label (numbered when ``taken`` already has it), print the table; the
+    level's entry for validation.json."""
+    ra, rb = load_record(fa), load_record(fb)
+    first, qa, sa = recorded_run(ra, str(fa))
+    second, qb, sb = recorded_run(rb, str(fb))
+    check_same(ra, rb, qa, qb, (str(fa), str(fb)))
+    label = str(ra.get("label", "level"))
+    if label in taken:  # one first run against several second runs: keep every pair's files
+        label = next(f"{label}~{k}" for k in range(2, len(taken) + 2)
+                     if f"{label}~{k}" not in taken)
+    if prof is not None:
+        why = model_mismatch(prof, dict(ra.get("model") or {}))
+        if why:
+            raise ServesimError(f"profile: {why}", where="--profile")
+    bar = BARS.get((ra.get("device") or {}).get("type", "cpu"), 0.15) if bar is None else bar
+    cmp = against(first, second)
+    factors = speeds([sa, sb], prof) if prof is not None else []
+    # Two runs of one level are usually files of one name in two folders.
+    curves = {f"first run ({fa.parent.name}/{fa.name})": first,
+              f"second run ({fb.parent.name}/{fb.name})": second}
+    files = report.write_compared(out, label, {"first": first, "second": second},
+                                  curves if plots else None)
+    print(table(cmp, f"== {label}: {fa} against {fb}"))
+    for name, f in zip(("first", "second"), factors, strict=False):  # none without a profile
+        print(f"{name} run: " + ("no steps recorded" if f is None else
+                                 f"prefill steps at {f['prefill_factor']:.3f}x, decode-only "
+                                 f"steps at {f['decode_factor']:.3f}x the profile's price"))
+    within, line = judge(cmp, bar)
+    print(line)
+    return {"label": label, "level": ra.get("level"), "rate_rps": ra.get("rate_rps"),
+            "first": str(fa), "second": str(fb), "comparison": cmp, "bar": bar,
+            "within": within, "speeds": factors, "files": [str(f) for f in files]}
 
 
 def main(argv: list[str]) -> int:
@@ -149,7 +211,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--profile", default=None,
                    help="a cost profile: also say how fast each run's steps ran against it")
     p.add_argument("--out", type=Path, default=Path("out") / "repeat", help="output folder")
-    p.add_argument("--bar", type=float, default=None,
+    p.add_argument("--bar", type=bar_value, default=None,
                    help="the validation bar the difference is set against (default 0.15 "
                         "on CPU, 0.10 on GPU, by the first run's device)")
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
@@ -157,36 +219,15 @@ def main(argv: list[str]) -> int:
     if len(a.replay) != len(a.against):
         raise ServesimError(f"got {len(a.replay)} --replay and {len(a.against)} --against "
                             "files; give one second run per first run", where="--against")
-    levels = []
+    prof = None
+    if a.profile is not None:
+        from sim.profilefile import load_profile
+
+        prof = load_profile(a.profile, Path.cwd())
+    levels: list[dict[str, Any]] = []
     for fa, fb in zip(a.replay, a.against, strict=True):
-        ra, rb = load_record(fa), load_record(fb)
-        first, qa, sa = recorded_run(ra, str(fa))
-        second, qb, sb = recorded_run(rb, str(fb))
-        check_same(ra, rb, qa, qb, (str(fa), str(fb)))
-        label = str(ra.get("label", "level"))
-        bar = a.bar or BARS.get((ra.get("device") or {}).get("type", "cpu"), 0.15)
-        cmp = against(first, second)
-        speeds = _speeds([sa, sb], a.profile)
-        a.out.mkdir(parents=True, exist_ok=True)
-        files = [a.out / f"first-{label}.csv", a.out / f"second-{label}.csv"]
-        report.write_atomic(files[0], report.requests_csv(first))
-        report.write_atomic(files[1], report.requests_csv(second))
-        if not a.no_plots:
-            files.append(a.out / f"cdf-{label}.png")
-            # Two runs of one level are usually files of one name in two folders.
-            report.plot_cdfs({f"first run ({fa.parent.name}/{fa.name})": first,
-                              f"second run ({fb.parent.name}/{fb.name})": second}, files[-1])
-        print(table(cmp, f"== {label}: {fa} against {fb}"))
-        for name, s in zip(("first", "second"), speeds, strict=False):  # none without a profile
-            print(f"{name} run: prefill steps at {s['prefill_factor']:.3f}x, decode-only "
-                  f"steps at {s['decode_factor']:.3f}x the profile's price")
-        worst = cmp["worst"]
-        if worst is not None:
-            print(f"TTFT/TPOT p50+p90: the two runs differ by up to {worst:.1%} "
-                  f"({'within' if worst <= bar else 'more than'} the {bar:.0%} bar)")
-        levels.append({"label": label, "level": ra.get("level"), "rate_rps": ra.get("rate_rps"),
-                       "first": str(fa), "second": str(fb), "comparison": cmp,
-                       "bar": bar, "speeds": speeds, "files": [str(f) for f in files]})
+        levels.append(_compare_pair(fa, fb, prof, a.bar, a.out,
+                                    [lv["label"] for lv in levels], not a.no_plots))
     path = a.out / "validation.json"
     report.write_atomic(path, (json.dumps(clean({"mode": "repeat", "levels": levels}), indent=2,
                                           allow_nan=False) + "\n").encode())

@@ -246,3 +246,19 @@ def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
         paths.append(out_dir / "ttft_tpot_cdf.png")
         plot_cdfs({res.scenario.name: res}, paths[-1])
     return paths
+
+
+def write_compared(out_dir: Path, label: str, runs: dict[str, RunResult],
+                   plot: dict[str, RunResult] | None) -> list[Path]:
+    """Two or more runs of the same requests side by side: ``NAME-LABEL.csv`` per run
+    of ``runs`` (name -> run) and, given ``plot`` (legend -> run), ``cdf-LABEL.png``
+    with their CDFs overlaid; the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, res in runs.items():
+        paths.append(out_dir / f"{name}-{label}.csv")
+        write_atomic(paths[-1], requests_csv(res))
+    if plot:
+        paths.append(out_dir / f"cdf-{label}.png")
+        plot_cdfs(plot, paths[-1])
+    return paths

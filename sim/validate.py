@@ -1,6 +1,6 @@
 """``servesim validate``: measured latencies against the simulator's, request for request.
 
-Three ways in (docs/validation.md):
+Four ways in (docs/validation.md):
 
 - ``--model M [--profile P] --trace T [--rate R | --load F] [--policy P] [--device D]``:
   replay the trace for real on the device (:mod:`calibrate.replay`, imported only
@@ -33,7 +33,10 @@ from sim.engine import build_cost
 from sim.errors import ServesimError
 from sim.metrics import clean
 from sim.validation import (
+    BARS,
+    bar_value,
     compare,
+    model_mismatch,
     probe_report,
     read_replay,
     real_result,
@@ -46,14 +49,13 @@ from sim.validation import (
     verdict,
 )
 
-BARS = {"cpu": 0.15, "cuda": 0.10}
 # Below this share of a core during the steps, a CPU replay was slowed by other processes.
 BUSY_SHARE = 0.9
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("out") / "validate", help="output folder")
-    p.add_argument("--bar", type=float, default=None,
+    p.add_argument("--bar", type=bar_value, default=None,
                    help="relative-error bar for TTFT and TPOT at p50 and p90 "
                         "(default 0.15 on CPU, 0.10 on GPU)")
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
@@ -61,17 +63,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _write_level(out: Path, label: str, real: Any, pred: Any, plots: bool,
                  matched: Any = None) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"real-{label}.csv", out / f"predicted-{label}.csv"]
-    report.write_atomic(paths[0], report.requests_csv(real))
-    report.write_atomic(paths[1], report.requests_csv(pred))
-    if plots:
-        paths.append(out / f"cdf-{label}.png")
-        runs = {"real": real, "predicted": pred}
-        if matched is not None:
-            runs["predicted at the level's measured speed"] = matched
-        report.plot_cdfs(runs, paths[-1])
-    return paths
+    runs = {"real": real, "predicted": pred}
+    curves = dict(runs)
+    if matched is not None:
+        curves["predicted at the level's measured speed"] = matched
+    return report.write_compared(out, label, runs, curves if plots else None)
 
 
 def evaluate_replay(record: dict[str, Any], source: str, profile: str,
@@ -83,12 +79,9 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
     requests, cols, steps = read_replay(record, source)
     path = resolve(profile, Path.cwd()).resolve()
     prof = load_profile(str(path))
-    model = dict(record.get("model") or {})
-    theirs = {k: v for k, v in dataclasses.asdict(prof.model).items() if k != "dtype"}
-    if {k: model.get(k) for k in theirs} != theirs:
-        raise ServesimError(f"profile {profile} was measured for model "
-                            f"{prof.model.name!r}, the replay ran {model.get('name')!r} "
-                            "with other dimensions", where="--profile")
+    why = model_mismatch(prof, dict(record.get("model") or {}))
+    if why:
+        raise ServesimError(f"profile {profile}: {why}", where="--profile")
     label = str(record.get("label", "level"))
     sc = scenario_for(dataclasses.asdict(prof.model), record["serving"],
                       {"profile": str(path)}, label)
@@ -98,7 +91,7 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
     pred = simulate_requests(sc, requests, cost=cost)
     cmp = compare(real, pred)
     device = (record.get("device") or {}).get("type", "cpu")
-    bar = bar or BARS.get(device, 0.15)
+    bar = BARS.get(device, 0.15) if bar is None else bar
     summary = step_errors(steps, prof)
     judged = verdict(cmp, bar)
     left = cmp["real"]["unfinished"]
@@ -258,10 +251,12 @@ def _real_main(argv: list[str]) -> int:
             a.out, level["label"], real, pred, not a.no_plots, matched)]
         _print_level(level)
         levels.append(level)
-    if any(lv["verdict"]["passed"] is False for lv in levels):
-        print(f"a level over the bar: run this again with --profile {a.profile} and compare "
-              "the two runs' records with --replay FIRST --against SECOND to see how far this "
-              "machine repeats itself at that load (docs/validation.md, Repeatability)")
+    if any(lv["verdict"]["passed"] is False and lv["verdict"]["worst"] is not None
+           for lv in levels):
+        print(f"a level over the bar: run this again with --profile {a.profile} and another "
+              "--out, then compare the two runs' replay-LABEL.json with --replay FIRST "
+              "--against SECOND to see how far this machine repeats itself at that load "
+              "(docs/validation.md, Repeatability)")
     return _finish(levels, a.out, {"mode": "real", "trace": a.trace, "requests": a.requests})
 
 
@@ -316,7 +311,7 @@ def _vllm_main(argv: list[str]) -> int:
                                 "from_requests": None if ours is None else ours * 1e3}}
     level: dict[str, Any] = {"label": "vllm", "source": str(a.vllm_result), "scenario": sc.name,
              "arrivals": run.arrivals_note, "notes": list(run.notes), "vllm": run.meta,
-             "comparison": cmp, "verdict": verdict(cmp, a.bar or BARS["cuda"]),
+             "comparison": cmp, "verdict": verdict(cmp, BARS["cuda"] if a.bar is None else a.bar),
              "cross_check": check}
     if (pred.status == REJECTED).any():
         level["notes"].append(f"{int((pred.status == REJECTED).sum())} requests rejected by "

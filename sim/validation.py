@@ -12,6 +12,7 @@ No torch and no calibrate imports: this module reads what a replay wrote.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ QUANTILES = (50, 90, 99)
 BAR_METRICS = ("ttft", "tpot")
 BAR_QUANTILES = (50, 90)
 REPLAY_SCHEMA = "servesim-replay/1"
+# Relative-error bars (fractions) by the real run's device type (docs/validation.md).
+BARS = {"cpu": 0.15, "cuda": 0.10}
+# Columns every recorded step has (seconds, then the step's shape).
+STEP_COLUMNS = ("start_s", "end_s", "exec_s") + StepShape._fields
+REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
+                   "first_token_s", "finish_s", "preemptions", "status", "reason")
 # A placeholder workload: validation hands the engine its own requests.
 _NO_WORKLOAD = {"arrivals": {"process": "constant", "rate": 1.0},
                 "lengths": {"prompt": {"dist": "fixed", "value": 1},
@@ -93,8 +100,15 @@ def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
 
 
 def rank(values: np.ndarray, x: float) -> float:
-    """Percentile rank of ``x`` among ``values`` (percent; ties count half)."""
-    return float(100.0 * (np.sum(values < x) + 0.5 * np.sum(values == x)) / values.size)
+    """Percentile rank of ``x`` among ``values`` (percent, 0-100; ``values`` not empty):
+    the inverse of ``np.percentile``'s linear interpolation, so that a set's own p-th
+    percentile ranks p in it. Equal values share the mean of their positions."""
+    u, count = np.unique(np.asarray(values, dtype=float), return_counts=True)
+    n = int(count.sum())
+    if n == 1:
+        return 50.0 if x == u[0] else (0.0 if x < u[0] else 100.0)
+    pos = np.cumsum(count) - (count + 1) / 2.0  # mean 0-based position of each value
+    return float(100.0 * np.interp(x, u, pos) / (n - 1))
 
 
 def compare(real: RunResult, pred: RunResult) -> dict[str, Any]:
@@ -126,6 +140,17 @@ def compare(real: RunResult, pred: RunResult) -> dict[str, Any]:
                 "unfinished": int((res.status == UNFINISHED).sum())}
     return {"requests": len(real.status), "compared": int(both.sum()),
             "real": counts(real), "predicted": counts(pred), "metrics": rows}
+
+
+def bar_value(text: str) -> float:
+    """``--bar``'s value: a relative error above 0 (0.15 is 15%); argparse's type."""
+    try:
+        bar = float(text)
+    except ValueError:
+        bar = float("nan")
+    if not bar > 0 or not np.isfinite(bar):
+        raise argparse.ArgumentTypeError(f"got {text!r}, must be a number > 0 (0.15 is 15%)")
+    return bar
 
 
 def verdict(cmp: dict[str, Any], bar: float) -> dict[str, Any]:
@@ -305,12 +330,19 @@ def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str,
 
 def read_replay(record: dict[str, Any], source: str) -> tuple[Requests, dict[str, np.ndarray],
                                                               dict[str, np.ndarray]]:
-    """(requests, measured per-request columns, step columns) of a replay record."""
+    """(requests, measured per-request columns, step columns) of a replay record; a
+    missing or ragged column is an error naming it."""
+    if not isinstance(record, dict):
+        raise ServesimError(f"not a replay file (a JSON {type(record).__name__}, expected "
+                            "an object)", source=source)
     if record.get("schema") != REPLAY_SCHEMA:
         raise ServesimError(f"not a replay file (schema {record.get('schema')!r}, expected "
                             f"{REPLAY_SCHEMA!r})", source=source)
     try:
         rq, st = record["requests"], record["steps"]
+        _check_columns(rq, REQUEST_COLUMNS, "requests")
+        if st.get("start_s"):
+            _check_columns(st, STEP_COLUMNS, "steps")
 
         def arr(xs: list[Any]) -> np.ndarray:
             return np.array([np.nan if x is None else x for x in xs], dtype=float)
@@ -323,7 +355,30 @@ def read_replay(record: dict[str, Any], source: str) -> tuple[Requests, dict[str
                 "preemptions": np.asarray(rq["preemptions"], np.int64), "status": status,
                 "reason": np.array(rq["reason"], dtype=object)}
         steps = {k: arr(v) for k, v in st.items()}
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ServesimError(f"malformed replay record ({type(exc).__name__}: {exc})",
                             source=source) from None
     return requests, cols, steps
+
+
+def _check_columns(table: dict[str, Any], names: tuple[str, ...], part: str) -> None:
+    """Raise ValueError unless ``table`` has every column in ``names``, all one length."""
+    missing = [k for k in names if k not in table]
+    if missing:
+        raise ValueError(f"{part}.{missing[0]} is missing")
+    lengths = {k: len(table[k]) for k in names}
+    if len(set(lengths.values())) > 1:
+        k = next(k for k in names if lengths[k] != lengths[names[0]])
+        raise ValueError(f"{part}.{k} has {lengths[k]} rows, {part}.{names[0]} "
+                         f"{lengths[names[0]]}")
+
+
+def model_mismatch(profile: Any, model: dict[str, Any]) -> str | None:
+    """Why a profile (:class:`sim.profile.ProfileCost`) cannot price a run of ``model``
+    (a record's ModelSpec fields), or None when it can: every dimension but the dtype
+    must agree."""
+    theirs = {k: v for k, v in dataclasses.asdict(profile.model).items() if k != "dtype"}
+    if {k: model.get(k) for k in theirs} == theirs:
+        return None
+    return (f"it was measured for model {profile.model.name!r}, the replay ran "
+            f"{model.get('name')!r} with other dimensions")

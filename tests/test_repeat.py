@@ -1,5 +1,6 @@
 """``servesim validate --replay A --against B``: two recorded runs of the same requests
-compared with each other, on hand-made records whose differences are known exactly."""
+compared with each other, on hand-made records whose differences are known exactly;
+and the percentile rank every comparison row carries."""
 
 from __future__ import annotations
 
@@ -64,10 +65,10 @@ def test_two_runs_differ_by_exactly_their_scaling(tmp_path: Path,
     assert cmp["metrics"]["e2e"]["p50"]["first"] == pytest.approx(0.0355)
     assert cmp["metrics"]["e2e"]["p50"]["second"] == pytest.approx(0.0396)
     assert cmp["worst"] == pytest.approx(0.20)
-    # Where the first run's value falls among the second's: TTFT p50 0.025 s has two of
-    # 0.011, 0.022, 0.033, 0.044 below it; p90 0.037 s has three.
-    assert cmp["metrics"]["ttft"]["p50"]["second_rank"] == 50.0
-    assert cmp["metrics"]["ttft"]["p90"]["second_rank"] == 75.0
+    # Where the first run's value falls among the second's 0.011, 0.022, 0.033, 0.044 s
+    # (positions 0-3 of 3): TTFT p50 0.025 s at 1 + 3/11, p90 0.037 s at 2 + 4/11.
+    assert cmp["metrics"]["ttft"]["p50"]["second_rank"] == pytest.approx(100 * (14 / 11) / 3)
+    assert cmp["metrics"]["ttft"]["p90"]["second_rank"] == pytest.approx(100 * (26 / 11) / 3)
     out = capsys.readouterr().out
     assert "differ by up to 20.0% (more than the 15% bar)" in out
     assert (tmp_path / "o" / "first-below-4rps.csv").is_file()
@@ -75,8 +76,47 @@ def test_two_runs_differ_by_exactly_their_scaling(tmp_path: Path,
     assert main(["--replay", str(a), "--against", str(a), "--out", str(tmp_path / "s"),
                  "--no-plots", "--bar", "0.1"]) == 0
     same = json.loads((tmp_path / "s" / "validation.json").read_text())["levels"][0]
-    assert same["comparison"]["worst"] == 0.0
+    assert same["comparison"]["worst"] == 0.0 and same["within"] is True
+    # ... and each of its percentiles ranks at that percentile of itself.
+    assert {q: row["second_rank"] for q, row in same["comparison"]["metrics"]["ttft"].items()
+            } == pytest.approx({"p50": 50.0, "p90": 90.0, "p99": 99.0})
     assert "differ by up to 0.0% (within the 10% bar)" in capsys.readouterr().out
+
+
+def test_unfinished_or_single_token_runs_are_not_judged(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    a = write(tmp_path / "a.json", record())
+    cut = record()
+    cut["requests"]["status"][3], cut["requests"]["finish_s"][3] = "unfinished", None
+    b = write(tmp_path / "b.json", cut)
+    # --against=FILE spelling dispatches the same way.
+    assert main(["--replay", str(a), f"--against={b}", "--out", str(tmp_path / "o"),
+                 "--no-plots"]) == 0
+    lv = json.loads((tmp_path / "o" / "validation.json").read_text())["levels"][0]
+    assert lv["comparison"]["compared"] == 3 and lv["within"] is None
+    out = capsys.readouterr().out
+    assert "second 3 finished, 1 unfinished" in out
+    assert "not judged: 1 requests were left unfinished" in out
+    ones = record()
+    ones["requests"]["output_tokens"] = [1, 1, 1, 1]
+    ones["requests"]["finish_s"] = ones["requests"]["first_token_s"]
+    c = write(tmp_path / "c.json", ones)
+    assert main(["--replay", str(c), "--against", str(c), "--out", str(tmp_path / "p"),
+                 "--no-plots"]) == 0
+    assert "not compared (no request finished in both runs with a TTFT and a TPOT" in \
+        capsys.readouterr().out
+
+
+def test_one_first_run_against_two_keeps_both_pairs_files(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.json", record())
+    b = write(tmp_path / "b.json", record(tpot_scale=1.1))
+    assert main(["--replay", str(a), str(a), "--against", str(a), str(b),
+                 "--out", str(tmp_path / "o"), "--no-plots"]) == 0
+    levels = json.loads((tmp_path / "o" / "validation.json").read_text())["levels"]
+    assert [lv["label"] for lv in levels] == ["below-4rps", "below-4rps~2"]
+    assert (tmp_path / "o" / "second-below-4rps~2.csv").is_file()
+    assert levels[1]["comparison"]["worst"] == pytest.approx(0.10)
 
 
 def test_runs_of_other_requests_or_limits_are_refused(tmp_path: Path) -> None:
@@ -100,6 +140,22 @@ def test_runs_of_other_requests_or_limits_are_refused(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ServesimError, match="cannot read replay"):
         main(["--replay", str(tmp_path / "bad.json"), "--against", str(a)])
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ServesimError, match=r"list.json: not a replay file \(a JSON list"):
+        main(["--replay", str(tmp_path / "list.json"), "--against", str(a)])
+    ragged = record()
+    ragged["steps"] = {"start_s": [0.0], "end_s": [1e-3], "exec_s": [1e-3]}
+    g = write(tmp_path / "g.json", ragged)
+    with pytest.raises(ServesimError, match=r"g.json: malformed replay record .*steps.seqs "
+                                            r"is missing"):
+        main(["--replay", str(g), "--against", str(a)])
+    nomodel = record()
+    del nomodel["model"]
+    h = write(tmp_path / "h.json", nomodel)
+    with pytest.raises(ServesimError, match=r"^.*h.json: model"):
+        main(["--replay", str(h), "--against", str(a)])
+    with pytest.raises(SystemExit):
+        main(["--replay", str(a), "--against", str(a), "--bar", "0"])
 
 
 def test_profile_gives_each_runs_speed(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -125,26 +181,40 @@ def test_profile_gives_each_runs_speed(tmp_path: Path, capsys: pytest.CaptureFix
         rec = record()
         rec["steps"] = {f: list(col) for f, col in
                         zip(StepShape._fields, zip(*shapes, strict=True), strict=True)}
-        execs = [1e-3, dec, dec]
-        start = [0.0, 1e-3, 1e-3 + dec]  # back to back: no idle, no waking
+        execs = [1.05e-3, dec, dec]
+        start = [0.0, 1.05e-3, 1.05e-3 + dec]  # back to back: no idle, no waking
         rec["steps"].update(start_s=start, exec_s=execs,
                             end_s=[s + e for s, e in zip(start, execs, strict=True)])
         runs.append(write(tmp_path / f"{name}.json", rec))
     assert main(["--replay", str(runs[0]), "--against", str(runs[1]), "--profile", str(prof),
                  "--out", str(tmp_path / "o"), "--no-plots"]) == 0
     speeds = json.loads((tmp_path / "o" / "validation.json").read_text())["levels"][0]["speeds"]
-    assert speeds[0]["prefill_factor"] == pytest.approx(1.0)
+    assert speeds[0]["prefill_factor"] == pytest.approx(1.05)
     assert speeds[0]["decode_factor"] == pytest.approx(1.1)
     assert speeds[1]["decode_factor"] == pytest.approx(0.9)
     out = capsys.readouterr().out
-    assert "first run: prefill steps at 1.000x, decode-only steps at 1.100x" in out
+    assert "first run: prefill steps at 1.050x, decode-only steps at 1.100x" in out
+    # A profile of another model cannot price these runs.
+    other = yaml.safe_load(prof.read_text())
+    other["model"]["layers"] = 4
+    prof.write_text(yaml.safe_dump(other))
+    with pytest.raises(ServesimError, match="profile: it was measured for model 'tiny', the "
+                                            "replay ran 'tiny' with other dimensions"):
+        main(["--replay", str(runs[0]), "--against", str(runs[1]), "--profile", str(prof),
+              "--out", str(tmp_path / "o"), "--no-plots"])
 
 
-def test_rank_counts_ties_half() -> None:
+def test_rank_inverts_percentile_and_shares_ties() -> None:
+    """sim.validation.rank, which both comparisons use: positions 0, 1.5 (the two 2s
+    share 1 and 2) and 3 of 3 for [1, 2, 2, 3]; a sample's own percentiles rank at
+    their percentile."""
     import numpy as np
 
     from sim.validation import rank
 
     v = np.array([1.0, 2.0, 2.0, 3.0])
-    assert rank(v, 2.0) == 50.0 and rank(v, 0.5) == 0.0 and rank(v, 3.0) == 87.5
-    assert rank(v, 2.5) == 75.0
+    assert rank(v, 2.0) == 50.0 and rank(v, 0.5) == 0.0 and rank(v, 3.0) == 100.0
+    assert rank(v, 2.5) == 75.0 and rank(np.array([4.0]), 4.0) == 50.0
+    x = np.random.default_rng(0).random(73)
+    assert [rank(x, float(np.percentile(x, q))) for q in (10, 50, 90, 99)] == \
+        pytest.approx([10, 50, 90, 99])

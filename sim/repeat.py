@@ -33,9 +33,11 @@ from sim.validation import (
     BARS,
     bar_value,
     compare,
+    counts_text,
     model_mismatch,
     read_replay,
-    real_result,
+    replay_run,
+    rows_text,
     scenario_for,
     speed_factors,
     step_errors,
@@ -66,9 +68,7 @@ def recorded_run(record: dict[str, Any], source: str
                           _UNUSED_COST, label)
     except ServesimError as exc:  # name the record, not the scenario built from it
         raise ServesimError(exc.message, source, exc.where) from None
-    run = real_result(sc, requests, cols["first_token"], cols["finish"], cols["status"],
-                      cols["reason"], cols["first_sched"], cols["preemptions"], steps=steps)
-    return run, requests, steps
+    return replay_run(sc, requests, cols, steps), requests, steps
 
 
 def check_same(first: dict[str, Any], second: dict[str, Any], a: Requests, b: Requests,
@@ -112,23 +112,13 @@ def against(first: RunResult, second: RunResult) -> dict[str, Any]:
 
 def table(cmp: dict[str, Any], title: str) -> str:
     """The comparison as text, milliseconds, one row per metric and percentile."""
-    def counts(c: dict[str, int]) -> str:
-        return ", ".join(f"{v} {k}" for k, v in c.items() if v or k == "finished")
-    lines = [title, f"requests: {cmp['requests']}, compared {cmp['compared']} (finished in "
-                    f"both runs); first {counts(cmp['first'])}; second {counts(cmp['second'])}",
-             f"{'metric':<8}{'pct':>5}{'first ms':>12}{'second ms':>12}{'rel diff':>10}"
-             f"{'2nd rank':>10}"]
-    for m, rows in cmp["metrics"].items():
-        for q, row in rows.items():
-            if row["first"] is None:
-                lines.append(f"{m:<8}{q:>5}{'-':>12}{'-':>12}{'-':>10}{'-':>10}")
-                continue
-            diff = "-" if row["rel_diff"] is None else f"{row['rel_diff']:+.1%}"
-            lines.append(f"{m:<8}{q:>5}{row['first'] * 1e3:>12.1f}"
-                         f"{row['second'] * 1e3:>12.1f}{diff:>10}"
-                         f"{'p' + format(row['second_rank'], '.0f'):>10}")
-    lines.append("2nd rank: where the first run's value falls among the second run's")
-    return "\n".join(lines)
+    return "\n".join([
+        title,
+        f"requests: {cmp['requests']}, compared {cmp['compared']} (finished in both runs); "
+        f"first {counts_text(cmp['first'])}; second {counts_text(cmp['second'])}",
+        *rows_text(cmp["metrics"], ("first", "second", "rel_diff", "second_rank"),
+                   ("first ms", "second ms", "rel diff", "2nd rank")),
+        "2nd rank: where the first run's value falls among the second run's"])
 
 
 def speeds(steps: list[dict[str, np.ndarray]], prof: Any) -> list[dict[str, float] | None]:

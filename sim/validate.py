@@ -40,6 +40,7 @@ from sim.validation import (
     probe_report,
     read_replay,
     real_result,
+    replay_run,
     scenario_for,
     sensitivity,
     simulate_requests,
@@ -85,8 +86,7 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
     label = str(record.get("label", "level"))
     sc = scenario_for(dataclasses.asdict(prof.model), record["serving"],
                       {"profile": str(path)}, label)
-    real = real_result(sc, requests, cols["first_token"], cols["finish"], cols["status"],
-                       cols["reason"], cols["first_sched"], cols["preemptions"], steps=steps)
+    real = replay_run(sc, requests, cols, steps)
     cost = build_cost(sc)
     pred = simulate_requests(sc, requests, cost=cost)
     cmp = compare(real, pred)

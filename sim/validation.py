@@ -164,29 +164,50 @@ def verdict(cmp: dict[str, Any], bar: float) -> dict[str, Any]:
 
 def table(cmp: dict[str, Any], title: str) -> str:
     """The comparison as text: one row per metric and percentile, milliseconds."""
-    lines = [title,
-             f"requests: {cmp['requests']}, compared {cmp['compared']} (finished in both); "
-             f"real {_counts(cmp['real'])}; predicted {_counts(cmp['predicted'])}",
-             f"{'metric':<8}{'pct':>5}{'real ms':>12}{'predicted ms':>14}{'rel err':>10}"
-             f"{'pred rank':>11}"]
-    for m in METRICS:
-        for q in QUANTILES:
-            row = cmp["metrics"][m][f"p{q}"]
-            if row["real"] is None:
-                lines.append(f"{m:<8}{'p' + str(q):>5}{'-':>12}{'-':>14}{'-':>10}{'-':>11}")
+    return "\n".join([
+        title,
+        f"requests: {cmp['requests']}, compared {cmp['compared']} (finished in both); "
+        f"real {counts_text(cmp['real'])}; predicted {counts_text(cmp['predicted'])}",
+        *rows_text(cmp["metrics"], ("real", "predicted", "rel_err", "predicted_rank"),
+                   ("real ms", "predicted ms", "rel err", "pred rank")),
+        "pred rank: where the real value falls among the predicted ones (near the "
+        "row's own percentile: the CDFs agree there whatever the error)"])
+
+
+def rows_text(metrics: dict[str, dict[str, dict[str, float | None]]],
+              keys: tuple[str, str, str, str], headers: tuple[str, str, str, str]
+              ) -> list[str]:
+    """A comparison's rows as text under a header line: per metric and percentile, the
+    two sides' values (milliseconds), their relative difference and the rank, read
+    from each row's ``keys`` (in that order) and headed ``headers``."""
+    width = [max(12, len(headers[0]) + 2), max(12, len(headers[1]) + 2),
+             max(10, len(headers[2]) + 2), max(10, len(headers[3]) + 2)]
+    lines = [f"{'metric':<8}{'pct':>5}"
+             + "".join(f"{h:>{w}}" for h, w in zip(headers, width, strict=True))]
+    for m, rows in metrics.items():
+        for q, row in rows.items():
+            va, vb, d, r = (row[k] for k in keys)
+            if va is None or vb is None:  # both are, where no request finished in both
+                lines.append(f"{m:<8}{q:>5}" + "".join(f"{'-':>{w}}" for w in width))
                 continue
-            err = "-" if row["rel_err"] is None else f"{row['rel_err']:+.1%}"
-            at = row.get("predicted_rank")
-            lines.append(f"{m:<8}{'p' + str(q):>5}{row['real'] * 1e3:>12.1f}"
-                         f"{row['predicted'] * 1e3:>14.1f}{err:>10}"
-                         f"{'-' if at is None else f'p{at:.0f}':>11}")
-    lines.append("pred rank: where the real value falls among the predicted ones (near the "
-                 "row's own percentile: the CDFs agree there whatever the error)")
-    return "\n".join(lines)
+            lines.append(f"{m:<8}{q:>5}{va * 1e3:>{width[0]}.1f}{vb * 1e3:>{width[1]}.1f}"
+                         f"{'-' if d is None else f'{d:+.1%}':>{width[2]}}"
+                         f"{'-' if r is None else f'p{r:.0f}':>{width[3]}}")
+    return lines
 
 
-def _counts(c: dict[str, int]) -> str:
+def counts_text(c: dict[str, int]) -> str:
+    """What one side finished, rejected or left unfinished, as text (counts)."""
     return ", ".join(f"{v} {k}" for k, v in c.items() if v or k == "finished")
+
+
+def replay_run(scenario: Scenario, requests: Requests, cols: dict[str, np.ndarray],
+               steps: dict[str, np.ndarray]) -> RunResult:
+    """The measured run of a replay record (:func:`read_replay`'s requests, columns and
+    steps) as a :class:`RunResult` under ``scenario``."""
+    return real_result(scenario, requests, cols["first_token"], cols["finish"],
+                       cols["status"], cols["reason"], cols["first_sched"],
+                       cols["preemptions"], steps=steps)
 
 
 def _device_time(cost: Any, shape: StepShape) -> Any:

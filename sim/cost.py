@@ -18,12 +18,21 @@ from typing import Any, Protocol
 import numpy as np
 
 from sim.configtools import bounded
+from sim.frontend import NO_FRONTEND, Frontend
 from sim.shape import StepShape
 from sim.specs import GPUSpec, ModelSpec
 
 
 class CostModel(Protocol):
-    """Anything with ``step_time(shape) -> seconds``; must be pure (no state, no I/O)."""
+    """Anything with ``step_time(shape) -> seconds``; must be pure (no state, no I/O).
+
+    ``frontend`` is the API server's per-request latency outside the steps
+    (:class:`sim.frontend.Frontend`; zero where a model does not price it)."""
+
+    @property
+    def frontend(self) -> Frontend:
+        """The API server's per-request latency (seconds) outside the steps."""
+        ...
 
     def step_time(self, shape: StepShape) -> Any:
         """Seconds one iteration of ``shape`` takes on one replica."""
@@ -38,6 +47,7 @@ class LinearCost:
     per_new_token_s: float = bounded(0.0, ge=0)
     per_context_token_s: float = bounded(0.0, ge=0)
     per_seq_s: float = bounded(0.0, ge=0)
+    frontend: Frontend = NO_FRONTEND
 
     def step_time(self, shape: StepShape) -> Any:
         """Seconds for one iteration of ``shape``."""
@@ -58,6 +68,7 @@ class RooflineParams:
     attention_flops_efficiency: float = bounded(0.5, gt=0, le=1)
     step_overhead_s: float = bounded(0.003, ge=0)
     per_seq_overhead_s: float = bounded(2e-5, ge=0)
+    frontend: Frontend = NO_FRONTEND
 
 
 class RooflineCost:
@@ -73,6 +84,7 @@ class RooflineCost:
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
+        self.frontend = params.frontend
         m, p = model, params
         b = m.dtype_bytes
         flops = gpu.flops * p.flops_efficiency

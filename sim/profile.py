@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.frontend import NO_FRONTEND, Frontend
 from sim.shape import StepShape
 from sim.specs import ModelSpec
 
@@ -256,14 +257,16 @@ class ProfileCost:
     ``tables`` maps a component with a ``table`` count to its measured seconds at counts
     1, 2, ... (per layer for per-layer components); ``wake`` holds ``max_s`` and
     ``tau_s`` of :meth:`wake_time` (none: a step after idle costs what it costs after
-    others). ``step_time`` is pure and accepts numpy arrays in any shape field.
+    others). ``frontend`` is the API server's per-request latency (none: zero).
+    ``step_time`` is pure and accepts numpy arrays in any shape field.
     """
 
     def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
                  coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None,
                  tables: Mapping[str, tuple[float, ...]] | None = None,
-                 wake: Mapping[str, float] | None = None):
+                 wake: Mapping[str, float] | None = None, frontend: Frontend = NO_FRONTEND):
         self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
+        self.frontend = frontend
         self.coefs = {k: dict(v) for k, v in coefs.items()}
         self.tables = {k: tuple(float(x) for x in v) for k, v in (tables or {}).items() if v}
         self.wake = {k: float(v) for k, v in (wake or {}).items()}
@@ -302,4 +305,4 @@ class ProfileCost:
         """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
         model = dataclasses.replace(self.model, layers=layers)
         return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta,
-                           self.tables, self.wake)
+                           self.tables, self.wake, self.frontend)

@@ -89,6 +89,17 @@ MODELS: dict[str, ModelSpec] = {
     "llama-3-70b": _llama(name="llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8,
                           head_dim=128, intermediate=28672, vocab=128256, max_context=8192,
                           rope_theta=500000.0),
+    # Llama 3.1 differs from Llama 3 only in its context length (rope scaling to 128k).
+    "llama-3.1-8b": _llama(name="llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8,
+                           head_dim=128, intermediate=14336, vocab=128256, max_context=131072,
+                           rope_theta=500000.0),
+    "llama-3.1-70b": _llama(name="llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8,
+                            head_dim=128, intermediate=28672, vocab=128256, max_context=131072,
+                            rope_theta=500000.0),
+    # Qwen3's attention is wider than its residual stream (64 heads x 128 > 5120).
+    "qwen3-32b": _llama(name="qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8,
+                        head_dim=128, intermediate=25600, vocab=151936, max_context=40960,
+                        rope_theta=1000000.0),
     "mistral-7b": _llama(name="mistral-7b", layers=32, hidden=4096, heads=32, kv_heads=8,
                          head_dim=128, intermediate=14336, vocab=32768, max_context=32768,
                          rope_theta=1000000.0),

@@ -21,6 +21,7 @@ import numpy as np
 
 from sim.engine import Engine, RunResult, build_cost
 from sim.errors import ServesimError
+from sim.frontend import Frontend
 from sim.histogram import LogHistogram
 from sim.metrics import per_request
 from sim.replicastats import ReplicaStats
@@ -285,6 +286,11 @@ class SpeedMatched:
         factor = np.where(np.asarray(shape.prefill_seqs) > 0, self.prefill, self.decode)
         out = self.cost.step_time(shape) + (factor - 1.0) * _device_time(self.cost, shape)
         return float(out) if np.ndim(out) == 0 else out
+
+    @property
+    def frontend(self) -> Frontend:
+        """The wrapped cost model's frontend latency, unscaled (it is not device time)."""
+        return self.cost.frontend
 
     def wake_time(self, idle_s: float) -> float:
         """The cost model's price of waking from ``idle_s`` seconds idle, times

@@ -1,0 +1,47 @@
+"""The API server's per-request latency outside the engine's steps.
+
+A client's request first passes the server's frontend (HTTP parsing, chat template,
+tokenisation) before the engine can schedule it, and every token the engine produces
+passes it again on the way out (detokenisation, streaming). Neither is a function of a
+batch's shape, so neither is part of ``step_time``; a cost model carries them as a
+:class:`Frontend`, and the engine delays a request's delivery by
+:meth:`Frontend.request_delay` and the client's view of each of its tokens by
+``response_s``. Client-side TTFT (what ``vllm bench serve`` reports) then has the floor
+real servers show. Pure Python: no numpy, no simpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.configtools import bounded
+
+# The coefficients' names, in the order profiles and docs list them.
+FRONTEND_COEFS = ("request_s", "per_prompt_token_s", "response_s")
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """Per-request frontend latency, seconds.
+
+    ``request_s`` + ``per_prompt_token_s``·prompt tokens pass between the client sending
+    a request and the engine seeing it; ``response_s`` between the engine emitting a
+    token and the client receiving it (so TTFT and E2E grow by it, TPOT and ITL not).
+    """
+
+    request_s: float = bounded(0.0, ge=0)
+    per_prompt_token_s: float = bounded(0.0, ge=0)
+    response_s: float = bounded(0.0, ge=0)
+
+    def request_delay(self, prompt_tokens: int) -> float:
+        """Seconds from the client sending a request of ``prompt_tokens`` tokens to the
+        engine seeing it."""
+        return self.request_s + self.per_prompt_token_s * prompt_tokens
+
+    @property
+    def active(self) -> bool:
+        """Whether any term is non-zero (a zero frontend leaves a run exactly as without)."""
+        return self.request_s > 0 or self.per_prompt_token_s > 0 or self.response_s > 0
+
+
+NO_FRONTEND = Frontend()

@@ -18,14 +18,6 @@ import numpy as np
 import torch
 
 from calibrate.arch import shard
-from calibrate.fit import (
-    MIN_TEST,
-    FitResult,
-    allreduce_coefs,
-    fit_component,
-    fit_in_situ,
-    relative_errors,
-)
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
@@ -36,7 +28,16 @@ from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.errors import ServesimError
-from sim.profile import FORMS, ProfileCost
+from sim.profile import FORMS
+from sim.profilecost import ProfileCost
+from sim.profilefit import (
+    MIN_TEST,
+    FitResult,
+    allreduce_coefs,
+    fit_component,
+    fit_in_situ,
+    relative_errors,
+)
 from sim.specs import GPUS, ModelSpec
 
 # Held-out component MAPE and whole-step error bars (fractions) by device type.
@@ -301,7 +302,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
-                           tables={n: f.table for n, f in fits.items() if f.table},
+                           knots={n: f.table for n, f in fits.items() if f.table},
                            wake=terms.wake)
 
         if layers < model.layers:

@@ -1,11 +1,12 @@
-"""Measured cost profiles: the step-time components and their prices.
+"""Measured cost profiles: the step-time components and their formulas.
 
 A profile holds fitted coefficients for a fixed set of step-time components
-(:data:`FORMS`), for the components whose kernels change with small batch sizes a
-table of measured times, and the extra seconds a step takes when the server was idle
-before it (``wake``). This module owns the component formulas, so the fit in
-``calibrate/`` and the evaluation here can never disagree about what a coefficient
-means; :mod:`sim.profilefile` reads and checks the YAML file ``calibrate`` writes.
+(:data:`FORMS`), measured curves where a formula cannot follow the kernels
+(:mod:`sim.curves`), and the extra seconds a step takes when the server was idle
+before it (``wake``). This module owns the component formulas, so the fits (of
+``calibrate`` and of the public-table builder) and the evaluation in
+:mod:`sim.profilecost` can never disagree about what a coefficient means;
+:mod:`sim.profilefile` reads and checks the YAML file.
 
 Only numpy and pure ``sim`` modules are imported: no torch, no simpy.
 """
@@ -16,13 +17,11 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from sim.frontend import NO_FRONTEND, Frontend
 from sim.shape import StepShape
-from sim.specs import ModelSpec
 
 # The wake term's coefficients and formula (seconds; idle_s is the idle time before a step).
 WAKE_COEFS = ("max_s", "tau_s")
@@ -39,98 +38,114 @@ def wake_curve(idle_s: Any, max_s: float, tau_s: float) -> Any:
     return max_s * -math.expm1(-idle_s / tau_s)
 
 
+class Ops(NamedTuple):
+    """The elementwise operations a formula uses, for scalars or for numpy arrays: the
+    same formula text then prices one step with Python floats (fast) or many at once."""
+
+    minimum: Callable[[Any, Any], Any]
+    maximum: Callable[[Any, Any], Any]
+    positive: Callable[[Any], Any]  # x > 0, as 1/0 (bool) or a boolean array
+
+
+SCALAR = Ops(min, max, lambda x: x > 0)
+ARRAY = Ops(np.minimum, np.maximum, lambda x: np.asarray(x) > 0)
+
+
 def _prefill_context(s: StepShape) -> Any:
     """Tokens already cached before the step's prefill entries (decode entries excluded)."""
     return s.context_tokens - (s.decode_kv - s.decode_seqs)
 
 
-def _self_pairs(s: StepShape) -> Any:
+def _mean_chunk(s: StepShape, o: Ops) -> Any:
+    """Mean new tokens of the prefill entries (chunks taken as equal-sized)."""
+    return s.prefill_tokens / o.maximum(s.prefill_seqs, 1.0)
+
+
+def _self_pairs(s: StepShape, o: Ops = ARRAY) -> Any:
     """Query–key pairs of the prefill chunks among themselves, Σ n·(n+1)/2.
 
     The shape keeps only Σ n, so chunks are taken as equal-sized: exact for one prefill
     per step and for equal chunks, and close for the usual mixes.
     """
-    seqs = np.maximum(np.asarray(s.prefill_seqs, dtype=float), 1.0)
-    mean = np.asarray(s.prefill_tokens, dtype=float) / seqs
-    return s.prefill_tokens * (mean + 1.0) / 2.0
+    return s.prefill_tokens * (_mean_chunk(s, o) + 1.0) / 2.0
 
 
-def _block_pairs(s: StepShape, block: float) -> Any:
+def _block_pairs(s: StepShape, block: float, o: Ops = ARRAY) -> Any:
     """Σ n·min(n, block) over the prefill chunks (equal-sized, as in :func:`_self_pairs`):
     the query–key pairs a block-tiled causal kernel computes beyond the triangle."""
-    seqs = np.maximum(np.asarray(s.prefill_seqs, dtype=float), 1.0)
-    mean = np.asarray(s.prefill_tokens, dtype=float) / seqs
-    return s.prefill_tokens * np.minimum(mean, block)
+    return s.prefill_tokens * o.minimum(_mean_chunk(s, o), block)
 
 
-def _context_pairs(s: StepShape) -> Any:
+def _context_pairs(s: StepShape, o: Ops = ARRAY) -> Any:
     """Query–key pairs from prefill chunks to their cached context, Σ n·c."""
-    return np.maximum(s.prefill_pairs - _self_pairs(s), 0.0)
+    return o.maximum(s.prefill_pairs - _self_pairs(s, o), 0.0)
 
 
-def _step(c: Mapping[str, float], s: StepShape) -> Any:
+def _step(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # Decode entries are packed into groups of similar context, each group a few small
     # host-side tensors; a batch has at most about group_seqs distinct groups (a count),
     # so that cost grows with decode entries only up to there.
     return (c["const_s"] + c["per_seq_s"] * s.seqs + c["per_new_token_s"] * s.new_tokens
-            + c["per_group_s"] * np.minimum(s.decode_seqs, c["group_seqs"]))
+            + c["per_group_s"] * o.minimum(s.decode_seqs, c["group_seqs"]))
 
 
-def _linear(c: Mapping[str, float], s: StepShape) -> Any:
+def _linear(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # A layer's projections either stream their weights once (small batches) or are
     # limited by FLOPs (large batches); the slower of the two sets the time.
-    return c["const_s"] + np.maximum(c["weight_s"], c["per_token_s"] * s.new_tokens)
+    return c["const_s"] + o.maximum(c["weight_s"], c["per_token_s"] * s.new_tokens)
 
 
-def _prefill_attention(c: Mapping[str, float], s: StepShape) -> Any:
+def _prefill_attention(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # A chunk with no cached context runs a causal kernel over its own n×n block; one
     # after cached context runs a masked kernel over n×(c+n). Kernels differ in how much
     # of the causal triangle they skip, so the two kinds of pairs get their own price.
     # A block-tiled causal kernel computes the whole n×n square while the chunk fits in
     # one key block (block_tokens, a count) and skips the blocks above the diagonal past
     # it: per_block_pair_s prices those n·min(n, block_tokens) extra pairs.
+    # const_s is paid once by a step with any prefill entry: a GPU runs all of a step's
+    # chunks in one varlen kernel launch, whose fixed cost dwarfs per-chunk work.
     return (
-        c["per_seq_s"] * s.prefill_seqs
+        c["const_s"] * o.positive(s.prefill_seqs)
+        + c["per_seq_s"] * s.prefill_seqs
         + c["per_token_s"] * s.prefill_tokens
         + c["per_context_token_s"] * _prefill_context(s)
-        + c["per_self_pair_s"] * _self_pairs(s)
-        + c["per_block_pair_s"] * _block_pairs(s, c["block_tokens"])
-        + c["per_context_pair_s"] * _context_pairs(s)
+        + c["per_self_pair_s"] * _self_pairs(s, o)
+        + c["per_block_pair_s"] * _block_pairs(s, c["block_tokens"], o)
+        + c["per_context_pair_s"] * _context_pairs(s, o)
     )
 
 
-def _decode_attention(c: Mapping[str, float], s: StepShape) -> Any:
+def _decode_attention(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # The fixed part is paid only by steps that have decode entries at all. Reading the
     # KV cache costs per_kv_token_s per token while the step's KV fits in the device's
     # caches; beyond spill_kv tokens (a count, not seconds) each token also pays
     # per_spill_token_s, the extra of streaming it from main memory.
     # Entries of similar context share one attention call (a group); a batch has at most
     # about group_seqs groups (a count), so call overheads stop growing there.
-    present = np.asarray(s.decode_seqs) > 0
     return (
-        c["const_s"] * present
+        c["const_s"] * o.positive(s.decode_seqs)
         + c["per_seq_s"] * s.decode_seqs
-        + c["per_group_s"] * np.minimum(s.decode_seqs, c["group_seqs"])
+        + c["per_group_s"] * o.minimum(s.decode_seqs, c["group_seqs"])
         + c["per_kv_token_s"] * s.decode_kv
-        + c["per_spill_token_s"] * np.maximum(s.decode_kv - c["spill_kv"], 0.0)
+        + c["per_spill_token_s"] * o.maximum(s.decode_kv - c["spill_kv"], 0.0)
     )
 
 
-def _lm_head(c: Mapping[str, float], s: StepShape) -> Any:
-    return c["const_s"] + np.maximum(c["weight_s"], c["per_seq_s"] * s.seqs)
+def _lm_head(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
+    return c["const_s"] + o.maximum(c["weight_s"], c["per_seq_s"] * s.seqs)
 
 
-def _host(c: Mapping[str, float], s: StepShape) -> Any:
+def _host(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # The serving loop's own work between device steps (admitting arrivals, scheduling,
     # slot and block bookkeeping, recording outputs), which walks the running batch.
     return c["const_s"] + c["per_seq_s"] * s.seqs
 
 
-def _allreduce(c: Mapping[str, float], s: StepShape) -> Any:
+def _allreduce(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     return c["per_step_s"] + c["per_token_s"] * s.new_tokens
 
 
-def _in_situ(c: Mapping[str, float], s: StepShape) -> Any:
+def _in_situ(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # What a layer costs inside a real step beyond its operators timed alone: chiefly
     # weights that the step's KV reads pushed out of the caches, streamed again. More KV
     # read evicts more, until past evict_kv tokens (a count) all that can be evicted is.
@@ -142,10 +157,10 @@ def _in_situ(c: Mapping[str, float], s: StepShape) -> Any:
     # query-key pairs per_prefill_pair_s (its score matrices, too large for the caches
     # that held them when the kernel was timed alone). Fitted on whole steps, after the
     # operators; zero where a device shows no effect.
-    d = np.asarray(s.decode_seqs)
-    return (c["const_s"] * (d > 0) + c["multi_s"] * (d > 1)
-            + c["per_seq_s"] * np.minimum(s.decode_seqs, c["sat_seqs"])
-            + c["per_kv_token_s"] * np.minimum(s.decode_kv, c["evict_kv"])
+    d = s.decode_seqs
+    return (c["const_s"] * o.positive(d) + c["multi_s"] * o.positive(d - 1)
+            + c["per_seq_s"] * o.minimum(d, c["sat_seqs"])
+            + c["per_kv_token_s"] * o.minimum(s.decode_kv, c["evict_kv"])
             + c["per_prefill_s"] * s.prefill_seqs
             + c["per_prefill_pair_s"] * s.prefill_pairs)
 
@@ -165,11 +180,15 @@ class ComponentForm:
     per_layer: bool
     linear: bool
     formula: str
-    evaluate: Callable[[Mapping[str, float], StepShape], Any]
+    # (coefficients, shape, ops) -> seconds; ops is SCALAR or ARRAY (the default).
+    evaluate: Callable[..., Any]
     knees: tuple[str, ...] = ()
-    # The StepShape count (e.g. "new_tokens") by which a measured table may replace the
-    # formula at small counts (see :func:`tabled`); "" when the component has none.
+    # The StepShape count (e.g. "new_tokens") over which measured knots may replace the
+    # formula inside their range (sim.curves.Knots); "" when the component has none.
     table: str = ""
+    # Whether a measured grid over (decode entries, mean KV tokens per entry) may
+    # replace the formula entirely (sim.curves.Grid).
+    grid: bool = False
     # Coefficients a profile written before they existed may lack, and the value that
     # gives that profile's formula back exactly.
     defaults: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -186,14 +205,17 @@ FORMS: dict[str, ComponentForm] = {
                       "const_s + max(weight_s, per_token_s*new_tokens)", _linear,
                       table="new_tokens"),
         ComponentForm("prefill_attention",
-                      ("per_seq_s", "per_token_s", "per_context_token_s", "per_self_pair_s",
-                       "per_block_pair_s", "block_tokens", "per_context_pair_s"), True, True,
-                      "per_seq_s*prefill_seqs + per_token_s*prefill_tokens"
-                      " + per_context_token_s*prefill_context + per_self_pair_s*self_pairs"
+                      ("const_s", "per_seq_s", "per_token_s", "per_context_token_s",
+                       "per_self_pair_s", "per_block_pair_s", "block_tokens",
+                       "per_context_pair_s"), True, True,
+                      "const_s*[prefill_seqs>0] + per_seq_s*prefill_seqs"
+                      " + per_token_s*prefill_tokens + per_context_token_s*prefill_context"
+                      " + per_self_pair_s*self_pairs"
                       " + per_block_pair_s*prefill_tokens*min(chunk, block_tokens)"
                       " + per_context_pair_s*context_pairs",
                       _prefill_attention, knees=("block_tokens",),
-                      defaults={"per_block_pair_s": 0.0, "block_tokens": 0.0}),
+                      defaults={"const_s": 0.0, "per_block_pair_s": 0.0,
+                                "block_tokens": 0.0}),
         ComponentForm("decode_attention",
                       ("const_s", "per_seq_s", "per_group_s", "group_seqs", "per_kv_token_s",
                        "per_spill_token_s", "spill_kv"),
@@ -201,7 +223,7 @@ FORMS: dict[str, ComponentForm] = {
                       "const_s*[decode_seqs>0] + per_seq_s*decode_seqs"
                       " + per_group_s*min(decode_seqs, group_seqs) + per_kv_token_s*decode_kv"
                       " + per_spill_token_s*max(decode_kv - spill_kv, 0)",
-                      _decode_attention, knees=("group_seqs", "spill_kv")),
+                      _decode_attention, knees=("group_seqs", "spill_kv"), grid=True),
         ComponentForm("lm_head", ("const_s", "weight_s", "per_seq_s"), False, False,
                       "const_s + max(weight_s, per_seq_s*seqs)", _lm_head, table="seqs"),
         ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
@@ -222,87 +244,3 @@ FORMS: dict[str, ComponentForm] = {
                       defaults={"const_s": 0.0, "per_seq_s": 0.0}),
     )
 }
-
-
-def tabled(table: tuple[float, ...], count: Any, otherwise: Any) -> Any:
-    """``table[count - 1]`` where ``count`` is a whole number in 1..len(table) (seconds
-    measured at that count), ``otherwise`` elsewhere; scalars or numpy arrays.
-
-    Small matrix products do not cost a smooth function of their rows: a kernel handles
-    rows in blocks (on the CPU this was measured with multiples of four fastest, three
-    rows slower than four), so a component measured at every small count keeps those
-    times and its formula prices only larger counts.
-    """
-    if not table:
-        return otherwise
-    if isinstance(count, (int, float)) and np.ndim(otherwise) == 0:
-        k = int(count)
-        return table[k - 1] if k == count and 1 <= k <= len(table) else otherwise
-    x = np.asarray(count, dtype=float)
-    inside = (x >= 1) & (x <= len(table)) & (x == np.floor(x))
-    idx = np.clip(x, 1, len(table)).astype(np.int64) - 1
-    return np.where(inside, np.asarray(table, dtype=float)[idx], otherwise)
-
-
-def _total(parts: Any) -> Any:
-    """Sum of component seconds: a float for a scalar shape, an array for arrays."""
-    t = sum(parts)
-    return float(t) if np.ndim(t) == 0 else t
-
-
-class ProfileCost:
-    """Step time from a measured profile: sum of the :data:`FORMS` components.
-
-    ``coefs`` maps each component name to its coefficient mapping (seconds);
-    ``tables`` maps a component with a ``table`` count to its measured seconds at counts
-    1, 2, ... (per layer for per-layer components); ``wake`` holds ``max_s`` and
-    ``tau_s`` of :meth:`wake_time` (none: a step after idle costs what it costs after
-    others). ``frontend`` is the API server's per-request latency (none: zero).
-    ``step_time`` is pure and accepts numpy arrays in any shape field.
-    """
-
-    def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
-                 coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None,
-                 tables: Mapping[str, tuple[float, ...]] | None = None,
-                 wake: Mapping[str, float] | None = None, frontend: Frontend = NO_FRONTEND):
-        self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
-        self.frontend = frontend
-        self.coefs = {k: dict(v) for k, v in coefs.items()}
-        self.tables = {k: tuple(float(x) for x in v) for k, v in (tables or {}).items() if v}
-        self.wake = {k: float(v) for k, v in (wake or {}).items()}
-        self.meta: dict[str, Any] = meta or {}
-
-    def breakdown(self, shape: StepShape) -> dict[str, Any]:
-        """Seconds per component for ``shape`` (per-layer terms already times layers)."""
-        out = {}
-        for name, form in FORMS.items():
-            t = form.evaluate(self.coefs[name], shape)
-            if name in self.tables:
-                t = tabled(self.tables[name], getattr(shape, form.table), t)
-            out[name] = t * self.model.layers if form.per_layer else t
-        return out
-
-    def step_time(self, shape: StepShape) -> Any:
-        """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays):
-        the device step and the serving loop's host work around it."""
-        return _total(self.breakdown(shape).values())
-
-    def device_time(self, shape: StepShape) -> Any:
-        """Seconds of the device step alone (``step_time`` without ``host``), what an
-        executor's timer sees."""
-        return _total(v for k, v in self.breakdown(shape).items() if k != "host")
-
-    def wake_time(self, idle_s: float) -> float:
-        """Extra seconds of a step that starts after the server sat idle for ``idle_s``
-        seconds: ``max_s * (1 - exp(-idle_s / tau_s))``, 0 without a measured ``wake``.
-        A pure function of the idle time, so the step's price stays one of its shape."""
-        top, tau = self.wake.get("max_s", 0.0), self.wake.get("tau_s", 0.0)
-        if idle_s <= 0.0 or top <= 0.0 or tau <= 0.0:
-            return 0.0
-        return float(wake_curve(float(idle_s), top, tau))
-
-    def with_layers(self, layers: int) -> ProfileCost:
-        """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
-        model = dataclasses.replace(self.model, layers=layers)
-        return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta,
-                           self.tables, self.wake, self.frontend)

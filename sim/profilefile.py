@@ -1,9 +1,11 @@
 """The profile file: the YAML ``calibrate`` writes and the simulator reads.
 
-Schema ``servesim-profile/4``, documented in docs/cost-model.md: device, dtype, tp,
-model, and per component its coefficients (seconds), an optional measured table and
-its fit's errors; ``wake`` optionally. :func:`load_profile` checks every key against
-:mod:`sim.profile`'s component forms and builds a :class:`sim.profile.ProfileCost`;
+Schema ``servesim-profile/5``, documented in docs/cost-model.md: device, dtype, tp,
+model, and per component its coefficients (seconds), optional measured knots
+(``table_s`` at ``table_at`` counts) or a measured grid (``grid``), and its fit's
+errors; ``wake`` and ``frontend`` optionally; ``source`` says where the prices came
+from. :func:`load_profile` checks every key against :mod:`sim.profile`'s component
+forms and builds a :class:`sim.profilecost.ProfileCost`;
 a problem is one :class:`ServesimError` naming the file, the key and the rule.
 Profiles under ``sim/data/profiles/`` ship with servesim and are named by stem.
 
@@ -20,13 +22,18 @@ from typing import Any
 import yaml
 
 from sim.configtools import build
+from sim.curves import Grid, Knots
 from sim.errors import ServesimError
-from sim.profile import FORMS, WAKE_COEFS, ComponentForm, ProfileCost
+from sim.frontend import FRONTEND_COEFS, NO_FRONTEND, Frontend
+from sim.profile import FORMS, WAKE_COEFS, ComponentForm
+from sim.profilecost import ProfileCost
 from sim.specs import ModelSpec
 
-SCHEMA = "servesim-profile/4"
-# Schemas this module reads: /3 is /4 without ``wake``, /2 is /3 without measured tables.
-READS = ("servesim-profile/2", "servesim-profile/3", SCHEMA)
+SCHEMA = "servesim-profile/5"
+# Schemas this module reads: /4 is /5 without knots at chosen counts, grids and
+# ``frontend``; /3 is /4 without ``wake``; /2 is /3 without measured tables.
+READS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", SCHEMA)
+EXTRA = ("wake", "frontend")
 PROFILE_DIR = Path(__file__).parent / "data" / "profiles"
 
 
@@ -88,27 +95,42 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         device_name = _need(device, "name", str, "device.")
         dtype = _need(data, "dtype", str, "")
         comps = _need(data, "components", dict, "")
-        unknown = sorted(set(comps) - set(FORMS) - {"wake"})
+        unknown = sorted(set(comps) - set(FORMS) - set(EXTRA))
         if unknown:
-            raise ServesimError(f"unknown component; allowed: {', '.join(FORMS)}, wake",
+            raise ServesimError(f"unknown component; allowed: {', '.join([*FORMS, *EXTRA])}",
                                 where=f"components.{unknown[0]}")
-        wake = _wake(comps, schema) if "wake" in comps else None
+        for extra in EXTRA:
+            if extra in comps and READS.index(schema) < READS.index(_SINCE[extra]):
+                raise ServesimError(f"the {extra} term needs schema {_SINCE[extra]!r} or later",
+                                    where=f"components.{extra}")
+        wake = _wake(comps) if "wake" in comps else None
+        frontend = _frontend(comps) if "frontend" in comps else NO_FRONTEND
         coefs: dict[str, dict[str, float]] = {}
-        tables: dict[str, tuple[float, ...]] = {}
+        knots: dict[str, Knots] = {}
+        grids: dict[str, Grid] = {}
         for name, form in FORMS.items():
             if name not in comps and set(form.defaults) == set(form.coefs):
                 # Written before this component existed: its neutral values (zeros).
                 coefs[name] = {k: float(v) for k, v in form.defaults.items()}
                 continue
             comp = _need(comps, name, dict, "components.")
+            where = f"components.{name}"
+            if "grid" in comp:
+                grids[name] = _grid(comp["grid"], form, schema, f"{where}.grid")
             if "table_s" in comp:
-                tables[name] = _table(comp["table_s"], form, schema, f"components.{name}.table_s")
-            coefs[name] = _coefs(comp, form.coefs, f"components.{name}", form.defaults)
+                knots[name] = _knots(comp, form, schema, where)
+            elif "table_at" in comp:
+                raise ServesimError("table_at needs table_s beside it", where=f"{where}.table_at")
+            if name in grids and "coef" not in comp:
+                # A grid prices the component alone; its formula is not used.
+                coefs[name] = dict.fromkeys(form.coefs, 0.0)
+                continue
+            coefs[name] = _coefs(comp, form.coefs, where, form.defaults)
         meta = {k: v for k, v in data.items() if k not in ("model", "components")}
         meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
     except ServesimError as exc:
         raise exc.located(source=source) from None
-    return ProfileCost(model, tp, device_name, dtype, coefs, meta, tables, wake)
+    return ProfileCost(model, tp, device_name, dtype, coefs, meta, knots, wake, frontend, grids)
 
 
 def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,
@@ -135,28 +157,69 @@ def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,
     return out
 
 
-def _wake(comps: Mapping[str, Any], schema: str) -> dict[str, float]:
-    if schema != SCHEMA:
-        raise ServesimError(f"the wake term needs schema {SCHEMA!r}", where="components.wake")
+# The schema each optional term first appeared in.
+_SINCE = {"wake": "servesim-profile/4", "frontend": "servesim-profile/5"}
+
+
+def _wake(comps: Mapping[str, Any]) -> dict[str, float]:
     comp = _need(comps, "wake", dict, "components.")
     return _coefs(comp, WAKE_COEFS, "components.wake", positive=("tau_s",))
 
 
-def _table(raw: Any, form: ComponentForm, schema: str, where: str) -> tuple[float, ...]:
-    if schema == READS[0]:
-        raise ServesimError(f"measured tables need schema {READS[1]!r} or later", where=where)
-    if not form.table:
-        raise ServesimError("this component has no measured table; components with one: "
-                            + ", ".join(n for n, f in FORMS.items() if f.table), where=where)
+def _frontend(comps: Mapping[str, Any]) -> Frontend:
+    comp = _need(comps, "frontend", dict, "components.")
+    return Frontend(**_coefs(comp, FRONTEND_COEFS, "components.frontend"))
+
+
+def _seconds(raw: Any, where: str, what: str) -> tuple[float, ...]:
+    """A non-empty list of finite numbers > 0."""
     if not isinstance(raw, list) or not raw:
-        raise ServesimError(f"got {raw!r}; expected a non-empty list of seconds at "
-                            f"{form.table} = 1, 2, ...", where=where)
+        raise ServesimError(f"got {raw!r}; expected a non-empty list of {what}", where=where)
     for i, v in enumerate(raw):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                 or v <= 0:
-            raise ServesimError(f"got {v!r}, must be a finite number of seconds > 0",
-                                where=f"{where}[{i}]")
+            raise ServesimError(f"got {v!r}, must be a finite number > 0", where=f"{where}[{i}]")
     return tuple(float(v) for v in raw)
+
+
+def _knots(comp: Mapping[str, Any], form: ComponentForm, schema: str, where: str) -> Knots:
+    if schema == READS[0]:
+        raise ServesimError(f"measured tables need schema {READS[1]!r} or later",
+                            where=f"{where}.table_s")
+    if not form.table:
+        raise ServesimError("this component has no measured table; components with one: "
+                            + ", ".join(n for n, f in FORMS.items() if f.table),
+                            where=f"{where}.table_s")
+    ys = _seconds(comp["table_s"], f"{where}.table_s", f"seconds at {form.table} = 1, 2, ...")
+    if "table_at" not in comp:
+        return Knots.counts(ys)
+    if READS.index(schema) < READS.index(SCHEMA):
+        raise ServesimError(f"table_at needs schema {SCHEMA!r}", where=f"{where}.table_at")
+    xs = _seconds(comp["table_at"], f"{where}.table_at", f"{form.table} counts")
+    try:
+        return Knots(xs, ys)
+    except ValueError as exc:
+        raise ServesimError(str(exc), where=f"{where}.table_at") from None
+
+
+def _grid(raw: Any, form: ComponentForm, schema: str, where: str) -> Grid:
+    if READS.index(schema) < READS.index(SCHEMA):
+        raise ServesimError(f"measured grids need schema {SCHEMA!r}", where=where)
+    if not form.grid:
+        raise ServesimError("this component has no measured grid; components with one: "
+                            + ", ".join(n for n, f in FORMS.items() if f.grid), where=where)
+    if not isinstance(raw, dict) or set(raw) != {"seqs", "kv_per_seq", "s"}:
+        raise ServesimError(f"got {raw!r}; expected a mapping of seqs, kv_per_seq and s",
+                            where=where)
+    rows = _seconds(raw["seqs"], f"{where}.seqs", "decode entries")
+    cols = _seconds(raw["kv_per_seq"], f"{where}.kv_per_seq", "KV tokens per entry")
+    if not isinstance(raw["s"], list):
+        raise ServesimError("expected a list of rows of seconds", where=f"{where}.s")
+    values = [_seconds(row, f"{where}.s[{i}]", "seconds") for i, row in enumerate(raw["s"])]
+    try:
+        return Grid(rows, cols, tuple(values))
+    except ValueError as exc:
+        raise ServesimError(str(exc), where=where) from None
 
 
 def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:

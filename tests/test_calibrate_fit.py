@@ -1,13 +1,13 @@
-"""calibrate.fit: known coefficients are recovered from noisy synthetic timings."""
+"""sim.profilefit: known coefficients are recovered from noisy synthetic timings."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from calibrate.fit import allreduce_coefs, fit_component, fit_in_situ, split, table_points
 from sim.errors import ServesimError
 from sim.profile import FORMS
+from sim.profilefit import allreduce_coefs, fit_component, fit_in_situ, split, table_points
 from sim.shape import StepShape, shape_of
 
 
@@ -85,7 +85,7 @@ def test_table_stops_at_the_first_count_not_measured() -> None:
 
 def test_linear_in_coefficient_forms_recovered() -> None:
     # A tiled causal kernel: the whole square up to 256-token chunks, the triangle past.
-    truth = {"per_seq_s": 1e-5, "per_token_s": 2e-7, "per_context_token_s": 5e-8,
+    truth = {"const_s": 0.0, "per_seq_s": 1e-5, "per_token_s": 2e-7, "per_context_token_s": 5e-8,
              "per_self_pair_s": 2e-10, "per_block_pair_s": 2e-10, "block_tokens": 256.0,
              "per_context_pair_s": 1e-10}
     shapes = [shape_of([(n, c)] * k) for n in (16, 64, 256, 1024, 3000) for c in (0, 512, 2048)
@@ -178,8 +178,8 @@ def test_allreduce_from_interconnect_figures() -> None:
 def test_every_grid_leaves_each_operator_enough_points_to_fit(device: str, quick: bool) -> None:
     """A GPU calibration cannot be run here, so its grids are checked on paper: every
     count 1..table_max is timed, and each component keeps enough points past its table."""
-    from calibrate.fit import table_points as tabled
     from calibrate.grids import OPERATORS, grid_for, operator_points
+    from sim.profilefit import table_points as tabled
     from sim.specs import MODELS
 
     g = grid_for(device, quick)

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from sim.errors import ServesimError
-from sim.profile import FORMS, ProfileCost, wake_curve
+from sim.profile import FORMS, wake_curve
+from sim.profilecost import ProfileCost
 from sim.profilefile import SCHEMA, load_profile, parse_profile
 from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import MODELS
@@ -23,7 +24,8 @@ COEFS = {
     "step": {"const_s": 1e-3, "per_seq_s": 1e-5, "per_new_token_s": 1e-6, "per_group_s": 4e-6,
              "group_seqs": 8.0},
     "linear": {"const_s": 1e-5, "weight_s": 2e-4, "per_token_s": 1e-6},
-    "prefill_attention": {"per_seq_s": 1e-5, "per_token_s": 1e-7, "per_context_token_s": 1e-8,
+    "prefill_attention": {"const_s": 3e-6, "per_seq_s": 1e-5, "per_token_s": 1e-7,
+                          "per_context_token_s": 1e-8,
                           "per_self_pair_s": 2e-10, "per_block_pair_s": 3e-11,
                           "block_tokens": 64.0, "per_context_pair_s": 1e-10},
     "decode_attention": {"const_s": 5e-6, "per_seq_s": 1e-6, "per_group_s": 3e-6,
@@ -59,7 +61,7 @@ def test_hand_computed_step_time(tmp_path: Path) -> None:
     linear = 1e-5 + max(2e-4, 1e-6 * 102)
     # One chunk: its own pairs 100·101/2, 100·min(100, 64) in tiles past the triangle,
     # and 100·50 pairs to its cached context.
-    prefill = 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 3e-11 * 100 * 64 + 1e-10 * 5000
+    prefill = 3e-6 + 1e-5 + 1e-7 * 100 + 1e-8 * 50 + 2e-10 * 5050 + 3e-11 * 100 * 64 + 1e-10 * 5000
     decode = 5e-6 + 1e-6 * 2 + 3e-6 * 2 + 1e-8 * 20 + 2e-8 * (20 - 15)
     head = 1e-5 + max(1e-4, 1e-6 * 3)
     in_situ = 2e-6 + 3e-6 + 1e-7 * min(2, 1.5) + 1e-9 * min(20, 12) + 4e-6 * 1 + 1e-11 * 10050
@@ -134,7 +136,7 @@ def test_profile_without_newer_coefficients_keeps_its_formula(tmp_path: Path) ->
     """Schema-2 files written before the tiled-prefill and in-situ step terms existed
     load with neutral values and price every step as they did."""
     data = profile_data()
-    for name, keys in (("prefill_attention", ("per_block_pair_s", "block_tokens")),
+    for name, keys in (("prefill_attention", ("const_s", "per_block_pair_s", "block_tokens")),
                        ("in_situ", ("multi_s", "sat_seqs", "per_prefill_s", "per_prefill_pair_s"))):
         for k in keys:
             del data["components"][name]["coef"][k]

@@ -113,7 +113,8 @@ def test_speed_matched_prediction_recovers_a_uniformly_slower_device() -> None:
 def test_virtual_replay_pays_wake_like_the_simulator() -> None:
     """A profile's wake term: the stand-in device pays it after the loop's idle waits
     exactly where sim's replica does, to the ns."""
-    from sim.profile import FORMS, ProfileCost
+    from sim.profile import FORMS
+    from sim.profilecost import ProfileCost
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"].update(const_s=4e-3, per_new_token_s=2e-5, per_seq_s=1e-4)

@@ -1,8 +1,10 @@
 """Fit each component's coefficients to its measurements and report held-out errors.
 
-The formulas are :data:`sim.profile.FORMS`, the very functions the simulator
-evaluates. The fit minimises *relative* error (what MAPE reports), with every
-coefficient ≥ 0 so each keeps its physical meaning. Forms linear in their
+Both routes to a profile fit here: ``calibrate`` (timings on the user's device) and
+the public-table builder (:mod:`sim.profilebuild`). The formulas are
+:data:`sim.profile.FORMS`, the very functions the simulator evaluates. The fit
+minimises *relative* error (what MAPE reports), with every coefficient ≥ 0 so each
+keeps its physical meaning. Forms linear in their
 coefficients are solved exactly (bounded linear least squares); the roofline-shaped
 ``max(weight_s, slope·x)`` forms are fitted by ``scipy.optimize.least_squares`` from
 several starting points, the best kept. Components with a measured table (linear,

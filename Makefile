@@ -17,7 +17,7 @@ $(CORE): pyproject.toml
 # `calibrate` extra itself accepts any torch>=2.3.
 $(DEV): $(CORE)
 	$(BIN)/python -m pip install -q 'torch==2.13.0'
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,measured]'
 	touch $@
 
 demo: $(CORE)

@@ -67,6 +67,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
     "report": ("sim.htmlreport:main", "self-contained report of a sweep or capacity run"),
     "calibrate": (_calibrate, "time a model on this machine's device and write a cost profile"),
     "validate": ("sim.validate:main", "compare predictions with a real run or vLLM results"),
+    "profile": ("sim.profilecli:main", "build cost profiles from public kernel tables; list, ship"),
     "trace": ("sim.tracecli:main", "statistics and plots of a request trace"),
 }
 

@@ -34,6 +34,11 @@ class CostModel(Protocol):
         """The API server's per-request latency (seconds) outside the steps."""
         ...
 
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase (printed with every result)."""
+        ...
+
     def step_time(self, shape: StepShape) -> Any:
         """Seconds one iteration of ``shape`` takes on one replica."""
         ...
@@ -48,6 +53,11 @@ class LinearCost:
     per_context_token_s: float = bounded(0.0, ge=0)
     per_seq_s: float = bounded(0.0, ge=0)
     frontend: Frontend = NO_FRONTEND
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase."""
+        return "linear cost model, given coefficients"
 
     def step_time(self, shape: StepShape) -> Any:
         """Seconds for one iteration of ``shape``."""
@@ -104,6 +114,11 @@ class RooflineCost:
             self._ar_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * b / gpu.link_bw
         else:
             self._ar_fixed_s = self._ar_token_s = 0.0
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase."""
+        return "analytic roofline, uncalibrated"
 
     def step_time(self, shape: StepShape) -> Any:
         """Seconds for one iteration of ``shape``."""

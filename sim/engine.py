@@ -48,6 +48,13 @@ def build_cost(scenario: Scenario, gpu_name: str | None = None,
         return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
     from sim.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
+    if c.measured is not None:
+        from sim.measured import find
+
+        try:
+            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework))
+        except ServesimError as exc:
+            raise exc.located(scenario.source) from None
     assert c.profile is not None
     try:
         prof = load_profile(c.profile, scenario.base_dir)
@@ -93,6 +100,8 @@ class RunResult:
     # every outage (sim/faults.py).
     retries: np.ndarray | None = None
     outages: tuple[tuple[int, float, float], ...] = ()
+    # Where the step prices came from, in one phrase (sim.cost.CostModel.source).
+    cost_source: str = ""
 
 
 class Engine:
@@ -107,6 +116,7 @@ class Engine:
                  rng: np.random.Generator, log_steps: bool = False,
                  fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True):
         self.scenario = scenario
+        self.cost_source = cost.source
         # False: every policy decodes request by request (tests compare the two ways).
         self.lazy_decodes = lazy_decodes
         self.requests = requests
@@ -348,18 +358,22 @@ class Engine:
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
+            cost_source=self.cost_source,
         )
 
 
-def simulate(scenario: Scenario, log_steps: bool = False) -> RunResult:
-    """Build the workload and cost model of ``scenario`` and run it."""
+def simulate(scenario: Scenario, log_steps: bool = False,
+             cost: CostModel | None = None) -> RunResult:
+    """Build the workload and cost model of ``scenario`` (or price with ``cost``) and
+    run it."""
     # Children in a fixed order (workload, router, faults): adding one leaves the
     # earlier ones, and so every result without faults, unchanged.
     seeds = np.random.SeedSequence(scenario.workload.seed).spawn(3)
     workload_rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
     requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
                               scenario.source, scenario.model.max_context)
-    cost = build_cost(scenario)
+    if cost is None:
+        cost = build_cost(scenario)
     return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2]).run()
 
 

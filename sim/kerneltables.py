@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,14 +62,16 @@ def wheel_version() -> str:
         return "unknown"
 
 
-def version_key(version: str) -> tuple[Any, ...]:
-    """Sort key of a version string: numeric parts compare as numbers, a pre-release
-    (``rc``, ``dev``, ``post`` tags compare as text) sorts before its release."""
-    parts: list[tuple[int, Any]] = []
-    for tok in re.findall(r"\d+|[A-Za-z]+", version):
-        parts.append((1, int(tok)) if tok.isdigit() else (0, tok))
-    # A release (no text part) outranks its pre-releases at the first differing place.
-    return tuple(parts) + ((2, 0),)
+def version_key(version: str) -> Any:
+    """Sort key of a version string, as Python packaging orders versions (``1.3.0rc20``
+    before ``1.3.0``, ``0.5.6.post2`` after ``0.5.6``); a name that is no version
+    (``gpt-oss-dev``) sorts before all that are, by its text."""
+    from packaging.version import InvalidVersion, Version  # ships with the measured extra
+
+    try:
+        return (1, Version(version), "")
+    except InvalidVersion:
+        return (0, Version("0"), version)
 
 
 def gpu_dir(gpu: str) -> str:

@@ -201,6 +201,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         "scenario_sha256": scenario_digest(sc),
         "seed": sc.workload.seed,
         "policy": sc.serving.policy,
+        "cost_source": res.cost_source,
         "replicas": len(stats),
         "gpus": gpus,
         "requests": {

@@ -227,7 +227,7 @@ FORMS: dict[str, ComponentForm] = {
         ComponentForm("lm_head", ("const_s", "weight_s", "per_seq_s"), False, False,
                       "const_s + max(weight_s, per_seq_s*seqs)", _lm_head, table="seqs"),
         ComponentForm("allreduce", ("per_step_s", "per_token_s"), False, True,
-                      "per_step_s + per_token_s*new_tokens", _allreduce),
+                      "per_step_s + per_token_s*new_tokens", _allreduce, table="new_tokens"),
         ComponentForm("in_situ", ("const_s", "multi_s", "per_seq_s", "sat_seqs",
                                   "per_kv_token_s", "evict_kv", "per_prefill_s",
                                   "per_prefill_pair_s"),

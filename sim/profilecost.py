@@ -66,6 +66,15 @@ class ProfileCost:
                         or not _zero(form, self.coefs[name])]
 
     @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase: the profile's own (``source.phrase``,
+        e.g. "measured kernels: vLLM 0.24.0 on H100-SXM"), else its calibration device."""
+        src = self.meta.get("source")
+        if isinstance(src, dict) and isinstance(src.get("phrase"), str):
+            return src["phrase"]
+        return f"calibrated profile: {self.device} ({self.dtype})"
+
+    @property
     def tables(self) -> dict[str, tuple[float, ...]]:
         """Measured times at counts 1, 2, ... of the components whose knots are exactly
         those counts (what ``calibrate`` measures)."""

@@ -104,6 +104,8 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(f"scenario {summary['scenario']}: policy {summary['policy']}, "
                  f"{summary['replicas']} replica(s) on {summary['gpus']} GPU(s), "
                  f"span {summary['span_s']:.1f} s")
+    if summary.get("cost_source"):
+        lines.append(f"cost: {summary['cost_source']}")
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
     ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("timed_out", "failed")
                     if rq.get(k))

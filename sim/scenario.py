@@ -22,6 +22,7 @@ from sim.disagg import DisaggConfig, check_disaggregated, pools
 from sim.errors import ServesimError
 from sim.faults import FaultsConfig, check_faults
 from sim.kvcache import kv_capacity_blocks
+from sim.measured import MeasuredConfig
 from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.workload import WorkloadConfig
 
@@ -42,18 +43,22 @@ class HardwareConfig:
 
 @dataclass(frozen=True)
 class CostConfig:
-    """Exactly one of: ``roofline`` (analytic), ``linear`` (coefficients), ``profile`` (file)."""
+    """Exactly one of: ``measured`` (the shipped profile built from public kernel
+    tables), ``roofline`` (analytic), ``linear`` (coefficients), ``profile`` (a file)."""
 
+    measured: MeasuredConfig | None = None
     roofline: RooflineParams | None = None
     linear: LinearCost | None = None
     profile: str | None = None
 
     def __post_init__(self) -> None:
-        given = [k for k in ("roofline", "linear", "profile") if getattr(self, k) is not None]
+        given = [k for k in COST_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ServesimError(
-                f"give exactly one cost model of roofline, linear, profile (got {given or 'none'})"
-            )
+            raise ServesimError(f"give exactly one cost model of {', '.join(COST_KINDS)} "
+                                f"(got {given or 'none'})")
+
+
+COST_KINDS = ("measured", "roofline", "linear", "profile")
 
 
 @dataclass(frozen=True)
@@ -171,8 +176,15 @@ def _model(value: Any) -> ModelSpec:
 def _cost(value: Any) -> CostConfig:
     if value in ("roofline", None):
         return CostConfig(roofline=RooflineParams())
-    if isinstance(value, dict) and value.get("roofline", 0) is None:
-        value = {**value, "roofline": {}}
+    if value == "measured":
+        return CostConfig(measured=MeasuredConfig())
+    if isinstance(value, str):
+        raise ServesimError(f"got {value!r}; give measured, roofline, or a mapping with one "
+                            f"of {', '.join(COST_KINDS)}", where="cost")
+    if isinstance(value, dict):
+        # `roofline:` or `measured:` with nothing under it takes the defaults.
+        value = {k: {} if k in ("roofline", "measured") and v is None else v
+                 for k, v in value.items()}
     return build(CostConfig, value, "cost")
 
 
@@ -235,6 +247,11 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             kv_capacity_blocks(scenario.model, gpu(hardware.gpu), hardware.tp,
                                hardware.memory_utilization, scenario.serving.block_size)
         check_faults(scenario.faults, pools(scenario)[0].replicas)
+        if scenario.cost.measured is not None:
+            from sim.measured import find
+
+            for pool in pools(scenario):
+                find(scenario.model, pool.gpu, pool.tp, scenario.cost.measured.framework)
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
                                 where="horizon_s")

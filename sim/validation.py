@@ -97,7 +97,7 @@ def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
         replica=np.where(status == REJECTED, -1, 0), status=status,
         reason=np.full(n, "", dtype=object) if reason is None else reason, itl=itl,
         replica_stats=[stats],
-        end_s=float(done.max()), step_log=None)
+        end_s=float(done.max()), step_log=None, cost_source="a real run, measured")
 
 
 def rank(values: np.ndarray, x: float) -> float:
@@ -286,6 +286,11 @@ class SpeedMatched:
         factor = np.where(np.asarray(shape.prefill_seqs) > 0, self.prefill, self.decode)
         out = self.cost.step_time(shape) + (factor - 1.0) * _device_time(self.cost, shape)
         return float(out) if np.ndim(out) == 0 else out
+
+    @property
+    def source(self) -> str:
+        """The wrapped cost model's source, speed-matched."""
+        return f"{self.cost.source}, speed-matched to the measured run"
 
     @property
     def frontend(self) -> Frontend:

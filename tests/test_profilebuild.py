@@ -1,0 +1,147 @@
+"""Profiles built from the public kernel tables: table reading, interpolation, the
+builder's composition checked by hand against table rows, and its errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.errors import ServesimError
+from sim.gemmtable import GemmTable
+from sim.kerneltables import Table
+
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")
+
+
+def synthetic_gemm(holes: bool = False) -> GemmTable:
+    """A GEMM whose time is a + b·n + c·k + d·n·k at each m (what bilinear interpolation
+    reproduces exactly), on a 3 x 3 grid of n and k."""
+    rows: dict[str, list[float]] = {"m": [], "n": [], "k": [], "latency": []}
+    for m in (1, 2, 16):
+        for n in (1024, 4096, 16384):
+            for k in (1024, 4096, 16384):
+                if holes and n == 16384 and k == 16384:
+                    continue
+                rows["m"].append(m)
+                rows["n"].append(n)
+                rows["k"].append(k)
+                # milliseconds, as published
+                rows["latency"].append(1e-3 * (5 + m * (n + 2 * k) * 1e-4 + n * k * 1e-7))
+    cols = {key: np.asarray(v) for key, v in rows.items()}
+    return GemmTable.from_table(Table("gemm_perf", Path("synthetic"), "0", cols))
+
+
+def truth(m: float, n: float, k: float) -> float:
+    return 1e-6 * (5 + m * (n + 2 * k) * 1e-4 + n * k * 1e-7)
+
+
+def test_bilinear_in_n_and_k_is_exact_for_an_affine_gemm() -> None:
+    g = synthetic_gemm()
+    for n, k in ((1024, 4096), (6144, 14336), (3000, 1500), (16384, 16384)):
+        np.testing.assert_allclose(g.times(n, k), [truth(m, n, k) for m in (1, 2, 16)],
+                                   rtol=1e-12)
+    # Between measured m: a line; past the grid in n: in proportion.
+    assert g.at(9, 4096, 4096) == pytest.approx(
+        truth(2, 4096, 4096) + (truth(16, 4096, 4096) - truth(2, 4096, 4096)) * 7 / 14)
+    assert g.at(1, 32768, 4096) == pytest.approx(2 * truth(1, 16384, 4096))
+    assert np.all(g.holdout_errors([(6144, 14336)]) < 1e-9)
+
+
+def test_missing_cells_are_filled_in_proportion_from_the_next_smaller_n() -> None:
+    g = synthetic_gemm(holes=True)
+    want = [truth(m, 4096, 16384) * 16384 / 4096 for m in (1, 2, 16)]
+    np.testing.assert_allclose(g.times(16384, 16384), want, rtol=1e-12)
+
+
+@needs_tables
+def test_tables_list_what_exists_and_follow_reuse() -> None:
+    from sim.kerneltables import coverage, load_table
+
+    cov = coverage()
+    assert cov["h100-sxm"]["vllm"][-1] == "0.24.0" and cov["a100-80gb"]["vllm"] == ["0.14.0"]
+    with pytest.raises(ServesimError, match="versions with them: 0.22.0, 0.24.0"):
+        load_table("b200", "attention", "vllm", "0.9.9", "context_attention_perf")
+    with pytest.raises(ServesimError, match="tables cover: a100-80gb, h100-sxm"):
+        load_table("mi300x", "gemm", "vllm", "0.24.0", "gemm_perf")
+    # TensorRT-LLM 1.3.0rc23's folder holds no GEMM table: its reuse.yaml borrows 1.3.0rc20's.
+    t = load_table("b200", "gemm", "trtllm", "1.3.0rc23", "gemm_perf")
+    assert t.version == "1.3.0rc20" and len(t) > 1000
+
+
+@needs_tables
+def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
+    """A model whose four projections lie on the measured grid: each knot of the linear
+    component is the four table rows at that m plus the documented elementwise term."""
+    from sim.kerneltables import load_table
+    from sim.profilebuild import LAYER_ELEMENTWISE_KERNELS, BuildSpec, build_profile
+    from sim.specs import MODELS
+
+    # QKV n = (32 + 2*8)*128 = 6144, o n = k = 4096, gate+up n = 16384, down k = 8192.
+    model = dataclasses.replace(MODELS["llama-3-8b"], intermediate=8192, name="grid-model")
+    data = build_profile(BuildSpec(model, "h100-sxm", "vllm", 1))
+    rows = load_table("h100-sxm", "gemm", "vllm", "0.24.0", "gemm_perf").where(
+        gemm_dtype="bfloat16", kernel_source="torch.nn.functional.linear").columns
+
+    def ms(m: int, n: int, k: int) -> float:
+        hit = (rows["m"] == m) & (rows["n"] == n) & (rows["k"] == k)
+        assert hit.sum() == 1
+        return float(rows["latency"][hit][0]) / 1e3
+
+    lin = data["components"]["linear"]
+    src = data["source"]["derived"]
+    per_token_bytes = 2 * (8 * 4096 + 2 * (32 + 8) * 128 + 4 * 8 * 128 + 3 * 8192)
+    for m in (1, 17, 512, 4096):
+        want = (ms(m, 6144, 4096) + ms(m, 4096, 4096) + ms(m, 16384, 4096)
+                + ms(m, 4096, 8192) + LAYER_ELEMENTWISE_KERNELS * src["kernel_floor_s"]
+                + m * per_token_bytes / src["bandwidth_bytes_s"])
+        got = lin["table_s"][lin["table_at"].index(m)]
+        assert got == pytest.approx(want, rel=2e-5), m
+    # The bandwidth is the table's own: a 16384 x 16384 GEMM at m = 1 streams its weights.
+    assert src["bandwidth_bytes_s"] == pytest.approx(16384 * 16384 * 2 / ms(1, 16384, 16384),
+                                                     rel=1e-5)
+    assert lin["fit"]["interpolation"]["points"] == 0  # every shape on the grid
+
+
+@needs_tables
+def test_built_profile_loads_and_prices_a_step() -> None:
+    from sim.profilebuild import BuildSpec, build_profile
+    from sim.profilecli import profile_text
+    from sim.profilefile import parse_profile
+    from sim.shape import decode_shape, shape_of
+    from sim.specs import MODELS
+
+    data = build_profile(BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm", 2))
+    cost = parse_profile(yaml.safe_load(profile_text(data)), "built")
+    assert cost.source == "measured kernels: vLLM 0.24.0 on H100-SXM"
+    assert cost.tp == 2 and data["device"]["reported"] == "NVIDIA H100 80GB HBM3"
+    one, many = cost.step_time(decode_shape(1, 1000)), cost.step_time(decode_shape(64, 64000))
+    assert 0 < one < many
+    # Two all-reduces per layer and one for the embedding, in the decode step.
+    parts = cost.breakdown(decode_shape(8, 8000))
+    assert parts["allreduce"] > 65 * 4e-6
+    pre = cost.breakdown(shape_of([(2048, 0)]))
+    assert pre["prefill_attention"] > 0 and pre["decode_attention"] == 0
+
+
+@needs_tables
+@pytest.mark.parametrize(("change", "match"), [
+    ({"tp": 3}, "heads=32 do not split over tp=3"),
+    ({"dtype": "fp8"}, "dtype 'fp8' is not built from the tables yet; built: bf16"),
+    ({"framework": "tgi"}, "unknown framework 'tgi'; valid: vllm, sglang, trtllm"),
+    ({"version": "0.1.0"}, "no vllm 0.1.0 tables for h100-sxm; versions: 0.24.0"),
+    ({"gpu": "mi300x"}, "no vllm tables for mi300x; tables exist for: a100-80gb"),
+])
+def test_build_errors_say_what_exists(change: dict, match: str) -> None:
+    from sim.profilebuild import BuildSpec, build_profile
+    from sim.specs import MODELS
+
+    spec = dataclasses.replace(BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm"), **change)
+    with pytest.raises(ServesimError, match=match):
+        build_profile(spec)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
 
 from sim.admission import Timeouts, TokenBucket
-from sim.cost import CostModel, RooflineCost
+from sim.cost import CostModel, build_cost
 from sim.disagg import Handoff, pools
 from sim.errors import ServesimError
 from sim.faults import Faults
@@ -27,72 +26,12 @@ from sim.kvcache import BlockAllocator, kv_capacity_blocks
 from sim.policies import make_policy
 from sim.prefix import PrefixCache
 from sim.replica import Replica
-from sim.replicastats import ReplicaStats
 from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
+from sim.result import RunResult
 from sim.router import ROUTERS
 from sim.scenario import Scenario
 from sim.specs import gpu
 from sim.workload import Requests, build_requests
-
-
-def build_cost(scenario: Scenario, gpu_name: str | None = None,
-               tp: int | None = None) -> CostModel:
-    """The scenario's cost model (roofline, linear, or a loaded profile), for its
-    hardware or for a pool's ``gpu_name`` and ``tp`` when given."""
-    c = scenario.cost
-    gpu_name = gpu_name or scenario.hardware.gpu
-    tp = tp or scenario.hardware.tp
-    if c.linear is not None:
-        return c.linear
-    if c.roofline is not None:
-        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
-    from sim.profilefile import load_profile  # lazy: only profile scenarios pay for it
-
-    assert c.profile is not None
-    try:
-        prof = load_profile(c.profile, scenario.base_dir)
-    except ServesimError as exc:
-        raise exc.located(scenario.source, "cost.profile") from None
-    mismatch = [
-        f"{k} {a!r} != {b!r}"
-        for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, tp))
-        if a != b
-    ]
-    if mismatch:
-        raise ServesimError(f"profile {c.profile} was measured for another setup: "
-                            f"{'; '.join(mismatch)}", scenario.source, "cost.profile")
-    return prof
-
-
-@dataclass
-class RunResult:
-    """Everything a run produced: per-request arrays (seconds, counts) and per-replica totals.
-
-    ``status`` holds codes from :mod:`sim.request`; ``reason`` names why a request was
-    rejected ("" otherwise). Times of events that did not happen are NaN.
-    """
-
-    scenario: Scenario
-    requests: Requests
-    first_sched: np.ndarray
-    first_token: np.ndarray
-    finish: np.ndarray
-    preemptions: np.ndarray
-    replica: np.ndarray
-    status: np.ndarray
-    reason: np.ndarray
-    itl: LogHistogram
-    replica_stats: list[ReplicaStats]
-    end_s: float
-    step_log: list[tuple[Any, ...]] | None
-    # Disaggregated runs: each request's prefill replica (``replica`` is where it decoded);
-    # None otherwise.
-    prefill_replica: np.ndarray | None = None
-    # With faults: times each request was placed again, and (replica, down_s, up_s) of
-    # every outage (sim/faults.py).
-    retries: np.ndarray | None = None
-    outages: tuple[tuple[int, float, float], ...] = ()
 
 
 class Engine:

@@ -5,6 +5,9 @@ its own time (:meth:`Engine.dispatch`), before any replica changes state at that
 So an arrival at exactly an iteration boundary is visible to that boundary's
 scheduling decision, whatever order SimPy processes same-time events in, and a
 separate arrival timer runs only while some replica is idle and must be woken.
+
+A request arrives at the engine the frontend's request delay after its client sent it
+(sim/frontend.py); arrivals are routed in (engine time, id) order.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sim.cost import CostModel, build_cost
 from sim.disagg import Handoff, pools
 from sim.errors import ServesimError
 from sim.faults import Faults
+from sim.frontend import NO_FRONTEND, Frontend
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, kv_capacity_blocks
 from sim.policies import make_policy
@@ -111,10 +115,29 @@ class Engine:
         self._priority = (requests.priority.tolist() if requests.priority is not None
                           else None)
         # Plain lists index faster than numpy arrays in the per-arrival path.
-        self._arrival = requests.arrival_s.tolist()
         self._prompt = requests.prompt_tokens.tolist()
         self._output = requests.output_tokens.tolist()
+        # The API server in front of the entry pool (sim/frontend.py): the engine sees a
+        # request request_delay(prompt) after it was sent, the client every token
+        # response_s after the engine emitted it.
+        self.frontend: Frontend = getattr(self.entry[0].cost, "frontend", NO_FRONTEND)
+        self.response_s = self.frontend.response_s
+        # Per request, the client's send time and the engine's arrival time (s); routed in
+        # (arrival, id) order: _due[_next:] are the arrival times still to route and
+        # _ids their requests (None: in id order).
+        self._send: list[float] = requests.arrival_s.tolist()
+        self._arrival = self._send
+        self._due = self._arrival
+        self._ids: list[int] | None = None
         self._next = 0
+        if self.frontend.request_s or self.frontend.per_prompt_token_s:
+            fe = self.frontend
+            seen = requests.arrival_s + (fe.request_s + fe.per_prompt_token_s
+                                         * requests.prompt_tokens)
+            order = np.argsort(seen, kind="stable")
+            self._arrival = seen.tolist()
+            self._due = seen[order].tolist()
+            self._ids = order.tolist()
         self._max_context = scenario.model.max_context
         self._idle = len(self.entry)  # idle entry replicas (counted by the replicas)
         self._timer_wait: Any = None
@@ -135,27 +158,38 @@ class Engine:
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
         if self._guarded:
-            self._dispatch_guarded()
+            self._dispatch_general()
             return
         now = self.env.now
-        arrival = self._arrival
+        due = self._due
         i = self._next
-        n = len(arrival)
-        while i < n and arrival[i] <= now:
-            self._route(i)
-            i += 1
+        n = len(due)
+        ids = self._ids
+        if ids is None:
+            while i < n and due[i] <= now:
+                self._route(i)
+                i += 1
+        else:
+            while i < n and due[i] <= now:
+                self._route(ids[i])
+                i += 1
         self._next = i
 
-    def _dispatch_guarded(self) -> None:
+    def _head(self) -> tuple[float, int]:
+        """(arrival s, id) of the next request to route; (inf, -1) when none is left."""
+        i = self._next
+        if i >= len(self._due):
+            return math.inf, -1
+        return self._due[i], i if self._ids is None else self._ids[i]
+
+    def _dispatch_general(self) -> None:
         """dispatch() with retries of requests lost to faults, merged with arrivals in
         (time, id) order, and client timeouts applied up to each placed request's time."""
         now = self.env.now
-        arrival = self._arrival
-        n = len(arrival)
         retry = self.faults.retry_heap if self.faults is not None else []
         while True:
-            a = arrival[self._next] if self._next < n else math.inf
-            is_retry = bool(retry) and retry[0] < (a, self._next)
+            a, j = self._head()
+            is_retry = bool(retry) and retry[0] < (a, j)
             t = retry[0][0] if is_retry else a
             if t > now:
                 break
@@ -165,7 +199,7 @@ class Engine:
                 self._route(heapq.heappop(retry)[1], t)
             else:
                 self._next += 1
-                self._route(self._next - 1)
+                self._route(j)
 
     def _route(self, i: int, retry_s: float | None = None) -> None:
         """Place request ``i`` on a replica, or end it: refused at the front door (rate
@@ -180,7 +214,7 @@ class Engine:
             if prompt + output > self._max_context:
                 self._reject(i, "exceeds_context")
                 return
-        elif self.timeouts is not None and self._arrival[i] + self.timeouts.timeout_s <= t:
+        elif self.timeouts is not None and self._send[i] + self.timeouts.timeout_s <= t:
             self.status[i] = TIMED_OUT  # its client gave up before the retry
             self.reason[i] = "timeout"
             return
@@ -219,7 +253,7 @@ class Engine:
             r.hashes = hashes
         rep.enqueue(r)
         if self.timeouts is not None:
-            self.timeouts.track(rep, r)
+            self.timeouts.track(rep, r, self._send[i] + self.timeouts.timeout_s)
 
     def _reject(self, i: int, why: str) -> None:
         self.status[i] = REJECTED
@@ -228,7 +262,7 @@ class Engine:
     def skip_bound(self, replica: Replica | None = None) -> float:
         """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival,
         the horizon, the next fault or retry, and the next client timeout on it."""
-        nxt = self._arrival[self._next] if self._next < len(self._arrival) else math.inf
+        nxt = self._due[self._next] if self._next < len(self._due) else math.inf
         horizon = self.scenario.horizon_s
         bound = nxt if horizon is None else min(nxt, horizon)
         if self._guarded:
@@ -246,7 +280,7 @@ class Engine:
 
     def _arrival_timer(self) -> Any:
         env = self.env
-        arrival = self._arrival
+        arrival = self._due
         n = len(arrival)
         while self._next < n:
             if self._idle == 0:
@@ -279,15 +313,23 @@ class Engine:
         itl = LogHistogram()
         for rep in self.replicas:
             itl.merge(rep.itl)
+        first_token, finish = self.first_token, self.finish
+        if self.response_s:
+            # Clients receive every token response_s after the engine emitted it; gaps
+            # between tokens (TPOT, ITL) do not change.
+            first_token = first_token + self.response_s
+            finish = finish + self.response_s
         return RunResult(
             scenario=self.scenario, requests=self.requests, first_sched=self.first_sched,
-            first_token=self.first_token, finish=self.finish, preemptions=self.preemptions,
+            first_token=first_token, finish=finish, preemptions=self.preemptions,
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
             replica_stats=[r.stats for r in self.replicas],
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
+            frontend=self.frontend,
         )
+
 
 
 def simulate(scenario: Scenario, log_steps: bool = False) -> RunResult:

@@ -104,6 +104,7 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(f"scenario {summary['scenario']}: policy {summary['policy']}, "
                  f"{summary['replicas']} replica(s) on {summary['gpus']} GPU(s), "
                  f"span {summary['span_s']:.1f} s")
+    lines.extend(setup_lines(summary))
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
     ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("timed_out", "failed")
                     if rq.get(k))
@@ -144,6 +145,16 @@ def table(summary: dict[str, Any]) -> str:
     if "classes" in summary:
         lines.extend(class_table(summary["classes"]))
     return "\n".join(lines)
+
+
+def setup_lines(summary: dict[str, Any]) -> list[str]:
+    """A priced frontend (ms), when the run had one."""
+    out = []
+    f = summary.get("frontend")
+    if f:
+        out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "
+                   f"ms per prompt token in, {f['response_s'] * 1e3:g} ms out")
+    return out
 
 
 def reliability_lines(summary: dict[str, Any]) -> list[str]:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.frontend import NO_FRONTEND, Frontend
+
 if TYPE_CHECKING:
     from sim.histogram import LogHistogram
     from sim.replicastats import ReplicaStats
@@ -42,3 +44,5 @@ class RunResult:
     # every outage (sim/faults.py).
     retries: np.ndarray | None = None
     outages: tuple[tuple[int, float, float], ...] = ()
+    # The API server's latency outside the steps (zero: none).
+    frontend: Frontend = NO_FRONTEND

@@ -136,6 +136,7 @@ class Timeouts:
             rep.outstanding -= r.prompt + r.output  # nothing of it was computed
             eng.status[r.id] = TIMED_OUT
             eng.reason[r.id] = "timeout"
+            eng.ended(r.id, now)
 
 
 def _remove(rep: Replica, ids: set[int]) -> None:

@@ -7,19 +7,23 @@ scheduling decision, whatever order SimPy processes same-time events in, and a
 separate arrival timer runs only while some replica is idle and must be woken.
 
 A request arrives at the engine the frontend's request delay after its client sent it
-(sim/frontend.py); arrivals are routed in (engine time, id) order.
+(sim/frontend.py); arrivals are routed in (engine time, id) order. Closed-loop clients
+(sim/clients.py) send each request when an earlier one ends, and queue their own.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import simpy
 
 from sim.admission import Timeouts, TokenBucket
+from sim.clients import Clients, keep
+from sim.closedloop import supply
 from sim.cost import CostModel, build_cost
 from sim.disagg import Handoff, pools
 from sim.errors import ServesimError
@@ -44,11 +48,14 @@ class Engine:
     ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
     their own from their GPU and tp (a linear cost is shared). ``lazy_decodes=False``
     turns off :class:`sim.decodeset.DecodeSet` bookkeeping (same results, slower).
+    A closed loop's ``supply`` draws more requests when its clients have sent all of
+    ``requests`` (only ``duration_s`` bounds them); None: there are no more.
     """
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
                  rng: np.random.Generator, log_steps: bool = False,
-                 fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True):
+                 fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True,
+                 supply: Callable[[], Requests] | None = None):
         self.scenario = scenario
         # False: every policy decodes request by request (tests compare the two ways).
         self.lazy_decodes = lazy_decodes
@@ -122,15 +129,20 @@ class Engine:
         # response_s after the engine emitted it.
         self.frontend: Frontend = getattr(self.entry[0].cost, "frontend", NO_FRONTEND)
         self.response_s = self.frontend.response_s
+        wl = scenario.workload
         # Per request, the client's send time and the engine's arrival time (s); routed in
         # (arrival, id) order: _due[_next:] are the arrival times still to route and
-        # _ids their requests (None: in id order).
+        # _ids their requests (None: in id order). A closed loop queues its own.
         self._send: list[float] = requests.arrival_s.tolist()
         self._arrival = self._send
         self._due = self._arrival
         self._ids: list[int] | None = None
         self._next = 0
-        if self.frontend.request_s or self.frontend.per_prompt_token_s:
+        if wl.concurrency is not None:
+            self._send = [math.inf] * n
+            self._arrival = [math.inf] * n
+            self._due = []
+        elif self.frontend.request_s or self.frontend.per_prompt_token_s:
             fe = self.frontend
             seen = requests.arrival_s + (fe.request_s + fe.per_prompt_token_s
                                          * requests.prompt_tokens)
@@ -141,7 +153,8 @@ class Engine:
         self._max_context = scenario.model.max_context
         self._idle = len(self.entry)  # idle entry replicas (counted by the replicas)
         self._timer_wait: Any = None
-        self.env.process(self._arrival_timer())
+        if wl.concurrency is None:
+            self.env.process(self._arrival_timer())
         # Admission control, client timeouts and faults (docs/reliability.md); None when
         # not configured, so such runs keep the plain dispatch path.
         adm = scenario.admission
@@ -154,10 +167,14 @@ class Engine:
                 fault_seed = fault_seed_of(scenario)
             self.faults = Faults(self, scenario.faults, fault_seed)
         self._guarded = self.timeouts is not None or self.faults is not None
+        self.clients: Clients | None = None
+        if wl.concurrency is not None:
+            self.clients = Clients(self, wl.concurrency, wl.think_time_s or 0.0,
+                                   wl.duration_s, supply)
 
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
-        if self._guarded:
+        if self._guarded or self.clients is not None:
             self._dispatch_general()
             return
         now = self.env.now
@@ -176,7 +193,9 @@ class Engine:
         self._next = i
 
     def _head(self) -> tuple[float, int]:
-        """(arrival s, id) of the next request to route; (inf, -1) when none is left."""
+        """(arrival s, id) of the next request to route; (inf, -1) when none is known."""
+        if self.clients is not None:
+            return self.clients.head()
         i = self._next
         if i >= len(self._due):
             return math.inf, -1
@@ -184,7 +203,8 @@ class Engine:
 
     def _dispatch_general(self) -> None:
         """dispatch() with retries of requests lost to faults, merged with arrivals in
-        (time, id) order, and client timeouts applied up to each placed request's time."""
+        (time, id) order, client timeouts applied up to each placed request's time, and
+        a closed loop's arrivals."""
         now = self.env.now
         retry = self.faults.retry_heap if self.faults is not None else []
         while True:
@@ -198,7 +218,10 @@ class Engine:
             if is_retry:
                 self._route(heapq.heappop(retry)[1], t)
             else:
-                self._next += 1
+                if self.clients is not None:
+                    self.clients.pop()
+                else:
+                    self._next += 1
                 self._route(j)
 
     def _route(self, i: int, retry_s: float | None = None) -> None:
@@ -214,9 +237,12 @@ class Engine:
             if prompt + output > self._max_context:
                 self._reject(i, "exceeds_context")
                 return
+        elif self.status[i] != PENDING:
+            return  # a closed loop's client gave up at its deadline (sim/clients.py)
         elif self.timeouts is not None and self._send[i] + self.timeouts.timeout_s <= t:
             self.status[i] = TIMED_OUT  # its client gave up before the retry
             self.reason[i] = "timeout"
+            self.ended(i, self.env.now)
             return
         hashes = None if self._hashes is None else self._hashes[i]
         if self.faults is None:
@@ -258,11 +284,28 @@ class Engine:
     def _reject(self, i: int, why: str) -> None:
         self.status[i] = REJECTED
         self.reason[i] = why
+        self.ended(i, self.env.now + self.response_s)
+
+    def ended(self, i: int, client_s: float) -> None:
+        """Request ``i`` has ended; its client learns it at ``client_s`` (s): in a closed
+        loop that frees the client (sim/clients.py)."""
+        if self.clients is not None:
+            self.clients.ended(i, client_s)
+
+    @property
+    def ends_send(self) -> bool:
+        """Whether a request's end can send another (a closed loop still sending): fused
+        runs must then stop before any iteration that finishes one."""
+        return self.clients is not None and not self.clients.done
 
     def skip_bound(self, replica: Replica | None = None) -> float:
-        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival,
-        the horizon, the next fault or retry, and the next client timeout on it."""
-        nxt = self._due[self._next] if self._next < len(self._due) else math.inf
+        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival
+        (or, in a closed loop, the earliest one an end could cause), the horizon, the
+        next fault or retry, and the next client timeout on it."""
+        if self.clients is not None:
+            nxt = self.clients.bound(replica)
+        else:
+            nxt = self._due[self._next] if self._next < len(self._due) else math.inf
         horizon = self.scenario.horizon_s
         bound = nxt if horizon is None else min(nxt, horizon)
         if self._guarded:
@@ -296,8 +339,15 @@ class Engine:
     def run(self) -> RunResult:
         """Run to completion (or the scenario's horizon) and collect the results."""
         horizon = self.scenario.horizon_s
-        self.env.run(until=horizon)
+        try:
+            self.env.run(until=horizon)
+        except ServesimError as exc:
+            raise exc.located(self.scenario.source) from None
         end = self.env.now
+        stats = None
+        if self.clients is not None:
+            sent, stats, note = self.clients.stats(end, horizon)
+            keep(self, sent, note)
         pending = self.status == PENDING
         if self.timeouts is not None:
             # Still waiting unscheduled at the end with its deadline passed: abandoned.
@@ -327,7 +377,7 @@ class Engine:
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
-            frontend=self.frontend,
+            frontend=self.frontend, clients=stats,
         )
 
 
@@ -340,8 +390,10 @@ def simulate(scenario: Scenario, log_steps: bool = False) -> RunResult:
     workload_rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
     requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
                               scenario.source, scenario.model.max_context)
+    more = supply(scenario.workload, scenario.base_dir, workload_rng, scenario.source)
     cost = build_cost(scenario)
-    return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2]).run()
+    return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
+                  supply=more).run()
 
 
 def fault_seed_of(scenario: Scenario) -> np.random.SeedSequence:

@@ -148,8 +148,14 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def setup_lines(summary: dict[str, Any]) -> list[str]:
-    """A priced frontend (ms), when the run had one."""
+    """A closed loop's clients and a priced frontend (ms), when the run had them."""
     out = []
+    w = summary.get("workload")
+    if w:
+        unsent = f", {w['requests_not_sent']} not sent" if w["requests_not_sent"] else ""
+        n = w["concurrency"]
+        out.append(f"closed loop: {n} client{'s' if n != 1 else ''}, think time "
+                   f"{w['think_time_s']:g} s; {w['requests_sent']} requests sent{unsent}")
     f = summary.get("frontend")
     if f:
         out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "

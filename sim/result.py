@@ -10,6 +10,7 @@ import numpy as np
 from sim.frontend import NO_FRONTEND, Frontend
 
 if TYPE_CHECKING:
+    from sim.clients import ClientStats
     from sim.histogram import LogHistogram
     from sim.replicastats import ReplicaStats
     from sim.scenario import Scenario
@@ -44,5 +45,7 @@ class RunResult:
     # every outage (sim/faults.py).
     retries: np.ndarray | None = None
     outages: tuple[tuple[int, float, float], ...] = ()
-    # The API server's latency outside the steps (zero: none).
+    # The API server's latency outside the steps (zero: none), and a closed loop's
+    # clients (None: open loop).
     frontend: Frontend = NO_FRONTEND
+    clients: ClientStats | None = None

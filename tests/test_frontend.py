@@ -86,12 +86,59 @@ def test_zero_frontend_changes_nothing() -> None:
     assert "frontend" not in summarize(zero)
 
 
+def test_closed_loop_clients_wait_for_the_response() -> None:
+    # One client: request 0 sent at 0 reaches the engine at 5 ms, its last token leaves
+    # the engine at 5 + 18 + 11 ms and reaches the client 2 ms later, which then sends
+    # request 1.
+    raw = {"model": "tiny",
+           "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001,
+                               "frontend": {"request_s": 0.005, "response_s": 0.002}}},
+           "serving": {"block_size": 4},
+           "workload": {"concurrency": 1, "num_requests": 3,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                    "output": {"dist": "fixed", "value": 2}}}}
+    res = simulate(from_dict(raw))
+    cycle = 0.005 + 0.018 + 0.011 + 0.002
+    np.testing.assert_allclose(res.requests.arrival_s, [0.0, cycle, 2 * cycle], rtol=0,
+                               atol=1e-12)
+    assert res.requests.arrival_s[1] == res.finish[0]
+    assert res.requests.arrival_s[2] == res.finish[1]
+    np.testing.assert_allclose(per_request(res)["ttft"], 0.005 + 0.018 + 0.002, rtol=0,
+                               atol=1e-12)
+
+
+def test_closed_loop_engine_order_follows_prompt_delay() -> None:
+    raw = {"model": "tiny",
+           "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001,
+                               "frontend": {"per_prompt_token_s": 1e-4}}},
+           "serving": {"block_size": 4, "max_num_seqs": 1, "max_num_batched_tokens": 512},
+           "workload": {"concurrency": 2, "num_requests": 2,
+                        "lengths": {"prompt": {"dist": "uniform", "low": 10, "high": 400},
+                                    "output": {"dist": "fixed", "value": 1}},
+                        "seed": 1}}
+    res = simulate(from_dict(raw), log_steps=True)
+    p = res.requests.prompt_tokens
+    assert p[0] != p[1]
+    short = int(np.argmin(p))
+    assert res.step_log[0][3][0][0] == short
+    assert res.first_sched[short] == pytest.approx(1e-4 * p[short], abs=1e-12)
+
+
 def test_a_client_may_give_up_before_the_engine_sees_its_request() -> None:
-    # The frontend takes 30 ms, the client waits 20 ms: the engine abandons the request
-    # the moment it arrives.
+    # The frontend takes 30 ms, the client waits 20 ms: open loop, the engine abandons
+    # it when it arrives; closed loop, the client gives up at 20 ms and sends again.
     sc = with_frontend(request_s=0.03, admission={"timeout_s": 0.02})
     res = run(sc, [0.0], [8], [2])
     assert res.status.tolist() == [TIMED_OUT]
+    raw = {"model": "tiny",
+           "cost": {"linear": {"step_s": 0.01, "frontend": {"request_s": 0.03}}},
+           "admission": {"timeout_s": 0.02},
+           "workload": {"concurrency": 1, "num_requests": 3,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                    "output": {"dist": "fixed", "value": 2}}}}
+    res = simulate(from_dict(raw))
+    assert res.status.tolist() == [TIMED_OUT] * 3
+    np.testing.assert_allclose(res.requests.arrival_s, [0.0, 0.02, 0.04], rtol=0, atol=1e-12)
 
 
 def test_disaggregated_pools_use_the_entry_pools_frontend() -> None:

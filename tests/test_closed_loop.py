@@ -7,6 +7,7 @@ Cost as in tests/test_engine_handworked.py: 10 ms per step + 1 ms per new token
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +269,17 @@ def test_random_failures_need_an_end() -> None:
     with pytest.raises(ServesimError, match="faults.failures_per_hour"):
         from_dict(raw, "s.yaml")
     from_dict({**raw, "horizon_s": 100.0})  # an end: accepted
+
+
+def test_rate_sweeps_and_capacity_refuse_a_closed_loop(tmp_path: Path) -> None:
+    from sim import capacity, sweep
+
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps({"model": "tiny", "workload": {
+        "concurrency": 2, "num_requests": 5, "lengths": fixed(8, 2)}}))
+    with pytest.raises(ServesimError, match="closed loop") as err:
+        sweep.main([str(path), "--rates", "1,2", "--quiet", "--out", str(tmp_path / "o")])
+    assert "workload.concurrency" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ServesimError, match="closed loop"):
+        capacity.main([str(path), "--slo", "ttft_p99=0.5", "--quiet",
+                       "--out", str(tmp_path / "c")])

@@ -220,6 +220,21 @@ def test_multi_replica_and_disaggregated_runs_are_deterministic(extra: dict[str,
     np.testing.assert_array_equal(a.requests.arrival_s[6:], ends[:54])
 
 
+def test_shipped_closed_loop_scenario_and_its_summary(tmp_path: Path) -> None:
+    from sim import scenario
+
+    sc = scenario.load(ROOT / "scenarios" / "closed-loop.yaml")
+    res = simulate(sc)
+    s = summarize(res)
+    assert s["workload"]["concurrency"] == 32 and s["requests"]["finished"] == 320
+    assert "closed loop: 32 clients" in table(s)
+    # Little's law over the loop: 32 = throughput x mean E2E (no think time).
+    x = s["throughput"]["requests_per_s"]
+    assert x * s["latency_s"]["e2e"]["mean"] == pytest.approx(32, rel=0.02)
+    saved = json.loads(summary_json(s))
+    assert saved["workload"]["kind"] == "closed_loop"
+
+
 def test_classes_and_traces_feed_a_closed_loop(tmp_path: Path) -> None:
     sc = closed({"concurrency": 3, "num_requests": 40, "lengths": None,
                  "classes": {"short": {"weight": 3, "lengths": fixed(8, 2)},

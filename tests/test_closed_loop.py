@@ -121,7 +121,8 @@ def test_refused_requests_free_their_clients_at_once() -> None:
 def test_a_client_that_gives_up_sends_its_next_request_at_the_deadline() -> None:
     # One sequence at a time; request 0 (prompt 8, 20 tokens: 18 + 19 x 11 ms = 227 ms)
     # holds the replica; request 1 waits and is abandoned at its deadline, 50 ms; its
-    # client sends request 2 at exactly 50 ms, which waits and is abandoned at 100 ms...
+    # client sends request 2 at exactly 50 ms (not at the replica's next iteration
+    # boundary, 51 ms), abandoned at 100 ms; request 3 follows, abandoned at 150 ms.
     sc = closed({"concurrency": 2, "num_requests": 4},
                 serving={"max_num_seqs": 1}, admission={"timeout_s": 0.05})
     res = run_lengths(sc, [8, 8, 8, 8], [20, 2, 2, 2])

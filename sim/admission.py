@@ -90,10 +90,10 @@ class Timeouts:
         self.timeout_s = timeout_s
         self.heaps: dict[int, list[tuple[float, int, Request]]] = {}
 
-    def track(self, rep: Replica, r: Request) -> None:
-        """Start ``r``'s clock on ``rep`` (it was just queued there)."""
-        heapq.heappush(self.heaps.setdefault(rep.index, []),
-                       (r.arrival + self.timeout_s, r.id, r))
+    def track(self, rep: Replica, r: Request, deadline_s: float) -> None:
+        """Watch ``r``, just queued on ``rep``: its client gives up at ``deadline_s``
+        (its send time plus ``timeout_s``)."""
+        heapq.heappush(self.heaps.setdefault(rep.index, []), (deadline_s, r.id, r))
 
     def forget(self, rep: Replica) -> None:
         """Drop every clock on ``rep`` (a fault emptied its queue)."""
@@ -136,6 +136,7 @@ class Timeouts:
             rep.outstanding -= r.prompt + r.output  # nothing of it was computed
             eng.status[r.id] = TIMED_OUT
             eng.reason[r.id] = "timeout"
+            eng.ended(r.id, now)
 
 
 def _remove(rep: Replica, ids: set[int]) -> None:

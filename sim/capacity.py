@@ -42,6 +42,7 @@ from sim.sweeppoint import (
     RunStats,
     make_task,
     read_raw,
+    refuse_closed_loop,
     run_points,
 )
 
@@ -271,6 +272,7 @@ def main(argv: list[str]) -> int:
         raise ServesimError(f"--redundancy {a.redundancy}: must be 0 or more spare replicas")
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas else None
     base = read_raw(a.scenario, a.overrides)
+    refuse_closed_loop(base, a.scenario, "capacity")
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     name = str(base.get("name", "scenario"))
     out = a.out if a.out is not None else Path("out") / f"{name}-capacity"

@@ -13,14 +13,18 @@ Every model accepts numpy arrays in the shape's fields and then returns an array
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from sim.configtools import bounded
+from sim.errors import ServesimError
 from sim.frontend import NO_FRONTEND, Frontend
 from sim.shape import StepShape
-from sim.specs import GPUSpec, ModelSpec
+from sim.specs import GPUSpec, ModelSpec, gpu
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 
 
 class CostModel(Protocol):
@@ -141,3 +145,40 @@ class RooflineCost:
         if scalar:
             return t
         return float(t) if np.ndim(t) == 0 else t
+
+
+def build_cost(scenario: Scenario, gpu_name: str | None = None,
+               tp: int | None = None) -> CostModel:
+    """The scenario's cost model (a shipped measured profile, roofline, linear, or a
+    loaded profile), for its hardware or for a pool's ``gpu_name`` and ``tp`` when given."""
+    c = scenario.cost
+    gpu_name = gpu_name or scenario.hardware.gpu
+    tp = tp or scenario.hardware.tp
+    if c.linear is not None:
+        return c.linear
+    if c.roofline is not None:
+        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
+    from sim.profilefile import load_profile  # lazy: only profile scenarios pay for it
+
+    if c.measured is not None:
+        from sim.measured import find
+
+        try:
+            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework))
+        except ServesimError as exc:
+            raise exc.located(scenario.source) from None
+    assert c.profile is not None
+    try:
+        prof = load_profile(c.profile, scenario.base_dir)
+    except ServesimError as exc:
+        raise exc.located(scenario.source, "cost.profile") from None
+    mismatch = [
+        f"{k} {a!r} != {b!r}"
+        for k, a, b in (("model", prof.model, scenario.model),
+                        ("tp", prof.tp, tp))
+        if a != b
+    ]
+    if mismatch:
+        raise ServesimError(f"profile {c.profile} was measured for another setup: "
+                            f"{'; '.join(mismatch)}", scenario.source, "cost.profile")
+    return prof

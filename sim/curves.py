@@ -99,44 +99,58 @@ class Grid:
                              f"{len(self.cols)} numbers")
         object.__setattr__(self, "values", vals)
 
-    def at(self, r: float, c: float) -> float:
-        """Seconds at row quantity ``r`` and column quantity ``c`` (numbers)."""
-        rows, cols, v = self.rows, self.cols, self.values
-        scale = 1.0
-        if r > rows[-1]:
-            scale, r = r / rows[-1], rows[-1]
-        if c > cols[-1]:
-            scale, c = scale * c / cols[-1], cols[-1]
-        r, c = max(r, rows[0]), max(c, cols[0])
-        i = min(bisect_right(rows, r), len(rows) - 1) if len(rows) > 1 else 0
-        j = min(bisect_right(cols, c), len(cols) - 1) if len(cols) > 1 else 0
-        wr = (r - rows[i - 1]) / (rows[i] - rows[i - 1]) if i else 0.0
-        wc = (c - cols[j - 1]) / (cols[j] - cols[j - 1]) if j else 0.0
-        i0, j0 = max(i - 1, 0), max(j - 1, 0)
-        lo = v[i0][j0] + (v[i0][j] - v[i0][j0]) * wc
-        hi = v[i][j0] + (v[i][j] - v[i][j0]) * wc
-        return scale * (lo + (hi - lo) * wr)
+    def row(self, r: float) -> tuple[float, ...]:
+        """The grid's values at row quantity ``r`` inside the rows' range, one per
+        column (rows first: the order :meth:`at` and :meth:`over` both use)."""
+        rows, v = self.rows, self.values
+        if r <= rows[0]:
+            return v[0]
+        if r >= rows[-1]:
+            return v[-1]
+        i = bisect_right(rows, r)
+        w = (r - rows[i - 1]) / (rows[i] - rows[i - 1])
+        lo, hi = v[i - 1], v[i]
+        return tuple(a + (b - a) * w for a, b in zip(lo, hi, strict=True))
+
+    def at(self, r: float, c: float, row: tuple[float, ...] | None = None) -> float:
+        """Seconds at row quantity ``r`` and column quantity ``c`` (numbers); ``row``
+        may pass :meth:`row` of ``r`` already computed (a decode batch keeps its size
+        for many steps)."""
+        rows, cols = self.rows, self.cols
+        scale = r / rows[-1] if r > rows[-1] else 1.0
+        vals = self.row(r) if row is None else row
+        if c >= cols[-1]:
+            return scale * vals[-1] * (c / cols[-1])
+        if c <= cols[0]:
+            return scale * vals[0]
+        j = bisect_right(cols, c)
+        a = vals[j - 1]
+        return scale * (a + (vals[j] - a) * ((c - cols[j - 1]) / (cols[j] - cols[j - 1])))
 
     def over(self, r: Any, c: Any) -> Any:
-        """Seconds at arrays of row and column quantities (elementwise)."""
+        """Seconds at arrays of row and column quantities (elementwise), with the
+        arithmetic of :meth:`at`."""
         rows, cols = np.asarray(self.rows), np.asarray(self.cols)
         v = np.asarray(self.values)
         r, c = np.asarray(r, dtype=float), np.asarray(c, dtype=float)
         scale = np.where(r > rows[-1], r / rows[-1], 1.0)
-        scale = scale * np.where(c > cols[-1], c / cols[-1], 1.0)
-        r = np.clip(r, rows[0], rows[-1])
-        c = np.clip(c, cols[0], cols[-1])
-
-        def locate(x: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if len(axis) == 1:
-                return np.zeros(x.shape, dtype=np.int64), np.zeros(x.shape)
-            k = np.minimum(np.searchsorted(axis, x, side="right"), len(axis) - 1)
-            w = (x - axis[k - 1]) / (axis[k] - axis[k - 1])
-            return k, np.where(k > 0, w, 0.0)
-
-        i, wr = locate(r, rows)
-        j, wc = locate(c, cols)
-        i0, j0 = np.maximum(i - 1, 0), np.maximum(j - 1, 0)
-        lo = v[i0, j0] + (v[i0, j] - v[i0, j0]) * wc
-        hi = v[i, j0] + (v[i, j] - v[i, j0]) * wc
-        return scale * (lo + (hi - lo) * wr)
+        i = np.clip(np.searchsorted(rows, r, side="right"), 1, max(len(rows) - 1, 1))
+        if len(rows) > 1:
+            wr = (np.clip(r, rows[0], rows[-1]) - rows[i - 1]) / (rows[i] - rows[i - 1])
+            lo, hi = v[i - 1], v[i]
+            vals = lo + (hi - lo) * wr[..., None]
+        else:
+            vals = np.broadcast_to(v[0], r.shape + (len(cols),))
+        vals = np.where((r <= rows[0])[..., None], v[0], vals)
+        vals = np.where((r >= rows[-1])[..., None], v[-1], vals)
+        j = np.clip(np.searchsorted(cols, c, side="right"), 1, max(len(cols) - 1, 1))
+        take = np.take_along_axis
+        a = take(vals, (j - 1)[..., None], axis=-1)[..., 0]
+        if len(cols) > 1:
+            b = take(vals, j[..., None], axis=-1)[..., 0]
+            inside = a + (b - a) * ((c - cols[j - 1]) / (cols[j] - cols[j - 1]))
+        else:
+            inside = a
+        out = np.where(c >= cols[-1], vals[..., -1] * (c / cols[-1]),
+                       np.where(c <= cols[0], vals[..., 0], inside))
+        return scale * out

@@ -199,6 +199,9 @@ class DecodeSet:
         self.n -= len(done)
         engine.finished_count += len(done)
         rep.remove_running(done)
+        if engine.clients is not None:
+            for r in done:
+                engine.ended(r.id, now + engine.response_s)
 
     def log_entries(self, running: list[Request]) -> list[tuple[int, int, int]]:
         """(id, 1, computed) of each member decoding now, in running order."""
@@ -210,8 +213,9 @@ class DecodeSet:
                  waiting: bool) -> SetRun | None:
         """The longest exact run (K >= 2) of set iterations starting with the one just
         reserved at ``start`` (cost ``dt0``), ending before ``bound``; it stops before an
-        iteration that finishes a request while requests wait, one whose blocks are not
-        free, and when the set empties (sim/skip.py states why)."""
+        iteration that finishes a request while ``waiting`` (requests wait, or a finish
+        sends a closed loop's next request), one whose blocks are not free, and when the
+        set empties (sim/skip.py states why)."""
         if not start + 2.0 * dt0 < bound:
             return None
         tick = self.tick

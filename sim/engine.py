@@ -5,103 +5,41 @@ its own time (:meth:`Engine.dispatch`), before any replica changes state at that
 So an arrival at exactly an iteration boundary is visible to that boundary's
 scheduling decision, whatever order SimPy processes same-time events in, and a
 separate arrival timer runs only while some replica is idle and must be woken.
+
+A request arrives at the engine the frontend's request delay after its client sent it
+(sim/frontend.py); arrivals are routed in (engine time, id) order. Closed-loop clients
+(sim/clients.py) send each request when an earlier one ends, and queue their own.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import simpy
 
 from sim.admission import Timeouts, TokenBucket
-from sim.cost import CostModel, RooflineCost
+from sim.clients import Clients, keep
+from sim.closedloop import supply
+from sim.cost import CostModel, build_cost
 from sim.disagg import Handoff, pools
 from sim.errors import ServesimError
 from sim.faults import Faults
+from sim.frontend import Frontend
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, kv_capacity_blocks
 from sim.policies import make_policy
 from sim.prefix import PrefixCache
 from sim.replica import Replica
-from sim.replicastats import ReplicaStats
 from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
+from sim.result import RunResult
 from sim.router import ROUTERS
 from sim.scenario import Scenario
 from sim.specs import gpu
 from sim.workload import Requests, build_requests
-
-
-def build_cost(scenario: Scenario, gpu_name: str | None = None,
-               tp: int | None = None) -> CostModel:
-    """The scenario's cost model (roofline, linear, or a loaded profile), for its
-    hardware or for a pool's ``gpu_name`` and ``tp`` when given."""
-    c = scenario.cost
-    gpu_name = gpu_name or scenario.hardware.gpu
-    tp = tp or scenario.hardware.tp
-    if c.linear is not None:
-        return c.linear
-    if c.roofline is not None:
-        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
-    from sim.profilefile import load_profile  # lazy: only profile scenarios pay for it
-
-    if c.measured is not None:
-        from sim.measured import find
-
-        try:
-            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework))
-        except ServesimError as exc:
-            raise exc.located(scenario.source) from None
-    assert c.profile is not None
-    try:
-        prof = load_profile(c.profile, scenario.base_dir)
-    except ServesimError as exc:
-        raise exc.located(scenario.source, "cost.profile") from None
-    mismatch = [
-        f"{k} {a!r} != {b!r}"
-        for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, tp))
-        if a != b
-    ]
-    if mismatch:
-        raise ServesimError(f"profile {c.profile} was measured for another setup: "
-                            f"{'; '.join(mismatch)}", scenario.source, "cost.profile")
-    return prof
-
-
-@dataclass
-class RunResult:
-    """Everything a run produced: per-request arrays (seconds, counts) and per-replica totals.
-
-    ``status`` holds codes from :mod:`sim.request`; ``reason`` names why a request was
-    rejected ("" otherwise). Times of events that did not happen are NaN.
-    """
-
-    scenario: Scenario
-    requests: Requests
-    first_sched: np.ndarray
-    first_token: np.ndarray
-    finish: np.ndarray
-    preemptions: np.ndarray
-    replica: np.ndarray
-    status: np.ndarray
-    reason: np.ndarray
-    itl: LogHistogram
-    replica_stats: list[ReplicaStats]
-    end_s: float
-    step_log: list[tuple[Any, ...]] | None
-    # Disaggregated runs: each request's prefill replica (``replica`` is where it decoded);
-    # None otherwise.
-    prefill_replica: np.ndarray | None = None
-    # With faults: times each request was placed again, and (replica, down_s, up_s) of
-    # every outage (sim/faults.py).
-    retries: np.ndarray | None = None
-    outages: tuple[tuple[int, float, float], ...] = ()
-    # Where the step prices came from, in one phrase (sim.cost.CostModel.source).
-    cost_source: str = ""
 
 
 class Engine:
@@ -110,11 +48,14 @@ class Engine:
     ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
     their own from their GPU and tp (a linear cost is shared). ``lazy_decodes=False``
     turns off :class:`sim.decodeset.DecodeSet` bookkeeping (same results, slower).
+    A closed loop's ``supply`` draws more requests when its clients have sent all of
+    ``requests`` (only ``duration_s`` bounds them); None: there are no more.
     """
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
                  rng: np.random.Generator, log_steps: bool = False,
-                 fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True):
+                 fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True,
+                 supply: Callable[[], Requests] | None = None):
         self.scenario = scenario
         self.cost_source = cost.source
         # False: every policy decodes request by request (tests compare the two ways).
@@ -182,14 +123,39 @@ class Engine:
         self._priority = (requests.priority.tolist() if requests.priority is not None
                           else None)
         # Plain lists index faster than numpy arrays in the per-arrival path.
-        self._arrival = requests.arrival_s.tolist()
         self._prompt = requests.prompt_tokens.tolist()
         self._output = requests.output_tokens.tolist()
+        # The API server in front of the entry pool (sim/frontend.py): the engine sees a
+        # request request_delay(prompt) after it was sent, the client every token
+        # response_s after the engine emitted it.
+        self.frontend: Frontend = self.entry[0].cost.frontend
+        self.response_s = self.frontend.response_s
+        wl = scenario.workload
+        # Per request, the client's send time and the engine's arrival time (s); routed in
+        # (arrival, id) order: _due[_next:] are the arrival times still to route and
+        # _ids their requests (None: in id order). A closed loop queues its own.
+        self._send: list[float] = requests.arrival_s.tolist()
+        self._arrival = self._send
+        self._due = self._arrival
+        self._ids: list[int] | None = None
         self._next = 0
+        if wl.concurrency is not None:
+            self._send = [math.inf] * n
+            self._arrival = [math.inf] * n
+            self._due = []
+        elif self.frontend.request_s or self.frontend.per_prompt_token_s:
+            fe = self.frontend
+            seen = requests.arrival_s + (fe.request_s + fe.per_prompt_token_s
+                                         * requests.prompt_tokens)
+            order = np.argsort(seen, kind="stable")
+            self._arrival = seen.tolist()
+            self._due = seen[order].tolist()
+            self._ids = order.tolist()
         self._max_context = scenario.model.max_context
         self._idle = len(self.entry)  # idle entry replicas (counted by the replicas)
         self._timer_wait: Any = None
-        self.env.process(self._arrival_timer())
+        if wl.concurrency is None:
+            self.env.process(self._arrival_timer())
         # Admission control, client timeouts and faults (docs/reliability.md); None when
         # not configured, so such runs keep the plain dispatch path.
         adm = scenario.admission
@@ -202,31 +168,49 @@ class Engine:
                 fault_seed = fault_seed_of(scenario)
             self.faults = Faults(self, scenario.faults, fault_seed)
         self._guarded = self.timeouts is not None or self.faults is not None
+        self.clients: Clients | None = None
+        if wl.concurrency is not None:
+            self.clients = Clients(self, wl.concurrency, wl.think_time_s or 0.0,
+                                   wl.duration_s, supply)
 
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
-        if self._guarded:
-            self._dispatch_guarded()
+        if self._guarded or self.clients is not None:
+            self._dispatch_general()
             return
         now = self.env.now
-        arrival = self._arrival
+        due = self._due
         i = self._next
-        n = len(arrival)
-        while i < n and arrival[i] <= now:
-            self._route(i)
-            i += 1
+        n = len(due)
+        ids = self._ids
+        if ids is None:
+            while i < n and due[i] <= now:
+                self._route(i)
+                i += 1
+        else:
+            while i < n and due[i] <= now:
+                self._route(ids[i])
+                i += 1
         self._next = i
 
-    def _dispatch_guarded(self) -> None:
+    def _head(self) -> tuple[float, int]:
+        """(arrival s, id) of the next request to route; (inf, -1) when none is known."""
+        if self.clients is not None:
+            return self.clients.head()
+        i = self._next
+        if i >= len(self._due):
+            return math.inf, -1
+        return self._due[i], i if self._ids is None else self._ids[i]
+
+    def _dispatch_general(self) -> None:
         """dispatch() with retries of requests lost to faults, merged with arrivals in
-        (time, id) order, and client timeouts applied up to each placed request's time."""
+        (time, id) order, client timeouts applied up to each placed request's time, and
+        a closed loop's arrivals."""
         now = self.env.now
-        arrival = self._arrival
-        n = len(arrival)
         retry = self.faults.retry_heap if self.faults is not None else []
         while True:
-            a = arrival[self._next] if self._next < n else math.inf
-            is_retry = bool(retry) and retry[0] < (a, self._next)
+            a, j = self._head()
+            is_retry = bool(retry) and retry[0] < (a, j)
             t = retry[0][0] if is_retry else a
             if t > now:
                 break
@@ -235,8 +219,11 @@ class Engine:
             if is_retry:
                 self._route(heapq.heappop(retry)[1], t)
             else:
-                self._next += 1
-                self._route(self._next - 1)
+                if self.clients is not None:
+                    self.clients.pop()
+                else:
+                    self._next += 1
+                self._route(j)
 
     def _route(self, i: int, retry_s: float | None = None) -> None:
         """Place request ``i`` on a replica, or end it: refused at the front door (rate
@@ -251,9 +238,12 @@ class Engine:
             if prompt + output > self._max_context:
                 self._reject(i, "exceeds_context")
                 return
-        elif self.timeouts is not None and self._arrival[i] + self.timeouts.timeout_s <= t:
+        elif self.status[i] != PENDING:
+            return  # a closed loop's client gave up at its deadline (sim/clients.py)
+        elif self.timeouts is not None and self._send[i] + self.timeouts.timeout_s <= t:
             self.status[i] = TIMED_OUT  # its client gave up before the retry
             self.reason[i] = "timeout"
+            self.ended(i, self.env.now)
             return
         hashes = None if self._hashes is None else self._hashes[i]
         if self.faults is None:
@@ -290,16 +280,33 @@ class Engine:
             r.hashes = hashes
         rep.enqueue(r)
         if self.timeouts is not None:
-            self.timeouts.track(rep, r)
+            self.timeouts.track(rep, r, self._send[i] + self.timeouts.timeout_s)
 
     def _reject(self, i: int, why: str) -> None:
         self.status[i] = REJECTED
         self.reason[i] = why
+        self.ended(i, self.env.now + self.response_s)
+
+    def ended(self, i: int, client_s: float) -> None:
+        """Request ``i`` has ended; its client learns it at ``client_s`` (s): in a closed
+        loop that frees the client (sim/clients.py)."""
+        if self.clients is not None:
+            self.clients.ended(i, client_s)
+
+    @property
+    def ends_send(self) -> bool:
+        """Whether a request's end can send another (a closed loop still sending): fused
+        runs must then stop before any iteration that finishes one."""
+        return self.clients is not None and not self.clients.done
 
     def skip_bound(self, replica: Replica | None = None) -> float:
-        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival,
-        the horizon, the next fault or retry, and the next client timeout on it."""
-        nxt = self._arrival[self._next] if self._next < len(self._arrival) else math.inf
+        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival
+        (or, in a closed loop, the earliest one an end could cause), the horizon, the
+        next fault or retry, and the next client timeout on it."""
+        if self.clients is not None:
+            nxt = self.clients.bound(replica)
+        else:
+            nxt = self._due[self._next] if self._next < len(self._due) else math.inf
         horizon = self.scenario.horizon_s
         bound = nxt if horizon is None else min(nxt, horizon)
         if self._guarded:
@@ -317,7 +324,7 @@ class Engine:
 
     def _arrival_timer(self) -> Any:
         env = self.env
-        arrival = self._arrival
+        arrival = self._due
         n = len(arrival)
         while self._next < n:
             if self._idle == 0:
@@ -333,8 +340,15 @@ class Engine:
     def run(self) -> RunResult:
         """Run to completion (or the scenario's horizon) and collect the results."""
         horizon = self.scenario.horizon_s
-        self.env.run(until=horizon)
+        try:
+            self.env.run(until=horizon)
+        except ServesimError as exc:
+            raise exc.located(self.scenario.source) from None
         end = self.env.now
+        stats = None
+        if self.clients is not None:
+            sent, stats, note = self.clients.stats(end, horizon)
+            keep(self, sent, note)
         pending = self.status == PENDING
         if self.timeouts is not None:
             # Still waiting unscheduled at the end with its deadline passed: abandoned.
@@ -350,15 +364,21 @@ class Engine:
         itl = LogHistogram()
         for rep in self.replicas:
             itl.merge(rep.itl)
+        first_token, finish = self.first_token, self.finish
+        if self.response_s:
+            # Clients receive every token response_s after the engine emitted it; gaps
+            # between tokens (TPOT, ITL) do not change.
+            first_token = first_token + self.response_s
+            finish = finish + self.response_s
         return RunResult(
             scenario=self.scenario, requests=self.requests, first_sched=self.first_sched,
-            first_token=self.first_token, finish=self.finish, preemptions=self.preemptions,
+            first_token=first_token, finish=finish, preemptions=self.preemptions,
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
             replica_stats=[r.stats for r in self.replicas],
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
-            cost_source=self.cost_source,
+            frontend=self.frontend, clients=stats, cost_source=self.cost_source,
         )
 
 
@@ -372,9 +392,11 @@ def simulate(scenario: Scenario, log_steps: bool = False,
     workload_rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
     requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
                               scenario.source, scenario.model.max_context)
+    more = supply(scenario.workload, scenario.base_dir, workload_rng, scenario.source)
     if cost is None:
         cost = build_cost(scenario)
-    return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2]).run()
+    return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
+                  supply=more).run()
 
 
 def fault_seed_of(scenario: Scenario) -> np.random.SeedSequence:

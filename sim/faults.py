@@ -79,8 +79,15 @@ class FaultsConfig:
         return bool(self.outages) or self.failures_per_hour > 0
 
 
-def check_faults(cfg: FaultsConfig, n_replicas: int) -> None:
-    """Load-time check that every planned outage names an existing replica."""
+def check_faults(cfg: FaultsConfig, n_replicas: int, closed_end_s: float | None = None,
+                 closed: bool = False) -> None:
+    """Load-time check that every planned outage names an existing replica, and that a
+    closed loop (``closed``) with random failures ends by ``closed_end_s`` (its
+    horizon or duration, s): its send times are not known before the run."""
+    if closed and cfg.failures_per_hour > 0 and closed_end_s is None:
+        raise ServesimError("random failures are drawn up to the last arrival, which a "
+                            "closed loop does not know in advance; set horizon_s or "
+                            "workload.duration_s", where="faults.failures_per_hour")
     for k, o in enumerate(cfg.outages):
         if o.replica >= n_replicas:
             raise ServesimError(f"got replica {o.replica}, the cluster has {n_replicas} "
@@ -130,7 +137,15 @@ class Faults:
         self.cfg = cfg
         arrivals = engine.requests.arrival_s
         horizon = engine.scenario.horizon_s
-        end = horizon if horizon is not None else (float(arrivals[-1]) if len(arrivals) else 0.0)
+        wl = engine.scenario.workload
+        if horizon is not None:
+            end = horizon
+        elif wl.concurrency is not None:
+            # Closed-loop send times are not known before the run: until the clients stop
+            # (check_faults makes rate-based faults need one of the two).
+            end = wl.duration_s if wl.duration_s is not None else math.inf
+        else:
+            end = float(arrivals[-1]) if len(arrivals) else 0.0
         n = len(engine.entry)
         self.plan = outage_plan(cfg, n, end, seed)
         self._starts = sorted(d for ws in self.plan for d, _ in ws)
@@ -189,6 +204,7 @@ class Faults:
         else:
             eng.status[i] = FAILED
             eng.reason[i] = "replica_failure"
+            eng.ended(i, eng.env.now + eng.response_s)
 
     # -- the outage process ----------------------------------------------------------------
     def _outages(self, k: int, windows: list[tuple[float, float]]) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 
 from sim.engine import RunResult
 from sim.faults import fault_summary
+from sim.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.overload import saturation
 from sim.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 
@@ -145,6 +146,13 @@ def scenario_digest(scenario: Any) -> str:
     for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
         if fields.get(key) == dataclasses.asdict(default):
             fields.pop(key)
+    for key in ("concurrency", "think_time_s"):
+        if fields["workload"].get(key) is None:
+            fields["workload"].pop(key, None)
+    for params in fields["cost"].values():
+        if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
+                NO_FRONTEND):
+            params.pop("frontend")
     blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -164,9 +172,24 @@ def _prefix_summary(res: RunResult) -> dict[str, Any]:
     }}
 
 
+def _setup_summary(res: RunResult) -> dict[str, Any]:
+    """``workload`` for a closed loop (clients, think time in s, requests sent and not
+    sent) and ``frontend`` (seconds) when the cost model prices one; empty otherwise."""
+    out: dict[str, Any] = {}
+    c = res.clients
+    if c is not None:
+        out["workload"] = {"kind": "closed_loop", "concurrency": c.concurrency,
+                           "think_time_s": c.think_time_s, "requests_sent": c.sent,
+                           "requests_not_sent": c.not_sent}
+    if res.frontend.active:
+        out["frontend"] = {k: getattr(res.frontend, k) for k in FRONTEND_COEFS}
+    return out
+
+
 def summarize(res: RunResult) -> dict[str, Any]:
     """The run's summary as plain JSON-ready values (seconds, tokens, requests); a mixed
-    workload adds ``classes`` (:func:`class_summaries`)."""
+    workload adds ``classes`` (:func:`class_summaries`), a closed loop ``workload`` and
+    a priced frontend ``frontend`` (:func:`_setup_summary`)."""
     from sim import __version__
 
     lat = per_request(res)
@@ -204,6 +227,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         "cost_source": res.cost_source,
         "replicas": len(stats),
         "gpus": gpus,
+        **_setup_summary(res),
         "requests": {
             "total": n,
             "finished": int(finished.sum()),

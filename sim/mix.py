@@ -18,6 +18,7 @@ seed fixes the workload.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -61,6 +62,10 @@ def check_classes(cfg: WorkloadConfig) -> None:
                                         "priority and slo", where=f"classes.{name}.{key}")
         return
     own = [n for n, c in classes.items() if c.arrivals is not None]
+    if own and cfg.concurrency is not None:
+        raise ServesimError("closed-loop clients (workload.concurrency) send when their "
+                            "previous request ends; a class cannot have its own arrival "
+                            "process: give it a weight", where=f"classes.{own[0]}.arrivals")
     if own:
         bare = [n for n in classes if n not in own]
         if bare:
@@ -72,12 +77,13 @@ def check_classes(cfg: WorkloadConfig) -> None:
                                 "(or the classes' arrivals, giving weights instead)",
                                 where="arrivals")
     else:
-        if cfg.arrivals is None:
+        if cfg.arrivals is None and cfg.concurrency is None:
             raise ServesimError("classes without arrivals of their own share workload.arrivals;"
                                 " give it (or arrivals in every class)", where="arrivals")
         for name, c in classes.items():
             if c.weight is None:
-                raise ServesimError("required: the class's share of workload.arrivals "
+                share = "workload.arrivals" if cfg.concurrency is None else "the requests"
+                raise ServesimError(f"required: the class's share of {share} "
                                     "(relative, > 0)", where=f"classes.{name}.weight")
     for name, c in classes.items():
         if c.lengths is None and cfg.lengths is None:
@@ -100,36 +106,54 @@ def _priorities(classes: list[ClassConfig | None], klass: np.ndarray) -> np.ndar
     return table[klass]
 
 
+def _class_lengths(cfg: WorkloadConfig, i: int, n: int, rng: np.random.Generator,
+                   base_dir: Path | None, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) lengths of class ``i``: its own, else ``workload.lengths``."""
+    assert cfg.classes is not None
+    name, c = list(cfg.classes.items())[i]
+    lc = c.lengths if c.lengths is not None else cfg.lengths
+    key = f"workload.classes.{name}.lengths" if c.lengths is not None else "workload.lengths"
+    assert lc is not None
+    return sample_lengths(lc, n, rng, base_dir, source, key)
+
+
+def draw_by_weight(cfg: WorkloadConfig, n: int, rng: np.random.Generator,
+                   base_dir: Path | None, source: str) -> Requests:
+    """``n`` requests, each given a class drawn by weight, then its class's lengths
+    (tokens); arrival times +inf, for the caller to set."""
+    assert cfg.classes is not None
+    names = tuple(cfg.classes)
+    configs = list(cfg.classes.values())
+    w = np.array([c.weight for c in configs], dtype=float)
+    klass = rng.choice(len(names), size=n, p=w / w.sum()).astype(np.int64)
+    prompt = np.empty(n, dtype=np.int64)
+    output = np.empty(n, dtype=np.int64)
+    for i in range(len(names)):
+        idx = np.flatnonzero(klass == i)
+        prompt[idx], output[idx] = _class_lengths(cfg, i, len(idx), rng, base_dir, source)
+    return Requests(np.full(n, np.inf), prompt, output,
+                    priority=_priorities(list(configs), klass), klass=klass,
+                    class_names=names)
+
+
 def build_mixed(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
                 source: str) -> Requests:
     """The requests of a generated mixed workload (arrival seconds, token counts, class)."""
     assert cfg.classes is not None
     names = tuple(cfg.classes)
     configs = list(cfg.classes.values())
-
-    def lengths(i: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        c = configs[i]
-        lc = c.lengths if c.lengths is not None else cfg.lengths
-        key = f"workload.classes.{names[i]}.lengths" if c.lengths is not None \
-            else "workload.lengths"
-        assert lc is not None
-        return sample_lengths(lc, n, rng, base_dir, source, key)
-
     if cfg.arrivals is not None:  # one shared process; classes drawn by weight
         t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
-        w = np.array([c.weight for c in configs], dtype=float)
-        klass = rng.choice(len(names), size=len(t), p=w / w.sum()).astype(np.int64)
-        prompt = np.empty(len(t), dtype=np.int64)
-        output = np.empty(len(t), dtype=np.int64)
-        for i in range(len(names)):
-            idx = np.flatnonzero(klass == i)
-            prompt[idx], output[idx] = lengths(i, len(idx))
+        # Times first, then classes and lengths: the draws of a seed stay in this order.
+        return dataclasses.replace(draw_by_weight(cfg, len(t), rng, base_dir, source),
+                                   arrival_s=t)
     else:  # each class its own process, merged by time
         parts = []
         for i, c in enumerate(configs):
             assert c.arrivals is not None
             ti = arrival_times(c.arrivals, cfg.num_requests, cfg.duration_s, rng)
-            parts.append((ti, *lengths(i, len(ti)), np.full(len(ti), i, dtype=np.int64)))
+            parts.append((ti, *_class_lengths(cfg, i, len(ti), rng, base_dir, source),
+                          np.full(len(ti), i, dtype=np.int64)))
         t, prompt, output, klass = (np.concatenate([p[j] for p in parts]) for j in range(4))
         order = np.argsort(t, kind="stable")[:cfg.num_requests]
         t, prompt, output, klass = t[order], prompt[order], output[order], klass[order]

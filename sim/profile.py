@@ -189,6 +189,9 @@ class ComponentForm:
     # Whether a measured grid over (decode entries, mean KV tokens per entry) may
     # replace the formula entirely (sim.curves.Grid).
     grid: bool = False
+    # The StepShape fields the formula reads, when they are few: one step's price may
+    # then be kept per their values (sim.profilecost); () when it reads many.
+    reads: tuple[str, ...] = ()
     # Coefficients a profile written before they existed may lack, and the value that
     # gives that profile's formula back exactly.
     defaults: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -200,7 +203,8 @@ FORMS: dict[str, ComponentForm] = {
         ComponentForm("step", ("const_s", "per_seq_s", "per_new_token_s", "per_group_s",
                                "group_seqs"), False, True,
                       "const_s + per_seq_s*seqs + per_new_token_s*new_tokens"
-                      " + per_group_s*min(decode_seqs, group_seqs)", _step, knees=("group_seqs",)),
+                      " + per_group_s*min(decode_seqs, group_seqs)", _step, knees=("group_seqs",),
+                      reads=("seqs", "new_tokens", "prefill_seqs")),
         ComponentForm("linear", ("const_s", "weight_s", "per_token_s"), True, False,
                       "const_s + max(weight_s, per_token_s*new_tokens)", _linear,
                       table="new_tokens"),
@@ -241,6 +245,6 @@ FORMS: dict[str, ComponentForm] = {
                                 "per_prefill_pair_s": 0.0}),
         ComponentForm("host", ("const_s", "per_seq_s"), False, True,
                       "const_s + per_seq_s*seqs", _host,
-                      defaults={"const_s": 0.0, "per_seq_s": 0.0}),
+                      defaults={"const_s": 0.0, "per_seq_s": 0.0}, reads=("seqs",)),
     )
 }

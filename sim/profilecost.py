@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -82,26 +83,52 @@ class ProfileCost:
                 if v.xs == tuple(float(i) for i in range(1, len(v.xs) + 1))}
 
     def _scalar_part(self, name: str, form: ComponentForm) -> Callable[[StepShape], float]:
-        """One component's seconds for a scalar shape (layers included)."""
+        """One component's seconds for a scalar shape (layers included).
+
+        Knotted components are functions of one count, so their prices are kept per
+        count once computed; a grid keeps its row for the last batch size (decode
+        batches keep their size for many steps). Both return what a fresh computation
+        would, to the bit: the step price stays a pure function of the shape."""
         layers = self.model.layers if form.per_layer else 1
         coef, evaluate = self.coefs[name], form.evaluate
         grid = self.grids.get(name)
         if grid is not None:
+            last: list[Any] = [None, None]
+
             def from_grid(s: StepShape) -> float:
-                d = s.decode_seqs
-                return grid.at(d, s.decode_kv / d) * layers if d > 0 else 0.0
+                d = s.seqs - s.prefill_seqs
+                if d <= 0:
+                    return 0.0
+                if last[0] != d:
+                    last[0], last[1] = d, grid.row(d)
+                return grid.at(d, s.decode_kv / d, last[1]) * layers
             return from_grid
         knots = self.knots.get(name)
         if knots is not None:
-            count = form.table
+            count, memo = form.table, {}  # type: ignore[var-annotated]
 
             def from_knots(s: StepShape) -> float:
-                t = knots.at(getattr(s, count))
-                return (evaluate(coef, s, SCALAR) if t is None else t) * layers
+                x = getattr(s, count)
+                t = memo.get(x)
+                if t is None:
+                    t = knots.at(x)
+                    t = (evaluate(coef, s, SCALAR) if t is None else t) * layers
+                    memo[x] = t
+                return t
             return from_knots
         if name == "prefill_attention":
             # Every term is zero without a prefill entry: skipping it is exact.
             return lambda s: evaluate(coef, s, SCALAR) * layers if s.prefill_seqs else 0.0
+        if form.reads:
+            key, kept = attrgetter(*form.reads), {}  # type: ignore[var-annotated]
+
+            def from_formula(s: StepShape) -> float:
+                k = key(s)
+                t = kept.get(k)
+                if t is None:
+                    t = kept[k] = evaluate(coef, s, SCALAR) * layers
+                return t
+            return from_formula
         return lambda s: evaluate(coef, s, SCALAR) * layers
 
     def _part(self, name: str, form: ComponentForm, shape: StepShape) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -76,6 +77,9 @@ class Replica:
         self.stats = ReplicaStats(kv.total, role)
         self.prefix: PrefixCache | None = None  # set by the engine when caching is on
         self.itl = LogHistogram()
+        # Engine time (s) the iteration or fused run under way ends: no request finishes
+        # here before it (a closed loop's fused runs elsewhere are bounded by it).
+        self.busy_until = 0.0
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
@@ -227,6 +231,14 @@ class Replica:
             self.process.interrupt("fault")
         return sorted(lost, key=lambda r: r.id)
 
+    def next_end(self) -> float:
+        """The earliest engine time (s) a request could finish here: the end of the
+        iteration under way, or, idle, when the first KV transfer lands (arrivals routed
+        here are bounded on their own)."""
+        if not self.idle:
+            return self.busy_until
+        return self.inbox[0][0] if self.inbox else math.inf
+
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
         A prefill replica holds only the prompt's KV."""
@@ -297,8 +309,9 @@ class Replica:
             if (fuse and group is not None and stepping and not batch
                     and stats.preemptions == preempted and len(self.waiting) == queued):
                 grun = group.plan_run(self, start, dt, engine.skip_bound(self),
-                                      bool(self.waiting))
+                                      bool(self.waiting) or engine.ends_send)
                 if grun is not None:
+                    self.busy_until = grun.ends[-1]
                     yield env.timeout(grun.delay)
                     engine.dispatch()
                     group.apply_run(self, grun, start)
@@ -311,6 +324,7 @@ class Replica:
                     assert group is not None
                     entries = group.log_entries(self.running) + entries
                 log.append((self.index, start, start + dt, tuple(entries)))
+            self.busy_until = start + dt
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
@@ -364,6 +378,9 @@ class Replica:
             # By identity: DecodeSet members' own counters are stale until they finish.
             self.remove_running(finished)
             engine.finished_count += len(finished)
+            if engine.clients is not None:
+                for r in finished:
+                    engine.ended(r.id, now + engine.response_s)
         if leaving is not None:
             self._hand_off(leaving, now)
         group = self.group

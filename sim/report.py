@@ -106,6 +106,7 @@ def table(summary: dict[str, Any]) -> str:
                  f"span {summary['span_s']:.1f} s")
     if summary.get("cost_source"):
         lines.append(f"cost: {summary['cost_source']}")
+    lines.extend(setup_lines(summary))
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
     ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("timed_out", "failed")
                     if rq.get(k))
@@ -146,6 +147,22 @@ def table(summary: dict[str, Any]) -> str:
     if "classes" in summary:
         lines.extend(class_table(summary["classes"]))
     return "\n".join(lines)
+
+
+def setup_lines(summary: dict[str, Any]) -> list[str]:
+    """A closed loop's clients and a priced frontend (ms), when the run had them."""
+    out = []
+    w = summary.get("workload")
+    if w:
+        unsent = f", {w['requests_not_sent']} not sent" if w["requests_not_sent"] else ""
+        n = w["concurrency"]
+        out.append(f"closed loop: {n} client{'s' if n != 1 else ''}, think time "
+                   f"{w['think_time_s']:g} s; {w['requests_sent']} requests sent{unsent}")
+    f = summary.get("frontend")
+    if f:
+        out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "
+                   f"ms per prompt token in, {f['response_s'] * 1e3:g} ms out")
+    return out
 
 
 def reliability_lines(summary: dict[str, Any]) -> list[str]:

@@ -246,7 +246,10 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             # A model that does not fit is a load-time error, with the numbers.
             kv_capacity_blocks(scenario.model, gpu(hardware.gpu), hardware.tp,
                                hardware.memory_utilization, scenario.serving.block_size)
-        check_faults(scenario.faults, pools(scenario)[0].replicas)
+        wl = scenario.workload
+        check_faults(scenario.faults, pools(scenario)[0].replicas,
+                     scenario.horizon_s if scenario.horizon_s is not None else wl.duration_s,
+                     wl.concurrency is not None)
         if scenario.cost.measured is not None:
             from sim.measured import find
 

@@ -39,6 +39,7 @@ from sim.sweeppoint import (
     RunStats,
     make_task,
     read_raw,
+    refuse_closed_loop,
     run_points,
 )
 
@@ -317,6 +318,7 @@ def main(argv: list[str]) -> int:
     rates = parse_rates(a.rates)
     slos = parse_slos(a.slo)
     base = read_raw(a.scenario, a.overrides)
+    refuse_closed_loop(base, a.scenario, "sweep --rates")
     grid = grid_args(a, base)
     path = Path(a.scenario)
     spec = SweepSpec(base, str(path), path.parent.resolve(), rates, slos=slos,

@@ -104,8 +104,20 @@ def _expected_span_s(raw: dict[str, Any], rate: float) -> float | None:
     return min(spans) if spans else None
 
 
+def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
+    """Sweeps and capacity searches vary the arrival rate: a closed loop
+    (``workload.concurrency``) has none, its load is set by its clients."""
+    w = raw.get("workload")
+    if isinstance(w, dict) and w.get("concurrency") is not None:
+        raise ServesimError(f"{flag} varies the arrival rate, but this workload is closed loop "
+                            f"({w['concurrency']} clients send as their requests end); vary "
+                            "workload.concurrency with --set instead, one run each",
+                            source, "workload.concurrency")
+
+
 def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None) -> dict[str, Any]:
     """The base scenario with this point's policy, shape, rate and seed set."""
+    refuse_closed_loop(base, "<scenario>", "a rate point")
     w = base.get("workload") or {}
     sets = [f"serving.policy={key.policy}", f"cluster.replicas={key.replicas}",
             f"hardware.tp={key.tp}", f"workload.seed={key.seed}"]

@@ -210,7 +210,8 @@ class ClassConfig:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """What requests arrive: a trace, or generated arrivals with lengths."""
+    """What requests arrive: a trace, or generated arrivals with lengths; or what
+    ``concurrency`` closed-loop clients send, ``think_time_s`` apart (sim/closedloop.py)."""
 
     trace: TraceConfig | None = None
     arrivals: ArrivalsConfig | None = None
@@ -221,11 +222,18 @@ class WorkloadConfig:
     priority: PriorityConfig | None = None
     classes: dict[str, ClassConfig] | None = None
     shared_prefix: SharedPrefixConfig | None = None
+    concurrency: int | None = bounded(None, ge=1)
+    think_time_s: float | None = bounded(None, ge=0)
 
     def __post_init__(self) -> None:
         if self.trace is not None and self.shared_prefix is not None:
             raise ServesimError("a trace brings its own prefix hashes (hash_ids, "
                                 "prefix_hash_ids); remove shared_prefix", where="shared_prefix")
+        if self.concurrency is not None or self.think_time_s is not None:
+            from sim.closedloop import check_closed  # lazy: sim.closedloop imports this module
+
+            check_closed(self)
+            return
         if self.classes is not None:
             from sim.mix import check_classes  # lazy: sim.mix imports this module
 
@@ -341,14 +349,19 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
             tr, changes = apply_transforms(tr, tc.transforms(max_context), rng)
         except ServesimError as exc:
             raise _located(exc, source, "workload.trace") from None
-        if tr.arrival_s is None:
-            raise ServesimError(f"{tc.path} has lengths only; use lengths: {{empirical: ...}} "
-                                "with generated arrivals", source, "workload.trace.path")
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
         notes += [str(c) for c in changes]
-        t = np.asarray(tr.arrival_s, dtype=np.float64)
+        if cfg.concurrency is not None:
+            from sim.closedloop import unsent
+
+            t = unsent(len(tr.prompt_tokens), notes)
+        elif tr.arrival_s is None:
+            raise ServesimError(f"{tc.path} has lengths only; use lengths: {{empirical: ...}} "
+                                "with generated arrivals", source, "workload.trace.path")
+        else:
+            t = np.asarray(tr.arrival_s, dtype=np.float64)
         n = len(t)
-        if cfg.duration_s is not None:
+        if cfg.duration_s is not None and cfg.concurrency is None:
             n = int(np.searchsorted(t, cfg.duration_s, side="left"))
         if cfg.num_requests is not None:
             n = min(n, cfg.num_requests)
@@ -359,6 +372,10 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
                         tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names,
                         hashes, tr.prefix_block_tokens if hashes is not None else None)
 
+    if cfg.concurrency is not None:
+        from sim.closedloop import closed_requests, first_chunk
+
+        return closed_requests(cfg, first_chunk(cfg), base_dir, rng, source)
     if cfg.classes is not None:
         from sim.mix import build_mixed
 

@@ -127,7 +127,7 @@ class StubReplica:
         self.outstanding = 0
         self.prefix = None
         self.engine = SimpleNamespace(finish=np.full(2, np.nan), status=np.zeros(2, np.int8),
-                                      finished_count=0)
+                                      finished_count=0, clients=None)
 
     def _drop_blocks(self, r: Request) -> None:
         self.kv.free(r.blocks)

@@ -151,6 +151,8 @@ class _Waking:
 
     def __init__(self, base):
         self.base = base
+        self.frontend = base.frontend
+        self.source = "linear cost model with a wake term"
 
     def step_time(self, shape):
         return self.base.step_time(shape)

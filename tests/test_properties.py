@@ -103,3 +103,39 @@ def test_invariants_hold_for_every_policy(serving: dict[str, Any], replicas: int
             assert res.first_token[i] - arrival <= res.finish[i] - arrival
         else:
             assert generated[i] == 0
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(servings(), st.integers(1, 3), st.integers(1, 6), st.sampled_from([0.0, 0.02]),
+       st.sampled_from([0.0, 0.004]), workloads())
+def test_closed_loop_sends_each_request_when_an_earlier_one_ends(
+        serving: dict[str, Any], replicas: int, clients: int, think: float, response: float,
+        wl: dict[str, Any]) -> None:
+    from sim.scenario import from_dict
+
+    sc = from_dict({
+        "model": "tiny",
+        "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001,
+                            "frontend": {"response_s": response}}},
+        "serving": {**serving, "watermark": 0.0},
+        "cluster": {"replicas": replicas},
+        "workload": {"concurrency": clients, "think_time_s": think, "num_requests": 1,
+                     "lengths": {"prompt": {"dist": "fixed", "value": 1},
+                                 "output": {"dist": "fixed", "value": 1}}},
+    })
+    n = len(wl["prompts"])
+    req = Requests(np.full(n, np.inf), np.array(wl["prompts"], dtype=np.int64),
+                   np.array(wl["outputs"], dtype=np.int64))
+    res = Engine(sc, req, build_cost(sc), np.random.default_rng(1)).run()
+    # Every request is sent (nothing bounds the run) and ends counted.
+    assert len(res.requests) == n
+    assert set(res.status.tolist()) <= {FINISHED, REJECTED}
+    sent = res.requests.arrival_s
+    k = min(clients, n)
+    assert (sent[:k] == 0).all() and np.all(np.diff(sent) >= 0)
+    # A client learns of an end response_s after the engine: a finish (recorded on the
+    # client's side) or a refusal (at the engine when it arrived, without frontend delay).
+    ends = np.where(res.status == FINISHED, res.finish, sent + response)
+    # Request clients + j goes out think_time_s after the j-th end, in time order.
+    np.testing.assert_allclose(sent[k:], np.sort(ends)[:n - k] + think, rtol=0, atol=1e-12)

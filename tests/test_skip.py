@@ -139,3 +139,39 @@ def test_skipping_is_exact_on_random_workloads(policy: str, block: int, rows: li
     on, off = both_ways(sc, req, log=True)
     assert on.step_log == off.step_log
     assert_same(on, off)
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(POLICIES)), st.integers(1, 3),
+       st.sampled_from(["round_robin", "least_outstanding", "random"]), st.integers(1, 8),
+       st.sampled_from([0.0, 0.0, 0.01, 0.05]),
+       st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), min_size=1, max_size=30),
+       st.integers(6, 120), st.tuples(st.sampled_from([0.0, 0.002]),
+                                      st.sampled_from([0.0, 2e-5]),
+                                      st.sampled_from([0.0, 0.003])),
+       st.sampled_from([{}, {"timeout_s": 0.05}, {"max_waiting": 2}]))
+def test_skipping_is_exact_in_closed_loops(policy: str, replicas: int, router: str,
+                                           clients: int, think: float, rows: list[tuple],
+                                           blocks: int, frontend: tuple[float, ...],
+                                           admission: dict[str, Any]) -> None:
+    # A finish sends the next request at its own time: fused runs stop before any
+    # iteration that finishes one, and stay clear of ends on the other replicas.
+    fe = dict(zip(("request_s", "per_prompt_token_s", "response_s"), frontend, strict=True))
+    sc = scenario.from_dict({
+        "model": "tiny",
+        "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001,
+                            "per_context_token_s": 1e-5, "frontend": fe}},
+        "serving": {"policy": policy, "block_size": 4, "num_kv_blocks": blocks,
+                    "max_num_seqs": 4, "max_num_batched_tokens": 256, "watermark": 0.0},
+        "cluster": {"replicas": replicas, "router": router},
+        "admission": admission,
+        "workload": {"concurrency": clients, "think_time_s": think, "num_requests": 1,
+                     "lengths": {"prompt": {"dist": "fixed", "value": 1},
+                                 "output": {"dist": "fixed", "value": 1}}},
+    })
+    req = Requests(np.full(len(rows), np.inf), np.array([r[0] for r in rows]),
+                   np.array([r[1] for r in rows]))
+    on, off = both_ways(sc, req, log=True)
+    assert on.step_log == off.step_log
+    assert_same(on, off)

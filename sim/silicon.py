@@ -39,6 +39,9 @@ MODEL_PRESETS = {
     "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
     "Qwen/Qwen3-32B": "qwen3-32b",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "nvidia/Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
+    "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
 }
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "l40s": "l40s"}

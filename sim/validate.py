@@ -221,7 +221,8 @@ def _real_main(argv: list[str]) -> int:
         description="Replay a trace on this device's model and compare with the simulator.",
         epilog="Other modes: --replay FILE... --profile P (compare recorded replays); "
                "--replay A... --against B... (two real runs of the same requests); "
-               "--vllm-result FILE --scenario S (compare a vLLM benchmark result).")
+               "--vllm-result FILE --scenario S (compare a vLLM benchmark result); "
+               "--silicon [CSV] (public end-to-end runs: AIConfigurator's silicon_sample.csv).")
     add_replay_args(p)
     _common(p)
     a = p.parse_args(argv)
@@ -331,6 +332,10 @@ def _vllm_main(argv: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     """Dispatch on the mode; a :class:`ServesimError` propagates to ``sim.cli`` (exit 2)."""
+    if any(x == "--silicon" or x.startswith("--silicon=") for x in argv):
+        from sim import siliconfit
+
+        return siliconfit.main(argv)
     if any(x == "--vllm-result" or x.startswith("--vllm-result=") for x in argv):
         return _vllm_main(argv)
     if any(x == "--against" or x.startswith("--against=") for x in argv):

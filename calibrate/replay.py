@@ -33,14 +33,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from calibrate.arch import shard
 from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
 from sim.errors import ServesimError
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.policies import make_policy
 from sim.request import Request
 from sim.shape import StepShape, shape_of
-from sim.specs import ModelSpec
+from sim.specs import ModelSpec, shard
 
 SCHEMA = "servesim-replay/1"
 STEP_FIELDS = ("start_s", "end_s", "exec_s", "cpu_s", "host_s") + StepShape._fields

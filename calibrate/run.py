@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from calibrate.arch import shard
 from calibrate.fit import (
     MIN_TEST,
     FitResult,
@@ -37,7 +36,7 @@ from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.errors import ServesimError
 from sim.profile import FORMS, ProfileCost
-from sim.specs import GPUS, ModelSpec
+from sim.specs import GPUS, ModelSpec, shard
 
 # Held-out component MAPE and whole-step error bars (fractions) by device type.
 BARS = {"cpu": 0.10, "cuda": 0.05}
@@ -128,9 +127,9 @@ def _validation_layers(model: ModelSpec, layer_bytes: float, device: torch.devic
 def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> float:
     """Bytes one layer of the full-depth model needs for the whole steps: its weights and
     the KV cache :meth:`Bench.reserve` sizes for ``step_points``."""
-    d = shard(model, tp)
+    d = shard(model, tp, where="--tp")
     slots, capacity = step_cache_size(step_points) or (0, 0)
-    return (model.linear_params_per_layer / tp * model.dtype_bytes
+    return (d.linear_params_per_layer * model.dtype_bytes
             + kv_cache_bytes(slots, capacity, d.kv_heads, d.head_dim, model.dtype_bytes))
 
 
@@ -240,7 +239,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     if dtype not in ("fp32", "fp16", "bf16"):
         raise ServesimError(f"got {dtype!r}, expected bf16, fp16 or fp32", where="--dtype")
     model = dataclasses.replace(cfg.model, dtype=dtype)  # type: ignore[arg-type]
-    dims = shard(model, cfg.tp)
+    dims = shard(model, cfg.tp, where="--tp")
     info = device_info(device)
     gpu_key = _gpu_entry(cfg, info["name"]) if device.type == "cuda" or cfg.gpu else None
     if cfg.tp > 1 and gpu_key is None:

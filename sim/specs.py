@@ -3,6 +3,8 @@
 Pure Python (no numpy, no simpy, no torch) so every part of servesim can import it.
 Model figures are the public ``config.json`` values of each family; GPU figures are
 vendor datasheet numbers (dense, no sparsity), in SI units: FLOP/s, bytes/s, bytes.
+:func:`shard` gives the per-GPU dimensions of a tensor-parallel shard, for the simulator's
+KV capacity, cost and transfers and for calibration alike.
 """
 
 from __future__ import annotations
@@ -69,13 +71,100 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of all weights at ``dtype`` (before tensor-parallel sharding)."""
+        """Bytes of all projection and embedding weights at ``dtype``, whole model (per-GPU
+        figures, with norms and tensor-parallel sharding, come from :func:`shard`)."""
         return self.params * self.dtype_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies over all layers (before sharding): 2·L·kv·d·b."""
+        """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b
+        (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+# vLLM pads the vocabulary of its embedding and LM head to a multiple of this before
+# splitting it over the tensor-parallel GPUs (VocabParallelEmbedding's padding size).
+VOCAB_PADDING = 64
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Per-GPU dimensions (elements) of one tensor-parallel shard of a model, as vLLM
+    splits it (Megatron style): query heads, MLP width and the padded vocabulary divided
+    by ``tp``; KV heads divided, or replicated when there are fewer than ``tp`` of them;
+    hidden size, layer count and norms whole on every GPU."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    qkv_bias: bool
+    rope_theta: float
+    tp: int = 1
+    layers: int = 1
+    dtype_bytes: int = 2
+    tie_embeddings: bool = False
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights (elements) of one layer's QKV, output and SwiGLU projections on one GPU."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        return qkv + o + 3 * self.hidden * self.intermediate
+
+    @property
+    def params(self) -> int:
+        """All weights (elements) one GPU holds: its share of every projection, QKV bias,
+        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights."""
+        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        norms = 2 * self.hidden
+        per_layer = self.linear_params_per_layer + bias + norms
+        tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
+        return self.layers * per_layer + tables + self.hidden
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights one GPU holds."""
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies on one GPU, all layers: 2·L·kv_heads·d·b with
+        this GPU's (possibly replicated) KV heads."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
+    """Split ``spec`` over ``tp`` GPUs by vLLM's rules; an impossible split is a
+    :class:`ServesimError` at key ``where`` naming the dimension and ``tp``.
+
+    Query heads and the MLP width must divide by ``tp``. KV heads are split when they
+    divide by ``tp`` and replicated when ``tp`` divides by them (each GPU then keeps one
+    head, so ``tp / kv_heads`` GPUs hold copies of the same head); any other ratio is an
+    error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split."""
+    if tp < 1:
+        raise ServesimError(f"got {tp}, must be at least 1", where=where)
+    if spec.heads % tp:
+        raise ServesimError(f"the model's {spec.heads} query heads do not split over tp={tp} "
+                            f"(tp must divide the heads)", where=where)
+    if spec.intermediate % tp:
+        raise ServesimError(f"the model's MLP width intermediate={spec.intermediate} does not "
+                            f"split over tp={tp}", where=where)
+    if spec.kv_heads % tp == 0:
+        kv = spec.kv_heads // tp
+    elif tp % spec.kv_heads == 0:
+        kv = 1  # replicated: each GPU keeps a copy of one KV head
+    else:
+        raise ServesimError(f"the model's {spec.kv_heads} KV heads neither split over nor "
+                            f"replicate evenly across tp={tp}", where=where)
+    padded = -(-spec.vocab // VOCAB_PADDING) * VOCAB_PADDING
+    return Shard(hidden=spec.hidden, heads=spec.heads // tp, kv_heads=kv,
+                 head_dim=spec.head_dim, intermediate=spec.intermediate // tp,
+                 vocab=-(-padded // tp), qkv_bias=spec.qkv_bias, rope_theta=spec.rope_theta,
+                 tp=tp, layers=spec.layers, dtype_bytes=spec.dtype_bytes,
+                 tie_embeddings=spec.tie_embeddings)
 
 
 def _llama(**kw: object) -> ModelSpec:

@@ -28,9 +28,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from sim.configtools import bounded
+from sim.configtools import bounded, resolve_alias
 from sim.errors import ServesimError
-from sim.specs import GPUS
+from sim.kvcache import MemoryBudget, memory_budget
+from sim.specs import GPUS, ModelSpec, gpu, shard
 
 if TYPE_CHECKING:
     from sim.replica import Replica
@@ -72,20 +73,26 @@ class LinkConfig:
 class PoolConfig:
     """One pool of identical replicas. Unset keys take the scenario's values:
     ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
-    ``memory_utilization`` from ``hardware``, the limits from ``serving``."""
+    ``memory_utilization`` from ``hardware``, the limits from ``serving``.
+    ``gpu_memory_utilization`` and ``num_kv_blocks`` are accepted aliases of
+    ``memory_utilization`` and ``num_gpu_blocks``."""
 
     replicas: int | None = bounded(None, ge=1)
     gpu: str | None = None
     tp: int | None = bounded(None, ge=1)
     memory_utilization: float | None = bounded(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = bounded(None, gt=0, le=1)
     policy: Literal["continuous", "chunked"] = "continuous"
     router: RouterName | None = None
     max_num_seqs: int | None = bounded(None, ge=1)
     max_num_batched_tokens: int | None = bounded(None, ge=1)
     token_budget: int | None = bounded(None, ge=1)
+    num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
 
     def __post_init__(self) -> None:
+        resolve_alias(self, "memory_utilization", "gpu_memory_utilization")
+        resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
         if self.gpu is not None and self.gpu not in GPUS:
             raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="gpu")
@@ -133,7 +140,7 @@ def pools(scenario: Scenario) -> list[Pool]:
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
         limits = {k: getattr(pc, k) for k in ("max_num_seqs", "max_num_batched_tokens",
-                                               "token_budget", "num_kv_blocks")
+                                               "token_budget", "num_gpu_blocks")
                   if getattr(pc, k) is not None}
         try:
             serving = dataclasses.replace(sv, policy=pc.policy, **limits)
@@ -145,19 +152,28 @@ def pools(scenario: Scenario) -> list[Pool]:
     return out
 
 
-def check_disaggregated(scenario: Scenario) -> None:
-    """Load-time checks of a disaggregated layout: pool limits and that the model fits
-    each pool's GPUs (errors name the pool's key)."""
-    from sim.kvcache import kv_capacity_blocks
-    from sim.specs import gpu
+def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
+    """One GPU's memory terms and the KV blocks of each replica of ``pool``
+    (:func:`sim.kvcache.memory_budget`)."""
+    sv = pool.serving
+    return memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
+                         sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs)
 
+
+def check_pools(scenario: Scenario) -> None:
+    """Load-time checks of every pool: its tp shards the model, the model fits its GPUs
+    (unless ``num_gpu_blocks`` is given). Errors name the key: ``hardware.tp`` or
+    ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``."""
     for pool in pools(scenario):
-        if pool.serving.num_kv_blocks is None:
+        pc = getattr(scenario.disaggregated, pool.role, None)
+        prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
+        tp_key = f"{prefix}.tp" if pc is None or pc.tp is not None else "hardware.tp"
+        shard(scenario.model, pool.tp, where=tp_key)
+        if pool.serving.num_gpu_blocks is None:
             try:
-                kv_capacity_blocks(scenario.model, gpu(pool.gpu), pool.tp,
-                                   pool.memory_utilization, pool.serving.block_size)
+                pool_memory(scenario.model, pool).fitted()
             except ServesimError as exc:
-                raise ServesimError(exc.message, where=f"disaggregated.{pool.role}") from None
+                raise ServesimError(exc.message, where=prefix) from None
 
 
 class Link:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,11 +19,11 @@ import simpy
 
 from sim.admission import Timeouts, TokenBucket
 from sim.cost import CostModel, RooflineCost
-from sim.disagg import Handoff, pools
+from sim.disagg import Handoff, pool_memory, pools
 from sim.errors import ServesimError
 from sim.faults import Faults
 from sim.histogram import LogHistogram
-from sim.kvcache import BlockAllocator, kv_capacity_blocks
+from sim.kvcache import BlockAllocator
 from sim.policies import make_policy
 from sim.prefix import PrefixCache
 from sim.replica import Replica
@@ -93,6 +93,9 @@ class RunResult:
     # every outage (sim/faults.py).
     retries: np.ndarray | None = None
     outages: tuple[tuple[int, float, float], ...] = ()
+    # Each pool's GPU memory terms and KV blocks per replica, by role ("both", or
+    # "prefill" and "decode"): :meth:`sim.kvcache.MemoryBudget.summary`'s mapping.
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Engine:
@@ -125,11 +128,14 @@ class Engine:
         by_role: dict[str, list[Replica]] = {}
         routers: dict[str, Any] = {}
         model = scenario.model
+        self.memory: dict[str, dict[str, Any]] = {}
         for pool in pools(scenario):
             sv = pool.serving
             spec = gpu(pool.gpu)
-            blocks = sv.num_kv_blocks or kv_capacity_blocks(
-                model, spec, pool.tp, pool.memory_utilization, sv.block_size)
+            budget = pool_memory(model, pool)
+            # vLLM's --num-gpu-blocks-override replaces the memory-derived count.
+            blocks = sv.num_gpu_blocks or budget.fitted().blocks
+            self.memory[pool.role] = budget.summary(sv.num_gpu_blocks)
             watermark = int(sv.watermark * blocks)
             pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
             # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
@@ -348,6 +354,7 @@ class Engine:
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
+            memory=self.memory,
         )
 
 

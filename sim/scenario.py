@@ -16,19 +16,20 @@ from typing import Any, Literal
 import yaml
 
 from sim.admission import AdmissionConfig
-from sim.configtools import bounded, build, convert
+from sim.configtools import bounded, build, convert, rename_alias, resolve_alias
 from sim.cost import LinearCost, RooflineParams
-from sim.disagg import DisaggConfig, check_disaggregated, pools
+from sim.disagg import DisaggConfig, check_pools, pools
 from sim.errors import ServesimError
 from sim.faults import FaultsConfig, check_faults
-from sim.kvcache import kv_capacity_blocks
 from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.workload import WorkloadConfig
 
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """One replica's GPUs: type, count (tensor-parallel degree), usable memory fraction."""
+    """One replica's GPUs: type, count (tensor-parallel degree), and the fraction of each
+    GPU's reported memory vLLM may use (``gpu_memory_utilization``; that name is accepted
+    in the file too)."""
 
     gpu: str = "h100-sxm"
     tp: int = bounded(1, ge=1)
@@ -66,7 +67,10 @@ class ServingConfig:
     block_size: int = bounded(16, ge=1)
     watermark: float = bounded(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
-    num_kv_blocks: int | None = bounded(None, ge=1)  # override the memory-derived capacity
+    # vLLM's --num-gpu-blocks-override: KV blocks per replica instead of the memory-derived
+    # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
+    num_gpu_blocks: int | None = bounded(None, ge=1)
+    num_kv_blocks: int | None = bounded(None, ge=1)
     swap_space_gib: float = bounded(4.0, ge=0)  # host memory per GPU for swapped KV (GiB)
     # chunked: tokens per iteration (default 2048, or max_num_batched_tokens if smaller)
     token_budget: int | None = bounded(None, ge=1)
@@ -77,6 +81,7 @@ class ServingConfig:
     def __post_init__(self) -> None:
         from sim.policies import POLICIES
 
+        resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
         if self.policy not in POLICIES:
             raise ServesimError(
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
@@ -209,7 +214,12 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
-        hardware = build(HardwareConfig, raw.get("hardware") or {}, "hardware")
+        try:
+            hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
+                                  "gpu_memory_utilization")
+        except ServesimError as exc:
+            raise exc.located(prefix="hardware") from None
+        hardware = build(HardwareConfig, hw_raw, "hardware")
         gpu(hardware.gpu)
         scenario = Scenario(
             model=_model(raw["model"]),
@@ -228,12 +238,9 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             base_dir=base_dir,
             source=source,
         )
-        if scenario.serving.policy == "disaggregated":
-            check_disaggregated(scenario)
-        elif scenario.serving.num_kv_blocks is None:
-            # A model that does not fit is a load-time error, with the numbers.
-            kv_capacity_blocks(scenario.model, gpu(hardware.gpu), hardware.tp,
-                               hardware.memory_utilization, scenario.serving.block_size)
+        # A tp that cannot shard the model, or a model that does not fit, is a load-time
+        # error with the numbers.
+        check_pools(scenario)
         check_faults(scenario.faults, pools(scenario)[0].replicas)
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",

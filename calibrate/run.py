@@ -293,10 +293,10 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
             write_csv(csv_path, ops)
             raise ServesimError(f"{exc}; measurements kept in {csv_path}") from None
         coefs: dict[str, dict[str, float]] = {n: f.coef for n, f in fits.items()}
-        link = GPUS[gpu_key] if gpu_key else None
+        # A ring of more GPUs than one node holds crosses the network (GPUSpec.tp_link).
+        link_bw, link_s = GPUS[gpu_key].tp_link(cfg.tp) if gpu_key else (1.0, 0.0)
         coefs["allreduce"] = allreduce_coefs(model.layers, model.hidden, model.dtype_bytes, cfg.tp,
-                                             link.link_bw if link else 1.0,
-                                             link.link_latency_s if link else 0.0)
+                                             link_bw, link_s)
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,

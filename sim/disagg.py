@@ -2,12 +2,18 @@
 
 Two replica pools, each with its own GPU type, tensor-parallel degree, KV cache and
 inner batching policy. A request is routed to a prefill replica, which computes its
-prompt and emits the first token; then its prompt KV (``prompt x kv_bytes_per_token``
-bytes) is sent over the prefill replica's link to a decode replica picked by the decode
-pool's router. Each link is a FIFO transfer queue: a transfer starts when the link is
-free, occupies it for ``bytes / bandwidth`` and lands ``latency`` later. The decode
-replica queues the arrival and admits it (allocating its blocks) only when its KV cache
-can hold it; there it decodes as if it had prefilled the prompt itself.
+prompt and emits the first token; then its prompt KV is sent to a decode replica picked
+by the decode pool's router. Every GPU of the prefill replica sends its own shard of the
+KV over its own link, all at once, so a transfer takes one rank's bytes over one GPU's
+link: ``prompt x`` the larger of the two sides' per-GPU KV bytes per token
+(:func:`sim.specs.shard`; a decode replica of lower tp receives more per GPU) ``/
+bandwidth``. ``link`` gives that per-GPU bandwidth; the default, NVLink, is impossible
+when either pool's tp exceeds one node's GPUs, and then the GPU's inter-node network
+(``GPUSpec.net_bw``, ``net_latency_s``) prices it instead, unless the link's figures are
+given explicitly. Each prefill replica's links form a FIFO transfer queue: a transfer
+starts when they are free, occupies them for its time and lands ``latency`` later. The
+decode replica queues the arrival and admits it (allocating its blocks) only when its KV
+cache can hold it; there it decodes as if it had prefilled the prompt itself.
 
 The prefill replica frees the request's blocks when the transfer starts: the KV is
 streamed out layer by layer while the prompt is computed (Splitwise's layer-wise
@@ -19,7 +25,7 @@ YAML (every key optional; see docs/policies.md)::
     disaggregated:
       prefill: {replicas: 1, gpu: h100-sxm, tp: 1, policy: continuous}
       decode:  {replicas: 1, gpu: h100-sxm, tp: 1, policy: continuous}
-      link: {kind: nvlink, bandwidth_gb_s: 450, latency_s: 1.0e-5}
+      link: {kind: nvlink, bandwidth_gb_s: 450, latency_s: 1.0e-5}   # per GPU
 """
 
 from __future__ import annotations
@@ -51,7 +57,8 @@ LINKS: dict[str, tuple[float, float]] = {
 
 @dataclass(frozen=True)
 class LinkConfig:
-    """The KV link from each prefill replica: a kind's nominal figures, or given ones."""
+    """The KV link of each GPU of a prefill replica: a kind's nominal figures, or given
+    ones (bandwidth per GPU, per direction)."""
 
     kind: Literal["nvlink", "infiniband", "pcie"] = "nvlink"
     bandwidth_gb_s: float | None = bounded(None, gt=0)  # 1e9 bytes per second
@@ -67,6 +74,15 @@ class LinkConfig:
     def latency(self) -> float:
         """Seconds from the end of a transfer's send to its arrival."""
         return self.latency_s if self.latency_s is not None else LINKS[self.kind][1]
+
+    def across_nodes(self, net_bw: float, net_latency_s: float) -> LinkConfig:
+        """This link when the transfer must leave the node: an NVLink kind's figures are
+        replaced by the network's (``net_bw`` bytes/s, seconds); given figures are kept."""
+        if self.kind != "nvlink":
+            return self
+        return LinkConfig("nvlink",
+                          net_bw / 1e9 if self.bandwidth_gb_s is None else self.bandwidth_gb_s,
+                          net_latency_s if self.latency_s is None else self.latency_s)
 
 
 @dataclass(frozen=True)
@@ -176,8 +192,28 @@ def check_pools(scenario: Scenario) -> None:
                 raise ServesimError(exc.message, where=prefix) from None
 
 
+def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig:
+    """The per-GPU KV link between the pools: the scenario's, or the network's figures
+    when a pool's tp is more than one node's GPUs (no NVLink spans nodes)."""
+    link = scenario.disaggregated.link
+    for pool in (prefill, decode):
+        g = gpu(pool.gpu)
+        if pool.tp > g.node_gpus:
+            link = link.across_nodes(g.net_bw, g.net_latency_s)
+    return link
+
+
+def transfer_bytes_per_token(model: ModelSpec, prefill: Pool, decode: Pool) -> int:
+    """KV bytes per prompt token one GPU link carries: every prefill GPU sends its shard
+    while every decode GPU receives its own, in parallel, so the larger per-GPU share
+    (:attr:`sim.specs.Shard.kv_bytes_per_token`) sets the time."""
+    return max(shard(model, prefill.tp).kv_bytes_per_token,
+               shard(model, decode.tp).kv_bytes_per_token)
+
+
 class Link:
-    """One prefill replica's outgoing KV link: a FIFO queue of transfers (bytes, seconds)."""
+    """One prefill replica's outgoing KV links (one per GPU, sending in parallel): a FIFO
+    queue of transfers (bytes per GPU, seconds)."""
 
     __slots__ = ("bandwidth", "latency", "free_at", "bytes_sent", "busy_s")
 
@@ -199,7 +235,11 @@ class Link:
 
 
 class Handoff:
-    """Moves a request whose prefill finished from a prefill replica to a decode replica."""
+    """Moves a request whose prefill finished from a prefill replica to a decode replica.
+
+    ``kv_bytes_per_token`` is what one GPU's link carries per prompt token
+    (:func:`transfer_bytes_per_token`); all of a replica's GPUs send at once, so one
+    :class:`Link` per prefill replica stands for its GPUs' links together."""
 
     def __init__(self, decode: list[Replica], router: Any, link: LinkConfig, n_prefill: int,
                  kv_bytes_per_token: int):

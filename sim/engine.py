@@ -19,7 +19,7 @@ import simpy
 
 from sim.admission import Timeouts, TokenBucket
 from sim.cost import CostModel, RooflineCost
-from sim.disagg import Handoff, pool_memory, pools
+from sim.disagg import Handoff, pool_memory, pools, transfer_bytes_per_token, transfer_link
 from sim.errors import ServesimError
 from sim.faults import Faults
 from sim.histogram import LogHistogram
@@ -31,7 +31,7 @@ from sim.replicastats import ReplicaStats
 from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
 from sim.router import ROUTERS
 from sim.scenario import Scenario
-from sim.specs import gpu
+from sim.specs import gpu, shard
 from sim.workload import Requests, build_requests
 
 
@@ -129,7 +129,8 @@ class Engine:
         routers: dict[str, Any] = {}
         model = scenario.model
         self.memory: dict[str, dict[str, Any]] = {}
-        for pool in pools(scenario):
+        the_pools = pools(scenario)
+        for pool in the_pools:
             sv = pool.serving
             spec = gpu(pool.gpu)
             budget = pool_memory(model, pool)
@@ -139,7 +140,7 @@ class Engine:
             watermark = int(sv.watermark * blocks)
             pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
             # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
-            block_bytes = model.kv_bytes_per_token / pool.tp * sv.block_size
+            block_bytes = shard(model, pool.tp).kv_bytes_per_token * sv.block_size
             swap_blocks = int(sv.swap_space_gib * 2**30 // block_bytes)
             members = [
                 Replica(len(self.replicas) + i, self, make_policy(sv), pool_cost,
@@ -155,8 +156,10 @@ class Engine:
         self.decode_pool = by_role.get("decode")
         self.prefill_of: np.ndarray | None = None
         if self.decode_pool is not None:
-            handoff = Handoff(self.decode_pool, routers["decode"], scenario.disaggregated.link,
-                              len(self.entry), model.kv_bytes_per_token)
+            prefill, decode = the_pools
+            handoff = Handoff(self.decode_pool, routers["decode"],
+                              transfer_link(scenario, prefill, decode), len(self.entry),
+                              transfer_bytes_per_token(model, prefill, decode))
             for rep in self.entry:
                 rep.handoff = handoff
             self.prefill_of = np.full(n, -1, dtype=np.int64)

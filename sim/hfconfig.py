@@ -1,9 +1,10 @@
 """A :class:`sim.specs.ModelSpec` from a HuggingFace ``config.json``, with no weights.
 
-The calibrator's ``--hf-config`` reads configs here, in sim/ so that the simulator
-describes the same models with the same table. Only dense decoders of the Llama shape
-are modelled: attention (grouped query heads, rotary positions) and a SwiGLU MLP per
-layer. Mixture-of-experts configs are a clear error.
+The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
+(``--hf-config``) both read configs here, so a model is described by one table whichever
+side reads it. Only dense decoders of the Llama shape are modelled: attention (grouped
+query heads, rotary positions) and a SwiGLU MLP per layer. Mixture-of-experts configs are
+a clear error.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "
         "disaggregated", "horizon_s", "event_skipping", "admission", "faults")
 
 
-def _model(value: Any) -> ModelSpec:
+def _model(value: Any, base_dir: Path | None) -> ModelSpec:
     if isinstance(value, str):
         try:
             return model_preset(value)
@@ -164,12 +164,28 @@ def _model(value: Any) -> ModelSpec:
         raise ServesimError(f"got {value!r}, expected a preset name or a mapping", where="model")
     spec = dict(value)
     preset = spec.pop("preset", None)
+    hf_config = spec.pop("hf_config", None)
+    if preset is not None and hf_config is not None:
+        raise ServesimError("give preset or hf_config, not both", where="model.hf_config")
+    base: ModelSpec | None = None
     if preset is not None:
         if not isinstance(preset, str) or preset not in MODELS:
             raise ServesimError(f"unknown model preset {preset!r}; valid: "
                                 f"{', '.join(sorted(MODELS))}", where="model.preset")
-        base = {k: getattr(MODELS[preset], k) for k in MODELS[preset].__dataclass_fields__}
-        spec = {**base, **spec}
+        base = MODELS[preset]
+    if hf_config is not None:
+        from sim.hfconfig import from_hf_config
+
+        if not isinstance(hf_config, str):
+            raise ServesimError(f"got {hf_config!r}, expected a path to a config.json",
+                                where="model.hf_config")
+        path = Path(hf_config)
+        try:
+            base = from_hf_config(path if base_dir is None else base_dir / path)
+        except ServesimError as exc:
+            raise ServesimError(f"{exc}", where="model.hf_config") from None
+    if base is not None:
+        spec = {**{k: getattr(base, k) for k in base.__dataclass_fields__}, **spec}
     return build(ModelSpec, spec, "model")
 
 
@@ -222,7 +238,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         hardware = build(HardwareConfig, hw_raw, "hardware")
         gpu(hardware.gpu)
         scenario = Scenario(
-            model=_model(raw["model"]),
+            model=_model(raw["model"], base_dir),
             workload=build(WorkloadConfig, raw["workload"], "workload"),
             name=convert(str, raw.get("name", "scenario"), "name"),
             hardware=hardware,

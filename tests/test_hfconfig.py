@@ -1,4 +1,4 @@
-"""HuggingFace config.json in sim: sim.hfconfig (qwen3, mixture-of-experts refused)."""
+"""HuggingFace config.json in the simulator: sim.hfconfig and ``model: {hf_config: PATH}``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from sim.errors import ServesimError
 from sim.hfconfig import from_hf_config
+from sim.scenario import load
 from sim.specs import MODELS
 
 # Qwen/Qwen3-32B's config.json (the keys servesim reads).
@@ -42,3 +43,23 @@ def test_qwen3_moe_is_not_modelled(tmp_path: Path) -> None:
         from_hf_config(write(tmp_path, cfg))
     with pytest.raises(ServesimError, match="num_experts: mixture-of-experts"):
         from_hf_config(write(tmp_path, {**QWEN3, "num_experts": 8}))
+
+
+def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:
+    write(tmp_path / "models" / "qwen3", QWEN3)
+    sc_path = tmp_path / "s.yaml"
+    sc_path.write_text(
+        "model: {hf_config: models/qwen3/config.json, dtype: fp8}\n"
+        "hardware: {gpu: h200}\n"
+        "workload: {arrivals: {process: poisson, rate: 1}, num_requests: 1,\n"
+        "  lengths: {prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 2}}}\n")
+    sc = load(sc_path)
+    assert (sc.model.layers, sc.model.heads, sc.model.head_dim, sc.model.dtype) == (
+        64, 64, 128, "fp8")
+    sc_path.write_text(sc_path.read_text().replace("models/qwen3", "nowhere"))
+    with pytest.raises(ServesimError, match="model.hf_config: .*nowhere.*cannot read"):
+        load(sc_path)
+    sc_path.write_text("model: {hf_config: models/qwen3/config.json, preset: tiny}\n"
+                       "workload: {trace: {path: azure_2023_conv}}\n")
+    with pytest.raises(ServesimError, match="model.hf_config: give preset or hf_config"):
+        load(sc_path)

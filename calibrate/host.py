@@ -88,7 +88,7 @@ def time_host(ex: ModelExecutor, max_context: int, seed: int = 0) -> HostTimes:
     arrival, prompt, output = workload(ex.slots, ex.capacity, np.random.default_rng(seed))
     serving = ServingConfig(policy="continuous", max_num_seqs=ex.slots,
                             max_num_batched_tokens=max(2048, int(prompt.sum())),
-                            num_kv_blocks=ex.slots * blocks_for(ex.capacity, 16))
+                            num_gpu_blocks=ex.slots * blocks_for(ex.capacity, 16))
     # Virtual time never sleeps: every request is already there, and the loop times its
     # host work by the wall clock whatever clock drives it.
     res = run_loop(arrival, prompt, output, serving, max_context, ex, VirtualClock(),

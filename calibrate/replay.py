@@ -33,14 +33,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from calibrate.arch import shard
 from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
 from sim.errors import ServesimError
 from sim.kvcache import BlockAllocator, blocks_for
 from sim.policies import make_policy
 from sim.request import Request
 from sim.shape import StepShape, shape_of
-from sim.specs import ModelSpec
+from sim.specs import ModelSpec, shard
 
 SCHEMA = "servesim-replay/1"
 STEP_FIELDS = ("start_s", "end_s", "exec_s", "cpu_s", "host_s") + StepShape._fields
@@ -182,7 +181,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
              max_context: int, executor: Executor, clock: WallClock | VirtualClock,
              vocab: int = 2, interruptible: bool = False) -> ReplayResult:
     """Serve the requests (arrivals in seconds, ascending; token counts) under ``serving``
-    (a ``sim.scenario.ServingConfig``: policy, limits, ``num_kv_blocks`` required).
+    (a ``sim.scenario.ServingConfig``: policy, limits, ``num_gpu_blocks`` required).
     ``interruptible``: a SIGINT ends the loop with what it served (``interrupted``),
     instead of propagating; for a replay, whose partial record is worth keeping, not
     for calibration's uses of the loop, which must stop when asked."""
@@ -191,10 +190,10 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
                             where="policy")
     if serving.preemption != "recompute" or serving.priority:
         raise ServesimError("replay supports FCFS with preemption by recompute only")
-    if serving.num_kv_blocks is None:
-        raise ServesimError("replay needs serving.num_kv_blocks", where="num_kv_blocks")
+    if serving.num_gpu_blocks is None:
+        raise ServesimError("replay needs serving.num_gpu_blocks", where="num_gpu_blocks")
     n = len(arrival_s)
-    blocks = serving.num_kv_blocks
+    blocks = serving.num_gpu_blocks
     kv = BlockAllocator(blocks, serving.block_size, int(serving.watermark * blocks))
     policy = make_policy(serving)
     nan = np.full(n, np.nan)

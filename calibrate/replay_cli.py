@@ -281,7 +281,7 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
         "policy": args.policy, "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens or max_len,
         "token_budget": args.token_budget, "block_size": args.block_size,
-        "watermark": args.watermark, "num_kv_blocks": blocks})
+        "watermark": args.watermark, "num_gpu_blocks": blocks})
     sat = saturation_rate(w, serving, spec.max_context, prof) if prof is not None else None
     if sat is not None:
         log(f"predicted saturation: {sat:.3g} req/s for these requests ({args.profile})")

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from calibrate.arch import shard
 from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
 from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
@@ -38,7 +37,7 @@ from sim.profilefit import (
     fit_in_situ,
     relative_errors,
 )
-from sim.specs import GPUS, ModelSpec
+from sim.specs import GPUS, ModelSpec, shard
 
 # Held-out component MAPE and whole-step error bars (fractions) by device type.
 BARS = {"cpu": 0.10, "cuda": 0.05}
@@ -129,9 +128,9 @@ def _validation_layers(model: ModelSpec, layer_bytes: float, device: torch.devic
 def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> float:
     """Bytes one layer of the full-depth model needs for the whole steps: its weights and
     the KV cache :meth:`Bench.reserve` sizes for ``step_points``."""
-    d = shard(model, tp)
+    d = shard(model, tp, where="--tp")
     slots, capacity = step_cache_size(step_points) or (0, 0)
-    return (model.linear_params_per_layer / tp * model.dtype_bytes
+    return (d.linear_params_per_layer * model.dtype_bytes
             + kv_cache_bytes(slots, capacity, d.kv_heads, d.head_dim, model.dtype_bytes))
 
 
@@ -241,7 +240,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     if dtype not in ("fp32", "fp16", "bf16"):
         raise ServesimError(f"got {dtype!r}, expected bf16, fp16 or fp32", where="--dtype")
     model = dataclasses.replace(cfg.model, dtype=dtype)  # type: ignore[arg-type]
-    dims = shard(model, cfg.tp)
+    dims = shard(model, cfg.tp, where="--tp")
     info = device_info(device)
     gpu_key = _gpu_entry(cfg, info["name"]) if device.type == "cuda" or cfg.gpu else None
     if cfg.tp > 1 and gpu_key is None:
@@ -295,10 +294,10 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
             write_csv(csv_path, ops)
             raise ServesimError(f"{exc}; measurements kept in {csv_path}") from None
         coefs: dict[str, dict[str, float]] = {n: f.coef for n, f in fits.items()}
-        link = GPUS[gpu_key] if gpu_key else None
+        # A ring of more GPUs than one node holds crosses the network (GPUSpec.tp_link).
+        link_bw, link_s = GPUS[gpu_key].tp_link(cfg.tp) if gpu_key else (1.0, 0.0)
         coefs["allreduce"] = allreduce_coefs(model.layers, model.hidden, model.dtype_bytes, cfg.tp,
-                                             link.link_bw if link else 1.0,
-                                             link.link_latency_s if link else 0.0)
+                                             link_bw, link_s)
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,

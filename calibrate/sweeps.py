@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from calibrate.arch import Shard
 from calibrate.grids import WHOLE_STEP, Point
 from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare
 from calibrate.timing import Timer, Timing, is_oom
 from sim.shape import StepShape, shape_of
+from sim.specs import Shard
 
 ROTATE_BYTES = 64e6
 

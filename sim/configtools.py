@@ -157,3 +157,28 @@ def build(cls: type[T], data: dict[str, Any], where: str = "") -> T:
 def bounded(default: Any = dataclasses.MISSING, **bounds: float) -> Any:
     """A dataclass field with numeric bounds (``gt``, ``ge``, ``lt``, ``le``) for :func:`build`."""
     return dataclasses.field(default=default, metadata=bounds)
+
+
+def resolve_alias(obj: Any, name: str, alias: str) -> None:
+    """In a frozen dataclass's ``__post_init__``: move field ``alias`` (another accepted
+    name of ``name``, both defaulting to None) into ``name`` and clear it; giving both is
+    an error naming the alias."""
+    value = getattr(obj, alias)
+    if value is None:
+        return
+    if getattr(obj, name) is not None:
+        raise ServesimError(f"{alias} is another name for {name}; give only one of them",
+                            where=alias)
+    object.__setattr__(obj, name, value)
+    object.__setattr__(obj, alias, None)
+
+
+def rename_alias(section: Any, name: str, alias: str) -> Any:
+    """A copy of the parsed mapping ``section`` with key ``alias`` renamed ``name``; both
+    present is an error naming the alias (for fields whose default is not None)."""
+    if not isinstance(section, dict) or alias not in section:
+        return section
+    if name in section:
+        raise ServesimError(f"{alias} is another name for {name}; give only one of them",
+                            where=alias)
+    return {(name if k == alias else k): v for k, v in section.items()}

@@ -3,8 +3,8 @@
 - :class:`LinearCost`: user-given coefficients; what hand-worked tests use.
 - :class:`RooflineCost`: analytic, from the model's dimensions and a GPU's datasheet
   figures with efficiency factors. Linear layers and attention are each bounded by the
-  slower of FLOP time and memory time; tensor parallelism shards both and adds two
-  ring all-reduces per layer.
+  slower of FLOP time and memory time; tensor parallelism shards both (one GPU's shard)
+  and adds two ring all-reduces per layer.
 - Measured profiles (written by calibrate/) are evaluated by :mod:`sim.profile`.
 
 Every model accepts numpy arrays in the shape's fields and then returns an array.
@@ -21,7 +21,7 @@ from sim.configtools import bounded
 from sim.errors import ServesimError
 from sim.frontend import NO_FRONTEND, Frontend
 from sim.shape import StepShape
-from sim.specs import GPUSpec, ModelSpec, gpu
+from sim.specs import GPUSpec, ModelSpec, gpu, shard
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
@@ -88,11 +88,15 @@ class RooflineParams:
 class RooflineCost:
     """Analytic step time for ``model`` on ``tp`` GPUs of type ``gpu``.
 
-    Per step (all terms in seconds, tp-sharded FLOPs and bytes):
+    Per step (all terms in seconds; FLOPs and bytes are one GPU's, from
+    :func:`sim.specs.shard`: P_lin its projection weights, H its query heads, V its
+    padded vocabulary share, kv_bytes_per_token its KV bytes, replicated KV heads counted):
     linear = max(2·P_lin·new / (F·e_f), P_lin·b / (B·e_b));
     attention = max(4·L·H·d·pairs / (F·e_a), kv_bytes_per_token·kv_tokens / (B·e_b));
     lm head = max(2·V·h·seqs / (F·e_f), V·h·b / (B·e_b));
-    all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1;
+    all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1, on the
+    slowest link of the ring: the node's fast link, or the network when tp exceeds the
+    node's GPUs (:meth:`sim.specs.GPUSpec.tp_link`);
     plus step and per-sequence overheads (scheduling, sampling, kernel launches).
     """
 
@@ -100,22 +104,24 @@ class RooflineCost:
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
         self.frontend = params.frontend
         m, p = model, params
+        d = shard(model, tp)
         b = m.dtype_bytes
         flops = gpu.flops * p.flops_efficiency
         attn_flops = gpu.flops * p.attention_flops_efficiency
         bw = gpu.mem_bw * p.bandwidth_efficiency
-        lin = m.layers * m.linear_params_per_layer / tp
-        head = m.vocab * m.hidden / tp
+        lin = m.layers * d.linear_params_per_layer
+        head = d.vocab * m.hidden
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
         self._lin_flop_s = 2 * lin / flops
         self._lin_mem_s = lin * b / bw
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw
-        self._attn_flop_s = 4 * m.layers * m.heads * m.head_dim / tp / attn_flops
-        self._kv_mem_s = m.kv_bytes_per_token / tp / bw
+        self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
+        self._kv_mem_s = d.kv_bytes_per_token / bw
         if tp > 1:
-            self._ar_fixed_s = 2 * m.layers * gpu.link_latency_s
-            self._ar_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * b / gpu.link_bw
+            link_bw, link_s = gpu.tp_link(tp)
+            self._ar_fixed_s = 2 * m.layers * link_s
+            self._ar_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * b / link_bw
         else:
             self._ar_fixed_s = self._ar_token_s = 0.0
 

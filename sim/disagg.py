@@ -2,12 +2,18 @@
 
 Two replica pools, each with its own GPU type, tensor-parallel degree, KV cache and
 inner batching policy. A request is routed to a prefill replica, which computes its
-prompt and emits the first token; then its prompt KV (``prompt x kv_bytes_per_token``
-bytes) is sent over the prefill replica's link to a decode replica picked by the decode
-pool's router. Each link is a FIFO transfer queue: a transfer starts when the link is
-free, occupies it for ``bytes / bandwidth`` and lands ``latency`` later. The decode
-replica queues the arrival and admits it (allocating its blocks) only when its KV cache
-can hold it; there it decodes as if it had prefilled the prompt itself.
+prompt and emits the first token; then its prompt KV is sent to a decode replica picked
+by the decode pool's router. Every GPU of the prefill replica sends its own shard of the
+KV over its own link, all at once, so a transfer takes one rank's bytes over one GPU's
+link: ``prompt x`` the larger of the two sides' per-GPU KV bytes per token
+(:func:`sim.specs.shard`; a decode replica of lower tp receives more per GPU) ``/
+bandwidth``. ``link`` gives that per-GPU bandwidth; the default, NVLink, is impossible
+when either pool's tp exceeds one node's GPUs, and then the GPU's inter-node network
+(``GPUSpec.net_bw``, ``net_latency_s``) prices it instead, unless the link's figures are
+given explicitly. Each prefill replica's links form a FIFO transfer queue: a transfer
+starts when they are free, occupies them for its time and lands ``latency`` later. The
+decode replica queues the arrival and admits it (allocating its blocks) only when its KV
+cache can hold it; there it decodes as if it had prefilled the prompt itself.
 
 The prefill replica frees the request's blocks when the transfer starts: the KV is
 streamed out layer by layer while the prompt is computed (Splitwise's layer-wise
@@ -19,7 +25,7 @@ YAML (every key optional; see docs/policies.md)::
     disaggregated:
       prefill: {replicas: 1, gpu: h100-sxm, tp: 1, policy: continuous}
       decode:  {replicas: 1, gpu: h100-sxm, tp: 1, policy: continuous}
-      link: {kind: nvlink, bandwidth_gb_s: 450, latency_s: 1.0e-5}
+      link: {kind: nvlink, bandwidth_gb_s: 450, latency_s: 1.0e-5}   # per GPU
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from sim.configtools import bounded
+from sim.configtools import bounded, resolve_alias
 from sim.errors import ServesimError
-from sim.specs import GPUS
+from sim.kvcache import MemoryBudget, memory_budget
+from sim.specs import GPUS, ModelSpec, gpu, shard
 
 if TYPE_CHECKING:
     from sim.replica import Replica
@@ -50,7 +57,8 @@ LINKS: dict[str, tuple[float, float]] = {
 
 @dataclass(frozen=True)
 class LinkConfig:
-    """The KV link from each prefill replica: a kind's nominal figures, or given ones."""
+    """The KV link of each GPU of a prefill replica: a kind's nominal figures, or given
+    ones (bandwidth per GPU, per direction)."""
 
     kind: Literal["nvlink", "infiniband", "pcie"] = "nvlink"
     bandwidth_gb_s: float | None = bounded(None, gt=0)  # 1e9 bytes per second
@@ -67,25 +75,40 @@ class LinkConfig:
         """Seconds from the end of a transfer's send to its arrival."""
         return self.latency_s if self.latency_s is not None else LINKS[self.kind][1]
 
+    def across_nodes(self, net_bw: float, net_latency_s: float) -> LinkConfig:
+        """This link when the transfer must leave the node: an NVLink kind's figures are
+        replaced by the network's (``net_bw`` bytes/s, seconds); given figures are kept."""
+        if self.kind != "nvlink":
+            return self
+        return LinkConfig("nvlink",
+                          net_bw / 1e9 if self.bandwidth_gb_s is None else self.bandwidth_gb_s,
+                          net_latency_s if self.latency_s is None else self.latency_s)
+
 
 @dataclass(frozen=True)
 class PoolConfig:
     """One pool of identical replicas. Unset keys take the scenario's values:
     ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
-    ``memory_utilization`` from ``hardware``, the limits from ``serving``."""
+    ``memory_utilization`` from ``hardware``, the limits from ``serving``.
+    ``gpu_memory_utilization`` and ``num_kv_blocks`` are accepted aliases of
+    ``memory_utilization`` and ``num_gpu_blocks``."""
 
     replicas: int | None = bounded(None, ge=1)
     gpu: str | None = None
     tp: int | None = bounded(None, ge=1)
     memory_utilization: float | None = bounded(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = bounded(None, gt=0, le=1)
     policy: Literal["continuous", "chunked"] = "continuous"
     router: RouterName | None = None
     max_num_seqs: int | None = bounded(None, ge=1)
     max_num_batched_tokens: int | None = bounded(None, ge=1)
     token_budget: int | None = bounded(None, ge=1)
+    num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
 
     def __post_init__(self) -> None:
+        resolve_alias(self, "memory_utilization", "gpu_memory_utilization")
+        resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
         if self.gpu is not None and self.gpu not in GPUS:
             raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="gpu")
@@ -133,7 +156,7 @@ def pools(scenario: Scenario) -> list[Pool]:
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
         limits = {k: getattr(pc, k) for k in ("max_num_seqs", "max_num_batched_tokens",
-                                               "token_budget", "num_kv_blocks")
+                                               "token_budget", "num_gpu_blocks")
                   if getattr(pc, k) is not None}
         try:
             serving = dataclasses.replace(sv, policy=pc.policy, **limits)
@@ -145,23 +168,52 @@ def pools(scenario: Scenario) -> list[Pool]:
     return out
 
 
-def check_disaggregated(scenario: Scenario) -> None:
-    """Load-time checks of a disaggregated layout: pool limits and that the model fits
-    each pool's GPUs (errors name the pool's key)."""
-    from sim.kvcache import kv_capacity_blocks
-    from sim.specs import gpu
+def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
+    """One GPU's memory terms and the KV blocks of each replica of ``pool``
+    (:func:`sim.kvcache.memory_budget`)."""
+    sv = pool.serving
+    return memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
+                         sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs)
 
+
+def check_pools(scenario: Scenario) -> None:
+    """Load-time checks of every pool: its tp shards the model, the model fits its GPUs
+    (unless ``num_gpu_blocks`` is given). Errors name the key: ``hardware.tp`` or
+    ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``."""
     for pool in pools(scenario):
-        if pool.serving.num_kv_blocks is None:
+        pc = getattr(scenario.disaggregated, pool.role, None)
+        prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
+        tp_key = f"{prefix}.tp" if pc is None or pc.tp is not None else "hardware.tp"
+        shard(scenario.model, pool.tp, where=tp_key)
+        if pool.serving.num_gpu_blocks is None:
             try:
-                kv_capacity_blocks(scenario.model, gpu(pool.gpu), pool.tp,
-                                   pool.memory_utilization, pool.serving.block_size)
+                pool_memory(scenario.model, pool).fitted()
             except ServesimError as exc:
-                raise ServesimError(exc.message, where=f"disaggregated.{pool.role}") from None
+                raise ServesimError(exc.message, where=prefix) from None
+
+
+def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig:
+    """The per-GPU KV link between the pools: the scenario's, or the network's figures
+    when a pool's tp is more than one node's GPUs (no NVLink spans nodes)."""
+    link = scenario.disaggregated.link
+    for pool in (prefill, decode):
+        g = gpu(pool.gpu)
+        if pool.tp > g.node_gpus:
+            link = link.across_nodes(g.net_bw, g.net_latency_s)
+    return link
+
+
+def transfer_bytes_per_token(model: ModelSpec, prefill: Pool, decode: Pool) -> int:
+    """KV bytes per prompt token one GPU link carries: every prefill GPU sends its shard
+    while every decode GPU receives its own, in parallel, so the larger per-GPU share
+    (:attr:`sim.specs.Shard.kv_bytes_per_token`) sets the time."""
+    return max(shard(model, prefill.tp).kv_bytes_per_token,
+               shard(model, decode.tp).kv_bytes_per_token)
 
 
 class Link:
-    """One prefill replica's outgoing KV link: a FIFO queue of transfers (bytes, seconds)."""
+    """One prefill replica's outgoing KV links (one per GPU, sending in parallel): a FIFO
+    queue of transfers (bytes per GPU, seconds)."""
 
     __slots__ = ("bandwidth", "latency", "free_at", "bytes_sent", "busy_s")
 
@@ -183,7 +235,11 @@ class Link:
 
 
 class Handoff:
-    """Moves a request whose prefill finished from a prefill replica to a decode replica."""
+    """Moves a request whose prefill finished from a prefill replica to a decode replica.
+
+    ``kv_bytes_per_token`` is what one GPU's link carries per prompt token
+    (:func:`transfer_bytes_per_token`); all of a replica's GPUs send at once, so one
+    :class:`Link` per prefill replica stands for its GPUs' links together."""
 
     def __init__(self, decode: list[Replica], router: Any, link: LinkConfig, n_prefill: int,
                  kv_bytes_per_token: int):

@@ -25,12 +25,12 @@ from sim.admission import Timeouts, TokenBucket
 from sim.clients import Clients, keep
 from sim.closedloop import supply
 from sim.cost import CostModel, build_cost
-from sim.disagg import Handoff, pools
+from sim.disagg import Handoff, pool_memory, pools, transfer_bytes_per_token, transfer_link
 from sim.errors import ServesimError
 from sim.faults import Faults
 from sim.frontend import Frontend
 from sim.histogram import LogHistogram
-from sim.kvcache import BlockAllocator, kv_capacity_blocks
+from sim.kvcache import BlockAllocator
 from sim.policies import make_policy
 from sim.prefix import PrefixCache
 from sim.replica import Replica
@@ -38,7 +38,7 @@ from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Reques
 from sim.result import RunResult
 from sim.router import ROUTERS
 from sim.scenario import Scenario
-from sim.specs import gpu
+from sim.specs import gpu, shard
 from sim.workload import Requests, build_requests
 
 
@@ -76,15 +76,19 @@ class Engine:
         by_role: dict[str, list[Replica]] = {}
         routers: dict[str, Any] = {}
         model = scenario.model
-        for pool in pools(scenario):
+        self.memory: dict[str, dict[str, Any]] = {}
+        the_pools = pools(scenario)
+        for pool in the_pools:
             sv = pool.serving
             spec = gpu(pool.gpu)
-            blocks = sv.num_kv_blocks or kv_capacity_blocks(
-                model, spec, pool.tp, pool.memory_utilization, sv.block_size)
+            budget = pool_memory(model, pool)
+            # vLLM's --num-gpu-blocks-override replaces the memory-derived count.
+            blocks = sv.num_gpu_blocks or budget.fitted().blocks
+            self.memory[pool.role] = budget.summary(sv.num_gpu_blocks)
             watermark = int(sv.watermark * blocks)
             pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
             # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
-            block_bytes = model.kv_bytes_per_token / pool.tp * sv.block_size
+            block_bytes = shard(model, pool.tp).kv_bytes_per_token * sv.block_size
             swap_blocks = int(sv.swap_space_gib * 2**30 // block_bytes)
             members = [
                 Replica(len(self.replicas) + i, self, make_policy(sv), pool_cost,
@@ -100,8 +104,10 @@ class Engine:
         self.decode_pool = by_role.get("decode")
         self.prefill_of: np.ndarray | None = None
         if self.decode_pool is not None:
-            handoff = Handoff(self.decode_pool, routers["decode"], scenario.disaggregated.link,
-                              len(self.entry), model.kv_bytes_per_token)
+            prefill, decode = the_pools
+            handoff = Handoff(self.decode_pool, routers["decode"],
+                              transfer_link(scenario, prefill, decode), len(self.entry),
+                              transfer_bytes_per_token(model, prefill, decode))
             for rep in self.entry:
                 rep.handoff = handoff
             self.prefill_of = np.full(n, -1, dtype=np.int64)
@@ -379,6 +385,7 @@ class Engine:
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
             frontend=self.frontend, clients=stats, cost_source=self.cost_source,
+            memory=self.memory,
         )
 
 

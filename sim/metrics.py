@@ -266,6 +266,8 @@ def summarize(res: RunResult) -> dict[str, Any]:
                                  if span > 0 else None),
             "peak_utilization": max((s.kv_peak / s.kv_total for s in stats), default=0.0),
         },
+        # Per pool: one GPU's memory terms (GiB) and each replica's KV blocks and tokens.
+        **({"memory": res.memory} if res.memory else {}),
         "preemptions": int(res.preemptions.sum()),
         **_prefix_summary(res),
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)

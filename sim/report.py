@@ -143,6 +143,7 @@ def table(summary: dict[str, Any]) -> str:
                  f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    lines.extend(memory_lines(summary.get("memory", {})))
     lines.extend(reliability_lines(summary))
     if "classes" in summary:
         lines.extend(class_table(summary["classes"]))
@@ -162,6 +163,21 @@ def setup_lines(summary: dict[str, Any]) -> list[str]:
     if f:
         out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "
                    f"ms per prompt token in, {f['response_s'] * 1e3:g} ms out")
+    return out
+
+
+def memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per pool: a GPU's memory as vLLM divides it (GiB) and the KV capacity."""
+    out = []
+    for role, m in memory.items():
+        pool = "" if role == "both" else f" ({role})"
+        kv = (f"KV {m['kv_gib']:.2f} GiB = {m['kv_blocks']} blocks"
+              if m["kv_blocks_from"] == "memory" else
+              f"KV set by num_gpu_blocks: {m['kv_blocks']} blocks ({m['kv_gib']:.2f} GiB)")
+        out.append(f"memory/GPU{pool}: {m['total_gib']:.2f} GiB x {m['utilization']:g} - "
+                   f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
+                   f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs "
+                   f"{m['cuda_graph_gib']:.2f} -> {kv}, {m['kv_tokens']} tokens")
     return out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,3 +51,6 @@ class RunResult:
     clients: ClientStats | None = None
     # Where the step prices came from, in one phrase (sim.cost.CostModel.source).
     cost_source: str = ""
+    # Each pool's GPU memory terms and KV blocks per replica, by role ("both", or
+    # "prefill" and "decode"): :meth:`sim.kvcache.MemoryBudget.summary`'s mapping.
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)

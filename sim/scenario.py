@@ -16,12 +16,11 @@ from typing import Any, Literal
 import yaml
 
 from sim.admission import AdmissionConfig
-from sim.configtools import bounded, build, convert
+from sim.configtools import bounded, build, convert, rename_alias, resolve_alias
 from sim.cost import LinearCost, RooflineParams
-from sim.disagg import DisaggConfig, check_disaggregated, pools
+from sim.disagg import DisaggConfig, check_pools, pools
 from sim.errors import ServesimError
 from sim.faults import FaultsConfig, check_faults
-from sim.kvcache import kv_capacity_blocks
 from sim.measured import MeasuredConfig
 from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.workload import WorkloadConfig
@@ -29,7 +28,9 @@ from sim.workload import WorkloadConfig
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """One replica's GPUs: type, count (tensor-parallel degree), usable memory fraction."""
+    """One replica's GPUs: type, count (tensor-parallel degree), and the fraction of each
+    GPU's reported memory vLLM may use (``gpu_memory_utilization``; that name is accepted
+    in the file too)."""
 
     gpu: str = "h100-sxm"
     tp: int = bounded(1, ge=1)
@@ -71,7 +72,10 @@ class ServingConfig:
     block_size: int = bounded(16, ge=1)
     watermark: float = bounded(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
-    num_kv_blocks: int | None = bounded(None, ge=1)  # override the memory-derived capacity
+    # vLLM's --num-gpu-blocks-override: KV blocks per replica instead of the memory-derived
+    # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
+    num_gpu_blocks: int | None = bounded(None, ge=1)
+    num_kv_blocks: int | None = bounded(None, ge=1)
     swap_space_gib: float = bounded(4.0, ge=0)  # host memory per GPU for swapped KV (GiB)
     # chunked: tokens per iteration (default 2048, or max_num_batched_tokens if smaller)
     token_budget: int | None = bounded(None, ge=1)
@@ -82,6 +86,7 @@ class ServingConfig:
     def __post_init__(self) -> None:
         from sim.policies import POLICIES
 
+        resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
         if self.policy not in POLICIES:
             raise ServesimError(
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
@@ -154,7 +159,7 @@ _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "
         "disaggregated", "horizon_s", "event_skipping", "admission", "faults")
 
 
-def _model(value: Any) -> ModelSpec:
+def _model(value: Any, base_dir: Path | None) -> ModelSpec:
     if isinstance(value, str):
         try:
             return model_preset(value)
@@ -164,12 +169,28 @@ def _model(value: Any) -> ModelSpec:
         raise ServesimError(f"got {value!r}, expected a preset name or a mapping", where="model")
     spec = dict(value)
     preset = spec.pop("preset", None)
+    hf_config = spec.pop("hf_config", None)
+    if preset is not None and hf_config is not None:
+        raise ServesimError("give preset or hf_config, not both", where="model.hf_config")
+    base: ModelSpec | None = None
     if preset is not None:
         if not isinstance(preset, str) or preset not in MODELS:
             raise ServesimError(f"unknown model preset {preset!r}; valid: "
                                 f"{', '.join(sorted(MODELS))}", where="model.preset")
-        base = {k: getattr(MODELS[preset], k) for k in MODELS[preset].__dataclass_fields__}
-        spec = {**base, **spec}
+        base = MODELS[preset]
+    if hf_config is not None:
+        from sim.hfconfig import from_hf_config
+
+        if not isinstance(hf_config, str):
+            raise ServesimError(f"got {hf_config!r}, expected a path to a config.json",
+                                where="model.hf_config")
+        path = Path(hf_config)
+        try:
+            base = from_hf_config(path if base_dir is None else base_dir / path)
+        except ServesimError as exc:
+            raise ServesimError(f"{exc}", where="model.hf_config") from None
+    if base is not None:
+        spec = {**{k: getattr(base, k) for k in base.__dataclass_fields__}, **spec}
     return build(ModelSpec, spec, "model")
 
 
@@ -221,10 +242,15 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
-        hardware = build(HardwareConfig, raw.get("hardware") or {}, "hardware")
+        try:
+            hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
+                                  "gpu_memory_utilization")
+        except ServesimError as exc:
+            raise exc.located(prefix="hardware") from None
+        hardware = build(HardwareConfig, hw_raw, "hardware")
         gpu(hardware.gpu)
         scenario = Scenario(
-            model=_model(raw["model"]),
+            model=_model(raw["model"], base_dir),
             workload=build(WorkloadConfig, raw["workload"], "workload"),
             name=convert(str, raw.get("name", "scenario"), "name"),
             hardware=hardware,
@@ -240,12 +266,9 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             base_dir=base_dir,
             source=source,
         )
-        if scenario.serving.policy == "disaggregated":
-            check_disaggregated(scenario)
-        elif scenario.serving.num_kv_blocks is None:
-            # A model that does not fit is a load-time error, with the numbers.
-            kv_capacity_blocks(scenario.model, gpu(hardware.gpu), hardware.tp,
-                               hardware.memory_utilization, scenario.serving.block_size)
+        # A tp that cannot shard the model, or a model that does not fit, is a load-time
+        # error with the numbers.
+        check_pools(scenario)
         wl = scenario.workload
         check_faults(scenario.faults, pools(scenario)[0].replicas,
                      scenario.horizon_s if scenario.horizon_s is not None else wl.duration_s,

@@ -2,7 +2,10 @@
 
 Pure Python (no numpy, no simpy, no torch) so every part of servesim can import it.
 Model figures are the public ``config.json`` values of each family; GPU figures are
-vendor datasheet numbers (dense, no sparsity), in SI units: FLOP/s, bytes/s, bytes.
+vendor datasheet numbers (dense, no sparsity), in SI units: FLOP/s, bytes/s, except the
+memory size, which is what the device reports to programs (bytes; see :class:`GPUSpec`).
+:func:`shard` gives the per-GPU dimensions of a tensor-parallel shard, for the simulator's
+KV capacity, cost and transfers and for calibration alike.
 """
 
 from __future__ import annotations
@@ -69,13 +72,100 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of all weights at ``dtype`` (before tensor-parallel sharding)."""
+        """Bytes of all projection and embedding weights at ``dtype``, whole model (per-GPU
+        figures, with norms and tensor-parallel sharding, come from :func:`shard`)."""
         return self.params * self.dtype_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies over all layers (before sharding): 2·L·kv·d·b."""
+        """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b
+        (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+# vLLM pads the vocabulary of its embedding and LM head to a multiple of this before
+# splitting it over the tensor-parallel GPUs (VocabParallelEmbedding's padding size).
+VOCAB_PADDING = 64
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Per-GPU dimensions (elements) of one tensor-parallel shard of a model, as vLLM
+    splits it (Megatron style): query heads, MLP width and the padded vocabulary divided
+    by ``tp``; KV heads divided, or replicated when there are fewer than ``tp`` of them;
+    hidden size, layer count and norms whole on every GPU."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    qkv_bias: bool
+    rope_theta: float
+    tp: int = 1
+    layers: int = 1
+    dtype_bytes: int = 2
+    tie_embeddings: bool = False
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights (elements) of one layer's QKV, output and SwiGLU projections on one GPU."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        return qkv + o + 3 * self.hidden * self.intermediate
+
+    @property
+    def params(self) -> int:
+        """All weights (elements) one GPU holds: its share of every projection, QKV bias,
+        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights."""
+        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        norms = 2 * self.hidden
+        per_layer = self.linear_params_per_layer + bias + norms
+        tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
+        return self.layers * per_layer + tables + self.hidden
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights one GPU holds."""
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies on one GPU, all layers: 2·L·kv_heads·d·b with
+        this GPU's (possibly replicated) KV heads."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
+    """Split ``spec`` over ``tp`` GPUs by vLLM's rules; an impossible split is a
+    :class:`ServesimError` at key ``where`` naming the dimension and ``tp``.
+
+    Query heads and the MLP width must divide by ``tp``. KV heads are split when they
+    divide by ``tp`` and replicated when ``tp`` divides by them (each GPU then keeps one
+    head, so ``tp / kv_heads`` GPUs hold copies of the same head); any other ratio is an
+    error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split."""
+    if tp < 1:
+        raise ServesimError(f"got {tp}, must be at least 1", where=where)
+    if spec.heads % tp:
+        raise ServesimError(f"the model's {spec.heads} query heads do not split over tp={tp} "
+                            f"(tp must divide the heads)", where=where)
+    if spec.intermediate % tp:
+        raise ServesimError(f"the model's MLP width intermediate={spec.intermediate} does not "
+                            f"split over tp={tp}", where=where)
+    if spec.kv_heads % tp == 0:
+        kv = spec.kv_heads // tp
+    elif tp % spec.kv_heads == 0:
+        kv = 1  # replicated: each GPU keeps a copy of one KV head
+    else:
+        raise ServesimError(f"the model's {spec.kv_heads} KV heads neither split over nor "
+                            f"replicate evenly across tp={tp}", where=where)
+    padded = -(-spec.vocab // VOCAB_PADDING) * VOCAB_PADDING
+    return Shard(hidden=spec.hidden, heads=spec.heads // tp, kv_heads=kv,
+                 head_dim=spec.head_dim, intermediate=spec.intermediate // tp,
+                 vocab=-(-padded // tp), qkv_bias=spec.qkv_bias, rope_theta=spec.rope_theta,
+                 tp=tp, layers=spec.layers, dtype_bytes=spec.dtype_bytes,
+                 tie_embeddings=spec.tie_embeddings)
 
 
 def _llama(**kw: object) -> ModelSpec:
@@ -117,30 +207,75 @@ MODELS: dict[str, ModelSpec] = {
 
 @dataclass(frozen=True)
 class GPUSpec:
-    """Datasheet figures of one accelerator.
+    """Figures of one accelerator, in SI units.
 
-    ``flops`` is dense bf16/fp16 FLOP/s; ``mem_bw`` HBM bytes/s; ``mem_bytes`` HBM bytes;
-    ``link_bw`` per-GPU, per-direction bytes/s of the tensor-parallel interconnect and
-    ``link_latency_s`` the fixed cost of one all-reduce; ``host_bw`` per-direction bytes/s
-    to host memory (PCIe), used for swapping.
+    ``flops`` is dense bf16/fp16 FLOP/s and ``mem_bw`` HBM bytes/s (datasheets).
+    ``mem_bytes`` is the memory the device *reports* to programs, in bytes: CUDA's
+    ``cudaMemGetInfo`` total, which PyTorch returns as ``torch.cuda.mem_get_info()[1]`` and
+    ``get_device_properties().total_memory`` and which vLLM multiplies by
+    ``gpu_memory_utilization``. It is less than the marketing figure (80 GB) and less than
+    nvidia-smi's "Total" column, which also counts what the driver keeps for itself.
+    ``link_bw`` is per-GPU, per-direction bytes/s of the fast link inside a node (NVLink,
+    Infinity Fabric, or PCIe where there is none) and ``link_latency_s`` the fixed cost of
+    one all-reduce over it; ``node_gpus`` GPUs share that link. ``net_bw`` and
+    ``net_latency_s`` are the same for the network between nodes (per GPU: each GPU has
+    its own NIC or a share of one). ``host_bw`` is per-direction bytes/s to host memory
+    (PCIe), used for swapping.
     """
 
     name: str
     flops: float
     mem_bw: float
-    mem_bytes: float
+    mem_bytes: int
     link_bw: float
     link_latency_s: float
     host_bw: float
+    node_gpus: int
+    net_bw: float
+    net_latency_s: float
+
+    def tp_link(self, tp: int) -> tuple[float, float]:
+        """(bytes/s, seconds) of the slowest link a ring of ``tp`` GPUs crosses: the node's
+        fast link while the ring fits in one node, the inter-node network beyond."""
+        if tp <= self.node_gpus:
+            return self.link_bw, self.link_latency_s
+        return self.net_bw, self.net_latency_s
 
 
+_MIB = 2**20
+
+# mem_bytes, as the device reports it (see GPUSpec). Sources, newest driver we found:
+# - a100-80gb: 85,100,068,864 B (81,158 MiB), CUDA deviceQuery on A100-SXM4-80GB, driver
+#   12.5 (github.com/thamada/nvidia-smi, gls/A100SXMx4_deviceQuery.py); nvidia-smi: 81920MiB.
+# - h100-sxm: 85,045,477,376 B (81,106 MiB), deviceQuery on H100 80GB HBM3, driver 12.7
+#   (same repository, nvsim/H100SXMx8_deviceQuery.py); nvidia-smi: 81559MiB. vLLM's own
+#   log on an H100 says "total_gpu_memory 79.22GiB" (vllm-project/vllm PR 10511): the
+#   driver's share moves by a few tens of MiB between driver versions.
+# - h200: 143,156 MiB, torch.cuda.get_device_properties() "total_memory=143156MB" (torch
+#   prints MiB as "MB") in a public vLLM-on-Modal script; nvidia-smi: 143771MiB.
+# - l40s: 47,803,596,800 B (45,589 MiB), deviceQuery, driver 12.4 (thamada/nvidia-smi,
+#   nvsim/L40S_deviceQuery.py), the same as torch's "total_memory=45589MB"; nvidia-smi: 46068MiB.
+# - b200: 182,642 MiB, torch "total_memory=182642MB" (same script as the H200; another
+#   public run shows 182631MB); nvidia-smi: 183359MiB.
+# - mi300x: 196,592 MiB, HIP "Total Global Memory (MB) 196592" (thamada/nvidia-smi,
+#   package/MI300X_deviceQuery.py), the same as torch's "total_memory=196592MB" on ROCm.
+#
+# node_gpus: 8 per HGX/DGX (SXM) board or MI300X platform; 8 per typical L40S PCIe server,
+# where the "fast" link is PCIe 4.0 x16 (no NVLink). net_bw: one 400 Gb/s InfiniBand NDR
+# or RoCE NIC per GPU (50e9 B/s) on H100, H200, B200 and MI300X systems; one 200 Gb/s HDR
+# NIC per GPU on DGX A100 (25e9 B/s); about 100 Gb/s per GPU (12.5e9 B/s) on an L40S
+# server with a 200 Gb/s NIC per two GPUs. 20 µs per all-reduce step across the network.
 GPUS: dict[str, GPUSpec] = {
-    "a100-80gb": GPUSpec("a100-80gb", 312e12, 2.039e12, 80e9, 300e9, 8e-6, 32e9),
-    "h100-sxm": GPUSpec("h100-sxm", 989e12, 3.35e12, 80e9, 450e9, 8e-6, 64e9),
-    "h200": GPUSpec("h200", 989e12, 4.8e12, 141e9, 450e9, 8e-6, 64e9),
-    "l40s": GPUSpec("l40s", 362e12, 0.864e12, 48e9, 32e9, 20e-6, 32e9),
-    "b200": GPUSpec("b200", 2250e12, 8.0e12, 180e9, 900e9, 6e-6, 64e9),
-    "mi300x": GPUSpec("mi300x", 1307e12, 5.3e12, 192e9, 448e9, 10e-6, 64e9),
+    "a100-80gb": GPUSpec("a100-80gb", 312e12, 2.039e12, 85_100_068_864, 300e9, 8e-6, 32e9,
+                         8, 25e9, 20e-6),
+    "h100-sxm": GPUSpec("h100-sxm", 989e12, 3.35e12, 85_045_477_376, 450e9, 8e-6, 64e9,
+                        8, 50e9, 20e-6),
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 143_156 * _MIB, 450e9, 8e-6, 64e9, 8, 50e9, 20e-6),
+    "l40s": GPUSpec("l40s", 362e12, 0.864e12, 47_803_596_800, 32e9, 20e-6, 32e9,
+                    8, 12.5e9, 20e-6),
+    "b200": GPUSpec("b200", 2250e12, 8.0e12, 182_642 * _MIB, 900e9, 6e-6, 64e9, 8, 50e9, 20e-6),
+    "mi300x": GPUSpec("mi300x", 1307e12, 5.3e12, 196_592 * _MIB, 448e9, 10e-6, 64e9,
+                      8, 50e9, 20e-6),
 }
 
 

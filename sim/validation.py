@@ -82,7 +82,7 @@ def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,
     for gaps in itls or []:
         if gaps:
             itl.add_many(np.asarray(gaps, dtype=float))
-    stats = ReplicaStats(scenario.serving.num_kv_blocks or 1)  # KV capacity, blocks
+    stats = ReplicaStats(scenario.serving.num_gpu_blocks or 1)  # KV capacity, blocks
     if steps is not None and len(steps["start_s"]):
         stats.iterations = len(steps["start_s"])
         stats.busy_s = float(np.sum(steps["end_s"] - steps["start_s"]))

@@ -16,7 +16,6 @@ import torch
 import yaml
 
 from calibrate import sweeps
-from calibrate.arch import shard
 from calibrate.cli import main
 from calibrate.grids import Point, grid_for, whole_step_points
 from calibrate.host import WAKE_ROUNDS
@@ -33,7 +32,7 @@ from calibrate.timing import Timer, Timing, TimingConfig
 from calibrate.wake import IDLE_S
 from sim.profilefile import load_profile
 from sim.shape import shape_of
-from sim.specs import MODELS
+from sim.specs import MODELS, shard
 
 ROOT = Path(__file__).parents[1]
 OOM_LABEL = "b=32 c~512"

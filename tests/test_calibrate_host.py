@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from calibrate.arch import shard
 from calibrate.host import STEPS_PER_SIZE, HostTimes, time_host, workload
 from calibrate.model import build_decoder
 from calibrate.replay import ModelExecutor
-from sim.specs import MODELS
+from sim.specs import MODELS, shard
 
 
 def test_workload_shrinks_the_batch_by_one_every_few_steps() -> None:

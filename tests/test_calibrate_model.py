@@ -1,4 +1,4 @@
-"""calibrate.model and calibrate.arch: the packed-batch decoder and architecture sources."""
+"""calibrate.model and the architecture sources: the packed-batch decoder, presets, HF configs."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from calibrate.arch import from_hf_config, resolve_model, shard
+from calibrate.arch import resolve_model
 from calibrate.model import build_decoder, prepare, unfold_heads
 from calibrate.sweeps import slotted
 from sim.errors import ServesimError
-from sim.specs import MODELS
+from sim.hfconfig import from_hf_config
+from sim.specs import MODELS, shard
 
 CPU = torch.device("cpu")
 
@@ -97,8 +98,8 @@ def test_tensor_parallel_shard() -> None:
     d = shard(MODELS["llama-3-8b"], 4)
     assert (d.heads, d.kv_heads, d.intermediate, d.hidden) == (8, 2, 3584, 4096)
     assert shard(MODELS["llama-3-8b"], 16).kv_heads == 1  # KV heads replicated
-    with pytest.raises(ServesimError, match="--tp"):
-        shard(MODELS["llama-3-8b"], 3)
+    with pytest.raises(ServesimError, match="--tp: the model's 32 query heads"):
+        shard(MODELS["llama-3-8b"], 3, where="--tp")
 
 
 def write(tmp_path: Path, cfg: object) -> Path:

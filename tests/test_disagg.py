@@ -138,3 +138,38 @@ def test_bad_serving_options_are_errors():
         tiny_scenario(serving={"preemption": "drop"})
     with pytest.raises(ServesimError, match="router"):
         tiny_scenario(cluster={"router": "fastest"})
+
+
+def test_each_prefill_gpu_sends_its_own_shard():
+    # tp 2 on both sides: each GPU holds 1 of the tiny model's 2 KV heads, 1024 B per
+    # token, and sends it over its own link while the other GPU sends the other head:
+    # 8 tokens x 1024 B / 2.048 MB/s = 4 ms (not 8192 B x 2 over one link, 8 ms), + 2 ms.
+    res = run_requests(disagg(prefill={"tp": 2}, decode={"tp": 2}), [0.0], [8], [2])
+    assert steps(res) == [(0, 0.0, 0.018, ((0, 8, 0),)), (1, 0.024, 0.035, ((0, 1, 8),))]
+    # A decode replica of tp 1 receives both heads on its one GPU: 2048 B a token, 8 ms.
+    res = run_requests(disagg(prefill={"tp": 2}, decode={"tp": 1}), [0.0], [8], [2])
+    assert steps(res)[1] == (1, 0.028, 0.039, ((0, 1, 8),))
+
+
+def test_transfer_leaves_the_node_when_a_pool_spans_nodes():
+    from sim.disagg import pools, transfer_bytes_per_token, transfer_link
+    from sim.scenario import from_dict
+
+    raw = {"model": "llama-3-70b", "serving": {"policy": "disaggregated"},
+           "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
+                        "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                    "output": {"dist": "fixed", "value": 2}},
+                        "num_requests": 1},
+           "disaggregated": {"prefill": {"tp": 16}, "decode": {"tp": 8}}}
+    sc = from_dict(raw)
+    link = transfer_link(sc, *pools(sc))
+    # 16 H100s are two nodes: no NVLink reaches, so the 400 Gb/s NIC of each GPU does.
+    assert (link.bandwidth, link.latency) == (50e9, 20e-6)
+    # Decode tp 8 holds 1 of 8 KV heads per GPU (80 x 2 x 128 x 2 B = 40960 B a token);
+    # prefill tp 16 holds 1 replicated head per GPU (also 40960 B): the larger is sent.
+    assert transfer_bytes_per_token(sc.model, *pools(sc)) == 40960
+    within = from_dict({**raw, "disaggregated": {"prefill": {"tp": 8}, "decode": {"tp": 8}}})
+    assert transfer_link(within, *pools(within)).bandwidth == 450e9
+    given = from_dict({**raw, "disaggregated": {**raw["disaggregated"],
+                                                "link": {"bandwidth_gb_s": 100}}})
+    assert transfer_link(given, *pools(given)).bandwidth == 100e9

@@ -1,0 +1,65 @@
+"""HuggingFace config.json in the simulator: sim.hfconfig and ``model: {hf_config: PATH}``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.errors import ServesimError
+from sim.hfconfig import from_hf_config
+from sim.scenario import load
+from sim.specs import MODELS
+
+# Qwen/Qwen3-32B's config.json (the keys servesim reads).
+QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 5120,
+         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+         "num_hidden_layers": 64, "intermediate_size": 25600, "vocab_size": 151936,
+         "max_position_embeddings": 40960, "rope_theta": 1000000, "attention_bias": False,
+         "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def write(folder: Path, cfg: dict[str, object]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_qwen3_matches_its_preset(tmp_path: Path) -> None:
+    spec = from_hf_config(write(tmp_path, QWEN3))
+    preset = MODELS["qwen3-32b"]
+    for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab",
+              "qkv_bias", "rope_theta", "dtype", "max_context", "tie_embeddings"):
+        assert getattr(spec, f) == getattr(preset, f), f
+    # The attention is wider than the residual stream: head_dim is read, not derived.
+    assert spec.heads * spec.head_dim == 8192 > spec.hidden
+
+
+def test_qwen3_moe_is_not_modelled(tmp_path: Path) -> None:
+    cfg = {**QWEN3, "model_type": "qwen3_moe", "num_experts": 128}
+    with pytest.raises(ServesimError, match="mixture-of-experts is not modelled yet"):
+        from_hf_config(write(tmp_path, cfg))
+    with pytest.raises(ServesimError, match="num_experts: mixture-of-experts"):
+        from_hf_config(write(tmp_path, {**QWEN3, "num_experts": 8}))
+
+
+def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:
+    write(tmp_path / "models" / "qwen3", QWEN3)
+    sc_path = tmp_path / "s.yaml"
+    sc_path.write_text(
+        "model: {hf_config: models/qwen3/config.json, dtype: fp8}\n"
+        "hardware: {gpu: h200}\n"
+        "workload: {arrivals: {process: poisson, rate: 1}, num_requests: 1,\n"
+        "  lengths: {prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 2}}}\n")
+    sc = load(sc_path)
+    assert (sc.model.layers, sc.model.heads, sc.model.head_dim, sc.model.dtype) == (
+        64, 64, 128, "fp8")
+    sc_path.write_text(sc_path.read_text().replace("models/qwen3", "nowhere"))
+    with pytest.raises(ServesimError, match="model.hf_config: .*nowhere.*cannot read"):
+        load(sc_path)
+    sc_path.write_text("model: {hf_config: models/qwen3/config.json, preset: tiny}\n"
+                       "workload: {trace: {path: azure_2023_conv}}\n")
+    with pytest.raises(ServesimError, match="model.hf_config: give preset or hf_config"):
+        load(sc_path)

@@ -51,7 +51,7 @@ from sim.profile import FORMS
 from sim.profilefile import SCHEMA
 from sim.profilefit import fit_component
 from sim.shape import StepShape, shape_of
-from sim.specs import ModelSpec
+from sim.specs import ModelSpec, shard
 
 FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H200-SXM",
@@ -79,35 +79,6 @@ class BuildSpec:
     tp: int = 1
     version: str | None = None
     dtype: str = "bf16"
-
-
-@dataclass(frozen=True)
-class Rank:
-    """Per-GPU dimensions of one tensor-parallel rank (elements)."""
-
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-
-
-def rank_of(model: ModelSpec, tp: int) -> Rank:
-    """Split ``model`` over ``tp`` GPUs as vLLM does: query heads and MLP width divide
-    exactly, KV heads split or are replicated (one per GPU when tp exceeds them), the
-    vocabulary is split and padded up."""
-    if model.heads % tp:
-        raise ServesimError(f"heads={model.heads} do not split over tp={tp} (vLLM refuses "
-                            "this too)", where="--tp")
-    if model.intermediate % tp:
-        raise ServesimError(f"intermediate={model.intermediate} does not split over tp={tp}",
-                            where="--tp")
-    if model.kv_heads % tp and tp % model.kv_heads:
-        raise ServesimError(f"kv_heads={model.kv_heads} do not split over tp={tp}",
-                            where="--tp")
-    return Rank(model.hidden, model.heads // tp, max(model.kv_heads // tp, 1), model.head_dim,
-                model.intermediate // tp, -(-model.vocab // tp))
 
 
 def resolve_version(spec: BuildSpec) -> str:
@@ -184,7 +155,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         raise ServesimError(f"dtype {spec.dtype!r} is not built from the tables yet; "
                             f"built: {', '.join(TABLE_DTYPES)}", where="--dtype")
     m, fw, gpu = spec.model, spec.framework, spec.gpu
-    rank = rank_of(m, spec.tp)
+    rank = shard(m, spec.tp, where="--tp")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
     gemm, gemm_kernel = _gemm(gpu, fw, version, spec.dtype)

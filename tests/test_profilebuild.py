@@ -132,7 +132,7 @@ def test_built_profile_loads_and_prices_a_step() -> None:
 
 @needs_tables
 @pytest.mark.parametrize(("change", "match"), [
-    ({"tp": 3}, "heads=32 do not split over tp=3"),
+    ({"tp": 3}, "32 query heads do not split over tp=3"),
     ({"dtype": "fp8"}, "dtype 'fp8' is not built from the tables yet; built: bf16"),
     ({"framework": "tgi"}, "unknown framework 'tgi'; valid: vllm, sglang, trtllm"),
     ({"version": "0.1.0"}, "no vllm 0.1.0 tables for h100-sxm; versions: 0.24.0"),

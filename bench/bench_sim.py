@@ -2,12 +2,13 @@
 
 Each case runs in a fresh child process so its peak RSS is its own. Workload: Azure
 2023 conversation lengths (pairs drawn from the shipped trace), Poisson arrivals at
-80% of the measured capacity, Llama-3-8B on one H100, roofline cost. Capacity is
+80% of the measured capacity, Llama-3-8B on one H100, roofline or the shipped measured
+profile (``--costs``). Capacity is
 measured first by a saturated run (all requests arriving at once): its completion
 rate is the most one replica sustains.
 
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
-       [--policies continuous] [--replicas 1] [--skip on,off]
+       [--policies continuous] [--replicas 1] [--skip on,off] [--costs roofline,measured]
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
 """
@@ -28,14 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def base(policy: str, replicas: int, rate: float, n: int, skip: bool = True,
-         seed: int = 0) -> dict[str, Any]:
+         seed: int = 0, cost: str = "roofline") -> dict[str, Any]:
     """The benchmark scenario as a raw mapping."""
     return {
         "event_skipping": skip,
         "name": f"bench-{policy}-{replicas}r-{n}",
         "model": "llama-3-8b",
         "hardware": {"gpu": "h100-sxm"},
-        "cost": "roofline",
+        "cost": cost,
         "serving": {"policy": policy},
         "cluster": {"replicas": replicas, "router": "round_robin"},
         "workload": {"arrivals": {"process": "poisson", "rate": rate},
@@ -83,9 +84,9 @@ def run_case(scenario: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def capacity(policy: str, replicas: int) -> float:
+def capacity(policy: str, replicas: int, cost: str) -> float:
     """Requests/s one setup completes when saturated (5,000 requests arriving together)."""
-    r = run_case(base(policy, replicas, rate=1e6, n=5000))
+    r = run_case(base(policy, replicas, rate=1e6, n=5000, cost=cost))
     return float(r["throughput"])
 
 
@@ -96,27 +97,30 @@ def main() -> None:
     p.add_argument("--policies", default="continuous")
     p.add_argument("--replicas", default="1")
     p.add_argument("--skip", default="on,off", help="event skipping modes to run")
+    p.add_argument("--costs", default="roofline",
+                   help="cost models: roofline, measured (the shipped profile)")
     p.add_argument("--child")
     a = p.parse_args()
     if a.child:
         child(a.child)
         return
-    print("| policy | replicas | requests | rate (req/s) | skipping | wall s (median) | "
+    print("| cost | policy | replicas | requests | rate (req/s) | skipping | wall s (median) | "
           "sim req/s | iterations/s | events/s | peak RSS MiB |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for policy in a.policies.split(","):
         for replicas in map(int, a.replicas.split(",")):
-            rate = 0.8 * capacity(policy, replicas)
-            for n in map(int, a.sizes.split(",")):
-                for mode in a.skip.split(","):
-                    sc = base(policy, replicas, rate, n, skip=mode == "on")
-                    runs = [run_case(sc) for _ in range(a.repeats)]
-                    wall = statistics.median(r["wall_s"] for r in runs)
-                    rss = max(r["rss_mib"] for r in runs)
-                    it, ev = runs[0]["iterations"], runs[0]["events"]
-                    print(f"| {policy} | {replicas} | {n:,} | {rate:.2f} | {mode} | {wall:.2f} | "
-                          f"{n / wall:,.0f} | {it / wall:,.0f} | {ev / wall:,.0f} | {rss:.0f} |",
-                          flush=True)
+            for cost in a.costs.split(","):
+                rate = 0.8 * capacity(policy, replicas, cost)
+                for n in map(int, a.sizes.split(",")):
+                    for mode in a.skip.split(","):
+                        sc = base(policy, replicas, rate, n, skip=mode == "on", cost=cost)
+                        runs = [run_case(sc) for _ in range(a.repeats)]
+                        wall = statistics.median(r["wall_s"] for r in runs)
+                        rss = max(r["rss_mib"] for r in runs)
+                        it, ev = runs[0]["iterations"], runs[0]["events"]
+                        print(f"| {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} | {mode} "
+                              f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | "
+                              f"{ev / wall:,.0f} | {rss:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

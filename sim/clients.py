@@ -106,7 +106,7 @@ class Clients:
         self.engine = engine
         self.env = engine.env
         fe = engine.frontend
-        self.delay = fe.request_delay if fe.request_s or fe.per_prompt_token_s else None
+        self.delay = fe.request_delay if fe.delays else None
         self.request_s = fe.request_s
         self.response_s = fe.response_s
         self.concurrency = concurrency
@@ -156,7 +156,7 @@ class Clients:
         self.last_send = s
         self.sent = i + 1
         self.in_flight += 1
-        a = s if self.delay is None else s + self.delay(eng._prompt[i])
+        a = s if self.delay is None else s + self.delay(eng._prompt[i], eng.jitter())
         eng._send[i] = s
         eng._arrival[i] = a
         if eng.timeouts is not None:

@@ -73,16 +73,34 @@ class LinearCost:
         )
 
 
+# The roofline's defaults are fitted, never guessed:
+# - efficiencies and kernel floors on NVIDIA AIConfigurator's kernel tables of every GPU
+#   they cover (`servesim profile fit-roofline`, "fitted on all"; each GPU's error with
+#   it left out of the fit is in docs/cost-model.md);
+# - step overheads and the frontend: vLLM's priors, fitted on public end-to-end runs
+#   (sim/data/priors.yaml, `servesim validate --silicon --fit-priors`).
+# tests/test_roofline_fit.py checks both against a fresh fit.
+VLLM_FRONTEND = Frontend(request_s=0.0468034)
+
+
 @dataclass(frozen=True)
 class RooflineParams:
-    """User-tunable knobs of the roofline model (fractions of peak, and seconds)."""
+    """User-tunable knobs of the roofline model: efficiencies (fractions of the GPU's
+    datasheet peak), kernel floors and overheads (seconds)."""
 
-    flops_efficiency: float = bounded(0.6, gt=0, le=1)
-    bandwidth_efficiency: float = bounded(0.8, gt=0, le=1)
-    attention_flops_efficiency: float = bounded(0.5, gt=0, le=1)
-    step_overhead_s: float = bounded(0.003, ge=0)
-    per_seq_overhead_s: float = bounded(2e-5, ge=0)
-    frontend: Frontend = NO_FRONTEND
+    flops_efficiency: float = bounded(0.767, gt=0, le=1)
+    bandwidth_efficiency: float = bounded(0.811, gt=0, le=1)
+    attention_flops_efficiency: float = bounded(0.418, gt=0, le=1)
+    step_overhead_s: float = bounded(0.000831678, ge=0)
+    per_seq_overhead_s: float = bounded(2.85041e-05, ge=0)
+    kernel_floor_s: float = bounded(4.76e-6, ge=0)
+    attention_floor_s: float = bounded(1.173e-5, ge=0)
+    frontend: Frontend = VLLM_FRONTEND
+
+
+# Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
+# least the kernel floor, however small its work.
+LINEAR_KERNELS = 4
 
 
 class RooflineCost:
@@ -97,7 +115,9 @@ class RooflineCost:
     all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1, on the
     slowest link of the ring: the node's fast link, or the network when tp exceeds the
     node's GPUs (:meth:`sim.specs.GPUSpec.tp_link`);
-    plus step and per-sequence overheads (scheduling, sampling, kernel launches).
+    plus step and per-sequence overheads (scheduling, sampling, kernel launches), and
+    the time a kernel takes however little it does: ``kernel_floor_s`` per GEMM (4
+    projections a layer, the LM head) and ``attention_floor_s`` per attention call.
     """
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
@@ -118,6 +138,8 @@ class RooflineCost:
         self._head_mem_s = head * b / bw
         self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
         self._kv_mem_s = d.kv_bytes_per_token / bw
+        self._lin_floor_s = m.layers * LINEAR_KERNELS * p.kernel_floor_s
+        self._attn_floor_s = m.layers * p.attention_floor_s
         if tp > 1:
             link_bw, link_s = gpu.tp_link(tp)
             self._ar_fixed_s = 2 * m.layers * link_s
@@ -128,28 +150,36 @@ class RooflineCost:
     @property
     def source(self) -> str:
         """Where the prices come from, in one phrase."""
-        return "analytic roofline, uncalibrated"
+        return "analytic roofline (efficiencies fitted on public kernel tables)"
 
-    def step_time(self, shape: StepShape) -> Any:
-        """Seconds for one iteration of ``shape``."""
+    def _terms(self, shape: StepShape, mx: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """(linear, attention, LM head, all-reduce, overhead) seconds of ``shape``."""
         new = shape.new_tokens
         pairs = shape.prefill_pairs + shape.decode_kv
         kv_tokens = shape.context_tokens + new
+        p = self.params
+        return (mx(self._lin_flop_s * new, self._lin_mem_s) + self._lin_floor_s,
+                mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens) + self._attn_floor_s,
+                mx(self._head_flop_s * shape.seqs, self._head_mem_s) + p.kernel_floor_s,
+                self._ar_fixed_s + self._ar_token_s * new,
+                p.step_overhead_s + p.per_seq_overhead_s * shape.seqs)
+
+    def parts(self, shape: StepShape) -> dict[str, Any]:
+        """Seconds of each term for ``shape`` (numbers or arrays): ``linear``,
+        ``attention``, ``lm_head``, ``allreduce``, ``overhead``."""
+        mx: Any = max if type(shape.new_tokens) is int else np.maximum
+        return dict(zip(("linear", "attention", "lm_head", "allreduce", "overhead"),
+                        self._terms(shape, mx), strict=True))
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds for one iteration of ``shape``."""
         # One step (Python ints) is priced with Python floats: the same operations in the
         # same order as on arrays, so bit-equal, and without numpy's per-call overhead.
-        scalar = type(new) is int
-        mx: Any = max if scalar else np.maximum
-        t = (
-            mx(self._lin_flop_s * new, self._lin_mem_s)
-            + mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens)
-            + mx(self._head_flop_s * shape.seqs, self._head_mem_s)
-            + self._ar_fixed_s
-            + self._ar_token_s * new
-            + self.params.step_overhead_s
-            + self.params.per_seq_overhead_s * shape.seqs
-        )
-        if scalar:
-            return t
+        if type(shape.new_tokens) is int:
+            a, b, c, d, e = self._terms(shape, max)
+            return a + b + c + d + e
+        a, b, c, d, e = self._terms(shape, np.maximum)
+        t = a + b + c + d + e
         return float(t) if np.ndim(t) == 0 else t
 
 

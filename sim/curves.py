@@ -120,7 +120,7 @@ class Grid:
         scale = r / rows[-1] if r > rows[-1] else 1.0
         vals = self.row(r) if row is None else row
         if c >= cols[-1]:
-            return scale * vals[-1] * (c / cols[-1])
+            return scale * (vals[-1] * (c / cols[-1]))
         if c <= cols[0]:
             return scale * vals[0]
         j = bisect_right(cols, c)

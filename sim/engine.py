@@ -136,6 +136,9 @@ class Engine:
         # response_s after the engine emitted it.
         self.frontend: Frontend = self.entry[0].cost.frontend
         self.response_s = self.frontend.response_s
+        # The frontend's random extra delay: one draw per request, in send order (which
+        # is id order), from the workload seed's fourth stream.
+        self._jitter_rng = np.random.default_rng(jitter_seed_of(scenario))
         wl = scenario.workload
         # Per request, the client's send time and the engine's arrival time (s); routed in
         # (arrival, id) order: _due[_next:] are the arrival times still to route and
@@ -149,10 +152,11 @@ class Engine:
             self._send = [math.inf] * n
             self._arrival = [math.inf] * n
             self._due = []
-        elif self.frontend.request_s or self.frontend.per_prompt_token_s:
+        elif self.frontend.delays:
             fe = self.frontend
+            jitter = np.array([self.jitter() for _ in range(n)])
             seen = requests.arrival_s + (fe.request_s + fe.per_prompt_token_s
-                                         * requests.prompt_tokens)
+                                         * requests.prompt_tokens + jitter)
             order = np.argsort(seen, kind="stable")
             self._arrival = seen.tolist()
             self._due = seen[order].tolist()
@@ -178,6 +182,11 @@ class Engine:
         if wl.concurrency is not None:
             self.clients = Clients(self, wl.concurrency, wl.think_time_s or 0.0,
                                    wl.duration_s, supply)
+
+    def jitter(self) -> float:
+        """The next request's draw of the frontend's random extra delay (seconds)."""
+        j = self.frontend.jitter_s
+        return float(self._jitter_rng.exponential(j)) if j > 0 else 0.0
 
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
@@ -404,6 +413,12 @@ def simulate(scenario: Scenario, log_steps: bool = False,
         cost = build_cost(scenario)
     return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
                   supply=more).run()
+
+
+def jitter_seed_of(scenario: Scenario) -> np.random.SeedSequence:
+    """The frontend jitter's seed: the fourth child of the workload seed (the first three
+    are simulate()'s, unchanged by a fourth)."""
+    return np.random.SeedSequence(scenario.workload.seed).spawn(4)[3]
 
 
 def fault_seed_of(scenario: Scenario) -> np.random.SeedSequence:

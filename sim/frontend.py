@@ -17,31 +17,40 @@ from dataclasses import dataclass
 from sim.configtools import bounded
 
 # The coefficients' names, in the order profiles and docs list them.
-FRONTEND_COEFS = ("request_s", "per_prompt_token_s", "response_s")
+FRONTEND_COEFS = ("request_s", "per_prompt_token_s", "response_s", "jitter_s")
 
 
 @dataclass(frozen=True)
 class Frontend:
     """Per-request frontend latency, seconds.
 
-    ``request_s`` + ``per_prompt_token_s``·prompt tokens pass between the client sending
-    a request and the engine seeing it; ``response_s`` between the engine emitting a
-    token and the client receiving it (so TTFT and E2E grow by it, TPOT and ITL not).
+    ``request_s`` + ``per_prompt_token_s``·prompt tokens + a random extra (exponential,
+    mean ``jitter_s``, drawn per request from the run's seed) pass between the client
+    sending a request and the engine seeing it; ``response_s`` between the engine
+    emitting a token and the client receiving it (so TTFT and E2E grow by it, TPOT and
+    ITL not). The jitter is why requests sent together do not reach an engine together:
+    it schedules what has arrived when it next looks, so a burst splits over steps.
     """
 
     request_s: float = bounded(0.0, ge=0)
     per_prompt_token_s: float = bounded(0.0, ge=0)
     response_s: float = bounded(0.0, ge=0)
+    jitter_s: float = bounded(0.0, ge=0)
 
-    def request_delay(self, prompt_tokens: int) -> float:
+    def request_delay(self, prompt_tokens: int, jitter: float = 0.0) -> float:
         """Seconds from the client sending a request of ``prompt_tokens`` tokens to the
-        engine seeing it."""
-        return self.request_s + self.per_prompt_token_s * prompt_tokens
+        engine seeing it, ``jitter`` being that request's draw of the random extra."""
+        return self.request_s + self.per_prompt_token_s * prompt_tokens + jitter
+
+    @property
+    def delays(self) -> bool:
+        """Whether requests reach the engine later than they are sent."""
+        return self.request_s > 0 or self.per_prompt_token_s > 0 or self.jitter_s > 0
 
     @property
     def active(self) -> bool:
         """Whether any term is non-zero (a zero frontend leaves a run exactly as without)."""
-        return self.request_s > 0 or self.per_prompt_token_s > 0 or self.response_s > 0
+        return self.delays or self.response_s > 0
 
 
 NO_FRONTEND = Frontend()

@@ -17,8 +17,9 @@ off that grid (14336, 28672, ...), so:
   (:class:`sim.curves.Knots`), which only ever interpolates between like points (a
   tile edge and the next tile edge, one past an edge and the next edge).
 
-Missing cells (a few collections skip the largest n × k) are filled in proportion from
-the next smaller measured n at the same m and k, before anything else reads the cube.
+Missing cells (collections skip the largest n × k, some a few more) are filled in
+proportion from the nearest measured n at the same m and k (else k, else m), before
+anything else reads the cube.
 """
 
 from __future__ import annotations
@@ -63,17 +64,23 @@ class GemmTable:
         cube = np.full((len(ms), len(ns), len(ks)), np.nan)
         cube[np.searchsorted(ms, c["m"]), np.searchsorted(ns, c["n"]),
              np.searchsorted(ks, c["k"])] = np.asarray(c["latency"], dtype=float) / 1e3
-        for j in range(len(ns)):
-            gap = np.isnan(cube[:, j, :])
-            if gap.any():
-                # Proportional in n from the next smaller n that was measured.
-                below = next((jj for jj in range(j - 1, -1, -1)
-                              if not np.isnan(cube[:, jj, :][gap]).any()), None)
-                if below is None:
-                    raise ServesimError(f"GEMM table has holes at n={ns[j]} with no smaller n "
-                                        "to fill them from", source=str(table.path))
-                cube[:, j, :][gap] = cube[:, below, :][gap] * ns[j] / ns[below]
+        for i, j, l in np.argwhere(np.isnan(cube)):
+            cube[i, j, l] = cls._fill(ms, ns, ks, cube, i, j, l, table)
         return cls(ms.astype(float), ns.astype(float), ks.astype(float), cube)
+
+    @staticmethod
+    def _fill(ms: np.ndarray, ns: np.ndarray, ks: np.ndarray, cube: np.ndarray,
+              i: int, j: int, l: int, table: Table) -> float:
+        """A missing cell in proportion from the nearest measured n at the same m and k,
+        else the nearest k at the same m and n, else the nearest m at the same n and k."""
+        for axis, grid, idx in ((1, ns, j), (2, ks, l), (0, ms, i)):
+            line = cube[:, j, l] if axis == 0 else cube[i, :, l] if axis == 1 else cube[i, j, :]
+            have = np.flatnonzero(~np.isnan(line))
+            if len(have):
+                near = have[np.argmin(np.abs(np.log(grid[have] / grid[idx])))]
+                return float(line[near] * grid[idx] / grid[near])
+        raise ServesimError(f"GEMM table has no measurement near m={ms[i]}, n={ns[j]}, "
+                            f"k={ks[l]} to fill a hole from", source=str(table.path))
 
     def times(self, n: float, k: float) -> np.ndarray:
         """Seconds of an (m × k)·(k × n) product at every m of :attr:`ms`."""

@@ -17,14 +17,14 @@ from typing import Literal
 
 from sim.errors import ServesimError
 from sim.profilefile import PROFILE_DIR
-from sim.specs import MODELS, ModelSpec
+from sim.specs import GPUS, MODELS, ModelSpec
 
 # What `servesim profile ship` builds: one preset per distinct architecture.
 SHIPPED_MODELS = ("llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen2.5-32b",
                   "qwen3-32b")
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 SHIPPED_TPS = (1, 2, 4, 8)
-_NAME = re.compile(r"^(?P<gpu>.+?)-(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)$")
+_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)$")
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,13 @@ class Shipped:
 def shipped() -> list[Shipped]:
     """Every shipped profile whose stem names a preset, GPU, tp and framework."""
     out = []
+    # GPU names contain dashes too (h100-sxm): the longest known one the stem starts with.
+    gpus = sorted(GPUS, key=len, reverse=True)
     for path in sorted(PROFILE_DIR.glob("*.yaml")) if PROFILE_DIR.is_dir() else []:
-        m = _NAME.match(path.stem)
-        if m and m["model"] in MODELS:
-            out.append(Shipped(path.stem, m["gpu"], m["model"], int(m["tp"]), m["fw"]))
+        gpu = next((g for g in gpus if path.stem.startswith(g + "-")), None)
+        m = _REST.match(path.stem[len(gpu) + 1:]) if gpu else None
+        if gpu and m and m["model"] in MODELS:
+            out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"]))
     return out
 
 

@@ -22,7 +22,8 @@ import yaml
 from sim.errors import ServesimError
 
 PRIORS_FILE = Path(__file__).parent / "data" / "priors.yaml"
-KEYS = ("step_const_s", "step_per_seq_s", "request_s", "per_prompt_token_s", "response_s")
+KEYS = ("step_const_s", "step_per_seq_s", "request_s", "per_prompt_token_s", "response_s",
+        "jitter_s")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Priors:
     request_s: float = 0.0
     per_prompt_token_s: float = 0.0
     response_s: float = 0.0
+    jitter_s: float = 0.0
     source: str = "none fitted: zero"
 
 
@@ -49,11 +51,11 @@ def load_priors(path: Path = PRIORS_FILE) -> dict[str, Priors]:
     out: dict[str, Priors] = {}
     for fw, entry in (doc.get("frameworks") or {}).items():
         values: dict[str, Any] = entry.get("values") or {}
-        missing = [k for k in KEYS if k not in values]
+        missing = [k for k in KEYS[:3] if k not in values]
         if missing:
             raise ServesimError("required key is missing", source=str(path),
                                 where=f"frameworks.{fw}.values.{missing[0]}")
-        out[fw] = Priors(**{k: float(values[k]) for k in KEYS},
+        out[fw] = Priors(**{k: float(values.get(k, 0.0)) for k in KEYS},
                          source=str(entry.get("source", "fitted")))
     return out
 

@@ -100,7 +100,9 @@ def resolve_version(spec: BuildSpec) -> str:
 
 
 @lru_cache(maxsize=16)
-def _gemm(gpu: str, framework: str, version: str, dtype: str) -> tuple[GemmTable, str]:
+def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> tuple[GemmTable, str]:
+    """The GEMM table of ``dtype`` (servesim's name) and its kernel (the one with most
+    rows), read once per process."""
     table = load_table(gpu, "gemm", framework, version, "gemm_perf")
     want = TABLE_DTYPES[dtype]
     rows = table.where(gemm_dtype=want)
@@ -113,7 +115,8 @@ def _gemm(gpu: str, framework: str, version: str, dtype: str) -> tuple[GemmTable
 
 
 @lru_cache(maxsize=16)
-def _attention(gpu: str, framework: str, version: str, name: str) -> Any:
+def attention_table(gpu: str, framework: str, version: str, name: str) -> Any:
+    """Attention table ``name`` (prefill or decode), read once per process."""
     return load_table(gpu, "attention", framework, version, name)
 
 
@@ -132,8 +135,9 @@ def _err_stats(errs: np.ndarray) -> dict[str, float | int]:
 
 def _formula_fit(name: str, xs: np.ndarray, ys: np.ndarray, shape_at: Any) -> dict[str, Any]:
     """Fit ``name``'s formula to the knots at counts >= FORMULA_FROM_TOKENS (for prices
-    past the last knot); coefficients and held-out error."""
-    keep = xs >= FORMULA_FROM_TOKENS
+    past the last knot; at least the last 8); coefficients and held-out error."""
+    # At least the last 8 knots: a coarse grid (A100's stops at 8,192) has few past 1,024.
+    keep = (xs >= FORMULA_FROM_TOKENS) | (np.arange(len(xs)) >= len(xs) - 8)
     fit = fit_component(name, [shape_at(int(x)) for x in xs[keep]], list(ys[keep]))
     return {"coef": {k: _g(v) for k, v in fit.coef.items()},
             "fit": {"mape_test": _g(fit.mape_test), "max_err_test": _g(fit.max_err_test),
@@ -158,7 +162,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     rank = shard(m, spec.tp, where="--tp")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
-    gemm, gemm_kernel = _gemm(gpu, fw, version, spec.dtype)
+    gemm, gemm_kernel = gemm_table(gpu, fw, version, spec.dtype)
     ms = gemm.ms
     floor_s = float(gemm.cube.min())
     big = float(gemm.ns[gemm.ns <= 16384][-1])
@@ -203,10 +207,10 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 
     # Attention at the rank's heads.
     kv_dtype = TABLE_DTYPES[spec.dtype]
-    dec_rows = select(_attention(gpu, fw, version, "generation_attention_perf"), rank.heads,
+    dec_rows = select(attention_table(gpu, fw, version, "generation_attention_perf"), rank.heads,
                       rank.kv_heads, rank.head_dim, kv_dtype, decode=True)
     grid = decode_grid(dec_rows)
-    pre_rows = select(_attention(gpu, fw, version, "context_attention_perf"), rank.heads,
+    pre_rows = select(attention_table(gpu, fw, version, "context_attention_perf"), rank.heads,
                       rank.kv_heads, rank.head_dim, kv_dtype, decode=False)
     notes += [f"decode attention: {dec_rows.note}", f"prefill attention: {pre_rows.note}"]
     # A one-token "prefill" is a decode to the simulator: its rows are left out.
@@ -257,7 +261,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                  "fit": {"source": "none (in step's prior)"}},
         "frontend": {"coef": {"request_s": priors.request_s,
                               "per_prompt_token_s": priors.per_prompt_token_s,
-                              "response_s": priors.response_s},
+                              "response_s": priors.response_s, "jitter_s": priors.jitter_s},
                      "fit": {"source": f"prior: {priors.source}"}},
     }
     label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}"

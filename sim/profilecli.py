@@ -6,6 +6,8 @@
 - ``ship``: rebuild every shipped profile from the installed tables (``--check``
   compares instead of writing) — the one command that regenerates
   ``sim/data/profiles``.
+- ``fit-roofline``: the roofline's efficiencies and kernel floor, fitted on the tables
+  with each GPU left out in turn (:mod:`sim.rooflinefit`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ HEADER = ("# servesim cost profile, built by `servesim profile build` from NVIDI
 
 def profile_text(data: dict[str, Any]) -> str:
     """The YAML text of a built profile (deterministic: same tables, same bytes)."""
-    return HEADER + yaml.safe_dump(data, sort_keys=False, width=100)
+    return HEADER + yaml.safe_dump(data, sort_keys=False, width=100, default_flow_style=None)
 
 
 def _model(args: argparse.Namespace) -> ModelSpec:
@@ -141,13 +143,20 @@ def _list(argv: list[str]) -> int:
     return 0
 
 
-VERBS = {"build": _build, "ship": _ship, "list": _list}
+def _fit_roofline(argv: list[str]) -> int:
+    from sim.rooflinefit import main as fit_main
+
+    return fit_main(argv)
+
+
+VERBS = {"build": _build, "ship": _ship, "list": _list, "fit-roofline": _fit_roofline}
 
 
 def main(argv: list[str]) -> int:
     """Entry point of ``servesim profile``."""
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: servesim profile {build,list,ship} [ARGS]\n\n" + (__doc__ or ""))
+        print("usage: servesim profile {build,list,ship,fit-roofline} [ARGS]\n\n"
+              + (__doc__ or ""))
         return 0 if argv else 2
     verb = VERBS.get(argv[0])
     if verb is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,16 @@ def _total(parts: Any) -> Any:
     """Sum of component seconds: a float for a scalar shape, an array for arrays."""
     t = sum(parts)
     return float(t) if np.ndim(t) == 0 else t
+
+
+# Light prices kept at most (one per distinct step of entries / new tokens / prefills).
+KEPT_MAX = 1 << 17
+LIGHT_READS = frozenset(("seqs", "new_tokens", "prefill_seqs"))
+
+
+def _light(name: str, form: ComponentForm, grids: Mapping[str, Grid]) -> bool:
+    """Whether a component's price depends only on the counts in :data:`LIGHT_READS`."""
+    return name not in grids and bool(form.reads) and set(form.reads) <= LIGHT_READS
 
 
 def _zero(form: ComponentForm, coef: Mapping[str, float]) -> bool:
@@ -62,9 +71,18 @@ class ProfileCost:
         self.wake = {k: float(v) for k, v in (wake or {}).items()}
         self.frontend = frontend
         self.meta: dict[str, Any] = meta or {}
-        self._scalar = [self._scalar_part(name, form) for name, form in FORMS.items()
-                        if name in self.knots or name in self.grids
-                        or not _zero(form, self.coefs[name])]
+        used = [(name, form) for name, form in FORMS.items()
+                if name in self.knots or name in self.grids or not _zero(form, self.coefs[name])]
+        # Components that read only a step's entries, new tokens and prefill entries are
+        # priced together and kept per those three counts; the rest every step.
+        self._light = [self._scalar_part(n, f) for n, f in used if _light(n, f, self.grids)]
+        self._heavy = [self._scalar_part(n, f) for n, f in used
+                       if not _light(n, f, self.grids)]
+        # Arrays are summed in the same grouping and order (zeros add nothing), so one
+        # step priced alone and in an array give the same float.
+        self._light_names = [n for n, f in FORMS.items() if _light(n, f, self.grids)]
+        self._heavy_names = [n for n in FORMS if n not in self._light_names]
+        self._kept: dict[tuple[int, int, int], float] = {}
 
     @property
     def source(self) -> str:
@@ -85,10 +103,8 @@ class ProfileCost:
     def _scalar_part(self, name: str, form: ComponentForm) -> Callable[[StepShape], float]:
         """One component's seconds for a scalar shape (layers included).
 
-        Knotted components are functions of one count, so their prices are kept per
-        count once computed; a grid keeps its row for the last batch size (decode
-        batches keep their size for many steps). Both return what a fresh computation
-        would, to the bit: the step price stays a pure function of the shape."""
+        A grid keeps its row for the last batch size (decode batches keep their size
+        for many steps): what a fresh computation would give, to the bit."""
         layers = self.model.layers if form.per_layer else 1
         coef, evaluate = self.coefs[name], form.evaluate
         grid = self.grids.get(name)
@@ -105,30 +121,15 @@ class ProfileCost:
             return from_grid
         knots = self.knots.get(name)
         if knots is not None:
-            count, memo = form.table, {}  # type: ignore[var-annotated]
+            count = form.table
 
             def from_knots(s: StepShape) -> float:
-                x = getattr(s, count)
-                t = memo.get(x)
-                if t is None:
-                    t = knots.at(x)
-                    t = (evaluate(coef, s, SCALAR) if t is None else t) * layers
-                    memo[x] = t
-                return t
+                t = knots.at(getattr(s, count))
+                return (evaluate(coef, s, SCALAR) if t is None else t) * layers
             return from_knots
         if name == "prefill_attention":
             # Every term is zero without a prefill entry: skipping it is exact.
             return lambda s: evaluate(coef, s, SCALAR) * layers if s.prefill_seqs else 0.0
-        if form.reads:
-            key, kept = attrgetter(*form.reads), {}  # type: ignore[var-annotated]
-
-            def from_formula(s: StepShape) -> float:
-                k = key(s)
-                t = kept.get(k)
-                if t is None:
-                    t = kept[k] = evaluate(coef, s, SCALAR) * layers
-                return t
-            return from_formula
         return lambda s: evaluate(coef, s, SCALAR) * layers
 
     def _part(self, name: str, form: ComponentForm, shape: StepShape) -> Any:
@@ -158,16 +159,29 @@ class ProfileCost:
         """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays):
         the device step and the serving loop's host work around it."""
         if type(shape.seqs) is int:
-            t = 0.0
-            for part in self._scalar:
+            key = (shape.seqs, shape.new_tokens, shape.prefill_seqs)
+            t = self._kept.get(key)
+            if t is None:
+                t = 0.0
+                for part in self._light:
+                    t += part(shape)
+                if len(self._kept) >= KEPT_MAX:
+                    self._kept.clear()  # recomputed alike: only memory is saved
+                self._kept[key] = t
+            for part in self._heavy:
                 t += part(shape)
             return t
-        return _total(self.breakdown(shape).values())
+        return self._grouped(self.breakdown(shape), ())
 
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (``step_time`` without ``host``), what an
         executor's timer sees."""
-        return _total(v for k, v in self.breakdown(shape).items() if k != "host")
+        return self._grouped(self.breakdown(shape), ("host",))
+
+    def _grouped(self, parts: Mapping[str, Any], leave: tuple[str, ...]) -> Any:
+        """Sum of ``parts`` but ``leave``, grouped and ordered as the scalar path sums."""
+        return _total([sum(parts[n] for n in self._light_names if n not in leave),
+                       *(parts[n] for n in self._heavy_names if n not in leave)])
 
     def wake_time(self, idle_s: float) -> float:
         """Extra seconds of a step that starts after the server sat idle for ``idle_s``

@@ -162,7 +162,8 @@ def setup_lines(summary: dict[str, Any]) -> list[str]:
     f = summary.get("frontend")
     if f:
         out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "
-                   f"ms per prompt token in, {f['response_s'] * 1e3:g} ms out")
+                   f"ms per prompt token + {f.get('jitter_s', 0) * 1e3:g} ms mean jitter in, "
+                   f"{f['response_s'] * 1e3:g} ms out")
     return out
 
 

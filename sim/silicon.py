@@ -70,6 +70,14 @@ class Row:
     attention_dp: int
     ttft_ms: float
     tpot_ms: float
+    source: str = ""
+
+    @property
+    def collection(self) -> str:
+        """Who measured the row: ``inferencex`` (``db-dump`` rows: SemiAnalysis InferenceX,
+        whose client draws lengths from [0.8 L, L]) or ``aic`` (AIConfigurator's own
+        collection, ``source_file=...``, whose client settings are not published)."""
+        return "inferencex" if self.source.startswith("db-dump") else "aic"
 
     @property
     def held_out(self) -> bool:
@@ -125,7 +133,8 @@ def read_rows(path: Path) -> list[Row]:
                                         source=str(path), where=f"line {line}, {col}") from None
                 rows.append(Row(r["id"], line, r["backend"], r["backend_version"],
                                 r["model_path"], r["system"], r["precision"], r["mode"],
-                                isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot))
+                                isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
+                                r.get("silicon_data_source") or ""))
     except OSError as exc:
         raise ServesimError(f"cannot read: {exc.strerror}", source=str(path)) from None
     return rows
@@ -133,12 +142,14 @@ def read_rows(path: Path) -> list[Row]:
 
 @dataclass(frozen=True)
 class Case:
-    """A row servesim simulates: which preset, GPU and framework stand for it."""
+    """A row servesim simulates: which preset, GPU and framework stand for it, and how
+    its client drew lengths: ``ranged`` (uniform in [0.8 L, L]) or ``exact`` (L)."""
 
     row: Row
     model: str
     gpu: str
     framework: str
+    lengths: str = "ranged"
 
 
 def classify(row: Row) -> Case | str:
@@ -188,11 +199,47 @@ SCHEDULERS: dict[str, Any] = {
 }
 
 
+# How much of a GPU each framework gives its KV cache by default, beside the weights:
+# - vLLM: servesim's memory model (sim.kvcache: 0.9 of the reported memory less weights,
+#   profiled activations, non-torch and CUDA-graph memory);
+# - SGLang: mem_fraction_static (about 0.88 on 80 GB parts) of the memory holds weights
+#   and the KV pool, activations and graphs living in the rest;
+# - TensorRT-LLM: free_gpu_memory_fraction 0.9 of what is free after the weights and
+#   the activation buffers are allocated.
+STATIC_FRACTION = {"sglang": 0.88}
+FREE_FRACTION = {"trtllm": 0.9}
+
+
+def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
+    """KV blocks per replica under ``case``'s framework's own memory defaults; None for
+    vLLM (servesim's memory model sizes it). At least one block, so a row that ran for
+    real still runs (and shows the starvation it had)."""
+    from sim.kvcache import memory_budget
+    from sim.specs import GPUS, MODELS
+
+    if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
+        return None
+    b = memory_budget(MODELS[case.model], GPUS[case.gpu], case.row.tp, 0.9,
+                      serving["block_size"], serving["max_num_batched_tokens"],
+                      serving["max_num_seqs"])
+    if case.framework in STATIC_FRACTION:
+        kv = STATIC_FRACTION[case.framework] * b.total - b.weights
+    else:
+        kv = FREE_FRACTION[case.framework] * (b.total - b.weights - b.activation)
+    return max(int(kv // b.block_bytes), 1)
+
+
 def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     """The scenario mapping that stands for ``case``'s benchmark run."""
     r = case.row
+    serving = SCHEDULERS[case.framework](case.gpu)
+    blocks = kv_blocks(case, serving)
+    if blocks is not None:
+        serving["num_gpu_blocks"] = blocks
 
     def lengths(n: int) -> dict[str, Any]:
+        if case.lengths == "exact":
+            return {"dist": "fixed", "value": n}
         return {"dist": "uniform", "low": max(int(n * LENGTH_RATIO), 1), "high": n}
 
     return {
@@ -200,7 +247,7 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         "model": case.model,
         "hardware": {"gpu": case.gpu, "tp": r.tp, "memory_utilization": 0.9},
         "cost": "roofline",  # replaced by the built profile when simulated
-        "serving": SCHEDULERS[case.framework](case.gpu),
+        "serving": serving,
         "workload": {"concurrency": r.concurrency,
                      "lengths": {"prompt": lengths(r.isl), "output": lengths(r.osl)},
                      "num_requests": REQUESTS_PER_CLIENT * r.concurrency, "seed": seed},

@@ -57,7 +57,8 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
     coefs["step"].update(const_s=p.step_const_s, per_seq_s=p.step_per_seq_s)
     meta = dict(cost.meta)
     return ProfileCost(cost.model, cost.tp, cost.device, cost.dtype, coefs, meta, cost.knots,
-                       cost.wake, Frontend(p.request_s, p.per_prompt_token_s, p.response_s),
+                       cost.wake,
+                       Frontend(p.request_s, p.per_prompt_token_s, p.response_s, p.jitter_s),
                        cost.grids)
 
 
@@ -84,27 +85,84 @@ def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
     ok = np.isfinite(base) & np.isfinite(truth) & np.all(np.isfinite(jacobian), axis=1)
     scale = np.array([STEPS[k] for k in FITTED])
 
-    def residual(z: np.ndarray) -> np.ndarray:
-        return (base[ok] + jacobian[ok] @ (z * scale)) / truth[ok] - 1.0
+    # Each prior in units of its step, so all move the errors by similar amounts.
+    slope = jacobian[ok] * scale / truth[ok][:, None]
 
-    res = least_squares(residual, np.zeros(len(FITTED)), bounds=(0, np.inf), loss="soft_l1",
-                        f_scale=0.1)
+    def residual(z: np.ndarray) -> np.ndarray:
+        return base[ok] / truth[ok] - 1.0 + slope @ z
+
+    res = least_squares(residual, np.ones(len(FITTED)), jac=lambda z: slope,
+                        bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
     values = dict(zip(FITTED, (float(v) for v in res.x * scale), strict=True))
     return Priors(**values, source=f"fitted on {len(cases)} {framework} rows of "
                                    "silicon_sample.csv"), len(cases)
 
 
-def write_priors(path: Path, fitted: dict[str, tuple[Priors, int]], errors: dict[str, Any]
-                 ) -> None:
-    """Write ``fitted`` (framework: priors and rows used) and the held-out errors."""
+LENGTHS = ("ranged", "exact")
+
+
+def with_lengths(cases: list[Case], lengths: str) -> list[Case]:
+    """``cases`` with the rows of AIConfigurator's own collection drawn as ``lengths``
+    (InferenceX rows keep their documented [0.8 L, L])."""
+    return [dataclasses.replace(c, lengths=lengths if c.row.collection == "aic" else "ranged")
+            for c in cases]
+
+
+def _score(records: list[dict[str, Any]]) -> float:
+    """Mean of the median |relative error| of TTFT and of TPOT."""
+    return float(np.mean([np.nanmedian(np.abs([r[f"{m}_err"] for r in records]))
+                          for m in ("ttft", "tpot")]))
+
+
+def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
+    """Priors of ``framework`` and how its AIConfigurator-collected clients drew lengths,
+    both fitted on ``cases`` (the rows not held out): the priors are fitted under each
+    length model and the one whose fit rows come out closer is kept."""
+    best: tuple[float, Priors, str] | None = None
+    aic = any(c.row.collection == "aic" for c in cases)
+    for lengths in LENGTHS if aic else LENGTHS[:1]:
+        trial = with_lengths(cases, lengths)
+        p, _ = fit_priors(trial, framework)
+        score = _score(evaluate(trial, {framework: p}))
+        if best is None or score < best[0]:
+            best = (score, p, lengths)
+    assert best is not None
+    return best[1], len(cases), best[2]
+
+
+def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
+                 errors: dict[str, Any]) -> None:
+    """Write ``fitted`` (framework: priors, rows used, AIConfigurator clients' lengths)
+    and the errors."""
     frameworks: dict[str, Any] = {}
-    doc = {"note": "fitted by `servesim validate --silicon --fit-priors`; see "
-                   "docs/validation.md", "frameworks": frameworks}
-    for fw, (p, n) in sorted(fitted.items()):
+    doc = {"note": "fitted by `servesim validate --silicon --fit-priors` on rows of NVIDIA "
+                   "AIConfigurator's silicon_sample.csv (aiconfigurator-core, Apache-2.0; see "
+                   "NOTICE); docs/validation.md says how", "frameworks": frameworks}
+
+    def rounded(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: rounded(v) for k, v in x.items()}
+        return float(f"{x:.4g}") if isinstance(x, float) else x
+    for fw, (p, n, lengths) in sorted(fitted.items()):
         frameworks[fw] = {"source": p.source, "rows": n,
-                                 "values": {k: float(f"{getattr(p, k):.6g}") for k in KEYS},
-                                 "errors": errors.get(fw, {})}
+                          "values": {k: float(f"{getattr(p, k):.6g}") for k in KEYS},
+                          "aic_client_lengths": lengths,
+                          "errors": rounded(errors.get(fw, {}))}
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
+
+
+def aic_lengths(framework: str, path: Path = PRIORS_FILE) -> str:
+    """How AIConfigurator's own rows of ``framework`` drew lengths, as fitted ("ranged"
+    when the priors file does not say)."""
+    if not path.is_file():
+        return "ranged"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    entry = (doc.get("frameworks") or {}).get(framework) or {}
+    value = entry.get("aic_client_lengths", "ranged")
+    if value not in LENGTHS:
+        raise ServesimError(f"got {value!r}; one of {', '.join(LENGTHS)}", source=str(path),
+                            where=f"frameworks.{framework}.aic_client_lengths")
+    return str(value)
 
 
 def _stats(errs: list[float]) -> dict[str, float | int | None]:
@@ -169,23 +227,29 @@ def main(argv: list[str]) -> int:
         elif a.framework is None or got.framework in a.framework:
             cases.append(got)
     if a.limit is not None:
-        cases = [c for c in cases
-                 if [d.framework for d in cases[:cases.index(c)]].count(c.framework) < a.limit]
+        cases = [c for fw in sorted({c.framework for c in cases})
+                 for c in [c for c in cases if c.framework == fw][:a.limit]]
     if not cases:
         raise ServesimError(f"no row of {path} can be simulated; skipped: {skipped}")
     fws = sorted({c.framework for c in cases})
     if a.fit_priors is not None:
-        fitted = {fw: fit_priors([c for c in cases if c.framework == fw and not c.row.held_out],
-                                 fw) for fw in fws}
+        fitted = {fw: fit_framework([c for c in cases
+                                     if c.framework == fw and not c.row.held_out], fw)
+                  for fw in fws}
         priors = {fw: fitted[fw][0] for fw in fws}
+        lengths = {fw: fitted[fw][2] for fw in fws}
     else:
         priors = {fw: framework_priors(fw) for fw in fws}
+        lengths = {fw: aic_lengths(fw) for fw in fws}
+    cases = [c2 for fw in fws for c2 in with_lengths([c for c in cases if c.framework == fw],
+                                                      lengths[fw])]
     records = evaluate(cases, priors)
     stats = summary(records)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "silicon.json").write_text(json.dumps(
         {"source": str(path), "rows": len(rows), "simulated": len(cases),
          "skipped": skipped, "priors": {fw: dataclasses.asdict(p) for fw, p in priors.items()},
+         "aic_client_lengths": lengths,
          "errors": stats, "records": records}, indent=1, allow_nan=True) + "\n")
     if a.fit_priors is not None:
         write_priors(a.fit_priors, fitted, {fw: stats[fw] for fw in fws})

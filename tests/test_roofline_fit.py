@@ -1,0 +1,71 @@
+"""The roofline fallback: its formula by hand, and its defaults against a fresh fit on
+the public kernel tables and the vLLM priors."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import pytest
+
+from sim.cost import LINEAR_KERNELS, RooflineCost, RooflineParams
+from sim.priors import framework_priors
+from sim.shape import decode_shape, shape_of
+from sim.specs import GPUS, MODELS, shard
+
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")
+
+
+def test_roofline_terms_by_hand() -> None:
+    p = RooflineParams(flops_efficiency=0.5, bandwidth_efficiency=0.5,
+                       attention_flops_efficiency=0.25, step_overhead_s=1e-3,
+                       per_seq_overhead_s=1e-5, kernel_floor_s=2e-6, attention_floor_s=1e-5)
+    m, g = MODELS["llama-3-8b"], GPUS["h100-sxm"]
+    cost = RooflineCost(m, g, 1, p)
+    d = shard(m, 1)
+    lin_params = m.layers * d.linear_params_per_layer
+    # Four decodes at 1,000 cached tokens each: weight-bound projections and KV reads.
+    s = decode_shape(4, 4000)
+    parts = cost.parts(s)
+    assert parts["linear"] == pytest.approx(lin_params * 2 / (g.mem_bw * 0.5)
+                                            + m.layers * LINEAR_KERNELS * 2e-6)
+    kv_bytes = d.kv_bytes_per_token * 4004
+    assert parts["attention"] == pytest.approx(kv_bytes / (g.mem_bw * 0.5) + m.layers * 1e-5)
+    assert parts["lm_head"] == pytest.approx(d.vocab * m.hidden * 2 / (g.mem_bw * 0.5) + 2e-6)
+    assert parts["overhead"] == pytest.approx(1e-3 + 4e-5) and parts["allreduce"] == 0
+    assert cost.step_time(s) == pytest.approx(sum(parts.values()), rel=1e-12)
+    # A 4,096-token prefill is FLOP-bound: projections at 2·params per token.
+    big = cost.parts(shape_of([(4096, 0)]))
+    assert big["linear"] == pytest.approx(2 * lin_params * 4096 / (g.flops * 0.5)
+                                          + m.layers * LINEAR_KERNELS * 2e-6)
+
+
+def test_roofline_overheads_are_the_fitted_vllm_priors() -> None:
+    prior, p = framework_priors("vllm"), RooflineParams()
+    assert p.step_overhead_s == pytest.approx(prior.step_const_s, rel=1e-5)
+    assert p.per_seq_overhead_s == pytest.approx(prior.step_per_seq_s, rel=1e-5)
+    assert p.frontend.request_s == pytest.approx(prior.request_s, rel=1e-5)
+    assert "fitted on" in prior.source
+
+
+@needs_tables
+def test_roofline_defaults_are_a_fresh_fit_and_meet_the_bar_on_unseen_gpus() -> None:
+    from sim.kerneltables import GPU_DIRS
+    from sim.rooflinefit import FITTED, errors, fit, measured_points
+
+    pts = {g: measured_points(g) for g in GPU_DIRS}
+    base = RooflineParams()
+    final = fit(list(pts.values()), base)
+    for key in FITTED:
+        assert getattr(final, key) == pytest.approx(getattr(base, key), rel=0.01), key
+    # Each GPU priced by the roofline fitted without it: whole steps' kernel time within
+    # 25% at the median and at p90.
+    for g in GPU_DIRS:
+        held = fit([pts[o] for o in GPU_DIRS if o != g], base)
+        step = errors(pts[g], held)["step"]
+        assert step["median"] <= 0.25 and step["p90"] <= 0.25, (g, step)
+    # Moving an efficiency moves the errors: the check can fail.
+    worse = dataclasses.replace(base, bandwidth_efficiency=0.4)
+    assert errors(pts["h100-sxm"], worse)["step"]["median"] > 0.25

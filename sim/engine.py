@@ -380,6 +380,11 @@ class Engine:
         for rep in self.replicas:
             itl.merge(rep.itl)
         first_token, finish = self.first_token, self.finish
+        seen = None
+        if self._arrival is not self._send:
+            # The engine saw requests later than their clients sent them (frontend).
+            seen = np.asarray(self._arrival[:len(self.status)], dtype=float)
+            seen[~np.isfinite(seen)] = np.nan
         if self.response_s:
             # Clients receive every token response_s after the engine emitted it; gaps
             # between tokens (TPOT, ITL) do not change.
@@ -394,7 +399,7 @@ class Engine:
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
             frontend=self.frontend, clients=stats, cost_source=self.cost_source,
-            memory=self.memory,
+            memory=self.memory, seen_s=seen,
         )
 
 

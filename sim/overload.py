@@ -38,8 +38,11 @@ SAMPLES = 201
 
 
 def waiting_curve(res: RunResult, times: np.ndarray) -> np.ndarray:
-    """Requests waiting unscheduled at each of ``times`` (seconds, sorted)."""
-    arr = res.requests.arrival_s
+    """Requests waiting unscheduled at the engine at each of ``times`` (seconds, sorted):
+    from when the engine saw each (its send time, plus the frontend's delay when priced)
+    until it was scheduled, refused, or its client gave up."""
+    sent = res.requests.arrival_s
+    arr = sent if res.seen_s is None else np.where(np.isnan(res.seen_s), np.inf, res.seen_s)
     status = res.status
     leave = res.first_sched.copy()
     gone = (status == REJECTED) | (status == FAILED)
@@ -47,9 +50,9 @@ def waiting_curve(res: RunResult, times: np.ndarray) -> np.ndarray:
     timeout = res.scenario.admission.timeout_s
     if timeout is not None:
         late = status == TIMED_OUT
-        leave[late] = arr[late] + timeout
+        leave[late] = np.maximum(sent[late] + timeout, arr[late])
     leave[np.isnan(leave)] = np.inf
-    arrived = np.searchsorted(arr, times, side="right")
+    arrived = np.searchsorted(np.sort(arr), times, side="right")
     left = np.searchsorted(np.sort(leave), times, side="right")
     return (arrived - left).astype(np.int64)
 

@@ -54,3 +54,6 @@ class RunResult:
     # Each pool's GPU memory terms and KV blocks per replica, by role ("both", or
     # "prefill" and "decode"): :meth:`sim.kvcache.MemoryBudget.summary`'s mapping.
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # When each request reached the engine (s): its send time plus the frontend's request
+    # delay; NaN for one never delivered. None: the engine saw requests as they were sent.
+    seen_s: np.ndarray | None = None

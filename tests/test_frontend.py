@@ -22,9 +22,9 @@ from sim.workload import Requests
 
 
 def with_frontend(request_s: float = 0.0, per_prompt_token_s: float = 0.0,
-                  response_s: float = 0.0, **sections: Any) -> Any:
+                  response_s: float = 0.0, jitter_s: float = 0.0, **sections: Any) -> Any:
     fe = {"request_s": request_s, "per_prompt_token_s": per_prompt_token_s,
-          "response_s": response_s}
+          "response_s": response_s, "jitter_s": jitter_s}
     return tiny_scenario(cost={"linear": {"step_s": 0.01, "per_new_token_s": 0.001,
                                           "frontend": fe}}, **sections)
 
@@ -49,7 +49,7 @@ def test_request_and_response_shift_ttft_and_e2e_exactly_at_low_load() -> None:
     np.testing.assert_array_equal(fe.requests.arrival_s, plain.requests.arrival_s)
     assert fe.itl.counts.tolist() == plain.itl.counts.tolist()
     assert summarize(fe)["frontend"] == {"request_s": 0.004, "per_prompt_token_s": 0.0,
-                                         "response_s": 0.0015}
+                                         "response_s": 0.0015, "jitter_s": 0.0}
     assert "frontend" not in summarize(plain)
 
 
@@ -149,10 +149,31 @@ def test_disaggregated_pools_use_the_entry_pools_frontend() -> None:
                      "lengths": {"prompt": {"dist": "fixed", "value": 64},
                                  "output": {"dist": "fixed", "value": 4}}}}
     fe = simulate(from_dict(raw))
-    raw["cost"] = "roofline"
+    # The roofline's default frontend is vLLM's fitted prior: zero it for the baseline.
+    raw["cost"] = {"roofline": {"frontend": {"request_s": 0.0}}}
     plain = simulate(from_dict(raw))
     assert (fe.status == FINISHED).all()
     np.testing.assert_allclose(per_request(fe)["ttft"] - per_request(plain)["ttft"], 0.013,
                                rtol=0, atol=1e-12)
     np.testing.assert_allclose(per_request(fe)["tpot"], per_request(plain)["tpot"], rtol=0,
                                atol=1e-12)
+
+
+def test_jitter_delays_each_request_by_its_own_seeded_draw() -> None:
+    """Each request reaches the engine an exponential draw (mean jitter_s) after its send,
+    drawn in id order from the workload seed's fourth stream: the same run twice is the
+    same, and requests sent together reach the engine apart."""
+    from sim.engine import jitter_seed_of
+
+    sc = with_frontend(request_s=0.002, jitter_s=0.003)
+    args = ([0.0, 0.0, 0.0, 5.0], [20, 20, 20, 20], [2, 2, 2, 2])
+    one, two = run(sc, *args), run(sc, *args)
+    np.testing.assert_array_equal(one.first_sched, two.first_sched)
+    draws = np.random.default_rng(jitter_seed_of(sc)).exponential(0.003, 4)
+    seen = 0.002 + draws + np.array(args[0])
+    # The first request to reach the engine starts the instant it arrives (idle server).
+    first = int(np.argmin(seen))
+    assert one.first_sched[first] == pytest.approx(seen[first], abs=1e-12)
+    assert one.first_sched[3] == pytest.approx(seen[3], abs=1e-12)
+    # Sent together, not seen together: no two of the first three start at once.
+    assert len(set(np.round(one.first_sched[:3], 12))) > 1

@@ -1,5 +1,5 @@
 """The claims of docs/prefill-vs-decode.md, asserted on smaller runs of its own script
-(docs/scripts/prefill_vs_decode.py): Llama-3-8B on one H100, roofline cost."""
+(docs/scripts/prefill_vs_decode.py): Llama-3-8B on one H100, the shipped measured profile."""
 
 from __future__ import annotations
 
@@ -25,7 +25,11 @@ def test_a_ttft_grows_with_prompt_while_tpot_barely_moves(pvd):
     rows = pvd.ttft_vs_prompt([256, 1024, 4096], n=3)
     ttft = [r["ttft_ms"] for r in rows]
     tpot = [r["tpot_ms"] for r in rows]
-    assert ttft[0] < ttft[1] < ttft[2] and ttft[2] > 5 * ttft[0]
+    # The API server's fixed latency is in every TTFT; what the engine adds grows with
+    # the prompt.
+    fe = pvd.build_cost(pvd.scenario(workload=pvd.fixed(1, 1, 1, 1))).frontend
+    engine = [t - (fe.request_s + fe.response_s) * 1e3 for t in ttft]
+    assert ttft[0] < ttft[1] < ttft[2] and engine[2] > 5 * engine[0]
     assert max(tpot) < 1.05 * min(tpot)
 
 
@@ -41,8 +45,8 @@ def test_c_decode_throughput_rises_almost_linearly_then_flattens(pvd):
     rows = {r["batch"]: r for r in pvd.decode_batch([1, 2, 8, 16, 256, 512])}
     tput = {b: r["tokens_per_s"] for b, r in rows.items()}
     # Memory-bound: doubling a small batch nearly doubles throughput (step time flat).
-    assert tput[2] / tput[1] > 1.95 and tput[16] / tput[8] > 1.85
-    assert rows[16]["step_ms"] < 1.2 * rows[1]["step_ms"]
+    assert tput[2] / tput[1] > 1.9 and tput[16] / tput[8] > 1.7
+    assert rows[16]["step_ms"] < 1.3 * rows[1]["step_ms"]
     # Past the knee, doubling the batch adds little.
     assert tput[512] / tput[256] < 1.15
 

@@ -19,7 +19,7 @@ from sim import report, scenario
 from sim.engine import Engine, build_cost, simulate
 from sim.metrics import summarize
 from sim.policies import POLICIES
-from sim.request import FINISHED, REJECTED, Request
+from sim.request import FINISHED, REJECTED, UNFINISHED, Request
 from sim.sweep import SweepSpec, run_sweep
 from sim.sweeppoint import read_raw
 
@@ -54,11 +54,13 @@ def test_tenfold_overload_is_saturated_counted_and_holds_only_waiting_requests()
     # Python request objects exist only for requests still held by the replica.
     rep = eng.replicas[0]
     held = len(rep.waiting) + len(rep.running)
+    # Sent in the frontend's last request_s before the horizon: not seen by the engine.
+    unseen = int(((res.status == UNFINISHED) & (res.replica < 0)).sum())
     del res
     gc.collect()
     alive = sum(type(o) is Request for o in gc.get_objects())
     assert alive == held
-    assert held == s["requests"]["unfinished"]
+    assert held + unseen == s["requests"]["unfinished"] and 0 < unseen < 10
 
 
 def test_shipped_scenarios_at_capacity_are_not_saturated() -> None:

@@ -104,7 +104,9 @@ def test_linear_cost_is_the_formula() -> None:
 
 def test_roofline_decode_is_memory_bound_and_prefill_compute_bound() -> None:
     m, g = MODELS["llama-3-8b"], GPUS["h100-sxm"]
-    p = RooflineParams(step_overhead_s=0.0, per_seq_overhead_s=0.0)
+    # Overheads and kernel floors aside, a decode step is its weight read.
+    p = RooflineParams(step_overhead_s=0.0, per_seq_overhead_s=0.0, kernel_floor_s=0.0,
+                       attention_floor_s=0.0)
     c = RooflineCost(m, g, 1, p)
     # Every weight but the embedding table (a lookup reads only its rows) is read per step.
     read = (m.params - m.embedding_params) * m.dtype_bytes

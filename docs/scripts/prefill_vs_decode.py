@@ -1,4 +1,4 @@
-"""Numbers and plots of docs/prefill-vs-decode.md: Llama-3-8B on one H100, roofline cost.
+"""Numbers and plots of docs/prefill-vs-decode.md: Llama-3-8B on one H100, the shipped measured profile (vLLM 0.24.0 kernels).
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/prefill_vs_decode.py
 It prints each experiment's table and writes docs/img/pvd_*.png. The functions take
@@ -27,9 +27,9 @@ IMG = ROOT / "docs" / "img"
 
 def scenario(policy: str = "continuous", workload: dict[str, Any] | None = None,
              **serving: Any) -> Any:
-    """Llama-3-8B on one H100 (roofline) with the given policy and workload."""
+    """Llama-3-8B on one H100 (the shipped measured profile) with the given policy and workload."""
     return from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
-                      "cost": "roofline", "serving": {"policy": policy, **serving},
+                      "cost": "measured", "serving": {"policy": policy, **serving},
                       "workload": workload})
 
 

@@ -1,4 +1,5 @@
-"""Numbers and plots of docs/prefill-vs-decode.md: Llama-3-8B on one H100, the shipped measured profile (vLLM 0.24.0 kernels).
+"""Numbers and plots of docs/prefill-vs-decode.md: Llama-3-8B on one H100, priced by the
+shipped measured profile (vLLM 0.24.0 kernels).
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/prefill_vs_decode.py
 It prints each experiment's table and writes docs/img/pvd_*.png. The functions take
@@ -27,7 +28,7 @@ IMG = ROOT / "docs" / "img"
 
 def scenario(policy: str = "continuous", workload: dict[str, Any] | None = None,
              **serving: Any) -> Any:
-    """Llama-3-8B on one H100 (the shipped measured profile) with the given policy and workload."""
+    """Llama-3-8B on one H100 (the shipped measured profile), given policy and workload."""
     return from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
                       "cost": "measured", "serving": {"policy": policy, **serving},
                       "workload": workload})

@@ -44,7 +44,10 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 def systems_dir() -> Path:
     """The wheel's ``systems`` folder (tables under ``data/``, ``silicon_sample.csv``);
     an error naming the extra to install when the wheel is absent."""
-    spec = importlib.util.find_spec(PACKAGE)
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):  # a broken or blocked install: as if absent
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise ServesimError(f"the public kernel tables are not installed: {INSTALL_HINT}")
     root = Path(next(iter(spec.submodule_search_locations))) / "systems"

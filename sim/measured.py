@@ -80,9 +80,14 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:
                             f"cover {', '.join(names) or 'nothing'} (or the same "
                             f"architectures); build one with `servesim profile build`",
                             where="cost.measured")
-    here = sorted({f"tp{s.tp} {s.framework}" for s in same if s.gpu == gpu},
-                  key=lambda x: (len(x), x))
+    tps: dict[str, list[int]] = {}
+    for s in same:
+        if s.gpu == gpu:
+            tps.setdefault(s.framework, []).append(s.tp)
+    here = "; ".join(f"{fw} tp {', '.join(map(str, sorted(v)))}" for fw, v in sorted(
+        tps.items(), key=lambda kv: SHIPPED_FRAMEWORKS.index(kv[0])
+        if kv[0] in SHIPPED_FRAMEWORKS else len(SHIPPED_FRAMEWORKS)))
     gpus = sorted({s.gpu for s in same})
-    have = f"on {gpu}: {', '.join(here)}" if here else f"GPUs with one: {', '.join(gpus)}"
+    have = f"shipped on {gpu}: {here}" if here else f"GPUs with one: {', '.join(gpus)}"
     raise ServesimError(f"no measured profile for {model.name} at tp={tp} under {framework} "
                         f"on {gpu}; {have}", where="cost.measured")

@@ -1,0 +1,124 @@
+"""Shipped measured profiles: `cost: measured` picks the right one or says what exists,
+every output names the cost source, a rebuild from the installed tables equals the
+shipped file, and a missing wheel is one line naming the extra."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.engine import build_cost, simulate
+from sim.errors import ServesimError
+from sim.measured import find, shipped
+from sim.metrics import summarize
+from sim.report import table
+from sim.scenario import from_dict
+from sim.specs import MODELS
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")
+
+
+def scenario(**over: object) -> dict:
+    raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "cost": "measured",
+           "workload": {"arrivals": {"process": "poisson", "rate": 4.0}, "num_requests": 40,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 512},
+                                    "output": {"dist": "fixed", "value": 32}}}}
+    raw.update(over)
+    return raw
+
+
+def test_every_shipped_profile_loads_and_is_indexed() -> None:
+    from sim.profilefile import load_profile
+
+    rows = shipped()
+    assert len(rows) >= 200
+    assert {r.framework for r in rows} == {"vllm", "sglang"}
+    assert {r.gpu for r in rows} == {"a100-80gb", "h100-sxm", "h200", "b200", "l40s"}
+    for r in rows[::17]:
+        cost = load_profile(r.stem)
+        assert cost.tp == r.tp and cost.model == MODELS[r.model]
+        assert cost.source.startswith("measured kernels: ")
+
+
+def test_measured_matches_by_architecture_and_names_its_source() -> None:
+    # Llama 3.1 8B runs Llama 3 8B's kernels: the same profile prices it.
+    assert find(MODELS["llama-3.1-8b"], "h100-sxm", 1, "vllm") == "h100-sxm-llama-3-8b-tp1-vllm"
+    res = simulate(from_dict(scenario(model="llama-3.1-8b")))
+    s = summarize(res)
+    assert s["cost_source"] == "measured kernels: vLLM 0.24.0 on H100-SXM"
+    assert "cost: measured kernels: vLLM 0.24.0 on H100-SXM" in table(s)
+    sg = from_dict(scenario(cost={"measured": {"framework": "sglang"}},
+                            hardware={"gpu": "h200", "tp": 2}))
+    assert build_cost(sg).source == "measured kernels: SGLang 0.5.14 on H200-SXM"
+    roof = summarize(simulate(from_dict(scenario(cost="roofline"))))
+    assert roof["cost_source"].startswith("analytic roofline")
+
+
+@pytest.mark.parametrize(("over", "match"), [
+    ({"hardware": {"gpu": "mi300x"}},
+     "cost.measured: no measured profile for llama-3-8b at tp=1 under vllm on mi300x; GPUs "
+     "with one: a100-80gb, b200, h100-sxm, h200, l40s"),
+    ({"model": "tiny"}, "no measured profile for model tiny: measured profiles cover"),
+    ({"model": "llama-3-70b"},
+     "hardware: model llama-3-70b does not fit on h100-sxm with tp=1"),
+    ({"cost": {"measured": {"framework": "tgi"}}}, "cost.measured.framework: got 'tgi'"),
+    ({"cost": "meassured"}, "cost: got 'meassured'; give measured, roofline, or a mapping"),
+])
+def test_measured_errors_say_what_exists(over: dict, match: str) -> None:
+    with pytest.raises(ServesimError, match=match):
+        from_dict(scenario(**over))
+
+
+def test_measured_tp_lists_the_degrees_shipped() -> None:
+    with pytest.raises(ServesimError, match=r"tp=16 under vllm on h100-sxm; shipped on "
+                                            r"h100-sxm: vllm tp 2, 4, 8; sglang tp 2, 4, 8$"):
+        find(MODELS["llama-3-70b"], "h100-sxm", 16, "vllm")
+
+
+@needs_tables
+def test_a_rebuild_from_the_installed_tables_equals_the_shipped_file() -> None:
+    from sim.profilebuild import BuildSpec, build_profile, profile_name
+    from sim.profilecli import profile_text
+    from sim.profilefile import PROFILE_DIR
+
+    spec = BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm", 2)
+    shipped_text = (PROFILE_DIR / f"{profile_name(spec)}.yaml").read_text(encoding="utf-8")
+    assert profile_text(build_profile(spec)) == shipped_text
+
+
+def test_missing_wheel_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['aiconfigurator_core'] = None; from sim.cli import main; "
+            "sys.exit(main(['profile', 'build', '--gpu', 'h100-sxm', '--model', "
+            f"'llama-3-8b', '--out', {str(tmp_path / 'p.yaml')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'servesim[measured]'" in lines[0], out.stderr
+
+
+def test_vllm_result_compares_with_a_measured_profile(tmp_path: Path) -> None:
+    from sim.validate import main
+
+    raw = scenario()
+    raw["workload"] = {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 1,
+                       "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                   "output": {"dist": "fixed", "value": 2}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    fixture = ROOT / "tests" / "fixtures" / "vllm" / "bench_detailed.json"
+    assert main(["--vllm-result", str(fixture), "--scenario", str(path), "--out",
+                 str(tmp_path / "o"), "--no-plots"]) == 0
+    level = json.loads((tmp_path / "o" / "validation.json").read_text())["levels"][0]
+    pred = level["comparison"]["metrics"]["tpot"]["p50"]["predicted"]
+    # One H100 decoding a handful of Llama-3-8B sequences: about 7 ms a token.
+    assert 0.005 < pred < 0.01 and np.isfinite(level["verdict"]["worst"])

@@ -87,7 +87,7 @@ def test_a_row_becomes_its_closed_loop_benchmark(tmp_path: Path) -> None:
 def test_shipped_priors_are_fitted_and_name_their_rows() -> None:
     for fw in ("vllm", "sglang", "trtllm"):
         p = framework_priors(fw)
-        assert p.source.startswith(f"fitted on ") and fw in p.source
+        assert p.source.startswith("fitted on ") and fw in p.source
         assert p.step_const_s > 0
     assert aic_lengths("vllm") == "ranged" and aic_lengths("sglang") == "exact"
     assert framework_priors("tgi").source == "none fitted: zero"

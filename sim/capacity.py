@@ -40,6 +40,7 @@ from sim.sweeppoint import (
     PointCache,
     PointKey,
     RunStats,
+    cost_source,
     make_task,
     read_raw,
     refuse_closed_loop,
@@ -316,6 +317,7 @@ class CapacityResult:
     best: Config | None
     search: list[Row]
     redundancy: int = 0  # spare replicas (N+K) added to the cheapest configuration
+    cost_source: str = ""  # where the step prices come from, in one phrase
 
 
 def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
@@ -339,7 +341,7 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
 
     best = min(passing, key=rank) if passing else None
     return CapacityResult(s.slos, s.seeds, tol, rates, target, gpu_cost, checked, best,
-                          list(s.log))
+                          list(s.log), cost_source=cost_source(s.raw, s.source, s.base_dir))
 
 
 def result_json(r: CapacityResult) -> bytes:
@@ -355,6 +357,7 @@ def result_json(r: CapacityResult) -> bytes:
         "target_rate": r.target_rate, "gpu_cost_per_hour": r.gpu_cost_per_hour,
         "checked": [cost_row(c, r.gpu_cost_per_hour) for c in r.checked],
         "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
+        "cost_source": r.cost_source,
     }
     if r.redundancy:
         blob["redundancy"] = r.redundancy

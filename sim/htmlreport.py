@@ -127,6 +127,8 @@ def collect(folder: Path) -> dict[str, Any]:
         plots = ["capacity_search.png"]
         title = "servesim capacity"
     plots = [p for p in plots if (folder / p).is_file()]
+    if blob.get("cost_source"):
+        lines.insert(0, f"Cost: {blob['cost_source']}")
     return {"title": title, "lines": lines, "tables": tables, "plots": plots}
 
 

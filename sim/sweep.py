@@ -37,6 +37,7 @@ from sim.sweeppoint import (
     PointKey,
     PointTask,
     RunStats,
+    cost_source,
     make_task,
     read_raw,
     refuse_closed_loop,
@@ -230,6 +231,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
         "slo_targets": [{"metric": s.metric, "stat": s.stat, "limit_s": s.limit_s}
                         for s in spec.slos],
         "scenario_slo": scenario_slo,
+        "cost_source": cost_source(spec.raw, spec.source, spec.base_dir),
     }
     if plots:
         from sim import plots as sp

@@ -144,6 +144,15 @@ def digest(raw: dict[str, Any], base_dir: str | None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def cost_source(base: dict[str, Any], source: str, base_dir: Path | None) -> str:
+    """Where the base scenario's step prices come from, in one phrase (what every point
+    of a sweep or capacity search over policies, replicas and tp shares: the same GPU,
+    model and cost model)."""
+    from sim.cost import build_cost
+
+    return build_cost(from_dict(base, source, base_dir)).source
+
+
 def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,
               horizon_factor: float | None = 4.0) -> PointTask:
     """A runnable, hashed point; invalid values (e.g. an unknown policy) fail here, early."""

@@ -88,6 +88,7 @@ def test_html_report_is_self_contained(sweep_dir, capsys):
     assert len(imgs) == 3
     assert base64.b64decode(imgs[0]) == (sweep_dir / "latency_vs_rate.png").read_bytes()
     assert "<table>" in text and "ttft_p99&lt;=0.15s" in text
+    assert "<p>Cost: linear cost model, given coefficients</p>" in text
     assert text.count("<tr>") == 1 + 8  # header + 2 configurations x 4 rates
     assert 'src="' not in text.replace('src="data:', "")  # nothing fetched from elsewhere
 
@@ -109,6 +110,7 @@ def test_capacity_report(tmp_path):
     assert cli_main(["report", str(out)]) == 0
     text = (out / "report.html").read_text()
     assert "Highest rate per replica" in text and "Cheapest for 60 req/s" in text
+    assert "Cost: linear cost model, given coefficients" in text
     assert text.count("data:image/png;base64,") == 1
 
 

@@ -10,6 +10,7 @@ KV capacity, cost and transfers and for calibration alike.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -179,13 +180,6 @@ MODELS: dict[str, ModelSpec] = {
     "llama-3-70b": _llama(name="llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8,
                           head_dim=128, intermediate=28672, vocab=128256, max_context=8192,
                           rope_theta=500000.0),
-    # Llama 3.1 differs from Llama 3 only in its context length (rope scaling to 128k).
-    "llama-3.1-8b": _llama(name="llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8,
-                           head_dim=128, intermediate=14336, vocab=128256, max_context=131072,
-                           rope_theta=500000.0),
-    "llama-3.1-70b": _llama(name="llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8,
-                            head_dim=128, intermediate=28672, vocab=128256, max_context=131072,
-                            rope_theta=500000.0),
     # Qwen3's attention is wider than its residual stream (64 heads x 128 > 5120).
     "qwen3-32b": _llama(name="qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8,
                         head_dim=128, intermediate=25600, vocab=151936, max_context=40960,
@@ -203,6 +197,10 @@ MODELS: dict[str, ModelSpec] = {
     "tiny": _llama(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, head_dim=64,
                    intermediate=704, vocab=2048, dtype="fp32", max_context=4096),
 }
+# Llama 3.1 differs from Llama 3 only in its context length (rope scaling to 128k).
+MODELS.update({f"llama-3.1-{size}": dataclasses.replace(
+    MODELS[f"llama-3-{size}"], name=f"llama-3.1-{size}", max_context=131072)
+    for size in ("8b", "70b")})
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import yaml
 from sim.errors import ServesimError
 from sim.gemmtable import GemmTable
 from sim.kerneltables import Table
+from sim.specs import MODELS
 
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
@@ -137,11 +138,38 @@ def test_built_profile_loads_and_prices_a_step() -> None:
     ({"framework": "tgi"}, "unknown framework 'tgi'; valid: vllm, sglang, trtllm"),
     ({"version": "0.1.0"}, "no vllm 0.1.0 tables for h100-sxm; versions: 0.24.0"),
     ({"gpu": "mi300x"}, "no vllm tables for mi300x; tables exist for: a100-80gb"),
+    # A head size the attention tables never measured: said, with what they have.
+    ({"model": dataclasses.replace(MODELS["llama-3-8b"], head_dim=96, name="odd")},
+     "has no rows for head dim 96; its head sizes: 64, 128, 192, 256$"),
 ])
 def test_build_errors_say_what_exists(change: dict, match: str) -> None:
     from sim.profilebuild import BuildSpec, build_profile
-    from sim.specs import MODELS
 
     spec = dataclasses.replace(BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm"), **change)
     with pytest.raises(ServesimError, match=match):
         build_profile(spec)
+
+
+@needs_tables
+def test_cli_builds_from_a_huggingface_config(tmp_path: Path) -> None:
+    """`profile build --hf-config`: a Qwen3-8B config.json (wheel's copy) on two L40S."""
+    import json
+
+    from sim.cli import main
+    from sim.profilefile import load_profile
+
+    cfg = {"model_type": "qwen3", "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 36,
+           "intermediate_size": 12288, "vocab_size": 151936, "torch_dtype": "bfloat16",
+           "max_position_embeddings": 40960, "rope_theta": 1000000,
+           "tie_word_embeddings": False, "_name_or_path": "Qwen/Qwen3-8B"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "q.yaml"
+    assert main(["profile", "build", "--gpu", "l40s", "--hf-config", str(path), "--tp", "2",
+                 "--out", str(out)]) == 0
+    cost = load_profile(str(out))
+    assert cost.tp == 2 and cost.model.layers == 36 and cost.model.name == "Qwen/Qwen3-8B"
+    assert cost.source == "measured kernels: vLLM 0.24.0 on L40S"
+    # 16 query heads and 4 KV heads per GPU were measured as such.
+    assert "decode attention: 16 heads measured" in cost.meta["source"]["notes"]

@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python bench/bench_sweep.py [--workers 1,2] [--requests 10000] [--rates 1:20:1]
 
-Scenario: scenarios/capacity-llama8b.yaml (Llama-3-8B, one H100, roofline cost, Poisson
+Scenario: scenarios/capacity-llama8b.yaml (Llama-3-8B, one H100, measured profile, Poisson
 arrivals, Azure 2023 conversation lengths), one seed, plots included. For each worker
 count the sweep runs into a fresh temporary folder (nothing cached), then once more into
 the same folder to time a fully cached resume. Prints one table row per worker count:

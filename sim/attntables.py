@@ -20,6 +20,7 @@ one model shard:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,8 @@ def select(table: Table, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
     attention (no sliding window), the default kernel."""
     where = f"{table.name} ({table.path})"
     kernel = default_kernel(table)
-    t = table.where(kernel_source=kernel, beam_width=1, window_size=0)
+    t = table.where(kernel_source=kernel, beam_width=1, window_size=0,
+                    optional=("beam_width", "window_size"))
     for col, want, what in (("head_dim", head_dim, "head sizes"),
                             ("kv_cache_dtype", kv_dtype, "KV-cache dtypes"),
                             ("num_key_value_heads", kv_heads, "KV heads per GPU")):
@@ -69,7 +71,8 @@ def select(table: Table, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
         if want not in have:
             raise ServesimError(f"{where} has no rows for {col.replace('_', ' ')} {want!r}; "
                                 f"its {what}: {', '.join(map(str, have))}")
-        t = t.where(**{col: want})
+        equal: dict[str, Any] = {col: want}
+        t = t.where(**equal)
     measured = [int(h) for h in t.values("num_heads")]
     token_col = "step" if decode else "isl"
     if heads in measured:

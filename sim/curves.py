@@ -99,33 +99,29 @@ class Grid:
                              f"{len(self.cols)} numbers")
         object.__setattr__(self, "values", vals)
 
-    def row(self, r: float) -> tuple[float, ...]:
-        """The grid's values at row quantity ``r`` inside the rows' range, one per
-        column (rows first: the order :meth:`at` and :meth:`over` both use)."""
-        rows, v = self.rows, self.values
-        if r <= rows[0]:
-            return v[0]
-        if r >= rows[-1]:
-            return v[-1]
-        i = bisect_right(rows, r)
-        w = (r - rows[i - 1]) / (rows[i] - rows[i - 1])
-        lo, hi = v[i - 1], v[i]
-        return tuple(a + (b - a) * w for a, b in zip(lo, hi, strict=True))
-
-    def at(self, r: float, c: float, row: tuple[float, ...] | None = None) -> float:
-        """Seconds at row quantity ``r`` and column quantity ``c`` (numbers); ``row``
-        may pass :meth:`row` of ``r`` already computed (a decode batch keeps its size
-        for many steps)."""
-        rows, cols = self.rows, self.cols
+    def at(self, r: float, c: float) -> float:
+        """Seconds at row quantity ``r`` and column quantity ``c`` (numbers): rows
+        joined first, then columns (the order :meth:`over` uses)."""
+        rows, cols, v = self.rows, self.cols, self.values
         scale = r / rows[-1] if r > rows[-1] else 1.0
-        vals = self.row(r) if row is None else row
+        if r <= rows[0]:
+            lo = hi = v[0]
+            w = 0.0
+        elif r >= rows[-1]:
+            lo = hi = v[-1]
+            w = 0.0
+        else:
+            i = bisect_right(rows, r)
+            lo, hi = v[i - 1], v[i]
+            w = (r - rows[i - 1]) / (rows[i] - rows[i - 1])
         if c >= cols[-1]:
-            return scale * (vals[-1] * (c / cols[-1]))
+            return scale * ((lo[-1] + (hi[-1] - lo[-1]) * w) * (c / cols[-1]))
         if c <= cols[0]:
-            return scale * vals[0]
+            return scale * (lo[0] + (hi[0] - lo[0]) * w)
         j = bisect_right(cols, c)
-        a = vals[j - 1]
-        return scale * (a + (vals[j] - a) * ((c - cols[j - 1]) / (cols[j] - cols[j - 1])))
+        a = lo[j - 1] + (hi[j - 1] - lo[j - 1]) * w
+        b = lo[j] + (hi[j] - lo[j]) * w
+        return scale * (a + (b - a) * ((c - cols[j - 1]) / (cols[j] - cols[j - 1])))
 
     def over(self, r: Any, c: Any) -> Any:
         """Seconds at arrays of row and column quantities (elementwise), with the

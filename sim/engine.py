@@ -38,7 +38,7 @@ from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Reques
 from sim.result import RunResult
 from sim.router import ROUTERS
 from sim.scenario import Scenario
-from sim.specs import gpu, shard
+from sim.specs import gpu
 from sim.workload import Requests, build_requests
 
 
@@ -57,7 +57,6 @@ class Engine:
                  fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True,
                  supply: Callable[[], Requests] | None = None):
         self.scenario = scenario
-        self.cost_source = cost.source
         # False: every policy decodes request by request (tests compare the two ways).
         self.lazy_decodes = lazy_decodes
         self.requests = requests
@@ -88,12 +87,11 @@ class Engine:
             watermark = int(sv.watermark * blocks)
             pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
             # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
-            block_bytes = shard(model, pool.tp).kv_bytes_per_token * sv.block_size
-            swap_blocks = int(sv.swap_space_gib * 2**30 // block_bytes)
+            swap_blocks = int(sv.swap_space_gib * 2**30 // budget.block_bytes)
             members = [
                 Replica(len(self.replicas) + i, self, make_policy(sv), pool_cost,
                         BlockAllocator(blocks, sv.block_size, watermark), sv, pool.role,
-                        block_bytes / spec.host_bw, swap_blocks)
+                        budget.block_bytes / spec.host_bw, swap_blocks)
                 for i in range(pool.replicas)
             ]
             self.replicas += members
@@ -135,6 +133,7 @@ class Engine:
         # request request_delay(prompt) after it was sent, the client every token
         # response_s after the engine emitted it.
         self.frontend: Frontend = self.entry[0].cost.frontend
+        self.cost_source = self.entry[0].cost.source
         self.response_s = self.frontend.response_s
         # The frontend's random extra delay: one draw per request, in send order (which
         # is id order), from the workload seed's fourth stream.
@@ -154,9 +153,9 @@ class Engine:
             self._due = []
         elif self.frontend.delays:
             fe = self.frontend
-            jitter = np.array([self.jitter() for _ in range(n)])
-            seen = requests.arrival_s + (fe.request_s + fe.per_prompt_token_s
-                                         * requests.prompt_tokens + jitter)
+            # One draw per request in id order: the stream a closed loop draws one by one.
+            jitter = self._jitter_rng.exponential(fe.jitter_s, n) if fe.jitter_s > 0 else 0.0
+            seen = requests.arrival_s + fe.request_delay(requests.prompt_tokens, jitter)
             order = np.argsort(seen, kind="stable")
             self._arrival = seen.tolist()
             self._due = seen[order].tolist()
@@ -415,9 +414,16 @@ def simulate(scenario: Scenario, log_steps: bool = False,
                               scenario.source, scenario.model.max_context)
     more = supply(scenario.workload, scenario.base_dir, workload_rng, scenario.source)
     if cost is None:
-        cost = build_cost(scenario)
+        cost = entry_cost(scenario)
     return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
                   supply=more).run()
+
+
+def entry_cost(scenario: Scenario) -> CostModel:
+    """The cost model of the pool requests enter: the co-located replicas', or a
+    disaggregated scenario's prefill pool's (its GPU and tp, not ``hardware``'s)."""
+    entry = pools(scenario)[0]
+    return build_cost(scenario, entry.gpu, entry.tp)
 
 
 def jitter_seed_of(scenario: Scenario) -> np.random.SeedSequence:

@@ -13,6 +13,7 @@ real servers show. Pure Python: no numpy, no simpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sim.configtools import bounded
 
@@ -37,9 +38,10 @@ class Frontend:
     response_s: float = bounded(0.0, ge=0)
     jitter_s: float = bounded(0.0, ge=0)
 
-    def request_delay(self, prompt_tokens: int, jitter: float = 0.0) -> float:
+    def request_delay(self, prompt_tokens: Any, jitter: Any = 0.0) -> Any:
         """Seconds from the client sending a request of ``prompt_tokens`` tokens to the
-        engine seeing it, ``jitter`` being that request's draw of the random extra."""
+        engine seeing it, ``jitter`` being that request's draw of the random extra
+        (numbers, or numpy arrays of one per request)."""
         return self.request_s + self.per_prompt_token_s * prompt_tokens + jitter
 
     @property

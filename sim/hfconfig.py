@@ -58,21 +58,28 @@ def from_hf_config(path: Path) -> ModelSpec:
             raise ServesimError(f"got {value!r}, expected a number", source=src, where=key)
         return value
 
-    hidden = int(get("hidden_size"))
-    heads = int(get("num_attention_heads"))
+    def count(key: str, default: Any = None) -> int:
+        value = get(key, default)
+        if value != int(value):
+            raise ServesimError(f"got {value!r}, expected a whole number", source=src,
+                                where=key)
+        return int(value)
+
+    hidden = count("hidden_size")
+    heads = count("num_attention_heads")
     # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
-    head_dim = cfg.get("head_dim") or (hidden // heads if heads else 0)
+    head_dim = count("head_dim") if cfg.get("head_dim") else (hidden // heads if heads else 0)
     try:
         return ModelSpec(
-            layers=int(get("num_hidden_layers")),
+            layers=count("num_hidden_layers"),
             hidden=hidden,
             heads=heads,
-            kv_heads=int(get("num_key_value_heads", heads)),
-            head_dim=int(head_dim),
-            intermediate=int(get("intermediate_size")),
-            vocab=int(get("vocab_size")),
+            kv_heads=count("num_key_value_heads", heads),
+            head_dim=head_dim,
+            intermediate=count("intermediate_size"),
+            vocab=count("vocab_size"),
             dtype=_TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16"),  # type: ignore[arg-type]
-            max_context=int(get("max_position_embeddings", 8192)),
+            max_context=count("max_position_embeddings", 8192),
             rope_theta=float(get("rope_theta", 10000.0)),
             qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),

@@ -135,13 +135,18 @@ class Table:
         """Whether the table has ``column`` (older collections lack some)."""
         return column in self.columns
 
-    def where(self, **equal: Any) -> Table:
-        """The rows whose columns equal the given values (a column the table lacks is
-        not a filter: older collections leave out columns with one value)."""
+    def where(self, optional: tuple[str, ...] = (), **equal: Any) -> Table:
+        """The rows whose columns equal the given values. A column named in ``optional``
+        that the table lacks is no filter (older collections leave out columns that had
+        one value, e.g. ``window_size`` before sliding windows were measured); any other
+        missing column is an error naming the table."""
         keep = np.ones(len(self), dtype=bool)
         for col, value in equal.items():
             if col in self.columns:
                 keep &= self.columns[col] == value
+            elif col not in optional:
+                raise ServesimError(f"the {self.name} table has no column {col!r}; its "
+                                    f"columns: {', '.join(self.columns)}", source=str(self.path))
         return Table(self.name, self.path, self.version,
                      {k: v[keep] for k, v in self.columns.items()})
 
@@ -175,7 +180,10 @@ def _donor(folder: Path, name: str) -> str | None:
         doc = yaml.safe_load(reuse.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ServesimError(f"cannot read: {exc}", source=str(reuse)) from None
-    for item in doc.get("reuse") or []:
+    items = doc.get("reuse") if isinstance(doc, dict) else None
+    if not isinstance(items, list | type(None)):
+        raise ServesimError(f"got {items!r}, expected a list", source=str(reuse), where="reuse")
+    for item in items or []:
         if isinstance(item, dict) and item.get("table") == name:
             return str(item.get("from_version"))
     return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from sim.errors import ServesimError
@@ -53,8 +54,10 @@ class Shipped:
     framework: str
 
 
-def shipped() -> list[Shipped]:
-    """Every shipped profile whose stem names a preset, GPU, tp and framework."""
+@lru_cache(maxsize=1)
+def shipped() -> tuple[Shipped, ...]:
+    """Every shipped profile whose stem names a preset, GPU, tp and framework (the
+    folder is package data: read once per process)."""
     out = []
     # GPU names contain dashes too (h100-sxm): the longest known one the stem starts with.
     gpus = sorted(GPUS, key=len, reverse=True)
@@ -63,7 +66,7 @@ def shipped() -> list[Shipped]:
         m = _REST.match(path.stem[len(gpu) + 1:]) if gpu else None
         if gpu and m and m["model"] in MODELS:
             out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"]))
-    return out
+    return tuple(out)
 
 
 def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:

@@ -2,7 +2,8 @@
 
 TTFT = first token − arrival; TPOT = (finish − first token) / (output − 1) for requests
 with at least 2 output tokens; ITL = gaps between consecutive tokens of a request;
-E2E = finish − arrival; queueing delay = first scheduled − arrival. Rates divide by the
+E2E = finish − arrival; queueing delay = first scheduled − the engine's arrival (the
+client's send plus the frontend's request delay, when one is priced). Rates divide by the
 run's span: first arrival to the last finish (or the horizon when one cut the run).
 A mixed workload's requests meet their own class's SLO, and get a per-class summary.
 """
@@ -36,7 +37,8 @@ def per_request(res: RunResult) -> dict[str, np.ndarray]:
         "ttft": res.first_token - arr,
         "tpot": tpot,
         "e2e": res.finish - arr,
-        "queueing": res.first_sched - arr,
+        # Waiting at the engine: from when it saw the request (after the frontend).
+        "queueing": res.first_sched - (arr if res.seen_s is None else res.seen_s),
     }
 
 

@@ -192,6 +192,9 @@ class ComponentForm:
     # The StepShape fields the formula reads, when they are few: one step's price may
     # then be kept per their values (sim.profilecost); () when it reads many.
     reads: tuple[str, ...] = ()
+    # A count without which the formula is exactly zero (a step with no prefill entry
+    # has no prefill attention): the scalar path skips the component then.
+    gate: str = ""
     # Coefficients a profile written before they existed may lack, and the value that
     # gives that profile's formula back exactly.
     defaults: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -217,7 +220,7 @@ FORMS: dict[str, ComponentForm] = {
                       " + per_self_pair_s*self_pairs"
                       " + per_block_pair_s*prefill_tokens*min(chunk, block_tokens)"
                       " + per_context_pair_s*context_pairs",
-                      _prefill_attention, knees=("block_tokens",),
+                      _prefill_attention, knees=("block_tokens",), gate="prefill_seqs",
                       defaults={"const_s": 0.0, "per_block_pair_s": 0.0,
                                 "block_tokens": 0.0}),
         ComponentForm("decode_attention",

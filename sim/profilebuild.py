@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.attntables import decode_grid, grid_holdout_errors, select
+from sim.attntables import decode_grid, default_kernel, grid_holdout_errors, select
 from sim.commtable import Collectives, load_collectives
 from sim.errors import ServesimError
 from sim.gemmtable import GemmTable
@@ -50,8 +50,8 @@ from sim.priors import Priors, framework_priors
 from sim.profile import FORMS
 from sim.profilefile import SCHEMA
 from sim.profilefit import fit_component
-from sim.shape import StepShape, shape_of
-from sim.specs import ModelSpec, shard
+from sim.shape import StepShape, decode_shape, shape_of
+from sim.specs import ModelSpec, Shard, shard
 
 FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H200-SXM",
@@ -99,19 +99,37 @@ def resolve_version(spec: BuildSpec) -> str:
     return spec.version
 
 
+@dataclass(frozen=True)
+class GemmSource:
+    """A GEMM table as read: the table, its kernel (the one with most rows) and the
+    device name the collection reports."""
+
+    table: GemmTable
+    kernel: str
+    device: str
+
+
 @lru_cache(maxsize=16)
-def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> tuple[GemmTable, str]:
-    """The GEMM table of ``dtype`` (servesim's name) and its kernel (the one with most
-    rows), read once per process."""
+def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource:
+    """The GEMM table of ``dtype`` (servesim's name), read once per process."""
     table = load_table(gpu, "gemm", framework, version, "gemm_perf")
     want = TABLE_DTYPES[dtype]
     rows = table.where(gemm_dtype=want)
     if not len(rows):
         raise ServesimError(f"{table.path}: no {want} GEMM rows; dtypes: "
                             f"{', '.join(table.values('gemm_dtype'))}")
-    kernels, counts = np.unique(rows.columns["kernel_source"], return_counts=True)
-    kernel = str(kernels[int(np.argmax(counts))])
-    return GemmTable.from_table(rows.where(kernel_source=kernel)), kernel
+    kernel = default_kernel(rows)
+    dev = rows.columns.get("device")
+    return GemmSource(GemmTable.from_table(rows.where(kernel_source=kernel)), kernel,
+                      str(dev[0]) if dev is not None and len(dev) else gpu)
+
+
+def layer_gemms(rank: Shard) -> list[tuple[int, int]]:
+    """(n, k) of one layer's projections on one rank: fused QKV, attention output, fused
+    gate+up, down."""
+    return [((rank.heads + 2 * rank.kv_heads) * rank.head_dim, rank.hidden),
+            (rank.hidden, rank.heads * rank.head_dim),
+            (2 * rank.intermediate, rank.hidden), (rank.hidden, rank.intermediate)]
 
 
 @lru_cache(maxsize=16)
@@ -149,7 +167,7 @@ def _tokens_shape(n: int) -> StepShape:
 
 
 def _seqs_shape(n: int) -> StepShape:
-    return shape_of([(1, 0)] * n) if n <= 64 else StepShape(n, n, 0, 0, 0, 0, n)
+    return decode_shape(n, 0)
 
 
 def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
@@ -162,19 +180,18 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     rank = shard(m, spec.tp, where="--tp")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
-    gemm, gemm_kernel = gemm_table(gpu, fw, version, spec.dtype)
+    source = gemm_table(gpu, fw, version, spec.dtype)
+    gemm, gemm_kernel = source.table, source.kernel
     ms = gemm.ms
     floor_s = float(gemm.cube.min())
     big = float(gemm.ns[gemm.ns <= 16384][-1])
     bandwidth = big * big * 2 / float(gemm.times(big, big)[0])  # m = 1: weight-bound
 
     # Linear stack, per layer.
-    qkv_n = (rank.heads + 2 * rank.kv_heads) * rank.head_dim
-    shapes = [(qkv_n, rank.hidden), (rank.hidden, rank.heads * rank.head_dim),
-              (2 * rank.intermediate, rank.hidden), (rank.hidden, rank.intermediate)]
+    shapes = layer_gemms(rank)
     for n, k in shapes:
-        for size, what in ((n, "n"), (k, "k")):
-            if size > gemm.ns[-1] or size > gemm.ks[-1]:
+        for size, axis, what in ((n, gemm.ns, "n"), (k, gemm.ks, "k")):
+            if size > axis[-1]:
                 notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
     elementwise_bytes = 2 * (8 * rank.hidden + 2 * (rank.heads + rank.kv_heads) * rank.head_dim
                              + 4 * rank.kv_heads * rank.head_dim + 3 * rank.intermediate)
@@ -190,20 +207,18 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     head = (gemm.times(head_n, rank.hidden) + floor_s + ms * 4 * rank.hidden / bandwidth
             + SAMPLER_KERNELS * floor_s + ms * m.vocab * 4 * SAMPLER_PASSES / bandwidth)
     comm: Collectives | None = None
-    comps: dict[str, Any] = {}
     if spec.tp > 1:
         comm = load_collectives(gpu, fw, version, spec.tp)
         head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
         reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2,
                                                      ms <= GRAPH_TOKENS[fw])
         ar_fit = _formula_fit("allreduce", ms, reduce, _tokens_shape)
-        comps["allreduce"] = {**_entry("allreduce", ar_fit["coef"]), **_knots(ms, reduce),
-                              "fit": {"source": f"tables: {comm.sources['custom_allreduce']}, "
-                                                f"{comm.sources['nccl']}", **ar_fit["fit"]}}
+        allreduce = {**_entry("allreduce", ar_fit["coef"]), **_knots(ms, reduce),
+                     "fit": {"source": f"tables: {comm.sources['custom_allreduce']}, "
+                                       f"{comm.sources['nccl']}", **ar_fit["fit"]}}
     else:
-        comps["allreduce"] = {**_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs,
-                                                                    0.0)),
-                              "fit": {"source": "none (tp=1)"}}
+        allreduce = {**_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs, 0.0)),
+                     "fit": {"source": "none (tp=1)"}}
 
     # Attention at the rank's heads.
     kv_dtype = TABLE_DTYPES[spec.dtype]
@@ -254,7 +269,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                     "fit": {"source": f"tables: gemm {gemm_kernel} ({version}); norm and "
                                       "sampler at the table's bandwidth",
                             "formula_past_knots": head_fit["fit"]}},
-        "allreduce": comps["allreduce"],
+        "allreduce": allreduce,
         "in_situ": {**_entry("in_situ", dict.fromkeys(FORMS["in_situ"].coefs, 0.0)),
                     "fit": {"source": "none (kernel tables are timed in place)"}},
         "host": {**_entry("host", dict.fromkeys(FORMS["host"].coefs, 0.0)),
@@ -265,7 +280,6 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                      "fit": {"source": f"prior: {priors.source}"}},
     }
     label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}"
-    dev = load_table(gpu, "gemm", fw, version, "gemm_perf").columns.get("device")
     return {
         "schema": SCHEMA,
         "source": {
@@ -280,7 +294,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                              "API server's per-request work (step and frontend priors)",
             "notes": notes,
         },
-        "device": {"name": gpu, "reported": str(dev[0]) if dev is not None and len(dev) else gpu},
+        "device": {"name": gpu, "reported": source.device},
         "dtype": spec.dtype,
         "tp": spec.tp,
         "model": dataclasses.asdict(m),

@@ -24,7 +24,7 @@ from sim.kvcache import kv_capacity_blocks
 from sim.measured import SHIPPED_FRAMEWORKS, SHIPPED_MODELS, SHIPPED_TPS, shipped
 from sim.profilebuild import BuildSpec, build_profile, profile_name
 from sim.profilefile import PROFILE_DIR, parse_profile
-from sim.specs import GPUS, MODELS, ModelSpec, model_preset
+from sim.specs import GPUS, MODELS, ModelSpec, model_preset, shard
 
 HEADER = ("# servesim cost profile, built by `servesim profile build` from NVIDIA "
           "AIConfigurator's\n# measured kernel tables (Apache-2.0; see NOTICE)\n")
@@ -84,10 +84,9 @@ def shipped_specs() -> list[BuildSpec]:
         model = MODELS[name]
         for gpu in GPU_DIRS:
             for tp in SHIPPED_TPS:
-                if model.heads % tp or (model.kv_heads % tp and tp % model.kv_heads):
-                    continue
                 try:
-                    kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)
+                    shard(model, tp)  # the heads and MLP split over tp ...
+                    kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)  # ... and it fits
                 except ServesimError:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS)

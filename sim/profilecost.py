@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -101,23 +102,14 @@ class ProfileCost:
                 if v.xs == tuple(float(i) for i in range(1, len(v.xs) + 1))}
 
     def _scalar_part(self, name: str, form: ComponentForm) -> Callable[[StepShape], float]:
-        """One component's seconds for a scalar shape (layers included).
-
-        A grid keeps its row for the last batch size (decode batches keep their size
-        for many steps): what a fresh computation would give, to the bit."""
+        """One component's seconds for a scalar shape (layers included)."""
         layers = self.model.layers if form.per_layer else 1
         coef, evaluate = self.coefs[name], form.evaluate
         grid = self.grids.get(name)
         if grid is not None:
-            last: list[Any] = [None, None]
-
             def from_grid(s: StepShape) -> float:
                 d = s.seqs - s.prefill_seqs
-                if d <= 0:
-                    return 0.0
-                if last[0] != d:
-                    last[0], last[1] = d, grid.row(d)
-                return grid.at(d, s.decode_kv / d, last[1]) * layers
+                return grid.at(d, s.decode_kv / d) * layers if d > 0 else 0.0
             return from_grid
         knots = self.knots.get(name)
         if knots is not None:
@@ -127,9 +119,10 @@ class ProfileCost:
                 t = knots.at(getattr(s, count))
                 return (evaluate(coef, s, SCALAR) if t is None else t) * layers
             return from_knots
-        if name == "prefill_attention":
-            # Every term is zero without a prefill entry: skipping it is exact.
-            return lambda s: evaluate(coef, s, SCALAR) * layers if s.prefill_seqs else 0.0
+        if form.gate:
+            # Every term is zero without the gate's count: skipping it is exact.
+            gate = attrgetter(form.gate)
+            return lambda s: evaluate(coef, s, SCALAR) * layers if gate(s) else 0.0
         return lambda s: evaluate(coef, s, SCALAR) * layers
 
     def _part(self, name: str, form: ComponentForm, shape: StepShape) -> Any:
@@ -150,7 +143,7 @@ class ProfileCost:
     def breakdown(self, shape: StepShape) -> dict[str, Any]:
         """Seconds per component for ``shape`` (per-layer terms already times layers)."""
         if np.ndim(shape.seqs) == 0:
-            # One step: the components as the scalar path prices them, zeros included.
+            # One step, through the array path: every component, zeros included.
             arrays = StepShape(*(np.asarray([v]) for v in shape))
             return {k: float(v[0]) for k, v in self.breakdown(arrays).items()}
         return {name: self._part(name, form, shape) for name, form in FORMS.items()}
@@ -192,8 +185,15 @@ class ProfileCost:
             return 0.0
         return float(wake_curve(float(idle_s), top, tau))
 
+    def replace(self, *, model: ModelSpec | None = None,
+                coefs: Mapping[str, Mapping[str, float]] | None = None,
+                frontend: Frontend | None = None) -> ProfileCost:
+        """The same profile with another model, coefficients or frontend."""
+        return ProfileCost(model or self.model, self.tp, self.device, self.dtype,
+                           coefs if coefs is not None else self.coefs, self.meta, self.knots,
+                           self.wake, frontend if frontend is not None else self.frontend,
+                           self.grids)
+
     def with_layers(self, layers: int) -> ProfileCost:
         """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
-        model = dataclasses.replace(self.model, layers=layers)
-        return ProfileCost(model, self.tp, self.device, self.dtype, self.coefs, self.meta,
-                           self.knots, self.wake, self.frontend, self.grids)
+        return self.replace(model=dataclasses.replace(self.model, layers=layers))

@@ -30,8 +30,8 @@ from scipy.optimize import least_squares
 from sim.attntables import decode_grid, select
 from sim.cost import RooflineCost, RooflineParams
 from sim.kerneltables import GPU_DIRS, coverage
-from sim.profilebuild import attention_table, gemm_table
-from sim.shape import StepShape
+from sim.profilebuild import attention_table, gemm_table, layer_gemms
+from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import GPUS, MODELS, shard
 
 # (model, tp) whose kernels are compared, when the model's heads split over tp.
@@ -64,7 +64,7 @@ class Points:
 def measured_points(gpu: str, framework: str = "vllm") -> Points:
     """The tables' kernel times of every :data:`SHAPES` model on ``gpu``."""
     version = coverage()[gpu][framework][-1]
-    gemm, _ = gemm_table(gpu, framework, version, "bf16")
+    gemm = gemm_table(gpu, framework, version, "bf16").table
     comp: list[str] = []
     shapes: list[StepShape] = []
     models: list[tuple[str, int]] = []
@@ -72,19 +72,17 @@ def measured_points(gpu: str, framework: str = "vllm") -> Points:
     for name, tp in SHAPES:
         m = MODELS[name]
         d = shard(m, tp)
-        gemms = [((d.heads + 2 * d.kv_heads) * d.head_dim, d.hidden),
-                 (d.hidden, d.heads * d.head_dim), (2 * d.intermediate, d.hidden),
-                 (d.hidden, d.intermediate)]
+        gemms = layer_gemms(d)
         sizes = sorted({*TOKENS, *SEQS, *PREFILL, *(b for b, _ in DECODE)})
         linear = {n: m.layers * sum(gemm.at(n, nn, kk) for nn, kk in gemms) for n in sizes}
         head = {q: gemm.at(q, d.vocab, d.hidden) for q in sizes}
         for n in TOKENS:
             comp.append("linear")
-            shapes.append(StepShape(1, n, 0, 1 if n > 1 else 0, n if n > 1 else 0, 0, 0))
+            shapes.append(shape_of([(n, 0)]))
             secs.append(linear[n])
         for q in SEQS:
             comp.append("lm_head")
-            shapes.append(StepShape(q, q, 0, 0, 0, 0, q))
+            shapes.append(decode_shape(q, 0))
             secs.append(head[q])
 
         pre = select(attention_table(gpu, framework, version, "context_attention_perf"),
@@ -93,7 +91,7 @@ def measured_points(gpu: str, framework: str = "vllm") -> Points:
             hit = (pre.batch == 1) & (pre.tokens == n)
             if hit.any():
                 attn = m.layers * float(pre.seconds[hit][0])
-                shape = StepShape(1, n, 0, 1, n, n * (n + 1) // 2, 0)
+                shape = shape_of([(n, 0)])
                 comp += ["attention", "step"]
                 shapes += [shape, shape]
                 secs += [attn, linear[n] + attn + head[1]]
@@ -102,7 +100,7 @@ def measured_points(gpu: str, framework: str = "vllm") -> Points:
                                   d.heads, d.kv_heads, d.head_dim, "bfloat16", decode=True))
         for b, c in DECODE:
             attn = m.layers * grid.at(b, c + 1)
-            shape = StepShape(b, b, b * c, 0, 0, 0, b * (c + 1))
+            shape = decode_shape(b, b * c)
             comp += ["attention", "step"]
             shapes += [shape, shape]
             secs += [attn, linear[b] + attn + head[b]]

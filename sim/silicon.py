@@ -93,8 +93,14 @@ def default_path() -> Path:
     return systems_dir() / "silicon_sample.csv"
 
 
-def _int(value: str, default: int) -> int:
-    return default if value.strip() in ("", "nan") else int(float(value))
+def _int(value: str | None, default: int) -> int:
+    """A whole number from a CSV cell ("" or nan: ``default``); ValueError otherwise."""
+    if value is None or value.strip() in ("", "nan"):
+        return default
+    x = float(value)
+    if x != int(x):
+        raise ValueError(value)
+    return int(x)
 
 
 def read_rows(path: Path) -> list[Row]:
@@ -125,16 +131,19 @@ def read_rows(path: Path) -> list[Row]:
                     col = "attention_dp_size"
                     dp = _int(r.get("attention_dp_size") or "", 1)
                     col = "silicon_ttft_ms"
-                    ttft = float(r["silicon_ttft_ms"])
+                    ttft = float(r["silicon_ttft_ms"] or "nan")
                     col = "silicon_tpot_ms"
-                    tpot = float(r["silicon_tpot_ms"])
-                except ValueError:
+                    tpot = float(r["silicon_tpot_ms"] or "nan")
+                except (TypeError, ValueError):
                     raise ServesimError(f"got {r.get(col)!r}, expected a number",
                                         source=str(path), where=f"line {line}, {col}") from None
-                rows.append(Row(r["id"], line, r["backend"], r["backend_version"],
-                                r["model_path"], r["system"], r["precision"], r["mode"],
-                                isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
-                                r.get("silicon_data_source") or ""))
+                text = {k: str(r.get(k) or "") for k in (
+                    "id", "backend", "backend_version", "model_path", "system", "precision",
+                    "mode", "silicon_data_source")}  # a short row's missing cells: empty
+                rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
+                                text["model_path"], text["system"], text["precision"],
+                                text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
+                                text["silicon_data_source"]))
     except OSError as exc:
         raise ServesimError(f"cannot read: {exc.strerror}", source=str(path)) from None
     return rows

@@ -31,7 +31,7 @@ from scipy.optimize import least_squares
 
 from sim.errors import ServesimError
 from sim.frontend import Frontend
-from sim.priors import KEYS, PRIORS_FILE, Priors, framework_priors
+from sim.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.profilecost import ProfileCost
 from sim.silicon import Case, Row, classify, default_path, predict, read_rows
 
@@ -55,11 +55,9 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
     """``cost`` with the step and frontend priors of ``p``."""
     coefs = {k: dict(v) for k, v in cost.coefs.items()}
     coefs["step"].update(const_s=p.step_const_s, per_seq_s=p.step_per_seq_s)
-    meta = dict(cost.meta)
-    return ProfileCost(cost.model, cost.tp, cost.device, cost.dtype, coefs, meta, cost.knots,
-                       cost.wake,
-                       Frontend(p.request_s, p.per_prompt_token_s, p.response_s, p.jitter_s),
-                       cost.grids)
+    return cost.replace(coefs=coefs, frontend=Frontend(
+        request_s=p.request_s, per_prompt_token_s=p.per_prompt_token_s,
+        response_s=p.response_s, jitter_s=p.jitter_s))
 
 
 def _cost(case: Case, p: Priors) -> ProfileCost:
@@ -93,12 +91,11 @@ def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
 
     res = least_squares(residual, np.ones(len(FITTED)), jac=lambda z: slope,
                         bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
-    values = dict(zip(FITTED, (float(v) for v in res.x * scale), strict=True))
+    # A prior the fit drives to its bound comes out a hair above zero: it is zero.
+    values: dict[str, Any] = {k: float(v) if v > 1e-6 * STEPS[k] else 0.0
+                              for k, v in zip(FITTED, res.x * scale, strict=True)}
     return Priors(**values, source=f"fitted on {len(cases)} {framework} rows of "
                                    "silicon_sample.csv"), len(cases)
-
-
-LENGTHS = ("ranged", "exact")
 
 
 def with_lengths(cases: list[Case], lengths: str) -> list[Case]:
@@ -125,7 +122,7 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
         p, _ = fit_priors(trial, framework)
         score = _score(evaluate(trial, {framework: p}))
         if best is None or score < best[0]:
-            best = (score, p, lengths)
+            best = (score, dataclasses.replace(p, aic_client_lengths=lengths), lengths)
     assert best is not None
     return best[1], len(cases), best[2]
 
@@ -149,20 +146,6 @@ def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
                           "aic_client_lengths": lengths,
                           "errors": rounded(errors.get(fw, {}))}
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
-
-
-def aic_lengths(framework: str, path: Path = PRIORS_FILE) -> str:
-    """How AIConfigurator's own rows of ``framework`` drew lengths, as fitted ("ranged"
-    when the priors file does not say)."""
-    if not path.is_file():
-        return "ranged"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    entry = (doc.get("frameworks") or {}).get(framework) or {}
-    value = entry.get("aic_client_lengths", "ranged")
-    if value not in LENGTHS:
-        raise ServesimError(f"got {value!r}; one of {', '.join(LENGTHS)}", source=str(path),
-                            where=f"frameworks.{framework}.aic_client_lengths")
-    return str(value)
 
 
 def _stats(errs: list[float]) -> dict[str, float | int | None]:
@@ -240,7 +223,7 @@ def main(argv: list[str]) -> int:
         lengths = {fw: fitted[fw][2] for fw in fws}
     else:
         priors = {fw: framework_priors(fw) for fw in fws}
-        lengths = {fw: aic_lengths(fw) for fw in fws}
+        lengths = {fw: priors[fw].aic_client_lengths for fw in fws}
     cases = [c2 for fw in fws for c2 in with_lengths([c for c in cases if c.framework == fw],
                                                       lengths[fw])]
     records = evaluate(cases, priors)

@@ -135,11 +135,40 @@ def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None)
     return raw
 
 
-def digest(raw: dict[str, Any], base_dir: str | None) -> str:
-    """A stable hash of a point's scenario: the cache key (hex, 20 characters)."""
+# Bumped when what a cached point holds stops matching what the code would compute
+# for reasons no scenario key shows (2: measured costs, fitted roofline defaults).
+CACHE_SCHEMA = 2
+
+
+def cost_fingerprint(sc: Scenario) -> str:
+    """What a scenario's prices resolve to, beyond its own keys: the bytes of the profile
+    it loads, or the full parameters (defaults included) of a roofline or linear cost,
+    and the GPU's figures — so regenerated profiles or refitted defaults are not served
+    from a cache filled before them."""
+    from sim.measured import find
+    from sim.profilefile import resolve
+    from sim.specs import gpu
+
+    c = sc.cost
+    if c.measured is not None or c.profile is not None:
+        ref = (find(sc.model, sc.hardware.gpu, sc.hardware.tp, c.measured.framework)
+               if c.measured is not None else str(c.profile))
+        try:
+            prices = hashlib.sha256(resolve(ref, sc.base_dir).read_bytes()).hexdigest()
+        except ServesimError:
+            prices = ref  # a disaggregated scenario's pools may not match hardware.tp
+    else:
+        prices = repr(c.roofline if c.roofline is not None else c.linear)
+    return f"{prices}|{gpu(sc.hardware.gpu)!r}"
+
+
+def digest(raw: dict[str, Any], base_dir: str | None, prices: str = "") -> str:
+    """A stable hash of a point's scenario and what its prices resolve to
+    (:func:`cost_fingerprint`): the cache key (hex, 20 characters)."""
     from sim import __version__
 
-    blob = json.dumps({"raw": raw, "base_dir": base_dir, "servesim": __version__},
+    blob = json.dumps({"raw": raw, "base_dir": base_dir, "servesim": __version__,
+                       "cache": CACHE_SCHEMA, "prices": prices},
                       sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
@@ -148,9 +177,9 @@ def cost_source(base: dict[str, Any], source: str, base_dir: Path | None) -> str
     """Where the base scenario's step prices come from, in one phrase (what every point
     of a sweep or capacity search over policies, replicas and tp shares: the same GPU,
     model and cost model)."""
-    from sim.cost import build_cost
+    from sim.engine import entry_cost
 
-    return build_cost(from_dict(base, source, base_dir)).source
+    return entry_cost(from_dict(base, source, base_dir)).source
 
 
 def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,
@@ -158,8 +187,8 @@ def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: Poi
     """A runnable, hashed point; invalid values (e.g. an unknown policy) fail here, early."""
     raw = point_raw(base, key, horizon_factor)
     bd = str(base_dir) if base_dir is not None else None
-    from_dict(raw, source, base_dir)
-    return PointTask(key, raw, source, bd, digest(raw, bd))
+    sc = from_dict(raw, source, base_dir)
+    return PointTask(key, raw, source, bd, digest(raw, bd, cost_fingerprint(sc)))
 
 
 def _num(v: Any) -> float | None:

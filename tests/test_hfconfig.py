@@ -63,3 +63,15 @@ def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:
                        "workload: {trace: {path: azure_2023_conv}}\n")
     with pytest.raises(ServesimError, match="model.hf_config: give preset or hf_config"):
         load(sc_path)
+
+
+@pytest.mark.parametrize(("change", "where", "says"), [
+    ({"head_dim": "x"}, "head_dim", "got 'x', expected a number"),
+    ({"hidden_size": 5120.5}, "hidden_size", "got 5120.5, expected a whole number"),
+    ({"num_hidden_layers": None}, "num_hidden_layers", "required key is missing"),
+])
+def test_bad_dimensions_name_the_key(tmp_path: Path, change: dict, where: str,
+                                     says: str) -> None:
+    path = write(tmp_path, {**QWEN3, **change})
+    with pytest.raises(ServesimError, match=f"config.json: {where}: {says}"):
+        from_hf_config(path)

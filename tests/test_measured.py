@@ -86,12 +86,18 @@ def test_measured_tp_lists_the_degrees_shipped() -> None:
 
 
 @needs_tables
-def test_a_rebuild_from_the_installed_tables_equals_the_shipped_file() -> None:
+@pytest.mark.parametrize("framework", ["vllm", "sglang"])
+@pytest.mark.parametrize(("gpu", "tp"), [("a100-80gb", 1), ("h100-sxm", 2), ("h200", 4),
+                                          ("b200", 8), ("l40s", 2)])
+def test_a_rebuild_from_the_installed_tables_equals_the_shipped_file(
+        gpu: str, tp: int, framework: str) -> None:
+    """One shipped profile per GPU and framework, rebuilt from the installed wheel and the
+    shipped priors, byte for byte (`servesim profile ship --check` does all of them)."""
     from sim.profilebuild import BuildSpec, build_profile, profile_name
     from sim.profilecli import profile_text
     from sim.profilefile import PROFILE_DIR
 
-    spec = BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm", 2)
+    spec = BuildSpec(MODELS["llama-3-8b"], gpu, framework, tp)
     shipped_text = (PROFILE_DIR / f"{profile_name(spec)}.yaml").read_text(encoding="utf-8")
     assert profile_text(build_profile(spec)) == shipped_text
 
@@ -122,3 +128,24 @@ def test_vllm_result_compares_with_a_measured_profile(tmp_path: Path) -> None:
     pred = level["comparison"]["metrics"]["tpot"]["p50"]["predicted"]
     # One H100 decoding a handful of Llama-3-8B sequences: about 7 ms a token.
     assert 0.005 < pred < 0.01 and np.isfinite(level["verdict"]["worst"])
+
+
+def test_sweep_cache_key_follows_the_profile_bytes(tmp_path: Path) -> None:
+    """A point's cache key changes when the profile it prices with changes, with the
+    scenario unchanged: a regenerated profile is not served from an old cache."""
+    from sim.profilefile import PROFILE_DIR
+    from sim.sweeppoint import PointKey, make_task
+
+    path = tmp_path / "p.yaml"
+    text = (PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()
+    path.write_text(text)
+    raw = scenario(cost={"profile": "p.yaml"})
+    key = PointKey("continuous", 1, 1, 2.0, 0)
+    one = make_task(raw, "s.yaml", tmp_path, key).digest
+    assert make_task(raw, "s.yaml", tmp_path, key).digest == one
+    path.write_text(text.replace("const_s: 0.000831678", "const_s: 0.000931678", 1))
+    assert make_task(raw, "s.yaml", tmp_path, key).digest != one
+    # The shipped profile's bytes key a measured cost the same way.
+    measured = make_task(scenario(), "s.yaml", tmp_path, key).digest
+    assert measured not in (one, make_task(scenario(cost="roofline"), "s.yaml", tmp_path,
+                                           key).digest)

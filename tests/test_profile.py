@@ -323,3 +323,28 @@ def test_bad_wake_or_component_names_file_key_and_rule(tmp_path: Path, mutate, w
     mutate(data)
     path, msg = load_error(tmp_path, data)
     assert str(path) in msg and where in msg and says in msg and "\n" not in msg
+
+
+def test_declared_reads_and_gates_are_what_each_formula_uses() -> None:
+    """The scalar path keeps a light component's price per its declared `reads` and skips
+    a gated one when its count is zero: each formula must depend on nothing else, and be
+    zero without its gate (random coefficients and shapes)."""
+    rng = np.random.default_rng(7)
+    fields = StepShape._fields
+    for name, form in FORMS.items():
+        coef = {k: float(rng.uniform(1e-6, 1e-3)) for k in form.coefs}
+        for k in form.knees:
+            coef[k] = float(rng.uniform(1, 5000))
+        for _ in range(50):
+            entries = [(int(rng.integers(1, 3000)) if rng.random() < 0.3 else 1,
+                        int(rng.integers(0, 4000))) for _ in range(int(rng.integers(1, 9)))]
+            s = shape_of(entries)
+            base = float(form.evaluate(coef, s))
+            if form.reads:
+                other = shape_of([(int(rng.integers(1, 3000)), int(rng.integers(0, 4000)))])
+                mixed = StepShape(*(getattr(s, f) if f in form.reads else getattr(other, f)
+                                    for f in fields))
+                assert float(form.evaluate(coef, mixed)) == base, name
+            if form.gate:
+                dec = shape_of([(1, c) for _, c in entries])
+                assert getattr(dec, form.gate) == 0 and float(form.evaluate(coef, dec)) == 0

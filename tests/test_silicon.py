@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,6 @@ from sim.errors import ServesimError
 from sim.priors import framework_priors
 from sim.scenario import from_dict
 from sim.silicon import Case, classify, read_rows, scenario_raw
-from sim.siliconfit import aic_lengths
 
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
@@ -58,6 +59,11 @@ def test_malformed_rows_name_the_file_line_and_column(tmp_path: Path) -> None:
     bad = ROWS[0].replace(",1024,", ",many,")
     with pytest.raises(ServesimError, match=r"s\.csv: line 2, isl: got 'many', expected a number"):
         read_rows(csv(tmp_path, bad))
+    # A row cut short after tp_size: no latencies, so it is kept out, with the reason.
+    short = read_rows(csv(tmp_path, ",".join(ROWS[0].split(",")[:12])))[0]
+    assert math.isnan(short.ttft_ms) and classify(short).startswith("incomplete row")
+    with pytest.raises(ServesimError, match=r"line 2, tp_size: got '2.5', expected a number"):
+        read_rows(csv(tmp_path, ROWS[0].replace(",8,2,1,,", ",8,2.5,1,,")))
     (tmp_path / "t.csv").write_text("id,backend\nx,vllm\n")
     with pytest.raises(ServesimError, match="t.csv: missing column 'backend_version'"):
         read_rows(tmp_path / "t.csv")
@@ -89,7 +95,8 @@ def test_shipped_priors_are_fitted_and_name_their_rows() -> None:
         p = framework_priors(fw)
         assert p.source.startswith("fitted on ") and fw in p.source
         assert p.step_const_s > 0
-    assert aic_lengths("vllm") == "ranged" and aic_lengths("sglang") == "exact"
+    assert framework_priors("vllm").aic_client_lengths == "ranged"
+    assert framework_priors("sglang").aic_client_lengths == "exact"
     assert framework_priors("tgi").source == "none fitted: zero"
 
 
@@ -103,3 +110,22 @@ def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) 
     assert test["ttft"]["rows"] == 48 and test["tpot"]["rows"] == 48
     # docs/validation.md: 16.8% and 2.4% (median |error|, 48 held-out rows).
     assert test["tpot"]["median"] < 0.04 and test["ttft"]["median"] < 0.20
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("- a list\n", "(top level): got ['a list'], expected a mapping"),
+    ("frameworks: {vllm: 3}\n", "frameworks.vllm: got 3, expected a mapping"),
+    ("frameworks: {vllm: {values: {step_const_s: 1, step_per_seq_s: 0}}}\n",
+     "frameworks.vllm.values.request_s: required key is missing"),
+    ("frameworks: {vllm: {values: {step_const_s: fast, step_per_seq_s: 0, request_s: 0}}}\n",
+     "frameworks.vllm.values.step_const_s: got 'fast', expected seconds >= 0"),
+    ("frameworks: {vllm: {values: {step_const_s: 0, step_per_seq_s: 0, request_s: 0},\n"
+     "  aic_client_lengths: wide}}\n", "frameworks.vllm.aic_client_lengths: got 'wide'"),
+])
+def test_malformed_priors_name_the_key(tmp_path: Path, text: str, where: str) -> None:
+    from sim.priors import load_priors
+
+    path = tmp_path / "priors.yaml"
+    path.write_text(text)
+    with pytest.raises(ServesimError, match=re.escape(f"priors.yaml: {where}")):
+        load_priors(path)

@@ -149,3 +149,24 @@ def test_sweep_cache_key_follows_the_profile_bytes(tmp_path: Path) -> None:
     measured = make_task(scenario(), "s.yaml", tmp_path, key).digest
     assert measured not in (one, make_task(scenario(cost="roofline"), "s.yaml", tmp_path,
                                            key).digest)
+
+
+def test_disaggregated_pools_each_price_with_their_own_measured_profile() -> None:
+    """Pools at tp 4 (H100) and tp 2 (H200) of a model that does not fit hardware's tp 1:
+    each pool loads its own shipped profile, and the run names the prefill pool's."""
+    from sim.engine import Engine, entry_cost
+    from sim.request import FINISHED
+    from sim.workload import build_requests
+
+    raw = scenario(model="llama-3-70b", serving={"policy": "disaggregated"},
+                   disaggregated={"prefill": {"replicas": 1, "tp": 4},
+                                  "decode": {"replicas": 1, "gpu": "h200", "tp": 2}})
+    sc = from_dict(raw)
+    reqs = build_requests(sc.workload, None, np.random.default_rng(0))
+    eng = Engine(sc, reqs, entry_cost(sc), np.random.default_rng(1))
+    res = eng.run()
+    assert (res.status == FINISHED).all()
+    assert [(r.role, r.cost.tp, r.cost.source) for r in eng.replicas] == [
+        ("prefill", 4, "measured kernels: vLLM 0.24.0 on H100-SXM"),
+        ("decode", 2, "measured kernels: vLLM 0.24.0 on H200-SXM")]
+    assert res.cost_source == "measured kernels: vLLM 0.24.0 on H100-SXM"

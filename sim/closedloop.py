@@ -24,45 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import ServesimError
 from sim.workload import Requests, WorkloadConfig, sample_lengths
 
 CHUNK = 4096  # requests drawn at a time when only duration_s bounds a closed loop
-
-
-def check_closed(cfg: WorkloadConfig) -> None:
-    """Cross-field rules of a closed-loop workload (keys relative to ``workload``)."""
-    n = cfg.concurrency
-    if n is None:
-        raise ServesimError("think_time_s applies to closed-loop clients; give "
-                            "workload.concurrency too", where="think_time_s")
-    if cfg.arrivals is not None:
-        raise ServesimError(f"closed-loop clients (concurrency {n}) send each request when "
-                            "their previous one ends; remove arrivals (or concurrency, for "
-                            "open-loop arrivals)", where="arrivals")
-    tc = cfg.trace
-    if tc is not None:
-        for key, neutral in (("time_scale", 1.0), ("target_rate", None)):
-            if getattr(tc, key) != neutral:
-                raise ServesimError("a closed loop ignores the trace's arrival times, so "
-                                    f"{key} has no effect; remove it", where=f"trace.{key}")
-        if cfg.lengths is not None:
-            raise ServesimError("the trace brings the lengths; remove lengths or the trace",
-                                where="lengths")
-        if cfg.priority is not None:
-            raise ServesimError("a trace brings its own priority column; remove "
-                                "workload.priority", where="priority")
-    else:
-        if cfg.num_requests is None and cfg.duration_s is None:
-            raise ServesimError("closed-loop clients need num_requests (requests sent in all) "
-                                "or duration_s (when they stop sending)", where="num_requests")
-        if cfg.classes is None and cfg.lengths is None:
-            raise ServesimError("closed-loop clients draw their requests' lengths from here "
-                                "(or a trace)", where="lengths")
-    if cfg.classes is not None:
-        from sim.mix import check_classes
-
-        check_classes(cfg)
 
 
 def first_chunk(cfg: WorkloadConfig) -> int:

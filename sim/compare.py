@@ -38,7 +38,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], float], ...] = (
 
 def gpus(scenario: Any) -> int:
     """GPUs the scenario's cluster uses (replicas x tp over its pools)."""
-    from sim.disagg import pools
+    from sim.disaggconfig import pools
 
     return sum(p.replicas * p.tp for p in pools(scenario))
 

@@ -25,7 +25,8 @@ from sim.admission import Timeouts, TokenBucket
 from sim.clients import Clients, keep
 from sim.closedloop import supply
 from sim.cost import CostModel, build_cost
-from sim.disagg import Handoff, pool_memory, pools, transfer_bytes_per_token, transfer_link
+from sim.disagg import Handoff
+from sim.disaggconfig import pool_memory, pools, transfer_bytes_per_token, transfer_link
 from sim.errors import ServesimError
 from sim.faults import Faults
 from sim.frontend import Frontend
@@ -35,11 +36,12 @@ from sim.policies import make_policy
 from sim.prefix import PrefixCache
 from sim.replica import Replica
 from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
+from sim.requestbuild import build_requests
 from sim.result import RunResult
 from sim.router import ROUTERS
 from sim.scenario import Scenario
 from sim.specs import gpu
-from sim.workload import Requests, build_requests
+from sim.workload import Requests
 
 
 class Engine:

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from sim.engine import RunResult
-from sim.faults import fault_summary
 from sim.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.overload import saturation
 from sim.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
@@ -143,7 +142,7 @@ def scenario_digest(scenario: Any) -> str:
     fields.pop("source", None)
     # Sections added later are hashed only when set, so older digests stay valid.
     from sim.admission import AdmissionConfig
-    from sim.faults import FaultsConfig
+    from sim.faultsconfig import FaultsConfig
 
     for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
         if fields.get(key) == dataclasses.asdict(default):
@@ -157,6 +156,31 @@ def scenario_digest(scenario: Any) -> str:
             params.pop("frontend")
     blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def fault_summary(res: RunResult, lat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The ``faults`` section of the summary (present only when faults are configured):
+    outages, downtime (s), requests lost (losses, counting each attempt), retried and
+    failed, and TTFT/E2E distributions (s) of affected requests (placed again at least
+    once) next to the unaffected ones: the latency impact of the faults."""
+    if not res.scenario.faults.active:
+        return {}
+    status = res.status
+    retries = res.retries if res.retries is not None else np.zeros(len(status), np.int64)
+    failed = status == FAILED
+    hit = retries > 0
+    return {"faults": {
+        "outages": len(res.outages),
+        "downtime_s": float(sum(up - down for _, down, up in res.outages)),
+        # Each loss either scheduled a retry or failed the request on the spot.
+        "requests_lost": int(retries.sum()) + int((res.reason[failed] == "replica_failure").sum()),
+        "requests_retried": int(hit.sum()),
+        "requests_failed": int(failed.sum()),
+        "latency_s": {
+            group: {k: distribution(lat[k][mask]) for k in ("ttft", "e2e")}
+            for group, mask in (("affected", hit), ("unaffected", ~hit))
+        },
+    }}
 
 
 def _prefix_summary(res: RunResult) -> dict[str, Any]:
@@ -212,7 +236,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
     stats = res.replica_stats
     iters = sum(s.iterations for s in stats)
     kv_total = sum(s.kv_total for s in stats)
-    from sim.disagg import pools
+    from sim.disaggconfig import pools
 
     gpus = sum(p.replicas * p.tp for p in pools(res.scenario))
 

@@ -19,7 +19,6 @@ seed fixes the workload.
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
 import numpy as np
@@ -32,69 +31,6 @@ from sim.workload import (
     arrival_times,
     sample_lengths,
 )
-
-NAME = re.compile(r"[A-Za-z0-9_.-]+")
-"""Class names a scenario may declare (they become CSV cells and JSON keys)."""
-
-
-def check_classes(cfg: WorkloadConfig) -> None:
-    """Cross-field rules of a workload with ``classes`` (keys relative to ``workload``)."""
-    classes = cfg.classes
-    assert classes is not None
-    if not classes:
-        raise ServesimError("got an empty mapping; give at least one class", where="classes")
-    for name in classes:
-        if not NAME.fullmatch(name):
-            raise ServesimError(f"class name {name!r}: use letters, digits, '_', '.' or '-'",
-                                where=f"classes.{name}")
-    if cfg.priority is not None:
-        raise ServesimError("with classes, give each class its own priority "
-                            "(workload.classes.NAME.priority)", where="priority")
-    if cfg.trace is not None:
-        if cfg.arrivals is not None or cfg.lengths is not None:
-            raise ServesimError("a trace brings its own arrivals and lengths; remove "
-                                "arrivals/lengths or the trace", where="trace")
-        for name, c in classes.items():
-            for key in ("weight", "arrivals", "lengths"):
-                if getattr(c, key) is not None:
-                    raise ServesimError("the trace's class column assigns classes and the trace "
-                                        "brings arrivals and lengths; a trace class takes only "
-                                        "priority and slo", where=f"classes.{name}.{key}")
-        return
-    own = [n for n, c in classes.items() if c.arrivals is not None]
-    if own and cfg.concurrency is not None:
-        raise ServesimError("closed-loop clients (workload.concurrency) send when their "
-                            "previous request ends; a class cannot have its own arrival "
-                            "process: give it a weight", where=f"classes.{own[0]}.arrivals")
-    if own:
-        bare = [n for n in classes if n not in own]
-        if bare:
-            raise ServesimError(f"class {own[0]!r} has its own arrivals, so every class needs "
-                                "them (or none, to share workload.arrivals by weight)",
-                                where=f"classes.{bare[0]}.arrivals")
-        if cfg.arrivals is not None:
-            raise ServesimError("every class has its own arrivals; remove workload.arrivals "
-                                "(or the classes' arrivals, giving weights instead)",
-                                where="arrivals")
-    else:
-        if cfg.arrivals is None and cfg.concurrency is None:
-            raise ServesimError("classes without arrivals of their own share workload.arrivals;"
-                                " give it (or arrivals in every class)", where="arrivals")
-        for name, c in classes.items():
-            if c.weight is None:
-                share = "workload.arrivals" if cfg.concurrency is None else "the requests"
-                raise ServesimError(f"required: the class's share of {share} "
-                                    "(relative, > 0)", where=f"classes.{name}.weight")
-    for name, c in classes.items():
-        if c.lengths is None and cfg.lengths is None:
-            raise ServesimError("required here, or a shared workload.lengths",
-                                where=f"classes.{name}.lengths")
-    if cfg.lengths is not None and all(c.lengths is not None for c in classes.values()):
-        raise ServesimError("unused: every class gives its own lengths; remove "
-                            "workload.lengths", where="lengths")
-    if cfg.num_requests is None and cfg.duration_s is None:
-        raise ServesimError("generated arrivals need num_requests or duration_s",
-                            where="num_requests")
 
 
 def _priorities(classes: list[ClassConfig | None], klass: np.ndarray) -> np.ndarray | None:

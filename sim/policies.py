@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.batching import Batch, Policy, decode_all, prompt_over_budget, resume
 from sim.chunked import Chunked
-from sim.disagg import Disaggregated
+from sim.errors import ServesimError
 from sim.kvcache import blocks_for
 from sim.policy_static import Orca, Static
 
@@ -99,6 +99,18 @@ class Continuous:
             if batch:
                 return batch
         return decode_all(state, batch)
+
+
+class Disaggregated:
+    """Registry entry for ``policy: disaggregated``. It is not an inner policy: the
+    engine splits the cluster into the pools of ``scenario.disaggregated``."""
+
+    def __init__(self, cfg: Any):
+        raise ServesimError("disaggregated is a cluster layout, not a replica policy; "
+                            "pool policies may be continuous or chunked",
+                            where="serving.policy")
+
+
 
 
 POLICIES: dict[str, type] = {

@@ -18,9 +18,9 @@ import yaml
 from sim.admission import AdmissionConfig
 from sim.configtools import bounded, build, convert, rename_alias, resolve_alias
 from sim.cost import LinearCost, RooflineParams
-from sim.disagg import DisaggConfig, check_pools, pools
+from sim.disaggconfig import DisaggConfig, check_pools, pools
 from sim.errors import ServesimError
-from sim.faults import FaultsConfig, check_faults
+from sim.faultsconfig import FaultsConfig, check_faults
 from sim.measured import MeasuredConfig
 from sim.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.workload import WorkloadConfig

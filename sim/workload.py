@@ -8,8 +8,9 @@ Generator, so a seed fixes the workload.
 
 ``classes`` makes a mixed workload: named request classes, each with its own lengths,
 priority and SLO, sharing ``arrivals`` by weight or each with its own arrival process
-(or, with a trace, labelled by its ``class`` column). :mod:`sim.mix` checks and builds
-them; requests then carry their class index in ``Requests.klass``.
+(or, with a trace, labelled by its ``class`` column). :mod:`sim.workloadchecks` checks
+them, :mod:`sim.mix` draws them and :mod:`sim.requestbuild` puts every kind of workload
+together; requests then carry their class index in ``Requests.klass``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from sim.configtools import bounded
 from sim.errors import ServesimError
+from sim.workloadchecks import check_classes, check_closed
 
 
 @dataclass(frozen=True)
@@ -230,13 +232,9 @@ class WorkloadConfig:
             raise ServesimError("a trace brings its own prefix hashes (hash_ids, "
                                 "prefix_hash_ids); remove shared_prefix", where="shared_prefix")
         if self.concurrency is not None or self.think_time_s is not None:
-            from sim.closedloop import check_closed  # lazy: sim.closedloop imports this module
-
             check_closed(self)
             return
         if self.classes is not None:
-            from sim.mix import check_classes  # lazy: sim.mix imports this module
-
             check_classes(self)
             return
         if self.trace is not None:
@@ -327,70 +325,9 @@ def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
     return np.concatenate(chunks) if chunks else np.empty(0)
 
 
-def _located(exc: ServesimError, source: str, key: str) -> ServesimError:
+def located(exc: ServesimError, source: str, key: str) -> ServesimError:
     # An error inside a trace file already names that file and line: keep it as it is.
     return exc if exc.source else exc.located(source, key)
-
-
-def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
-                   source: str = "<scenario>", max_context: int | None = None) -> Requests:
-    """Materialise the workload's requests (arrays), reading trace files if it names any.
-    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies."""
-    from sim import traces  # lazy: only trace workloads need the loaders
-
-    if cfg.trace is not None:
-        from sim.mix import trace_classes
-        from sim.tracetools import apply_transforms
-
-        tc = cfg.trace
-        try:
-            tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format,
-                                   sort=tc.sort, rng=rng, **tc.load_options())
-            tr, changes = apply_transforms(tr, tc.transforms(max_context), rng)
-        except ServesimError as exc:
-            raise _located(exc, source, "workload.trace") from None
-        notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
-        notes += [str(c) for c in changes]
-        if cfg.concurrency is not None:
-            from sim.closedloop import unsent
-
-            t = unsent(len(tr.prompt_tokens), notes)
-        elif tr.arrival_s is None:
-            raise ServesimError(f"{tc.path} has lengths only; use lengths: {{empirical: ...}} "
-                                "with generated arrivals", source, "workload.trace.path")
-        else:
-            t = np.asarray(tr.arrival_s, dtype=np.float64)
-        n = len(t)
-        if cfg.duration_s is not None and cfg.concurrency is None:
-            n = int(np.searchsorted(t, cfg.duration_s, side="left"))
-        if cfg.num_requests is not None:
-            n = min(n, cfg.num_requests)
-        prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
-        klass, names, prio = trace_classes(cfg, tr.klass, n, prio, source)
-        hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])
-        return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
-                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names,
-                        hashes, tr.prefix_block_tokens if hashes is not None else None)
-
-    if cfg.concurrency is not None:
-        from sim.closedloop import closed_requests, first_chunk
-
-        return closed_requests(cfg, first_chunk(cfg), base_dir, rng, source)
-    if cfg.classes is not None:
-        from sim.mix import build_mixed
-
-        reqs = build_mixed(cfg, base_dir, rng, source)
-    else:
-        assert cfg.arrivals is not None and cfg.lengths is not None
-        t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
-        prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
-                                        "workload.lengths")
-        prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
-        reqs = Requests(t, prompt, output, priority=prio)
-    if cfg.shared_prefix is not None:
-        # Drawn last, so adding a shared prefix leaves every other draw unchanged.
-        reqs = cfg.shared_prefix.apply(reqs, rng)
-    return reqs
 
 
 def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,
@@ -403,7 +340,7 @@ def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,
         try:
             tr = traces.load_trace(traces.find_trace(lc.empirical, base_dir))
         except ServesimError as exc:
-            raise _located(exc, source, f"{key}.empirical") from None
+            raise located(exc, source, f"{key}.empirical") from None
         idx = rng.integers(0, len(tr.prompt_tokens), size=n)
         return (np.asarray(tr.prompt_tokens, dtype=np.int64)[idx],
                 np.asarray(tr.output_tokens, dtype=np.int64)[idx])

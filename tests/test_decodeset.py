@@ -88,7 +88,7 @@ def test_shipped_scenarios_lazy_equal_eager(name: str, policy: str) -> None:
     except ServesimError as exc:
         pytest.skip(f"{name} does not combine with {policy}: {exc}")
     ref = simulate(sc)  # the engine as `servesim simulate` builds it (lazy)
-    from sim.workload import build_requests
+    from sim.requestbuild import build_requests
 
     seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
     req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.errors import ServesimError
-from sim.faults import FaultsConfig, OutageConfig, outage_plan
+from sim.faultsconfig import FaultsConfig, OutageConfig, outage_plan
 from sim.metrics import summarize
 from sim.policies import POLICIES
 from sim.request import FAILED, FINISHED, REJECTED, STATUS_NAMES, TIMED_OUT, UNFINISHED

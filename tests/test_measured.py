@@ -156,7 +156,7 @@ def test_disaggregated_pools_each_price_with_their_own_measured_profile() -> Non
     each pool loads its own shipped profile, and the run names the prefill pool's."""
     from sim.engine import Engine, entry_cost
     from sim.request import FINISHED
-    from sim.workload import build_requests
+    from sim.requestbuild import build_requests
 
     raw = scenario(model="llama-3-70b", serving={"policy": "disaggregated"},
                    disaggregated={"prefill": {"replicas": 1, "tp": 4},

@@ -16,7 +16,8 @@ from sim.engine import simulate
 from sim.errors import ServesimError
 from sim.metrics import summarize
 from sim.report import CSV_COLUMNS, requests_csv, table
-from sim.workload import WorkloadConfig, build_requests
+from sim.requestbuild import build_requests
+from sim.workload import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -38,7 +38,7 @@ def test_tenfold_overload_is_saturated_counted_and_holds_only_waiting_requests()
     # The shipped hour-long overload scenario, cut to five minutes of arrivals.
     sc = scenario.load(SCEN / "overload-10x.yaml", ["workload.duration_s=300", "horizon_s=300"])
     from sim.engine import fault_seed_of
-    from sim.workload import build_requests
+    from sim.requestbuild import build_requests
 
     rng = np.random.default_rng(np.random.SeedSequence(sc.workload.seed).spawn(3)[0])
     reqs = build_requests(sc.workload, sc.base_dir, rng, sc.source, sc.model.max_context)

@@ -12,9 +12,10 @@ from sim.cost import LinearCost, RooflineCost, RooflineParams
 from sim.errors import ServesimError
 from sim.histogram import LogHistogram
 from sim.kvcache import BlockAllocator, blocks_for, kv_capacity_blocks
+from sim.requestbuild import build_requests
 from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import GPUS, MODELS
-from sim.workload import WorkloadConfig, build_requests
+from sim.workload import WorkloadConfig
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=200))

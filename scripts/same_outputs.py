@@ -58,8 +58,10 @@ def run_case(scenario: str, sets: tuple[str, ...], work: Path) -> dict[str, str]
         cmd += ["--set", s]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
-        return {"rc": str(proc.returncode), "error": proc.stderr.strip().splitlines()[-1:]
-                and proc.stderr.strip().splitlines()[-1]}
+        # The last line is the one-line error; paths relative to the checkout, so that two
+        # checkouts in different folders compare equal.
+        last = (proc.stderr.strip().splitlines() or [""])[-1]
+        return {"rc": str(proc.returncode), "error": last.replace(f"{ROOT}/", "")}
     return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
             for name in ("requests.csv", "summary.json") if (folder / name).exists()}
 

@@ -54,6 +54,7 @@ def run_both_ways(scenario: Any, arrivals: list[float], prompts: list[int],
     return runs[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n 2 --dist loadgroup``) every end-to-end test runs on one
     worker: they share one calibration (a session fixture is built once per worker), and

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
+import pytest
 
 from sim.engine import Engine, RunResult, build_cost
 from sim.scenario import from_dict
@@ -50,3 +52,61 @@ def run_both_ways(scenario: Any, arrivals: list[float], prompts: list[int],
     logs = [sorted(r.step_log or [], key=lambda e: (e[0], e[1])) for r in runs]
     assert logs[0] == logs[1]
     return runs[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``) every end-to-end test runs on one
+    worker: they share one calibration (a session fixture is built once per worker), and
+    each binds its thread to the same, highest-numbered core
+    (calibrate.timing.pin_cores), where two at once would only take turns."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
+# The one CPU calibration the end-to-end tests share (tests/test_calibrate_e2e.py and
+# tests/test_validate.py): the quick grid of `tiny`, one operator pass, whole steps in
+# three rounds (the round logic itself is tested with a recorder in
+# tests/test_calibrate_rounds.py), and one decode-attention point made to run out of
+# memory. Nothing here is asserted about how fast it ran.
+E2E_OOM_LABEL = "b=32 c~512"
+E2E_ROUNDS = 3
+# Far more than the calibration needs (about a minute on an idle 2-core machine), so the
+# budget never cuts the sweep and what the tests count does not depend on the machine's
+# speed; stopping on an exhausted budget is tested on its own
+# (test_calibrate_e2e.py::test_tiny_budget_is_a_clear_error_and_keeps_measurements).
+E2E_BUDGET_S = 1800.0
+
+
+@pytest.fixture(scope="session")
+def cpu_calibration(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(:class:`calibrate.run.CalibrationResult`, the thread's CPU affinity before it)."""
+    torch = pytest.importorskip("torch")
+    from calibrate import sweeps
+    from calibrate.rounds import RoundsConfig
+    from calibrate.run import CalibrationConfig, calibrate
+    from sim.specs import MODELS
+
+    out = tmp_path_factory.mktemp("cal") / "cpu-tiny.yaml"
+    real = sweeps.Bench._callable
+
+    def flaky(self: Any, point: Any) -> Any:
+        if point.component == "decode_attention" and point.label == E2E_OOM_LABEL:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected by the test)")
+        return real(self, point)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sweeps.Bench, "_callable", flaky)
+    threads = torch.get_num_threads()
+    mask = os.sched_getaffinity(0)
+    try:
+        res = calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu",
+                                          quick=True, budget_s=E2E_BUDGET_S, progress=False,
+                                          passes=1, rounds=RoundsConfig(rounds=E2E_ROUNDS)))
+    finally:
+        mp.undo()
+        torch.set_num_threads(threads)
+    return res, mask

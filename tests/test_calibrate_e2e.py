@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 import statistics
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import E2E_OOM_LABEL, E2E_ROUNDS
 
 from calibrate import sweeps
 from calibrate.cli import main
@@ -21,56 +23,44 @@ from calibrate.grids import Point, grid_for, whole_step_points
 from calibrate.host import WAKE_ROUNDS
 from calibrate.model import build_decoder, prepare
 from calibrate.run import (
-    CalibrationConfig,
     _best,
     _step_layer_bytes,
     _sweep,
-    calibrate,
 )
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timer, Timing, TimingConfig
 from calibrate.wake import IDLE_S
+from sim.profile import FORMS, wake_curve
+from sim.profilecost import ProfileCost
 from sim.profilefile import SCHEMA, load_profile
-from sim.shape import shape_of
+from sim.shape import StepShape, shape_of
 from sim.specs import MODELS, shard
 
 ROOT = Path(__file__).parents[1]
-OOM_LABEL = "b=32 c~512"
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory: pytest.TempPathFactory):
-    """One quick CPU calibration, with one sweep point made to run out of memory."""
-    out = tmp_path_factory.mktemp("cal") / "cpu-tiny.yaml"
-    real = sweeps.Bench._callable
-
-    def flaky(self, point: Point):
-        if point.component == "decode_attention" and point.label == OOM_LABEL:
-            raise torch.OutOfMemoryError("CUDA out of memory (injected by the test)")
-        return real(self, point)
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(sweeps.Bench, "_callable", flaky)
-    threads = torch.get_num_threads()
-    mask = os.sched_getaffinity(0)
-    start = time.perf_counter()
-    try:
-        res = calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu",
-                                          quick=True, budget_s=120, progress=False,
-                                          passes=1))
-    finally:
-        mp.undo()
-        torch.set_num_threads(threads)
-    wall = time.perf_counter() - start
+def calibrated(cpu_calibration):
+    """The suite's one quick CPU calibration (tests/conftest.py), with one sweep point
+    made to run out of memory."""
+    res, mask = cpu_calibration
     # The calibration bound this thread to one core while it ran, and released it.
     assert os.sched_getaffinity(0) == mask
-    return res, wall
+    return res
 
 
+def _shape(row: dict[str, str]) -> StepShape:
+    """The step shape a measurements-CSV row was timed at."""
+    return StepShape(*(float(row[f]) for f in StepShape._fields))
+
+
+@pytest.mark.e2e
 def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
-    # How long it takes is a benchmark's business (docs/performance.md), not a test's: on
-    # a shared 2-core machine the same calibration took 42-154 s.
-    res, _ = calibrated
+    # How long it takes and how well its fits predict are a benchmark's business
+    # (bench/bench_calibrate.py, docs/performance.md), not a test's: on a shared 2-core
+    # machine the same calibration took 42-154 s and its errors move with the load.
+    # What is checked is that the errors it records are the ones its own rows give.
+    res = calibrated
     cost = load_profile(str(res.profile_path))
     assert cost.model.name == "tiny" and cost.tp == 1 and cost.dtype == "fp32"
     data = yaml.safe_load(res.profile_path.read_text())
@@ -79,40 +69,65 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
     pinned = data["device"]["pinned_cpus"]
     assert len(pinned) == 1 and pinned[0] == max(os.sched_getaffinity(0))
     assert data["measurements"] == "cpu-tiny.csv"
+    assert data["calibration"]["stopped_early"] is False
+    rows = [r for r in csv.DictReader(res.csv_path.open()) if r["status"] == "ok"]
+    for name, comp in data["components"].items():
+        assert all(math.isfinite(v) and v >= 0 for v in comp["coef"].values()), name
     for name in ("step", "linear", "prefill_attention", "decode_attention", "lm_head",
-                 "in_situ"):
+                 "host"):
         fit = data["components"][name]["fit"]
-        assert fit["n_test"] >= 2 and fit["mape_test"] is not None
-        # Generous: a busy 2-core machine must not make this flaky (the 10% bar is
-        # recorded in the profile, not asserted here).
-        assert fit["mape_test"] < 0.6, name
-    assert data["validation"]["whole_steps"] >= 8 and data["validation"]["fit_steps"] >= 8
+        assert fit["source"] == "measured"
+        coef = data["components"][name]["coef"]
+        for split, key in (("test", "mape_test"), ("train", "mape_train")):
+            mine = [r for r in rows if r["component"] == name and r["split"] == split]
+            assert len(mine) == fit[f"n_{split}"] >= 2, (name, split)
+            errs = [abs(float(FORMS[name].evaluate(coef, _shape(r))) - float(r["median_s"]))
+                    / float(r["median_s"]) for r in mine]
+            assert fit[key] == pytest.approx(statistics.fmean(errs), rel=1e-3), (name, split)
+            if split == "test":
+                assert fit["max_err_test"] == pytest.approx(max(errs), rel=1e-3), name
+        assert fit["passed"] is (fit["mape_test"] <= data["validation"]["bar"])
+    # The whole steps: each row's out-of-fold prediction against its mean gives the
+    # validation error the profile reports (and in_situ's held-out error is that).
+    steps = [r for r in rows if r["component"] == "whole_step"]
+    assert {r["split"] for r in steps} == {"cv-a", "cv-b"}
+    errs = [abs(float(r["predicted_s"]) - float(r["mean_s"])) / float(r["mean_s"])
+            for r in steps]
+    val = data["validation"]
+    assert val["whole_steps"] == val["fit_steps"] == len(steps) >= 8
+    assert val["mape"] == pytest.approx(statistics.fmean(errs), rel=1e-3)
+    assert val["max_err"] == pytest.approx(max(errs), rel=1e-3)
+    assert val["passed"] is (val["mape"] <= val["bar"]) and val["bar"] == 0.10
+    assert data["components"]["in_situ"]["fit"]["mape_test"] == pytest.approx(val["mape"])
     # The serving loop's host work was timed at most batch sizes and costs something.
     host = data["components"]["host"]
-    assert host["fit"]["source"] == "measured" and host["fit"]["n_train"] >= 20
-    assert 0 < host["coef"]["const_s"] + host["coef"]["per_seq_s"] < 1e-3
-    assert data["validation"]["mape"] < 0.35
+    assert host["fit"]["n_train"] >= 20
+    assert host["coef"]["const_s"] + host["coef"]["per_seq_s"] > 0
 
 
+@pytest.mark.e2e
 def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
-    res, _ = calibrated
+    res = calibrated
     rows = list(csv.DictReader(res.csv_path.open()))
-    oom = [r for r in rows if r["label"] == OOM_LABEL and r["component"] == "decode_attention"]
+    oom = [r for r in rows
+           if r["label"] == E2E_OOM_LABEL and r["component"] == "decode_attention"]
     assert len(oom) == 1 and oom[0]["status"] == "oom" and oom[0]["samples_s"] == ""
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == len(rows) - 1
     for r in ok:
         samples = [float(x) for x in r["samples_s"].split()]
-        # The loop's host intervals come a few per batch size (calibrate.host).
-        assert len(samples) == int(r["repeats"]) >= (3 if r["component"] == "host" else 5)
+        # The loop's host intervals come a few per batch size (calibrate.host), whole
+        # steps at least one per round (calibrate.rounds).
+        least = {"host": 3, "whole_step": E2E_ROUNDS}.get(r["component"], 5)
+        assert len(samples) == int(r["repeats"]) >= least
         assert float(r["median_s"]) == pytest.approx(statistics.median(samples), rel=1e-4)
         assert float(r["mean_s"]) == pytest.approx(statistics.fmean(samples), rel=1e-4)
     # Whole steps are timed in rounds: every round gives a step the same number of samples.
     steps = [r for r in ok if r["component"] == "whole_step"]
-    assert steps and all(r["note"].startswith("12 rounds x ") for r in steps)
+    assert steps and all(r["note"].startswith(f"{E2E_ROUNDS} rounds x ") for r in steps)
     for r in steps:
         per_round = int(r["note"].split()[3].rstrip(";"))
-        assert int(r["repeats"]) == 12 * per_round
+        assert int(r["repeats"]) == E2E_ROUNDS * per_round
     assert {r["split"] for r in ok} == {"train", "test", "table", "cv-a", "cv-b", "wake"}
     assert any("out of memory" in n for n in res.notes)
     # The linear stack and LM head keep their medians at every count 1..32 as a table.
@@ -125,8 +140,19 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
     wake = data["components"]["wake"]
     assert wake["fit"] == {"source": "measured", "points": 2 * (len(IDLE_S) - 1),
                            "mean_abs_err_s": pytest.approx(wake["fit"]["mean_abs_err_s"])}
-    # Generous: idle costs something on this machine, less than a 256-token prefill.
-    assert 0 <= wake["coef"]["max_s"] < 0.01 and 2e-4 <= wake["coef"]["tau_s"] <= 2.0
+    # The fit's bounds (calibrate.wake.fit_wake): tau within a tenth of the shortest idle
+    # spell and ten times the longest, the height within ten times the largest excess;
+    # its recorded error is the one the CSV's medians give.
+    med = {(int(r["new_tokens"]), r["label"].split(" after ")[1]): float(r["median_s"])
+           for r in wake_rows}
+    excess = [(idle, med[(n, f"{idle * 1e3:g} ms idle")] - med[(n, "0 ms idle")])
+              for n in {n for n, _ in med} for idle in IDLE_S if idle > 0]
+    coef = wake["coef"]
+    assert min(IDLE_S[1:]) / 10 <= coef["tau_s"] <= max(IDLE_S) * 10
+    assert 0 <= coef["max_s"] <= 10 * max(0.0, *(e for _, e in excess)) + 1e-9
+    fit_err = statistics.fmean(abs(wake_curve(i, coef["max_s"], coef["tau_s"]) - e)
+                               for i, e in excess)
+    assert wake["fit"]["mean_abs_err_s"] == pytest.approx(fit_err, rel=1e-2, abs=1e-7)
     for name, count in (("linear", "new_tokens"), ("lm_head", "seqs")):
         table = sorted((int(r[count]), float(r["median_s"])) for r in ok
                        if r["component"] == name and r["split"] == "table")
@@ -135,33 +161,36 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
                                                                    rel=1e-5)
 
 
-def test_profile_predicts_a_directly_timed_step(calibrated) -> None:
-    res, _ = calibrated
+@pytest.mark.e2e
+def test_profile_file_prices_steps_as_the_calibration_did(calibrated) -> None:
+    """The profile on disk is the calibration's cost model: loaded back, it prices every
+    whole step it was checked on, and a step built directly on the model, as a cost
+    model made of the calibration's own coefficients, tables and wake term does (to the
+    six significant digits the file keeps). How close those prices are to the steps'
+    measured times is bench/bench_calibrate.py's business."""
+    res = calibrated
     cost = load_profile(str(res.profile_path))
+    # Built afresh: ``res.cost`` had its in_situ coefficients set after it was made.
+    kept = ProfileCost(res.cost.model, 1, "kept", "fp32", res.cost.coefs,
+                       knots=res.cost.knots, wake=res.cost.wake)
+    rows = [r for r in csv.DictReader(res.csv_path.open())
+            if r["component"] == "whole_step" and r["status"] == "ok"]
+    shapes = [_shape(r) for r in rows]
     entries = [(0, 96, 0)] + [(1 + i, 1, 150 + 40 * i) for i in range(6)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            model = build_decoder(shard(MODELS["tiny"], 1), 2, 4096, "fp32", torch.device("cpu"))
-            caches = model.caches(8, 512)
-            tokens = [3] * 102
-
-            def step() -> object:
-                b = prepare(entries, torch.device("cpu"))
-                return model(torch.tensor(tokens), caches, b).cpu()
-            for _ in range(3):
-                step()
-            times = []
-            for _ in range(15):
-                t0 = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    measured = statistics.median(times)
-    predicted = cost.step_time(shape_of([(n, c) for _, n, c in entries]))
-    assert abs(predicted - measured) / measured < 0.35, (predicted, measured)
+    # The direct step runs on the model its shape describes.
+    with torch.inference_mode():
+        model = build_decoder(shard(MODELS["tiny"], 1), 2, 4096, "fp32", torch.device("cpu"))
+        out = model(torch.tensor([3] * 102), model.caches(8, 512),
+                    prepare(entries, torch.device("cpu")))
+    assert out.shape[0] == len(entries)
+    shapes.append(shape_of([(n, c) for _, n, c in entries]))
+    for shape in shapes:
+        loaded, mine = float(cost.step_time(shape)), float(kept.step_time(shape))
+        assert math.isfinite(mine) and mine > 0
+        assert loaded == pytest.approx(mine, rel=1e-4), shape
+        parts = cost.breakdown(shape)
+        assert parts["in_situ"] >= 0
+        assert loaded == pytest.approx(sum(float(v) for v in parts.values()), rel=1e-9)
 
 
 def timed(point: Point, median: float) -> Measurement:
@@ -186,6 +215,7 @@ def test_exhausted_budget_stops_the_sweep() -> None:
     assert stopped and out == []
 
 
+@pytest.mark.e2e
 def test_tiny_budget_is_a_clear_error_and_keeps_measurements(tmp_path: Path, capsys) -> None:
     out = tmp_path / "p.yaml"
     threads = torch.get_num_threads()
@@ -215,6 +245,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], m
     assert rc == 2 and match in err and "\n" not in err and "Traceback" not in err
 
 
+@pytest.mark.e2e
 def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
            "SERVESIM_CHECK_DEVICE": "cpu"}
@@ -225,8 +256,10 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
         (tmp_path / "block" / f"{name}.py").write_text(f"raise ImportError('{name} is blocked')\n")
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{tmp_path / 'block'}"
     out = tmp_path / "out"
+    # A hang guard only, not a measure: the script bounds its own runs with `timeout`
+    # (8 minutes in all), and on a loaded 2-core machine its CPU path took 87 s.
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)  # hang guard
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     log = (out / "gpu_check.log").read_text()
     assert proc.returncode == 0, log
     names = sorted(p.name for p in out.iterdir())

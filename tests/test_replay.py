@@ -202,6 +202,7 @@ def test_rejections_follow_the_simulator() -> None:
     assert res.status[0] == "finished" and np.isfinite(res.finish[0])
 
 
+@pytest.mark.e2e
 def test_wall_clock_replay_of_the_tiny_model_on_cpu() -> None:
     """A real run: arrivals respected, token accounting exact, steps back to back."""
     spec = MODELS["tiny"]
@@ -222,8 +223,9 @@ def test_wall_clock_replay_of_the_tiny_model_on_cpu() -> None:
     assert np.all(col["start_s"][1:] >= col["end_s"][:-1])  # iterations never overlap
     assert np.all(col["exec_s"] <= col["end_s"] - col["start_s"] + 1e-9)  # exec within the step
     assert col["cpu_s"].sum() > 0  # CPU seconds recorded
-    # The loop's host work before each step is recorded, and is a small part of the run.
-    assert np.all(col["host_s"] > 0) and col["host_s"].sum() < 0.5 * col["exec_s"].sum()
+    # The loop's host work before each step is recorded (how large a share of the run it
+    # is depends on the machine's load: a benchmark's figure, not a test's).
+    assert np.all(col["host_s"] > 0) and np.all(np.isfinite(col["host_s"]))
     # Every prompt token plus every output token but the last is computed at least once.
     assert col["new_tokens"].sum() >= (w.prompt + w.output - 1).sum()
     assert col["new_tokens"].max() <= 64  # the chunked budget held
@@ -235,11 +237,44 @@ def test_wall_clock_replay_of_the_tiny_model_on_cpu() -> None:
 
 
 def test_wall_clock_waits_for_arrivals() -> None:
+    # Never early (how late depends on the machine's load, so that is not asserted).
     clock = WallClock()
     clock.wait_until(0.02)
-    assert 0.02 <= clock.now() < 0.5
+    assert clock.now() >= 0.02
 
 
+class FakeTime:
+    """``time.perf_counter`` and ``time.sleep`` on a fake clock: each reading advances it
+    by ``tick`` seconds, and a sleep by exactly what was asked."""
+
+    def __init__(self, tick: float) -> None:
+        self.t, self.tick, self.sleeps = 100.0, tick, []
+
+    def perf_counter(self) -> float:
+        self.t += self.tick
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s
+
+
+def test_wall_clock_sleeps_to_a_millisecond_before_and_spins_the_rest(monkeypatch) -> None:
+    import calibrate.replay
+
+    fake = FakeTime(1e-5)
+    monkeypatch.setattr(calibrate.replay, "time", fake)
+    clock = WallClock()
+    clock.wait_until(0.02)
+    # One sleep to within a millisecond of the time, the rest spun on the clock.
+    assert len(fake.sleeps) == 1 and fake.sleeps[0] == pytest.approx(0.019, abs=1e-4)
+    assert 0.02 <= clock.now() <= 0.02 + 2e-5
+    fake.sleeps.clear()
+    clock.wait_until(0.01)  # already past: no wait at all
+    assert fake.sleeps == []
+
+
+@pytest.mark.e2e
 def test_replay_command_writes_records(tmp_path: Path) -> None:
     threads = torch.get_num_threads()
     try:

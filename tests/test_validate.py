@@ -3,6 +3,7 @@ the real path (replay on CPU, simulate, compare) end to end on a short trace."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -141,25 +142,30 @@ def test_speed_matched_cost_scales_the_device_part_by_kind() -> None:
 
 
 @pytest.fixture(scope="module")
-def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short quick calibration of tiny on CPU (its accuracy is not what is tested)."""
-    from calibrate.run import CalibrationConfig, calibrate
-    from sim.specs import MODELS
+def profile(cpu_calibration) -> Path:
+    """The suite's one quick calibration of tiny on CPU (tests/conftest.py); its accuracy
+    is not what is tested."""
+    return cpu_calibration[0].profile_path
 
-    out = tmp_path_factory.mktemp("prof") / "tiny.yaml"
-    threads = torch.get_num_threads()
-    try:
-        calibrate(CalibrationConfig(model=MODELS["tiny"], out=out, device="cpu", quick=True,
-                                    budget_s=20, progress=False, passes=1))
-    finally:
-        torch.set_num_threads(threads)
-    return out
+
+@pytest.mark.e2e
+def _columns(path: Path) -> dict[str, np.ndarray]:
+    """A per-request CSV (sim.report.requests_csv) as columns of strings."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([r[k] for r in rows]) for k in rows[0]}
+
+
+def _seconds(cells: np.ndarray) -> np.ndarray:
+    return np.array([float(c) if c else np.nan for c in cells])
 
 
 def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """Replay, simulate, compare at two rates; the bound is loose (a busy 2-core machine
-    can slow the real side several-fold); the 15% bar is the command's, not this test's."""
+    """Replay, simulate, compare at two rates. How close the prediction comes is not
+    asserted (a busy 2-core machine slows the real side several-fold; the 15% bar is the
+    command's, and bench/bench_calibrate.py reports the error): the comparison is checked
+    against the per-request CSVs it was made from."""
     out = tmp_path / "v"
     threads = torch.get_num_threads()
     try:
@@ -173,9 +179,21 @@ def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
     for lv in levels:
         cmp = lv["comparison"]
         assert cmp["compared"] == 16 and cmp["real"]["finished"] == 16
+        real, pred = (_columns(out / f"{name}-{lv['label']}.csv") for name in ("real",
+                                                                               "predicted"))
+        both = (real["status"] == "finished") & (pred["status"] == "finished")
+        assert both.sum() == 16
         for metric in ("ttft", "tpot", "e2e"):
-            row = cmp["metrics"][metric]["p50"]
-            assert 1 / 4 < row["predicted"] / row["real"] < 4, (metric, row)
+            rs, ps = (_seconds(c[f"{metric}_s"]) for c in (real, pred))
+            ok = both & np.isfinite(rs) & np.isfinite(ps)
+            for q in (50, 90, 99):
+                row = cmp["metrics"][metric][f"p{q}"]
+                r, p = np.percentile(rs[ok], q), np.percentile(ps[ok], q)
+                assert r > 0 and p > 0
+                # The CSVs keep nanoseconds.
+                assert row["real"] == pytest.approx(r, abs=2e-9), (metric, q)
+                assert row["predicted"] == pytest.approx(p, abs=2e-9), (metric, q)
+                assert row["rel_err"] == pytest.approx((p - r) / r, rel=1e-4, abs=1e-6)
         assert lv["steps"]["iterations"] > 16
         # Fixed steps timed around the level, priced by the profile.
         assert len(lv["probe"]) == 3

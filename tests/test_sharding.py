@@ -72,3 +72,45 @@ def test_allreduce_across_nodes_is_priced_on_the_network() -> None:
     assert across._ar_fixed_s == pytest.approx(3.2e-3)
     assert across._ar_token_s == pytest.approx(98.304e-6)
     assert g.tp_link(8) == (450e9, 8e-6) and g.tp_link(16) == (50e9, 20e-6)
+
+
+def _roofline(tp: int):
+    """The tiny model's roofline cost on ``tp`` H100s, built from a scenario as a run does."""
+    from sim.cost import build_cost
+    from sim.scenario import from_dict
+
+    return build_cost(from_dict({
+        "model": "tiny", "hardware": {"gpu": "h100-sxm", "tp": tp},
+        "cost": {"roofline": {}},
+        "workload": {"arrivals": {"process": "constant", "rate": 1.0},
+                     "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                 "output": {"dist": "fixed", "value": 2}},
+                     "num_requests": 1}}))
+
+
+@pytest.mark.parametrize(("tp", "fixed_s", "per_token_s"), [
+    # tiny: 2 layers, hidden 256, fp32 (4 B). H100 NVLink: 450e9 B/s, 8 us a step.
+    # Fixed: 2 all-reduces a layer x 2 layers x 8 us = 32 us.
+    # Per new token: 2 x 2 all-reduces x ring factor 2(tp - 1)/tp x 256 x 4 B / 450e9:
+    # tp 2: factor 1, 4 x 1024 / 450e9 = 9.1022e-9 s; tp 4: factor 1.5, 6144 / 450e9 s.
+    (2, 32e-6, 4 * 1024 / 450e9),
+    (4, 32e-6, 4 * 1.5 * 1024 / 450e9),
+    (1, 0.0, 0.0),  # one GPU: no all-reduce at all
+])
+def test_allreduce_term_grows_with_every_new_token(tp: int, fixed_s: float,
+                                                   per_token_s: float) -> None:
+    from sim.shape import shape_of
+
+    cost = _roofline(tp)
+    for entries in ([(1000, 0)], [(2000, 0)], [(1, 40)] * 8, [(1000, 0), (1, 40), (1, 9)]):
+        shape = shape_of(entries)
+        new = sum(n for n, _ in entries)
+        parts = cost.parts(shape)
+        assert parts["allreduce"] == pytest.approx(fixed_s + per_token_s * new, rel=1e-12,
+                                                   abs=1e-18)
+        # The step time is the sum of its parts: the all-reduce is paid, not only reported.
+        assert cost.step_time(shape) == pytest.approx(sum(parts.values()), rel=1e-12)
+    # A 1000-token prefill at tp 2 pays 32 us + 1000 x 9.1022 ns = 41.1022 us.
+    if tp == 2:
+        assert cost.parts(shape_of([(1000, 0)]))["allreduce"] == pytest.approx(41.1022e-6,
+                                                                                rel=1e-5)

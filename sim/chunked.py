@@ -34,9 +34,6 @@ class Chunked:
     into the space it just gave up.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     # A request's running entry is a steady decode once its last chunk emitted, and
     # those lead the running list (later admissions follow them).
     lazy_decodes = True

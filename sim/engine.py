@@ -307,29 +307,6 @@ class Engine:
         if self.clients is not None:
             self.clients.ended(i, client_s)
 
-    @property
-    def ends_send(self) -> bool:
-        """Whether a request's end can send another (a closed loop still sending): fused
-        runs must then stop before any iteration that finishes one."""
-        return self.clients is not None and not self.clients.done
-
-    def skip_bound(self, replica: Replica | None = None) -> float:
-        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival
-        (or, in a closed loop, the earliest one an end could cause), the horizon, the
-        next fault or retry, and the next client timeout on it."""
-        if self.clients is not None:
-            nxt = self.clients.bound(replica)
-        else:
-            nxt = self._due[self._next] if self._next < len(self._due) else math.inf
-        horizon = self.scenario.horizon_s
-        bound = nxt if horizon is None else min(nxt, horizon)
-        if self._guarded:
-            if self.faults is not None:
-                bound = min(bound, self.faults.next_change_s())
-            if self.timeouts is not None and replica is not None:
-                bound = min(bound, self.timeouts.next_deadline(replica))
-        return bound
-
     def replica_idle(self) -> None:
         """A replica ran out of work: make sure the arrival timer is running."""
         self._idle += 1

@@ -41,9 +41,6 @@ class Continuous:
     decode), repeating until the block fits or the request itself is the newest.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     # Between iterations every running request is a steady decode (a prefill here is a
     # whole prompt, and emits), so the replica may keep them in a DecodeSet.
     lazy_decodes = True

@@ -49,9 +49,6 @@ class Static:
     modelled.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     lazy_decodes = True  # running requests are steady decodes between iterations
     reserves_kv = True
 
@@ -81,9 +78,6 @@ class Orca:
     prefill/decode interference chunked prefill removes.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     lazy_decodes = True  # running requests are steady decodes between iterations
     reserves_kv = True
 

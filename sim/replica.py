@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import math
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -77,9 +76,6 @@ class Replica:
         self.stats = ReplicaStats(kv.total, role)
         self.prefix: PrefixCache | None = None  # set by the engine when caching is on
         self.itl = LogHistogram()
-        # Engine time (s) the iteration or fused run under way ends: no request finishes
-        # here before it (a closed loop's fused runs elsewhere are bounded by it).
-        self.busy_until = 0.0
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
@@ -231,14 +227,6 @@ class Replica:
             self.process.interrupt("fault")
         return sorted(lost, key=lambda r: r.id)
 
-    def next_end(self) -> float:
-        """The earliest engine time (s) a request could finish here: the end of the
-        iteration under way, or, idle, when the first KV transfer lands (arrivals routed
-        here are bounded on their own)."""
-        if not self.idle:
-            return self.busy_until
-        return self.inbox[0][0] if self.inbox else math.inf
-
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
         A prefill replica holds only the prompt's KV."""
@@ -259,17 +247,11 @@ class Replica:
         idle_since: float | None = None
         log = engine.step_log
         group = self.group
-        # Decode replicas of a disaggregated cluster receive KV transfers at times no
-        # bound can foresee, so they always step one iteration at a time.
-        fuse = (engine.scenario.event_skipping and self.role != "decode"
-                and getattr(self.policy, "steady", False))
         while True:
             if engine.timeouts is not None:
                 # Client timeouts due by now leave the queue before this decision
                 # (sim/admission.py: lazily, yet as an eager timer would).
                 engine.timeouts.expire(self, env.now)
-            preempted = stats.preemptions
-            queued = len(self.waiting)
             batch = schedule(self)
             stepping = group is not None and group.stepping
             if not batch and not stepping:
@@ -304,18 +286,6 @@ class Replica:
                 dt += self.swap_s
                 self.swap_s = 0.0
             start = env.now
-            # Only a batch that admitted and preempted nothing is the steady state: after a
-            # resume or an admission the next decision may differ (a prefill may fit).
-            if (fuse and group is not None and stepping and not batch
-                    and stats.preemptions == preempted and len(self.waiting) == queued):
-                grun = group.plan_run(self, start, dt, engine.skip_bound(self),
-                                      bool(self.waiting) or engine.ends_send)
-                if grun is not None:
-                    self.busy_until = grun.ends[-1]
-                    yield env.timeout(grun.delay)
-                    engine.dispatch()
-                    group.apply_run(self, grun, start)
-                    continue
             used = self.kv.used
             stats.book(dt, shape.seqs, shape.new_tokens, used)
             if log is not None:
@@ -324,13 +294,11 @@ class Replica:
                     assert group is not None
                     entries = group.log_entries(self.running) + entries
                 log.append((self.index, start, start + dt, tuple(entries)))
-            self.busy_until = start + dt
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
                 # A fault (sim/faults.py) struck mid-iteration: crash() emptied the replica;
-                # only the part of the iteration that ran was busy. (A fused run is never
-                # interrupted: skip_bound ends it before the next fault.)
+                # only the part of the iteration that ran was busy.
                 cut = start + dt - env.now
                 stats.busy_s -= cut
                 stats.kv_block_s -= used * cut

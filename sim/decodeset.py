@@ -31,13 +31,10 @@ calls :meth:`flush` and decodes request by request).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from sim.request import FINISHED, Request
+from sim.histogram import LogHistogram
+from sim.kvmanager import KVCacheManager
+from sim.request import Request
 from sim.shape import StepShape
-
-if TYPE_CHECKING:
-    from sim.replica import Replica
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -51,10 +48,13 @@ class DecodeSet:
     this iteration) and :meth:`end_step`.
     """
 
-    __slots__ = ("bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
+    __slots__ = ("kv", "bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
                  "last_end", "stepping")
 
-    def __init__(self, block_size: int, reserved: bool = False):
+    def __init__(self, kv: KVCacheManager, reserved: bool = False) -> None:
+        # Members' blocks are taken in bulk from kv and assigned to each when it settles.
+        self.kv = kv
+        block_size = kv.block_size
         self.bs = block_size
         # Policies that reserve a request's whole-life KV at admission (static, orca):
         # members never take a block while decoding, and free what they reserved.
@@ -103,7 +103,7 @@ class DecodeSet:
             r.computed += d
             r.generated += d
             if not self.reserved:
-                r.blocks = _ceil_div(r.computed, self.bs)
+                self.kv.settle(r, r.computed)
             r.last_token = self.last_end
         r.sync = -1
 
@@ -123,7 +123,7 @@ class DecodeSet:
         self.stepping = False
 
     # -- one iteration ------------------------------------------------------------------
-    def reserve(self, kv: Any, running: list[Request], prefix: bool = False) -> bool:
+    def reserve(self, running: list[Request], prefix: bool = False) -> bool:
         """Decode every member this iteration if the members are all of ``running`` (or,
         with ``prefix``, its leading entries) and the blocks they need fit without
         preemption (evicting cached prefixes if need be, as request by request); take
@@ -136,10 +136,8 @@ class DecodeSet:
             return False
         if n:
             need = self.phase[self.tick % self.bs]
-            if need:
-                if not kv.can_allocate(need):
-                    return False
-                kv.allocate(need)
+            if need and not self.kv.allocate_blocks(need):
+                return False
             self.stepping = True
         return True
 
@@ -149,27 +147,27 @@ class DecodeSet:
         ctx = self.ctx_base + n * self.tick
         return StepShape(n, n, ctx, 0, 0, 0, ctx + n)
 
-    def end_step(self, rep: Replica, now: float) -> None:
-        """The iteration ended at ``now`` (s): every member emitted a token; book gaps
-        and finishes."""
+    def end_step(self, itl: LogHistogram, now: float) -> list[Request] | None:
+        """The iteration ended at ``now`` (s): every member emitted a token (gaps go to
+        ``itl``). Returns the members that emitted their last token, settled and out of
+        the set, for the caller to finish; None when none did."""
         self.stepping = False
         n = self.n
         fresh = self.fresh
-        itl = rep.itl
         if fresh:
             itl.extend([now - r.last_token for r in fresh])
             self.fresh = []
         if n > len(fresh):
             itl.add_repeated(now - self.last_end, n - len(fresh))
-        rep.outstanding -= n
         self.last_end = now
         self.tick += 1
         done = self.finish_at.pop(self.tick, None)
         if done is not None:
-            self._finish(rep, done, now)
+            self._leave(done)
+        return done
 
-    def _finish(self, rep: Replica, done: list[Request], now: float) -> None:
-        engine = rep.engine
+    def _leave(self, done: list[Request]) -> None:
+        """Settle finishing members and take them out of the set's sums."""
         bs = self.bs
         t = self.tick
         for r in done:
@@ -178,15 +176,7 @@ class DecodeSet:
             if not self.reserved:
                 self.phase[(r.sync - c) % bs] -= 1
             self._settle(r, t)
-            rep._drop_blocks(r)
-            engine.finish[r.id] = now
-            engine.status[r.id] = FINISHED
         self.n -= len(done)
-        engine.finished_count += len(done)
-        rep.remove_running(done)
-        if engine.clients is not None:
-            for r in done:
-                engine.ended(r.id, now + engine.response_s)
 
     def log_entries(self, running: list[Request]) -> list[tuple[int, int, int]]:
         """(id, 1, computed) of each member decoding now, in running order."""

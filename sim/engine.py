@@ -177,6 +177,8 @@ class Engine(Outcomes):
             self.clients = Clients(self, wl.concurrency, wl.think_time_s or 0.0,
                                    wl.duration_s, supply)
             self.tells_ends = True
+        # Retries, client timeouts or a closed loop: arrivals take the general path.
+        self._general = self._guarded or self.clients is not None
 
     def jitter(self) -> float:
         """The next request's draw of the frontend's random extra delay (seconds)."""
@@ -185,7 +187,7 @@ class Engine(Outcomes):
 
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
-        if self._guarded or self.clients is not None:
+        if self._general:
             self._dispatch_general()
             return
         now = self.env.now

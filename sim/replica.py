@@ -12,7 +12,6 @@ with their prompt KV present through an inbox of timed deliveries.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 from bisect import insort
 from collections import deque
@@ -194,6 +193,7 @@ class Replica:
         engine = self.engine
         stats = self.stats
         schedule = self.policy.schedule
+        step_time = self.cost.step_time
         # A profile's price for the first step after an idle spell (sim.profile, wake).
         wake_time = getattr(self.cost, "wake_time", None)
         idle_since: float | None = None
@@ -202,26 +202,28 @@ class Replica:
         timeouts = engine.timeouts
         dispatch = engine.dispatch
         while True:
-            if timeouts is not None:
-                # Client timeouts due by now leave the queue before this decision
-                # (sim/admission.py: lazily, yet as an eager timer would).
+            if timeouts is not None:  # expired before this decision (sim/admission.py)
                 timeouts.expire(self, env.now)
             batch = schedule(self)
             stepping = group is not None and group.stepping
             if not batch and not stepping:
                 if idle_since is None:
                     idle_since = env.now
-                yield from self._sleep()
+                try:
+                    yield self._go_idle()
+                except simpy.Interrupt:
+                    continue  # a fault struck just as an arrival woke it: crash() emptied it
                 continue
-            shape, dt = self._price(batch, stepping)
+            if group is not None and stepping:
+                shape = group.shape() if not batch else self._with_batch(group.shape(), batch)
+            else:
+                shape = batch_shape(batch)
+            dt = step_time(shape)
             if idle_since is not None:
-                if wake_time is not None:
-                    dt += wake_time(env.now - idle_since)
+                dt += wake_time(env.now - idle_since) if wake_time is not None else 0.0
                 idle_since = None
-            if self.swap_s:
-                # vLLM runs this iteration's swap-outs and swap-ins before its forward pass.
-                dt += self.swap_s
-                self.swap_s = 0.0
+            if self.swap_s:  # vLLM swaps blocks out and in before the forward pass
+                dt, self.swap_s = dt + self.swap_s, 0.0
             start = env.now
             used = self.kv.used
             stats.book(dt, shape.seqs, shape.new_tokens, used)
@@ -232,16 +234,13 @@ class Replica:
             except simpy.Interrupt:
                 # A fault (sim/faults.py) struck mid-iteration: crash() emptied the replica;
                 # only the part of the iteration that ran was busy.
-                cut = start + dt - env.now
-                stats.busy_s -= cut
-                stats.kv_block_s -= used * cut
+                stats.cut_short(start + dt - env.now, used)
                 continue
             dispatch()
             if self.inbox:
                 self.pull()
             now = env.now
-            if stepping:
-                assert group is not None
+            if group is not None and stepping:
                 self.outstanding -= group.n
                 done = group.end_step(self.itl, now)
                 if done is not None:
@@ -249,8 +248,8 @@ class Replica:
             if batch:
                 self._complete(batch, now)
 
-    def _sleep(self) -> Any:
-        """Wait, idle, until an arrival or a KV transfer wakes the replica."""
+    def _go_idle(self) -> Any:
+        """Mark the replica idle; the event an arrival or a KV transfer wakes it with."""
         if self.waiting or self.running:
             raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
                                f"{len(self.waiting)} waiting, {len(self.running)} running")
@@ -258,22 +257,12 @@ class Replica:
         self._wakeup = self.env.event()
         if self.entry:
             self.engine.replica_idle()
-        # A fault may strike just as an arrival woke it: crash() emptied it.
-        with contextlib.suppress(simpy.Interrupt):
-            yield self._wakeup
+        return self._wakeup
 
-    def _price(self, batch: Batch, stepping: bool) -> tuple[StepShape, float]:
-        """The iteration's shape (the DecodeSet's decodes, when ``stepping``, plus
-        ``batch``) and its forward pass's seconds."""
-        if stepping:
-            assert self.group is not None
-            shape = self.group.shape()
-            if batch:
-                shape = StepShape(*(a + b for a, b in zip(shape, batch_shape(batch),
-                                                          strict=True)))
-        else:
-            shape = batch_shape(batch)
-        return shape, self.cost.step_time(shape)
+    @staticmethod
+    def _with_batch(shape: StepShape, batch: Batch) -> StepShape:
+        """The DecodeSet's decodes ``shape`` plus the entries of ``batch``."""
+        return StepShape(*(a + b for a, b in zip(shape, batch_shape(batch), strict=True)))
 
     def _log(self, log: list[tuple[Any, ...]], batch: Batch, stepping: bool, start: float,
              dt: float) -> None:

@@ -8,7 +8,7 @@ measured first by a saturated run (all requests arriving at once): its completio
 rate is the most one replica sustains.
 
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
-       [--policies continuous] [--replicas 1] [--skip on,off] [--costs roofline,measured]
+       [--policies continuous] [--replicas 1] [--costs roofline,measured]
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
 """
@@ -28,11 +28,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def base(policy: str, replicas: int, rate: float, n: int, skip: bool = True,
-         seed: int = 0, cost: str = "roofline") -> dict[str, Any]:
+def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0,
+         cost: str = "roofline") -> dict[str, Any]:
     """The benchmark scenario as a raw mapping."""
     return {
-        "event_skipping": skip,
         "name": f"bench-{policy}-{replicas}r-{n}",
         "model": "llama-3-8b",
         "hardware": {"gpu": "h100-sxm"},
@@ -96,7 +95,6 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--policies", default="continuous")
     p.add_argument("--replicas", default="1")
-    p.add_argument("--skip", default="on,off", help="event skipping modes to run")
     p.add_argument("--costs", default="roofline",
                    help="cost models: roofline, measured (the shipped profile)")
     p.add_argument("--child")
@@ -104,23 +102,22 @@ def main() -> None:
     if a.child:
         child(a.child)
         return
-    print("| cost | policy | replicas | requests | rate (req/s) | skipping | wall s (median) | "
+    print("| cost | policy | replicas | requests | rate (req/s) | wall s (median) | "
           "sim req/s | iterations/s | events/s | peak RSS MiB |")
-    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for policy in a.policies.split(","):
         for replicas in map(int, a.replicas.split(",")):
             for cost in a.costs.split(","):
                 rate = 0.8 * capacity(policy, replicas, cost)
                 for n in map(int, a.sizes.split(",")):
-                    for mode in a.skip.split(","):
-                        sc = base(policy, replicas, rate, n, skip=mode == "on", cost=cost)
-                        runs = [run_case(sc) for _ in range(a.repeats)]
-                        wall = statistics.median(r["wall_s"] for r in runs)
-                        rss = max(r["rss_mib"] for r in runs)
-                        it, ev = runs[0]["iterations"], runs[0]["events"]
-                        print(f"| {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} | {mode} "
-                              f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | "
-                              f"{ev / wall:,.0f} | {rss:.0f} |", flush=True)
+                    sc = base(policy, replicas, rate, n, cost=cost)
+                    runs = [run_case(sc) for _ in range(a.repeats)]
+                    wall = statistics.median(r["wall_s"] for r in runs)
+                    rss = max(r["rss_mib"] for r in runs)
+                    it, ev = runs[0]["iterations"], runs[0]["events"]
+                    print(f"| {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} "
+                          f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | "
+                          f"{ev / wall:,.0f} | {rss:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

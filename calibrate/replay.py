@@ -4,11 +4,12 @@ continuous-batching loop, in wall-clock time on the device.
 The loop is the simulator's replica loop without SimPy. Each iteration: every request
 whose arrival time has passed joins the waiting queue (the same rejection rules as
 ``sim.engine``), the *simulator's own* policy object (``sim.policies``: ``continuous``
-or ``chunked``) picks the batch against the same integer KV-block accounting
-(``sim.kvcache.BlockAllocator``, watermark included, preemption by recompute), the
-model runs that batch, and the iteration's end stamps first tokens and finishes the
-way ``sim.replica`` does. So real and simulated runs differ only in where step times
-come from: the device here, the cost profile there.
+or ``chunked``) picks the batch against the same KV-cache manager
+(``sim.kvmanager.KVCacheManager``, watermark included, preemption by recompute), the
+model runs that batch, and the iteration's end stamps first tokens and finishes
+requests through the simulator's own finish path (``sim.result.finish_requests``).
+So real and simulated runs differ only in where step times come from: the device here,
+the cost profile there.
 
 Physical KV storage is one slot per running request (``max_num_seqs`` slots, each
 holding the longest request), while admission follows the paged block count, as in
@@ -35,9 +36,10 @@ import torch
 
 from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
 from sim.errors import ServesimError
-from sim.kvcache import BlockAllocator, blocks_for
+from sim.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.policies import make_policy
 from sim.request import Request
+from sim.result import Outcomes, finish_requests
 from sim.shape import StepShape, shape_of
 from sim.specs import ModelSpec, shard
 
@@ -121,34 +123,25 @@ class CostExecutor:
 class _State:
     """What the policies read and call (the simpy-free half of ``sim.replica.Replica``)."""
 
-    def __init__(self, kv: BlockAllocator, first_sched: np.ndarray, preemptions: np.ndarray):
+    def __init__(self, kv: KVCacheManager, outcomes: Outcomes):
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.kv = kv
         self.block_size = kv.block_size
         self.now = 0.0
-        self._first_sched = first_sched
-        self._preemptions = preemptions
+        self.outcomes = outcomes
 
-    def prefix_hit(self, r: Request) -> tuple[int, int]:
-        """The replay keeps no prefix cache: nothing is ever a hit."""
-        return 0, 0
-
-    def admit(self, r: Request, blocks: int, cached_tokens: int = 0) -> None:
-        """Move ``r`` (popped from waiting) into running holding ``blocks`` more blocks."""
-        self.kv.allocate(blocks)
-        r.blocks += blocks
+    def admit(self, r: Request, hit: PrefixHit = NO_HIT) -> None:
+        """Move ``r`` (popped from waiting, its blocks given by the KV manager) into
+        running. The replay keeps no prefix cache, so ``hit`` is always empty."""
         self.running.append(r)
-        if not r.scheduled:
-            r.scheduled = True
-            self._first_sched[r.id] = self.now
+        self.outcomes.scheduled(r, self.now)
 
     def release(self, r: Request) -> None:
         """Preempt ``r`` by recompute: free its blocks and forget its computed tokens."""
-        self.kv.free(r.blocks)
-        r.blocks = 0
+        self.kv.free(r)
         r.computed = 0
-        self._preemptions[r.id] += 1
+        self.outcomes.preempted(r)
 
     preempt = release
 
@@ -194,13 +187,13 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
         raise ServesimError("replay needs serving.num_gpu_blocks", where="num_gpu_blocks")
     n = len(arrival_s)
     blocks = serving.num_gpu_blocks
-    kv = BlockAllocator(blocks, serving.block_size, int(serving.watermark * blocks))
+    kv = KVCacheManager(blocks, serving.block_size, int(serving.watermark * blocks))
     policy = make_policy(serving)
-    nan = np.full(n, np.nan)
+    out = Outcomes(n)
     res = ReplayResult(np.asarray(arrival_s, float), np.asarray(prompt), np.asarray(output),
-                       nan.copy(), nan.copy(), nan.copy(), np.zeros(n, np.int64),
+                       out.first_sched, out.first_token, out.finish, out.preemptions,
                        ["finished"] * n, [""] * n)
-    state = _State(kv, res.first_sched, res.preemptions)
+    state = _State(kv, out)
     free_slots = list(range(serving.max_num_seqs - 1, -1, -1))
     slot: dict[int, int] = {}
     last_id: dict[int, int] = {}
@@ -217,7 +210,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
             now = clock.now()
             while nxt < n and arrivals[nxt] <= now:
                 why = _reject_reason(int(prompt[nxt]), int(output[nxt]), max_context, kv,
-                                     serving.block_size, policy, state)
+                                     policy, state)
                 if why:
                     res.status[nxt], res.reason[nxt] = "rejected", why
                 else:
@@ -253,7 +246,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
             # other processes took the core and the measured times are inflated.
             cpu = time.thread_time() - cpu0
             res.steps.append((now, end, dt, cpu, host, *shape_of((k, c) for _, k, c in entries)))
-            done = False
+            done: list[Request] = []
             for (r, k), tok in zip(batch.items(), ids, strict=True):
                 r.computed += k
                 last_id[r.id] = tok
@@ -262,12 +255,11 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
                     if r.generated == 1:
                         res.first_token[r.id] = end
                     if r.generated == r.output:
-                        kv.free(r.blocks)
-                        r.blocks = 0
-                        res.finish[r.id] = end
-                        free_slots.append(slot.pop(r.id))
-                        done = True
+                        done.append(r)
             if done:
+                finish_requests(done, end, kv, out)
+                for r in done:
+                    free_slots.append(slot.pop(r.id))
                 state.running = [r for r in state.running if r.generated < r.output]
     except KeyboardInterrupt:
         if not interruptible:
@@ -279,12 +271,12 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
     return res
 
 
-def _reject_reason(prompt: int, output: int, max_context: int, kv: BlockAllocator,
-                   block_size: int, policy: Any, state: _State) -> str | None:
+def _reject_reason(prompt: int, output: int, max_context: int, kv: KVCacheManager,
+                   policy: Any, state: _State) -> str | None:
     """The simulator's rules (``Engine._route``, ``Replica.fits_ever``) for one arrival."""
     if prompt + output > max_context:
         return "exceeds_context"
-    if blocks_for(prompt + output - 1, block_size) > kv.total - kv.watermark:
+    if not kv.can_ever_hold(prompt + output - 1):
         return "exceeds_kv_capacity"
     why: str | None = policy.reject_reason(prompt, output, state)
     return why

@@ -18,9 +18,8 @@ replica's own scheduling decision, at an iteration boundary, and (b) the router,
 it places an arrival or a retry. So expiries with deadline <= t are applied just before
 (a) a decision at time t and (b) a placement of a request whose time is t — the same
 state an eager per-request timer would leave there. Between those moments nobody reads
-the queue, so deferring is invisible. A fused run of decode iterations (sim/skip.py)
-skips decisions, so :meth:`Timeouts.next_deadline` bounds it: no run reaches the next
-expiry on its replica. The recorded time of a timeout is exactly ``arrival + timeout_s``.
+the queue, so deferring is invisible. The recorded time of a timeout is exactly
+``arrival + timeout_s``.
 """
 
 from __future__ import annotations

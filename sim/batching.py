@@ -4,20 +4,21 @@ whose KV is already present).
 
 A batch maps each request to the tokens it computes this iteration: a whole prompt,
 a prefill chunk (fewer than the request's pending tokens), or 1 for a decode.
-Policies move requests between ``state.waiting`` and ``state.running`` only through
-``state.admit``, ``state.release`` (preemption) and ``state.requeue``, which keep the
-KV, swap-space and per-request records straight.
+Policies ask ``state.kv`` (:class:`sim.kvmanager.KVCacheManager`) for blocks and never
+change a count themselves; they move requests between ``state.waiting`` and
+``state.running`` only through ``state.admit`` (after the manager gave the blocks),
+``state.release`` (preemption) and ``state.requeue``, which keep the swap-space and
+per-request records straight.
 
 The state a policy reads (see :class:`sim.replica.Replica`): ``waiting`` (deque in
 admission order: FCFS, or by priority class then arrival), ``running`` (list,
-admission order), ``kv`` (:class:`sim.kvcache.BlockAllocator`), ``block_size``.
+admission order), ``kv``, ``block_size``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sim.kvcache import blocks_for
 from sim.request import Request
 
 Batch = dict[Request, int]
@@ -41,6 +42,21 @@ def prompt_over_budget(prompt: int, max_tokens: int) -> str | None:
     return "prompt_exceeds_max_num_batched_tokens" if prompt > max_tokens else None
 
 
+def grow(state: Any, r: Request, num_new_tokens: int, victims: list[Request]) -> bool:
+    """Give running request ``r`` the KV blocks for ``num_new_tokens`` more tokens,
+    preempting the newest running requests (appended to ``victims``) while they do not
+    fit. False when ``r`` itself is the newest and they still do not fit: nothing is
+    taken, and the caller shrinks or preempts ``r``."""
+    kv = state.kv
+    running = state.running
+    while kv.allocate_slots(r, num_new_tokens) is None:
+        if running[-1] is r:
+            return False
+        victims.append(running.pop())
+        state.release(victims[-1])
+    return True
+
+
 def decode_all(state: Any, batch: Batch) -> Batch:
     """Add one decode token for every running request to ``batch``, preempting the
     newest running requests when the KV cache has no block to grow into.
@@ -51,26 +67,17 @@ def decode_all(state: Any, batch: Batch) -> Batch:
     running = state.running
     group = getattr(state, "group", None)
     if group is not None:
-        if group.reserve(state.kv, running):
+        if group.reserve(running):
             return batch
         group.flush(running)
-    kv = state.kv
-    bs = state.block_size
     victims: list[Request] = []
     i = 0
     while i < len(running):
         r = running[i]
-        need = r.computed // bs + 1 - r.blocks
-        if need > 0:
-            while not kv.can_allocate(need) and running[-1] is not r:
-                victims.append(running.pop())
-                state.release(victims[-1])
-            if not kv.can_allocate(need):
-                victims.append(running.pop())  # r is the newest: it yields its own blocks
-                state.release(r)
-                break
-            kv.allocate(need)
-            r.blocks += need
+        if not grow(state, r, 1, victims):
+            victims.append(running.pop())  # r is the newest: it yields its own blocks
+            state.release(r)
+            break
         batch[r] = 1
         i += 1
     if victims:
@@ -85,20 +92,18 @@ def resume(state: Any, batch: Batch, max_seqs: int) -> Batch:
     watermark free) and the sequence limit allow."""
     waiting = state.waiting
     kv = state.kv
-    bs = state.block_size
     running = state.running
     while waiting and waiting[0].computed and len(running) < max_seqs:
         r = waiting[0]
-        need = blocks_for(r.computed + 1, bs) - r.blocks
-        if not kv.can_allocate(need, keep_watermark=True):
+        if kv.allocate_slots(r, 1, keep_watermark=True) is None:
             break
         waiting.popleft()
-        state.admit(r, need)
+        state.admit(r)
         batch[r] = r.prompt + r.generated - r.computed  # 1: its next decode
     return batch
 
 
-def reserve_blocks(r: Request, block_size: int) -> int:
-    """Blocks for a request's whole life (prompt plus every output token's KV but the
-    last), which the reserving policies (static, orca) take at admission."""
-    return blocks_for(r.prompt + r.output - 1, block_size)
+def whole_life_tokens(r: Request) -> int:
+    """Tokens whose KV a request holds over its whole life (prompt plus every output
+    token but the last), which the reserving policies (static, orca) take at admission."""
+    return r.prompt + r.output - 1

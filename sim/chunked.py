@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.batching import Batch
-from sim.kvcache import blocks_for
+from sim.batching import Batch, grow
+from sim.request import Request
 
 if TYPE_CHECKING:
     from sim.scenario import ServingConfig
@@ -34,9 +34,6 @@ class Chunked:
     into the space it just gave up.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     # A request's running entry is a steady decode once its last chunk emitted, and
     # those lead the running list (later admissions follow them).
     lazy_decodes = True
@@ -54,15 +51,14 @@ class Chunked:
         batch: Batch = {}
         running = state.running
         kv = state.kv
-        bs = state.block_size
         budget = self.budget
-        victims = []
+        victims: list[Request] = []
         i = 0
         group = getattr(state, "group", None)
         if group is not None:
             # Steady decodes lead the running list; when they all fit the budget and
             # their blocks are free, they decode implicitly (sim/decodeset.py).
-            if group.n <= budget and group.reserve(kv, running, prefix=True):
+            if group.n <= budget and group.reserve(running, prefix=True):
                 i = group.n
                 budget -= i
             else:
@@ -73,22 +69,14 @@ class Chunked:
             n = r.prompt + r.generated - c
             if n > budget:
                 n = budget
-            need = blocks_for(c + n, bs) - r.blocks
-            if need > 0 and not kv.can_allocate(need):
-                while not kv.can_allocate(need) and running[-1] is not r:
+            if not grow(state, r, n, victims):
+                # r is the newest: shrink its chunk to its own free slots plus free blocks.
+                n = (r.blocks + kv.num_free) * state.block_size - c
+                if n < 1:
                     victims.append(running.pop())
-                    state.release(victims[-1])
-                if not kv.can_allocate(need):
-                    # r is the newest: shrink its chunk to its own free slots plus free blocks.
-                    n = (r.blocks + kv.num_free) * bs - c
-                    if n < 1:
-                        victims.append(running.pop())
-                        state.release(r)
-                        break
-                    need = kv.num_free
-            if need > 0:
-                kv.allocate(need)
-                r.blocks += need
+                    state.release(r)
+                    break
+                kv.allocate_slots(r, n)
             batch[r] = n
             budget -= n
             i += 1
@@ -99,16 +87,14 @@ class Chunked:
         seqs = len(running)
         while waiting and budget > 0 and seqs < self.max_seqs:
             r = waiting[0]
-            hit, pinned = state.prefix_hit(r)  # leading tokens in the prefix cache
-            c = r.computed + hit
-            n = r.prompt + r.generated - c
+            hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
+            n = r.prompt + r.generated - r.computed - hit.tokens
             if n > budget:
                 n = budget
-            need = blocks_for(c + n, bs) - r.blocks - hit // bs
-            if not kv.can_allocate(need + pinned, keep_watermark=True):
+            if kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
                 break
             waiting.popleft()
-            state.admit(r, need, hit)
+            state.admit(r, hit)
             batch[r] = n
             budget -= n
             seqs += 1

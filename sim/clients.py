@@ -14,16 +14,8 @@ Same-instant causality. A request sent and due at the engine at the very instant
 the end that caused it (no think time, no frontend) is routed after every other event
 at t (a :class:`_Late` event): busy replicas see it at their next iteration boundary and
 an idle one starts on it at t. So no decision at t depends on the order in which SimPy
-happens to process the replicas' events at t, which differs between fused runs and
-steps. Every other arrival is routed before any replica changes state at its time, as
-an open-loop arrival is.
-
-Exactness with event skipping (sim/skip.py): a fused run may not reach an arrival that
-does not exist yet. :meth:`Clients.bound` bounds it by the earliest time any request
-could end elsewhere — another replica's current iteration end, a client deadline, a
-client still to be freed — plus the least time from there to the engine; the replica's
-own runs stop before an iteration that finishes a request. Once no client will send
-again (:attr:`Clients.done`) ends cause nothing and runs are bounded as in open loop.
+happens to process the replicas' events at t. Every other arrival is routed before any
+replica changes state at its time, as an open-loop arrival is.
 
 With ``admission.timeout_s`` each deadline is an event (:meth:`Clients._deadline`): the
 client gives up at it exactly and sends its next request then, whatever the engine was
@@ -51,7 +43,6 @@ from sim.request import PENDING, TIMED_OUT
 
 if TYPE_CHECKING:
     from sim.engine import Engine
-    from sim.replica import Replica
     from sim.workload import Requests
 
 # SimPy orders events by (time, priority, creation); URGENT is 0 and NORMAL 1.
@@ -235,27 +226,6 @@ class Clients:
         else:
             assert eng.timeouts is not None
             eng.timeouts.expire(eng.entry[k], self.env.now)
-
-    def bound(self, rep: Replica | None) -> float:
-        """Time (s) no fused run of ``rep`` may reach: the next arrival known, and the
-        earliest an end elsewhere could bring one (see the module docstring)."""
-        if self.fresh:
-            return self.env.now
-        b = self.heap[0][0] if self.heap else math.inf
-        if self.done:
-            return b
-        z = self.think + self.request_s
-        if self.freeing:
-            b = min(b, self.freeing[0] + z)
-        if self.deadlines:
-            b = min(b, self.deadlines[0][0] + z)
-        r = self.response_s + z
-        for other in self.engine.replicas:
-            if other is not rep:
-                e = other.next_end() + r
-                if e < b:
-                    b = e
-        return b
 
     def stats(self, end_s: float, horizon_s: float | None) -> tuple[int, ClientStats, str]:
         """After the run ended at ``end_s``: requests sent (ids 0..sent-1; a send due at

@@ -26,33 +26,15 @@ integer updates:
 
 Nothing here decides anything: policies still choose batches (sim/batching.py asks
 :meth:`reserve` whether the set can decode without preemption; when it cannot, it
-calls :meth:`flush` and decodes request by request). :meth:`plan_run` and
-:meth:`apply_run` fuse runs of iterations (the rules are in sim/skip.py) without
-touching members.
+calls :meth:`flush` and decodes request by request).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-from sim.request import FINISHED, Request
+from sim.histogram import LogHistogram
+from sim.kvmanager import KVCacheManager
+from sim.request import Request
 from sim.shape import StepShape
-from sim.skip import delay_to
-
-if TYPE_CHECKING:
-    from sim.replica import Replica
-
-
-class SetRun(NamedTuple):
-    """A planned run of K iterations of the set: per iteration its cost (s), end time
-    (s), members decoding, blocks taken at its start and KV blocks in use."""
-
-    dts: list[float]
-    ends: list[float]
-    seqs: list[int]
-    need: list[int]
-    used: list[int]
-    delay: float  # the one timeout that lands exactly on ends[-1]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -66,10 +48,13 @@ class DecodeSet:
     this iteration) and :meth:`end_step`.
     """
 
-    __slots__ = ("bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
+    __slots__ = ("kv", "bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
                  "last_end", "stepping")
 
-    def __init__(self, block_size: int, reserved: bool = False):
+    def __init__(self, kv: KVCacheManager, reserved: bool = False) -> None:
+        # Members' blocks are taken in bulk from kv and assigned to each when it settles.
+        self.kv = kv
+        block_size = kv.block_size
         self.bs = block_size
         # Policies that reserve a request's whole-life KV at admission (static, orca):
         # members never take a block while decoding, and free what they reserved.
@@ -118,7 +103,7 @@ class DecodeSet:
             r.computed += d
             r.generated += d
             if not self.reserved:
-                r.blocks = _ceil_div(r.computed, self.bs)
+                self.kv.settle(r, r.computed)
             r.last_token = self.last_end
         r.sync = -1
 
@@ -138,7 +123,7 @@ class DecodeSet:
         self.stepping = False
 
     # -- one iteration ------------------------------------------------------------------
-    def reserve(self, kv: Any, running: list[Request], prefix: bool = False) -> bool:
+    def reserve(self, running: list[Request], prefix: bool = False) -> bool:
         """Decode every member this iteration if the members are all of ``running`` (or,
         with ``prefix``, its leading entries) and the blocks they need fit without
         preemption (evicting cached prefixes if need be, as request by request); take
@@ -151,10 +136,8 @@ class DecodeSet:
             return False
         if n:
             need = self.phase[self.tick % self.bs]
-            if need:
-                if not kv.can_allocate(need):
-                    return False
-                kv.allocate(need)
+            if need and not self.kv.allocate_blocks(need):
+                return False
             self.stepping = True
         return True
 
@@ -164,27 +147,27 @@ class DecodeSet:
         ctx = self.ctx_base + n * self.tick
         return StepShape(n, n, ctx, 0, 0, 0, ctx + n)
 
-    def end_step(self, rep: Replica, now: float) -> None:
-        """The iteration ended at ``now`` (s): every member emitted a token; book gaps
-        and finishes."""
+    def end_step(self, itl: LogHistogram, now: float) -> list[Request] | None:
+        """The iteration ended at ``now`` (s): every member emitted a token (gaps go to
+        ``itl``). Returns the members that emitted their last token, settled and out of
+        the set, for the caller to finish; None when none did."""
         self.stepping = False
         n = self.n
         fresh = self.fresh
-        itl = rep.itl
         if fresh:
             itl.extend([now - r.last_token for r in fresh])
             self.fresh = []
         if n > len(fresh):
             itl.add_repeated(now - self.last_end, n - len(fresh))
-        rep.outstanding -= n
         self.last_end = now
         self.tick += 1
         done = self.finish_at.pop(self.tick, None)
         if done is not None:
-            self._finish(rep, done, now)
+            self._leave(done)
+        return done
 
-    def _finish(self, rep: Replica, done: list[Request], now: float) -> None:
-        engine = rep.engine
+    def _leave(self, done: list[Request]) -> None:
+        """Settle finishing members and take them out of the set's sums."""
         bs = self.bs
         t = self.tick
         for r in done:
@@ -193,112 +176,9 @@ class DecodeSet:
             if not self.reserved:
                 self.phase[(r.sync - c) % bs] -= 1
             self._settle(r, t)
-            rep._drop_blocks(r)
-            engine.finish[r.id] = now
-            engine.status[r.id] = FINISHED
         self.n -= len(done)
-        engine.finished_count += len(done)
-        rep.remove_running(done)
-        if engine.clients is not None:
-            for r in done:
-                engine.ended(r.id, now + engine.response_s)
 
     def log_entries(self, running: list[Request]) -> list[tuple[int, int, int]]:
         """(id, 1, computed) of each member decoding now, in running order."""
         t = self.tick
         return [(r.id, 1, r.computed + t - r.sync) for r in running if r.sync >= 0]
-
-    # -- fused runs ---------------------------------------------------------------------
-    def plan_run(self, rep: Replica, start: float, dt0: float, bound: float,
-                 waiting: bool) -> SetRun | None:
-        """The longest exact run (K >= 2) of set iterations starting with the one just
-        reserved at ``start`` (cost ``dt0``), ending before ``bound``; it stops before an
-        iteration that finishes a request while ``waiting`` (requests wait, or a finish
-        sends a closed loop's next request), one whose blocks are not free, and when the
-        set empties (sim/skip.py states why)."""
-        if not start + 2.0 * dt0 < bound:
-            return None
-        tick = self.tick
-        finish_at = self.finish_at
-        if waiting and tick + 1 in finish_at:
-            return None
-        step_time = rep.cost.step_time
-        bs = self.bs
-        kv = rep.kv
-        # A finisher frees its blocks but for the prefix-cache entries it references.
-        per_hash = rep.prefix.per_hash if rep.prefix is not None else 0
-        phase = self.phase
-        copied = False
-        n = self.n
-        ctx_base = self.ctx_base
-        used = kv.used
-        free = kv.total - used
-        end = start + dt0
-        dts = [dt0]
-        ends = [end]
-        seqs = [n]
-        needs = [0]
-        useds = [used]
-        j = 1
-        while True:
-            t = tick + j
-            done = finish_at.get(t)
-            if done is not None:
-                if not copied:
-                    phase = phase.copy()
-                    copied = True
-                for r in done:
-                    c = r.computed
-                    ctx_base -= c - r.sync
-                    if self.reserved:
-                        freed = r.blocks
-                    else:
-                        phase[(r.sync - c) % bs] -= 1
-                        freed = _ceil_div(c + t - r.sync, bs) - r.cached * per_hash
-                    used -= freed
-                    free += freed
-                n -= len(done)
-            if n == 0 or (waiting and t + 1 in finish_at):
-                break
-            need = phase[t % bs]
-            if need > free:
-                break
-            ctx = ctx_base + n * t
-            dt = step_time(StepShape(n, n, ctx, 0, 0, 0, ctx + n))
-            e = end + dt
-            if not e < bound:
-                break
-            end = e
-            used += need
-            free -= need
-            dts.append(dt)
-            ends.append(end)
-            seqs.append(n)
-            needs.append(need)
-            useds.append(used)
-            j += 1
-        k = len(ends)
-        # The one event must land exactly where step-by-step events would.
-        while k >= 2:
-            delay = delay_to(start, ends[k - 1])
-            if delay is not None:
-                return SetRun(dts[:k], ends[:k], seqs[:k], needs[:k], useds[:k], delay)
-            k -= 1
-        return None
-
-    def apply_run(self, rep: Replica, run: SetRun, start: float) -> None:
-        """Book the K iterations of ``run`` as K separate iterations would have been."""
-        stats = rep.stats
-        log = rep.engine.step_log
-        kv = rep.kv
-        t0 = start
-        for j in range(len(run.ends)):
-            dt = run.dts[j]
-            b_ = run.seqs[j]
-            if j:
-                kv.allocate(run.need[j])
-            stats.book(dt, b_, b_, run.used[j])
-            if log is not None:
-                log.append((rep.index, t0, t0 + dt, tuple(self.log_entries(rep.running))))
-            t0 = run.ends[j]
-            self.end_step(rep, t0)

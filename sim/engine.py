@@ -31,21 +31,21 @@ from sim.errors import ServesimError
 from sim.faults import Faults
 from sim.frontend import Frontend
 from sim.histogram import LogHistogram
-from sim.kvcache import BlockAllocator
+from sim.kvmanager import KVCacheManager
 from sim.policies import make_policy
-from sim.prefix import PrefixCache
 from sim.replica import Replica
 from sim.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
 from sim.requestbuild import build_requests
-from sim.result import RunResult
+from sim.result import Outcomes, RunResult
 from sim.router import ROUTERS
 from sim.scenario import Scenario
 from sim.specs import gpu
 from sim.workload import Requests
 
 
-class Engine:
-    """Wires requests, router and replicas into one SimPy environment.
+class Engine(Outcomes):
+    """Wires requests, router and replicas into one SimPy environment, and records the
+    run's per-request outcomes (:class:`sim.result.Outcomes`).
 
     ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
     their own from their GPU and tp (a linear cost is shared). ``lazy_decodes=False``
@@ -64,14 +64,9 @@ class Engine:
         self.requests = requests
         self.env = simpy.Environment()
         n = len(requests)
-        self.first_sched = np.full(n, np.nan)
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, dtype=np.int64)
+        super().__init__(n)
         self.replica_of = np.full(n, -1, dtype=np.int64)
-        self.status = np.full(n, PENDING, dtype=np.int8)
         self.reason = np.full(n, "", dtype=object)
-        self.finished_count = 0
         self.step_log: list[tuple[Any, ...]] | None = [] if log_steps else None
         self.replicas: list[Replica] = []
         by_role: dict[str, list[Replica]] = {}
@@ -92,8 +87,8 @@ class Engine:
             swap_blocks = int(sv.swap_space_gib * 2**30 // budget.block_bytes)
             members = [
                 Replica(len(self.replicas) + i, self, make_policy(sv), pool_cost,
-                        BlockAllocator(blocks, sv.block_size, watermark), sv, pool.role,
-                        budget.block_bytes / spec.host_bw, swap_blocks)
+                        KVCacheManager(blocks, sv.block_size, watermark, swap_blocks), sv,
+                        pool.role, budget.block_bytes / spec.host_bw)
                 for i in range(pool.replicas)
             ]
             self.replicas += members
@@ -125,7 +120,7 @@ class Engine:
                     f"{scenario.serving.block_size}", scenario.source, "serving.block_size")
             self._hashes = [tuple(h.tolist()) for h in requests.prefix_hashes]
             for rep in self.entry:
-                rep.prefix = PrefixCache(rep.kv, hash_tokens)
+                rep.kv.enable_prefix_caching(hash_tokens)
         self._priority = (requests.priority.tolist() if requests.priority is not None
                           else None)
         # Plain lists index faster than numpy arrays in the per-arrival path.
@@ -183,6 +178,9 @@ class Engine:
         if wl.concurrency is not None:
             self.clients = Clients(self, wl.concurrency, wl.think_time_s or 0.0,
                                    wl.duration_s, supply)
+            self.tells_ends = True
+        # Retries, client timeouts or a closed loop: arrivals take the general path.
+        self._general = self._guarded or self.clients is not None
 
     def jitter(self) -> float:
         """The next request's draw of the frontend's random extra delay (seconds)."""
@@ -191,7 +189,7 @@ class Engine:
 
     def dispatch(self) -> None:
         """Route every arrival with time <= now (called before any state change at now)."""
-        if self._guarded or self.clients is not None:
+        if self._general:
             self._dispatch_general()
             return
         now = self.env.now
@@ -309,28 +307,9 @@ class Engine:
         if self.clients is not None:
             self.clients.ended(i, client_s)
 
-    @property
-    def ends_send(self) -> bool:
-        """Whether a request's end can send another (a closed loop still sending): fused
-        runs must then stop before any iteration that finishes one."""
-        return self.clients is not None and not self.clients.done
-
-    def skip_bound(self, replica: Replica | None = None) -> float:
-        """Time (s) no skipped run of ``replica`` may reach: the next undelivered arrival
-        (or, in a closed loop, the earliest one an end could cause), the horizon, the
-        next fault or retry, and the next client timeout on it."""
-        if self.clients is not None:
-            nxt = self.clients.bound(replica)
-        else:
-            nxt = self._due[self._next] if self._next < len(self._due) else math.inf
-        horizon = self.scenario.horizon_s
-        bound = nxt if horizon is None else min(nxt, horizon)
-        if self._guarded:
-            if self.faults is not None:
-                bound = min(bound, self.faults.next_change_s())
-            if self.timeouts is not None and replica is not None:
-                bound = min(bound, self.timeouts.next_deadline(replica))
-        return bound
+    def replica_busy(self) -> None:
+        """An idle entry replica was woken: it delivers arrivals at its own iterations."""
+        self._idle -= 1
 
     def replica_idle(self) -> None:
         """A replica ran out of work: make sure the arrival timer is running."""

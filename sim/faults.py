@@ -27,10 +27,8 @@ Rate-based outages are drawn per replica from its own stream (children of the ru
 fault seed), over [0, last arrival) or [0, horizon): adding a replica does not move the
 others' failures. Overlapping outages of one replica merge.
 
-Exactness with event skipping: a fault, and the retries it schedules, are the only
-changes to replicas not caused by an arrival; :meth:`Faults.next_change_s` bounds every
-fused run by the next fault and the next retry. A fault at t strikes after every
-iteration that ends at exactly t has completed (ties between events go to the replica).
+A fault at t strikes after every iteration that ends at exactly t has completed (ties
+between events go to the replica).
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ import numpy as np
 
 from sim.faultsconfig import FaultsConfig, outage_plan
 from sim.request import FAILED
-from sim.skip import delay_to
 
 if TYPE_CHECKING:
     from sim.engine import Engine
@@ -73,8 +70,6 @@ class Faults:
             end = float(arrivals[-1]) if len(arrivals) else 0.0
         n = len(engine.entry)
         self.plan = outage_plan(cfg, n, end, seed)
-        self._starts = sorted(d for ws in self.plan for d, _ in ws)
-        self._done = 0  # faults that have struck (index into _starts)
         self.down_since: list[float | None] = [None] * n
         self.retry_heap: list[tuple[float, int]] = []  # (time_s, request id)
         self.retries = np.zeros(len(arrivals), dtype=np.int64)
@@ -85,14 +80,6 @@ class Faults:
                 engine.env.process(self._outages(k, ws))
 
     # -- what the engine asks ------------------------------------------------------------
-    def next_change_s(self) -> float:
-        """The next time (s) a fault strikes or a retry is placed: no fused run may reach
-        it, because either changes replicas without an arrival."""
-        nxt = self._starts[self._done] if self._done < len(self._starts) else math.inf
-        if self.retry_heap and self.retry_heap[0][0] < nxt:
-            nxt = self.retry_heap[0][0]
-        return nxt
-
     def pick(self, router: Any, t: float, hashes: Any = None) -> int:
         """The router's choice among the replicas not known to be down at ``t``: index
         into the entry replicas, or -1 when every one is known to be down."""
@@ -142,8 +129,6 @@ class Faults:
             # were scheduled earlier, so they precede this zero-delay one.
             yield env.timeout(0)
             eng.dispatch()  # arrivals up to now were routed before the fault
-            while self._done < len(self._starts) and self._starts[self._done] <= env.now:
-                self._done += 1
             self.down_since[k] = env.now
             self.log.append((k, down, up))
             if eng.timeouts is not None:
@@ -160,6 +145,14 @@ class Faults:
 
 
 def _exact_delay(now: float, target: float) -> float:
-    """A delay landing exactly on ``target`` (s) when rounding allows, else the nearest."""
-    d = delay_to(now, target)
-    return max(0.0, target - now) if d is None else max(0.0, d)
+    """A delay d (s) with now + d == target exactly, as SimPy adds event times, when
+    rounding allows, else target - now; never negative."""
+    d = target - now
+    # A few ulps either way suffice: the float sum now + d is off by at most one.
+    for _ in range(4):
+        s = now + d
+        if s == target:
+            return max(0.0, d)
+        d = math.nextafter(d, math.inf if s < target else -math.inf)
+    return max(0.0, target - now)
+

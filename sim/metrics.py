@@ -140,6 +140,9 @@ def scenario_digest(scenario: Any) -> str:
     fields = dataclasses.asdict(scenario)
     fields.pop("base_dir", None)
     fields.pop("source", None)
+    # A setting since removed (it never changed results), hashed at its old default so
+    # digests of earlier runs stay valid.
+    fields["event_skipping"] = True
     # Sections added later are hashed only when set, so older digests stay valid.
     from sim.admission import AdmissionConfig
     from sim.faultsconfig import FaultsConfig

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from sim.batching import Batch, Policy, decode_all, prompt_over_budget, resume
 from sim.chunked import Chunked
 from sim.errors import ServesimError
-from sim.kvcache import blocks_for
 from sim.policy_static import Orca, Static
 
 if TYPE_CHECKING:
@@ -41,9 +40,6 @@ class Continuous:
     decode), repeating until the block fits or the request itself is the newest.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     # Between iterations every running request is a steady decode (a prefill here is a
     # whole prompt, and emits), so the replica may keep them in a DecodeSet.
     lazy_decodes = True
@@ -67,7 +63,6 @@ class Continuous:
         """Admit prefills if any fit; else decode all running requests."""
         batch: Batch = {}
         kv = state.kv
-        bs = state.block_size
         waiting = state.waiting
         if waiting:
             if waiting[0].computed:
@@ -85,16 +80,15 @@ class Continuous:
                 if r.computed:  # KV present: resumed in a decode iteration
                     break
                 n = r.prompt + r.generated  # a preempted request recomputes its output too
-                hit, pinned = state.prefix_hit(r)  # leading tokens in the prefix cache
-                if n - hit > tokens:
-                    break
-                need = blocks_for(n, bs) - hit // bs
-                if not kv.can_allocate(need + pinned, keep_watermark=True):
+                hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
+                todo = n - hit.tokens
+                if todo > tokens or kv.allocate_slots(r, todo, hit,
+                                                      keep_watermark=True) is None:
                     break
                 waiting.popleft()
-                state.admit(r, need, hit)
-                batch[r] = n - hit
-                tokens -= n - hit
+                state.admit(r, hit)
+                batch[r] = todo
+                tokens -= todo
                 seqs += 1
             if batch:
                 return batch

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.batching import Batch, decode_all, prompt_over_budget, reserve_blocks
+from sim.batching import Batch, decode_all, prompt_over_budget, whole_life_tokens
 
 if TYPE_CHECKING:
     from sim.scenario import ServingConfig
@@ -22,16 +22,16 @@ def admit_whole_prompts(state: Any, batch: Batch, tokens: int, max_seqs: int) ->
     its watermark free."""
     waiting = state.waiting
     kv = state.kv
-    bs = state.block_size
     # Every running request decodes in these policies, so the running list counts the
     # batch's sequences (its decodes may be implicit: sim/decodeset.py).
     while waiting and len(state.running) < max_seqs:
         r = waiting[0]
-        need = reserve_blocks(r, bs)
-        if r.prompt > tokens or not kv.can_allocate(need, keep_watermark=True):
+        if r.prompt > tokens or kv.allocate_slots(
+                r, r.prompt, lookahead_tokens=whole_life_tokens(r) - r.prompt,
+                keep_watermark=True) is None:
             break
         waiting.popleft()
-        state.admit(r, need)
+        state.admit(r)
         batch[r] = r.prompt
         tokens -= r.prompt
     return batch
@@ -49,9 +49,6 @@ class Static:
     modelled.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     lazy_decodes = True  # running requests are steady decodes between iterations
     reserves_kv = True
 
@@ -81,9 +78,6 @@ class Orca:
     prefill/decode interference chunked prefill removes.
     """
 
-    # Decode-only batches of all running requests repeat until an arrival, a finish or
-    # a KV shortfall (see sim/skip.py), so runs of them may be advanced in one event.
-    steady = True
     lazy_decodes = True  # running requests are steady decodes between iterations
     reserves_kv = True
 

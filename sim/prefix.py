@@ -12,9 +12,9 @@ tokens. A replica's :class:`PrefixCache` maps hashes to reference counts:
 - entries no running request references stay cached, least recently used first out,
   and are evicted only when an allocation needs their blocks.
 
-Blocks stay counted by the integer :class:`~sim.kvcache.BlockAllocator`: a cached entry
-holds ``hash_tokens / block_size`` blocks of its ``used`` count; unreferenced entries are
-``evictable`` and count as free for admission.
+Blocks stay counted by the replica's :class:`~sim.kvmanager.KVCacheManager`, which owns
+this cache: a cached entry holds ``hash_tokens / block_size`` blocks of its ``used``
+count; unreferenced entries are ``evictable`` and count as available for admission.
 """
 
 from __future__ import annotations
@@ -22,22 +22,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from sim.kvcache import BlockAllocator
-
 
 class PrefixCache:
-    """Hash-addressed KV blocks of one replica, reference-counted, LRU-evicted."""
+    """Hash-addressed KV blocks of one replica, reference-counted, LRU-evicted; entries of
+    ``hash_tokens`` tokens, blocks of ``block_size`` tokens. The block counts it implies
+    are kept by its :class:`~sim.kvmanager.KVCacheManager`."""
 
-    def __init__(self, kv: BlockAllocator, hash_tokens: int):
-        if hash_tokens % kv.block_size:
+    def __init__(self, hash_tokens: int, block_size: int) -> None:
+        if hash_tokens % block_size:
             raise ValueError("hash_tokens must be a multiple of block_size")
-        self.kv = kv
         self.hash_tokens = hash_tokens
-        self.per_hash = hash_tokens // kv.block_size  # KV blocks per cached entry
+        self.per_hash = hash_tokens // block_size  # KV blocks per cached entry
         self.refs: dict[int, int] = {}
         self.lru: OrderedDict[int, None] = OrderedDict()  # unreferenced, oldest first
         self.evictions = 0
-        kv.reclaimer = self
 
     @property
     def evictable(self) -> int:
@@ -85,11 +83,14 @@ class PrefixCache:
         self.refs[h] = 1
         return True
 
-    def reclaim(self, blocks: int) -> None:
-        """Evict least recently used entries until ``blocks`` more blocks are free."""
-        kv = self.kv
-        while kv.total - kv.used < blocks and self.lru:
-            h, _ = self.lru.popitem(last=False)
-            del self.refs[h]
-            kv.used -= self.per_hash
-            self.evictions += 1
+    def evict_oldest(self) -> None:
+        """Drop the least recently used unreferenced entry (its ``per_hash`` blocks are
+        the manager's to free)."""
+        h, _ = self.lru.popitem(last=False)
+        del self.refs[h]
+        self.evictions += 1
+
+    def clear(self) -> None:
+        """Forget every entry (a fault emptied the GPU); evictions stay counted."""
+        self.refs.clear()
+        self.lru.clear()

@@ -12,9 +12,7 @@ with their prompt KV present through an inbox of timed deliveries.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
-import math
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -24,10 +22,11 @@ import simpy
 
 from sim.decodeset import DecodeSet
 from sim.histogram import LogHistogram
-from sim.kvcache import BlockAllocator, blocks_for
+from sim.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.prefix import PrefixCache
 from sim.replicastats import ReplicaStats
-from sim.request import FINISHED, Request
+from sim.request import Request
+from sim.result import finish_requests
 from sim.shape import StepShape, batch_shape
 
 if TYPE_CHECKING:
@@ -45,14 +44,14 @@ class Replica:
     """State the policies read (``waiting``, ``running``, ``kv``, ``block_size``) and the
     process that runs iterations on it.
 
-    ``swap_block_s`` is the PCIe time to move one block (per-GPU shard) between GPU and
-    host, ``swap_blocks`` the host space in blocks; both matter only when
-    ``serving.preemption`` is ``swap``.
+    ``kv`` keeps every KV block count (host swap space included); ``swap_block_s`` is
+    the PCIe time (s) to move one block (per-GPU shard) between GPU and host, which
+    matters only when ``serving.preemption`` is ``swap``.
     """
 
     def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
-                 kv: BlockAllocator, serving: ServingConfig | None = None, role: str = "both",
-                 swap_block_s: float = 0.0, swap_blocks: int = 0):
+                 kv: KVCacheManager, serving: ServingConfig | None = None, role: str = "both",
+                 swap_block_s: float = 0.0):
         self.index = index
         self.engine = engine
         self.env = engine.env
@@ -69,23 +68,23 @@ class Replica:
         self.priority = serving is not None and serving.priority
         self.swap = serving is not None and serving.preemption == "swap"
         self.swap_block_s = swap_block_s
-        self.swap_free = swap_blocks  # host blocks left for swapped-out KV
         self.swap_s = 0.0  # PCIe seconds the next iteration spends swapping
         self.handoff: Callable[[Replica, Request, float], None] | None = None
         self.inbox: list[tuple[float, int, Request]] = []  # (lands_s, id, request)
         self._wakeup: Any = None
         self.stats = ReplicaStats(kv.total, role)
-        self.prefix: PrefixCache | None = None  # set by the engine when caching is on
         self.itl = LogHistogram()
-        # Engine time (s) the iteration or fused run under way ends: no request finishes
-        # here before it (a closed loop's fused runs elsewhere are bounded by it).
-        self.busy_until = 0.0
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
-        self.group = (DecodeSet(self.block_size, getattr(policy, "reserves_kv", False))
+        self.group = (DecodeSet(kv, getattr(policy, "reserves_kv", False))
                       if lazy else None)
         self.process = self.env.process(self._run())
+
+    @property
+    def prefix(self) -> PrefixCache | None:
+        """The replica's prefix cache (None when caching is off); the router reads it."""
+        return self.kv.prefix
 
     # -- what the router and policies call -------------------------------------------
     def enqueue(self, r: Request) -> None:
@@ -101,7 +100,7 @@ class Replica:
     def _wake(self) -> None:
         self.idle = False
         if self.entry:
-            self.engine._idle -= 1
+            self.engine.replica_busy()
         self._wakeup.succeed()
 
     def receive(self, r: Request, lands: float) -> None:
@@ -135,79 +134,33 @@ class Replica:
         else:
             self.waiting.extendleft(victims)
 
-    def prefix_hit(self, r: Request) -> tuple[int, int]:
-        """(tokens of ``r``'s next prefill already in this replica's prefix cache, cached
-        blocks that would stop being evictable if it took them); (0, 0) without caching."""
-        pc = self.prefix
-        if pc is None or r.hashes is None or r.computed:
-            return 0, 0
-        k, unref = pc.match(r.hashes, r.prompt + r.generated)
-        return k * pc.hash_tokens, unref
-
-    def admit(self, r: Request, blocks: int, cached_tokens: int = 0) -> None:
-        """Move ``r`` (already popped from waiting) into running with ``blocks`` more blocks,
-        its first ``cached_tokens`` taken from the prefix cache (see :meth:`prefix_hit`).
-        A swapped-out request's KV comes back over PCIe in the next iteration."""
-        pc = self.prefix
-        if pc is not None and not r.computed:
+    def admit(self, r: Request, hit: PrefixHit = NO_HIT) -> None:
+        """Move ``r`` (popped from waiting, its blocks given by
+        :meth:`~sim.kvmanager.KVCacheManager.allocate_slots` with ``hit``) into running,
+        its first ``hit.tokens`` taken from the prefix cache. A swapped-out request's KV
+        comes back over PCIe in the next iteration."""
+        if self.kv.prefix is not None and not r.computed:
             self.stats.prefix_query_tokens += r.prompt + r.generated
-            if cached_tokens:
-                assert r.hashes is not None
-                k = cached_tokens // pc.hash_tokens
-                pc.acquire(r.hashes[:k])  # before allocating, so they are not evicted
-                r.cached = k
-                r.blocks += k * pc.per_hash
-                r.computed = cached_tokens
-                self.stats.prefix_hit_tokens += cached_tokens
-        self.kv.allocate(blocks)
-        r.blocks += blocks
+            if hit.tokens:
+                r.computed = hit.tokens
+                self.stats.prefix_hit_tokens += hit.tokens
         self.running.append(r)
         if r.swapped:
-            self.swap_s += r.swapped * self.swap_block_s
-            self.swap_free += r.swapped
-            r.swapped = 0
-        if not r.scheduled:
-            r.scheduled = True
-            self.engine.first_sched[r.id] = self.env.now
+            self.swap_s += self.kv.swap_in(r) * self.swap_block_s
+        self.engine.scheduled(r, self.env.now)
 
     def release(self, r: Request) -> None:
         """Preempt ``r``: free its blocks. By recompute it forgets its computed tokens; by
         swap its KV moves to host memory (when the host has room, else recompute)."""
-        n = r.blocks
-        self._drop_blocks(r)
-        if self.swap and r.computed and n <= self.swap_free:
-            r.swapped = n
-            self.swap_free -= n
-            self.swap_s += n * self.swap_block_s
+        if self.swap and r.computed and self.kv.swap_out(r):
+            self.swap_s += r.swapped * self.swap_block_s
         else:
+            self.kv.free(r)
             r.computed = 0
-        self.engine.preemptions[r.id] += 1
+        self.engine.preempted(r)
         self.stats.preemptions += 1
 
     preempt = release
-
-    def _drop_blocks(self, r: Request) -> None:
-        """Free ``r``'s own blocks and its references to cached prefix entries."""
-        if r.cached:
-            pc = self.prefix
-            assert pc is not None and r.hashes is not None
-            self.kv.free(r.blocks - r.cached * pc.per_hash)
-            pc.release(r.hashes[:r.cached])
-            r.cached = 0
-        else:
-            self.kv.free(r.blocks)
-        r.blocks = 0
-
-    def _publish(self, r: Request) -> None:
-        """After ``r``'s prefill: its full prompt blocks join the prefix cache (or, when
-        another request cached the same content meanwhile, share that and free its own)."""
-        pc = self.prefix
-        assert pc is not None and r.hashes is not None
-        full = min(len(r.hashes), r.prompt // pc.hash_tokens)
-        for k in range(r.cached, full):
-            if not pc.publish(r.hashes[k]):
-                self.kv.free(pc.per_hash)
-        r.cached = max(r.cached, full)
 
     def crash(self) -> list[Request]:
         """A fault: drop every request held here (waiting, running, landing), with their
@@ -219,31 +172,18 @@ class Replica:
         self.running = []
         self.waiting = deque()
         self.inbox = []
-        for r in lost:
-            self.swap_free += r.swapped
-        if self.prefix is not None:
-            self.prefix.refs.clear()
-            self.prefix.lru.clear()
-        self.kv.free(self.kv.used)
+        self.kv.reset(lost)
         self.outstanding = 0
         self.swap_s = 0.0
         if not self.idle:
             self.process.interrupt("fault")
         return sorted(lost, key=lambda r: r.id)
 
-    def next_end(self) -> float:
-        """The earliest engine time (s) a request could finish here: the end of the
-        iteration under way, or, idle, when the first KV transfer lands (arrivals routed
-        here are bounded on their own)."""
-        if not self.idle:
-            return self.busy_until
-        return self.inbox[0][0] if self.inbox else math.inf
-
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
         A prefill replica holds only the prompt's KV."""
         tokens = prompt if self.role == "prefill" else prompt + output - 1
-        if blocks_for(tokens, self.block_size) > self.kv.total - self.kv.watermark:
+        if not self.kv.can_ever_hold(tokens):
             return "exceeds_kv_capacity"
         return self.policy.reject_reason(prompt, output, self)
 
@@ -259,92 +199,84 @@ class Replica:
         idle_since: float | None = None
         log = engine.step_log
         group = self.group
-        # Decode replicas of a disaggregated cluster receive KV transfers at times no
-        # bound can foresee, so they always step one iteration at a time.
-        fuse = (engine.scenario.event_skipping and self.role != "decode"
-                and getattr(self.policy, "steady", False))
+        timeouts = engine.timeouts
+        dispatch = engine.dispatch
         while True:
-            if engine.timeouts is not None:
-                # Client timeouts due by now leave the queue before this decision
-                # (sim/admission.py: lazily, yet as an eager timer would).
-                engine.timeouts.expire(self, env.now)
-            preempted = stats.preemptions
-            queued = len(self.waiting)
+            if timeouts is not None:  # expired before this decision (sim/admission.py)
+                timeouts.expire(self, env.now)
             batch = schedule(self)
             stepping = group is not None and group.stepping
             if not batch and not stepping:
-                if self.waiting or self.running:
-                    raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
-                                       f"{len(self.waiting)} waiting, {len(self.running)} running")
-                self.idle = True
                 if idle_since is None:
                     idle_since = env.now
-                self._wakeup = env.event()
-                if self.entry:
-                    engine.replica_idle()
-                # A fault may strike just as an arrival woke it: crash() emptied it.
-                with contextlib.suppress(simpy.Interrupt):
-                    yield self._wakeup
+                try:
+                    yield self._go_idle()
+                except simpy.Interrupt:
+                    continue  # a fault struck just as an arrival woke it: crash() emptied it
                 continue
-            if stepping:
-                assert group is not None
-                shape = group.shape()
-                if batch:
-                    shape = StepShape(*(a + b for a, b in zip(shape, batch_shape(batch),
-                                                              strict=True)))
+            if group is not None and stepping:
+                shape = group.shape() if not batch else self._with_batch(group.shape(), batch)
             else:
                 shape = batch_shape(batch)
             dt = step_time(shape)
             if idle_since is not None:
-                if wake_time is not None:
-                    dt += wake_time(env.now - idle_since)
+                dt += wake_time(env.now - idle_since) if wake_time is not None else 0.0
                 idle_since = None
-            if self.swap_s:
-                # vLLM runs this iteration's swap-outs and swap-ins before its forward pass.
-                dt += self.swap_s
-                self.swap_s = 0.0
+            if self.swap_s:  # vLLM swaps blocks out and in before the forward pass
+                dt, self.swap_s = dt + self.swap_s, 0.0
             start = env.now
-            # Only a batch that admitted and preempted nothing is the steady state: after a
-            # resume or an admission the next decision may differ (a prefill may fit).
-            if (fuse and group is not None and stepping and not batch
-                    and stats.preemptions == preempted and len(self.waiting) == queued):
-                grun = group.plan_run(self, start, dt, engine.skip_bound(self),
-                                      bool(self.waiting) or engine.ends_send)
-                if grun is not None:
-                    self.busy_until = grun.ends[-1]
-                    yield env.timeout(grun.delay)
-                    engine.dispatch()
-                    group.apply_run(self, grun, start)
-                    continue
             used = self.kv.used
             stats.book(dt, shape.seqs, shape.new_tokens, used)
             if log is not None:
-                entries = [(r.id, n, r.computed) for r, n in batch.items()]
-                if stepping:
-                    assert group is not None
-                    entries = group.log_entries(self.running) + entries
-                log.append((self.index, start, start + dt, tuple(entries)))
-            self.busy_until = start + dt
+                self._log(log, batch, stepping, start, dt)
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
                 # A fault (sim/faults.py) struck mid-iteration: crash() emptied the replica;
-                # only the part of the iteration that ran was busy. (A fused run is never
-                # interrupted: skip_bound ends it before the next fault.)
-                cut = start + dt - env.now
-                stats.busy_s -= cut
-                stats.kv_block_s -= used * cut
+                # only the part of the iteration that ran was busy.
+                stats.cut_short(start + dt - env.now, used)
                 continue
-            engine.dispatch()
+            dispatch()
             if self.inbox:
                 self.pull()
-            if stepping:
-                assert group is not None
-                group.end_step(self, env.now)
-            self._complete(batch, env.now)
+            now = env.now
+            if group is not None and stepping:
+                self.outstanding -= group.n
+                done = group.end_step(self.itl, now)
+                if done is not None:
+                    self.finish(done, now)
+            if batch:
+                self._complete(batch, now)
+
+    def _go_idle(self) -> Any:
+        """Mark the replica idle; the event an arrival or a KV transfer wakes it with."""
+        if self.waiting or self.running:
+            raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
+                               f"{len(self.waiting)} waiting, {len(self.running)} running")
+        self.idle = True
+        self._wakeup = self.env.event()
+        if self.entry:
+            self.engine.replica_idle()
+        return self._wakeup
+
+    @staticmethod
+    def _with_batch(shape: StepShape, batch: Batch) -> StepShape:
+        """The DecodeSet's decodes ``shape`` plus the entries of ``batch``."""
+        return StepShape(*(a + b for a, b in zip(shape, batch_shape(batch), strict=True)))
+
+    def _log(self, log: list[tuple[Any, ...]], batch: Batch, stepping: bool, start: float,
+             dt: float) -> None:
+        """Append the iteration to the step log: (replica, start s, end s, entries)."""
+        entries = [(r.id, n, r.computed) for r, n in batch.items()]
+        if stepping:
+            assert self.group is not None
+            entries = self.group.log_entries(self.running) + entries
+        log.append((self.index, start, start + dt, tuple(entries)))
 
     def _complete(self, batch: Batch, now: float) -> None:
         engine = self.engine
+        kv = self.kv
+        caching = kv.prefix is not None
         gaps: list[float] = []
         finished: list[Request] = []
         emitted = 0
@@ -364,23 +296,15 @@ class Replica:
                 else:
                     gaps.append(now - r.last_token)
                 r.last_token = now
-                if r.hashes is not None and self.prefix is not None:
-                    self._publish(r)
+                if caching and r.hashes is not None:
+                    kv.cache_blocks(r)
                 if g == r.output:
-                    self._drop_blocks(r)
-                    engine.finish[r.id] = now
-                    engine.status[r.id] = FINISHED
                     finished.append(r)
         if gaps:
             self.itl.extend(gaps)
         self.outstanding -= emitted
         if finished:
-            # By identity: DecodeSet members' own counters are stale until they finish.
-            self.remove_running(finished)
-            engine.finished_count += len(finished)
-            if engine.clients is not None:
-                for r in finished:
-                    engine.ended(r.id, now + engine.response_s)
+            self.finish(finished, now)
         if leaving is not None:
             self._hand_off(leaving, now)
         group = self.group
@@ -389,8 +313,11 @@ class Replica:
                 if r.sync < 0 and group.joinable(r):
                     group.join(r)
 
-    def remove_running(self, done: list[Request]) -> None:
-        """Drop finished requests ``done`` from ``running``, keeping its order."""
+    def finish(self, done: list[Request], now: float) -> None:
+        """Requests ``done`` emitted their last token at ``now`` (s): finish them
+        (:func:`sim.result.finish_requests`) and drop them from ``running``."""
+        finish_requests(done, now, self.kv, self.engine)
+        # By identity: DecodeSet members' own counters are stale until they finish.
         if len(done) < 8:
             for r in done:
                 self.running.remove(r)
@@ -404,7 +331,6 @@ class Replica:
         # On a prefill replica only requests still prefilling stay.
         self.running = [r for r in self.running if r.generated == 0]
         for r in leaving:
-            self.kv.free(r.blocks)
-            r.blocks = 0
+            self.kv.free(r)
             self.outstanding -= r.output - r.generated
             self.handoff(self, r, now)

@@ -36,3 +36,9 @@ class ReplicaStats:
         self.kv_block_s += used * dt
         if used > self.kv_peak:
             self.kv_peak = used
+
+    def cut_short(self, cut: float, used: int) -> None:
+        """The iteration just booked ended ``cut`` seconds early (a fault), holding
+        ``used`` KV blocks: only the part that ran was busy."""
+        self.busy_s -= cut
+        self.kv_block_s -= used * cut

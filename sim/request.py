@@ -18,6 +18,8 @@ class Request:
     ``priority`` orders admission when the policy asks for it (lower runs first).
     ``hashes`` names the request's leading prompt blocks for prefix caching (or None);
     ``cached`` counts the leading ones it references in its replica's prefix cache.
+    ``blocks``, ``cached`` and ``swapped`` are the replica's KV-cache manager's record
+    (:class:`sim.kvmanager.KVCacheManager`) and only it writes them.
     While ``sync`` >= 0 the request is a member of its replica's
     :class:`sim.decodeset.DecodeSet` and ``computed``, ``generated``, ``blocks`` and
     ``last_token`` are as of that set's tick ``sync``.

@@ -1,4 +1,14 @@
-"""What one simulation run produced: :class:`RunResult`."""
+"""What one simulation run produced (:class:`RunResult`), what it records per request
+while it runs (:class:`Outcomes`), and the one way a request finishes
+(:func:`finish_requests`).
+
+:class:`Outcomes` holds the per-request result arrays (indexed by request id) that the
+simulator's engine (:class:`sim.engine.Engine` is one) and the replay loop
+(:mod:`calibrate.replay`) fill in. :func:`finish_requests` is the only code that
+finishes requests: the replica after an iteration, its DecodeSet's members, and the
+replay loop all call it, so a finish always frees the same KV and records the same
+fields. Imports no SimPy: ``calibrate.replay`` uses it on a device machine.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.frontend import NO_FRONTEND, Frontend
+from sim.kvmanager import KVCacheManager
+from sim.request import FINISHED, PENDING, Request
 
 if TYPE_CHECKING:
     from sim.clients import ClientStats
@@ -57,3 +69,54 @@ class RunResult:
     # When each request reached the engine (s): its send time plus the frontend's request
     # delay; NaN for one never delivered. None: the engine saw requests as they were sent.
     seen_s: np.ndarray | None = None
+
+
+class Outcomes:
+    """Per-request results of ``n`` requests: ``first_sched``, ``first_token`` and
+    ``finish`` are times in seconds (NaN until they happen), ``preemptions`` counts,
+    ``status`` one of :mod:`sim.request`'s codes; ``finished_count`` counts requests
+    finished so far. ``response_s`` (s) is how long after the engine's last token its
+    client has the answer (0 here; the engine's frontend sets it). ``tells_ends``:
+    whether :meth:`ended` must hear of every finish (a closed loop's clients)."""
+
+    def __init__(self, n: int) -> None:
+        self.first_sched = np.full(n, np.nan)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.status = np.full(n, PENDING, dtype=np.int8)
+        self.finished_count = 0
+        self.response_s = 0.0
+        self.tells_ends = False
+
+    def scheduled(self, r: Request, now: float) -> None:
+        """``r`` was admitted at ``now`` (s); the first admission is its scheduling time."""
+        if not r.scheduled:
+            r.scheduled = True
+            self.first_sched[r.id] = now
+
+    def preempted(self, r: Request) -> None:
+        """Count one preemption of ``r``."""
+        self.preemptions[r.id] += 1
+
+    def ended(self, i: int, client_s: float) -> None:
+        """Request ``i`` ended; its client learns it at ``client_s`` (s). Nothing here;
+        the engine's closed loop frees the client."""
+
+
+def finish_requests(done: list[Request], now: float, kv: KVCacheManager,
+                    out: Outcomes) -> None:
+    """Finish ``done`` (each has emitted its last token at ``now``, s): free its KV and
+    its prefix-cache references, record its finish time and status, count it, and tell
+    its client. The caller drops them from its running list."""
+    finish = out.finish
+    status = out.status
+    for r in done:
+        kv.free(r)
+        finish[r.id] = now
+        status[r.id] = FINISHED
+    out.finished_count += len(done)
+    if out.tells_ends:
+        client_s = now + out.response_s
+        for r in done:
+            out.ended(r.id, client_s)

@@ -2,8 +2,9 @@
 
 Top-level keys: ``name``, ``model``, ``hardware``, ``cost``, ``serving``, ``cluster``,
 ``workload``, ``slo``, ``disaggregated`` (pools and link of the ``disaggregated`` policy,
-see docs/policies.md), ``admission`` and ``faults`` (docs/reliability.md), ``horizon_s``,
-``event_skipping``. docs/scenarios.md is the reference.
+see docs/policies.md), ``admission`` and ``faults`` (docs/reliability.md), ``horizon_s``.
+``event_skipping`` is still accepted and has no effect (runs of decode iterations were
+once fused into one event, with the same results). docs/scenarios.md is the reference.
 """
 
 from __future__ import annotations
@@ -148,7 +149,6 @@ class Scenario:
     slo: SLOConfig = field(default_factory=SLOConfig)
     disaggregated: DisaggConfig = field(default_factory=DisaggConfig)
     horizon_s: float | None = bounded(None, gt=0)
-    event_skipping: bool = True  # advance runs of decode-only iterations in one event
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     base_dir: Path | None = None
@@ -249,6 +249,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             raise exc.located(prefix="hardware") from None
         hardware = build(HardwareConfig, hw_raw, "hardware")
         gpu(hardware.gpu)
+        # Files written for older versions may set it; it must still be a boolean.
+        convert(bool, raw.get("event_skipping", True), "event_skipping")
         scenario = Scenario(
             model=_model(raw["model"], base_dir),
             workload=build(WorkloadConfig, raw["workload"], "workload"),
@@ -260,7 +262,6 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
             disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
-            event_skipping=convert(bool, raw.get("event_skipping", True), "event_skipping"),
             admission=build(AdmissionConfig, raw.get("admission") or {}, "admission"),
             faults=build(FaultsConfig, raw.get("faults") or {}, "faults"),
             base_dir=base_dir,

@@ -33,22 +33,23 @@ def tiny_scenario(**sections: Any) -> Any:
 
 
 def run_requests(scenario: Any, arrivals: list[float], prompts: list[int], outputs: list[int],
-                 log_steps: bool = True) -> RunResult:
+                 log_steps: bool = True, lazy_decodes: bool = True) -> RunResult:
     """Run ``scenario`` on exactly these requests (seconds, tokens)."""
     req = Requests(np.array(arrivals, dtype=float), np.array(prompts, dtype=np.int64),
                    np.array(outputs, dtype=np.int64))
-    return Engine(scenario, req, build_cost(scenario), np.random.default_rng(0), log_steps).run()
+    return Engine(scenario, req, build_cost(scenario), np.random.default_rng(0), log_steps,
+                  lazy_decodes=lazy_decodes).run()
 
 
 def run_both_ways(scenario: Any, arrivals: list[float], prompts: list[int],
                   outputs: list[int]) -> RunResult:
-    """Run with event skipping on and off, assert identical outputs, return the first."""
+    """Run with lazily advanced decodes (sim/decodeset.py) and request by request, assert
+    identical outputs, return the first."""
     from sim.report import requests_csv
 
-    runs = [run_requests(scenario.__class__(**{**scenario.__dict__, "event_skipping": skip}),
-                         arrivals, prompts, outputs) for skip in (True, False)]
+    runs = [run_requests(scenario, arrivals, prompts, outputs, lazy_decodes=lazy)
+            for lazy in (True, False)]
     assert requests_csv(runs[0]) == requests_csv(runs[1])
-    # Fused runs log their iterations when they end: compare per replica, in time order.
     logs = [sorted(r.step_log or [], key=lambda e: (e[0], e[1])) for r in runs]
     assert logs[0] == logs[1]
     return runs[0]

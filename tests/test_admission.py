@@ -1,7 +1,8 @@
 """Admission control and client timeouts, worked out by hand.
 
 Cost: 10 ms per step + 1 ms per new token (linear), block size 4 (tests/conftest.py).
-Every scenario runs with event skipping on and off: the results must be identical.
+Every scenario runs with lazily advanced decodes and request by request: the results
+must be identical.
 """
 
 from __future__ import annotations

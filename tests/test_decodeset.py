@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -19,10 +18,11 @@ from sim.decodeset import DecodeSet
 from sim.engine import Engine, build_cost, simulate
 from sim.errors import ServesimError
 from sim.histogram import LogHistogram
-from sim.kvcache import BlockAllocator
+from sim.kvmanager import KVCacheManager
 from sim.metrics import summarize
 from sim.report import requests_csv
 from sim.request import Request
+from sim.result import Outcomes, finish_requests
 from sim.workload import Requests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,15 +61,14 @@ def assert_equivalent(a: Any, b: Any) -> None:
 @given(st.sampled_from(LAZY_POLICIES), st.integers(1, 8),
        st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
                 min_size=1, max_size=14),
-       st.integers(8, 60), st.booleans(), st.integers(2, 24), st.booleans())
+       st.integers(8, 60), st.booleans(), st.integers(2, 24))
 def test_lazy_decodes_equal_eager_on_random_workloads(
-        policy: str, block: int, rows: list[tuple], blocks: int, swap: bool, budget: int,
-        skip: bool) -> None:
+        policy: str, block: int, rows: list[tuple], blocks: int, swap: bool,
+        budget: int) -> None:
     # Small KV caches force preemptions (the set flushes); small chunk budgets leave
     # decodes out of a batch (the set holds only the running list's leading entries).
     rows = sorted(rows)
-    sc = tiny_scenario(event_skipping=skip,
-                       serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
+    sc = tiny_scenario(serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
                                 "max_num_seqs": 5, "token_budget": max(budget, block),
                                 "preemption": "swap" if swap else "recompute"})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
@@ -118,51 +117,49 @@ def _member(rid: int, computed: int, generated: int, output: int, bs: int) -> Re
 
 
 class StubReplica:
-    """The few replica fields a DecodeSet touches."""
+    """What a replica does around its DecodeSet's iterations."""
 
-    def __init__(self, running: list[Request], kv: BlockAllocator):
+    def __init__(self, running: list[Request], kv: KVCacheManager):
         self.running = running
         self.kv = kv
         self.itl = LogHistogram()
         self.outstanding = 0
-        self.prefix = None
-        self.engine = SimpleNamespace(finish=np.full(2, np.nan), status=np.zeros(2, np.int8),
-                                      finished_count=0, clients=None)
+        self.engine = Outcomes(2)
 
-    def _drop_blocks(self, r: Request) -> None:
-        self.kv.free(r.blocks)
-        r.blocks = 0
-
-    def remove_running(self, done: list[Request]) -> None:
-        self.running = [r for r in self.running if r not in done]
+    def end_step(self, g: DecodeSet, now: float) -> None:
+        self.outstanding -= g.n
+        done = g.end_step(self.itl, now)
+        if done is not None:
+            finish_requests(done, now, self.kv, self.engine)
+            self.running = [r for r in self.running if r not in done]
 
 
 def test_set_bookkeeping_by_hand() -> None:
     # Block size 4. A: 5 tokens cached (2 blocks), 1 of 6 outputs; B: 8 cached (2 full
     # blocks), 2 of 3 outputs, so one more decode finishes it.
     bs = 4
-    g = DecodeSet(bs)
+    kv = KVCacheManager(10, bs)
+    g = DecodeSet(kv)
     a, b = _member(0, 5, 1, 6, bs), _member(1, 8, 2, 3, bs)
-    kv = BlockAllocator(10, bs)
-    kv.allocate(4)
+    assert kv.allocate_blocks(4)
     rep = StubReplica([a, b], kv)
     g.join(a)
     g.join(b)
     assert g.shape() == (2, 2, 13, 0, 0, 0, 15)
     assert g.finish_at == {5: [a], 1: [b]}
-    assert not DecodeSet(bs).reserve(kv, [a])  # a running request outside the set
+    assert not DecodeSet(kv).reserve([a])  # a running request outside the set
     # Tick 0: B's 9th token needs a third block; A's 6th fits its second.
-    assert g.reserve(kv, rep.running) and kv.used == 5
-    g.end_step(rep, 1.0)  # both emit; B finishes and frees its 3 blocks
+    assert g.reserve(rep.running) and kv.used == 5
+    rep.end_step(g, 1.0)  # both emit; B finishes and frees its 3 blocks
     assert rep.running == [a] and kv.used == 2 and rep.engine.finish[1] == 1.0
     assert rep.outstanding == -2 and g.n == 1
     # Ticks 1 and 2: A computes its 7th and 8th tokens inside its 2 blocks.
     for t in (1.5, 2.5):
-        assert g.reserve(kv, rep.running) and kv.used == 2
+        assert g.reserve(rep.running) and kv.used == 2
         assert g.shape().context_tokens == a.computed + g.tick
-        g.end_step(rep, t)
+        rep.end_step(g, t)
     # Tick 3: A's 9th token needs a block.
-    assert g.reserve(kv, rep.running) and kv.used == 3
+    assert g.reserve(rep.running) and kv.used == 3
     g.stepping = False
     g.flush(rep.running)
     assert (a.computed, a.generated, a.blocks, a.last_token, a.sync) == (8, 4, 2, 2.5, -1)

@@ -186,9 +186,9 @@ def test_first_step_after_idle_pays_the_wake_term():
     np.testing.assert_allclose(plain.first_token, [0.53, 0.62, 0.64], atol=1e-12)
 
 
-def test_wake_is_paid_alike_with_and_without_event_skipping(tmp_path):
-    """A profile's wake term with fused decode runs and step by step: same outputs, and
-    the arrivals that find the replica idle pay it."""
+def test_wake_is_paid_alike_with_lazy_and_eager_decodes(tmp_path):
+    """A profile's wake term with lazily advanced decodes and request by request: same
+    outputs, and the arrivals that find the replica idle pay it."""
     import dataclasses
 
     import yaml

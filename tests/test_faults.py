@@ -144,7 +144,7 @@ def test_outage_of_a_missing_replica_is_a_load_error() -> None:
                 min_size=1, max_size=14),
        st.sampled_from(["retry", "fail"]), st.floats(0, 0.05), st.one_of(
            st.none(), st.floats(0.01, 0.3)), st.one_of(st.none(), st.integers(1, 4)))
-def test_fuzzed_faults_and_admission_keep_skipping_exact_and_every_request_counted(
+def test_fuzzed_faults_and_admission_keep_lazy_decodes_exact_and_every_request_counted(
         policy: str, replicas: int, rows: list[tuple[float, int, int]], on_failure: str,
         detection: float, timeout: float | None, max_waiting: int | None) -> None:
     rows = sorted(rows)

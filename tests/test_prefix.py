@@ -12,9 +12,9 @@ from conftest import tiny_scenario
 
 from sim.engine import Engine, build_cost, simulate
 from sim.errors import ServesimError
-from sim.kvcache import BlockAllocator
+from sim.kvmanager import KVCacheManager
 from sim.metrics import per_request, summarize
-from sim.prefix import PrefixCache
+from sim.request import Request
 from sim.workload import Requests
 
 
@@ -82,17 +82,23 @@ def test_unreferenced_entries_are_evicted_lru_when_space_is_needed() -> None:
 
 
 def test_prefix_cache_unit_refcounts() -> None:
-    kv = BlockAllocator(10, 4)
-    pc = PrefixCache(kv, 8)
+    kv = KVCacheManager(10, 4)
+    pc = kv.enable_prefix_caching(8)
     assert pc.per_hash == 2
-    assert pc.publish(1) and pc.publish(2)
-    kv.used += 4  # the publishing request's blocks, now owned by the cache
+    # A request computes a 16-token prompt (4 blocks) and publishes its two hashes.
+    a = Request(0, 0.0, 16, 2)
+    a.hashes = (1, 2)
+    assert kv.allocate_slots(a, 16) == 4 and kv.used == 4
+    kv.cache_blocks(a)
+    assert a.cached == 2 and pc.refs == {1: 1, 2: 1}
     assert pc.match([1, 2, 3], 100) == (2, 0)
-    pc.release([1, 2])
+    kv.free(a)  # its blocks now belong to the cache alone
+    assert kv.used == 4 and a.blocks == 0
     assert pc.evictable == 4 and list(pc.lru) == [2, 1]  # the tail is evicted first
     assert pc.match([1, 2], 100) == (2, 4)
     assert kv.can_allocate(10)
-    kv.allocate(8)
+    b = Request(1, 0.0, 32, 1)
+    assert kv.allocate_slots(b, 32) == 8
     assert pc.evictions == 1 and kv.used == 10 and list(pc.refs) == [1]
 
 

@@ -11,41 +11,45 @@ from sim.configtools import build
 from sim.cost import LinearCost, RooflineCost, RooflineParams
 from sim.errors import ServesimError
 from sim.histogram import LogHistogram
-from sim.kvcache import BlockAllocator, blocks_for, kv_capacity_blocks
+from sim.kvcache import blocks_for, kv_capacity_blocks
+from sim.kvmanager import KVCacheManager
+from sim.request import Request
 from sim.requestbuild import build_requests
 from sim.shape import StepShape, decode_shape, shape_of
 from sim.specs import GPUS, MODELS
 from sim.workload import WorkloadConfig
 
 
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=200))
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40 * 16)), max_size=200))
 def test_allocator_never_over_allocates(ops: list[tuple[bool, int]]) -> None:
-    kv = BlockAllocator(100, 16, watermark_blocks=5)
-    held: list[int] = []
+    kv = KVCacheManager(100, 16, watermark_blocks=5)
+    held: list[Request] = []
     for take, n in ops:
         if take:
-            if kv.can_allocate(n):
-                kv.allocate(n)
-                held.append(n)
-            else:
-                with pytest.raises(AssertionError):
-                    kv.allocate(n) if kv.used + n > kv.total else (_ for _ in ()).throw(
-                        AssertionError)
+            r = Request(len(held), 0.0, max(n, 1), 1)
+            fits = kv.can_allocate(blocks_for(n, 16))
+            got = kv.allocate_slots(r, n)
+            assert (got is not None) == fits
+            if got is not None:
+                assert got == r.blocks == blocks_for(n, 16)
+                held.append(r)
         elif held:
             kv.free(held.pop())
         assert 0 <= kv.used <= kv.total
-        assert kv.used == sum(held)
+        assert kv.used == sum(r.blocks for r in held)
         assert kv.num_free == kv.total - kv.used
 
 
 def test_allocator_watermark_and_double_free() -> None:
-    kv = BlockAllocator(10, 4, watermark_blocks=2)
+    kv = KVCacheManager(10, 4, watermark_blocks=2)
     assert kv.can_allocate(8, keep_watermark=True)
     assert not kv.can_allocate(9, keep_watermark=True)
     assert kv.can_allocate(10)
-    kv.allocate(3)
+    r = Request(0, 0.0, 12, 1)
+    assert kv.allocate_slots(r, 12) == 3
+    r.blocks = 4  # a request claiming more than it was given
     with pytest.raises(AssertionError):
-        kv.free(4)
+        kv.free(r)
     assert blocks_for(0, 4) == 0 and blocks_for(1, 4) == 1 and blocks_for(8, 4) == 2
 
 

@@ -48,9 +48,9 @@ def child(spec: str) -> None:
     """Run one case (JSON spec on argv) and print its measurements as JSON."""
     sys.path.insert(0, str(ROOT))
     args = json.loads(spec)
-    from sim.engine import simulate
-    from sim.metrics import summarize
-    from sim.scenario import from_dict
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+    from sim.report.metrics import summarize
 
     sc = from_dict(args["scenario"], "<bench>", ROOT)
     import simpy
@@ -63,7 +63,7 @@ def child(spec: str) -> None:
             events[0] += 1
             step(self)
 
-    import sim.engine as engine_mod
+    import sim.core.engine as engine_mod
 
     engine_mod.simpy.Environment = Counting  # type: ignore[misc]
     t0 = time.perf_counter()

@@ -66,7 +66,7 @@ def _write(path: Path, fmt: str, rows: int, seed: int = 0) -> None:
 
 def _load_child(path: str, fmt: str) -> None:
     sys.path.insert(0, str(ROOT))
-    from sim.traces import load_trace
+    from sim.workload.traces import load_trace
 
     t = time.perf_counter()
     trace = load_trace(path, fmt)

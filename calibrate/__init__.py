@@ -2,5 +2,5 @@
 
 Run it as ``servesim calibrate ...`` or ``python -m calibrate ...``. It needs torch,
 numpy, scipy and pyyaml, never simpy; the one thing it hands the simulator is the
-profile file that :mod:`sim.profile` reads.
+profile file that :mod:`sim.cost.profile` reads.
 """

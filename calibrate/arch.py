@@ -1,17 +1,17 @@
 """Model architectures to calibrate: a sim/ preset or a HuggingFace ``config.json``.
 
-Both routes yield the same :class:`sim.specs.ModelSpec` (the config reader is
-:func:`sim.hfconfig.from_hf_config`), so the simulator and the calibrator describe a model
-with one table; the per-GPU shard of tensor parallelism is :func:`sim.specs.shard`.
+Both routes yield the same :class:`sim.cost.specs.ModelSpec` (the config reader is
+:func:`sim.cost.hfconfig.from_hf_config`), so the simulator and the calibrator describe a model
+with one table; the per-GPU shard of tensor parallelism is :func:`sim.cost.specs.shard`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from sim.cost.hfconfig import from_hf_config
+from sim.cost.specs import ModelSpec, model_preset
 from sim.errors import ServesimError
-from sim.hfconfig import from_hf_config
-from sim.specs import ModelSpec, model_preset
 
 
 def resolve_model(preset: str | None, hf_config: Path | None) -> ModelSpec:

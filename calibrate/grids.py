@@ -1,7 +1,7 @@
 """Sweep grids: which batch shapes each component is timed at.
 
 A point is a list of (new_tokens, context_before) entries, the same description the
-simulator's :class:`sim.shape.StepShape` is built from, so every measurement row
+simulator's :class:`sim.cost.shape.StepShape` is built from, so every measurement row
 carries the exact shape the fit and the profile evaluate. Grids are scaled to the
 device (a 2-core CPU times a tiny model; a GPU times an 8B model's layer) and to the
 model's context limit.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.specs import ModelSpec
+from sim.cost.specs import ModelSpec
 
 Entries = tuple[tuple[int, int], ...]
 
@@ -46,7 +46,7 @@ class GridConfig:
     scale: int                         # whole steps: multiplier on the base mixes
     long: tuple[tuple[int, int], ...] = ()  # prefill attention: (chunk, context) past the grid
     # Linear stack and LM head are also timed at every count 1..table_max (tokens,
-    # sequences), kept as a measured table (sim.profile.tabled): small matrix products
+    # sequences), kept as a measured table (sim.cost.profile.tabled): small matrix products
     # are not a smooth function of their rows (CPU: multiples of four fastest).
     table_max: int = 0
 

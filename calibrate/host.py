@@ -33,8 +33,8 @@ from calibrate.replay import STEP_FIELDS, ModelExecutor, VirtualClock, run_loop
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing, is_oom
 from calibrate.wake import fit_wake, time_wake_on
-from sim.kvcache import blocks_for
-from sim.scenario import ServingConfig
+from sim.config.scenario import ServingConfig
+from sim.cost.memory import blocks_for
 
 # Distinct batch sizes need this many intervals each to make a point.
 MIN_SAMPLES = 3

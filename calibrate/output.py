@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
-from sim.profile import FORMS, WAKE_FORMULA
-from sim.profilefile import SCHEMA
+from sim.cost.profile import FORMS, WAKE_FORMULA
+from sim.cost.profilefile import SCHEMA
 
 if TYPE_CHECKING:
     from calibrate.run import CalibrationConfig, CalibrationResult

@@ -3,11 +3,11 @@ continuous-batching loop, in wall-clock time on the device.
 
 The loop is the simulator's replica loop without SimPy. Each iteration: every request
 whose arrival time has passed joins the waiting queue (the same rejection rules as
-``sim.engine``), the *simulator's own* policy object (``sim.policies``: ``continuous``
+``sim.core.engine``), the *simulator's own* policy object (``sim.policies.registry``: ``continuous``
 or ``chunked``) picks the batch against the same KV-cache manager
-(``sim.kvmanager.KVCacheManager``, watermark included, preemption by recompute), the
+(``sim.core.kvmanager.KVCacheManager``, watermark included, preemption by recompute), the
 model runs that batch, and the iteration's end stamps first tokens and finishes
-requests through the simulator's own finish path (``sim.result.finish_requests``).
+requests through the simulator's own finish path (``sim.core.result.finish_requests``).
 So real and simulated runs differ only in where step times come from: the device here,
 the cost profile there.
 
@@ -35,13 +35,13 @@ import numpy as np
 import torch
 
 from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
+from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
+from sim.core.request import Request
+from sim.core.result import Outcomes, finish_requests
+from sim.cost.shape import StepShape, shape_of
+from sim.cost.specs import ModelSpec, shard
 from sim.errors import ServesimError
-from sim.kvmanager import NO_HIT, KVCacheManager, PrefixHit
-from sim.policies import make_policy
-from sim.request import Request
-from sim.result import Outcomes, finish_requests
-from sim.shape import StepShape, shape_of
-from sim.specs import ModelSpec, shard
+from sim.policies.registry import make_policy
 
 SCHEMA = "servesim-replay/1"
 STEP_FIELDS = ("start_s", "end_s", "exec_s", "cpu_s", "host_s") + StepShape._fields
@@ -121,7 +121,7 @@ class CostExecutor:
 
 
 class _State:
-    """What the policies read and call (the simpy-free half of ``sim.replica.Replica``)."""
+    """What the policies read and call (the simpy-free half of ``sim.core.replica.Replica``)."""
 
     def __init__(self, kv: KVCacheManager, outcomes: Outcomes):
         self.waiting: deque[Request] = deque()
@@ -174,7 +174,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
              max_context: int, executor: Executor, clock: WallClock | VirtualClock,
              vocab: int = 2, interruptible: bool = False) -> ReplayResult:
     """Serve the requests (arrivals in seconds, ascending; token counts) under ``serving``
-    (a ``sim.scenario.ServingConfig``: policy, limits, ``num_gpu_blocks`` required).
+    (a ``sim.config.scenario.ServingConfig``: policy, limits, ``num_gpu_blocks`` required).
     ``interruptible``: a SIGINT ends the loop with what it served (``interrupted``),
     instead of propagating; for a replay, whose partial record is worth keeping, not
     for calibration's uses of the loop, which must stop when asked."""

@@ -36,8 +36,8 @@ from calibrate.replay import (
     replay_on_device,
     run_loop,
 )
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
-from sim.specs import ModelSpec
 
 # Loads (fractions of the predicted saturation rate) below which a level counts as
 # "below saturation"; at or above, "near saturation".
@@ -69,9 +69,10 @@ class Workload:
 
 def trace_workload(ref: str, n: int, max_len: int, offset: int = 0) -> Workload:
     """Rows ``offset .. offset+n`` of trace ``ref`` (path or shipped name), rebased to 0 s,
-    prompt + output capped at ``max_len`` tokens (``sim.tracetools.truncate_to_context``)."""
-    from sim.traces import find_trace, load_trace
-    from sim.tracetools import truncate_to_context
+    prompt + output capped at ``max_len`` tokens
+    (``sim.workload.tracetools.truncate_to_context``)."""
+    from sim.workload.traces import find_trace, load_trace
+    from sim.workload.tracetools import truncate_to_context
 
     tr = load_trace(find_trace(ref, Path.cwd()))
     if tr.arrival_s is None:
@@ -91,9 +92,9 @@ def trace_workload(ref: str, n: int, max_len: int, offset: int = 0) -> Workload:
 
 
 def serving_config(values: dict[str, Any]) -> Any:
-    """A validated ``sim.scenario.ServingConfig`` from plain values."""
+    """A validated ``sim.config.scenario.ServingConfig`` from plain values."""
+    from sim.config.scenario import ServingConfig
     from sim.configtools import build
-    from sim.scenario import ServingConfig
 
     return build(ServingConfig, {k: v for k, v in values.items() if v is not None}, "serving")
 
@@ -270,7 +271,7 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
                    ) -> tuple[ModelSpec, Workload, Any, list[float], list[float | None], Any]:
     """(model, workload, serving, rates, loads, profile or None) from parsed arguments."""
     from calibrate.arch import resolve_model
-    from sim.profilefile import load_profile
+    from sim.cost.profilefile import load_profile
 
     spec = resolve_model(args.model, args.hf_config)
     prof = load_profile(args.profile, Path.cwd()) if args.profile else None

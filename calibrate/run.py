@@ -26,10 +26,9 @@ from calibrate.replay import ModelExecutor
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
-from sim.errors import ServesimError
-from sim.profile import FORMS
-from sim.profilecost import ProfileCost
-from sim.profilefit import (
+from sim.cost.profile import FORMS
+from sim.cost.profilecost import ProfileCost
+from sim.cost.profilefit import (
     MIN_TEST,
     FitResult,
     allreduce_coefs,
@@ -37,7 +36,8 @@ from sim.profilefit import (
     fit_in_situ,
     relative_errors,
 )
-from sim.specs import GPUS, ModelSpec, shard
+from sim.cost.specs import GPUS, ModelSpec, shard
+from sim.errors import ServesimError
 
 # Held-out component MAPE and whole-step error bars (fractions) by device type.
 BARS = {"cpu": 0.10, "cuda": 0.05}

@@ -28,8 +28,8 @@ import torch
 from calibrate.grids import WHOLE_STEP, Point
 from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare
 from calibrate.timing import Timer, Timing, is_oom
-from sim.shape import StepShape, shape_of
-from sim.specs import Shard
+from sim.cost.shape import StepShape, shape_of
+from sim.cost.specs import Shard
 
 ROTATE_BYTES = 64e6
 

@@ -32,7 +32,7 @@ from calibrate.grids import Point
 from calibrate.replay import ModelExecutor
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
-from sim.profile import wake_curve
+from sim.cost.profile import wake_curve
 
 # Idle spells before the timed step, seconds (0: back to back, the reference).
 IDLE_S = (0.0, 0.002, 0.01, 0.05, 0.2)

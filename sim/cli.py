@@ -29,9 +29,10 @@ def _simulate(argv: list[str]) -> int:
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     a = p.parse_args(argv)
 
-    from sim import report, scenario
-    from sim.engine import simulate
-    from sim.metrics import summarize
+    from sim.config import scenario
+    from sim.core.engine import simulate
+    from sim.report import outputs as report
+    from sim.report.metrics import summarize
 
     sc = scenario.load(a.scenario, a.overrides)
     res = simulate(sc)
@@ -61,14 +62,16 @@ def _calibrate(argv: list[str]) -> int:
 # and `simulate` never imports torch. Values: (callable or "module:function", help).
 COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
     "simulate": (_simulate, "simulate a scenario file"),
-    "compare": ("sim.compare:main", "run one workload through several batching policies"),
-    "sweep": ("sim.sweep:main", "grid of simulations over rates, policies, cluster shapes"),
-    "capacity": ("sim.capacity:main", "highest load meeting SLOs; cheapest configuration"),
-    "report": ("sim.htmlreport:main", "self-contained report of a sweep or capacity run"),
+    "compare": ("sim.study.compare:main", "run one workload through several batching policies"),
+    "sweep": ("sim.study.sweep:main", "grid of simulations over rates, policies, cluster shapes"),
+    "capacity": ("sim.study.capacity:main", "highest load meeting SLOs; cheapest configuration"),
+    "report": ("sim.study.html:main", "self-contained report of a sweep or capacity run"),
     "calibrate": (_calibrate, "time a model on this machine's device and write a cost profile"),
-    "validate": ("sim.validate:main", "compare predictions with a real run or vLLM results"),
-    "profile": ("sim.profilecli:main", "build cost profiles from public kernel tables; list, ship"),
-    "trace": ("sim.tracecli:main", "statistics and plots of a request trace"),
+    "validate": ("sim.validate.command:main",
+                 "compare predictions with a real run or vLLM results"),
+    "profile": ("sim.cost.tables.cli:main",
+                "build cost profiles from public kernel tables; list, ship"),
+    "trace": ("sim.workload.cli:main", "statistics and plots of a request trace"),
 }
 
 

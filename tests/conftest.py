@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sim.engine import Engine, RunResult, build_cost
-from sim.scenario import from_dict
-from sim.workload import Requests
+from sim.config.scenario import from_dict
+from sim.core.engine import Engine, RunResult, build_cost
+from sim.workload.requests import Requests
 
 
 def tiny_scenario(**sections: Any) -> Any:
@@ -43,9 +43,9 @@ def run_requests(scenario: Any, arrivals: list[float], prompts: list[int], outpu
 
 def run_both_ways(scenario: Any, arrivals: list[float], prompts: list[int],
                   outputs: list[int]) -> RunResult:
-    """Run with lazily advanced decodes (sim/decodeset.py) and request by request, assert
+    """Run with lazily advanced decodes (sim/core/decodeset.py) and request by request, assert
     identical outputs, return the first."""
-    from sim.report import requests_csv
+    from sim.report.outputs import requests_csv
 
     runs = [run_requests(scenario, arrivals, prompts, outputs, lazy_decodes=lazy)
             for lazy in (True, False)]
@@ -89,7 +89,7 @@ def cpu_calibration(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from calibrate import sweeps
     from calibrate.rounds import RoundsConfig
     from calibrate.run import CalibrationConfig, calibrate
-    from sim.specs import MODELS
+    from sim.cost.specs import MODELS
 
     out = tmp_path_factory.mktemp("cal") / "cpu-tiny.yaml"
     real = sweeps.Bench._callable

@@ -15,10 +15,10 @@ import pytest
 from conftest import run_both_ways as both
 from conftest import tiny_scenario
 
-from sim.admission import RateLimitConfig, TokenBucket
+from sim.core.request import FINISHED, REJECTED, TIMED_OUT
 from sim.errors import ServesimError
-from sim.metrics import summarize
-from sim.request import FINISHED, REJECTED, TIMED_OUT
+from sim.policies.admission import RateLimitConfig, TokenBucket
+from sim.report.metrics import summarize
 
 
 def test_token_bucket_refills_at_its_rate_and_caps_at_burst() -> None:

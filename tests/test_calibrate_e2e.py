@@ -30,11 +30,11 @@ from calibrate.run import (
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timer, Timing, TimingConfig
 from calibrate.wake import IDLE_S
-from sim.profile import FORMS, wake_curve
-from sim.profilecost import ProfileCost
-from sim.profilefile import SCHEMA, load_profile
-from sim.shape import StepShape, shape_of
-from sim.specs import MODELS, shard
+from sim.cost.profile import FORMS, wake_curve
+from sim.cost.profilecost import ProfileCost
+from sim.cost.profilefile import SCHEMA, load_profile
+from sim.cost.shape import StepShape, shape_of
+from sim.cost.specs import MODELS, shard
 
 ROOT = Path(__file__).parents[1]
 

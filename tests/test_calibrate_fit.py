@@ -1,14 +1,14 @@
-"""sim.profilefit: known coefficients are recovered from noisy synthetic timings."""
+"""sim.cost.profilefit: known coefficients are recovered from noisy synthetic timings."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from sim.cost.profile import FORMS
+from sim.cost.profilefit import allreduce_coefs, fit_component, fit_in_situ, split, table_points
+from sim.cost.shape import StepShape, shape_of
 from sim.errors import ServesimError
-from sim.profile import FORMS
-from sim.profilefit import allreduce_coefs, fit_component, fit_in_situ, split, table_points
-from sim.shape import StepShape, shape_of
 
 
 def synthetic(name: str, coef: dict[str, float], shapes: list[StepShape], noise: float,
@@ -179,8 +179,8 @@ def test_every_grid_leaves_each_operator_enough_points_to_fit(device: str, quick
     """A GPU calibration cannot be run here, so its grids are checked on paper: every
     count 1..table_max is timed, and each component keeps enough points past its table."""
     from calibrate.grids import OPERATORS, grid_for, operator_points
-    from sim.profilefit import table_points as tabled
-    from sim.specs import MODELS
+    from sim.cost.profilefit import table_points as tabled
+    from sim.cost.specs import MODELS
 
     g = grid_for(device, quick)
     model = MODELS["llama-3-8b" if device == "cuda" else "tiny"]

@@ -11,9 +11,9 @@ import torch
 from calibrate.arch import resolve_model
 from calibrate.model import build_decoder, prepare, unfold_heads
 from calibrate.sweeps import slotted
+from sim.cost.hfconfig import from_hf_config
+from sim.cost.specs import MODELS, shard
 from sim.errors import ServesimError
-from sim.hfconfig import from_hf_config
-from sim.specs import MODELS, shard
 
 CPU = torch.device("cpu")
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sim.capacity import Search, default_start, passes, run_capacity
 from sim.cli import main as cli_main
-from sim.slospec import parse_slos
-from sim.sweep import SweepSpec, read_csv, run_sweep
-from sim.sweeppoint import PointCache, read_raw
+from sim.report.slospec import parse_slos
+from sim.study.capacity import Search, default_start, passes, run_capacity
+from sim.study.sweep import SweepSpec, read_csv, run_sweep
+from sim.study.sweeppoint import PointCache, read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 MD1 = ROOT / "scenarios" / "capacity-md1.yaml"
@@ -78,7 +78,7 @@ def test_cheapest_configuration_for_a_target_rate(tmp_path):
     assert res.best is not None and res.best.replicas == 3 and res.best.gpus == 3
     checked = {c.replicas: c.passed for c in res.checked}
     assert checked[3] and not checked[2]
-    from sim.capacity import cost_row
+    from sim.study.capacity import cost_row
 
     row = cost_row(res.best, 2.0)
     tps = res.best.row["output_tps"]

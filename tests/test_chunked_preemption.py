@@ -1,6 +1,6 @@
 """``chunked`` under KV pressure, worked out by hand: exact iteration logs.
 
-The rules under test (sim/chunked.py, as vLLM v1's scheduler has them): when a running
+The rules under test (sim/policies/chunked.py, as vLLM v1's scheduler has them): when a running
 request cannot grow, the newest running request not yet in this batch is preempted;
 when the request being scheduled is itself the newest, its chunk shrinks to the blocks
 it can still fill, and only when not one token fits is it preempted; and no waiting

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sim.engine import Engine, build_cost, simulate
+from sim.config.scenario import from_dict
+from sim.core.engine import Engine, build_cost, simulate
+from sim.core.request import FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
-from sim.metrics import per_request, summarize
-from sim.report import requests_csv, summary_json, table
-from sim.request import FINISHED, REJECTED, TIMED_OUT, UNFINISHED
-from sim.scenario import from_dict
-from sim.workload import Requests
+from sim.report.metrics import per_request, summarize
+from sim.report.outputs import requests_csv, summary_json, table
+from sim.workload.requests import Requests
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -175,7 +175,7 @@ def test_unsent_requests_are_reported_not_dropped() -> None:
 
 
 def test_duration_alone_draws_requests_as_the_clients_need_them() -> None:
-    # No num_requests: requests are drawn in chunks (sim/closedloop.py CHUNK) until the
+    # No num_requests: requests are drawn in chunks (sim/workload/closedloop.py CHUNK) until the
     # clients stop at duration_s: some 55 requests a second for 90 s, past one chunk.
     sc = closed({"concurrency": 4, "duration_s": 90.0,
                  "lengths": {"prompt": {"dist": "uniform", "low": 4, "high": 12},
@@ -222,7 +222,7 @@ def test_multi_replica_and_disaggregated_runs_are_deterministic(extra: dict[str,
 
 
 def test_shipped_closed_loop_scenario_and_its_summary(tmp_path: Path) -> None:
-    from sim import scenario
+    from sim.config import scenario
 
     sc = scenario.load(ROOT / "scenarios" / "closed-loop.yaml")
     res = simulate(sc)
@@ -288,7 +288,7 @@ def test_random_failures_need_an_end() -> None:
 
 
 def test_rate_sweeps_and_capacity_refuse_a_closed_loop(tmp_path: Path) -> None:
-    from sim import capacity, sweep
+    from sim.study import capacity, sweep
 
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"model": "tiny", "workload": {

@@ -1,4 +1,4 @@
-"""sim.curves: knots and grids price exactly at their points, linearly between, and the
+"""sim.cost.curves: knots and grids price exactly at their points, linearly between, and the
 scalar and array paths agree."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.curves import Grid, Knots
+from sim.cost.curves import Grid, Knots
 
 
 def test_knots_hit_their_points_and_join_them_with_lines() -> None:

@@ -1,5 +1,5 @@
 """Runs of decode-only iterations, worked out by hand and fuzzed: lazily advanced decodes
-(sim/decodeset.py) must give exactly the request-by-request results — every timestamp,
+(sim/core/decodeset.py) must give exactly the request-by-request results — every timestamp,
 every log entry, every count — including in closed loops, where each finish sends the
 next request."""
 
@@ -14,12 +14,12 @@ from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import scenario
-from sim.engine import Engine, build_cost
-from sim.metrics import summarize
-from sim.policies import POLICIES
-from sim.report import requests_csv
-from sim.workload import Requests
+from sim.config import scenario
+from sim.core.engine import Engine, build_cost
+from sim.policies.registry import POLICIES
+from sim.report.metrics import summarize
+from sim.report.outputs import requests_csv
+from sim.workload.requests import Requests
 
 
 def both_ways(sc: Any, requests: Requests) -> list[Any]:

@@ -1,4 +1,4 @@
-"""Lazily advanced decodes (sim/decodeset.py) must give exactly what request-by-request
+"""Lazily advanced decodes (sim/core/decodeset.py) must give exactly what request-by-request
 decoding gives: every timestamp, log entry, KV count and inter-token gap."""
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import scenario
-from sim.decodeset import DecodeSet
-from sim.engine import Engine, build_cost, simulate
+from sim.config import scenario
+from sim.core.decodeset import DecodeSet
+from sim.core.engine import Engine, build_cost, simulate
+from sim.core.histogram import LogHistogram
+from sim.core.kvmanager import KVCacheManager
+from sim.core.request import Request
+from sim.core.result import Outcomes, finish_requests
 from sim.errors import ServesimError
-from sim.histogram import LogHistogram
-from sim.kvmanager import KVCacheManager
-from sim.metrics import summarize
-from sim.report import requests_csv
-from sim.request import Request
-from sim.result import Outcomes, finish_requests
-from sim.workload import Requests
+from sim.report.metrics import summarize
+from sim.report.outputs import requests_csv
+from sim.workload.requests import Requests
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml"))
@@ -87,7 +87,7 @@ def test_shipped_scenarios_lazy_equal_eager(name: str, policy: str) -> None:
     except ServesimError as exc:
         pytest.skip(f"{name} does not combine with {policy}: {exc}")
     ref = simulate(sc)  # the engine as `servesim simulate` builds it (lazy)
-    from sim.requestbuild import build_requests
+    from sim.workload.build import build_requests
 
     seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
     req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
+from sim.core.request import FINISHED, REJECTED
 from sim.errors import ServesimError
-from sim.request import FINISHED, REJECTED
 
 LINK = {"kind": "pcie", "bandwidth_gb_s": 0.002048, "latency_s": 0.002}
 
@@ -82,7 +82,7 @@ def test_chunked_prefill_pool():
 
 
 def test_link_kinds_have_nominal_figures():
-    from sim.disaggconfig import LinkConfig
+    from sim.config.disagg import LinkConfig
 
     assert LinkConfig().bandwidth == 450e9
     assert LinkConfig(kind="infiniband").bandwidth < LinkConfig(kind="pcie").bandwidth
@@ -90,8 +90,8 @@ def test_link_kinds_have_nominal_figures():
 
 
 def test_transfers_queue_on_one_link():
-    from sim.disagg import Link
-    from sim.disaggconfig import LinkConfig
+    from sim.config.disagg import LinkConfig
+    from sim.core.disagg import Link
 
     link = Link(LinkConfig(bandwidth_gb_s=1.0, latency_s=0.5))
     assert link.send(0.0, 10**9) == pytest.approx(1.5)
@@ -153,8 +153,8 @@ def test_each_prefill_gpu_sends_its_own_shard():
 
 
 def test_transfer_leaves_the_node_when_a_pool_spans_nodes():
-    from sim.disaggconfig import pools, transfer_bytes_per_token, transfer_link
-    from sim.scenario import from_dict
+    from sim.config.disagg import pools, transfer_bytes_per_token, transfer_link
+    from sim.config.scenario import from_dict
 
     raw = {"model": "llama-3-70b", "serving": {"policy": "disaggregated"},
            "workload": {"arrivals": {"process": "poisson", "rate": 1.0},

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
-from sim.engine import Engine, build_cost
-from sim.request import FINISHED
-from sim.workload import Requests
+from sim.core.engine import Engine, build_cost
+from sim.core.request import FINISHED
+from sim.workload.requests import Requests
 
 
 def steps(res):
@@ -86,7 +86,7 @@ def test_preemption_by_recompute():
 
 
 def test_single_token_output_finishes_at_prefill_and_has_no_tpot():
-    from sim.metrics import per_request
+    from sim.report.metrics import per_request
 
     res = run_requests(tiny_scenario(), [0.0], [10], [1])
     assert res.finish[0] == pytest.approx(0.02)
@@ -112,7 +112,7 @@ def test_token_budget_limits_admission():
 
 
 def test_rejections_are_counted_with_reasons():
-    from sim.request import REJECTED
+    from sim.core.request import REJECTED
 
     # tiny has max_context 4096; 30 blocks x 4 tokens = 120 tokens of KV.
     sc = tiny_scenario(serving={"num_kv_blocks": 30, "max_num_batched_tokens": 64})
@@ -139,7 +139,7 @@ def test_least_outstanding_prefers_the_lighter_replica():
 
 
 def test_horizon_leaves_unfinished_requests_counted():
-    from sim.request import UNFINISHED
+    from sim.core.request import UNFINISHED
 
     sc = tiny_scenario(horizon_s=0.05)
     res = run_requests(sc, [0.0, 0.01, 1.0], [20, 20, 20], [10, 10, 10])
@@ -194,10 +194,10 @@ def test_wake_is_paid_alike_with_lazy_and_eager_decodes(tmp_path):
     import yaml
     from conftest import run_both_ways
 
-    from sim.profile import FORMS
-    from sim.profilefile import SCHEMA
-    from sim.scenario import from_dict
-    from sim.specs import MODELS
+    from sim.config.scenario import from_dict
+    from sim.cost.profile import FORMS
+    from sim.cost.profilefile import SCHEMA
+    from sim.cost.specs import MODELS
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"].update(const_s=0.01, per_new_token_s=0.001)

@@ -16,11 +16,11 @@ from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.config.faults import FaultsConfig, OutageConfig, outage_plan
+from sim.core.request import FAILED, FINISHED, REJECTED, STATUS_NAMES, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
-from sim.faultsconfig import FaultsConfig, OutageConfig, outage_plan
-from sim.metrics import summarize
-from sim.policies import POLICIES
-from sim.request import FAILED, FINISHED, REJECTED, STATUS_NAMES, TIMED_OUT, UNFINISHED
+from sim.policies.registry import POLICIES
+from sim.report.metrics import summarize
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:

@@ -1,4 +1,4 @@
-"""The API server's frontend latency (sim/frontend.py) in the engine: requests reach the
+"""The API server's frontend latency (sim/cost/frontend.py) in the engine: requests reach the
 engine ``request_s + per_prompt_token_s x prompt`` after the client sent them, in that
 order; clients receive every token ``response_s`` after the engine emitted it.
 
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from conftest import tiny_scenario
 
-from sim.engine import Engine, build_cost, simulate
-from sim.metrics import per_request, summarize
-from sim.report import requests_csv
-from sim.request import FINISHED, TIMED_OUT
-from sim.scenario import from_dict
-from sim.workload import Requests
+from sim.config.scenario import from_dict
+from sim.core.engine import Engine, build_cost, simulate
+from sim.core.request import FINISHED, TIMED_OUT
+from sim.report.metrics import per_request, summarize
+from sim.report.outputs import requests_csv
+from sim.workload.requests import Requests
 
 
 def with_frontend(request_s: float = 0.0, per_prompt_token_s: float = 0.0,
@@ -165,7 +165,7 @@ def test_jitter_delays_each_request_by_its_own_seeded_draw() -> None:
     """Each request reaches the engine an exponential draw (mean jitter_s) after its send,
     drawn in id order from the workload seed's fourth stream: the same run twice is the
     same, and requests sent together reach the engine apart."""
-    from sim.engine import jitter_seed_of
+    from sim.core.engine import jitter_seed_of
 
     sc = with_frontend(request_s=0.002, jitter_s=0.003)
     args = ([0.0, 0.0, 0.0, 5.0], [20, 20, 20, 20], [2, 2, 2, 2])

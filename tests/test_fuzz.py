@@ -15,12 +15,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import simulate
+from sim.config.scenario import from_dict
+from sim.core.engine import simulate
+from sim.core.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
-from sim.metrics import summarize
-from sim.policies import POLICIES
-from sim.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
-from sim.scenario import from_dict
+from sim.policies.registry import POLICIES
+from sim.report.metrics import summarize
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
@@ -188,7 +188,7 @@ def test_fuzzed_trace_files_run_or_fail_cleanly(tmp_path_factory: Any, data: lis
 
 
 def test_yaml_object_tags_are_refused(tmp_path: Path) -> None:
-    from sim.scenario import load
+    from sim.config.scenario import load
 
     p = tmp_path / "evil.yaml"
     p.write_text("model: !!python/object/apply:os.system ['echo pwned']\nworkload: {}\n")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sim import scenario
-from sim.engine import simulate
-from sim.metrics import clean, summarize
+from sim.config import scenario
+from sim.core.engine import simulate
+from sim.report.metrics import clean, summarize
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 ROOT = Path(__file__).resolve().parent.parent

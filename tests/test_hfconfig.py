@@ -1,4 +1,4 @@
-"""HuggingFace config.json in the simulator: sim.hfconfig and ``model: {hf_config: PATH}``."""
+"""HuggingFace config.json in the simulator: sim.cost.hfconfig and ``model: {hf_config: PATH}``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from sim.config.scenario import load
+from sim.cost.hfconfig import from_hf_config
+from sim.cost.specs import MODELS
 from sim.errors import ServesimError
-from sim.hfconfig import from_hf_config
-from sim.scenario import load
-from sim.specs import MODELS
 
 # Qwen/Qwen3-32B's config.json (the keys servesim reads).
 QWEN3 = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 5120,

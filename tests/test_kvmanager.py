@@ -1,4 +1,4 @@
-"""The KV-cache manager's invariants (sim/kvmanager.py), on random operation sequences
+"""The KV-cache manager's invariants (sim/core/kvmanager.py), on random operation sequences
 and through the engine: no over-allocation, every block returned at the end, the
 watermark honoured at admission, and a refused allocation changing nothing."""
 
@@ -13,11 +13,11 @@ from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import Engine, build_cost
-from sim.kvcache import blocks_for
-from sim.kvmanager import NO_HIT, KVCacheManager
-from sim.request import FINISHED, Request
-from sim.workload import Requests
+from sim.core.engine import Engine, build_cost
+from sim.core.kvmanager import NO_HIT, KVCacheManager
+from sim.core.request import FINISHED, Request
+from sim.cost.memory import blocks_for
+from sim.workload.requests import Requests
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 
@@ -190,7 +190,7 @@ def test_watermark_low_water_is_reached_on_a_tight_cache() -> None:
     assert (res.status == FINISHED).all()
 
 
-@pytest.mark.parametrize("module", ["sim.kvmanager", "sim.result", "sim.prefix"])
+@pytest.mark.parametrize("module", ["sim.core.kvmanager", "sim.core.result", "sim.core.prefix"])
 def test_manager_modules_do_not_import_simpy(module: str) -> None:
     import subprocess
     import sys

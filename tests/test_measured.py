@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import yaml
 
-from sim.engine import build_cost, simulate
+from sim.config.scenario import from_dict
+from sim.core.engine import build_cost, simulate
+from sim.cost.measured import find, shipped
+from sim.cost.specs import MODELS
 from sim.errors import ServesimError
-from sim.measured import find, shipped
-from sim.metrics import summarize
-from sim.report import table
-from sim.scenario import from_dict
-from sim.specs import MODELS
+from sim.report.metrics import summarize
+from sim.report.outputs import table
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
@@ -38,7 +38,7 @@ def scenario(**over: object) -> dict:
 
 
 def test_every_shipped_profile_loads_and_is_indexed() -> None:
-    from sim.profilefile import load_profile
+    from sim.cost.profilefile import load_profile
 
     rows = shipped()
     assert len(rows) >= 200
@@ -93,9 +93,9 @@ def test_a_rebuild_from_the_installed_tables_equals_the_shipped_file(
         gpu: str, tp: int, framework: str) -> None:
     """One shipped profile per GPU and framework, rebuilt from the installed wheel and the
     shipped priors, byte for byte (`servesim profile ship --check` does all of them)."""
-    from sim.profilebuild import BuildSpec, build_profile, profile_name
-    from sim.profilecli import profile_text
-    from sim.profilefile import PROFILE_DIR
+    from sim.cost.profilefile import PROFILE_DIR
+    from sim.cost.tables.cli import profile_text
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name
 
     spec = BuildSpec(MODELS["llama-3-8b"], gpu, framework, tp)
     shipped_text = (PROFILE_DIR / f"{profile_name(spec)}.yaml").read_text(encoding="utf-8")
@@ -113,7 +113,7 @@ def test_missing_wheel_is_one_line_naming_the_extra(tmp_path: Path) -> None:
 
 
 def test_vllm_result_compares_with_a_measured_profile(tmp_path: Path) -> None:
-    from sim.validate import main
+    from sim.validate.command import main
 
     raw = scenario()
     raw["workload"] = {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 1,
@@ -133,8 +133,8 @@ def test_vllm_result_compares_with_a_measured_profile(tmp_path: Path) -> None:
 def test_sweep_cache_key_follows_the_profile_bytes(tmp_path: Path) -> None:
     """A point's cache key changes when the profile it prices with changes, with the
     scenario unchanged: a regenerated profile is not served from an old cache."""
-    from sim.profilefile import PROFILE_DIR
-    from sim.sweeppoint import PointKey, make_task
+    from sim.cost.profilefile import PROFILE_DIR
+    from sim.study.sweeppoint import PointKey, make_task
 
     path = tmp_path / "p.yaml"
     text = (PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()
@@ -154,9 +154,9 @@ def test_sweep_cache_key_follows_the_profile_bytes(tmp_path: Path) -> None:
 def test_disaggregated_pools_each_price_with_their_own_measured_profile() -> None:
     """Pools at tp 4 (H100) and tp 2 (H200) of a model that does not fit hardware's tp 1:
     each pool loads its own shipped profile, and the run names the prefill pool's."""
-    from sim.engine import Engine, entry_cost
-    from sim.request import FINISHED
-    from sim.requestbuild import build_requests
+    from sim.core.engine import Engine, entry_cost
+    from sim.core.request import FINISHED
+    from sim.workload.build import build_requests
 
     raw = scenario(model="llama-3-70b", serving={"policy": "disaggregated"},
                    disaggregated={"prefill": {"replicas": 1, "tp": 4},

@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 from conftest import tiny_scenario
 
-from sim.errors import ServesimError
-from sim.kvcache import (
+from sim.config.scenario import from_dict
+from sim.cost.memory import (
     CUDA_GRAPH_BYTES,
     GIB,
     NON_TORCH_BYTES,
@@ -23,8 +23,8 @@ from sim.kvcache import (
     memory_budget,
     weight_bytes,
 )
-from sim.scenario import from_dict
-from sim.specs import GPUS, MODELS
+from sim.cost.specs import GPUS, MODELS
+from sim.errors import ServesimError
 
 NON_TORCH = 171_798_691  # int(0.16 GiB)
 NON_TORCH_TP = 1_921_997_864  # int(1.79 GiB)
@@ -155,8 +155,8 @@ def test_gpu_memory_utilization_alias() -> None:
 def test_override_keeps_the_terms_in_the_summary() -> None:
     from conftest import run_requests
 
-    from sim.metrics import summarize
-    from sim.report import table
+    from sim.report.metrics import summarize
+    from sim.report.outputs import table
 
     res = run_requests(tiny_scenario(serving={"num_gpu_blocks": 9}), [0.0], [8], [2])
     mem = summarize(res)["memory"]["both"]

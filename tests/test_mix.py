@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sim import scenario
+from sim.config import scenario
 from sim.configtools import build
-from sim.engine import simulate
+from sim.core.engine import simulate
 from sim.errors import ServesimError
-from sim.metrics import summarize
-from sim.report import CSV_COLUMNS, requests_csv, table
-from sim.requestbuild import build_requests
-from sim.workload import WorkloadConfig
+from sim.report.metrics import summarize
+from sim.report.outputs import CSV_COLUMNS, requests_csv, table
+from sim.workload.build import build_requests
+from sim.workload.requests import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

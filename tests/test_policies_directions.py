@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.compare import rows, run_policies
+from sim.study.compare import rows, run_policies
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 

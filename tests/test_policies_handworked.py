@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
-from sim.engine import Engine, build_cost
-from sim.request import FINISHED
-from sim.workload import Requests
+from sim.core.engine import Engine, build_cost
+from sim.core.request import FINISHED
+from sim.workload.requests import Requests
 
 
 def steps(res):

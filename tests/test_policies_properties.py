@@ -13,10 +13,10 @@ from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import Engine, build_cost
-from sim.policies import POLICIES
-from sim.request import FINISHED, REJECTED
-from sim.workload import Requests
+from sim.core.engine import Engine, build_cost
+from sim.core.request import FINISHED, REJECTED
+from sim.policies.registry import POLICIES
+from sim.workload.requests import Requests
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import tiny_scenario
 
-from sim.engine import Engine, build_cost, simulate
+from sim.core.engine import Engine, build_cost, simulate
+from sim.core.kvmanager import KVCacheManager
+from sim.core.request import Request
 from sim.errors import ServesimError
-from sim.kvmanager import KVCacheManager
-from sim.metrics import per_request, summarize
-from sim.request import Request
-from sim.workload import Requests
+from sim.report.metrics import per_request, summarize
+from sim.workload.requests import Requests
 
 
 def run(serving: dict, arrivals: list[float], prompts: list[int], outputs: list[int],
@@ -113,7 +113,7 @@ def test_shared_system_prompt_lowers_ttft() -> None:
                      "shared_prefix": {"tokens": 2048, "groups": 4},
                      "num_requests": 600, "seed": 2},
     }
-    from sim.scenario import from_dict
+    from sim.config.scenario import from_dict
 
     on = simulate(from_dict({**base, "serving": {"prefix_caching": True}}))
     off = simulate(from_dict(base))

@@ -1,4 +1,4 @@
-"""sim.profile and sim.profilefile: schema checks, shipped-name lookup and vectorised
+"""sim.cost.profile and sim.cost.profilefile: schema checks, shipped-name lookup and vectorised
 evaluation (no torch)."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import yaml
 
+from sim.cost.profile import FORMS, wake_curve
+from sim.cost.profilecost import ProfileCost
+from sim.cost.profilefile import SCHEMA, load_profile, parse_profile
+from sim.cost.shape import StepShape, decode_shape, shape_of
+from sim.cost.specs import MODELS
 from sim.errors import ServesimError
-from sim.profile import FORMS, wake_curve
-from sim.profilecost import ProfileCost
-from sim.profilefile import SCHEMA, load_profile, parse_profile
-from sim.shape import StepShape, decode_shape, shape_of
-from sim.specs import MODELS
 
 COEFS = {
     "step": {"const_s": 1e-3, "per_seq_s": 1e-5, "per_new_token_s": 1e-6, "per_group_s": 4e-6,
@@ -190,7 +190,7 @@ def test_every_form_lists_its_coefficients() -> None:
 
 def test_sim_profile_imports_without_torch_or_simpy() -> None:
     code = ("import sys; sys.modules['torch'] = None; sys.modules['simpy'] = None; "
-            "import sim.profile, sim.profilefile; print('ok')")
+            "import sim.cost.profile, sim.cost.profilefile; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).parents[1], check=True)
     assert out.stdout.strip() == "ok"

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
+from sim.cost.specs import MODELS
+from sim.cost.tables.gemmtable import GemmTable
+from sim.cost.tables.kerneltables import Table
 from sim.errors import ServesimError
-from sim.gemmtable import GemmTable
-from sim.kerneltables import Table
-from sim.specs import MODELS
 
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
@@ -63,7 +63,7 @@ def test_missing_cells_are_filled_in_proportion_from_the_next_smaller_n() -> Non
 
 @needs_tables
 def test_tables_list_what_exists_and_follow_reuse() -> None:
-    from sim.kerneltables import coverage, load_table
+    from sim.cost.tables.kerneltables import coverage, load_table
 
     cov = coverage()
     assert cov["h100-sxm"]["vllm"][-1] == "0.24.0" and cov["a100-80gb"]["vllm"] == ["0.14.0"]
@@ -80,9 +80,9 @@ def test_tables_list_what_exists_and_follow_reuse() -> None:
 def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
     """A model whose four projections lie on the measured grid: each knot of the linear
     component is the four table rows at that m plus the documented elementwise term."""
-    from sim.kerneltables import load_table
-    from sim.profilebuild import LAYER_ELEMENTWISE_KERNELS, BuildSpec, build_profile
-    from sim.specs import MODELS
+    from sim.cost.specs import MODELS
+    from sim.cost.tables.kerneltables import load_table
+    from sim.cost.tables.profilebuild import LAYER_ELEMENTWISE_KERNELS, BuildSpec, build_profile
 
     # QKV n = (32 + 2*8)*128 = 6144, o n = k = 4096, gate+up n = 16384, down k = 8192.
     model = dataclasses.replace(MODELS["llama-3-8b"], intermediate=8192, name="grid-model")
@@ -112,11 +112,11 @@ def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
 
 @needs_tables
 def test_built_profile_loads_and_prices_a_step() -> None:
-    from sim.profilebuild import BuildSpec, build_profile
-    from sim.profilecli import profile_text
-    from sim.profilefile import parse_profile
-    from sim.shape import decode_shape, shape_of
-    from sim.specs import MODELS
+    from sim.cost.profilefile import parse_profile
+    from sim.cost.shape import decode_shape, shape_of
+    from sim.cost.specs import MODELS
+    from sim.cost.tables.cli import profile_text
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
     data = build_profile(BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm", 2))
     cost = parse_profile(yaml.safe_load(profile_text(data)), "built")
@@ -143,7 +143,7 @@ def test_built_profile_loads_and_prices_a_step() -> None:
      "has no rows for head dim 96; its head sizes: 64, 128, 192, 256$"),
 ])
 def test_build_errors_say_what_exists(change: dict, match: str) -> None:
-    from sim.profilebuild import BuildSpec, build_profile
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
     spec = dataclasses.replace(BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm"), **change)
     with pytest.raises(ServesimError, match=match):
@@ -156,7 +156,7 @@ def test_cli_builds_from_a_huggingface_config(tmp_path: Path) -> None:
     import json
 
     from sim.cli import main
-    from sim.profilefile import load_profile
+    from sim.cost.profilefile import load_profile
 
     cfg = {"model_type": "qwen3", "hidden_size": 4096, "num_attention_heads": 32,
            "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 36,

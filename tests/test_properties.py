@@ -15,10 +15,10 @@ from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import Engine, build_cost
-from sim.policies import POLICIES
-from sim.request import FINISHED, REJECTED, UNFINISHED
-from sim.workload import Requests
+from sim.core.engine import Engine, build_cost
+from sim.core.request import FINISHED, REJECTED, UNFINISHED
+from sim.policies.registry import POLICIES
+from sim.workload.requests import Requests
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 
@@ -112,7 +112,7 @@ def test_invariants_hold_for_every_policy(serving: dict[str, Any], replicas: int
 def test_closed_loop_sends_each_request_when_an_earlier_one_ends(
         serving: dict[str, Any], replicas: int, clients: int, think: float, response: float,
         wl: dict[str, Any]) -> None:
-    from sim.scenario import from_dict
+    from sim.config.scenario import from_dict
 
     sc = from_dict({
         "model": "tiny",

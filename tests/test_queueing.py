@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from conftest import run_both_ways, run_requests, tiny_scenario
 
-from sim.engine import simulate
-from sim.metrics import per_request, summarize
+from sim.core.engine import simulate
+from sim.report.metrics import per_request, summarize
 
 D = 0.01 + 100 * 0.001  # seconds: 10 ms per step + 1 ms per token x 100 prompt tokens
 

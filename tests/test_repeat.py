@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from sim.cost.specs import MODELS
 from sim.errors import ServesimError
-from sim.specs import MODELS
-from sim.validate import main
+from sim.validate.command import main
 
 # Four requests, each alone on the device: arrival s, prompt and output tokens,
 # TTFT s and decode seconds per output token after the first.
@@ -164,9 +164,9 @@ def test_profile_gives_each_runs_speed(tmp_path: Path, capsys: pytest.CaptureFix
     steps that took 1.1 ms in the first run and 0.9 ms in the second."""
     import yaml
 
-    from sim.profile import FORMS
-    from sim.profilefile import SCHEMA
-    from sim.shape import StepShape, decode_shape, shape_of
+    from sim.cost.profile import FORMS
+    from sim.cost.profilefile import SCHEMA
+    from sim.cost.shape import StepShape, decode_shape, shape_of
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"]["const_s"] = 1e-3
@@ -205,12 +205,12 @@ def test_profile_gives_each_runs_speed(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_rank_inverts_percentile_and_shares_ties() -> None:
-    """sim.validation.rank, which both comparisons use: positions 0, 1.5 (the two 2s
+    """sim.validate.validation.rank, which both comparisons use: positions 0, 1.5 (the two 2s
     share 1 and 2) and 3 of 3 for [1, 2, 2, 3]; a sample's own percentiles rank at
     their percentile."""
     import numpy as np
 
-    from sim.validation import rank
+    from sim.validate.validation import rank
 
     v = np.array([1.0, 2.0, 2.0, 3.0])
     assert rank(v, 2.0) == 50.0 and rank(v, 0.5) == 0.0 and rank(v, 3.0) == 100.0

@@ -23,12 +23,12 @@ from calibrate.replay import (
 )
 from calibrate.replay_cli import main as replay_main
 from calibrate.replay_cli import saturation_rate, serving_config, to_record, trace_workload
-from sim.cost import LinearCost
-from sim.engine import Engine
-from sim.request import FINISHED
-from sim.specs import MODELS
-from sim.validation import read_replay, scenario_for
-from sim.workload import Requests
+from sim.core.engine import Engine
+from sim.core.request import FINISHED
+from sim.cost.models import LinearCost
+from sim.cost.specs import MODELS
+from sim.validate.validation import read_replay, scenario_for
+from sim.workload.requests import Requests
 
 ROOT = Path(__file__).parents[1]
 COST = {"step_s": 0.004, "per_new_token_s": 2e-5, "per_context_token_s": 1e-6,
@@ -68,7 +68,7 @@ def test_speed_matched_prediction_recovers_a_uniformly_slower_device() -> None:
     """A device that ran prefill steps 10% and decode-only steps 25% over the cost model:
     the level's measured factors come out exact, and the prediction priced with them
     reproduces every request's latency, where the plain prediction is optimistic."""
-    from sim.validation import (
+    from sim.validate.validation import (
         SpeedMatched,
         compare,
         real_result,
@@ -113,8 +113,8 @@ def test_speed_matched_prediction_recovers_a_uniformly_slower_device() -> None:
 def test_virtual_replay_pays_wake_like_the_simulator() -> None:
     """A profile's wake term: the stand-in device pays it after the loop's idle waits
     exactly where sim's replica does, to the ns."""
-    from sim.profile import FORMS
-    from sim.profilecost import ProfileCost
+    from sim.cost.profile import FORMS
+    from sim.cost.profilecost import ProfileCost
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"].update(const_s=4e-3, per_new_token_s=2e-5, per_seq_s=1e-4)

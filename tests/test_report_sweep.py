@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sim import plots
 from sim.cli import main as cli_main
-from sim.slospec import parse_slos
-from sim.sweep import SweepSpec, read_csv, run_sweep
-from sim.sweeppoint import read_raw
+from sim.report import plots
+from sim.report.slospec import parse_slos
+from sim.study.sweep import SweepSpec, read_csv, run_sweep
+from sim.study.sweeppoint import read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 MD1 = ROOT / "scenarios" / "capacity-md1.yaml"

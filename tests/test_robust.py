@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
-from sim import report, scenario
-from sim.engine import Engine, build_cost, simulate
-from sim.metrics import summarize
-from sim.policies import POLICIES
-from sim.request import FINISHED, REJECTED, UNFINISHED, Request
-from sim.sweep import SweepSpec, run_sweep
-from sim.sweeppoint import read_raw
+from sim.config import scenario
+from sim.core.engine import Engine, build_cost, simulate
+from sim.core.request import FINISHED, REJECTED, UNFINISHED, Request
+from sim.policies.registry import POLICIES
+from sim.report import outputs as report
+from sim.report.metrics import summarize
+from sim.study.sweep import SweepSpec, run_sweep
+from sim.study.sweeppoint import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "scenarios"
@@ -37,8 +38,8 @@ def counted(summary: dict[str, Any]) -> int:
 def test_tenfold_overload_is_saturated_counted_and_holds_only_waiting_requests() -> None:
     # The shipped hour-long overload scenario, cut to five minutes of arrivals.
     sc = scenario.load(SCEN / "overload-10x.yaml", ["workload.duration_s=300", "horizon_s=300"])
-    from sim.engine import fault_seed_of
-    from sim.requestbuild import build_requests
+    from sim.core.engine import fault_seed_of
+    from sim.workload.build import build_requests
 
     rng = np.random.default_rng(np.random.SeedSequence(sc.workload.seed).spawn(3)[0])
     reqs = build_requests(sc.workload, sc.base_dir, rng, sc.source, sc.model.max_context)

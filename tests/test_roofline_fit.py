@@ -8,10 +8,10 @@ import importlib.util
 
 import pytest
 
-from sim.cost import LINEAR_KERNELS, RooflineCost, RooflineParams
-from sim.priors import framework_priors
-from sim.shape import decode_shape, shape_of
-from sim.specs import GPUS, MODELS, shard
+from sim.cost.models import LINEAR_KERNELS, RooflineCost, RooflineParams
+from sim.cost.priors import framework_priors
+from sim.cost.shape import decode_shape, shape_of
+from sim.cost.specs import GPUS, MODELS, shard
 
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
@@ -52,8 +52,8 @@ def test_roofline_overheads_are_the_fitted_vllm_priors() -> None:
 
 @needs_tables
 def test_roofline_defaults_are_a_fresh_fit_and_meet_the_bar_on_unseen_gpus() -> None:
-    from sim.kerneltables import GPU_DIRS
-    from sim.rooflinefit import FITTED, errors, fit, measured_points
+    from sim.cost.tables.kerneltables import GPU_DIRS
+    from sim.cost.tables.rooflinefit import FITTED, errors, fit, measured_points
 
     pts = {g: measured_points(g) for g in GPU_DIRS}
     base = RooflineParams()

@@ -1,4 +1,4 @@
-"""Tensor-parallel sharding (sim.specs.shard) and what it prices: per-GPU KV bytes with
+"""Tensor-parallel sharding (sim.cost.specs.shard) and what it prices: per-GPU KV bytes with
 replicated KV heads, the roofline's decode KV read, and all-reduces across nodes."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_scenario
 
-from sim.cost import RooflineCost, RooflineParams
+from sim.cost.memory import memory_budget
+from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.specs import GPUS, MODELS, ModelSpec, shard
 from sim.errors import ServesimError
-from sim.kvcache import memory_budget
-from sim.specs import GPUS, MODELS, ModelSpec, shard
 
 
 def test_split_and_padding() -> None:
@@ -76,8 +76,8 @@ def test_allreduce_across_nodes_is_priced_on_the_network() -> None:
 
 def _roofline(tp: int):
     """The tiny model's roofline cost on ``tp`` H100s, built from a scenario as a run does."""
-    from sim.cost import build_cost
-    from sim.scenario import from_dict
+    from sim.config.scenario import from_dict
+    from sim.cost.models import build_cost
 
     return build_cost(from_dict({
         "model": "tiny", "hardware": {"gpu": "h100-sxm", "tp": tp},
@@ -99,7 +99,7 @@ def _roofline(tp: int):
 ])
 def test_allreduce_term_grows_with_every_new_token(tp: int, fixed_s: float,
                                                    per_token_s: float) -> None:
-    from sim.shape import shape_of
+    from sim.cost.shape import shape_of
 
     cost = _roofline(tp)
     for entries in ([(1000, 0)], [(2000, 0)], [(1, 40)] * 8, [(1000, 0), (1, 40), (1, 9)]):

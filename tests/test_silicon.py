@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sim.config.scenario import from_dict
+from sim.cost.priors import framework_priors
 from sim.errors import ServesimError
-from sim.priors import framework_priors
-from sim.scenario import from_dict
-from sim.silicon import Case, classify, read_rows, scenario_raw
+from sim.validate.silicon import Case, classify, read_rows, scenario_raw
 
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
@@ -102,7 +102,7 @@ def test_shipped_priors_are_fitted_and_name_their_rows() -> None:
 
 @needs_tables
 def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) -> None:
-    from sim.siliconfit import main
+    from sim.validate.siliconfit import main
 
     assert main(["--silicon", "--framework", "vllm", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "silicon.json").read_text())
@@ -123,7 +123,7 @@ def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) 
      "  aic_client_lengths: wide}}\n", "frameworks.vllm.aic_client_lengths: got 'wide'"),
 ])
 def test_malformed_priors_name_the_key(tmp_path: Path, text: str, where: str) -> None:
-    from sim.priors import load_priors
+    from sim.cost.priors import load_priors
 
     path = tmp_path / "priors.yaml"
     path.write_text(text)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy.stats import t as student_t
 
-import sim.sweeppoint as sp
+import sim.study.sweeppoint as sp
 from sim.cli import main as cli_main
 from sim.errors import ServesimError
-from sim.slospec import parse_slo, parse_slos
-from sim.sweep import (
+from sim.report.slospec import parse_slo, parse_slos
+from sim.study.sweep import (
     SweepSpec,
     aggregate,
     parse_ints,
@@ -22,7 +22,7 @@ from sim.sweep import (
     read_csv,
     run_sweep,
 )
-from sim.sweeppoint import PointKey, make_task, point_raw, read_raw
+from sim.study.sweeppoint import PointKey, make_task, point_raw, read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 MD1 = ROOT / "scenarios" / "capacity-md1.yaml"

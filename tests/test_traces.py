@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import trace_formats
 from sim.errors import ServesimError
-from sim.traces import (
+from sim.workload import formats as trace_formats
+from sim.workload.traces import (
     FORMATS,
     find_trace,
     load_trace,
@@ -330,7 +330,8 @@ def test_shipped_data_has_licences_and_readme() -> None:
 
 
 def test_traces_module_imports_no_simpy_or_matplotlib() -> None:
-    code = ("import sys, sim.traces, sim.tracetools, sim.tracestats, sim.tracecli; "
+    code = ("import sys, sim.workload.traces, sim.workload.tracetools, "
+            "sim.workload.tracestats, sim.workload.cli; "
             "bad = [m for m in ('simpy', 'matplotlib') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True)

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from sim.configtools import build
 from sim.errors import ServesimError
-from sim.tracecli import main
-from sim.traces import Trace, find_trace, load_trace
-from sim.tracestats import rate_bins, trace_stats
-from sim.tracetools import (
+from sim.workload.cli import main
+from sim.workload.traces import Trace, find_trace, load_trace
+from sim.workload.tracestats import rate_bins, trace_stats
+from sim.workload.tracetools import (
     TraceTransforms,
     apply_transforms,
     repeat,

@@ -8,16 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.configtools import build
-from sim.cost import LinearCost, RooflineCost, RooflineParams
+from sim.core.histogram import LogHistogram
+from sim.core.kvmanager import KVCacheManager
+from sim.core.request import Request
+from sim.cost.memory import blocks_for, kv_capacity_blocks
+from sim.cost.models import LinearCost, RooflineCost, RooflineParams
+from sim.cost.shape import StepShape, decode_shape, shape_of
+from sim.cost.specs import GPUS, MODELS
 from sim.errors import ServesimError
-from sim.histogram import LogHistogram
-from sim.kvcache import blocks_for, kv_capacity_blocks
-from sim.kvmanager import KVCacheManager
-from sim.request import Request
-from sim.requestbuild import build_requests
-from sim.shape import StepShape, decode_shape, shape_of
-from sim.specs import GPUS, MODELS
-from sim.workload import WorkloadConfig
+from sim.workload.build import build_requests
+from sim.workload.requests import WorkloadConfig
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 40 * 16)), max_size=200))
@@ -92,8 +92,8 @@ def test_shape_of_counts_pairs_and_kv() -> None:
 
 
 def test_batch_shape_agrees_with_shape_of() -> None:
-    from sim.request import Request
-    from sim.shape import batch_shape
+    from sim.core.request import Request
+    from sim.cost.shape import batch_shape
 
     reqs = [Request(i, 0.0, 50, 10) for i in range(3)]
     reqs[1].computed, reqs[2].computed = 30, 12
@@ -202,7 +202,7 @@ def test_summary_of_arrivals_nanoseconds_apart_is_finite() -> None:
     # Found by hypothesis: a queue-growth fit over a span of 1e-174 s failed to converge.
     from conftest import run_requests, tiny_scenario
 
-    from sim.metrics import summarize
+    from sim.report.metrics import summarize
 
     res = run_requests(tiny_scenario(), [0.0, 1.874959363376289e-174], [1, 1], [1, 1])
     sat = summarize(res)["saturation"]

@@ -13,9 +13,9 @@ import pytest
 import torch
 import yaml
 
-from sim import vllm_results
 from sim.errors import ServesimError
-from sim.validate import main
+from sim.validate import vllm_results
+from sim.validate.command import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm" / "bench_detailed.json"
 # Every request of the fixture arrives alone (start_times 10 s apart), so under this
@@ -89,11 +89,11 @@ def test_vllm_comparison_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_step_diagnostics_split_device_and_host_time() -> None:
     """Executor seconds are priced without the profile's host part; the loop's recorded
     host seconds are set against that part."""
-    from sim.profile import FORMS
-    from sim.profilecost import ProfileCost
-    from sim.shape import StepShape, decode_shape, shape_of
-    from sim.specs import MODELS
-    from sim.validation import step_errors
+    from sim.cost.profile import FORMS
+    from sim.cost.profilecost import ProfileCost
+    from sim.cost.shape import StepShape, decode_shape, shape_of
+    from sim.cost.specs import MODELS
+    from sim.validate.validation import step_errors
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"]["const_s"] = 1e-3
@@ -119,11 +119,11 @@ def test_speed_matched_cost_scales_the_device_part_by_kind() -> None:
     """Prefill steps (and waking) by one factor, decode-only steps by another, host as
     priced; scalar and array shapes alike; a level without one kind of step keeps that
     factor at 1."""
-    from sim.profile import FORMS
-    from sim.profilecost import ProfileCost
-    from sim.shape import StepShape, decode_shape, shape_of
-    from sim.specs import MODELS
-    from sim.validation import SpeedMatched, speed_factors
+    from sim.cost.profile import FORMS
+    from sim.cost.profilecost import ProfileCost
+    from sim.cost.shape import StepShape, decode_shape, shape_of
+    from sim.cost.specs import MODELS
+    from sim.validate.validation import SpeedMatched, speed_factors
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"]["const_s"] = 1e-3
@@ -150,7 +150,7 @@ def profile(cpu_calibration) -> Path:
 
 @pytest.mark.e2e
 def _columns(path: Path) -> dict[str, np.ndarray]:
-    """A per-request CSV (sim.report.requests_csv) as columns of strings."""
+    """A per-request CSV (sim.report.outputs.requests_csv) as columns of strings."""
     with path.open() as f:
         rows = list(csv.DictReader(f))
     return {k: np.array([r[k] for r in rows]) for k in rows[0]}

@@ -22,9 +22,9 @@ CASES = [
 
 CHILD = """
 import json, resource, sys, time
-from sim import scenario
-from sim.engine import simulate
-from sim.metrics import summarize
+from sim.config import scenario
+from sim.core.engine import simulate
+from sim.report.metrics import summarize
 sc = scenario.load("scenarios/" + sys.argv[1], sys.argv[2:])
 t = time.perf_counter()
 s = summarize(simulate(sc))

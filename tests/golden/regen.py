@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim import scenario
-from sim.engine import simulate
-from sim.metrics import summarize
-from sim.report import summary_json
+from sim.config import scenario
+from sim.core.engine import simulate
+from sim.report.metrics import summarize
+from sim.report.outputs import summary_json
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = {"quickstart": ROOT / "scenarios" / "quickstart.yaml"}

@@ -1,0 +1,176 @@
+"""The disaggregated layout's configuration: prefill and decode pools, the KV link
+between them, and what a scenario's pools resolve to (GPU, tp, memory, serving limits).
+
+The run itself (transfer queues, the hand-off to a decode replica) is
+:mod:`sim.core.disagg`; docs/policies.md describes the layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from sim.configtools import bounded, resolve_alias
+from sim.cost.memory import MemoryBudget, memory_budget
+from sim.cost.specs import GPUS, ModelSpec, gpu, shard
+from sim.errors import ServesimError
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario, ServingConfig
+
+RouterName = Literal["round_robin", "least_outstanding", "random", "power_of_two"]
+
+# Nominal figures (GB/s per direction, seconds per transfer) of each link kind:
+# NVLink 4 per H100 GPU; one InfiniBand NDR 400 Gb/s NIC; PCIe 5.0 x16.
+LINKS: dict[str, tuple[float, float]] = {
+    "nvlink": (450.0, 5e-6),
+    "infiniband": (50.0, 2e-5),
+    "pcie": (64.0, 1e-5),
+}
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """The KV link of each GPU of a prefill replica: a kind's nominal figures, or given
+    ones (bandwidth per GPU, per direction)."""
+
+    kind: Literal["nvlink", "infiniband", "pcie"] = "nvlink"
+    bandwidth_gb_s: float | None = bounded(None, gt=0)  # 1e9 bytes per second
+    latency_s: float | None = bounded(None, ge=0)
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second."""
+        gb = self.bandwidth_gb_s if self.bandwidth_gb_s is not None else LINKS[self.kind][0]
+        return gb * 1e9
+
+    @property
+    def latency(self) -> float:
+        """Seconds from the end of a transfer's send to its arrival."""
+        return self.latency_s if self.latency_s is not None else LINKS[self.kind][1]
+
+    def across_nodes(self, net_bw: float, net_latency_s: float) -> LinkConfig:
+        """This link when the transfer must leave the node: an NVLink kind's figures are
+        replaced by the network's (``net_bw`` bytes/s, seconds); given figures are kept."""
+        if self.kind != "nvlink":
+            return self
+        return LinkConfig("nvlink",
+                          net_bw / 1e9 if self.bandwidth_gb_s is None else self.bandwidth_gb_s,
+                          net_latency_s if self.latency_s is None else self.latency_s)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One pool of identical replicas. Unset keys take the scenario's values:
+    ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
+    ``memory_utilization`` from ``hardware``, the limits from ``serving``.
+    ``gpu_memory_utilization`` and ``num_kv_blocks`` are accepted aliases of
+    ``memory_utilization`` and ``num_gpu_blocks``."""
+
+    replicas: int | None = bounded(None, ge=1)
+    gpu: str | None = None
+    tp: int | None = bounded(None, ge=1)
+    memory_utilization: float | None = bounded(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = bounded(None, gt=0, le=1)
+    policy: Literal["continuous", "chunked"] = "continuous"
+    router: RouterName | None = None
+    max_num_seqs: int | None = bounded(None, ge=1)
+    max_num_batched_tokens: int | None = bounded(None, ge=1)
+    token_budget: int | None = bounded(None, ge=1)
+    num_gpu_blocks: int | None = bounded(None, ge=1)
+    num_kv_blocks: int | None = bounded(None, ge=1)
+
+    def __post_init__(self) -> None:
+        resolve_alias(self, "memory_utilization", "gpu_memory_utilization")
+        resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
+        if self.gpu is not None and self.gpu not in GPUS:
+            raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
+                                where="gpu")
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    """Prefill pool, decode pool and the link between them (used only by the
+    ``disaggregated`` policy)."""
+
+    prefill: PoolConfig = field(default_factory=PoolConfig)
+    decode: PoolConfig = field(default_factory=PoolConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A resolved pool: everything the engine needs to build its replicas."""
+
+    role: Literal["both", "prefill", "decode"]
+    replicas: int
+    gpu: str
+    tp: int
+    memory_utilization: float
+    serving: ServingConfig
+    router: str
+
+
+def pools(scenario: Scenario) -> list[Pool]:
+    """The scenario's pools: one co-located pool, or prefill then decode pools."""
+    hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
+    if sv.policy != "disaggregated":
+        return [Pool("both", cl.replicas, hw.gpu, hw.tp, hw.memory_utilization, sv, cl.router)]
+    out = []
+    for role in ("prefill", "decode"):
+        pc: PoolConfig = getattr(scenario.disaggregated, role)
+        limits = {k: getattr(pc, k) for k in ("max_num_seqs", "max_num_batched_tokens",
+                                               "token_budget", "num_gpu_blocks")
+                  if getattr(pc, k) is not None}
+        try:
+            serving = dataclasses.replace(sv, policy=pc.policy, **limits)
+        except ServesimError as exc:
+            raise exc.located(prefix=f"disaggregated.{role}") from None
+        out.append(Pool(role, pc.replicas or cl.replicas, pc.gpu or hw.gpu, pc.tp or hw.tp,
+                        pc.memory_utilization or hw.memory_utilization, serving,
+                        pc.router or cl.router))
+    return out
+
+
+def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
+    """One GPU's memory terms and the KV blocks of each replica of ``pool``
+    (:func:`sim.cost.memory.memory_budget`)."""
+    sv = pool.serving
+    return memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
+                         sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs)
+
+
+def check_pools(scenario: Scenario) -> None:
+    """Load-time checks of every pool: its tp shards the model, the model fits its GPUs
+    (unless ``num_gpu_blocks`` is given). Errors name the key: ``hardware.tp`` or
+    ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``."""
+    for pool in pools(scenario):
+        pc = getattr(scenario.disaggregated, pool.role, None)
+        prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
+        tp_key = f"{prefix}.tp" if pc is None or pc.tp is not None else "hardware.tp"
+        shard(scenario.model, pool.tp, where=tp_key)
+        if pool.serving.num_gpu_blocks is None:
+            try:
+                pool_memory(scenario.model, pool).fitted()
+            except ServesimError as exc:
+                raise ServesimError(exc.message, where=prefix) from None
+
+
+def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig:
+    """The per-GPU KV link between the pools: the scenario's, or the network's figures
+    when a pool's tp is more than one node's GPUs (no NVLink spans nodes)."""
+    link = scenario.disaggregated.link
+    for pool in (prefill, decode):
+        g = gpu(pool.gpu)
+        if pool.tp > g.node_gpus:
+            link = link.across_nodes(g.net_bw, g.net_latency_s)
+    return link
+
+
+def transfer_bytes_per_token(model: ModelSpec, prefill: Pool, decode: Pool) -> int:
+    """KV bytes per prompt token one GPU link carries: every prefill GPU sends its shard
+    while every decode GPU receives its own, in parallel, so the larger per-GPU share
+    (:attr:`sim.cost.specs.Shard.kv_bytes_per_token`) sets the time."""
+    return max(shard(model, prefill.tp).kv_bytes_per_token,
+               shard(model, decode.tp).kv_bytes_per_token)

@@ -1,0 +1,83 @@
+"""The replicas of a run, built from the scenario's pools: one co-located pool, or a
+prefill pool and a decode pool joined by a KV hand-off.
+
+Each replica gets its own policy, its own KV-cache manager sized from its GPU's memory
+(or ``serving.num_gpu_blocks``, vLLM's override), and the cost model of its pool; each
+pool gets its own router, drawn from the run's generator in pool order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sim.config.disagg import pool_memory, pools, transfer_bytes_per_token, transfer_link
+from sim.core.disagg import Handoff
+from sim.core.kvmanager import KVCacheManager
+from sim.core.replica import Replica
+from sim.cost.models import CostModel, build_cost
+from sim.cost.specs import gpu
+from sim.policies.registry import make_policy
+from sim.policies.router import ROUTERS
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario
+    from sim.core.engine import Engine
+
+
+@dataclass
+class Cluster:
+    """What :func:`build_cluster` made: every replica in index order, the ones arrivals
+    reach (``entry``: the co-located pool or the prefill pool) and their router, the
+    decode pool (None unless disaggregated), and each pool's memory summary by role."""
+
+    replicas: list[Replica]
+    entry: list[Replica]
+    router: Any
+    decode_pool: list[Replica] | None
+    memory: dict[str, dict[str, Any]]
+
+
+def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
+                  rng: np.random.Generator) -> Cluster:
+    """Build the replicas of every pool, their routers and, for a disaggregated
+    scenario, the hand-off from the prefill replicas to the decode pool. ``cost``
+    prices the co-located pool; other pools price with their own GPU and tp."""
+    model = scenario.model
+    replicas: list[Replica] = []
+    by_role: dict[str, list[Replica]] = {}
+    routers: dict[str, Any] = {}
+    memory: dict[str, dict[str, Any]] = {}
+    the_pools = pools(scenario)
+    for pool in the_pools:
+        sv = pool.serving
+        budget = pool_memory(model, pool)
+        # vLLM's --num-gpu-blocks-override replaces the memory-derived count.
+        blocks = sv.num_gpu_blocks or budget.fitted().blocks
+        memory[pool.role] = budget.summary(sv.num_gpu_blocks)
+        watermark = int(sv.watermark * blocks)
+        pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
+        # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
+        swap_blocks = int(sv.swap_space_gib * 2**30 // budget.block_bytes)
+        members = [
+            Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
+                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks), sv,
+                    pool.role, budget.block_bytes / gpu(pool.gpu).host_bw)
+            for i in range(pool.replicas)
+        ]
+        replicas += members
+        by_role[pool.role] = members
+        routers[pool.role] = ROUTERS[pool.router](rng)
+    entry = by_role.get("both") or by_role["prefill"]
+    decode_pool = by_role.get("decode")
+    if decode_pool is not None:
+        prefill, decode = the_pools
+        handoff = Handoff(decode_pool, routers["decode"],
+                          transfer_link(scenario, prefill, decode), len(entry),
+                          transfer_bytes_per_token(model, prefill, decode))
+        for rep in entry:
+            rep.handoff = handoff
+    return Cluster(replicas, entry, routers.get("both") or routers["prefill"], decode_pool,
+                   memory)

@@ -1,0 +1,232 @@
+"""One replica's KV-cache manager: every change to its block counts goes through here.
+
+Modelled on vLLM's KV-cache manager: a scheduler asks :meth:`KVCacheManager.can_allocate`
+or calls :meth:`~KVCacheManager.allocate_slots` for a request's new tokens (None on a
+shortage, with nothing changed), :meth:`~KVCacheManager.free` when it finishes or is
+preempted, :meth:`~KVCacheManager.swap_out` / :meth:`~KVCacheManager.swap_in` to move its
+KV to host memory and back, and :meth:`~KVCacheManager.computed_tokens` /
+:meth:`~KVCacheManager.cache_blocks` for the prefix cache. Batching policies, replicas
+and the replay loop never change a count themselves.
+
+Blocks are counted, not named: block identity changes no timing. A request's share is
+kept on the request itself (``blocks``: the blocks its tokens span, prefix-cache entries
+included; ``cached``: the leading prefix entries it references; ``swapped``: blocks of it
+in host memory), written only by this module. Guarantees: 0 <= ``used`` <= ``total``;
+an allocation that keeps the watermark leaves at least ``watermark`` blocks available
+(:attr:`~KVCacheManager.admit_low_water` records the fewest it left).
+
+Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from sim.core.prefix import PrefixCache
+from sim.core.request import Request
+from sim.cost.memory import blocks_for
+
+
+class PrefixHit(NamedTuple):
+    """A waiting request's leading tokens found in the prefix cache: ``tokens`` (a
+    multiple of the cache's hash size) and ``pinned``, the blocks among them no request
+    references now, which stop counting as available once it takes them."""
+
+    tokens: int
+    pinned: int
+
+
+NO_HIT = PrefixHit(0, 0)
+
+
+class KVCacheManager:
+    """Free, used, cached and swapped KV blocks of one replica.
+
+    ``total_blocks`` blocks of ``block_size`` tokens; ``watermark_blocks`` are kept free
+    when admitting new work (vLLM's watermark) so a freshly admitted prompt does not
+    immediately force running requests out; ``swap_blocks`` is the host space (blocks)
+    for swapped-out KV. With prefix caching on (:meth:`enable_prefix_caching`) blocks of
+    cached entries no request references count as available and are evicted, least
+    recently used first, only when an allocation needs them.
+    """
+
+    __slots__ = ("total", "block_size", "watermark", "used", "swap_free", "prefix",
+                 "admit_low_water")
+
+    def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
+                 swap_blocks: int = 0) -> None:
+        if (total_blocks < 1 or block_size < 1 or swap_blocks < 0
+                or not 0 <= watermark_blocks <= total_blocks):
+            raise ValueError("bad KV cache sizes")
+        self.total = total_blocks
+        self.block_size = block_size
+        self.watermark = watermark_blocks
+        self.used = 0  # blocks held by requests or by cached prefix entries
+        self.swap_free = swap_blocks  # host blocks left for swapped-out KV
+        self.prefix: PrefixCache | None = None
+        # The fewest available blocks an allocation keeping the watermark left behind.
+        self.admit_low_water = total_blocks
+
+    def enable_prefix_caching(self, hash_tokens: int) -> PrefixCache:
+        """Keep prompt blocks by content hash, each hash naming ``hash_tokens`` tokens (a
+        multiple of the block size); returns the cache (the router reads it)."""
+        self.prefix = PrefixCache(hash_tokens, self.block_size)
+        return self.prefix
+
+    # -- queries ----------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Blocks held by no request and no cached entry."""
+        return self.total - self.used
+
+    @property
+    def available(self) -> int:
+        """Free blocks plus blocks of unreferenced cached entries (evictable)."""
+        pc = self.prefix
+        return self.total - self.used + (pc.evictable if pc is not None else 0)
+
+    def can_allocate(self, num_blocks: int, keep_watermark: bool = False) -> bool:
+        """Whether ``num_blocks`` more blocks fit (leaving the watermark free if asked)."""
+        pc = self.prefix
+        evictable = pc.evictable if pc is not None else 0
+        reserve = self.watermark if keep_watermark else 0
+        return self.total - self.used + evictable - num_blocks >= reserve
+
+    def can_ever_hold(self, tokens: int) -> bool:
+        """Whether one request spanning ``tokens`` tokens could ever be admitted: its
+        blocks fit the cache less the watermark."""
+        return blocks_for(tokens, self.block_size) <= self.total - self.watermark
+
+    def computed_tokens(self, r: Request) -> PrefixHit:
+        """The leading tokens of ``r``'s next prefill already in the prefix cache (never
+        its last token, whose logits are needed); :data:`NO_HIT` without caching, or for
+        a request whose KV is partly present (swapped, or sent by a prefill replica)."""
+        pc = self.prefix
+        if pc is None or r.hashes is None or r.computed:
+            return NO_HIT
+        k, unref = pc.match(r.hashes, r.prompt + r.generated)
+        return PrefixHit(k * pc.hash_tokens, unref)
+
+    # -- allocation -------------------------------------------------------------------
+    def allocate_slots(self, r: Request, num_new_tokens: int, hit: PrefixHit = NO_HIT,
+                       lookahead_tokens: int = 0, keep_watermark: bool = False) -> int | None:
+        """Give ``r`` the blocks its next ``num_new_tokens`` tokens (after ``hit.tokens``
+        taken from the prefix cache, see :meth:`computed_tokens`) and ``lookahead_tokens``
+        more need; returns the blocks newly taken (0 when it already holds them), or None
+        when they do not fit (leaving the watermark free if asked), changing nothing."""
+        cached = hit.tokens
+        bs = self.block_size
+        need = -(-(r.computed + cached + num_new_tokens + lookahead_tokens) // bs) - r.blocks
+        if cached:
+            need -= cached // bs
+        elif need <= 0 and not keep_watermark:
+            return 0  # the common decode that stays inside its last block
+        pc = self.prefix
+        free = self.total - self.used
+        avail = free + pc.evictable - hit.pinned if pc is not None else free
+        if avail - need < (self.watermark if keep_watermark else 0):
+            return None
+        if cached:
+            assert pc is not None and r.hashes is not None
+            k = cached // pc.hash_tokens
+            pc.acquire(r.hashes[:k])  # before allocating, so they are not evicted
+            r.cached = k
+            r.blocks += k * pc.per_hash
+        if need > 0:
+            if need > free:
+                self._evict(need)
+            self.used += need
+            r.blocks += need
+        if keep_watermark and avail - need < self.admit_low_water:
+            self.admit_low_water = avail - need
+        return need if need > 0 else 0
+
+    def allocate_blocks(self, num_blocks: int) -> bool:
+        """Take ``num_blocks`` blocks for requests whose own counts are brought up to date
+        later (:meth:`settle`; a :class:`sim.core.decodeset.DecodeSet`'s members), evicting
+        cached entries if need be; False when they do not fit, changing nothing."""
+        free = self.total - self.used
+        if num_blocks > free:
+            pc = self.prefix
+            if pc is None or free + pc.evictable < num_blocks:
+                return False
+            self._evict(num_blocks)
+        self.used += num_blocks
+        return True
+
+    def settle(self, r: Request, tokens: int) -> None:
+        """Record that ``r`` spans the blocks of its first ``tokens`` tokens, taken for it
+        in bulk by :meth:`allocate_blocks`."""
+        r.blocks = blocks_for(tokens, self.block_size)
+
+    def _evict(self, num_blocks: int) -> None:
+        """Evict least recently used cached entries until ``num_blocks`` blocks are free."""
+        pc = self.prefix
+        assert pc is not None
+        while self.total - self.used < num_blocks and pc.lru:
+            pc.evict_oldest()
+            self.used -= pc.per_hash
+        if self.total - self.used < num_blocks:
+            raise AssertionError(f"KV over-allocation: {num_blocks} blocks with "
+                                 f"{self.total - self.used} free")
+
+    # -- release ----------------------------------------------------------------------
+    def free(self, r: Request) -> int:
+        """Return ``r``'s own blocks and drop its references to cached entries (which
+        stay cached); returns the blocks it spanned."""
+        n = r.blocks
+        own = n
+        if r.cached:
+            pc = self.prefix
+            assert pc is not None and r.hashes is not None
+            own -= r.cached * pc.per_hash
+            pc.release(r.hashes[:r.cached])
+            r.cached = 0
+        if own < 0 or own > self.used:
+            raise AssertionError(f"KV double free: freeing {own} of {self.used} used")
+        self.used -= own
+        r.blocks = 0
+        return n
+
+    def cache_blocks(self, r: Request) -> None:
+        """After ``r``'s prefill: its full prompt blocks join the prefix cache (or, when
+        another request cached the same content meanwhile, it shares that entry and its
+        own copy is freed)."""
+        pc = self.prefix
+        assert pc is not None and r.hashes is not None
+        full = min(len(r.hashes), r.prompt // pc.hash_tokens)
+        for k in range(r.cached, full):
+            if not pc.publish(r.hashes[k]):
+                self.used -= pc.per_hash
+        if full > r.cached:
+            r.cached = full
+
+    # -- swapping ---------------------------------------------------------------------
+    def swap_out(self, r: Request) -> bool:
+        """Preempt ``r`` by moving its KV to host memory: its GPU blocks are freed and
+        ``r.swapped`` holds their count. False when the host has no room (nothing
+        changed: the caller frees it for recompute)."""
+        n = r.blocks
+        if n > self.swap_free:
+            return False
+        self.free(r)
+        r.swapped = n
+        self.swap_free -= n
+        return True
+
+    def swap_in(self, r: Request) -> int:
+        """``r`` (just given its GPU blocks back) leaves host memory; returns the blocks
+        that move over PCIe."""
+        n = r.swapped
+        self.swap_free += n
+        r.swapped = 0
+        return n
+
+    def reset(self, lost: list[Request]) -> None:
+        """Drop every block and cached entry (a fault emptied the GPU); ``lost`` are the
+        requests held, whose host copies are dropped too."""
+        for r in lost:
+            self.swap_free += r.swapped
+        if self.prefix is not None:
+            self.prefix.clear()
+        self.used = 0

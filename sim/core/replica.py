@@ -1,0 +1,336 @@
+"""One serving replica: a SimPy process running one batch iteration per event.
+
+Each loop: the policy picks a batch, the cost model prices it, the process sleeps
+that long, then (after the engine has delivered every arrival up to now) applies the
+iteration: tokens computed, tokens emitted, requests finished and their blocks freed.
+
+A replica has a ``role``: ``both`` (co-located prefill and decode), or ``prefill`` /
+``decode`` in a disaggregated cluster (:mod:`sim.core.disagg`). A prefill replica hands each
+request to ``handoff`` once its first token is out; a decode replica receives requests
+with their prompt KV present through an inbox of timed deliveries.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import insort
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from sim.core.decodeset import DecodeSet
+from sim.core.histogram import LogHistogram
+from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
+from sim.core.prefix import PrefixCache
+from sim.core.replicastats import ReplicaStats
+from sim.core.request import Request
+from sim.core.result import finish_requests
+from sim.cost.shape import StepShape, batch_shape
+
+if TYPE_CHECKING:
+    from sim.config.scenario import ServingConfig
+    from sim.core.engine import Engine
+    from sim.policies.registry import Batch, Policy
+
+
+def _order(r: Request) -> tuple[int, float, int]:
+    """Admission order under priority scheduling: class, then arrival, then id."""
+    return (r.priority, r.arrival, r.id)
+
+
+class Replica:
+    """State the policies read (``waiting``, ``running``, ``kv``, ``block_size``) and the
+    process that runs iterations on it.
+
+    ``kv`` keeps every KV block count (host swap space included); ``swap_block_s`` is
+    the PCIe time (s) to move one block (per-GPU shard) between GPU and host, which
+    matters only when ``serving.preemption`` is ``swap``.
+    """
+
+    def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
+                 kv: KVCacheManager, serving: ServingConfig | None = None, role: str = "both",
+                 swap_block_s: float = 0.0):
+        self.index = index
+        self.engine = engine
+        self.env = engine.env
+        self.policy = policy
+        self.cost = cost
+        self.kv = kv
+        self.block_size = kv.block_size
+        self.role = role
+        self.entry = role != "decode"  # receives arrivals from the router
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.outstanding = 0  # tokens: unprefilled prompts plus outputs not yet produced
+        self.idle = True
+        self.priority = serving is not None and serving.priority
+        self.swap = serving is not None and serving.preemption == "swap"
+        self.swap_block_s = swap_block_s
+        self.swap_s = 0.0  # PCIe seconds the next iteration spends swapping
+        self.handoff: Callable[[Replica, Request, float], None] | None = None
+        self.inbox: list[tuple[float, int, Request]] = []  # (lands_s, id, request)
+        self._wakeup: Any = None
+        self.stats = ReplicaStats(kv.total, role)
+        self.itl = LogHistogram()
+        # Policies whose running requests are all steady decodes between iterations keep
+        # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
+        lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
+        self.group = (DecodeSet(kv, getattr(policy, "reserves_kv", False))
+                      if lazy else None)
+        self.process = self.env.process(self._run())
+
+    @property
+    def prefix(self) -> PrefixCache | None:
+        """The replica's prefix cache (None when caching is off); the router reads it."""
+        return self.kv.prefix
+
+    # -- what the router and policies call -------------------------------------------
+    def enqueue(self, r: Request) -> None:
+        """Accept a routed request into the waiting queue; wake the process if idle."""
+        if self.priority:
+            insort(self.waiting, r, key=_order)
+        else:
+            self.waiting.append(r)
+        self.outstanding += r.prompt + r.output
+        if self.idle:
+            self._wake()
+
+    def _wake(self) -> None:
+        self.idle = False
+        if self.entry:
+            self.engine.replica_busy()
+        self._wakeup.succeed()
+
+    def receive(self, r: Request, lands: float) -> None:
+        """A request whose prefill ran elsewhere; its KV lands here at ``lands`` (s)."""
+        self.outstanding += r.output - r.generated
+        heapq.heappush(self.inbox, (lands, r.id, r))
+        self.env.timeout(lands - self.env.now).callbacks.append(self._landed)
+
+    def _landed(self, _event: Any) -> None:
+        self.pull()
+
+    def pull(self) -> None:
+        """Queue every delivery that has landed by now (whichever event comes first)."""
+        now = self.env.now
+        inbox = self.inbox
+        while inbox and inbox[0][0] <= now:
+            r = heapq.heappop(inbox)[2]
+            if self.priority:
+                insort(self.waiting, r, key=_order)
+            else:
+                self.waiting.append(r)
+            if self.idle:
+                self._wake()
+
+    def requeue(self, victims: Iterable[Request]) -> None:
+        """Put preempted requests (newest first) back in the waiting queue: at its front
+        under FCFS, so the oldest victim runs first; in order under priority."""
+        if self.priority:
+            for r in victims:
+                insort(self.waiting, r, key=_order)
+        else:
+            self.waiting.extendleft(victims)
+
+    def admit(self, r: Request, hit: PrefixHit = NO_HIT) -> None:
+        """Move ``r`` (popped from waiting, its blocks given by
+        :meth:`~sim.core.kvmanager.KVCacheManager.allocate_slots` with ``hit``) into running,
+        its first ``hit.tokens`` taken from the prefix cache. A swapped-out request's KV
+        comes back over PCIe in the next iteration."""
+        if self.kv.prefix is not None and not r.computed:
+            self.stats.prefix_query_tokens += r.prompt + r.generated
+            if hit.tokens:
+                r.computed = hit.tokens
+                self.stats.prefix_hit_tokens += hit.tokens
+        self.running.append(r)
+        if r.swapped:
+            self.swap_s += self.kv.swap_in(r) * self.swap_block_s
+        self.engine.scheduled(r, self.env.now)
+
+    def release(self, r: Request) -> None:
+        """Preempt ``r``: free its blocks. By recompute it forgets its computed tokens; by
+        swap its KV moves to host memory (when the host has room, else recompute)."""
+        if self.swap and r.computed and self.kv.swap_out(r):
+            self.swap_s += r.swapped * self.swap_block_s
+        else:
+            self.kv.free(r)
+            r.computed = 0
+        self.engine.preempted(r)
+        self.stats.preemptions += 1
+
+    preempt = release
+
+    def crash(self) -> list[Request]:
+        """A fault: drop every request held here (waiting, running, landing), with their
+        KV, cached prefixes and swapped blocks; interrupt an iteration in progress.
+        Returns the lost requests in id order."""
+        if self.group is not None:
+            self.group.flush(self.running)
+        lost = [*self.running, *self.waiting, *(x[2] for x in self.inbox)]
+        self.running = []
+        self.waiting = deque()
+        self.inbox = []
+        self.kv.reset(lost)
+        self.outstanding = 0
+        self.swap_s = 0.0
+        if not self.idle:
+            self.process.interrupt("fault")
+        return sorted(lost, key=lambda r: r.id)
+
+    def fits_ever(self, prompt: int, output: int) -> str | None:
+        """Why a request of these lengths can never finish on this replica, or None.
+        A prefill replica holds only the prompt's KV."""
+        tokens = prompt if self.role == "prefill" else prompt + output - 1
+        if not self.kv.can_ever_hold(tokens):
+            return "exceeds_kv_capacity"
+        return self.policy.reject_reason(prompt, output, self)
+
+    # -- the process -----------------------------------------------------------------
+    def _run(self) -> Any:
+        env = self.env
+        engine = self.engine
+        stats = self.stats
+        schedule = self.policy.schedule
+        step_time = self.cost.step_time
+        # A profile's price for the first step after an idle spell (sim.cost.profile, wake).
+        wake_time = getattr(self.cost, "wake_time", None)
+        idle_since: float | None = None
+        log = engine.step_log
+        group = self.group
+        timeouts = engine.timeouts
+        dispatch = engine.dispatch
+        while True:
+            if timeouts is not None:  # expired before this decision (sim/policies/admission.py)
+                timeouts.expire(self, env.now)
+            batch = schedule(self)
+            stepping = group is not None and group.stepping
+            if not batch and not stepping:
+                if idle_since is None:
+                    idle_since = env.now
+                try:
+                    yield self._go_idle()
+                except simpy.Interrupt:
+                    continue  # a fault struck just as an arrival woke it: crash() emptied it
+                continue
+            if group is not None and stepping:
+                shape = group.shape() if not batch else self._with_batch(group.shape(), batch)
+            else:
+                shape = batch_shape(batch)
+            dt = step_time(shape)
+            if idle_since is not None:
+                dt += wake_time(env.now - idle_since) if wake_time is not None else 0.0
+                idle_since = None
+            if self.swap_s:  # vLLM swaps blocks out and in before the forward pass
+                dt, self.swap_s = dt + self.swap_s, 0.0
+            start = env.now
+            used = self.kv.used
+            stats.book(dt, shape.seqs, shape.new_tokens, used)
+            if log is not None:
+                self._log(log, batch, stepping, start, dt)
+            try:
+                yield env.timeout(dt)
+            except simpy.Interrupt:
+                # A fault (sim/core/faults.py) struck mid-iteration: crash() emptied the replica;
+                # only the part of the iteration that ran was busy.
+                stats.cut_short(start + dt - env.now, used)
+                continue
+            dispatch()
+            if self.inbox:
+                self.pull()
+            now = env.now
+            if group is not None and stepping:
+                self.outstanding -= group.n
+                done = group.end_step(self.itl, now)
+                if done is not None:
+                    self.finish(done, now)
+            if batch:
+                self._complete(batch, now)
+
+    def _go_idle(self) -> Any:
+        """Mark the replica idle; the event an arrival or a KV transfer wakes it with."""
+        if self.waiting or self.running:
+            raise RuntimeError(f"replica {self.index}: policy scheduled nothing with "
+                               f"{len(self.waiting)} waiting, {len(self.running)} running")
+        self.idle = True
+        self._wakeup = self.env.event()
+        if self.entry:
+            self.engine.replica_idle()
+        return self._wakeup
+
+    @staticmethod
+    def _with_batch(shape: StepShape, batch: Batch) -> StepShape:
+        """The DecodeSet's decodes ``shape`` plus the entries of ``batch``."""
+        return StepShape(*(a + b for a, b in zip(shape, batch_shape(batch), strict=True)))
+
+    def _log(self, log: list[tuple[Any, ...]], batch: Batch, stepping: bool, start: float,
+             dt: float) -> None:
+        """Append the iteration to the step log: (replica, start s, end s, entries)."""
+        entries = [(r.id, n, r.computed) for r, n in batch.items()]
+        if stepping:
+            assert self.group is not None
+            entries = self.group.log_entries(self.running) + entries
+        log.append((self.index, start, start + dt, tuple(entries)))
+
+    def _complete(self, batch: Batch, now: float) -> None:
+        engine = self.engine
+        kv = self.kv
+        caching = kv.prefix is not None
+        gaps: list[float] = []
+        finished: list[Request] = []
+        emitted = 0
+        leaving: list[Request] | None = None
+        for r, n in batch.items():
+            c = r.computed + n
+            r.computed = c
+            if c == r.prompt + r.generated:
+                g = r.generated + 1
+                r.generated = g
+                emitted += 1
+                if g == 1:
+                    engine.first_token[r.id] = now
+                    self.outstanding -= r.prompt
+                    if self.handoff is not None and g < r.output:
+                        leaving = [r] if leaving is None else [*leaving, r]
+                else:
+                    gaps.append(now - r.last_token)
+                r.last_token = now
+                if caching and r.hashes is not None:
+                    kv.cache_blocks(r)
+                if g == r.output:
+                    finished.append(r)
+        if gaps:
+            self.itl.extend(gaps)
+        self.outstanding -= emitted
+        if finished:
+            self.finish(finished, now)
+        if leaving is not None:
+            self._hand_off(leaving, now)
+        group = self.group
+        if group is not None:
+            for r in batch:
+                if r.sync < 0 and group.joinable(r):
+                    group.join(r)
+
+    def finish(self, done: list[Request], now: float) -> None:
+        """Requests ``done`` emitted their last token at ``now`` (s): finish them
+        (:func:`sim.core.result.finish_requests`) and drop them from ``running``."""
+        finish_requests(done, now, self.kv, self.engine)
+        # By identity: DecodeSet members' own counters are stale until they finish.
+        if len(done) < 8:
+            for r in done:
+                self.running.remove(r)
+        else:
+            gone = set(done)
+            self.running = [r for r in self.running if r not in gone]
+
+    def _hand_off(self, leaving: list[Request], now: float) -> None:
+        """Send requests whose prefill just finished to the decode pool."""
+        assert self.handoff is not None
+        # On a prefill replica only requests still prefilling stay.
+        self.running = [r for r in self.running if r.generated == 0]
+        for r in leaving:
+            self.kv.free(r)
+            self.outstanding -= r.output - r.generated
+            self.handoff(self, r, now)

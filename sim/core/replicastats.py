@@ -1,0 +1,44 @@
+"""Per-replica totals a run reports: iterations, busy time, batch sizes, KV use,
+preemptions and prefix-cache counts (summed by :mod:`sim.report.metrics`)."""
+
+from __future__ import annotations
+
+
+class ReplicaStats:
+    """Per-replica totals over the run (counts, seconds, block-seconds); ``kv_total`` is the
+    replica's KV capacity in blocks and ``role`` its pool (both, prefill or decode)."""
+
+    __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
+                 "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
+                 "prefix_evictions")
+
+    def __init__(self, kv_total: int = 0, role: str = "both") -> None:
+        self.kv_total = kv_total
+        self.role = role
+        self.prefix_query_tokens = 0  # tokens of prefills admitted with prefix caching on
+        self.prefix_hit_tokens = 0  # of which found in the prefix cache
+        self.prefix_evictions = 0  # cached prefix entries evicted for space
+        self.iterations = 0
+        self.busy_s = 0.0
+        self.batch_seqs = 0
+        self.batch_tokens = 0
+        self.kv_block_s = 0.0
+        self.kv_peak = 0
+        self.preemptions = 0
+
+    def book(self, dt: float, seqs: int, tokens: int, used: int) -> None:
+        """Count one iteration of ``dt`` seconds over ``seqs`` sequences computing
+        ``tokens`` tokens with ``used`` KV blocks held."""
+        self.iterations += 1
+        self.busy_s += dt
+        self.batch_seqs += seqs
+        self.batch_tokens += tokens
+        self.kv_block_s += used * dt
+        if used > self.kv_peak:
+            self.kv_peak = used
+
+    def cut_short(self, cut: float, used: int) -> None:
+        """The iteration just booked ended ``cut`` seconds early (a fault), holding
+        ``used`` KV blocks: only the part that ran was busy."""
+        self.busy_s -= cut
+        self.kv_block_s -= used * cut

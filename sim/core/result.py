@@ -1,0 +1,122 @@
+"""What one simulation run produced (:class:`RunResult`), what it records per request
+while it runs (:class:`Outcomes`), and the one way a request finishes
+(:func:`finish_requests`).
+
+:class:`Outcomes` holds the per-request result arrays (indexed by request id) that the
+simulator's engine (:class:`sim.core.engine.Engine` is one) and the replay loop
+(:mod:`calibrate.replay`) fill in. :func:`finish_requests` is the only code that
+finishes requests: the replica after an iteration, its DecodeSet's members, and the
+replay loop all call it, so a finish always frees the same KV and records the same
+fields. Imports no SimPy: ``calibrate.replay`` uses it on a device machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sim.core.kvmanager import KVCacheManager
+from sim.core.request import FINISHED, PENDING, Request
+from sim.cost.frontend import NO_FRONTEND, Frontend
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario
+    from sim.core.clients import ClientStats
+    from sim.core.histogram import LogHistogram
+    from sim.core.replicastats import ReplicaStats
+    from sim.workload.requests import Requests
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced: per-request arrays (seconds, counts) and per-replica totals.
+
+    ``status`` holds codes from :mod:`sim.core.request`; ``reason`` names why a request was
+    rejected ("" otherwise). Times of events that did not happen are NaN.
+    """
+
+    scenario: Scenario
+    requests: Requests
+    first_sched: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    preemptions: np.ndarray
+    replica: np.ndarray
+    status: np.ndarray
+    reason: np.ndarray
+    itl: LogHistogram
+    replica_stats: list[ReplicaStats]
+    end_s: float
+    step_log: list[tuple[Any, ...]] | None
+    # Disaggregated runs: each request's prefill replica (``replica`` is where it decoded);
+    # None otherwise.
+    prefill_replica: np.ndarray | None = None
+    # With faults: times each request was placed again, and (replica, down_s, up_s) of
+    # every outage (sim/core/faults.py).
+    retries: np.ndarray | None = None
+    outages: tuple[tuple[int, float, float], ...] = ()
+    # The API server's latency outside the steps (zero: none), and a closed loop's
+    # clients (None: open loop).
+    frontend: Frontend = NO_FRONTEND
+    clients: ClientStats | None = None
+    # Where the step prices came from, in one phrase (sim.cost.models.CostModel.source).
+    cost_source: str = ""
+    # Each pool's GPU memory terms and KV blocks per replica, by role ("both", or
+    # "prefill" and "decode"): :meth:`sim.cost.memory.MemoryBudget.summary`'s mapping.
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # When each request reached the engine (s): its send time plus the frontend's request
+    # delay; NaN for one never delivered. None: the engine saw requests as they were sent.
+    seen_s: np.ndarray | None = None
+
+
+class Outcomes:
+    """Per-request results of ``n`` requests: ``first_sched``, ``first_token`` and
+    ``finish`` are times in seconds (NaN until they happen), ``preemptions`` counts,
+    ``status`` one of :mod:`sim.core.request`'s codes; ``finished_count`` counts requests
+    finished so far. ``response_s`` (s) is how long after the engine's last token its
+    client has the answer (0 here; the engine's frontend sets it). ``tells_ends``:
+    whether :meth:`ended` must hear of every finish (a closed loop's clients)."""
+
+    def __init__(self, n: int) -> None:
+        self.first_sched = np.full(n, np.nan)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.status = np.full(n, PENDING, dtype=np.int8)
+        self.finished_count = 0
+        self.response_s = 0.0
+        self.tells_ends = False
+
+    def scheduled(self, r: Request, now: float) -> None:
+        """``r`` was admitted at ``now`` (s); the first admission is its scheduling time."""
+        if not r.scheduled:
+            r.scheduled = True
+            self.first_sched[r.id] = now
+
+    def preempted(self, r: Request) -> None:
+        """Count one preemption of ``r``."""
+        self.preemptions[r.id] += 1
+
+    def ended(self, i: int, client_s: float) -> None:
+        """Request ``i`` ended; its client learns it at ``client_s`` (s). Nothing here;
+        the engine's closed loop frees the client."""
+
+
+def finish_requests(done: list[Request], now: float, kv: KVCacheManager,
+                    out: Outcomes) -> None:
+    """Finish ``done`` (each has emitted its last token at ``now``, s): free its KV and
+    its prefix-cache references, record its finish time and status, count it, and tell
+    its client. The caller drops them from its running list."""
+    finish = out.finish
+    status = out.status
+    for r in done:
+        kv.free(r)
+        finish[r.id] = now
+        status[r.id] = FINISHED
+    out.finished_count += len(done)
+    if out.tells_ends:
+        client_s = now + out.response_s
+        for r in done:
+            out.ended(r.id, client_s)

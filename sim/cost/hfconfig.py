@@ -1,0 +1,89 @@
+"""A :class:`sim.cost.specs.ModelSpec` from a HuggingFace ``config.json``, with no weights.
+
+The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
+(``--hf-config``) both read configs here, so a model is described by one table whichever
+side reads it. Only dense decoders of the Llama shape are modelled: attention (grouped
+query heads, rotary positions) and a SwiGLU MLP per layer. Mixture-of-experts configs are
+a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sim.cost.specs import ModelSpec
+from sim.errors import ServesimError
+
+# HuggingFace model_type values whose layers are the dense Llama shape servesim models.
+# qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
+# wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
+# q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
+SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# Families whose config omits attention_bias and whose QKV projections carry a bias.
+_QKV_BIAS_BY_DEFAULT = ("qwen2",)
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def from_hf_config(path: Path) -> ModelSpec:
+    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (llama,
+    mistral, qwen2, qwen3); anything else, or a mixture-of-experts config, is an error."""
+    src = str(path)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ServesimError(f"cannot read: {exc.strerror}", source=src) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ServesimError(f"not valid JSON: {exc}", source=src) from None
+    if not isinstance(cfg, dict):
+        raise ServesimError("expected a JSON object", source=src)
+    family = cfg.get("model_type")
+    moe = [k for k in _MOE_KEYS if k in cfg]
+    if family not in SUPPORTED_FAMILIES:
+        why = " (mixture-of-experts is not modelled yet)" if moe else ""
+        raise ServesimError(
+            f"unsupported model_type {family!r}{why}; supported: {', '.join(SUPPORTED_FAMILIES)}",
+            source=src, where="model_type")
+    if moe:
+        raise ServesimError("mixture-of-experts layers are not modelled yet", source=src,
+                            where=moe[0])
+
+    def get(key: str, default: Any = None) -> Any:
+        value = cfg.get(key, default)
+        if value is None:
+            raise ServesimError("required key is missing", source=src, where=key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ServesimError(f"got {value!r}, expected a number", source=src, where=key)
+        return value
+
+    def count(key: str, default: Any = None) -> int:
+        value = get(key, default)
+        if value != int(value):
+            raise ServesimError(f"got {value!r}, expected a whole number", source=src,
+                                where=key)
+        return int(value)
+
+    hidden = count("hidden_size")
+    heads = count("num_attention_heads")
+    # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
+    head_dim = count("head_dim") if cfg.get("head_dim") else (hidden // heads if heads else 0)
+    try:
+        return ModelSpec(
+            layers=count("num_hidden_layers"),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=count("num_key_value_heads", heads),
+            head_dim=head_dim,
+            intermediate=count("intermediate_size"),
+            vocab=count("vocab_size"),
+            dtype=_TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16"),  # type: ignore[arg-type]
+            max_context=count("max_position_embeddings", 8192),
+            rope_theta=float(get("rope_theta", 10000.0)),
+            qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            name=str(cfg.get("_name_or_path") or path.parent.name or family),
+        )
+    except ServesimError as exc:
+        raise exc.located(source=src) from None

@@ -1,0 +1,96 @@
+"""The shipped measured profiles: which exist, and the one that matches a scenario.
+
+``sim/data/profiles/`` holds profiles built from the public kernel tables
+(:mod:`sim.cost.tables.profilebuild`) for every shipped architecture on every GPU the tables
+cover, at tensor-parallel degrees 1, 2, 4 and 8 where the model fits, for vLLM and
+SGLang. A file's stem says what it is: ``<gpu>-<model>-tp<N>-<framework>``.
+``cost: measured`` picks the one matching the scenario's GPU, model, tp and framework;
+a model matches a profile built for a preset of the same architecture (Llama 3.1 8B
+runs Llama 3 8B's kernels: only the context length differs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from sim.cost.profilefile import PROFILE_DIR
+from sim.cost.specs import GPUS, MODELS, ModelSpec
+from sim.errors import ServesimError
+
+# What `servesim profile ship` builds: one preset per distinct architecture.
+SHIPPED_MODELS = ("llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen2.5-32b",
+                  "qwen3-32b")
+SHIPPED_FRAMEWORKS = ("vllm", "sglang")
+SHIPPED_TPS = (1, 2, 4, 8)
+_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)$")
+
+
+@dataclass(frozen=True)
+class MeasuredConfig:
+    """``cost: {measured: {framework: ...}}``: the shipped profile of this framework
+    (vLLM by default) for the scenario's GPU, model and tp."""
+
+    framework: Literal["vllm", "sglang"] = "vllm"
+
+
+def architecture(model: ModelSpec) -> tuple[object, ...]:
+    """What a model's kernels depend on: every dimension but its name, context length
+    and rotary base."""
+    return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
+            model.intermediate, model.vocab, model.dtype, model.qkv_bias, model.tie_embeddings)
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One shipped measured profile, parsed from its file stem."""
+
+    stem: str
+    gpu: str
+    model: str
+    tp: int
+    framework: str
+
+
+@lru_cache(maxsize=1)
+def shipped() -> tuple[Shipped, ...]:
+    """Every shipped profile whose stem names a preset, GPU, tp and framework (the
+    folder is package data: read once per process)."""
+    out = []
+    # GPU names contain dashes too (h100-sxm): the longest known one the stem starts with.
+    gpus = sorted(GPUS, key=len, reverse=True)
+    for path in sorted(PROFILE_DIR.glob("*.yaml")) if PROFILE_DIR.is_dir() else []:
+        gpu = next((g for g in gpus if path.stem.startswith(g + "-")), None)
+        m = _REST.match(path.stem[len(gpu) + 1:]) if gpu else None
+        if gpu and m and m["model"] in MODELS:
+            out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"]))
+    return tuple(out)
+
+
+def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:
+    """The stem of the shipped profile for ``model`` on ``tp`` GPUs of ``gpu`` under
+    ``framework``; an error listing what exists when none matches."""
+    arch = architecture(model)
+    same = [s for s in shipped() if architecture(MODELS[s.model]) == arch]
+    for s in same:
+        if (s.gpu, s.tp, s.framework) == (gpu, tp, framework):
+            return s.stem
+    if not same:
+        names = sorted({s.model for s in shipped()})
+        raise ServesimError(f"no measured profile for model {model.name}: measured profiles "
+                            f"cover {', '.join(names) or 'nothing'} (or the same "
+                            f"architectures); build one with `servesim profile build`",
+                            where="cost.measured")
+    tps: dict[str, list[int]] = {}
+    for s in same:
+        if s.gpu == gpu:
+            tps.setdefault(s.framework, []).append(s.tp)
+    here = "; ".join(f"{fw} tp {', '.join(map(str, sorted(v)))}" for fw, v in sorted(
+        tps.items(), key=lambda kv: SHIPPED_FRAMEWORKS.index(kv[0])
+        if kv[0] in SHIPPED_FRAMEWORKS else len(SHIPPED_FRAMEWORKS)))
+    gpus = sorted({s.gpu for s in same})
+    have = f"shipped on {gpu}: {here}" if here else f"GPUs with one: {', '.join(gpus)}"
+    raise ServesimError(f"no measured profile for {model.name} at tp={tp} under {framework} "
+                        f"on {gpu}; {have}", where="cost.measured")

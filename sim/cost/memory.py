@@ -1,0 +1,192 @@
+"""Paged KV-cache sizing: how many blocks a replica has.
+
+:func:`memory_budget` sizes the cache as vLLM does, term by term, from the GPU's
+reported memory. Who holds the blocks is :class:`sim.core.kvmanager.KVCacheManager`'s
+business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sim.cost.specs import GPUSpec, ModelSpec, shard
+from sim.errors import ServesimError
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """Blocks needed to hold ``tokens`` tokens (ceil division)."""
+    return -(-tokens // block_size)
+
+
+# --- KV capacity as vLLM sizes it -----------------------------------------------------
+#
+# vLLM (V1 engine, gpu_worker.determine_available_memory) loads the weights, runs one
+# profiling forward pass at max_num_batched_tokens and a sampler pass at max_num_seqs,
+# and gives the KV cache what is left of total × gpu_memory_utilization:
+#   kv = total·u − weights − torch peak increase − non-torch increase − CUDA-graph estimate
+# per GPU; blocks = kv // (per-GPU KV bytes per token × block_size). The constants below
+# come from vLLM's own logs (docs/model.md lists them; tests/test_memory.py checks the
+# formulas against them).
+
+GIB = 2**30
+
+# Bytes the sampler's profiling pass holds per logit (sequences × vocabulary): fp32 logits,
+# probabilities and log-probabilities, a sorted copy with int64 indices for top-k/top-p,
+# and temporaries. Fitted to vLLM PR 10511's Llama-3-8B log on an H100 (activation peak
+# 1.26 GiB at 8192 tokens and 256 sequences, where the sampler, not the layers, peaks).
+SAMPLER_BYTES_PER_LOGIT = 39
+
+# Non-torch memory the instance adds while it profiles: CUDA kernels loaded on first use
+# and library workspaces. 0.16 GiB on one H100 (vLLM PR 12126: "non_torch_memory takes
+# 0.16GiB"). vLLM V1 measures it over a snapshot taken once the CUDA context exists, so
+# the context itself stays in the 1 − utilization headroom.
+NON_TORCH_BYTES = int(0.16 * GIB)
+
+# What tensor parallelism adds to it: NCCL communicators and the custom all-reduce's
+# buffers. 1.79 GiB: the difference between vLLM PR 10511's tp=2 and tp=1 logs of the same
+# model on the same H100 (non_torch_memory 3.58 against 1.79 GiB). No public log gives
+# the figure at tp 4 or 8; ring communicators keep two neighbours whatever the size, so
+# the tp=2 figure is used for every tp > 1.
+NON_TORCH_TP_BYTES = int(1.79 * GIB)
+
+# vLLM's estimate of the CUDA-graph pool (one graph per captured batch size), subtracted
+# before sizing the KV cache since v0.21.0 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by
+# default; earlier versions captured the graphs afterwards, inside the 1 − utilization
+# headroom). 0.73 GiB: "Estimated CUDA graph memory: 0.73 GiB total" for the default
+# capture set (51 piecewise sizes up to 512, 35 full ones up to 256) in vllm-project/vllm
+# PR 39559's log; the pool is mostly per-graph overhead, so it barely depends on the model.
+CUDA_GRAPH_BYTES = int(0.73 * GIB)
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """One GPU of a replica, as vLLM divides its memory (bytes unless stated).
+
+    ``kv`` = ``total``·``utilization`` − ``weights`` − ``activation`` − ``non_torch`` −
+    ``cuda_graph`` (negative when the model does not fit); ``blocks`` = ``kv`` //
+    ``block_bytes`` (0 when it does not), ``block_bytes`` a block's per-GPU KV bytes.
+    """
+
+    model: str
+    gpu: str
+    tp: int
+    total: int
+    utilization: float
+    weights: int
+    activation: int
+    non_torch: int
+    cuda_graph: int
+    block_size: int
+    block_bytes: int
+
+    @property
+    def budget(self) -> float:
+        """Bytes vLLM may use on the GPU: ``total × utilization``."""
+        return self.total * self.utilization
+
+    @property
+    def kv(self) -> float:
+        """Bytes left for the KV cache on one GPU (negative when the model does not fit)."""
+        return self.budget - self.weights - self.activation - self.non_torch - self.cuda_graph
+
+    @property
+    def blocks(self) -> int:
+        """KV blocks the replica holds (every GPU holds its shard of every block)."""
+        return int(self.kv // self.block_bytes) if self.kv > 0 else 0
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens those blocks hold."""
+        return self.blocks * self.block_size
+
+    def fitted(self) -> MemoryBudget:
+        """This budget, or a :class:`ServesimError` with every term if not one block fits."""
+        if self.blocks >= 1:
+            return self
+
+        def g(x: float) -> str:
+            return f"{x / GIB:.2f}"
+
+        raise ServesimError(
+            f"model {self.model} does not fit on {self.gpu} with tp={self.tp}: per GPU "
+            f"{g(self.total)} GiB x memory_utilization {self.utilization} = {g(self.budget)} GiB"
+            f", less weights {g(self.weights)}, activation {g(self.activation)}, non-torch "
+            f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, leaves "
+            f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); raise tp or "
+            f"memory_utilization, or choose a larger GPU", where="hardware")
+
+    def summary(self, blocks: int | None = None) -> dict[str, Any]:
+        """The terms in GiB, and the replica's KV blocks and tokens (``blocks`` when a
+        ``num_gpu_blocks`` override sets them; then ``kv_gib`` is what those blocks take)."""
+        n = self.blocks if blocks is None else blocks
+        kv = self.kv if blocks is None else n * self.block_bytes
+        return {"total_gib": self.total / GIB, "utilization": self.utilization,
+                "weights_gib": self.weights / GIB, "activation_gib": self.activation / GIB,
+                "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
+                "kv_gib": kv / GIB, "kv_blocks": n, "kv_tokens": n * self.block_size,
+                "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks"}
+
+
+def weight_bytes(model: ModelSpec, tp: int) -> int:
+    """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
+    (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
+    head_dim elements at the model's dtype, which every GPU keeps whole. The table is why
+    Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96."""
+    d = shard(model, tp)
+    return d.weight_bytes + model.max_context * model.head_dim * model.dtype_bytes
+
+
+def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
+                     max_num_seqs: int) -> int:
+    """Peak bytes of one GPU's profiling pass above the weights (torch's peak increase).
+
+    With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
+    element size (2 bytes; 4 for fp32 models), h hidden, and per-GPU heads Hq, KV heads
+    Hkv, head size d, MLP width I (all from :func:`sim.cost.specs.shard`):
+
+    - layers: T·a·max(3h + 3I, 3h + 2(Hq + Hkv)d). In the MLP the residual, the normed
+      input and the output (h each) are alive with the gate/up product (2I) and its
+      activation (I); in attention, with QKV ((Hq + 2Hkv)d) and the attention output (Hq·d).
+      Checked against vLLM issue 10517's Llama-3.1-8B logs (2.07 and 2.99 GiB at 20,000
+      and 29,000 tokens, where the layers peak; the formula gives 2.06 and 2.99 GiB).
+    - sampler: T·h·a (the last hidden states, still held) + S·V·39 for logits of S
+      sequences over the whole padded vocabulary V (gathered from every GPU).
+
+    The peak is the larger of the two, because the layers' temporaries are freed before
+    the sampler runs.
+    """
+    d = shard(model, tp)
+    a = 4 if model.dtype == "fp32" else 2
+    h = d.hidden
+    mlp = 3 * h + 3 * d.intermediate
+    attention = 3 * h + 2 * (d.heads + d.kv_heads) * d.head_dim
+    layers = max_num_batched_tokens * a * max(mlp, attention)
+    seqs = min(max_num_seqs, max_num_batched_tokens)
+    sampler = (max_num_batched_tokens * h * a
+               + seqs * d.vocab * d.tp * SAMPLER_BYTES_PER_LOGIT)
+    return max(layers, sampler)
+
+
+def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
+                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int
+                  ) -> MemoryBudget:
+    """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
+    and the constants above); call :meth:`MemoryBudget.fitted` to require one block."""
+    d = shard(model, tp)
+    return MemoryBudget(
+        model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
+        utilization=memory_utilization, weights=weight_bytes(model, tp),
+        activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs),
+        non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0),
+        cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
+        block_bytes=d.kv_bytes_per_token * block_size)
+
+
+def kv_capacity_blocks(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
+                       block_size: int, max_num_batched_tokens: int = 8192,
+                       max_num_seqs: int = 256) -> int:
+    """KV blocks one replica of ``tp`` GPUs holds; a model that does not fit is an error
+    giving every term (:func:`memory_budget`)."""
+    return memory_budget(model, gpu, tp, memory_utilization, block_size,
+                         max_num_batched_tokens, max_num_seqs).fitted().blocks

@@ -1,0 +1,220 @@
+"""Step-time cost models: pure functions from a :class:`StepShape` to seconds.
+
+- :class:`LinearCost`: user-given coefficients; what hand-worked tests use.
+- :class:`RooflineCost`: analytic, from the model's dimensions and a GPU's datasheet
+  figures with efficiency factors. Linear layers and attention are each bounded by the
+  slower of FLOP time and memory time; tensor parallelism shards both (one GPU's shard)
+  and adds two ring all-reduces per layer.
+- Measured profiles (written by calibrate/) are evaluated by :mod:`sim.cost.profile`.
+
+Every model accepts numpy arrays in the shape's fields and then returns an array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from sim.configtools import bounded
+from sim.cost.frontend import NO_FRONTEND, Frontend
+from sim.cost.shape import StepShape
+from sim.cost.specs import GPUSpec, ModelSpec, gpu, shard
+from sim.errors import ServesimError
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario
+
+
+class CostModel(Protocol):
+    """Anything with ``step_time(shape) -> seconds``; must be pure (no state, no I/O).
+
+    ``frontend`` is the API server's per-request latency outside the steps
+    (:class:`sim.cost.frontend.Frontend`; zero where a model does not price it)."""
+
+    @property
+    def frontend(self) -> Frontend:
+        """The API server's per-request latency (seconds) outside the steps."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase (printed with every result)."""
+        ...
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds one iteration of ``shape`` takes on one replica."""
+        ...
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """t = step_s + per_new_token_s·new + per_context_token_s·context + per_seq_s·seqs (seconds)."""
+
+    step_s: float = bounded(0.0, ge=0)
+    per_new_token_s: float = bounded(0.0, ge=0)
+    per_context_token_s: float = bounded(0.0, ge=0)
+    per_seq_s: float = bounded(0.0, ge=0)
+    frontend: Frontend = NO_FRONTEND
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase."""
+        return "linear cost model, given coefficients"
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds for one iteration of ``shape``."""
+        return (
+            self.step_s
+            + self.per_new_token_s * shape.new_tokens
+            + self.per_context_token_s * shape.context_tokens
+            + self.per_seq_s * shape.seqs
+        )
+
+
+# The roofline's defaults are fitted, never guessed:
+# - efficiencies and kernel floors on NVIDIA AIConfigurator's kernel tables of every GPU
+#   they cover (`servesim profile fit-roofline`, "fitted on all"; each GPU's error with
+#   it left out of the fit is in docs/cost-model.md);
+# - step overheads and the frontend: vLLM's priors, fitted on public end-to-end runs
+#   (sim/data/priors.yaml, `servesim validate --silicon --fit-priors`).
+# tests/test_roofline_fit.py checks both against a fresh fit.
+VLLM_FRONTEND = Frontend(request_s=0.0468034)
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """User-tunable knobs of the roofline model: efficiencies (fractions of the GPU's
+    datasheet peak), kernel floors and overheads (seconds)."""
+
+    flops_efficiency: float = bounded(0.767, gt=0, le=1)
+    bandwidth_efficiency: float = bounded(0.811, gt=0, le=1)
+    attention_flops_efficiency: float = bounded(0.418, gt=0, le=1)
+    step_overhead_s: float = bounded(0.000831678, ge=0)
+    per_seq_overhead_s: float = bounded(2.85041e-05, ge=0)
+    kernel_floor_s: float = bounded(4.76e-6, ge=0)
+    attention_floor_s: float = bounded(1.173e-5, ge=0)
+    frontend: Frontend = VLLM_FRONTEND
+
+
+# Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
+# least the kernel floor, however small its work.
+LINEAR_KERNELS = 4
+
+
+class RooflineCost:
+    """Analytic step time for ``model`` on ``tp`` GPUs of type ``gpu``.
+
+    Per step (all terms in seconds; FLOPs and bytes are one GPU's, from
+    :func:`sim.cost.specs.shard`: P_lin its projection weights, H its query heads, V its
+    padded vocabulary share, kv_bytes_per_token its KV bytes, replicated KV heads counted):
+    linear = max(2·P_lin·new / (F·e_f), P_lin·b / (B·e_b));
+    attention = max(4·L·H·d·pairs / (F·e_a), kv_bytes_per_token·kv_tokens / (B·e_b));
+    lm head = max(2·V·h·seqs / (F·e_f), V·h·b / (B·e_b));
+    all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1, on the
+    slowest link of the ring: the node's fast link, or the network when tp exceeds the
+    node's GPUs (:meth:`sim.cost.specs.GPUSpec.tp_link`);
+    plus step and per-sequence overheads (scheduling, sampling, kernel launches), and
+    the time a kernel takes however little it does: ``kernel_floor_s`` per GEMM (4
+    projections a layer, the LM head) and ``attention_floor_s`` per attention call.
+    """
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
+        self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
+        self.frontend = params.frontend
+        m, p = model, params
+        d = shard(model, tp)
+        b = m.dtype_bytes
+        flops = gpu.flops * p.flops_efficiency
+        attn_flops = gpu.flops * p.attention_flops_efficiency
+        bw = gpu.mem_bw * p.bandwidth_efficiency
+        lin = m.layers * d.linear_params_per_layer
+        head = d.vocab * m.hidden
+        # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
+        self._lin_flop_s = 2 * lin / flops
+        self._lin_mem_s = lin * b / bw
+        self._head_flop_s = 2 * head / flops
+        self._head_mem_s = head * b / bw
+        self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
+        self._kv_mem_s = d.kv_bytes_per_token / bw
+        self._lin_floor_s = m.layers * LINEAR_KERNELS * p.kernel_floor_s
+        self._attn_floor_s = m.layers * p.attention_floor_s
+        if tp > 1:
+            link_bw, link_s = gpu.tp_link(tp)
+            self._ar_fixed_s = 2 * m.layers * link_s
+            self._ar_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * b / link_bw
+        else:
+            self._ar_fixed_s = self._ar_token_s = 0.0
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase."""
+        return "analytic roofline (efficiencies fitted on public kernel tables)"
+
+    def _terms(self, shape: StepShape, mx: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """(linear, attention, LM head, all-reduce, overhead) seconds of ``shape``."""
+        new = shape.new_tokens
+        pairs = shape.prefill_pairs + shape.decode_kv
+        kv_tokens = shape.context_tokens + new
+        p = self.params
+        return (mx(self._lin_flop_s * new, self._lin_mem_s) + self._lin_floor_s,
+                mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens) + self._attn_floor_s,
+                mx(self._head_flop_s * shape.seqs, self._head_mem_s) + p.kernel_floor_s,
+                self._ar_fixed_s + self._ar_token_s * new,
+                p.step_overhead_s + p.per_seq_overhead_s * shape.seqs)
+
+    def parts(self, shape: StepShape) -> dict[str, Any]:
+        """Seconds of each term for ``shape`` (numbers or arrays): ``linear``,
+        ``attention``, ``lm_head``, ``allreduce``, ``overhead``."""
+        mx: Any = max if type(shape.new_tokens) is int else np.maximum
+        return dict(zip(("linear", "attention", "lm_head", "allreduce", "overhead"),
+                        self._terms(shape, mx), strict=True))
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds for one iteration of ``shape``."""
+        # One step (Python ints) is priced with Python floats: the same operations in the
+        # same order as on arrays, so bit-equal, and without numpy's per-call overhead.
+        if type(shape.new_tokens) is int:
+            a, b, c, d, e = self._terms(shape, max)
+            return a + b + c + d + e
+        a, b, c, d, e = self._terms(shape, np.maximum)
+        t = a + b + c + d + e
+        return float(t) if np.ndim(t) == 0 else t
+
+
+def build_cost(scenario: Scenario, gpu_name: str | None = None,
+               tp: int | None = None) -> CostModel:
+    """The scenario's cost model (a shipped measured profile, roofline, linear, or a
+    loaded profile), for its hardware or for a pool's ``gpu_name`` and ``tp`` when given."""
+    c = scenario.cost
+    gpu_name = gpu_name or scenario.hardware.gpu
+    tp = tp or scenario.hardware.tp
+    if c.linear is not None:
+        return c.linear
+    if c.roofline is not None:
+        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
+    from sim.cost.profilefile import load_profile  # lazy: only profile scenarios pay for it
+
+    if c.measured is not None:
+        from sim.cost.measured import find
+
+        try:
+            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework))
+        except ServesimError as exc:
+            raise exc.located(scenario.source) from None
+    assert c.profile is not None
+    try:
+        prof = load_profile(c.profile, scenario.base_dir)
+    except ServesimError as exc:
+        raise exc.located(scenario.source, "cost.profile") from None
+    mismatch = [
+        f"{k} {a!r} != {b!r}"
+        for k, a, b in (("model", prof.model, scenario.model),
+                        ("tp", prof.tp, tp))
+        if a != b
+    ]
+    if mismatch:
+        raise ServesimError(f"profile {c.profile} was measured for another setup: "
+                            f"{'; '.join(mismatch)}", scenario.source, "cost.profile")
+    return prof

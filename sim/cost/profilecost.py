@@ -1,0 +1,199 @@
+"""A measured profile as a cost model: the sum of its components, priced fast.
+
+:class:`ProfileCost` prices a step as the sum of the :data:`sim.cost.profile.FORMS`
+components: each by its formula, by measured knots inside their range
+(:class:`sim.cost.curves.Knots`), or by a measured grid (:class:`sim.cost.curves.Grid`, decode
+attention), per-layer terms times the layer count. The simulator prices one step at a
+time, so a scalar shape takes a path of Python floats that skips components which
+are zero for it (exactly zero: the sum is unchanged); arrays take numpy. Both use the
+same formulas and give the same seconds to rounding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from sim.cost.curves import Grid, Knots
+from sim.cost.frontend import NO_FRONTEND, Frontend
+from sim.cost.profile import ARRAY, FORMS, SCALAR, ComponentForm, wake_curve
+from sim.cost.shape import StepShape
+from sim.cost.specs import ModelSpec
+
+
+def _total(parts: Any) -> Any:
+    """Sum of component seconds: a float for a scalar shape, an array for arrays."""
+    t = sum(parts)
+    return float(t) if np.ndim(t) == 0 else t
+
+
+# Light prices kept at most (one per distinct step of entries / new tokens / prefills).
+KEPT_MAX = 1 << 17
+LIGHT_READS = frozenset(("seqs", "new_tokens", "prefill_seqs"))
+
+
+def _light(name: str, form: ComponentForm, grids: Mapping[str, Grid]) -> bool:
+    """Whether a component's price depends only on the counts in :data:`LIGHT_READS`."""
+    return name not in grids and bool(form.reads) and set(form.reads) <= LIGHT_READS
+
+
+def _zero(form: ComponentForm, coef: Mapping[str, float]) -> bool:
+    """Whether a formula is zero for every shape (all its seconds coefficients are 0)."""
+    return all(coef[k] == 0.0 for k in form.coefs if k not in form.knees)
+
+
+class ProfileCost:
+    """Step time from a measured profile: sum of the :data:`sim.cost.profile.FORMS` components.
+
+    ``coefs`` maps each component name to its coefficient mapping (seconds); ``knots``
+    maps a component with a ``table`` count to its measured :class:`Knots` (seconds at
+    those counts, per layer for per-layer components; a plain sequence means counts 1,
+    2, ...); ``grids`` maps a component with ``grid`` to its :class:`Grid`, which then
+    prices it alone. ``wake`` holds ``max_s`` and ``tau_s`` of :meth:`wake_time` (none:
+    a step after idle costs what it costs after others). ``frontend`` is the API
+    server's per-request latency (none: zero). ``step_time`` is pure and accepts numpy
+    arrays in any shape field.
+    """
+
+    def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
+                 coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None,
+                 knots: Mapping[str, Knots | tuple[float, ...]] | None = None,
+                 wake: Mapping[str, float] | None = None, frontend: Frontend = NO_FRONTEND,
+                 grids: Mapping[str, Grid] | None = None):
+        self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
+        self.coefs = {k: dict(v) for k, v in coefs.items()}
+        self.knots = {k: v if isinstance(v, Knots) else Knots.counts(v)
+                      for k, v in (knots or {}).items() if (v.xs if isinstance(v, Knots) else v)}
+        self.grids = dict(grids or {})
+        self.wake = {k: float(v) for k, v in (wake or {}).items()}
+        self.frontend = frontend
+        self.meta: dict[str, Any] = meta or {}
+        used = [(name, form) for name, form in FORMS.items()
+                if name in self.knots or name in self.grids or not _zero(form, self.coefs[name])]
+        # Components that read only a step's entries, new tokens and prefill entries are
+        # priced together and kept per those three counts; the rest every step.
+        self._light = [self._scalar_part(n, f) for n, f in used if _light(n, f, self.grids)]
+        self._heavy = [self._scalar_part(n, f) for n, f in used
+                       if not _light(n, f, self.grids)]
+        # Arrays are summed in the same grouping and order (zeros add nothing), so one
+        # step priced alone and in an array give the same float.
+        self._light_names = [n for n, f in FORMS.items() if _light(n, f, self.grids)]
+        self._heavy_names = [n for n in FORMS if n not in self._light_names]
+        self._kept: dict[tuple[int, int, int], float] = {}
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase: the profile's own (``source.phrase``,
+        e.g. "measured kernels: vLLM 0.24.0 on H100-SXM"), else its calibration device."""
+        src = self.meta.get("source")
+        if isinstance(src, dict) and isinstance(src.get("phrase"), str):
+            return src["phrase"]
+        return f"calibrated profile: {self.device} ({self.dtype})"
+
+    @property
+    def tables(self) -> dict[str, tuple[float, ...]]:
+        """Measured times at counts 1, 2, ... of the components whose knots are exactly
+        those counts (what ``calibrate`` measures)."""
+        return {k: v.ys for k, v in self.knots.items()
+                if v.xs == tuple(float(i) for i in range(1, len(v.xs) + 1))}
+
+    def _scalar_part(self, name: str, form: ComponentForm) -> Callable[[StepShape], float]:
+        """One component's seconds for a scalar shape (layers included)."""
+        layers = self.model.layers if form.per_layer else 1
+        coef, evaluate = self.coefs[name], form.evaluate
+        grid = self.grids.get(name)
+        if grid is not None:
+            def from_grid(s: StepShape) -> float:
+                d = s.seqs - s.prefill_seqs
+                return grid.at(d, s.decode_kv / d) * layers if d > 0 else 0.0
+            return from_grid
+        knots = self.knots.get(name)
+        if knots is not None:
+            count = form.table
+
+            def from_knots(s: StepShape) -> float:
+                t = knots.at(getattr(s, count))
+                return (evaluate(coef, s, SCALAR) if t is None else t) * layers
+            return from_knots
+        if form.gate:
+            # Every term is zero without the gate's count: skipping it is exact.
+            gate = attrgetter(form.gate)
+            return lambda s: evaluate(coef, s, SCALAR) * layers if gate(s) else 0.0
+        return lambda s: evaluate(coef, s, SCALAR) * layers
+
+    def _part(self, name: str, form: ComponentForm, shape: StepShape) -> Any:
+        """One component's seconds for a shape of numpy arrays (layers included)."""
+        grid = self.grids.get(name)
+        if grid is not None:
+            d = np.asarray(shape.decode_seqs, dtype=float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                t = np.where(d > 0, grid.over(np.maximum(d, 1.0),
+                                              np.asarray(shape.decode_kv) / np.maximum(d, 1.0)),
+                             0.0)
+        else:
+            t = form.evaluate(self.coefs[name], shape, ARRAY)
+            if name in self.knots:
+                t = self.knots[name].over(getattr(shape, form.table), t)
+        return t * self.model.layers if form.per_layer else t
+
+    def breakdown(self, shape: StepShape) -> dict[str, Any]:
+        """Seconds per component for ``shape`` (per-layer terms already times layers)."""
+        if np.ndim(shape.seqs) == 0:
+            # One step, through the array path: every component, zeros included.
+            arrays = StepShape(*(np.asarray([v]) for v in shape))
+            return {k: float(v[0]) for k, v in self.breakdown(arrays).items()}
+        return {name: self._part(name, form, shape) for name, form in FORMS.items()}
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays):
+        the device step and the serving loop's host work around it."""
+        if type(shape.seqs) is int:
+            key = (shape.seqs, shape.new_tokens, shape.prefill_seqs)
+            t = self._kept.get(key)
+            if t is None:
+                t = 0.0
+                for part in self._light:
+                    t += part(shape)
+                if len(self._kept) >= KEPT_MAX:
+                    self._kept.clear()  # recomputed alike: only memory is saved
+                self._kept[key] = t
+            for part in self._heavy:
+                t += part(shape)
+            return t
+        return self._grouped(self.breakdown(shape), ())
+
+    def device_time(self, shape: StepShape) -> Any:
+        """Seconds of the device step alone (``step_time`` without ``host``), what an
+        executor's timer sees."""
+        return self._grouped(self.breakdown(shape), ("host",))
+
+    def _grouped(self, parts: Mapping[str, Any], leave: tuple[str, ...]) -> Any:
+        """Sum of ``parts`` but ``leave``, grouped and ordered as the scalar path sums."""
+        return _total([sum(parts[n] for n in self._light_names if n not in leave),
+                       *(parts[n] for n in self._heavy_names if n not in leave)])
+
+    def wake_time(self, idle_s: float) -> float:
+        """Extra seconds of a step that starts after the server sat idle for ``idle_s``
+        seconds: ``max_s * (1 - exp(-idle_s / tau_s))``, 0 without a measured ``wake``.
+        A pure function of the idle time, so the step's price stays one of its shape."""
+        top, tau = self.wake.get("max_s", 0.0), self.wake.get("tau_s", 0.0)
+        if idle_s <= 0.0 or top <= 0.0 or tau <= 0.0:
+            return 0.0
+        return float(wake_curve(float(idle_s), top, tau))
+
+    def replace(self, *, model: ModelSpec | None = None,
+                coefs: Mapping[str, Mapping[str, float]] | None = None,
+                frontend: Frontend | None = None) -> ProfileCost:
+        """The same profile with another model, coefficients or frontend."""
+        return ProfileCost(model or self.model, self.tp, self.device, self.dtype,
+                           coefs if coefs is not None else self.coefs, self.meta, self.knots,
+                           self.wake, frontend if frontend is not None else self.frontend,
+                           self.grids)
+
+    def with_layers(self, layers: int) -> ProfileCost:
+        """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""
+        return self.replace(model=dataclasses.replace(self.model, layers=layers))

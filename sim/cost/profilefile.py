@@ -1,0 +1,240 @@
+"""The profile file: the YAML ``calibrate`` writes and the simulator reads.
+
+Schema ``servesim-profile/5``, documented in docs/cost-model.md: device, dtype, tp,
+model, and per component its coefficients (seconds), optional measured knots
+(``table_s`` at ``table_at`` counts) or a measured grid (``grid``), and its fit's
+errors; ``wake`` and ``frontend`` optionally; ``source`` says where the prices came
+from. :func:`load_profile` checks every key against :mod:`sim.cost.profile`'s component
+forms and builds a :class:`sim.cost.profilecost.ProfileCost`;
+a problem is one :class:`ServesimError` naming the file, the key and the rule.
+Profiles under ``sim/data/profiles/`` ship with servesim and are named by stem.
+
+Only yaml and pure ``sim`` modules are imported: no torch, no simpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.configtools import build
+from sim.cost.curves import Grid, Knots
+from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND, Frontend
+from sim.cost.profile import FORMS, WAKE_COEFS, ComponentForm
+from sim.cost.profilecost import ProfileCost
+from sim.cost.specs import ModelSpec
+from sim.errors import ServesimError
+
+SCHEMA = "servesim-profile/5"
+# Schemas this module reads: /4 is /5 without knots at chosen counts, grids and
+# ``frontend``; /3 is /4 without ``wake``; /2 is /3 without measured tables.
+READS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", SCHEMA)
+EXTRA = ("wake", "frontend")
+PROFILE_DIR = Path(__file__).parents[1] / "data" / "profiles"
+
+
+def shipped_profiles() -> list[str]:
+    """Names (file stems) of the profiles that ship under ``sim/data/profiles/``."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")) if PROFILE_DIR.is_dir() else []
+
+
+def resolve(ref: str, base_dir: Path | None = None) -> Path:
+    """The file ``ref`` names: a path (relative to ``base_dir``) or a shipped profile's name."""
+    looks_like_path = ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref
+    if looks_like_path:
+        path = Path(ref).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if not path.is_file():
+            raise ServesimError(f"profile file {str(path)!r} does not exist", where="cost.profile")
+        return path
+    path = PROFILE_DIR / f"{ref}.yaml"
+    if not path.is_file():
+        names = ", ".join(shipped_profiles()) or "(none)"
+        raise ServesimError(
+            f"unknown profile {ref!r}; shipped profiles: {names} (or give a path to a .yaml file)",
+            where="cost.profile",
+        )
+    return path
+
+
+def _loader() -> Any:
+    # The C loader makes a shipped profile load in about a millisecond.
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise ServesimError("required key is missing", where=f"{where}{key}")
+    value = data[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ServesimError(f"got {value!r}, wrong type", where=f"{where}{key}")
+    return value
+
+
+def parse_profile(data: Any, source: str) -> ProfileCost:
+    """Check a parsed profile mapping against the schema and build its :class:`ProfileCost`."""
+    try:
+        if not isinstance(data, dict):
+            raise ServesimError("a profile must be a YAML mapping")
+        schema = data.get("schema")
+        if schema not in READS:
+            hint = ("; it was written by an older calibrate, run `servesim calibrate` again"
+                    if schema == "servesim-profile/1" else "")
+            raise ServesimError(f"unsupported schema {schema!r}; this servesim reads "
+                                f"{' and '.join(map(repr, READS))}{hint}", where="schema")
+        model = build(ModelSpec, _need(data, "model", dict, ""), "model")
+        tp = _need(data, "tp", int, "")
+        if tp < 1:
+            raise ServesimError(f"got {tp!r}, must be at least 1", where="tp")
+        device = _need(data, "device", dict, "")
+        device_name = _need(device, "name", str, "device.")
+        dtype = _need(data, "dtype", str, "")
+        comps = _need(data, "components", dict, "")
+        unknown = sorted(set(comps) - set(FORMS) - set(EXTRA))
+        if unknown:
+            raise ServesimError(f"unknown component; allowed: {', '.join([*FORMS, *EXTRA])}",
+                                where=f"components.{unknown[0]}")
+        for extra in EXTRA:
+            if extra in comps and READS.index(schema) < READS.index(_SINCE[extra]):
+                raise ServesimError(f"the {extra} term needs schema {_SINCE[extra]!r} or later",
+                                    where=f"components.{extra}")
+        wake = _wake(comps) if "wake" in comps else None
+        frontend = _frontend(comps) if "frontend" in comps else NO_FRONTEND
+        coefs: dict[str, dict[str, float]] = {}
+        knots: dict[str, Knots] = {}
+        grids: dict[str, Grid] = {}
+        for name, form in FORMS.items():
+            if name not in comps and set(form.defaults) == set(form.coefs):
+                # Written before this component existed: its neutral values (zeros).
+                coefs[name] = {k: float(v) for k, v in form.defaults.items()}
+                continue
+            comp = _need(comps, name, dict, "components.")
+            where = f"components.{name}"
+            if "grid" in comp:
+                grids[name] = _grid(comp["grid"], form, schema, f"{where}.grid")
+            if "table_s" in comp:
+                knots[name] = _knots(comp, form, schema, where)
+            elif "table_at" in comp:
+                raise ServesimError("table_at needs table_s beside it", where=f"{where}.table_at")
+            if name in grids and "coef" not in comp:
+                # A grid prices the component alone; its formula is not used.
+                coefs[name] = dict.fromkeys(form.coefs, 0.0)
+                continue
+            coefs[name] = _coefs(comp, form.coefs, where, form.defaults)
+        meta = {k: v for k, v in data.items() if k not in ("model", "components")}
+        meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
+    except ServesimError as exc:
+        raise exc.located(source=source) from None
+    return ProfileCost(model, tp, device_name, dtype, coefs, meta, knots, wake, frontend, grids)
+
+
+def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,
+           defaults: Mapping[str, float] | None = None, positive: Sequence[str] = ()
+           ) -> dict[str, float]:
+    """A component's ``coef`` mapping checked: exactly ``names`` (those in ``defaults``
+    may be absent and take that value), each a finite number >= 0 (> 0 for ``positive``)."""
+    raw = _need(comp, "coef", dict, f"{where}.")
+    extra = sorted(set(raw) - set(names))
+    if extra:
+        raise ServesimError(f"unknown coefficient; allowed: {', '.join(names)}",
+                            where=f"{where}.coef.{extra[0]}")
+    out = {}
+    for key in names:
+        if key not in raw and defaults and key in defaults:
+            out[key] = float(defaults[key])
+            continue
+        v = _need(raw, key, (int, float), f"{where}.coef.")
+        strict = key in positive
+        if not math.isfinite(v) or v < 0 or strict and v == 0:
+            raise ServesimError(f"got {v!r}, must be a finite number {'> 0' if strict else '>= 0'}",
+                                where=f"{where}.coef.{key}")
+        out[key] = float(v)
+    return out
+
+
+# The schema each optional term first appeared in.
+_SINCE = {"wake": "servesim-profile/4", "frontend": "servesim-profile/5"}
+
+
+def _wake(comps: Mapping[str, Any]) -> dict[str, float]:
+    comp = _need(comps, "wake", dict, "components.")
+    return _coefs(comp, WAKE_COEFS, "components.wake", positive=("tau_s",))
+
+
+def _frontend(comps: Mapping[str, Any]) -> Frontend:
+    comp = _need(comps, "frontend", dict, "components.")
+    return Frontend(**_coefs(comp, FRONTEND_COEFS, "components.frontend"))
+
+
+def _seconds(raw: Any, where: str, what: str) -> tuple[float, ...]:
+    """A non-empty list of finite numbers > 0."""
+    if not isinstance(raw, list) or not raw:
+        raise ServesimError(f"got {raw!r}; expected a non-empty list of {what}", where=where)
+    for i, v in enumerate(raw):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ServesimError(f"got {v!r}, must be a finite number > 0", where=f"{where}[{i}]")
+    return tuple(float(v) for v in raw)
+
+
+def _knots(comp: Mapping[str, Any], form: ComponentForm, schema: str, where: str) -> Knots:
+    if schema == READS[0]:
+        raise ServesimError(f"measured tables need schema {READS[1]!r} or later",
+                            where=f"{where}.table_s")
+    if not form.table:
+        raise ServesimError("this component has no measured table; components with one: "
+                            + ", ".join(n for n, f in FORMS.items() if f.table),
+                            where=f"{where}.table_s")
+    ys = _seconds(comp["table_s"], f"{where}.table_s", f"seconds at {form.table} = 1, 2, ...")
+    if "table_at" not in comp:
+        return Knots.counts(ys)
+    if READS.index(schema) < READS.index(SCHEMA):
+        raise ServesimError(f"table_at needs schema {SCHEMA!r}", where=f"{where}.table_at")
+    xs = _seconds(comp["table_at"], f"{where}.table_at", f"{form.table} counts")
+    try:
+        return Knots(xs, ys)
+    except ValueError as exc:
+        raise ServesimError(str(exc), where=f"{where}.table_at") from None
+
+
+def _grid(raw: Any, form: ComponentForm, schema: str, where: str) -> Grid:
+    if READS.index(schema) < READS.index(SCHEMA):
+        raise ServesimError(f"measured grids need schema {SCHEMA!r}", where=where)
+    if not form.grid:
+        raise ServesimError("this component has no measured grid; components with one: "
+                            + ", ".join(n for n, f in FORMS.items() if f.grid), where=where)
+    if not isinstance(raw, dict) or set(raw) != {"seqs", "kv_per_seq", "s"}:
+        raise ServesimError(f"got {raw!r}; expected a mapping of seqs, kv_per_seq and s",
+                            where=where)
+    rows = _seconds(raw["seqs"], f"{where}.seqs", "decode entries")
+    cols = _seconds(raw["kv_per_seq"], f"{where}.kv_per_seq", "KV tokens per entry")
+    if not isinstance(raw["s"], list):
+        raise ServesimError("expected a list of rows of seconds", where=f"{where}.s")
+    values = [_seconds(row, f"{where}.s[{i}]", "seconds") for i, row in enumerate(raw["s"])]
+    try:
+        return Grid(rows, cols, tuple(values))
+    except ValueError as exc:
+        raise ServesimError(str(exc), where=where) from None
+
+
+def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
+    """Load the profile ``ref``: a path (relative ones resolved against ``base_dir``, the
+    scenario's folder) or the name of a shipped profile. Errors are one-line
+    :class:`ServesimError` naming the file and key. The raw-measurements CSV is not read.
+    """
+    path = resolve(ref, base_dir)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServesimError(f"cannot read: {exc}", source=str(path)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        raise ServesimError(f"not valid YAML: {getattr(exc, 'problem', exc)}",
+                            source=str(path), where=where) from None
+    return parse_profile(data, str(path))

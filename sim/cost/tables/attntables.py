@@ -1,0 +1,144 @@
+"""Attention latency tables at a model's heads per GPU.
+
+The public tables time prefill (``context_attention_perf``: ``batch_size`` sequences
+of ``isl`` tokens each, no cached prefix) and decode (``generation_attention_perf``:
+``batch_size`` sequences of one new token over ``step`` cached tokens) for listed
+combinations of query heads, KV heads and head size. This module picks the rows for
+one model shard:
+
+- **kernel**: a table may hold several attention backends; the one with the most
+  measured rows is the collection's default backend for that GPU and framework (FA3
+  on Hopper, FA2 on Ampere and Ada, FlashInfer's TRT-LLM kernels on Blackwell under
+  vLLM), and the one used. Its name is recorded in the profile.
+- **query heads** not measured at the shard's KV heads and head size: linear
+  interpolation between the nearest measured head counts (attention work and launch
+  grids grow with the heads), in proportion past the largest, and the nearest measured
+  count below the smallest. Which happened is returned as a note.
+- KV heads or a head size the table lacks: an error listing what it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.cost.curves import Grid
+from sim.cost.tables.kerneltables import Table
+from sim.errors import ServesimError
+
+
+def default_kernel(table: Table) -> str:
+    """The kernel source with the most rows in ``table``."""
+    names, counts = np.unique(table.columns["kernel_source"], return_counts=True)
+    return str(names[int(np.argmax(counts))])
+
+
+@dataclass(frozen=True)
+class AttentionRows:
+    """Measured attention latencies at one shard's heads: ``batch`` sequences,
+    ``tokens`` (prefill: each sequence's new tokens; decode: cached tokens + 1),
+    ``seconds``; ``kernel`` the backend used; ``note`` how the heads were matched."""
+
+    batch: np.ndarray
+    tokens: np.ndarray
+    seconds: np.ndarray
+    kernel: str
+    note: str
+
+
+def _rows_at(table: Table, heads: int, token_col: str) -> dict[tuple[int, int], float]:
+    t = table.where(num_heads=heads)
+    c = t.columns
+    return {(int(b), int(n)): float(s) / 1e3
+            for b, n, s in zip(c["batch_size"], c[token_col], c["latency"], strict=True)}
+
+
+def select(table: Table, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
+           decode: bool) -> AttentionRows:
+    """Rows of ``table`` for ``heads`` query and ``kv_heads`` KV heads per GPU of
+    ``head_dim``, KV cache in ``kv_dtype`` (the tables' names: bfloat16, fp8), dense
+    attention (no sliding window), the default kernel."""
+    where = f"{table.name} ({table.path})"
+    kernel = default_kernel(table)
+    t = table.where(kernel_source=kernel, beam_width=1, window_size=0,
+                    optional=("beam_width", "window_size"))
+    for col, want, what in (("head_dim", head_dim, "head sizes"),
+                            ("kv_cache_dtype", kv_dtype, "KV-cache dtypes"),
+                            ("num_key_value_heads", kv_heads, "KV heads per GPU")):
+        have = t.values(col)
+        if want not in have:
+            raise ServesimError(f"{where} has no rows for {col.replace('_', ' ')} {want!r}; "
+                                f"its {what}: {', '.join(map(str, have))}")
+        equal: dict[str, Any] = {col: want}
+        t = t.where(**equal)
+    measured = [int(h) for h in t.values("num_heads")]
+    token_col = "step" if decode else "isl"
+    if heads in measured:
+        rows, note = _rows_at(t, heads, token_col), f"{heads} heads measured"
+    else:
+        below = [h for h in measured if h < heads]
+        above = [h for h in measured if h > heads]
+        if below and above:
+            lo, hi = max(below), min(above)
+            a, b = _rows_at(t, lo, token_col), _rows_at(t, hi, token_col)
+            w = (heads - lo) / (hi - lo)
+            rows = {key: a[key] * (1 - w) + b[key] * w for key in a.keys() & b.keys()}
+            note = f"{heads} heads interpolated between measured {lo} and {hi}"
+        elif below:
+            lo = max(below)
+            rows = {key: v * heads / lo for key, v in _rows_at(t, lo, token_col).items()}
+            note = f"{heads} heads scaled in proportion from measured {lo}"
+        else:
+            hi = min(above)
+            rows, note = _rows_at(t, hi, token_col), f"{heads} heads priced as measured {hi}"
+    if not rows:
+        raise ServesimError(f"{where}: no measured rows at {heads} heads, {kv_heads} KV heads")
+    keys = sorted(rows)
+    batch = np.array([k[0] for k in keys], dtype=float)
+    tokens = np.array([k[1] for k in keys], dtype=float) + (1.0 if decode else 0.0)
+    return AttentionRows(batch, tokens, np.array([rows[k] for k in keys]), kernel, note)
+
+
+def decode_grid(rows: AttentionRows) -> Grid:
+    """Decode attention as a :class:`Grid` over (entries, KV tokens per entry), seconds.
+    Cells the collection skipped (the largest batches at the longest contexts, beyond
+    one GPU's memory) are filled in proportion to the KV read from the longest context
+    measured at that batch size."""
+    bs, cs, g = _raw_grid(rows)
+    for i in range(len(bs)):
+        have = np.flatnonzero(~np.isnan(g[i]))
+        if not len(have):
+            raise ServesimError(f"decode attention has no measurement at batch {bs[i]:g}")
+        last = have[-1]
+        for j in range(len(cs)):
+            if np.isnan(g[i, j]):
+                if j < last:
+                    g[i, j] = np.interp(cs[j], cs[have], g[i, have])
+                else:
+                    g[i, j] = g[i, last] * cs[j] / cs[last]
+    return Grid(tuple(bs), tuple(cs), tuple(tuple(r) for r in g))
+
+
+def _raw_grid(rows: AttentionRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(entries axis, tokens axis, seconds with NaN where not measured)."""
+    bs, cs = np.unique(rows.batch), np.unique(rows.tokens)
+    g = np.full((len(bs), len(cs)), np.nan)
+    g[np.searchsorted(bs, rows.batch), np.searchsorted(cs, rows.tokens)] = rows.seconds
+    return bs, cs, g
+
+
+def grid_holdout_errors(rows: AttentionRows) -> np.ndarray:
+    """|relative error| of each interior grid row and column predicted from its
+    neighbours with it left out (twice the real spacing: an upper estimate), on
+    measured cells only."""
+    bs, cs, v = _raw_grid(rows)
+    errs = []
+    for axis, coords in ((0, bs), (1, cs)):
+        for i in range(1, len(coords) - 1):
+            w = (coords[i] - coords[i - 1]) / (coords[i + 1] - coords[i - 1])
+            lo, hi, truth = (np.take(v, j, axis=axis) for j in (i - 1, i + 1, i))
+            e = np.abs((lo * (1 - w) + hi * w) / truth - 1.0)
+            errs.append(e[np.isfinite(e)])
+    return np.concatenate(errs) if errs else np.zeros(0)

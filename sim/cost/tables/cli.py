@@ -1,0 +1,163 @@
+"""``servesim profile``: build cost profiles from public kernel tables, list and ship them.
+
+- ``build``: one profile (``--gpu``, ``--framework``, ``--model`` or ``--hf-config``,
+  ``--tp``) from NVIDIA AIConfigurator's tables (the ``measured`` extra).
+- ``list``: the shipped profiles, and what the installed tables cover.
+- ``ship``: rebuild every shipped profile from the installed tables (``--check``
+  compares instead of writing) — the one command that regenerates
+  ``sim/data/profiles``.
+- ``fit-roofline``: the roofline's efficiencies and kernel floor, fitted on the tables
+  with each GPU left out in turn (:mod:`sim.cost.tables.rooflinefit`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.cost.measured import SHIPPED_FRAMEWORKS, SHIPPED_MODELS, SHIPPED_TPS, shipped
+from sim.cost.memory import kv_capacity_blocks
+from sim.cost.profilefile import PROFILE_DIR, parse_profile
+from sim.cost.specs import GPUS, MODELS, ModelSpec, model_preset, shard
+from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name
+from sim.errors import ServesimError
+
+HEADER = ("# servesim cost profile, built by `servesim profile build` from NVIDIA "
+          "AIConfigurator's\n# measured kernel tables (Apache-2.0; see NOTICE)\n")
+
+
+def profile_text(data: dict[str, Any]) -> str:
+    """The YAML text of a built profile (deterministic: same tables, same bytes)."""
+    return HEADER + yaml.safe_dump(data, sort_keys=False, width=100, default_flow_style=None)
+
+
+def _model(args: argparse.Namespace) -> ModelSpec:
+    if args.hf_config is not None:
+        from sim.cost.hfconfig import from_hf_config
+
+        return from_hf_config(args.hf_config)
+    if args.model is None:
+        raise ServesimError("give --model PRESET or --hf-config FILE")
+    return model_preset(args.model)
+
+
+def _build(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="servesim profile build",
+                                description="Build a cost profile from public kernel tables.")
+    p.add_argument("--from", dest="source", choices=["aiconfigurator"], default="aiconfigurator",
+                   help="the tables to build from (NVIDIA AIConfigurator's, the default)")
+    p.add_argument("--gpu", required=True, help="GPU (servesim name, e.g. h100-sxm)")
+    p.add_argument("--framework", default="vllm", help="vllm, sglang or trtllm")
+    p.add_argument("--version", default=None, help="table version (default: the newest)")
+    p.add_argument("--model", default=None, help="a model preset")
+    p.add_argument("--hf-config", type=Path, default=None, help="a HuggingFace config.json")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--dtype", default="bf16", help="weights and KV cache dtype (bf16)")
+    p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    a = p.parse_args(argv)
+    if a.tp < 1:
+        raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
+    spec = BuildSpec(_model(a), a.gpu, a.framework, a.tp, a.version, a.dtype)
+    start = time.perf_counter()
+    text = profile_text(build_profile(spec))
+    try:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ServesimError(f"cannot write: {exc.strerror}", str(a.out)) from None
+    prof = parse_profile(yaml.safe_load(text), str(a.out))
+    print(f"wrote {a.out} ({prof.source}; {time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def shipped_specs() -> list[BuildSpec]:
+    """Every profile ``ship`` builds: each shipped model on each GPU the tables cover,
+    at each tp that splits its heads and leaves room for KV cache at 0.9 of memory."""
+    from sim.cost.tables.kerneltables import GPU_DIRS
+
+    out: list[BuildSpec] = []
+    for name in SHIPPED_MODELS:
+        model = MODELS[name]
+        for gpu in GPU_DIRS:
+            for tp in SHIPPED_TPS:
+                try:
+                    shard(model, tp)  # the heads and MLP split over tp ...
+                    kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)  # ... and it fits
+                except ServesimError:
+                    continue
+                out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS)
+    return out
+
+
+def _ship(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="servesim profile ship",
+                                description="Rebuild every shipped measured profile from the "
+                                            "installed public kernel tables.")
+    p.add_argument("--out", type=Path, default=PROFILE_DIR, help="folder (default: the "
+                                                                  "package's own)")
+    p.add_argument("--check", action="store_true",
+                   help="compare with the files there instead of writing; status 1 on a "
+                        "difference")
+    a = p.parse_args(argv)
+    specs = shipped_specs()
+    differ = []
+    for spec in specs:
+        path = a.out / f"{profile_name(spec)}.yaml"
+        text = profile_text(build_profile(spec))
+        if a.check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                differ.append(path.name)
+        else:
+            a.out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    if a.check:
+        print(f"{len(specs) - len(differ)} of {len(specs)} shipped profiles equal a rebuild"
+              + (f"; differ: {', '.join(differ)}" if differ else ""))
+        return 1 if differ else 0
+    print(f"wrote {len(specs)} profiles to {a.out}")
+    return 0
+
+
+def _list(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="servesim profile list",
+                                description="List shipped profiles and the installed tables.")
+    p.parse_args(argv)
+    rows = shipped()
+    print(f"{len(rows)} shipped measured profiles (cost: measured):")
+    by: dict[tuple[str, str], list[str]] = {}
+    for s in rows:
+        by.setdefault((s.model, s.gpu), []).append(f"tp{s.tp} {s.framework}")
+    for (model, gpu), what in sorted(by.items()):
+        print(f"  {model:<12} {gpu:<10} {', '.join(what)}")
+    try:
+        from sim.cost.tables.kerneltables import describe_coverage, wheel_version
+
+        print(f"installed tables (aiconfigurator-core {wheel_version()}): {describe_coverage()}")
+    except ServesimError as exc:
+        print(f"installed tables: none ({exc})")
+    return 0
+
+
+def _fit_roofline(argv: list[str]) -> int:
+    from sim.cost.tables.rooflinefit import main as fit_main
+
+    return fit_main(argv)
+
+
+VERBS = {"build": _build, "ship": _ship, "list": _list, "fit-roofline": _fit_roofline}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``servesim profile``."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: servesim profile {build,list,ship,fit-roofline} [ARGS]\n\n"
+              + (__doc__ or ""))
+        return 0 if argv else 2
+    verb = VERBS.get(argv[0])
+    if verb is None:
+        raise ServesimError(f"unknown verb {argv[0]!r}; valid: {', '.join(VERBS)}")
+    return verb(argv[1:])

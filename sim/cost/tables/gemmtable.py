@@ -1,0 +1,147 @@
+"""A GEMM latency table as a function of (m, n, k): measured rows, interpolated shapes.
+
+The public tables time ``m × k`` by ``k × n`` products on a grid: m (tokens) at
+1..17, 32, 33, 48, 49, ..., 4352, 4353, 8192, 16384, 32768 (pairs m, m+1 straddle a
+tile edge), n and k at 32 ... 16384, 51200, 65536. A model's projections have n and k
+off that grid (14336, 28672, ...), so:
+
+- **n and k**: bilinear interpolation of latency between the four surrounding grid
+  points. At a fixed m a GEMM's time is close to ``a + b·n + c·k + d·n·k`` (launch,
+  weight bytes or FLOPs ∝ n·k, activations ∝ m·k and m·n), which bilinear
+  interpolation reproduces exactly; interpolating log-latency over log-sizes was
+  measured worse (:func:`holdout_errors` compares them on grid lines left out).
+- **past the grid** (n or k above 65536, e.g. a 128k-vocabulary LM head on one GPU):
+  in proportion to the largest measured size (at such sizes a GEMM is saturated, so its
+  time grows with its work); below the smallest (32): held at the smallest.
+- **m**: the table's own grid is kept; a profile joins those times with straight lines
+  (:class:`sim.cost.curves.Knots`), which only ever interpolates between like points (a
+  tile edge and the next tile edge, one past an edge and the next edge).
+
+Missing cells (collections skip the largest n × k, some a few more) are filled in
+proportion from the nearest measured n at the same m and k (else k, else m), before
+anything else reads the cube.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost.tables.kerneltables import Table
+from sim.errors import ServesimError
+
+
+def _bracket(axis: np.ndarray, x: float) -> tuple[int, int, float, float]:
+    """Indices (i, j) of the grid values around ``x``, its weight towards j, and the
+    proportional factor applied past the last value (1 inside)."""
+    if x >= axis[-1]:
+        return len(axis) - 1, len(axis) - 1, 0.0, x / axis[-1]
+    if x <= axis[0]:
+        return 0, 0, 0.0, 1.0
+    j = int(np.searchsorted(axis, x, side="right"))
+    i = j - 1
+    return i, j, (x - axis[i]) / (axis[j] - axis[i]), 1.0
+
+
+@dataclass(frozen=True)
+class GemmTable:
+    """Latencies (seconds) of one GEMM kernel over its measured (m, n, k) grid."""
+
+    ms: np.ndarray  # tokens, increasing
+    ns: np.ndarray
+    ks: np.ndarray
+    cube: np.ndarray  # seconds, shape (len(ms), len(ns), len(ks)), no gaps
+
+    @classmethod
+    def from_table(cls, table: Table) -> GemmTable:
+        """Build from table rows of one dtype and kernel source (latency in ms)."""
+        c = table.columns
+        if len(table) == 0:
+            raise ServesimError("no GEMM rows left to build from", source=str(table.path))
+        ms, ns, ks = (np.unique(c[a]) for a in ("m", "n", "k"))
+        cube = np.full((len(ms), len(ns), len(ks)), np.nan)
+        cube[np.searchsorted(ms, c["m"]), np.searchsorted(ns, c["n"]),
+             np.searchsorted(ks, c["k"])] = np.asarray(c["latency"], dtype=float) / 1e3
+        for i, j, l in np.argwhere(np.isnan(cube)):
+            cube[i, j, l] = cls._fill(ms, ns, ks, cube, i, j, l, table)
+        return cls(ms.astype(float), ns.astype(float), ks.astype(float), cube)
+
+    @staticmethod
+    def _fill(ms: np.ndarray, ns: np.ndarray, ks: np.ndarray, cube: np.ndarray,
+              i: int, j: int, l: int, table: Table) -> float:
+        """A missing cell in proportion from the nearest measured n at the same m and k,
+        else the nearest k at the same m and n, else the nearest m at the same n and k."""
+        for axis, grid, idx in ((1, ns, j), (2, ks, l), (0, ms, i)):
+            line = cube[:, j, l] if axis == 0 else cube[i, :, l] if axis == 1 else cube[i, j, :]
+            have = np.flatnonzero(~np.isnan(line))
+            if len(have):
+                near = have[np.argmin(np.abs(np.log(grid[have] / grid[idx])))]
+                return float(line[near] * grid[idx] / grid[near])
+        raise ServesimError(f"GEMM table has no measurement near m={ms[i]}, n={ns[j]}, "
+                            f"k={ks[l]} to fill a hole from", source=str(table.path))
+
+    def times(self, n: float, k: float) -> np.ndarray:
+        """Seconds of an (m × k)·(k × n) product at every m of :attr:`ms`."""
+        return self._times(self.ns, self.ks, self.cube, n, k)
+
+    @staticmethod
+    def _times(ns: np.ndarray, ks: np.ndarray, cube: np.ndarray, n: float, k: float
+               ) -> np.ndarray:
+        i0, i1, wn, fn = _bracket(ns, n)
+        j0, j1, wk, fk = _bracket(ks, k)
+        lo = cube[:, i0, j0] * (1 - wk) + cube[:, i0, j1] * wk
+        hi = cube[:, i1, j0] * (1 - wk) + cube[:, i1, j1] * wk
+        return (lo * (1 - wn) + hi * wn) * fn * fk
+
+    def at(self, m: float, n: float, k: float) -> float:
+        """Seconds at one (m, n, k), m joined linearly between measured rows (and in
+        proportion past the last)."""
+        t = self.times(n, k)
+        if m > self.ms[-1]:
+            return float(t[-1] * m / self.ms[-1])
+        return float(np.interp(m, self.ms, t))
+
+    def holdout_errors(self, shapes: Sequence[tuple[float, float]],
+                       log_space: bool = False) -> np.ndarray:
+        """|relative error| of interpolating the interior grid lines around each needed
+        n or k of ``shapes`` that is not itself measured, from their neighbours with that
+        line left out, at every m (twice the real gap, so an upper estimate of the error
+        at the shapes used); empty when every shape is on the grid."""
+        errs: list[np.ndarray] = []
+        for axis_name in ("n", "k"):
+            axis = self.ns if axis_name == "n" else self.ks
+            lines: set[int] = set()
+            for n, k in shapes:
+                x = n if axis_name == "n" else k
+                if x in axis or x > axis[-1]:
+                    continue  # measured (or scaled past the grid): nothing interpolated
+                j = int(np.searchsorted(axis, x))
+                lines.update(i for i in (j - 1, j) if 0 < i < len(axis) - 1)
+            for i in sorted(lines):
+                keep = np.ones(len(axis), dtype=bool)
+                keep[i] = False
+                if axis_name == "n":
+                    truth = self.cube[:, i, :]
+                    sub = self.cube[:, keep, :]
+                    preds = [self._interp(self.ns[keep], self.ks, sub, self.ns[i], kk, log_space)
+                             for kk in self.ks]
+                    pred = np.stack(preds, axis=1)
+                else:
+                    truth = self.cube[:, :, i]
+                    sub = self.cube[:, :, keep]
+                    preds = [self._interp(self.ns, self.ks[keep], sub, nn, self.ks[i], log_space)
+                             for nn in self.ns]
+                    pred = np.stack(preds, axis=1)
+                # Lines of the other axis at least 512 wide: what model projections use.
+                other = self.ks if axis_name == "n" else self.ns
+                errs.append(np.abs(pred / truth - 1.0)[:, other >= 512].ravel())
+        return np.concatenate(errs) if errs else np.zeros(0)
+
+    @classmethod
+    def _interp(cls, ns: np.ndarray, ks: np.ndarray, cube: np.ndarray, n: float, k: float,
+                log_space: bool) -> np.ndarray:
+        if not log_space:
+            return cls._times(ns, ks, cube, n, k)
+        return np.exp(cls._times(np.log(ns), np.log(ks), np.log(cube), np.log(n), np.log(k)))

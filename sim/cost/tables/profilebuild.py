@@ -1,0 +1,321 @@
+"""Build a cost profile from public measured kernel tables, for one model on one GPU.
+
+For one tensor-parallel rank of the model the builder takes its real GEMM shapes and
+prices every step-time component of :data:`sim.cost.profile.FORMS` from NVIDIA
+AIConfigurator's tables (:mod:`sim.cost.tables.kerneltables`):
+
+- ``linear`` (per layer): fused QKV (n = (H + 2·KV)·d / tp, k = h), attention output
+  (n = h, k = H·d / tp), fused gate+up (n = 2·I / tp, k = h), down (n = h, k = I / tp)
+  from the GEMM table at every measured m (:mod:`sim.cost.tables.gemmtable`), plus the layer's
+  memory-bound kernels (two fused residual-add RMSNorms, rotary embedding, the KV-cache
+  write, SiLU-and-multiply): 5 launches and their bytes at the bandwidth the same GEMM
+  table shows. Kept as knots over new tokens; past the last, the fitted formula.
+- ``lm_head``: the LM-head GEMM (n = vocab / tp) on one row per sequence, the final
+  norm, the logits all-gather under tp and the sampler's passes over fp32 logits.
+- ``allreduce``: two per layer and one for the vocabulary-parallel embedding, of
+  new_tokens·h·2 bytes each (:mod:`sim.cost.tables.commtable`); zero at tp = 1.
+- ``prefill_attention``: its formula fitted to the prefill table at the rank's heads;
+  the tables have no cached prefix, so a chunk's pairs to cached context are priced as
+  its own pairs and its cached tokens at the decode table's per-token read.
+- ``decode_attention``: the decode table itself, a grid over entries and KV per entry.
+- ``step`` and ``frontend``: not in any table (scheduling, input preparation, the API
+  server's per-request work); fitted priors per framework (:mod:`sim.cost.priors`), named
+  as such in the profile. ``host``, ``in_situ`` and ``wake`` are zero: the priors hold
+  what a server adds around its kernels.
+
+Every component records where its prices came from and its held-out error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from sim.cost.priors import Priors, framework_priors
+from sim.cost.profile import FORMS
+from sim.cost.profilefile import SCHEMA
+from sim.cost.profilefit import fit_component
+from sim.cost.shape import StepShape, decode_shape, shape_of
+from sim.cost.specs import ModelSpec, Shard, shard
+from sim.cost.tables.attntables import decode_grid, default_kernel, grid_holdout_errors, select
+from sim.cost.tables.commtable import Collectives, load_collectives
+from sim.cost.tables.gemmtable import GemmTable
+from sim.cost.tables.kerneltables import (
+    FRAMEWORKS,
+    coverage,
+    describe_coverage,
+    load_table,
+    wheel_version,
+)
+from sim.errors import ServesimError
+
+FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H200-SXM",
+              "b200": "B200-SXM", "l40s": "L40S"}
+# Tokens up to which a framework runs a step inside a CUDA graph by default (vLLM v1:
+# capture sizes to min(2·max_num_seqs, 512); SGLang: cuda_graph_max_bs 256 on 80 GB
+# parts; TensorRT-LLM's PyTorch backend: 128): its all-reduces then run graph-captured.
+GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
+TABLE_DTYPES = {"bf16": "bfloat16"}
+# The memory-bound kernels of a layer outside GEMMs and attention (see the module doc).
+LAYER_ELEMENTWISE_KERNELS = 5
+SAMPLER_PASSES = 3  # fp32 logits read by softmax, top-k/p and sampling
+SAMPLER_KERNELS = 2
+FORMULA_FROM_TOKENS = 1024  # the formula past the knots is fitted on knots from here up
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What to build: ``model`` on ``tp`` GPUs of ``gpu`` (servesim names) under
+    ``framework`` at table ``version`` (None: the newest), weights in ``dtype``."""
+
+    model: ModelSpec
+    gpu: str
+    framework: str
+    tp: int = 1
+    version: str | None = None
+    dtype: str = "bf16"
+
+
+def resolve_version(spec: BuildSpec) -> str:
+    """The table version to build from: the one asked for, or the newest with both
+    GEMM and attention tables; an error listing what exists."""
+    if spec.framework not in FRAMEWORKS:
+        raise ServesimError(f"unknown framework {spec.framework!r}; valid: "
+                            f"{', '.join(FRAMEWORKS)}", where="--framework")
+    have = coverage().get(spec.gpu, {}).get(spec.framework, [])
+    if not have:
+        raise ServesimError(f"no {spec.framework} tables for {spec.gpu}; tables exist for: "
+                            f"{describe_coverage()}", where="--framework")
+    if spec.version is None:
+        return have[-1]
+    if spec.version not in have:
+        raise ServesimError(f"no {spec.framework} {spec.version} tables for {spec.gpu}; "
+                            f"versions: {', '.join(have)}", where="--version")
+    return spec.version
+
+
+@dataclass(frozen=True)
+class GemmSource:
+    """A GEMM table as read: the table, its kernel (the one with most rows) and the
+    device name the collection reports."""
+
+    table: GemmTable
+    kernel: str
+    device: str
+
+
+@lru_cache(maxsize=16)
+def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource:
+    """The GEMM table of ``dtype`` (servesim's name), read once per process."""
+    table = load_table(gpu, "gemm", framework, version, "gemm_perf")
+    want = TABLE_DTYPES[dtype]
+    rows = table.where(gemm_dtype=want)
+    if not len(rows):
+        raise ServesimError(f"{table.path}: no {want} GEMM rows; dtypes: "
+                            f"{', '.join(table.values('gemm_dtype'))}")
+    kernel = default_kernel(rows)
+    dev = rows.columns.get("device")
+    return GemmSource(GemmTable.from_table(rows.where(kernel_source=kernel)), kernel,
+                      str(dev[0]) if dev is not None and len(dev) else gpu)
+
+
+def layer_gemms(rank: Shard) -> list[tuple[int, int]]:
+    """(n, k) of one layer's projections on one rank: fused QKV, attention output, fused
+    gate+up, down."""
+    return [((rank.heads + 2 * rank.kv_heads) * rank.head_dim, rank.hidden),
+            (rank.hidden, rank.heads * rank.head_dim),
+            (2 * rank.intermediate, rank.hidden), (rank.hidden, rank.intermediate)]
+
+
+@lru_cache(maxsize=16)
+def attention_table(gpu: str, framework: str, version: str, name: str) -> Any:
+    """Attention table ``name`` (prefill or decode), read once per process."""
+    return load_table(gpu, "attention", framework, version, name)
+
+
+def _g(x: float) -> float:
+    """Six significant digits: what a profile keeps of a number."""
+    return float(f"{x:.6g}")
+
+
+def _err_stats(errs: np.ndarray) -> dict[str, float | int]:
+    e = np.asarray(errs, dtype=float)
+    if not e.size:
+        return {"points": 0}
+    return {"median": _g(float(np.median(e))), "p90": _g(float(np.percentile(e, 90))),
+            "max": _g(float(e.max())), "points": int(e.size)}
+
+
+def _formula_fit(name: str, xs: np.ndarray, ys: np.ndarray, shape_at: Any) -> dict[str, Any]:
+    """Fit ``name``'s formula to the knots at counts >= FORMULA_FROM_TOKENS (for prices
+    past the last knot; at least the last 8); coefficients and held-out error."""
+    # At least the last 8 knots: a coarse grid (A100's stops at 8,192) has few past 1,024.
+    keep = (xs >= FORMULA_FROM_TOKENS) | (np.arange(len(xs)) >= len(xs) - 8)
+    fit = fit_component(name, [shape_at(int(x)) for x in xs[keep]], list(ys[keep]))
+    return {"coef": {k: _g(v) for k, v in fit.coef.items()},
+            "fit": {"mape_test": _g(fit.mape_test), "max_err_test": _g(fit.max_err_test),
+                    "n_train": fit.n_train, "n_test": fit.n_test}}
+
+
+def _tokens_shape(n: int) -> StepShape:
+    return shape_of([(n, 0)])
+
+
+def _seqs_shape(n: int) -> StepShape:
+    return decode_shape(n, 0)
+
+
+def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
+    """The profile of ``spec`` as a plain mapping in schema order (see the module doc)."""
+    version = resolve_version(spec)
+    if spec.dtype not in TABLE_DTYPES:
+        raise ServesimError(f"dtype {spec.dtype!r} is not built from the tables yet; "
+                            f"built: {', '.join(TABLE_DTYPES)}", where="--dtype")
+    m, fw, gpu = spec.model, spec.framework, spec.gpu
+    rank = shard(m, spec.tp, where="--tp")
+    priors = priors if priors is not None else framework_priors(fw)
+    notes: list[str] = []
+    source = gemm_table(gpu, fw, version, spec.dtype)
+    gemm, gemm_kernel = source.table, source.kernel
+    ms = gemm.ms
+    floor_s = float(gemm.cube.min())
+    big = float(gemm.ns[gemm.ns <= 16384][-1])
+    bandwidth = big * big * 2 / float(gemm.times(big, big)[0])  # m = 1: weight-bound
+
+    # Linear stack, per layer.
+    shapes = layer_gemms(rank)
+    for n, k in shapes:
+        for size, axis, what in ((n, gemm.ns, "n"), (k, gemm.ks, "k")):
+            if size > axis[-1]:
+                notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
+    elementwise_bytes = 2 * (8 * rank.hidden + 2 * (rank.heads + rank.kv_heads) * rank.head_dim
+                             + 4 * rank.kv_heads * rank.head_dim + 3 * rank.intermediate)
+    linear = sum(gemm.times(n, k) for n, k in shapes)
+    linear = linear + LAYER_ELEMENTWISE_KERNELS * floor_s + ms * elementwise_bytes / bandwidth
+    interp = gemm.holdout_errors(shapes)
+
+    # LM head, sampler and (under tp) the logits all-gather, per step.
+    head_n = rank.vocab
+    if head_n > gemm.ns[-1]:
+        notes.append(f"LM head n={head_n} past the measured n={gemm.ns[-1]:g}: scaled in "
+                     "proportion (measured on the grid: 4x n=16384 against n=65536)")
+    head = (gemm.times(head_n, rank.hidden) + floor_s + ms * 4 * rank.hidden / bandwidth
+            + SAMPLER_KERNELS * floor_s + ms * m.vocab * 4 * SAMPLER_PASSES / bandwidth)
+    comm: Collectives | None = None
+    if spec.tp > 1:
+        comm = load_collectives(gpu, fw, version, spec.tp)
+        head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
+        reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2,
+                                                     ms <= GRAPH_TOKENS[fw])
+        ar_fit = _formula_fit("allreduce", ms, reduce, _tokens_shape)
+        allreduce = {**_entry("allreduce", ar_fit["coef"]), **_knots(ms, reduce),
+                     "fit": {"source": f"tables: {comm.sources['custom_allreduce']}, "
+                                       f"{comm.sources['nccl']}", **ar_fit["fit"]}}
+    else:
+        allreduce = {**_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs, 0.0)),
+                     "fit": {"source": "none (tp=1)"}}
+
+    # Attention at the rank's heads.
+    kv_dtype = TABLE_DTYPES[spec.dtype]
+    dec_rows = select(attention_table(gpu, fw, version, "generation_attention_perf"), rank.heads,
+                      rank.kv_heads, rank.head_dim, kv_dtype, decode=True)
+    grid = decode_grid(dec_rows)
+    pre_rows = select(attention_table(gpu, fw, version, "context_attention_perf"), rank.heads,
+                      rank.kv_heads, rank.head_dim, kv_dtype, decode=False)
+    notes += [f"decode attention: {dec_rows.note}", f"prefill attention: {pre_rows.note}"]
+    # A one-token "prefill" is a decode to the simulator: its rows are left out.
+    keep = pre_rows.tokens > 1
+    pre_shapes = [StepShape(b, b * t, 0.0, b, b * t, b * t * (t + 1) / 2, 0.0)
+                  for b, t in zip(pre_rows.batch[keep], pre_rows.tokens[keep], strict=True)]
+    pre = fit_component("prefill_attention", pre_shapes, list(pre_rows.seconds[keep]))
+    cols = grid.cols
+    per_kv = (grid.values[0][-1] - grid.values[0][-2]) / (cols[-1] - cols[-2])
+    pre_coef = {**pre.coef, "per_context_pair_s": pre.coef["per_self_pair_s"],
+                "per_context_token_s": max(per_kv, 0.0)}
+
+    lin_fit = _formula_fit("linear", ms, linear, _tokens_shape)
+    head_fit = _formula_fit("lm_head", ms, head, _seqs_shape)
+    comps = {
+        "step": {**_entry("step", {"const_s": priors.step_const_s,
+                                   "per_seq_s": priors.step_per_seq_s,
+                                   "per_new_token_s": _g(rank.hidden * 2 / bandwidth),
+                                   "per_group_s": 0.0, "group_seqs": 0.0}),
+                 "fit": {"source": f"prior: {priors.source}; per_new_token_s: the embedding "
+                                   "read at the GEMM table's bandwidth"}},
+        "linear": {**_entry("linear", lin_fit["coef"]), **_knots(ms, linear),
+                   "fit": {"source": f"tables: gemm {gemm_kernel} ({version})",
+                           "interpolation": _err_stats(interp),
+                           "formula_past_knots": lin_fit["fit"]}},
+        "prefill_attention": {**_entry("prefill_attention", {k: _g(v) for k, v in
+                                                             pre_coef.items()}),
+                              "fit": {"source": f"tables: {pre_rows.kernel} ({version}); "
+                                                "cached-context terms derived",
+                                      "mape_test": _g(pre.mape_test),
+                                      "max_err_test": _g(pre.max_err_test),
+                                      "n_train": pre.n_train, "n_test": pre.n_test}},
+        "decode_attention": {"formula": "grid over (decode_seqs, decode_kv / decode_seqs)",
+                             "per_layer": True,
+                             "grid": {"seqs": [_g(x) for x in grid.rows],
+                                      "kv_per_seq": [_g(x) for x in grid.cols],
+                                      "s": [[_g(x) for x in row] for row in grid.values]},
+                             "fit": {"source": f"tables: {dec_rows.kernel} ({version})",
+                                     "interpolation": _err_stats(grid_holdout_errors(dec_rows))}},
+        "lm_head": {**_entry("lm_head", head_fit["coef"]), **_knots(ms, head),
+                    "fit": {"source": f"tables: gemm {gemm_kernel} ({version}); norm and "
+                                      "sampler at the table's bandwidth",
+                            "formula_past_knots": head_fit["fit"]}},
+        "allreduce": allreduce,
+        "in_situ": {**_entry("in_situ", dict.fromkeys(FORMS["in_situ"].coefs, 0.0)),
+                    "fit": {"source": "none (kernel tables are timed in place)"}},
+        "host": {**_entry("host", dict.fromkeys(FORMS["host"].coefs, 0.0)),
+                 "fit": {"source": "none (in step's prior)"}},
+        "frontend": {"coef": {"request_s": priors.request_s,
+                              "per_prompt_token_s": priors.per_prompt_token_s,
+                              "response_s": priors.response_s, "jitter_s": priors.jitter_s},
+                     "fit": {"source": f"prior: {priors.source}"}},
+    }
+    label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}"
+    return {
+        "schema": SCHEMA,
+        "source": {
+            "kind": "measured-kernels", "phrase": f"measured kernels: {label}",
+            "tables": f"NVIDIA AIConfigurator kernel tables, aiconfigurator-core "
+                      f"{wheel_version()} (Apache-2.0)",
+            "framework": fw, "version": version, "gpu": gpu,
+            "kernels": {"gemm": gemm_kernel, "prefill_attention": pre_rows.kernel,
+                        "decode_attention": dec_rows.kernel, **(comm.sources if comm else {})},
+            "derived": {"kernel_floor_s": _g(floor_s), "bandwidth_bytes_s": _g(bandwidth)},
+            "not_in_tables": "per-step scheduling, input preparation and host overhead; the "
+                             "API server's per-request work (step and frontend priors)",
+            "notes": notes,
+        },
+        "device": {"name": gpu, "reported": source.device},
+        "dtype": spec.dtype,
+        "tp": spec.tp,
+        "model": dataclasses.asdict(m),
+        "components": comps,
+    }
+
+
+def _entry(name: str, coef: dict[str, float]) -> dict[str, Any]:
+    form = FORMS[name]
+    return {"formula": form.formula, "per_layer": form.per_layer,
+            "coef": {k: _g(float(coef[k])) for k in form.coefs}}
+
+
+def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
+    if not np.all(np.isfinite(ys)) or np.any(ys <= 0):
+        raise ServesimError("a measured curve came out non-positive or not finite")
+    return {"table_at": [int(x) if float(x).is_integer() else _g(x) for x in xs],
+            "table_s": [_g(float(y)) for y in ys]}
+
+
+def profile_name(spec: BuildSpec) -> str:
+    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>-<framework>``."""
+    return f"{spec.gpu}-{spec.model.name}-tp{spec.tp}-{spec.framework}"
+

@@ -1,0 +1,185 @@
+"""The roofline's efficiency factors and kernel floor, fitted on public kernel tables.
+
+``cost: roofline`` prices a step from datasheet FLOP/s and bandwidth times efficiency
+factors (:class:`sim.cost.models.RooflineParams`). Its defaults come from here: the same
+components measured in NVIDIA AIConfigurator's tables (:mod:`sim.cost.tables.profilebuild`'s
+sources) for a few models and tensor-parallel degrees on every GPU the tables cover —
+
+- the projections of every layer at 1 ... 4,096 tokens (the GEMM tables),
+- the LM head at 1 ... 256 sequences,
+- prefill attention of one sequence of 16 ... 4,096 tokens, and decode attention of
+  1 ... 128 sequences at 128 ... 4,096 cached tokens (the attention tables) —
+
+are fitted by the roofline's own formulas (:meth:`sim.cost.models.RooflineCost.parts`)
+minimising squared log-ratios. ``servesim profile fit-roofline`` fits on all GPUs but
+one and reports the error on the one left out, for each GPU in turn (how well the
+roofline predicts a GPU nobody measured), then fits on all of them: those are the
+defaults. Errors are given for each component and for whole steps' kernel time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.shape import StepShape, decode_shape, shape_of
+from sim.cost.specs import GPUS, MODELS, shard
+from sim.cost.tables.attntables import decode_grid, select
+from sim.cost.tables.kerneltables import GPU_DIRS, coverage
+from sim.cost.tables.profilebuild import attention_table, gemm_table, layer_gemms
+
+# (model, tp) whose kernels are compared, when the model's heads split over tp.
+SHAPES = (("llama-3-8b", 1), ("qwen3-32b", 2), ("llama-3-70b", 4))
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+PREFILL = (16, 64, 256, 1024, 2048, 4096)
+DECODE = tuple((b, c) for b in (1, 8, 32, 128) for c in (128, 1024, 4096))
+FITTED = ("flops_efficiency", "bandwidth_efficiency", "attention_flops_efficiency",
+          "kernel_floor_s", "attention_floor_s")
+
+
+@dataclass(frozen=True)
+class Points:
+    """Measured seconds of roofline components on one GPU: ``component`` names the
+    roofline part each point is compared with, ``shape`` its step, ``model``/``tp``."""
+
+    gpu: str
+    component: list[str]
+    shapes: list[StepShape]
+    models: list[tuple[str, int]]
+    seconds: np.ndarray
+
+    @property
+    def fitted(self) -> np.ndarray:
+        """Which points the fit uses: the components (whole steps are only reported)."""
+        return np.array([c != "step" for c in self.component])
+
+
+def measured_points(gpu: str, framework: str = "vllm") -> Points:
+    """The tables' kernel times of every :data:`SHAPES` model on ``gpu``."""
+    version = coverage()[gpu][framework][-1]
+    gemm = gemm_table(gpu, framework, version, "bf16").table
+    comp: list[str] = []
+    shapes: list[StepShape] = []
+    models: list[tuple[str, int]] = []
+    secs: list[float] = []
+    for name, tp in SHAPES:
+        m = MODELS[name]
+        d = shard(m, tp)
+        gemms = layer_gemms(d)
+        sizes = sorted({*TOKENS, *SEQS, *PREFILL, *(b for b, _ in DECODE)})
+        linear = {n: m.layers * sum(gemm.at(n, nn, kk) for nn, kk in gemms) for n in sizes}
+        head = {q: gemm.at(q, d.vocab, d.hidden) for q in sizes}
+        for n in TOKENS:
+            comp.append("linear")
+            shapes.append(shape_of([(n, 0)]))
+            secs.append(linear[n])
+        for q in SEQS:
+            comp.append("lm_head")
+            shapes.append(decode_shape(q, 0))
+            secs.append(head[q])
+
+        pre = select(attention_table(gpu, framework, version, "context_attention_perf"),
+                     d.heads, d.kv_heads, d.head_dim, "bfloat16", decode=False)
+        for n in PREFILL:
+            hit = (pre.batch == 1) & (pre.tokens == n)
+            if hit.any():
+                attn = m.layers * float(pre.seconds[hit][0])
+                shape = shape_of([(n, 0)])
+                comp += ["attention", "step"]
+                shapes += [shape, shape]
+                secs += [attn, linear[n] + attn + head[1]]
+        grid = decode_grid(select(attention_table(gpu, framework, version,
+                                                  "generation_attention_perf"),
+                                  d.heads, d.kv_heads, d.head_dim, "bfloat16", decode=True))
+        for b, c in DECODE:
+            attn = m.layers * grid.at(b, c + 1)
+            shape = decode_shape(b, b * c)
+            comp += ["attention", "step"]
+            shapes += [shape, shape]
+            secs += [attn, linear[b] + attn + head[b]]
+        models += [(name, tp)] * (len(comp) - len(models))
+    return Points(gpu, comp, shapes, models, np.asarray(secs))
+
+
+def predicted(points: Points, params: RooflineParams) -> np.ndarray:
+    """The roofline's seconds for each point's component."""
+    out = np.empty(len(points.shapes))
+    costs: dict[tuple[str, int], RooflineCost] = {}
+    for i, (c, s, mt) in enumerate(zip(points.component, points.shapes, points.models,
+                                       strict=True)):
+        if mt not in costs:
+            costs[mt] = RooflineCost(MODELS[mt[0]], GPUS[points.gpu], mt[1], params)
+        parts = costs[mt].parts(s)
+        # A step's kernel time: its projections, attention and LM head (no all-reduce,
+        # no host overhead: the tables time kernels alone).
+        out[i] = (parts["linear"] + parts["attention"] + parts["lm_head"] if c == "step"
+                  else parts[c])
+    return out
+
+
+def fit(points: list[Points], start: RooflineParams) -> RooflineParams:
+    """The :data:`FITTED` factors, starting from ``start``'s, minimising squared
+    log-ratios over ``points``; the other fields as in ``start``."""
+    x0 = np.array([getattr(start, k) for k in FITTED])
+    scale = np.array([1.0, 1.0, 1.0, 1e-6, 1e-6])
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        values: dict[str, Any] = dict(zip(FITTED, (float(v) for v in z * scale), strict=True))
+        p = dataclasses.replace(start, **values)
+        return np.concatenate([np.log(predicted(pt, p) / pt.seconds)[pt.fitted]
+                               for pt in points])
+
+    res = least_squares(residual, x0 / scale, bounds=([0.05, 0.05, 0.05, 0.0, 0.0],
+                                                      [1.0, 1.0, 1.0, 50.0, 50.0]))
+    best: dict[str, Any] = dict(zip(FITTED, (float(v) for v in res.x * scale), strict=True))
+    return dataclasses.replace(start, **best)
+
+
+def errors(points: Points, params: RooflineParams) -> dict[str, dict[str, float]]:
+    """Median and p90 |relative error| per component and over whole steps' kernel time
+    (a prefill of n tokens: projections, attention, LM head; a decode of b sequences)."""
+    pred = predicted(points, params)
+    rel = np.abs(pred / points.seconds - 1.0)
+    out = {}
+    for comp in ("linear", "attention", "lm_head", "step"):
+        sel = np.array([c == comp for c in points.component])
+        out[comp] = {"median": float(np.median(rel[sel])),
+                     "p90": float(np.percentile(rel[sel], 90)), "points": int(sel.sum())}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``servesim profile fit-roofline``: leave-one-GPU-out errors, then the fit on all."""
+    p = argparse.ArgumentParser(prog="servesim profile fit-roofline",
+                                description="Fit the roofline's efficiencies and kernel floor "
+                                            "on the public kernel tables.")
+    p.parse_args(argv)
+    gpus = list(GPU_DIRS)
+    pts = {g: measured_points(g) for g in gpus}
+    base = RooflineParams()
+    print(f"{'left out':<10} {'fitted on the others':<54} {'linear':>13} {'attention':>13} "
+          f"{'lm_head':>13} {'whole step':>13}   (median / p90 |error| on the left-out GPU)")
+    for g in gpus:
+        p_ = fit([pts[o] for o in gpus if o != g], base)
+        e = errors(pts[g], p_)
+        print(f"{g:<10} {_describe(p_):<54} " + " ".join(
+            f"{e[c]['median']:>6.1%}/{e[c]['p90']:<6.1%}" for c in ("linear", "attention",
+                                                                    "lm_head", "step")))
+    final = fit([pts[g] for g in gpus], base)
+    print(f"fitted on all: {_describe(final)}")
+    return 0
+
+
+def _describe(p: RooflineParams) -> str:
+    return (f"e_f {p.flops_efficiency:.3f} e_b {p.bandwidth_efficiency:.3f} "
+            f"e_a {p.attention_flops_efficiency:.3f} floors {p.kernel_floor_s * 1e6:.2f} / "
+            f"{p.attention_floor_s * 1e6:.2f} us")
+
+

@@ -1,0 +1,320 @@
+"""Latency and throughput metrics of a run (definitions follow vLLM's benchmark and DistServe).
+
+TTFT = first token − arrival; TPOT = (finish − first token) / (output − 1) for requests
+with at least 2 output tokens; ITL = gaps between consecutive tokens of a request;
+E2E = finish − arrival; queueing delay = first scheduled − the engine's arrival (the
+client's send plus the frontend's request delay, when one is priced). Rates divide by the
+run's span: first arrival to the last finish (or the horizon when one cut the run).
+A mixed workload's requests meet their own class's SLO, and get a per-class summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from sim.core.engine import RunResult
+from sim.core.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
+from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
+from sim.report.overload import saturation
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def per_request(res: RunResult) -> dict[str, np.ndarray]:
+    """Derived per-request latencies in seconds (NaN where undefined)."""
+    arr = res.requests.arrival_s
+    out = res.requests.output_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out >= 2, (res.finish - res.first_token) / (out - 1), np.nan)
+    return {
+        "ttft": res.first_token - arr,
+        "tpot": tpot,
+        "e2e": res.finish - arr,
+        # Waiting at the engine: from when it saw the request (after the frontend).
+        "queueing": res.first_sched - (arr if res.seen_s is None else res.seen_s),
+    }
+
+
+def distribution(values: np.ndarray) -> dict[str, float | None]:
+    """p50/p90/p95/p99, mean and max of the finite values (None when there are none)."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return {**{f"p{p}": None for p in PERCENTILES}, "mean": None, "max": None}
+    qs = np.percentile(v, PERCENTILES)
+    return {**{f"p{p}": float(q) for p, q in zip(PERCENTILES, qs, strict=True)},
+            "mean": float(v.mean()), "max": float(v.max())}
+
+
+def _itl_distribution(res: RunResult) -> dict[str, float | None]:
+    h = res.itl
+    if h.total == 0:
+        return {**{f"p{p}": None for p in PERCENTILES}, "mean": None, "max": None}
+    return {**{f"p{p}": h.quantile(p / 100) for p in PERCENTILES}, "mean": h.mean,
+            "max": h.max}
+
+
+def class_targets(res: RunResult) -> list[tuple[float | None, float | None]]:
+    """(TTFT, TPOT) targets in seconds of each class of a mixed workload, in class order
+    (None: no target); empty for a workload without classes."""
+    from sim.workload.mix import class_slos
+
+    sc = res.scenario
+    return class_slos(sc.workload, res.requests.class_names, sc.slo.ttft_s, sc.slo.tpot_s)
+
+
+def meets_slo(res: RunResult, lat: dict[str, np.ndarray]) -> np.ndarray:
+    """Boolean per request: finished and within every SLO that applies to it: its class's
+    targets in a mixed workload, the scenario's ``slo`` otherwise."""
+    ok = res.status == FINISHED
+    klass = res.requests.klass
+    if klass is not None:
+        targets = class_targets(res)
+        ttft = np.array([np.inf if a is None else a for a, _ in targets], dtype=float)
+        tpot = np.array([np.inf if b is None else b for _, b in targets], dtype=float)
+        # requests of one token have no TPOT to miss (NaN > x is False)
+        return ok & (lat["ttft"] <= ttft[klass]) & ~(lat["tpot"] > tpot[klass])
+    slo = res.scenario.slo
+    if slo.ttft_s is not None:
+        ok &= lat["ttft"] <= slo.ttft_s
+    if slo.tpot_s is not None:
+        ok &= ~(lat["tpot"] > slo.tpot_s)  # requests of one token have no TPOT to miss
+    return ok
+
+
+def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray,
+                    span: float) -> dict[str, Any]:
+    """Per-class counts, latencies (s), mean lengths (tokens), rates (per s, over the whole
+    run's ``span`` so classes add up to the total) and SLO attainment, by class name.
+    ITL is not split by class: replicas keep one ITL histogram for all requests."""
+    rq = res.requests
+    if rq.klass is None:
+        return {}
+    status = res.status
+    out: dict[str, Any] = {}
+
+    def rate(x: float) -> float | None:
+        return x / span if span > 0 else None
+
+    for i, (name, (ttft_s, tpot_s)) in enumerate(
+            zip(rq.class_names, class_targets(res), strict=True)):
+        m = rq.klass == i
+        n = int(m.sum())
+        fin = m & (status == FINISHED)
+        n_good = int(good[m].sum())
+        out[name] = {
+            "requests": {
+                "total": n,
+                "finished": int(fin.sum()),
+                "rejected": int((m & (status == REJECTED)).sum()),
+                "unfinished": int((m & (status == UNFINISHED)).sum()),
+                "timed_out": int((m & (status == TIMED_OUT)).sum()),
+                "failed": int((m & (status == FAILED)).sum()),
+            },
+            "tokens": {
+                "prompt_mean": float(rq.prompt_tokens[m].mean()) if n else None,
+                "output_mean": float(rq.output_tokens[m].mean()) if n else None,
+            },
+            "latency_s": {k: distribution(lat[k][m]) for k in ("ttft", "tpot", "e2e",
+                                                                "queueing")},
+            "throughput": {
+                "requests_per_s": rate(float(fin.sum())),
+                "output_tokens_per_s": rate(float(rq.output_tokens[fin].sum())),
+                "goodput_requests_per_s": rate(float(n_good)),
+                "slo_attainment": n_good / n if n else None,
+                "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
+            },
+        }
+    return out
+
+
+def scenario_digest(scenario: Any) -> str:
+    """SHA-256 (hex) of the validated scenario's settings, file locations excluded: two
+    runs with equal digests simulated the same configuration (trace files' contents are
+    not hashed)."""
+    fields = dataclasses.asdict(scenario)
+    fields.pop("base_dir", None)
+    fields.pop("source", None)
+    # A setting since removed (it never changed results), hashed at its old default so
+    # digests of earlier runs stay valid.
+    fields["event_skipping"] = True
+    # Sections added later are hashed only when set, so older digests stay valid.
+    from sim.config.faults import FaultsConfig
+    from sim.policies.admission import AdmissionConfig
+
+    for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
+        if fields.get(key) == dataclasses.asdict(default):
+            fields.pop(key)
+    for key in ("concurrency", "think_time_s"):
+        if fields["workload"].get(key) is None:
+            fields["workload"].pop(key, None)
+    for params in fields["cost"].values():
+        if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
+                NO_FRONTEND):
+            params.pop("frontend")
+    blob = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def fault_summary(res: RunResult, lat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The ``faults`` section of the summary (present only when faults are configured):
+    outages, downtime (s), requests lost (losses, counting each attempt), retried and
+    failed, and TTFT/E2E distributions (s) of affected requests (placed again at least
+    once) next to the unaffected ones: the latency impact of the faults."""
+    if not res.scenario.faults.active:
+        return {}
+    status = res.status
+    retries = res.retries if res.retries is not None else np.zeros(len(status), np.int64)
+    failed = status == FAILED
+    hit = retries > 0
+    return {"faults": {
+        "outages": len(res.outages),
+        "downtime_s": float(sum(up - down for _, down, up in res.outages)),
+        # Each loss either scheduled a retry or failed the request on the spot.
+        "requests_lost": int(retries.sum()) + int((res.reason[failed] == "replica_failure").sum()),
+        "requests_retried": int(hit.sum()),
+        "requests_failed": int(failed.sum()),
+        "latency_s": {
+            group: {k: distribution(lat[k][mask]) for k in ("ttft", "e2e")}
+            for group, mask in (("affected", hit), ("unaffected", ~hit))
+        },
+    }}
+
+
+def _prefix_summary(res: RunResult) -> dict[str, Any]:
+    """Prefix-cache figures (tokens), present only when the scenario enables caching."""
+    if not res.scenario.serving.prefix_caching:
+        return {}
+    stats = res.replica_stats
+    query = sum(s.prefix_query_tokens for s in stats)
+    hit = sum(s.prefix_hit_tokens for s in stats)
+    return {"prefix_cache": {
+        "prefill_tokens": query,
+        "hit_tokens": hit,
+        "hit_rate": hit / query if query else None,
+        "evictions": sum(s.prefix_evictions for s in stats),
+    }}
+
+
+def _setup_summary(res: RunResult) -> dict[str, Any]:
+    """``workload`` for a closed loop (clients, think time in s, requests sent and not
+    sent) and ``frontend`` (seconds) when the cost model prices one; empty otherwise."""
+    out: dict[str, Any] = {}
+    c = res.clients
+    if c is not None:
+        out["workload"] = {"kind": "closed_loop", "concurrency": c.concurrency,
+                           "think_time_s": c.think_time_s, "requests_sent": c.sent,
+                           "requests_not_sent": c.not_sent}
+    if res.frontend.active:
+        out["frontend"] = {k: getattr(res.frontend, k) for k in FRONTEND_COEFS}
+    return out
+
+
+def summarize(res: RunResult) -> dict[str, Any]:
+    """The run's summary as plain JSON-ready values (seconds, tokens, requests); a mixed
+    workload adds ``classes`` (:func:`class_summaries`), a closed loop ``workload`` and
+    a priced frontend ``frontend`` (:func:`_setup_summary`)."""
+    from sim import __version__
+
+    lat = per_request(res)
+    status = res.status
+    finished = status == FINISHED
+    n = len(status)
+    first = float(res.requests.arrival_s[0]) if n else 0.0
+    done_t = res.finish[finished]
+    end = float(done_t.max()) if done_t.size else first
+    if (status == UNFINISHED).any():
+        end = max(end, res.end_s)
+    span = end - first
+    reasons: dict[str, int] = {}
+    for why in res.reason[status == REJECTED]:
+        reasons[str(why)] = reasons.get(str(why), 0) + 1
+    good = meets_slo(res, lat)
+    out_tokens = int(res.requests.output_tokens[finished].sum())
+    stats = res.replica_stats
+    iters = sum(s.iterations for s in stats)
+    kv_total = sum(s.kv_total for s in stats)
+    from sim.config.disagg import pools
+
+    gpus = sum(p.replicas * p.tp for p in pools(res.scenario))
+
+    def rate(x: float) -> float | None:
+        return x / span if span > 0 else None
+
+    sc = res.scenario
+    summary: dict[str, Any] = {
+        "scenario": sc.name,
+        "servesim_version": __version__,
+        "scenario_sha256": scenario_digest(sc),
+        "seed": sc.workload.seed,
+        "policy": sc.serving.policy,
+        "cost_source": res.cost_source,
+        "replicas": len(stats),
+        "gpus": gpus,
+        **_setup_summary(res),
+        "requests": {
+            "total": n,
+            "finished": int(finished.sum()),
+            "rejected": int((status == REJECTED).sum()),
+            "unfinished": int((status == UNFINISHED).sum()),
+            "timed_out": int((status == TIMED_OUT).sum()),
+            "failed": int((status == FAILED).sum()),
+            "rejected_by_reason": dict(sorted(reasons.items())),
+        },
+        "workload_notes": list(res.requests.notes),
+        "span_s": span,
+        "latency_s": {
+            "ttft": distribution(lat["ttft"]),
+            "tpot": distribution(lat["tpot"]),
+            "itl": _itl_distribution(res),
+            "e2e": distribution(lat["e2e"]),
+            "queueing": distribution(lat["queueing"]),
+        },
+        "itl_relative_accuracy": res.itl.rel_accuracy,
+        "throughput": {
+            "requests_per_s": rate(float(finished.sum())),
+            "output_tokens_per_s": rate(float(out_tokens)),
+            "goodput_requests_per_s": rate(float(good.sum())),
+            "slo_attainment": float(good.sum() / n) if n else None,
+            "slo": {"ttft_s": sc.slo.ttft_s, "tpot_s": sc.slo.tpot_s},
+        },
+        "batch": {
+            "iterations": iters,
+            "mean_seqs": sum(s.batch_seqs for s in stats) / iters if iters else None,
+            "mean_tokens": sum(s.batch_tokens for s in stats) / iters if iters else None,
+        },
+        "kv": {
+            "blocks_per_replica": [s.kv_total for s in stats],
+            "block_size": sc.serving.block_size,
+            "mean_utilization": (sum(s.kv_block_s for s in stats) / (kv_total * span)
+                                 if span > 0 else None),
+            "peak_utilization": max((s.kv_peak / s.kv_total for s in stats), default=0.0),
+        },
+        # Per pool: one GPU's memory terms (GiB) and each replica's KV blocks and tokens.
+        **({"memory": res.memory} if res.memory else {}),
+        "preemptions": int(res.preemptions.sum()),
+        **_prefix_summary(res),
+        "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)
+                          if span > 0 else None),
+        "saturation": saturation(res),
+        **fault_summary(res, lat),
+    }
+    if res.requests.klass is not None:
+        summary["classes"] = class_summaries(res, lat, good, span)
+    return summary
+
+
+def clean(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None, recursively (for strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value

@@ -1,0 +1,300 @@
+"""Run outputs: requests.csv, summary.json, a printed table and TTFT/TPOT CDF plots.
+
+A mixed workload's table ends with a per-class block, and requests.csv's last column
+names each request's class (empty without classes).
+
+Files are written to a temporary name in the same folder and renamed into place, so
+an interrupted run never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.engine import RunResult
+from sim.core.request import STATUS_NAMES
+from sim.report.metrics import clean, per_request
+
+CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
+               "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
+               "replica", "status", "reason", "class")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and a rename.
+
+    The data is flushed to disk before the rename, so after a crash ``path`` is either
+    absent, its previous version, or complete; an interrupted write removes the
+    temporary file instead of leaving it behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _fmt(values: np.ndarray) -> list[str]:
+    # Nanosecond resolution; an event that did not happen is an empty cell.
+    return ["" if v != v else f"{v:.9f}" for v in values.tolist()]
+
+
+def _csv_cell(text: str) -> str:
+    # RFC 4180 quoting, needed only for trace class labels (scenario names are plain).
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _class_cells(klass: np.ndarray | None, names: tuple[str, ...], n: int) -> list[str]:
+    """Each request's class name (empty cells for a workload without classes)."""
+    if klass is None:
+        return [""] * n
+    cells = [_csv_cell(x) for x in names]
+    return [cells[k] for k in klass.tolist()]
+
+
+CSV_CHUNK = 32768  # rows formatted at a time: peak memory stays near the output's size
+
+
+def requests_csv(res: RunResult) -> bytes:
+    """One row per request, in id order (times in seconds)."""
+    lat = per_request(res)
+    rq = res.requests
+    parts = [(",".join(CSV_COLUMNS) + "\n").encode()]
+    for a in range(0, len(rq), CSV_CHUNK):
+        b = min(a + CSV_CHUNK, len(rq))
+        s = slice(a, b)
+        cols = [
+            [str(i) for i in range(a, b)],
+            _fmt(rq.arrival_s[s]),
+            [str(v) for v in rq.prompt_tokens[s].tolist()],
+            [str(v) for v in rq.output_tokens[s].tolist()],
+            _fmt(res.first_sched[s]), _fmt(res.first_token[s]), _fmt(res.finish[s]),
+            _fmt(lat["ttft"][s]), _fmt(lat["tpot"][s]), _fmt(lat["e2e"][s]),
+            [str(v) for v in res.preemptions[s].tolist()],
+            [str(v) if v >= 0 else "" for v in res.replica[s].tolist()],
+            [STATUS_NAMES[v] for v in res.status[s].tolist()],
+            [str(v) for v in res.reason[s].tolist()],
+            _class_cells(None if rq.klass is None else rq.klass[s], rq.class_names, b - a),
+        ]
+        parts.append(("\n".join(",".join(row) for row in zip(*cols, strict=True))
+                      + "\n").encode())
+    return b"".join(parts)
+
+
+def summary_json(summary: dict[str, Any]) -> bytes:
+    """The summary as strict, stable JSON."""
+    return (json.dumps(clean(summary), indent=2, allow_nan=False) + "\n").encode()
+
+
+def table(summary: dict[str, Any]) -> str:
+    """A human-readable table of the summary (latencies in milliseconds)."""
+    lines = []
+    rq = summary["requests"]
+    lines.append(f"scenario {summary['scenario']}: policy {summary['policy']}, "
+                 f"{summary['replicas']} replica(s) on {summary['gpus']} GPU(s), "
+                 f"span {summary['span_s']:.1f} s")
+    if summary.get("cost_source"):
+        lines.append(f"cost: {summary['cost_source']}")
+    lines.extend(setup_lines(summary))
+    reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
+    ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("timed_out", "failed")
+                    if rq.get(k))
+    lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
+                 f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
+                 f"{rq['unfinished']} unfinished{ended}")
+    head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in
+                                           ("p50", "p90", "p95", "p99", "mean", "max"))
+    lines.append(head)
+    lines.append("-" * len(head))
+    for name in ("ttft", "tpot", "itl", "e2e", "queueing"):
+        d = summary["latency_s"][name]
+        cells = "".join(
+            f"{'-':>10}" if d[k] is None else f"{d[k] * 1e3:>10.1f}"
+            for k in ("p50", "p90", "p95", "p99", "mean", "max")
+        )
+        lines.append(f"{name:<14}{cells}")
+    tp = summary["throughput"]
+
+    def num(v: float | None, f: str) -> str:
+        return "-" if v is None else format(v, f)
+
+    slo = tp["slo"]
+    slo_txt = ", ".join(f"{k}<={v}" for k, v in slo.items() if v is not None) or "none set"
+    if "classes" in summary:
+        slo_txt = "per class, below"
+    lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s, "
+                 f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s; goodput "
+                 f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
+                 f"attainment {num(tp['slo_attainment'], '.1%')})")
+    b, kv = summary["batch"], summary["kv"]
+    blocks = "/".join(str(x) for x in dict.fromkeys(kv["blocks_per_replica"]))
+    lines.append(f"batch: {b['iterations']} iterations, mean {num(b['mean_seqs'], '.1f')} seqs "
+                 f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
+                 f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
+                 f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    lines.extend(memory_lines(summary.get("memory", {})))
+    lines.extend(reliability_lines(summary))
+    if "classes" in summary:
+        lines.extend(class_table(summary["classes"]))
+    return "\n".join(lines)
+
+
+def setup_lines(summary: dict[str, Any]) -> list[str]:
+    """A closed loop's clients and a priced frontend (ms), when the run had them."""
+    out = []
+    w = summary.get("workload")
+    if w:
+        unsent = f", {w['requests_not_sent']} not sent" if w["requests_not_sent"] else ""
+        n = w["concurrency"]
+        out.append(f"closed loop: {n} client{'s' if n != 1 else ''}, think time "
+                   f"{w['think_time_s']:g} s; {w['requests_sent']} requests sent{unsent}")
+    f = summary.get("frontend")
+    if f:
+        out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "
+                   f"ms per prompt token + {f.get('jitter_s', 0) * 1e3:g} ms mean jitter in, "
+                   f"{f['response_s'] * 1e3:g} ms out")
+    return out
+
+
+def memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per pool: a GPU's memory as vLLM divides it (GiB) and the KV capacity."""
+    out = []
+    for role, m in memory.items():
+        pool = "" if role == "both" else f" ({role})"
+        kv = (f"KV {m['kv_gib']:.2f} GiB = {m['kv_blocks']} blocks"
+              if m["kv_blocks_from"] == "memory" else
+              f"KV set by num_gpu_blocks: {m['kv_blocks']} blocks ({m['kv_gib']:.2f} GiB)")
+        out.append(f"memory/GPU{pool}: {m['total_gib']:.2f} GiB x {m['utilization']:g} - "
+                   f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
+                   f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs "
+                   f"{m['cuda_graph_gib']:.2f} -> {kv}, {m['kv_tokens']} tokens")
+    return out
+
+
+def reliability_lines(summary: dict[str, Any]) -> list[str]:
+    """The saturation verdict when saturated, and the faults' counts and latency impact
+    (E2E p50/p99 in ms of requests placed again against the rest) when faults are set."""
+    out = []
+    sat = summary.get("saturation")
+    if sat and sat["saturated"]:
+        growth, offered = sat["queue_growth_rps"], sat["offered_rps"]
+        g = "-" if growth is None else f"{growth:.2f}"
+        o = "-" if offered is None else f"{offered:.2f}"
+        out.append(f"SATURATED: waiting queue grows {g} req/s at {o} req/s offered; "
+                   f"{sat['refused_fraction']:.1%} refused or abandoned")
+    f = summary.get("faults")
+    if f:
+        lat = f["latency_s"]
+
+        def ms(group: str, k: str) -> str:
+            v = lat[group]["e2e"][k]
+            return "-" if v is None else f"{v * 1e3:.0f}"
+
+        out.append(f"faults: {f['outages']} outage(s), {f['downtime_s']:.0f} s down; "
+                   f"{f['requests_lost']} lost, {f['requests_retried']} retried, "
+                   f"{f['requests_failed']} failed; e2e p50/p99 ms affected "
+                   f"{ms('affected', 'p50')}/{ms('affected', 'p99')}, others "
+                   f"{ms('unaffected', 'p50')}/{ms('unaffected', 'p99')}")
+    return out
+
+
+def class_table(classes: dict[str, Any]) -> list[str]:
+    """Lines of the per-class block: counts, TTFT/TPOT/E2E percentiles (ms), goodput
+    (req/s), SLO attainment and each class's targets."""
+    cols = ("requests", "done", "ttft p50", "ttft p99", "tpot p50", "tpot p99", "e2e p99",
+            "goodput", "attain")
+    width = max([12, *(len(n) + 2 for n in classes)])
+    head = f"{'class':<{width}}" + "".join(f"{c:>10}" for c in cols) + "  SLO (s)"
+    lines = [head, "-" * len(head)]
+
+    def ms(d: dict[str, float | None], k: str) -> str:
+        v = d[k]
+        return f"{'-':>10}" if v is None else f"{v * 1e3:>10.1f}"
+
+    for name, c in classes.items():
+        lat, tp, rq = c["latency_s"], c["throughput"], c["requests"]
+        good = tp["goodput_requests_per_s"]
+        att = tp["slo_attainment"]
+        slo = ", ".join(f"{k[:-2]}<={v:g}" for k, v in tp["slo"].items() if v is not None)
+        lines.append(f"{name:<{width}}{rq['total']:>10}{rq['finished']:>10}"
+                     + ms(lat["ttft"], "p50") + ms(lat["ttft"], "p99")
+                     + ms(lat["tpot"], "p50") + ms(lat["tpot"], "p99") + ms(lat["e2e"], "p99")
+                     + (f"{'-':>10}" if good is None else f"{good:>10.3f}")
+                     + (f"{'-':>10}" if att is None else f"{att:>10.1%}")
+                     + f"  {slo or 'none set'}")
+    return lines
+
+
+def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
+    """TTFT and TPOT CDFs (log time axis, ms) of one or more runs, overlaid, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogFormatter
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, res in runs.items():
+        lat = per_request(res)
+        for ax, key in zip(axes, ("ttft", "tpot"), strict=True):
+            v = np.sort(lat[key][np.isfinite(lat[key])]) * 1e3
+            if v.size:
+                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=label)
+    for ax, title in zip(axes, ("TTFT (time to first token)", "TPOT (time per output token)"),
+                         strict=True):
+        ax.set_xscale("log")
+        # Plain numbers (0.5, 2, 30) rather than 2x10^0; minor ticks labelled only on
+        # short ranges, as matplotlib's own log formatter decides.
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+        ax.set_xlabel("milliseconds (log scale)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylim(0, 1.01)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
+              plots: bool = True) -> list[Path]:
+    """Write requests.csv, summary.json and (optionally) the CDF plot; return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "requests.csv", out_dir / "summary.json"]
+    write_atomic(paths[0], requests_csv(res))
+    write_atomic(paths[1], summary_json(summary))
+    if plots:
+        paths.append(out_dir / "ttft_tpot_cdf.png")
+        plot_cdfs({res.scenario.name: res}, paths[-1])
+    return paths
+
+
+def write_compared(out_dir: Path, label: str, runs: dict[str, RunResult],
+                   plot: dict[str, RunResult] | None) -> list[Path]:
+    """Two or more runs of the same requests side by side: ``NAME-LABEL.csv`` per run
+    of ``runs`` (name -> run) and, given ``plot`` (legend -> run), ``cdf-LABEL.png``
+    with their CDFs overlaid; the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, res in runs.items():
+        paths.append(out_dir / f"{name}-{label}.csv")
+        write_atomic(paths[-1], requests_csv(res))
+    if plot:
+        paths.append(out_dir / f"cdf-{label}.png")
+        plot_cdfs(plot, paths[-1])
+    return paths

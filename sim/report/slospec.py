@@ -1,0 +1,93 @@
+"""SLO targets on a run's summary statistics, as given on the command line.
+
+A target reads ``METRIC_STAT=SECONDS``: ``ttft_p99=0.5`` asks for a 99th-percentile TTFT
+of at most 0.5 s, ``ttft_mean=0.2`` for a mean TTFT of at most 0.2 s. Metrics are the
+latencies :func:`sim.report.metrics.summarize` reports (ttft, tpot, itl, e2e, queueing) and
+statistics are its p50/p90/p95/p99, mean and max. A value may carry an ``ms`` or ``s``
+suffix (``500ms``); a bare number is seconds.
+
+These are *aggregate* targets, checked against one point's statistic; the scenario's
+own ``slo:`` block stays a *per-request* target that defines goodput.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.errors import ServesimError
+
+METRICS = ("ttft", "tpot", "itl", "e2e", "queueing")
+STATS = ("p50", "p90", "p95", "p99", "mean", "max")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """One target: ``column`` (e.g. ``ttft_p99``) of a point must be <= ``limit_s`` seconds."""
+
+    metric: str
+    stat: str
+    limit_s: float
+
+    @property
+    def column(self) -> str:
+        """The sweep-CSV column this target reads."""
+        return f"{self.metric}_{self.stat}"
+
+    def met(self, value: float | None) -> bool:
+        """Whether ``value`` (seconds; None or NaN when undefined) meets the target.
+
+        An undefined statistic fails: a point where no request produced the metric
+        gives no evidence that the target holds.
+        """
+        return value is not None and math.isfinite(value) and value <= self.limit_s
+
+    def __str__(self) -> str:
+        return f"{self.column}<={self.limit_s:g}s"
+
+
+def parse_seconds(text: str, flag: str, item: str) -> float:
+    """``text`` as seconds (accepting ``ms``/``s`` suffixes); errors name ``flag`` and ``item``."""
+    t = text.strip().lower()
+    scale = 1.0
+    if t.endswith("ms"):
+        t, scale = t[:-2], 1e-3
+    elif t.endswith("s"):
+        t = t[:-1]
+    try:
+        v = float(t) * scale
+    except ValueError:
+        raise ServesimError(f"{flag} {item}: {text!r} is not a number of seconds "
+                            "(e.g. 0.5 or 500ms)") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ServesimError(f"{flag} {item}: the limit must be a positive number of seconds")
+    return v
+
+
+def parse_slo(item: str, flag: str = "--slo") -> SLO:
+    """Parse one ``METRIC_STAT=SECONDS`` target; a bad one is a one-line error."""
+    allowed = f"METRIC_STAT=SECONDS with METRIC in {', '.join(METRICS)} and STAT in " \
+              f"{', '.join(STATS)}"
+    if "=" not in item:
+        raise ServesimError(f"{flag} {item}: expected {allowed}")
+    name, value = item.split("=", 1)
+    metric, _, stat = name.strip().rpartition("_")
+    if metric not in METRICS or stat not in STATS:
+        raise ServesimError(f"{flag} {item}: unknown target {name.strip()!r}; expected {allowed}")
+    return SLO(metric, stat, parse_seconds(value, flag, item))
+
+
+def parse_slos(items: list[str], flag: str = "--slo") -> list[SLO]:
+    """Parse several targets; the same column twice is an error (which one would hold?)."""
+    out: list[SLO] = []
+    for item in items:
+        slo = parse_slo(item, flag)
+        if any(s.column == slo.column for s in out):
+            raise ServesimError(f"{flag} {item}: {slo.column} is given twice")
+        out.append(slo)
+    return out
+
+
+def all_met(slos: list[SLO], row: dict[str, float | None]) -> bool:
+    """Whether one point (a row of metric columns in seconds) meets every target."""
+    return all(s.met(row.get(s.column)) for s in slos)

@@ -1,0 +1,413 @@
+"""``servesim capacity``: the highest load meeting SLOs, and the cheapest cluster for a target.
+
+1. **Maximum rate per replica.** For each candidate (policy, tp), on one replica, and for
+   each seed separately, the rate is bracketed (doubling or halving from a start rate)
+   and then bisected until the bracket is narrower than ``tol`` (relative). A rate
+   *passes* when the point is not saturated and every SLO holds. Each seed gives the
+   highest rate known to pass; the reported maximum is their mean, with a 95%
+   Student-t interval over seeds. Seeds advance in lock step so that one round's
+   simulations run in parallel; every simulation is cached like a sweep point.
+   Per seed, a seeded Poisson workload at a higher rate is the same arrival pattern
+   compressed in time, so each seed's pass/fail is (in practice) monotone in rate and
+   bisection is sound.
+2. **Cheapest configuration for ``--target-rate``.** For each candidate, the replica
+   count starts at ceil(target / max rate per replica) and is checked by simulating the
+   whole cluster at the target rate over all seeds (mean over seeds must meet every
+   SLO, no seed saturated): down while it still passes, up until it does. The cheapest
+   passing configuration uses the fewest GPUs (replicas x tp); cost per million output
+   tokens = GPUs x $/GPU-hour / 3600 / (output tokens/s) x 1e6.
+
+Outputs in ``--out``: ``capacity.json`` (everything), ``capacity.csv`` (per candidate),
+``configs.csv`` (target checks), ``search.csv`` (every simulated point) and
+``capacity_search.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ServesimError
+from sim.report.outputs import write_atomic
+from sim.report.slospec import SLO, all_met, parse_slos
+from sim.study.sweep import add_execution_args, aggregate, ci95, grid_args, parse_ints, to_csv
+from sim.study.sweeppoint import (
+    METRIC_COLUMNS,
+    PointCache,
+    PointKey,
+    RunStats,
+    cost_source,
+    make_task,
+    read_raw,
+    refuse_closed_loop,
+    run_points,
+)
+
+Row = dict[str, Any]
+MAX_BRACKET_STEPS = 40  # doublings before concluding the SLOs do not bound the load
+MAX_HALVINGS = 16  # halvings (a factor 65,536 below the start) before calling it unreachable
+
+
+@dataclass
+class Search:
+    """Shared inputs of every simulation a capacity run makes."""
+
+    raw: dict[str, Any]
+    source: str
+    base_dir: Path | None
+    slos: list[SLO]
+    seeds: list[int]
+    cache: PointCache
+    horizon_factor: float | None = 4.0
+    backend: str = "local"
+    workers: int | None = None
+    address: str | None = None
+    progress: bool = False
+    stats: RunStats = field(default_factory=RunStats)
+    log: list[Row] = field(default_factory=list)
+
+    def run(self, keys: list[PointKey], desc: str) -> list[Row]:
+        """Rows (key columns + metrics + ``pass``) of ``keys``, simulated or from the cache."""
+        tasks = [make_task(self.raw, self.source, self.base_dir, k, self.horizon_factor)
+                 for k in keys]
+        rows = run_points(tasks, self.cache, self.backend, self.workers, self.address,
+                          self.progress, desc, self.stats)
+        out = []
+        for t in tasks:
+            r = {"policy": t.key.policy, "replicas": t.key.replicas, "tp": t.key.tp,
+                 "rate": t.key.rate, "seed": t.key.seed, **rows[t.digest]}
+            r["pass"] = passes(self.slos, r)
+            out.append(r)
+        self.log += out
+        return out
+
+
+def passes(slos: list[SLO], row: Row) -> bool:
+    """A point passes when it kept up with its arrivals and meets every target."""
+    return not row.get("saturated") and all_met(slos, row)
+
+
+def _round_rate(r: float) -> float:
+    # Nine significant digits: cache keys stay stable and CSVs readable.
+    return float(f"{r:.9g}")
+
+
+@dataclass
+class MaxRate:
+    """Highest passing rate per replica for one candidate (requests/s)."""
+
+    policy: str
+    tp: int
+    per_seed: list[float]
+    brackets: list[tuple[float, float | None]]
+    mean: float
+    ci: float | None
+
+    def row(self) -> Row:
+        """A flat row for capacity.csv."""
+        lo = None if self.ci is None else max(0.0, self.mean - self.ci)
+        hi = None if self.ci is None else self.mean + self.ci
+        return {"policy": self.policy, "tp": self.tp, "max_rate_per_replica": self.mean,
+                "ci_low": lo, "ci_high": hi, "seeds": len(self.per_seed),
+                "per_seed": " ".join(f"{v:.6g}" for v in self.per_seed)}
+
+
+def max_rate(s: Search, policy: str, tp: int, start: float, tol: float) -> MaxRate:
+    """Bracket then bisect, per seed in lock step, the highest passing rate on one replica."""
+    lo: dict[int, float] = {seed: 0.0 for seed in s.seeds}
+    hi: dict[int, float | None] = {seed: None for seed in s.seeds}
+    nxt: dict[int, float] = {seed: start for seed in s.seeds}
+    for _ in range(MAX_BRACKET_STEPS + 200):
+        active = [seed for seed in s.seeds if _open(lo[seed], hi[seed], tol)]
+        if not active:
+            break
+        keys = [PointKey(policy, 1, tp, _round_rate(nxt[seed]), seed) for seed in active]
+        rows = s.run(keys, f"{policy} tp{tp}")
+        for seed, row in zip(active, rows, strict=True):
+            r = row["rate"]
+            if row["pass"]:
+                lo[seed] = max(lo[seed], r)
+            else:
+                hi[seed] = r if hi[seed] is None else min(hi[seed], r)
+            h = hi[seed]
+            if h is None:
+                nxt[seed] = r * 2
+            elif lo[seed] == 0.0:
+                nxt[seed] = r / 2
+                if r < start * 2.0 ** -MAX_HALVINGS:
+                    lo[seed], hi[seed] = 0.0, 0.0  # nothing passes: the SLO is unreachable
+            else:
+                nxt[seed] = (lo[seed] + h) / 2
+            if h is None and r > start * 2.0 ** MAX_BRACKET_STEPS:
+                raise ServesimError(f"--slo: still met at {r:g} requests/s; the targets do "
+                                    "not bound the load (is the workload bounded?)")
+    per_seed = [lo[seed] for seed in s.seeds]
+    mean, ci = ci95(per_seed)
+    assert mean is not None
+    return MaxRate(policy, tp, per_seed, [(lo[x], hi[x]) for x in s.seeds], mean, ci)
+
+
+def _open(lo: float, hi: float | None, tol: float) -> bool:
+    """Whether a seed's bracket [lo, hi) still needs work."""
+    if hi is None or lo == 0.0:
+        return hi != 0.0
+    return hi - lo > tol * lo
+
+
+@dataclass
+class Config:
+    """A checked cluster configuration at the target rate."""
+
+    policy: str
+    replicas: int
+    tp: int
+    passed: bool
+    row: Row  # mean over seeds, with _ci columns
+
+    @property
+    def gpus(self) -> int:
+        """GPUs used: replicas x tensor-parallel degree."""
+        return self.replicas * self.tp
+
+
+def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float) -> Config:
+    """Simulate the whole cluster at ``rate`` over every seed; mean must meet every SLO."""
+    rows = s.run([PointKey(policy, replicas, tp, _round_rate(rate), seed) for seed in s.seeds],
+                 f"{policy} {replicas}x tp{tp}")
+    agg = aggregate(rows)[0]
+    ok = not any(r["saturated"] for r in rows) and all_met(s.slos, agg)
+    return Config(policy, replicas, tp, ok, agg)
+
+
+def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
+             max_steps: int = 4) -> tuple[Config | None, list[Config]]:
+    """Fewest replicas of candidate ``mr`` that meet the SLOs at ``target`` req/s."""
+    if mr.mean <= 0:
+        return None, []
+    guess = max(1, math.ceil(target / mr.mean - 1e-9))
+    counts = sorted(allowed) if allowed else list(range(1, guess + max_steps + 1))
+    # Start at the estimate (or the allowed count nearest below it) and walk.
+    i = max([j for j, n in enumerate(counts) if n <= guess], default=0)
+    tried: dict[int, Config] = {}
+
+    def check(j: int) -> Config:
+        if j not in tried:
+            tried[j] = check_config(s, mr.policy, counts[j], mr.tp, target)
+        return tried[j]
+
+    if check(i).passed:
+        while i > 0 and check(i - 1).passed:
+            i -= 1
+        return tried[i], [tried[j] for j in sorted(tried)]
+    for j in range(i + 1, min(len(counts), i + 1 + max_steps)):
+        if check(j).passed:
+            return tried[j], [tried[k] for k in sorted(tried)]
+    return None, [tried[j] for j in sorted(tried)]
+
+
+def cost_row(c: Config, gpu_cost: float | None) -> Row:
+    """A configs.csv row: shape, GPUs, pass, key metrics and cost per million output tokens."""
+    tps = c.row.get("output_tps")
+    gpu_h = c.gpus / 3600.0 / tps * 1e6 if tps else None  # GPU-hours per 1e6 output tokens
+    out: Row = {"policy": c.policy, "replicas": c.replicas, "tp": c.tp, "gpus": c.gpus,
+                "passed": int(c.passed), "output_tps": tps,
+                "gpu_hours_per_mtok": gpu_h,
+                "usd_per_mtok": gpu_h * gpu_cost if gpu_h is not None and gpu_cost else None}
+    for col in ("ttft_p99", "tpot_p99", "ttft_mean", "throughput_rps", "saturated"):
+        out[col] = c.row.get(col)
+    return out
+
+
+def default_start(raw: dict[str, Any]) -> float:
+    """The scenario's own rate (arrivals.rate or trace.target_rate), else 1 req/s."""
+    w = raw.get("workload") or {}
+    for sect, key in (("arrivals", "rate"), ("trace", "target_rate")):
+        v = (w.get(sect) or {}).get(key) if isinstance(w.get(sect), dict) else None
+        if isinstance(v, int | float) and v > 0:
+            return float(v)
+    return 1.0
+
+
+def main(argv: list[str]) -> int:
+    """``servesim capacity FILE --slo ttft_p99=0.5 [--target-rate R] [...]``."""
+    p = argparse.ArgumentParser(prog="servesim capacity", description=__doc__.split("\n")[0])
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
+                   help="target, e.g. ttft_p99=0.5 or ttft_mean=200ms (repeatable; required)")
+    p.add_argument("--target-rate", type=float, default=None,
+                   help="requests/s the cluster must serve: find the cheapest configuration")
+    p.add_argument("--gpu-cost-per-hour", type=float, default=None,
+                   help="$ per GPU-hour, for the cost per million output tokens")
+    p.add_argument("--policies", default=None, help="candidate policies (comma list)")
+    p.add_argument("--tp", default=None, help="candidate tensor-parallel degrees (comma list)")
+    p.add_argument("--replicas", default=None,
+                   help="allowed replica counts for --target-rate (default: any)")
+    p.add_argument("--seeds", type=int, default=3, help="replications per rate (default 3)")
+    p.add_argument("--tol", type=float, default=0.02,
+                   help="relative width at which the rate search stops (default 0.02)")
+    p.add_argument("--rate-start", type=float, default=None,
+                   help="first rate tried, req/s (default: the scenario's rate)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default out/<scenario name>-capacity)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
+    p.add_argument("--redundancy", type=int, default=0, metavar="K",
+                   help="spare replicas for failures (N+K): the cheapest configuration's "
+                        "N replicas meet the target; K more keep it met with K down")
+    add_execution_args(p)
+    a = p.parse_args(argv)
+
+    if not a.slo:
+        raise ServesimError("--slo: give at least one target, e.g. --slo ttft_p99=0.5")
+    slos = parse_slos(a.slo)
+    for flag, v in (("--target-rate", a.target_rate), ("--gpu-cost-per-hour",
+                    a.gpu_cost_per_hour), ("--rate-start", a.rate_start)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ServesimError(f"{flag} {v}: must be a positive number")
+    if not 0 < a.tol < 1:
+        raise ServesimError(f"--tol {a.tol}: must be between 0 and 1 (a fraction of the rate)")
+    if a.redundancy < 0:
+        raise ServesimError(f"--redundancy {a.redundancy}: must be 0 or more spare replicas")
+    allowed = parse_ints(a.replicas, "--replicas") if a.replicas else None
+    base = read_raw(a.scenario, a.overrides)
+    refuse_closed_loop(base, a.scenario, "capacity")
+    grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
+    name = str(base.get("name", "scenario"))
+    out = a.out if a.out is not None else Path("out") / f"{name}-capacity"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServesimError(f"cannot create output folder: {exc.strerror}", str(out)) from None
+    path = Path(a.scenario)
+    s = Search(base, str(path), path.parent.resolve(), slos, grid["seeds"],
+               PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
+               a.workers, a.ray_address, progress=not a.quiet)
+    result = run_capacity(s, grid["policies"], grid["tps"], a.rate_start or default_start(base),
+                          a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
+    result.redundancy = a.redundancy
+    paths = write_files(result, out)
+    if not a.no_plots:
+        from sim.report.plots import capacity_plot
+
+        paths.append(out / "capacity_search.png")
+        capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
+                      paths[-1])
+    if not a.quiet:
+        print_summary(result)
+        print(f"{s.stats.computed + s.stats.cached} simulations: {s.stats.computed} run, "
+              f"{s.stats.cached} from the cache")
+        print("wrote " + ", ".join(str(x) for x in paths))
+    return 0
+
+
+@dataclass
+class CapacityResult:
+    """Everything a capacity run found."""
+
+    slos: list[SLO]
+    seeds: list[int]
+    tol: float
+    max_rates: list[MaxRate]
+    target_rate: float | None
+    gpu_cost_per_hour: float | None
+    checked: list[Config]
+    best: Config | None
+    search: list[Row]
+    redundancy: int = 0  # spare replicas (N+K) added to the cheapest configuration
+    cost_source: str = ""  # where the step prices come from, in one phrase
+
+
+def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
+                 target: float | None = None, allowed: list[int] | None = None,
+                 gpu_cost: float | None = None) -> CapacityResult:
+    """Maximum rate per replica for every (policy, tp); then, with ``target``, the cheapest
+    passing configuration (fewest GPUs, then lowest cost per token, then lowest p99 TTFT)."""
+    rates = [max_rate(s, pol, tp, start, tol) for pol in policies for tp in tps]
+    checked: list[Config] = []
+    passing: list[Config] = []
+    if target is not None:
+        for mr in rates:
+            best, tried = size_for(s, mr, target, allowed)
+            checked += tried
+            if best is not None:
+                passing.append(best)
+
+    def rank(c: Config) -> tuple[float, float, float]:
+        tps_ = c.row.get("output_tps") or 0.0
+        return (c.gpus, -tps_, c.row.get("ttft_p99") or math.inf)
+
+    best = min(passing, key=rank) if passing else None
+    return CapacityResult(s.slos, s.seeds, tol, rates, target, gpu_cost, checked, best,
+                          list(s.log), cost_source=cost_source(s.raw, s.source, s.base_dir))
+
+
+def result_json(r: CapacityResult) -> bytes:
+    """The whole result as stable JSON (for ``servesim report``)."""
+    from sim.report.metrics import clean
+
+    blob = {
+        "kind": "capacity",
+        "slo_targets": [{"metric": x.metric, "stat": x.stat, "limit_s": x.limit_s}
+                        for x in r.slos],
+        "seeds": r.seeds, "tol": r.tol,
+        "max_rate_per_replica": [m.row() | {"brackets": m.brackets} for m in r.max_rates],
+        "target_rate": r.target_rate, "gpu_cost_per_hour": r.gpu_cost_per_hour,
+        "checked": [cost_row(c, r.gpu_cost_per_hour) for c in r.checked],
+        "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
+        "cost_source": r.cost_source,
+    }
+    if r.redundancy:
+        blob["redundancy"] = r.redundancy
+        if r.best is not None:
+            blob["best_with_redundancy"] = {"replicas": r.best.replicas + r.redundancy,
+                                            "gpus": (r.best.replicas + r.redundancy)
+                                            * r.best.tp}
+    return (json.dumps(clean(blob), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def search_csv(r: CapacityResult) -> bytes:
+    """Every simulated point in the order it was asked for."""
+    cols = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
+    return to_csv([{**x, "pass": int(x["pass"])} for x in r.search], cols)
+
+
+def write_files(r: CapacityResult, out: Path) -> list[Path]:
+    """capacity.json, capacity.csv, configs.csv and search.csv, written atomically."""
+    paths = [out / "capacity.json", out / "capacity.csv", out / "configs.csv",
+             out / "search.csv"]
+    write_atomic(paths[0], result_json(r))
+    write_atomic(paths[1], to_csv([m.row() for m in r.max_rates],
+                                  ["policy", "tp", "max_rate_per_replica", "ci_low", "ci_high",
+                                   "seeds", "per_seed"]))
+    rows = [cost_row(c, r.gpu_cost_per_hour) for c in r.checked]
+    write_atomic(paths[2], to_csv(rows, list(rows[0]) if rows else ["policy"]))
+    write_atomic(paths[3], search_csv(r))
+    return paths
+
+
+def print_summary(r: CapacityResult) -> None:
+    """The answer in a few lines: max rate per candidate, then the cheapest configuration."""
+    print(f"SLO: {', '.join(str(x) for x in r.slos)}; {len(r.seeds)} seed(s), "
+          f"search tolerance {r.tol:.0%}")
+    for m in r.max_rates:
+        ci = f" ± {m.ci:.3g} (95% CI)" if m.ci is not None else ""
+        print(f"  {m.policy}, tp {m.tp}: max {m.mean:.4g} requests/s per replica{ci}")
+    if r.target_rate is None:
+        return
+    if r.best is None:
+        print(f"no candidate meets the SLOs at {r.target_rate:g} requests/s "
+              "within the replica counts tried")
+        return
+    c = cost_row(r.best, r.gpu_cost_per_hour)
+    usd = f", ${c['usd_per_mtok']:.3g} per million output tokens" if c["usd_per_mtok"] else ""
+    gh = c["gpu_hours_per_mtok"]
+    gh_txt = f"{gh:.3g} GPU-hours per million output tokens" if gh else "no output tokens"
+    print(f"cheapest for {r.target_rate:g} requests/s: {c['policy']}, {c['replicas']} "
+          f"replica(s) x tp {c['tp']} = {c['gpus']} GPU(s); {gh_txt}{usd}")
+    if r.redundancy:
+        n = r.best.replicas + r.redundancy
+        print(f"with N+{r.redundancy} redundancy (the target still met with "
+              f"{r.redundancy} replica(s) down): {n} replicas = {n * r.best.tp} GPU(s)")

@@ -1,0 +1,141 @@
+"""``servesim compare``: one workload through several batching policies, side by side.
+
+Each policy runs the same scenario file with only ``serving.policy`` changed (after any
+``--set`` overrides), so the workload, model, hardware and limits are identical. The
+GPU count is printed because ``disaggregated`` uses its own prefill and decode pools.
+Outputs: a printed table, ``compare.csv``, ``compare.json`` (every run's summary) and
+``compare_cdf.png`` (TTFT and TPOT CDFs overlaid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ServesimError
+
+DEFAULT_POLICIES = "static,continuous,orca,chunked,disaggregated"
+
+# (column header, path into the summary, scale): latencies are printed in ms.
+COLUMNS: tuple[tuple[str, tuple[str, ...], float], ...] = (
+    ("finished", ("requests", "finished"), 1),
+    ("rejected", ("requests", "rejected"), 1),
+    ("ttft_p50_ms", ("latency_s", "ttft", "p50"), 1e3),
+    ("ttft_p99_ms", ("latency_s", "ttft", "p99"), 1e3),
+    ("tpot_p50_ms", ("latency_s", "tpot", "p50"), 1e3),
+    ("tpot_p99_ms", ("latency_s", "tpot", "p99"), 1e3),
+    ("itl_p99_ms", ("latency_s", "itl", "p99"), 1e3),
+    ("e2e_p99_ms", ("latency_s", "e2e", "p99"), 1e3),
+    ("out_tok_s", ("throughput", "output_tokens_per_s"), 1),
+    ("goodput_rps", ("throughput", "goodput_requests_per_s"), 1),
+    ("preemptions", ("preemptions",), 1),
+)
+
+
+def gpus(scenario: Any) -> int:
+    """GPUs the scenario's cluster uses (replicas x tp over its pools)."""
+    from sim.config.disagg import pools
+
+    return sum(p.replicas * p.tp for p in pools(scenario))
+
+
+def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
+                 ) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)}."""
+    from sim.config import scenario
+    from sim.core.engine import simulate
+    from sim.policies.registry import POLICIES
+    from sim.report.metrics import summarize
+
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ServesimError(f"unknown policy {unknown[0] if unknown else ''!r}; valid: "
+                            f"{', '.join(sorted(POLICIES))}", where="--policies")
+    out = {}
+    for policy in policies:
+        sc = scenario.load(path, [*(overrides or []), f"serving.policy={policy}"])
+        res = simulate(sc)
+        summary = summarize(res)
+        summary["gpus"] = gpus(sc)
+        out[policy] = (res, summary)
+    return out
+
+
+def _cell(summary: dict[str, Any], keys: tuple[str, ...], scale: float) -> float | None:
+    v: Any = summary
+    for k in keys:
+        v = v[k]
+    return None if v is None else v * scale
+
+
+def rows(runs: dict[str, tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per policy: policy, gpus, then :data:`COLUMNS`."""
+    return [{"policy": name, "gpus": s["gpus"],
+             **{col: _cell(s, keys, scale) for col, keys, scale in COLUMNS}}
+            for name, (_, s) in runs.items()]
+
+
+def table(table_rows: list[dict[str, Any]]) -> str:
+    """The rows as an aligned text table."""
+    heads = ["policy", "gpus", *(c[0] for c in COLUMNS)]
+
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return str(v)
+
+    cells = [[fmt(r[h]) for h in heads] for r in table_rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``servesim compare FILE --policies a,b,c``."""
+    p = argparse.ArgumentParser(prog="servesim compare",
+                                description="Run one workload through several batching "
+                                            "policies and compare latencies side by side.")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--policies", default=DEFAULT_POLICIES,
+                   help=f"comma-separated policy names (default {DEFAULT_POLICIES})")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key for every run")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: out/<scenario name>-compare)")
+    p.add_argument("--no-plots", action="store_true", help="skip the CDF plot")
+    a = p.parse_args(argv)
+
+    from sim.report.outputs import plot_cdfs, summary_json, write_atomic
+
+    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    runs = run_policies(a.scenario, policies, a.overrides)
+    table_rows = rows(runs)
+    name = next(iter(runs.values()))[1]["scenario"]
+    out = a.out if a.out is not None else Path("out") / f"{name}-compare"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(table_rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table_rows)
+        paths = [out / "compare.csv", out / "compare.json"]
+        write_atomic(paths[0], buf.getvalue().encode())
+        summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
+        write_atomic(paths[1], (json.dumps(summaries, indent=2) + "\n").encode())
+        if not a.no_plots:
+            paths.append(out / "compare_cdf.png")
+            plot_cdfs({k: r for k, (r, _) in runs.items()}, paths[-1])
+    except OSError as exc:
+        raise ServesimError(f"cannot write outputs: {exc.strerror}", str(out)) from None
+    print(f"scenario {name}: {len(next(iter(runs.values()))[0].requests)} requests; "
+          "latencies in ms")
+    print(table(table_rows))
+    print("wrote " + ", ".join(str(x) for x in paths))
+    return 0

@@ -1,0 +1,336 @@
+"""``servesim sweep``: a grid of simulations over request rate, policy, replicas, tp and seed.
+
+Outputs in ``--out`` (default ``out/<scenario name>-sweep``):
+
+- ``points.csv``: one row per simulation (grid point x seed), metrics in seconds,
+  requests/s and output tokens/s.
+- ``sweep.csv``: one row per grid point; each metric is the mean over seeds and
+  ``<metric>_ci`` the half-width of its 95% Student-t confidence interval (empty with
+  one seed).
+- ``sweep.json``: what was swept (for ``servesim report``); PNG plots (:mod:`sim.report.plots`).
+- ``cache/``: one JSON per finished simulation, keyed by a hash of its scenario; a sweep
+  run again (after an interrupt, or with more rates) skips every point found there.
+
+Both CSVs are written in grid order with exact float text, so the same inputs give
+byte-identical files whatever the number of workers or the order points finished in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.config.scenario import from_dict
+from sim.errors import ServesimError
+from sim.report.outputs import write_atomic
+from sim.report.slospec import SLO, parse_slos
+from sim.study.sweeppoint import (
+    KEY_COLUMNS,
+    METRIC_COLUMNS,
+    PointCache,
+    PointKey,
+    PointTask,
+    RunStats,
+    cost_source,
+    make_task,
+    read_raw,
+    refuse_closed_loop,
+    run_points,
+)
+
+GROUP_COLUMNS = ("policy", "replicas", "tp", "rate")
+Row = dict[str, Any]
+
+
+def parse_rates(text: str, flag: str = "--rates") -> list[float]:
+    """``START:STOP:STEP`` (inclusive of STOP) or a comma list, in requests/s, ascending."""
+    try:
+        if ":" in text:
+            parts = [float(x) for x in text.split(":")]
+            if len(parts) != 3:
+                raise ValueError
+            start, stop, step = parts
+            if step <= 0 or start <= 0 or stop < start:
+                raise ServesimError(f"{flag} {text}: need START:STOP:STEP with 0 < START <= "
+                                    "STOP and STEP > 0 (requests/s)")
+            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            # Rounding keeps 0.1-steps from drifting into 0.30000000000000004.
+            rates = [round(start + i * step, 9) for i in range(n)]
+        else:
+            rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ServesimError(f"{flag} {text}: expected START:STOP:STEP or a comma list of "
+                            "rates in requests/s, e.g. 1:20:1 or 2,4,8") from None
+    if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
+        raise ServesimError(f"{flag} {text}: rates must be positive requests/s")
+    if len(set(rates)) != len(rates):
+        raise ServesimError(f"{flag} {text}: a rate is given twice")
+    return sorted(rates)
+
+
+def parse_ints(text: str, flag: str) -> list[int]:
+    """A comma list of positive integers (replicas, tp degrees)."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ServesimError(f"{flag} {text}: expected a comma list of positive integers, "
+                            "e.g. 1,2,4") from None
+    if not vals or any(v < 1 for v in vals) or len(set(vals)) != len(vals):
+        raise ServesimError(f"{flag} {text}: expected distinct positive integers, e.g. 1,2,4")
+    return vals
+
+
+def parse_names(text: str, flag: str) -> list[str]:
+    """A comma list of names (policies); checked against the registry when points are built."""
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    if not vals or len(set(vals)) != len(vals):
+        raise ServesimError(f"{flag} {text}: expected distinct names separated by commas")
+    return vals
+
+
+@dataclass
+class SweepSpec:
+    """A sweep: the scenario (raw mapping), the grid, and the targets to draw."""
+
+    raw: dict[str, Any]
+    source: str
+    base_dir: Path | None
+    rates: list[float]
+    policies: list[str]
+    replicas: list[int]
+    tps: list[int]
+    seeds: list[int]
+    slos: list[SLO] = field(default_factory=list)
+    horizon_factor: float | None = 4.0
+
+    def keys(self) -> list[PointKey]:
+        """Every simulation of the grid, in output order (rate innermost, then seed)."""
+        return [PointKey(p, r, t, rate, s) for p in self.policies for r in self.replicas
+                for t in self.tps for rate in self.rates for s in self.seeds]
+
+    def tasks(self) -> list[PointTask]:
+        """The grid's runnable points (each validated; errors name the point)."""
+        out = []
+        for k in self.keys():
+            try:
+                out.append(make_task(self.raw, self.source, self.base_dir, k,
+                                     self.horizon_factor))
+            except ServesimError as exc:
+                raise ServesimError(f"{exc} (point policy={k.policy} replicas={k.replicas} "
+                                    f"tp={k.tp} rate={k.rate:g})") from None
+        return out
+
+
+def ci95(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and 95% Student-t half-width of ``values`` (None half-width for fewer than 2)."""
+    if not values:
+        return None, None
+    a = np.asarray(values, dtype=float)
+    mean = float(a.mean())
+    if a.size < 2:
+        return mean, None
+    from scipy.stats import t
+
+    half = float(t.ppf(0.975, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size))
+    return mean, half
+
+
+def aggregate(rows: list[Row]) -> list[Row]:
+    """One row per grid point (rows of equal policy, replicas, tp, rate), in first-seen order:
+    ``seeds``, and per metric its mean over seeds and ``<metric>_ci``."""
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[c] for c in GROUP_COLUMNS), []).append(r)
+    out = []
+    for g, members in groups.items():
+        agg: Row = dict(zip(GROUP_COLUMNS, g, strict=True))
+        agg["seeds"] = len(members)
+        for m in METRIC_COLUMNS:
+            mean, half = ci95([r[m] for r in members if r[m] is not None])
+            agg[m], agg[f"{m}_ci"] = mean, half
+        out.append(agg)
+    return out
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def to_csv(rows: list[Row], columns: list[str]) -> bytes:
+    """Rows as CSV text; floats as their shortest exact repr, missing values empty."""
+    lines = [",".join(columns)]
+    lines += [",".join(_cell(r.get(c)) for c in columns) for r in rows]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def read_csv(path: Path) -> list[Row]:
+    """A CSV written by :func:`to_csv` back as rows (numbers as float, empty as None)."""
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    out = []
+    for line in lines[1:]:
+        row: Row = {}
+        for c, v in zip(head, line.split(","), strict=True):
+            if v == "":
+                row[c] = None
+            else:
+                try:
+                    row[c] = float(v)
+                except ValueError:
+                    row[c] = v
+        out.append(row)
+    return out
+
+
+POINT_COLUMNS = [*KEY_COLUMNS, *METRIC_COLUMNS]
+SWEEP_COLUMNS = [*GROUP_COLUMNS, "seeds", *(c for m in METRIC_COLUMNS for c in (m, f"{m}_ci"))]
+
+
+@dataclass
+class SweepResult:
+    """Rows of a finished sweep and the files written."""
+
+    points: list[Row]
+    grid: list[Row]
+    paths: list[Path]
+    stats: RunStats
+
+
+def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int | None = None,
+              address: str | None = None, progress: bool = False, plots: bool = True,
+              use_cache: bool = True) -> SweepResult:
+    """Run (or resume) ``spec`` and write its CSVs, manifest and plots into ``out``."""
+    tasks = spec.tasks()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServesimError(f"cannot create output folder: {exc.strerror}", str(out)) from None
+    cache = PointCache(out / "cache" if use_cache else None)
+    stats = RunStats()
+    rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats)
+    points = [{**dict(zip(KEY_COLUMNS, t.key.values(), strict=True)), **rows[t.digest]}
+              for t in tasks]
+    grid = aggregate(points)
+    paths = [out / "points.csv", out / "sweep.csv", out / "sweep.json"]
+    write_atomic(paths[0], to_csv(points, POINT_COLUMNS))
+    write_atomic(paths[1], to_csv(grid, SWEEP_COLUMNS))
+    name = str(spec.raw.get("name", "scenario"))
+    scenario_slo = {k: v for k, v in (spec.raw.get("slo") or {}).items() if v is not None}
+    manifest = {
+        "kind": "sweep", "scenario": name, "source": spec.source, "rates": spec.rates,
+        "policies": spec.policies, "replicas": spec.replicas, "tp": spec.tps,
+        "seeds": spec.seeds, "horizon_factor": spec.horizon_factor,
+        "slo_targets": [{"metric": s.metric, "stat": s.stat, "limit_s": s.limit_s}
+                        for s in spec.slos],
+        "scenario_slo": scenario_slo,
+        "cost_source": cost_source(spec.raw, spec.source, spec.base_dir),
+    }
+    if plots:
+        from sim.report import plots as sp
+
+        files = sp.sweep_plots(grid, spec.slos, scenario_slo, out)
+        manifest["plots"] = [p.name for p in files]
+        paths += files
+    write_atomic(paths[2], (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return SweepResult(points, grid, paths, stats)
+
+
+def summary_table(grid: list[Row]) -> str:
+    """A short text table of the grid (latencies in ms)."""
+    head = (f"{'policy':<14}{'rep':>4}{'tp':>4}{'rate':>8}{'ttft p99':>11}{'tpot p99':>11}"
+            f"{'e2e p99':>11}{'req/s':>9}{'goodput':>9}  sat")
+    lines = [head, "-" * len(head)]
+
+    def ms(v: float | None) -> str:
+        return f"{'-':>11}" if v is None else f"{v * 1e3:>11.1f}"
+
+    def num(v: float | None) -> str:
+        return f"{'-':>9}" if v is None else f"{v:>9.2f}"
+
+    for g in grid:
+        sat = "yes" if g["saturated"] else ""
+        lines.append(f"{g['policy']:<14}{g['replicas']:>4}{g['tp']:>4}{g['rate']:>8g}"
+                     f"{ms(g['ttft_p99'])}{ms(g['tpot_p99'])}{ms(g['e2e_p99'])}"
+                     f"{num(g['throughput_rps'])}{num(g['goodput_rps'])}  {sat}")
+    return "\n".join(lines)
+
+
+def add_execution_args(p: argparse.ArgumentParser) -> None:
+    """Flags shared by ``sweep`` and ``capacity``: scenario overrides and where points run."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key, e.g. --set workload.num_requests=2000")
+    p.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="local process pool (default) or a Ray cluster")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="Ray cluster address (ray://host:10001 or auto); default: local Ray")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel simulations (default: all cores)")
+    p.add_argument("--horizon-factor", type=float, default=4.0,
+                   help="cut each simulation at this many times its arrival span (+60 s) "
+                        "unless the scenario sets horizon_s (default 4)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="recompute every point instead of reusing cached results")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+
+
+def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
+    """Policies, replicas, tp degrees and seeds from flags, defaulting to the scenario's own."""
+    sc = from_dict(base, a.scenario)
+    if a.seeds < 1:
+        raise ServesimError(f"{flag_seeds} {a.seeds}: must be at least 1")
+    if a.horizon_factor is not None and not a.horizon_factor > 0:
+        raise ServesimError(f"--horizon-factor {a.horizon_factor}: must be greater than 0")
+    return {
+        "policies": parse_names(a.policies, "--policies") if a.policies
+        else [sc.serving.policy],
+        "replicas": parse_ints(a.replicas, "--replicas") if a.replicas
+        else [sc.cluster.replicas],
+        "tps": parse_ints(a.tp, "--tp") if a.tp else [sc.hardware.tp],
+        "seeds": [sc.workload.seed + i for i in range(a.seeds)],
+    }
+
+
+def main(argv: list[str]) -> int:
+    """``servesim sweep FILE --rates A:B:S [...]``."""
+    p = argparse.ArgumentParser(prog="servesim sweep", description=__doc__.split("\n")[0])
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--rates", required=True,
+                   help="request rates (req/s, whole cluster): START:STOP:STEP or a,b,c")
+    p.add_argument("--policies", default=None, help="comma list of batching policies")
+    p.add_argument("--replicas", default=None, help="comma list of replica counts")
+    p.add_argument("--tp", default=None, help="comma list of tensor-parallel degrees")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="replications per point with seeds seed..seed+N-1 (default 1)")
+    p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
+                   help="target drawn on the plots, e.g. ttft_p99=0.5 (repeatable)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default out/<scenario name>-sweep)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    add_execution_args(p)
+    a = p.parse_args(argv)
+
+    rates = parse_rates(a.rates)
+    slos = parse_slos(a.slo)
+    base = read_raw(a.scenario, a.overrides)
+    refuse_closed_loop(base, a.scenario, "sweep --rates")
+    grid = grid_args(a, base)
+    path = Path(a.scenario)
+    spec = SweepSpec(base, str(path), path.parent.resolve(), rates, slos=slos,
+                     horizon_factor=a.horizon_factor, **grid)
+    out = a.out if a.out is not None else Path("out") / f"{base.get('name', 'scenario')}-sweep"
+    res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,
+                    plots=not a.no_plots, use_cache=not a.no_cache)
+    if not a.quiet:
+        print(summary_table(res.grid))
+        print(f"{len(res.points)} simulations: {res.stats.computed} run, "
+              f"{res.stats.cached} from the cache")
+        print("wrote " + ", ".join(str(x) for x in res.paths))
+    return 0

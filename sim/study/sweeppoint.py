@@ -1,0 +1,348 @@
+"""One point of a sweep: a scenario at one (policy, replicas, tp, rate, seed), run and cached.
+
+A point is the user's scenario with a few keys overridden through
+:func:`sim.config.scenario.apply_overrides`, so :func:`sim.config.scenario.from_dict` validates it
+exactly as it validates a file. Its result is a flat *row* of numbers (seconds,
+requests/s, tokens/s, counts). Rows are cached as JSON files named by a hash of the
+point's whole scenario, so a sweep or capacity search run again, after an interrupt or
+with a wider grid, never recomputes a point it already has.
+
+Rates far beyond capacity would let queues grow for a long simulated time; unless the
+scenario sets ``horizon_s`` a point is cut at ``horizon_factor`` times its expected
+arrival span (plus 60 s), and a point that left requests unfinished, or whose queueing
+delay kept growing through its arrivals, is marked ``saturated``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from sim.config.scenario import Scenario, apply_overrides, from_dict
+from sim.errors import ServesimError
+from sim.report.outputs import write_atomic
+from sim.report.slospec import METRICS, STATS
+
+KEY_COLUMNS = ("policy", "replicas", "tp", "rate", "seed")
+LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)
+OTHER_COLUMNS = ("throughput_rps", "output_tps", "goodput_rps", "slo_attainment", "offered_rps",
+                 "throughput_ratio", "queue_growth_s", "finished", "rejected", "unfinished",
+                 "preemptions", "busy_fraction", "kv_peak_utilization", "span_s", "saturated")
+METRIC_COLUMNS = LATENCY_COLUMNS + OTHER_COLUMNS
+# A point is saturated when its mean queueing delay grew, from the second to the last
+# quarter of the arrivals, by more than this fraction of the arrival span: a queue that
+# keeps growing at that pace serves under ~96% of what arrives. (A throughput ratio
+# would be biased by the drain of the last long requests in short runs.)
+SATURATION_GROWTH = 0.02
+
+
+@dataclass(frozen=True)
+class PointKey:
+    """Where a point sits in the grid; ``rate`` is the whole cluster's requests/s."""
+
+    policy: str
+    replicas: int
+    tp: int
+    rate: float
+    seed: int
+
+    def values(self) -> tuple[str, int, int, float, int]:
+        """The key in :data:`KEY_COLUMNS` order."""
+        return (self.policy, self.replicas, self.tp, self.rate, self.seed)
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """All a worker needs to run one point: the raw scenario mapping and where it came from."""
+
+    key: PointKey
+    raw: dict[str, Any]
+    source: str
+    base_dir: str | None
+    digest: str
+
+
+def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The scenario file at ``path`` as a mapping, with ``--set`` overrides applied.
+
+    It is validated once here (through :func:`from_dict`), so a broken file fails before
+    any point is scheduled.
+    """
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
+    except yaml.YAMLError:
+        raise ServesimError("invalid YAML", str(p)) from None
+    if not isinstance(raw, dict):
+        raise ServesimError("expected a mapping at the top level", str(p))
+    if overrides:
+        try:
+            raw = apply_overrides(raw, overrides)
+        except ServesimError as exc:
+            raise exc.located(str(p)) from None
+    from_dict(raw, str(p), p.parent.resolve())
+    return raw
+
+
+def _expected_span_s(raw: dict[str, Any], rate: float) -> float | None:
+    """Seconds over which the point's requests arrive, when knowable without loading a trace."""
+    w = raw.get("workload") or {}
+    spans = []
+    if w.get("duration_s") is not None:
+        spans.append(float(w["duration_s"]))
+    if w.get("num_requests") is not None:
+        spans.append(float(w["num_requests"]) / rate)
+    return min(spans) if spans else None
+
+
+def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
+    """Sweeps and capacity searches vary the arrival rate: a closed loop
+    (``workload.concurrency``) has none, its load is set by its clients."""
+    w = raw.get("workload")
+    if isinstance(w, dict) and w.get("concurrency") is not None:
+        raise ServesimError(f"{flag} varies the arrival rate, but this workload is closed loop "
+                            f"({w['concurrency']} clients send as their requests end); vary "
+                            "workload.concurrency with --set instead, one run each",
+                            source, "workload.concurrency")
+
+
+def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None) -> dict[str, Any]:
+    """The base scenario with this point's policy, shape, rate and seed set."""
+    refuse_closed_loop(base, "<scenario>", "a rate point")
+    w = base.get("workload") or {}
+    sets = [f"serving.policy={key.policy}", f"cluster.replicas={key.replicas}",
+            f"hardware.tp={key.tp}", f"workload.seed={key.seed}"]
+    if isinstance(w, dict) and w.get("trace") is not None:
+        # target_rate rescales the trace; time_scale must then stay at its neutral 1.0.
+        sets += [f"workload.trace.target_rate={key.rate!r}", "workload.trace.time_scale=1.0"]
+    else:
+        sets.append(f"workload.arrivals.rate={key.rate!r}")
+    raw = apply_overrides(base, sets)
+    if raw.get("horizon_s") is None and horizon_factor is not None:
+        span = _expected_span_s(raw, key.rate)
+        if span is not None:
+            # A little slack beyond the arrivals lets a point near capacity drain its queue.
+            raw["horizon_s"] = float(f"{horizon_factor * span + 60.0:.6g}")
+    return raw
+
+
+# Bumped when what a cached point holds stops matching what the code would compute
+# for reasons no scenario key shows (2: measured costs, fitted roofline defaults).
+CACHE_SCHEMA = 2
+
+
+def cost_fingerprint(sc: Scenario) -> str:
+    """What a scenario's prices resolve to, beyond its own keys: the bytes of the profile
+    it loads, or the full parameters (defaults included) of a roofline or linear cost,
+    and the GPU's figures — so regenerated profiles or refitted defaults are not served
+    from a cache filled before them."""
+    from sim.cost.measured import find
+    from sim.cost.profilefile import resolve
+    from sim.cost.specs import gpu
+
+    c = sc.cost
+    if c.measured is not None or c.profile is not None:
+        ref = (find(sc.model, sc.hardware.gpu, sc.hardware.tp, c.measured.framework)
+               if c.measured is not None else str(c.profile))
+        try:
+            prices = hashlib.sha256(resolve(ref, sc.base_dir).read_bytes()).hexdigest()
+        except ServesimError:
+            prices = ref  # a disaggregated scenario's pools may not match hardware.tp
+    else:
+        prices = repr(c.roofline if c.roofline is not None else c.linear)
+    return f"{prices}|{gpu(sc.hardware.gpu)!r}"
+
+
+def digest(raw: dict[str, Any], base_dir: str | None, prices: str = "") -> str:
+    """A stable hash of a point's scenario and what its prices resolve to
+    (:func:`cost_fingerprint`): the cache key (hex, 20 characters)."""
+    from sim import __version__
+
+    blob = json.dumps({"raw": raw, "base_dir": base_dir, "servesim": __version__,
+                       "cache": CACHE_SCHEMA, "prices": prices},
+                      sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def cost_source(base: dict[str, Any], source: str, base_dir: Path | None) -> str:
+    """Where the base scenario's step prices come from, in one phrase (what every point
+    of a sweep or capacity search over policies, replicas and tp shares: the same GPU,
+    model and cost model)."""
+    from sim.core.engine import entry_cost
+
+    return entry_cost(from_dict(base, source, base_dir)).source
+
+
+def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,
+              horizon_factor: float | None = 4.0) -> PointTask:
+    """A runnable, hashed point; invalid values (e.g. an unknown policy) fail here, early."""
+    raw = point_raw(base, key, horizon_factor)
+    bd = str(base_dir) if base_dir is not None else None
+    sc = from_dict(raw, source, base_dir)
+    return PointTask(key, raw, source, bd, digest(raw, bd, cost_fingerprint(sc)))
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
+
+
+def queue_growth_s(arrival_s: np.ndarray, queueing_s: np.ndarray) -> float | None:
+    """Mean queueing delay (s) of the last quarter of arrivals minus that of the second.
+
+    Requests never scheduled (NaN) are left out; None when a quarter is empty.
+    """
+    if len(arrival_s) < 8:
+        return None
+    t0, span = float(arrival_s[0]), float(arrival_s[-1] - arrival_s[0])
+    pos = (arrival_s - t0) / span if span > 0 else np.zeros(len(arrival_s))
+    q2 = queueing_s[(pos >= 0.25) & (pos < 0.5)]
+    q4 = queueing_s[pos >= 0.75]
+    q2, q4 = q2[np.isfinite(q2)], q4[np.isfinite(q4)]
+    if not q2.size or not q4.size:
+        return None
+    return float(q4.mean() - q2.mean())
+
+
+def row_of(summary: dict[str, Any], arrival_span_s: float,
+           growth_s: float | None = None) -> dict[str, float | None]:
+    """The flat metric row of one run's :func:`sim.report.metrics.summarize` output; ``growth_s``
+    is :func:`queue_growth_s` of the run."""
+    lat = summary["latency_s"]
+    row: dict[str, float | None] = {f"{m}_{s}": _num(lat[m][s]) for m in METRICS for s in STATS}
+    tp, rq = summary["throughput"], summary["requests"]
+    admitted = rq["total"] - rq["rejected"]
+    offered = (admitted - 1) / arrival_span_s if arrival_span_s > 0 and admitted > 1 else None
+    served = _num(tp["requests_per_s"])
+    ratio = served / offered if served is not None and offered else None
+    saturated = rq["unfinished"] > 0 or (
+        growth_s is not None and growth_s > SATURATION_GROWTH * arrival_span_s)
+    row.update({
+        "throughput_rps": served,
+        "output_tps": _num(tp["output_tokens_per_s"]),
+        "goodput_rps": _num(tp["goodput_requests_per_s"]),
+        "slo_attainment": _num(tp["slo_attainment"]),
+        "offered_rps": offered,
+        "throughput_ratio": ratio,
+        "queue_growth_s": growth_s,
+        "finished": float(rq["finished"]),
+        "rejected": float(rq["rejected"]),
+        "unfinished": float(rq["unfinished"]),
+        "preemptions": float(summary["preemptions"]),
+        "busy_fraction": _num(summary["busy_fraction"]),
+        "kv_peak_utilization": _num(summary["kv"]["peak_utilization"]),
+        "span_s": _num(summary["span_s"]),
+        "saturated": 1.0 if saturated else 0.0,
+    })
+    return row
+
+
+def run_scenario(scenario: Scenario) -> dict[str, float | None]:
+    """Simulate ``scenario`` and return its metric row."""
+    from sim.core.engine import simulate
+    from sim.core.request import REJECTED
+    from sim.report.metrics import per_request, summarize
+
+    res = simulate(scenario)
+    arr = res.requests.arrival_s
+    span = float(arr[-1] - arr[0]) if len(arr) > 1 else 0.0
+    admitted = res.status != REJECTED
+    growth = queue_growth_s(arr[admitted], per_request(res)["queueing"][admitted])
+    return row_of(summarize(res), span, growth)
+
+
+def run_task(task: PointTask) -> dict[str, float | None]:
+    """Worker entry point (top level, so it pickles): validate, simulate, summarise."""
+    bd = Path(task.base_dir) if task.base_dir is not None else None
+    return run_scenario(from_dict(task.raw, task.source, bd))
+
+
+class PointCache:
+    """Finished rows on disk, one JSON file per point hash; None disables caching."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ServesimError(f"cannot create cache folder: {exc.strerror}",
+                                    str(folder)) from None
+
+    def get(self, task: PointTask) -> dict[str, float | None] | None:
+        """The cached row of ``task``, or None (also for an unreadable, partial file)."""
+        if self.folder is None:
+            return None
+        path = self.folder / f"{task.digest}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        row = data.get("row") if isinstance(data, dict) else None
+        return row if isinstance(row, dict) and set(METRIC_COLUMNS) <= set(row) else None
+
+    def put(self, task: PointTask, row: dict[str, float | None]) -> None:
+        """Store ``row`` atomically, with the point's key for whoever reads the folder."""
+        if self.folder is None:
+            return
+        blob = {"key": dict(zip(KEY_COLUMNS, task.key.values(), strict=True)), "row": row}
+        write_atomic(self.folder / f"{task.digest}.json",
+                     (json.dumps(blob, sort_keys=True, allow_nan=False) + "\n").encode())
+
+
+@dataclass
+class RunStats:
+    """How many points came from the cache and how many were simulated now."""
+
+    cached: int = 0
+    computed: int = 0
+
+
+def run_points(tasks: list[PointTask], cache: PointCache, backend: str = "local",
+               workers: int | None = None, address: str | None = None,
+               progress: bool = False, desc: str = "points",
+               stats: RunStats | None = None) -> dict[str, dict[str, float | None]]:
+    """Rows of every task by digest: cached ones read, the rest simulated and cached.
+
+    Each row is cached the moment it arrives, so an interrupt (KeyboardInterrupt
+    propagates) loses only the points in flight. A progress bar on stderr shows points
+    done out of the total and the time left.
+    """
+    from tqdm import tqdm
+
+    from sim.study.parallel import run_all
+
+    rows: dict[str, dict[str, float | None]] = {}
+    todo: list[PointTask] = []
+    seen: set[str] = set()
+    for t in tasks:
+        if t.digest in seen:  # the same scenario asked for twice runs once
+            continue
+        seen.add(t.digest)
+        hit = cache.get(t)
+        if hit is not None:
+            rows[t.digest] = hit
+        else:
+            todo.append(t)
+    if stats is not None:
+        stats.cached += len(rows)
+    bar = tqdm(total=len(rows) + len(todo), initial=len(rows), desc=desc, unit="pt",
+               disable=not progress, leave=False, dynamic_ncols=True)
+    try:
+        for i, row in run_all(run_task, todo, backend, workers, address):
+            cache.put(todo[i], row)
+            rows[todo[i].digest] = row
+            if stats is not None:
+                stats.computed += 1
+            bar.update(1)
+    finally:
+        bar.close()
+    return rows

@@ -1,0 +1,347 @@
+"""``servesim validate``: measured latencies against the simulator's, request for request.
+
+Four ways in (docs/validation.md):
+
+- ``--model M [--profile P] --trace T [--rate R | --load F] [--policy P] [--device D]``:
+  replay the trace for real on the device (:mod:`calibrate.replay`, imported only
+  here), then simulate the same requests with the profile and compare. With no
+  ``--profile``, a quick calibration runs first and says so.
+- ``--replay FILE... --profile P``: compare replays recorded elsewhere (a GPU machine
+  without the simulator writes them with ``python -m calibrate.replay_cli``).
+- ``--vllm-result FILE --scenario S``: compare a ``vllm bench serve`` result with the
+  scenario's prediction for the same request lengths. Needs no torch.
+- ``--replay A... --against B...``: two real runs of the same requests against each
+  other, the floor under any validation error on that machine (:mod:`sim.validate.repeat`).
+
+Each level writes ``real-LABEL.csv``, ``predicted-LABEL.csv`` and ``cdf-LABEL.png``;
+all levels' tables go to ``validation.json``; the tables are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.engine import build_cost
+from sim.errors import ServesimError
+from sim.report import outputs as report
+from sim.report.metrics import clean
+from sim.validate.validation import (
+    BARS,
+    bar_value,
+    compare,
+    model_mismatch,
+    probe_report,
+    read_replay,
+    real_result,
+    replay_run,
+    scenario_for,
+    sensitivity,
+    simulate_requests,
+    speed_matched,
+    step_errors,
+    table,
+    verdict,
+)
+
+# Below this share of a core during the steps, a CPU replay was slowed by other processes.
+BUSY_SHARE = 0.9
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("out") / "validate", help="output folder")
+    p.add_argument("--bar", type=bar_value, default=None,
+                   help="relative-error bar for TTFT and TPOT at p50 and p90 "
+                        "(default 0.15 on CPU, 0.10 on GPU)")
+    p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
+
+
+def _write_level(out: Path, label: str, real: Any, pred: Any, plots: bool,
+                 matched: Any = None) -> list[Path]:
+    runs = {"real": real, "predicted": pred}
+    curves = dict(runs)
+    if matched is not None:
+        curves["predicted at the level's measured speed"] = matched
+    return report.write_compared(out, label, runs, curves if plots else None)
+
+
+def evaluate_replay(record: dict[str, Any], source: str, profile: str,
+                    bar: float | None) -> tuple[dict[str, Any], Any, Any, Any]:
+    """Simulate a replay record's requests with ``profile``; (level summary, real, pred,
+    the speed-matched prediction or None for a record without steps)."""
+    from sim.cost.profilefile import load_profile, resolve
+
+    requests, cols, steps = read_replay(record, source)
+    path = resolve(profile, Path.cwd()).resolve()
+    prof = load_profile(str(path))
+    why = model_mismatch(prof, dict(record.get("model") or {}))
+    if why:
+        raise ServesimError(f"profile {profile}: {why}", where="--profile")
+    label = str(record.get("label", "level"))
+    sc = scenario_for(dataclasses.asdict(prof.model), record["serving"],
+                      {"profile": str(path)}, label)
+    real = replay_run(sc, requests, cols, steps)
+    cost = build_cost(sc)
+    pred = simulate_requests(sc, requests, cost=cost)
+    cmp = compare(real, pred)
+    device = (record.get("device") or {}).get("type", "cpu")
+    bar = BARS.get(device, 0.15) if bar is None else bar
+    summary = step_errors(steps, prof)
+    judged = verdict(cmp, bar)
+    left = cmp["real"]["unfinished"]
+    if left:
+        # An interrupted replay finished its short requests first: what it finished is
+        # compared, but a verdict on that subset would say nothing of the level.
+        judged = {**judged, "passed": None,
+                  "why": f"the real run was interrupted with {left} of {cmp['requests']} "
+                         "requests unfinished"}
+    level = {"label": label, "level": record.get("level"), "rate_rps": record.get("rate_rps"),
+             "load": record.get("load"), "device": record.get("device"),
+             "profile": str(path), "policy": sc.serving.policy, "notes": record.get("notes", []),
+             "comparison": cmp, "verdict": judged, "steps": summary,
+             "probe": probe_report(record.get("probe"), prof)}
+    matched = None
+    if summary:
+        level["speed_matched"], matched = speed_matched(sc, requests, real, cost, summary, bar)
+        level["sensitivity"] = sensitivity(sc, requests, cost)
+    return level, real, pred, matched
+
+
+def _title(level: dict[str, Any]) -> str:
+    load = level.get("load")
+    where = {"below": "below saturation", "near": "near saturation"}.get(
+        str(level.get("level")), "at a given rate")
+    dev = level.get("device") or {}
+    return (f"== {level['label']}: {where}, {level['rate_rps']:.3g} req/s"
+            f"{f' (load {load:.2f} of predicted saturation)' if load is not None else ''}, "
+            f"policy {level['policy']}, {dev.get('name', '?')} ({dev.get('type', '?')}, "
+            f"threads {dev.get('threads', '?')})")
+
+
+def _print_level(level: dict[str, Any]) -> None:
+    print(table(level["comparison"], _title(level)))
+    st = level.get("steps") or {}
+    if st:
+        parts = [f"{k.replace('_', ' ')} {v['iterations']} steps: {v['real_s']:.2f} s real, "
+                 f"{v['predicted_s']:.2f} s predicted" for k in ("with_prefill", "decode_only")
+                 if (v := st[k])["iterations"]]
+        if st.get("wake"):
+            parts.append(f"waking from idle priced on {st['wake']['steps']} steps "
+                         f"({st['wake']['predicted_s']:.3f} s, included above)")
+        if st.get("host"):
+            parts.append(f"host work between steps {st['host']['real_s']:.3f} s real, "
+                         f"{st['host']['predicted_s']:.3f} s predicted")
+        print("iterations: " + "; ".join(parts))
+        share = st.get("cpu_share")
+        if (level.get("device") or {}).get("type") == "cpu" and share is not None:
+            busy = share < BUSY_SHARE
+            print(f"replay thread on a core {share:.0%} of its step time"
+                  + (": the machine was busy, real times are inflated" if busy else ""))
+    probes = level.get("probe") or {}
+    if probes:
+        print("probe steps, median ms before / after the level, profile's price: " + "; ".join(
+            f"{k} {p['before_s'] * 1e3:.2f} / {p['after_s'] * 1e3:.2f}, "
+            f"{p['predicted_s'] * 1e3:.2f}" for k, p in probes.items()))
+    v = level["verdict"]
+    worst = "-" if v["worst"] is None else f"{v['worst']:.1%}"
+    if v["passed"] is None:
+        print(f"TTFT/TPOT p50+p90 worst |error| {worst} over the requests finished in both: "
+              f"not judged ({v['why']})")
+    else:
+        print(f"TTFT/TPOT p50+p90 worst |error| {worst}: "
+              f"{'within' if v['passed'] else 'OVER'} the {v['bar']:.0%} bar")
+    sens = level.get("sensitivity")
+    if sens:
+        lo, hi = sens["factors"]
+        cmp = level["comparison"]["metrics"]
+
+        def ms(x: float | None) -> str:
+            return "-" if x is None else f"{x * 1e3:.3g}"
+        print(f"sensitivity: device prices x{lo:g} / x{hi:g} give " + "; ".join(
+            f"{m.upper()} {q} {ms(v[0])} / {ms(v[1])} ms (real {ms(cmp[m][q]['real'])})"
+            for m, rows in sens["metrics"].items() for q, v in rows.items()))
+    sm = level.get("speed_matched")
+    if sm:
+        errs = ", ".join(
+            f"{m.upper()} p{q} " + ("-" if (e := sm["comparison"]["metrics"][m][f"p{q}"]
+                                         ["rel_err"]) is None else f"{e:+.1%}")
+            for m in ("ttft", "tpot") for q in (50, 90))
+        w = sm["verdict"]["worst"]
+        print(f"speed-matched (diagnostic, not the verdict): the level ran prefill steps at "
+              f"{sm['prefill_factor']:.3f}x and decode-only steps at {sm['decode_factor']:.3f}x "
+              f"the profile's price; priced so: {errs}; worst "
+              f"{'-' if w is None else f'{w:.1%}'}")
+
+
+def _finish(levels: list[dict[str, Any]], out: Path, extra: dict[str, Any]) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "validation.json"
+    report.write_atomic(path, (json.dumps(clean({**extra, "levels": levels}), indent=2,
+                                          allow_nan=False) + "\n").encode())
+    print(f"wrote {path} and per-level CSVs and plots in {out}")
+    return 0
+
+
+def _replay_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="servesim validate --replay",
+                                description="Compare recorded replays with the simulator.")
+    p.add_argument("--replay", nargs="+", type=Path, required=True,
+                   help="servesim-replay/1 JSON files (python -m calibrate.replay_cli)")
+    p.add_argument("--profile", required=True, help="the cost profile to predict with")
+    _common(p)
+    a = p.parse_args(argv)
+    levels = []
+    for f in a.replay:
+        try:
+            record = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
+        level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
+        level["files"] = [str(x) for x in _write_level(a.out, level["label"], real, pred,
+                                                       not a.no_plots, matched)]
+        _print_level(level)
+        levels.append(level)
+    return _finish(levels, a.out, {"mode": "replay"})
+
+
+def _real_main(argv: list[str]) -> int:
+    try:
+        from calibrate.replay_cli import add_replay_args, check_args, prepare_levels, run_levels
+    except ImportError as exc:
+        raise ServesimError(f"validate --model runs the model for real and needs torch "
+                            f"(install servesim[calibrate]): {exc}") from None
+    p = argparse.ArgumentParser(
+        prog="servesim validate",
+        description="Replay a trace on this device's model and compare with the simulator.",
+        epilog="Other modes: --replay FILE... --profile P (compare recorded replays); "
+               "--replay A... --against B... (two real runs of the same requests); "
+               "--vllm-result FILE --scenario S (compare a vLLM benchmark result); "
+               "--silicon [CSV] (public end-to-end runs: AIConfigurator's silicon_sample.csv).")
+    add_replay_args(p)
+    _common(p)
+    a = p.parse_args(argv)
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+    check_args(a)
+    if a.profile is None:
+        a.profile = str(_calibrate(a, log))
+    spec, w, serving, rates, loads, _ = prepare_levels(a, log)
+    a.out.mkdir(parents=True, exist_ok=True)
+
+    def raw_path(rec: dict[str, Any]) -> Path:
+        return Path(a.out) / f"replay-{rec['label']}.json"
+
+    def keep(rec: dict[str, Any]) -> None:
+        # Each level's record is written as soon as it exists: after an interrupt the
+        # levels run so far can still be compared with --replay.
+        report.write_atomic(raw_path(rec), (json.dumps(rec, allow_nan=False) + "\n").encode())
+    records = run_levels(spec, w, serving, rates, loads, a.device, a.dtype, a.threads,
+                         a.trace, log, a.level_s, keep)
+    levels = []
+    for rec in records:
+        raw = raw_path(rec)
+        level, real, pred, matched = evaluate_replay(rec, str(raw), a.profile, a.bar)
+        level["files"] = [str(raw)] + [str(x) for x in _write_level(
+            a.out, level["label"], real, pred, not a.no_plots, matched)]
+        _print_level(level)
+        levels.append(level)
+    if any(lv["verdict"]["passed"] is False and lv["verdict"]["worst"] is not None
+           for lv in levels):
+        print(f"a level over the bar: run this again with --profile {a.profile} and another "
+              "--out, then compare the two runs' replay-LABEL.json with --replay FIRST "
+              "--against SECOND to see how far this machine repeats itself at that load "
+              "(docs/validation.md, Repeatability)")
+    return _finish(levels, a.out, {"mode": "real", "trace": a.trace, "requests": a.requests})
+
+
+def _calibrate(a: argparse.Namespace, log: Any) -> Path:
+    """No --profile: a quick calibration of this model on this device, written to OUT."""
+    from calibrate.arch import resolve_model
+    from calibrate.run import CalibrationConfig, calibrate
+
+    spec = resolve_model(a.model, a.hf_config)
+    out = a.out / f"profile-{a.device}-{spec.name}.yaml"
+    log(f"no --profile given: calibrating {spec.name} on {a.device} first (quick grid) "
+        f"into {out}")
+    a.out.mkdir(parents=True, exist_ok=True)
+    calibrate(CalibrationConfig(model=spec, out=out, device=a.device, dtype=a.dtype,
+                                budget_s=120.0, quick=True, threads=a.threads, progress=False))
+    return out
+
+
+def _vllm_main(argv: list[str]) -> int:
+    from sim.config import scenario as scenario_mod
+    from sim.core.request import FINISHED, REJECTED
+    from sim.report.metrics import distribution
+    from sim.validate import vllm_results
+    from sim.workload.requests import Requests
+
+    p = argparse.ArgumentParser(prog="servesim validate --vllm-result",
+                                description="Compare a vLLM benchmark result with servesim.")
+    p.add_argument("--vllm-result", type=Path, required=True,
+                   help="JSON of vllm bench serve --save-result --save-detailed")
+    p.add_argument("--scenario", required=True,
+                   help="scenario YAML: model, hardware, cost and serving of that server")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="override a scenario key")
+    p.add_argument("--seed", type=int, default=0, help="seed of reconstructed arrivals")
+    _common(p)
+    a = p.parse_args(argv)
+    run = vllm_results.load(a.vllm_result, a.seed)
+    sc = scenario_mod.load(a.scenario, a.overrides)
+    ok = ~run.failed
+    reqs = Requests(run.arrival_s[ok], run.prompt_tokens[ok], run.output_tokens[ok])
+    pred = simulate_requests(sc, reqs, sc.workload.seed)
+    n = int(ok.sum())
+    real = real_result(sc, reqs, reqs.arrival_s + run.ttft_s[ok],
+                       reqs.arrival_s + run.e2e_s[ok], np.full(n, FINISHED, np.int8),
+                       itls=[g for g, f in zip(run.itls_s, ok, strict=True) if f])
+    cmp = compare(real, pred)
+    cmp["failed_in_vllm"] = int(run.failed.sum())
+    # Cross-check: our TTFT median from the per-request list against vLLM's own.
+    ours = distribution(real.first_token - reqs.arrival_s)["p50"]
+    agg = run.meta.get("aggregates_ms", {})
+    check = {"median_ttft_ms": {"vllm": agg.get("median_ttft_ms"),
+                                "from_requests": None if ours is None else ours * 1e3}}
+    level: dict[str, Any] = {"label": "vllm", "source": str(a.vllm_result), "scenario": sc.name,
+             "arrivals": run.arrivals_note, "notes": list(run.notes), "vllm": run.meta,
+             "comparison": cmp, "verdict": verdict(cmp, BARS["cuda"] if a.bar is None else a.bar),
+             "cross_check": check}
+    if (pred.status == REJECTED).any():
+        level["notes"].append(f"{int((pred.status == REJECTED).sum())} requests rejected by "
+                              "the scenario's limits (see predicted-vllm.csv)")
+    rate = run.meta.get("request_rate")
+    print(table(cmp, f"== vLLM {run.meta.get('backend') or ''} {run.meta.get('model_id') or ''}"
+                     f" at request_rate {rate} vs scenario {sc.name}"))
+    print(f"failed in vLLM: {cmp['failed_in_vllm']} (kept out of both sides)")
+    for note in [run.arrivals_note, *level["notes"]]:
+        print(f"note: {note}")
+    v = level["verdict"]
+    if v["worst"] is not None:
+        print(f"TTFT/TPOT p50+p90 worst |error| {v['worst']:.1%}")
+    level["files"] = [str(x) for x in _write_level(a.out, "vllm", real, pred, not a.no_plots)]
+    return _finish([level], a.out, {"mode": "vllm"})
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch on the mode; a :class:`ServesimError` propagates to ``sim.cli`` (exit 2)."""
+    if any(x == "--silicon" or x.startswith("--silicon=") for x in argv):
+        from sim.validate import siliconfit
+
+        return siliconfit.main(argv)
+    if any(x == "--vllm-result" or x.startswith("--vllm-result=") for x in argv):
+        return _vllm_main(argv)
+    if any(x == "--against" or x.startswith("--against=") for x in argv):
+        from sim.validate import repeat
+
+        return repeat.main(argv)
+    if any(x == "--replay" or x.startswith("--replay=") for x in argv):
+        return _replay_main(argv)
+    return _real_main(argv)

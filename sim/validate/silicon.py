@@ -1,0 +1,282 @@
+"""Public end-to-end serving measurements, simulated row by row.
+
+AIConfigurator's ``silicon_sample.csv`` (in the ``aiconfigurator-core`` wheel,
+Apache-2.0) records real serving benchmarks: a model on ``tp_size`` GPUs of one kind
+under vLLM, SGLang or TensorRT-LLM, measured with a closed-loop client at fixed
+concurrency (``batch_size``), mean TTFT and mean TPOT in milliseconds. The benchmark
+(SemiAnalysis InferenceX's fork of vLLM's ``benchmark_serving.py``) sends
+10 × concurrency requests of random tokens, request rate unbounded, with input and
+output lengths drawn uniformly from [0.8·L, L] (``--random-range-ratio 0.8``) and
+``--ignore-eos`` so every request generates its drawn output length.
+
+A row servesim can model becomes a scenario: the model's preset, the GPU and tp, the
+framework's default scheduler and limits (:data:`SCHEDULERS`), that closed-loop
+workload, priced by a profile built from the same wheel's kernel tables for that
+framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept with the reason
+(:func:`classify`): quantised weights, mixture-of-experts models, disaggregated or
+pipeline-parallel serving, GPUs without tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.request import FINISHED
+from sim.errors import ServesimError
+from sim.report.metrics import per_request
+
+# Hugging Face names of the dense models servesim has presets for.
+MODEL_PRESETS = {
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "nvidia/Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
+    "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
+}
+SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
+               "b200_sxm": "b200", "l40s": "l40s"}
+LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
+REQUESTS_PER_CLIENT = 10
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured run: ``concurrency`` clients, lengths ``isl``/``osl`` (tokens),
+    measured mean TTFT and TPOT (milliseconds); ``line`` its line in the file."""
+
+    id: str
+    line: int
+    backend: str
+    version: str
+    model_path: str
+    system: str
+    precision: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int
+    tp: int
+    pp: int
+    attention_dp: int
+    ttft_ms: float
+    tpot_ms: float
+    source: str = ""
+
+    @property
+    def collection(self) -> str:
+        """Who measured the row: ``inferencex`` (``db-dump`` rows: SemiAnalysis InferenceX,
+        whose client draws lengths from [0.8 L, L]) or ``aic`` (AIConfigurator's own
+        collection, ``source_file=...``, whose client settings are not published)."""
+        return "inferencex" if self.source.startswith("db-dump") else "aic"
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the row is kept out of fitting the priors: half the rows, chosen by a
+        hash of the row's id (reproducible, independent of file order)."""
+        return hashlib.sha256(self.id.encode()).digest()[0] % 2 == 1
+
+
+def default_path() -> Path:
+    """``silicon_sample.csv`` of the installed ``aiconfigurator-core``."""
+    from sim.cost.tables.kerneltables import systems_dir
+
+    return systems_dir() / "silicon_sample.csv"
+
+
+def _int(value: str | None, default: int) -> int:
+    """A whole number from a CSV cell ("" or nan: ``default``); ValueError otherwise."""
+    if value is None or value.strip() in ("", "nan"):
+        return default
+    x = float(value)
+    if x != int(x):
+        raise ValueError(value)
+    return int(x)
+
+
+def read_rows(path: Path) -> list[Row]:
+    """Every row of a silicon CSV; a malformed one is an error naming file, line and column."""
+    need = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode",
+            "isl", "osl", "batch_size", "tp_size", "pp_size", "silicon_ttft_ms",
+            "silicon_tpot_ms")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in need if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ServesimError(f"missing column {missing[0]!r}", source=str(path))
+            rows = []
+            for line, r in enumerate(reader, start=2):
+                col = ""
+                try:
+                    col = "isl"
+                    isl = _int(r["isl"], 0)
+                    col = "osl"
+                    osl = _int(r["osl"], 0)
+                    col = "batch_size"
+                    conc = _int(r["batch_size"], 0)
+                    col = "tp_size"
+                    tp = _int(r["tp_size"], 0)
+                    col = "pp_size"
+                    pp = _int(r["pp_size"], 1)
+                    col = "attention_dp_size"
+                    dp = _int(r.get("attention_dp_size") or "", 1)
+                    col = "silicon_ttft_ms"
+                    ttft = float(r["silicon_ttft_ms"] or "nan")
+                    col = "silicon_tpot_ms"
+                    tpot = float(r["silicon_tpot_ms"] or "nan")
+                except (TypeError, ValueError):
+                    raise ServesimError(f"got {r.get(col)!r}, expected a number",
+                                        source=str(path), where=f"line {line}, {col}") from None
+                text = {k: str(r.get(k) or "") for k in (
+                    "id", "backend", "backend_version", "model_path", "system", "precision",
+                    "mode", "silicon_data_source")}  # a short row's missing cells: empty
+                rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
+                                text["model_path"], text["system"], text["precision"],
+                                text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
+                                text["silicon_data_source"]))
+    except OSError as exc:
+        raise ServesimError(f"cannot read: {exc.strerror}", source=str(path)) from None
+    return rows
+
+
+@dataclass(frozen=True)
+class Case:
+    """A row servesim simulates: which preset, GPU and framework stand for it, and how
+    its client drew lengths: ``ranged`` (uniform in [0.8 L, L]) or ``exact`` (L)."""
+
+    row: Row
+    model: str
+    gpu: str
+    framework: str
+    lengths: str = "ranged"
+
+
+def classify(row: Row) -> Case | str:
+    """The :class:`Case` of ``row``, or why servesim does not simulate it."""
+    if row.mode != "agg":
+        return "disaggregated serving (prefill and decode pools of their own)"
+    if row.model_path not in MODEL_PRESETS:
+        return f"model {row.model_path} has no dense preset (MoE, MLA or not yet added)"
+    if row.precision not in ("", "nan", "bf16", "bfloat16"):
+        return f"{row.precision} weights (profiles are built from bf16 GEMM tables only)"
+    if row.system not in SYSTEM_GPUS:
+        return f"system {row.system} has no GPU figures in servesim"
+    if row.pp != 1 or row.attention_dp > 1:
+        return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
+    if row.backend not in SCHEDULERS:
+        return f"backend {row.backend} is not modelled"
+    if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
+            math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
+        return "incomplete row (lengths, concurrency, tp or latencies missing)"
+    return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend)
+
+
+def _large(gpu: str) -> bool:
+    """vLLM's defaults treat GPUs of 70 GiB or more, except A100s, as large."""
+    return gpu in ("h100-sxm", "h200", "b200")
+
+
+# Each framework's default scheduling, as servesim's policies and limits:
+# - vLLM v1: chunked prefill always on, decodes first, the rest of a step's token budget
+#   (max_num_batched_tokens: 8192 on large GPUs, 2048 otherwise) filled with prefill
+#   chunks; max_num_seqs 1024 or 256; 16-token blocks.
+# - SGLang: prefill batches run apart from decode batches, new prefills first, up to
+#   chunked_prefill_size 8192 tokens; token-granular KV pages (block 1).
+# - TensorRT-LLM (PyTorch backend): in-flight batching mixes whole context requests with
+#   generation in one step (chunked context off by default), max_num_tokens 8192,
+#   32-token KV blocks.
+SCHEDULERS: dict[str, Any] = {
+    "vllm": lambda gpu: {"policy": "chunked",
+                         "max_num_batched_tokens": 8192 if _large(gpu) else 2048,
+                         "token_budget": 8192 if _large(gpu) else 2048,
+                         "max_num_seqs": 1024 if _large(gpu) else 256,
+                         "block_size": 16, "watermark": 0.0},
+    "sglang": lambda gpu: {"policy": "continuous", "max_num_batched_tokens": 8192,
+                           "max_num_seqs": 2048, "block_size": 1, "watermark": 0.0},
+    "trtllm": lambda gpu: {"policy": "orca", "max_num_batched_tokens": 8192,
+                           "max_num_seqs": 2048, "block_size": 32, "watermark": 0.0},
+}
+
+
+# How much of a GPU each framework gives its KV cache by default, beside the weights:
+# - vLLM: servesim's memory model (sim.cost.memory: 0.9 of the reported memory less weights,
+#   profiled activations, non-torch and CUDA-graph memory);
+# - SGLang: mem_fraction_static (about 0.88 on 80 GB parts) of the memory holds weights
+#   and the KV pool, activations and graphs living in the rest;
+# - TensorRT-LLM: free_gpu_memory_fraction 0.9 of what is free after the weights and
+#   the activation buffers are allocated.
+STATIC_FRACTION = {"sglang": 0.88}
+FREE_FRACTION = {"trtllm": 0.9}
+
+
+def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
+    """KV blocks per replica under ``case``'s framework's own memory defaults; None for
+    vLLM (servesim's memory model sizes it). At least one block, so a row that ran for
+    real still runs (and shows the starvation it had)."""
+    from sim.cost.memory import memory_budget
+    from sim.cost.specs import GPUS, MODELS
+
+    if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
+        return None
+    b = memory_budget(MODELS[case.model], GPUS[case.gpu], case.row.tp, 0.9,
+                      serving["block_size"], serving["max_num_batched_tokens"],
+                      serving["max_num_seqs"])
+    if case.framework in STATIC_FRACTION:
+        kv = STATIC_FRACTION[case.framework] * b.total - b.weights
+    else:
+        kv = FREE_FRACTION[case.framework] * (b.total - b.weights - b.activation)
+    return max(int(kv // b.block_bytes), 1)
+
+
+def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
+    """The scenario mapping that stands for ``case``'s benchmark run."""
+    r = case.row
+    serving = SCHEDULERS[case.framework](case.gpu)
+    blocks = kv_blocks(case, serving)
+    if blocks is not None:
+        serving["num_gpu_blocks"] = blocks
+
+    def lengths(n: int) -> dict[str, Any]:
+        if case.lengths == "exact":
+            return {"dist": "fixed", "value": n}
+        return {"dist": "uniform", "low": max(int(n * LENGTH_RATIO), 1), "high": n}
+
+    return {
+        "name": f"silicon-{r.line}",
+        "model": case.model,
+        "hardware": {"gpu": case.gpu, "tp": r.tp, "memory_utilization": 0.9},
+        "cost": "roofline",  # replaced by the built profile when simulated
+        "serving": serving,
+        "workload": {"concurrency": r.concurrency,
+                     "lengths": {"prompt": lengths(r.isl), "output": lengths(r.osl)},
+                     "num_requests": REQUESTS_PER_CLIENT * r.concurrency, "seed": seed},
+    }
+
+
+def predict(case: Case, cost: Any, seed: int = 0) -> tuple[float, float, str]:
+    """(mean TTFT ms, mean TPOT ms, note) of ``case`` simulated with ``cost``."""
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+
+    sc = from_dict(scenario_raw(case, seed), f"<silicon line {case.row.line}>")
+    res = simulate(sc, cost=cost)
+    lat = per_request(res)
+    done = res.status == FINISHED
+    note = "" if done.all() else f"{int((~done).sum())} of {len(done)} requests not finished"
+    ttft = lat["ttft"][done]
+    tpot = lat["tpot"][done & np.isfinite(lat["tpot"])]
+    return _mean_ms(ttft), _mean_ms(tpot), note
+
+
+def _mean_ms(x: np.ndarray) -> float:
+    return float(np.mean(x)) * 1e3 if x.size else math.nan

@@ -1,0 +1,270 @@
+"""``servesim validate --silicon``: predicted against measured serving runs, and the
+fit of the priors for what kernel tables do not measure.
+
+Each row servesim can model (:func:`sim.validate.silicon.classify`) is simulated with a profile
+built from the installed tables for its framework, GPU, model and tp. With
+``--fit-priors FILE`` the per-framework priors (:mod:`sim.cost.priors`: a step's fixed and
+per-sequence overhead, the frontend's per-request latency) are fitted on the rows not
+held out and written to FILE; the report gives the errors of the held-out rows apart.
+
+The fit: the priors shift every step and request by small, fixed amounts, so each
+row's mean TTFT and TPOT are close to linear in them. Each training row is simulated
+at zero priors and once per prior at a small step, which gives that linear model;
+the priors minimise a robust (soft-L1) sum of relative errors over TTFT and TPOT,
+each ≥ 0; then every row is simulated again at the fitted priors, and only those
+full simulations are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from sim.cost.frontend import Frontend
+from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
+from sim.cost.profilecost import ProfileCost
+from sim.errors import ServesimError
+from sim.validate.silicon import Case, Row, classify, default_path, predict, read_rows
+
+# The priors fitted, and the step each is moved by for the linear model (seconds).
+FITTED = ("step_const_s", "step_per_seq_s", "request_s")
+STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
+
+
+@lru_cache(maxsize=64)
+def base_cost(framework: str, gpu: str, model: str, tp: int) -> ProfileCost:
+    """The profile built from the installed tables for one configuration, priors zero."""
+    from sim.cost.profilefile import parse_profile
+    from sim.cost.specs import MODELS
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    data = build_profile(BuildSpec(MODELS[model], gpu, framework, tp), Priors())
+    return parse_profile(data, f"<built {framework} {gpu} {model} tp{tp}>")
+
+
+def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
+    """``cost`` with the step and frontend priors of ``p``."""
+    coefs = {k: dict(v) for k, v in cost.coefs.items()}
+    coefs["step"].update(const_s=p.step_const_s, per_seq_s=p.step_per_seq_s)
+    return cost.replace(coefs=coefs, frontend=Frontend(
+        request_s=p.request_s, per_prompt_token_s=p.per_prompt_token_s,
+        response_s=p.response_s, jitter_s=p.jitter_s))
+
+
+def _cost(case: Case, p: Priors) -> ProfileCost:
+    return with_priors(base_cost(case.framework, case.gpu, case.model, case.row.tp), p)
+
+
+def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
+    """Priors of ``framework`` fitted on ``cases`` (see the module doc); and the number
+    of rows used."""
+    zero = Priors()
+    y0, cols, meas = [], [], []
+    for c in cases:
+        t0 = np.array(predict(c, _cost(c, zero))[:2])
+        jac = []
+        for key in FITTED:
+            step: dict[str, Any] = {key: STEPS[key]}
+            moved = predict(c, _cost(c, dataclasses.replace(zero, **step)))[:2]
+            jac.append((np.array(moved) - t0) / STEPS[key])
+        y0.append(t0)
+        cols.append(np.stack(jac, axis=1))
+        meas.append([c.row.ttft_ms, c.row.tpot_ms])
+    base, jacobian, truth = np.concatenate(y0), np.concatenate(cols), np.concatenate(meas)
+    ok = np.isfinite(base) & np.isfinite(truth) & np.all(np.isfinite(jacobian), axis=1)
+    scale = np.array([STEPS[k] for k in FITTED])
+
+    # Each prior in units of its step, so all move the errors by similar amounts.
+    slope = jacobian[ok] * scale / truth[ok][:, None]
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        return base[ok] / truth[ok] - 1.0 + slope @ z
+
+    res = least_squares(residual, np.ones(len(FITTED)), jac=lambda z: slope,
+                        bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
+    # A prior the fit drives to its bound comes out a hair above zero: it is zero.
+    values: dict[str, Any] = {k: float(v) if v > 1e-6 * STEPS[k] else 0.0
+                              for k, v in zip(FITTED, res.x * scale, strict=True)}
+    return Priors(**values, source=f"fitted on {len(cases)} {framework} rows of "
+                                   "silicon_sample.csv"), len(cases)
+
+
+def with_lengths(cases: list[Case], lengths: str) -> list[Case]:
+    """``cases`` with the rows of AIConfigurator's own collection drawn as ``lengths``
+    (InferenceX rows keep their documented [0.8 L, L])."""
+    return [dataclasses.replace(c, lengths=lengths if c.row.collection == "aic" else "ranged")
+            for c in cases]
+
+
+def _score(records: list[dict[str, Any]]) -> float:
+    """Mean of the median |relative error| of TTFT and of TPOT."""
+    return float(np.mean([np.nanmedian(np.abs([r[f"{m}_err"] for r in records]))
+                          for m in ("ttft", "tpot")]))
+
+
+def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
+    """Priors of ``framework`` and how its AIConfigurator-collected clients drew lengths,
+    both fitted on ``cases`` (the rows not held out): the priors are fitted under each
+    length model and the one whose fit rows come out closer is kept."""
+    best: tuple[float, Priors, str] | None = None
+    aic = any(c.row.collection == "aic" for c in cases)
+    for lengths in LENGTHS if aic else LENGTHS[:1]:
+        trial = with_lengths(cases, lengths)
+        p, _ = fit_priors(trial, framework)
+        score = _score(evaluate(trial, {framework: p}))
+        if best is None or score < best[0]:
+            best = (score, dataclasses.replace(p, aic_client_lengths=lengths), lengths)
+    assert best is not None
+    return best[1], len(cases), best[2]
+
+
+def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
+                 errors: dict[str, Any]) -> None:
+    """Write ``fitted`` (framework: priors, rows used, AIConfigurator clients' lengths)
+    and the errors."""
+    frameworks: dict[str, Any] = {}
+    doc = {"note": "fitted by `servesim validate --silicon --fit-priors` on rows of NVIDIA "
+                   "AIConfigurator's silicon_sample.csv (aiconfigurator-core, Apache-2.0; see "
+                   "NOTICE); docs/validation.md says how", "frameworks": frameworks}
+
+    def rounded(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: rounded(v) for k, v in x.items()}
+        return float(f"{x:.4g}") if isinstance(x, float) else x
+    for fw, (p, n, lengths) in sorted(fitted.items()):
+        frameworks[fw] = {"source": p.source, "rows": n,
+                          "values": {k: float(f"{getattr(p, k):.6g}") for k in KEYS},
+                          "aic_client_lengths": lengths,
+                          "errors": rounded(errors.get(fw, {}))}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
+
+
+def _stats(errs: list[float]) -> dict[str, float | int | None]:
+    e = np.abs(np.asarray(errs, dtype=float))
+    e = e[np.isfinite(e)]
+    if not e.size:
+        return {"rows": 0, "median": None, "p90": None}
+    return {"rows": int(e.size), "median": float(np.median(e)), "p90": float(np.percentile(e, 90))}
+
+
+def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any]]:
+    """Every case simulated at ``priors`` (by framework): one record each."""
+    out = []
+    for c in cases:
+        ttft, tpot, note = predict(c, _cost(c, priors[c.framework]))
+        r = c.row
+        out.append({"line": r.line, "id": r.id, "framework": c.framework,
+                    "version": r.version, "model": c.model, "gpu": c.gpu, "tp": r.tp,
+                    "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
+                    "split": "test" if r.held_out else "fit",
+                    "ttft_ms": r.ttft_ms, "ttft_pred_ms": ttft, "ttft_err": ttft / r.ttft_ms - 1,
+                    "tpot_ms": r.tpot_ms, "tpot_pred_ms": tpot, "tpot_err": tpot / r.tpot_ms - 1,
+                    "note": note})
+    return out
+
+
+def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and p90 |relative error| by framework and split, and over all."""
+    out: dict[str, Any] = {}
+    for fw in sorted({r["framework"] for r in records}) + ["all"]:
+        for split in ("fit", "test"):
+            sel = [r for r in records if r["split"] == split and fw in (r["framework"], "all")]
+            out.setdefault(fw, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
+                                             for m in ("ttft", "tpot")}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``servesim validate --silicon``."""
+    p = argparse.ArgumentParser(prog="servesim validate --silicon",
+                                description="Simulate public end-to-end serving runs and "
+                                            "compare with their measurements.")
+    p.add_argument("--silicon", nargs="?", const="", default="", metavar="CSV",
+                   help="silicon_sample.csv (default: the installed aiconfigurator-core's)")
+    p.add_argument("--framework", action="append", default=None,
+                   help="only these frameworks (repeatable)")
+    p.add_argument("--fit-priors", type=Path, default=None, metavar="YAML",
+                   help=f"fit the priors on the rows not held out and write them here "
+                        f"(the shipped ones: {PRIORS_FILE.relative_to(PRIORS_FILE.parents[2])})")
+    p.add_argument("--out", type=Path, default=Path("out/silicon"), help="output folder")
+    p.add_argument("--limit", type=int, default=None, help="at most this many rows per "
+                                                           "framework (quick looks)")
+    a = p.parse_args(argv)
+    path = Path(a.silicon) if a.silicon else default_path()
+    rows = read_rows(path)
+    cases: list[Case] = []
+    skipped: dict[str, int] = {}
+    for r in rows:
+        got = classify(r)
+        if isinstance(got, str):
+            skipped[got] = skipped.get(got, 0) + 1
+        elif a.framework is None or got.framework in a.framework:
+            cases.append(got)
+    if a.limit is not None:
+        cases = [c for fw in sorted({c.framework for c in cases})
+                 for c in [c for c in cases if c.framework == fw][:a.limit]]
+    if not cases:
+        raise ServesimError(f"no row of {path} can be simulated; skipped: {skipped}")
+    fws = sorted({c.framework for c in cases})
+    if a.fit_priors is not None:
+        fitted = {fw: fit_framework([c for c in cases
+                                     if c.framework == fw and not c.row.held_out], fw)
+                  for fw in fws}
+        priors = {fw: fitted[fw][0] for fw in fws}
+        lengths = {fw: fitted[fw][2] for fw in fws}
+    else:
+        priors = {fw: framework_priors(fw) for fw in fws}
+        lengths = {fw: priors[fw].aic_client_lengths for fw in fws}
+    cases = [c2 for fw in fws for c2 in with_lengths([c for c in cases if c.framework == fw],
+                                                      lengths[fw])]
+    records = evaluate(cases, priors)
+    stats = summary(records)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "silicon.json").write_text(json.dumps(
+        {"source": str(path), "rows": len(rows), "simulated": len(cases),
+         "skipped": skipped, "priors": {fw: dataclasses.asdict(p) for fw, p in priors.items()},
+         "aic_client_lengths": lengths,
+         "errors": stats, "records": records}, indent=1, allow_nan=True) + "\n")
+    if a.fit_priors is not None:
+        write_priors(a.fit_priors, fitted, {fw: stats[fw] for fw in fws})
+    _print(records, stats, skipped, len(rows), path)
+    print(f"wrote {a.out / 'silicon.json'}" + (f" and {a.fit_priors}" if a.fit_priors else ""))
+    return 0
+
+
+def _print(records: list[dict[str, Any]], stats: dict[str, Any], skipped: dict[str, int],
+           total: int, path: Path) -> None:
+    head = (f"{'line':>5} {'framework':<8} {'model':<13} {'gpu':<9} {'tp':>2} {'isl':>5} "
+            f"{'osl':>5} {'conc':>4} {'set':<4} {'TTFT ms':>9} {'pred':>9} {'err':>7} "
+            f"{'TPOT ms':>8} {'pred':>8} {'err':>7}")
+    print(head)
+    for r in records:
+        print(f"{r['line']:>5} {r['framework']:<8} {r['model']:<13} {r['gpu']:<9} {r['tp']:>2} "
+              f"{r['isl']:>5} {r['osl']:>5} {r['concurrency']:>4} {r['split']:<4} "
+              f"{r['ttft_ms']:>9.1f} {r['ttft_pred_ms']:>9.1f} {r['ttft_err']:>+7.1%} "
+              f"{r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>8.2f} {r['tpot_err']:>+7.1%}"
+              + (f"  ({r['note']})" if r["note"] else ""))
+    print(f"{len(records)} of {total} rows of {path} simulated; skipped: "
+          + "; ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda x: -x[1])))
+    for fw, by in stats.items():
+        for split, m in by.items():
+            if m["ttft"]["rows"]:
+                print(f"{fw:<7} {split:<4} rows {m['ttft']['rows']:>3}: median |err| TTFT "
+                      f"{_pct(m['ttft']['median'])}, TPOT {_pct(m['tpot']['median'])}; p90 "
+                      f"TTFT {_pct(m['ttft']['p90'])}, TPOT {_pct(m['tpot']['p90'])}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.1%}"
+
+
+__all__ = ["Row", "main"]

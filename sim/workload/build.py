@@ -1,0 +1,76 @@
+"""Put a workload's requests together: from a trace, closed-loop clients, request classes
+or generated arrivals and lengths (:mod:`sim.workload.requests` describes each).
+
+The one entry point, :func:`build_requests`, is what a run calls; it imports each
+builder only when the workload needs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import ServesimError
+from sim.workload.requests import Requests, WorkloadConfig, arrival_times, located, sample_lengths
+
+
+def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
+                   source: str = "<scenario>", max_context: int | None = None) -> Requests:
+    """Materialise the workload's requests (arrays), reading trace files if it names any.
+    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies."""
+    from sim.workload import traces  # lazy: only trace workloads need the loaders
+
+    if cfg.trace is not None:
+        from sim.workload.mix import trace_classes
+        from sim.workload.tracetools import apply_transforms
+
+        tc = cfg.trace
+        try:
+            tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format,
+                                   sort=tc.sort, rng=rng, **tc.load_options())
+            tr, changes = apply_transforms(tr, tc.transforms(max_context), rng)
+        except ServesimError as exc:
+            raise located(exc, source, "workload.trace") from None
+        notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
+        notes += [str(c) for c in changes]
+        if cfg.concurrency is not None:
+            from sim.workload.closedloop import unsent
+
+            t = unsent(len(tr.prompt_tokens), notes)
+        elif tr.arrival_s is None:
+            raise ServesimError(f"{tc.path} has lengths only; use lengths: {{empirical: ...}} "
+                                "with generated arrivals", source, "workload.trace.path")
+        else:
+            t = np.asarray(tr.arrival_s, dtype=np.float64)
+        n = len(t)
+        if cfg.duration_s is not None and cfg.concurrency is None:
+            n = int(np.searchsorted(t, cfg.duration_s, side="left"))
+        if cfg.num_requests is not None:
+            n = min(n, cfg.num_requests)
+        prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
+        klass, names, prio = trace_classes(cfg, tr.klass, n, prio, source)
+        hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])
+        return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
+                        tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names,
+                        hashes, tr.prefix_block_tokens if hashes is not None else None)
+
+    if cfg.concurrency is not None:
+        from sim.workload.closedloop import closed_requests, first_chunk
+
+        return closed_requests(cfg, first_chunk(cfg), base_dir, rng, source)
+    if cfg.classes is not None:
+        from sim.workload.mix import build_mixed
+
+        reqs = build_mixed(cfg, base_dir, rng, source)
+    else:
+        assert cfg.arrivals is not None and cfg.lengths is not None
+        t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
+        prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
+                                        "workload.lengths")
+        prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
+        reqs = Requests(t, prompt, output, priority=prio)
+    if cfg.shared_prefix is not None:
+        # Drawn last, so adding a shared prefix leaves every other draw unchanged.
+        reqs = cfg.shared_prefix.apply(reqs, rng)
+    return reqs

@@ -1,0 +1,113 @@
+"""Cross-field rules of a workload section, checked when it is loaded.
+
+Each function takes the whole :class:`~sim.workload.requests.WorkloadConfig` and raises one
+:class:`~sim.errors.ServesimError` naming the key (relative to ``workload``). They live
+apart from the modules that build the requests, which import the configuration, so that
+validating a configuration never imports its builders.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from sim.errors import ServesimError
+
+if TYPE_CHECKING:
+    from sim.workload.requests import WorkloadConfig
+
+NAME = re.compile(r"[A-Za-z0-9_.-]+")
+"""Class names a scenario may declare (they become CSV cells and JSON keys)."""
+
+
+def check_classes(cfg: WorkloadConfig) -> None:
+    """Cross-field rules of a workload with ``classes`` (keys relative to ``workload``)."""
+    classes = cfg.classes
+    assert classes is not None
+    if not classes:
+        raise ServesimError("got an empty mapping; give at least one class", where="classes")
+    for name in classes:
+        if not NAME.fullmatch(name):
+            raise ServesimError(f"class name {name!r}: use letters, digits, '_', '.' or '-'",
+                                where=f"classes.{name}")
+    if cfg.priority is not None:
+        raise ServesimError("with classes, give each class its own priority "
+                            "(workload.classes.NAME.priority)", where="priority")
+    if cfg.trace is not None:
+        if cfg.arrivals is not None or cfg.lengths is not None:
+            raise ServesimError("a trace brings its own arrivals and lengths; remove "
+                                "arrivals/lengths or the trace", where="trace")
+        for name, c in classes.items():
+            for key in ("weight", "arrivals", "lengths"):
+                if getattr(c, key) is not None:
+                    raise ServesimError("the trace's class column assigns classes and the trace "
+                                        "brings arrivals and lengths; a trace class takes only "
+                                        "priority and slo", where=f"classes.{name}.{key}")
+        return
+    own = [n for n, c in classes.items() if c.arrivals is not None]
+    if own and cfg.concurrency is not None:
+        raise ServesimError("closed-loop clients (workload.concurrency) send when their "
+                            "previous request ends; a class cannot have its own arrival "
+                            "process: give it a weight", where=f"classes.{own[0]}.arrivals")
+    if own:
+        bare = [n for n in classes if n not in own]
+        if bare:
+            raise ServesimError(f"class {own[0]!r} has its own arrivals, so every class needs "
+                                "them (or none, to share workload.arrivals by weight)",
+                                where=f"classes.{bare[0]}.arrivals")
+        if cfg.arrivals is not None:
+            raise ServesimError("every class has its own arrivals; remove workload.arrivals "
+                                "(or the classes' arrivals, giving weights instead)",
+                                where="arrivals")
+    else:
+        if cfg.arrivals is None and cfg.concurrency is None:
+            raise ServesimError("classes without arrivals of their own share workload.arrivals;"
+                                " give it (or arrivals in every class)", where="arrivals")
+        for name, c in classes.items():
+            if c.weight is None:
+                share = "workload.arrivals" if cfg.concurrency is None else "the requests"
+                raise ServesimError(f"required: the class's share of {share} "
+                                    "(relative, > 0)", where=f"classes.{name}.weight")
+    for name, c in classes.items():
+        if c.lengths is None and cfg.lengths is None:
+            raise ServesimError("required here, or a shared workload.lengths",
+                                where=f"classes.{name}.lengths")
+    if cfg.lengths is not None and all(c.lengths is not None for c in classes.values()):
+        raise ServesimError("unused: every class gives its own lengths; remove "
+                            "workload.lengths", where="lengths")
+    if cfg.num_requests is None and cfg.duration_s is None:
+        raise ServesimError("generated arrivals need num_requests or duration_s",
+                            where="num_requests")
+
+
+def check_closed(cfg: WorkloadConfig) -> None:
+    """Cross-field rules of a closed-loop workload (keys relative to ``workload``)."""
+    n = cfg.concurrency
+    if n is None:
+        raise ServesimError("think_time_s applies to closed-loop clients; give "
+                            "workload.concurrency too", where="think_time_s")
+    if cfg.arrivals is not None:
+        raise ServesimError(f"closed-loop clients (concurrency {n}) send each request when "
+                            "their previous one ends; remove arrivals (or concurrency, for "
+                            "open-loop arrivals)", where="arrivals")
+    tc = cfg.trace
+    if tc is not None:
+        for key, neutral in (("time_scale", 1.0), ("target_rate", None)):
+            if getattr(tc, key) != neutral:
+                raise ServesimError("a closed loop ignores the trace's arrival times, so "
+                                    f"{key} has no effect; remove it", where=f"trace.{key}")
+        if cfg.lengths is not None:
+            raise ServesimError("the trace brings the lengths; remove lengths or the trace",
+                                where="lengths")
+        if cfg.priority is not None:
+            raise ServesimError("a trace brings its own priority column; remove "
+                                "workload.priority", where="priority")
+    else:
+        if cfg.num_requests is None and cfg.duration_s is None:
+            raise ServesimError("closed-loop clients need num_requests (requests sent in all) "
+                                "or duration_s (when they stop sending)", where="num_requests")
+        if cfg.classes is None and cfg.lengths is None:
+            raise ServesimError("closed-loop clients draw their requests' lengths from here "
+                                "(or a trace)", where="lengths")
+    if cfg.classes is not None:
+        check_classes(cfg)

@@ -1,0 +1,92 @@
+"""``servesim trace ...``: inspect a request trace from the command line.
+
+    servesim trace stats FILE [--format F] [--json] [load options]
+    servesim trace plot  FILE [--format F] --out PNG [load options]
+
+FILE is a path or a shipped trace's name (see :func:`sim.workload.traces.find_trace`). Load
+options: ``--sort``, ``--model M`` / ``--log-type T`` (burstgpt), ``--spread --seed N``
+(mooncake). Any error is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from sim.errors import ServesimError
+from sim.workload.traces import FORMATS, Trace, find_trace, load_trace
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage, so errors stay one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ServesimError(f"{message} (see servesim trace --help)", source="servesim trace")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="servesim trace", description="Inspect LLM request traces.")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    for name, text in (("stats", "print summary statistics"),
+                       ("plot", "write a PNG of arrival rate and length histograms")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("file", help="trace path, or the name of a shipped trace")
+        p.add_argument("--format", choices=list(FORMATS), help="file format (default: sniffed)")
+        p.add_argument("--sort", action="store_true", help="sort rows by arrival time")
+        p.add_argument("--model", help="burstgpt: keep only this Model (e.g. ChatGPT)")
+        p.add_argument("--log-type", help="burstgpt: keep only this Log Type")
+        p.add_argument("--spread", action="store_true",
+                       help="mooncake: spread requests within each timestamp bucket")
+        p.add_argument("--seed", type=int, default=0, help="seed for --spread (default 0)")
+        if name == "stats":
+            p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        else:
+            p.add_argument("--out", required=True, help="PNG file to write")
+    return ap
+
+
+def _load(args: argparse.Namespace) -> Trace:
+    path = find_trace(args.file, Path.cwd())
+    opts: dict[str, Any] = {}
+    if args.model is not None:
+        opts["model"] = args.model
+    if args.log_type is not None:
+        opts["log_type"] = args.log_type
+    rng = None
+    if args.spread:
+        opts["spread"] = True
+        rng = np.random.default_rng(args.seed)
+    return load_trace(path, args.format, sort=args.sort, rng=rng, **opts)
+
+
+def main(argv: list[str]) -> int:
+    """Run ``servesim trace`` with ``argv`` (without the ``trace`` word); return exit status."""
+    from sim.workload.tracestats import format_stats, plot_trace, trace_stats
+
+    try:
+        args = _parser().parse_args(argv)
+        trace = _load(args)
+        if args.cmd == "stats":
+            stats = trace_stats(trace)
+            print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
+        else:
+            out = Path(args.out)
+            if not out.parent.is_dir():
+                raise ServesimError("the folder for --out does not exist", source=str(out))
+            plot_trace(trace, out)
+            print(f"wrote {out}")
+    except ServesimError as exc:
+        print(f"servesim: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help exits through argparse; report it as a status
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

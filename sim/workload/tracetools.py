@@ -1,0 +1,236 @@
+"""Pure transformations of a :class:`~sim.workload.traces.Trace`, and the YAML section that
+applies them.
+
+Each function returns ``(new_trace, Change)``; the input trace is never modified. A
+:class:`Change` says in one line what happened and how many rows it affected, so a
+scenario run can report it (nothing is altered silently).
+
+:class:`TraceTransforms` is the ``workload.trace`` part of a scenario. Its steps always
+run in this fixed order, whatever order the YAML keys are written in:
+
+1. ``window_s: [start, end]`` - keep arrivals in ``[start, end)``, rebased to ``start``;
+2. ``sample_fraction`` or ``sample_n`` - keep a seeded random subset, in order;
+3. ``repeat`` - concatenate copies, each shifted by the span plus one mean gap;
+4. ``time_scale`` or ``target_rate_rps`` - stretch or squeeze the arrival times;
+5. ``max_context`` - cap prompt + output tokens (:func:`truncate_to_context`).
+
+Window before sample so that a window means the same stretch of the source whatever the
+sample size; repeat before rescaling so the rate target applies to the final trace;
+length capping last because it does not depend on time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.configtools import bounded
+from sim.errors import ServesimError
+from sim.workload.traces import Trace
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one transformation did: ``op`` name, a one-line ``text``, rows it affected."""
+
+    op: str
+    text: str
+    rows_affected: int
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _take(trace: Trace, idx: np.ndarray) -> dict[str, Any]:
+    """Per-row fields of ``trace`` restricted to ``idx`` (an int index array)."""
+    def opt(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[idx]
+
+    return {
+        "arrival_s": opt(trace.arrival_s),
+        "prompt_tokens": trace.prompt_tokens[idx],
+        "output_tokens": trace.output_tokens[idx],
+        "priority": opt(trace.priority),
+        "klass": opt(trace.klass),
+        "prefix_hashes": None if trace.prefix_hashes is None
+        else tuple(trace.prefix_hashes[i] for i in idx),
+    }
+
+
+def _arrivals(trace: Trace, op: str, min_rows: int = 1) -> np.ndarray:
+    if trace.arrival_s is None:
+        raise ServesimError(f"{op} needs arrival times, but this trace has only lengths",
+                            source=trace.source)
+    if len(trace) < min_rows:
+        raise ServesimError(f"{op} needs at least {min_rows} rows, the trace has {len(trace)}",
+                            source=trace.source)
+    return trace.arrival_s
+
+
+def mean_rate(arrival_s: np.ndarray) -> float:
+    """Requests per second as rows / (last - first arrival); nan for a zero span."""
+    span = float(arrival_s[-1] - arrival_s[0]) if len(arrival_s) else 0.0
+    return len(arrival_s) / span if span > 0 else float("nan")
+
+
+def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
+    """Multiply every arrival time (seconds) by ``factor`` > 0; > 1 slows the trace down."""
+    a = _arrivals(trace, "time_scale")
+    if not factor > 0 or not np.isfinite(factor):
+        raise ServesimError(f"time_scale = {factor!r}; must be a number > 0")
+    new = a * factor
+    text = (f"time_scale x{factor:g}: span {a[-1] - a[0]:.1f} s -> {new[-1] - new[0]:.1f} s, "
+            f"mean rate {mean_rate(a):.3f} -> {mean_rate(new):.3f} req/s")
+    return dataclasses.replace(trace, arrival_s=new), Change("time_scale", text, len(trace))
+
+
+def target_rate(trace: Trace, rate_rps: float) -> tuple[Trace, Change]:
+    """Rescale arrivals so that rows / (last - first arrival) equals ``rate_rps`` req/s."""
+    a = _arrivals(trace, "target_rate", min_rows=2)
+    if not rate_rps > 0 or not np.isfinite(rate_rps):
+        raise ServesimError(f"target_rate = {rate_rps!r}; must be a number of req/s > 0")
+    now = mean_rate(a)
+    if not np.isfinite(now):
+        raise ServesimError("target_rate: every arrival is at the same time, so the trace "
+                            "has no rate to rescale", source=trace.source)
+    new, ch = time_scale(trace, now / rate_rps)
+    return new, Change("target_rate", f"target_rate {rate_rps:g} req/s: {ch.text}", len(trace))
+
+
+def window(trace: Trace, start_s: float, end_s: float) -> tuple[Trace, Change]:
+    """Keep rows arriving in ``[start_s, end_s)`` seconds, rebased so ``start_s`` becomes 0."""
+    a = _arrivals(trace, "window")
+    if not start_s < end_s:
+        raise ServesimError(f"window [{start_s:g}, {end_s:g}) is empty; start must be < end")
+    lo, hi = np.searchsorted(a, [start_s, end_s], side="left")
+    if hi <= lo:
+        raise ServesimError(f"window [{start_s:g}, {end_s:g}) s holds no rows; the trace "
+                            f"spans {a[0]:g} to {a[-1]:g} s", source=trace.source)
+    cols = _take(trace, np.arange(lo, hi))
+    cols["arrival_s"] = a[lo:hi] - start_s
+    text = f"window [{start_s:g}, {end_s:g}) s: kept {hi - lo} of {len(trace)} rows"
+    return dataclasses.replace(trace, **cols), Change("window", text, len(trace) - int(hi - lo))
+
+
+def sample(trace: Trace, fraction: float | None = None, n: int | None = None, *,
+           rng: np.random.Generator) -> tuple[Trace, Change]:
+    """Keep a random subset of exactly ``n`` rows (or ``round(fraction * rows)``), in order."""
+    if (fraction is None) == (n is None):
+        raise ServesimError("sample needs exactly one of fraction or n")
+    rows = len(trace)
+    if fraction is not None:
+        if not 0 < fraction <= 1:
+            raise ServesimError(f"sample fraction = {fraction!r}; must be in (0, 1]")
+        n = round(fraction * rows)
+    assert n is not None
+    if not 1 <= n <= rows:
+        raise ServesimError(f"sample of {n} rows is impossible from a trace of {rows} rows; "
+                            "must be between 1 and the row count", source=trace.source)
+    idx = np.sort(rng.choice(rows, size=n, replace=False))
+    cols = _take(trace, idx)
+    text = f"sample: kept {n} of {rows} rows (seeded, order kept)"
+    return dataclasses.replace(trace, **cols), Change("sample", text, rows - n)
+
+
+def repeat(trace: Trace, n: int) -> tuple[Trace, Change]:
+    """Concatenate ``n`` copies; copy k arrives ``k * (span + mean gap)`` seconds later.
+
+    The extra mean gap keeps copy k+1's first row from landing on copy k's last row.
+    Prefix hashes are copied as they are: a repeated request shares its prefix again.
+    Length-only traces are simply tiled.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ServesimError(f"repeat = {n!r}; must be an integer >= 1")
+    rows = len(trace)
+    idx = np.tile(np.arange(rows), n)
+    cols = _take(trace, idx)
+    text = f"repeat x{n}: {rows} -> {rows * n} rows"
+    if trace.arrival_s is not None:
+        a = _arrivals(trace, "repeat", min_rows=1 if n == 1 else 2)
+        span = float(a[-1] - a[0])
+        shift = span + span / (rows - 1) if rows > 1 else 0.0
+        cols["arrival_s"] = (a[None, :] + shift * np.arange(n)[:, None]).ravel()
+        text += f", each copy shifted {shift:.1f} s"
+    return dataclasses.replace(trace, **cols), Change("repeat", text, rows * (n - 1))
+
+
+def truncate_to_context(trace: Trace, max_context: int) -> tuple[Trace, Change]:
+    """Cap each request at ``prompt + output <= max_context`` tokens.
+
+    Rule: the prompt is cut first, to ``max_context - output``; when the output alone
+    needs ``>= max_context``, it is cut to ``max_context - 1`` and the prompt to 1 token.
+    ``Change.rows_affected`` is the number of rows cut.
+    """
+    if not isinstance(max_context, int) or max_context < 2:
+        raise ServesimError(f"max_context = {max_context!r}; must be an integer >= 2")
+    p, o = trace.prompt_tokens, trace.output_tokens
+    over = p + o > max_context
+    long_out = o >= max_context
+    new_o = np.where(long_out, max_context - 1, o)
+    new_p = np.where(long_out, 1, np.where(over, max_context - o, p))
+    count = int(over.sum())
+    text = (f"max_context {max_context}: cut {count} of {len(trace)} rows "
+            f"({int(long_out.sum())} of them had output alone >= max_context)")
+    new = dataclasses.replace(trace, prompt_tokens=new_p.astype(np.int64),
+                              output_tokens=new_o.astype(np.int64))
+    return new, Change("truncate_to_context", text, count)
+
+
+@dataclass(frozen=True)
+class TraceTransforms:
+    """The ``workload.trace`` transformations, applied in the order documented above."""
+
+    window_s: tuple[float, ...] | None = None
+    sample_fraction: float | None = bounded(None, gt=0, le=1)
+    sample_n: int | None = bounded(None, ge=1)
+    repeat: int = bounded(1, ge=1)
+    time_scale: float | None = bounded(None, gt=0)
+    target_rate_rps: float | None = bounded(None, gt=0)
+    max_context: int | None = bounded(None, ge=2)
+
+    def __post_init__(self) -> None:
+        if self.window_s is not None and (
+            len(self.window_s) != 2 or not self.window_s[0] < self.window_s[1]
+        ):
+            raise ServesimError(f"got {list(self.window_s)!r}, expected [start_s, end_s] with "
+                                "start < end", where="window_s")
+        if self.sample_fraction is not None and self.sample_n is not None:
+            raise ServesimError("give sample_fraction or sample_n, not both", where="sample_n")
+        if self.time_scale is not None and self.target_rate_rps is not None:
+            raise ServesimError("give time_scale or target_rate_rps, not both",
+                                where="target_rate_rps")
+
+    def needs_rng(self) -> bool:
+        """True when a seeded generator is needed (sampling)."""
+        return self.sample_fraction is not None or self.sample_n is not None
+
+
+def apply_transforms(trace: Trace, spec: TraceTransforms, rng: np.random.Generator | None = None
+                     ) -> tuple[Trace, list[Change]]:
+    """Apply ``spec`` to ``trace`` in the fixed order; return the result and its changes."""
+    changes: list[Change] = []
+    t = trace
+    if spec.window_s is not None:
+        t, ch = window(t, spec.window_s[0], spec.window_s[1])
+        changes.append(ch)
+    if spec.needs_rng():
+        if rng is None:
+            raise ServesimError("sampling a trace needs a seeded random generator")
+        t, ch = sample(t, spec.sample_fraction, spec.sample_n, rng=rng)
+        changes.append(ch)
+    if spec.repeat > 1:
+        t, ch = repeat(t, spec.repeat)
+        changes.append(ch)
+    if spec.time_scale is not None:
+        t, ch = time_scale(t, spec.time_scale)
+        changes.append(ch)
+    if spec.target_rate_rps is not None:
+        t, ch = target_rate(t, spec.target_rate_rps)
+        changes.append(ch)
+    if spec.max_context is not None:
+        t, ch = truncate_to_context(t, spec.max_context)
+        changes.append(ch)
+    return t, changes

@@ -65,7 +65,7 @@ FAULTS: tuple[Fault, ...] = (
           "self._ar_fixed_s + self._ar_token_s * new,", "self._ar_fixed_s,",
           ("tests/test_sharding.py",),
           "tensor parallelism all-reduces every new token's activations twice a layer"),
-    Fault("watermark-never-reserved", "sim/core/engine.py",
+    Fault("watermark-never-reserved", "sim/core/cluster.py",
           "watermark = int(sv.watermark * blocks)", "watermark = 0",
           ("tests/test_watermark.py",),
           "serving.watermark keeps blocks free when admitting new prefills"),
@@ -144,7 +144,9 @@ def check_snippets(root: Path, faults: list[Fault]) -> list[str]:
 def pytest(copy: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[int | None, str]:
     """Run pytest on ``tests`` in ``copy``: (exit status or None on timeout, last lines)."""
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    # One process (-n 0): a fault's few tests start faster than two workers would.
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
+           *tests]
     try:
         proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True,
                               timeout=timeout_s)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -121,7 +121,11 @@ class CostExecutor:
 
 
 class _State:
-    """What the policies read and call (the simpy-free half of ``sim.core.replica.Replica``)."""
+    """What the policies read and call (:class:`sim.policies.base.ReplicaState`; the
+    simpy-free half of ``sim.core.replica.Replica``). It keeps no aggregate of steady
+    decodes: every decode is a batch entry."""
+
+    group = None
 
     def __init__(self, kv: KVCacheManager, outcomes: Outcomes):
         self.waiting: deque[Request] = deque()
@@ -145,7 +149,7 @@ class _State:
 
     preempt = release
 
-    def requeue(self, victims: list[Request]) -> None:
+    def requeue(self, victims: Iterable[Request]) -> None:
         """Preempted requests (newest first) go back to the queue's front, oldest first."""
         self.waiting.extendleft(victims)
 

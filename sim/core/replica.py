@@ -76,9 +76,8 @@ class Replica:
         self.itl = LogHistogram()
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
-        lazy = engine.lazy_decodes and getattr(policy, "lazy_decodes", False)
-        self.group = (DecodeSet(kv, getattr(policy, "reserves_kv", False))
-                      if lazy else None)
+        lazy = engine.lazy_decodes and policy.lazy_decodes
+        self.group = DecodeSet(kv, policy.reserves_kv) if lazy else None
         self.process = self.env.process(self._run())
 
     @property

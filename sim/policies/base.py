@@ -10,28 +10,93 @@ change a count themselves; they move requests between ``state.waiting`` and
 ``state.release`` (preemption) and ``state.requeue``, which keep the swap-space and
 per-request records straight.
 
-The state a policy reads (see :class:`sim.core.replica.Replica`): ``waiting`` (deque in
-admission order: FCFS, or by priority class then arrival), ``running`` (list,
-admission order), ``kv``, ``block_size``.
+The contract between a policy and the replica that runs it is declared here:
+:class:`ReplicaState` is everything a policy may read or call (the replica implements
+it), :class:`Policy` is everything the replica needs from a policy, capabilities
+included. A new policy is one module with one class and one line in
+:data:`sim.policies.registry.POLICIES` (or :func:`sim.policies.registry.register` from
+outside the package); docs/policies.md works through an example.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
 
+from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.request import Request
 
 Batch = dict[Request, int]
 
 
-class Policy(Protocol):
-    """What the replica needs from a batching policy."""
+class DecodeGroup(Protocol):
+    """The running steady decodes a replica advances as one aggregate
+    (:class:`sim.core.decodeset.DecodeSet`), as a policy sees them."""
 
-    def schedule(self, state: Any) -> Batch:
+    def reserve(self, running: list[Request]) -> bool:
+        """Take the blocks every running request's next token needs, if all fit without
+        preemption; True when they did (they then decode without batch entries)."""
+        ...
+
+    def flush(self, running: list[Request]) -> None:
+        """Write the members' exact fields back and dissolve the group, so the policy
+        can decode them one by one (and preempt)."""
+        ...
+
+
+class ReplicaState(Protocol):
+    """What a policy may read and call on the replica it schedules.
+
+    ``waiting``: requests not running, in admission order (FCFS, or by priority class
+    then arrival); ``running``: in admission order, newest last; ``kv``: the replica's
+    KV-cache manager; ``block_size``: tokens per KV block; ``group``: the aggregate of
+    steady decodes, or None when the replica keeps none (the policy's
+    ``lazy_decodes`` is False, or the run turned it off)."""
+
+    waiting: deque[Request]
+    running: list[Request]
+    kv: KVCacheManager
+    block_size: int
+
+    @property
+    def group(self) -> DecodeGroup | None:
+        """The steady decodes kept as one aggregate, or None."""
+        ...
+
+    def admit(self, r: Request, hit: PrefixHit = NO_HIT) -> None:
+        """Move the head of ``waiting`` (already popped) into ``running``, after the KV
+        manager gave its blocks; ``hit`` is its prefix-cache hit."""
+        ...
+
+    def release(self, r: Request) -> None:
+        """Preempt running request ``r`` (already removed from ``running``): free its
+        blocks for recompute, or swap them out."""
+        ...
+
+    def requeue(self, victims: Iterable[Request]) -> None:
+        """Put preempted requests back into ``waiting`` in admission order."""
+        ...
+
+
+class Policy(Protocol):
+    """What the replica needs from a batching policy.
+
+    Capabilities, declared by every policy as class attributes:
+    ``lazy_decodes``: between iterations every running request is a steady decode (one
+    token a step, its KV exactly its tokens), so the replica may keep them as one
+    aggregate and advance them in O(1) (:class:`DecodeGroup`); ``reserves_kv``: the
+    policy takes a request's whole KV (prompt plus output) at admission, so a steady
+    decode never needs a new block."""
+
+    lazy_decodes: bool
+    reserves_kv: bool
+
+    def schedule(self, state: ReplicaState) -> Batch:
         """The next iteration's batch (empty when there is nothing to run)."""
         ...
 
-    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+    def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Why a request of these lengths (tokens) can never run here, or None."""
         ...
 
@@ -42,7 +107,7 @@ def prompt_over_budget(prompt: int, max_tokens: int) -> str | None:
     return "prompt_exceeds_max_num_batched_tokens" if prompt > max_tokens else None
 
 
-def grow(state: Any, r: Request, num_new_tokens: int, victims: list[Request]) -> bool:
+def grow(state: ReplicaState, r: Request, num_new_tokens: int, victims: list[Request]) -> bool:
     """Give running request ``r`` the KV blocks for ``num_new_tokens`` more tokens,
     preempting the newest running requests (appended to ``victims``) while they do not
     fit. False when ``r`` itself is the newest and they still do not fit: nothing is
@@ -57,7 +122,7 @@ def grow(state: Any, r: Request, num_new_tokens: int, victims: list[Request]) ->
     return True
 
 
-def decode_all(state: Any, batch: Batch) -> Batch:
+def decode_all(state: ReplicaState, batch: Batch) -> Batch:
     """Add one decode token for every running request to ``batch``, preempting the
     newest running requests when the KV cache has no block to grow into.
 
@@ -65,7 +130,7 @@ def decode_all(state: Any, batch: Batch) -> Batch:
     (``state.group``) decodes them implicitly when they need no preemption: the batch
     then lists only the other entries, and the set's members decode too."""
     running = state.running
-    group = getattr(state, "group", None)
+    group = state.group
     if group is not None:
         if group.reserve(running):
             return batch
@@ -86,7 +151,7 @@ def decode_all(state: Any, batch: Batch) -> Batch:
     return batch
 
 
-def resume(state: Any, batch: Batch, max_seqs: int) -> Batch:
+def resume(state: ReplicaState, batch: Batch, max_seqs: int) -> Batch:
     """Admit waiting requests whose KV is already computed (swapped out, or sent by a
     prefill replica) as decodes, in queue order, while the KV cache (keeping the
     watermark free) and the sequence limit allow."""

@@ -8,10 +8,10 @@ iteration that brings ``computed`` up to ``prompt + generated``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sim.core.request import Request
-from sim.policies.base import Batch, grow
+from sim.policies.base import Batch, ReplicaState, grow
 
 if TYPE_CHECKING:
     from sim.config.scenario import ServingConfig
@@ -37,16 +37,17 @@ class Chunked:
     # A request's running entry is a steady decode once its last chunk emitted, and
     # those lead the running list (later admissions follow them).
     lazy_decodes = True
+    reserves_kv = False
 
     def __init__(self, cfg: ServingConfig):
         self.budget = cfg.chunk_budget
         self.max_seqs = cfg.max_num_seqs
 
-    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+    def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Any prompt can be chunked; only the KV capacity (checked by the replica) limits."""
         return None
 
-    def schedule(self, state: Any) -> Batch:
+    def schedule(self, state: ReplicaState) -> Batch:
         """Running requests' decodes and chunks first, then new prefill chunks."""
         batch: Batch = {}
         running = state.running

@@ -17,7 +17,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import ServesimError
-from sim.policies.base import Batch, Policy, decode_all, prompt_over_budget, resume
+from sim.policies.base import (
+    Batch,
+    Policy,
+    ReplicaState,
+    decode_all,
+    prompt_over_budget,
+    resume,
+)
 from sim.policies.chunked import Chunked
 from sim.policies.static import Orca, Static
 
@@ -25,7 +32,7 @@ if TYPE_CHECKING:
     from sim.config.scenario import ServingConfig
 
 __all__ = ["POLICIES", "Batch", "Chunked", "Continuous", "Disaggregated", "Orca", "Policy",
-           "Static", "decode_all", "make_policy", "resume"]
+           "Static", "decode_all", "make_policy", "register", "resume"]
 
 
 class Continuous:
@@ -43,12 +50,13 @@ class Continuous:
     # Between iterations every running request is a steady decode (a prefill here is a
     # whole prompt, and emits), so the replica may keep them in a DecodeSet.
     lazy_decodes = True
+    reserves_kv = False
 
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens
 
-    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+    def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Prompts over the token budget can never be admitted as one prefill; nor can the
         re-prefill of prompt plus output a preemption may force. (vLLM refuses to start
         when max_num_batched_tokens < max_model_len for this reason.)"""
@@ -59,7 +67,7 @@ class Continuous:
             return "recompute_exceeds_max_num_batched_tokens"
         return None
 
-    def schedule(self, state: Any) -> Batch:
+    def schedule(self, state: ReplicaState) -> Batch:
         """Admit prefills if any fit; else decode all running requests."""
         batch: Batch = {}
         kv = state.kv
@@ -116,7 +124,21 @@ POLICIES: dict[str, type] = {
 }
 
 
+def register(name: str, policy: type) -> None:
+    """Make ``policy`` (a class built from a ``ServingConfig`` that implements
+    :class:`~sim.policies.base.Policy`) available as ``serving.policy: NAME``, for a
+    policy written outside this package; one inside it is a line of :data:`POLICIES`."""
+    if name in POLICIES:
+        raise ServesimError(f"policy {name!r} is already registered "
+                            f"({POLICIES[name].__qualname__})", where="serving.policy")
+    for capability in ("lazy_decodes", "reserves_kv"):
+        if not isinstance(getattr(policy, capability, None), bool):
+            raise ServesimError(f"{policy.__qualname__} must declare {capability} "
+                                "(True or False) as a class attribute", where="serving.policy")
+    POLICIES[name] = policy
+
+
 def make_policy(cfg: ServingConfig) -> Policy:
-    """The policy named by ``cfg.policy``."""
+    """The policy named by ``cfg.policy`` (a name :class:`ServingConfig` checked)."""
     policy: Policy = POLICIES[cfg.policy](cfg)
     return policy

@@ -7,15 +7,21 @@ preempts; the price is a KV cache that holds fewer requests than paging would al
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sim.policies.base import Batch, decode_all, prompt_over_budget, whole_life_tokens
+from sim.policies.base import (
+    Batch,
+    ReplicaState,
+    decode_all,
+    prompt_over_budget,
+    whole_life_tokens,
+)
 
 if TYPE_CHECKING:
     from sim.config.scenario import ServingConfig
 
 
-def admit_whole_prompts(state: Any, batch: Batch, tokens: int, max_seqs: int) -> Batch:
+def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs: int) -> Batch:
     """Add waiting requests to ``batch`` in queue order, each with its whole prompt and
     its whole-life KV reserved, while the batch holds fewer than ``max_seqs`` sequences,
     the prompts fit ``tokens`` (new tokens left this iteration) and the KV cache keeps
@@ -56,11 +62,11 @@ class Static:
         self.size = min(cfg.static_batch_size or cfg.max_num_seqs, cfg.max_num_seqs)
         self.max_tokens = cfg.max_num_batched_tokens
 
-    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+    def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Prompts over the token budget can never be prefilled."""
         return prompt_over_budget(prompt, self.max_tokens)
 
-    def schedule(self, state: Any) -> Batch:
+    def schedule(self, state: ReplicaState) -> Batch:
         """Decode the current batch; when it has drained, form the next one."""
         if state.running:
             return decode_all(state, {})  # blocks were reserved at admission: none taken
@@ -85,11 +91,11 @@ class Orca:
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens
 
-    def reject_reason(self, prompt: int, output: int, state: Any) -> str | None:
+    def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Prompts over the token budget can never be prefilled."""
         return prompt_over_budget(prompt, self.max_tokens)
 
-    def schedule(self, state: Any) -> Batch:
+    def schedule(self, state: ReplicaState) -> Batch:
         """Decode every running request and add the whole prefills that fit."""
         batch = decode_all(state, {})  # blocks were reserved at admission: none taken
         return admit_whole_prompts(state, batch, self.max_tokens - len(state.running),

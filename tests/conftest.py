@@ -55,17 +55,13 @@ def run_both_ways(scenario: Any, arrivals: list[float], prompts: list[int],
     return runs[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2 --dist loadgroup``) every end-to-end test runs on one
-    worker: they share one calibration (a session fixture is built once per worker), and
-    each binds its thread to the same, highest-numbered core
-    (calibrate.timing.pin_cores), where two at once would only take turns."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.get_closest_marker("e2e"):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+def e2e(test: Any) -> Any:
+    """Mark an end-to-end test (pyproject.toml's ``e2e`` marker) and keep it on one
+    pytest-xdist worker (``--dist loadgroup``): the end-to-end tests share one
+    calibration (a session fixture is built once per worker), and each binds its thread
+    to the same, highest-numbered core (calibrate.timing.pin_cores), where two at once
+    would only take turns."""
+    return pytest.mark.xdist_group("e2e")(pytest.mark.e2e(test))
 
 
 # The one CPU calibration the end-to-end tests share (tests/test_calibrate_e2e.py and

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import E2E_OOM_LABEL, E2E_ROUNDS
+from conftest import E2E_OOM_LABEL, E2E_ROUNDS, e2e
 
 from calibrate import sweeps
 from calibrate.cli import main
@@ -54,7 +54,7 @@ def _shape(row: dict[str, str]) -> StepShape:
     return StepShape(*(float(row[f]) for f in StepShape._fields))
 
 
-@pytest.mark.e2e
+@e2e
 def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
     # How long it takes and how well its fits predict are a benchmark's business
     # (bench/bench_calibrate.py, docs/performance.md), not a test's: on a shared 2-core
@@ -105,7 +105,7 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
     assert host["coef"]["const_s"] + host["coef"]["per_seq_s"] > 0
 
 
-@pytest.mark.e2e
+@e2e
 def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
     res = calibrated
     rows = list(csv.DictReader(res.csv_path.open()))
@@ -161,7 +161,7 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
                                                                    rel=1e-5)
 
 
-@pytest.mark.e2e
+@e2e
 def test_profile_file_prices_steps_as_the_calibration_did(calibrated) -> None:
     """The profile on disk is the calibration's cost model: loaded back, it prices every
     whole step it was checked on, and a step built directly on the model, as a cost
@@ -215,7 +215,7 @@ def test_exhausted_budget_stops_the_sweep() -> None:
     assert stopped and out == []
 
 
-@pytest.mark.e2e
+@e2e
 def test_tiny_budget_is_a_clear_error_and_keeps_measurements(tmp_path: Path, capsys) -> None:
     out = tmp_path / "p.yaml"
     threads = torch.get_num_threads()
@@ -245,7 +245,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], m
     assert rc == 2 and match in err and "\n" not in err and "Traceback" not in err
 
 
-@pytest.mark.e2e
+@e2e
 def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
            "SERVESIM_CHECK_DEVICE": "cpu"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import e2e
 
 from calibrate.replay import (
     STEP_FIELDS,
@@ -202,7 +203,7 @@ def test_rejections_follow_the_simulator() -> None:
     assert res.status[0] == "finished" and np.isfinite(res.finish[0])
 
 
-@pytest.mark.e2e
+@e2e
 def test_wall_clock_replay_of_the_tiny_model_on_cpu() -> None:
     """A real run: arrivals respected, token accounting exact, steps back to back."""
     spec = MODELS["tiny"]
@@ -274,7 +275,7 @@ def test_wall_clock_sleeps_to_a_millisecond_before_and_spins_the_rest(monkeypatc
     assert fake.sleeps == []
 
 
-@pytest.mark.e2e
+@e2e
 def test_replay_command_writes_records(tmp_path: Path) -> None:
     threads = torch.get_num_threads()
     try:

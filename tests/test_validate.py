@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import e2e
 
 from sim.errors import ServesimError
 from sim.validate import vllm_results
@@ -148,7 +149,6 @@ def profile(cpu_calibration) -> Path:
     return cpu_calibration[0].profile_path
 
 
-@pytest.mark.e2e
 def _columns(path: Path) -> dict[str, np.ndarray]:
     """A per-request CSV (sim.report.outputs.requests_csv) as columns of strings."""
     with path.open() as f:
@@ -160,6 +160,7 @@ def _seconds(cells: np.ndarray) -> np.ndarray:
     return np.array([float(c) if c else np.nan for c in cells])
 
 
+@e2e
 def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Replay, simulate, compare at two rates. How close the prediction comes is not

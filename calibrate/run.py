@@ -314,6 +314,9 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         raise ServesimError(f"only {len(done)} whole steps timed, need {2 * MIN_TEST}; "
                             f"raise --budget-s; measurements kept in {csv_path}")
     fits["in_situ"], errs, base_errs = _fit_in_situ(cost, layers, done)
+    # A cost picks the components it prices when it is built: rebuilt, it prices the
+    # in_situ term just fitted, as the profile written below will.
+    cost = cost.replace(coefs=cost.coefs)
     skipped = [m for m in ops + steps if m.status != "ok"]
     notes += [f"skipped {m.point.component} {m.point.label}: {m.note}" for m in skipped]
     notes.append(f"operators alone (no in_situ term) on the whole steps: mean error "

@@ -31,7 +31,6 @@ from calibrate.sweeps import Measurement
 from calibrate.timing import Timer, Timing, TimingConfig
 from calibrate.wake import IDLE_S
 from sim.cost.profile import FORMS, wake_curve
-from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import SCHEMA, load_profile
 from sim.cost.shape import StepShape, shape_of
 from sim.cost.specs import MODELS, shard
@@ -170,9 +169,7 @@ def test_profile_file_prices_steps_as_the_calibration_did(calibrated) -> None:
     measured times is bench/bench_calibrate.py's business."""
     res = calibrated
     cost = load_profile(str(res.profile_path))
-    # Built afresh: ``res.cost`` had its in_situ coefficients set after it was made.
-    kept = ProfileCost(res.cost.model, 1, "kept", "fp32", res.cost.coefs,
-                       knots=res.cost.knots, wake=res.cost.wake)
+    kept = res.cost  # the calibration's own cost model, in_situ included
     rows = [r for r in csv.DictReader(res.csv_path.open())
             if r["component"] == "whole_step" and r["status"] == "ok"]
     shapes = [_shape(r) for r in rows]

@@ -10,49 +10,21 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import tiny_scenario
+from conftest import assert_equivalent, lazy_and_eager, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.config import scenario
-from sim.core.engine import Engine, build_cost
 from sim.policies.registry import POLICIES
-from sim.report.metrics import summarize
-from sim.report.outputs import requests_csv
 from sim.workload.requests import Requests
-
-
-def both_ways(sc: Any, requests: Requests) -> list[Any]:
-    """The run with lazily advanced decodes, then request by request (logs kept)."""
-    out = []
-    for lazy in (True, False):
-        res = Engine(sc, requests, build_cost(sc), np.random.default_rng(0), log_steps=True,
-                     lazy_decodes=lazy).run()
-        res.step_log.sort(key=lambda e: (e[0], e[1]))
-        out.append(res)
-    return out
-
-
-def assert_same(a: Any, b: Any) -> None:
-    assert a.step_log == b.step_log
-    assert requests_csv(a) == requests_csv(b)
-    for field in ("first_sched", "first_token", "finish"):
-        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
-    sa, sb = summarize(a), summarize(b)
-    # Repeated gaps are summed as value x count: the ITL mean may differ in its last bits.
-    ia, ib = sa["latency_s"].get("itl") or {}, sb["latency_s"].get("itl") or {}
-    ma, mb = ia.pop("mean", 0.0), ib.pop("mean", 0.0)
-    assert (ma is None and mb is None) or ma == pytest.approx(mb, rel=1e-12)
-    assert sa == sb
-    assert a.itl.counts.tolist() == b.itl.counts.tolist()
 
 
 def test_a_decode_run_is_logged_step_by_step() -> None:
     # One request, prompt 8, 12 outputs: a prefill, then 11 decodes with nothing arriving.
     sc = tiny_scenario()
     req = Requests(np.array([0.0]), np.array([8]), np.array([12]))
-    lazy, eager = both_ways(sc, req)
-    assert_same(lazy, eager)
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
     assert len(lazy.step_log) == 12
     assert lazy.finish[0] == pytest.approx(0.018 + 11 * 0.011)
     assert lazy.replica_stats[0].iterations == 12
@@ -63,8 +35,8 @@ def test_an_arrival_and_a_kv_shortfall_during_decodes() -> None:
     # third request arrives during the decodes.
     sc = tiny_scenario(serving={"num_kv_blocks": 6})
     req = Requests(np.array([0.0, 0.0, 0.05]), np.array([8, 8, 3]), np.array([9, 9, 2]))
-    lazy, eager = both_ways(sc, req)
-    assert_same(lazy, eager)
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
     assert lazy.preemptions.tolist() == [0, 1, 0]
 
 
@@ -75,8 +47,8 @@ def test_one_token_prompts_and_final_chunks_emit_first_tokens() -> None:
         sc = tiny_scenario(serving={"policy": policy, "block_size": 1, "num_kv_blocks": 4,
                                     "max_num_seqs": 1})
         req = Requests(np.array([0.0, 0.0]), np.array([1, 1]), np.array([3, 3]))
-        lazy, eager = both_ways(sc, req)
-        assert_same(lazy, eager)
+        lazy, eager = lazy_and_eager(sc, req)
+        assert_equivalent(lazy, eager)
         assert np.isfinite(lazy.first_sched).all()
         assert lazy.itl.max < 1.0
 
@@ -112,5 +84,5 @@ def test_lazy_decodes_are_exact_in_closed_loops(policy: str, replicas: int, rout
     })
     req = Requests(np.full(len(rows), np.inf), np.array([r[0] for r in rows]),
                    np.array([r[1] for r in rows]))
-    lazy, eager = both_ways(sc, req)
-    assert_same(lazy, eager)
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)

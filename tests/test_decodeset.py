@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from conftest import tiny_scenario
+from conftest import assert_equivalent, lazy_and_eager, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,38 +21,11 @@ from sim.core.request import Request
 from sim.core.result import Outcomes, finish_requests
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
-from sim.report.outputs import requests_csv
 from sim.workload.requests import Requests
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml"))
 LAZY_POLICIES = ("continuous", "chunked", "static", "orca")
-
-
-def lazy_and_eager(sc: Any, requests: Requests, log: bool = True) -> list[Any]:
-    out = []
-    for lazy in (True, False):
-        res = Engine(sc, requests, build_cost(sc), np.random.default_rng(0), log_steps=log,
-                     lazy_decodes=lazy).run()
-        if res.step_log is not None:
-            res.step_log.sort(key=lambda e: (e[0], e[1]))
-        out.append(res)
-    return out
-
-
-def assert_equivalent(a: Any, b: Any) -> None:
-    assert a.step_log == b.step_log
-    assert requests_csv(a) == requests_csv(b)
-    for field in ("first_sched", "first_token", "finish", "preemptions", "status"):
-        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
-    assert a.itl.counts.tolist() == b.itl.counts.tolist()
-    assert (a.itl.total, a.itl.zeros, a.itl.max) == (b.itl.total, b.itl.zeros, b.itl.max)
-    sa, sb = summarize(a), summarize(b)
-    # Repeated gaps are summed as value x count: the ITL mean may differ in its last bits.
-    ia, ib = sa["latency_s"].get("itl") or {}, sb["latency_s"].get("itl") or {}
-    ma, mb = ia.pop("mean", 0.0), ib.pop("mean", 0.0)
-    assert (ma is None and mb is None) or ma == pytest.approx(mb, rel=1e-12)
-    assert sa == sb
 
 
 @settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None,

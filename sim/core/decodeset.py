@@ -34,11 +34,8 @@ from __future__ import annotations
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
+from sim.cost.memory import blocks_for
 from sim.cost.shape import StepShape
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class DecodeSet:
@@ -77,7 +74,7 @@ class DecodeSet:
             return False
         if self.reserved:
             return r.blocks * self.bs >= r.prompt + r.output - 1
-        return r.blocks == _ceil_div(c, self.bs)
+        return r.blocks == blocks_for(c, self.bs)
 
     def join(self, r: Request) -> None:
         """Make ``r`` (a steady decode, fields exact now) a member from this tick on."""

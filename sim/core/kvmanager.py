@@ -87,10 +87,7 @@ class KVCacheManager:
 
     def can_allocate(self, num_blocks: int, keep_watermark: bool = False) -> bool:
         """Whether ``num_blocks`` more blocks fit (leaving the watermark free if asked)."""
-        pc = self.prefix
-        evictable = pc.evictable if pc is not None else 0
-        reserve = self.watermark if keep_watermark else 0
-        return self.total - self.used + evictable - num_blocks >= reserve
+        return self.available - num_blocks >= (self.watermark if keep_watermark else 0)
 
     def can_ever_hold(self, tokens: int) -> bool:
         """Whether one request spanning ``tokens`` tokens could ever be admitted: its
@@ -145,10 +142,8 @@ class KVCacheManager:
         """Take ``num_blocks`` blocks for requests whose own counts are brought up to date
         later (:meth:`settle`; a :class:`sim.core.decodeset.DecodeSet`'s members), evicting
         cached entries if need be; False when they do not fit, changing nothing."""
-        free = self.total - self.used
-        if num_blocks > free:
-            pc = self.prefix
-            if pc is None or free + pc.evictable < num_blocks:
+        if num_blocks > self.total - self.used:
+            if num_blocks > self.available:
                 return False
             self._evict(num_blocks)
         self.used += num_blocks

@@ -74,10 +74,10 @@ class RunResult:
 class Outcomes:
     """Per-request results of ``n`` requests: ``first_sched``, ``first_token`` and
     ``finish`` are times in seconds (NaN until they happen), ``preemptions`` counts,
-    ``status`` one of :mod:`sim.core.request`'s codes; ``finished_count`` counts requests
-    finished so far. ``response_s`` (s) is how long after the engine's last token its
-    client has the answer (0 here; the engine's frontend sets it). ``tells_ends``:
-    whether :meth:`ended` must hear of every finish (a closed loop's clients)."""
+    ``status`` one of :mod:`sim.core.request`'s codes. ``response_s`` (s) is how long
+    after the engine's last token its client has the answer (0 here; the engine's
+    frontend sets it). ``tells_ends``: whether :meth:`ended` must hear of every finish
+    (a closed loop's clients)."""
 
     def __init__(self, n: int) -> None:
         self.first_sched = np.full(n, np.nan)
@@ -85,7 +85,6 @@ class Outcomes:
         self.finish = np.full(n, np.nan)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.status = np.full(n, PENDING, dtype=np.int8)
-        self.finished_count = 0
         self.response_s = 0.0
         self.tells_ends = False
 
@@ -107,7 +106,7 @@ class Outcomes:
 def finish_requests(done: list[Request], now: float, kv: KVCacheManager,
                     out: Outcomes) -> None:
     """Finish ``done`` (each has emitted its last token at ``now``, s): free its KV and
-    its prefix-cache references, record its finish time and status, count it, and tell
+    its prefix-cache references, record its finish time and status, and tell
     its client. The caller drops them from its running list."""
     finish = out.finish
     status = out.status
@@ -115,7 +114,6 @@ def finish_requests(done: list[Request], now: float, kv: KVCacheManager,
         kv.free(r)
         finish[r.id] = now
         status[r.id] = FINISHED
-    out.finished_count += len(done)
     if out.tells_ends:
         client_s = now + out.response_s
         for r in done:

@@ -6,8 +6,10 @@ whose arrival time has passed joins the waiting queue (the same rejection rules 
 ``sim.core.engine``), the *simulator's own* policy object (``sim.policies.registry``: ``continuous``
 or ``chunked``) picks the batch against the same KV-cache manager
 (``sim.core.kvmanager.KVCacheManager``, watermark included, preemption by recompute), the
-model runs that batch, and the iteration's end stamps first tokens and finishes
-requests through the simulator's own finish path (``sim.core.result.finish_requests``).
+model runs that batch, the simulator's own iteration step
+(``sim.core.batch.advance``) moves its tokens on, and the iteration's end stamps first
+tokens and finishes requests through the simulator's own finish path
+(``sim.core.result.finish_requests``).
 So real and simulated runs differ only in where step times come from: the device here,
 the cost profile there.
 
@@ -35,6 +37,7 @@ import numpy as np
 import torch
 
 from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
+from sim.core.batch import advance
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.request import Request
 from sim.core.result import Outcomes, finish_requests
@@ -250,19 +253,16 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
             # other processes took the core and the measured times are inflated.
             cpu = time.thread_time() - cpu0
             res.steps.append((now, end, dt, cpu, host, *shape_of((k, c) for _, k, c in entries)))
-            done: list[Request] = []
-            for (r, k), tok in zip(batch.items(), ids, strict=True):
-                r.computed += k
+            for r, tok in zip(batch, ids, strict=True):
                 last_id[r.id] = tok
-                if r.computed == r.prompt + r.generated:
-                    r.generated += 1
-                    if r.generated == 1:
-                        res.first_token[r.id] = end
-                    if r.generated == r.output:
-                        done.append(r)
-            if done:
-                finish_requests(done, end, kv, out)
-                for r in done:
+            # The simulator's own iteration steps: tokens advance as in sim's replicas.
+            emitted, finished = advance(batch)
+            for r in emitted:
+                if r.generated == 1:
+                    res.first_token[r.id] = end
+            if finished:
+                finish_requests(finished, end, kv, out)
+                for r in finished:
                     free_slots.append(slot.pop(r.id))
                 state.running = [r for r in state.running if r.generated < r.output]
     except KeyboardInterrupt:

@@ -22,7 +22,7 @@ SIM = Path(__file__).parents[1] / "sim"
 # set, clients, faults) sits above them and runs them.
 BASE = ("sim.errors", "sim.configtools")
 CORE_STATE = ("sim.core.request", "sim.core.kvmanager", "sim.core.prefix", "sim.core.histogram",
-              "sim.core.replicastats")
+              "sim.core.replicastats", "sim.core.batch")
 LAYERS: dict[str, int] = {
     "sim": 0,
     "sim.cost": 1, "sim.workload": 1,

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.config import scenario
+from sim.core.batch import Batch
 from sim.core.decodeset import DecodeSet
 from sim.core.engine import Engine, build_cost, simulate
 from sim.core.histogram import LogHistogram
@@ -119,20 +120,19 @@ def test_set_bookkeeping_by_hand() -> None:
     g.join(b)
     assert g.shape() == (2, 2, 13, 0, 0, 0, 15)
     assert g.finish_at == {5: [a], 1: [b]}
-    assert not DecodeSet(kv).reserve([a])  # a running request outside the set
+    assert not DecodeSet(kv).reserve([a], Batch())  # a running request outside the set
     # Tick 0: B's 9th token needs a third block; A's 6th fits its second.
-    assert g.reserve(rep.running) and kv.used == 5
+    assert g.reserve(rep.running, Batch()) and kv.used == 5
     rep.end_step(g, 1.0)  # both emit; B finishes and frees its 3 blocks
     assert rep.running == [a] and kv.used == 2 and rep.engine.finish[1] == 1.0
     assert rep.outstanding == -2 and g.n == 1
     # Ticks 1 and 2: A computes its 7th and 8th tokens inside its 2 blocks.
     for t in (1.5, 2.5):
-        assert g.reserve(rep.running) and kv.used == 2
+        assert g.reserve(rep.running, Batch()) and kv.used == 2
         assert g.shape().context_tokens == a.computed + g.tick
         rep.end_step(g, t)
     # Tick 3: A's 9th token needs a block.
-    assert g.reserve(rep.running) and kv.used == 3
-    g.stepping = False
+    assert g.reserve(rep.running, Batch()) and kv.used == 3
     g.flush(rep.running)
     assert (a.computed, a.generated, a.blocks, a.last_token, a.sync) == (8, 4, 2, 2.5, -1)
     assert g.n == 0 and not g.finish_at and sum(g.phase) == 0

@@ -33,7 +33,7 @@ class OneAtATime:
         return "prompt_too_long" if prompt > self.max_tokens else None
 
     def schedule(self, state: ReplicaState) -> Batch:
-        batch: Batch = {}
+        batch = Batch()
         if state.running:
             return decode_all(state, batch)
         if state.waiting:

@@ -24,13 +24,16 @@ integer updates:
 - Inter-token gaps: every member in the previous iteration emitted at ``last_end``;
   members joined since (``fresh``) keep their own last token time.
 
-Nothing here decides anything: policies still choose batches (sim/policies/base.py asks
-:meth:`reserve` whether the set can decode without preemption; when it cannot, it
-calls :meth:`flush` and decodes request by request).
+Nothing here decides anything: policies choose batches (sim/policies/base.py asks
+:meth:`reserve` whether the set can decode without preemption, and includes it in the
+batch; when it cannot, it calls
+:meth:`flush` and decodes request by request). The replica moves the set on when the
+iteration ends (:meth:`end_step`).
 """
 
 from __future__ import annotations
 
+from sim.core.batch import Batch
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
@@ -39,14 +42,11 @@ from sim.cost.shape import StepShape
 
 
 class DecodeSet:
-    """The running steady decodes of one replica (see the module docstring).
-
-    ``stepping`` is true between :meth:`reserve` (the policy decided the set decodes
-    this iteration) and :meth:`end_step`.
-    """
+    """The running steady decodes of one replica (see the module docstring); implements
+    :class:`sim.core.batch.DecodeGroup`."""
 
     __slots__ = ("kv", "bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
-                 "last_end", "stepping")
+                 "last_end")
 
     def __init__(self, kv: KVCacheManager, reserved: bool = False) -> None:
         # Members' blocks are taken in bulk from kv and assigned to each when it settles.
@@ -63,7 +63,6 @@ class DecodeSet:
         self.finish_at: dict[int, list[Request]] = {}
         self.fresh: list[Request] = []
         self.last_end = 0.0
-        self.stepping = False
 
     # -- membership ---------------------------------------------------------------------
     def joinable(self, r: Request) -> bool:
@@ -117,14 +116,14 @@ class DecodeSet:
         self.phase = [0] * self.bs
         self.finish_at = {}
         self.fresh = []
-        self.stepping = False
 
     # -- one iteration ------------------------------------------------------------------
-    def reserve(self, running: list[Request], prefix: bool = False) -> bool:
+    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False) -> bool:
         """Decode every member this iteration if the members are all of ``running`` (or,
         with ``prefix``, its leading entries) and the blocks they need fit without
-        preemption (evicting cached prefixes if need be, as request by request); take
-        those blocks. False: the caller must flush and decode request by request."""
+        preemption (evicting cached prefixes if need be, as request by request): take
+        those blocks and include the set in ``batch`` (when it has members). False: the
+        caller must flush and decode request by request."""
         n = self.n
         # Members join in running order and only non-members are admitted after them,
         # so they lead the list; checked at the seam, cheaply.
@@ -135,20 +134,21 @@ class DecodeSet:
             need = self.phase[self.tick % self.bs]
             if need and not self.kv.allocate_blocks(need):
                 return False
-            self.stepping = True
+            batch.group = self
         return True
 
     def shape(self) -> StepShape:
         """The step shape of the members' decodes this iteration."""
         n = self.n
         ctx = self.ctx_base + n * self.tick
-        return StepShape(n, n, ctx, 0, 0, 0, ctx + n)
+        # Built as a plain tuple: the named tuple's own constructor is a Python call.
+        return tuple.__new__(StepShape, (n, n, ctx, 0, 0, 0, ctx + n))
 
     def end_step(self, itl: LogHistogram, now: float) -> list[Request] | None:
-        """The iteration ended at ``now`` (s): every member emitted a token (gaps go to
-        ``itl``). Returns the members that emitted their last token, settled and out of
+        """The iteration that included the set ended at ``now`` (s): every member
+        computed and emitted its next token (gaps go to ``itl``), and the set moves one
+        tick on. Returns the members that emitted their last token, settled and out of
         the set, for the caller to finish; None when none did."""
-        self.stepping = False
         n = self.n
         fresh = self.fresh
         if fresh:

@@ -44,10 +44,9 @@ class Engine(Outcomes):
 
     ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
     their own from their GPU and tp (a linear cost is shared). ``lazy_decodes=False``
-    turns off :class:`sim.core.decodeset.DecodeSet` bookkeeping (same results, slower).
-    A closed loop's ``supply`` draws more requests when its clients have sent all of
-    ``requests`` (only ``duration_s`` bounds them); None: there are no more.
-    """
+    turns off the decode sets (same results, slower). A closed loop's ``supply`` draws
+    more requests when its clients have sent all of ``requests`` (only ``duration_s``
+    bounds them); None: there are no more."""
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
                  rng: np.random.Generator, log_steps: bool = False,
@@ -69,12 +68,10 @@ class Engine(Outcomes):
         self.router = cluster.router
         self.decode_pool = cluster.decode_pool
         self.memory = cluster.memory
-        self.prefill_of: np.ndarray | None = None
-        if self.decode_pool is not None:
-            self.prefill_of = np.full(n, -1, dtype=np.int64)
+        self.prefill_of: np.ndarray | None = (
+            None if self.decode_pool is None else np.full(n, -1, dtype=np.int64))
         self._hashes = self._prefix_hashes(scenario, requests)
-        self._priority = (requests.priority.tolist() if requests.priority is not None
-                          else None)
+        self._priority = None if requests.priority is None else requests.priority.tolist()
         # Plain lists index faster than numpy arrays in the per-arrival path.
         self._prompt = requests.prompt_tokens.tolist()
         self._output = requests.output_tokens.tolist()
@@ -149,6 +146,8 @@ class Engine(Outcomes):
         self._due = self._arrival
         self._ids: list[int] | None = None
         self._next = 0
+        # The earliest time dispatch() has work (s); -inf on the general path: always.
+        self.next_due = -math.inf
         n = len(requests)
         if closed:
             self._send = [math.inf] * n
@@ -169,12 +168,12 @@ class Engine(Outcomes):
         j = self.frontend.jitter_s
         return float(self._jitter_rng.exponential(j)) if j > 0 else 0.0
 
-    def dispatch(self) -> None:
-        """Route every arrival with time <= now (called before any state change at now)."""
+    def dispatch(self, now: float | None = None) -> None:
+        """Route every arrival due by ``now`` (s; default: the clock), before any change."""
         if self._general:
             self._dispatch_general()
             return
-        now = self.env.now
+        now = self.env.now if now is None else now
         due = self._due
         i = self._next
         n = len(due)
@@ -188,6 +187,7 @@ class Engine(Outcomes):
                 self._route(ids[i])
                 i += 1
         self._next = i
+        self.next_due = due[i] if i < n else math.inf
 
     def _head(self) -> tuple[float, int]:
         """(arrival s, id) of the next request to route; (inf, -1) when none is known."""

@@ -1,8 +1,13 @@
 """One serving replica: a SimPy process running one batch iteration per event.
 
-Each loop: the policy picks a batch, the cost model prices it, the process sleeps
-that long, then (after the engine has delivered every arrival up to now) applies the
-iteration: tokens computed, tokens emitted, requests finished and their blocks freed.
+Each iteration is four steps, each a method that can be called alone:
+:meth:`Replica.schedule` (the policy returns the whole iteration as a
+:class:`~sim.core.batch.Batch`), :meth:`Replica.price` (the cost model's seconds for its
+shape), :func:`sim.core.batch.advance` (the listed entries' tokens computed and
+emitted, after the process slept that long and the engine delivered every arrival up
+to now) and :meth:`Replica.deliver` (the decode set's tick, first-token times,
+inter-token gaps, finished requests and their blocks freed, hand-offs, decode-set
+joins).
 
 A replica has a ``role``: ``both`` (co-located prefill and decode), or ``prefill`` /
 ``decode`` in a disaggregated cluster (:mod:`sim.core.disagg`). A prefill replica hands each
@@ -15,11 +20,12 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from sim.core.batch import Batch, Emission, advance
 from sim.core.decodeset import DecodeSet
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
@@ -27,12 +33,12 @@ from sim.core.prefix import PrefixCache
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
-from sim.cost.shape import StepShape, batch_shape
+from sim.cost.shape import StepShape
 
 if TYPE_CHECKING:
     from sim.config.scenario import ServingConfig
     from sim.core.engine import Engine
-    from sim.policies.registry import Batch, Policy
+    from sim.policies.base import Policy
 
 
 def _order(r: Request) -> tuple[int, float, int]:
@@ -78,6 +84,8 @@ class Replica:
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and policy.lazy_decodes
         self.group = DecodeSet(kv, policy.reserves_kv) if lazy else None
+        # A profile's price for the first step after an idle spell (sim.cost.profile).
+        self._wake_time: Callable[[float], float] | None = getattr(cost, "wake_time", None)
         self.process = self.env.process(self._run())
 
     @property
@@ -186,66 +194,121 @@ class Replica:
             return "exceeds_kv_capacity"
         return self.policy.reject_reason(prompt, output, self)
 
+    # -- one iteration, in four steps -------------------------------------------------
+    def schedule(self) -> Batch:
+        """The next iteration, whole, as the policy chooses it once waiting requests past
+        their timeout have left (sim/policies/admission.py); ``seqs == 0``: nothing runs."""
+        timeouts = self.engine.timeouts
+        if timeouts is not None:
+            timeouts.expire(self, self.env.now)
+        return self.policy.schedule(self)
+
+    def price(self, shape: StepShape, idle_s: float | None) -> float:
+        """Seconds an iteration of ``shape`` takes: the cost model's step time, plus the
+        profile's price for waking after ``idle_s`` seconds idle (None: it was busy;
+        sim.cost.profile), plus the PCIe time of the blocks swapped for it (vLLM swaps
+        before the forward pass)."""
+        dt = self.cost.step_time(shape)
+        if idle_s is not None and self._wake_time is not None:
+            dt += self._wake_time(idle_s)
+        return dt + self.swap_s if self.swap_s else dt
+
+    def deliver(self, batch: Batch, em: Emission, now: float) -> None:
+        """The iteration of ``batch``, whose listed entries
+        :func:`~sim.core.batch.advance` turned into ``em``, ended at ``now`` (s): the
+        decode set (if included) moves one tick on; first tokens and inter-token gaps are
+        stamped, newly full prompt blocks registered with the prefix cache, requests that
+        are done finished, finished prefills handed to the decode pool, and new steady
+        decodes join the set."""
+        group = batch.group
+        if group is not None:
+            self.outstanding -= group.n
+            done = group.end_step(self.itl, now)
+            if done is not None:
+                self.finish(done, now)
+        emitted, finished = em
+        if emitted:
+            self._stamp(emitted, now)
+            if finished:
+                self.finish(finished, now)
+            if self.handoff is not None:
+                leaving = [r for r in emitted if r.generated == 1 and r.output > 1]
+                if leaving:
+                    self._hand_off(leaving, now)
+        own = self.group
+        if own is not None and batch:
+            for r in batch:
+                if r.sync < 0 and own.joinable(r):
+                    own.join(r)
+
+    def _stamp(self, emitted: Sequence[Request], now: float) -> None:
+        """Record the tokens ``emitted`` (listed entries, in batch order) at ``now`` (s)."""
+        first_token = self.engine.first_token
+        kv = self.kv
+        caching = kv.prefix is not None
+        gaps: list[float] = []
+        for r in emitted:
+            if r.generated == 1:
+                first_token[r.id] = now
+                self.outstanding -= r.prompt
+            else:
+                gaps.append(now - r.last_token)
+            r.last_token = now
+            if caching and r.hashes is not None:
+                kv.cache_blocks(r)
+        if gaps:
+            self.itl.extend(gaps)
+        self.outstanding -= len(emitted)
+
     # -- the process -----------------------------------------------------------------
     def _run(self) -> Any:
+        """Schedule, price, sleep, advance and deliver, one iteration per event."""
         env = self.env
-        engine = self.engine
         stats = self.stats
-        schedule = self.policy.schedule
-        step_time = self.cost.step_time
-        # A profile's price for the first step after an idle spell (sim.cost.profile, wake).
-        wake_time = getattr(self.cost, "wake_time", None)
-        idle_since: float | None = None
+        engine = self.engine
         log = engine.step_log
-        group = self.group
-        timeouts = engine.timeouts
         dispatch = engine.dispatch
+        schedule, price, deliver = self.schedule, self.price, self.deliver
+        idle_since: float | None = None
+        now = env.now  # the clock, kept here: reading SimPy's is a Python call
         while True:
-            if timeouts is not None:  # expired before this decision (sim/policies/admission.py)
-                timeouts.expire(self, env.now)
-            batch = schedule(self)
-            stepping = group is not None and group.stepping
-            if not batch and not stepping:
+            batch = schedule()
+            shape = batch.shape()
+            if not shape.seqs:
                 if idle_since is None:
-                    idle_since = env.now
+                    idle_since = now
                 try:
                     yield self._go_idle()
                 except simpy.Interrupt:
-                    continue  # a fault struck just as an arrival woke it: crash() emptied it
+                    # A fault struck just as an arrival woke it: crash() emptied it.
+                    now = env.now
+                    continue
+                now = env.now
                 continue
-            if group is not None and stepping:
-                shape = group.shape() if not batch else self._with_batch(group.shape(), batch)
-            else:
-                shape = batch_shape(batch)
-            dt = step_time(shape)
-            if idle_since is not None:
-                dt += wake_time(env.now - idle_since) if wake_time is not None else 0.0
-                idle_since = None
-            if self.swap_s:  # vLLM swaps blocks out and in before the forward pass
-                dt, self.swap_s = dt + self.swap_s, 0.0
-            start = env.now
+            dt = price(shape, None if idle_since is None else now - idle_since)
+            idle_since = None
+            if self.swap_s:
+                self.swap_s = 0.0
+            # SimPy's clock after the timeout: it adds the same two floats.
+            end = now + dt
             used = self.kv.used
             stats.book(dt, shape.seqs, shape.new_tokens, used)
             if log is not None:
-                self._log(log, batch, stepping, start, dt)
+                log.append((self.index, now, end, tuple(batch.log_entries(self.running))))
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
                 # A fault (sim/core/faults.py) struck mid-iteration: crash() emptied the replica;
                 # only the part of the iteration that ran was busy.
-                stats.cut_short(start + dt - env.now, used)
+                now = env.now
+                stats.cut_short(end - now, used)
                 continue
-            dispatch()
+            if end >= engine.next_due:
+                dispatch(end)
             if self.inbox:
                 self.pull()
-            now = env.now
-            if group is not None and stepping:
-                self.outstanding -= group.n
-                done = group.end_step(self.itl, now)
-                if done is not None:
-                    self.finish(done, now)
-            if batch:
-                self._complete(batch, now)
+            deliver(batch, advance(batch), end)
+            now = end
 
     def _go_idle(self) -> Any:
         """Mark the replica idle; the event an arrival or a KV transfer wakes it with."""
@@ -258,61 +321,7 @@ class Replica:
             self.engine.replica_idle()
         return self._wakeup
 
-    @staticmethod
-    def _with_batch(shape: StepShape, batch: Batch) -> StepShape:
-        """The DecodeSet's decodes ``shape`` plus the entries of ``batch``."""
-        return StepShape(*(a + b for a, b in zip(shape, batch_shape(batch), strict=True)))
-
-    def _log(self, log: list[tuple[Any, ...]], batch: Batch, stepping: bool, start: float,
-             dt: float) -> None:
-        """Append the iteration to the step log: (replica, start s, end s, entries)."""
-        entries = [(r.id, n, r.computed) for r, n in batch.items()]
-        if stepping:
-            assert self.group is not None
-            entries = self.group.log_entries(self.running) + entries
-        log.append((self.index, start, start + dt, tuple(entries)))
-
-    def _complete(self, batch: Batch, now: float) -> None:
-        engine = self.engine
-        kv = self.kv
-        caching = kv.prefix is not None
-        gaps: list[float] = []
-        finished: list[Request] = []
-        emitted = 0
-        leaving: list[Request] | None = None
-        for r, n in batch.items():
-            c = r.computed + n
-            r.computed = c
-            if c == r.prompt + r.generated:
-                g = r.generated + 1
-                r.generated = g
-                emitted += 1
-                if g == 1:
-                    engine.first_token[r.id] = now
-                    self.outstanding -= r.prompt
-                    if self.handoff is not None and g < r.output:
-                        leaving = [r] if leaving is None else [*leaving, r]
-                else:
-                    gaps.append(now - r.last_token)
-                r.last_token = now
-                if caching and r.hashes is not None:
-                    kv.cache_blocks(r)
-                if g == r.output:
-                    finished.append(r)
-        if gaps:
-            self.itl.extend(gaps)
-        self.outstanding -= emitted
-        if finished:
-            self.finish(finished, now)
-        if leaving is not None:
-            self._hand_off(leaving, now)
-        group = self.group
-        if group is not None:
-            for r in batch:
-                if r.sync < 0 and group.joinable(r):
-                    group.join(r)
-
-    def finish(self, done: list[Request], now: float) -> None:
+    def finish(self, done: Sequence[Request], now: float) -> None:
         """Requests ``done`` emitted their last token at ``now`` (s): finish them
         (:func:`sim.core.result.finish_requests`) and drop them from ``running``."""
         finish_requests(done, now, self.kv, self.engine)

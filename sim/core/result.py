@@ -12,6 +12,7 @@ fields. Imports no SimPy: ``calibrate.replay`` uses it on a device machine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,7 @@ class Outcomes:
         the engine's closed loop frees the client."""
 
 
-def finish_requests(done: list[Request], now: float, kv: KVCacheManager,
+def finish_requests(done: Sequence[Request], now: float, kv: KVCacheManager,
                     out: Outcomes) -> None:
     """Finish ``done`` (each has emitted its last token at ``now``, s): free its KV and
     its prefix-cache references, record its finish time and status, and tell

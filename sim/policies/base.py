@@ -2,9 +2,11 @@
 moves that touch KV accounting (decode growth with preemption, resuming requests
 whose KV is already present).
 
-A batch maps each request to the tokens it computes this iteration: a whole prompt,
-a prefill chunk (fewer than the request's pending tokens), or 1 for a decode.
-Policies ask ``state.kv`` (:class:`sim.core.kvmanager.KVCacheManager`) for blocks and never
+A policy returns the whole iteration as a :class:`sim.core.batch.Batch`: each request
+mapped to the tokens it computes (a whole prompt, a prefill chunk, or 1 for a decode),
+plus, when the replica keeps its steady decodes as one aggregate and they all decode,
+that aggregate (which its ``reserve`` puts in the batch). Policies ask ``state.kv``
+(:class:`sim.core.kvmanager.KVCacheManager`) for blocks and never
 change a count themselves; they move requests between ``state.waiting`` and
 ``state.running`` only through ``state.admit`` (after the manager gave the blocks),
 ``state.release`` (preemption) and ``state.requeue``, which keep the swap-space and
@@ -24,26 +26,12 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
+from sim.core.batch import Batch, DecodeGroup
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.request import Request
 
-Batch = dict[Request, int]
-
-
-class DecodeGroup(Protocol):
-    """The running steady decodes a replica advances as one aggregate
-    (:class:`sim.core.decodeset.DecodeSet`), as a policy sees them."""
-
-    def reserve(self, running: list[Request]) -> bool:
-        """Take the blocks every running request's next token needs, if all fit without
-        preemption; True when they did (they then decode without batch entries)."""
-        ...
-
-    def flush(self, running: list[Request]) -> None:
-        """Write the members' exact fields back and dissolve the group, so the policy
-        can decode them one by one (and preempt)."""
-        ...
-
+__all__ = ["Batch", "DecodeGroup", "Policy", "ReplicaState", "decode_all", "grow",
+           "prompt_over_budget", "resume", "whole_life_tokens"]
 
 class ReplicaState(Protocol):
     """What a policy may read and call on the replica it schedules.
@@ -93,7 +81,7 @@ class Policy(Protocol):
     reserves_kv: bool
 
     def schedule(self, state: ReplicaState) -> Batch:
-        """The next iteration's batch (empty when there is nothing to run)."""
+        """The next iteration, whole (``seqs == 0`` when there is nothing to run)."""
         ...
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
@@ -126,13 +114,13 @@ def decode_all(state: ReplicaState, batch: Batch) -> Batch:
     """Add one decode token for every running request to ``batch``, preempting the
     newest running requests when the KV cache has no block to grow into.
 
-    A replica that keeps its steady decodes in a :class:`sim.core.decodeset.DecodeSet`
-    (``state.group``) decodes them implicitly when they need no preemption: the batch
-    then lists only the other entries, and the set's members decode too."""
+    A replica that keeps its steady decodes as one aggregate (``state.group``) decodes
+    them as that aggregate when they need no preemption: the batch includes the group
+    instead of listing each member."""
     running = state.running
     group = state.group
     if group is not None:
-        if group.reserve(running):
+        if group.reserve(running, batch):
             return batch
         group.flush(running)
     victims: list[Request] = []

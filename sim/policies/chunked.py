@@ -49,17 +49,17 @@ class Chunked:
 
     def schedule(self, state: ReplicaState) -> Batch:
         """Running requests' decodes and chunks first, then new prefill chunks."""
-        batch: Batch = {}
+        batch = Batch()
         running = state.running
         kv = state.kv
         budget = self.budget
         victims: list[Request] = []
         i = 0
-        group = getattr(state, "group", None)
+        group = state.group
         if group is not None:
             # Steady decodes lead the running list; when they all fit the budget and
-            # their blocks are free, they decode implicitly (sim/core/decodeset.py).
-            if group.n <= budget and group.reserve(running, prefix=True):
+            # their blocks are free, they decode as one aggregate (sim/core/decodeset.py).
+            if group.n <= budget and group.reserve(running, batch, prefix=True):
                 i = group.n
                 budget -= i
             else:

@@ -69,8 +69,7 @@ class Continuous:
 
     def schedule(self, state: ReplicaState) -> Batch:
         """Admit prefills if any fit; else decode all running requests."""
-        batch: Batch = {}
-        kv = state.kv
+        batch = Batch()
         waiting = state.waiting
         if waiting:
             if waiting[0].computed:
@@ -81,6 +80,7 @@ class Continuous:
                 if len(state.running) == before:
                     resume(state, batch, self.max_seqs)
                 return batch
+            kv = state.kv
             tokens = self.max_tokens
             seqs = len(state.running)
             while waiting and seqs < self.max_seqs:

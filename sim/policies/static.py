@@ -69,8 +69,8 @@ class Static:
     def schedule(self, state: ReplicaState) -> Batch:
         """Decode the current batch; when it has drained, form the next one."""
         if state.running:
-            return decode_all(state, {})  # blocks were reserved at admission: none taken
-        return admit_whole_prompts(state, {}, self.max_tokens, self.size)
+            return decode_all(state, Batch())  # blocks were reserved at admission: none taken
+        return admit_whole_prompts(state, Batch(), self.max_tokens, self.size)
 
 
 class Orca:
@@ -97,6 +97,6 @@ class Orca:
 
     def schedule(self, state: ReplicaState) -> Batch:
         """Decode every running request and add the whole prefills that fit."""
-        batch = decode_all(state, {})  # blocks were reserved at admission: none taken
+        batch = decode_all(state, Batch())  # blocks were reserved at admission: none taken
         return admit_whole_prompts(state, batch, self.max_tokens - len(state.running),
                                    self.max_seqs)

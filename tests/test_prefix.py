@@ -12,6 +12,7 @@ from conftest import tiny_scenario
 
 from sim.core.engine import Engine, build_cost, simulate
 from sim.core.kvmanager import KVCacheManager
+from sim.core.prefix import block_hashes
 from sim.core.request import Request
 from sim.errors import ServesimError
 from sim.report.metrics import per_request, summarize
@@ -19,11 +20,11 @@ from sim.workload.requests import Requests
 
 
 def run(serving: dict, arrivals: list[float], prompts: list[int], outputs: list[int],
-        hashes: list[list[int]], cluster: dict | None = None):
+        hashes: list[list[int]], cluster: dict | None = None, hash_tokens: int = 4):
     sc = tiny_scenario(serving={"prefix_caching": True, **serving}, cluster=cluster or {})
     req = Requests(np.array(arrivals), np.array(prompts), np.array(outputs),
                    prefix_hashes=tuple(np.array(h, dtype=np.int64) for h in hashes),
-                   prefix_block_tokens=4)
+                   prefix_block_tokens=hash_tokens)
     eng = Engine(sc, req, build_cost(sc), np.random.default_rng(0), log_steps=True)
     return eng, eng.run()
 
@@ -145,3 +146,25 @@ def test_unsupported_combinations_are_errors(serving: dict, needle: str) -> None
 def test_caching_without_hashes_is_an_error() -> None:
     with pytest.raises(ServesimError, match="prefix hashes"):
         simulate(tiny_scenario(serving={"prefix_caching": True}))
+
+
+def test_coarse_trace_hashes_are_split_into_kv_blocks() -> None:
+    # Hashes of 8-token blocks (as a Mooncake trace names 512) over 4-token KV blocks:
+    # hash h becomes block hashes 2h and 2h + 1.
+    assert block_hashes(np.array([7, 9]), 8, 4) == (14, 15, 18, 19)
+    assert block_hashes(np.array([7, 9]), 4, 4) == (7, 9)
+    big = np.array([2**62 + 5], dtype=np.int64)  # beyond int64 once multiplied
+    assert block_hashes(big, 8, 4) == (2 * (2**62 + 5), 2 * (2**62 + 5) + 1)
+    with pytest.raises(ServesimError, match="prefix blocks of 6 tokens are not a multiple"):
+        block_hashes(np.array([1]), 6, 4)
+
+
+def test_a_partly_filled_coarse_block_still_shares_its_full_kv_blocks() -> None:
+    # A and B: 14-token prompts naming the same two 8-token blocks. At 4-token
+    # granularity A caches 3 full blocks (tokens 0-11, the third inside the second,
+    # partly filled coarse block), and B reuses all 12 tokens; at 8-token granularity
+    # it could reuse only the first 8.
+    _, res = run({}, [0.0, 1.0], [14, 14], [2, 2], [[7, 8], [7, 8]], hash_tokens=8)
+    prefills = [e for s in res.step_log for e in s[3] if e[1] > 1]
+    assert prefills == [(0, 14, 0), (1, 2, 12)]
+    assert summarize(res)["prefix_cache"]["hit_tokens"] == 12

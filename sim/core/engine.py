@@ -27,6 +27,7 @@ from sim.core.clients import Clients, keep
 from sim.core.cluster import build_cluster
 from sim.core.faults import Faults
 from sim.core.histogram import LogHistogram
+from sim.core.prefix import block_hashes
 from sim.core.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
 from sim.core.result import Outcomes, RunResult
 from sim.cost.frontend import Frontend
@@ -126,14 +127,13 @@ class Engine(Outcomes):
                 "(mooncake) or a prefix_hash_ids column, or workload.shared_prefix",
                 scenario.source, "serving.prefix_caching")
         if scenario.serving.prefix_caching and requests.prefix_hashes is not None:
-            hash_tokens = requests.prefix_block_tokens or scenario.serving.block_size
-            if hash_tokens % scenario.serving.block_size:
-                raise ServesimError(
-                    f"prefix blocks of {hash_tokens} tokens are not a multiple of block_size "
-                    f"{scenario.serving.block_size}", scenario.source, "serving.block_size")
+            # The cache hashes KV blocks, as vLLM's does; coarser trace hashes are split.
+            bs = scenario.serving.block_size
+            hash_tokens = requests.prefix_block_tokens or bs
             for rep in self.entry:
-                rep.kv.enable_prefix_caching(hash_tokens)
-            return [tuple(h.tolist()) for h in requests.prefix_hashes]
+                rep.kv.enable_prefix_caching(bs)
+            return [block_hashes(h, hash_tokens, bs, scenario.source)
+                    for h in requests.prefix_hashes]
         return None
 
     def _schedule_arrivals(self, requests: Requests, closed: bool) -> None:

@@ -22,6 +22,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
+
+from sim.errors import ServesimError
+
 
 class PrefixCache:
     """Hash-addressed KV blocks of one replica, reference-counted, LRU-evicted; entries of
@@ -94,3 +98,21 @@ class PrefixCache:
         """Forget every entry (a fault emptied the GPU); evictions stay counted."""
         self.refs.clear()
         self.lru.clear()
+
+
+def block_hashes(hashes: np.ndarray, hash_tokens: int, block_size: int,
+                 source: str = "<scenario>") -> tuple[int, ...]:
+    """A request's prefix hashes at KV-block granularity, as vLLM hashes its prompt: each
+    hash naming ``hash_tokens`` tokens (a Mooncake trace's 512) becomes
+    ``hash_tokens / block_size`` block hashes, ``h * k + j`` for its j-th block (distinct
+    for distinct (h, j)). Two requests that share a coarse block then share each of its
+    blocks, and a prompt's full blocks inside a partly filled coarse block are cached."""
+    if hash_tokens % block_size:
+        raise ServesimError(f"prefix blocks of {hash_tokens} tokens are not a multiple of "
+                            f"block_size {block_size}", source, "serving.block_size")
+    k = hash_tokens // block_size
+    if k == 1:
+        return tuple(hashes.tolist())
+    if hashes.size and int(np.abs(hashes).max()) < (2**62) // k:
+        return tuple((hashes[:, None] * k + np.arange(k)).ravel().tolist())
+    return tuple(h * k + j for h in hashes.tolist() for j in range(k))  # beyond int64

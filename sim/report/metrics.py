@@ -5,7 +5,8 @@ with at least 2 output tokens; ITL = gaps between consecutive tokens of a reques
 E2E = finish − arrival; queueing delay = first scheduled − the engine's arrival (the
 client's send plus the frontend's request delay, when one is priced). Rates divide by the
 run's span: first arrival to the last finish (or the horizon when one cut the run).
-A mixed workload's requests meet their own class's SLO, and get a per-class summary.
+A mixed workload's requests meet their own class's SLO, and get a per-class summary; a
+staged workload (``workload.stages``) gets a per-stage summary.
 """
 
 from __future__ import annotations
@@ -130,6 +131,50 @@ def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray
                 "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
             },
         }
+    return out
+
+
+def stage_summaries(res: RunResult, lat: dict[str, np.ndarray],
+                    good: np.ndarray) -> list[dict[str, Any]]:
+    """One entry per stage of ``workload.stages``: its window (s), the rate asked and the
+    rate offered (requests that arrived in it, per second of it), requests finished in
+    the window per second (whichever stage they came from), the counts, latencies (s)
+    and SLO attainment of the requests that arrived in it, and ``drain_s``: how long
+    after the stage ended its last request got its first token (0 when none waited past
+    the end; None when one never did before the run ended)."""
+    rq = res.requests
+    wins = rq.stage_windows
+    if wins is None:
+        return []
+    stages = res.scenario.workload.stages or ()
+    arr, status = rq.arrival_s, res.status
+    out: list[dict[str, Any]] = []
+    for k, ((lo, hi), st) in enumerate(zip(wins, stages, strict=True), start=1):
+        m = (arr >= lo) & (arr < hi)
+        n = int(m.sum())
+        d = hi - lo
+        done = int(((res.finish >= lo) & (res.finish < hi)).sum())
+        served = m & (status != REJECTED) & (status != TIMED_OUT) & (status != FAILED)
+        ft = res.first_token[served]
+        drain = (None if np.isnan(ft).any() else
+                 max(0.0, float(ft.max()) - hi) if ft.size else 0.0)
+        out.append({
+            "stage": k, "start_s": lo, "end_s": hi, "rate_rps": st.rate,
+            "offered_rps": n / d,
+            "finished_rps": done / d,
+            "requests": {
+                "arrived": n,
+                "finished": int((m & (status == FINISHED)).sum()),
+                "rejected": int((m & (status == REJECTED)).sum()),
+                "unfinished": int((m & (status == UNFINISHED)).sum()),
+                "timed_out": int((m & (status == TIMED_OUT)).sum()),
+                "failed": int((m & (status == FAILED)).sum()),
+            },
+            "latency_s": {key: distribution(lat[key][m])
+                          for key in ("ttft", "tpot", "e2e", "queueing")},
+            "slo_attainment": float(good[m].sum() / n) if n else None,
+            "drain_s": drain,
+        })
     return out
 
 
@@ -306,6 +351,8 @@ def summarize(res: RunResult) -> dict[str, Any]:
     }
     if res.requests.klass is not None:
         summary["classes"] = class_summaries(res, lat, good, span)
+    if res.requests.stage_windows is not None:
+        summary["stages"] = stage_summaries(res, lat, good)
     return summary
 
 

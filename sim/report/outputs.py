@@ -19,6 +19,7 @@ import numpy as np
 from sim.core.engine import RunResult
 from sim.core.request import STATUS_NAMES
 from sim.report.metrics import clean, per_request
+from sim.report.stagereport import plot_over_time, stage_table
 
 CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
                "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
@@ -147,6 +148,8 @@ def table(summary: dict[str, Any]) -> str:
     lines.extend(reliability_lines(summary))
     if "classes" in summary:
         lines.extend(class_table(summary["classes"]))
+    if summary.get("stages"):
+        lines.extend(stage_table(summary["stages"]))
     return "\n".join(lines)
 
 
@@ -281,6 +284,9 @@ def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
     if plots:
         paths.append(out_dir / "ttft_tpot_cdf.png")
         plot_cdfs({res.scenario.name: res}, paths[-1])
+        if res.requests.stage_windows is not None:
+            paths.append(out_dir / "latency_over_time.png")
+            plot_over_time(res, paths[-1])
     return paths
 
 

@@ -7,12 +7,20 @@ builder only when the workload needs it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import ServesimError
-from sim.workload.requests import Requests, WorkloadConfig, arrival_times, located, sample_lengths
+from sim.workload.requests import (
+    Requests,
+    WorkloadConfig,
+    located,
+    sample_lengths,
+    workload_arrivals,
+)
+from sim.workload.stages import stage_trace_times, windows
 
 
 def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
@@ -34,6 +42,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
             raise located(exc, source, "workload.trace") from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
         notes += [str(c) for c in changes]
+        staged = None
         if cfg.concurrency is not None:
             from sim.workload.closedloop import unsent
 
@@ -41,6 +50,12 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         elif tr.arrival_s is None:
             raise ServesimError(f"{tc.path} has lengths only; use lengths: {{empirical: ...}} "
                                 "with generated arrivals", source, "workload.trace.path")
+        elif cfg.stages is not None:
+            raw = np.asarray(tr.arrival_s, dtype=np.float64)
+            t = stage_trace_times(raw, cfg.stages, source)
+            staged = windows(cfg.stages, float(raw[0]) if len(raw) else 0.0)
+            notes.append(f"replayed in {len(cfg.stages)} stages: the first {len(t)} requests, "
+                         "their gaps scaled to each stage's rate")
         else:
             t = np.asarray(tr.arrival_s, dtype=np.float64)
         n = len(t)
@@ -53,7 +68,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])
         return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
                         tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names,
-                        hashes, tr.prefix_block_tokens if hashes is not None else None)
+                        hashes, tr.prefix_block_tokens if hashes is not None else None, staged)
 
     if cfg.concurrency is not None:
         from sim.workload.closedloop import closed_requests, first_chunk
@@ -65,11 +80,14 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         reqs = build_mixed(cfg, base_dir, rng, source)
     else:
         assert cfg.arrivals is not None and cfg.lengths is not None
-        t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
+        t = workload_arrivals(cfg, rng)
         prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
                                         "workload.lengths")
         prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
         reqs = Requests(t, prompt, output, priority=prio)
+    if cfg.stages is not None:
+        assert cfg.arrivals is not None
+        reqs = dataclasses.replace(reqs, stage_windows=windows(cfg.stages, cfg.arrivals.start_s))
     if cfg.shared_prefix is not None:
         # Drawn last, so adding a shared prefix leaves every other draw unchanged.
         reqs = cfg.shared_prefix.apply(reqs, rng)

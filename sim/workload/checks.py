@@ -75,8 +75,8 @@ def check_classes(cfg: WorkloadConfig) -> None:
     if cfg.lengths is not None and all(c.lengths is not None for c in classes.values()):
         raise ServesimError("unused: every class gives its own lengths; remove "
                             "workload.lengths", where="lengths")
-    if cfg.num_requests is None and cfg.duration_s is None:
-        raise ServesimError("generated arrivals need num_requests or duration_s",
+    if cfg.num_requests is None and cfg.duration_s is None and cfg.stages is None:
+        raise ServesimError("generated arrivals need num_requests, duration_s or stages",
                             where="num_requests")
 
 

@@ -30,6 +30,7 @@ from sim.workload.requests import (
     WorkloadConfig,
     arrival_times,
     sample_lengths,
+    workload_arrivals,
 )
 
 
@@ -79,7 +80,7 @@ def build_mixed(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Gener
     names = tuple(cfg.classes)
     configs = list(cfg.classes.values())
     if cfg.arrivals is not None:  # one shared process; classes drawn by weight
-        t = arrival_times(cfg.arrivals, cfg.num_requests, cfg.duration_s, rng)
+        t = workload_arrivals(cfg, rng)
         # Times first, then classes and lengths: the draws of a seed stay in this order.
         return dataclasses.replace(draw_by_weight(cfg, len(t), rng, base_dir, source),
                                    arrival_s=t)

@@ -24,14 +24,16 @@ import numpy as np
 from sim.configtools import bounded
 from sim.errors import ServesimError
 from sim.workload.checks import check_classes, check_closed
+from sim.workload.stages import StageConfig, check_stages, windows
 
 
 @dataclass(frozen=True)
 class ArrivalsConfig:
-    """Generated arrival process; ``rate`` in requests per second, first arrival at ``start_s``."""
+    """Generated arrival process; ``rate`` in requests per second (required unless
+    ``workload.stages`` gives one per stage), first arrival at ``start_s``."""
 
     process: Literal["poisson", "gamma", "constant"]
-    rate: float = bounded(gt=0)
+    rate: float | None = bounded(None, gt=0)
     cv: float | None = bounded(None, gt=0)
     start_s: float = bounded(0.0, ge=0)
 
@@ -227,8 +229,10 @@ class WorkloadConfig:
     shared_prefix: SharedPrefixConfig | None = None
     concurrency: int | None = bounded(None, ge=1)
     think_time_s: float | None = bounded(None, ge=0)
+    stages: tuple[StageConfig, ...] | None = None
 
     def __post_init__(self) -> None:
+        check_stages(self)
         if self.trace is not None and self.shared_prefix is not None:
             raise ServesimError("a trace brings its own prefix hashes (hash_ids, "
                                 "prefix_hash_ids); remove shared_prefix", where="shared_prefix")
@@ -249,9 +253,9 @@ class WorkloadConfig:
             if self.arrivals is None or self.lengths is None:
                 raise ServesimError("give a trace, or both arrivals and lengths",
                                     where="arrivals" if self.arrivals is None else "lengths")
-            if self.num_requests is None and self.duration_s is None:
-                raise ServesimError("generated arrivals need num_requests or duration_s",
-                                    where="num_requests")
+            if self.num_requests is None and self.duration_s is None and self.stages is None:
+                raise ServesimError("generated arrivals need num_requests, duration_s or "
+                                    "stages", where="num_requests")
 
 
 @dataclass(frozen=True)
@@ -294,6 +298,8 @@ class Requests:
     # prefix_block_tokens tokens each (equal ids mean equal content).
     prefix_hashes: tuple[np.ndarray, ...] | None = None
     prefix_block_tokens: int | None = None
+    # workload.stages: each stage's [start, end) in seconds (None: one unstaged load).
+    stage_windows: tuple[tuple[float, float], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -302,19 +308,22 @@ class Requests:
 def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
                    rng: np.random.Generator) -> np.ndarray:
     """Arrival times in seconds: first at start_s, then gaps from the process."""
+    rate = cfg.rate
+    assert rate is not None  # checked at load (sim/workload/stages.py)
+
     def gaps(k: int) -> np.ndarray:
         if cfg.process == "poisson":
-            return rng.exponential(1.0 / cfg.rate, size=k)
+            return rng.exponential(1.0 / rate, size=k)
         if cfg.process == "gamma":
             shape = 1.0 / cfg.cv**2  # type: ignore[operator]
-            return rng.gamma(shape, 1.0 / (cfg.rate * shape), size=k)
-        return np.full(k, 1.0 / cfg.rate)
+            return rng.gamma(shape, 1.0 / (rate * shape), size=k)
+        return np.full(k, 1.0 / rate)
 
     if n_max is not None:
         t = cfg.start_s + np.concatenate(([0.0], np.cumsum(gaps(n_max - 1))))
         return t[t < horizon] if horizon is not None else t
     assert horizon is not None
-    chunks, t0, chunk = [], cfg.start_s, max(16, int(cfg.rate * (horizon - cfg.start_s) * 1.2))
+    chunks, t0, chunk = [], cfg.start_s, max(16, int(rate * (horizon - cfg.start_s) * 1.2))
     first = True
     while t0 < horizon:
         g = gaps(chunk)
@@ -324,6 +333,22 @@ def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
         chunks.append(t[t < horizon])
         t0 = float(t[-1])
     return np.concatenate(chunks) if chunks else np.empty(0)
+
+
+def workload_arrivals(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s) of ``cfg.arrivals``: one process bounded by ``num_requests`` and
+    ``duration_s``, or, with ``stages``, the process run afresh in each stage at its rate
+    (then capped at ``num_requests``)."""
+    a = cfg.arrivals
+    assert a is not None
+    if cfg.stages is None:
+        return arrival_times(a, cfg.num_requests, cfg.duration_s, rng)
+    import dataclasses
+
+    parts = [arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None, hi, rng)
+             for s, (lo, hi) in zip(cfg.stages, windows(cfg.stages, a.start_s), strict=True)]
+    t = np.concatenate(parts)
+    return t if cfg.num_requests is None else t[:cfg.num_requests]
 
 
 def located(exc: ServesimError, source: str, key: str) -> ServesimError:

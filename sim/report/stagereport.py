@@ -1,0 +1,88 @@
+"""What a staged workload (``workload.stages``) adds to a run's outputs: a per-stage
+block in the printed table and ``latency_over_time.png``, each request's TTFT and TPOT
+against its arrival time with the stage boundaries drawn, so a burst's queue and how
+long it takes to drain can be seen.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.core.result import RunResult
+from sim.report.metrics import per_request
+
+
+def stage_table(stages: list[dict[str, Any]]) -> list[str]:
+    """Lines of the per-stage block: window (s), rates asked, offered and finished
+    (req/s), TTFT/TPOT percentiles (ms), SLO attainment and drain time (s)."""
+    cols = ("from s", "to s", "asked", "offered", "finished", "ttft p50", "ttft p99",
+            "tpot p50", "tpot p99", "attain", "drain s")
+    head = f"{'stage':<7}" + "".join(f"{c:>10}" for c in cols)
+    lines = [head, "-" * len(head)]
+
+    def ms(d: dict[str, float | None], k: str) -> str:
+        v = d[k]
+        return f"{'-':>10}" if v is None else f"{v * 1e3:>10.1f}"
+
+    for s in stages:
+        lat = s["latency_s"]
+        att, drain = s["slo_attainment"], s["drain_s"]
+        lines.append(f"{s['stage']:<7}{s['start_s']:>10.1f}{s['end_s']:>10.1f}"
+                     f"{s['rate_rps']:>10.3g}{s['offered_rps']:>10.3f}{s['finished_rps']:>10.3f}"
+                     + ms(lat["ttft"], "p50") + ms(lat["ttft"], "p99")
+                     + ms(lat["tpot"], "p50") + ms(lat["tpot"], "p99")
+                     + (f"{'-':>10}" if att is None else f"{att:>10.1%}")
+                     + (f"{'never':>10}" if drain is None else f"{drain:>10.1f}"))
+    return lines
+
+
+def plot_over_time(res: RunResult, path: Path) -> None:
+    """Each request's TTFT and TPOT (ms, log scale) against its arrival time (s), with
+    a rolling median and the stage boundaries labelled by their rate, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    lat = per_request(res)
+    arr = res.requests.arrival_s
+    wins = res.requests.stage_windows or ()
+    rates = [s.rate for s in res.scenario.workload.stages or ()]
+    fig, axes = plt.subplots(2, 1, figsize=(11, 6.4), sharex=True)
+    for ax, key, title in zip(axes, ("ttft", "tpot"),
+                              ("TTFT (time to first token)", "TPOT (time per output token)"),
+                              strict=True):
+        v = lat[key] * 1e3
+        ok = np.isfinite(v) & (v > 0)
+        ax.scatter(arr[ok], v[ok], s=3, alpha=0.35, linewidths=0, label="one request")
+        if ok.sum() >= 20:
+            # Median over a window of about 1/50 of the requests, in arrival order.
+            w = max(5, int(ok.sum()) // 50)
+            xs, ys = arr[ok], v[ok]
+            med = [float(np.median(ys[i:i + w])) for i in range(0, len(ys) - w + 1, w)]
+            mid = [float(np.median(xs[i:i + w])) for i in range(0, len(xs) - w + 1, w)]
+            ax.plot(mid, med, color="black", linewidth=1.2, label="rolling median")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.set_ylabel("milliseconds (log scale)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        for (lo, _hi), rate in zip(wins, rates, strict=True):
+            ax.axvline(lo, color="tab:red", linewidth=0.8, alpha=0.7)
+            ax.annotate(f"{rate:g} req/s", (lo, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8,
+                        color="tab:red")
+        if wins:
+            ax.axvline(wins[-1][1], color="tab:red", linewidth=0.8, alpha=0.7)
+        ax.legend(loc="lower right", fontsize=8)
+    axes[-1].set_xlabel("arrival time (s)")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -49,3 +49,20 @@ def test_shipped_scenario_matches_golden_summary(name: str) -> None:
         got.pop(key, None)
         want.pop(key, None)
     assert_close(got, want)
+
+
+# Digests of shipped scenarios as of the commit that added workload.stages (equal to the
+# ones before it). A sweep's cache and anyone comparing summary.json files rely on them,
+# so a config key added later must be hashed only when set (metrics.scenario_digest).
+DIGESTS = {
+    "quickstart": "fa865f4052cdf5345fd9893daaf86a96f3b64ccfed2814a500cf68ac31a6d02e",
+    "capacity-llama8b": "2291098f2e456c06f056d4953267f3a821712f599c0ad892517b43b904acd8da",
+    "closed-loop": "f708e43c47f75ad310490d58d4f9c4c3b6151b9b264d64f699746c635e030f33",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIGESTS))
+def test_scenario_digests_survive_new_optional_keys(name: str) -> None:
+    from sim.report.metrics import scenario_digest
+
+    assert scenario_digest(scenario.load(ROOT / "scenarios" / f"{name}.yaml")) == DIGESTS[name]

@@ -195,7 +195,7 @@ def scenario_digest(scenario: Any) -> str:
     for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
         if fields.get(key) == dataclasses.asdict(default):
             fields.pop(key)
-    for key in ("concurrency", "think_time_s"):
+    for key in ("concurrency", "think_time_s", "stages"):
         if fields["workload"].get(key) is None:
             fields["workload"].pop(key, None)
     for params in fields["cost"].values():

@@ -18,6 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
+from sim.config.vllmflags import apply_vllm
 from sim.configtools import bounded, build, convert, rename_alias, resolve_alias
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
@@ -156,7 +157,7 @@ class Scenario:
 
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
-        "disaggregated", "horizon_s", "event_skipping", "admission", "faults")
+        "disaggregated", "horizon_s", "event_skipping", "admission", "faults", "vllm")
 
 
 def _model(value: Any, base_dir: Path | None) -> ModelSpec:
@@ -242,6 +243,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
+        raw = apply_vllm(raw)  # a vllm section of server flags, moved to their keys
         try:
             hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
                                   "gpu_memory_utilization")

@@ -1,0 +1,151 @@
+"""A vLLM server's own flags in a scenario: the ``vllm`` section.
+
+A user who runs ``vllm serve MODEL --max-model-len 8192 --gpu-memory-utilization 0.9
+...`` can paste those flags, under vLLM's names (``max-model-len`` or
+``max_model_len``), into a ``vllm`` section; each is moved to the servesim key it means
+(:data:`MAPPED`) before the scenario is validated, and what the flags leave unset
+takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
+
+- chunked prefill (V1 always chunks): ``serving.policy: chunked``, its per-iteration
+  token budget equal to ``max_num_batched_tokens``;
+- ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on a GPU reporting at least
+  70 GiB that is not an A100, else 2048 and 256 (vLLM's ``get_batch_defaults``);
+- no admission watermark (V1's KV-cache manager keeps none).
+
+Flags that change nothing a simulation prices (``port``, ``served-model-name``, ...,
+:data:`NO_EFFECT`) are accepted; a flag for something servesim does not model yet (a
+quantised or FP8 KV cache, pipeline parallelism, eager mode, partial-prefill limits) is
+an error naming it, as is any other name and a flag whose servesim key the scenario
+also sets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.cost.specs import GPUS
+from sim.errors import ServesimError
+
+# vLLM flag (underscored) -> (scenario section, key).
+MAPPED: dict[str, tuple[str, str]] = {
+    "max_model_len": ("model", "max_context"),
+    "gpu_memory_utilization": ("hardware", "memory_utilization"),
+    "tensor_parallel_size": ("hardware", "tp"),
+    "data_parallel_size": ("cluster", "replicas"),
+    "max_num_seqs": ("serving", "max_num_seqs"),
+    "max_num_batched_tokens": ("serving", "max_num_batched_tokens"),
+    "block_size": ("serving", "block_size"),
+    "enable_prefix_caching": ("serving", "prefix_caching"),
+    "num_gpu_blocks_override": ("serving", "num_gpu_blocks"),
+    "swap_space": ("serving", "swap_space_gib"),
+    "preemption_mode": ("serving", "preemption"),
+}
+# Other spellings of a servesim key that count as setting it.
+_SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
+         ("serving", "num_gpu_blocks"): ("num_kv_blocks",)}
+# Flags accepted only at the value servesim models (vLLM's default).
+ONLY: dict[str, tuple[Any, ...]] = {
+    "pipeline_parallel_size": (1,),
+    "kv_cache_dtype": ("auto",),
+    "quantization": (None,),
+    "dtype": ("auto", "bfloat16", "float16", "half"),
+    "enforce_eager": (False,),
+    "max_num_partial_prefills": (1,),
+    "max_long_partial_prefills": (1,),
+    "long_prefill_token_threshold": (0,),
+}
+# Flags that change nothing a simulation prices.
+NO_EFFECT = frozenset((
+    "model", "served_model_name", "tokenizer", "revision", "host", "port", "api_key",
+    "trust_remote_code", "download_dir", "seed", "disable_log_requests", "enable_log_requests",
+    "disable_log_stats", "uvicorn_log_level", "disable_uvicorn_access_log", "chat_template",
+    "generation_config", "max_logprobs", "disable_fastapi_docs", "root_path",
+))
+
+
+def _name(flag: Any) -> str:
+    """A flag as vLLM's Python names spell it: ``--max-model-len`` -> ``max_model_len``."""
+    return str(flag).lstrip("-").replace("-", "_")
+
+
+def batch_defaults(gpu_name: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) ``vllm serve`` picks on this GPU."""
+    spec = GPUS.get(gpu_name)
+    big = spec is not None and spec.mem_bytes >= 70 * 2**30 and "a100" not in gpu_name
+    return (8192, 1024) if big else (2048, 256)
+
+
+def apply_vllm(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (a scenario mapping) with its ``vllm`` section moved into the scenario's
+    own keys, vLLM's defaults filling what it leaves unset; ``raw`` itself when it has no
+    such section. Errors name ``vllm.FLAG``."""
+    if "vllm" not in raw:
+        return raw
+    flags = raw["vllm"]
+    if not isinstance(flags, dict):
+        raise ServesimError(f"got {flags!r}, expected a mapping of vLLM flags", where="vllm")
+    out = {k: v for k, v in raw.items() if k != "vllm"}
+    sections: dict[str, dict[str, Any]] = {}
+
+    def section(name: str) -> dict[str, Any]:
+        if name not in sections:
+            value = out.get(name)
+            if name == "model" and isinstance(value, str):
+                value = {"preset": value}
+            sections[name] = dict(value) if isinstance(value, dict) else {}
+        return sections[name]
+
+    given: dict[str, tuple[str, Any]] = {}
+    for flag, value in flags.items():
+        name = _name(flag)
+        if name in given:
+            raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
+                                where=f"vllm.{flag}")
+        given[name] = (str(flag), value)
+    for name, (flag, value) in given.items():
+        where = f"vllm.{flag}"
+        if name in MAPPED:
+            sect, key = MAPPED[name]
+            target = section(sect)
+            for k in (key, *_SAME.get((sect, key), ())):
+                if k in target:
+                    raise ServesimError(f"sets {sect}.{k}, which the scenario sets too; give "
+                                        "one of them", where=where)
+            target[key] = value
+        elif name == "scheduling_policy":
+            if value not in ("fcfs", "priority"):
+                raise ServesimError(f"got {value!r}; vLLM's policies are fcfs and priority",
+                                    where=where)
+            section("serving")["priority"] = value == "priority"
+        elif name == "enable_chunked_prefill":
+            if not isinstance(value, bool):
+                raise ServesimError(f"got {value!r}, expected true or false", where=where)
+            if "policy" in section("serving"):
+                raise ServesimError("sets serving.policy, which the scenario sets too; give "
+                                    "one of them", where=where)
+            section("serving")["policy"] = "chunked" if value else "continuous"
+        elif name in ONLY:
+            if value not in ONLY[name]:
+                allowed = " or ".join("null" if v is None else str(v) for v in ONLY[name])
+                raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
+                                    "default) so far", where=where)
+        elif name not in NO_EFFECT:
+            known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY])
+            raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
+                                f"{', '.join(known)} (and flags with no effect on a "
+                                "simulation: docs/scenarios.md)", where=where)
+    _v1_defaults(section("serving"), str(section("hardware").get("gpu", "h100-sxm")))
+    for name, value in sections.items():
+        out[name] = value
+    return out
+
+
+def _v1_defaults(serving: dict[str, Any], gpu_name: str) -> None:
+    """What ``vllm serve`` (V1) uses where neither the flags nor the scenario say."""
+    tokens, seqs = batch_defaults(gpu_name)
+    serving.setdefault("policy", "chunked")
+    serving.setdefault("max_num_batched_tokens", tokens)
+    serving.setdefault("max_num_seqs", seqs)
+    serving.setdefault("watermark", 0.0)
+    if serving["policy"] == "chunked" and "token_budget" not in serving:
+        serving["token_budget"] = serving["max_num_batched_tokens"]

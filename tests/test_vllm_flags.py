@@ -1,0 +1,100 @@
+"""A vLLM server's flags pasted into a scenario (the ``vllm`` section): each lands on the
+key it means, what they leave unset takes ``vllm serve``'s V1 default, and what servesim
+does not model is refused by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim.config.scenario import from_dict
+from sim.config.vllmflags import batch_defaults
+from sim.core.engine import simulate
+from sim.errors import ServesimError
+
+WORKLOAD = {"arrivals": {"process": "constant", "rate": 2.0},
+            "lengths": {"prompt": {"dist": "fixed", "value": 64},
+                        "output": {"dist": "fixed", "value": 8}},
+            "num_requests": 6}
+
+
+def scenario(vllm: Any, **more: Any):
+    raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+           "workload": WORKLOAD, "vllm": vllm, **more}
+    return from_dict(raw, "<test>")
+
+
+def test_pasted_flags_land_on_their_keys() -> None:
+    sc = scenario({"model": "org/tiny-instruct", "port": 8000, "max-model-len": 1024,
+                   "--gpu-memory-utilization": 0.8, "max_num_seqs": 64,
+                   "max-num-batched-tokens": 4096, "block-size": 32,
+                   "tensor-parallel-size": 2, "data-parallel-size": 3,
+                   "num-gpu-blocks-override": 500, "swap-space": 8,
+                   "scheduling-policy": "priority"})
+    assert sc.model.max_context == 1024
+    assert (sc.hardware.memory_utilization, sc.hardware.tp) == (0.8, 2)
+    assert sc.cluster.replicas == 3
+    sv = sc.serving
+    assert (sv.max_num_seqs, sv.max_num_batched_tokens, sv.block_size) == (64, 4096, 32)
+    assert (sv.num_gpu_blocks, sv.swap_space_gib, sv.priority) == (500, 8, True)
+    # V1: chunked prefill whose per-iteration budget is max_num_batched_tokens; no watermark.
+    assert (sv.policy, sv.chunk_budget, sv.watermark) == ("chunked", 4096, 0.0)
+
+
+@pytest.mark.parametrize("gpu, tokens, seqs", [
+    ("h100-sxm", 8192, 1024), ("h200", 8192, 1024),
+    ("a100-80gb", 2048, 256),  # vLLM keeps A100s on the small defaults (its PR #17885)
+    ("l40s", 2048, 256),       # under 70 GiB
+])
+def test_unset_batch_limits_take_vllm_serve_defaults(gpu: str, tokens: int, seqs: int) -> None:
+    assert batch_defaults(gpu) == (tokens, seqs)
+    sv = scenario({}, hardware={"gpu": gpu}).serving
+    assert (sv.max_num_batched_tokens, sv.max_num_seqs, sv.chunk_budget) == (tokens, seqs,
+                                                                            tokens)
+
+
+def test_chunked_prefill_off_is_vllm_v0_continuous_batching() -> None:
+    sv = scenario({"enable-chunked-prefill": False, "preemption-mode": "swap"}).serving
+    assert (sv.policy, sv.preemption) == ("continuous", "swap")
+
+
+def test_the_scenario_keeps_what_the_flags_leave_to_it() -> None:
+    sv = scenario({"max-num-seqs": 32}, serving={"policy": "orca", "watermark": 0.05}).serving
+    assert (sv.policy, sv.watermark, sv.max_num_seqs) == ("orca", 0.05, 32)
+
+
+@pytest.mark.parametrize("budget, ttft", [(128, 0.010 + 0.064), (32, 2 * (0.010 + 0.032))])
+def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) -> None:
+    # Requests 0.5 s apart never overlap. A 64-token prompt prefills in one iteration of
+    # 10 ms + 64 x 1 ms under a 128-token budget; under 32 it is chunked in two.
+    res = simulate(scenario({"max-model-len": 512, "max-num-batched-tokens": budget,
+                             "max-num-seqs": 4, "enable-prefix-caching": False}))
+    assert (res.first_token - res.requests.arrival_s).tolist() == pytest.approx([ttft] * 6)
+
+
+@pytest.mark.parametrize("vllm, more, where, message", [
+    ({"max-num-seqs": 8}, {"serving": {"max_num_seqs": 16}}, "vllm.max-num-seqs",
+     "sets serving.max_num_seqs, which the scenario sets too"),
+    ({"gpu_memory_utilization": 0.8}, {"hardware": {"gpu_memory_utilization": 0.7}},
+     "vllm.gpu_memory_utilization", "sets hardware.gpu_memory_utilization"),
+    ({"max-model-len": 8, "max_model_len": 9}, {}, "vllm.max_model_len", "given twice"),
+    ({"kv-cache-dtype": "fp8"}, {}, "vllm.kv-cache-dtype", "models only auto"),
+    ({"pipeline-parallel-size": 2}, {}, "vllm.pipeline-parallel-size", "models only 1"),
+    ({"quantization": "fp8"}, {}, "vllm.quantization", "models only null"),
+    ({"speculative-config": "{}"}, {}, "vllm.speculative-config",
+     "unknown or not modelled vLLM flag 'speculative_config'"),
+    ({"scheduling-policy": "lifo"}, {}, "vllm.scheduling-policy", "fcfs and priority"),
+    ({"enable-chunked-prefill": True}, {"serving": {"policy": "static"}},
+     "vllm.enable-chunked-prefill", "sets serving.policy"),
+    ("--max-model-len 8", {}, "vllm", "expected a mapping"),
+])
+def test_bad_flags_name_themselves(vllm: Any, more: dict, where: str, message: str) -> None:
+    with pytest.raises(ServesimError) as exc:
+        scenario(vllm, **more)
+    assert where in str(exc.value) and message in str(exc.value)
+
+
+def test_flag_values_are_validated_where_they_land() -> None:
+    with pytest.raises(ServesimError, match="serving.max_num_seqs: got 0"):
+        scenario({"max-num-seqs": 0})

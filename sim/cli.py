@@ -35,9 +35,10 @@ def _simulate(argv: list[str]) -> int:
     from sim.report.metrics import summarize
 
     sc = scenario.load(a.scenario, a.overrides)
+    # Before simulating: a name that cannot be a folder fails at once.
+    out = a.out if a.out is not None else report.default_out(sc.name, "", sc.source)
     res = simulate(sc)
     summary = summarize(res)
-    out = a.out if a.out is not None else Path("out") / sc.name
     try:
         paths = report.write_run(res, summary, out, plots=not a.no_plots)
     except OSError as exc:

@@ -5,17 +5,20 @@ Each config section is a frozen dataclass. Its fields' annotations give the type
 dataclasses, ``tuple[X, ...]``, ``dict[str, X]``) and ``field(metadata=...)`` may give
 bounds: ``gt``, ``ge``, ``lt``, ``le``. Cross-field rules live in ``__post_init__`` and
 raise :class:`ServesimError` with ``where`` set to the offending key; :func:`build`
-prefixes it with the section's dotted path. Unknown keys are errors. Nothing here
-touches the filesystem.
+prefixes it with the section's dotted path. Unknown keys are errors; so are keys given
+twice (:func:`parse_yaml`). Nothing here touches the filesystem.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import yaml
 
 from sim.errors import ServesimError
 
@@ -182,3 +185,42 @@ def rename_alias(section: Any, name: str, alias: str) -> Any:
         raise ServesimError(f"{alias} is another name for {name}; give only one of them",
                             where=alias)
     return {(name if k == alias else k): v for k, v in section.items()}
+
+
+class ScenarioLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with two corrections for scenario files: a key given twice
+    in one mapping is an error (PyYAML keeps the last silently), and numbers written
+    with an exponent but no dot (``1e9``, ``5e-1``, which YAML 1.2 and every JSON reader
+    take as numbers) are floats rather than strings."""
+
+    yaml_implicit_resolvers = {k: list(v) for k, v in
+                               yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+ScenarioLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` parsed with :class:`ScenarioLoader` (raises ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=ScenarioLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_error(exc: yaml.YAMLError, source: str) -> ServesimError:
+    """A one-line error for a file ``source`` that did not parse, naming its line."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}" if mark is not None else None
+    problem = getattr(exc, "problem", None) or "invalid YAML"
+    return ServesimError(f"invalid YAML: {problem}", source, where)

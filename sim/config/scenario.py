@@ -19,7 +19,15 @@ import yaml
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.vllmflags import apply_vllm
-from sim.configtools import bounded, build, convert, rename_alias, resolve_alias
+from sim.configtools import (
+    bounded,
+    build,
+    convert,
+    parse_yaml,
+    rename_alias,
+    resolve_alias,
+    yaml_error,
+)
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
 from sim.cost.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
@@ -218,7 +226,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise ServesimError(f"--set needs dotted.key=value, got {item!r}")
         key, text = item.split("=", 1)
         try:
-            val = yaml.safe_load(text)
+            val = parse_yaml(text)
         except yaml.YAMLError:
             raise ServesimError(f"cannot parse value {text!r}", where=key) from None
         node = out
@@ -297,12 +305,9 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     except OSError as exc:
         raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = parse_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ServesimError(f"invalid YAML: {problem}", str(p), where) from None
+        raise yaml_error(exc, str(p)) from None
     if overrides:
         if not isinstance(raw, dict):
             raise ServesimError("expected a mapping at the top level", str(p))

@@ -18,12 +18,26 @@ import numpy as np
 
 from sim.core.engine import RunResult
 from sim.core.request import STATUS_NAMES
+from sim.errors import ServesimError
 from sim.report.metrics import clean, per_request
 from sim.report.stagereport import plot_over_time, stage_table
 
 CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
                "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
                "replica", "status", "reason", "class")
+
+
+def default_out(name: str, suffix: str = "", source: str | None = None) -> Path:
+    """``out/NAME[SUFFIX]``, the folder a command writes to when not given ``--out``; an
+    error when the scenario's name is not one plain folder name (a ``/``, ``..``), which
+    would put the outputs somewhere else."""
+    folder = f"{name}{suffix}"
+    if (not name or folder in (".", "..") or "/" in folder or "\\" in folder
+            or "\0" in folder):
+        raise ServesimError(f"scenario name {name!r} cannot name a folder under out/ (no '/', "
+                            "'\\' or '..'); rename the scenario or give --out DIR",
+                            source, "name")
+    return Path("out") / folder
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ServesimError
-from sim.report.outputs import write_atomic
+from sim.report.outputs import default_out, write_atomic
 from sim.report.slospec import SLO, all_met, parse_slos
 from sim.study.sweep import add_execution_args, aggregate, ci95, grid_args, parse_ints, to_csv
 from sim.study.sweeppoint import (
@@ -276,7 +276,7 @@ def main(argv: list[str]) -> int:
     refuse_closed_loop(base, a.scenario, "capacity")
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     name = str(base.get("name", "scenario"))
-    out = a.out if a.out is not None else Path("out") / f"{name}-capacity"
+    out = a.out if a.out is not None else default_out(name, "-capacity", a.scenario)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -112,13 +112,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plot")
     a = p.parse_args(argv)
 
-    from sim.report.outputs import plot_cdfs, summary_json, write_atomic
+    from sim.report.outputs import default_out, plot_cdfs, summary_json, write_atomic
 
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
     runs = run_policies(a.scenario, policies, a.overrides)
     table_rows = rows(runs)
     name = next(iter(runs.values()))[1]["scenario"]
-    out = a.out if a.out is not None else Path("out") / f"{name}-compare"
+    out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
     try:
         out.mkdir(parents=True, exist_ok=True)
         buf = io.StringIO()

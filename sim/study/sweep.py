@@ -28,7 +28,7 @@ import numpy as np
 
 from sim.config.scenario import from_dict
 from sim.errors import ServesimError
-from sim.report.outputs import write_atomic
+from sim.report.outputs import default_out, write_atomic
 from sim.report.slospec import SLO, parse_slos
 from sim.study.sweeppoint import (
     KEY_COLUMNS,
@@ -325,7 +325,8 @@ def main(argv: list[str]) -> int:
     path = Path(a.scenario)
     spec = SweepSpec(base, str(path), path.parent.resolve(), rates, slos=slos,
                      horizon_factor=a.horizon_factor, **grid)
-    out = a.out if a.out is not None else Path("out") / f"{base.get('name', 'scenario')}-sweep"
+    out = (a.out if a.out is not None
+           else default_out(str(base.get("name", "scenario")), "-sweep", a.scenario))
     res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,
                     plots=not a.no_plots, use_cache=not a.no_cache)
     if not a.quiet:

@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from sim.config.scenario import Scenario, apply_overrides, from_dict
+from sim.configtools import parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
@@ -77,11 +78,11 @@ def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, 
     """
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = parse_yaml(p.read_text())
     except OSError as exc:
         raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
-    except yaml.YAMLError:
-        raise ServesimError("invalid YAML", str(p)) from None
+    except yaml.YAMLError as exc:
+        raise yaml_error(exc, str(p)) from None
     if not isinstance(raw, dict):
         raise ServesimError("expected a mapping at the top level", str(p))
     if overrides:

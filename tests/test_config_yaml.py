@@ -1,0 +1,73 @@
+"""Scenario files as a user writes them: a key given twice is an error naming its line,
+numbers with an exponent (``1e9``, ``5e-1``) are numbers, and a scenario name that is
+not one plain folder name cannot send the outputs outside ``out/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from sim.config.scenario import load
+from sim.configtools import parse_yaml
+from sim.errors import ServesimError
+from sim.report.outputs import default_out
+from sim.study.sweeppoint import read_raw
+
+SCENARIO = """\
+name: {name}
+model: tiny
+cost: {{linear: {{step_s: 0.01}}}}
+workload:
+  arrivals: {{process: poisson, rate: {rate}}}
+  lengths: {{prompt: {{dist: fixed, value: 8}}, output: {{dist: fixed, value: 2}}}}
+  num_requests: 5
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, line, key", [
+    ("model: tiny\nmodel: tiny\nworkload: {}\n", 2, "model"),
+    ("model: tiny\nworkload:\n  seed: 1\n  num_requests: 4\n  seed: 2\n", 5, "seed"),
+    ("a: {x: 1, x: 2}\n", 1, "x"),
+])
+def test_a_key_given_twice_is_an_error_naming_its_line(tmp_path: Path, text: str, line: int,
+                                                       key: str) -> None:
+    with pytest.raises(ServesimError) as exc:
+        load(write(tmp_path, text))
+    assert f"line {line}: invalid YAML: key '{key}' given twice" in str(exc.value)
+    with pytest.raises(ServesimError, match=f"line {line}: invalid YAML: key '{key}'"):
+        read_raw(write(tmp_path, text))  # sweep and capacity read files this way
+
+
+def test_numbers_with_an_exponent_are_numbers(tmp_path: Path) -> None:
+    assert parse_yaml("a: 1e9\nb: 5e-1\nc: -2E+3\nd: '1e3'\ne: x1e5\nf: 12\ng: 1.5e3") == {
+        "a": 1e9, "b": 0.5, "c": -2000.0, "d": "1e3", "e": "x1e5", "f": 12, "g": 1500.0}
+    sc = load(write(tmp_path, SCENARIO.format(name="ok", rate="1e9")), ["slo.ttft_s=5e-1"])
+    assert sc.workload.arrivals is not None and sc.workload.arrivals.rate == 1e9
+    assert sc.slo.ttft_s == 0.5
+
+
+@pytest.mark.parametrize("name", ["../../tmp/evil", "a/b", "..", "a\\b"])
+def test_a_name_that_is_not_one_folder_cannot_choose_where_outputs_go(
+        tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ServesimError, match="cannot name a folder under out/"):
+        default_out(name)
+    path = write(tmp_path, SCENARIO.format(name=f"'{name}'", rate=1))
+    assert main(["simulate", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert f"{path}: name: scenario name" in err and "give --out DIR" in err
+    assert not (tmp_path / "tmp").exists()
+    # With --out the name is only a label.
+    assert main(["simulate", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+
+
+def test_a_plain_name_gives_out_slash_name() -> None:
+    assert default_out("quickstart") == Path("out") / "quickstart"
+    assert default_out("step-load", "-sweep") == Path("out") / "step-load-sweep"

@@ -46,6 +46,9 @@ def _simulate(argv: list[str]) -> int:
     if not a.quiet:
         print(report.table(summary))
         print("wrote " + ", ".join(str(x) for x in paths))
+    nothing = report.nothing_finished(summary)
+    if nothing:  # the outputs are written (requests.csv says why), but this is no result
+        raise ServesimError(nothing, sc.source)
     return 0
 
 

@@ -167,6 +167,22 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def nothing_finished(summary: dict[str, Any]) -> str | None:
+    """Why a run that finished no request is no result (its counts and the rejection
+    reasons), or None when some request finished."""
+    rq = summary["requests"]
+    if rq["finished"]:
+        return None
+    if not rq["total"]:
+        return "the workload sent no request"
+    reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
+    ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("unfinished", "timed_out",
+                                                                 "failed") if rq.get(k))
+    return (f"no request finished: {rq['rejected']} of {rq['total']} rejected"
+            f"{f' ({reasons})' if reasons else ''}{ended}; the outputs were written, "
+            "requests.csv gives each request's reason")
+
+
 def setup_lines(summary: dict[str, Any]) -> list[str]:
     """A closed loop's clients and a priced frontend (ms), when the run had them."""
     out = []
@@ -280,7 +296,11 @@ def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.set_ylim(0, 1.01)
-        ax.legend(loc="lower right", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=8)
+        else:  # no request finished (or none had two tokens, for TPOT): say so
+            ax.text(0.5, 0.5, "no finished request has this value", transform=ax.transAxes,
+                    ha="center", va="center", color="gray")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110, metadata={"Software": None})

@@ -99,9 +99,9 @@ def test_a_trace_replays_at_each_stage_rate() -> None:
     # 3 requests in 1 s: rows 2-4, span 3 -> 15 (12 s) onto [1, 2): 1, 1.25, 1.5833.
     t = np.array([0.0, 1.0, 3.0, 6.0, 10.0, 15.0])
     stages = (StageConfig(2.0, 1.0), StageConfig(3.0, 1.0))
-    out = stage_trace_times(t, stages, "<test>")
-    assert out.tolist() == pytest.approx([0.0, 1 / 3, 1.0, 1.25, 1 + 7 / 12])
     assert windows(stages, 0.0) == ((0.0, 1.0), (1.0, 2.0))
+    out = stage_trace_times(t, stages, windows(stages, 0.0), "<test>")
+    assert out.tolist() == pytest.approx([0.0, 1 / 3, 1.0, 1.25, 1 + 7 / 12])
 
 
 def test_a_shipped_trace_in_stages_offers_the_rate_asked() -> None:
@@ -121,7 +121,8 @@ def test_a_shipped_trace_in_stages_offers_the_rate_asked() -> None:
 
 def test_a_trace_too_short_for_its_stages_is_an_error() -> None:
     with pytest.raises(ServesimError, match="the stages replay 5 requests .* the trace has 3"):
-        stage_trace_times(np.array([0.0, 1.0, 2.0]), (StageConfig(5.0, 1.0),), "<t>")
+        stage_trace_times(np.array([0.0, 1.0, 2.0]), (StageConfig(5.0, 1.0),),
+                          ((0.0, 1.0),), "<t>")
 
 
 @pytest.mark.parametrize("workload, key, message", [

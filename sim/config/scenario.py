@@ -251,7 +251,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
-        raw = apply_vllm(raw)  # a vllm section of server flags, moved to their keys
+        raw = apply_vllm(raw, HardwareConfig.gpu)  # server flags, moved to their keys
         try:
             hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
                                   "gpu_memory_utilization")

@@ -75,10 +75,11 @@ def batch_defaults(gpu_name: str) -> tuple[int, int]:
     return (8192, 1024) if big else (2048, 256)
 
 
-def apply_vllm(raw: dict[str, Any]) -> dict[str, Any]:
+def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     """``raw`` (a scenario mapping) with its ``vllm`` section moved into the scenario's
-    own keys, vLLM's defaults filling what it leaves unset; ``raw`` itself when it has no
-    such section. Errors name ``vllm.FLAG``."""
+    own keys, vLLM's defaults filling what it leaves unset (for ``hardware.gpu``, or
+    ``default_gpu`` when the scenario names none); ``raw`` itself when it has no such
+    section. Errors name ``vllm.FLAG``."""
     if "vllm" not in raw:
         return raw
     flags = raw["vllm"]
@@ -134,7 +135,7 @@ def apply_vllm(raw: dict[str, Any]) -> dict[str, Any]:
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)} (and flags with no effect on a "
                                 "simulation: docs/scenarios.md)", where=where)
-    _v1_defaults(section("serving"), str(section("hardware").get("gpu", "h100-sxm")))
+    _v1_defaults(section("serving"), str(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
     return out

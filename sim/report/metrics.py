@@ -60,6 +60,15 @@ def _itl_distribution(res: RunResult) -> dict[str, float | None]:
             "max": h.max}
 
 
+def status_counts(status: np.ndarray, mask: np.ndarray | None = None) -> dict[str, int]:
+    """Requests (of those in ``mask``; all by default) finished, rejected, unfinished,
+    timed out and failed, in that order."""
+    sel = status if mask is None else status[mask]
+    return {name: int((sel == code).sum()) for name, code in (
+        ("finished", FINISHED), ("rejected", REJECTED), ("unfinished", UNFINISHED),
+        ("timed_out", TIMED_OUT), ("failed", FAILED))}
+
+
 def class_targets(res: RunResult) -> list[tuple[float | None, float | None]]:
     """(TTFT, TPOT) targets in seconds of each class of a mixed workload, in class order
     (None: no target); empty for a workload without classes."""
@@ -109,14 +118,7 @@ def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray
         fin = m & (status == FINISHED)
         n_good = int(good[m].sum())
         out[name] = {
-            "requests": {
-                "total": n,
-                "finished": int(fin.sum()),
-                "rejected": int((m & (status == REJECTED)).sum()),
-                "unfinished": int((m & (status == UNFINISHED)).sum()),
-                "timed_out": int((m & (status == TIMED_OUT)).sum()),
-                "failed": int((m & (status == FAILED)).sum()),
-            },
+            "requests": {"total": n, **status_counts(status, m)},
             "tokens": {
                 "prompt_mean": float(rq.prompt_tokens[m].mean()) if n else None,
                 "output_mean": float(rq.output_tokens[m].mean()) if n else None,
@@ -162,14 +164,7 @@ def stage_summaries(res: RunResult, lat: dict[str, np.ndarray],
             "stage": k, "start_s": lo, "end_s": hi, "rate_rps": st.rate,
             "offered_rps": n / d,
             "finished_rps": done / d,
-            "requests": {
-                "arrived": n,
-                "finished": int((m & (status == FINISHED)).sum()),
-                "rejected": int((m & (status == REJECTED)).sum()),
-                "unfinished": int((m & (status == UNFINISHED)).sum()),
-                "timed_out": int((m & (status == TIMED_OUT)).sum()),
-                "failed": int((m & (status == FAILED)).sum()),
-            },
+            "requests": {"arrived": n, **status_counts(status, m)},
             "latency_s": {key: distribution(lat[key][m])
                           for key in ("ttft", "tpot", "e2e", "queueing")},
             "slo_attainment": float(good[m].sum() / n) if n else None,
@@ -304,11 +299,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         **_setup_summary(res),
         "requests": {
             "total": n,
-            "finished": int(finished.sum()),
-            "rejected": int((status == REJECTED).sum()),
-            "unfinished": int((status == UNFINISHED).sum()),
-            "timed_out": int((status == TIMED_OUT).sum()),
-            "failed": int((status == FAILED).sum()),
+            **status_counts(status),
             "rejected_by_reason": dict(sorted(reasons.items())),
         },
         "workload_notes": list(res.requests.notes),

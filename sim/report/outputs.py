@@ -20,6 +20,7 @@ from sim.core.engine import RunResult
 from sim.core.request import STATUS_NAMES
 from sim.errors import ServesimError
 from sim.report.metrics import clean, per_request
+from sim.report.plots import save_png
 from sim.report.stagereport import plot_over_time, stage_table
 
 CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
@@ -302,10 +303,7 @@ def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
             ax.text(0.5, 0.5, "no finished request has this value", transform=ax.transAxes,
                     ha="center", va="center", color="gray")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_png(fig, path)
 
 
 def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,

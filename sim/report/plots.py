@@ -76,7 +76,9 @@ def _empty_note(ax: Any, what: str) -> None:
                 va="center", color="gray")
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_png(fig: Any, path: Path) -> None:
+    """Write ``fig`` to ``path`` atomically (a temporary file, then a rename), without
+    the matplotlib version in its metadata, and close it."""
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110, metadata={"Software": None})
     _plt().close(fig)
@@ -169,7 +171,7 @@ def latency_vs_rate(grid: list[Row], slos: list[SLO], scenario_slo: dict[str, fl
                frameon=False)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     curves = _curves(fig)
-    _save(fig, path)
+    save_png(fig, path)
     return curves
 
 
@@ -204,7 +206,7 @@ def throughput_vs_rate(grid: list[Row], path: Path) -> Curves:
         ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     curves = _curves(fig)
-    _save(fig, path)
+    save_png(fig, path)
     return curves
 
 
@@ -252,7 +254,7 @@ def frontier(grid: list[Row], slos: list[SLO], path: Path) -> Curves:
             ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     curves = _curves(fig)
-    _save(fig, path)
+    save_png(fig, path)
     return curves
 
 
@@ -306,5 +308,5 @@ def capacity_plot(search: list[Row], slos: list[SLO], max_rates: list[Row], path
                   frameon=False)
     fig.tight_layout()
     curves = _curves(fig)
-    _save(fig, path)
+    save_png(fig, path)
     return curves

@@ -6,7 +6,6 @@ long it takes to drain can be seen.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from sim.core.result import RunResult
 from sim.report.metrics import per_request
+from sim.report.plots import save_png
 
 
 def stage_table(stages: list[dict[str, Any]]) -> list[str]:
@@ -82,7 +82,4 @@ def plot_over_time(res: RunResult, path: Path) -> None:
         ax.legend(loc="lower right", fontsize=8)
     axes[-1].set_xlabel("arrival time (s)")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_png(fig, path)

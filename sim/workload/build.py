@@ -52,8 +52,8 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
                                 "with generated arrivals", source, "workload.trace.path")
         elif cfg.stages is not None:
             raw = np.asarray(tr.arrival_s, dtype=np.float64)
-            t = stage_trace_times(raw, cfg.stages, source)
             staged = windows(cfg.stages, float(raw[0]) if len(raw) else 0.0)
+            t = stage_trace_times(raw, cfg.stages, staged, source)
             notes.append(f"replayed in {len(cfg.stages)} stages: the first {len(t)} requests, "
                          "their gaps scaled to each stage's rate")
         else:

@@ -93,11 +93,12 @@ def check_stages(cfg: WorkloadConfig) -> None:
 
 
 def stage_trace_times(t: np.ndarray, stages: Sequence[StageConfig],
-                      source: str) -> np.ndarray:
+                      wins: Sequence[tuple[float, float]], source: str) -> np.ndarray:
     """Arrival times (s) of a trace replayed in ``stages``: stage k takes the next
     ``round(rate × duration_s)`` of the trace's arrival times ``t`` (ascending) and maps
-    the span from its first request to the one after its last onto the stage's window,
-    so its gaps keep their proportions. The result has one time per replayed request."""
+    the span from its first request to the one after its last onto its window
+    ``wins[k]`` (:func:`windows`), so its gaps keep their proportions. The result has
+    one time per replayed request."""
     counts = stage_counts(stages)
     need = sum(counts)
     if need > len(t):
@@ -106,8 +107,7 @@ def stage_trace_times(t: np.ndarray, stages: Sequence[StageConfig],
                             "their rates", source, "workload.stages")
     out = np.empty(need)
     i = 0
-    for (lo, hi), k in zip(windows(stages, float(t[0]) if len(t) else 0.0), counts,
-                           strict=True):
+    for (lo, hi), k in zip(wins, counts, strict=True):
         if k == 0:
             continue
         seg = t[i:i + k]

@@ -337,6 +337,17 @@ class ModelExecutor:
                 self.step(entries, [1] * sum(k for _, k, _ in entries))
 
 
+def check_timeable(spec: ModelSpec) -> None:
+    """Refuse a model whose FP8 weights or KV cache this torch model cannot run: one
+    error saying how such a model is priced instead."""
+    if spec.dtype not in ("fp32", "fp16", "bf16") or spec.kv_dtype != "auto":
+        raise ServesimError(
+            f"calibrate times bf16, fp16 and fp32 models with a KV cache of the same dtype; "
+            f"this one has {spec.dtype} weights and a {spec.kv_dtype} KV cache. FP8 costs come "
+            f"from the public kernel tables: `servesim profile build --dtype fp8` (or "
+            f"--kv-dtype fp8)", where="model.dtype")
+
+
 def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: int,
                     slots: int, capacity: int, max_prefill: int, seed: int = 0,
                     log: Callable[[str], None] | None = None) -> tuple[ModelExecutor, dict]:
@@ -344,6 +355,7 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
     (executor, facts for the record: device, dtype, threads, cache size)."""
     from calibrate.output import device_info
 
+    check_timeable(spec)
     if device == "cuda" and not torch.cuda.is_available():
         raise ServesimError("torch sees no CUDA device; use --device cpu", where="--device")
     if device not in ("cuda", "cpu"):

@@ -22,7 +22,7 @@ from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
 from calibrate.output import device_info, write_csv, write_profile
 from calibrate.progress import bar as progress_bar
-from calibrate.replay import ModelExecutor
+from calibrate.replay import ModelExecutor, check_timeable
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
@@ -235,6 +235,7 @@ def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
 
 def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     t0 = time.perf_counter()
+    check_timeable(cfg.model)
     device = _device(cfg)
     dtype = cfg.dtype or (cfg.model.dtype if device.type == "cuda" else "fp32")
     if dtype not in ("fp32", "fp16", "bf16"):
@@ -296,7 +297,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         coefs: dict[str, dict[str, float]] = {n: f.coef for n, f in fits.items()}
         # A ring of more GPUs than one node holds crosses the network (GPUSpec.tp_link).
         link_bw, link_s = GPUS[gpu_key].tp_link(cfg.tp) if gpu_key else (1.0, 0.0)
-        coefs["allreduce"] = allreduce_coefs(model.layers, model.hidden, model.dtype_bytes, cfg.tp,
+        coefs["allreduce"] = allreduce_coefs(model.layers, model.hidden, model.act_bytes, cfg.tp,
                                              link_bw, link_s)
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))

@@ -134,7 +134,10 @@ def test_built_profile_loads_and_prices_a_step() -> None:
 @needs_tables
 @pytest.mark.parametrize(("change", "match"), [
     ({"tp": 3}, "32 query heads do not split over tp=3"),
-    ({"dtype": "fp8"}, "dtype 'fp8' is not built from the tables yet; built: bf16"),
+    ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp32")},
+     "dtype 'fp32' is not built from the tables; built: bf16, fp16, fp8, fp8-block"),
+    ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp8"), "gpu": "a100-80gb"},
+     "gemm_perf.parquet: no fp8 GEMM rows; dtypes: bfloat16$"),
     ({"framework": "tgi"}, "unknown framework 'tgi'; valid: vllm, sglang, trtllm"),
     ({"version": "0.1.0"}, "no vllm 0.1.0 tables for h100-sxm; versions: 0.24.0"),
     ({"gpu": "mi300x"}, "no vllm tables for mi300x; tables exist for: a100-80gb"),

@@ -32,7 +32,7 @@ def csv(tmp_path: Path, *rows: str) -> Path:
 ROWS = (
     "a,source_file=x.csv,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,8,2,1,,154.2,18.0",
     "b,db-dump/2026; c,sglang,0.5,Qwen/Qwen3-32B,h200_sxm,,agg,4096,512,64,4,1,,900,30",
-    "c,x,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,fp8,agg,1024,128,8,2,1,,1,1",
+    "c,x,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,fp4,agg,1024,128,8,2,1,,1,1",
     "d,x,vllm,0.12.0,deepseek-ai/DeepSeek-R1,h200_sxm,,agg,1024,128,8,8,1,,1,1",
     "e,x,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,disagg,1024,128,,,,,1,1",
     "f,x,trtllm,1.0,Qwen/Qwen3-32B,gb200,,agg,1024,128,8,2,1,0,1,1",
@@ -48,7 +48,7 @@ def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
                                                                       "vllm")
     assert rows[0].collection == "aic" and rows[1].collection == "inferencex"
     reasons = [classify(r) for r in rows[2:]]
-    assert reasons[0].startswith("fp8 weights")
+    assert reasons[0].startswith("fp4 weights")
     assert "DeepSeek-R1 has no dense preset" in reasons[1]
     assert reasons[2].startswith("disaggregated serving")
     assert reasons[3] == "system gb200 has no GPU figures in servesim"

@@ -12,11 +12,12 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
   70 GiB that is not an A100, else 2048 and 256 (vLLM's ``get_batch_defaults``);
 - no admission watermark (V1's KV-cache manager keeps none).
 
-Flags that change nothing a simulation prices (``port``, ``served-model-name``, ...,
-:data:`NO_EFFECT`) are accepted; a flag for something servesim does not model yet (a
-quantised or FP8 KV cache, pipeline parallelism, eager mode, partial-prefill limits) is
-an error naming it, as is any other name and a flag whose servesim key the scenario
-also sets.
+``kv-cache-dtype fp8`` and ``quantization fp8`` set the model's KV-cache and weight
+dtypes (:data:`DTYPE_FLAGS`). Flags that change nothing a simulation prices (``port``,
+``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
+servesim does not model yet (other quantisations, pipeline parallelism, eager mode,
+partial-prefill limits) is an error naming it, as is any other name and a flag whose
+servesim key the scenario also sets.
 """
 
 from __future__ import annotations
@@ -46,13 +47,18 @@ _SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
 # Flags accepted only at the value servesim models (vLLM's default).
 ONLY: dict[str, tuple[Any, ...]] = {
     "pipeline_parallel_size": (1,),
-    "kv_cache_dtype": ("auto",),
-    "quantization": (None,),
     "dtype": ("auto", "bfloat16", "float16", "half"),
     "enforce_eager": (False,),
     "max_num_partial_prefills": (1,),
     "max_long_partial_prefills": (1,),
     "long_prefill_token_threshold": (0,),
+}
+# Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
+DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
+    "kv_cache_dtype": {"auto": None, "fp8": ("kv_dtype", "fp8"),
+                       "fp8_e4m3": ("kv_dtype", "fp8"), "fp8_e5m2": ("kv_dtype", "fp8")},
+    # Online quantisation of a 16-bit checkpoint: FP8 weights with per-tensor scales.
+    "quantization": {None: None, "fp8": ("dtype", "fp8")},
 }
 # Flags that change nothing a simulation prices.
 NO_EFFECT = frozenset((
@@ -125,13 +131,26 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                 raise ServesimError("sets serving.policy, which the scenario sets too; give "
                                     "one of them", where=where)
             section("serving")["policy"] = "chunked" if value else "continuous"
+        elif name in DTYPE_FLAGS:
+            choices = DTYPE_FLAGS[name]
+            if value not in choices:
+                allowed = ", ".join("null" if v is None else str(v) for v in choices)
+                raise ServesimError(f"got {value!r}; servesim models {allowed}", where=where)
+            target_key = choices[value]
+            if target_key is not None:
+                model = section("model")
+                if target_key[0] in model:
+                    raise ServesimError(f"sets model.{target_key[0]}, which the scenario sets "
+                                        "too; give one of them", where=where)
+                model[target_key[0]] = target_key[1]
         elif name in ONLY:
             if value not in ONLY[name]:
                 allowed = " or ".join("null" if v is None else str(v) for v in ONLY[name])
                 raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
                                     "default) so far", where=where)
         elif name not in NO_EFFECT:
-            known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY])
+            known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
+                            *DTYPE_FLAGS])
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)} (and flags with no effect on a "
                                 "simulation: docs/scenarios.md)", where=where)

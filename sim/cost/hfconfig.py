@@ -4,7 +4,9 @@ The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 (``--hf-config``) both read configs here, so a model is described by one table whichever
 side reads it. Only dense decoders of the Llama shape are modelled: attention (grouped
 query heads, rotary positions) and a SwiGLU MLP per layer. Mixture-of-experts configs are
-a clear error.
+a clear error. A ``quantization_config`` with FP8 weights (``quant_method`` fp8,
+compressed-tensors float8 or ModelOpt FP8) sets the weights' dtype: ``fp8-block`` when its
+scales are per block, ``fp8`` otherwise; any other quantisation is an error naming it.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def from_hf_config(path: Path) -> ModelSpec:
                                 where=key)
         return int(value)
 
+    dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
+        str(cfg.get("torch_dtype")), "bf16")
     hidden = count("hidden_size")
     heads = count("num_attention_heads")
     # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
@@ -78,7 +82,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             head_dim=head_dim,
             intermediate=count("intermediate_size"),
             vocab=count("vocab_size"),
-            dtype=_TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16"),  # type: ignore[arg-type]
+            dtype=dtype,  # type: ignore[arg-type]
             max_context=count("max_position_embeddings", 8192),
             rope_theta=float(get("rope_theta", 10000.0)),
             qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
@@ -87,3 +91,31 @@ def from_hf_config(path: Path) -> ModelSpec:
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
+
+
+def _weights_dtype(quant: Any, src: str) -> str | None:
+    """The weights' dtype a ``quantization_config`` gives (None when there is none); a
+    quantisation servesim does not model is an error naming its method."""
+    if quant is None:
+        return None
+    where = "quantization_config"
+    if not isinstance(quant, dict):
+        raise ServesimError(f"got {quant!r}, expected a mapping", source=src, where=where)
+    method = quant.get("quant_method")
+    if method == "fp8":
+        return "fp8-block" if quant.get("weight_block_size") else "fp8"
+    if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "FP8":
+        return "fp8"
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        weights = [g.get("weights") for g in groups.values()
+                   if isinstance(g, dict)] if isinstance(groups, dict) else []
+        dicts = [w for w in weights if isinstance(w, dict)]
+        if dicts and len(dicts) == len(weights) and all(
+                w.get("type") == "float" and w.get("num_bits") == 8 for w in dicts):
+            blocks = any(w.get("strategy") == "block" for w in dicts)
+            return "fp8-block" if blocks else "fp8"
+    what = f"{method!r}" + (f" ({quant.get('quant_algo')})" if "quant_algo" in quant else "")
+    raise ServesimError(f"quantisation {what} is not modelled; servesim models FP8 weights "
+                        "(quant_method fp8, compressed-tensors float8, modelopt FP8)",
+                        source=src, where=f"{where}.quant_method")

@@ -11,21 +11,28 @@ runs Llama 3 8B's kernels: only the context length differs).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
 from sim.cost.profilefile import PROFILE_DIR
-from sim.cost.specs import GPUS, MODELS, ModelSpec
+from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, weight_only
 from sim.errors import ServesimError
 
 # What `servesim profile ship` builds: one preset per distinct architecture.
 SHIPPED_MODELS = ("llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen2.5-32b",
                   "qwen3-32b")
+# Shipped with FP8 weights too (per-tensor scales, KV cache auto), on every GPU whose
+# tables time FP8 GEMMs: the architectures of public FP8 releases of Llama 3.1 8B and
+# 70B (and Llama 3.3 70B), and of Qwen3-32B, served from its own FP8 weights in the
+# public end-to-end runs.
+SHIPPED_FP8 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 SHIPPED_TPS = (1, 2, 4, 8)
-_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)$")
+_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)"
+                   r"(?:-(?P<dtype>fp8|fp8-block))?(?P<kv>-kvfp8)?$")
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
     """What a model's kernels depend on: every dimension but its name, context length
     and rotary base."""
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
-            model.intermediate, model.vocab, model.dtype, model.qkv_bias, model.tie_embeddings)
+            model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
+            model.tie_embeddings)
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,15 @@ class Shipped:
     model: str
     tp: int
     framework: str
+    dtype: str = ""  # the weights' dtype where the stem names one (else the preset's)
+    kv_dtype: str = "auto"
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model this profile was built for: the preset, with the stem's dtypes."""
+        base = MODELS[self.model]
+        return dataclasses.replace(base, dtype=self.dtype or base.dtype,  # type: ignore[arg-type]
+                                   kv_dtype=self.kv_dtype)  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=1)
@@ -65,7 +82,8 @@ def shipped() -> tuple[Shipped, ...]:
         gpu = next((g for g in gpus if path.stem.startswith(g + "-")), None)
         m = _REST.match(path.stem[len(gpu) + 1:]) if gpu else None
         if gpu and m and m["model"] in MODELS:
-            out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"]))
+            out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"],
+                               m["dtype"] or "", "fp8" if m["kv"] else "auto"))
     return tuple(out)
 
 
@@ -73,20 +91,30 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:
     """The stem of the shipped profile for ``model`` on ``tp`` GPUs of ``gpu`` under
     ``framework``; an error listing what exists when none matches."""
     arch = architecture(model)
-    same = [s for s in shipped() if architecture(MODELS[s.model]) == arch]
+    same = [s for s in shipped() if architecture(s.spec) == arch]
     for s in same:
         if (s.gpu, s.tp, s.framework) == (gpu, tp, framework):
             return s.stem
     if not same:
         names = sorted({s.model for s in shipped()})
-        raise ServesimError(f"no measured profile for model {model.name}: measured profiles "
-                            f"cover {', '.join(names) or 'nothing'} (or the same "
+        dtypes = "" if model.dtype not in FP8_WEIGHTS and model.kv_dtype == "auto" else (
+            f" with {model.dtype} weights and KV cache {model.kv_dtype}: FP8 profiles ship "
+            f"for {', '.join(SHIPPED_FP8)} (fp8 weights, KV cache auto) on GPUs with FP8 "
+            f"tensor cores")
+        raise ServesimError(f"no measured profile for model {model.name}{dtypes}"
+                            f"{'; ' if dtypes else ': '}measured "
+                            f"profiles cover {', '.join(names) or 'nothing'} (or the same "
                             f"architectures); build one with `servesim profile build`",
                             where="cost.measured")
     tps: dict[str, list[int]] = {}
     for s in same:
         if s.gpu == gpu:
             tps.setdefault(s.framework, []).append(s.tp)
+    if weight_only(model, GPUS[gpu]):
+        raise ServesimError(f"no measured profile for {model.name} with {model.dtype} weights "
+                            f"on {gpu}: it has no FP8 tensor cores and the tables time no FP8 "
+                            f"GEMM there; cost: roofline prices its FP8 weights as weight-only",
+                            where="cost.measured")
     here = "; ".join(f"{fw} tp {', '.join(map(str, sorted(v)))}" for fw, v in sorted(
         tps.items(), key=lambda kv: SHIPPED_FRAMEWORKS.index(kv[0])
         if kv[0] in SHIPPED_FRAMEWORKS else len(SHIPPED_FRAMEWORKS)))

@@ -131,10 +131,10 @@ class MemoryBudget:
 def weight_bytes(model: ModelSpec, tp: int) -> int:
     """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
     (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
-    head_dim elements at the model's dtype, which every GPU keeps whole. The table is why
+    head_dim elements at the activations' dtype, which every GPU keeps whole. The table is why
     Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96."""
     d = shard(model, tp)
-    return d.weight_bytes + model.max_context * model.head_dim * model.dtype_bytes
+    return d.weight_bytes + model.max_context * model.head_dim * model.act_bytes
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
@@ -157,7 +157,7 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
     the sampler runs.
     """
     d = shard(model, tp)
-    a = 4 if model.dtype == "fp32" else 2
+    a = model.act_bytes
     h = d.hidden
     mlp = 3 * h + 3 * d.intermediate
     attention = 3 * h + 2 * (d.heads + d.kv_heads) * d.head_dim

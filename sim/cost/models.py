@@ -20,7 +20,7 @@ import numpy as np
 from sim.configtools import bounded
 from sim.cost.frontend import NO_FRONTEND, Frontend
 from sim.cost.shape import StepShape
-from sim.cost.specs import GPUSpec, ModelSpec, gpu, shard
+from sim.cost.specs import FP8_WEIGHTS, GPUSpec, ModelSpec, gpu, shard, weight_only
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -91,11 +91,24 @@ class RooflineParams:
     flops_efficiency: float = bounded(0.767, gt=0, le=1)
     bandwidth_efficiency: float = bounded(0.811, gt=0, le=1)
     attention_flops_efficiency: float = bounded(0.418, gt=0, le=1)
+    fp8_flops_efficiency: float = bounded(0.52, gt=0, le=1)
     step_overhead_s: float = bounded(0.000831678, ge=0)
     per_seq_overhead_s: float = bounded(2.85041e-05, ge=0)
     kernel_floor_s: float = bounded(4.76e-6, ge=0)
     attention_floor_s: float = bounded(1.173e-5, ge=0)
     frontend: Frontend = VLLM_FRONTEND
+
+
+def dtype_note(model: ModelSpec, gpu: GPUSpec) -> str:
+    """What a cost source adds about the model's dtypes: FP8 weights (weight-only on a GPU
+    without FP8 tensor cores) and an FP8 KV cache; empty for a plain 16-bit model."""
+    parts = []
+    if model.dtype in FP8_WEIGHTS:
+        parts.append(f"{model.dtype} weights, weight-only on {gpu.name} (no FP8 tensor cores)"
+                     if weight_only(model, gpu) else f"{model.dtype} weights")
+    if model.kv_dtype == "fp8":
+        parts.append("fp8 KV cache")
+    return f"; {', '.join(parts)}" if parts else ""
 
 
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
@@ -125,15 +138,19 @@ class RooflineCost:
         self.frontend = params.frontend
         m, p = model, params
         d = shard(model, tp)
-        b = m.dtype_bytes
+        b = m.act_bytes
         flops = gpu.flops * p.flops_efficiency
+        # FP8 projections run at the FP8 peak where the GPU has FP8 tensor cores; elsewhere
+        # weight-only: FP8 bytes read, bf16 FLOP/s.
+        fp8 = m.dtype in FP8_WEIGHTS and not weight_only(m, gpu)
+        lin_flops = gpu.fp8_flops * p.fp8_flops_efficiency if fp8 else flops
         attn_flops = gpu.flops * p.attention_flops_efficiency
         bw = gpu.mem_bw * p.bandwidth_efficiency
         lin = m.layers * d.linear_params_per_layer
         head = d.vocab * m.hidden
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
-        self._lin_flop_s = 2 * lin / flops
-        self._lin_mem_s = lin * b / bw
+        self._lin_flop_s = 2 * lin / lin_flops
+        self._lin_mem_s = lin * m.dtype_bytes / bw
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw
         self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
@@ -149,8 +166,9 @@ class RooflineCost:
 
     @property
     def source(self) -> str:
-        """Where the prices come from, in one phrase."""
-        return "analytic roofline (efficiencies fitted on public kernel tables)"
+        """Where the prices come from, in one phrase (and how FP8 weights run)."""
+        return "analytic roofline (efficiencies fitted on public kernel tables)" + dtype_note(
+            self.model, self.gpu)
 
     def _terms(self, shape: StepShape, mx: Any) -> tuple[Any, Any, Any, Any, Any]:
         """(linear, attention, LM head, all-reduce, overhead) seconds of ``shape``."""

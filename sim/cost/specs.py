@@ -17,13 +17,25 @@ from typing import Literal
 from sim.configtools import bounded
 from sim.errors import ServesimError
 
-Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+Dtype = Literal["fp32", "fp16", "bf16", "fp8", "fp8-block"]
+KVDtype = Literal["auto", "fp8"]
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8-block": 1}
+# Weight dtypes of quantised checkpoints: FP8 with one scale per tensor (or per output
+# channel), and FP8 with one scale per 128 x 128 block (DeepSeek's and Qwen's FP8
+# releases). Only the projections are quantised; embeddings, the LM head and norms keep
+# 16 bits, and activations run in bf16 between the GEMMs.
+FP8_WEIGHTS = ("fp8", "fp8-block")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A Llama-family decoder: dimensions in elements, ``max_context`` in tokens."""
+    """A Llama-family decoder: dimensions in elements, ``max_context`` in tokens.
+
+    ``dtype`` is the projections' weight dtype: bf16, fp16 or fp32 for a plain
+    checkpoint, ``fp8`` or ``fp8-block`` (see :data:`FP8_WEIGHTS`) for an FP8 one, whose
+    embeddings, LM head, norms and activations stay in bf16. ``kv_dtype`` is the KV
+    cache's, named as vLLM's ``--kv-cache-dtype``: ``auto`` (the activations' dtype) or
+    ``fp8`` (one byte an element)."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -33,6 +45,7 @@ class ModelSpec:
     intermediate: int = bounded(ge=1)
     vocab: int = bounded(ge=1)
     dtype: Dtype = "bf16"
+    kv_dtype: KVDtype = "auto"
     max_context: int = bounded(8192, ge=1)
     rope_theta: float = bounded(10000.0, gt=0)
     qkv_bias: bool = False
@@ -48,8 +61,24 @@ class ModelSpec:
 
     @property
     def dtype_bytes(self) -> int:
-        """Bytes per weight and per KV-cache element."""
+        """Bytes per projection weight (the weights' dtype)."""
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def act_dtype(self) -> str:
+        """The activations' dtype: the weights' for fp32 and fp16 models, bf16 otherwise
+        (FP8 checkpoints compute between GEMMs in bf16)."""
+        return self.dtype if self.dtype in ("fp32", "fp16") else "bf16"
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element (also the embedding, LM head and norm weights)."""
+        return DTYPE_BYTES[self.act_dtype]
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per KV-cache element: one for an fp8 cache, else the activations'."""
+        return 1 if self.kv_dtype == "fp8" else self.act_bytes
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -73,15 +102,17 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of all projection and embedding weights at ``dtype``, whole model (per-GPU
-        figures, with norms and tensor-parallel sharding, come from :func:`shard`)."""
-        return self.params * self.dtype_bytes
+        """Bytes of all projection and embedding weights, whole model: projections at
+        ``dtype``, embedding and LM head at the activations' dtype (per-GPU figures, with
+        norms and tensor-parallel sharding, come from :func:`shard`)."""
+        linear = self.layers * self.linear_params_per_layer
+        return linear * self.dtype_bytes + (self.params - linear) * self.act_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b
-        (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b,
+        b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
 
 
 # vLLM pads the vocabulary of its embedding and LM head to a multiple of this before
@@ -108,6 +139,8 @@ class Shard:
     layers: int = 1
     dtype_bytes: int = 2
     tie_embeddings: bool = False
+    act_bytes: int = 2
+    kv_bytes: int = 2
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -128,14 +161,16 @@ class Shard:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of the weights one GPU holds."""
-        return self.params * self.dtype_bytes
+        """Bytes of the weights one GPU holds: projections at ``dtype_bytes``, QKV bias,
+        norms, embedding and LM head at ``act_bytes``."""
+        linear = self.layers * self.linear_params_per_layer
+        return linear * self.dtype_bytes + (self.params - linear) * self.act_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies on one GPU, all layers: 2·L·kv_heads·d·b with
-        this GPU's (possibly replicated) KV heads."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        this GPU's (possibly replicated) KV heads and b = ``kv_bytes``."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
 def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
@@ -166,7 +201,8 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
                  head_dim=spec.head_dim, intermediate=spec.intermediate // tp,
                  vocab=-(-padded // tp), qkv_bias=spec.qkv_bias, rope_theta=spec.rope_theta,
                  tp=tp, layers=spec.layers, dtype_bytes=spec.dtype_bytes,
-                 tie_embeddings=spec.tie_embeddings)
+                 tie_embeddings=spec.tie_embeddings, act_bytes=spec.act_bytes,
+                 kv_bytes=spec.kv_dtype_bytes)
 
 
 def _llama(**kw: object) -> ModelSpec:
@@ -201,6 +237,10 @@ MODELS: dict[str, ModelSpec] = {
 MODELS.update({f"llama-3.1-{size}": dataclasses.replace(
     MODELS[f"llama-3-{size}"], name=f"llama-3.1-{size}", max_context=131072)
     for size in ("8b", "70b")})
+# Llama 3.3 70B has Llama 3.1 70B's shape; its FP8 release quantises the projections'
+# weights (per-tensor scales) and keeps the KV cache in bf16 unless the server says fp8.
+MODELS["llama-3.3-70b-fp8"] = dataclasses.replace(MODELS["llama-3.1-70b"],
+                                                  name="llama-3.3-70b-fp8", dtype="fp8")
 
 
 @dataclass(frozen=True)
@@ -213,6 +253,9 @@ class GPUSpec:
     ``get_device_properties().total_memory`` and which vLLM multiplies by
     ``gpu_memory_utilization``. It is less than the marketing figure (80 GB) and less than
     nvidia-smi's "Total" column, which also counts what the driver keeps for itself.
+    ``fp8_flops`` is dense FP8 FLOP/s, 0 on a GPU without FP8 tensor cores (A100: FP8
+    weights there run weight-only, dequantised to bf16 for each GEMM, as vLLM's Marlin
+    kernels do).
     ``link_bw`` is per-GPU, per-direction bytes/s of the fast link inside a node (NVLink,
     Infinity Fabric, or PCIe where there is none) and ``link_latency_s`` the fixed cost of
     one all-reduce over it; ``node_gpus`` GPUs share that link. ``net_bw`` and
@@ -231,6 +274,7 @@ class GPUSpec:
     node_gpus: int
     net_bw: float
     net_latency_s: float
+    fp8_flops: float = 0.0
 
     def tp_link(self, tp: int) -> tuple[float, float]:
         """(bytes/s, seconds) of the slowest link a ring of ``tp`` GPUs crosses: the node's
@@ -258,6 +302,9 @@ _MIB = 2**20
 # - mi300x: 196,592 MiB, HIP "Total Global Memory (MB) 196592" (thamada/nvidia-smi,
 #   package/MI300X_deviceQuery.py), the same as torch's "total_memory=196592MB" on ROCm.
 #
+# fp8_flops (dense, without sparsity; datasheets): H100 SXM and H200 1,979 TFLOP/s, L40S
+# 733, B200 4,500 (HGX B200), MI300X 2,615; A100 has no FP8 tensor cores.
+#
 # node_gpus: 8 per HGX/DGX (SXM) board or MI300X platform; 8 per typical L40S PCIe server,
 # where the "fast" link is PCIe 4.0 x16 (no NVLink). net_bw: one 400 Gb/s InfiniBand NDR
 # or RoCE NIC per GPU (50e9 B/s) on H100, H200, B200 and MI300X systems; one 200 Gb/s HDR
@@ -267,14 +314,22 @@ GPUS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec("a100-80gb", 312e12, 2.039e12, 85_100_068_864, 300e9, 8e-6, 32e9,
                          8, 25e9, 20e-6),
     "h100-sxm": GPUSpec("h100-sxm", 989e12, 3.35e12, 85_045_477_376, 450e9, 8e-6, 64e9,
-                        8, 50e9, 20e-6),
-    "h200": GPUSpec("h200", 989e12, 4.8e12, 143_156 * _MIB, 450e9, 8e-6, 64e9, 8, 50e9, 20e-6),
+                        8, 50e9, 20e-6, 1979e12),
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 143_156 * _MIB, 450e9, 8e-6, 64e9, 8, 50e9, 20e-6,
+                    1979e12),
     "l40s": GPUSpec("l40s", 362e12, 0.864e12, 47_803_596_800, 32e9, 20e-6, 32e9,
-                    8, 12.5e9, 20e-6),
-    "b200": GPUSpec("b200", 2250e12, 8.0e12, 182_642 * _MIB, 900e9, 6e-6, 64e9, 8, 50e9, 20e-6),
+                    8, 12.5e9, 20e-6, 733e12),
+    "b200": GPUSpec("b200", 2250e12, 8.0e12, 182_642 * _MIB, 900e9, 6e-6, 64e9, 8, 50e9, 20e-6,
+                    4500e12),
     "mi300x": GPUSpec("mi300x", 1307e12, 5.3e12, 196_592 * _MIB, 448e9, 10e-6, 64e9,
-                      8, 50e9, 20e-6),
+                      8, 50e9, 20e-6, 2615e12),
 }
+
+
+def weight_only(model: ModelSpec, gpu: GPUSpec) -> bool:
+    """Whether ``model``'s FP8 weights run weight-only on ``gpu``: dequantised to bf16 for
+    each GEMM, at bf16 FLOP/s, because the GPU has no FP8 tensor cores."""
+    return model.dtype in FP8_WEIGHTS and not gpu.fp8_flops
 
 
 def model_preset(name: str) -> ModelSpec:

@@ -190,6 +190,8 @@ def scenario_digest(scenario: Any) -> str:
     for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
         if fields.get(key) == dataclasses.asdict(default):
             fields.pop(key)
+    if fields["model"].get("kv_dtype") == "auto":
+        fields["model"].pop("kv_dtype")
     for key in ("concurrency", "think_time_s", "stages"):
         if fields["workload"].get(key) is None:
             fields["workload"].pop(key, None)

@@ -13,8 +13,10 @@ A row servesim can model becomes a scenario: the model's preset, the GPU and tp,
 framework's default scheduler and limits (:data:`SCHEDULERS`), that closed-loop
 workload, priced by a profile built from the same wheel's kernel tables for that
 framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept with the reason
-(:func:`classify`): quantised weights, mixture-of-experts models, disaggregated or
-pipeline-parallel serving, GPUs without tables.
+(:func:`classify`): FP4 weights, mixture-of-experts models, disaggregated or
+pipeline-parallel serving, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
+fp8_block) are simulated with the preset's FP8 variant and are never used to fit the
+priors: they are all held out.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ MODEL_PRESETS = {
 }
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "l40s": "l40s"}
+# The GEMM quantisation modes of FP8 rows, as servesim's weight dtypes.
+FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
 
@@ -71,6 +75,7 @@ class Row:
     ttft_ms: float
     tpot_ms: float
     source: str = ""
+    gemm_quant_mode: str = ""
 
     @property
     def collection(self) -> str:
@@ -139,11 +144,11 @@ def read_rows(path: Path) -> list[Row]:
                                         source=str(path), where=f"line {line}, {col}") from None
                 text = {k: str(r.get(k) or "") for k in (
                     "id", "backend", "backend_version", "model_path", "system", "precision",
-                    "mode", "silicon_data_source")}  # a short row's missing cells: empty
+                    "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty
                 rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
                                 text["model_path"], text["system"], text["precision"],
                                 text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
-                                text["silicon_data_source"]))
+                                text["silicon_data_source"], text["gemm_quant_mode"]))
     except OSError as exc:
         raise ServesimError(f"cannot read: {exc.strerror}", source=str(path)) from None
     return rows
@@ -159,6 +164,22 @@ class Case:
     gpu: str
     framework: str
     lengths: str = "ranged"
+    dtype: str = "bf16"
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the case is kept out of fitting: the row's hash says so, or its weights
+        are FP8 (the priors are fitted on bf16 rows only)."""
+        return self.row.held_out or self.dtype != "bf16"
+
+    @property
+    def spec(self) -> Any:
+        """The :class:`sim.cost.specs.ModelSpec` simulated: the preset at the row's dtype."""
+        import dataclasses
+
+        from sim.cost.specs import MODELS
+
+        return dataclasses.replace(MODELS[self.model], dtype=self.dtype)  # type: ignore[arg-type]
 
 
 def classify(row: Row) -> Case | str:
@@ -167,8 +188,12 @@ def classify(row: Row) -> Case | str:
         return "disaggregated serving (prefill and decode pools of their own)"
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no dense preset (MoE, MLA or not yet added)"
+    dtype = "bf16"
     if row.precision not in ("", "nan", "bf16", "bfloat16"):
-        return f"{row.precision} weights (profiles are built from bf16 GEMM tables only)"
+        dtype = FP8_MODES.get(row.gemm_quant_mode or row.precision, "")
+        if not dtype:
+            return (f"{row.precision} weights ({row.gemm_quant_mode or 'no GEMM mode'}): "
+                    f"servesim models bf16 and FP8 ({', '.join(FP8_MODES)}) weights")
     if row.system not in SYSTEM_GPUS:
         return f"system {row.system} has no GPU figures in servesim"
     if row.pp != 1 or row.attention_dp > 1:
@@ -178,7 +203,8 @@ def classify(row: Row) -> Case | str:
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
             math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
-    return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend)
+    return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
+                dtype=dtype)
 
 
 def _large(gpu: str) -> bool:
@@ -224,11 +250,11 @@ def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
     vLLM (servesim's memory model sizes it). At least one block, so a row that ran for
     real still runs (and shows the starvation it had)."""
     from sim.cost.memory import memory_budget
-    from sim.cost.specs import GPUS, MODELS
+    from sim.cost.specs import GPUS
 
     if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
         return None
-    b = memory_budget(MODELS[case.model], GPUS[case.gpu], case.row.tp, 0.9,
+    b = memory_budget(case.spec, GPUS[case.gpu], case.row.tp, 0.9,
                       serving["block_size"], serving["max_num_batched_tokens"],
                       serving["max_num_seqs"])
     if case.framework in STATIC_FRACTION:
@@ -242,6 +268,10 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     """The scenario mapping that stands for ``case``'s benchmark run."""
     r = case.row
     serving = SCHEDULERS[case.framework](case.gpu)
+    if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
+        # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
+        # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).
+        serving["max_num_batched_tokens"] = r.isl + r.osl
     blocks = kv_blocks(case, serving)
     if blocks is not None:
         serving["num_gpu_blocks"] = blocks
@@ -253,7 +283,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
 
     return {
         "name": f"silicon-{r.line}",
-        "model": case.model,
+        "model": case.model if case.dtype == "bf16" else {"preset": case.model,
+                                                            "dtype": case.dtype},
         "hardware": {"gpu": case.gpu, "tp": r.tp, "memory_utilization": 0.9},
         "cost": "roofline",  # replaced by the built profile when simulated
         "serving": serving,

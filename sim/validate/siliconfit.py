@@ -41,14 +41,17 @@ STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
 
 
 @lru_cache(maxsize=64)
-def base_cost(framework: str, gpu: str, model: str, tp: int) -> ProfileCost:
-    """The profile built from the installed tables for one configuration, priors zero."""
+def base_cost(framework: str, gpu: str, model: str, tp: int, dtype: str = "bf16"
+              ) -> ProfileCost:
+    """The profile built from the installed tables for one configuration (weights in
+    ``dtype``), priors zero."""
     from sim.cost.profilefile import parse_profile
     from sim.cost.specs import MODELS
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    data = build_profile(BuildSpec(MODELS[model], gpu, framework, tp), Priors())
-    return parse_profile(data, f"<built {framework} {gpu} {model} tp{tp}>")
+    spec = dataclasses.replace(MODELS[model], dtype=dtype)  # type: ignore[arg-type]
+    data = build_profile(BuildSpec(spec, gpu, framework, tp), Priors())
+    return parse_profile(data, f"<built {framework} {gpu} {model} {dtype} tp{tp}>")
 
 
 def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
@@ -61,7 +64,8 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
 
 
 def _cost(case: Case, p: Priors) -> ProfileCost:
-    return with_priors(base_cost(case.framework, case.gpu, case.model, case.row.tp), p)
+    return with_priors(base_cost(case.framework, case.gpu, case.model, case.row.tp, case.dtype),
+                       p)
 
 
 def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
@@ -163,23 +167,35 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
         ttft, tpot, note = predict(c, _cost(c, priors[c.framework]))
         r = c.row
         out.append({"line": r.line, "id": r.id, "framework": c.framework,
-                    "version": r.version, "model": c.model, "gpu": c.gpu, "tp": r.tp,
-                    "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
-                    "split": "test" if r.held_out else "fit",
+                    "version": r.version, "model": c.model, "dtype": c.dtype, "gpu": c.gpu,
+                    "tp": r.tp, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
+                    "split": "test" if c.held_out else "fit",
                     "ttft_ms": r.ttft_ms, "ttft_pred_ms": ttft, "ttft_err": ttft / r.ttft_ms - 1,
                     "tpot_ms": r.tpot_ms, "tpot_pred_ms": tpot, "tpot_err": tpot / r.tpot_ms - 1,
                     "note": note})
     return out
 
 
+def group(record: dict[str, Any]) -> str:
+    """The summary group of a record: its framework for bf16 weights, ``<framework> fp8``
+    for FP8 ones (fp8 and fp8-block together)."""
+    fp8 = record.get("dtype", "bf16") != "bf16"
+    return f"{record['framework']} fp8" if fp8 else record["framework"]
+
+
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and p90 |relative error| by framework and split, and over all."""
+    """Median and p90 |relative error| by group (:func:`group`) and split, over all bf16
+    rows (``all``) and over all FP8 rows (``all fp8``)."""
     out: dict[str, Any] = {}
-    for fw in sorted({r["framework"] for r in records}) + ["all"]:
+    groups = sorted({group(r) for r in records})
+    wholes = ["all"] + (["all fp8"] if any(g.endswith(" fp8") for g in groups) else [])
+    for g in groups + wholes:
         for split in ("fit", "test"):
-            sel = [r for r in records if r["split"] == split and fw in (r["framework"], "all")]
-            out.setdefault(fw, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
-                                             for m in ("ttft", "tpot")}
+            sel = [r for r in records if r["split"] == split and (
+                group(r) == g or g == "all" and not group(r).endswith(" fp8")
+                or g == "all fp8" and group(r).endswith(" fp8"))]
+            out.setdefault(g, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
+                                            for m in ("ttft", "tpot")}
     return out
 
 
@@ -198,6 +214,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=Path("out/silicon"), help="output folder")
     p.add_argument("--limit", type=int, default=None, help="at most this many rows per "
                                                            "framework (quick looks)")
+    p.add_argument("--weights", choices=("all", "bf16", "fp8"), default="all",
+                   help="only rows with bf16 or with FP8 weights (default: all)")
     a = p.parse_args(argv)
     path = Path(a.silicon) if a.silicon else default_path()
     rows = read_rows(path)
@@ -207,7 +225,8 @@ def main(argv: list[str]) -> int:
         got = classify(r)
         if isinstance(got, str):
             skipped[got] = skipped.get(got, 0) + 1
-        elif a.framework is None or got.framework in a.framework:
+        elif (a.framework is None or got.framework in a.framework) and a.weights in (
+                "all", "fp8" if got.dtype != "bf16" else "bf16"):
             cases.append(got)
     if a.limit is not None:
         cases = [c for fw in sorted({c.framework for c in cases})
@@ -217,7 +236,7 @@ def main(argv: list[str]) -> int:
     fws = sorted({c.framework for c in cases})
     if a.fit_priors is not None:
         fitted = {fw: fit_framework([c for c in cases
-                                     if c.framework == fw and not c.row.held_out], fw)
+                                     if c.framework == fw and not c.held_out], fw)
                   for fw in fws}
         priors = {fw: fitted[fw][0] for fw in fws}
         lengths = {fw: fitted[fw][2] for fw in fws}
@@ -243,12 +262,13 @@ def main(argv: list[str]) -> int:
 
 def _print(records: list[dict[str, Any]], stats: dict[str, Any], skipped: dict[str, int],
            total: int, path: Path) -> None:
-    head = (f"{'line':>5} {'framework':<8} {'model':<13} {'gpu':<9} {'tp':>2} {'isl':>5} "
+    head = (f"{'line':>5} {'framework':<8} {'model':<23} {'gpu':<9} {'tp':>2} {'isl':>5} "
             f"{'osl':>5} {'conc':>4} {'set':<4} {'TTFT ms':>9} {'pred':>9} {'err':>7} "
             f"{'TPOT ms':>8} {'pred':>8} {'err':>7}")
     print(head)
     for r in records:
-        print(f"{r['line']:>5} {r['framework']:<8} {r['model']:<13} {r['gpu']:<9} {r['tp']:>2} "
+        model = r["model"] + ("" if r.get("dtype", "bf16") == "bf16" else f" {r['dtype']}")
+        print(f"{r['line']:>5} {r['framework']:<8} {model:<23} {r['gpu']:<9} {r['tp']:>2} "
               f"{r['isl']:>5} {r['osl']:>5} {r['concurrency']:>4} {r['split']:<4} "
               f"{r['ttft_ms']:>9.1f} {r['ttft_pred_ms']:>9.1f} {r['ttft_err']:>+7.1%} "
               f"{r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>8.2f} {r['tpot_err']:>+7.1%}"

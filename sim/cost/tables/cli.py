@@ -13,16 +13,23 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
-from sim.cost.measured import SHIPPED_FRAMEWORKS, SHIPPED_MODELS, SHIPPED_TPS, shipped
+from sim.cost.measured import (
+    SHIPPED_FP8,
+    SHIPPED_FRAMEWORKS,
+    SHIPPED_MODELS,
+    SHIPPED_TPS,
+    shipped,
+)
 from sim.cost.memory import kv_capacity_blocks
 from sim.cost.profilefile import PROFILE_DIR, parse_profile
-from sim.cost.specs import GPUS, MODELS, ModelSpec, model_preset, shard
+from sim.cost.specs import GPUS, MODELS, Dtype, KVDtype, ModelSpec, model_preset, shard
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name
 from sim.errors import ServesimError
 
@@ -45,6 +52,21 @@ def _model(args: argparse.Namespace) -> ModelSpec:
     return model_preset(args.model)
 
 
+def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None) -> ModelSpec:
+    """``model`` with its weight and KV-cache dtypes replaced where given; a value the
+    model description does not know is an error naming the flag and the valid ones."""
+    changes: dict[str, str] = {}
+    for key, value, valid in (("dtype", dtype, get_args(Dtype)),
+                              ("kv_dtype", kv_dtype, get_args(KVDtype))):
+        if value is None:
+            continue
+        if value not in valid:
+            raise ServesimError(f"got {value!r}; valid: {', '.join(valid)}",
+                                where=f"--{key.replace('_', '-')}")
+        changes[key] = value
+    return dataclasses.replace(model, **changes)  # type: ignore[arg-type]
+
+
 def _build(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="servesim profile build",
                                 description="Build a cost profile from public kernel tables.")
@@ -56,12 +78,18 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--model", default=None, help="a model preset")
     p.add_argument("--hf-config", type=Path, default=None, help="a HuggingFace config.json")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    p.add_argument("--dtype", default="bf16", help="weights and KV cache dtype (bf16)")
+    p.add_argument("--dtype", default=None,
+                   help="the projections' weight dtype: bf16, fp8 (per-tensor scales) or "
+                        "fp8-block (128x128 block scales); default: the model's")
+    p.add_argument("--kv-dtype", default=None,
+                   help="KV-cache dtype: auto (the activations', bf16) or fp8; default: "
+                        "the model's")
     p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
-    spec = BuildSpec(_model(a), a.gpu, a.framework, a.tp, a.version, a.dtype)
+    spec = BuildSpec(with_dtypes(_model(a), a.dtype, a.kv_dtype), a.gpu, a.framework, a.tp,
+                     a.version)
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:
@@ -80,9 +108,13 @@ def shipped_specs() -> list[BuildSpec]:
     from sim.cost.tables.kerneltables import GPU_DIRS
 
     out: list[BuildSpec] = []
-    for name in SHIPPED_MODELS:
-        model = MODELS[name]
+    models = [MODELS[name] for name in SHIPPED_MODELS]
+    # FP8 weights where the tables time FP8 GEMMs (every GPU but the A100).
+    models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
+    for model in models:
         for gpu in GPU_DIRS:
+            if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
+                continue
             for tp in SHIPPED_TPS:
                 try:
                     shard(model, tp)  # the heads and MLP split over tp ...

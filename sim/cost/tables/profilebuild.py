@@ -35,12 +35,13 @@ from typing import Any
 
 import numpy as np
 
+from sim.cost.models import dtype_note
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import ModelSpec, Shard, shard
+from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, shard
 from sim.cost.tables.attntables import decode_grid, default_kernel, grid_holdout_errors, select
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.gemmtable import GemmTable
@@ -60,7 +61,10 @@ GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H20
 # capture sizes to min(2·max_num_seqs, 512); SGLang: cuda_graph_max_bs 256 on 80 GB
 # parts; TensorRT-LLM's PyTorch backend: 128): its all-reduces then run graph-captured.
 GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
-TABLE_DTYPES = {"bf16": "bfloat16"}
+# The tables' GEMM dtype for each weight dtype (fp16 runs at bf16's tensor-core speed).
+TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
+# The tables' KV-cache dtype for each of servesim's (``auto`` is the activations' bf16).
+KV_TABLE_DTYPES = {"auto": "bfloat16", "fp8": "fp8"}
 # The memory-bound kernels of a layer outside GEMMs and attention (see the module doc).
 LAYER_ELEMENTWISE_KERNELS = 5
 SAMPLER_PASSES = 3  # fp32 logits read by softmax, top-k/p and sampling
@@ -71,14 +75,14 @@ FORMULA_FROM_TOKENS = 1024  # the formula past the knots is fitted on knots from
 @dataclass(frozen=True)
 class BuildSpec:
     """What to build: ``model`` on ``tp`` GPUs of ``gpu`` (servesim names) under
-    ``framework`` at table ``version`` (None: the newest), weights in ``dtype``."""
+    ``framework`` at table ``version`` (None: the newest); the model's ``dtype`` picks
+    the GEMM table of its projections and its ``kv_dtype`` the attention tables."""
 
     model: ModelSpec
     gpu: str
     framework: str
     tp: int = 1
     version: str | None = None
-    dtype: str = "bf16"
 
 
 def resolve_version(spec: BuildSpec) -> str:
@@ -173,16 +177,24 @@ def _seqs_shape(n: int) -> StepShape:
 def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
     """The profile of ``spec`` as a plain mapping in schema order (see the module doc)."""
     version = resolve_version(spec)
-    if spec.dtype not in TABLE_DTYPES:
-        raise ServesimError(f"dtype {spec.dtype!r} is not built from the tables yet; "
-                            f"built: {', '.join(TABLE_DTYPES)}", where="--dtype")
     m, fw, gpu = spec.model, spec.framework, spec.gpu
+    if m.dtype not in TABLE_DTYPES:
+        raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
+                            f"{', '.join(TABLE_DTYPES)}", where="--dtype")
     rank = shard(m, spec.tp, where="--tp")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
-    source = gemm_table(gpu, fw, version, spec.dtype)
+    # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
+    source = gemm_table(gpu, fw, version, "bf16")
     gemm, gemm_kernel = source.table, source.kernel
+    lin_source = gemm_table(gpu, fw, version, m.dtype) if m.dtype in FP8_WEIGHTS else source
+    lin_gemm, lin_kernel = lin_source.table, lin_source.kernel
+    if m.dtype in FP8_WEIGHTS:
+        notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
+                     f"({lin_kernel}), taken to include quantising their input; LM head, "
+                     "norms and activations in bf16")
     ms = gemm.ms
+    lin_ms = lin_gemm.ms  # an FP8 table may time other token counts than the bf16 one
     floor_s = float(gemm.cube.min())
     big = float(gemm.ns[gemm.ns <= 16384][-1])
     bandwidth = big * big * 2 / float(gemm.times(big, big)[0])  # m = 1: weight-bound
@@ -190,14 +202,14 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     # Linear stack, per layer.
     shapes = layer_gemms(rank)
     for n, k in shapes:
-        for size, axis, what in ((n, gemm.ns, "n"), (k, gemm.ks, "k")):
+        for size, axis, what in ((n, lin_gemm.ns, "n"), (k, lin_gemm.ks, "k")):
             if size > axis[-1]:
                 notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
     elementwise_bytes = 2 * (8 * rank.hidden + 2 * (rank.heads + rank.kv_heads) * rank.head_dim
                              + 4 * rank.kv_heads * rank.head_dim + 3 * rank.intermediate)
-    linear = sum(gemm.times(n, k) for n, k in shapes)
-    linear = linear + LAYER_ELEMENTWISE_KERNELS * floor_s + ms * elementwise_bytes / bandwidth
-    interp = gemm.holdout_errors(shapes)
+    linear = sum(lin_gemm.times(n, k) for n, k in shapes)
+    linear = linear + LAYER_ELEMENTWISE_KERNELS * floor_s + lin_ms * elementwise_bytes / bandwidth
+    interp = lin_gemm.holdout_errors(shapes)
 
     # LM head, sampler and (under tp) the logits all-gather, per step.
     head_n = rank.vocab
@@ -221,7 +233,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                      "fit": {"source": "none (tp=1)"}}
 
     # Attention at the rank's heads.
-    kv_dtype = TABLE_DTYPES[spec.dtype]
+    kv_dtype = KV_TABLE_DTYPES[m.kv_dtype]
     dec_rows = select(attention_table(gpu, fw, version, "generation_attention_perf"), rank.heads,
                       rank.kv_heads, rank.head_dim, kv_dtype, decode=True)
     grid = decode_grid(dec_rows)
@@ -238,7 +250,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     pre_coef = {**pre.coef, "per_context_pair_s": pre.coef["per_self_pair_s"],
                 "per_context_token_s": max(per_kv, 0.0)}
 
-    lin_fit = _formula_fit("linear", ms, linear, _tokens_shape)
+    lin_fit = _formula_fit("linear", lin_ms, linear, _tokens_shape)
     head_fit = _formula_fit("lm_head", ms, head, _seqs_shape)
     comps = {
         "step": {**_entry("step", {"const_s": priors.step_const_s,
@@ -247,8 +259,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                                    "per_group_s": 0.0, "group_seqs": 0.0}),
                  "fit": {"source": f"prior: {priors.source}; per_new_token_s: the embedding "
                                    "read at the GEMM table's bandwidth"}},
-        "linear": {**_entry("linear", lin_fit["coef"]), **_knots(ms, linear),
-                   "fit": {"source": f"tables: gemm {gemm_kernel} ({version})",
+        "linear": {**_entry("linear", lin_fit["coef"]), **_knots(lin_ms, linear),
+                   "fit": {"source": f"tables: gemm {lin_kernel} ({version})",
                            "interpolation": _err_stats(interp),
                            "formula_past_knots": lin_fit["fit"]}},
         "prefill_attention": {**_entry("prefill_attention", {k: _g(v) for k, v in
@@ -279,7 +291,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                               "response_s": priors.response_s, "jitter_s": priors.jitter_s},
                      "fit": {"source": f"prior: {priors.source}"}},
     }
-    label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}"
+    label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}" + dtype_note(
+        m, GPUS[gpu])
     return {
         "schema": SCHEMA,
         "source": {
@@ -287,7 +300,9 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
             "tables": f"NVIDIA AIConfigurator kernel tables, aiconfigurator-core "
                       f"{wheel_version()} (Apache-2.0)",
             "framework": fw, "version": version, "gpu": gpu,
-            "kernels": {"gemm": gemm_kernel, "prefill_attention": pre_rows.kernel,
+            "kernels": {"gemm": gemm_kernel,
+                        **({"linear_gemm": lin_kernel} if lin_kernel != gemm_kernel else {}),
+                        "prefill_attention": pre_rows.kernel,
                         "decode_attention": dec_rows.kernel, **(comm.sources if comm else {})},
             "derived": {"kernel_floor_s": _g(floor_s), "bandwidth_bytes_s": _g(bandwidth)},
             "not_in_tables": "per-step scheduling, input preparation and host overhead; the "
@@ -295,9 +310,9 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
             "notes": notes,
         },
         "device": {"name": gpu, "reported": source.device},
-        "dtype": spec.dtype,
+        "dtype": m.dtype,
         "tp": spec.tp,
-        "model": dataclasses.asdict(m),
+        "model": model_fields(m),
         "components": comps,
     }
 
@@ -315,7 +330,23 @@ def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
             "table_s": [_g(float(y)) for y in ys]}
 
 
+def model_fields(m: ModelSpec) -> dict[str, Any]:
+    """The model as a profile records it: every field, ``kv_dtype`` only when it is not
+    ``auto`` (profiles written before it existed read as ``auto``)."""
+    fields = dataclasses.asdict(m)
+    if m.kv_dtype == "auto":
+        fields.pop("kv_dtype")
+    return fields
+
+
 def profile_name(spec: BuildSpec) -> str:
-    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>-<framework>``."""
-    return f"{spec.gpu}-{spec.model.name}-tp{spec.tp}-{spec.framework}"
+    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>-<framework>``, then
+    ``-<dtype>`` for FP8 weights and ``-kvfp8`` for an FP8 KV cache."""
+    m = spec.model
+    base = MODELS.get(m.name)
+    # A preset that is FP8 by itself (llama-3.3-70b-fp8) does not repeat it.
+    quant = f"-{m.dtype}" if m.dtype in FP8_WEIGHTS and (base is None or base.dtype != m.dtype) \
+        else ""
+    kv = "-kvfp8" if m.kv_dtype == "fp8" else ""
+    return f"{spec.gpu}-{m.name}-tp{spec.tp}-{spec.framework}{quant}{kv}"
 

@@ -54,11 +54,28 @@ class Points:
     shapes: list[StepShape]
     models: list[tuple[str, int]]
     seconds: np.ndarray
+    dtype: str = "bf16"  # the models' weight dtype
 
     @property
     def fitted(self) -> np.ndarray:
         """Which points the fit uses: the components (whole steps are only reported)."""
         return np.array([c != "step" for c in self.component])
+
+
+def fp8_points(gpu: str, framework: str = "vllm") -> Points:
+    """The FP8 (per-tensor) GEMM tables' projection times of every :data:`SHAPES` model
+    on ``gpu`` at :data:`TOKENS`, component ``linear``; the points' models are FP8."""
+    version = coverage()[gpu][framework][-1]
+    gemm = gemm_table(gpu, framework, version, "fp8").table
+    shapes, models, secs = [], [], []
+    for name, tp in SHAPES:
+        d = shard(MODELS[name], tp)
+        for n in TOKENS:
+            shapes.append(shape_of([(n, 0)]))
+            models.append((name, tp))
+            secs.append(MODELS[name].layers * sum(gemm.at(n, nn, kk)
+                                                  for nn, kk in layer_gemms(d)))
+    return Points(gpu, ["linear"] * len(secs), shapes, models, np.asarray(secs), "fp8")
 
 
 def measured_points(gpu: str, framework: str = "vllm") -> Points:
@@ -115,7 +132,8 @@ def predicted(points: Points, params: RooflineParams) -> np.ndarray:
     for i, (c, s, mt) in enumerate(zip(points.component, points.shapes, points.models,
                                        strict=True)):
         if mt not in costs:
-            costs[mt] = RooflineCost(MODELS[mt[0]], GPUS[points.gpu], mt[1], params)
+            model = dataclasses.replace(MODELS[mt[0]], dtype=points.dtype)  # type: ignore[arg-type]
+            costs[mt] = RooflineCost(model, GPUS[points.gpu], mt[1], params)
         parts = costs[mt].parts(s)
         # A step's kernel time: its projections, attention and LM head (no all-reduce,
         # no host overhead: the tables time kernels alone).
@@ -140,6 +158,26 @@ def fit(points: list[Points], start: RooflineParams) -> RooflineParams:
                                                       [1.0, 1.0, 1.0, 50.0, 50.0]))
     best: dict[str, Any] = dict(zip(FITTED, (float(v) for v in res.x * scale), strict=True))
     return dataclasses.replace(start, **best)
+
+
+def fit_fp8(points: list[Points], start: RooflineParams) -> RooflineParams:
+    """``fp8_flops_efficiency`` fitted on FP8 projection ``points`` (squared log-ratios),
+    every other field as in ``start`` (the bf16 fit's bandwidth and floors apply)."""
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        p = dataclasses.replace(start, fp8_flops_efficiency=float(z[0]))
+        return np.concatenate([np.log(predicted(pt, p) / pt.seconds) for pt in points])
+
+    res = least_squares(residual, [start.fp8_flops_efficiency], bounds=([0.05], [1.0]))
+    return dataclasses.replace(start, fp8_flops_efficiency=float(res.x[0]))
+
+
+def fp8_errors(points: Points, params: RooflineParams) -> dict[str, float]:
+    """Median and p90 |relative error| of the FP8 projections' times."""
+    rel = np.abs(predicted(points, params) / points.seconds - 1.0)
+    big = np.array([s.new_tokens >= 512 for s in points.shapes])
+    return {"median": float(np.median(rel)), "p90": float(np.percentile(rel, 90)),
+            "median_512_up": float(np.median(rel[big])), "points": int(rel.size)}
 
 
 def errors(points: Points, params: RooflineParams) -> dict[str, dict[str, float]]:
@@ -174,6 +212,18 @@ def main(argv: list[str]) -> int:
                                                                     "lm_head", "step")))
     final = fit([pts[g] for g in gpus], base)
     print(f"fitted on all: {_describe(final)}")
+    # FP8 projections: their efficiency alone, the bf16 fit's other factors held.
+    fp8_gpus = [g for g in gpus if GPUS[g].fp8_flops]
+    f8 = {g: fp8_points(g) for g in fp8_gpus}
+    print(f"{'left out':<10} {'FP8 efficiency fitted on the others':<36} "
+          f"{'FP8 projections: median / p90 |error| (median at >= 512 tokens)':>20}")
+    for g in fp8_gpus:
+        p8 = fit_fp8([f8[o] for o in fp8_gpus if o != g], final)
+        e8 = fp8_errors(f8[g], p8)
+        print(f"{g:<10} e_f8 {p8.fp8_flops_efficiency:<31.3f} {e8['median']:.1%} / "
+              f"{e8['p90']:.1%} ({e8['median_512_up']:.1%})")
+    p8 = fit_fp8([f8[g] for g in fp8_gpus], final)
+    print(f"FP8 fitted on all: e_f8 {p8.fp8_flops_efficiency:.3f}")
     return 0
 
 

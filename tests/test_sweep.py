@@ -124,6 +124,33 @@ def test_saturated_point_is_cut_at_the_horizon_and_marked():
     assert ok["saturated"] == 0.0 and ok["unfinished"] == 0
 
 
+def test_a_point_cut_by_the_scenario_horizon_judges_only_what_arrived():
+    from sim.config.scenario import from_dict
+    from sim.workload.build import build_requests
+
+    # 4,000 requests at 20 req/s would arrive over ~200 s; the scenario stops at 50 s.
+    # The ~1,000 that arrived are served at 40% load: not saturated, none (or the one in
+    # service) unfinished. The ~3,000 due later are no backlog.
+    raw = read_raw(MD1, ["horizon_s=50"])
+    task = make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 20.0, 0))
+    sc = from_dict(task.raw, task.source, MD1.parent)
+    rng = np.random.default_rng(np.random.SeedSequence(sc.workload.seed).spawn(3)[0])
+    arr = build_requests(sc.workload, sc.base_dir, rng, sc.source).arrival_s
+    came = arr[arr < 50.0]
+    row = sp.run_task(task)
+    assert row["saturated"] == 0.0 and row["unfinished"] <= 1
+    assert row["finished"] + row["unfinished"] == len(came)
+    assert 800 < len(came) < 1200 and len(arr) == 4000
+    assert row["offered_rps"] == pytest.approx((len(came) - 1) / (came[-1] - came[0]))
+    # At 100 req/s, twice the capacity (1 / 20 ms), the queue of what arrived by 20 s
+    # grows: saturated, though 2,000 requests never arrived.
+    raw = read_raw(MD1, ["horizon_s=20"])
+    over = sp.run_task(make_task(raw, str(MD1), MD1.parent,
+                                 PointKey("continuous", 1, 1, 100.0, 0)))
+    assert over["saturated"] == 1.0 and over["finished"] == pytest.approx(1000, abs=2)
+    assert 800 < over["unfinished"] < 1200
+
+
 # -- aggregation ---------------------------------------------------------------------------
 def test_aggregate_mean_and_student_t_interval():
     rows = [{"policy": "p", "replicas": 1, "tp": 1, "rate": 1.0, "seed": s,

@@ -161,7 +161,9 @@ def test_unsent_requests_are_reported_not_dropped() -> None:
     s = summarize(res)
     assert s["workload"] == {"kind": "closed_loop", "concurrency": 1, "think_time_s": 0.0,
                              "requests_sent": 4, "requests_not_sent": 6}
-    assert s["requests"]["total"] == 4
+    # The six never sent are not in the run's arrays: none is counted not_arrived.
+    assert s["requests"]["total"] == 4 and s["requests"]["not_arrived"] == 0
+    assert s["requests"]["unfinished"] == 1
     assert "closed loop: 1 client, think time 0 s; 4 requests sent, 6 not sent" in table(s)
     assert any("6 of 10 requests not sent" in x and "horizon_s" in x
                for x in s["workload_notes"])

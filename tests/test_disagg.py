@@ -174,3 +174,21 @@ def test_transfer_leaves_the_node_when_a_pool_spans_nodes():
     given = from_dict({**raw, "disaggregated": {**raw["disaggregated"],
                                                 "link": {"bandwidth_gb_s": 100}}})
     assert transfer_link(given, *pools(given)).bandwidth == 100e9
+
+
+def test_horizon_in_a_disaggregated_run_counts_backlog_and_not_arrived_apart():
+    from sim.core.request import NOT_ARRIVED, UNFINISHED
+    from sim.report.metrics import summarize
+
+    # Prefill replica 0: A 0-18 ms, B (sent at 10 ms) 18-36 ms. A's KV lands at 28 ms and
+    # decodes 28-39-50 ms: finished. B's lands at 46 ms and joins at 50 ms; its decode
+    # ends at 61 ms, past the horizon (55 ms): unfinished. C is due at 60 ms: never arrived.
+    sc = tiny_scenario(serving={"policy": "disaggregated"}, disaggregated={"link": LINK},
+                       horizon_s=0.055)
+    res = run_requests(sc, [0.0, 0.01, 0.06], [8, 8, 8], [3, 2, 2])
+    assert steps(res)[-1] == (1, 0.05, 0.061, ((1, 1, 8),))
+    assert res.status.tolist() == [FINISHED, UNFINISHED, NOT_ARRIVED]
+    s = summarize(res)
+    assert (s["requests"]["unfinished"], s["requests"]["not_arrived"]) == (1, 1)
+    assert s["throughput"]["slo_attainment"] == 0.5  # no SLO set: A meets it, B is cut
+    assert s["saturation"]["offered_rps"] == pytest.approx(1 / 0.01)

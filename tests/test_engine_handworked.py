@@ -139,11 +139,46 @@ def test_least_outstanding_prefers_the_lighter_replica():
 
 
 def test_horizon_leaves_unfinished_requests_counted():
-    from sim.core.request import UNFINISHED
+    from sim.core.request import NOT_ARRIVED, UNFINISHED
 
     sc = tiny_scenario(horizon_s=0.05)
     res = run_requests(sc, [0.0, 0.01, 1.0], [20, 20, 20], [10, 10, 10])
-    assert res.status.tolist() == [UNFINISHED] * 3
+    # Both that arrived are cut mid-run (backlog); the third was due after the horizon.
+    assert res.status.tolist() == [UNFINISHED, UNFINISHED, NOT_ARRIVED]
+
+
+def test_requests_due_after_the_horizon_are_counted_apart_and_judged_in_nothing():
+    from sim.core.request import NOT_ARRIVED, UNFINISHED
+    from sim.report.metrics import summarize
+    from sim.report.outputs import requests_csv, table
+
+    sc = tiny_scenario(horizon_s=0.1, slo={"ttft_s": 0.05})
+    # A (0 s): prefill 0-30 ms, decodes to 41 and 52 ms: finished. B (60 ms): prefill
+    # 60-80 ms, decodes end at 91 and 102 ms: cut by the horizon at 100 ms, unfinished.
+    # C is due exactly at the horizon and D at 0.5 s: neither arrived.
+    res = run_requests(sc, [0.0, 0.06, 0.1, 0.5], [20, 10, 8, 8], [3, 100, 2, 2])
+    assert res.status.tolist() == [FINISHED, UNFINISHED, NOT_ARRIVED, NOT_ARRIVED]
+    assert res.finish[0] == pytest.approx(0.052, abs=1e-12)
+    assert res.first_token[1] == pytest.approx(0.08, abs=1e-12)
+    s = summarize(res)
+    assert s["requests"] == {"total": 4, "finished": 1, "rejected": 0, "unfinished": 1,
+                             "timed_out": 0, "failed": 0, "not_arrived": 2,
+                             "rejected_by_reason": {}}
+    tp, sat = s["throughput"], s["saturation"]
+    # A met the 50 ms TTFT; B, cut unfinished, did not: 1 of the 2 that arrived (the old
+    # accounting divided by all 4: 25%).
+    assert tp["slo_attainment"] == 0.5
+    # One finish over the span from the first arrival to the horizon.
+    assert tp["requests_per_s"] == pytest.approx(1 / 0.1)
+    # Offered: the 2 that arrived, 60 ms apart (all 4 would give 3 / 0.5 s = 6 req/s).
+    # Each was scheduled on arrival, so nothing waited: no queue growth, not saturated
+    # (C and D, never scheduled, would have made the queue grow through 0.1-0.5 s).
+    assert sat["offered_rps"] == pytest.approx(1 / 0.06)
+    assert sat["queue_growth_rps"] == 0.0 and sat["peak_waiting"] == 0
+    assert sat["saturated"] is False
+    assert requests_csv(res).decode().splitlines()[3].split(",")[12] == "not_arrived"
+    assert ("1 finished, 0 rejected, 1 unfinished, 2 not arrived by the horizon"
+            in table(s))
 
 
 class _Waking:

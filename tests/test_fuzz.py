@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
-from sim.core.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
+from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
 from sim.policies.registry import POLICIES
 from sim.report.metrics import summarize
@@ -137,7 +137,7 @@ def check_error(exc: ServesimError) -> None:
 
 def check_result(res: Any) -> None:
     st_ = res.status
-    assert set(st_.tolist()) <= {FINISHED, REJECTED, UNFINISHED, TIMED_OUT, FAILED}
+    assert set(st_.tolist()) <= {FINISHED, REJECTED, UNFINISHED, TIMED_OUT, FAILED, NOT_ARRIVED}
     done = st_ == FINISHED
     assert np.all(res.first_token[done] <= res.finish[done])
     assert np.all(res.requests.arrival_s[done] <= res.first_sched[done])
@@ -145,11 +145,14 @@ def check_result(res: Any) -> None:
     # Every request that did not finish says why (unfinished: the horizon cut it).
     ended = (st_ == REJECTED) | (st_ == TIMED_OUT) | (st_ == FAILED)
     assert all(bool(res.reason[i]) == bool(ended[i]) for i in range(len(st_)))
-    if res.scenario.horizon_s is None:
-        assert not (st_ == UNFINISHED).any()
+    horizon = res.scenario.horizon_s
+    if horizon is None:
+        assert not ((st_ == UNFINISHED) | (st_ == NOT_ARRIVED)).any()
+    else:  # not arrived: exactly those sent at or after the horizon
+        assert ((st_ == NOT_ARRIVED) == (res.requests.arrival_s >= horizon)).all()
     counts = summarize(res)["requests"]
     assert sum(counts[k] for k in ("finished", "rejected", "unfinished", "timed_out",
-                                   "failed")) == counts["total"] == len(st_)
+                                   "failed", "not_arrived")) == counts["total"] == len(st_)
 
 
 @FUZZ

@@ -188,7 +188,11 @@ def test_classes_need_a_class_column_in_the_trace(tmp_path: Path) -> None:
 def mixed_scenario(**workload: Any) -> Any:
     """Two classes on a linear cost where every step takes 0.1 s: every request's TTFT is
     at least 0.1 s, so a 0.05 s TTFT target is missed and a 10 s one met."""
-    raw = {
+    return scenario.from_dict(_raw_of_mixed(**workload))
+
+
+def _raw_of_mixed(**workload: Any) -> dict[str, Any]:
+    return {
         "model": "llama-3-8b",
         "cost": {"linear": {"step_s": 0.1}},
         "workload": {"arrivals": {"process": "poisson", "rate": 2.0}, "num_requests": 300,
@@ -199,7 +203,6 @@ def mixed_scenario(**workload: Any) -> Any:
                      **workload},
         "slo": {"ttft_s": 10.0, "tpot_s": 1.0},
     }
-    return scenario.from_dict(raw)
 
 
 def test_each_request_meets_its_own_class_slo_and_classes_add_up() -> None:
@@ -221,6 +224,25 @@ def test_each_request_meets_its_own_class_slo_and_classes_add_up() -> None:
     assert tight["tokens"] == {"prompt_mean": 32.0, "output_mean": 4.0}
     assert tight["latency_s"]["ttft"]["p50"] >= 0.1
     assert "itl" not in tight["latency_s"]
+
+
+def test_class_attainment_is_of_the_class_requests_that_arrived() -> None:
+    from sim.core.request import FINISHED, NOT_ARRIVED
+
+    # 300 requests at 2 req/s arrive over ~150 s; the horizon at 60 s leaves ~180 of
+    # them not arrived. A loose request is served in one 0.1 s step, far inside its 10 s
+    # TTFT: all that arrived meet it but any still in service at 60 s.
+    res = simulate(scenario.from_dict({**_raw_of_mixed(), "horizon_s": 60.0}))
+    s = summarize(res)
+    loose = s["classes"]["loose"]
+    m = res.requests.klass == res.requests.class_names.index("loose")
+    came = m & (res.status != NOT_ARRIVED)
+    assert loose["requests"]["not_arrived"] == int((m & ~came).sum()) > 50
+    assert sum(c["requests"]["not_arrived"] for c in s["classes"].values()) == \
+        s["requests"]["not_arrived"]
+    good = int((came & (res.status == FINISHED)).sum())
+    assert loose["throughput"]["slo_attainment"] == pytest.approx(good / int(came.sum()))
+    assert loose["throughput"]["slo_attainment"] > 0.95  # all 150 would give about 0.4
 
 
 def test_table_and_csv_show_each_request_class() -> None:

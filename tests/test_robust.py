@@ -26,7 +26,7 @@ from sim.study.sweeppoint import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "scenarios"
-STATUSES = ("finished", "rejected", "unfinished", "timed_out", "failed")
+STATUSES = ("finished", "rejected", "unfinished", "timed_out", "failed", "not_arrived")
 
 
 def counted(summary: dict[str, Any]) -> int:

@@ -174,3 +174,26 @@ def test_same_seed_same_staged_arrivals() -> None:
     a, b = (requests_of(tiny_scenario(workload=wl)).arrival_s for _ in range(2))
     assert a.tolist() == b.tolist()
     assert ((a >= 0) & (a < 20)).all() and np.all(np.diff(a) >= 0)
+
+
+def test_a_horizon_inside_a_stage_ends_its_window_there() -> None:
+    # Stage 1: 1 req/s over [0, 3) s; stage 2: 4 req/s over [3, 4) s, arrivals at 3.0,
+    # 3.25, 3.5, 3.75; stage 3: [4, 5) s. The horizon at 3.5 s: stage 2 had 2 arrivals
+    # in its first 0.5 s (4 req/s, as asked), each done 29 ms later; 3.5 and 3.75 and all
+    # of stage 3 never arrived, so they are not stage 2's backlog.
+    sc = tiny_scenario(workload=staged([{"rate": 1, "duration_s": 3},
+                                        {"rate": 4, "duration_s": 1},
+                                        {"rate": 2, "duration_s": 1}]), horizon_s=3.5)
+    s = summarize(simulate(sc))
+    assert s["requests"]["not_arrived"] == 4 and s["requests"]["unfinished"] == 0
+    one, two, three = s["stages"]
+    assert one["requests"]["arrived"] == 3 and one["offered_rps"] == pytest.approx(1.0)
+    assert two["requests"]["arrived"] == 2 and two["requests"]["not_arrived"] == 2
+    assert two["offered_rps"] == pytest.approx(4.0)
+    assert two["finished_rps"] == pytest.approx(2 / 0.5)
+    assert two["slo_attainment"] == 1.0  # no SLO: both that arrived finished
+    assert three["requests"]["arrived"] == 0 and three["requests"]["not_arrived"] == 2
+    assert three["offered_rps"] is None and three["slo_attainment"] is None
+    assert s["throughput"]["slo_attainment"] == 1.0
+    assert s["saturation"]["saturated"] is False
+    assert "  -" in table(s).splitlines()[-1]  # stage 3's rates: the run ended before it

@@ -103,6 +103,59 @@ def test_point_overrides_trace_workload(tmp_path):
     assert row["finished"] == 200
 
 
+def trace_scenarios() -> list[Path]:
+    """The shipped scenarios whose workload replays a trace."""
+    import yaml
+
+    return [p for p in sorted((ROOT / "scenarios").glob("*.yaml"))
+            if "trace" in (yaml.safe_load(p.read_text()).get("workload") or {})]
+
+
+def test_every_shipped_trace_scenario_is_offered_the_rate_asked():
+    from sim.config.scenario import from_dict
+    from sim.workload.build import build_requests
+    from sim.workload.traces import find_trace, load_trace
+
+    paths = trace_scenarios()
+    assert {p.stem for p in paths} >= {"quickstart", "policies-disaggregated"}
+    for path in paths:
+        raw = read_raw(path)
+        policy = raw["serving"]["policy"]
+        # 25 req/s x 900 s is more than the trace holds: it is replayed whole, at 25.
+        for rate in (1.0, 3.7, 11.0, 25.0):
+            task = make_task(raw, str(path), path.parent, PointKey(policy, 1, 1, rate, 0))
+            sc = from_dict(task.raw, task.source, path.parent)
+            rng = np.random.default_rng(np.random.SeedSequence(0).spawn(3)[0])
+            arr = build_requests(sc.workload, sc.base_dir, rng, sc.source,
+                                 sc.model.max_context).arrival_s
+            offered = (len(arr) - 1) / (arr[-1] - arr[0])
+            assert offered == pytest.approx(rate, rel=0.01), (path.name, rate)
+            # The window: rate x duration_s requests (or the whole trace), all before it.
+            wl = sc.workload
+            rows = len(load_trace(find_trace(wl.trace.path, sc.base_dir)))
+            assert len(arr) == min(int(rate * wl.duration_s), rows)
+            assert arr[-1] < wl.duration_s
+        # The point's row records the rate as simulated (the run's own offered rate).
+        row = sp.run_task(make_task(raw, str(path), path.parent,
+                                    PointKey(policy, 1, 1, 2.0, 0)))
+        assert row["offered_rps"] == pytest.approx(2.0, rel=0.01) and row["finished"] == 1800
+
+
+def test_a_trace_without_gaps_to_rescale_names_target_rate(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "5.0,10,1\n" * 3)
+    scen = tmp_path / "s.yaml"
+    scen.write_text(MD1.read_text().replace(
+        "  arrivals: {process: poisson, rate: 30.0}\n", f"  trace: {{path: {trace}}}\n")
+        .replace("  lengths:\n    prompt: {dist: fixed, value: 10}\n"
+                 "    output: {dist: fixed, value: 1}\n", ""))
+    task = make_task(read_raw(scen), str(scen), tmp_path, PointKey("continuous", 1, 1, 2.0, 0))
+    with pytest.raises(ServesimError) as e:
+        sp.run_task(task)
+    assert "\n" not in str(e.value) and "workload.trace.target_rate" in str(e.value)
+    assert "same time" in str(e.value)
+
+
 def test_unknown_policy_fails_before_running():
     spec = md1_spec([1.0])
     spec.policies = ["nosuch"]
@@ -122,6 +175,33 @@ def test_saturated_point_is_cut_at_the_horizon_and_marked():
     assert row["finished"] + row["unfinished"] == 5000
     ok = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 20.0, 0)))
     assert ok["saturated"] == 0.0 and ok["unfinished"] == 0
+
+
+def test_a_point_cut_by_the_scenario_horizon_judges_only_what_arrived():
+    from sim.config.scenario import from_dict
+    from sim.workload.build import build_requests
+
+    # 4,000 requests at 20 req/s would arrive over ~200 s; the scenario stops at 50 s.
+    # The ~1,000 that arrived are served at 40% load: not saturated, none (or the one in
+    # service) unfinished. The ~3,000 due later are no backlog.
+    raw = read_raw(MD1, ["horizon_s=50"])
+    task = make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 20.0, 0))
+    sc = from_dict(task.raw, task.source, MD1.parent)
+    rng = np.random.default_rng(np.random.SeedSequence(sc.workload.seed).spawn(3)[0])
+    arr = build_requests(sc.workload, sc.base_dir, rng, sc.source).arrival_s
+    came = arr[arr < 50.0]
+    row = sp.run_task(task)
+    assert row["saturated"] == 0.0 and row["unfinished"] <= 1
+    assert row["finished"] + row["unfinished"] == len(came)
+    assert 800 < len(came) < 1200 and len(arr) == 4000
+    assert row["offered_rps"] == pytest.approx((len(came) - 1) / (came[-1] - came[0]))
+    # At 100 req/s, twice the capacity (1 / 20 ms), the queue of what arrived by 20 s
+    # grows: saturated, though 2,000 requests never arrived.
+    raw = read_raw(MD1, ["horizon_s=20"])
+    over = sp.run_task(make_task(raw, str(MD1), MD1.parent,
+                                 PointKey("continuous", 1, 1, 100.0, 0)))
+    assert over["saturated"] == 1.0 and over["finished"] == pytest.approx(1000, abs=2)
+    assert 800 < over["unfinished"] < 1200
 
 
 # -- aggregation ---------------------------------------------------------------------------

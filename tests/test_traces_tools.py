@@ -18,6 +18,7 @@ from sim.workload.tracestats import rate_bins, trace_stats
 from sim.workload.tracetools import (
     TraceTransforms,
     apply_transforms,
+    rate_window,
     repeat,
     sample,
     target_rate,
@@ -54,6 +55,38 @@ def test_time_scale_and_input_unchanged() -> None:
     np.testing.assert_array_equal(new.arrival_s, [0, 2, 4, 8])
     np.testing.assert_array_equal(T.arrival_s, [0, 1, 2, 4])  # pure
     assert "1.000 -> 0.500 req/s" in ch.text and new.dropped == {"x": 1}
+
+
+def test_rate_window_scales_the_window_it_replays_by_hand() -> None:
+    a = np.array([0.0, 1.0, 3.0, 6.0, 10.0])  # gaps 1, 2, 3, 4 s
+    # 1 req/s for 3 s: the first 3 requests; their span up to the 4th (0 to 6 s) becomes
+    # 3 s, every gap halved.
+    new, ch = rate_window(a, 1.0, duration_s=3.0)
+    assert new.tolist() == [0.0, 0.5, 1.5] and ch.rows_affected == 3
+    assert "the first 3 of 5 requests" in ch.text and "x0.5" in ch.text
+    # The whole trace at 2 req/s: its span plus one mean gap (12.5 s) becomes 5 / 2 s,
+    # so (requests - 1) / (last - first) is exactly the rate asked.
+    new, _ = rate_window(a, 2.0)
+    np.testing.assert_allclose(new, [0.0, 0.2, 0.6, 1.2, 2.0], rtol=1e-12)
+    assert (len(new) - 1) / (new[-1] - new[0]) == pytest.approx(2.0, rel=1e-12)
+    # num_requests caps the window: 2 requests, 0 to 3 s made 0.5 s.
+    np.testing.assert_allclose(rate_window(a, 4.0, max_rows=2)[0], [0.0, 1 / 6], rtol=1e-12)
+    # A trace shorter than rate x duration is replayed whole, at the rate: it ends early.
+    new, ch = rate_window(a, 1.0, duration_s=100.0)
+    assert len(new) == 5 and new[-1] == pytest.approx(4.0)
+    assert "ends before duration_s 100" in ch.text
+
+
+def test_rate_window_keeps_the_first_arrival_and_every_request_before_the_end() -> None:
+    # A trace starting at 100 s keeps its start; 1.5 s of room holds 1 request at 1 req/s.
+    assert rate_window(np.array([100.0, 101.0, 103.0]), 1.0, 101.5)[0].tolist() == [100.0]
+    assert len(rate_window(np.array([100.0, 101.0]), 1.0, 100.0)[0]) == 0
+    # The 2nd and 3rd requests tie: the window (first 2, up to the 3rd) is 2 s long and
+    # the 2nd, mapped onto its end, is kept just inside it.
+    new, _ = rate_window(np.array([0.0, 1.0, 1.0, 2.0]), 1.0, 2.0)
+    assert len(new) == 2 and new[1] < 2.0 and new[1] == pytest.approx(2.0)
+    with pytest.raises(ServesimError, match="same time"):
+        rate_window(np.array([5.0, 5.0, 5.0]), 1.0)
 
 
 def test_target_rate_hits_rate() -> None:

@@ -47,7 +47,7 @@ def main() -> None:
         s = json.loads(out)
         rq = s["requests"]
         lost = rq["total"] - sum(rq[k] for k in ("finished", "rejected", "timed_out", "failed",
-                                                 "unfinished"))
+                                                 "unfinished", "not_arrived"))
         sat = s["saturation"]
         growth = "-" if sat["queue_growth_rps"] is None else f"{sat['queue_growth_rps']:.2f}"
         f = s.get("faults")

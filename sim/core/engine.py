@@ -28,8 +28,8 @@ from sim.core.cluster import build_cluster
 from sim.core.faults import Faults
 from sim.core.histogram import LogHistogram
 from sim.core.prefix import block_hashes
-from sim.core.request import FAILED, PENDING, REJECTED, TIMED_OUT, UNFINISHED, Request
-from sim.core.result import Outcomes, RunResult
+from sim.core.request import FAILED, PENDING, REJECTED, TIMED_OUT, Request
+from sim.core.result import Outcomes, RunResult, close_pending
 from sim.cost.frontend import Frontend
 from sim.cost.models import CostModel, build_cost
 from sim.errors import ServesimError
@@ -326,15 +326,8 @@ class Engine(Outcomes):
         if self.clients is not None:
             sent, stats, note = self.clients.stats(end, horizon)
             keep(self, sent, note)
-        pending = self.status == PENDING
-        if self.timeouts is not None:
-            # Still waiting unscheduled at the end with its deadline passed: abandoned.
-            late = pending & np.isnan(self.first_sched) & (
-                self.requests.arrival_s + self.timeouts.timeout_s <= end)
-            self.status[late] = TIMED_OUT
-            self.reason[late] = "timeout"
-            pending &= ~late
-        self.status[pending] = UNFINISHED
+        close_pending(self.status, self.reason, self.requests.arrival_s, self.first_sched, end,
+                      horizon, None if self.timeouts is None else self.timeouts.timeout_s)
         for rep in self.replicas:
             if rep.prefix is not None:
                 rep.stats.prefix_evictions = rep.prefix.evictions

@@ -5,9 +5,12 @@ from __future__ import annotations
 # Final status of each request; every request ends with exactly one.
 # TIMED_OUT: its client gave up waiting to be scheduled (``admission.timeout_s``);
 # FAILED: lost on a failed replica and not retried (``faults``, docs/reliability.md).
-PENDING, FINISHED, REJECTED, UNFINISHED, TIMED_OUT, FAILED = 0, 1, 2, 3, 4, 5
+# UNFINISHED: sent before ``horizon_s`` but not done by it (backlog); NOT_ARRIVED: due at
+# or after ``horizon_s``, so never part of the run (counted, but in no rate or verdict).
+PENDING, FINISHED, REJECTED, UNFINISHED, TIMED_OUT, FAILED, NOT_ARRIVED = 0, 1, 2, 3, 4, 5, 6
 STATUS_NAMES = {PENDING: "pending", FINISHED: "finished", REJECTED: "rejected",
-                UNFINISHED: "unfinished", TIMED_OUT: "timed_out", FAILED: "failed"}
+                UNFINISHED: "unfinished", TIMED_OUT: "timed_out", FAILED: "failed",
+                NOT_ARRIVED: "not_arrived"}
 
 
 class Request:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.core.kvmanager import KVCacheManager
-from sim.core.request import FINISHED, PENDING, Request
+from sim.core.request import FINISHED, NOT_ARRIVED, PENDING, TIMED_OUT, UNFINISHED, Request
 from sim.cost.frontend import NO_FRONTEND, Frontend
 
 if TYPE_CHECKING:
@@ -119,3 +119,24 @@ def finish_requests(done: Sequence[Request], now: float, kv: KVCacheManager,
         client_s = now + out.response_s
         for r in done:
             out.ended(r.id, client_s)
+
+
+def close_pending(status: np.ndarray, reason: np.ndarray, sent_s: np.ndarray,
+                  first_sched: np.ndarray, end_s: float, horizon_s: float | None,
+                  timeout_s: float | None) -> None:
+    """Give each request still pending when the run ended at ``end_s`` (s) its final
+    status, in place. With a horizon, one sent (``sent_s``) at or after it never arrived:
+    NOT_ARRIVED, outside every rate and verdict. One still waiting unscheduled with its
+    client's deadline (``timeout_s``) passed was abandoned: TIMED_OUT, reason "timeout".
+    The rest arrived and were not done: UNFINISHED, the backlog the horizon cut."""
+    pending = status == PENDING
+    if horizon_s is not None:
+        later = pending & (sent_s >= end_s)
+        status[later] = NOT_ARRIVED
+        pending &= ~later
+    if timeout_s is not None:
+        late = pending & np.isnan(first_sched) & (sent_s + timeout_s <= end_s)
+        status[late] = TIMED_OUT
+        reason[late] = "timeout"
+        pending &= ~late
+    status[pending] = UNFINISHED

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.engine import RunResult
-from sim.core.request import FAILED, FINISHED, REJECTED, TIMED_OUT, UNFINISHED
+from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.report.overload import saturation
 
@@ -62,11 +62,11 @@ def _itl_distribution(res: RunResult) -> dict[str, float | None]:
 
 def status_counts(status: np.ndarray, mask: np.ndarray | None = None) -> dict[str, int]:
     """Requests (of those in ``mask``; all by default) finished, rejected, unfinished,
-    timed out and failed, in that order."""
+    timed out, failed and not arrived by the horizon, in that order."""
     sel = status if mask is None else status[mask]
     return {name: int((sel == code).sum()) for name, code in (
         ("finished", FINISHED), ("rejected", REJECTED), ("unfinished", UNFINISHED),
-        ("timed_out", TIMED_OUT), ("failed", FAILED))}
+        ("timed_out", TIMED_OUT), ("failed", FAILED), ("not_arrived", NOT_ARRIVED))}
 
 
 def class_targets(res: RunResult) -> list[tuple[float | None, float | None]]:
@@ -100,12 +100,14 @@ def meets_slo(res: RunResult, lat: dict[str, np.ndarray]) -> np.ndarray:
 def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray,
                     span: float) -> dict[str, Any]:
     """Per-class counts, latencies (s), mean lengths (tokens), rates (per s, over the whole
-    run's ``span`` so classes add up to the total) and SLO attainment, by class name.
+    run's ``span`` so classes add up to the total) and SLO attainment, by class name; mean
+    lengths and attainment are of the requests that arrived (before any horizon).
     ITL is not split by class: replicas keep one ITL histogram for all requests."""
     rq = res.requests
     if rq.klass is None:
         return {}
     status = res.status
+    arrived = status != NOT_ARRIVED
     out: dict[str, Any] = {}
 
     def rate(x: float) -> float | None:
@@ -114,14 +116,15 @@ def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray
     for i, (name, (ttft_s, tpot_s)) in enumerate(
             zip(rq.class_names, class_targets(res), strict=True)):
         m = rq.klass == i
-        n = int(m.sum())
+        came = m & arrived
+        n = int(came.sum())
         fin = m & (status == FINISHED)
         n_good = int(good[m].sum())
         out[name] = {
-            "requests": {"total": n, **status_counts(status, m)},
+            "requests": {"total": int(m.sum()), **status_counts(status, m)},
             "tokens": {
-                "prompt_mean": float(rq.prompt_tokens[m].mean()) if n else None,
-                "output_mean": float(rq.output_tokens[m].mean()) if n else None,
+                "prompt_mean": float(rq.prompt_tokens[came].mean()) if n else None,
+                "output_mean": float(rq.output_tokens[came].mean()) if n else None,
             },
             "latency_s": {k: distribution(lat[k][m]) for k in ("ttft", "tpot", "e2e",
                                                                 "queueing")},
@@ -139,8 +142,9 @@ def class_summaries(res: RunResult, lat: dict[str, np.ndarray], good: np.ndarray
 def stage_summaries(res: RunResult, lat: dict[str, np.ndarray],
                     good: np.ndarray) -> list[dict[str, Any]]:
     """One entry per stage of ``workload.stages``: its window (s), the rate asked and the
-    rate offered (requests that arrived in it, per second of it), requests finished in
-    the window per second (whichever stage they came from), the counts, latencies (s)
+    rate offered (requests that arrived in it, per second of it; a ``horizon_s`` inside
+    the window ends it there), requests finished in the window per second (whichever
+    stage they came from), the counts, latencies (s)
     and SLO attainment of the requests that arrived in it, and ``drain_s``: how long
     after the stage ended its last request got its first token (0 when none waited past
     the end; None when one never did before the run ended)."""
@@ -150,11 +154,13 @@ def stage_summaries(res: RunResult, lat: dict[str, np.ndarray],
         return []
     stages = res.scenario.workload.stages or ()
     arr, status = rq.arrival_s, res.status
+    horizon = res.scenario.horizon_s
     out: list[dict[str, Any]] = []
     for k, ((lo, hi), st) in enumerate(zip(wins, stages, strict=True), start=1):
-        m = (arr >= lo) & (arr < hi)
+        inside = (arr >= lo) & (arr < hi)
+        m = inside & (status != NOT_ARRIVED)
         n = int(m.sum())
-        d = hi - lo
+        d = (hi if horizon is None else min(hi, horizon)) - lo
         done = int(((res.finish >= lo) & (res.finish < hi)).sum())
         served = m & (status != REJECTED) & (status != TIMED_OUT) & (status != FAILED)
         ft = res.first_token[served]
@@ -162,9 +168,9 @@ def stage_summaries(res: RunResult, lat: dict[str, np.ndarray],
                  max(0.0, float(ft.max()) - hi) if ft.size else 0.0)
         out.append({
             "stage": k, "start_s": lo, "end_s": hi, "rate_rps": st.rate,
-            "offered_rps": n / d,
-            "finished_rps": done / d,
-            "requests": {"arrived": n, **status_counts(status, m)},
+            "offered_rps": n / d if d > 0 else None,
+            "finished_rps": done / d if d > 0 else None,
+            "requests": {"arrived": n, **status_counts(status, inside)},
             "latency_s": {key: distribution(lat[key][m])
                           for key in ("ttft", "tpot", "e2e", "queueing")},
             "slo_attainment": float(good[m].sum() / n) if n else None,
@@ -267,6 +273,8 @@ def summarize(res: RunResult) -> dict[str, Any]:
     status = res.status
     finished = status == FINISHED
     n = len(status)
+    # Requests due after the horizon are counted, but judged in no rate: the run's.
+    arrived = int((status != NOT_ARRIVED).sum())
     first = float(res.requests.arrival_s[0]) if n else 0.0
     done_t = res.finish[finished]
     end = float(done_t.max()) if done_t.size else first
@@ -318,7 +326,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
             "requests_per_s": rate(float(finished.sum())),
             "output_tokens_per_s": rate(float(out_tokens)),
             "goodput_requests_per_s": rate(float(good.sum())),
-            "slo_attainment": float(good.sum() / n) if n else None,
+            "slo_attainment": float(good.sum() / arrived) if arrived else None,
             "slo": {"ttft_s": sc.slo.ttft_s, "tpot_s": sc.slo.tpot_s},
         },
         "batch": {

@@ -126,6 +126,8 @@ def table(summary: dict[str, Any]) -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
     ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("timed_out", "failed")
                     if rq.get(k))
+    if rq.get("not_arrived"):
+        ended += f", {rq['not_arrived']} not arrived by the horizon (not part of the run)"
     lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
                  f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
                  f"{rq['unfinished']} unfinished{ended}")
@@ -178,7 +180,8 @@ def nothing_finished(summary: dict[str, Any]) -> str | None:
         return "the workload sent no request"
     reasons = ", ".join(f"{k} {v}" for k, v in rq["rejected_by_reason"].items())
     ended = "".join(f", {rq[k]} {k.replace('_', ' ')}" for k in ("unfinished", "timed_out",
-                                                                 "failed") if rq.get(k))
+                                                                 "failed", "not_arrived")
+                    if rq.get(k))
     return (f"no request finished: {rq['rejected']} of {rq['total']} rejected"
             f"{f' ({reasons})' if reasons else ''}{ended}; the outputs were written, "
             "requests.csv gives each request's reason")

@@ -11,8 +11,12 @@ so the hot path pays nothing:
 - ``queue_growth_rps``: the least-squares slope of ``waiting`` sampled at 201 evenly
   spaced times from the first to the last arrival (requests/s).
 - ``offered_rps``: (arrivals - 1) / (last arrival - first arrival).
-- ``refused_fraction``: share of all requests refused by admission control
+- ``refused_fraction``: share of the requests that arrived refused by admission control
   (``rate_limited``, ``queue_full``, ``no_replica_up``) or abandoned (``timed_out``).
+
+Only requests that arrived count: with ``horizon_s``, one due at or after the horizon
+(status ``not_arrived``) is not part of the run, so it neither offers load nor waits.
+One that arrived and was not done by the horizon (``unfinished``) is backlog and does.
 
 ``saturated`` is true when the queue grows by more than :data:`SATURATION_SHARE` of the
 offered rate (the cluster serves under ~95% of what arrives) or more than that share of
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sim.core.request import FAILED, REJECTED, TIMED_OUT
+from sim.core.request import FAILED, NOT_ARRIVED, REJECTED, TIMED_OUT
 
 if TYPE_CHECKING:
     from sim.core.engine import RunResult
@@ -58,8 +62,10 @@ def waiting_curve(res: RunResult, times: np.ndarray) -> np.ndarray:
 
 
 def saturation(res: RunResult) -> dict[str, Any]:
-    """The ``saturation`` section of the summary (rates in requests/s)."""
-    arr = res.requests.arrival_s
+    """The ``saturation`` section of the summary (rates in requests/s), of the requests
+    that arrived."""
+    came = res.status != NOT_ARRIVED
+    arr = res.requests.arrival_s[came]
     n = len(arr)
     refused = int((res.status == TIMED_OUT).sum())
     if n:

@@ -28,11 +28,14 @@ def stage_table(stages: list[dict[str, Any]]) -> list[str]:
         v = d[k]
         return f"{'-':>10}" if v is None else f"{v * 1e3:>10.1f}"
 
+    def rate(v: float | None) -> str:  # None: the horizon ended the run before the stage
+        return f"{'-':>10}" if v is None else f"{v:>10.3f}"
+
     for s in stages:
         lat = s["latency_s"]
         att, drain = s["slo_attainment"], s["drain_s"]
         lines.append(f"{s['stage']:<7}{s['start_s']:>10.1f}{s['end_s']:>10.1f}"
-                     f"{s['rate_rps']:>10.3g}{s['offered_rps']:>10.3f}{s['finished_rps']:>10.3f}"
+                     f"{s['rate_rps']:>10.3g}" + rate(s["offered_rps"]) + rate(s["finished_rps"])
                      + ms(lat["ttft"], "p50") + ms(lat["ttft"], "p99")
                      + ms(lat["tpot"], "p50") + ms(lat["tpot"], "p99")
                      + (f"{'-':>10}" if att is None else f"{att:>10.1%}")

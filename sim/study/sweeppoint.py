@@ -10,7 +10,10 @@ with a wider grid, never recomputes a point it already has.
 Rates far beyond capacity would let queues grow for a long simulated time; unless the
 scenario sets ``horizon_s`` a point is cut at ``horizon_factor`` times its expected
 arrival span (plus 60 s), and a point that left requests unfinished, or whose queueing
-delay kept growing through its arrivals, is marked ``saturated``.
+delay kept growing through its arrivals, is marked ``saturated``. Requests due after a
+horizon (``not_arrived``) are no part of the point: its offered rate, counts and verdict
+are of the requests that arrived, and when the horizon fell among the arrivals the run's
+queue-growth verdict, not the requests still in service at it, says whether it kept up.
 """
 
 from __future__ import annotations
@@ -137,8 +140,10 @@ def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None)
 
 
 # Bumped when what a cached point holds stops matching what the code would compute
-# for reasons no scenario key shows (2: measured costs, fitted roofline defaults).
-CACHE_SCHEMA = 2
+# for reasons no scenario key shows (2: measured costs, fitted roofline defaults; 3:
+# requests due after the horizon left out of every figure, a trace's target_rate applied
+# to the window simulated, offered_rps counting refused arrivals).
+CACHE_SCHEMA = 3
 
 
 def cost_fingerprint(sc: Scenario) -> str:
@@ -215,16 +220,22 @@ def queue_growth_s(arrival_s: np.ndarray, queueing_s: np.ndarray) -> float | Non
 
 def row_of(summary: dict[str, Any], arrival_span_s: float,
            growth_s: float | None = None) -> dict[str, float | None]:
-    """The flat metric row of one run's :func:`sim.report.metrics.summarize` output; ``growth_s``
-    is :func:`queue_growth_s` of the run."""
+    """The flat metric row of one run's :func:`sim.report.metrics.summarize` output;
+    ``arrival_span_s`` is the span of the arrivals the run had, ``growth_s``
+    :func:`queue_growth_s` of the run. ``offered_rps`` is the rate the run was offered, as
+    simulated: the summary's (requests that arrived - 1) / their span."""
     lat = summary["latency_s"]
     row: dict[str, float | None] = {f"{m}_{s}": _num(lat[m][s]) for m in METRICS for s in STATS}
     tp, rq = summary["throughput"], summary["requests"]
-    admitted = rq["total"] - rq["rejected"]
-    offered = (admitted - 1) / arrival_span_s if arrival_span_s > 0 and admitted > 1 else None
+    offered = _num(summary["saturation"]["offered_rps"])
     served = _num(tp["requests_per_s"])
     ratio = served / offered if served is not None and offered else None
-    saturated = rq["unfinished"] > 0 or (
+    # Left unfinished after the arrivals ended: backlog. When the scenario's horizon fell
+    # among the arrivals, requests in service at it are no sign of overload: the run's
+    # own verdict (its waiting queue's growth, sim/report/overload.py) judges instead.
+    backlog = (summary["saturation"]["saturated"] if rq.get("not_arrived")
+               else rq["unfinished"] > 0)
+    saturated = backlog or (
         growth_s is not None and growth_s > SATURATION_GROWTH * arrival_span_s)
     row.update({
         "throughput_rps": served,
@@ -249,14 +260,15 @@ def row_of(summary: dict[str, Any], arrival_span_s: float,
 def run_scenario(scenario: Scenario) -> dict[str, float | None]:
     """Simulate ``scenario`` and return its metric row."""
     from sim.core.engine import simulate
-    from sim.core.request import REJECTED
+    from sim.core.request import NOT_ARRIVED, REJECTED
     from sim.report.metrics import per_request, summarize
 
     res = simulate(scenario)
-    arr = res.requests.arrival_s
+    came = res.status != NOT_ARRIVED  # due after a horizon: not part of the run
+    arr = res.requests.arrival_s[came]
     span = float(arr[-1] - arr[0]) if len(arr) > 1 else 0.0
-    admitted = res.status != REJECTED
-    growth = queue_growth_s(arr[admitted], per_request(res)["queueing"][admitted])
+    admitted = res.status[came] != REJECTED
+    growth = queue_growth_s(arr[admitted], per_request(res)["queueing"][came][admitted])
     return row_of(summarize(res), span, growth)
 
 

@@ -37,7 +37,12 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         try:
             tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format,
                                    sort=tc.sort, rng=rng, **tc.load_options())
-            tr, changes = apply_transforms(tr, tc.transforms(max_context), rng)
+            spec = tc.transforms(max_context)
+            # target_rate applies to the window replayed (below), not the whole trace.
+            windowed = tc.target_rate is not None and tr.arrival_s is not None
+            if windowed:
+                spec = dataclasses.replace(spec, target_rate_rps=None)
+            tr, changes = apply_transforms(tr, spec, rng)
         except ServesimError as exc:
             raise located(exc, source, "workload.trace") from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
@@ -58,6 +63,8 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
                          "their gaps scaled to each stage's rate")
         else:
             t = np.asarray(tr.arrival_s, dtype=np.float64)
+            if windowed:
+                t = _rate_window(t, cfg, source, notes)
         n = len(t)
         if cfg.duration_s is not None and cfg.concurrency is None:
             n = int(np.searchsorted(t, cfg.duration_s, side="left"))
@@ -92,3 +99,18 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         # Drawn last, so adding a shared prefix leaves every other draw unchanged.
         reqs = cfg.shared_prefix.apply(reqs, rng)
     return reqs
+
+
+def _rate_window(t: np.ndarray, cfg: WorkloadConfig, source: str, notes: list[str]) -> np.ndarray:
+    """Arrival times (s) of the trace window a run replays at ``workload.trace.target_rate``
+    (:func:`sim.workload.tracetools.rate_window`), bounded by ``duration_s`` and
+    ``num_requests``; its note appended to ``notes``."""
+    from sim.workload.tracetools import rate_window
+
+    assert cfg.trace is not None and cfg.trace.target_rate is not None
+    try:
+        t, change = rate_window(t, cfg.trace.target_rate, cfg.duration_s, cfg.num_requests)
+    except ServesimError as exc:
+        raise located(exc, source, "workload.trace.target_rate") from None
+    notes.append(str(change))
+    return t

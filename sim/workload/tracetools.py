@@ -22,6 +22,7 @@ length capping last because it does not depend on time.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,51 @@ def target_rate(trace: Trace, rate_rps: float) -> tuple[Trace, Change]:
                             "has no rate to rescale", source=trace.source)
     new, ch = time_scale(trace, now / rate_rps)
     return new, Change("target_rate", f"target_rate {rate_rps:g} req/s: {ch.text}", len(trace))
+
+
+def rate_window(arrival_s: np.ndarray, rate_rps: float, duration_s: float | None = None,
+                max_rows: int | None = None) -> tuple[np.ndarray, Change]:
+    """The arrival times (s) of the window a run replays at ``rate_rps`` req/s: the rate
+    applies to the requests simulated, not to the whole trace.
+
+    The window holds the trace's first K requests: all of them, at most ``max_rows``, and
+    at most ``rate_rps`` x the time from the first arrival to ``duration_s`` (so all
+    arrive before it). Their span, from the first request to the one after the last (or
+    one mean gap after the last, when the trace ends there), is scaled to K / rate_rps
+    seconds; the first arrival stays where it is. So the window offers K requests in
+    K / rate_rps s, and (K - 1) / (last - first arrival) is rate_rps up to the
+    deviation of one gap from the mean (exactly, when the window is the whole trace).
+    """
+    a = np.asarray(arrival_s, dtype=np.float64)
+    n = len(a)
+    if not rate_rps > 0 or not np.isfinite(rate_rps):
+        raise ServesimError(f"target_rate = {rate_rps!r}; must be a number of req/s > 0")
+    k = n if max_rows is None else min(n, max_rows)
+    if duration_s is not None and k:
+        room = duration_s - float(a[0])
+        fit = int(math.floor(rate_rps * room)) if room > 0 else 0
+        while fit > 0 and fit / rate_rps > room:  # floating-point guard: all before the end
+            fit -= 1
+        k = min(k, fit)
+    if k == 0:
+        return a[:0].copy(), Change("target_rate", f"target_rate {rate_rps:g} req/s: no "
+                                    "request arrives before duration_s", n)
+    t0 = float(a[0])
+    end = float(a[k]) if k < n else (float(a[-1]) + (float(a[-1]) - t0) / (n - 1) if n > 1
+                                     else t0)
+    if k > 1 and not end > t0:
+        raise ServesimError("target_rate: the requests replayed all arrive at the same "
+                            "time, so they have no rate to rescale")
+    length = k / rate_rps
+    factor = length / (end - t0) if end > t0 else 1.0
+    # Clipped below the window's end: a tie with the next request must not leave it.
+    new = np.minimum(t0 + (a[:k] - t0) * factor, np.nextafter(t0 + length, -np.inf))
+    new[0] = t0
+    text = (f"target_rate {rate_rps:g} req/s: the first {k} of {n} requests, gaps "
+            f"x{factor:.4g}, arrive over {length:.1f} s")
+    if k == n and duration_s is not None and t0 + length < duration_s:
+        text += f" (the whole trace: it ends before duration_s {duration_s:g} s)"
+    return new, Change("target_rate", text, k)
 
 
 def window(trace: Trace, start_s: float, end_s: float) -> tuple[Trace, Change]:

@@ -2,13 +2,15 @@
 
 Each case runs in a fresh child process so its peak RSS is its own. Workload: Azure
 2023 conversation lengths (pairs drawn from the shipped trace), Poisson arrivals at
-80% of the measured capacity, Llama-3-8B on one H100, roofline or the shipped measured
-profile (``--costs``). Capacity is
+80% of the measured capacity, Llama-3-8B on one H100 (or the ``--models`` given: a
+mixture of experts against a dense model), roofline or the shipped measured profile
+(``--costs``). Capacity is
 measured first by a saturated run (all requests arriving at once): its completion
 rate is the most one replica sustains.
 
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
        [--policies continuous] [--replicas 1] [--costs roofline,measured]
+       [--models llama-3-8b,qwen3-30b-a3b]
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
 """
@@ -29,11 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0,
-         cost: str = "roofline") -> dict[str, Any]:
+         cost: str = "roofline", model: str = "llama-3-8b") -> dict[str, Any]:
     """The benchmark scenario as a raw mapping."""
     return {
         "name": f"bench-{policy}-{replicas}r-{n}",
-        "model": "llama-3-8b",
+        "model": model,
         "hardware": {"gpu": "h100-sxm"},
         "cost": cost,
         "serving": {"policy": policy},
@@ -83,9 +85,9 @@ def run_case(scenario: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def capacity(policy: str, replicas: int, cost: str) -> float:
+def capacity(policy: str, replicas: int, cost: str, model: str) -> float:
     """Requests/s one setup completes when saturated (5,000 requests arriving together)."""
-    r = run_case(base(policy, replicas, rate=1e6, n=5000, cost=cost))
+    r = run_case(base(policy, replicas, rate=1e6, n=5000, cost=cost, model=model))
     return float(r["throughput"])
 
 
@@ -97,27 +99,33 @@ def main() -> None:
     p.add_argument("--replicas", default="1")
     p.add_argument("--costs", default="roofline",
                    help="cost models: roofline, measured (the shipped profile)")
+    p.add_argument("--models", default="llama-3-8b", help="model presets, on one H100 each")
     p.add_argument("--child")
     a = p.parse_args()
     if a.child:
         child(a.child)
         return
-    print("| cost | policy | replicas | requests | rate (req/s) | wall s (median) | "
+    print("| model | cost | policy | replicas | requests | rate (req/s) | wall s (median) | "
           "sim req/s | iterations/s | events/s | peak RSS MiB |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for policy in a.policies.split(","):
-        for replicas in map(int, a.replicas.split(",")):
-            for cost in a.costs.split(","):
-                rate = 0.8 * capacity(policy, replicas, cost)
-                for n in map(int, a.sizes.split(",")):
-                    sc = base(policy, replicas, rate, n, cost=cost)
-                    runs = [run_case(sc) for _ in range(a.repeats)]
-                    wall = statistics.median(r["wall_s"] for r in runs)
-                    rss = max(r["rss_mib"] for r in runs)
-                    it, ev = runs[0]["iterations"], runs[0]["events"]
-                    print(f"| {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} "
-                          f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | "
-                          f"{ev / wall:,.0f} | {rss:.0f} |", flush=True)
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for model in a.models.split(","):
+        for policy in a.policies.split(","):
+            for replicas in map(int, a.replicas.split(",")):
+                for cost in a.costs.split(","):
+                    _cases(a, model, policy, replicas, cost)
+
+
+def _cases(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str) -> None:
+    rate = 0.8 * capacity(policy, replicas, cost, model)
+    for n in map(int, a.sizes.split(",")):
+        sc = base(policy, replicas, rate, n, cost=cost, model=model)
+        runs = [run_case(sc) for _ in range(a.repeats)]
+        wall = statistics.median(r["wall_s"] for r in runs)
+        rss = max(r["rss_mib"] for r in runs)
+        it, ev = runs[0]["iterations"], runs[0]["events"]
+        print(f"| {model} | {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} "
+              f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | "
+              f"{ev / wall:,.0f} | {rss:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -37,12 +39,27 @@ def test_qwen3_matches_its_preset(tmp_path: Path) -> None:
     assert spec.heads * spec.head_dim == 8192 > spec.hidden
 
 
-def test_qwen3_moe_is_not_modelled(tmp_path: Path) -> None:
-    cfg = {**QWEN3, "model_type": "qwen3_moe", "num_experts": 128}
-    with pytest.raises(ServesimError, match="mixture-of-experts is not modelled yet"):
-        from_hf_config(write(tmp_path, cfg))
-    with pytest.raises(ServesimError, match="num_experts: mixture-of-experts"):
+def test_qwen3_moe_matches_its_preset_and_other_moe_layouts_are_named(tmp_path: Path) -> None:
+    # Qwen3-30B-A3B's config.json (the keys that set its shape).
+    cfg = {**QWEN3, "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 6144,
+           "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+           "decoder_sparse_step": 1, "mlp_only_layers": []}
+    spec = from_hf_config(write(tmp_path, cfg))
+    preset = MODELS["qwen3-30b-a3b"]
+    assert dataclasses.replace(spec, name=preset.name) == preset
+    with pytest.raises(ServesimError, match=r"mlp_only_layers: got \[3\]: dense layers are "
+                                            r"modelled only as the first ones"):
+        from_hf_config(write(tmp_path, {**cfg, "mlp_only_layers": [3]}))
+    with pytest.raises(ServesimError, match="num_experts: mixture-of-experts layers in a qwen3 "
+                                            "config are not modelled; MoE families: mixtral, "
+                                            "qwen3_moe"):
         from_hf_config(write(tmp_path, {**QWEN3, "num_experts": 8}))
+    with pytest.raises(ServesimError, match=r"unsupported model_type 'deepseek_v3' \(its "
+                                            r"mixture-of-experts or attention layers are not "
+                                            r"modelled yet\)"):
+        from_hf_config(write(tmp_path, {**QWEN3, "model_type": "deepseek_v3",
+                                        "n_routed_experts": 256}))
 
 
 def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:

@@ -2,11 +2,12 @@
 
 The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 (``--hf-config``) both read configs here, so a model is described by one table whichever
-side reads it. Only dense decoders of the Llama shape are modelled: attention (grouped
-query heads, rotary positions) and a SwiGLU MLP per layer. Mixture-of-experts configs are
-a clear error. A ``quantization_config`` with FP8 weights (``quant_method`` fp8,
-compressed-tensors float8 or ModelOpt FP8) sets the weights' dtype: ``fp8-block`` when its
-scales are per block, ``fp8`` otherwise; any other quantisation is an error naming it.
+side reads it. Decoders of the Llama shape are modelled: attention (grouped query heads,
+rotary positions) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
+qwen3_moe); other mixture-of-experts families are a clear error. A
+``quantization_config`` with FP8 weights (``quant_method`` fp8, compressed-tensors float8
+or ModelOpt FP8) sets the weights' dtype: ``fp8-block`` when its scales are per block,
+``fp8`` otherwise; any other quantisation is an error naming it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from sim.errors import ServesimError
 # qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
-SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
+# Mixture-of-experts families: the config keys of (experts, experts per token, expert
+# width); Mixtral's intermediate_size is its experts' width.
+MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
 _QKV_BIAS_BY_DEFAULT = ("qwen2",)
@@ -44,12 +49,14 @@ def from_hf_config(path: Path) -> ModelSpec:
     family = cfg.get("model_type")
     moe = [k for k in _MOE_KEYS if k in cfg]
     if family not in SUPPORTED_FAMILIES:
-        why = " (mixture-of-experts is not modelled yet)" if moe else ""
+        why = " (its mixture-of-experts or attention layers are not modelled yet)" if moe \
+            else ""
         raise ServesimError(
             f"unsupported model_type {family!r}{why}; supported: {', '.join(SUPPORTED_FAMILIES)}",
             source=src, where="model_type")
-    if moe:
-        raise ServesimError("mixture-of-experts layers are not modelled yet", source=src,
+    if moe and family not in MOE_KEYS:
+        raise ServesimError(f"mixture-of-experts layers in a {family} config are not "
+                            f"modelled; MoE families: {', '.join(MOE_KEYS)}", source=src,
                             where=moe[0])
 
     def get(key: str, default: Any = None) -> Any:
@@ -69,6 +76,7 @@ def from_hf_config(path: Path) -> ModelSpec:
 
     dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
         str(cfg.get("torch_dtype")), "bf16")
+    moe_fields = _moe_fields(cfg, family, count, src)
     hidden = count("hidden_size")
     heads = count("num_attention_heads")
     # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
@@ -88,9 +96,31 @@ def from_hf_config(path: Path) -> ModelSpec:
             qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
+            **moe_fields,  # type: ignore[arg-type]
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
+
+
+def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[str, int]:
+    """The mixture-of-experts fields of a :class:`ModelSpec` for a MoE ``family`` (empty
+    for a dense one); layouts servesim does not model are errors naming the key."""
+    if family not in MOE_KEYS:
+        return {}
+    n_key, k_key, width_key = MOE_KEYS[family]
+    dense = 0
+    if family == "qwen3_moe":
+        step = cfg.get("decoder_sparse_step", 1)
+        if step != 1:
+            raise ServesimError(f"got {step!r}: only every layer a mixture of experts (1) is "
+                                "modelled", source=src, where="decoder_sparse_step")
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or sorted(only) != list(range(len(only))):
+            raise ServesimError(f"got {only!r}: dense layers are modelled only as the first "
+                                "ones (0, 1, ...)", source=src, where="mlp_only_layers")
+        dense = len(only)
+    return {"experts": count(n_key), "experts_per_token": count(k_key),
+            "expert_intermediate": count(width_key), "dense_layers": dense}
 
 
 def _weights_dtype(quant: Any, src: str) -> str | None:

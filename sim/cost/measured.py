@@ -29,6 +29,8 @@ SHIPPED_MODELS = ("llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen
 # 70B (and Llama 3.3 70B), and of Qwen3-32B, served from its own FP8 weights in the
 # public end-to-end runs.
 SHIPPED_FP8 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
+# Mixtures of experts, on every GPU and tp whose MoE tables measured their shape.
+SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b")
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 SHIPPED_TPS = (1, 2, 4, 8)
 _REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)"
@@ -46,9 +48,11 @@ class MeasuredConfig:
 def architecture(model: ModelSpec) -> tuple[object, ...]:
     """What a model's kernels depend on: every dimension but its name, context length
     and rotary base."""
+    moe = (model.experts, model.experts_per_token, model.expert_intermediate,
+           model.shared_experts, model.dense_layers) if model.experts else ()
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings)
+            model.tie_embeddings, *moe)
 
 
 @dataclass(frozen=True)

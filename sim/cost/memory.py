@@ -143,7 +143,8 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 
     With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
     element size (2 bytes; 4 for fp32 models), h hidden, and per-GPU heads Hq, KV heads
-    Hkv, head size d, MLP width I (all from :func:`sim.cost.specs.shard`):
+    Hkv, head size d, MLP width I (all from :func:`sim.cost.specs.shard`; in a mixture
+    of experts, the experts per token times the expert width, when that is wider):
 
     - layers: T·a·max(3h + 3I, 3h + 2(Hq + Hkv)d). In the MLP the residual, the normed
       input and the output (h each) are alive with the gate/up product (2I) and its
@@ -159,7 +160,11 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
     d = shard(model, tp)
     a = model.act_bytes
     h = d.hidden
-    mlp = 3 * h + 3 * d.intermediate
+    # A token in a mixture of experts runs k (+ shared) experts' intermediates at once.
+    width = d.intermediate if not d.experts or d.dense_layers else 0
+    if d.experts:
+        width = max(width, (d.experts_per_token + d.shared_experts) * d.expert_intermediate)
+    mlp = 3 * h + 3 * width
     attention = 3 * h + 2 * (d.heads + d.kv_heads) * d.head_dim
     layers = max_num_batched_tokens * a * max(mlp, attention)
     seqs = min(max_num_seqs, max_num_batched_tokens)

@@ -114,6 +114,10 @@ def dtype_note(model: ModelSpec, gpu: GPUSpec) -> str:
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
 # least the kernel floor, however small its work.
 LINEAR_KERNELS = 4
+# A mixture-of-experts MLP instead launches its router GEMM, top-k, the token
+# permutation, two grouped expert GEMMs and the weighted sum (6; a shared expert's two
+# GEMMs more), beside the layer's QKV and output GEMMs.
+MOE_KERNELS = 6
 
 
 class RooflineCost:
@@ -131,6 +135,11 @@ class RooflineCost:
     plus step and per-sequence overheads (scheduling, sampling, kernel launches), and
     the time a kernel takes however little it does: ``kernel_floor_s`` per GEMM (4
     projections a layer, the LM head) and ``attention_floor_s`` per attention call.
+
+    A mixture-of-experts layer's FLOPs are its attention's plus ``experts_per_token``
+    experts' per token (and shared experts', and the router's); its bytes are those of
+    the experts the step touches: under uniform routing E·(1 − (1 − k/E)^new) of its E
+    experts, so one decode reads k experts and a long prefill all of them.
     """
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
@@ -146,16 +155,36 @@ class RooflineCost:
         lin_flops = gpu.fp8_flops * p.fp8_flops_efficiency if fp8 else flops
         attn_flops = gpu.flops * p.attention_flops_efficiency
         bw = gpu.mem_bw * p.bandwidth_efficiency
-        lin = m.layers * d.linear_params_per_layer
         head = d.vocab * m.hidden
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
-        self._lin_flop_s = 2 * lin / lin_flops
-        self._lin_mem_s = lin * m.dtype_bytes / bw
+        self._moe_q: float | None = None
+        if m.experts:
+            # Always read: attention, dense MLPs, shared experts, routers (bf16). Per token:
+            # those FLOPs and its experts_per_token routed experts'. Routed experts' weights
+            # are read once for each expert the step's tokens touch (below).
+            always = (m.layers * d.attention_params_per_layer
+                      + m.dense_layers * 3 * m.hidden * d.intermediate
+                      + d.moe_layers * d.shared_experts * d.expert_params)
+            router = d.moe_layers * m.hidden * m.experts
+            per_token = always + d.moe_layers * m.experts_per_token * d.expert_params
+            self._lin_flop_s = 2 * per_token / lin_flops + 2 * router / flops
+            self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
+            self._moe_mem_s = d.moe_layers * m.experts * d.expert_params * m.dtype_bytes / bw
+            # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
+            # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
+            self._moe_q = 1.0 - m.experts_per_token / m.experts
+            kernels = (d.layers * 2 + d.dense_layers * 2
+                       + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
+        else:
+            lin = m.layers * d.linear_params_per_layer
+            self._lin_flop_s = 2 * lin / lin_flops
+            self._lin_mem_s = lin * m.dtype_bytes / bw
+            kernels = m.layers * LINEAR_KERNELS
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw
         self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
         self._kv_mem_s = d.kv_bytes_per_token / bw
-        self._lin_floor_s = m.layers * LINEAR_KERNELS * p.kernel_floor_s
+        self._lin_floor_s = kernels * p.kernel_floor_s
         self._attn_floor_s = m.layers * p.attention_floor_s
         if tp > 1:
             link_bw, link_s = gpu.tp_link(tp)
@@ -176,7 +205,13 @@ class RooflineCost:
         pairs = shape.prefill_pairs + shape.decode_kv
         kv_tokens = shape.context_tokens + new
         p = self.params
-        return (mx(self._lin_flop_s * new, self._lin_mem_s) + self._lin_floor_s,
+        if self._moe_q is None:
+            linear = mx(self._lin_flop_s * new, self._lin_mem_s) + self._lin_floor_s
+        else:
+            touched = 1.0 - self._moe_q ** new  # share of each layer's experts read
+            linear = (mx(self._lin_flop_s * new, self._lin_mem_s + self._moe_mem_s * touched)
+                      + self._lin_floor_s)
+        return (linear,
                 mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens) + self._attn_floor_s,
                 mx(self._head_flop_s * shape.seqs, self._head_mem_s) + p.kernel_floor_s,
                 self._ar_fixed_s + self._ar_token_s * new,

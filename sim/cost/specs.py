@@ -35,7 +35,12 @@ class ModelSpec:
     checkpoint, ``fp8`` or ``fp8-block`` (see :data:`FP8_WEIGHTS`) for an FP8 one, whose
     embeddings, LM head, norms and activations stay in bf16. ``kv_dtype`` is the KV
     cache's, named as vLLM's ``--kv-cache-dtype``: ``auto`` (the activations' dtype) or
-    ``fp8`` (one byte an element)."""
+    ``fp8`` (one byte an element).
+
+    Mixture-of-experts: ``experts`` routed experts per MoE layer (0: a dense model), of
+    which each token uses ``experts_per_token``, each a SwiGLU of width
+    ``expert_intermediate``; ``shared_experts`` more of that width every token uses; the
+    first ``dense_layers`` layers keep a dense SwiGLU of width ``intermediate``."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -51,6 +56,11 @@ class ModelSpec:
     qkv_bias: bool = False
     tie_embeddings: bool = False
     name: str = "custom"
+    experts: int = bounded(0, ge=0)
+    experts_per_token: int = bounded(0, ge=0)
+    expert_intermediate: int = bounded(0, ge=0)
+    shared_experts: int = bounded(0, ge=0)
+    dense_layers: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:
         if self.heads % self.kv_heads:
@@ -58,6 +68,32 @@ class ModelSpec:
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}",
                 where="kv_heads",
             )
+        if not self.experts:
+            for key in ("experts_per_token", "expert_intermediate", "shared_experts",
+                        "dense_layers"):
+                if getattr(self, key):
+                    raise ServesimError(f"got {getattr(self, key)} for a dense model "
+                                        f"(experts is 0); set experts too", where=key)
+            return
+        if not 1 <= self.experts_per_token <= self.experts:
+            raise ServesimError(f"got {self.experts_per_token}, must be 1 to experts "
+                                f"({self.experts})", where="experts_per_token")
+        if self.expert_intermediate < 1:
+            raise ServesimError("required for a mixture-of-experts model (experts > 0), "
+                                "at least 1", where="expert_intermediate")
+        if self.dense_layers >= self.layers:
+            raise ServesimError(f"got {self.dense_layers}, must be below layers "
+                                f"({self.layers})", where="dense_layers")
+
+    @property
+    def moe(self) -> bool:
+        """Whether the model has mixture-of-experts layers."""
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (the rest are dense)."""
+        return self.layers - self.dense_layers if self.experts else 0
 
     @property
     def dtype_bytes(self) -> int:
@@ -81,13 +117,44 @@ class ModelSpec:
         return 1 if self.kv_dtype == "fp8" else self.act_bytes
 
     @property
-    def linear_params_per_layer(self) -> int:
-        """Weights in one layer's QKV, output and SwiGLU projections (elements)."""
+    def attention_params_per_layer(self) -> int:
+        """Weights in one layer's QKV and output projections (elements)."""
         q = self.hidden * self.heads * self.head_dim
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
-        mlp = 3 * self.hidden * self.intermediate
-        return q + kv + o + mlp
+        return q + kv + o
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights in one dense layer's QKV, output and SwiGLU projections (elements)."""
+        return self.attention_params_per_layer + 3 * self.hidden * self.intermediate
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one expert's SwiGLU (elements)."""
+        return 3 * self.hidden * self.expert_intermediate
+
+    @property
+    def stack_params(self) -> int:
+        """Projection weights of all layers (elements): attention, dense MLPs, and in each
+        MoE layer every routed and shared expert (the router is not a projection)."""
+        if not self.experts:
+            return self.layers * self.linear_params_per_layer
+        return (self.layers * self.attention_params_per_layer
+                + self.dense_layers * 3 * self.hidden * self.intermediate
+                + self.moe_layers * (self.experts + self.shared_experts) * self.expert_params)
+
+    @property
+    def router_params(self) -> int:
+        """Weights of every MoE layer's router, hidden x experts each (elements)."""
+        return self.moe_layers * self.hidden * self.experts
+
+    @property
+    def active_params(self) -> int:
+        """Weights one token uses (elements): as :attr:`params`, with only
+        ``experts_per_token`` routed experts (and the shared ones) of each MoE layer."""
+        idle = self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params
+        return self.params - idle
 
     @property
     def embedding_params(self) -> int:
@@ -96,16 +163,17 @@ class ModelSpec:
 
     @property
     def params(self) -> int:
-        """All weights (elements): layers, embedding and, unless tied, the LM head."""
+        """All weights (elements): layers' projections and routers, embedding and, unless
+        tied, the LM head."""
         head = 0 if self.tie_embeddings else self.embedding_params
-        return self.layers * self.linear_params_per_layer + self.embedding_params + head
+        return self.stack_params + self.router_params + self.embedding_params + head
 
     @property
     def weight_bytes(self) -> int:
         """Bytes of all projection and embedding weights, whole model: projections at
         ``dtype``, embedding and LM head at the activations' dtype (per-GPU figures, with
         norms and tensor-parallel sharding, come from :func:`shard`)."""
-        linear = self.layers * self.linear_params_per_layer
+        linear = self.stack_params
         return linear * self.dtype_bytes + (self.params - linear) * self.act_bytes
 
     @property
@@ -114,6 +182,13 @@ class ModelSpec:
         b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
 
+
+# Fields added after profiles and scenario digests were first written: recorded and
+# hashed only when they differ from a plain 16-bit dense model's (DENSE), so files and
+# digests of such models stay what they were.
+NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
+                "shared_experts", "dense_layers")
+DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 # vLLM pads the vocabulary of its embedding and LM head to a multiple of this before
 # splitting it over the tensor-parallel GPUs (VocabParallelEmbedding's padding size).
@@ -141,29 +216,60 @@ class Shard:
     tie_embeddings: bool = False
     act_bytes: int = 2
     kv_bytes: int = 2
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0  # this GPU's share of each expert's width
+    shared_experts: int = 0
+    dense_layers: int = 0
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Weights (elements) of one layer's QKV and output projections on one GPU."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        return qkv + self.heads * self.head_dim * self.hidden
 
     @property
     def linear_params_per_layer(self) -> int:
-        """Weights (elements) of one layer's QKV, output and SwiGLU projections on one GPU."""
-        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
-        o = self.heads * self.head_dim * self.hidden
-        return qkv + o + 3 * self.hidden * self.intermediate
+        """Weights (elements) of one dense layer's QKV, output and SwiGLU projections on
+        one GPU."""
+        return self.attention_params_per_layer + 3 * self.hidden * self.intermediate
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Weights (elements) of one GPU's share of one expert."""
+        return 3 * self.hidden * self.expert_intermediate
+
+    @property
+    def stack_params(self) -> int:
+        """Projection weights (elements) of every layer on one GPU: attention, dense
+        MLPs and each MoE layer's share of every routed and shared expert."""
+        if not self.experts:
+            return self.layers * self.linear_params_per_layer
+        return (self.layers * self.attention_params_per_layer
+                + self.dense_layers * 3 * self.hidden * self.intermediate
+                + self.moe_layers * (self.experts + self.shared_experts) * self.expert_params)
 
     @property
     def params(self) -> int:
         """All weights (elements) one GPU holds: its share of every projection, QKV bias,
-        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights."""
+        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights and
+        MoE routers."""
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
         norms = 2 * self.hidden
-        per_layer = self.linear_params_per_layer + bias + norms
         tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
-        return self.layers * per_layer + tables + self.hidden
+        router = self.moe_layers * self.hidden * self.experts
+        return self.stack_params + self.layers * (bias + norms) + router + tables + self.hidden
 
     @property
     def weight_bytes(self) -> int:
         """Bytes of the weights one GPU holds: projections at ``dtype_bytes``, QKV bias,
-        norms, embedding and LM head at ``act_bytes``."""
-        linear = self.layers * self.linear_params_per_layer
+        norms, routers, embedding and LM head at ``act_bytes``."""
+        linear = self.stack_params
         return linear * self.dtype_bytes + (self.params - linear) * self.act_bytes
 
     @property
@@ -177,7 +283,9 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
     """Split ``spec`` over ``tp`` GPUs by vLLM's rules; an impossible split is a
     :class:`ServesimError` at key ``where`` naming the dimension and ``tp``.
 
-    Query heads and the MLP width must divide by ``tp``. KV heads are split when they
+    Query heads and the MLP width must divide by ``tp``; so must each expert's width in a
+    mixture of experts, whose experts vLLM splits like dense MLPs (every GPU holds a
+    slice of every expert; expert parallelism is not modelled). KV heads are split when they
     divide by ``tp`` and replicated when ``tp`` divides by them (each GPU then keeps one
     head, so ``tp / kv_heads`` GPUs hold copies of the same head); any other ratio is an
     error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split."""
@@ -186,9 +294,13 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
     if spec.heads % tp:
         raise ServesimError(f"the model's {spec.heads} query heads do not split over tp={tp} "
                             f"(tp must divide the heads)", where=where)
-    if spec.intermediate % tp:
+    if spec.intermediate % tp and (not spec.experts or spec.dense_layers):
         raise ServesimError(f"the model's MLP width intermediate={spec.intermediate} does not "
                             f"split over tp={tp}", where=where)
+    if spec.experts and spec.expert_intermediate % tp:
+        raise ServesimError(f"the model's expert width expert_intermediate="
+                            f"{spec.expert_intermediate} does not split over tp={tp}",
+                            where=where)
     if spec.kv_heads % tp == 0:
         kv = spec.kv_heads // tp
     elif tp % spec.kv_heads == 0:
@@ -202,7 +314,10 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
                  vocab=-(-padded // tp), qkv_bias=spec.qkv_bias, rope_theta=spec.rope_theta,
                  tp=tp, layers=spec.layers, dtype_bytes=spec.dtype_bytes,
                  tie_embeddings=spec.tie_embeddings, act_bytes=spec.act_bytes,
-                 kv_bytes=spec.kv_dtype_bytes)
+                 kv_bytes=spec.kv_dtype_bytes, experts=spec.experts,
+                 experts_per_token=spec.experts_per_token,
+                 expert_intermediate=spec.expert_intermediate // tp,
+                 shared_experts=spec.shared_experts, dense_layers=spec.dense_layers)
 
 
 def _llama(**kw: object) -> ModelSpec:
@@ -237,6 +352,26 @@ MODELS: dict[str, ModelSpec] = {
 MODELS.update({f"llama-3.1-{size}": dataclasses.replace(
     MODELS[f"llama-3-{size}"], name=f"llama-3.1-{size}", max_context=131072)
     for size in ("8b", "70b")})
+# Mixtures of experts (config.json of each release). Mixtral's intermediate_size is its
+# experts' width; Qwen3's MoE releases have no dense layer (decoder_sparse_step 1, no
+# mlp_only_layers), so their dense width is never used.
+MODELS.update({
+    "mixtral-8x7b": _llama(name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8,
+                           head_dim=128, intermediate=14336, vocab=32000, max_context=32768,
+                           rope_theta=1000000.0, experts=8, experts_per_token=2,
+                           expert_intermediate=14336),
+    "qwen3-30b-a3b": _llama(name="qwen3-30b-a3b", layers=48, hidden=2048, heads=32,
+                            kv_heads=4, head_dim=128, intermediate=6144, vocab=151936,
+                            max_context=40960, rope_theta=1000000.0, experts=128,
+                            experts_per_token=8, expert_intermediate=768),
+    "qwen3-235b-a22b": _llama(name="qwen3-235b-a22b", layers=94, hidden=4096, heads=64,
+                              kv_heads=4, head_dim=128, intermediate=12288, vocab=151936,
+                              max_context=40960, rope_theta=1000000.0, experts=128,
+                              experts_per_token=8, expert_intermediate=1536),
+})
+# Qwen's own FP8 release of Qwen3-235B-A22B: 128 x 128 block scales.
+MODELS["qwen3-235b-a22b-fp8"] = dataclasses.replace(
+    MODELS["qwen3-235b-a22b"], name="qwen3-235b-a22b-fp8", dtype="fp8-block")
 # Llama 3.3 70B has Llama 3.1 70B's shape; its FP8 release quantises the projections'
 # weights (per-tensor scales) and keeps the KV cache in bf16 unless the server says fp8.
 MODELS["llama-3.3-70b-fp8"] = dataclasses.replace(MODELS["llama-3.1-70b"],

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
+from sim.cost.specs import MODELS
 from sim.errors import ServesimError
 from sim.report.metrics import per_request
 
@@ -44,11 +45,16 @@ MODEL_PRESETS = {
     "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
     "nvidia/Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
     "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
 }
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "l40s": "l40s"}
 # The GEMM quantisation modes of FP8 rows, as servesim's weight dtypes.
 FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
+# Checkpoints whose own quantization_config fixes their weights' dtype whatever a row's
+# label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
+# (the sample labels some of their vLLM rows plain fp8).
+CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block"}
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
 
@@ -76,6 +82,8 @@ class Row:
     tpot_ms: float
     source: str = ""
     gemm_quant_mode: str = ""
+    moe_tp: int = 0  # 0: not given
+    moe_ep: int = 0
 
     @property
     def collection(self) -> str:
@@ -135,6 +143,10 @@ def read_rows(path: Path) -> list[Row]:
                     pp = _int(r["pp_size"], 1)
                     col = "attention_dp_size"
                     dp = _int(r.get("attention_dp_size") or "", 1)
+                    col = "moe_tp_size"
+                    moe_tp = _int(r.get("moe_tp_size") or "", 0)
+                    col = "moe_ep_size"
+                    moe_ep = _int(r.get("moe_ep_size") or "", 0)
                     col = "silicon_ttft_ms"
                     ttft = float(r["silicon_ttft_ms"] or "nan")
                     col = "silicon_tpot_ms"
@@ -148,7 +160,8 @@ def read_rows(path: Path) -> list[Row]:
                 rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
                                 text["model_path"], text["system"], text["precision"],
                                 text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
-                                text["silicon_data_source"], text["gemm_quant_mode"]))
+                                text["silicon_data_source"], text["gemm_quant_mode"],
+                                moe_tp, moe_ep))
     except OSError as exc:
         raise ServesimError(f"cannot read: {exc.strerror}", source=str(path)) from None
     return rows
@@ -177,8 +190,6 @@ class Case:
         """The :class:`sim.cost.specs.ModelSpec` simulated: the preset at the row's dtype."""
         import dataclasses
 
-        from sim.cost.specs import MODELS
-
         return dataclasses.replace(MODELS[self.model], dtype=self.dtype)  # type: ignore[arg-type]
 
 
@@ -190,7 +201,8 @@ def classify(row: Row) -> Case | str:
         return f"model {row.model_path} has no dense preset (MoE, MLA or not yet added)"
     dtype = "bf16"
     if row.precision not in ("", "nan", "bf16", "bfloat16"):
-        dtype = FP8_MODES.get(row.gemm_quant_mode or row.precision, "")
+        dtype = CHECKPOINT_DTYPES.get(row.model_path) or FP8_MODES.get(
+            row.gemm_quant_mode or row.precision, "")
         if not dtype:
             return (f"{row.precision} weights ({row.gemm_quant_mode or 'no GEMM mode'}): "
                     f"servesim models bf16 and FP8 ({', '.join(FP8_MODES)}) weights")
@@ -198,6 +210,10 @@ def classify(row: Row) -> Case | str:
         return f"system {row.system} has no GPU figures in servesim"
     if row.pp != 1 or row.attention_dp > 1:
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
+    if MODELS[MODEL_PRESETS[row.model_path]].experts and not (
+            row.moe_tp in (0, row.tp) and row.moe_ep in (0, 1)):
+        return (f"experts split other than by tensor parallelism (tp {row.tp}, expert tp "
+                f"{row.moe_tp}, expert parallelism {row.moe_ep})")
     if row.backend not in SCHEDULERS:
         return f"backend {row.backend} is not modelled"
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (

@@ -24,6 +24,7 @@ from sim.cost.measured import (
     SHIPPED_FP8,
     SHIPPED_FRAMEWORKS,
     SHIPPED_MODELS,
+    SHIPPED_MOE,
     SHIPPED_TPS,
     shipped,
 )
@@ -111,6 +112,7 @@ def shipped_specs() -> list[BuildSpec]:
     models = [MODELS[name] for name in SHIPPED_MODELS]
     # FP8 weights where the tables time FP8 GEMMs (every GPU but the A100).
     models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
+    models += [MODELS[name] for name in SHIPPED_MOE]
     for model in models:
         for gpu in GPU_DIRS:
             if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
@@ -121,8 +123,22 @@ def shipped_specs() -> list[BuildSpec]:
                     kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)  # ... and it fits
                 except ServesimError:
                     continue
-                out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS)
+                out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
+                           if not model.experts or _moe_measured(model, gpu, fw, tp))
     return out
+
+
+def _moe_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
+    """Whether the installed MoE tables time ``model``'s experts on ``gpu`` at ``tp``."""
+    from sim.cost.tables.moetable import moe_times
+    from sim.cost.tables.profilebuild import BuildSpec, resolve_version
+
+    try:
+        moe_times(gpu, framework, resolve_version(BuildSpec(model, gpu, framework, tp)), model,
+                  tp)
+    except ServesimError:
+        return False
+    return True
 
 
 def _ship(argv: list[str]) -> int:
@@ -162,9 +178,10 @@ def _list(argv: list[str]) -> int:
     print(f"{len(rows)} shipped measured profiles (cost: measured):")
     by: dict[tuple[str, str], list[str]] = {}
     for s in rows:
-        by.setdefault((s.model, s.gpu), []).append(f"tp{s.tp} {s.framework}")
+        quant = f" {s.dtype}" if s.dtype else ""
+        by.setdefault((s.model, s.gpu), []).append(f"tp{s.tp} {s.framework}{quant}")
     for (model, gpu), what in sorted(by.items()):
-        print(f"  {model:<12} {gpu:<10} {', '.join(what)}")
+        print(f"  {model:<15} {gpu:<10} {', '.join(what)}")
     try:
         from sim.cost.tables.kerneltables import describe_coverage, wheel_version
 

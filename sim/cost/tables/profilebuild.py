@@ -41,7 +41,7 @@ from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, shard
+from sim.cost.specs import DENSE, FP8_WEIGHTS, GPUS, MODELS, NEWER_FIELDS, ModelSpec, Shard, shard
 from sim.cost.tables.attntables import decode_grid, default_kernel, grid_holdout_errors, select
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.gemmtable import GemmTable
@@ -52,6 +52,7 @@ from sim.cost.tables.kerneltables import (
     load_table,
     wheel_version,
 )
+from sim.cost.tables.moetable import moe_times
 from sim.errors import ServesimError
 
 FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -205,9 +206,14 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         for size, axis, what in ((n, lin_gemm.ns, "n"), (k, lin_gemm.ks, "k")):
             if size > axis[-1]:
                 notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
+    moe_kernel = None
+    if m.experts:
+        linear, width, shapes, moe_kernel = _moe_stack(spec, version, rank, lin_gemm, notes)
+    else:
+        dense: np.ndarray = sum(lin_gemm.times(n, k) for n, k in shapes)  # type: ignore[assignment]
+        linear, width = dense, rank.intermediate
     elementwise_bytes = 2 * (8 * rank.hidden + 2 * (rank.heads + rank.kv_heads) * rank.head_dim
-                             + 4 * rank.kv_heads * rank.head_dim + 3 * rank.intermediate)
-    linear = sum(lin_gemm.times(n, k) for n, k in shapes)
+                             + 4 * rank.kv_heads * rank.head_dim + 3 * width)
     linear = linear + LAYER_ELEMENTWISE_KERNELS * floor_s + lin_ms * elementwise_bytes / bandwidth
     interp = lin_gemm.holdout_errors(shapes)
 
@@ -302,6 +308,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
             "framework": fw, "version": version, "gpu": gpu,
             "kernels": {"gemm": gemm_kernel,
                         **({"linear_gemm": lin_kernel} if lin_kernel != gemm_kernel else {}),
+                        **({"moe": moe_kernel} if moe_kernel else {}),
                         "prefill_attention": pre_rows.kernel,
                         "decode_attention": dec_rows.kernel, **(comm.sources if comm else {})},
             "derived": {"kernel_floor_s": _g(floor_s), "bandwidth_bytes_s": _g(bandwidth)},
@@ -315,6 +322,35 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         "model": model_fields(m),
         "components": comps,
     }
+
+
+def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
+               notes: list[str]) -> tuple[np.ndarray, float, list[tuple[int, int]], str]:
+    """A mixture-of-experts model's projections per layer, averaged over its layers, at
+    ``lin_gemm``'s token counts: attention GEMMs in every layer, the dense SwiGLU in its
+    dense layers, in the others the measured MoE layer (:mod:`sim.cost.tables.moetable`)
+    and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this GPU (for
+    the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
+    m = spec.model
+    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp)
+    notes.append(moe.note)
+    shapes = layer_gemms(rank)
+    attn, dense = shapes[:2], shapes[2:]
+    shared = [(2 * rank.shared_experts * rank.expert_intermediate, rank.hidden),
+              (rank.hidden, rank.shared_experts * rank.expert_intermediate)]
+    f_dense, f_moe = m.dense_layers / m.layers, rank.moe_layers / m.layers
+    ms = lin_gemm.ms
+    linear = np.sum([lin_gemm.times(n, k) for n, k in attn], axis=0) + f_moe * moe.at(ms)
+    used = list(attn)
+    if m.dense_layers:
+        linear = linear + f_dense * sum(lin_gemm.times(n, k) for n, k in dense)
+        used += dense
+    if rank.shared_experts:
+        linear = linear + f_moe * sum(lin_gemm.times(n, k) for n, k in shared)
+        used += shared
+    width = (f_dense * rank.intermediate + f_moe * (rank.experts_per_token + rank.shared_experts)
+             * rank.expert_intermediate)
+    return linear, width, used, moe.kernel
 
 
 def _entry(name: str, coef: dict[str, float]) -> dict[str, Any]:
@@ -331,11 +367,13 @@ def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
 
 
 def model_fields(m: ModelSpec) -> dict[str, Any]:
-    """The model as a profile records it: every field, ``kv_dtype`` only when it is not
-    ``auto`` (profiles written before it existed read as ``auto``)."""
+    """The model as a profile records it: every field, those added since profiles were
+    first shipped (:data:`sim.cost.specs.NEWER_FIELDS`) only when not at their default
+    (a profile written before them reads as that default)."""
     fields = dataclasses.asdict(m)
-    if m.kv_dtype == "auto":
-        fields.pop("kv_dtype")
+    for key in NEWER_FIELDS:
+        if fields[key] == getattr(DENSE, key):
+            fields.pop(key)
     return fields
 
 

@@ -1,0 +1,141 @@
+"""Numbers and plots of docs/models.md: what a mixture of experts and FP8 weights cost.
+
+Re-run from the repository root:  .venv/bin/python docs/scripts/models.py
+It prints each table and writes docs/img/models_*.png. Every price comes from the
+shipped measured profiles (vLLM 0.24.0 kernel tables) unless a table says roofline.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from sim.config.scenario import from_dict  # noqa: E402
+from sim.core.engine import build_cost, simulate  # noqa: E402
+from sim.cost.models import RooflineCost, RooflineParams  # noqa: E402
+from sim.cost.shape import decode_shape, shape_of  # noqa: E402
+from sim.cost.specs import GPUS, MODELS  # noqa: E402
+from sim.report.metrics import summarize  # noqa: E402
+
+IMG = ROOT / "docs" / "img"
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def scenario(model: Any, gpu: str, tp: int, rate: float = 1.0, n: int = 200,
+             prompt: int = 1024, output: int = 128) -> Any:
+    """``model`` on ``tp`` GPUs of ``gpu``, the shipped measured profile, vLLM v1's
+    scheduler, Poisson arrivals of fixed-length requests."""
+    return from_dict({"model": model, "hardware": {"gpu": gpu, "tp": tp}, "cost": "measured",
+                      "vllm": {},
+                      "workload": {"arrivals": {"process": "poisson", "rate": rate},
+                                   "num_requests": n, "seed": 1,
+                                   "lengths": {"prompt": {"dist": "fixed", "value": prompt},
+                                               "output": {"dist": "fixed", "value": output}}}})
+
+
+def sizes() -> list[dict[str, Any]]:
+    """Every MoE and FP8 preset: parameters, parameters a token uses, bytes."""
+    rows = []
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-235b-a22b-fp8",
+                 "llama-3.3-70b-fp8", "llama-3.1-70b"):
+        m = MODELS[name]
+        rows.append({"model": name, "params_b": m.params / 1e9,
+                     "active_b": m.active_params / 1e9, "weights_gb": m.weight_bytes / 1e9,
+                     "kv_kib_per_token": m.kv_bytes_per_token / 1024})
+    return rows
+
+
+def decode_curves() -> dict[str, list[float]]:
+    """Decode step time (ms) against batch size at 1,024 cached tokens a sequence:
+    Mixtral-8x7B (12.9B used per token, 46.7B in all) against Llama-3-70B (70.6B), both
+    on 2 H100s, and Mixtral priced by the roofline."""
+    out: dict[str, list[float]] = {}
+    for label, model, kind in (("mixtral-8x7b (measured)", "mixtral-8x7b", "measured"),
+                               ("mixtral-8x7b (roofline)", "mixtral-8x7b", "roofline"),
+                               ("llama-3-70b (measured)", "llama-3-70b", "measured")):
+        sc = scenario(model, "h100-sxm", 2)
+        cost = build_cost(sc) if kind == "measured" else RooflineCost(
+            sc.model, GPUS["h100-sxm"], 2, RooflineParams())
+        out[label] = [cost.step_time(decode_shape(b, b * 1024)) * 1e3 for b in BATCHES]
+    return out
+
+
+def qwen235_parts() -> dict[str, float]:
+    """One decode step of Qwen3-235B-A22B on 8 H200s, 64 sequences at 2,048 cached
+    tokens, by roofline component (ms)."""
+    cost = RooflineCost(MODELS["qwen3-235b-a22b"], GPUS["h200"], 8, RooflineParams())
+    return {k: float(v) * 1e3 for k, v in cost.parts(decode_shape(64, 64 * 2048)).items()}
+
+
+def fp8_runs() -> list[dict[str, Any]]:
+    """Llama-3.1-8B on one H100 in bf16 and FP8 weights: a long prefill's price and a
+    light-load run's TTFT and TPOT (1,024-token prompts, 128 outputs, 4 req/s)."""
+    rows = []
+    for dtype in ("bf16", "fp8"):
+        sc = scenario({"preset": "llama-3.1-8b", "dtype": dtype}, "h100-sxm", 1, rate=4.0)
+        s = summarize(simulate(sc))
+        cost = build_cost(sc)
+        rows.append({"dtype": dtype, "prefill_8192_ms": cost.step_time(shape_of([(8192, 0)]))
+                     * 1e3, "ttft_p50_ms": s["latency_s"]["ttft"]["p50"] * 1e3,
+                     "tpot_p50_ms": s["latency_s"]["tpot"]["p50"] * 1e3,
+                     "source": cost.source})
+    return rows
+
+
+def plot(curves: dict[str, list[float]]) -> None:
+    """docs/img/models_moe_decode.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim.report.plots import save_png
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, ys in curves.items():
+        ax.plot(BATCHES, ys, marker="o", linestyle="--" if "roofline" in label else "-",
+                label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(BATCHES, [str(b) for b in BATCHES])
+    ax.set_xlabel("sequences decoding (1,024 cached tokens each)")
+    ax.set_ylabel("decode step (ms)")
+    ax.set_title("A mixture of experts reads more of its weights as the batch grows\n"
+                 "2 x H100, vLLM 0.24.0 kernel tables")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    save_png(fig, IMG / "models_moe_decode.png")
+    plt.close(fig)
+
+
+def main() -> None:
+    print("| model | parameters (B) | used per token (B) | weights (GB) | KV KiB/token |")
+    print("|---|---:|---:|---:|---:|")
+    for r in sizes():
+        print(f"| {r['model']} | {r['params_b']:.1f} | {r['active_b']:.1f} | "
+              f"{r['weights_gb']:.1f} | {r['kv_kib_per_token']:.0f} |")
+    curves = decode_curves()
+    print("\n| sequences | " + " | ".join(curves) + " |")
+    print("|---:|" + "---:|" * len(curves))
+    for i, b in enumerate(BATCHES):
+        print(f"| {b} | " + " | ".join(f"{v[i]:.2f}" for v in curves.values()) + " |")
+    parts = qwen235_parts()
+    print("\n| component | ms |\n|---|---:|")
+    for k, v in parts.items():
+        print(f"| {k} | {v:.2f} |")
+    print(f"| whole step | {sum(parts.values()):.2f} |")
+    print("\n| weights | 8,192-token prefill ms | TTFT p50 ms | TPOT p50 ms | cost source |")
+    print("|---|---:|---:|---:|---|")
+    for r in fp8_runs():
+        print(f"| {r['dtype']} | {r['prefill_8192_ms']:.1f} | {r['ttft_p50_ms']:.1f} | "
+              f"{r['tpot_p50_ms']:.2f} | {r['source']} |")
+    plot(curves)
+    print(f"\nwrote {IMG / 'models_moe_decode.png'}")
+
+
+if __name__ == "__main__":
+    main()

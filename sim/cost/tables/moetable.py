@@ -1,0 +1,94 @@
+"""A mixture-of-experts layer's measured time, from the public MoE tables.
+
+AIConfigurator's ``moe_perf.parquet`` times a whole fused MoE layer (router top-k
+excluded or not, as the framework's kernel does it; token permutation, the two grouped
+expert GEMMs, the activation and the weighted sum) per framework and GPU, at 1 ... 8,192
+tokens, for the shapes of the MoE models the collection targets (hidden size, expert
+width, experts per token, experts), at each tensor- and expert-parallel split and three
+routing distributions: ``balanced`` (every expert gets the same share of tokens: the
+uniform routing servesim's roofline assumes) and two power laws.
+
+servesim uses the rows whose shape is exactly the model's (no interpolation across
+shapes: a model the tables did not measure is an error listing the shapes they did),
+at ``moe_tp_size`` = tp and ``moe_ep_size`` = 1 (vLLM's default: every GPU holds a
+slice of every expert), balanced routing (the mildest power law where a collection has
+no balanced rows), the weights' dtype, and the kernel with most rows. Between measured
+token counts the time is joined linearly; past the last it grows in proportion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost.specs import ModelSpec
+from sim.cost.tables.attntables import default_kernel
+from sim.cost.tables.kerneltables import load_table
+from sim.errors import ServesimError
+
+# The tables' MoE dtype for each weight dtype servesim builds.
+MOE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
+# Routing distributions in order of preference: uniform first (A100's collection
+# measured only the power laws; the mildest skew stands in there, and the profile says so).
+DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
+
+
+@dataclass(frozen=True)
+class MoeTimes:
+    """One MoE layer's measured seconds at ``tokens`` (increasing); ``kernel`` the
+    kernel source, ``note`` what was selected."""
+
+    tokens: np.ndarray
+    seconds: np.ndarray
+    kernel: str
+    note: str
+
+    def at(self, m: np.ndarray) -> np.ndarray:
+        """Seconds at token counts ``m``: linear between measured counts, in proportion
+        past the last, the first count's time below it."""
+        m = np.asarray(m, dtype=float)
+        inside = np.interp(m, self.tokens, self.seconds)
+        last_t, last_s = float(self.tokens[-1]), float(self.seconds[-1])
+        return np.where(m > last_t, last_s * m / last_t, inside)
+
+
+def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int) -> MoeTimes:
+    """The MoE layer of ``model`` on one of ``tp`` GPUs (see the module doc)."""
+    table = load_table(gpu, "moe", framework, version, "moe_perf")
+    want = MOE_DTYPES.get(model.dtype)
+    if want is None:
+        raise ServesimError(f"no MoE tables for {model.dtype} weights; built: "
+                            f"{', '.join(MOE_DTYPES)}", where="--dtype")
+    rows = table.where(hidden_size=model.hidden, inter_size=model.expert_intermediate,
+                       topk=model.experts_per_token, num_experts=model.experts)
+    if not len(rows):
+        c = table.columns
+        have = sorted(set(zip(c["hidden_size"].tolist(), c["inter_size"].tolist(),
+                              c["topk"].tolist(), c["num_experts"].tolist(), strict=True)))
+        raise ServesimError(
+            f"{table.path}: no MoE rows for hidden {model.hidden}, expert width "
+            f"{model.expert_intermediate}, {model.experts_per_token} of {model.experts} "
+            f"experts; measured (hidden, width, top-k, experts): "
+            f"{', '.join(map(str, have))}")
+    typed = rows.where(moe_dtype=want)
+    if not len(typed):
+        raise ServesimError(f"{table.path}: no {want} MoE rows for this shape; dtypes: "
+                            f"{', '.join(rows.values('moe_dtype'))}")
+    routing = next((d for d in DISTRIBUTIONS if len(typed.where(distribution=d))), None)
+    split = typed.where(moe_tp_size=tp, moe_ep_size=1, distribution=routing)
+    if not len(split):
+        tps = typed.where(moe_ep_size=1, distribution=routing).values("moe_tp_size")
+        raise ServesimError(f"{table.path}: no {want} MoE rows at tp={tp} (expert "
+                            f"parallelism 1); tp measured: {', '.join(map(str, tps))}",
+                            where="--tp")
+    kernel = default_kernel(split)
+    one = split.where(kernel_source=kernel)
+    tokens, inverse = np.unique(one.columns["num_tokens"], return_inverse=True)
+    secs = np.zeros(len(tokens))
+    # A count measured more than once: its median.
+    for i in range(len(tokens)):
+        secs[i] = float(np.median(np.asarray(one.columns["latency"])[inverse == i])) / 1e3
+    note = (f"MoE layer: {kernel}, {want}, {routing} routing, tp {tp}, expert "
+            f"parallelism 1, measured at {int(tokens[0])}-{int(tokens[-1])} tokens")
+    return MoeTimes(tokens.astype(float), secs, kernel, note)

@@ -32,11 +32,14 @@ def _simulate(argv: list[str]) -> int:
     from sim.config import scenario
     from sim.core.engine import simulate
     from sim.report import outputs as report
+    from sim.report.folder import check_replaceable
     from sim.report.metrics import summarize
 
     sc = scenario.load(a.scenario, a.overrides)
-    # Before simulating: a name that cannot be a folder fails at once.
+    # Before simulating: a name that cannot be a folder, or an --out that is not ours to
+    # replace, fails at once.
     out = a.out if a.out is not None else report.default_out(sc.name, "", sc.source)
+    check_replaceable(out, report.RUN_FILES, [sc.source])
     res = simulate(sc)
     summary = summarize(res)
     try:

@@ -121,17 +121,35 @@ def test_interrupted_write_leaves_no_complete_looking_file(tmp_path: Path,
     monkeypatch.setattr(os, "fsync", killed)
     with pytest.raises(KeyboardInterrupt):
         report.write_run(res, summary, out, plots=False)
-    assert list(out.iterdir()) == []  # no requests.csv, no summary.json, no temporary
+    assert list(tmp_path.iterdir()) == []  # no run folder, no temporary folder
     monkeypatch.undo()
     report.write_run(res, summary, out, plots=False)
-    old = (out / "summary.json").read_bytes()
-    # A second run interrupted while writing leaves the first run's files whole.
-    monkeypatch.setattr(os, "replace", lambda a, b: (_ for _ in ()).throw(KeyboardInterrupt))
-    with pytest.raises(KeyboardInterrupt):
-        report.write_run(res, summary, out, plots=False)
-    assert (out / "summary.json").read_bytes() == old
+    (out / "ttft_tpot_cdf.png").write_bytes(b"an older run's plot")
+    old = {p.name: p.read_bytes() for p in out.iterdir()}
+    # A second run interrupted while moving its folder into place (renaming the old
+    # folder away, or the new one in, after which the old one is put back) leaves the
+    # first run's folder whole.
+    real_rename = os.rename
+    for cut_at, renames in ((1, 1), (2, 3)):
+        calls: list[str] = []
+
+        def cut(a: Any, b: Any, cut_at: int = cut_at, calls: list[str] = calls) -> None:
+            calls.append(str(b))
+            if len(calls) == cut_at:
+                raise KeyboardInterrupt
+            real_rename(a, b)
+
+        monkeypatch.setattr(os, "rename", cut)
+        with pytest.raises(KeyboardInterrupt):
+            report.write_run(res, summary, out, plots=False)
+        monkeypatch.undo()
+        assert len(calls) == renames
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == old
+        assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    # Uninterrupted, the new folder replaces the old one whole: the old plot goes.
+    report.write_run(res, summary, out, plots=False)
     assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "summary.json"]
-    saved = json.loads(old)
+    saved = json.loads((out / "summary.json").read_bytes())
     assert saved["scenario_sha256"] and saved["servesim_version"]
 
 

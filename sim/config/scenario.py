@@ -162,6 +162,9 @@ class Scenario:
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     base_dir: Path | None = None
     source: str = "<scenario>"
+    # The ``--set`` overrides applied on loading, as given (already part of the fields
+    # above; kept so that a summary can say what was asked).
+    overrides: tuple[str, ...] = ()
 
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
@@ -239,8 +242,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
-    """Validate a parsed scenario mapping; errors name ``source`` and the dotted key."""
+def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None,
+              overrides: tuple[str, ...] = ()) -> Scenario:
+    """Validate a parsed scenario mapping; errors name ``source`` and the dotted key.
+    ``overrides`` (already applied to ``raw``) are recorded on the scenario."""
     try:
         if not isinstance(raw, dict):
             raise ServesimError(f"expected a mapping of {', '.join(_TOP)}, got {raw!r}")
@@ -276,6 +281,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             faults=build(FaultsConfig, raw.get("faults") or {}, "faults"),
             base_dir=base_dir,
             source=source,
+            overrides=tuple(overrides),
         )
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
@@ -315,4 +321,4 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
             raw = apply_overrides(raw, overrides)
         except ServesimError as exc:
             raise exc.located(str(p)) from None
-    return from_dict(raw, str(p), p.parent.resolve())
+    return from_dict(raw, str(p), p.parent.resolve(), tuple(overrides or ()))

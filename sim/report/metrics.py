@@ -187,6 +187,7 @@ def scenario_digest(scenario: Any) -> str:
     fields = dataclasses.asdict(scenario)
     fields.pop("base_dir", None)
     fields.pop("source", None)
+    fields.pop("overrides", None)  # the input, not the settings: already applied above
     # A setting since removed (it never changed results), hashed at its old default so
     # digests of earlier runs stay valid.
     fields["event_skipping"] = True
@@ -265,10 +266,62 @@ def _setup_summary(res: RunResult) -> dict[str, Any]:
     return out
 
 
+MODEL_KEYS = ("name", "dtype", "kv_dtype", "layers", "hidden", "heads", "kv_heads", "head_dim",
+              "intermediate", "vocab", "max_context")
+
+
+def package_version() -> str:
+    """servesim's installed version (package metadata), or ``unknown`` when not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("servesim")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def simulated(res: RunResult) -> dict[str, Any]:
+    """The ``simulated`` section of the summary: what was run, resolved — the scenario
+    file as given, its digest and ``--set`` overrides, the model's dimensions and
+    dtypes, each pool's GPU, tp, replicas and serving limits (with its KV blocks per
+    replica), where the prices come from, the workload seed and servesim's version.
+    Nothing in it depends on the machine or the time of the run."""
+    from sim.config.disagg import pools
+
+    sc = res.scenario
+    per_pool: dict[str, Any] = {}
+    start = 0
+    for pool in pools(sc):
+        sv = pool.serving
+        stats = res.replica_stats[start:start + pool.replicas]
+        start += pool.replicas
+        per_pool[pool.role] = {
+            "gpu": pool.gpu, "tp": pool.tp, "replicas": pool.replicas, "router": pool.router,
+            "policy": sv.policy, "max_num_seqs": sv.max_num_seqs,
+            "max_num_batched_tokens": sv.max_num_batched_tokens,
+            "token_budget": sv.chunk_budget if sv.policy == "chunked" else sv.token_budget,
+            "block_size": sv.block_size,
+            "kv_blocks_per_replica": [s.kv_total for s in stats],
+        }
+    return {
+        "file": sc.source,
+        "sha256": scenario_digest(sc),
+        "overrides": list(sc.overrides),
+        "servesim_version": package_version(),
+        "model": {k: getattr(sc.model, k) for k in MODEL_KEYS},
+        "policy": sc.serving.policy,
+        "pools": per_pool,
+        "cost_source": res.cost_source,
+        "seed": sc.workload.seed,
+        "horizon_s": sc.horizon_s,
+    }
+
+
 def summarize(res: RunResult) -> dict[str, Any]:
     """The run's summary as plain JSON-ready values (seconds, tokens, requests); a mixed
     workload adds ``classes`` (:func:`class_summaries`), a closed loop ``workload`` and
-    a priced frontend ``frontend`` (:func:`_setup_summary`)."""
+    a priced frontend ``frontend`` (:func:`_setup_summary`); ``simulated``
+    (:func:`simulated`) says what was run."""
     from sim import __version__
 
     lat = per_request(res)
@@ -351,6 +404,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
                           if span > 0 else None),
         "saturation": saturation(res),
         **fault_summary(res, lat),
+        "simulated": simulated(res),
     }
     if res.requests.klass is not None:
         summary["classes"] = class_summaries(res, lat, good, span)

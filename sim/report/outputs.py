@@ -3,8 +3,9 @@
 A mixed workload's table ends with a per-class block, and requests.csv's last column
 names each request's class (empty without classes).
 
-Files are written to a temporary name in the same folder and renamed into place, so
-an interrupted run never leaves a file that looks complete.
+A run's files are written into a temporary folder that then replaces the output folder
+whole (:mod:`sim.report.folder`), so an interrupted run leaves the previous outputs as
+they were, never a mix of old and new files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from sim.core.engine import RunResult
 from sim.core.request import STATUS_NAMES
 from sim.errors import ServesimError
+from sim.report.folder import replaced_folder
 from sim.report.metrics import clean, per_request
 from sim.report.plots import save_png
 from sim.report.stagereport import plot_over_time, stage_table
@@ -309,20 +311,25 @@ def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
     save_png(fig, path)
 
 
+RUN_FILES = ("summary.json", "requests.csv")  # what marks a folder as a run's outputs
+
+
 def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
               plots: bool = True) -> list[Path]:
-    """Write requests.csv, summary.json and (optionally) the CDF plot; return the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "requests.csv", out_dir / "summary.json"]
-    write_atomic(paths[0], requests_csv(res))
-    write_atomic(paths[1], summary_json(summary))
-    if plots:
-        paths.append(out_dir / "ttft_tpot_cdf.png")
-        plot_cdfs({res.scenario.name: res}, paths[-1])
-        if res.requests.stage_windows is not None:
-            paths.append(out_dir / "latency_over_time.png")
-            plot_over_time(res, paths[-1])
-    return paths
+    """Write requests.csv, summary.json and (optionally) the CDF plot into a temporary
+    folder that then replaces ``out_dir`` whole (:mod:`sim.report.folder`; the scenario
+    file, if it lies in ``out_dir``, is kept); return the final paths."""
+    names = ["requests.csv", "summary.json"]
+    with replaced_folder(out_dir, RUN_FILES, inputs=[res.scenario.source]) as stage:
+        write_atomic(stage / names[0], requests_csv(res))
+        write_atomic(stage / names[1], summary_json(summary))
+        if plots:
+            names.append("ttft_tpot_cdf.png")
+            plot_cdfs({res.scenario.name: res}, stage / names[-1])
+            if res.requests.stage_windows is not None:
+                names.append("latency_over_time.png")
+                plot_over_time(res, stage / names[-1])
+    return [out_dir / n for n in names]
 
 
 def write_compared(out_dir: Path, label: str, runs: dict[str, RunResult],

@@ -19,7 +19,8 @@
 
 Outputs in ``--out``: ``capacity.json`` (everything), ``capacity.csv`` (per candidate),
 ``configs.csv`` (target checks), ``search.csv`` (every simulated point) and
-``capacity_search.png``.
+``capacity_search.png``, written into a temporary folder that replaces ``--out`` whole
+at the end; ``cache/`` (as a sweep's) is written in place and carried across.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ServesimError
+from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic
 from sim.report.slospec import SLO, all_met, parse_slos
 from sim.study.sweep import add_execution_args, aggregate, ci95, grid_args, parse_ints, to_csv
@@ -49,6 +51,8 @@ from sim.study.sweeppoint import (
 
 Row = dict[str, Any]
 MAX_BRACKET_STEPS = 40  # doublings before concluding the SLOs do not bound the load
+# What marks a folder as a capacity search's outputs (cache/ alone: one interrupted).
+CAPACITY_FILES = ("capacity.json", "capacity.csv", "search.csv", "cache")
 MAX_HALVINGS = 16  # halvings (a factor 65,536 below the start) before calling it unreachable
 
 
@@ -277,10 +281,7 @@ def main(argv: list[str]) -> int:
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     name = str(base.get("name", "scenario"))
     out = a.out if a.out is not None else default_out(name, "-capacity", a.scenario)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ServesimError(f"cannot create output folder: {exc.strerror}", str(out)) from None
+    check_replaceable(out, CAPACITY_FILES, [a.scenario])
     path = Path(a.scenario)
     s = Search(base, str(path), path.parent.resolve(), slos, grid["seeds"],
                PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
@@ -288,13 +289,15 @@ def main(argv: list[str]) -> int:
     result = run_capacity(s, grid["policies"], grid["tps"], a.rate_start or default_start(base),
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
     result.redundancy = a.redundancy
-    paths = write_files(result, out)
-    if not a.no_plots:
-        from sim.report.plots import capacity_plot
+    with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=[a.scenario]) as stage:
+        names = [p.name for p in write_files(result, stage)]
+        if not a.no_plots:
+            from sim.report.plots import capacity_plot
 
-        paths.append(out / "capacity_search.png")
-        capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
-                      paths[-1])
+            names.append("capacity_search.png")
+            capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
+                          stage / names[-1])
+    paths = [out / n for n in names]
     if not a.quiet:
         print_summary(result)
         print(f"{s.stats.computed + s.stats.cached} simulations: {s.stats.computed} run, "

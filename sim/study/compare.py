@@ -4,7 +4,8 @@ Each policy runs the same scenario file with only ``serving.policy`` changed (af
 ``--set`` overrides), so the workload, model, hardware and limits are identical. The
 GPU count is printed because ``disaggregated`` uses its own prefill and decode pools.
 Outputs: a printed table, ``compare.csv``, ``compare.json`` (every run's summary) and
-``compare_cdf.png`` (TTFT and TPOT CDFs overlaid).
+``compare_cdf.png`` (TTFT and TPOT CDFs overlaid), written into a temporary folder that
+then replaces ``--out`` whole (:mod:`sim.report.folder`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from sim.errors import ServesimError
 
 DEFAULT_POLICIES = "static,continuous,orca,chunked,disaggregated"
+COMPARE_FILES = ("compare.json", "compare.csv")  # what marks a folder as compare's outputs
 
 # (column header, path into the summary, scale): latencies are printed in ms.
 COLUMNS: tuple[tuple[str, tuple[str, ...], float], ...] = (
@@ -112,28 +114,29 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plot")
     a = p.parse_args(argv)
 
+    from sim.report.folder import check_replaceable, replaced_folder
     from sim.report.outputs import default_out, plot_cdfs, summary_json, write_atomic
 
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    if a.out is not None:
+        check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
     runs = run_policies(a.scenario, policies, a.overrides)
     table_rows = rows(runs)
     name = next(iter(runs.values()))[1]["scenario"]
     out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(table_rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(table_rows)
-        paths = [out / "compare.csv", out / "compare.json"]
-        write_atomic(paths[0], buf.getvalue().encode())
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(table_rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table_rows)
+    names = ["compare.csv", "compare.json"]
+    with replaced_folder(out, COMPARE_FILES, inputs=[a.scenario]) as stage:
+        write_atomic(stage / names[0], buf.getvalue().encode())
         summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
-        write_atomic(paths[1], (json.dumps(summaries, indent=2) + "\n").encode())
+        write_atomic(stage / names[1], (json.dumps(summaries, indent=2) + "\n").encode())
         if not a.no_plots:
-            paths.append(out / "compare_cdf.png")
-            plot_cdfs({k: r for k, (r, _) in runs.items()}, paths[-1])
-    except OSError as exc:
-        raise ServesimError(f"cannot write outputs: {exc.strerror}", str(out)) from None
+            names.append("compare_cdf.png")
+            plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1])
+    paths = [out / n for n in names]
     print(f"scenario {name}: {len(next(iter(runs.values()))[0].requests)} requests; "
           "latencies in ms")
     print(table(table_rows))

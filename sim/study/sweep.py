@@ -11,6 +11,10 @@ Outputs in ``--out`` (default ``out/<scenario name>-sweep``):
 - ``cache/``: one JSON per finished simulation, keyed by a hash of its scenario; a sweep
   run again (after an interrupt, or with more rates) skips every point found there.
 
+Everything but the cache is written into a temporary folder that replaces ``--out``
+whole at the end (:mod:`sim.report.folder`); the cache is written in place as points
+finish, so an interrupt keeps them, and carried into the new folder.
+
 Both CSVs are written in grid order with exact float text, so the same inputs give
 byte-identical files whatever the number of workers or the order points finished in.
 """
@@ -28,6 +32,7 @@ import numpy as np
 
 from sim.config.scenario import from_dict
 from sim.errors import ServesimError
+from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic
 from sim.report.slospec import SLO, parse_slos
 from sim.study.sweeppoint import (
@@ -191,6 +196,8 @@ def read_csv(path: Path) -> list[Row]:
 
 
 POINT_COLUMNS = [*KEY_COLUMNS, *METRIC_COLUMNS]
+# What marks a folder as a sweep's outputs (one interrupted before writing holds cache/).
+SWEEP_FILES = ("sweep.json", "points.csv", "sweep.csv", "cache")
 SWEEP_COLUMNS = [*GROUP_COLUMNS, "seeds", *(c for m in METRIC_COLUMNS for c in (m, f"{m}_ci"))]
 
 
@@ -207,21 +214,18 @@ class SweepResult:
 def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int | None = None,
               address: str | None = None, progress: bool = False, plots: bool = True,
               use_cache: bool = True) -> SweepResult:
-    """Run (or resume) ``spec`` and write its CSVs, manifest and plots into ``out``."""
+    """Run (or resume) ``spec`` and write its CSVs, manifest and plots into a temporary
+    folder that then replaces ``out`` whole; the cache, ``out/cache``, is written in
+    place as points finish (so an interrupt keeps them) and moved into the new folder."""
     tasks = spec.tasks()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ServesimError(f"cannot create output folder: {exc.strerror}", str(out)) from None
+    check_replaceable(out, SWEEP_FILES, [spec.source])
     cache = PointCache(out / "cache" if use_cache else None)
     stats = RunStats()
     rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats)
     points = [{**dict(zip(KEY_COLUMNS, t.key.values(), strict=True)), **rows[t.digest]}
               for t in tasks]
     grid = aggregate(points)
-    paths = [out / "points.csv", out / "sweep.csv", out / "sweep.json"]
-    write_atomic(paths[0], to_csv(points, POINT_COLUMNS))
-    write_atomic(paths[1], to_csv(grid, SWEEP_COLUMNS))
+    names = ["points.csv", "sweep.csv", "sweep.json"]
     name = str(spec.raw.get("name", "scenario"))
     scenario_slo = {k: v for k, v in (spec.raw.get("slo") or {}).items() if v is not None}
     manifest = {
@@ -233,14 +237,18 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
         "scenario_slo": scenario_slo,
         "cost_source": cost_source(spec.raw, spec.source, spec.base_dir),
     }
-    if plots:
-        from sim.report import plots as sp
+    with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=[spec.source]) as stage:
+        write_atomic(stage / names[0], to_csv(points, POINT_COLUMNS))
+        write_atomic(stage / names[1], to_csv(grid, SWEEP_COLUMNS))
+        if plots:
+            from sim.report import plots as sp
 
-        files = sp.sweep_plots(grid, spec.slos, scenario_slo, out)
-        manifest["plots"] = [p.name for p in files]
-        paths += files
-    write_atomic(paths[2], (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-    return SweepResult(points, grid, paths, stats)
+            files = [p.name for p in sp.sweep_plots(grid, spec.slos, scenario_slo, stage)]
+            manifest["plots"] = files
+            names += files
+        write_atomic(stage / names[2],
+                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return SweepResult(points, grid, [out / n for n in names], stats)
 
 
 def summary_table(grid: list[Row]) -> str:

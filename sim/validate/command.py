@@ -14,7 +14,12 @@ Four ways in (docs/validation.md):
   other, the floor under any validation error on that machine (:mod:`sim.validate.repeat`).
 
 Each level writes ``real-LABEL.csv``, ``predicted-LABEL.csv`` and ``cdf-LABEL.png``;
-all levels' tables go to ``validation.json``; the tables are printed.
+all levels' tables go to ``validation.json``; the tables are printed. Everything is
+written into a temporary folder that replaces ``--out`` whole at the end
+(:mod:`sim.report.folder`); files the run read from inside ``--out`` (records, a
+profile) are kept. A real run interrupted (SIGINT) keeps what it recorded, a quick
+calibration's profile and each finished level's ``replay-LABEL.json``, in
+``OUT.interrupted``, leaving ``OUT`` as it was.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import numpy as np
 from sim.core.engine import build_cost
 from sim.errors import ServesimError
 from sim.report import outputs as report
+from sim.report.folder import replaced_folder
 from sim.report.metrics import clean
 from sim.validate.validation import (
     BARS,
+    VALIDATE_FILES,
     bar_value,
     compare,
     model_mismatch,
@@ -62,13 +69,18 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
 
 
-def _write_level(out: Path, label: str, real: Any, pred: Any, plots: bool,
-                 matched: Any = None) -> list[Path]:
+INTERRUPTED = ".interrupted"  # where an interrupted real run's records are kept
+
+
+def _write_level(stage: Path, out: Path, label: str, real: Any, pred: Any, plots: bool,
+                 matched: Any = None) -> list[str]:
+    """Write a level's CSVs (and plot) into ``stage``; their paths once it is ``out``."""
     runs = {"real": real, "predicted": pred}
     curves = dict(runs)
     if matched is not None:
         curves["predicted at the level's measured speed"] = matched
-    return report.write_compared(out, label, runs, curves if plots else None)
+    return [str(out / p.name)
+            for p in report.write_compared(stage, label, runs, curves if plots else None)]
 
 
 def evaluate_replay(record: dict[str, Any], source: str, profile: str,
@@ -179,12 +191,13 @@ def _print_level(level: dict[str, Any]) -> None:
               f"{'-' if w is None else f'{w:.1%}'}")
 
 
-def _finish(levels: list[dict[str, Any]], out: Path, extra: dict[str, Any]) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "validation.json"
-    report.write_atomic(path, (json.dumps(clean({**extra, "levels": levels}), indent=2,
-                                          allow_nan=False) + "\n").encode())
-    print(f"wrote {path} and per-level CSVs and plots in {out}")
+def _finish(levels: list[dict[str, Any]], stage: Path, extra: dict[str, Any]) -> None:
+    report.write_atomic(stage / "validation.json", (json.dumps(
+        clean({**extra, "levels": levels}), indent=2, allow_nan=False) + "\n").encode())
+
+
+def _wrote(out: Path) -> int:
+    print(f"wrote {out / 'validation.json'} and per-level CSVs and plots in {out}")
     return 0
 
 
@@ -197,17 +210,19 @@ def _replay_main(argv: list[str]) -> int:
     _common(p)
     a = p.parse_args(argv)
     levels = []
-    for f in a.replay:
-        try:
-            record = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
-        level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
-        level["files"] = [str(x) for x in _write_level(a.out, level["label"], real, pred,
-                                                       not a.no_plots, matched)]
-        _print_level(level)
-        levels.append(level)
-    return _finish(levels, a.out, {"mode": "replay"})
+    with replaced_folder(a.out, VALIDATE_FILES, inputs=[*a.replay, a.profile]) as stage:
+        for f in a.replay:
+            try:
+                record = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
+            level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
+            level["files"] = _write_level(stage, a.out, level["label"], real, pred,
+                                          not a.no_plots, matched)
+            _print_level(level)
+            levels.append(level)
+        _finish(levels, stage, {"mode": "replay"})
+    return _wrote(a.out)
 
 
 def _real_main(argv: list[str]) -> int:
@@ -230,47 +245,69 @@ def _real_main(argv: list[str]) -> int:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
     check_args(a)
-    if a.profile is None:
-        a.profile = str(_calibrate(a, log))
-    spec, w, serving, rates, loads, _ = prepare_levels(a, log)
-    a.out.mkdir(parents=True, exist_ok=True)
+    kept: list[str] = []  # what this run wrote: an interrupt keeps it in OUT.interrupted
+    try:
+        with replaced_folder(a.out, VALIDATE_FILES, inputs=[a.profile] if a.profile else [],
+                             salvage=INTERRUPTED) as stage:
+            _real_levels(a, stage, log, kept, prepare_levels, run_levels)
+    except KeyboardInterrupt:
+        if kept:
+            log(f"interrupted: what was recorded ({', '.join(kept)}) is in "
+                f"{a.out}{INTERRUPTED}; compare its replay-LABEL.json with --replay")
+        raise
+    return _wrote(a.out)
 
-    def raw_path(rec: dict[str, Any]) -> Path:
-        return Path(a.out) / f"replay-{rec['label']}.json"
+
+def _real_levels(a: argparse.Namespace, stage: Path, log: Any, kept: list[str],
+                 prepare_levels: Any, run_levels: Any) -> None:
+    """Calibrate (no --profile), replay each level, compare: all written into ``stage``,
+    each level's record as soon as it exists (its name appended to ``kept``)."""
+    shown_profile = None
+    if a.profile is None:
+        made = _calibrate(a, stage, log)
+        kept.append(made.name)
+        a.profile = str(made)
+        shown_profile = a.out / made.name
+    spec, w, serving, rates, loads, _ = prepare_levels(a, log)
+
+    def name(rec: dict[str, Any]) -> str:
+        return f"replay-{rec['label']}.json"
 
     def keep(rec: dict[str, Any]) -> None:
-        # Each level's record is written as soon as it exists: after an interrupt the
-        # levels run so far can still be compared with --replay.
-        report.write_atomic(raw_path(rec), (json.dumps(rec, allow_nan=False) + "\n").encode())
+        report.write_atomic(stage / name(rec), (json.dumps(rec, allow_nan=False)
+                                                + "\n").encode())
+        kept.append(name(rec))
     records = run_levels(spec, w, serving, rates, loads, a.device, a.dtype, a.threads,
                          a.trace, log, a.level_s, keep)
     levels = []
     for rec in records:
-        raw = raw_path(rec)
+        raw = a.out / name(rec)
         level, real, pred, matched = evaluate_replay(rec, str(raw), a.profile, a.bar)
-        level["files"] = [str(raw)] + [str(x) for x in _write_level(
-            a.out, level["label"], real, pred, not a.no_plots, matched)]
+        if shown_profile is not None:  # where the profile will be, not where it is now
+            level["profile"] = str(shown_profile.resolve())
+        level["files"] = [str(raw), *_write_level(stage, a.out, level["label"], real, pred,
+                                                  not a.no_plots, matched)]
         _print_level(level)
         levels.append(level)
     if any(lv["verdict"]["passed"] is False and lv["verdict"]["worst"] is not None
            for lv in levels):
-        print(f"a level over the bar: run this again with --profile {a.profile} and another "
-              "--out, then compare the two runs' replay-LABEL.json with --replay FIRST "
-              "--against SECOND to see how far this machine repeats itself at that load "
-              "(docs/validation.md, Repeatability)")
-    return _finish(levels, a.out, {"mode": "real", "trace": a.trace, "requests": a.requests})
+        print(f"a level over the bar: run this again with --profile "
+              f"{shown_profile or a.profile} and another --out, then compare the two runs' "
+              "replay-LABEL.json with --replay FIRST --against SECOND to see how far this "
+              "machine repeats itself at that load (docs/validation.md, Repeatability)")
+    _finish(levels, stage, {"mode": "real", "trace": a.trace, "requests": a.requests})
 
 
-def _calibrate(a: argparse.Namespace, log: Any) -> Path:
-    """No --profile: a quick calibration of this model on this device, written to OUT."""
+def _calibrate(a: argparse.Namespace, stage: Path, log: Any) -> Path:
+    """No --profile: a quick calibration of this model on this device, written to
+    ``stage`` (OUT's temporary folder)."""
     from calibrate.arch import resolve_model
     from calibrate.run import CalibrationConfig, calibrate
 
     spec = resolve_model(a.model, a.hf_config)
-    out = a.out / f"profile-{a.device}-{spec.name}.yaml"
+    out = stage / f"profile-{a.device}-{spec.name}.yaml"
     log(f"no --profile given: calibrating {spec.name} on {a.device} first (quick grid) "
-        f"into {out}")
-    a.out.mkdir(parents=True, exist_ok=True)
+        f"into {a.out / out.name}")
     calibrate(CalibrationConfig(model=spec, out=out, device=a.device, dtype=a.dtype,
                                 budget_s=120.0, quick=True, threads=a.threads, progress=False))
     return out
@@ -326,8 +363,11 @@ def _vllm_main(argv: list[str]) -> int:
     v = level["verdict"]
     if v["worst"] is not None:
         print(f"TTFT/TPOT p50+p90 worst |error| {v['worst']:.1%}")
-    level["files"] = [str(x) for x in _write_level(a.out, "vllm", real, pred, not a.no_plots)]
-    return _finish([level], a.out, {"mode": "vllm"})
+    with replaced_folder(a.out, VALIDATE_FILES,
+                         inputs=[a.vllm_result, a.scenario]) as stage:
+        level["files"] = _write_level(stage, a.out, "vllm", real, pred, not a.no_plots)
+        _finish([level], stage, {"mode": "vllm"})
+    return _wrote(a.out)
 
 
 def main(argv: list[str]) -> int:

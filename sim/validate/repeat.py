@@ -153,10 +153,11 @@ def judge(cmp: dict[str, Any], bar: float) -> tuple[bool | None, str]:
 
 
 def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
-                  taken: list[str], plots: bool) -> dict[str, Any]:
+                  taken: list[str], plots: bool, stage: Path | None = None) -> dict[str, Any]:
     """Compare the records in ``fa`` and ``fb``, write their CSVs (and plot) under the
-    first record's label (numbered when ``taken`` already has it), print the table; the
-    level's entry for validation.json."""
+    first record's label (numbered when ``taken`` already has it) into ``stage`` (the
+    temporary folder that becomes ``out``; ``out`` itself when None), print the table;
+    the level's entry for validation.json."""
     ra, rb = load_record(fa), load_record(fb)
     first, qa, sa = recorded_run(ra, str(fa))
     second, qb, sb = recorded_run(rb, str(fb))
@@ -175,8 +176,8 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
     # Two runs of one level are usually files of one name in two folders.
     curves = {f"first run ({fa.parent.name}/{fa.name})": first,
               f"second run ({fb.parent.name}/{fb.name})": second}
-    files = report.write_compared(out, label, {"first": first, "second": second},
-                                  curves if plots else None)
+    files = report.write_compared(out if stage is None else stage, label,
+                                  {"first": first, "second": second}, curves if plots else None)
     print(table(cmp, f"== {label}: {fa} against {fb}"))
     for name, f in zip(("first", "second"), factors, strict=False):  # none without a profile
         print(f"{name} run: " + ("no steps recorded" if f is None else
@@ -186,7 +187,7 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
     print(line)
     return {"label": label, "level": ra.get("level"), "rate_rps": ra.get("rate_rps"),
             "first": str(fa), "second": str(fb), "comparison": cmp, "bar": bar,
-            "within": within, "speeds": factors, "files": [str(f) for f in files]}
+            "within": within, "speeds": factors, "files": [str(out / f.name) for f in files]}
 
 
 def main(argv: list[str]) -> int:
@@ -215,11 +216,16 @@ def main(argv: list[str]) -> int:
 
         prof = load_profile(a.profile, Path.cwd())
     levels: list[dict[str, Any]] = []
-    for fa, fb in zip(a.replay, a.against, strict=True):
-        levels.append(_compare_pair(fa, fb, prof, a.bar, a.out,
-                                    [lv["label"] for lv in levels], not a.no_plots))
-    path = a.out / "validation.json"
-    report.write_atomic(path, (json.dumps(clean({"mode": "repeat", "levels": levels}), indent=2,
-                                          allow_nan=False) + "\n").encode())
-    print(f"wrote {path} and per-level CSVs and plots in {a.out}")
+    from sim.report.folder import replaced_folder
+    from sim.validate.validation import VALIDATE_FILES
+
+    inputs = [*a.replay, *a.against, *([a.profile] if a.profile else [])]
+    with replaced_folder(a.out, VALIDATE_FILES, inputs=inputs) as stage:
+        for fa, fb in zip(a.replay, a.against, strict=True):
+            levels.append(_compare_pair(fa, fb, prof, a.bar, a.out,
+                                        [lv["label"] for lv in levels], not a.no_plots, stage))
+        report.write_atomic(stage / "validation.json", (json.dumps(
+            clean({"mode": "repeat", "levels": levels}), indent=2, allow_nan=False)
+            + "\n").encode())
+    print(f"wrote {a.out / 'validation.json'} and per-level CSVs and plots in {a.out}")
     return 0

@@ -247,12 +247,17 @@ def main(argv: list[str]) -> int:
                                                       lengths[fw])]
     records = evaluate(cases, priors)
     stats = summary(records)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "silicon.json").write_text(json.dumps(
-        {"source": str(path), "rows": len(rows), "simulated": len(cases),
-         "skipped": skipped, "priors": {fw: dataclasses.asdict(p) for fw, p in priors.items()},
-         "aic_client_lengths": lengths,
-         "errors": stats, "records": records}, indent=1, allow_nan=True) + "\n")
+    from sim.report.folder import replaced_folder
+    from sim.report.outputs import write_atomic
+    from sim.validate.validation import VALIDATE_FILES
+
+    with replaced_folder(a.out, VALIDATE_FILES, inputs=[path]) as stage:
+        write_atomic(stage / "silicon.json", (json.dumps(
+            {"source": str(path), "rows": len(rows), "simulated": len(cases),
+             "skipped": skipped, "priors": {fw: dataclasses.asdict(p)
+                                            for fw, p in priors.items()},
+             "aic_client_lengths": lengths,
+             "errors": stats, "records": records}, indent=1, allow_nan=True) + "\n").encode())
     if a.fit_priors is not None:
         write_priors(a.fit_priors, fitted, {fw: stats[fw] for fw in fws})
     _print(records, stats, skipped, len(rows), path)

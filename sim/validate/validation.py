@@ -42,6 +42,11 @@ BARS = {"cpu": 0.15, "cuda": 0.10}
 STEP_COLUMNS = ("start_s", "end_s", "exec_s") + StepShape._fields
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
                    "first_token_s", "finish_s", "preemptions", "status", "reason")
+# What marks a folder as ``servesim validate``'s outputs, in any mode (its ``--out`` is
+# replaced whole only when it holds one of these, or nothing).
+VALIDATE_FILES = ("validation.json", "silicon.json", "replay-*.json", "real-*.csv",
+                  "predicted-*.csv", "first-*.csv", "cdf-*.png")
+
 # A placeholder workload: validation hands the engine its own requests.
 _NO_WORKLOAD = {"arrivals": {"process": "constant", "rate": 1.0},
                 "lengths": {"prompt": {"dist": "fixed", "value": 1},

@@ -5,6 +5,7 @@ Run: .venv/bin/python tests/golden/regen.py — then review the diff before comm
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sim.config import scenario
@@ -13,10 +14,13 @@ from sim.report.metrics import summarize
 from sim.report.outputs import summary_json
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = {"quickstart": ROOT / "scenarios" / "quickstart.yaml"}
+# Relative to the repository root, so that summary.json's simulated.file is the same in
+# every checkout.
+GOLDEN = {"quickstart": Path("scenarios") / "quickstart.yaml"}
 
 if __name__ == "__main__":
+    os.chdir(ROOT)
     for name, path in GOLDEN.items():
         data = summary_json(summarize(simulate(scenario.load(path))))
-        (Path(__file__).parent / f"{name}_summary.json").write_bytes(data)
+        (ROOT / "tests" / "golden" / f"{name}_summary.json").write_bytes(data)
         print(f"wrote {name}_summary.json")

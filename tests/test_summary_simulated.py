@@ -1,0 +1,74 @@
+"""summary.json says what was simulated: the ``simulated`` section."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from sim.cli import main as cli_main
+from sim.config import scenario
+from sim.core.engine import simulate
+from sim.report.metrics import scenario_digest, simulated
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def test_the_section_gives_the_resolved_setup_and_the_overrides(tmp_path: Path) -> None:
+    sets = ["workload.duration_s=20", "workload.seed=7", "cluster.replicas=2",
+            "serving.max_num_seqs=64", "serving.policy=chunked", "serving.token_budget=512",
+            "model={preset: llama-3-8b, max_context: 4096}", "hardware.gpu=h200"]
+    args = [x for s in sets for x in ("--set", s)]
+    assert cli_main(["simulate", str(QUICK), *args, "--out", str(tmp_path / "o"),
+                     "--quiet", "--no-plots"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    got = summary["simulated"]
+    assert got["file"] == str(QUICK) and got["overrides"] == sets
+    assert got["sha256"] == summary["scenario_sha256"]
+    assert got["seed"] == 7 and got["policy"] == "chunked"
+    assert got["cost_source"] == summary["cost_source"]
+    assert got["model"]["name"] == "llama-3-8b" and got["model"]["max_context"] == 4096
+    assert (got["model"]["layers"], got["model"]["hidden"], got["model"]["heads"],
+            got["model"]["kv_heads"], got["model"]["dtype"], got["model"]["kv_dtype"]) == (
+        32, 4096, 32, 8, "bf16", "auto")
+    pool = got["pools"]["both"]
+    assert (pool["gpu"], pool["tp"], pool["replicas"]) == ("h200", 1, 2)
+    assert (pool["max_num_seqs"], pool["max_num_batched_tokens"], pool["token_budget"],
+            pool["block_size"]) == (64, 8192, 512, 16)
+    assert pool["kv_blocks_per_replica"] == summary["kv"]["blocks_per_replica"]
+    assert pool["kv_blocks_per_replica"][0] == summary["memory"]["both"]["kv_blocks"]
+    # Overrides change the settings (and so the digest), not the digest's recipe.
+    assert got["sha256"] == scenario_digest(scenario.load(QUICK, sets))
+    assert got["sha256"] != scenario_digest(scenario.load(QUICK))
+
+
+def test_no_overrides_is_an_empty_list_and_chunked_budget_is_resolved() -> None:
+    sc = scenario.load(QUICK, None)
+    assert sc.overrides == ()
+    res = simulate(scenario.load(QUICK, ["workload.duration_s=5", "serving.policy=chunked"]))
+    pool = simulated(res)["pools"]["both"]
+    assert pool["token_budget"] == 2048  # chunked's default budget, resolved
+
+
+def test_each_pool_of_a_disaggregated_cluster_is_listed() -> None:
+    path = ROOT / "scenarios" / "policies-disaggregated.yaml"
+    res = simulate(scenario.load(path, ["workload.duration_s=10",
+                                        "disaggregated.decode.replicas=2",
+                                        "disaggregated.decode.gpu=h200"]))
+    got = simulated(res)
+    assert got["policy"] == "disaggregated"
+    assert list(got["pools"]) == ["prefill", "decode"]
+    dec = got["pools"]["decode"]
+    assert (dec["gpu"], dec["replicas"], len(dec["kv_blocks_per_replica"])) == ("h200", 2, 2)
+    assert got["pools"]["prefill"]["replicas"] == 1
+
+
+def test_version_falls_back_to_unknown(monkeypatch: Any) -> None:
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    res = simulate(scenario.load(QUICK, ["workload.duration_s=5"]))
+    assert simulated(res)["servesim_version"] == "unknown"

@@ -338,8 +338,13 @@ class ModelExecutor:
 
 
 def check_timeable(spec: ModelSpec) -> None:
-    """Refuse a model whose FP8 weights or KV cache this torch model cannot run: one
-    error saying how such a model is priced instead."""
+    """Refuse a model whose FP8 weights, KV cache or experts this torch model cannot
+    run: one error saying how such a model is priced instead."""
+    if spec.experts:
+        raise ServesimError(
+            "calibrate's torch model has no mixture-of-experts layer yet; MoE costs come "
+            "from the public kernel tables: `servesim profile build` (or cost: roofline)",
+            where="model.experts")
     if spec.dtype not in ("fp32", "fp16", "bf16") or spec.kv_dtype != "auto":
         raise ServesimError(
             f"calibrate times bf16, fp16 and fp32 models with a KV cache of the same dtype; "

@@ -87,11 +87,13 @@ def test_roofline_reads_the_experts_a_step_touches() -> None:
     assert touched == pytest.approx(82.42, abs=0.01)
     assert sixteen == pytest.approx(
         (always * 2 + router * 2 + experts * 2 * touched / 128) / bw + floor)
-    # A long prefill reads every expert and is FLOP-bound on the 8 a token uses.
+    # A long prefill reads every expert and is FLOP-bound on the 8 a token uses, whose
+    # grouped GEMMs run at their own (fitted) efficiency.
     long = cost.parts(shape_of([(8192, 0)]))["linear"]
-    flops = g.flops * p.flops_efficiency
-    per_token = always + m.layers * 8 * m.expert_params
-    assert long == pytest.approx(2 * 8192 * (per_token + router) / flops + floor)
+    flops, moe_flops = g.flops * p.flops_efficiency, g.flops * p.moe_flops_efficiency
+    routed = m.layers * 8 * m.expert_params
+    assert long == pytest.approx(2 * 8192 * ((always + router) / flops + routed / moe_flops)
+                                 + floor)
     # A dense model of the same active size is priced as before: no expert term.
     assert RooflineCost(MODELS["llama-3-8b"], g, 1, p)._moe_q is None
 
@@ -154,4 +156,24 @@ def test_moe_model_from_a_scenario_mapping() -> None:
                                  "lengths": {"prompt": {"dist": "fixed", "value": 64},
                                              "output": {"dist": "fixed", "value": 4}}}})
     assert isinstance(sc.model, ModelSpec) and sc.model.moe and sc.model.moe_layers == 32
-    assert summarize(simulate(sc))["requests"]["finished"] == 5
+    s = summarize(simulate(sc))
+    assert s["requests"]["finished"] == 5
+    assert s["simulated"]["model"]["experts"] == 4
+    assert "experts" not in summarize(simulate(from_dict({**sc_raw_dense()}))) \
+        ["simulated"]["model"]
+
+
+def sc_raw_dense() -> dict:
+    return {"model": "llama-3-8b",
+            "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 2,
+                         "lengths": {"prompt": {"dist": "fixed", "value": 64},
+                                     "output": {"dist": "fixed", "value": 4}}}}
+
+
+def test_calibrate_refuses_moe_in_one_line() -> None:
+    pytest.importorskip("torch")
+    from calibrate.replay import check_timeable
+
+    with pytest.raises(ServesimError, match=r"model\.experts: calibrate's torch model has no "
+                                            r"mixture-of-experts layer yet"):
+        check_timeable(MODELS["mixtral-8x7b"])

@@ -52,14 +52,14 @@ def sizes() -> list[dict[str, Any]]:
 def decode_curves() -> dict[str, list[float]]:
     """Decode step time (ms) against batch size at 1,024 cached tokens a sequence:
     Mixtral-8x7B (12.9B used per token, 46.7B in all) against Llama-3-70B (70.6B), both
-    on 2 H100s, and Mixtral priced by the roofline."""
+    on 4 H100s, and Mixtral priced by the roofline."""
     out: dict[str, list[float]] = {}
     for label, model, kind in (("mixtral-8x7b (measured)", "mixtral-8x7b", "measured"),
                                ("mixtral-8x7b (roofline)", "mixtral-8x7b", "roofline"),
                                ("llama-3-70b (measured)", "llama-3-70b", "measured")):
-        sc = scenario(model, "h100-sxm", 2)
+        sc = scenario(model, "h100-sxm", 4)
         cost = build_cost(sc) if kind == "measured" else RooflineCost(
-            sc.model, GPUS["h100-sxm"], 2, RooflineParams())
+            sc.model, GPUS["h100-sxm"], 4, RooflineParams())
         out[label] = [cost.step_time(decode_shape(b, b * 1024)) * 1e3 for b in BATCHES]
     return out
 
@@ -104,7 +104,7 @@ def plot(curves: dict[str, list[float]]) -> None:
     ax.set_xlabel("sequences decoding (1,024 cached tokens each)")
     ax.set_ylabel("decode step (ms)")
     ax.set_title("A mixture of experts reads more of its weights as the batch grows\n"
-                 "2 x H100, vLLM 0.24.0 kernel tables")
+                 "4 x H100, vLLM 0.24.0 kernel tables")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

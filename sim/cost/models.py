@@ -92,6 +92,7 @@ class RooflineParams:
     bandwidth_efficiency: float = bounded(0.811, gt=0, le=1)
     attention_flops_efficiency: float = bounded(0.418, gt=0, le=1)
     fp8_flops_efficiency: float = bounded(0.52, gt=0, le=1)
+    moe_flops_efficiency: float = bounded(0.393, gt=0, le=1)
     step_overhead_s: float = bounded(0.000831678, ge=0)
     per_seq_overhead_s: float = bounded(2.85041e-05, ge=0)
     kernel_floor_s: float = bounded(4.76e-6, ge=0)
@@ -166,8 +167,11 @@ class RooflineCost:
                       + m.dense_layers * 3 * m.hidden * d.intermediate
                       + d.moe_layers * d.shared_experts * d.expert_params)
             router = d.moe_layers * m.hidden * m.experts
-            per_token = always + d.moe_layers * m.experts_per_token * d.expert_params
-            self._lin_flop_s = 2 * per_token / lin_flops + 2 * router / flops
+            routed = d.moe_layers * m.experts_per_token * d.expert_params
+            # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
+            moe_flops = (gpu.fp8_flops if fp8 else gpu.flops) * p.moe_flops_efficiency
+            self._lin_flop_s = (2 * always / lin_flops + 2 * router / flops
+                                + 2 * routed / moe_flops)
             self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
             self._moe_mem_s = d.moe_layers * m.experts * d.expert_params * m.dtype_bytes / bw
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,

@@ -266,6 +266,9 @@ def _setup_summary(res: RunResult) -> dict[str, Any]:
     return out
 
 
+# A mixture of experts adds these (a dense model's summary has none of them).
+MOE_KEYS = ("experts", "experts_per_token", "expert_intermediate", "shared_experts",
+            "dense_layers")
 MODEL_KEYS = ("name", "dtype", "kv_dtype", "layers", "hidden", "heads", "kv_heads", "head_dim",
               "intermediate", "vocab", "max_context")
 
@@ -308,7 +311,8 @@ def simulated(res: RunResult) -> dict[str, Any]:
         "sha256": scenario_digest(sc),
         "overrides": list(sc.overrides),
         "servesim_version": package_version(),
-        "model": {k: getattr(sc.model, k) for k in MODEL_KEYS},
+        "model": {k: getattr(sc.model, k) for k in MODEL_KEYS + (MOE_KEYS if sc.model.experts
+                                                                  else ())},
         "policy": sc.serving.policy,
         "pools": per_pool,
         "cost_source": res.cost_source,

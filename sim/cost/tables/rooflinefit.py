@@ -78,6 +78,53 @@ def fp8_points(gpu: str, framework: str = "vllm") -> Points:
     return Points(gpu, ["linear"] * len(secs), shapes, models, np.asarray(secs), "fp8")
 
 
+# (MoE model, tp) whose layers are compared, where the MoE tables measured them.
+MOE_SHAPES = (("mixtral-8x7b", 2), ("qwen3-30b-a3b", 1), ("qwen3-235b-a22b", 8))
+
+
+def moe_points(gpu: str, framework: str = "vllm") -> Points:
+    """Every :data:`MOE_SHAPES` model's projections on ``gpu`` at :data:`TOKENS`
+    (component ``linear``): its attention GEMMs from the bf16 GEMM table and its MoE
+    layer from the MoE table (:mod:`sim.cost.tables.moetable`), all layers."""
+    from sim.cost.tables.moetable import moe_times
+    from sim.errors import ServesimError
+
+    version = coverage()[gpu][framework][-1]
+    gemm = gemm_table(gpu, framework, version, "bf16").table
+    shapes, models, secs = [], [], []
+    for name, tp in MOE_SHAPES:
+        m = MODELS[name]
+        try:
+            moe = moe_times(gpu, framework, version, m, tp)
+        except ServesimError:
+            continue  # not measured on this GPU
+        d = shard(m, tp)
+        for n in TOKENS:
+            attn = sum(gemm.at(n, nn, kk) for nn, kk in layer_gemms(d)[:2])
+            shapes.append(shape_of([(n, 0)]))
+            models.append((name, tp))
+            secs.append(m.layers * (attn + float(moe.at(np.array([n]))[0])))
+    return Points(gpu, ["linear"] * len(secs), shapes, models, np.asarray(secs))
+
+
+def fit_moe(points: list[Points], start: RooflineParams) -> RooflineParams:
+    """``moe_flops_efficiency`` fitted on MoE ``points`` at 512 tokens and more (where
+    the experts' FLOPs, not their bytes, set the time), the other fields as in
+    ``start``."""
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        p = dataclasses.replace(start, moe_flops_efficiency=float(z[0]))
+        return np.concatenate([np.log(predicted(pt, p) / pt.seconds)[_big(pt)]
+                               for pt in points])
+
+    res = least_squares(residual, [start.moe_flops_efficiency], bounds=([0.05], [1.0]))
+    return dataclasses.replace(start, moe_flops_efficiency=float(res.x[0]))
+
+
+def _big(points: Points) -> np.ndarray:
+    return np.array([s.new_tokens >= 512 for s in points.shapes])
+
+
 def measured_points(gpu: str, framework: str = "vllm") -> Points:
     """The tables' kernel times of every :data:`SHAPES` model on ``gpu``."""
     version = coverage()[gpu][framework][-1]
@@ -173,7 +220,8 @@ def fit_fp8(points: list[Points], start: RooflineParams) -> RooflineParams:
 
 
 def fp8_errors(points: Points, params: RooflineParams) -> dict[str, float]:
-    """Median and p90 |relative error| of the FP8 projections' times."""
+    """Median and p90 |relative error| of ``points``' projection times (FP8 or MoE), and
+    the median at 512 tokens and more."""
     rel = np.abs(predicted(points, params) / points.seconds - 1.0)
     big = np.array([s.new_tokens >= 512 for s in points.shapes])
     return {"median": float(np.median(rel)), "p90": float(np.percentile(rel, 90)),
@@ -224,6 +272,17 @@ def main(argv: list[str]) -> int:
               f"{e8['p90']:.1%} ({e8['median_512_up']:.1%})")
     p8 = fit_fp8([f8[g] for g in fp8_gpus], final)
     print(f"FP8 fitted on all: e_f8 {p8.fp8_flops_efficiency:.3f}")
+    # MoE layers: the grouped expert GEMMs' efficiency alone, the rest held.
+    mo = {g: pt for g in gpus if len((pt := moe_points(g)).shapes)}
+    print(f"{'left out':<10} {'MoE efficiency fitted on the others':<36} "
+          "MoE models' projections: median / p90 |error| (median at >= 512 tokens)")
+    for g in mo:
+        pm = fit_moe([mo[o] for o in mo if o != g], final)
+        em = fp8_errors(mo[g], pm)
+        print(f"{g:<10} e_moe {pm.moe_flops_efficiency:<30.3f} {em['median']:.1%} / "
+              f"{em['p90']:.1%} ({em['median_512_up']:.1%})")
+    pm = fit_moe(list(mo.values()), final)
+    print(f"MoE fitted on all: e_moe {pm.moe_flops_efficiency:.3f}")
     return 0
 
 

@@ -73,7 +73,7 @@ def test_roofline_defaults_are_a_fresh_fit_and_meet_the_bar_on_unseen_gpus() -> 
 
 @needs_tables
 def test_roofline_fp8_efficiency_is_a_fresh_fit_on_the_fp8_tables() -> None:
-    from sim.cost.tables.rooflinefit import fit_fp8, fp8_errors, fp8_points
+    from sim.cost.tables.rooflinefit import fit_fp8, fp8_points, projection_errors
 
     gpus = [g for g in ("h100-sxm", "h200", "b200", "l40s") if GPUS[g].fp8_flops]
     pts = {g: fp8_points(g) for g in gpus}
@@ -83,19 +83,19 @@ def test_roofline_fp8_efficiency_is_a_fresh_fit_on_the_fp8_tables() -> None:
     # docs/cost-model.md: left out of the fit, median |error| of the projections 7.9%
     # (H100), 14.2% (H200), 25.2% (B200), 10.1% (L40S): the tables' FP8 speed-up differs
     # by GPU more than one efficiency can follow.
-    held = {g: fp8_errors(pts[g], fit_fp8([pts[o] for o in gpus if o != g], base))
+    held = {g: projection_errors(pts[g], fit_fp8([pts[o] for o in gpus if o != g], base))
             for g in gpus}
     assert held["h100-sxm"]["median"] < 0.09 and held["l40s"]["median"] < 0.11
     assert max(e["median"] for e in held.values()) < 0.26
     # At 512 tokens and more the projections are FLOP-bound: the efficiency decides.
-    assert fp8_errors(pts["h100-sxm"], dataclasses.replace(base, fp8_flops_efficiency=0.3)
+    assert projection_errors(pts["h100-sxm"], dataclasses.replace(base, fp8_flops_efficiency=0.3)
                       )["median_512_up"] > 0.3
 
 
 @needs_tables
 def test_roofline_moe_efficiency_is_a_fresh_fit_on_the_moe_tables() -> None:
     from sim.cost.tables.kerneltables import GPU_DIRS
-    from sim.cost.tables.rooflinefit import fit_moe, fp8_errors, moe_points
+    from sim.cost.tables.rooflinefit import fit_moe, moe_points, projection_errors
 
     pts = {g: moe_points(g) for g in GPU_DIRS}
     base = RooflineParams()
@@ -104,10 +104,10 @@ def test_roofline_moe_efficiency_is_a_fresh_fit_on_the_moe_tables() -> None:
     # docs/models.md: each GPU left out of the fit, the MoE models' projections within
     # 7.3-15.3% at the median over 1-4,096 tokens, 21.8-32.4% at 512 tokens and more.
     for g in GPU_DIRS:
-        held = fp8_errors(pts[g], fit_moe([pts[o] for o in GPU_DIRS if o != g], base))
+        held = projection_errors(pts[g], fit_moe([pts[o] for o in GPU_DIRS if o != g], base))
         assert held["median"] < 0.16 and held["median_512_up"] < 0.33, (g, held)
     # With the dense GEMMs' efficiency instead, A100's long MoE steps price 39% fast
     # at the median (23% with the fit).
     dense = dataclasses.replace(base, moe_flops_efficiency=base.flops_efficiency)
-    assert fp8_errors(pts["a100-80gb"], dense)["median_512_up"] > 0.35
-    assert fp8_errors(pts["a100-80gb"], base)["median_512_up"] < 0.25
+    assert projection_errors(pts["a100-80gb"], dense)["median_512_up"] > 0.35
+    assert projection_errors(pts["a100-80gb"], base)["median_512_up"] < 0.25

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sim.configtools import bounded
 from sim.errors import ServesimError
@@ -27,8 +27,56 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8-b
 FP8_WEIGHTS = ("fp8", "fp8-block")
 
 
+class _Projections:
+    """Projection-weight counts (elements) of a model's layers, from the dimensions a
+    :class:`ModelSpec` (whole model) and a :class:`Shard` (one GPU's share) both have:
+    the same arithmetic serves both."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    experts: int
+    shared_experts: int
+    expert_intermediate: int
+    dense_layers: int
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Weights of one layer's QKV and output projections."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        return qkv + self.heads * self.head_dim * self.hidden
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of one dense layer's QKV, output and SwiGLU projections."""
+        return self.attention_params_per_layer + 3 * self.hidden * self.intermediate
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (the rest are dense)."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one expert's SwiGLU."""
+        return 3 * self.hidden * self.expert_intermediate
+
+    @property
+    def stack_params(self) -> int:
+        """Projection weights of every layer: attention, dense MLPs, and in each MoE layer
+        every routed and shared expert (the router is not a projection)."""
+        if not self.experts:
+            return self.layers * self.linear_params_per_layer
+        return (self.layers * self.attention_params_per_layer
+                + self.dense_layers * 3 * self.hidden * self.intermediate
+                + self.moe_layers * (self.experts + self.shared_experts) * self.expert_params)
+
+
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(_Projections):
     """A Llama-family decoder: dimensions in elements, ``max_context`` in tokens.
 
     ``dtype`` is the projections' weight dtype: bf16, fp16 or fp32 for a plain
@@ -91,11 +139,6 @@ class ModelSpec:
         return self.experts > 0
 
     @property
-    def moe_layers(self) -> int:
-        """Layers whose MLP is a mixture of experts (the rest are dense)."""
-        return self.layers - self.dense_layers if self.experts else 0
-
-    @property
     def dtype_bytes(self) -> int:
         """Bytes per projection weight (the weights' dtype)."""
         return DTYPE_BYTES[self.dtype]
@@ -115,34 +158,6 @@ class ModelSpec:
     def kv_dtype_bytes(self) -> int:
         """Bytes per KV-cache element: one for an fp8 cache, else the activations'."""
         return 1 if self.kv_dtype == "fp8" else self.act_bytes
-
-    @property
-    def attention_params_per_layer(self) -> int:
-        """Weights in one layer's QKV and output projections (elements)."""
-        q = self.hidden * self.heads * self.head_dim
-        kv = 2 * self.hidden * self.kv_heads * self.head_dim
-        o = self.heads * self.head_dim * self.hidden
-        return q + kv + o
-
-    @property
-    def linear_params_per_layer(self) -> int:
-        """Weights in one dense layer's QKV, output and SwiGLU projections (elements)."""
-        return self.attention_params_per_layer + 3 * self.hidden * self.intermediate
-
-    @property
-    def expert_params(self) -> int:
-        """Weights of one expert's SwiGLU (elements)."""
-        return 3 * self.hidden * self.expert_intermediate
-
-    @property
-    def stack_params(self) -> int:
-        """Projection weights of all layers (elements): attention, dense MLPs, and in each
-        MoE layer every routed and shared expert (the router is not a projection)."""
-        if not self.experts:
-            return self.layers * self.linear_params_per_layer
-        return (self.layers * self.attention_params_per_layer
-                + self.dense_layers * 3 * self.hidden * self.intermediate
-                + self.moe_layers * (self.experts + self.shared_experts) * self.expert_params)
 
     @property
     def router_params(self) -> int:
@@ -190,13 +205,23 @@ NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate
                 "shared_experts", "dense_layers")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
+
+def recorded_fields(model: ModelSpec) -> dict[str, Any]:
+    """``model``'s fields as profiles record and digests hash them: every field, those of
+    :data:`NEWER_FIELDS` only when they differ from :data:`DENSE`'s."""
+    fields = dataclasses.asdict(model)
+    for key in NEWER_FIELDS:
+        if fields[key] == getattr(DENSE, key):
+            fields.pop(key)
+    return fields
+
 # vLLM pads the vocabulary of its embedding and LM head to a multiple of this before
 # splitting it over the tensor-parallel GPUs (VocabParallelEmbedding's padding size).
 VOCAB_PADDING = 64
 
 
 @dataclass(frozen=True)
-class Shard:
+class Shard(_Projections):
     """Per-GPU dimensions (elements) of one tensor-parallel shard of a model, as vLLM
     splits it (Megatron style): query heads, MLP width and the padded vocabulary divided
     by ``tp``; KV heads divided, or replicated when there are fewer than ``tp`` of them;
@@ -221,38 +246,6 @@ class Shard:
     expert_intermediate: int = 0  # this GPU's share of each expert's width
     shared_experts: int = 0
     dense_layers: int = 0
-
-    @property
-    def attention_params_per_layer(self) -> int:
-        """Weights (elements) of one layer's QKV and output projections on one GPU."""
-        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
-        return qkv + self.heads * self.head_dim * self.hidden
-
-    @property
-    def linear_params_per_layer(self) -> int:
-        """Weights (elements) of one dense layer's QKV, output and SwiGLU projections on
-        one GPU."""
-        return self.attention_params_per_layer + 3 * self.hidden * self.intermediate
-
-    @property
-    def moe_layers(self) -> int:
-        """Layers whose MLP is a mixture of experts."""
-        return self.layers - self.dense_layers if self.experts else 0
-
-    @property
-    def expert_params(self) -> int:
-        """Weights (elements) of one GPU's share of one expert."""
-        return 3 * self.hidden * self.expert_intermediate
-
-    @property
-    def stack_params(self) -> int:
-        """Projection weights (elements) of every layer on one GPU: attention, dense
-        MLPs and each MoE layer's share of every routed and shared expert."""
-        if not self.experts:
-            return self.layers * self.linear_params_per_layer
-        return (self.layers * self.attention_params_per_layer
-                + self.dense_layers * 3 * self.hidden * self.intermediate
-                + self.moe_layers * (self.experts + self.shared_experts) * self.expert_params)
 
     @property
     def params(self) -> int:

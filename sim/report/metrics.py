@@ -22,7 +22,7 @@ import numpy as np
 from sim.core.engine import RunResult
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
-from sim.cost.specs import DENSE, NEWER_FIELDS
+from sim.cost.specs import recorded_fields
 from sim.report.overload import saturation
 
 PERCENTILES = (50, 90, 95, 99)
@@ -198,9 +198,7 @@ def scenario_digest(scenario: Any) -> str:
     for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
         if fields.get(key) == dataclasses.asdict(default):
             fields.pop(key)
-    for key in NEWER_FIELDS:  # model fields added later: hashed only when set
-        if fields["model"].get(key) == getattr(DENSE, key):
-            fields["model"].pop(key)
+    fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
     for key in ("concurrency", "think_time_s", "stages"):
         if fields["workload"].get(key) is None:
             fields["workload"].pop(key, None)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
-from sim.cost.specs import MODELS
+from sim.cost.specs import MODELS, ModelSpec
 from sim.errors import ServesimError
 from sim.report.metrics import per_request
 
@@ -186,7 +186,7 @@ class Case:
         return self.row.held_out or self.dtype != "bf16"
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> ModelSpec:
         """The :class:`sim.cost.specs.ModelSpec` simulated: the preset at the row's dtype."""
         import dataclasses
 

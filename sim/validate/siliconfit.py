@@ -32,6 +32,7 @@ from scipy.optimize import least_squares
 from sim.cost.frontend import Frontend
 from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.cost.profilecost import ProfileCost
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, Row, classify, default_path, predict, read_rows
 
@@ -41,17 +42,13 @@ STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
 
 
 @lru_cache(maxsize=64)
-def base_cost(framework: str, gpu: str, model: str, tp: int, dtype: str = "bf16"
-              ) -> ProfileCost:
-    """The profile built from the installed tables for one configuration (weights in
-    ``dtype``), priors zero."""
+def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int) -> ProfileCost:
+    """The profile built from the installed tables for one configuration, priors zero."""
     from sim.cost.profilefile import parse_profile
-    from sim.cost.specs import MODELS
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    spec = dataclasses.replace(MODELS[model], dtype=dtype)  # type: ignore[arg-type]
-    data = build_profile(BuildSpec(spec, gpu, framework, tp), Priors())
-    return parse_profile(data, f"<built {framework} {gpu} {model} {dtype} tp{tp}>")
+    data = build_profile(BuildSpec(model, gpu, framework, tp), Priors())
+    return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} tp{tp}>")
 
 
 def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
@@ -64,8 +61,7 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
 
 
 def _cost(case: Case, p: Priors) -> ProfileCost:
-    return with_priors(base_cost(case.framework, case.gpu, case.model, case.row.tp, case.dtype),
-                       p)
+    return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp), p)
 
 
 def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:

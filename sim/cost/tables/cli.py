@@ -31,7 +31,7 @@ from sim.cost.measured import (
 from sim.cost.memory import kv_capacity_blocks
 from sim.cost.profilefile import PROFILE_DIR, parse_profile
 from sim.cost.specs import GPUS, MODELS, Dtype, KVDtype, ModelSpec, model_preset, shard
-from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name
+from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError
 
 HEADER = ("# servesim cost profile, built by `servesim profile build` from NVIDIA "
@@ -131,7 +131,6 @@ def shipped_specs() -> list[BuildSpec]:
 def _moe_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
     """Whether the installed MoE tables time ``model``'s experts on ``gpu`` at ``tp``."""
     from sim.cost.tables.moetable import moe_times
-    from sim.cost.tables.profilebuild import BuildSpec, resolve_version
 
     try:
         moe_times(gpu, framework, resolve_version(BuildSpec(model, gpu, framework, tp)), model,

@@ -39,6 +39,9 @@ GPU_DIRS: dict[str, str] = {
     "l40s": "l40s",
 }
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
+# The tables' GEMM and MoE dtype for each servesim weight dtype (fp16 runs at bf16's
+# tensor-core speed).
+TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
 
 
 def systems_dir() -> Path:

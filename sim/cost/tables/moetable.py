@@ -19,16 +19,15 @@ token counts the time is joined linearly; past the last it grows in proportion.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import default_kernel
-from sim.cost.tables.kerneltables import load_table
+from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table
 from sim.errors import ServesimError
 
-# The tables' MoE dtype for each weight dtype servesim builds.
-MOE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
 # Routing distributions in order of preference: uniform first (A100's collection
 # measured only the power laws; the mildest skew stands in there, and the profile says so).
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
@@ -53,13 +52,19 @@ class MoeTimes:
         return np.where(m > last_t, last_s * m / last_t, inside)
 
 
+@lru_cache(maxsize=16)
+def moe_table(gpu: str, framework: str, version: str) -> Table:
+    """The MoE table of ``gpu`` under ``framework`` at ``version``, read once per process."""
+    return load_table(gpu, "moe", framework, version, "moe_perf")
+
+
 def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int) -> MoeTimes:
     """The MoE layer of ``model`` on one of ``tp`` GPUs (see the module doc)."""
-    table = load_table(gpu, "moe", framework, version, "moe_perf")
-    want = MOE_DTYPES.get(model.dtype)
+    table = moe_table(gpu, framework, version)
+    want = TABLE_DTYPES.get(model.dtype)
     if want is None:
         raise ServesimError(f"no MoE tables for {model.dtype} weights; built: "
-                            f"{', '.join(MOE_DTYPES)}", where="--dtype")
+                            f"{', '.join(TABLE_DTYPES)}", where="--dtype")
     rows = table.where(hidden_size=model.hidden, inter_size=model.expert_intermediate,
                        topk=model.experts_per_token, num_experts=model.experts)
     if not len(rows):

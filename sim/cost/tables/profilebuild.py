@@ -28,7 +28,6 @@ Every component records where its prices came from and its held-out error.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -41,12 +40,13 @@ from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import DENSE, FP8_WEIGHTS, GPUS, MODELS, NEWER_FIELDS, ModelSpec, Shard, shard
+from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, recorded_fields, shard
 from sim.cost.tables.attntables import decode_grid, default_kernel, grid_holdout_errors, select
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.gemmtable import GemmTable
 from sim.cost.tables.kerneltables import (
     FRAMEWORKS,
+    TABLE_DTYPES,
     coverage,
     describe_coverage,
     load_table,
@@ -62,8 +62,6 @@ GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H20
 # capture sizes to min(2·max_num_seqs, 512); SGLang: cuda_graph_max_bs 256 on 80 GB
 # parts; TensorRT-LLM's PyTorch backend: 128): its all-reduces then run graph-captured.
 GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
-# The tables' GEMM dtype for each weight dtype (fp16 runs at bf16's tensor-core speed).
-TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
 # The tables' KV-cache dtype for each of servesim's (``auto`` is the activations' bf16).
 KV_TABLE_DTYPES = {"auto": "bfloat16", "fp8": "fp8"}
 # The memory-bound kernels of a layer outside GEMMs and attention (see the module doc).
@@ -202,16 +200,16 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 
     # Linear stack, per layer.
     shapes = layer_gemms(rank)
-    for n, k in shapes:
-        for size, axis, what in ((n, lin_gemm.ns, "n"), (k, lin_gemm.ks, "k")):
-            if size > axis[-1]:
-                notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
     moe_kernel = None
     if m.experts:
         linear, width, shapes, moe_kernel = _moe_stack(spec, version, rank, lin_gemm, notes)
     else:
         dense: np.ndarray = sum(lin_gemm.times(n, k) for n, k in shapes)  # type: ignore[assignment]
         linear, width = dense, rank.intermediate
+    for n, k in shapes:  # the GEMMs priced
+        for size, axis, what in ((n, lin_gemm.ns, "n"), (k, lin_gemm.ks, "k")):
+            if size > axis[-1]:
+                notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
     elementwise_bytes = 2 * (8 * rank.hidden + 2 * (rank.heads + rank.kv_heads) * rank.head_dim
                              + 4 * rank.kv_heads * rank.head_dim + 3 * width)
     linear = linear + LAYER_ELEMENTWISE_KERNELS * floor_s + lin_ms * elementwise_bytes / bandwidth
@@ -319,7 +317,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         "device": {"name": gpu, "reported": source.device},
         "dtype": m.dtype,
         "tp": spec.tp,
-        "model": model_fields(m),
+        "model": recorded_fields(m),
         "components": comps,
     }
 
@@ -364,17 +362,6 @@ def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
         raise ServesimError("a measured curve came out non-positive or not finite")
     return {"table_at": [int(x) if float(x).is_integer() else _g(x) for x in xs],
             "table_s": [_g(float(y)) for y in ys]}
-
-
-def model_fields(m: ModelSpec) -> dict[str, Any]:
-    """The model as a profile records it: every field, those added since profiles were
-    first shipped (:data:`sim.cost.specs.NEWER_FIELDS`) only when not at their default
-    (a profile written before them reads as that default)."""
-    fields = dataclasses.asdict(m)
-    for key in NEWER_FIELDS:
-        if fields[key] == getattr(DENSE, key):
-            fields.pop(key)
-    return fields
 
 
 def profile_name(spec: BuildSpec) -> str:

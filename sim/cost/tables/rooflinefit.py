@@ -32,7 +32,9 @@ from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, shard
 from sim.cost.tables.attntables import decode_grid, select
 from sim.cost.tables.kerneltables import GPU_DIRS, coverage
+from sim.cost.tables.moetable import moe_times
 from sim.cost.tables.profilebuild import attention_table, gemm_table, layer_gemms
+from sim.errors import ServesimError
 
 # (model, tp) whose kernels are compared, when the model's heads split over tp.
 SHAPES = (("llama-3-8b", 1), ("qwen3-32b", 2), ("llama-3-70b", 4))
@@ -86,9 +88,6 @@ def moe_points(gpu: str, framework: str = "vllm") -> Points:
     """Every :data:`MOE_SHAPES` model's projections on ``gpu`` at :data:`TOKENS`
     (component ``linear``): its attention GEMMs from the bf16 GEMM table and its MoE
     layer from the MoE table (:mod:`sim.cost.tables.moetable`), all layers."""
-    from sim.cost.tables.moetable import moe_times
-    from sim.errors import ServesimError
-
     version = coverage()[gpu][framework][-1]
     gemm = gemm_table(gpu, framework, version, "bf16").table
     shapes, models, secs = [], [], []
@@ -122,6 +121,7 @@ def fit_moe(points: list[Points], start: RooflineParams) -> RooflineParams:
 
 
 def _big(points: Points) -> np.ndarray:
+    """Which points have 512 new tokens or more (FLOP-bound projections)."""
     return np.array([s.new_tokens >= 512 for s in points.shapes])
 
 
@@ -219,11 +219,11 @@ def fit_fp8(points: list[Points], start: RooflineParams) -> RooflineParams:
     return dataclasses.replace(start, fp8_flops_efficiency=float(res.x[0]))
 
 
-def fp8_errors(points: Points, params: RooflineParams) -> dict[str, float]:
+def projection_errors(points: Points, params: RooflineParams) -> dict[str, float]:
     """Median and p90 |relative error| of ``points``' projection times (FP8 or MoE), and
     the median at 512 tokens and more."""
     rel = np.abs(predicted(points, params) / points.seconds - 1.0)
-    big = np.array([s.new_tokens >= 512 for s in points.shapes])
+    big = _big(points)
     return {"median": float(np.median(rel)), "p90": float(np.percentile(rel, 90)),
             "median_512_up": float(np.median(rel[big])), "points": int(rel.size)}
 
@@ -267,7 +267,7 @@ def main(argv: list[str]) -> int:
           f"{'FP8 projections: median / p90 |error| (median at >= 512 tokens)':>20}")
     for g in fp8_gpus:
         p8 = fit_fp8([f8[o] for o in fp8_gpus if o != g], final)
-        e8 = fp8_errors(f8[g], p8)
+        e8 = projection_errors(f8[g], p8)
         print(f"{g:<10} e_f8 {p8.fp8_flops_efficiency:<31.3f} {e8['median']:.1%} / "
               f"{e8['p90']:.1%} ({e8['median_512_up']:.1%})")
     p8 = fit_fp8([f8[g] for g in fp8_gpus], final)
@@ -278,7 +278,7 @@ def main(argv: list[str]) -> int:
           "MoE models' projections: median / p90 |error| (median at >= 512 tokens)")
     for g in mo:
         pm = fit_moe([mo[o] for o in mo if o != g], final)
-        em = fp8_errors(mo[g], pm)
+        em = projection_errors(mo[g], pm)
         print(f"{g:<10} e_moe {pm.moe_flops_efficiency:<30.3f} {em['median']:.1%} / "
               f"{em['p90']:.1%} ({em['median_512_up']:.1%})")
     pm = fit_moe(list(mo.values()), final)

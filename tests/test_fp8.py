@@ -232,3 +232,20 @@ def test_profile_build_flags_and_a_shipped_fp8_rebuild(tmp_path: Path) -> None:
     assert cost.source == "measured kernels: vLLM 0.24.0 on H100-SXM; fp8 weights, fp8 KV cache"
     assert main(["profile", "build", "--gpu", "h100-sxm", "--model", "llama-3-8b",
                  "--dtype", "int4", "--out", str(out)]) == 2
+
+
+def test_set_model_keys_on_a_preset_keep_the_preset(tmp_path: Path) -> None:
+    """`--set model.dtype=fp8` on `model: llama-3.1-8b` sets the preset's dtype (it used to
+    replace the preset by a mapping with no dimensions: "model.layers: required key")."""
+    from sim.config.scenario import load
+
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nworkload:\n"
+                    "  arrivals: {process: poisson, rate: 1.0}\n  num_requests: 2\n"
+                    "  lengths: {prompt: {dist: fixed, value: 8}, output: {dist: fixed, "
+                    "value: 2}}\n")
+    sc = load(path, ["model.dtype=fp8", "model.kv_dtype=fp8"])
+    assert sc.model == fp8("llama-3.1-8b", "fp8")
+    with pytest.raises(ServesimError, match=r"s\.yaml: model\.kv_dtype: got 'int8', expected "
+                                            r"one of 'auto', 'fp8'"):
+        load(path, ["model.kv_dtype=int8"])

@@ -18,7 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
-from sim.config.vllmflags import apply_vllm
+from sim.config.vllmflags import apply_vllm, section_mapping
 from sim.configtools import (
     bounded,
     build,
@@ -236,7 +236,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         parts = key.strip().split(".")
         for p in parts[:-1]:
             if not isinstance(node.get(p), dict):
-                node[p] = {}
+                # A preset name stays the model the keys are set on.
+                node[p] = section_mapping(p, node.get(p)) if node is out else {}
             node = node[p]
         node[parts[-1]] = val
     return out

@@ -69,6 +69,14 @@ NO_EFFECT = frozenset((
 ))
 
 
+def section_mapping(name: str, value: Any) -> dict[str, Any]:
+    """A copy of scenario section ``name`` as a mapping to add keys to: a ``model`` given
+    as a preset name is ``{preset: NAME}``; anything else not a mapping is empty."""
+    if name == "model" and isinstance(value, str):
+        value = {"preset": value}
+    return dict(value) if isinstance(value, dict) else {}
+
+
 def _name(flag: Any) -> str:
     """A flag as vLLM's Python names spell it: ``--max-model-len`` -> ``max_model_len``."""
     return str(flag).lstrip("-").replace("-", "_")
@@ -96,10 +104,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
 
     def section(name: str) -> dict[str, Any]:
         if name not in sections:
-            value = out.get(name)
-            if name == "model" and isinstance(value, str):
-                value = {"preset": value}
-            sections[name] = dict(value) if isinstance(value, dict) else {}
+            sections[name] = section_mapping(name, out.get(name))
         return sections[name]
 
     given: dict[str, tuple[str, Any]] = {}

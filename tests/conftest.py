@@ -18,7 +18,8 @@ def tiny_scenario(**sections: Any) -> Any:
     raw: dict[str, Any] = {
         "model": "tiny",
         "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
-        "serving": {"block_size": 4, "max_num_batched_tokens": 256, "watermark": 0.0},
+        "serving": {"policy": "continuous", "block_size": 4, "max_num_batched_tokens": 256,
+                    "watermark": 0.0},
         "workload": {"arrivals": {"process": "constant", "rate": 1.0},
                      "lengths": {"prompt": {"dist": "fixed", "value": 8},
                                  "output": {"dist": "fixed", "value": 2}},

@@ -2,10 +2,10 @@
 
 The rules under test (sim/policies/chunked.py, as vLLM v1's scheduler has them): when a running
 request cannot grow, the newest running request not yet in this batch is preempted;
-when the request being scheduled is itself the newest, its chunk shrinks to the blocks
-it can still fill, and only when not one token fits is it preempted; and no waiting
-request is admitted in an iteration that preempted, so a victim does not walk straight
-back into the space it just gave up.
+when the request being scheduled is itself the newest, it is preempted (v1 does not
+shrink its chunk to the blocks it could still fill); and no waiting request is admitted
+in an iteration that preempted, so a victim does not walk straight back into the space
+it just gave up.
 
 Cost in every case: 10 ms per step + 1 ms per new token (linear), block size 4 (see
 conftest.tiny_scenario), token budget 8. Step log entries: (replica, start_s, end_s,
@@ -52,43 +52,70 @@ def test_no_admission_in_an_iteration_that_preempted():
     np.testing.assert_allclose(res.finish, [0.083, 0.136], atol=1e-12)
 
 
-def test_newest_request_shrinks_its_chunk_rather_than_preempting_itself():
+def test_newest_request_preempts_itself_rather_than_shrinking_its_chunk():
     # 5 blocks. A (4 tokens, 3 out) and B (16, 2) share the first budget: 4 + 4 tokens,
     # a block each. At 18 ms A decodes (growing to 2 blocks at context 4) and B takes a
     # 7-token chunk (to 11 tokens: 3 blocks): all 5 blocks are held.
     # At 36 ms B's last 5 prompt tokens would need a 4th block and none is free. B is the
-    # newest running request, so nobody else can be preempted: its chunk shrinks to the
-    # 1 token its 3rd block still holds (3 x 4 - 11), and B keeps its KV. A's 3rd token
-    # finishes it at 48 ms (2 blocks freed); B's last 4 prompt tokens follow.
+    # newest running request, so nobody else can be preempted, and its 3rd block's one
+    # free slot is not used for a shrunken chunk: B is preempted (recompute: 3 blocks
+    # freed) and A decodes alone (11 ms), its 3rd token finishing it at 47 ms. B then
+    # re-prefills its 16 tokens in two 8-token chunks (18 ms each), its first token out
+    # at 83 ms, and decodes once (11 ms).
     sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8, "num_kv_blocks": 5})
     res = run_both_ways(sc, [0.0, 0.0], [4, 16], [3, 2])
     assert steps(res) == [
         (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
         (0, 0.018, 0.036, ((0, 1, 4), (1, 7, 4))),
-        (0, 0.036, 0.048, ((0, 1, 5), (1, 1, 11))),  # B's chunk shrunk from 5 to 1
-        (0, 0.048, 0.062, ((1, 4, 12),)),
-        (0, 0.062, 0.073, ((1, 1, 16),)),
-    ]
-    assert res.preemptions.tolist() == [0, 0]
-    np.testing.assert_allclose(res.first_token, [0.018, 0.062], atol=1e-12)
-    np.testing.assert_allclose(res.finish, [0.048, 0.073], atol=1e-12)
-
-
-def test_newest_request_with_no_token_of_room_preempts_itself():
-    # As above, but A runs longer (6 out), so at 48 ms B (context 12, its 3 blocks full)
-    # still shares the cache with A: any token of B's needs a 4th block, none is free
-    # and no newer request exists. Not one token fits (3 x 4 - 12 = 0), so B is
-    # preempted (recompute: 3 blocks freed) and A decodes alone, with no admission in
-    # that iteration. At 59 ms B is admitted again with a 7-token chunk (2 of the 3 free
-    # blocks) next to A's decode: 10 + 1 + 7 ms.
-    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8, "num_kv_blocks": 5})
-    res = run_both_ways(sc, [0.0, 0.0], [4, 16], [6, 2])
-    log = steps(res)
-    assert log[:5] == [
-        (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
-        (0, 0.018, 0.036, ((0, 1, 4), (1, 7, 4))),
-        (0, 0.036, 0.048, ((0, 1, 5), (1, 1, 11))),
-        (0, 0.048, 0.059, ((0, 1, 6),)),  # B preempted itself; no admission
-        (0, 0.059, 0.077, ((0, 1, 7), (1, 7, 0))),
+        (0, 0.036, 0.047, ((0, 1, 5),)),  # B preempted itself; no admission
+        (0, 0.047, 0.065, ((1, 8, 0),)),
+        (0, 0.065, 0.083, ((1, 8, 8),)),
+        (0, 0.083, 0.094, ((1, 1, 16),)),
     ]
     assert res.preemptions.tolist() == [0, 1]
+    np.testing.assert_allclose(res.first_token, [0.018, 0.083], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.047, 0.094], atol=1e-12)
+
+
+def test_a_request_preempted_twice_while_an_older_one_grows():
+    # As above, but A runs longer (6 out). At 47 ms A (context 6, 2 blocks) decodes and
+    # B is admitted again with a 7-token chunk (2 of the 3 free blocks): 18 ms. At 65 ms
+    # A still fits its 2 blocks (context 7), but B's next 7 tokens need 4 blocks and 1
+    # is free: B, the newest, is preempted a second time and A decodes alone (11 ms).
+    # At 76 ms A takes its 3rd block (context 8) and B a fresh 7-token chunk (2 blocks);
+    # A's 6th token finishes it at 94 ms. B computes its other 9 tokens (8 + 1), its
+    # first token at 123 ms, and decodes once.
+    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8, "num_kv_blocks": 5})
+    res = run_both_ways(sc, [0.0, 0.0], [4, 16], [6, 2])
+    assert steps(res) == [
+        (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
+        (0, 0.018, 0.036, ((0, 1, 4), (1, 7, 4))),
+        (0, 0.036, 0.047, ((0, 1, 5),)),
+        (0, 0.047, 0.065, ((0, 1, 6), (1, 7, 0))),
+        (0, 0.065, 0.076, ((0, 1, 7),)),  # B preempted again
+        (0, 0.076, 0.094, ((0, 1, 8), (1, 7, 0))),
+        (0, 0.094, 0.112, ((1, 8, 7),)),
+        (0, 0.112, 0.123, ((1, 1, 15),)),
+        (0, 0.123, 0.134, ((1, 1, 16),)),
+    ]
+    assert res.preemptions.tolist() == [0, 2]
+    np.testing.assert_allclose(res.first_token, [0.018, 0.123], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.094, 0.134], atol=1e-12)
+
+
+def test_long_prefill_token_threshold_caps_each_request_per_iteration():
+    # Budget 8, threshold 3, plenty of blocks. A (5 tokens, 2 out) and B (7, 2) arrive
+    # together. 0 ms: each takes 3 prompt tokens (6 tokens, 16 ms), 2 of the budget idle.
+    # 16 ms: A its last 2 (first token), B 3 more (15 ms). 31 ms: A decodes, B its last
+    # token (first token): 12 ms, A finished at 43 ms. 43 ms: B decodes (11 ms).
+    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8,
+                                "long_prefill_token_threshold": 3})
+    res = run_both_ways(sc, [0.0, 0.0], [5, 7], [2, 2])
+    assert steps(res) == [
+        (0, 0.0, 0.016, ((0, 3, 0), (1, 3, 0))),
+        (0, 0.016, 0.031, ((0, 2, 3), (1, 3, 3))),
+        (0, 0.031, 0.043, ((0, 1, 5), (1, 1, 6))),
+        (0, 0.043, 0.054, ((1, 1, 7),)),
+    ]
+    np.testing.assert_allclose(res.first_token, [0.031, 0.043], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.043, 0.054], atol=1e-12)

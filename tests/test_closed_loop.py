@@ -36,8 +36,8 @@ def closed(workload: dict[str, Any], **sections: Any) -> Any:
     raw: dict[str, Any] = {
         "model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
         **sections,
-        "serving": {"block_size": 4, "max_num_batched_tokens": 256, "watermark": 0.0,
-                    **sections.get("serving", {})},
+        "serving": {"policy": "continuous", "block_size": 4, "max_num_batched_tokens": 256,
+                    "watermark": 0.0, **sections.get("serving", {})},
     }
     wl = {"lengths": fixed(8, 2), **workload}
     raw["workload"] = {k: v for k, v in wl.items() if v is not None}

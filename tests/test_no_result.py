@@ -14,7 +14,7 @@ SCENARIO = """\
 name: t
 model: tiny
 cost: {{linear: {{step_s: 0.01}}}}
-serving: {{max_num_batched_tokens: {budget}}}
+serving: {{policy: continuous, max_num_batched_tokens: {budget}}}
 workload:
   arrivals: {{process: constant, rate: 1}}
   lengths: {{prompt: {{dist: fixed, value: 64}}, output: {{dist: fixed, value: 2}}}}

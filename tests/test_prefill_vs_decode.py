@@ -62,10 +62,14 @@ def test_e_chunked_and_disaggregated_remove_prefill_decode_interference(pvd):
     # Interference: long prompts stall co-located decodes.
     assert cont_hi["tpot_p99_ms"] > 3 * cont_lo["tpot_p99_ms"]
     assert cont_hi["itl_p99_ms"] > 10 * cont_lo["itl_p99_ms"]
-    # Chunked prefill bounds the stall: far lower p99 ITL and TPOT at the same load.
-    chunk_hi = rows["chunked", 4096]
+    # Chunked prefill with a budget below the prompt bounds the stall: far lower p99 ITL
+    # and TPOT at the same load.
+    chunk_hi = rows["chunked-2048", 4096]
     assert chunk_hi["itl_p99_ms"] < 0.2 * cont_hi["itl_p99_ms"]
     assert chunk_hi["tpot_p99_ms"] < 0.7 * cont_hi["tpot_p99_ms"]
+    # vLLM v1's default budget (8192 tokens) takes a 4096-token prompt whole, next to
+    # the decodes: the stall is not bounded, only shared.
+    assert rows["chunked", 4096]["itl_p99_ms"] > 0.5 * cont_hi["itl_p99_ms"]
     # Disaggregation removes it: TPOT stays nearly flat as prompts grow 16x.
     dis_lo, dis_hi = rows["disaggregated", 256], rows["disaggregated", 4096]
     assert dis_hi["tpot_p99_ms"] < 1.35 * dis_lo["tpot_p99_ms"]

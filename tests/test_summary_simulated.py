@@ -47,9 +47,13 @@ def test_the_section_gives_the_resolved_setup_and_the_overrides(tmp_path: Path) 
 def test_no_overrides_is_an_empty_list_and_chunked_budget_is_resolved() -> None:
     sc = scenario.load(QUICK, None)
     assert sc.overrides == ()
-    res = simulate(scenario.load(QUICK, ["workload.duration_s=5", "serving.policy=chunked"]))
+    res = simulate(scenario.load(QUICK, ["workload.duration_s=5",
+                                         "serving.max_num_batched_tokens=4096"]))
     pool = simulated(res)["pools"]["both"]
-    assert pool["token_budget"] == 2048  # chunked's default budget, resolved
+    assert pool["token_budget"] == 4096  # chunked's budget: max_num_batched_tokens, resolved
+    assert pool["watermark"] == 0.0  # chunked keeps no admission watermark (vLLM v1)
+    res = simulate(scenario.load(QUICK, ["workload.duration_s=5", "serving.policy=continuous"]))
+    assert simulated(res)["pools"]["both"]["watermark"] == 0.01  # vLLM v0's default
 
 
 def test_each_pool_of_a_disaggregated_cluster_is_listed() -> None:

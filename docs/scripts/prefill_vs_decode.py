@@ -101,14 +101,25 @@ def static_vs_continuous(duration_s: float, time_scales: list[float]) -> list[di
     return out
 
 
+# (e)'s configurations: label -> (policy, serving keys). Every one runs 256 sequences at
+# most, so only the batching differs; "chunked" keeps vLLM v1's default budget.
+INTERFERENCE = {
+    "continuous": ("continuous", {}),
+    "chunked": ("chunked", {"max_num_seqs": 256}),
+    "chunked-2048": ("chunked", {"max_num_seqs": 256, "max_num_batched_tokens": 2048}),
+    "disaggregated": ("disaggregated", {}),
+}
+
+
 def interference(prompts: list[int], rate: float = 6.0, n: int = 400,
-                 policies: tuple[str, ...] = ("continuous", "chunked", "disaggregated"),
-                 ) -> list[dict]:
-    """(e) TPOT and ITL of 128-token answers as the prompt length (prefill load) rises."""
+                 policies: tuple[str, ...] = tuple(INTERFERENCE)) -> list[dict]:
+    """(e) TPOT and ITL of 128-token answers as the prompt length (prefill load) rises,
+    for the configurations of :data:`INTERFERENCE` named in ``policies``."""
     out = []
     for policy in policies:
+        name, serving = INTERFERENCE[policy]
         for prompt in prompts:
-            res = simulate(scenario(policy, fixed(rate, prompt, 128, n)))
+            res = simulate(scenario(name, fixed(rate, prompt, 128, n), **serving))
             s = summarize(res)
             out.append({"policy": policy, "prompt": prompt,
                         "ttft_p50_ms": p(s, "ttft"), "tpot_p50_ms": p(s, "tpot"),
@@ -204,7 +215,7 @@ def main() -> None:
         print(f"{r['policy']:>14} {r['prompt']:>6}  {r['ttft_p50_ms']:8.1f}  "
               f"{r['tpot_p50_ms']:8.2f}  {r['tpot_p99_ms']:8.2f}  {r['itl_p99_ms']:7.1f}")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for policy in ("continuous", "chunked", "disaggregated"):
+    for policy in INTERFERENCE:
         rows = [r for r in e if r["policy"] == policy]
         axes[0].plot(prompts, [r["tpot_p99_ms"] for r in rows], "o-", label=policy)
         axes[1].plot(prompts, [r["itl_p99_ms"] for r in rows], "o-", label=policy)

@@ -18,7 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
-from sim.config.vllmflags import apply_vllm, section_mapping
+from sim.config.vllmflags import apply_vllm, section_mapping, serving_defaults
 from sim.configtools import (
     bounded,
     build,
@@ -74,21 +74,35 @@ COST_KINDS = ("measured", "roofline", "linear", "profile")
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Batching policy and its limits (sequences, tokens per iteration, KV blocks)."""
+    """Batching policy and its limits (sequences, tokens per iteration, KV blocks).
 
-    policy: str = "continuous"
+    The default policy is ``chunked``, vLLM v1's scheduler. A scenario file that leaves
+    ``max_num_seqs`` or ``max_num_batched_tokens`` unset under ``chunked`` gets the values
+    ``vllm serve`` picks for the scenario's GPU (:func:`sim.config.vllmflags.serving_defaults`);
+    the field defaults below are what other policies, and code building this class
+    directly, get. ``watermark`` unset is 0 for ``chunked`` (v1's KV manager keeps no
+    admission reserve) and 0.01 for the others (vLLM v0's default).
+    """
+
+    policy: str = "chunked"
     max_num_seqs: int = bounded(256, ge=1)
     max_num_batched_tokens: int = bounded(8192, ge=1)
     block_size: int = bounded(16, ge=1)
-    watermark: float = bounded(0.01, ge=0, lt=1)
+    watermark: float | None = bounded(None, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
     # vLLM's --num-gpu-blocks-override: KV blocks per replica instead of the memory-derived
     # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
     num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
     swap_space_gib: float = bounded(4.0, ge=0)  # host memory per GPU for swapped KV (GiB)
-    # chunked: tokens per iteration (default 2048, or max_num_batched_tokens if smaller)
+    # chunked: a per-iteration token budget below max_num_batched_tokens (a Sarathi-style
+    # chunk size); unset, the budget is max_num_batched_tokens, as in vLLM v1.
     token_budget: int | None = bounded(None, ge=1)
+    # chunked: vLLM's --long-prefill-token-threshold, the most prompt tokens one request
+    # computes in an iteration (0: no cap beyond the budget).
+    long_prefill_token_threshold: int = bounded(0, ge=0)
+    # vLLM's --max-num-partial-prefills; vLLM v1 refuses to start with any value but 1.
+    max_num_partial_prefills: int = bounded(1, ge=1)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
@@ -102,12 +116,18 @@ class ServingConfig:
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
                 where="policy",
             )
+        if self.watermark is None:
+            object.__setattr__(self, "watermark", 0.0 if self.policy == "chunked" else 0.01)
         if self.prefix_caching and (self.policy not in ("continuous", "chunked")
                                     or self.preemption != "recompute"):
             raise ServesimError(
                 f"prefix caching is modelled for policies continuous and chunked with "
                 f"preemption recompute (vLLM's automatic prefix caching), not policy "
                 f"{self.policy!r} with preemption {self.preemption!r}", where="prefix_caching")
+        if self.max_num_partial_prefills != 1:
+            raise ServesimError(
+                f"got {self.max_num_partial_prefills}; vLLM v1 runs only 1 (it refuses to start "
+                "with more), and servesim models v1", where="max_num_partial_prefills")
         if self.policy == "chunked":
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.
@@ -118,13 +138,24 @@ class ServingConfig:
                 raise ServesimError(f"got {self.token_budget}, must be at most "
                                     f"max_num_batched_tokens {self.max_num_batched_tokens}",
                                     where="token_budget")
+        elif self.long_prefill_token_threshold:
+            raise ServesimError(f"got {self.long_prefill_token_threshold}; the cap on one "
+                                "request's prompt tokens per iteration applies to policy "
+                                f"chunked only, not {self.policy!r}",
+                                where="long_prefill_token_threshold")
 
     @property
     def chunk_budget(self) -> int:
-        """The chunked policy's tokens per iteration."""
+        """The chunked policy's tokens per iteration: ``token_budget`` if given, else
+        ``max_num_batched_tokens`` (vLLM v1)."""
         if self.token_budget is not None:
             return self.token_budget
-        return min(2048, self.max_num_batched_tokens)
+        return self.max_num_batched_tokens
+
+    @property
+    def kv_watermark(self) -> float:
+        """Share of KV blocks kept free when admitting new work (resolved ``watermark``)."""
+        return 0.0 if self.watermark is None else self.watermark
 
 
 @dataclass(frozen=True)
@@ -273,7 +304,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             name=convert(str, raw.get("name", "scenario"), "name"),
             hardware=hardware,
             cost=_cost(raw.get("cost")),
-            serving=build(ServingConfig, raw.get("serving") or {}, "serving"),
+            serving=build(ServingConfig,
+                          serving_defaults(raw.get("serving") or {}, hardware.gpu), "serving"),
             cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
             disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),

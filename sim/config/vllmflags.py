@@ -6,8 +6,8 @@ A user who runs ``vllm serve MODEL --max-model-len 8192 --gpu-memory-utilization
 (:data:`MAPPED`) before the scenario is validated, and what the flags leave unset
 takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
 
-- chunked prefill (V1 always chunks): ``serving.policy: chunked``, its per-iteration
-  token budget equal to ``max_num_batched_tokens``;
+- chunked prefill (V1 always chunks): ``serving.policy: chunked``, whose per-iteration
+  token budget is ``max_num_batched_tokens``;
 - ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on a GPU reporting at least
   70 GiB that is not an A100, else 2048 and 256 (vLLM's ``get_batch_defaults``);
 - no admission watermark (V1's KV-cache manager keeps none).
@@ -16,7 +16,7 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
 dtypes (:data:`DTYPE_FLAGS`). Flags that change nothing a simulation prices (``port``,
 ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
 servesim does not model yet (other quantisations, pipeline parallelism, eager mode,
-partial-prefill limits) is an error naming it, as is any other name and a flag whose
+long partial prefills) is an error naming it, as is any other name and a flag whose
 servesim key the scenario also sets.
 """
 
@@ -40,6 +40,8 @@ MAPPED: dict[str, tuple[str, str]] = {
     "num_gpu_blocks_override": ("serving", "num_gpu_blocks"),
     "swap_space": ("serving", "swap_space_gib"),
     "preemption_mode": ("serving", "preemption"),
+    "long_prefill_token_threshold": ("serving", "long_prefill_token_threshold"),
+    "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
 }
 # Other spellings of a servesim key that count as setting it.
 _SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
@@ -49,9 +51,7 @@ ONLY: dict[str, tuple[Any, ...]] = {
     "pipeline_parallel_size": (1,),
     "dtype": ("auto", "bfloat16", "float16", "half"),
     "enforce_eager": (False,),
-    "max_num_partial_prefills": (1,),
     "max_long_partial_prefills": (1,),
-    "long_prefill_token_threshold": (0,),
 }
 # Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
 DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
@@ -166,11 +166,21 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
 
 
 def _v1_defaults(serving: dict[str, Any], gpu_name: str) -> None:
-    """What ``vllm serve`` (V1) uses where neither the flags nor the scenario say."""
+    """What ``vllm serve`` (V1) uses where neither the flags nor the scenario say: its
+    batch limits for the GPU even when chunked prefill is turned off, and no watermark."""
     tokens, seqs = batch_defaults(gpu_name)
     serving.setdefault("policy", "chunked")
     serving.setdefault("max_num_batched_tokens", tokens)
     serving.setdefault("max_num_seqs", seqs)
     serving.setdefault("watermark", 0.0)
-    if serving["policy"] == "chunked" and "token_budget" not in serving:
-        serving["token_budget"] = serving["max_num_batched_tokens"]
+
+
+def serving_defaults(serving: Any, gpu_name: str) -> Any:
+    """The ``serving`` section with vLLM v1's batch limits for ``gpu_name`` filled in
+    where the section leaves them unset and its policy is ``chunked`` (the default);
+    ``serving`` itself otherwise (other policies keep the dataclass defaults, and a
+    section that is not a mapping is left for validation to refuse)."""
+    if not isinstance(serving, dict) or serving.get("policy", "chunked") != "chunked":
+        return serving
+    tokens, seqs = batch_defaults(gpu_name)
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, **serving}

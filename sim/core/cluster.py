@@ -57,7 +57,7 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         # vLLM's --num-gpu-blocks-override replaces the memory-derived count.
         blocks = sv.num_gpu_blocks or budget.fitted().blocks
         memory[pool.role] = budget.summary(sv.num_gpu_blocks)
-        watermark = int(sv.watermark * blocks)
+        watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
         # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
         swap_blocks = int(sv.swap_space_gib * 2**30 // budget.block_bytes)

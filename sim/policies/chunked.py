@@ -18,18 +18,20 @@ if TYPE_CHECKING:
 
 
 class Chunked:
-    """Stall-free batching with a budget of ``token_budget`` tokens per iteration (default
-    2048, or ``max_num_batched_tokens`` when smaller).
+    """vLLM v1's scheduler: a budget of ``max_num_batched_tokens`` tokens per iteration
+    (or a smaller ``token_budget``), shared by decodes and prompt chunks.
 
     Running requests go first, in admission order: each decode takes one token, a
     request part-way through its prefill takes the next chunk of what is left (because
     prefills are admitted last, running decodes always precede it, so decodes never
     wait behind a whole prompt). The rest of the budget admits waiting requests in
     queue order, each with as much of its prompt as fits; the last one admitted is
-    usually cut and continues next iteration. Paged KV: a chunk allocates only the
-    blocks its new tokens need. When a running request cannot grow, the newest running
-    request not yet in this batch is preempted (recompute, or swap), else the chunk
-    shrinks to the free blocks, else the request itself is preempted. No admission
+    usually cut and continues next iteration. ``long_prefill_token_threshold`` (when
+    above 0) caps any one request's tokens in an iteration, so several long prompts
+    advance side by side. Paged KV: a chunk allocates only the blocks its new tokens
+    need. When a running request cannot grow, the newest running requests are
+    preempted (recompute, or swap) until it fits; when it is itself the newest, it is
+    preempted, as v1 does (its chunk is not shrunk to the free blocks). No admission
     happens in an iteration that preempted (as vLLM v1), so a victim is not re-admitted
     into the space it just gave up.
     """
@@ -42,6 +44,8 @@ class Chunked:
     def __init__(self, cfg: ServingConfig):
         self.budget = cfg.chunk_budget
         self.max_seqs = cfg.max_num_seqs
+        # 0 (no cap) is the same as a cap no chunk can reach.
+        self.cap = cfg.long_prefill_token_threshold or cfg.chunk_budget
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Any prompt can be chunked; only the KV capacity (checked by the replica) limits."""
@@ -64,20 +68,15 @@ class Chunked:
                 budget -= i
             else:
                 group.flush(running)
+        cap = self.cap
         while i < len(running) and budget > 0:
             r = running[i]
-            c = r.computed
-            n = r.prompt + r.generated - c
-            if n > budget:
-                n = budget
+            n = min(r.prompt + r.generated - r.computed, budget, cap)
             if not grow(state, r, n, victims):
-                # r is the newest: shrink its chunk to its own free slots plus free blocks.
-                n = (r.blocks + kv.num_free) * state.block_size - c
-                if n < 1:
-                    victims.append(running.pop())
-                    state.release(r)
-                    break
-                kv.allocate_slots(r, n)
+                # r is the newest and still does not fit: it gives up its own blocks.
+                victims.append(running.pop())
+                state.release(r)
+                break
             batch[r] = n
             budget -= n
             i += 1
@@ -89,9 +88,7 @@ class Chunked:
         while waiting and budget > 0 and seqs < self.max_seqs:
             r = waiting[0]
             hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
-            n = r.prompt + r.generated - r.computed - hit.tokens
-            if n > budget:
-                n = budget
+            n = min(r.prompt + r.generated - r.computed - hit.tokens, budget, cap)
             if kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
                 break
             waiting.popleft()

@@ -202,6 +202,9 @@ def scenario_digest(scenario: Any) -> str:
     for key in ("concurrency", "think_time_s", "stages"):
         if fields["workload"].get(key) is None:
             fields["workload"].pop(key, None)
+    for key, unset in (("long_prefill_token_threshold", 0), ("max_num_partial_prefills", 1)):
+        if fields["serving"].get(key) == unset:
+            fields["serving"].pop(key)
     for params in fields["cost"].values():
         if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
                 NO_FRONTEND):
@@ -301,7 +304,8 @@ def simulated(res: RunResult) -> dict[str, Any]:
             "policy": sv.policy, "max_num_seqs": sv.max_num_seqs,
             "max_num_batched_tokens": sv.max_num_batched_tokens,
             "token_budget": sv.chunk_budget if sv.policy == "chunked" else sv.token_budget,
-            "block_size": sv.block_size,
+            "long_prefill_token_threshold": sv.long_prefill_token_threshold,
+            "block_size": sv.block_size, "watermark": sv.kv_watermark,
             "kv_blocks_per_replica": [s.kv_total for s in stats],
         }
     return {

@@ -30,7 +30,7 @@ from sim.configtools import (
 )
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
-from sim.cost.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
+from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, ModelSpec, gpu, model_preset
 from sim.errors import ServesimError
 from sim.policies.admission import AdmissionConfig
 from sim.workload.requests import WorkloadConfig
@@ -40,11 +40,13 @@ from sim.workload.requests import WorkloadConfig
 class HardwareConfig:
     """One replica's GPUs: type, count (tensor-parallel degree), and the fraction of each
     GPU's reported memory vLLM may use (``gpu_memory_utilization``; that name is accepted
-    in the file too)."""
+    in the file too), and the GiB of a node's host memory a KV tier may take."""
 
     gpu: str = "h100-sxm"
     tp: int = bounded(1, ge=1)
     memory_utilization: float = bounded(0.9, gt=0, le=1)
+    # None: the node's installed memory (sim.cost.specs.NODE_HOST_MEMORY_GIB).
+    host_memory_gb: float | None = bounded(None, gt=0)
 
     def __post_init__(self) -> None:
         if self.gpu not in GPUS:
@@ -73,6 +75,23 @@ COST_KINDS = ("measured", "roofline", "linear", "profile")
 
 
 @dataclass(frozen=True)
+class KVOffloadConfig:
+    """A host-memory KV tier (docs/policies.md): ``cpu_gb`` GiB of host memory per GPU
+    holding the prefix-cache entries the GPU evicts and preempted requests' swapped KV
+    (it replaces ``swap_space_gib``); blocks move at ``bandwidth_gb_s`` (1e9 bytes/s per
+    GPU, each way; default the GPU's host link, PCIe). ``overlap``: an iteration's
+    transfers run under its compute (step time = the longer of the two, as SGLang
+    HiCache loads layer by layer) instead of before it (added, as vLLM v0 swaps)."""
+
+    cpu_gb: float = bounded(ge=0)
+    bandwidth_gb_s: float | None = bounded(None, gt=0)
+    overlap: bool = False
+
+
+SWAP_SPACE_GIB = 4.0  # vLLM v0's default --swap-space
+
+
+@dataclass(frozen=True)
 class ServingConfig:
     """Batching policy and its limits (sequences, tokens per iteration, KV blocks).
 
@@ -94,7 +113,8 @@ class ServingConfig:
     # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
     num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
-    swap_space_gib: float = bounded(4.0, ge=0)  # host memory per GPU for swapped KV (GiB)
+    # Host memory per GPU for swapped KV (GiB), when no kv_offload tier is given.
+    swap_space_gib: float = bounded(SWAP_SPACE_GIB, ge=0)
     # chunked: a per-iteration token budget below max_num_batched_tokens (a Sarathi-style
     # chunk size); unset, the budget is max_num_batched_tokens, as in vLLM v1.
     token_budget: int | None = bounded(None, ge=1)
@@ -106,6 +126,7 @@ class ServingConfig:
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
+    kv_offload: KVOffloadConfig | None = None  # a host-memory KV tier
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
@@ -118,12 +139,17 @@ class ServingConfig:
             )
         if self.watermark is None:
             object.__setattr__(self, "watermark", 0.0 if self.policy == "chunked" else 0.01)
+        # Swapped KV and evicted prefixes share one host tier only when kv_offload sizes it.
         if self.prefix_caching and (self.policy not in ("continuous", "chunked")
-                                    or self.preemption != "recompute"):
+                                    or (self.preemption != "recompute"
+                                        and self.kv_offload is None)):
             raise ServesimError(
                 f"prefix caching is modelled for policies continuous and chunked with "
-                f"preemption recompute (vLLM's automatic prefix caching), not policy "
-                f"{self.policy!r} with preemption {self.preemption!r}", where="prefix_caching")
+                f"preemption recompute (vLLM's automatic prefix caching), or swap with a "
+                f"kv_offload tier, not policy {self.policy!r} with preemption "
+                f"{self.preemption!r}", where="prefix_caching")
+        if self.kv_offload is not None:
+            self._check_offload()
         if self.max_num_partial_prefills != 1:
             raise ServesimError(
                 f"got {self.max_num_partial_prefills}; vLLM v1 runs only 1 (it refuses to start "
@@ -143,6 +169,17 @@ class ServingConfig:
                                 "request's prompt tokens per iteration applies to policy "
                                 f"chunked only, not {self.policy!r}",
                                 where="long_prefill_token_threshold")
+
+    def _check_offload(self) -> None:
+        """A host tier needs something to hold, and is sized by kv_offload alone."""
+        if not self.prefix_caching and self.preemption != "swap":
+            raise ServesimError("the host tier holds evicted prefix-cache entries "
+                                "(prefix_caching: true) and swapped KV (preemption: swap); "
+                                "with neither it would stay empty", where="kv_offload")
+        if self.swap_space_gib != SWAP_SPACE_GIB:
+            raise ServesimError(f"got {self.swap_space_gib} with kv_offload, whose cpu_gb "
+                                f"sizes the one host tier swapped KV goes to; give only "
+                                f"kv_offload.cpu_gb", where="swap_space_gib")
 
     @property
     def chunk_budget(self) -> int:
@@ -319,6 +356,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
         check_pools(scenario)
+        check_host_memory(scenario)
         wl = scenario.workload
         check_faults(scenario.faults, pools(scenario)[0].replicas,
                      scenario.horizon_s if scenario.horizon_s is not None else wl.duration_s,
@@ -334,6 +372,27 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         return scenario
     except ServesimError as exc:
         raise exc.located(source) from None
+
+
+def check_host_memory(scenario: Scenario) -> None:
+    """A kv_offload tier fits the host memory of a node: ``cpu_gb`` times the pool's GPUs
+    on one node (all of them, up to the node's count) at most ``hardware.host_memory_gb``
+    (default: the node's installed memory)."""
+    given = scenario.hardware.host_memory_gb
+    for pool in pools(scenario):
+        tier = pool.serving.kv_offload
+        if tier is None:
+            continue
+        spec = gpu(pool.gpu)
+        cap = given if given is not None else NODE_HOST_MEMORY_GIB[pool.gpu]
+        on_node = min(pool.replicas * pool.tp, spec.node_gpus)
+        if tier.cpu_gb * on_node > cap:
+            source = ("hardware.host_memory_gb" if given is not None
+                      else f"the installed memory of a {pool.gpu} node")
+            raise ServesimError(
+                f"got {tier.cpu_gb:g} GiB per GPU x {on_node} GPUs on a node = "
+                f"{tier.cpu_gb * on_node:g} GiB, more than the {cap:g} GiB of {source}; "
+                f"lower cpu_gb, or set hardware.host_memory_gb", where="serving.kv_offload.cpu_gb")
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:

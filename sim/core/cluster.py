@@ -23,7 +23,7 @@ from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS
 
 if TYPE_CHECKING:
-    from sim.config.scenario import Scenario
+    from sim.config.scenario import Scenario, ServingConfig
     from sim.core.engine import Engine
 
 
@@ -38,6 +38,17 @@ class Cluster:
     router: Any
     decode_pool: list[Replica] | None
     memory: dict[str, dict[str, Any]]
+
+
+def host_tier(sv: ServingConfig, block_bytes: int, host_bw: float) -> tuple[int, float]:
+    """(blocks, bytes/s) of a replica's host tier: ``kv_offload``'s size and bandwidth,
+    or without it vLLM v0's swap space over the GPU's host link (``host_bw``, bytes/s).
+    Blocks are per-GPU shards of ``block_bytes`` bytes, as ``cpu_gb`` is GiB per GPU."""
+    tier = sv.kv_offload
+    if tier is None:
+        return int(sv.swap_space_gib * 2**30 // block_bytes), host_bw
+    bw = host_bw if tier.bandwidth_gb_s is None else tier.bandwidth_gb_s * 1e9
+    return int(tier.cpu_gb * 2**30 // block_bytes), bw
 
 
 def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
@@ -60,13 +71,16 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
         # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
-        swap_blocks = int(sv.swap_space_gib * 2**30 // budget.block_bytes)
+        swap_blocks, host_bw = host_tier(sv, budget.block_bytes, gpu(pool.gpu).host_bw)
+        offload = sv.kv_offload is not None
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
-                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks), sv,
-                    pool.role, budget.block_bytes / gpu(pool.gpu).host_bw)
+                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload),
+                    sv, pool.role, budget.block_bytes / host_bw)
             for i in range(pool.replicas)
         ]
+        for rep in members:
+            rep.stats.block_bytes = budget.block_bytes
         replicas += members
         by_role[pool.role] = members
         routers[pool.role] = ROUTERS[pool.router](rng)

@@ -331,6 +331,7 @@ class Engine(Outcomes):
         for rep in self.replicas:
             if rep.prefix is not None:
                 rep.stats.prefix_evictions = rep.prefix.evictions
+            rep.stats.record_host(rep.kv.host)
         itl = LogHistogram()
         for rep in self.replicas:
             itl.merge(rep.itl)

@@ -15,6 +15,12 @@ in host memory), written only by this module. Guarantees: 0 <= ``used`` <= ``tot
 an allocation that keeps the watermark leaves at least ``watermark`` blocks available
 (:attr:`~KVCacheManager.admit_low_water` records the fewest it left).
 
+Host memory is one more tier below the GPU (:class:`~sim.core.hosttier.HostTier`, owned
+here): it holds swapped-out requests' KV and, with ``serving.kv_offload``, the prefix
+entries the GPU evicts, which a later hit loads back instead of recomputing. A prefix
+entry is in one tier at most. Blocks moved for prefix entries accumulate in
+:attr:`~KVCacheManager.pending_io` for the replica to price.
+
 Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine.
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from sim.core.hosttier import HostTier
 from sim.core.prefix import PrefixCache
 from sim.core.request import Request
 from sim.cost.memory import blocks_for
@@ -29,11 +36,14 @@ from sim.cost.memory import blocks_for
 
 class PrefixHit(NamedTuple):
     """A waiting request's leading tokens found in the prefix cache: ``tokens`` (a
-    multiple of the cache's hash size) and ``pinned``, the blocks among them no request
-    references now, which stop counting as available once it takes them."""
+    multiple of the cache's hash size), ``pinned``, the GPU blocks among them no request
+    references now, which stop counting as available once it takes them, and
+    ``loaded``, the last of those tokens, found in the host tier (they need GPU blocks
+    and a load over the host link)."""
 
     tokens: int
     pinned: int
+    loaded: int = 0
 
 
 NO_HIT = PrefixHit(0, 0)
@@ -44,17 +54,19 @@ class KVCacheManager:
 
     ``total_blocks`` blocks of ``block_size`` tokens; ``watermark_blocks`` are kept free
     when admitting new work (vLLM's watermark) so a freshly admitted prompt does not
-    immediately force running requests out; ``swap_blocks`` is the host space (blocks)
-    for swapped-out KV. With prefix caching on (:meth:`enable_prefix_caching`) blocks of
-    cached entries no request references count as available and are evicted, least
-    recently used first, only when an allocation needs them.
+    immediately force running requests out; ``swap_blocks`` is the host tier's size
+    (blocks) for swapped-out KV and, when ``offload`` is set (``serving.kv_offload``),
+    for the prefix entries the GPU evicts too. With prefix caching on
+    (:meth:`enable_prefix_caching`) blocks of cached entries no request references count
+    as available and are evicted, least recently used first, only when an allocation
+    needs them.
     """
 
-    __slots__ = ("total", "block_size", "watermark", "used", "swap_free", "prefix",
-                 "admit_low_water")
+    __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
+                 "admit_low_water", "pending_io")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
-                 swap_blocks: int = 0) -> None:
+                 swap_blocks: int = 0, offload: bool = False) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks):
             raise ValueError("bad KV cache sizes")
@@ -62,7 +74,10 @@ class KVCacheManager:
         self.block_size = block_size
         self.watermark = watermark_blocks
         self.used = 0  # blocks held by requests or by cached prefix entries
-        self.swap_free = swap_blocks  # host blocks left for swapped-out KV
+        self.host = HostTier(swap_blocks, offload)
+        # Blocks of prefix entries moved between the tiers since the replica last priced
+        # an iteration (stores of evicted entries and loads of hits).
+        self.pending_io = 0
         self.prefix: PrefixCache | None = None
         # The fewest available blocks an allocation keeping the watermark left behind.
         self.admit_low_water = total_blocks
@@ -71,9 +86,15 @@ class KVCacheManager:
         """Keep prompt blocks by content hash, each hash naming ``hash_tokens`` tokens (a
         multiple of the block size); returns the cache (the router reads it)."""
         self.prefix = PrefixCache(hash_tokens, self.block_size)
+        self.host.per_hash = self.prefix.per_hash
         return self.prefix
 
     # -- queries ----------------------------------------------------------------------
+    @property
+    def swap_free(self) -> int:
+        """Host blocks a swap-out could take (stored prefix entries give way to it)."""
+        return self.host.total - self.host.swapped
+
     @property
     def num_free(self) -> int:
         """Blocks held by no request and no cached entry."""
@@ -96,12 +117,17 @@ class KVCacheManager:
 
     def computed_tokens(self, r: Request) -> PrefixHit:
         """The leading tokens of ``r``'s next prefill already in the prefix cache (never
-        its last token, whose logits are needed); :data:`NO_HIT` without caching, or for
-        a request whose KV is partly present (swapped, or sent by a prefill replica)."""
+        its last token, whose logits are needed): on the GPU, then continuing in the host
+        tier; :data:`NO_HIT` without caching, or for a request whose KV is partly present
+        (swapped, or sent by a prefill replica)."""
         pc = self.prefix
         if pc is None or r.hashes is None or r.computed:
             return NO_HIT
         k, unref = pc.match(r.hashes, r.prompt + r.generated)
+        if self.host.entries:
+            j = self.host.match(r.hashes, k, pc.limit(r.hashes, r.prompt + r.generated))
+            if j:
+                return PrefixHit((k + j) * pc.hash_tokens, unref, j * pc.hash_tokens)
         return PrefixHit(k * pc.hash_tokens, unref)
 
     # -- allocation -------------------------------------------------------------------
@@ -110,12 +136,13 @@ class KVCacheManager:
         """Give ``r`` the blocks its next ``num_new_tokens`` tokens (after ``hit.tokens``
         taken from the prefix cache, see :meth:`computed_tokens`) and ``lookahead_tokens``
         more need; returns the blocks newly taken (0 when it already holds them), or None
-        when they do not fit (leaving the watermark free if asked), changing nothing."""
+        when they do not fit (leaving the watermark free if asked), changing nothing.
+        Blocks of a hit's host part are among those taken: they are loaded into them."""
         cached = hit.tokens
         bs = self.block_size
         need = -(-(r.computed + cached + num_new_tokens + lookahead_tokens) // bs) - r.blocks
         if cached:
-            need -= cached // bs
+            need -= (cached - hit.loaded) // bs
         elif need <= 0 and not keep_watermark:
             return 0  # the common decode that stays inside its last block
         pc = self.prefix
@@ -125,10 +152,12 @@ class KVCacheManager:
             return None
         if cached:
             assert pc is not None and r.hashes is not None
-            k = cached // pc.hash_tokens
+            k = (cached - hit.loaded) // pc.hash_tokens
             pc.acquire(r.hashes[:k])  # before allocating, so they are not evicted
             r.cached = k
             r.blocks += k * pc.per_hash
+            if hit.loaded:
+                self._load(r, k, hit.loaded // pc.hash_tokens)
         if need > 0:
             if need > free:
                 self._evict(need)
@@ -137,6 +166,19 @@ class KVCacheManager:
         if keep_watermark and avail - need < self.admit_low_water:
             self.admit_low_water = avail - need
         return need if need > 0 else 0
+
+    def _load(self, r: Request, k: int, j: int) -> None:
+        """Move ``r``'s host-tier entries ``k`` to ``k + j`` to the GPU as cache entries it
+        references (their blocks are among those the caller takes now)."""
+        pc = self.prefix
+        assert pc is not None and r.hashes is not None
+        loaded = r.hashes[k:k + j]
+        # Out of the host before any eviction below could push GPU entries into it.
+        self.host.take(loaded)
+        for h in loaded:
+            pc.publish(h)
+        r.cached = k + j
+        self.pending_io += j * pc.per_hash
 
     def allocate_blocks(self, num_blocks: int) -> bool:
         """Take ``num_blocks`` blocks for requests whose own counts are brought up to date
@@ -155,12 +197,16 @@ class KVCacheManager:
         r.blocks = blocks_for(tokens, self.block_size)
 
     def _evict(self, num_blocks: int) -> None:
-        """Evict least recently used cached entries until ``num_blocks`` blocks are free."""
+        """Evict least recently used cached entries until ``num_blocks`` blocks are free;
+        each goes down to the host tier when that keeps prefixes."""
         pc = self.prefix
         assert pc is not None
+        host = self.host
         while self.total - self.used < num_blocks and pc.lru:
-            pc.evict_oldest()
+            h = pc.evict_oldest()
             self.used -= pc.per_hash
+            if host.keeps_prefixes and host.put(h):
+                self.pending_io += pc.per_hash
         if self.total - self.used < num_blocks:
             raise AssertionError(f"KV over-allocation: {num_blocks} blocks with "
                                  f"{self.total - self.used} free")
@@ -190,9 +236,12 @@ class KVCacheManager:
         pc = self.prefix
         assert pc is not None and r.hashes is not None
         full = min(len(r.hashes), r.prompt // pc.hash_tokens)
+        entries = self.host.entries
         for k in range(r.cached, full):
             if not pc.publish(r.hashes[k]):
                 self.used -= pc.per_hash
+            elif entries:
+                self.host.discard(r.hashes[k])  # the GPU's fresh copy replaces it
         if full > r.cached:
             r.cached = full
 
@@ -202,26 +251,26 @@ class KVCacheManager:
         ``r.swapped`` holds their count. False when the host has no room (nothing
         changed: the caller frees it for recompute)."""
         n = r.blocks
-        if n > self.swap_free:
+        if not self.host.can_swap(n):
             return False
         self.free(r)
         r.swapped = n
-        self.swap_free -= n
+        self.host.swap_out(n)
         return True
 
     def swap_in(self, r: Request) -> int:
         """``r`` (just given its GPU blocks back) leaves host memory; returns the blocks
         that move over PCIe."""
         n = r.swapped
-        self.swap_free += n
+        self.host.swap_in(n)
         r.swapped = 0
         return n
 
     def reset(self, lost: list[Request]) -> None:
         """Drop every block and cached entry (a fault emptied the GPU); ``lost`` are the
-        requests held, whose host copies are dropped too."""
-        for r in lost:
-            self.swap_free += r.swapped
+        requests held, whose host copies are dropped too, with the host's entries."""
+        self.host.clear(sum(r.swapped for r in lost))
         if self.prefix is not None:
             self.prefix.clear()
         self.used = 0
+        self.pending_io = 0

@@ -10,7 +10,8 @@ tokens. A replica's :class:`PrefixCache` maps hashes to reference counts:
 - when its prefill completes, the request's remaining full prompt blocks join the cache
   (an entry another request made meanwhile is shared instead, and the duplicate freed);
 - entries no running request references stay cached, least recently used first out,
-  and are evicted only when an allocation needs their blocks.
+  and are evicted only when an allocation needs their blocks (down to the host tier,
+  :mod:`sim.core.hosttier`, when ``serving.kv_offload`` gives one).
 
 Blocks stay counted by the replica's :class:`~sim.core.kvmanager.KVCacheManager`, which owns
 this cache: a cached entry holds ``hash_tokens / block_size`` blocks of its ``used``
@@ -45,6 +46,11 @@ class PrefixCache:
     def evictable(self) -> int:
         """Blocks held by entries no request references (free for the taking)."""
         return len(self.lru) * self.per_hash
+
+    def limit(self, hashes: Sequence[int], tokens: int) -> int:
+        """The most leading entries a request whose prefill would cover ``tokens`` tokens
+        may hit: its hashes, short of its last token."""
+        return min(len(hashes), (tokens - 1) // self.hash_tokens)
 
     def match(self, hashes: Sequence[int], tokens: int) -> tuple[int, int]:
         """(entries hit, blocks among them that are unreferenced now) for a request whose
@@ -87,12 +93,13 @@ class PrefixCache:
         self.refs[h] = 1
         return True
 
-    def evict_oldest(self) -> None:
-        """Drop the least recently used unreferenced entry (its ``per_hash`` blocks are
-        the manager's to free)."""
+    def evict_oldest(self) -> int:
+        """Drop the least recently used unreferenced entry and return its hash (its
+        ``per_hash`` blocks are the manager's to free, or to move to the host tier)."""
         h, _ = self.lru.popitem(last=False)
         del self.refs[h]
         self.evictions += 1
+        return h
 
     def clear(self) -> None:
         """Forget every entry (a fault emptied the GPU); evictions stay counted."""

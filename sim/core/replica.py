@@ -50,9 +50,10 @@ class Replica:
     """State the policies read (``waiting``, ``running``, ``kv``, ``block_size``) and the
     process that runs iterations on it.
 
-    ``kv`` keeps every KV block count (host swap space included); ``swap_block_s`` is
-    the PCIe time (s) to move one block (per-GPU shard) between GPU and host, which
-    matters only when ``serving.preemption`` is ``swap``.
+    ``kv`` keeps every KV block count (the host tier included); ``swap_block_s`` is
+    the host-link time (s) to move one block (per-GPU shard) between GPU and host, which
+    matters when ``serving.preemption`` is ``swap`` or a ``kv_offload`` tier holds
+    prefix entries.
     """
 
     def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
@@ -74,6 +75,8 @@ class Replica:
         self.priority = serving is not None and serving.priority
         self.swap = serving is not None and serving.preemption == "swap"
         self.swap_block_s = swap_block_s
+        tier = serving.kv_offload if serving is not None else None
+        self.overlap = tier is not None and tier.overlap
         self.swap_s = 0.0  # PCIe seconds the next iteration spends swapping
         self.handoff: Callable[[Replica, Request, float], None] | None = None
         self.inbox: list[tuple[float, int, Request]] = []  # (lands_s, id, request)
@@ -151,6 +154,7 @@ class Replica:
             if hit.tokens:
                 r.computed = hit.tokens
                 self.stats.prefix_hit_tokens += hit.tokens
+                self.stats.host_hit_tokens += hit.loaded
         self.running.append(r)
         if r.swapped:
             self.swap_s += self.kv.swap_in(r) * self.swap_block_s
@@ -206,11 +210,19 @@ class Replica:
     def price(self, shape: StepShape, idle_s: float | None) -> float:
         """Seconds an iteration of ``shape`` takes: the cost model's step time, plus the
         profile's price for waking after ``idle_s`` seconds idle (None: it was busy;
-        sim.cost.profile), plus the PCIe time of the blocks swapped for it (vLLM swaps
-        before the forward pass)."""
+        sim.cost.profile), plus the host-link time of the blocks moved for it: swapped,
+        and prefix entries stored to or loaded from the host tier (vLLM swaps before the
+        forward pass); with ``kv_offload.overlap`` that time runs under the compute
+        instead, and the iteration takes the longer of the two."""
         dt = self.cost.step_time(shape)
         if idle_s is not None and self._wake_time is not None:
             dt += self._wake_time(idle_s)
+        io = self.kv.pending_io
+        if io:
+            self.kv.pending_io = 0
+            self.swap_s += io * self.swap_block_s
+        if self.overlap:
+            return max(dt, self.swap_s)
         return dt + self.swap_s if self.swap_s else dt
 
     def deliver(self, batch: Batch, em: Emission, now: float) -> None:
@@ -288,6 +300,7 @@ class Replica:
             dt = price(shape, None if idle_since is None else now - idle_since)
             idle_since = None
             if self.swap_s:
+                stats.host_io_s += self.swap_s
                 self.swap_s = 0.0
             # SimPy's clock after the timeout: it adds the same two floats.
             end = now + dt

@@ -3,6 +3,8 @@ preemptions and prefix-cache counts (summed by :mod:`sim.report.metrics`)."""
 
 from __future__ import annotations
 
+from sim.core.hosttier import HostTier
+
 
 class ReplicaStats:
     """Per-replica totals over the run (counts, seconds, block-seconds); ``kv_total`` is the
@@ -10,14 +12,26 @@ class ReplicaStats:
 
     __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
                  "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
-                 "prefix_evictions")
+                 "prefix_evictions", "block_bytes", "host_total", "host_hit_tokens",
+                 "host_io_s", "host_stored", "host_loaded", "host_dropped")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
         self.role = role
         self.prefix_query_tokens = 0  # tokens of prefills admitted with prefix caching on
-        self.prefix_hit_tokens = 0  # of which found in the prefix cache
+        self.prefix_hit_tokens = 0  # of which found in the prefix cache (either tier)
         self.prefix_evictions = 0  # cached prefix entries evicted for space
+        # The host tier (sim/core/hosttier.py): its size and the bytes of one block's
+        # per-GPU shard; hit tokens loaded from it; seconds iterations spent moving
+        # blocks over the host link; blocks stored to and loaded from it, and entries
+        # dropped from it (copied from the tier when the run ends).
+        self.block_bytes = 0
+        self.host_total = 0
+        self.host_hit_tokens = 0
+        self.host_io_s = 0.0
+        self.host_stored = 0
+        self.host_loaded = 0
+        self.host_dropped = 0
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs = 0
@@ -36,6 +50,12 @@ class ReplicaStats:
         self.kv_block_s += used * dt
         if used > self.kv_peak:
             self.kv_peak = used
+
+    def record_host(self, host: HostTier) -> None:
+        """Copy the host tier's size and counters (blocks) at the end of the run."""
+        self.host_total = host.total
+        self.host_stored, self.host_loaded, self.host_dropped = (host.stored, host.loaded,
+                                                                 host.dropped)
 
     def cut_short(self, cut: float, used: int) -> None:
         """The iteration just booked ended ``cut`` seconds early (a fault), holding

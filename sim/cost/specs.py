@@ -454,6 +454,21 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 
+# Host (CPU) memory installed in one node of node_gpus GPUs, GiB: the default ceiling of a
+# host KV tier (serving.kv_offload.cpu_gb x GPUs on the node; hardware.host_memory_gb
+# overrides it). A DIMM "TB" is a binary one (32 x 64 GB DIMMs = 2048 GiB).
+# - a100-80gb, h100-sxm, h200, b200: 2 TB of system memory in NVIDIA's DGX A100 (640 GB),
+#   DGX H100, DGX H200 and DGX B200 user guides (B200: 32 DIMMs, upgradable to 4 TB).
+# - mi300x: no vendor reference system; 2 TB assumed, as the 8-GPU HGX-class servers above.
+# - l40s: no reference system either; 1 TB assumed for a typical 8-GPU PCIe server.
+# The operating system and the serving process need some of it; set host_memory_gb to
+# what a tier may really take.
+NODE_HOST_MEMORY_GIB: dict[str, float] = {
+    "a100-80gb": 2048.0, "h100-sxm": 2048.0, "h200": 2048.0, "b200": 2048.0,
+    "mi300x": 2048.0, "l40s": 1024.0,
+}
+
+
 def weight_only(model: ModelSpec, gpu: GPUSpec) -> bool:
     """Whether ``model``'s FP8 weights run weight-only on ``gpu``: dequantised to bf16 for
     each GEMM, at bf16 FLOP/s, because the GPU has no FP8 tensor cores."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.engine import RunResult
+from sim.core.replicastats import ReplicaStats
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.cost.specs import recorded_fields
@@ -199,9 +200,11 @@ def scenario_digest(scenario: Any) -> str:
         if fields.get(key) == dataclasses.asdict(default):
             fields.pop(key)
     fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
-    for key in ("concurrency", "think_time_s", "stages"):
-        if fields["workload"].get(key) is None:
-            fields["workload"].pop(key, None)
+    for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
+                         ("workload", "stages"), ("serving", "kv_offload"),
+                         ("hardware", "host_memory_gb")):
+        if fields[section].get(key) is None:
+            fields[section].pop(key, None)
     for key, unset in (("long_prefill_token_threshold", 0), ("max_num_partial_prefills", 1)):
         if fields["serving"].get(key) == unset:
             fields["serving"].pop(key)
@@ -250,6 +253,39 @@ def _prefix_summary(res: RunResult) -> dict[str, Any]:
         "hit_tokens": hit,
         "hit_rate": hit / query if query else None,
         "evictions": sum(s.prefix_evictions for s in stats),
+    }}
+
+
+def _tier_summary(res: RunResult) -> dict[str, Any]:
+    """``kv_tiers``, present only with a ``kv_offload`` host tier: each tier's size per
+    replica (blocks, and GiB per GPU), the prompt tokens hit in it and their share of
+    prefill tokens, the host tier's traffic (blocks and GiB per GPU stored to it and
+    loaded from it, entries dropped) and the seconds iterations spent on it."""
+    from sim.config.disagg import pools
+
+    if all(p.serving.kv_offload is None for p in pools(res.scenario)):
+        return {}
+    stats = res.replica_stats
+    query = sum(s.prefix_query_tokens for s in stats)
+    host_hit = sum(s.host_hit_tokens for s in stats)
+    gpu_hit = sum(s.prefix_hit_tokens for s in stats) - host_hit
+
+    def gib(blocks: int, s: ReplicaStats) -> float:
+        return blocks * s.block_bytes / 2**30
+
+    return {"kv_tiers": {
+        "gpu": {"blocks_per_replica": [s.kv_total for s in stats],
+                "gib_per_gpu": [gib(s.kv_total, s) for s in stats],
+                "hit_tokens": gpu_hit, "hit_rate": gpu_hit / query if query else None},
+        "host": {"blocks_per_replica": [s.host_total for s in stats],
+                 "gib_per_gpu": [gib(s.host_total, s) for s in stats],
+                 "hit_tokens": host_hit, "hit_rate": host_hit / query if query else None,
+                 "stored_blocks": sum(s.host_stored for s in stats),
+                 "loaded_blocks": sum(s.host_loaded for s in stats),
+                 "stored_gib_per_gpu": sum(gib(s.host_stored, s) for s in stats),
+                 "loaded_gib_per_gpu": sum(gib(s.host_loaded, s) for s in stats),
+                 "dropped_entries": sum(s.host_dropped for s in stats)},
+        "transfer_s": sum(s.host_io_s for s in stats),
     }}
 
 
@@ -406,6 +442,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         **({"memory": res.memory} if res.memory else {}),
         "preemptions": int(res.preemptions.sum()),
         **_prefix_summary(res),
+        **_tier_summary(res),
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)
                           if span > 0 else None),
         "saturation": saturation(res),

@@ -1,0 +1,122 @@
+"""The host-memory tier of one replica's KV cache: blocks held in CPU memory, below the GPU.
+
+Two kinds of blocks live here, sharing one capacity (``total`` blocks, each a block's
+per-GPU shard, so the tier of every GPU of a replica holds the same count):
+
+- a preempted request's KV, swapped out (``swapped`` blocks, pinned until it resumes);
+- with ``serving.kv_offload`` and prefix caching, prefix-cache entries the GPU evicted
+  (``entries``, by content hash, least recently stored first). The tier is written on
+  eviction (write-back, as SGLang HiCache's ``write_back`` policy), and an entry is in at
+  most one tier: loading it to the GPU for a hit takes it out of here, and a request
+  that computes a block whose hash is stored here makes the host copy redundant.
+
+When room is needed, stored entries are dropped oldest first; swapped blocks never are
+(a swap-out that does not fit is refused, and the request is recomputed instead).
+Counts only: which host addresses hold what changes no timing. The owning
+:class:`~sim.core.kvmanager.KVCacheManager` decides every move and prices none; the
+replica turns the blocks moved into seconds on the host link.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class HostTier:
+    """Host KV blocks of one replica: ``total`` blocks, of which ``swapped`` hold
+    swapped-out requests and ``per_hash`` blocks each of ``entries`` hold evicted prefix
+    entries (only when ``keeps_prefixes``). Counters over the run (blocks): ``stored``
+    written from the GPU, ``loaded`` read back to it; ``dropped``: prefix entries lost
+    (evicted from the host, or evicted from the GPU with no host room for them)."""
+
+    __slots__ = ("total", "keeps_prefixes", "per_hash", "swapped", "entries", "stored",
+                 "loaded", "dropped")
+
+    def __init__(self, total_blocks: int, keeps_prefixes: bool = False) -> None:
+        if total_blocks < 0:
+            raise ValueError("bad host tier size")
+        self.total = total_blocks
+        self.keeps_prefixes = keeps_prefixes
+        self.per_hash = 1  # blocks per prefix entry, set when prefix caching is enabled
+        self.swapped = 0
+        self.entries: OrderedDict[int, None] = OrderedDict()
+        self.stored = 0
+        self.loaded = 0
+        self.dropped = 0
+
+    @property
+    def free(self) -> int:
+        """Blocks holding nothing."""
+        return self.total - self.swapped - len(self.entries) * self.per_hash
+
+    @property
+    def entry_blocks(self) -> int:
+        """Blocks holding evicted prefix entries."""
+        return len(self.entries) * self.per_hash
+
+    def match(self, hashes: Sequence[int], start: int, limit: int) -> int:
+        """How many of ``hashes[start:limit]``, from ``start`` on without a gap, are
+        stored here."""
+        entries = self.entries
+        k = start
+        while k < limit and hashes[k] in entries:
+            k += 1
+        return k - start
+
+    def _make_room(self, blocks: int) -> bool:
+        """Drop the oldest entries until ``blocks`` are free; False (nothing dropped) when
+        even dropping every entry would not free them."""
+        room = self.total - self.swapped - blocks  # blocks entries may keep
+        if room < 0:
+            return False
+        entries, per = self.entries, self.per_hash
+        while len(entries) * per > room:
+            entries.popitem(last=False)
+            self.dropped += 1
+        return True
+
+    def put(self, h: int) -> bool:
+        """Store the prefix entry ``h`` the GPU just evicted, dropping older ones for room;
+        False when the tier keeps no prefixes, or has no room even so (then ``h`` counts
+        as dropped: lost)."""
+        if not self.keeps_prefixes:
+            return False
+        if not self._make_room(self.per_hash):
+            self.dropped += 1
+            return False
+        self.entries[h] = None
+        self.stored += self.per_hash
+        return True
+
+    def take(self, hashes: Sequence[int]) -> None:
+        """Move these stored entries to the GPU (a hit loads them)."""
+        for h in hashes:
+            del self.entries[h]
+        self.loaded += len(hashes) * self.per_hash
+
+    def discard(self, h: int) -> None:
+        """Forget ``h`` if stored: the GPU computed that block again (nothing moves)."""
+        self.entries.pop(h, None)
+
+    def can_swap(self, blocks: int) -> bool:
+        """Whether a request's ``blocks`` could be swapped in (dropping entries)."""
+        return blocks <= self.total - self.swapped
+
+    def swap_out(self, blocks: int) -> None:
+        """Hold a preempted request's ``blocks`` (:meth:`can_swap` said they fit)."""
+        if not self._make_room(blocks):
+            raise AssertionError(f"host over-allocation: {blocks} blocks with "
+                                 f"{self.total - self.swapped} swappable")
+        self.swapped += blocks
+        self.stored += blocks
+
+    def swap_in(self, blocks: int) -> None:
+        """A swapped request's ``blocks`` go back to the GPU."""
+        self.swapped -= blocks
+        self.loaded += blocks
+
+    def clear(self, swapped: int) -> None:
+        """A fault lost the replica: its ``swapped`` blocks and every entry are gone."""
+        self.swapped -= swapped
+        self.entries.clear()

@@ -18,6 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
+from sim.config.speculative import SpeculativeConfig, check_speculative
 from sim.config.vllmflags import apply_vllm, section_mapping
 from sim.configtools import (
     bounded,
@@ -92,6 +93,7 @@ class ServingConfig:
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
+    speculative: SpeculativeConfig | None = None  # speculative decoding (docs/policies.md)
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
@@ -108,6 +110,8 @@ class ServingConfig:
                 f"prefix caching is modelled for policies continuous and chunked with "
                 f"preemption recompute (vLLM's automatic prefix caching), not policy "
                 f"{self.policy!r} with preemption {self.preemption!r}", where="prefix_caching")
+        if self.speculative is not None:
+            self._check_speculative(self.speculative)
         if self.policy == "chunked":
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.
@@ -119,12 +123,34 @@ class ServingConfig:
                                     f"max_num_batched_tokens {self.max_num_batched_tokens}",
                                     where="token_budget")
 
+    def _check_speculative(self, spec: SpeculativeConfig) -> None:
+        """Speculation runs under the iteration-level policies, and a chunked budget
+        must hold one whole verify (the pending token and every drafted one)."""
+        if self.policy not in SPECULATIVE_POLICIES:
+            raise ServesimError(
+                f"speculative decoding is modelled for policies "
+                f"{' and '.join(SPECULATIVE_POLICIES)}, not {self.policy!r}",
+                where="speculative")
+        if self.policy == "chunked" and self.chunk_budget < spec.num_tokens + 1:
+            raise ServesimError(f"got num_tokens {spec.num_tokens}: a verify of "
+                                f"{spec.num_tokens + 1} tokens exceeds the token budget "
+                                f"{self.chunk_budget}", where="speculative.num_tokens")
+
+    @property
+    def decode_width(self) -> int:
+        """Tokens a steady decode computes in one iteration: 1, or with speculation its
+        pending token plus the drafted ones."""
+        return 1 if self.speculative is None else self.speculative.num_tokens + 1
+
     @property
     def chunk_budget(self) -> int:
         """The chunked policy's tokens per iteration."""
         if self.token_budget is not None:
             return self.token_budget
         return min(2048, self.max_num_batched_tokens)
+
+
+SPECULATIVE_POLICIES = ("continuous", "chunked")
 
 
 @dataclass(frozen=True)
@@ -286,6 +312,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         )
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
+        check_speculative(scenario)
         check_pools(scenario)
         wl = scenario.workload
         check_faults(scenario.faults, pools(scenario)[0].replicas,

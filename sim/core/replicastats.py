@@ -1,5 +1,5 @@
 """Per-replica totals a run reports: iterations, busy time, batch sizes, KV use,
-preemptions and prefix-cache counts (summed by :mod:`sim.report.metrics`)."""
+preemptions, prefix-cache and speculative-decoding counts (summed by :mod:`sim.report.metrics`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ class ReplicaStats:
 
     __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
                  "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
-                 "prefix_evictions")
+                 "prefix_evictions", "spec_verifies", "spec_tokens")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
@@ -18,6 +18,8 @@ class ReplicaStats:
         self.prefix_query_tokens = 0  # tokens of prefills admitted with prefix caching on
         self.prefix_hit_tokens = 0  # of which found in the prefix cache
         self.prefix_evictions = 0  # cached prefix entries evicted for space
+        self.spec_verifies = 0  # speculative verifies run (one per sequence and iteration)
+        self.spec_tokens = 0  # tokens those emitted
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs = 0

@@ -42,6 +42,9 @@ class Chunked:
     def __init__(self, cfg: ServingConfig):
         self.budget = cfg.chunk_budget
         self.max_seqs = cfg.max_num_seqs
+        # Tokens a steady decode computes: 1, or with speculative decoding k + 1 (its
+        # pending token and the drafted ones), all counted against the budget as vLLM does.
+        self.width = cfg.decode_width
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Any prompt can be chunked; only the KV capacity (checked by the replica) limits."""
@@ -59,15 +62,18 @@ class Chunked:
         if group is not None:
             # Steady decodes lead the running list; when they all fit the budget and
             # their blocks are free, they decode as one aggregate (sim/core/decodeset.py).
-            if group.n <= budget and group.reserve(running, batch, prefix=True):
+            width = self.width
+            if group.n * width <= budget and group.reserve(running, batch, prefix=True):
                 i = group.n
-                budget -= i
+                budget -= i * width
             else:
                 group.flush(running)
         while i < len(running) and budget > 0:
             r = running[i]
             c = r.computed
             n = r.prompt + r.generated - c
+            if n == 1 and r.generated:
+                n = self.width  # a steady decode; a verify cut by the budget drafts fewer
             if n > budget:
                 n = budget
             if not grow(state, r, n, victims):

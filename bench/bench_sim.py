@@ -10,9 +10,13 @@ rate is the most one replica sustains.
 
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
        [--policies continuous] [--replicas 1] [--costs roofline,measured]
-       [--models llama-3-8b,qwen3-30b-a3b]
+       [--models llama-3-8b,qwen3-30b-a3b] [--speculative eagle:3:0.7]
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
+``--speculative METHOD:K:RATE`` runs every case twice at the same arrival rate (80% of
+the capacity without speculation): without speculative decoding, then with it (k drafted
+tokens, per-position acceptance RATE; ``draft`` takes METHOD:K:RATE:PRESET), repeats
+interleaved, and prints the ratio of their simulated requests per wall-second.
 """
 
 from __future__ import annotations
@@ -31,14 +35,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0,
-         cost: str = "roofline", model: str = "llama-3-8b") -> dict[str, Any]:
+         cost: str = "roofline", model: str = "llama-3-8b",
+         speculative: dict[str, Any] | None = None) -> dict[str, Any]:
     """The benchmark scenario as a raw mapping."""
+    serving: dict[str, Any] = {"policy": policy}
+    if speculative is not None:
+        serving["speculative"] = speculative
     return {
         "name": f"bench-{policy}-{replicas}r-{n}",
         "model": model,
         "hardware": {"gpu": "h100-sxm"},
         "cost": cost,
-        "serving": {"policy": policy},
+        "serving": serving,
         "cluster": {"replicas": replicas, "router": "round_robin"},
         "workload": {"arrivals": {"process": "poisson", "rate": rate},
                      "lengths": {"empirical": "azure_2023_conv"},
@@ -100,14 +108,21 @@ def main() -> None:
     p.add_argument("--costs", default="roofline",
                    help="cost models: roofline, measured (the shipped profile)")
     p.add_argument("--models", default="llama-3-8b", help="model presets, on one H100 each")
+    p.add_argument("--speculative", default=None,
+                   help="METHOD:K:RATE[:DRAFT]: each case without and with speculative decoding")
     p.add_argument("--child")
     a = p.parse_args()
     if a.child:
         child(a.child)
         return
-    print("| model | cost | policy | replicas | requests | rate (req/s) | wall s (median) | "
-          "sim req/s | iterations/s | events/s | peak RSS MiB |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    if a.speculative:
+        print("| model | cost | policy | replicas | requests | rate (req/s) | speculative | "
+              "wall s (median) | sim req/s | iterations/s | peak RSS MiB | req/s vs off |")
+        print("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    else:
+        print("| model | cost | policy | replicas | requests | rate (req/s) | wall s (median) | "
+              "sim req/s | iterations/s | events/s | peak RSS MiB |")
+        print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for model in a.models.split(","):
         for policy in a.policies.split(","):
             for replicas in map(int, a.replicas.split(",")):
@@ -115,8 +130,44 @@ def main() -> None:
                     _cases(a, model, policy, replicas, cost)
 
 
+def speculative_setting(text: str) -> dict[str, Any]:
+    """``serving.speculative`` from METHOD:K:RATE[:DRAFT_PRESET]."""
+    method, k, rate, *draft = text.split(":")
+    out: dict[str, Any] = {"method": method, "num_tokens": int(k),
+                           "acceptance": {"rate": float(rate)}}
+    if draft:
+        out["draft_model"] = draft[0]
+    return out
+
+
+def _spec_cases(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str,
+                rate: float) -> None:
+    """Each size without and with speculation at one rate, repeats interleaved (so load
+    on the machine falls on both alike)."""
+    spec = speculative_setting(a.speculative)
+    for n in map(int, a.sizes.split(",")):
+        variants = {"off": base(policy, replicas, rate, n, cost=cost, model=model),
+                    a.speculative: base(policy, replicas, rate, n, cost=cost, model=model,
+                                        speculative=spec)}
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
+        for _ in range(a.repeats):
+            for key, sc in variants.items():
+                runs[key].append(run_case(sc))
+        speed: dict[str, float] = {}
+        for key, rs in runs.items():
+            wall = statistics.median(r["wall_s"] for r in rs)
+            speed[key] = n / wall
+            print(f"| {model} | {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} | {key} "
+                  f"| {wall:.2f} | {n / wall:,.0f} | {rs[0]['iterations'] / wall:,.0f} "
+                  f"| {max(r['rss_mib'] for r in rs):.0f} "
+                  f"| {speed[key] / speed['off']:.1%} |", flush=True)
+
+
 def _cases(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str) -> None:
     rate = 0.8 * capacity(policy, replicas, cost, model)
+    if a.speculative:
+        _spec_cases(a, model, policy, replicas, cost, rate)
+        return
     for n in map(int, a.sizes.split(",")):
         sc = base(policy, replicas, rate, n, cost=cost, model=model)
         runs = [run_case(sc) for _ in range(a.repeats)]

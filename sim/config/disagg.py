@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.memory import MemoryBudget, memory_budget
 from sim.cost.specs import GPUS, ModelSpec, gpu, shard
@@ -137,8 +138,15 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     """One GPU's memory terms and the KV blocks of each replica of ``pool``
     (:func:`sim.cost.memory.memory_budget`)."""
     sv = pool.serving
-    return memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
-                         sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs)
+    budget = memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
+                           sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs)
+    if sv.speculative is None:
+        return budget
+    # The drafter's weights load beside the target's, and its KV shares the target's
+    # blocks (vLLM sizes one block pool over both models' layers).
+    weights, kv_per_token = draft_memory(sv.speculative, model, pool.tp)
+    return dataclasses.replace(budget, weights=budget.weights + weights,
+                               block_bytes=budget.block_bytes + kv_per_token * sv.block_size)
 
 
 def check_pools(scenario: Scenario) -> None:

@@ -18,6 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
+from sim.config.speculative import SpeculativeConfig, check_speculative
 from sim.config.vllmflags import apply_vllm, section_mapping, serving_defaults
 from sim.configtools import (
     bounded,
@@ -127,6 +128,7 @@ class ServingConfig:
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
     kv_offload: KVOffloadConfig | None = None  # a host-memory KV tier
+    speculative: SpeculativeConfig | None = None  # speculative decoding (docs/policies.md)
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
@@ -154,6 +156,8 @@ class ServingConfig:
             raise ServesimError(
                 f"got {self.max_num_partial_prefills}; vLLM v1 runs only 1 (it refuses to start "
                 "with more), and servesim models v1", where="max_num_partial_prefills")
+        if self.speculative is not None:
+            self._check_speculative(self.speculative)
         if self.policy == "chunked":
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.
@@ -181,6 +185,31 @@ class ServingConfig:
                                 f"sizes the one host tier swapped KV goes to; give only "
                                 f"kv_offload.cpu_gb", where="swap_space_gib")
 
+    def _check_speculative(self, spec: SpeculativeConfig) -> None:
+        """Speculation runs under the iteration-level policies, and a chunked budget
+        must hold one whole verify (the pending token and every drafted one)."""
+        if self.policy not in SPECULATIVE_POLICIES:
+            raise ServesimError(
+                f"speculative decoding is modelled for policies "
+                f"{' and '.join(SPECULATIVE_POLICIES)}, not {self.policy!r}",
+                where="speculative")
+        if self.policy == "chunked" and self.chunk_budget < spec.num_tokens + 1:
+            raise ServesimError(f"got num_tokens {spec.num_tokens}: a verify of "
+                                f"{spec.num_tokens + 1} tokens exceeds the token budget "
+                                f"{self.chunk_budget}", where="speculative.num_tokens")
+        cap = self.long_prefill_token_threshold
+        if cap and cap < spec.num_tokens + 1:
+            # The decode set verifies k + 1 tokens a sequence, uncapped.
+            raise ServesimError(f"got {cap}: below a verify of {spec.num_tokens + 1} tokens "
+                                f"(num_tokens {spec.num_tokens} + 1); give at least that",
+                                where="long_prefill_token_threshold")
+
+    @property
+    def decode_width(self) -> int:
+        """Tokens a steady decode computes in one iteration: 1, or with speculation its
+        pending token plus the drafted ones."""
+        return 1 if self.speculative is None else self.speculative.num_tokens + 1
+
     @property
     def chunk_budget(self) -> int:
         """The chunked policy's tokens per iteration: ``token_budget`` if given, else
@@ -193,6 +222,9 @@ class ServingConfig:
     def kv_watermark(self) -> float:
         """Share of KV blocks kept free when admitting new work (resolved ``watermark``)."""
         return 0.0 if self.watermark is None else self.watermark
+
+
+SPECULATIVE_POLICIES = ("continuous", "chunked")
 
 
 @dataclass(frozen=True)
@@ -355,6 +387,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         )
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
+        check_speculative(scenario)
         check_pools(scenario)
         check_host_memory(scenario)
         wl = scenario.workload

@@ -31,6 +31,9 @@ class DecodeGroup(Protocol):
     """
 
     n: int
+    # Tokens the members emitted in the last iteration that included the group (n, or
+    # more with speculative decoding).
+    emitted: int
 
     def reserve(self, running: list[Request], batch: Batch, prefix: bool = False) -> bool:
         """Take the blocks every member's next token needs, if the members are all of
@@ -68,10 +71,14 @@ class Batch(dict[Request, int]):
     (listed entries only), which keeps the policies' own ``if batch`` tests C-fast.
     """
 
-    __slots__ = ("group",)
+    __slots__ = ("group", "verified", "accepted")
 
     def __init__(self) -> None:
         self.group: DecodeGroup | None = None
+        # Set by advance(): listed verify entries (speculative decoding) and the tokens
+        # they emitted between them.
+        self.verified = 0
+        self.accepted = 0
 
     @property
     def seqs(self) -> int:
@@ -108,19 +115,41 @@ _NOTHING: Emission = ((), ())
 def advance(batch: Batch) -> Emission:
     """Apply an iteration that ran ``batch`` to its listed entries: each one's computed
     tokens grow by its count, and an entry whose KV then covers ``prompt + generated``
-    emits a token. Touches no KV block and no clock. The group's members are not
-    touched: their fields derive from the group's tick, which moves when the replica
-    delivers the iteration (:meth:`DecodeGroup.end_step`)."""
+    emits a token. An entry past that is a speculative verify (its pending token and
+    drafted ones, :func:`verify`), which emits one or more. Touches no KV block and no
+    clock. The group's members are not touched: their fields derive from the group's
+    tick, which moves when the replica delivers the iteration
+    (:meth:`DecodeGroup.end_step`)."""
     if not batch:
         return _NOTHING
     emitted: list[Request] = []
     finished: list[Request] = []
     for r, n in batch.items():
         c = r.computed + n
-        r.computed = c
-        if c == r.prompt + r.generated:
+        t = r.prompt + r.generated
+        if c == t:
+            r.computed = c
             r.generated += 1
-            emitted.append(r)
-            if r.generated == r.output:
-                finished.append(r)
+        elif c > t:
+            batch.verified += 1
+            batch.accepted += verify(r, n)
+        else:
+            r.computed = c
+            continue
+        emitted.append(r)
+        if r.generated == r.output:
+            finished.append(r)
     return emitted, finished
+
+
+def verify(r: Request, n: int) -> int:
+    """Apply a verify of ``n`` tokens (the pending one and ``n - 1`` drafted) to ``r``:
+    it keeps its next draw's tokens, at most ``n`` and at most what its output still
+    lacks; their KV stays and the last of them is its new pending token. Returns how
+    many it emitted."""
+    tokens, _, first = r.draws
+    m = min(int(tokens[first + r.verifies]), n, r.output - r.generated)
+    r.verifies += 1
+    r.computed += m
+    r.generated += m
+    return m

@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.config.disagg import pool_memory, pools, transfer_bytes_per_token, transfer_link
+from sim.config.speculative import drafter_model
 from sim.core.disagg import Handoff
 from sim.core.kvmanager import KVCacheManager
 from sim.core.replica import Replica
-from sim.cost.models import CostModel, build_cost
+from sim.core.specset import Speculation, spec_seed_of
+from sim.cost.drafter import Drafter
+from sim.cost.models import CostModel, RooflineParams, build_cost
 from sim.cost.specs import gpu
 from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS
@@ -73,10 +76,11 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
         swap_blocks, host_bw = host_tier(sv, budget.block_bytes, gpu(pool.gpu).host_bw)
         offload = sv.kv_offload is not None
+        spec = speculation(scenario, pool.gpu, pool.tp)
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload),
-                    sv, pool.role, budget.block_bytes / host_bw)
+                    sv, pool.role, budget.block_bytes / host_bw, spec)
             for i in range(pool.replicas)
         ]
         for rep in members:
@@ -95,3 +99,16 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             rep.handoff = handoff
     return Cluster(replicas, entry, routers.get("both") or routers["prefill"], decode_pool,
                    memory)
+
+
+def speculation(scenario: Scenario, gpu_name: str, tp: int) -> Speculation | None:
+    """The scenario's speculative decoding on ``tp`` GPUs of type ``gpu_name`` (None
+    without): its drafter priced by the roofline (the scenario's parameters when its
+    cost is a roofline), its draws from the workload seed's fifth child."""
+    spec = scenario.serving.speculative
+    if spec is None:
+        return None
+    params = scenario.cost.roofline or RooflineParams()
+    drafter = Drafter(drafter_model(spec, scenario.model), spec.num_tokens, gpu(gpu_name), tp,
+                      params)
+    return Speculation(spec, drafter, np.random.default_rng(spec_seed_of(scenario)))

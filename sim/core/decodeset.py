@@ -46,7 +46,7 @@ class DecodeSet:
     :class:`sim.core.batch.DecodeGroup`."""
 
     __slots__ = ("kv", "bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
-                 "last_end")
+                 "last_end", "emitted")
 
     def __init__(self, kv: KVCacheManager, reserved: bool = False) -> None:
         # Members' blocks are taken in bulk from kv and assigned to each when it settles.
@@ -63,6 +63,7 @@ class DecodeSet:
         self.finish_at: dict[int, list[Request]] = {}
         self.fresh: list[Request] = []
         self.last_end = 0.0
+        self.emitted = 0
 
     # -- membership ---------------------------------------------------------------------
     def joinable(self, r: Request) -> bool:
@@ -157,6 +158,7 @@ class DecodeSet:
         if n > len(fresh):
             itl.add_repeated(now - self.last_end, n - len(fresh))
         self.last_end = now
+        self.emitted = n
         self.tick += 1
         done = self.finish_at.pop(self.tick, None)
         if done is not None:

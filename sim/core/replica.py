@@ -33,6 +33,7 @@ from sim.core.prefix import PrefixCache
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
+from sim.core.specset import SpecDecodeSet, Speculation
 from sim.cost.shape import StepShape
 
 if TYPE_CHECKING:
@@ -53,12 +54,13 @@ class Replica:
     ``kv`` keeps every KV block count (the host tier included); ``swap_block_s`` is
     the host-link time (s) to move one block (per-GPU shard) between GPU and host, which
     matters when ``serving.preemption`` is ``swap`` or a ``kv_offload`` tier holds
-    prefix entries.
+    prefix entries. ``spec``: the run's speculative decoding (None: none), which draws
+    each routed request's acceptance and prices drafting.
     """
 
     def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
                  kv: KVCacheManager, serving: ServingConfig | None = None, role: str = "both",
-                 swap_block_s: float = 0.0):
+                 swap_block_s: float = 0.0, spec: Speculation | None = None):
         self.index = index
         self.engine = engine
         self.env = engine.env
@@ -86,7 +88,13 @@ class Replica:
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and policy.lazy_decodes
-        self.group = DecodeSet(kv, policy.reserves_kv) if lazy else None
+        self.spec = spec
+        # A verify needs KV slots for its k drafted tokens past the request's own.
+        self.lookahead = 0 if spec is None else spec.k
+        self.group: DecodeSet | SpecDecodeSet | None = None
+        if lazy:
+            self.group = (DecodeSet(kv, policy.reserves_kv) if spec is None
+                          else SpecDecodeSet(kv, spec.k + 1, self.stats))
         # A profile's price for the first step after an idle spell (sim.cost.profile).
         self._wake_time: Callable[[float], float] | None = getattr(cost, "wake_time", None)
         self.process = self.env.process(self._run())
@@ -104,6 +112,8 @@ class Replica:
         else:
             self.waiting.append(r)
         self.outstanding += r.prompt + r.output
+        if self.spec is not None:
+            self.spec.attach(r, self.engine.requests)
         if self.idle:
             self._wake()
 
@@ -193,7 +203,7 @@ class Replica:
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
         A prefill replica holds only the prompt's KV."""
-        tokens = prompt if self.role == "prefill" else prompt + output - 1
+        tokens = prompt if self.role == "prefill" else prompt + output - 1 + self.lookahead
         if not self.kv.can_ever_hold(tokens):
             return "exceeds_kv_capacity"
         return self.policy.reject_reason(prompt, output, self)
@@ -207,14 +217,19 @@ class Replica:
             timeouts.expire(self, self.env.now)
         return self.policy.schedule(self)
 
-    def price(self, shape: StepShape, idle_s: float | None) -> float:
+    def price(self, shape: StepShape, idle_s: float | None, batch: Batch | None = None
+              ) -> float:
         """Seconds an iteration of ``shape`` takes: the cost model's step time, plus the
         profile's price for waking after ``idle_s`` seconds idle (None: it was busy;
         sim.cost.profile), plus the host-link time of the blocks moved for it: swapped,
         and prefix entries stored to or loaded from the host tier (vLLM swaps before the
-        forward pass); with ``kv_offload.overlap`` that time runs under the compute
-        instead, and the iteration takes the longer of the two."""
+        forward pass), plus, with speculative decoding, drafting for the verifies of
+        ``batch`` (the iteration of ``shape``); with ``kv_offload.overlap`` the host-link
+        time runs under the compute instead, and the iteration takes the longer of the
+        two."""
         dt = self.cost.step_time(shape)
+        if self.spec is not None and batch is not None:
+            dt += self.spec.draft_time(batch)
         if idle_s is not None and self._wake_time is not None:
             dt += self._wake_time(idle_s)
         io = self.kv.pending_io
@@ -234,10 +249,15 @@ class Replica:
         decodes join the set."""
         group = batch.group
         if group is not None:
-            self.outstanding -= group.n
             done = group.end_step(self.itl, now)
+            self.outstanding -= group.emitted
             if done is not None:
                 self.finish(done, now)
+        if batch.verified:
+            # Verifies emitted more than the one token each that _stamp counts.
+            self.outstanding -= batch.accepted - batch.verified
+            self.stats.spec_verifies += batch.verified
+            self.stats.spec_tokens += batch.accepted
         emitted, finished = em
         if emitted:
             self._stamp(emitted, now)
@@ -297,7 +317,7 @@ class Replica:
                     continue
                 now = env.now
                 continue
-            dt = price(shape, None if idle_since is None else now - idle_since)
+            dt = price(shape, None if idle_since is None else now - idle_since, batch)
             idle_since = None
             if self.swap_s:
                 stats.host_io_s += self.swap_s

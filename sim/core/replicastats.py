@@ -1,5 +1,5 @@
 """Per-replica totals a run reports: iterations, busy time, batch sizes, KV use,
-preemptions and prefix-cache counts (summed by :mod:`sim.report.metrics`)."""
+preemptions, prefix-cache and speculative-decoding counts (summed by :mod:`sim.report.metrics`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ class ReplicaStats:
     __slots__ = ("iterations", "busy_s", "batch_seqs", "batch_tokens", "kv_block_s", "kv_peak",
                  "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
                  "prefix_evictions", "block_bytes", "host_total", "host_hit_tokens",
-                 "host_io_s", "host_stored", "host_loaded", "host_dropped")
+                 "host_io_s", "host_stored", "host_loaded", "host_dropped", "spec_verifies",
+                 "spec_tokens")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
@@ -32,6 +33,8 @@ class ReplicaStats:
         self.host_stored = 0
         self.host_loaded = 0
         self.host_dropped = 0
+        self.spec_verifies = 0  # speculative verifies run (one per sequence and iteration)
+        self.spec_tokens = 0  # tokens those emitted
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # Final status of each request; every request ends with exactly one.
 # TIMED_OUT: its client gave up waiting to be scheduled (``admission.timeout_s``);
 # FAILED: lost on a failed replica and not retried (``faults``, docs/reliability.md).
@@ -26,13 +28,18 @@ class Request:
     While ``sync`` >= 0 the request is a member of its replica's
     :class:`sim.core.decodeset.DecodeSet` and ``computed``, ``generated``, ``blocks`` and
     ``last_token`` are as of that set's tick ``sync``.
+    With speculative decoding, ``draws`` holds the tokens each of its verify iterations
+    emits before capping (1 to k + 1, drawn when it was routed; with their running sums,
+    :class:`sim.core.specset.Speculation`) and ``verifies`` counts the ones it ran, so
+    its n-th verify takes the n-th of its draws however it is reached.
     An iteration emits a token for this request when it brings
     ``computed`` up to ``prompt + generated``: the end of a (re)prefill, or a decode step.
     Static attributes live in the run's numpy arrays; this object is dropped on finish.
     """
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
-                 "last_token", "scheduled", "priority", "swapped", "hashes", "cached", "sync")
+                 "last_token", "scheduled", "priority", "swapped", "hashes", "cached", "sync",
+                 "draws", "verifies")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
@@ -49,6 +56,8 @@ class Request:
         self.hashes: tuple[int, ...] | None = None
         self.cached = 0
         self.sync = -1  # tick it joined its replica's DecodeSet (sim/core/decodeset.py); -1: none
+        self.draws: Any = None  # (chunk tokens, running sums, first index): speculation
+        self.verifies = 0
 
     @property
     def pending_tokens(self) -> int:

@@ -110,9 +110,10 @@ def grow(state: ReplicaState, r: Request, num_new_tokens: int, victims: list[Req
     return True
 
 
-def decode_all(state: ReplicaState, batch: Batch) -> Batch:
-    """Add one decode token for every running request to ``batch``, preempting the
-    newest running requests when the KV cache has no block to grow into.
+def decode_all(state: ReplicaState, batch: Batch, width: int = 1) -> Batch:
+    """Add one decode of ``width`` tokens (1, or with speculative decoding the pending
+    token and the drafted ones to verify) for every running request to ``batch``,
+    preempting the newest running requests when the KV cache has no block to grow into.
 
     A replica that keeps its steady decodes as one aggregate (``state.group``) decodes
     them as that aggregate when they need no preemption: the batch includes the group
@@ -127,11 +128,11 @@ def decode_all(state: ReplicaState, batch: Batch) -> Batch:
     i = 0
     while i < len(running):
         r = running[i]
-        if not grow(state, r, 1, victims):
+        if not grow(state, r, width, victims):
             victims.append(running.pop())  # r is the newest: it yields its own blocks
             state.release(r)
             break
-        batch[r] = 1
+        batch[r] = width
         i += 1
     if victims:
         # Oldest victim first, ahead of newer arrivals: FCFS order is kept.

@@ -46,6 +46,9 @@ class Chunked:
         self.max_seqs = cfg.max_num_seqs
         # 0 (no cap) is the same as a cap no chunk can reach.
         self.cap = cfg.long_prefill_token_threshold or cfg.chunk_budget
+        # Tokens a steady decode computes: 1, or with speculative decoding k + 1 (its
+        # pending token and the drafted ones), all counted against the budget as vLLM does.
+        self.width = cfg.decode_width
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Any prompt can be chunked; only the KV capacity (checked by the replica) limits."""
@@ -63,15 +66,22 @@ class Chunked:
         if group is not None:
             # Steady decodes lead the running list; when they all fit the budget and
             # their blocks are free, they decode as one aggregate (sim/core/decodeset.py).
-            if group.n <= budget and group.reserve(running, batch, prefix=True):
+            width = self.width
+            if group.n * width <= budget and group.reserve(running, batch, prefix=True):
                 i = group.n
-                budget -= i
+                budget -= i * width
             else:
                 group.flush(running)
         cap = self.cap
         while i < len(running) and budget > 0:
             r = running[i]
-            n = min(r.prompt + r.generated - r.computed, budget, cap)
+            n = r.prompt + r.generated - r.computed
+            if n == 1 and r.generated:
+                n = self.width  # a steady decode; a verify cut by the budget drafts fewer
+            if n > budget:
+                n = budget
+            if n > cap:
+                n = cap
             if not grow(state, r, n, victims):
                 # r is the newest and still does not fit: it gives up its own blocks.
                 victims.append(running.pop())

@@ -55,6 +55,7 @@ class Continuous:
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens
+        self.width = cfg.decode_width  # tokens a decode computes (speculation: k + 1)
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Prompts over the token budget can never be admitted as one prefill; nor can the
@@ -76,7 +77,7 @@ class Continuous:
                 # Its KV is present (swapped out, or sent by a prefill replica): like vLLM
                 # v0 with a swapped queue, no prefills; resume it when no one is preempted.
                 before = len(state.running)
-                decode_all(state, batch)
+                decode_all(state, batch, self.width)
                 if len(state.running) == before:
                     resume(state, batch, self.max_seqs)
                 return batch
@@ -100,7 +101,7 @@ class Continuous:
                 seqs += 1
             if batch:
                 return batch
-        return decode_all(state, batch)
+        return decode_all(state, batch, self.width)
 
 
 class Disaggregated:

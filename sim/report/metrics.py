@@ -199,6 +199,8 @@ def scenario_digest(scenario: Any) -> str:
     for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
         if fields.get(key) == dataclasses.asdict(default):
             fields.pop(key)
+    if fields["serving"].get("speculative", 0) is None:
+        fields["serving"].pop("speculative")
     fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
     for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
                          ("workload", "stages"), ("serving", "kv_offload"),
@@ -286,6 +288,30 @@ def _tier_summary(res: RunResult) -> dict[str, Any]:
                  "loaded_gib_per_gpu": sum(gib(s.host_loaded, s) for s in stats),
                  "dropped_entries": sum(s.host_dropped for s in stats)},
         "transfer_s": sum(s.host_io_s for s in stats),
+    }}
+
+
+def _spec_summary(res: RunResult) -> dict[str, Any]:
+    """Speculative decoding (present only when the scenario sets it): the setting, the
+    expected tokens per verify its acceptance gives, and the run's verifies (one per
+    sequence and iteration) with the tokens they emitted and their mean, capped where a
+    request's output ran out."""
+    spec = res.scenario.serving.speculative
+    if spec is None:
+        return {}
+    from sim.config.speculative import drafter_model
+
+    stats = res.replica_stats
+    verifies = sum(s.spec_verifies for s in stats)
+    tokens = sum(s.spec_tokens for s in stats)
+    drafter = drafter_model(spec, res.scenario.model)
+    return {"speculative": {
+        **spec.describe(),
+        "draft_cost": ("none (n-gram lookup)" if drafter is None else
+                       f"{spec.num_tokens} roofline decode steps of {drafter.name} a verify"),
+        "verifies": verifies,
+        "verify_tokens": tokens,
+        "mean_tokens_per_verify": tokens / verifies if verifies else None,
     }}
 
 
@@ -443,6 +469,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
         "preemptions": int(res.preemptions.sum()),
         **_prefix_summary(res),
         **_tier_summary(res),
+        **_spec_summary(res),
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)
                           if span > 0 else None),
         "saturation": saturation(res),

@@ -163,6 +163,12 @@ def table(summary: dict[str, Any]) -> str:
                  f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    sp = summary.get("speculative")
+    if sp is not None:
+        lines.append(f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "
+                     f"{num(sp['mean_tokens_per_verify'], '.3f')} tokens a verify over "
+                     f"{sp['verifies']} verifies (acceptance {sp['acceptance']} expects "
+                     f"{sp['expected_tokens_per_verify']:.3f}); drafting: {sp['draft_cost']}")
     lines.extend(memory_lines(summary.get("memory", {})))
     lines.extend(reliability_lines(summary))
     if "classes" in summary:

@@ -1,0 +1,78 @@
+"""What drafting costs in a speculative decoding iteration: a pure function of the
+verifying sequences and the tokens they hold in the KV cache.
+
+The target's verify is priced by the scenario's own cost model, from the iteration's
+step shape (each verifying sequence an entry of k + 1 new tokens after its context).
+Drafting is priced here, as ``k`` sequential decode steps of the drafter over the same
+sequences, by the roofline (:class:`sim.cost.models.RooflineCost`) of the drafter's
+model on the replica's GPUs:
+
+- ``draft``: the draft model itself, on the same GPU type and tp as the target (vLLM
+  runs a draft model with the target's tensor parallelism);
+- ``eagle`` / ``mtp``: the target's shape cut to the head's decoder layers, with the
+  target's LM head: an EAGLE head is one decoder layer (Li et al., EAGLE, ICML 2024), a
+  DeepSeek-V3 MTP module one transformer block (DeepSeek-V3 report, section 2.2), and
+  both produce each drafted token's logits through the shared output head;
+- ``ngram``: prompt lookup on the host, no model: free.
+
+A draft step pays its kernels (with the roofline's kernel floors) but none of the
+roofline's host overheads, per step or per sequence: those (scheduling, input
+preparation, output processing) belong to the engine step and the target's price pays
+them once, while the drafted tokens are chosen on the device. Draft step i (0-based)
+attends to the sequences' context plus the i tokens drafted before it; the roofline of
+a decode step is affine in the context (its attention is bound by the KV read at every
+context, and nothing else reads it), so the k steps cost exactly k steps at the mean
+context, and one price serves them all. Being affine, that price is kept per batch size
+as its value at no context and its slope (seconds per context token).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.shape import StepShape
+from sim.cost.specs import GPUSpec, ModelSpec
+
+
+class Drafter:
+    """Seconds the drafting of one iteration takes: ``k`` decode steps of ``model``
+    (None: drafting is free) on ``tp`` GPUs of type ``gpu``."""
+
+    def __init__(self, model: ModelSpec | None, k: int, gpu: GPUSpec, tp: int,
+                 params: RooflineParams):
+        self.k = k
+        self.model = model
+        self._cost = None if model is None else RooflineCost(
+            model, gpu, tp, dataclasses.replace(params, step_overhead_s=0.0,
+                                                per_seq_overhead_s=0.0))
+        # Per batch size: one draft step's seconds at no context, and per context token.
+        self._lines: dict[int, tuple[float, float]] = {}
+
+    @property
+    def source(self) -> str:
+        """Where the drafting price comes from, in one phrase."""
+        if self.model is None:
+            return "n-gram drafting, free"
+        return f"drafting: {self.k} roofline decode steps of {self.model.name} a verify"
+
+    def step_time(self, seqs: int, context_tokens: int) -> float:
+        """Seconds to draft ``k`` tokens for each of ``seqs`` sequences holding
+        ``context_tokens`` tokens in the KV cache between them (0 when none drafts)."""
+        if self._cost is None or not seqs:
+            return 0.0
+        line = self._lines.get(seqs)
+        if line is None:
+            line = self._lines[seqs] = self._line(seqs)
+        k = self.k
+        # Mean context over the k steps: context + seqs·(k − 1)/2 (see the module docstring).
+        return k * (line[0] + line[1] * (context_tokens + seqs * (k - 1) / 2))
+
+    def _line(self, seqs: int) -> tuple[float, float]:
+        """One draft step of ``seqs`` sequences: (seconds at no context, seconds per
+        context token), from two prices a million tokens apart."""
+        assert self._cost is not None
+        far = 1_000_000
+        at = [float(self._cost.step_time(StepShape(seqs, seqs, c, 0, 0, 0, c + seqs)))
+              for c in (0, far)]
+        return at[0], (at[1] - at[0]) / far

@@ -1,0 +1,355 @@
+"""Speculative decoding (serving.speculative): the acceptance arithmetic, verifies run
+request by request equal to the decode set's aggregate, hand-worked step times and
+TPOT, KV slots for the drafted tokens, and one clear line for each bad setting."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import assert_equivalent, lazy_and_eager, run_requests, tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.cli import main
+from sim.config.speculative import (
+    AcceptanceConfig,
+    SpeculativeConfig,
+    drafter_model,
+    mean_for_rate,
+    rate_for_mean,
+)
+from sim.core.engine import simulate
+from sim.core.request import Request
+from sim.core.specset import Speculation
+from sim.cost.drafter import Drafter
+from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.specs import gpu
+from sim.report.metrics import per_request, summarize
+from sim.report.outputs import requests_csv
+from sim.workload.requests import Requests
+
+
+def spec_scenario(policy: str = "continuous", method: str = "ngram", k: int = 3,
+                  acceptance: dict[str, Any] | None = None,
+                  workload: dict[str, Any] | None = None, **serving: Any) -> Any:
+    """The tiny model under a linear cost, speculating with ``method``."""
+    spec = {"method": method, "num_tokens": k, "acceptance": acceptance or {"rate": 0.6}}
+    more = {} if workload is None else {"workload": workload}
+    return tiny_scenario(serving={"policy": policy, "speculative": spec, **serving}, **more)
+
+
+# -- acceptance ---------------------------------------------------------------------------
+@pytest.mark.parametrize(("a", "k"), [(0.0, 1), (0.5, 1), (0.6, 3), (0.8, 5), (1.0, 4)])
+def test_rate_gives_the_closed_form_mean(a: float, k: int) -> None:
+    acc = AcceptanceConfig(rate=a)
+    probs = acc.emit_probabilities(k)
+    assert sum(probs) == pytest.approx(1.0)
+    expected = float(k + 1) if a == 1 else (1 - a ** (k + 1)) / (1 - a)
+    assert acc.mean_tokens(k) == pytest.approx(expected, rel=1e-12)
+    assert mean_for_rate(a, k) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mean_length_solves_for_the_rate() -> None:
+    # (1 - 0.6^4) / 0.4 = 2.176 at k = 3; solving back gives 0.6.
+    assert rate_for_mean(2.176, 3) == pytest.approx(0.6, abs=1e-9)
+    assert AcceptanceConfig(mean_length=2.176).mean_tokens(3) == pytest.approx(2.176, rel=1e-9)
+    assert rate_for_mean(4.0, 3) == 1.0 and rate_for_mean(1.0, 3) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_draws_follow_the_acceptance() -> None:
+    # 400,000 draws: the standard error of their mean is under 0.1% of it.
+    spec = SpeculativeConfig(method="ngram", acceptance=AcceptanceConfig(rate=0.6), num_tokens=3)
+    sp = Speculation(spec, Drafter(None, 3, gpu("h100-sxm"), 1, RooflineParams()),
+                     np.random.default_rng(7))
+    r = Request(0, 0.0, 10, 400_001)
+    sp.attach(r, Requests(np.zeros(1), np.array([10]), np.array([400_001])))
+    tokens, _, first = r.draws
+    draws = tokens[first:first + 400_000]
+    counts = np.bincount(draws, minlength=5)[1:] / len(draws)
+    np.testing.assert_allclose(counts, [0.4, 0.24, 0.144, 0.216], atol=0.003)
+    assert draws.mean() == pytest.approx((1 - 0.6 ** 4) / 0.4, rel=0.01)
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+@pytest.mark.parametrize(("a", "k"), [(0.6, 3), (0.8, 5)])
+def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: float,
+                                                            k: int) -> None:
+    # 40 requests of 2,000 output tokens, several at once: the run's own count of tokens
+    # per verify (the last verify of each request capped) within 1% of the formula.
+    sc = spec_scenario(policy, k=k, acceptance={"rate": a}, max_num_seqs=8,
+                       max_num_batched_tokens=4096)
+    n = 40
+    res = run_requests(sc, [0.05 * i for i in range(n)], [16] * n, [2000] * n,
+                       log_steps=False)
+    sp = summarize(res)["speculative"]
+    expected = (1 - a ** (k + 1)) / (1 - a)
+    assert sp["expected_tokens_per_verify"] == pytest.approx(expected, rel=1e-12)
+    assert sp["mean_tokens_per_verify"] == pytest.approx(expected, rel=0.01)
+    assert sp["verify_tokens"] == n * 1999  # every token after the first, none beyond
+
+
+# -- verifies request by request equal the aggregate ---------------------------------------
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["continuous", "chunked"]), st.sampled_from(["ngram", "mtp", "eagle"]),
+       st.integers(1, 5), st.floats(0, 1), st.integers(1, 8),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 60)),
+                min_size=1, max_size=14),
+       st.integers(12, 60), st.booleans(), st.integers(6, 24))
+def test_lazy_verifies_equal_eager(policy: str, method: str, k: int, a: float, block: int,
+                                   rows: list[tuple[float, int, int]], blocks: int,
+                                   swap: bool, budget: int) -> None:
+    # Small caches force preemptions (the set flushes); small budgets cut verifies short.
+    rows = sorted(rows)
+    sc = tiny_scenario(serving={
+        "policy": policy, "block_size": block, "num_kv_blocks": blocks, "max_num_seqs": 5,
+        "token_budget": max(budget, block, k + 1), "preemption": "swap" if swap else "recompute",
+        "speculative": {"method": method, "num_tokens": k, "acceptance": {"rate": a}}})
+    req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                   np.array([r[2] for r in rows]))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+    s = summarize(lazy)
+    # Verifies emit at most every output token but each request's first (a decode the
+    # budget cut to one token is a plain one; a recompute's prefill emits one too).
+    assert s["speculative"]["verify_tokens"] <= int((req.output_tokens - 1).sum())
+
+
+def test_shipped_scenario_lazy_equal_eager() -> None:
+    from sim.config import scenario
+    from sim.core.engine import Engine, build_cost
+    from sim.workload.build import build_requests
+
+    root = Path(__file__).resolve().parent.parent
+    sc = scenario.load(root / "scenarios" / "speculative-eagle.yaml",
+                       ["workload.num_requests=300"])
+    ref = simulate(sc)
+    seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
+    req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,
+                         sc.model.max_context)
+    eager = Engine(sc, req, build_cost(sc), np.random.default_rng(seeds[1]),
+                   fault_seed=seeds[2], lazy_decodes=False).run()
+    assert_equivalent(ref, eager)
+    assert summarize(ref)["speculative"]["verifies"] > 1000
+
+
+def test_same_seed_same_bytes_other_seed_other_draws() -> None:
+    sc = spec_scenario("chunked", acceptance={"rate": 0.5},
+                       workload={"arrivals": {"process": "poisson", "rate": 20.0},
+                                 "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                             "output": {"dist": "uniform", "low": 2,
+                                                        "high": 80}},
+                                 "num_requests": 200, "seed": 3})
+    a, b = simulate(sc), simulate(sc)
+    assert requests_csv(a) == requests_csv(b) and summarize(a) == summarize(b)
+    other = dataclasses.replace(sc, workload=dataclasses.replace(sc.workload, seed=4))
+    assert summarize(simulate(other))["speculative"]["verifies"] != summarize(a)[
+        "speculative"]["verifies"]
+
+
+# -- hand-worked steps -----------------------------------------------------------------------
+def test_step_log_of_one_request_every_draft_accepted() -> None:
+    # Rate 1, k = 3: prompt 8 then verifies of 4 tokens (the pending one and 3 drafted),
+    # each emitting 4, the last capped: output 10 = 1 (prefill) + 4 + 4 + 1.
+    sc = spec_scenario(acceptance={"rate": 1.0})
+    res = run_requests(sc, [0.0], [8], [10])
+    entries = [e[3] for e in res.step_log]
+    assert entries == [((0, 8, 0),), ((0, 4, 8),), ((0, 4, 12),), ((0, 4, 16),)]
+    # step_s + per_new_token_s x tokens: 0.018 for the prefill, 0.014 each verify.
+    assert [round(e[2] - e[1], 12) for e in res.step_log] == [0.018, 0.014, 0.014, 0.014]
+    assert res.finish[0] == pytest.approx(0.018 + 3 * 0.014)
+    # No overshoot: the last verify emitted only the one token still owed.
+    assert summarize(res)["speculative"]["verify_tokens"] == 9
+
+
+def test_light_load_tpot_falls_by_the_mean_accepted_length_net_of_verify_cost() -> None:
+    # Ten requests one at a time (30 s apart), output 2,001: a request's TPOT is its
+    # verifies x the verify step / 2,000. With the linear cost a plain decode step is
+    # 0.01 + 0.001 = 0.011 s and a verify of k + 1 = 4 tokens 0.014 s; n-gram drafting
+    # is free. Tokens per verify at a = 0.7: (1 - 0.7^4) / 0.3 = 2.533, so TPOT falls
+    # by 2.533 x 0.011 / 0.014 = 1.990 (within 2%: ~7,900 verifies, sd of their mean 0.6%).
+    out, n = 2001, 10
+    limits = {"max_num_batched_tokens": 4096}
+    arrivals = [30.0 * i for i in range(n)]
+    plain = run_requests(tiny_scenario(serving={"policy": "continuous", **limits}), arrivals,
+                         [8] * n, [out] * n, log_steps=False)
+    spec = run_requests(spec_scenario(acceptance={"rate": 0.7}, **limits), arrivals,
+                        [8] * n, [out] * n, log_steps=False)
+    tpot_plain = per_request(plain)["tpot"]
+    tpot_spec = per_request(spec)["tpot"]
+    np.testing.assert_allclose(tpot_plain, 0.011, rtol=1e-9)
+    sp = summarize(spec)["speculative"]
+    assert tpot_spec.sum() * (out - 1) == pytest.approx(sp["verifies"] * 0.014, rel=1e-9)
+    mean_len = (1 - 0.7 ** 4) / 0.3
+    assert sp["mean_tokens_per_verify"] == pytest.approx(mean_len, rel=0.02)
+    assert tpot_plain.mean() / tpot_spec.mean() == pytest.approx(mean_len * 0.011 / 0.014,
+                                                                 rel=0.02)
+
+
+def test_head_drafting_is_k_steps_of_one_target_layer() -> None:
+    # MTP on the tiny model: each verify step costs the linear price of its shape plus
+    # k = 2 decode steps of a one-layer tiny (its LM head kept, no host overheads),
+    # at the context the sequence holds plus the tokens drafted before each step.
+    sc = spec_scenario(method="mtp", k=2, acceptance={"rate": 1.0})
+    res = run_requests(sc, [0.0], [8], [7])
+    head = RooflineCost(dataclasses.replace(sc.model, layers=1), gpu("h100-sxm"), 1,
+                        dataclasses.replace(RooflineParams(), step_overhead_s=0.0,
+                                            per_seq_overhead_s=0.0))
+    cut = drafter_model(sc.serving.speculative, sc.model)
+    assert cut is not None and dataclasses.replace(cut, name="tiny") == head.model
+    steps = [e for e in res.step_log if e[3][0][1] == 3]
+    assert [e[3][0][2] for e in steps] == [8, 11]  # 6 tokens after the prefill's one
+    for (_, t0, t1, ((_, q, ctx),)) in steps:
+        draft = sum(head.step_time(decode(1, ctx + i)) for i in range(2))
+        assert t1 - t0 == pytest.approx(0.01 + 0.001 * q + draft, rel=1e-9)
+        assert draft > 0
+
+
+def decode(seqs: int, ctx: int) -> Any:
+    from sim.cost.shape import decode_shape
+
+    return decode_shape(seqs, ctx)
+
+
+def test_draft_model_prices_its_own_decode_steps() -> None:
+    # Llama-3-70B drafted by Llama-3-8B (same tokenizer) on 4 H100s: drafting k = 4
+    # tokens for 32 sequences costs 4 of the 8B's decode steps at tp 4.
+    dr = Drafter(drafter_model(SpeculativeConfig(
+        method="draft", acceptance=AcceptanceConfig(rate=0.5), num_tokens=4,
+        draft_model="llama-3-8b"), _model("llama-3-70b")), 4, gpu("h100-sxm"), 4,
+        RooflineParams())
+    small = RooflineCost(_model("llama-3-8b"), gpu("h100-sxm"), 4,
+                         dataclasses.replace(RooflineParams(), step_overhead_s=0.0,
+                                             per_seq_overhead_s=0.0))
+    expected = sum(small.step_time(decode(32, 32 * 1000 + 32 * i)) for i in range(4))
+    assert dr.step_time(32, 32 * 1000) == pytest.approx(expected, rel=1e-12)
+    assert dr.step_time(0, 0) == 0.0
+
+
+def _model(name: str) -> Any:
+    from sim.cost.specs import model_preset
+
+    return model_preset(name)
+
+
+def test_verify_takes_kv_slots_for_its_drafted_tokens() -> None:
+    # Block size 4, prompt 8 (2 blocks), k = 3: the first verify holds the pending token
+    # and 3 drafted ones at positions 8..11: a third block. Rejected drafts' slots stay.
+    sc = spec_scenario(acceptance={"rate": 0.0}, num_kv_blocks=100)
+    res = run_requests(sc, [0.0], [8], [3], lazy_decodes=False)
+    assert [e[3] for e in res.step_log] == [((0, 8, 0),), ((0, 4, 8),), ((0, 4, 9),)]
+    # The second verify's slots reach position 12: a fourth block, the peak.
+    assert summarize(res)["kv"]["peak_utilization"] == 0.04
+    # A request whose last verify's slots (prompt + output - 1 + k) cannot fit is refused.
+    tight = spec_scenario(num_kv_blocks=4)
+    res = run_requests(tight, [0.0, 0.0], [8, 8], [6, 9], log_steps=False)
+    assert res.status.tolist() == [1, 2] and res.reason[1] == "exceeds_kv_capacity"
+
+
+def test_per_class_acceptance() -> None:
+    classes = {"code": {"weight": 1}, "chat": {"weight": 1}}
+    lengths = {"prompt": {"dist": "fixed", "value": 8}, "output": {"dist": "fixed", "value": 41}}
+    spec = {"method": "ngram", "num_tokens": 3, "acceptance": {"rate": 0.0},
+            "classes": {"code": {"rate": 1.0}}}
+    sc = tiny_scenario(serving={"policy": "chunked", "speculative": spec},
+                       workload={"arrivals": {"process": "constant", "rate": 1.0},
+                                 "lengths": lengths, "classes": classes, "num_requests": 20,
+                                 "seed": 1})
+    res = simulate(sc)
+    sp = summarize(res)["speculative"]
+    code = int((res.requests.klass == res.requests.class_names.index("code")).sum())
+    # Code: 40 tokens in 10 verifies of 4; chat: 40 verifies of 1.
+    assert sp["verifies"] == code * 10 + (20 - code) * 40
+    assert sp["classes"] == {"code": {"rate": 1.0, "expected_tokens_per_verify": 4.0}}
+
+
+# -- bad input ------------------------------------------------------------------------------
+BASE = ("model: tiny\ncost: {linear: {step_s: 0.01}}\nworkload: {arrivals: {process: constant, "
+        "rate: 1}, lengths: {prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 4}}, "
+        "num_requests: 2}\nserving:\n  policy: %s\n  speculative: %s\n")
+BAD = {
+    "k_zero": ("continuous", "{method: ngram, num_tokens: 0, acceptance: {rate: 0.5}}",
+               ["serving.speculative.num_tokens", "got 0", "at least 1"]),
+    "rate_above_one": ("continuous", "{method: ngram, num_tokens: 2, acceptance: {rate: 1.5}}",
+                       ["serving.speculative.acceptance.rate", "1.5", "at most 1"]),
+    "rate_negative": ("chunked", "{method: ngram, num_tokens: 2, acceptance: {rate: -0.1}}",
+                      ["serving.speculative.acceptance.rate", "-0.1", "at least 0"]),
+    "mean_too_long": ("continuous",
+                      "{method: ngram, num_tokens: 2, acceptance: {mean_length: 3.5}}",
+                      ["acceptance.mean_length", "3.5", "at most num_tokens + 1 = 3"]),
+    "mean_below_one": ("continuous",
+                       "{method: ngram, num_tokens: 2, acceptance: {mean_length: 0.5}}",
+                       ["acceptance.mean_length", "0.5", "at least 1"]),
+    "two_ways": ("continuous",
+                 "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5, mean_length: 2}}",
+                 ["serving.speculative.acceptance", "exactly one of", "rate, mean_length"]),
+    "no_acceptance": ("continuous", "{method: ngram, num_tokens: 2}",
+                      ["serving.speculative.acceptance", "required key is missing"]),
+    "distribution_length": ("continuous",
+                            "{method: ngram, num_tokens: 2, acceptance: "
+                            "{distribution: [0.5, 0.5]}}",
+                            ["acceptance.distribution", "got 2 probabilities", "need"]),
+    "distribution_sum": ("continuous",
+                         "{method: ngram, num_tokens: 1, acceptance: {distribution: [0.5, 0.6]}}",
+                         ["acceptance.distribution", "sum to 1.1", "must sum to 1"]),
+    "unknown_method": ("continuous", "{method: medusa, num_tokens: 2, acceptance: {rate: 0.5}}",
+                       ["serving.speculative.method", "medusa", "'eagle'"]),
+    "draft_without_model": ("continuous",
+                            "{method: draft, num_tokens: 2, acceptance: {rate: 0.5}}",
+                            ["serving.speculative.draft_model", "needs draft_model"]),
+    "unknown_draft_model": ("continuous", "{method: draft, num_tokens: 2, acceptance: "
+                            "{rate: 0.5}, draft_model: gpt-2}",
+                            ["serving.speculative.draft_model", "gpt-2", "llama-3-8b"]),
+    "draft_vocab": ("continuous", "{method: draft, num_tokens: 2, acceptance: {rate: 0.5}, "
+                    "draft_model: llama-3-8b}",
+                    ["serving.speculative.draft_model", "vocab", "tokenizer"]),
+    "layers_for_ngram": ("continuous", "{method: ngram, num_tokens: 2, acceptance: "
+                         "{rate: 0.5}, draft_layers: 2}",
+                         ["serving.speculative.draft_layers", "eagle and mtp"]),
+    "unknown_key": ("continuous", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
+                    "tokens: 3}", ["serving.speculative", "unknown key 'tokens'"]),
+    "static_policy": ("static", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}}",
+                      ["serving.speculative", "continuous and chunked", "'static'"]),
+    "unknown_class": ("chunked", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
+                      "classes: {code: {rate: 0.9}}}",
+                      ["serving.speculative.classes", "code"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_speculative_setting_is_one_clear_line(case: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    policy, spec, needles = BAD[case]
+    text = BASE % (policy, spec)
+    if case == "unknown_class":
+        text = text.replace("num_requests: 2}", "num_requests: 2, classes: {chat: {weight: 1}}}")
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(text)
+    rc = main(["simulate", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"servesim: error: {path}: ")
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_light_load_tpot_counts_the_drafting() -> None:
+    # MTP, k = 3, every draft accepted: output 13 = the prefill's token + 3 verifies of 4.
+    # Each verify costs 0.01 + 4 x 0.001 s (linear) plus drafting, 3 decode steps of the
+    # one-layer head at the request's context then (8, 12, 16) plus the drafted tokens;
+    # TPOT = the three verifies / 12 tokens, against 0.011 s a token without speculation.
+    sc = spec_scenario(method="mtp", k=3, acceptance={"rate": 1.0})
+    res = run_requests(sc, [0.0], [8], [13], log_steps=False)
+    head = RooflineCost(dataclasses.replace(sc.model, layers=1), gpu("h100-sxm"), 1,
+                        dataclasses.replace(RooflineParams(), step_overhead_s=0.0,
+                                            per_seq_overhead_s=0.0))
+    draft = [sum(head.step_time(decode(1, ctx + i)) for i in range(3)) for ctx in (8, 12, 16)]
+    tpot = sum(0.014 + d for d in draft) / 12
+    assert per_request(res)["tpot"][0] == pytest.approx(tpot, rel=1e-9)
+    assert tpot < 0.011

@@ -11,6 +11,10 @@ rate is the most one replica sustains.
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
        [--policies continuous] [--replicas 1] [--costs roofline,measured]
        [--models llama-3-8b,qwen3-30b-a3b] [--speculative eagle:3:0.7]
+       [--pp 1,2 [--own-capacity]]
+``--pp``: pipeline stages per replica (``hardware.pp``); every pp runs the same requests
+at 80% of the one-stage capacity (the same run with and without a pipeline), or with
+``--own-capacity`` at 80% of each pp's own.
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
 ``--speculative METHOD:K:RATE`` runs every case twice at the same arrival rate (80% of
@@ -36,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0,
          cost: str = "roofline", model: str = "llama-3-8b",
-         speculative: dict[str, Any] | None = None) -> dict[str, Any]:
+         speculative: dict[str, Any] | None = None, pp: int = 1) -> dict[str, Any]:
     """The benchmark scenario as a raw mapping."""
     serving: dict[str, Any] = {"policy": policy}
     if speculative is not None:
@@ -44,7 +48,7 @@ def base(policy: str, replicas: int, rate: float, n: int, seed: int = 0,
     return {
         "name": f"bench-{policy}-{replicas}r-{n}",
         "model": model,
-        "hardware": {"gpu": "h100-sxm"},
+        "hardware": {"gpu": "h100-sxm", **({"pp": pp} if pp > 1 else {})},
         "cost": cost,
         "serving": serving,
         "cluster": {"replicas": replicas, "router": "round_robin"},
@@ -93,9 +97,9 @@ def run_case(scenario: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def capacity(policy: str, replicas: int, cost: str, model: str) -> float:
+def capacity(policy: str, replicas: int, cost: str, model: str, pp: int = 1) -> float:
     """Requests/s one setup completes when saturated (5,000 requests arriving together)."""
-    r = run_case(base(policy, replicas, rate=1e6, n=5000, cost=cost, model=model))
+    r = run_case(base(policy, replicas, rate=1e6, n=5000, cost=cost, model=model, pp=pp))
     return float(r["throughput"])
 
 
@@ -110,6 +114,9 @@ def main() -> None:
     p.add_argument("--models", default="llama-3-8b", help="model presets, on one H100 each")
     p.add_argument("--speculative", default=None,
                    help="METHOD:K:RATE[:DRAFT]: each case without and with speculative decoding")
+    p.add_argument("--pp", default="1", help="pipeline stages per replica, e.g. 1,2")
+    p.add_argument("--own-capacity", action="store_true",
+                   help="with --pp: each pp at 80%% of its own capacity, not pp=1's")
     p.add_argument("--child")
     a = p.parse_args()
     if a.child:
@@ -119,15 +126,18 @@ def main() -> None:
         print("| model | cost | policy | replicas | requests | rate (req/s) | speculative | "
               "wall s (median) | sim req/s | iterations/s | peak RSS MiB | req/s vs off |")
         print("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
-    else:
-        print("| model | cost | policy | replicas | requests | rate (req/s) | wall s (median) | "
-              "sim req/s | iterations/s | events/s | peak RSS MiB |")
-        print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    pps = [int(x) for x in a.pp.split(",")]
+    pp_col = ("pp | ", "---:|") if pps != [1] else ("", "")
+    if not a.speculative:
+        print(f"| model | cost | policy | replicas | {pp_col[0]}requests | rate (req/s) | "
+              "wall s (median) | sim req/s | iterations/s | events/s | peak RSS MiB |")
+        print(f"|---|---|---|---:|{pp_col[1]}---:|---:|---:|---:|---:|---:|---:|")
     for model in a.models.split(","):
         for policy in a.policies.split(","):
             for replicas in map(int, a.replicas.split(",")):
                 for cost in a.costs.split(","):
-                    _cases(a, model, policy, replicas, cost)
+                    for pp in pps:
+                        _cases(a, model, policy, replicas, cost, pp, pps != [1])
 
 
 def speculative_setting(text: str) -> dict[str, Any]:
@@ -163,18 +173,20 @@ def _spec_cases(a: argparse.Namespace, model: str, policy: str, replicas: int, c
                   f"| {speed[key] / speed['off']:.1%} |", flush=True)
 
 
-def _cases(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str) -> None:
-    rate = 0.8 * capacity(policy, replicas, cost, model)
+def _cases(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str,
+           pp: int = 1, show_pp: bool = False) -> None:
+    rate = 0.8 * capacity(policy, replicas, cost, model, pp if a.own_capacity else 1)
     if a.speculative:
         _spec_cases(a, model, policy, replicas, cost, rate)
         return
     for n in map(int, a.sizes.split(",")):
-        sc = base(policy, replicas, rate, n, cost=cost, model=model)
+        sc = base(policy, replicas, rate, n, cost=cost, model=model, pp=pp)
         runs = [run_case(sc) for _ in range(a.repeats)]
         wall = statistics.median(r["wall_s"] for r in runs)
         rss = max(r["rss_mib"] for r in runs)
         it, ev = runs[0]["iterations"], runs[0]["events"]
-        print(f"| {model} | {cost} | {policy} | {replicas} | {n:,} | {rate:.2f} "
+        pp_cell = f"{pp} | " if show_pp else ""
+        print(f"| {model} | {cost} | {policy} | {replicas} | {pp_cell}{n:,} | {rate:.2f} "
               f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | "
               f"{ev / wall:,.0f} | {rss:.0f} |", flush=True)
 

@@ -129,6 +129,7 @@ class _State:
     decodes: every decode is a batch entry."""
 
     group = None
+    in_flight = 0  # one stage: no micro-batch is ever in flight while scheduling
 
     def __init__(self, kv: KVCacheManager, outcomes: Outcomes):
         self.waiting: deque[Request] = deque()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.memory import MemoryBudget, memory_budget
+from sim.cost.pipeline import stage_layers
 from sim.cost.specs import GPUS, ModelSpec, gpu, shard
 from sim.errors import ServesimError
 
@@ -111,13 +112,20 @@ class Pool:
     memory_utilization: float
     serving: ServingConfig
     router: str
+    pp: int = 1  # pipeline stages per replica (co-located pool only)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one replica: tp × pp."""
+        return self.tp * self.pp
 
 
 def pools(scenario: Scenario) -> list[Pool]:
     """The scenario's pools: one co-located pool, or prefill then decode pools."""
     hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
     if sv.policy != "disaggregated":
-        return [Pool("both", cl.replicas, hw.gpu, hw.tp, hw.memory_utilization, sv, cl.router)]
+        return [Pool("both", cl.replicas, hw.gpu, hw.tp, hw.memory_utilization, sv, cl.router,
+                     hw.pp)]
     out = []
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
@@ -139,7 +147,7 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     (:func:`sim.cost.memory.memory_budget`)."""
     sv = pool.serving
     budget = memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
-                           sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs)
+                           sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp)
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's
@@ -152,7 +160,9 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
 def check_pools(scenario: Scenario) -> None:
     """Load-time checks of every pool: its tp shards the model, the model fits its GPUs
     (unless ``num_gpu_blocks`` is given). Errors name the key: ``hardware.tp`` or
-    ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``."""
+    ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``; a pipeline's
+    stages must split the layers and run a policy that models them (``hardware.pp``)."""
+    check_pipeline(scenario)
     for pool in pools(scenario):
         pc = getattr(scenario.disaggregated, pool.role, None)
         prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
@@ -163,6 +173,30 @@ def check_pools(scenario: Scenario) -> None:
                 pool_memory(scenario.model, pool).fitted()
             except ServesimError as exc:
                 raise ServesimError(exc.message, where=prefix) from None
+
+
+def check_pipeline(scenario: Scenario) -> None:
+    """``hardware.pp`` > 1 needs at most one stage per layer and a co-located ``chunked``
+    pool: pipeline parallelism is modelled as vLLM V1 runs it, with V1's scheduler
+    (sim/core/pipeline.py); errors name ``hardware.pp``."""
+    pp = scenario.hardware.pp
+    if pp == 1:
+        return
+    try:
+        stage_layers(scenario.model.layers, pp)
+    except ServesimError as exc:
+        raise exc.located(prefix="hardware") from None
+    policy = scenario.serving.policy
+    if policy != "chunked":
+        raise ServesimError(f"got {pp} with policy {policy!r}: pipeline parallelism is "
+                            "modelled as vLLM V1 runs it, with policy chunked (V1's "
+                            "scheduler)", where="hardware.pp")
+    # The pipeline's stages price neither verifies' drafting nor host-tier transfers yet.
+    for key in ("speculative", "kv_offload"):
+        if getattr(scenario.serving, key) is not None:
+            raise ServesimError(f"got {pp} with serving.{key}: a pipeline of stages is "
+                                f"modelled without {key.replace('_', ' ')} so far; use pp 1",
+                                where="hardware.pp")
 
 
 def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig:

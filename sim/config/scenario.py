@@ -31,6 +31,7 @@ from sim.configtools import (
 )
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
+from sim.cost.pipeline import check_layout
 from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, ModelSpec, gpu, model_preset
 from sim.errors import ServesimError
 from sim.policies.admission import AdmissionConfig
@@ -39,20 +40,24 @@ from sim.workload.requests import WorkloadConfig
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """One replica's GPUs: type, count (tensor-parallel degree), and the fraction of each
-    GPU's reported memory vLLM may use (``gpu_memory_utilization``; that name is accepted
-    in the file too), and the GiB of a node's host memory a KV tier may take."""
+    """One replica's GPUs: type, tensor-parallel degree ``tp``, pipeline stages ``pp``
+    (the replica has ``tp × pp`` GPUs; docs/policies.md, "Pipeline parallelism"), the
+    fraction of each GPU's reported memory vLLM may use (``gpu_memory_utilization``; that
+    name is accepted in the file too), and the GiB of a node's host memory a KV tier may
+    take."""
 
     gpu: str = "h100-sxm"
     tp: int = bounded(1, ge=1)
     memory_utilization: float = bounded(0.9, gt=0, le=1)
     # None: the node's installed memory (sim.cost.specs.NODE_HOST_MEMORY_GIB).
     host_memory_gb: float | None = bounded(None, gt=0)
+    pp: int = bounded(1, ge=1)
 
     def __post_init__(self) -> None:
         if self.gpu not in GPUS:
             raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="gpu")
+        check_layout(GPUS[self.gpu], self.tp, self.pp)
 
 
 @dataclass(frozen=True)

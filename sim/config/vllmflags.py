@@ -15,9 +15,9 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
 ``kv-cache-dtype fp8`` and ``quantization fp8`` set the model's KV-cache and weight
 dtypes (:data:`DTYPE_FLAGS`). Flags that change nothing a simulation prices (``port``,
 ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
-servesim does not model yet (other quantisations, pipeline parallelism, eager mode,
-long partial prefills) is an error naming it, as is any other name and a flag whose
-servesim key the scenario also sets.
+servesim does not model yet (other quantisations, eager mode, long partial prefills)
+is an error naming it, as is any other name and a flag whose servesim key the scenario
+also sets.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "max_model_len": ("model", "max_context"),
     "gpu_memory_utilization": ("hardware", "memory_utilization"),
     "tensor_parallel_size": ("hardware", "tp"),
+    "pipeline_parallel_size": ("hardware", "pp"),
     "data_parallel_size": ("cluster", "replicas"),
     "max_num_seqs": ("serving", "max_num_seqs"),
     "max_num_batched_tokens": ("serving", "max_num_batched_tokens"),
@@ -48,7 +49,6 @@ _SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
          ("serving", "num_gpu_blocks"): ("num_kv_blocks",)}
 # Flags accepted only at the value servesim models (vLLM's default).
 ONLY: dict[str, tuple[Any, ...]] = {
-    "pipeline_parallel_size": (1,),
     "dtype": ("auto", "bfloat16", "float16", "half"),
     "enforce_eager": (False,),
     "max_long_partial_prefills": (1,),

@@ -2,8 +2,9 @@
 prefill pool and a decode pool joined by a KV hand-off.
 
 Each replica gets its own policy, its own KV-cache manager sized from its GPU's memory
-(or ``serving.num_gpu_blocks``, vLLM's override), and the cost model of its pool; each
-pool gets its own router, drawn from the run's generator in pool order.
+(or ``serving.num_gpu_blocks``, vLLM's override), and the cost model of its pool (per
+stage, when ``hardware.pp`` splits it into pipeline stages); each pool gets its own
+router, drawn from the run's generator in pool order.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sim.core.replica import Replica
 from sim.core.specset import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
 from sim.cost.models import CostModel, RooflineParams, build_cost
+from sim.cost.pipeline import StageCost
 from sim.cost.specs import gpu
 from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS
@@ -73,6 +75,9 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         memory[pool.role] = budget.summary(sv.num_gpu_blocks)
         watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu, pool.tp)
+        if pool.pp > 1:
+            # A replica of pp stages prices each stage of a micro-batch (sim/core/pipeline.py).
+            pool_cost = StageCost(pool_cost, model, gpu(pool.gpu), pool.tp, pool.pp)
         # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
         swap_blocks, host_bw = host_tier(sv, budget.block_bytes, gpu(pool.gpu).host_bw)
         offload = sv.kv_offload is not None

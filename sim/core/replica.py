@@ -13,6 +13,9 @@ A replica has a ``role``: ``both`` (co-located prefill and decode), or ``prefill
 ``decode`` in a disaggregated cluster (:mod:`sim.core.disagg`). A prefill replica hands each
 request to ``handoff`` once its first token is out; a decode replica receives requests
 with their prompt KV present through an inbox of timed deliveries.
+
+A replica of ``hardware.pp`` pipeline stages runs :mod:`sim.core.pipeline`'s process
+instead of :meth:`Replica._run`, with up to pp micro-batches in flight.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ from sim.core.batch import Batch, Emission, advance
 from sim.core.decodeset import DecodeSet
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
+from sim.core.pipeline import Pipeline
 from sim.core.prefix import PrefixCache
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
 from sim.core.specset import SpecDecodeSet, Speculation
+from sim.cost.pipeline import StageCost
 from sim.cost.shape import StepShape
 
 if TYPE_CHECKING:
@@ -97,7 +102,12 @@ class Replica:
                           else SpecDecodeSet(kv, spec.k + 1, self.stats))
         # A profile's price for the first step after an idle spell (sim.cost.profile).
         self._wake_time: Callable[[float], float] | None = getattr(cost, "wake_time", None)
-        self.process = self.env.process(self._run())
+        # Sequences in micro-batches in flight (pipeline stages: sim/core/pipeline.py);
+        # they count against max_num_seqs. Always 0 on a single-stage replica.
+        self.in_flight = 0
+        self.pipe = (Pipeline(self, cost, lazy, policy.reserves_kv)
+                     if isinstance(cost, StageCost) else None)
+        self.process = self.env.process(self._run() if self.pipe is None else self.pipe.run())
 
     @property
     def prefix(self) -> PrefixCache | None:
@@ -187,9 +197,12 @@ class Replica:
         """A fault: drop every request held here (waiting, running, landing), with their
         KV, cached prefixes and swapped blocks; interrupt an iteration in progress.
         Returns the lost requests in id order."""
-        if self.group is not None:
+        held: list[Request] = []
+        if self.pipe is not None:
+            held = self.pipe.crash()
+        elif self.group is not None:
             self.group.flush(self.running)
-        lost = [*self.running, *self.waiting, *(x[2] for x in self.inbox)]
+        lost = [*self.running, *held, *self.waiting, *(x[2] for x in self.inbox)]
         self.running = []
         self.waiting = deque()
         self.inbox = []

@@ -7,9 +7,11 @@ business.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from sim.cost.pipeline import stage_layers
 from sim.cost.specs import GPUSpec, ModelSpec, shard
 from sim.errors import ServesimError
 
@@ -79,6 +81,10 @@ class MemoryBudget:
     cuda_graph: int
     block_size: int
     block_bytes: int
+    # Pipeline parallelism: the replica's stages, and which stage's GPU this is (the
+    # one with the fewest KV blocks, which sets the replica's count).
+    pp: int = 1
+    stage: int = 0
 
     @property
     def budget(self) -> float:
@@ -108,8 +114,10 @@ class MemoryBudget:
         def g(x: float) -> str:
             return f"{x / GIB:.2f}"
 
+        where = f"tp={self.tp}" if self.pp == 1 else (
+            f"tp={self.tp} and pp={self.pp} (stage {self.stage})")
         raise ServesimError(
-            f"model {self.model} does not fit on {self.gpu} with tp={self.tp}: per GPU "
+            f"model {self.model} does not fit on {self.gpu} with {where}: per GPU "
             f"{g(self.total)} GiB x memory_utilization {self.utilization} = {g(self.budget)} GiB"
             f", less weights {g(self.weights)}, activation {g(self.activation)}, non-torch "
             f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, leaves "
@@ -121,7 +129,8 @@ class MemoryBudget:
         ``num_gpu_blocks`` override sets them; then ``kv_gib`` is what those blocks take)."""
         n = self.blocks if blocks is None else blocks
         kv = self.kv if blocks is None else n * self.block_bytes
-        return {"total_gib": self.total / GIB, "utilization": self.utilization,
+        stage = {} if self.pp == 1 else {"pp": self.pp, "stage": self.stage}
+        return {**stage, "total_gib": self.total / GIB, "utilization": self.utilization,
                 "weights_gib": self.weights / GIB, "activation_gib": self.activation / GIB,
                 "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
                 "kv_gib": kv / GIB, "kv_blocks": n, "kv_tokens": n * self.block_size,
@@ -137,8 +146,29 @@ def weight_bytes(model: ModelSpec, tp: int) -> int:
     return d.weight_bytes + model.max_context * model.head_dim * model.act_bytes
 
 
+def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int) -> int:
+    """Bytes of weights one GPU of pipeline stage ``k`` (of ``pp``) holds: its layers'
+    share of :func:`weight_bytes`' shard (their projections, biases, norms and MoE
+    routers; a MoE model's dense layers are its first), the embedding on the first
+    stage, the final norm and LM head on the last (a tied model's too: the last stage
+    keeps its own copy of the table), and the rotary table on every stage."""
+    d = shard(model, tp)
+    layers = stage_layers(model.layers, pp)
+    start = sum(layers[:k])
+    dense = max(0, min(model.dense_layers, start + layers[k]) - start)
+    part = dataclasses.replace(d, layers=layers[k], dense_layers=dense)
+    table = d.vocab * d.hidden
+    whole = (1 if d.tie_embeddings else 2) * table + d.hidden  # tables and final norm
+    last = k == pp - 1
+    own = table * ((k == 0) + last) + d.hidden * last
+    params = part.params - whole + own
+    linear = part.stack_params
+    rotary = model.max_context * model.head_dim * model.act_bytes
+    return linear * d.dtype_bytes + (params - linear) * d.act_bytes + rotary
+
+
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
-                     max_num_seqs: int) -> int:
+                     max_num_seqs: int, sampler: bool = True) -> int:
     """Peak bytes of one GPU's profiling pass above the weights (torch's peak increase).
 
     With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
@@ -155,7 +185,8 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
       sequences over the whole padded vocabulary V (gathered from every GPU).
 
     The peak is the larger of the two, because the layers' temporaries are freed before
-    the sampler runs.
+    the sampler runs. ``sampler=False``: a pipeline stage before the last, which runs
+    no sampler.
     """
     d = shard(model, tp)
     a = model.act_bytes
@@ -167,17 +198,25 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
     mlp = 3 * h + 3 * width
     attention = 3 * h + 2 * (d.heads + d.kv_heads) * d.head_dim
     layers = max_num_batched_tokens * a * max(mlp, attention)
+    if not sampler:
+        return layers
     seqs = min(max_num_seqs, max_num_batched_tokens)
-    sampler = (max_num_batched_tokens * h * a
-               + seqs * d.vocab * d.tp * SAMPLER_BYTES_PER_LOGIT)
-    return max(layers, sampler)
+    sampling = (max_num_batched_tokens * h * a
+                + seqs * d.vocab * d.tp * SAMPLER_BYTES_PER_LOGIT)
+    return max(layers, sampling)
 
 
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
-                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int
-                  ) -> MemoryBudget:
+                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
+                  pp: int = 1) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
-    and the constants above); call :meth:`MemoryBudget.fitted` to require one block."""
+    and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
+    With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
+    sizes every stage's cache to the smallest: :func:`stage_budget`)."""
+    if pp > 1:
+        stages = [stage_budget(model, gpu, tp, memory_utilization, block_size,
+                               max_num_batched_tokens, max_num_seqs, pp, k) for k in range(pp)]
+        return min(stages, key=lambda b: (b.blocks, b.kv))
     d = shard(model, tp)
     return MemoryBudget(
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
@@ -186,6 +225,25 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0),
         cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
         block_bytes=d.kv_bytes_per_token * block_size)
+
+
+def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
+                 block_size: int, max_num_batched_tokens: int, max_num_seqs: int, pp: int,
+                 k: int) -> MemoryBudget:
+    """One GPU of pipeline stage ``k``: its own weights (:func:`stage_weight_bytes`), the
+    layers' profiling peak (the sampler's only on the last stage), the non-torch memory
+    with its communicators (NCCL's for the stage-to-stage sends as for tensor
+    parallelism: no public log measures them apart) and KV blocks of its layers only."""
+    d = shard(model, tp)
+    layers = stage_layers(model.layers, pp)[k]
+    return MemoryBudget(
+        model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
+        utilization=memory_utilization, weights=stage_weight_bytes(model, tp, pp, k),
+        activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs,
+                                    sampler=k == pp - 1),
+        non_torch=NON_TORCH_BYTES + NON_TORCH_TP_BYTES, cuda_graph=CUDA_GRAPH_BYTES,
+        block_size=block_size,
+        block_bytes=d.kv_bytes_per_token // d.layers * layers * block_size, pp=pp, stage=k)
 
 
 def kv_capacity_blocks(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

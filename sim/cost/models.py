@@ -228,6 +228,14 @@ class RooflineCost:
         return dict(zip(("linear", "attention", "lm_head", "allreduce", "overhead"),
                         self._terms(shape, mx), strict=True))
 
+    def stage_split(self, shape: StepShape) -> tuple[float, float, float]:
+        """Seconds of one step of ``shape`` (Python ints) as a pipeline divides them
+        (:class:`sim.cost.pipeline.StageCost`): the layers' work (projections,
+        attention, all-reduces), the last stage's own (LM head) and the per-step
+        overheads every stage's worker shares."""
+        a, b, c, d, e = self._terms(shape, max)
+        return a + b + d, c, e
+
     def step_time(self, shape: StepShape) -> Any:
         """Seconds for one iteration of ``shape``."""
         # One step (Python ints) is priced with Python floats: the same operations in the

@@ -34,6 +34,8 @@ def _total(parts: Any) -> Any:
 # Light prices kept at most (one per distinct step of entries / new tokens / prefills).
 KEPT_MAX = 1 << 17
 LIGHT_READS = frozenset(("seqs", "new_tokens", "prefill_seqs"))
+# Components a pipeline's stages share evenly: per-step work of each stage's worker.
+SHARED_PARTS = frozenset(("step", "host"))
 
 
 def _light(name: str, form: ComponentForm, grids: Mapping[str, Grid]) -> bool:
@@ -84,6 +86,7 @@ class ProfileCost:
         self._light_names = [n for n, f in FORMS.items() if _light(n, f, self.grids)]
         self._heavy_names = [n for n in FORMS if n not in self._light_names]
         self._kept: dict[tuple[int, int, int], float] = {}
+        self._stage_parts: list[list[Callable[[StepShape], float]]] | None = None
 
     @property
     def source(self) -> str:
@@ -165,6 +168,21 @@ class ProfileCost:
                 t += part(shape)
             return t
         return self._grouped(self.breakdown(shape), ())
+
+    def stage_split(self, shape: StepShape) -> tuple[float, float, float]:
+        """Seconds of one step of ``shape`` (Python ints) as a pipeline divides them
+        (:class:`sim.cost.pipeline.StageCost`): the per-layer components and the
+        all-reduces (layer work), the LM head (the last stage's), and the step and host
+        terms (per-step work every stage's worker shares)."""
+        if self._stage_parts is None:
+            groups: list[list[Callable[[StepShape], float]]] = [[], [], []]
+            for name, form in FORMS.items():
+                if name in self.knots or name in self.grids or not _zero(form, self.coefs[name]):
+                    g = 1 if name == "lm_head" else 2 if name in SHARED_PARTS else 0
+                    groups[g].append(self._scalar_part(name, form))
+            self._stage_parts = groups
+        layer, last, shared = ([sum(part(shape) for part in g) for g in self._stage_parts])
+        return float(layer), float(last), float(shared)
 
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (``step_time`` without ``host``), what an

@@ -40,12 +40,15 @@ class ReplicaState(Protocol):
     then arrival); ``running``: in admission order, newest last; ``kv``: the replica's
     KV-cache manager; ``block_size``: tokens per KV block; ``group``: the aggregate of
     steady decodes, or None when the replica keeps none (the policy's
-    ``lazy_decodes`` is False, or the run turned it off)."""
+    ``lazy_decodes`` is False, or the run turned it off); ``in_flight``: sequences of
+    the replica's micro-batches still in its pipeline (sim/core/pipeline.py), which are
+    not in ``running`` but count against the sequence limit (0 with one stage)."""
 
     waiting: deque[Request]
     running: list[Request]
     kv: KVCacheManager
     block_size: int
+    in_flight: int
 
     @property
     def group(self) -> DecodeGroup | None:
@@ -147,7 +150,7 @@ def resume(state: ReplicaState, batch: Batch, max_seqs: int) -> Batch:
     waiting = state.waiting
     kv = state.kv
     running = state.running
-    while waiting and waiting[0].computed and len(running) < max_seqs:
+    while waiting and waiting[0].computed and len(running) + state.in_flight < max_seqs:
         r = waiting[0]
         if kv.allocate_slots(r, 1, keep_watermark=True) is None:
             break

@@ -94,7 +94,7 @@ class Chunked:
             state.requeue(victims)
             return batch
         waiting = state.waiting
-        seqs = len(running)
+        seqs = len(running) + state.in_flight
         while waiting and budget > 0 and seqs < self.max_seqs:
             r = waiting[0]
             hit = kv.computed_tokens(r)  # leading tokens in the prefix cache

@@ -83,7 +83,7 @@ class Continuous:
                 return batch
             kv = state.kv
             tokens = self.max_tokens
-            seqs = len(state.running)
+            seqs = len(state.running) + state.in_flight
             while waiting and seqs < self.max_seqs:
                 r = waiting[0]
                 if r.computed:  # KV present: resumed in a decode iteration

@@ -210,6 +210,8 @@ def scenario_digest(scenario: Any) -> str:
     for key, unset in (("long_prefill_token_threshold", 0), ("max_num_partial_prefills", 1)):
         if fields["serving"].get(key) == unset:
             fields["serving"].pop(key)
+    if fields["hardware"].get("pp") == 1:
+        fields["hardware"].pop("pp")
     for params in fields["cost"].values():
         if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
                 NO_FRONTEND):
@@ -362,7 +364,8 @@ def simulated(res: RunResult) -> dict[str, Any]:
         stats = res.replica_stats[start:start + pool.replicas]
         start += pool.replicas
         per_pool[pool.role] = {
-            "gpu": pool.gpu, "tp": pool.tp, "replicas": pool.replicas, "router": pool.router,
+            "gpu": pool.gpu, "tp": pool.tp, **({"pp": pool.pp} if pool.pp > 1 else {}),
+            "replicas": pool.replicas, "router": pool.router,
             "policy": sv.policy, "max_num_seqs": sv.max_num_seqs,
             "max_num_batched_tokens": sv.max_num_batched_tokens,
             "token_budget": sv.chunk_budget if sv.policy == "chunked" else sv.token_budget,
@@ -414,7 +417,7 @@ def summarize(res: RunResult) -> dict[str, Any]:
     kv_total = sum(s.kv_total for s in stats)
     from sim.config.disagg import pools
 
-    gpus = sum(p.replicas * p.tp for p in pools(res.scenario))
+    gpus = sum(p.replicas * p.gpus_per_replica for p in pools(res.scenario))
 
     def rate(x: float) -> float | None:
         return x / span if span > 0 else None

@@ -74,6 +74,13 @@ class Search:
     stats: RunStats = field(default_factory=RunStats)
     log: list[Row] = field(default_factory=list)
 
+    @property
+    def pp(self) -> int:
+        """Pipeline stages per replica of the scenario searched (its ``hardware.pp``)."""
+        from sim.config.scenario import from_dict
+
+        return from_dict(self.raw, self.source, self.base_dir).hardware.pp
+
     def run(self, keys: list[PointKey], desc: str) -> list[Row]:
         """Rows (key columns + metrics + ``pass``) of ``keys``, simulated or from the cache."""
         tasks = [make_task(self.raw, self.source, self.base_dir, k, self.horizon_factor)
@@ -171,11 +178,12 @@ class Config:
     tp: int
     passed: bool
     row: Row  # mean over seeds, with _ci columns
+    pp: int = 1  # pipeline stages per replica
 
     @property
     def gpus(self) -> int:
-        """GPUs used: replicas x tensor-parallel degree."""
-        return self.replicas * self.tp
+        """GPUs used: replicas x tensor-parallel degree x pipeline stages."""
+        return self.replicas * self.tp * self.pp
 
 
 def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float) -> Config:
@@ -184,7 +192,7 @@ def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float) ->
                  f"{policy} {replicas}x tp{tp}")
     agg = aggregate(rows)[0]
     ok = not any(r["saturated"] for r in rows) and all_met(s.slos, agg)
-    return Config(policy, replicas, tp, ok, agg)
+    return Config(policy, replicas, tp, ok, agg, s.pp)
 
 
 def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
@@ -367,7 +375,7 @@ def result_json(r: CapacityResult) -> bytes:
         if r.best is not None:
             blob["best_with_redundancy"] = {"replicas": r.best.replicas + r.redundancy,
                                             "gpus": (r.best.replicas + r.redundancy)
-                                            * r.best.tp}
+                                            * r.best.tp * r.best.pp}
     return (json.dumps(clean(blob), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
@@ -413,4 +421,4 @@ def print_summary(r: CapacityResult) -> None:
     if r.redundancy:
         n = r.best.replicas + r.redundancy
         print(f"with N+{r.redundancy} redundancy (the target still met with "
-              f"{r.redundancy} replica(s) down): {n} replicas = {n * r.best.tp} GPU(s)")
+              f"{r.redundancy} replica(s) down): {n} replicas = {n * r.best.tp * r.best.pp} GPU(s)")

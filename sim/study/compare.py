@@ -39,10 +39,10 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], float], ...] = (
 
 
 def gpus(scenario: Any) -> int:
-    """GPUs the scenario's cluster uses (replicas x tp over its pools)."""
+    """GPUs the scenario's cluster uses (replicas x tp x pp over its pools)."""
     from sim.config.disagg import pools
 
-    return sum(p.replicas * p.tp for p in pools(scenario))
+    return sum(p.replicas * p.gpus_per_replica for p in pools(scenario))
 
 
 def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,

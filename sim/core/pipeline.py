@@ -1,0 +1,204 @@
+"""A replica run as a pipeline of ``pp`` stages, with up to ``pp`` micro-batches in flight.
+
+This follows vLLM V1's engine with pipeline parallelism (``EngineCore`` with a batch
+queue of ``pp`` entries, ``step_with_batch_queue``): while the queue has room the
+scheduler is asked for another batch at once, and that batch leaves out every request
+already in a batch in flight, so a request's next token waits for its previous
+micro-batch to leave the last stage. When nothing more can be scheduled, or the queue
+is full, the engine blocks until the oldest batch comes out of the last stage; arrivals
+meanwhile wait for that moment, as they do in vLLM. One scheduler, one KV cache:
+``max_num_seqs`` bounds the running requests of all micro-batches together, the token
+budget each micro-batch.
+
+Timing: a micro-batch enters stage 0 when it is scheduled or when stage 0 is done with
+the batch before it, whichever is later, and each later stage likewise; each stage's
+time comes from :class:`sim.cost.pipeline.StageCost` (its share of the step plus the
+send to the next stage). Fewer batches than stages leave stages idle: the bubbles.
+
+While a batch is in flight its requests are out of ``running`` (the policy never sees
+them) and count in ``in_flight``; when it comes out they rejoin ``running`` at its head,
+ahead of requests that later batches left out (vLLM keeps its running list in admission
+order: the two differ only in which running request a preemption or a full token budget
+passes over first). Steady decodes that travel together stay one O(1) aggregate
+(:class:`~sim.core.decodeset.DecodeSet`), as on a single-stage replica: the replica's
+set goes into the pipeline with the batch that includes it and a fresh one takes its
+place; when the batch comes out its set is the replica's again, and the few members
+the fresh one gathered meanwhile are settled into plain requests (they rejoin when they
+next decode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, cast
+
+import simpy
+
+from sim.core.batch import Batch, advance
+from sim.core.decodeset import DecodeSet
+from sim.core.request import Request
+from sim.cost.pipeline import StageCost
+
+if TYPE_CHECKING:
+    from sim.core.replica import Replica
+
+# One micro-batch in the pipeline, as a plain tuple (one is built per micro-batch): when
+# it leaves the last stage (s), its batch, the decode-set members in it, its busy seconds
+# per stage on average, the KV blocks held when it entered, its sequences and tokens.
+Flight = tuple[float, Batch, list[Request], float, int, int, int]
+
+
+class Pipeline:
+    """The pipeline process of ``rep``, whose cost model is a :class:`StageCost` of
+    ``pp`` > 1 stages; ``lazy``: keep steady decodes as aggregates."""
+
+    def __init__(self, rep: Replica, cost: StageCost, lazy: bool, reserves_kv: bool) -> None:
+        self.rep = rep
+        self.cost = cost
+        self.pp = cost.pp
+        self.free = [0.0] * self.pp  # when each stage is done with what it was given (s)
+        self.reserves_kv = reserves_kv
+        self.spare: list[DecodeSet] = []  # empty decode sets, for reuse
+        self.flight: list[Flight] = []
+        self.wake = cost.wake_time
+        if lazy:
+            rep.group = DecodeSet(rep.kv, reserves_kv)
+
+    def run(self) -> Generator[Any, Any, None]:
+        """Schedule while fewer than ``pp`` batches are in flight and the policy finds
+        work; else wait for the oldest micro-batch to leave the last stage and deliver
+        it."""
+        rep = self.rep
+        env = rep.env
+        engine = rep.engine
+        idle_since: float | None = None
+        now = env.now
+        while True:
+            if len(self.flight) < self.pp and self._schedule(now, idle_since):
+                idle_since = None
+                continue
+            if not self.flight:
+                if idle_since is None:
+                    idle_since = now
+                try:
+                    yield rep._go_idle()
+                except simpy.Interrupt:
+                    self.reset()  # a fault struck as an arrival woke it
+                now = env.now
+                continue
+            end = self.flight[0][0]
+            try:
+                yield env.timeout(end - now)
+            except simpy.Interrupt:
+                # A fault: crash() took every request; the stages stop where they are.
+                self.reset()
+                now = env.now
+                continue
+            now = end
+            if now >= engine.next_due:
+                engine.dispatch(now)
+            if rep.inbox:
+                rep.pull()
+            self._complete(self.flight.pop(0), now)
+
+    def _schedule(self, now: float, idle_since: float | None) -> bool:
+        """Ask the policy for a batch and send it into the pipeline at ``now`` (s);
+        False when it found nothing to run."""
+        rep = self.rep
+        if not rep.running and not rep.waiting:
+            return False  # everything is in flight: the policy would find nothing
+        batch = rep.schedule()
+        if not batch.seqs:
+            return False
+        if batch.group is not None:
+            # The home set travels with its members; a fresh one stays home.
+            rep.group = self.spare.pop() if self.spare else DecodeSet(rep.kv, self.reserves_kv)
+        self._submit(batch, now, idle_since)
+        return True
+
+    def _submit(self, batch: Batch, now: float, idle_since: float | None) -> None:
+        """Price ``batch`` stage by stage from ``now`` (s) and take its requests out of
+        ``running`` until it comes back."""
+        rep = self.rep
+        shape = batch.shape()
+        times = self.cost.stage_times(shape)
+        if idle_since is not None and self.wake is not None:
+            times[0] += self.wake(now - idle_since)
+        if rep.swap_s:
+            times[0] += rep.swap_s  # vLLM swaps blocks in before the forward pass
+            rep.swap_s = 0.0
+        free = self.free
+        starts = free.copy()
+        t = now
+        for k, dt in enumerate(times):
+            if t < free[k]:
+                t = free[k]
+            else:
+                starts[k] = t
+            t += dt
+            free[k] = t
+        running = rep.running
+        n = 0 if batch.group is None else batch.group.n
+        # A decode set's members lead the running list (DecodeSet.reserve).
+        members = running[:n] if n else []
+        log = rep.engine.step_log
+        if log is not None:
+            spans = tuple(zip(starts, free, strict=True))
+            log.append((rep.index, now, t, tuple(batch.log_entries(members)), spans))
+        # Every listed entry is a running request: when the counts match, all went.
+        if len(running) == n + len(batch):
+            rep.running = []
+        else:
+            rep.running = [r for r in running[n:] if r not in batch]
+        seqs = n + len(batch)
+        rep.in_flight += seqs
+        self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.used,
+                            seqs, shape.new_tokens))
+
+    def _complete(self, f: Flight, now: float) -> None:
+        """Micro-batch ``f`` left the last stage at ``now`` (s): its requests rejoin
+        ``running``, and the replica delivers its tokens."""
+        rep = self.rep
+        _, batch, members, busy, used, seqs, tokens = f
+        rep.in_flight -= seqs
+        travelled = batch.group
+        home = rep.group
+        if travelled is not None and home is not None:
+            # Only this module puts a decode set in flight: the replica's DecodeSet (a
+            # pipeline never speculates: sim.config.disagg.check_pipeline).
+            assert isinstance(travelled, DecodeSet) and isinstance(home, DecodeSet)
+            # The batch's set comes home. Members the home set gathered meanwhile (new
+            # decodes of batches without a set) become plain requests, settled while
+            # they are the only members in ``running``; they join again when decoded.
+            if home.n:
+                home.flush(rep.running)
+            self.spare.append(home)
+            rep.group = travelled
+        # Ahead of requests left out of later batches: a decode set's members then lead
+        # the running list, as DecodeSet.reserve needs.
+        rep.running = members + list(batch) + rep.running
+        rep.stats.book(busy, seqs, tokens, used)
+        rep.deliver(batch, advance(batch), now)
+
+    def crash(self) -> list[Request]:
+        """A fault: the requests of every batch in flight (decode sets settled, as of the
+        last tick each finished); the pipeline is then empty."""
+        lost: list[Request] = []
+        for _, batch, members, *_rest in self.flight:
+            group = cast(DecodeSet | None, batch.group)
+            if group is not None:
+                group.flush(members)
+                self.spare.append(group)
+            lost += members
+            lost += batch
+        home = self.rep.group
+        if home is not None:
+            home.flush(self.rep.running)
+        self.reset()
+        return lost
+
+    def reset(self) -> None:
+        """Empty stages, nothing in flight (after a fault)."""
+        self.flight = []
+        self.free = [0.0] * self.pp
+        self.rep.in_flight = 0

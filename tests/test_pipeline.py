@@ -1,0 +1,286 @@
+"""Pipeline parallelism (``hardware.pp``): stage split, stage prices, the micro-batch
+step log worked out by hand, latency and throughput against closed forms, KV memory,
+GPU counts, bad input, and invariants of random runs.
+
+Hand-worked cost: 10 ms per step + 1 ms per new token (linear; a linear model's whole
+step counts as layer work, so each of 2 stages of the 2-layer tiny model costs half),
+block size 4 (tests/conftest.py). Step log entries of a pipelined replica:
+(replica, scheduled_s, end_s, ((request id, new tokens, context before), ...),
+((stage 0 start, end), (stage 1 start, end), ...)).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_both_ways, run_requests, tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.cli import main
+from sim.config.scenario import from_dict
+from sim.core.engine import Engine, build_cost
+from sim.core.request import FINISHED, REJECTED
+from sim.cost.memory import memory_budget, stage_weight_bytes, weight_bytes
+from sim.cost.pipeline import StageCost, stage_layers, stage_links
+from sim.cost.shape import decode_shape, shape_of
+from sim.cost.specs import GPUS, MODELS
+from sim.errors import ServesimError
+from sim.report.metrics import summarize
+from sim.workload.requests import Requests
+
+H100 = GPUS["h100-sxm"]
+
+
+def x_tiny(tokens: int) -> float:
+    """Seconds of one tiny-model stage send on one H100's NVLink: 8 µs latency plus
+    hidden state and residual, 2 x 256 fp32 elements (2,048 bytes) a token, at 450 GB/s."""
+    return 8e-6 + tokens * 2048 / 450e9
+
+
+def rounded(log: list[Any]) -> list[Any]:
+    return [(s[0], round(s[1], 9), round(s[2], 9), s[3],
+             tuple((round(a, 9), round(b, 9)) for a, b in s[4])) for s in log]
+
+
+def test_layers_split_as_vllm_splits_them() -> None:
+    assert stage_layers(32, 2) == (16, 16)
+    assert stage_layers(80, 3) == (27, 27, 26)  # 80 = 3 x 26 + 2: the two before the last
+    assert stage_layers(10, 4) == (2, 3, 3, 2)
+    assert stage_layers(7, 3) == (2, 3, 2)
+    assert stage_layers(2, 2) == (1, 1)
+    with pytest.raises(ServesimError, match="at most 2 stages"):
+        stage_layers(2, 3)
+
+
+def test_stage_links_cross_nodes_at_node_edges() -> None:
+    nvlink, net = (450e9, 8e-6), (50e9, 20e-6)
+    assert stage_links(H100, 4, 2) == (nvlink,)
+    assert stage_links(H100, 4, 4) == (nvlink, net, nvlink)  # stages 0-1 | 2-3 per node
+    assert stage_links(H100, 8, 3) == (net, net)
+
+
+def test_stage_prices_add_up_to_the_step_plus_sends() -> None:
+    model = MODELS["llama-3-8b"]
+    sc = from_dict({"model": "llama-3-8b", "workload": {"trace": {"path": "azure_2023_conv"}}})
+    whole = build_cost(sc)
+    stages = StageCost(whole, model, H100, 1, 2)
+    for shape in (shape_of([(1000, 0)]), decode_shape(64, 64 * 500)):
+        layer, last, shared = whole.stage_split(shape)
+        t0, t1 = stages.stage_times(shape)
+        send = 8e-6 + shape.new_tokens * 2 * 4096 * 2 / 450e9
+        assert t0 == pytest.approx(layer / 2 + shared / 2 + send, rel=1e-12)
+        assert t1 == pytest.approx(layer / 2 + shared / 2 + last, rel=1e-12)
+        assert t0 + t1 == pytest.approx(whole.step_time(shape) + send, rel=1e-12)
+
+
+def test_two_stage_step_log_by_hand() -> None:
+    # Token budget 16, A and B (prompt 16, output 2) both waiting at 0. A whole stage of a
+    # 16-token batch is (10 + 16) / 2 = 13 ms, of a decode (10 + 1) / 2 = 5.5 ms; stage 0
+    # adds its send, x(16) or x(1).
+    # - A's prompt fills the budget: batch 1 on stage 0 from 0, stage 1 from 13 ms + x16.
+    # - The queue has a second slot, so B (A is in flight) is scheduled at 0 too, and
+    #   enters stage 0 when A's batch leaves it.
+    # - Batch 1 out (26 ms + x16): A's first token; A's decode goes in, behind B's batch
+    #   on each stage. Batch 2 out: B's first token; B's decode follows A's.
+    # - Each request's next token waited for its previous micro-batch.
+    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 16}, hardware={"pp": 2})
+    res = run_both_ways(sc, [0.0, 0.0], [16, 16], [2, 2])
+    a, b = x_tiny(16), x_tiny(1)
+    expected = [
+        (0, 0.0, 0.026 + a, ((0, 16, 0),), ((0.0, 0.013 + a), (0.013 + a, 0.026 + a))),
+        (0, 0.0, 0.039 + 2 * a, ((1, 16, 0),),
+         ((0.013 + a, 0.026 + 2 * a), (0.026 + 2 * a, 0.039 + 2 * a))),
+        (0, 0.026 + a, 0.0445 + 2 * a, ((0, 1, 16),),
+         ((0.026 + 2 * a, 0.0315 + 2 * a + b), (0.039 + 2 * a, 0.0445 + 2 * a))),
+        (0, 0.039 + 2 * a, 0.05 + 2 * a + b, ((1, 1, 16),),
+         ((0.039 + 2 * a, 0.0445 + 2 * a + b), (0.0445 + 2 * a + b, 0.05 + 2 * a + b))),
+    ]
+    assert rounded(sorted(res.step_log, key=lambda s: (s[1], s[2]))) == rounded(expected)
+    np.testing.assert_allclose(res.first_token, [0.026 + a, 0.039 + 2 * a], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.0445 + 2 * a, 0.05 + 2 * a + b], atol=1e-12)
+    assert (res.status == FINISHED).all()
+    s = summarize(res)
+    assert s["gpus"] == 2 and s["simulated"]["pools"]["both"]["pp"] == 2
+    assert s["cost_source"].endswith("; 2 pipeline stages")
+
+
+def test_lone_request_ttft_grows_by_the_stage_send() -> None:
+    # One request through an empty pipeline: the stages' compute adds up to the whole
+    # step, so pp=2 adds exactly one send of the prompt's activations (Llama-3-8B: 2 x
+    # 4096 bf16 elements a token over one NVLink, 8 µs + 1000 x 16,384 B / 450 GB/s).
+    ttft = {}
+    for pp in (1, 2):
+        sc = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "pp": pp},
+                        "serving": {"policy": "chunked"},
+                        "workload": {"trace": {"path": "azure_2023_conv"}}})
+        res = run_requests(sc, [0.0], [1000], [4], log_steps=False)
+        ttft[pp] = res.first_token[0] - res.requests.arrival_s[0]
+    assert ttft[2] - ttft[1] == pytest.approx(8e-6 + 1000 * 16384 / 450e9, abs=1e-12)
+
+
+def decode_rate(res: Any, t0: float, t1: float) -> float:
+    """Decode tokens of the micro-batches that left the pipeline in (t0, t1], per second."""
+    return sum(len(s[3]) for s in res.step_log if t0 < s[2] <= t1) / (t1 - t0)
+
+
+def test_saturated_decode_throughput_is_twice_one_stage_less_the_send() -> None:
+    # 2 x 64 requests at once, prompt 32, output 300; each micro-batch's token budget
+    # admits 64 prompts (64 x 32 tokens), max_num_seqs 128: then two micro-batches of 64
+    # decodes each, always in flight.
+    # Each stage is busy all the time, so a batch leaves every max-stage seconds: the
+    # rate is 64 decodes per slowest stage (send included) - against 64 per whole step
+    # on one stage, nearly twice.
+    n, prompt = 64, 32
+    raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+           "serving": {"policy": "chunked", "max_num_seqs": 2 * n,
+                       "max_num_batched_tokens": n * prompt},
+           "workload": {"trace": {"path": "azure_2023_conv"}}}
+    sc2 = from_dict({**raw, "hardware": {"gpu": "h100-sxm", "pp": 2}})
+    res = run_requests(sc2, [0.0] * 2 * n, [prompt] * 2 * n, [300] * 2 * n)
+    t0 = res.step_log[4][2]  # both cohorts decoding
+    t1 = res.step_log[-3][2]
+    stages = StageCost(build_cost(sc2), sc2.model, H100, 1, 2)
+    mid = decode_shape(n, n * (prompt + 150))
+    closed = n / max(stages.stage_times(mid))
+    assert decode_rate(res, t0, t1) == pytest.approx(closed, rel=0.10)
+    one = build_cost(from_dict(raw))
+    assert closed == pytest.approx(2 * n / (one.step_time(mid) + 2 * stages.transfer_s(n, 0)),
+                                   rel=0.10)
+
+
+def test_pipeline_holds_more_kv_per_replica() -> None:
+    model, tp = MODELS["llama-3-70b"], 4
+    rotary = model.max_context * model.head_dim * model.act_bytes
+    # Stage weights: every shard weight once, the rotary table on each stage.
+    assert (stage_weight_bytes(model, tp, 2, 0) + stage_weight_bytes(model, tp, 2, 1)
+            == weight_bytes(model, tp) + rotary)
+    one = memory_budget(model, H100, tp, 0.9, 16, 8192, 256)
+    two = memory_budget(model, H100, tp, 0.9, 16, 8192, 256, pp=2)
+    assert two.block_bytes * 2 == one.block_bytes  # 40 of 80 layers' KV per GPU
+    assert two.blocks > 2 * one.blocks  # and half the weights: more than twice the tokens
+    assert two.summary()["pp"] == 2 and "pp" not in one.summary()
+
+
+def test_vllm_pipeline_flag_sets_pp() -> None:
+    sc = from_dict({"model": "tiny", "vllm": {"pipeline-parallel-size": 2},
+                    "cost": {"linear": {"step_s": 0.01}},
+                    "workload": {"trace": {"path": "azure_2023_conv"}}})
+    assert sc.hardware.pp == 2
+
+
+BAD = {
+    "below_one": ("hardware: {pp: 0}", ["hardware.pp", "got 0", "at least 1"]),
+    "over_layers": ("hardware: {pp: 3}", ["hardware.pp", "got 3", "2 layers", "at most 2"]),
+    "across_nodes": ("hardware: {pp: 2, tp: 16}",
+                     ["hardware.pp", "tp=16", "one node of 8", "tp must divide 8"]),
+    "policy": ("hardware: {pp: 2}\nserving: {policy: continuous}",
+               ["hardware.pp", "'continuous'", "policy chunked"]),
+    "vllm_flag": ("vllm: {pipeline_parallel_size: 0}", ["hardware.pp", "got 0"]),
+    "speculative": ("hardware: {pp: 2}\nserving: {speculative: {method: ngram, num_tokens: 2,"
+                    " acceptance: {rate: 0.5}}}",
+                    ["hardware.pp", "serving.speculative", "without speculative"]),
+    "kv_offload": ("hardware: {pp: 2}\nserving: {prefix_caching: true, kv_offload: "
+                   "{cpu_gb: 1}}", ["hardware.pp", "serving.kv_offload", "without kv offload"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_pipeline_is_one_clear_line(case: str, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    text, needles = BAD[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(f"model: tiny\n{text}\nworkload: {{trace: {{path: azure_2023_conv}}}}\n")
+    rc = main(["simulate", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "Traceback" not in err and str(path) in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_fault_empties_the_pipeline() -> None:
+    # Replica 0 fails at 20 ms with micro-batches in flight: their requests are lost and
+    # retried on replica 1; replica 0's stages restart empty once repaired.
+    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 16}, hardware={"pp": 2},
+                       cluster={"replicas": 2},
+                       faults={"outages": [{"replica": 0, "at_s": 0.02, "duration_s": 0.5}],
+                               "detection_s": 0.05})
+    res = run_both_ways(sc, [0.0, 0.0, 0.001, 1.0], [16, 16, 16, 8], [3, 2, 2, 2])
+    assert (res.status == FINISHED).all()
+    assert res.retries.tolist()[:2] == [1, 0] and res.replica.tolist()[3] == 0
+
+
+EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pp=st.integers(2, 3),
+       blocks=st.integers(8, 40), seqs=st.integers(1, 6), budget=st.sampled_from([8, 16, 64]),
+       reqs=st.lists(st.tuples(st.sampled_from([0.0, 0.001, 0.02]), st.integers(1, 40),
+                               st.integers(1, 12)), min_size=1, max_size=14))
+def test_pipeline_invariants(pp: int, blocks: int, seqs: int, budget: int,
+                             reqs: list[Any]) -> None:
+    # Tiny with 3 layers, so that pp=3 splits it.
+    sc = tiny_scenario(model={"preset": "tiny", "layers": 3}, hardware={"pp": pp},
+                       serving={"policy": "chunked", "num_kv_blocks": blocks,
+                                "max_num_seqs": seqs, "token_budget": min(budget, 64),
+                                "max_num_batched_tokens": 64})
+    gaps, prompts, outputs = (list(x) for x in zip(*reqs, strict=True))
+    req = Requests(np.cumsum(gaps), np.array(prompts, dtype=np.int64),
+                   np.array(outputs, dtype=np.int64))
+    runs = [Engine(sc, req, build_cost(sc), np.random.default_rng(0), log_steps=True,
+                   lazy_decodes=lazy) for lazy in (True, False)]
+    res = [e.run() for e in runs]
+    assert res[0].step_log == res[1].step_log  # decode sets per slot change nothing
+    np.testing.assert_array_equal(res[0].finish, res[1].finish)
+    log = res[0].step_log
+    assert set(res[0].status.tolist()) <= {FINISHED, REJECTED}
+    rep = runs[0].replicas[0]
+    assert rep.kv.used == 0 and not rep.running and rep.in_flight == 0
+    generated = [0] * len(prompts)
+    for k in range(pp):  # each stage takes micro-batches one at a time, in order
+        spans = [s[4][k] for s in log]
+        assert all(b0 <= b1 + 1e-12 and e0 <= b1 + 1e-12
+                   for (b0, e0), (b1, _) in zip(spans, spans[1:], strict=False))
+    for i, s in enumerate(log):
+        assert s[1] <= s[4][0][0] and s[4][-1][1] == s[2]
+        live = [t for t in log[:i] if t[2] > s[1]]  # batches in flight when it was scheduled
+        assert len(live) < pp
+        ids = {e[0] for e in s[3]}
+        assert not ids & {e[0] for t in live for e in t[3]}  # never in two at once
+        assert len(s[3]) + sum(len(t[3]) for t in live) <= seqs
+        for rid, new, ctx in s[3]:
+            if ctx + new == prompts[rid] + generated[rid]:
+                generated[rid] += 1
+    done = res[0].status == FINISHED
+    assert [g for g, d in zip(generated, done, strict=True) if d] == \
+        [o for o, d in zip(outputs, done, strict=True) if d]
+
+
+def test_capacity_counts_every_stage_gpu() -> None:
+    from sim.report.slospec import parse_slos
+    from sim.study.capacity import Config, Search
+    from sim.study.sweeppoint import PointCache, read_raw
+
+    md1 = Path(__file__).resolve().parents[1] / "scenarios" / "capacity-md1.yaml"
+    raw = read_raw(md1, ["hardware.pp=2", "serving.policy=chunked"])
+    s = Search(raw, str(md1), md1.parent, parse_slos(["ttft_mean=0.05"]), [0], PointCache(None))
+    assert s.pp == 2
+    assert Config("chunked", 3, 1, True, {}, s.pp).gpus == 6
+
+
+def test_measured_profile_split_adds_up_to_its_step() -> None:
+    sc = from_dict({"model": "llama-3-8b", "cost": "measured",
+                    "workload": {"trace": {"path": "azure_2023_conv"}}})
+    prof = build_cost(sc)
+    for shape in (shape_of([(1000, 0)]), decode_shape(64, 64 * 500),
+                  shape_of([(1, 300), (1, 40), (512, 100)])):
+        layer, last, shared = prof.stage_split(shape)
+        assert last > 0 and shared > 0 and layer > last
+        assert layer + last + shared == pytest.approx(prof.step_time(shape), rel=1e-12)

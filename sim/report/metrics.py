@@ -202,6 +202,9 @@ def scenario_digest(scenario: Any) -> str:
     for key in ("concurrency", "think_time_s", "stages"):
         if fields["workload"].get(key) is None:
             fields["workload"].pop(key, None)
+    trace = fields["workload"].get("trace")
+    if isinstance(trace, dict) and trace.get("start_row") == 0:
+        trace.pop("start_row")  # replaying from the first row, as before the key existed
     for params in fields["cost"].values():
         if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
                 NO_FRONTEND):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main as cli_main
+from sim.errors import ServesimError
 from sim.report.slospec import parse_slos
 from sim.study.capacity import Search, default_start, passes, run_capacity
 from sim.study.sweep import SweepSpec, read_csv, run_sweep
@@ -63,11 +64,12 @@ def test_max_rate_agrees_with_brute_force_sweep(tmp_path):
         assert grid_best <= found < grid_best + step
 
 
-def test_unreachable_slo_gives_zero_and_no_configuration():
+def test_unreachable_slo_is_refused_with_its_zero_load_floor():
     s = search(["ttft_mean=0.01"], seeds=2, n=200)  # below the 0.02 s service time itself
-    res = run_capacity(s, ["continuous"], [1], start=5.0, tol=0.05, target=10.0)
-    assert res.max_rates[0].per_seed == [0.0, 0.0]
-    assert res.best is None
+    with pytest.raises(ServesimError, match="ttft_mean at zero load is 20 ms; the target is "
+                                            "10 ms"):
+        run_capacity(s, ["continuous"], [1], start=5.0, tol=0.05, target=10.0)
+    assert s.log == []  # refused before any rate was simulated
 
 
 def test_cheapest_configuration_for_a_target_rate(tmp_path):

@@ -207,11 +207,15 @@ def scenario_digest(scenario: Any) -> str:
                          ("hardware", "host_memory_gb")):
         if fields[section].get(key) is None:
             fields[section].pop(key, None)
-    for key, unset in (("long_prefill_token_threshold", 0), ("max_num_partial_prefills", 1)):
-        if fields["serving"].get(key) == unset:
-            fields["serving"].pop(key)
-    if fields["hardware"].get("pp") == 1:
-        fields["hardware"].pop("pp")
+    # Keys added later, hashed only when they differ from their old, implicit value.
+    for section, key, unset in (("serving", "long_prefill_token_threshold", 0),
+                                ("serving", "max_num_partial_prefills", 1),
+                                ("hardware", "pp", 1)):
+        if fields[section].get(key) == unset:
+            fields[section].pop(key)
+    trace = fields["workload"].get("trace")
+    if isinstance(trace, dict) and trace.get("start_row") == 0:
+        trace.pop("start_row")  # replaying from the first row, as before the key existed
     for params in fields["cost"].values():
         if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
                 NO_FRONTEND):

@@ -1,5 +1,12 @@
 """``servesim capacity``: the highest load meeting SLOs, and the cheapest cluster for a target.
 
+Every point is measured in steady state by default (:mod:`sim.study.steady`: warm-up and
+drain left out, run length doubled until the SLO statistics are precise or their verdict
+clear, capped by ``--max-requests``); a trace's seeds replay different stretches of it.
+
+0. **Zero-load floor.** A candidate whose requests, each run alone, already miss a
+   target is skipped, with the reason; when every candidate is, a one-line error names
+   the floor and the target.
 1. **Maximum rate per replica.** For each candidate (policy, tp), on one replica, and for
    each seed separately, the rate is bracketed (doubling or halving from a start rate)
    and then bisected until the bracket is narrower than ``tol`` (relative). A rate
@@ -13,7 +20,9 @@
 2. **Cheapest configuration for ``--target-rate``.** For each candidate, the replica
    count starts at ceil(target / max rate per replica) and is checked by simulating the
    whole cluster at the target rate over all seeds (mean over seeds must meet every
-   SLO, no seed saturated): down while it still passes, up until it does. The cheapest
+   SLO, no seed saturated): down while it still passes, up until it does. Candidates
+   go cheapest estimate first, and configurations with more GPUs than the best passing
+   one so far are skipped (they cannot win), each skip said in ``pruned``. The cheapest
    passing configuration uses the fewest GPUs (replicas x tp); cost per million output
    tokens = GPUs x $/GPU-hour / 3600 / (output tokens/s) x 1e6.
 
@@ -28,7 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,16 @@ from sim.errors import ServesimError
 from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic
 from sim.report.slospec import SLO, all_met, parse_slos
+from sim.study.steady import (
+    STEADY_COLUMNS,
+    Steady,
+    TracePlan,
+    add_steady_args,
+    floor_stats,
+    floor_violations,
+    steady_from_args,
+    trace_plan,
+)
 from sim.study.sweep import add_execution_args, aggregate, ci95, grid_args, parse_ints, to_csv
 from sim.study.sweeppoint import (
     METRIC_COLUMNS,
@@ -44,6 +63,7 @@ from sim.study.sweeppoint import (
     RunStats,
     cost_source,
     make_task,
+    point_raw,
     read_raw,
     refuse_closed_loop,
     run_points,
@@ -73,6 +93,9 @@ class Search:
     progress: bool = False
     stats: RunStats = field(default_factory=RunStats)
     log: list[Row] = field(default_factory=list)
+    steady: Steady | None = None  # steady-state measurement of every point
+    plan: TracePlan | None = None  # a trace's replications: each seed its own stretch
+    pruned: list[str] = field(default_factory=list)  # what was skipped, and why
 
     @property
     def pp(self) -> int:
@@ -83,8 +106,12 @@ class Search:
 
     def run(self, keys: list[PointKey], desc: str) -> list[Row]:
         """Rows (key columns + metrics + ``pass``) of ``keys``, simulated or from the cache."""
-        tasks = [make_task(self.raw, self.source, self.base_dir, k, self.horizon_factor)
-                 for k in keys]
+        steady = self.steady
+        if steady is not None and self.plan is not None:
+            # A replication never grows into the next one's stretch of the trace.
+            steady = replace(steady, max_requests=min(steady.max_requests, self.plan.segment))
+        tasks = [make_task(self.raw, self.source, self.base_dir, k, self.horizon_factor,
+                           steady, self._start_row(k.seed)) for k in keys]
         rows = run_points(tasks, self.cache, self.backend, self.workers, self.address,
                           self.progress, desc, self.stats)
         out = []
@@ -95,6 +122,10 @@ class Search:
             out.append(r)
         self.log += out
         return out
+
+
+    def _start_row(self, seed: int) -> int:
+        return 0 if self.plan is None else self.plan.start_row(self.seeds.index(seed))
 
 
 def passes(slos: list[SLO], row: Row) -> bool:
@@ -117,6 +148,25 @@ class MaxRate:
     brackets: list[tuple[float, float | None]]
     mean: float
     ci: float | None
+
+    @property
+    def resolution(self) -> float:
+        """Widest final bracket over seeds (requests/s): how finely the search placed
+        each seed's answer, so the least spread an interval can honestly claim."""
+        return max((h - lo for lo, h in self.brackets if h is not None and lo > 0),
+                   default=0.0)
+
+    def interval_text(self) -> str:
+        """The answer's interval for the console: a 95% Student-t interval over
+        independent replications, never narrower than the search's resolution, and no
+        interval from one replication."""
+        n = len(self.per_seed)
+        if self.ci is None:
+            return " (one replication: no interval)" if n == 1 else ""
+        if self.ci < self.resolution:
+            return (f" ± {self.resolution:.3g} (search resolution: the {n} independent "
+                    "replications agree to within it)")
+        return f" ± {self.ci:.3g} (95% CI over {n} independent replications)"
 
     def row(self) -> Row:
         """A flat row for capacity.csv."""
@@ -196,12 +246,28 @@ def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float) ->
 
 
 def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
-             max_steps: int = 4) -> tuple[Config | None, list[Config]]:
-    """Fewest replicas of candidate ``mr`` that meet the SLOs at ``target`` req/s."""
+             max_steps: int = 4, limit_gpus: int | None = None
+             ) -> tuple[Config | None, list[Config]]:
+    """Fewest replicas of candidate ``mr`` that meet the SLOs at ``target`` req/s; with
+    ``limit_gpus`` (the best configuration found so far), configurations using more GPUs
+    cannot win and are not simulated (a line in ``s.pruned`` says so)."""
     if mr.mean <= 0:
         return None, []
     guess = max(1, math.ceil(target / mr.mean - 1e-9))
     counts = sorted(allowed) if allowed else list(range(1, guess + max_steps + 1))
+    name = f"{mr.policy}, tp {mr.tp}"
+    if limit_gpus is not None:
+        fit = [n for n in counts if n * mr.tp <= limit_gpus]
+        if not fit:
+            s.pruned.append(f"{name}: not checked at {target:g} requests/s; even "
+                            f"{counts[0]} replica(s) use {counts[0] * mr.tp} GPUs, more than "
+                            f"the {limit_gpus} of the best configuration found")
+            return None, []
+        if len(fit) < len(counts):
+            s.pruned.append(f"{name}: {fit[-1] + 1 if not allowed else 'larger'} replicas "
+                            f"and up not checked; they use more GPUs than the {limit_gpus} "
+                            "of the best configuration found")
+        counts = fit
     # Start at the estimate (or the allowed count nearest below it) and walk.
     i = max([j for j, n in enumerate(counts) if n <= guess], default=0)
     tried: dict[int, Config] = {}
@@ -270,6 +336,7 @@ def main(argv: list[str]) -> int:
                    help="spare replicas for failures (N+K): the cheapest configuration's "
                         "N replicas meet the target; K more keep it met with K down")
     add_execution_args(p)
+    add_steady_args(p, precision=0.1, warmup=0.1)
     a = p.parse_args(argv)
 
     if not a.slo:
@@ -291,12 +358,18 @@ def main(argv: list[str]) -> int:
     out = a.out if a.out is not None else default_out(name, "-capacity", a.scenario)
     check_replaceable(out, CAPACITY_FILES, [a.scenario])
     path = Path(a.scenario)
-    s = Search(base, str(path), path.parent.resolve(), slos, grid["seeds"],
+    start = a.rate_start or default_start(base)
+    steady = steady_from_args(a, slos, targets=True)
+    plan = trace_plan(base, str(path), path.parent.resolve(), len(grid["seeds"]),
+                      window_requests(base, start))
+    seeds = grid["seeds"][:plan.replications] if plan is not None else grid["seeds"]
+    s = Search(base, str(path), path.parent.resolve(), slos, seeds,
                PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
-               a.workers, a.ray_address, progress=not a.quiet)
-    result = run_capacity(s, grid["policies"], grid["tps"], a.rate_start or default_start(base),
+               a.workers, a.ray_address, progress=not a.quiet, steady=steady, plan=plan)
+    result = run_capacity(s, grid["policies"], grid["tps"], start,
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
     result.redundancy = a.redundancy
+    result.notes = measurement_notes(steady, plan, result.search)
     with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=[a.scenario]) as stage:
         names = [p.name for p in write_files(result, stage)]
         if not a.no_plots:
@@ -314,6 +387,37 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def window_requests(raw: dict[str, Any], rate: float) -> int | None:
+    """Requests one point replays at ``rate`` req/s: ``num_requests``, or what arrives in
+    ``duration_s`` (the fewer); None when neither is set (the whole workload)."""
+    w = raw.get("workload") or {}
+    sizes = [int(w["num_requests"])] if w.get("num_requests") is not None else []
+    if w.get("duration_s") is not None:
+        sizes.append(max(1, math.ceil(rate * float(w["duration_s"]))))
+    return min(sizes, default=None)
+
+
+def measurement_notes(steady: Steady | None, plan: TracePlan | None,
+                      search: list[Row]) -> list[str]:
+    """How the points were measured, in a line or two for the console and capacity.json."""
+    notes = []
+    if plan is not None:
+        notes.append(f"trace replications: seed i replays from row i x {plan.segment} of "
+                     f"{plan.rows}" + (f"; {plan.note}" if plan.note else ""))
+    used = sorted(int(r["requests_used"]) for r in search if r.get("requests_used"))
+    if steady is not None and used:
+        capped = sum(1 for r in search if not r.get("saturated")
+                     and (r.get("rel_halfwidth") is None
+                          or r["rel_halfwidth"] > steady.precision)
+                     and r["requests_used"] >= steady.max_requests)
+        notes.append(f"steady state: first and last {steady.warmup:.0%} of arrivals left out; "
+                     f"{', '.join(steady.columns)} to ±{steady.precision:.0%} (95%, batch "
+                     f"means) or a clear verdict; points used {used[0]}-{used[-1]} requests "
+                     f"(median {used[len(used) // 2]})"
+                     + (f"; {capped} stopped at --max-requests" if capped else ""))
+    return notes
+
+
 @dataclass
 class CapacityResult:
     """Everything a capacity run found."""
@@ -329,30 +433,63 @@ class CapacityResult:
     search: list[Row]
     redundancy: int = 0  # spare replicas (N+K) added to the cheapest configuration
     cost_source: str = ""  # where the step prices come from, in one phrase
+    pruned: list[str] = field(default_factory=list)  # what was skipped, and why
+    notes: list[str] = field(default_factory=list)  # how the points were measured
 
 
 def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
                  target: float | None = None, allowed: list[int] | None = None,
                  gpu_cost: float | None = None) -> CapacityResult:
-    """Maximum rate per replica for every (policy, tp); then, with ``target``, the cheapest
-    passing configuration (fewest GPUs, then lowest cost per token, then lowest p99 TTFT)."""
-    rates = [max_rate(s, pol, tp, start, tol) for pol in policies for tp in tps]
+    """Maximum rate per replica for every (policy, tp) whose zero-load floor allows the
+    SLOs; then, with ``target``, the cheapest passing configuration (fewest GPUs, then
+    lowest cost per token, then lowest p99 TTFT), candidates tried cheapest estimate first
+    and configurations that cannot beat the best found skipped."""
+    cands = feasible(s, policies, tps, start)
+    rates = [max_rate(s, pol, tp, start, tol) for pol, tp in cands]
     checked: list[Config] = []
     passing: list[Config] = []
-    if target is not None:
-        for mr in rates:
-            best, tried = size_for(s, mr, target, allowed)
-            checked += tried
-            if best is not None:
-                passing.append(best)
 
     def rank(c: Config) -> tuple[float, float, float]:
         tps_ = c.row.get("output_tps") or 0.0
         return (c.gpus, -tps_, c.row.get("ttft_p99") or math.inf)
 
+    if target is not None:
+        est = [(math.ceil(target / mr.mean - 1e-9) * mr.tp if mr.mean > 0 else math.inf, k)
+               for k, mr in enumerate(rates)]
+        for _, k in sorted(est):
+            limit = min(c.gpus for c in passing) if passing else None
+            best, tried = size_for(s, rates[k], target, allowed, limit_gpus=limit)
+            checked += tried
+            if best is not None:
+                passing.append(best)
+
     best = min(passing, key=rank) if passing else None
     return CapacityResult(s.slos, s.seeds, tol, rates, target, gpu_cost, checked, best,
-                          list(s.log), cost_source=cost_source(s.raw, s.source, s.base_dir))
+                          list(s.log), cost_source=cost_source(s.raw, s.source, s.base_dir),
+                          pruned=list(s.pruned))
+
+
+def feasible(s: Search, policies: list[str], tps: list[int], start: float
+             ) -> list[tuple[str, int]]:
+    """Candidates whose zero-load floor (:func:`sim.study.steady.floor_stats`) leaves the
+    SLOs reachable; the others are skipped with their reason in ``s.pruned``. When none
+    is left the SLOs are impossible: a one-line error naming the floor and the target."""
+    ok: list[tuple[str, int]] = []
+    reasons: list[str] = []
+    for pol in policies:
+        for tp in tps:
+            raw = point_raw(s.raw, PointKey(pol, 1, tp, _round_rate(start), s.seeds[0]), None)
+            why = floor_violations(floor_stats(raw, s.source, s.base_dir), s.slos)
+            if why:
+                reasons.append(f"{why[0]} ({pol}, tp {tp})")
+                s.pruned.append(f"{pol}, tp {tp}: skipped, no load meets the SLOs: "
+                                + "; ".join(why))
+            else:
+                ok.append((pol, tp))
+    if not ok:
+        raise ServesimError("--slo: no load can meet the targets: " + "; ".join(reasons)
+                            + " (a request alone, with nothing queued, already takes longer)")
+    return ok
 
 
 def result_json(r: CapacityResult) -> bytes:
@@ -370,6 +507,8 @@ def result_json(r: CapacityResult) -> bytes:
         "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
         "cost_source": r.cost_source,
     }
+    if r.pruned or r.notes:
+        blob["pruned"], blob["notes"] = r.pruned, r.notes
     if r.redundancy:
         blob["redundancy"] = r.redundancy
         if r.best is not None:
@@ -382,6 +521,8 @@ def result_json(r: CapacityResult) -> bytes:
 def search_csv(r: CapacityResult) -> bytes:
     """Every simulated point in the order it was asked for."""
     cols = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
+    if any("requests_used" in x for x in r.search):
+        cols += STEADY_COLUMNS
     return to_csv([{**x, "pass": int(x["pass"])} for x in r.search], cols)
 
 
@@ -403,9 +544,13 @@ def print_summary(r: CapacityResult) -> None:
     """The answer in a few lines: max rate per candidate, then the cheapest configuration."""
     print(f"SLO: {', '.join(str(x) for x in r.slos)}; {len(r.seeds)} seed(s), "
           f"search tolerance {r.tol:.0%}")
+    for line in r.notes:
+        print(f"  {line}")
     for m in r.max_rates:
-        ci = f" ± {m.ci:.3g} (95% CI)" if m.ci is not None else ""
-        print(f"  {m.policy}, tp {m.tp}: max {m.mean:.4g} requests/s per replica{ci}")
+        print(f"  {m.policy}, tp {m.tp}: max {m.mean:.4g} requests/s per replica"
+              f"{m.interval_text()}")
+    for line in r.pruned:
+        print(f"  pruned: {line}")
     if r.target_rate is None:
         return
     if r.best is None:

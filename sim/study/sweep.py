@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,14 @@ from sim.errors import ServesimError
 from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic
 from sim.report.slospec import SLO, parse_slos
+from sim.study.steady import (
+    STEADY_COLUMNS,
+    Steady,
+    TracePlan,
+    add_steady_args,
+    steady_from_args,
+    trace_plan,
+)
 from sim.study.sweeppoint import (
     KEY_COLUMNS,
     METRIC_COLUMNS,
@@ -113,6 +121,8 @@ class SweepSpec:
     seeds: list[int]
     slos: list[SLO] = field(default_factory=list)
     horizon_factor: float | None = 4.0
+    steady: Steady | None = None  # steady-state measurement of every point
+    plan: TracePlan | None = None  # a trace's replications: each seed its own stretch
 
     def keys(self) -> list[PointKey]:
         """Every simulation of the grid, in output order (rate innermost, then seed)."""
@@ -122,10 +132,15 @@ class SweepSpec:
     def tasks(self) -> list[PointTask]:
         """The grid's runnable points (each validated; errors name the point)."""
         out = []
+        steady = self.steady
+        if steady is not None and self.plan is not None:
+            # A replication never grows into the next one's stretch of the trace.
+            steady = replace(steady, max_requests=min(steady.max_requests, self.plan.segment))
         for k in self.keys():
+            start = 0 if self.plan is None else self.plan.start_row(self.seeds.index(k.seed))
             try:
                 out.append(make_task(self.raw, self.source, self.base_dir, k,
-                                     self.horizon_factor))
+                                     self.horizon_factor, steady, start))
             except ServesimError as exc:
                 raise ServesimError(f"{exc} (point policy={k.policy} replicas={k.replicas} "
                                     f"tp={k.tp} rate={k.rate:g})") from None
@@ -237,8 +252,17 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
         "scenario_slo": scenario_slo,
         "cost_source": cost_source(spec.raw, spec.source, spec.base_dir),
     }
+    if spec.steady is not None:
+        manifest["steady"] = {"warmup": spec.steady.warmup, "precision": spec.steady.precision,
+                              "max_requests": spec.steady.max_requests,
+                              "columns": list(spec.steady.columns)}
+    if spec.plan is not None:
+        manifest["trace_replications"] = {"replications": spec.plan.replications,
+                                          "segment_rows": spec.plan.segment,
+                                          "rows": spec.plan.rows, "note": spec.plan.note}
+    cols = POINT_COLUMNS + list(STEADY_COLUMNS if spec.steady is not None else ())
     with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=[spec.source]) as stage:
-        write_atomic(stage / names[0], to_csv(points, POINT_COLUMNS))
+        write_atomic(stage / names[0], to_csv(points, cols))
         write_atomic(stage / names[1], to_csv(grid, SWEEP_COLUMNS))
         if plots:
             from sim.report import plots as sp
@@ -306,6 +330,20 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
     }
 
 
+def sweep_plan(base: dict[str, Any], path: Path, seeds: list[int],
+               rates: list[float]) -> TracePlan | None:
+    """Replications of a trace workload (None for a generated one), each replaying its
+    own stretch: as many as fit without overlap at the sweep's highest rate, whose
+    window is the longest when ``duration_s`` bounds it."""
+    w = base.get("workload") or {}
+    sizes = [int(w["num_requests"])] if w.get("num_requests") is not None else []
+    if w.get("duration_s") is not None:
+        sizes.append(max(1, math.ceil(max(rates) * float(w["duration_s"]))))
+    if len(seeds) == 1:
+        return None  # one replication replays the trace from its start, as always
+    return trace_plan(base, str(path), path.parent.resolve(), len(seeds), min(sizes, default=None))
+
+
 def main(argv: list[str]) -> int:
     """``servesim sweep FILE --rates A:B:S [...]``."""
     p = argparse.ArgumentParser(prog="servesim sweep", description=__doc__.split("\n")[0])
@@ -323,16 +361,23 @@ def main(argv: list[str]) -> int:
                    help="output folder (default out/<scenario name>-sweep)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_execution_args(p)
+    add_steady_args(p, precision=0.0, warmup=0.0)
     a = p.parse_args(argv)
 
     rates = parse_rates(a.rates)
     slos = parse_slos(a.slo)
+    steady = steady_from_args(a, slos, targets=False)
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     grid = grid_args(a, base)
     path = Path(a.scenario)
+    plan = sweep_plan(base, path, grid["seeds"], rates)
+    if plan is not None:
+        grid["seeds"] = grid["seeds"][:plan.replications]
+        if plan.note and not a.quiet:
+            print(f"note: {plan.note}")
     spec = SweepSpec(base, str(path), path.parent.resolve(), rates, slos=slos,
-                     horizon_factor=a.horizon_factor, **grid)
+                     horizon_factor=a.horizon_factor, steady=steady, plan=plan, **grid)
     out = (a.out if a.out is not None
            else default_out(str(base.get("name", "scenario")), "-sweep", a.scenario))
     res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,

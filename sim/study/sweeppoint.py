@@ -33,6 +33,7 @@ from sim.configtools import parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
+from sim.study.steady import Steady, point_done, steady_stats
 
 KEY_COLUMNS = ("policy", "replicas", "tp", "rate", "seed")
 LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)
@@ -71,6 +72,8 @@ class PointTask:
     source: str
     base_dir: str | None
     digest: str
+    steady: Steady | None = None  # measured in steady state (sim/study/steady.py)
+    grow_horizon: float | None = None  # horizon factor, when the horizon follows the size
 
 
 def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -119,8 +122,10 @@ def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
                             source, "workload.concurrency")
 
 
-def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None) -> dict[str, Any]:
-    """The base scenario with this point's policy, shape, rate and seed set."""
+def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,
+              start_row: int = 0) -> dict[str, Any]:
+    """The base scenario with this point's policy, shape, rate and seed set; a trace
+    replayed from row ``start_row`` (a replication's own stretch) when it is not 0."""
     refuse_closed_loop(base, "<scenario>", "a rate point")
     w = base.get("workload") or {}
     sets = [f"serving.policy={key.policy}", f"cluster.replicas={key.replicas}",
@@ -128,15 +133,40 @@ def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None)
     if isinstance(w, dict) and w.get("trace") is not None:
         # target_rate rescales the trace; time_scale must then stay at its neutral 1.0.
         sets += [f"workload.trace.target_rate={key.rate!r}", "workload.trace.time_scale=1.0"]
+        if start_row:
+            sets.append(f"workload.trace.start_row={start_row}")
     else:
         sets.append(f"workload.arrivals.rate={key.rate!r}")
     raw = apply_overrides(base, sets)
     if raw.get("horizon_s") is None and horizon_factor is not None:
-        span = _expected_span_s(raw, key.rate)
-        if span is not None:
-            # A little slack beyond the arrivals lets a point near capacity drain its queue.
-            raw["horizon_s"] = float(f"{horizon_factor * span + 60.0:.6g}")
+        _set_horizon(raw, key.rate, horizon_factor)
     return raw
+
+
+def _set_horizon(raw: dict[str, Any], rate: float, horizon_factor: float) -> None:
+    span = _expected_span_s(raw, rate)
+    if span is not None:
+        # A little slack beyond the arrivals lets a point near capacity drain its queue.
+        raw["horizon_s"] = float(f"{horizon_factor * span + 60.0:.6g}")
+
+
+def resized(raw: dict[str, Any], factor: float, rate: float,
+            horizon_factor: float | None) -> dict[str, Any] | None:
+    """``raw`` with ``factor`` times its requests (``num_requests`` and ``duration_s``
+    scaled) and, when the horizon follows the size, its horizon recomputed; None when
+    nothing bounds the workload's size (a whole trace), so it cannot grow."""
+    w = dict(raw.get("workload") or {})
+    if w.get("num_requests") is None and w.get("duration_s") is None:
+        return None
+    if w.get("num_requests") is not None:
+        w["num_requests"] = max(int(w["num_requests"]) + 1,
+                                int(math.ceil(int(w["num_requests"]) * factor)))
+    if w.get("duration_s") is not None:
+        w["duration_s"] = float(f"{float(w['duration_s']) * factor:.9g}")
+    out = {**raw, "workload": w}
+    if horizon_factor is not None:
+        _set_horizon(out, rate, horizon_factor)
+    return out
 
 
 # Bumped when what a cached point holds stops matching what the code would compute
@@ -189,12 +219,19 @@ def cost_source(base: dict[str, Any], source: str, base_dir: Path | None) -> str
 
 
 def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,
-              horizon_factor: float | None = 4.0) -> PointTask:
-    """A runnable, hashed point; invalid values (e.g. an unknown policy) fail here, early."""
-    raw = point_raw(base, key, horizon_factor)
+              horizon_factor: float | None = 4.0, steady: Steady | None = None,
+              start_row: int = 0) -> PointTask:
+    """A runnable, hashed point; invalid values (e.g. an unknown policy) fail here, early.
+    With ``steady`` the point is measured in steady state, which its hash covers."""
+    raw = point_raw(base, key, horizon_factor, start_row)
     bd = str(base_dir) if base_dir is not None else None
     sc = from_dict(raw, source, base_dir)
-    return PointTask(key, raw, source, bd, digest(raw, bd, cost_fingerprint(sc)))
+    prices = cost_fingerprint(sc)
+    if steady is None:
+        return PointTask(key, raw, source, bd, digest(raw, bd, prices))
+    grow = horizon_factor if base.get("horizon_s") is None else None
+    return PointTask(key, raw, source, bd, digest(raw, bd, f"{prices}|{steady!r}"), steady,
+                     grow)
 
 
 def _num(v: Any) -> float | None:
@@ -257,8 +294,10 @@ def row_of(summary: dict[str, Any], arrival_span_s: float,
     return row
 
 
-def run_scenario(scenario: Scenario) -> dict[str, float | None]:
-    """Simulate ``scenario`` and return its metric row."""
+def _simulated_row(scenario: Scenario) -> tuple[dict[str, float | None],
+                                                 dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Simulate ``scenario``: its metric row, per-request latencies, arrived mask and
+    arrival times (s)."""
     from sim.core.engine import simulate
     from sim.core.request import NOT_ARRIVED, REJECTED
     from sim.report.metrics import per_request, summarize
@@ -268,12 +307,48 @@ def run_scenario(scenario: Scenario) -> dict[str, float | None]:
     arr = res.requests.arrival_s[came]
     span = float(arr[-1] - arr[0]) if len(arr) > 1 else 0.0
     admitted = res.status[came] != REJECTED
-    growth = queue_growth_s(arr[admitted], per_request(res)["queueing"][came][admitted])
-    return row_of(summarize(res), span, growth)
+    lat = per_request(res)
+    growth = queue_growth_s(arr[admitted], lat["queueing"][came][admitted])
+    return row_of(summarize(res), span, growth), lat, came, res.requests.arrival_s
+
+
+def run_scenario(scenario: Scenario) -> dict[str, float | None]:
+    """Simulate ``scenario`` and return its metric row."""
+    return _simulated_row(scenario)[0]
+
+
+def run_steady(task: PointTask) -> dict[str, float | None]:
+    """The point measured in steady state (:mod:`sim.study.steady`): simulated, then
+    again with twice the requests while its statistics are not yet precise (nor, in a
+    capacity search, its verdict clear), up to the cap. Latency columns of TTFT, TPOT,
+    E2E and queueing leave out the warm-up; ``requests_used`` says how many arrived."""
+    st = task.steady
+    assert st is not None
+    bd = Path(task.base_dir) if task.base_dir is not None else None
+    raw: dict[str, Any] | None = task.raw
+    prev = 0
+    while True:
+        assert raw is not None
+        row, lat, came, arrival_s = _simulated_row(from_dict(raw, task.source, bd))
+        m = steady_stats(lat, arrival_s, came, st)
+        row.update(m.cols)
+        used = int(came.sum())
+        rels = list(m.rel.values())
+        row.update(requests_used=float(used), discarded_requests=float(m.discarded),
+                   rel_halfwidth=(max(r for r in rels if r is not None)
+                                  if rels and None not in rels and m.settled else None))
+        if point_done(row, m, st) or used >= st.max_requests or used <= prev:
+            return row
+        prev = used
+        raw = resized(raw, min(2.0, st.max_requests / used), task.key.rate, task.grow_horizon)
+        if raw is None:
+            return row
 
 
 def run_task(task: PointTask) -> dict[str, float | None]:
     """Worker entry point (top level, so it pickles): validate, simulate, summarise."""
+    if task.steady is not None:
+        return run_steady(task)
     bd = Path(task.base_dir) if task.base_dir is not None else None
     return run_scenario(from_dict(task.raw, task.source, bd))
 

@@ -31,7 +31,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
 
     if cfg.trace is not None:
         from sim.workload.mix import trace_classes
-        from sim.workload.tracetools import apply_transforms
+        from sim.workload.tracetools import apply_transforms, skip_rows
 
         tc = cfg.trace
         try:
@@ -43,8 +43,12 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
             if windowed:
                 spec = dataclasses.replace(spec, target_rate_rps=None)
             tr, changes = apply_transforms(tr, spec, rng)
+            if tc.start_row:
+                tr, skipped = skip_rows(tr, tc.start_row)
+                changes = [*changes, skipped]
         except ServesimError as exc:
-            raise located(exc, source, "workload.trace") from None
+            key = "workload.trace.start_row" if "start_row" in str(exc) else "workload.trace"
+            raise located(exc, source, key) from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
         notes += [str(c) for c in changes]
         staged = None

@@ -111,6 +111,9 @@ class TraceConfig:
     ``window_s`` [start, end) → ``sample_fraction``/``sample_n`` → ``repeat`` →
     ``time_scale`` (multiplies arrival times: 0.5 doubles the rate) or ``target_rate``
     (req/s) → ``truncate`` (cap prompt + output at the model's context; counted).
+    ``start_row`` then skips that many rows of the transformed trace, so the replay starts
+    at its ``start_row``-th request (0-based; arrivals shifted back to the trace's first
+    arrival time): how a sweep gives each replication its own stretch of the trace.
     ``model``/``log_type`` filter BurstGPT rows; ``spread`` spreads Mooncake buckets."""
 
     path: str
@@ -126,6 +129,7 @@ class TraceConfig:
     time_scale: float = bounded(1.0, gt=0)
     target_rate: float | None = bounded(None, gt=0)
     truncate: bool = False
+    start_row: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:
         if self.target_rate is not None and self.time_scale != 1.0:

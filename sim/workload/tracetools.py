@@ -161,6 +161,22 @@ def window(trace: Trace, start_s: float, end_s: float) -> tuple[Trace, Change]:
     return dataclasses.replace(trace, **cols), Change("window", text, len(trace) - int(hi - lo))
 
 
+def skip_rows(trace: Trace, start_row: int) -> tuple[Trace, Change]:
+    """Drop the first ``start_row`` rows; the rest keep their gaps, shifted so the first
+    row kept arrives when the trace's first row did (a trace of lengths only just loses
+    the rows). Replications of a sweep point start at different rows this way."""
+    n = len(trace)
+    if start_row >= n:
+        raise ServesimError(f"start_row = {start_row}, but the trace has {n} rows (after "
+                            "its transformations); it must be below that", source=trace.source)
+    cols = _take(trace, np.arange(start_row, n))
+    a = trace.arrival_s
+    if a is not None:
+        cols["arrival_s"] = a[start_row:] - (a[start_row] - a[0])
+    text = f"start_row {start_row}: replay from row {start_row}, {n - start_row} of {n} rows"
+    return dataclasses.replace(trace, **cols), Change("start_row", text, start_row)
+
+
 def sample(trace: Trace, fraction: float | None = None, n: int | None = None, *,
            rng: np.random.Generator) -> tuple[Trace, Change]:
     """Keep a random subset of exactly ``n`` rows (or ``round(fraction * rows)``), in order."""

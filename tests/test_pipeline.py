@@ -284,3 +284,29 @@ def test_measured_profile_split_adds_up_to_its_step() -> None:
         layer, last, shared = prof.stage_split(shape)
         assert last > 0 and shared > 0 and layer > last
         assert layer + last + shared == pytest.approx(prof.step_time(shape), rel=1e-12)
+
+
+@pytest.mark.parametrize("pp, blocks, seqs, budget, reqs", [
+    # Two long prompts that the 12 blocks cannot hold together: each came back from a
+    # micro-batch ahead of the other and preempted it, for ever, before preemption
+    # picked the newest by admission.
+    (3, 12, 5, 16, [(0.001, 34, 1), (0.02, 38, 2), (0.0, 37, 9), (0.0, 7, 6),
+                    (0.001, 24, 9), (0.0, 24, 10), (0.0, 32, 11)]),
+    # The newest yielding while an older one sat behind it left nothing scheduled.
+    (2, 12, 3, 8, [(0.001, 31, 11), (0.001, 14, 2), (0.001, 2, 7), (0.001, 39, 1),
+                   (0.02, 29, 5), (0.02, 15, 10), (0.0, 21, 1), (0.0, 2, 11)]),
+])
+def test_a_pipeline_under_kv_pressure_finishes(pp: int, blocks: int, seqs: int, budget: int,
+                                               reqs: list[Any]) -> None:
+    sc = tiny_scenario(model={"preset": "tiny", "layers": 3}, hardware={"pp": pp},
+                       serving={"policy": "chunked", "num_kv_blocks": blocks,
+                                "max_num_seqs": seqs, "token_budget": budget,
+                                "max_num_batched_tokens": 64})
+    gaps, prompts, outputs = (list(x) for x in zip(*reqs, strict=True))
+    req = Requests(np.cumsum(gaps), np.array(prompts, dtype=np.int64),
+                   np.array(outputs, dtype=np.int64))
+    for lazy in (True, False):
+        res = Engine(sc, req, build_cost(sc), np.random.default_rng(0),
+                     lazy_decodes=lazy).run()
+        assert (res.status == FINISHED).all()  # every one fits the cache alone
+        assert res.preemptions.sum() > 0  # under pressure all the same

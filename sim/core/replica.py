@@ -105,6 +105,7 @@ class Replica:
         # Sequences in micro-batches in flight (pipeline stages: sim/core/pipeline.py);
         # they count against max_num_seqs. Always 0 on a single-stage replica.
         self.in_flight = 0
+        self._admissions = 0  # requests admitted so far (each one's Request.admitted)
         self.pipe = (Pipeline(self, cost, lazy, policy.reserves_kv)
                      if isinstance(cost, StageCost) else None)
         self.process = self.env.process(self._run() if self.pipe is None else self.pipe.run())
@@ -175,6 +176,8 @@ class Replica:
                 r.computed = hit.tokens
                 self.stats.prefix_hit_tokens += hit.tokens
                 self.stats.host_hit_tokens += hit.loaded
+        r.admitted = self._admissions
+        self._admissions += 1
         self.running.append(r)
         if r.swapped:
             self.swap_s += self.kv.swap_in(r) * self.swap_block_s

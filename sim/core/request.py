@@ -39,7 +39,7 @@ class Request:
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
                  "last_token", "scheduled", "priority", "swapped", "hashes", "cached", "sync",
-                 "draws", "verifies")
+                 "draws", "verifies", "admitted")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
@@ -58,6 +58,9 @@ class Request:
         self.sync = -1  # tick it joined its replica's DecodeSet (sim/core/decodeset.py); -1: none
         self.draws: Any = None  # (chunk tokens, running sums, first index): speculation
         self.verifies = 0
+        # Its replica's admission count when it last entered running: preemption picks the
+        # newest by this, whatever the order a pipeline hands requests back in.
+        self.admitted = 0
 
     @property
     def pending_tokens(self) -> int:

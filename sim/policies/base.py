@@ -106,7 +106,10 @@ def grow(state: ReplicaState, r: Request, num_new_tokens: int, victims: list[Req
     kv = state.kv
     running = state.running
     while kv.allocate_slots(r, num_new_tokens) is None:
-        if running[-1] is r:
+        last = running[-1]
+        if last is r or last.admitted < r.admitted:
+            # No newer request left to preempt (a pipeline may hand an older one back
+            # behind r): r must yield instead.
             return False
         victims.append(running.pop())
         state.release(victims[-1])
@@ -132,7 +135,9 @@ def decode_all(state: ReplicaState, batch: Batch, width: int = 1) -> Batch:
     while i < len(running):
         r = running[i]
         if not grow(state, r, width, victims):
-            victims.append(running.pop())  # r is the newest: it yields its own blocks
+            # r is the newest: it yields its own blocks.
+            running.pop() if running[-1] is r else running.remove(r)
+            victims.append(r)
             state.release(r)
             break
         batch[r] = width

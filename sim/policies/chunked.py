@@ -83,10 +83,18 @@ class Chunked:
             if n > cap:
                 n = cap
             if not grow(state, r, n, victims):
+                if state.in_flight:
+                    # Requests in a pipeline's micro-batches in flight hold the blocks
+                    # (vLLM would preempt the newer of them, dropping their work): r
+                    # keeps its own and waits for them to come back, rather than the two
+                    # preempting themselves in turn for ever.
+                    break
                 # r is the newest and still does not fit: it gives up its own blocks.
-                victims.append(running.pop())
+                # (Only a pipeline leaves requests after it: older ones handed back.)
+                running.pop() if running[-1] is r else running.remove(r)
+                victims.append(r)
                 state.release(r)
-                break
+                continue
             batch[r] = n
             budget -= n
             i += 1

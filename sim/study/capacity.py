@@ -19,7 +19,8 @@
 
 Outputs in ``--out``: ``capacity.json`` (everything), ``capacity.csv`` (per candidate),
 ``configs.csv`` (target checks), ``search.csv`` (every simulated point) and
-``capacity_search.png``, written into a temporary folder that replaces ``--out`` whole
+``capacity_search.png``, with a ``NAME.csv.meta.json`` beside each CSV
+(:mod:`sim.report.csvmeta`), written into a temporary folder that replaces ``--out`` whole
 at the end; ``cache/`` (as a sweep's) is written in place and carried across.
 """
 
@@ -28,13 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sim.errors import ServesimError
+from sim.report.csvmeta import csv_header
 from sim.report.folder import check_replaceable, replaced_folder
-from sim.report.outputs import default_out, write_atomic
+from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.slospec import SLO, all_met, parse_slos
 from sim.study.sweep import add_execution_args, aggregate, ci95, grid_args, parse_ints, to_csv
 from sim.study.sweeppoint import (
@@ -43,6 +46,7 @@ from sim.study.sweeppoint import (
     PointKey,
     RunStats,
     cost_source,
+    describe_base,
     make_task,
     read_raw,
     refuse_closed_loop,
@@ -73,6 +77,7 @@ class Search:
     progress: bool = False
     stats: RunStats = field(default_factory=RunStats)
     log: list[Row] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # --set, already applied to raw
 
     def run(self, keys: list[PointKey], desc: str) -> list[Row]:
         """Rows (key columns + metrics + ``pass``) of ``keys``, simulated or from the cache."""
@@ -285,7 +290,7 @@ def main(argv: list[str]) -> int:
     path = Path(a.scenario)
     s = Search(base, str(path), path.parent.resolve(), slos, grid["seeds"],
                PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
-               a.workers, a.ray_address, progress=not a.quiet)
+               a.workers, a.ray_address, progress=not a.quiet, overrides=a.overrides)
     result = run_capacity(s, grid["policies"], grid["tps"], a.rate_start or default_start(base),
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
     result.redundancy = a.redundancy
@@ -298,7 +303,9 @@ def main(argv: list[str]) -> int:
             capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
                           stage / names[-1])
     paths = [out / n for n in names]
-    if not a.quiet:
+    if a.json:  # capacity.json alone on stdout
+        sys.stdout.write(result_json(result).decode())
+    elif not a.quiet:
         print_summary(result)
         print(f"{s.stats.computed + s.stats.cached} simulations: {s.stats.computed} run, "
               f"{s.stats.cached} from the cache")
@@ -321,6 +328,7 @@ class CapacityResult:
     search: list[Row]
     redundancy: int = 0  # spare replicas (N+K) added to the cheapest configuration
     cost_source: str = ""  # where the step prices come from, in one phrase
+    simulated: dict[str, Any] = field(default_factory=dict)  # the base scenario, resolved
 
 
 def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
@@ -343,8 +351,11 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
         return (c.gpus, -tps_, c.row.get("ttft_p99") or math.inf)
 
     best = min(passing, key=rank) if passing else None
+    prices = cost_source(s.raw, s.source, s.base_dir)
     return CapacityResult(s.slos, s.seeds, tol, rates, target, gpu_cost, checked, best,
-                          list(s.log), cost_source=cost_source(s.raw, s.source, s.base_dir))
+                          list(s.log), cost_source=prices,
+                          simulated=describe_base(s.raw, s.source, s.base_dir, prices,
+                                                  s.overrides))
 
 
 def result_json(r: CapacityResult) -> bytes:
@@ -361,6 +372,7 @@ def result_json(r: CapacityResult) -> bytes:
         "checked": [cost_row(c, r.gpu_cost_per_hour) for c in r.checked],
         "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
         "cost_source": r.cost_source,
+        "simulated": r.simulated,
     }
     if r.redundancy:
         blob["redundancy"] = r.redundancy
@@ -371,23 +383,37 @@ def result_json(r: CapacityResult) -> bytes:
     return (json.dumps(clean(blob), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
+SEARCH_COLUMNS = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
+
+
 def search_csv(r: CapacityResult) -> bytes:
     """Every simulated point in the order it was asked for."""
-    cols = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
-    return to_csv([{**x, "pass": int(x["pass"])} for x in r.search], cols)
+    return to_csv([{**x, "pass": int(x["pass"])} for x in r.search], SEARCH_COLUMNS)
 
 
 def write_files(r: CapacityResult, out: Path) -> list[Path]:
-    """capacity.json, capacity.csv, configs.csv and search.csv, written atomically."""
+    """capacity.json, capacity.csv, configs.csv and search.csv, and each CSV's
+    description (:mod:`sim.report.csvmeta`), written atomically."""
     paths = [out / "capacity.json", out / "capacity.csv", out / "configs.csv",
              out / "search.csv"]
     write_atomic(paths[0], result_json(r))
-    write_atomic(paths[1], to_csv([m.row() for m in r.max_rates],
-                                  ["policy", "tp", "max_rate_per_replica", "ci_low", "ci_high",
-                                   "seeds", "per_seed"]))
+    max_cols = ["policy", "tp", "max_rate_per_replica", "ci_low", "ci_high", "seeds", "per_seed"]
+    write_atomic(paths[1], to_csv([m.row() for m in r.max_rates], max_cols))
     rows = [cost_row(c, r.gpu_cost_per_hour) for c in r.checked]
-    write_atomic(paths[2], to_csv(rows, list(rows[0]) if rows else ["policy"]))
+    config_cols = list(rows[0]) if rows else ["policy"]
+    write_atomic(paths[2], to_csv(rows, config_cols))
     write_atomic(paths[3], search_csv(r))
+    varied = {"policies": list(dict.fromkeys(m.policy for m in r.max_rates)),
+              "tp": list(dict.fromkeys(m.tp for m in r.max_rates)), "seeds": r.seeds}
+    for path, rows_are, cols in (
+            (paths[1], "one row per candidate (policy, tp): its highest rate per replica",
+             max_cols),
+            (paths[2], f"one row per cluster checked at --target-rate {r.target_rate}",
+             config_cols),
+            (paths[3], "one row per simulation the search ran, in the order asked",
+             SEARCH_COLUMNS)):
+        paths.append(write_meta(path, rows_are, [csv_header(c) for c in cols], r.simulated,
+                                varied))
     return paths
 
 

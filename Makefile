@@ -15,9 +15,17 @@ $(CORE): pyproject.toml
 
 # torch==2.13.0 is pinned here (a CPU build these machines hold locally); the
 # `calibrate` extra itself accepts any torch>=2.3.
+# Chromium renders the HTML reports in tests/test_reports.py (skipped without it): installed
+# from Debian's packages when we are root and apt-get exists; never fails the target.
 $(DEV): $(CORE)
 	$(BIN)/python -m pip install -q 'torch==2.13.0'
 	$(BIN)/python -m pip install -q -e '.[dev,measured]'
+	-@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+	    && [ "$$(id -u)" = 0 ]; then \
+	    { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
+	    >/dev/null 2>&1 \
+	    || echo "chromium not installed: the browser checks of the reports will be skipped"; \
+	fi
 	touch $@
 
 demo: $(CORE)

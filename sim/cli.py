@@ -27,26 +27,34 @@ def _simulate(argv: list[str]) -> int:
                    help="output folder (default: out/<scenario name>)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
+    p.add_argument("--percentiles", default=None, metavar="P,P,...",
+                   help="latency percentiles of the table and summary.json, e.g. "
+                        "50,90,99,99.9 (default 50,90,95,99)")
+    p.add_argument("--json", action="store_true",
+                   help="print summary.json on stdout instead of the table")
     a = p.parse_args(argv)
 
     from sim.config import scenario
     from sim.core.engine import simulate
     from sim.report import outputs as report
     from sim.report.folder import check_replaceable
-    from sim.report.metrics import summarize
+    from sim.report.metrics import PERCENTILES, parse_percentiles, summarize
 
+    pcts = PERCENTILES if a.percentiles is None else parse_percentiles(a.percentiles)
     sc = scenario.load(a.scenario, a.overrides)
     # Before simulating: a name that cannot be a folder, or an --out that is not ours to
     # replace, fails at once.
     out = a.out if a.out is not None else report.default_out(sc.name, "", sc.source)
     check_replaceable(out, report.RUN_FILES, [sc.source])
     res = simulate(sc)
-    summary = summarize(res)
+    summary = summarize(res, pcts)
     try:
         paths = report.write_run(res, summary, out, plots=not a.no_plots)
     except OSError as exc:
         raise ServesimError(f"cannot write outputs: {exc.strerror}", str(out)) from None
-    if not a.quiet:
+    if a.json:  # the summary alone on stdout, for a program to read
+        sys.stdout.write(report.summary_json(summary).decode())
+    elif not a.quiet:
         print(report.table(summary))
         print("wrote " + ", ".join(str(x) for x in paths))
     nothing = report.nothing_finished(summary)
@@ -72,7 +80,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
     "compare": ("sim.study.compare:main", "run one workload through several batching policies"),
     "sweep": ("sim.study.sweep:main", "grid of simulations over rates, policies, cluster shapes"),
     "capacity": ("sim.study.capacity:main", "highest load meeting SLOs; cheapest configuration"),
-    "report": ("sim.study.html:main", "self-contained report of a sweep or capacity run"),
+    "report": ("sim.study.html:main",
+               "self-contained report of a simulate, compare, sweep or capacity folder"),
     "calibrate": (_calibrate, "time a model on this machine's device and write a cost profile"),
     "validate": ("sim.validate.command:main",
                  "compare predictions with a real run or vLLM results"),

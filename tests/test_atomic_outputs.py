@@ -29,7 +29,7 @@ from sim.report.metrics import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
-RUN_FILES = {"requests.csv", "summary.json", "ttft_tpot_cdf.png"}
+RUN_FILES = {"requests.csv", "requests.csv.meta.json", "summary.json", "ttft_tpot_cdf.png"}
 WAIT_S = 300.0  # generous: a poll that gives up fails the test, it never judges speed
 
 
@@ -158,7 +158,8 @@ def test_a_hard_killed_runs_leftovers_are_removed_by_the_next_run(old_run: Any) 
     assert cli_main(["simulate", str(QUICK), "--set", "workload.duration_s=30", "--out",
                      str(out), "--quiet", "--no-plots"]) == 0
     assert not stale.exists() and live.exists()
-    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "requests.csv.meta.json",
+                                                     "summary.json"]
     assert remove_stale(out) == []  # nothing else to remove
 
 
@@ -190,8 +191,9 @@ def test_a_scenario_kept_in_the_output_folder_survives(tmp_path: Path) -> None:
         assert cli_main(["simulate", str(scen), "--set", "workload.duration_s=30", "--out",
                          str(out), "--quiet", "--no-plots"]) == 0
         assert scen.read_text() == text
-        assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "scenario.yaml",
-                                                         "summary.json"]
+        assert sorted(p.name for p in out.iterdir()) == ["requests.csv",
+                                                         "requests.csv.meta.json",
+                                                         "scenario.yaml", "summary.json"]
 
 
 def test_an_interrupt_keeps_what_asks_to_be_salvaged(tmp_path: Path) -> None:
@@ -256,6 +258,7 @@ def test_an_interrupted_sweep_keeps_the_old_results_and_grows_the_cache(
     res = run_sweep(spec([10.0, 20.0, 30.0]), out, workers=1, plots=False)
     assert (res.stats.cached, res.stats.computed) == (2, 1)
     # Replaced whole: the stale report is gone, the cache came across.
-    assert sorted(p.name for p in out.iterdir()) == ["cache", "points.csv", "sweep.csv",
-                                                     "sweep.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["cache", "points.csv",
+                                                     "points.csv.meta.json", "sweep.csv",
+                                                     "sweep.csv.meta.json", "sweep.json"]
     assert len(list((out / "cache").glob("*.json"))) == 3

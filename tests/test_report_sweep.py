@@ -87,9 +87,14 @@ def test_html_report_is_self_contained(sweep_dir, capsys):
     imgs = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
     assert len(imgs) == 3
     assert base64.b64decode(imgs[0]) == (sweep_dir / "latency_vs_rate.png").read_bytes()
-    assert "<table>" in text and "ttft_p99&lt;=0.15s" in text
-    assert "<p>Cost: linear cost model, given coefficients</p>" in text
-    assert text.count("<tr>") == 1 + 8  # header + 2 configurations x 4 rates
+    assert "<table>" in text and "TTFT p99 ≤ 150 ms" in text
+    assert ("<h1>capacity-md1: tiny on H100-SXM (tp 1), cost: linear cost model, given "
+            "coefficients</h1>") in text
+    results = text.split("<h2>Sweep results</h2>")[1].split("</table>")[0]
+    # header + 2 configurations x 4 rates, the saturated ones marked
+    assert results.count("<tr") == 1 + 8
+    grid = read_csv(sweep_dir / "sweep.csv")
+    assert results.count('<tr class="saturated">') == sum(1 for g in grid if g["saturated"])
     assert 'src="' not in text.replace('src="data:', "")  # nothing fetched from elsewhere
 
 
@@ -99,7 +104,7 @@ def test_markdown_report(sweep_dir, tmp_path):
     text = out.read_text()
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
     assert len(links) == 3 and all((out.parent / link).resolve().is_file() for link in links)
-    assert "| continuous | 2 | 1 | 80 | 2 |" in text
+    assert "| continuous | 2 | 1 | 80 req/s | 2 |" in text
 
 
 def test_capacity_report(tmp_path):
@@ -109,11 +114,14 @@ def test_capacity_report(tmp_path):
                      "--quiet"]) == 0
     assert cli_main(["report", str(out)]) == 0
     text = (out / "report.html").read_text()
-    assert "Highest rate per replica" in text and "Cheapest for 60 req/s" in text
-    assert "Cost: linear cost model, given coefficients" in text
+    assert "Highest rate per replica" in text
+    assert "for 60 req/s within TTFT mean ≤ 50 ms, the cheapest configuration is" in text
+    assert "cost: linear cost model, given coefficients</h1>" in text
     assert text.count("data:image/png;base64,") == 1
 
 
 def test_report_on_a_folder_without_results(tmp_path, capsys):
     assert cli_main(["report", str(tmp_path)]) == 2
-    assert "no sweep.json or capacity.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no summary.json, compare.json, sweep.json or capacity.json here" in err
+    assert err.count("\n") == 1

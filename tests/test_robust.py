@@ -148,7 +148,8 @@ def test_interrupted_write_leaves_no_complete_looking_file(tmp_path: Path,
         assert [p.name for p in tmp_path.iterdir()] == ["run"]
     # Uninterrupted, the new folder replaces the old one whole: the old plot goes.
     report.write_run(res, summary, out, plots=False)
-    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "requests.csv.meta.json",
+                                                     "summary.json"]
     saved = json.loads((out / "summary.json").read_bytes())
     assert saved["scenario_sha256"] and saved["servesim_version"]
 

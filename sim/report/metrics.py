@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from sim.config.scenario import Scenario
 from sim.core.engine import RunResult
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.cost.specs import recorded_fields
+from sim.errors import ServesimError
 from sim.report.overload import saturation
 
 PERCENTILES = (50, 90, 95, 99)
@@ -44,21 +46,44 @@ def per_request(res: RunResult) -> dict[str, np.ndarray]:
     }
 
 
-def distribution(values: np.ndarray) -> dict[str, float | None]:
-    """p50/p90/p95/p99, mean and max of the finite values (None when there are none)."""
+def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ...]:
+    """``50,90,99,99.9``: percentiles (each above 0 and at most 100, none twice), in
+    ascending order; a bad list is an error naming ``flag``, the value and what is allowed."""
+    allowed = "a comma list of percentiles above 0 and at most 100, e.g. 50,90,99,99.9"
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ServesimError(f"{flag} {text}: expected {allowed}") from None
+    if not vals or any(not (math.isfinite(v) and 0 < v <= 100) for v in vals):
+        raise ServesimError(f"{flag} {text}: expected {allowed}")
+    if len({stat_key(v) for v in vals}) != len(vals):
+        raise ServesimError(f"{flag} {text}: a percentile is given twice; expected {allowed}")
+    return tuple(sorted(vals))
+
+
+def stat_key(p: float) -> str:
+    """The summary key of percentile ``p`` (0-100): ``p50``, ``p99.9``."""
+    return f"p{p:g}"
+
+
+def distribution(values: np.ndarray, percentiles: tuple[float, ...] = PERCENTILES,
+                 ) -> dict[str, float | None]:
+    """The ``percentiles`` (p50/p90/p95/p99 by default), mean and max of the finite
+    values, in their unit (None when there are none)."""
     v = values[np.isfinite(values)]
     if v.size == 0:
-        return {**{f"p{p}": None for p in PERCENTILES}, "mean": None, "max": None}
-    qs = np.percentile(v, PERCENTILES)
-    return {**{f"p{p}": float(q) for p, q in zip(PERCENTILES, qs, strict=True)},
+        return {**{stat_key(p): None for p in percentiles}, "mean": None, "max": None}
+    qs = np.percentile(v, percentiles)
+    return {**{stat_key(p): float(q) for p, q in zip(percentiles, qs, strict=True)},
             "mean": float(v.mean()), "max": float(v.max())}
 
 
-def _itl_distribution(res: RunResult) -> dict[str, float | None]:
+def _itl_distribution(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES,
+                      ) -> dict[str, float | None]:
     h = res.itl
     if h.total == 0:
-        return {**{f"p{p}": None for p in PERCENTILES}, "mean": None, "max": None}
-    return {**{f"p{p}": h.quantile(p / 100) for p in PERCENTILES}, "mean": h.mean,
+        return {**{stat_key(p): None for p in percentiles}, "mean": None, "max": None}
+    return {**{stat_key(p): h.quantile(p / 100) for p in percentiles}, "mean": h.mean,
             "max": h.max}
 
 
@@ -358,15 +383,21 @@ def simulated(res: RunResult) -> dict[str, Any]:
     dtypes, each pool's GPU, tp, replicas and serving limits (with its KV blocks per
     replica), where the prices come from, the workload seed and servesim's version.
     Nothing in it depends on the machine or the time of the run."""
+    blocks = [s.kv_total for s in res.replica_stats]
+    return describe_scenario(res.scenario, res.cost_source, blocks)
+
+
+def describe_scenario(sc: Scenario, cost_source: str,
+                      kv_blocks: list[int] | None = None) -> dict[str, Any]:
+    """What :func:`simulated` says of a validated scenario ``sc`` before (or without) a
+    run: ``kv_blocks`` (each replica's KV blocks, in pool order) is known only after
+    one, and its per-pool entry is left out when None."""
     from sim.config.disagg import pools
 
-    sc = res.scenario
     per_pool: dict[str, Any] = {}
     start = 0
     for pool in pools(sc):
         sv = pool.serving
-        stats = res.replica_stats[start:start + pool.replicas]
-        start += pool.replicas
         per_pool[pool.role] = {
             "gpu": pool.gpu, "tp": pool.tp, **({"pp": pool.pp} if pool.pp > 1 else {}),
             "replicas": pool.replicas, "router": pool.router,
@@ -375,8 +406,10 @@ def simulated(res: RunResult) -> dict[str, Any]:
             "token_budget": sv.chunk_budget if sv.policy == "chunked" else sv.token_budget,
             "long_prefill_token_threshold": sv.long_prefill_token_threshold,
             "block_size": sv.block_size, "watermark": sv.kv_watermark,
-            "kv_blocks_per_replica": [s.kv_total for s in stats],
         }
+        if kv_blocks is not None:
+            per_pool[pool.role]["kv_blocks_per_replica"] = kv_blocks[start:start + pool.replicas]
+        start += pool.replicas
     return {
         "file": sc.source,
         "sha256": scenario_digest(sc),
@@ -386,17 +419,18 @@ def simulated(res: RunResult) -> dict[str, Any]:
                                                                   else ())},
         "policy": sc.serving.policy,
         "pools": per_pool,
-        "cost_source": res.cost_source,
+        "cost_source": cost_source,
         "seed": sc.workload.seed,
         "horizon_s": sc.horizon_s,
     }
 
 
-def summarize(res: RunResult) -> dict[str, Any]:
+def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, Any]:
     """The run's summary as plain JSON-ready values (seconds, tokens, requests); a mixed
     workload adds ``classes`` (:func:`class_summaries`), a closed loop ``workload`` and
     a priced frontend ``frontend`` (:func:`_setup_summary`); ``simulated``
-    (:func:`simulated`) says what was run."""
+    (:func:`simulated`) says what was run. ``percentiles`` (0-100) are those of the
+    run's ``latency_s`` block; per-class, per-stage and fault blocks keep p50/p90/p95/p99."""
     from sim import __version__
 
     lat = per_request(res)
@@ -445,11 +479,11 @@ def summarize(res: RunResult) -> dict[str, Any]:
         "workload_notes": list(res.requests.notes),
         "span_s": span,
         "latency_s": {
-            "ttft": distribution(lat["ttft"]),
-            "tpot": distribution(lat["tpot"]),
-            "itl": _itl_distribution(res),
-            "e2e": distribution(lat["e2e"]),
-            "queueing": distribution(lat["queueing"]),
+            "ttft": distribution(lat["ttft"], percentiles),
+            "tpot": distribution(lat["tpot"], percentiles),
+            "itl": _itl_distribution(res, percentiles),
+            "e2e": distribution(lat["e2e"], percentiles),
+            "queueing": distribution(lat["queueing"], percentiles),
         },
         "itl_relative_accuracy": res.itl.rel_accuracy,
         "throughput": {

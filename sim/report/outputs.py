@@ -20,10 +20,14 @@ import numpy as np
 from sim.core.engine import RunResult
 from sim.core.request import STATUS_NAMES
 from sim.errors import ServesimError
+from sim.report.cdfplot import plot_cdfs
+from sim.report.csvmeta import meta_json, meta_path
 from sim.report.folder import replaced_folder
+from sim.report.human import cost_phrase, setup_phrase
 from sim.report.metrics import clean, per_request
-from sim.report.plots import save_png
 from sim.report.stagereport import plot_over_time, stage_table
+
+__all__ = ["plot_cdfs"]  # compare and validate draw their CDFs through this module
 
 CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
                "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions",
@@ -59,6 +63,16 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_meta(csv_path: Path, rows: str, columns: list[str], simulated: dict[str, Any],
+               varied: dict[str, Any] | None = None) -> Path:
+    """Write the description of the CSV at ``csv_path`` (:func:`sim.report.csvmeta.meta_json`:
+    what one row is, ``columns`` with their units, the resolved scenario ``simulated``
+    and what a study ``varied``) beside it, atomically; its path."""
+    path = meta_path(csv_path)
+    write_atomic(path, meta_json(csv_path, rows, columns, simulated, varied))
+    return path
 
 
 def _fmt(values: np.ndarray) -> list[str]:
@@ -133,15 +147,15 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
                  f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
                  f"{rq['unfinished']} unfinished{ended}")
-    head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in
-                                           ("p50", "p90", "p95", "p99", "mean", "max"))
+    stats = list(summary["latency_s"]["ttft"])  # the percentiles asked, mean and max
+    head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in stats)
     lines.append(head)
     lines.append("-" * len(head))
     for name in ("ttft", "tpot", "itl", "e2e", "queueing"):
         d = summary["latency_s"][name]
         cells = "".join(
             f"{'-':>10}" if d[k] is None else f"{d[k] * 1e3:>10.1f}"
-            for k in ("p50", "p90", "p95", "p99", "mean", "max")
+            for k in stats
         )
         lines.append(f"{name:<14}{cells}")
     tp = summary["throughput"]
@@ -281,43 +295,16 @@ def class_table(classes: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot_cdfs(runs: dict[str, RunResult], path: Path) -> None:
-    """TTFT and TPOT CDFs (log time axis, ms) of one or more runs, overlaid, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogFormatter
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, res in runs.items():
-        lat = per_request(res)
-        for ax, key in zip(axes, ("ttft", "tpot"), strict=True):
-            v = np.sort(lat[key][np.isfinite(lat[key])]) * 1e3
-            if v.size:
-                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=label)
-    for ax, title in zip(axes, ("TTFT (time to first token)", "TPOT (time per output token)"),
-                         strict=True):
-        ax.set_xscale("log")
-        # Plain numbers (0.5, 2, 30) rather than 2x10^0; minor ticks labelled only on
-        # short ranges, as matplotlib's own log formatter decides.
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
-        ax.set_xlabel("milliseconds (log scale)")
-        ax.set_ylabel("fraction of requests")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_ylim(0, 1.01)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="lower right", fontsize=8)
-        else:  # no request finished (or none had two tokens, for TPOT): say so
-            ax.text(0.5, 0.5, "no finished request has this value", transform=ax.transAxes,
-                    ha="center", va="center", color="gray")
-    fig.tight_layout()
-    save_png(fig, path)
-
-
 RUN_FILES = ("summary.json", "requests.csv")  # what marks a folder as a run's outputs
+REQUESTS_ROWS = "one row per request, in id order"
+
+
+def run_title(summary: dict[str, Any]) -> str:
+    """``quickstart: Llama-3-8B on 1× H100-SXM (tp 1), chunked; cost: ...``: what a
+    run simulated, for its plots' and report's titles."""
+    sim = summary["simulated"]
+    return (f"{summary['scenario']}: {setup_phrase(sim)}, {summary['policy']}; "
+            f"cost: {cost_phrase(sim)}")
 
 
 def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
@@ -328,10 +315,12 @@ def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
     names = ["requests.csv", "summary.json"]
     with replaced_folder(out_dir, RUN_FILES, inputs=[res.scenario.source]) as stage:
         write_atomic(stage / names[0], requests_csv(res))
+        names.append(write_meta(stage / names[0], REQUESTS_ROWS, list(CSV_COLUMNS),
+                                summary["simulated"]).name)
         write_atomic(stage / names[1], summary_json(summary))
         if plots:
             names.append("ttft_tpot_cdf.png")
-            plot_cdfs({res.scenario.name: res}, stage / names[-1])
+            plot_cdfs({res.scenario.name: res}, stage / names[-1], run_title(summary))
             if res.requests.stage_windows is not None:
                 names.append("latency_over_time.png")
                 plot_over_time(res, stage / names[-1])

@@ -28,7 +28,8 @@ clear, capped by ``--max-requests``); a trace's seeds replay different stretches
 
 Outputs in ``--out``: ``capacity.json`` (everything), ``capacity.csv`` (per candidate),
 ``configs.csv`` (target checks), ``search.csv`` (every simulated point) and
-``capacity_search.png``, written into a temporary folder that replaces ``--out`` whole
+``capacity_search.png``, with a ``NAME.csv.meta.json`` beside each CSV
+(:mod:`sim.report.csvmeta`), written into a temporary folder that replaces ``--out`` whole
 at the end; ``cache/`` (as a sweep's) is written in place and carried across.
 """
 
@@ -37,13 +38,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sim.errors import ServesimError
+from sim.report.csvmeta import csv_header
 from sim.report.folder import check_replaceable, replaced_folder
-from sim.report.outputs import default_out, write_atomic
+from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.slospec import SLO, all_met, parse_slos
 from sim.study.steady import (
     STEADY_COLUMNS,
@@ -62,6 +65,7 @@ from sim.study.sweeppoint import (
     PointKey,
     RunStats,
     cost_source,
+    describe_base,
     make_task,
     point_raw,
     read_raw,
@@ -103,6 +107,7 @@ class Search:
         from sim.config.scenario import from_dict
 
         return from_dict(self.raw, self.source, self.base_dir).hardware.pp
+    overrides: list[str] = field(default_factory=list)  # --set, already applied to raw
 
     def run(self, keys: list[PointKey], desc: str) -> list[Row]:
         """Rows (key columns + metrics + ``pass``) of ``keys``, simulated or from the cache."""
@@ -365,7 +370,8 @@ def main(argv: list[str]) -> int:
     seeds = grid["seeds"][:plan.replications] if plan is not None else grid["seeds"]
     s = Search(base, str(path), path.parent.resolve(), slos, seeds,
                PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
-               a.workers, a.ray_address, progress=not a.quiet, steady=steady, plan=plan)
+               a.workers, a.ray_address, progress=not a.quiet, steady=steady, plan=plan,
+               overrides=a.overrides)
     result = run_capacity(s, grid["policies"], grid["tps"], start,
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
     result.redundancy = a.redundancy
@@ -379,7 +385,9 @@ def main(argv: list[str]) -> int:
             capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
                           stage / names[-1])
     paths = [out / n for n in names]
-    if not a.quiet:
+    if a.json:  # capacity.json alone on stdout
+        sys.stdout.write(result_json(result).decode())
+    elif not a.quiet:
         print_summary(result)
         print(f"{s.stats.computed + s.stats.cached} simulations: {s.stats.computed} run, "
               f"{s.stats.cached} from the cache")
@@ -435,6 +443,7 @@ class CapacityResult:
     cost_source: str = ""  # where the step prices come from, in one phrase
     pruned: list[str] = field(default_factory=list)  # what was skipped, and why
     notes: list[str] = field(default_factory=list)  # how the points were measured
+    simulated: dict[str, Any] = field(default_factory=dict)  # the base scenario, resolved
 
 
 def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
@@ -464,8 +473,11 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
                 passing.append(best)
 
     best = min(passing, key=rank) if passing else None
+    prices = cost_source(s.raw, s.source, s.base_dir)
     return CapacityResult(s.slos, s.seeds, tol, rates, target, gpu_cost, checked, best,
-                          list(s.log), cost_source=cost_source(s.raw, s.source, s.base_dir),
+                          list(s.log), cost_source=prices,
+                          simulated=describe_base(s.raw, s.source, s.base_dir, prices,
+                                                  s.overrides),
                           pruned=list(s.pruned))
 
 
@@ -506,6 +518,7 @@ def result_json(r: CapacityResult) -> bytes:
         "checked": [cost_row(c, r.gpu_cost_per_hour) for c in r.checked],
         "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
         "cost_source": r.cost_source,
+        "simulated": r.simulated,
     }
     if r.pruned or r.notes:
         blob["pruned"], blob["notes"] = r.pruned, r.notes
@@ -518,25 +531,45 @@ def result_json(r: CapacityResult) -> bytes:
     return (json.dumps(clean(blob), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
+SEARCH_COLUMNS = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
+
+
 def search_csv(r: CapacityResult) -> bytes:
     """Every simulated point in the order it was asked for."""
-    cols = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
+    return to_csv([{**x, "pass": int(x["pass"])} for x in r.search], search_columns(r))
+
+
+def search_columns(r: CapacityResult) -> list[str]:
+    """search.csv's columns: the steady-state ones too when the points were measured so."""
+    cols = list(SEARCH_COLUMNS)
     if any("requests_used" in x for x in r.search):
         cols += STEADY_COLUMNS
-    return to_csv([{**x, "pass": int(x["pass"])} for x in r.search], cols)
+    return cols
 
 
 def write_files(r: CapacityResult, out: Path) -> list[Path]:
-    """capacity.json, capacity.csv, configs.csv and search.csv, written atomically."""
+    """capacity.json, capacity.csv, configs.csv and search.csv, and each CSV's
+    description (:mod:`sim.report.csvmeta`), written atomically."""
     paths = [out / "capacity.json", out / "capacity.csv", out / "configs.csv",
              out / "search.csv"]
     write_atomic(paths[0], result_json(r))
-    write_atomic(paths[1], to_csv([m.row() for m in r.max_rates],
-                                  ["policy", "tp", "max_rate_per_replica", "ci_low", "ci_high",
-                                   "seeds", "per_seed"]))
+    max_cols = ["policy", "tp", "max_rate_per_replica", "ci_low", "ci_high", "seeds", "per_seed"]
+    write_atomic(paths[1], to_csv([m.row() for m in r.max_rates], max_cols))
     rows = [cost_row(c, r.gpu_cost_per_hour) for c in r.checked]
-    write_atomic(paths[2], to_csv(rows, list(rows[0]) if rows else ["policy"]))
+    config_cols = list(rows[0]) if rows else ["policy"]
+    write_atomic(paths[2], to_csv(rows, config_cols))
     write_atomic(paths[3], search_csv(r))
+    varied = {"policies": list(dict.fromkeys(m.policy for m in r.max_rates)),
+              "tp": list(dict.fromkeys(m.tp for m in r.max_rates)), "seeds": r.seeds}
+    for path, rows_are, cols in (
+            (paths[1], "one row per candidate (policy, tp): its highest rate per replica",
+             max_cols),
+            (paths[2], f"one row per cluster checked at --target-rate {r.target_rate}",
+             config_cols),
+            (paths[3], "one row per simulation the search ran, in the order asked",
+             search_columns(r))):
+        paths.append(write_meta(path, rows_are, [csv_header(c) for c in cols], r.simulated,
+                                varied))
     return paths
 
 

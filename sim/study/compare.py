@@ -3,7 +3,9 @@
 Each policy runs the same scenario file with only ``serving.policy`` changed (after any
 ``--set`` overrides), so the workload, model, hardware and limits are identical. The
 GPU count is printed because ``disaggregated`` uses its own prefill and decode pools.
-Outputs: a printed table, ``compare.csv``, ``compare.json`` (every run's summary) and
+Outputs: a printed table (saturated runs marked), ``compare.csv`` (latencies in seconds,
+a ``saturated`` column) with its description ``compare.csv.meta.json``
+(:mod:`sim.report.csvmeta`), ``compare.json`` (every run's summary) and
 ``compare_cdf.png`` (TTFT and TPOT CDFs overlaid), written into a temporary folder that
 then replaces ``--out`` whole (:mod:`sim.report.folder`).
 """
@@ -14,6 +16,7 @@ import argparse
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +25,26 @@ from sim.errors import ServesimError
 DEFAULT_POLICIES = "static,continuous,orca,chunked,disaggregated"
 COMPARE_FILES = ("compare.json", "compare.csv")  # what marks a folder as compare's outputs
 
-# (column header, path into the summary, scale): latencies are printed in ms.
-COLUMNS: tuple[tuple[str, tuple[str, ...], float], ...] = (
-    ("finished", ("requests", "finished"), 1),
-    ("rejected", ("requests", "rejected"), 1),
-    ("ttft_p50_ms", ("latency_s", "ttft", "p50"), 1e3),
-    ("ttft_p99_ms", ("latency_s", "ttft", "p99"), 1e3),
-    ("tpot_p50_ms", ("latency_s", "tpot", "p50"), 1e3),
-    ("tpot_p99_ms", ("latency_s", "tpot", "p99"), 1e3),
-    ("itl_p99_ms", ("latency_s", "itl", "p99"), 1e3),
-    ("e2e_p99_ms", ("latency_s", "e2e", "p99"), 1e3),
-    ("out_tok_s", ("throughput", "output_tokens_per_s"), 1),
-    ("goodput_rps", ("throughput", "goodput_requests_per_s"), 1),
-    ("preemptions", ("preemptions",), 1),
-)
+# Percentiles of TTFT and TPOT in the table and CSV unless --percentiles says otherwise;
+# ITL and E2E are given at the highest of them.
+TABLE_PERCENTILES: tuple[float, ...] = (50, 99)
+
+
+def columns(percentiles: tuple[float, ...] = TABLE_PERCENTILES,
+            ) -> list[tuple[str, tuple[str, ...]]]:
+    """(CSV column, path into a run's summary) of every measured column: latencies in
+    seconds (``_s``), as in every CSV servesim writes; the printed table shows them in ms."""
+    from sim.report.metrics import stat_key
+
+    keys = [stat_key(p) for p in percentiles]
+    cols: list[tuple[str, tuple[str, ...]]] = [("finished", ("requests", "finished")),
+                                               ("rejected", ("requests", "rejected"))]
+    cols += [(f"{m}_{k}_s", ("latency_s", m, k)) for m in ("ttft", "tpot") for k in keys]
+    cols += [(f"{m}_{keys[-1]}_s", ("latency_s", m, keys[-1])) for m in ("itl", "e2e")]
+    cols += [("output_tps", ("throughput", "output_tokens_per_s")),
+             ("goodput_rps", ("throughput", "goodput_requests_per_s")),
+             ("preemptions", ("preemptions",))]
+    return cols
 
 
 def gpus(scenario: Any) -> int:
@@ -46,12 +55,14 @@ def gpus(scenario: Any) -> int:
 
 
 def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
+                 percentiles: tuple[float, ...] | None = None,
                  ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)}."""
+    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)};
+    ``percentiles`` those of each summary's latencies (default: the summary's own)."""
     from sim.config import scenario
     from sim.core.engine import simulate
     from sim.policies.registry import POLICIES
-    from sim.report.metrics import summarize
+    from sim.report.metrics import PERCENTILES, summarize
 
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
@@ -61,41 +72,54 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
     for policy in policies:
         sc = scenario.load(path, [*(overrides or []), f"serving.policy={policy}"])
         res = simulate(sc)
-        summary = summarize(res)
+        summary = summarize(res, percentiles or PERCENTILES)
         summary["gpus"] = gpus(sc)
         out[policy] = (res, summary)
     return out
 
 
-def _cell(summary: dict[str, Any], keys: tuple[str, ...], scale: float) -> float | None:
+def _cell(summary: dict[str, Any], keys: tuple[str, ...]) -> Any:
     v: Any = summary
     for k in keys:
         v = v[k]
-    return None if v is None else v * scale
+    return v
 
 
-def rows(runs: dict[str, tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per policy: policy, gpus, then :data:`COLUMNS`."""
+def rows(runs: dict[str, tuple[Any, dict[str, Any]]],
+         percentiles: tuple[float, ...] = TABLE_PERCENTILES) -> list[dict[str, Any]]:
+    """One row per policy: policy, gpus, then :func:`columns`, then ``saturated`` (1 when
+    the run's waiting queue kept growing: the policy did not keep up with the load)."""
     return [{"policy": name, "gpus": s["gpus"],
-             **{col: _cell(s, keys, scale) for col, keys, scale in COLUMNS}}
+             **{col: _cell(s, keys) for col, keys in columns(percentiles)},
+             "saturated": int(bool(s["saturation"]["saturated"]))}
             for name, (_, s) in runs.items()]
 
 
 def table(table_rows: list[dict[str, Any]]) -> str:
-    """The rows as an aligned text table."""
-    heads = ["policy", "gpus", *(c[0] for c in COLUMNS)]
+    """The rows as an aligned text table, latencies in ms; saturated rows marked."""
+    heads = list(table_rows[0]) if table_rows else ["policy"]
 
-    def fmt(v: Any) -> str:
+    def head(h: str) -> str:
+        return f"{h[:-2]}_ms" if h.endswith("_s") else h
+
+    def fmt(h: str, v: Any) -> str:
+        if h == "saturated":
+            return "SATURATED" if v else ""
         if v is None:
             return "-"
+        if h.endswith("_s"):
+            v = v * 1e3
         if isinstance(v, float):
             return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
         return str(v)
 
-    cells = [[fmt(r[h]) for h in heads] for r in table_rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
+    cells = [[fmt(h, r[h]) for h in heads] for r in table_rows]
+    widths = [max(len(head(h)), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    lines = ["  ".join(head(h).rjust(w) for h, w in zip(heads, widths, strict=True))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    if any(r["saturated"] for r in table_rows):
+        lines.append("SATURATED: the waiting queue kept growing (the policy did not keep up); "
+                     "its latencies cover only the requests that got through")
     return "\n".join(lines)
 
 
@@ -112,30 +136,57 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: out/<scenario name>-compare)")
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plot")
+    p.add_argument("--percentiles", default=None, metavar="P,P,...",
+                   help="TTFT/TPOT percentiles of the table and CSV (ITL, E2E: the highest), "
+                        "and of compare.json's latencies, e.g. 50,90,99,99.9")
+    p.add_argument("--json", action="store_true",
+                   help="print compare.json (every run's summary) on stdout, not the table")
     a = p.parse_args(argv)
 
     from sim.report.folder import check_replaceable, replaced_folder
-    from sim.report.outputs import default_out, plot_cdfs, summary_json, write_atomic
+    from sim.report.human import cost_phrase, setup_phrase
+    from sim.report.metrics import parse_percentiles
+    from sim.report.outputs import (
+        default_out,
+        plot_cdfs,
+        summary_json,
+        write_atomic,
+        write_meta,
+    )
 
+    pcts = None if a.percentiles is None else parse_percentiles(a.percentiles)
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
     if a.out is not None:
         check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
-    runs = run_policies(a.scenario, policies, a.overrides)
-    table_rows = rows(runs)
-    name = next(iter(runs.values()))[1]["scenario"]
+    runs = run_policies(a.scenario, policies, a.overrides, pcts)
+    table_rows = rows(runs, pcts or TABLE_PERCENTILES)
+    first = next(iter(runs.values()))[1]
+    name = first["scenario"]
     out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(table_rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(table_rows)
     names = ["compare.csv", "compare.json"]
+    summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
+    blob = (json.dumps(summaries, indent=2) + "\n").encode()
     with replaced_folder(out, COMPARE_FILES, inputs=[a.scenario]) as stage:
         write_atomic(stage / names[0], buf.getvalue().encode())
-        summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
-        write_atomic(stage / names[1], (json.dumps(summaries, indent=2) + "\n").encode())
+        names.append(write_meta(
+            stage / names[0], "one row per batching policy, every run on the same requests",
+            list(table_rows[0]), first["simulated"],
+            {"serving.policy": policies,
+             "note": "simulated describes the first policy's run; compare.json holds each "
+                     "run's own"}).name)
+        write_atomic(stage / names[1], blob)
         if not a.no_plots:
             names.append("compare_cdf.png")
-            plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1])
+            title = (f"{name}: {setup_phrase(first['simulated'])}, {len(runs)} policies; "
+                     f"cost: {cost_phrase(first['simulated'])}")
+            plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1], title)
+    if a.json:  # every run's summary alone on stdout, for a program to read
+        sys.stdout.write(blob.decode())
+        return 0
     paths = [out / n for n in names]
     print(f"scenario {name}: {len(next(iter(runs.values()))[0].requests)} requests; "
           "latencies in ms")

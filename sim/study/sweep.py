@@ -7,7 +7,10 @@ Outputs in ``--out`` (default ``out/<scenario name>-sweep``):
 - ``sweep.csv``: one row per grid point; each metric is the mean over seeds and
   ``<metric>_ci`` the half-width of its 95% Student-t confidence interval (empty with
   one seed).
-- ``sweep.json``: what was swept (for ``servesim report``); PNG plots (:mod:`sim.report.plots`).
+- ``sweep.json``: what was swept and the resolved base scenario (``simulated``, for
+  ``servesim report``); PNG plots (:mod:`sim.report.plots`).
+- ``points.csv.meta.json``, ``sweep.csv.meta.json``: each column's unit and meaning
+  (:mod:`sim.report.csvmeta`: latencies in seconds, ``_s``, as in every CSV).
 - ``cache/``: one JSON per finished simulation, keyed by a hash of its scenario; a sweep
   run again (after an interrupt, or with more rates) skips every point found there.
 
@@ -32,8 +35,9 @@ import numpy as np
 
 from sim.config.scenario import from_dict
 from sim.errors import ServesimError
+from sim.report.csvmeta import csv_header, internal_name
 from sim.report.folder import check_replaceable, replaced_folder
-from sim.report.outputs import default_out, write_atomic
+from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.slospec import SLO, parse_slos
 from sim.study.steady import (
     STEADY_COLUMNS,
@@ -51,6 +55,7 @@ from sim.study.sweeppoint import (
     PointTask,
     RunStats,
     cost_source,
+    describe_base,
     make_task,
     read_raw,
     refuse_closed_loop,
@@ -123,6 +128,7 @@ class SweepSpec:
     horizon_factor: float | None = 4.0
     steady: Steady | None = None  # steady-state measurement of every point
     plan: TracePlan | None = None  # a trace's replications: each seed its own stretch
+    overrides: list[str] = field(default_factory=list)  # --set, already applied to raw
 
     def keys(self) -> list[PointKey]:
         """Every simulation of the grid, in output order (rate innermost, then seed)."""
@@ -185,8 +191,9 @@ def _cell(v: Any) -> str:
 
 
 def to_csv(rows: list[Row], columns: list[str]) -> bytes:
-    """Rows as CSV text; floats as their shortest exact repr, missing values empty."""
-    lines = [",".join(columns)]
+    """Rows as CSV text; floats as their shortest exact repr, missing values empty; the
+    header names each column with its unit (:func:`sim.report.csvmeta.csv_header`)."""
+    lines = [",".join(csv_header(c) for c in columns)]
     lines += [",".join(_cell(r.get(c)) for c in columns) for r in rows]
     return ("\n".join(lines) + "\n").encode()
 
@@ -194,7 +201,7 @@ def to_csv(rows: list[Row], columns: list[str]) -> bytes:
 def read_csv(path: Path) -> list[Row]:
     """A CSV written by :func:`to_csv` back as rows (numbers as float, empty as None)."""
     lines = path.read_text().splitlines()
-    head = lines[0].split(",")
+    head = [internal_name(c) for c in lines[0].split(",")]
     out = []
     for line in lines[1:]:
         row: Row = {}
@@ -243,6 +250,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     names = ["points.csv", "sweep.csv", "sweep.json"]
     name = str(spec.raw.get("name", "scenario"))
     scenario_slo = {k: v for k, v in (spec.raw.get("slo") or {}).items() if v is not None}
+    prices = cost_source(spec.raw, spec.source, spec.base_dir)
     manifest = {
         "kind": "sweep", "scenario": name, "source": spec.source, "rates": spec.rates,
         "policies": spec.policies, "replicas": spec.replicas, "tp": spec.tps,
@@ -250,7 +258,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
         "slo_targets": [{"metric": s.metric, "stat": s.stat, "limit_s": s.limit_s}
                         for s in spec.slos],
         "scenario_slo": scenario_slo,
-        "cost_source": cost_source(spec.raw, spec.source, spec.base_dir),
+        "cost_source": prices,
     }
     if spec.steady is not None:
         manifest["steady"] = {"warmup": spec.steady.warmup, "precision": spec.steady.precision,
@@ -261,9 +269,18 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
                                           "segment_rows": spec.plan.segment,
                                           "rows": spec.plan.rows, "note": spec.plan.note}
     cols = POINT_COLUMNS + list(STEADY_COLUMNS if spec.steady is not None else ())
+    simulated = describe_base(spec.raw, spec.source, spec.base_dir, prices, spec.overrides)
+    manifest["simulated"] = simulated
+    varied = {k: manifest[k] for k in ("policies", "replicas", "tp", "rates", "seeds")}
     with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=[spec.source]) as stage:
         write_atomic(stage / names[0], to_csv(points, cols))
         write_atomic(stage / names[1], to_csv(grid, SWEEP_COLUMNS))
+        for csv_name, rows_are, cols in (
+                (names[0], "one row per simulation (grid point x seed)", cols),
+                (names[1], "one row per grid point: each metric the mean over its seeds",
+                 SWEEP_COLUMNS)):
+            names.append(write_meta(stage / csv_name, rows_are, [csv_header(c) for c in cols],
+                                    simulated, varied).name)
         if plots:
             from sim.report import plots as sp
 
@@ -311,6 +328,8 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every point instead of reusing cached results")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as JSON on stdout instead of the table")
 
 
 def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
@@ -377,12 +396,19 @@ def main(argv: list[str]) -> int:
         if plan.note and not a.quiet:
             print(f"note: {plan.note}")
     spec = SweepSpec(base, str(path), path.parent.resolve(), rates, slos=slos,
-                     horizon_factor=a.horizon_factor, steady=steady, plan=plan, **grid)
+                     horizon_factor=a.horizon_factor, steady=steady, plan=plan,
+                     overrides=a.overrides, **grid)
     out = (a.out if a.out is not None
            else default_out(str(base.get("name", "scenario")), "-sweep", a.scenario))
     res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,
                     plots=not a.no_plots, use_cache=not a.no_cache)
-    if not a.quiet:
+    if a.json:  # the manifest and the grid (CSV column names) alone on stdout
+        from sim.report.metrics import clean
+
+        grid_rows = [{csv_header(k): v for k, v in g.items()} for g in res.grid]
+        blob = {"sweep": json.loads((out / "sweep.json").read_text()), "grid": grid_rows}
+        print(json.dumps(clean(blob), indent=2, allow_nan=False))
+    elif not a.quiet:
         print(summary_table(res.grid))
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")

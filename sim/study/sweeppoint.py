@@ -218,6 +218,16 @@ def cost_source(base: dict[str, Any], source: str, base_dir: Path | None) -> str
     return entry_cost(from_dict(base, source, base_dir)).source
 
 
+def describe_base(base: dict[str, Any], source: str, base_dir: Path | None, prices: str,
+                  overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """What a study's base scenario simulates (:func:`sim.report.metrics.describe_scenario`:
+    model, GPU, tp, serving limits, seed, the ``--set`` ``overrides`` already applied to
+    ``base``...), its prices from ``prices``; the study's own grid varies some of it."""
+    from sim.report.metrics import describe_scenario
+
+    return describe_scenario(from_dict(base, source, base_dir, tuple(overrides)), prices)
+
+
 def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,
               horizon_factor: float | None = 4.0, steady: Steady | None = None,
               start_row: int = 0) -> PointTask:

@@ -275,11 +275,11 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=[spec.source]) as stage:
         write_atomic(stage / names[0], to_csv(points, cols))
         write_atomic(stage / names[1], to_csv(grid, SWEEP_COLUMNS))
-        for csv_name, rows_are, cols in (
+        for csv_name, rows_are, columns in (
                 (names[0], "one row per simulation (grid point x seed)", cols),
                 (names[1], "one row per grid point: each metric the mean over its seeds",
                  SWEEP_COLUMNS)):
-            names.append(write_meta(stage / csv_name, rows_are, [csv_header(c) for c in cols],
+            names.append(write_meta(stage / csv_name, rows_are, [csv_header(c) for c in columns],
                                     simulated, varied).name)
         if plots:
             from sim.report import plots as sp

@@ -32,6 +32,7 @@ from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
 from sim.cost.specs import GPUS, MODELS, ModelSpec, gpu, model_preset
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
 from sim.workload.requests import WorkloadConfig
 
@@ -86,7 +87,8 @@ class ServingConfig:
     # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
     num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
-    swap_space_gib: float = bounded(4.0, ge=0)  # host memory per GPU for swapped KV (GiB)
+    # Host memory per GPU for swapped KV (GiB); a PiB is beyond any host.
+    swap_space_gib: float = bounded(4.0, ge=0, le=2**20)
     # chunked: tokens per iteration (default 2048, or max_num_batched_tokens if smaller)
     token_budget: int | None = bounded(None, ge=1)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
@@ -307,10 +309,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read and validate the scenario file at ``path``, applying ``--set`` overrides."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
+    text = read_text(p, "scenario")
     try:
         raw = parse_yaml(text)
     except yaml.YAMLError as exc:

@@ -10,14 +10,15 @@ then replaces ``--out`` whole (:mod:`sim.report.folder`).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import ArgParser
 from sim.errors import ServesimError
+from sim.report.rejections import add_rejection_args, max_share, verdict
 
 DEFAULT_POLICIES = "static,continuous,orca,chunked,disaggregated"
 COMPARE_FILES = ("compare.json", "compare.csv")  # what marks a folder as compare's outputs
@@ -46,9 +47,11 @@ def gpus(scenario: Any) -> int:
 
 
 def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
-                 ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)}."""
+                 force: bool = False) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)}; each
+    run's memory estimate is checked first (``force``: not refused)."""
     from sim.config import scenario
+    from sim.core.budget import check
     from sim.core.engine import simulate
     from sim.policies.registry import POLICIES
     from sim.report.metrics import summarize
@@ -60,6 +63,7 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
     out = {}
     for policy in policies:
         sc = scenario.load(path, [*(overrides or []), f"serving.policy={policy}"])
+        check(sc, force)
         res = simulate(sc)
         summary = summarize(res)
         summary["gpus"] = gpus(sc)
@@ -101,9 +105,9 @@ def table(table_rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str]) -> int:
     """``servesim compare FILE --policies a,b,c``."""
-    p = argparse.ArgumentParser(prog="servesim compare",
-                                description="Run one workload through several batching "
-                                            "policies and compare latencies side by side.")
+    p = ArgParser(prog="servesim compare",
+                  description="Run one workload through several batching policies and "
+                              "compare latencies side by side.")
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--policies", default=DEFAULT_POLICIES,
                    help=f"comma-separated policy names (default {DEFAULT_POLICIES})")
@@ -112,7 +116,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: out/<scenario name>-compare)")
     p.add_argument("--no-plots", action="store_true", help="skip the CDF plot")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory is over what this machine has free")
+    add_rejection_args(p)
     a = p.parse_args(argv)
+    limit = max_share(a)
 
     from sim.report.folder import check_replaceable, replaced_folder
     from sim.report.outputs import default_out, plot_cdfs, summary_json, write_atomic
@@ -120,7 +128,7 @@ def main(argv: list[str]) -> int:
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
     if a.out is not None:
         check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
-    runs = run_policies(a.scenario, policies, a.overrides)
+    runs = run_policies(a.scenario, policies, a.overrides, a.force)
     table_rows = rows(runs)
     name = next(iter(runs.values()))[1]["scenario"]
     out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
@@ -141,4 +149,10 @@ def main(argv: list[str]) -> int:
           "latencies in ms")
     print(table(table_rows))
     print("wrote " + ", ".join(str(x) for x in paths))
+    # Each policy's run is judged as `simulate` judges it, once all are written.
+    for policy, (res, _) in runs.items():
+        refused = verdict(res, limit)
+        if refused is not None:
+            raise ServesimError(f"policy {policy}: {refused.message}", refused.source,
+                                refused.where)
     return 0

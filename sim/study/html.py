@@ -8,7 +8,6 @@ Tables show latencies in milliseconds with the 95% confidence half-width over se
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -16,7 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import ArgParser
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.report.outputs import write_atomic
 from sim.report.slospec import SLO
 
@@ -90,8 +91,8 @@ def _load(folder: Path) -> tuple[str, dict[str, Any]]:
         f = folder / name
         if f.is_file():
             try:
-                return name.split(".")[0], json.loads(f.read_text())
-            except (OSError, ValueError) as exc:
+                return name.split(".")[0], json.loads(read_text(f, name))
+            except ValueError as exc:
                 raise ServesimError(f"cannot read {name}: {exc}", str(folder)) from None
     raise ServesimError("no sweep.json or capacity.json here; give the --out folder of "
                         "servesim sweep or servesim capacity", str(folder))
@@ -175,7 +176,7 @@ def to_markdown(doc: dict[str, Any], folder: Path, out: Path) -> str:
 
 def main(argv: list[str]) -> int:
     """``servesim report DIR [--format html|md] [--out FILE]``."""
-    p = argparse.ArgumentParser(prog="servesim report", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="servesim report", description=__doc__.split("\n")[0])
     p.add_argument("folder", type=Path, help="the --out folder of a sweep or capacity run")
     p.add_argument("--format", choices=("html", "md"), default="html",
                    help="html (self-contained, default) or md")

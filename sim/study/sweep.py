@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 
 from sim.config.scenario import from_dict
+from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic
+from sim.report.rejections import add_rejection_args, max_share, row_share
 from sim.report.slospec import SLO, parse_slos
 from sim.study.sweeppoint import (
     KEY_COLUMNS,
@@ -44,12 +46,17 @@ from sim.study.sweeppoint import (
     RunStats,
     cost_source,
     make_task,
+    point_sets,
     read_raw,
     refuse_closed_loop,
     run_points,
 )
 
 GROUP_COLUMNS = ("policy", "replicas", "tp", "rate")
+# Replications beyond a few hundred narrow a 95% interval by little (it shrinks as
+# 1/sqrt(seeds)); the caps keep a mistyped count from queueing millions of points.
+MAX_SEEDS = 10_000
+MAX_WORKERS = 4096
 Row = dict[str, Any]
 
 
@@ -213,7 +220,7 @@ class SweepResult:
 
 def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int | None = None,
               address: str | None = None, progress: bool = False, plots: bool = True,
-              use_cache: bool = True) -> SweepResult:
+              use_cache: bool = True, force: bool = False) -> SweepResult:
     """Run (or resume) ``spec`` and write its CSVs, manifest and plots into a temporary
     folder that then replaces ``out`` whole; the cache, ``out/cache``, is written in
     place as points finish (so an interrupt keeps them) and moved into the new folder."""
@@ -221,7 +228,8 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     check_replaceable(out, SWEEP_FILES, [spec.source])
     cache = PointCache(out / "cache" if use_cache else None)
     stats = RunStats()
-    rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats)
+    rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats,
+                      force)
     points = [{**dict(zip(KEY_COLUMNS, t.key.values(), strict=True)), **rows[t.digest]}
               for t in tasks]
     grid = aggregate(points)
@@ -279,14 +287,18 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="local process pool (default) or a Ray cluster")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="Ray cluster address (ray://host:10001 or auto); default: local Ray")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=int_arg(ge=1, le=MAX_WORKERS), default=None,
                    help="parallel simulations (default: all cores)")
-    p.add_argument("--horizon-factor", type=float, default=4.0,
+    p.add_argument("--horizon-factor", type=float_arg(gt=0), default=4.0,
                    help="cut each simulation at this many times its arrival span (+60 s) "
                         "unless the scenario sets horizon_s (default 4)")
     p.add_argument("--no-cache", action="store_true",
                    help="recompute every point instead of reusing cached results")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--force", action="store_true",
+                   help="run points even when their estimated memory is over what this "
+                        "machine has free")
+    add_rejection_args(p)
 
 
 def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
@@ -308,14 +320,14 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
 
 def main(argv: list[str]) -> int:
     """``servesim sweep FILE --rates A:B:S [...]``."""
-    p = argparse.ArgumentParser(prog="servesim sweep", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="servesim sweep", description=__doc__.split("\n")[0])
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--rates", required=True,
                    help="request rates (req/s, whole cluster): START:STOP:STEP or a,b,c")
     p.add_argument("--policies", default=None, help="comma list of batching policies")
     p.add_argument("--replicas", default=None, help="comma list of replica counts")
     p.add_argument("--tp", default=None, help="comma list of tensor-parallel degrees")
-    p.add_argument("--seeds", type=int, default=1,
+    p.add_argument("--seeds", type=int_arg(ge=1, le=MAX_SEEDS), default=1,
                    help="replications per point with seeds seed..seed+N-1 (default 1)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
                    help="target drawn on the plots, e.g. ttft_p99=0.5 (repeatable)")
@@ -335,11 +347,35 @@ def main(argv: list[str]) -> int:
                      horizon_factor=a.horizon_factor, **grid)
     out = (a.out if a.out is not None
            else default_out(str(base.get("name", "scenario")), "-sweep", a.scenario))
+    limit = max_share(a)
     res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,
-                    plots=not a.no_plots, use_cache=not a.no_cache)
+                    plots=not a.no_plots, use_cache=not a.no_cache, force=a.force)
     if not a.quiet:
         print(summary_table(res.grid))
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in res.paths))
+    flagged = rejecting_points(res.points, limit, spec, a.overrides)
+    if flagged is not None:  # every point is written; the grid as a whole is refused
+        raise flagged
     return 0
+
+
+def rejecting_points(points: list[Row], limit: float, spec: SweepSpec,
+                     overrides: list[str]) -> ServesimError | None:
+    """The error for a grid some of whose points rejected more than ``limit`` of their
+    requests, naming the worst point and the command that shows its limit; or None."""
+    over = [p for p in points if row_share(p) > limit]
+    if not over:
+        return None
+    worst = max(over, key=row_share)
+    key = PointKey(*(worst[c] for c in KEY_COLUMNS))
+    sets = " ".join(f"--set {o}" for o in [*overrides,
+                                          *point_sets(spec.raw, key, spec.horizon_factor)])
+    source = spec.source
+    return ServesimError(
+        f"{len(over)} of {len(points)} points rejected more than {limit:.1%} of their "
+        f"arrived requests (--max-rejected-share), worst {row_share(worst):.1%} at policy "
+        f"{worst['policy']}, replicas {worst['replicas']}, tp {worst['tp']}, rate "
+        f"{worst['rate']:g}; the outputs were written; `servesim simulate {source} {sets}` "
+        "names the limit to raise; --allow-rejections accepts them", source)

@@ -15,11 +15,13 @@ $(CORE): pyproject.toml
 
 # torch==2.13.0 is pinned here (a CPU build these machines hold locally); the
 # `calibrate` extra itself accepts any torch>=2.3.
-# Chromium renders the HTML reports in tests/test_reports.py (skipped without it): installed
-# from Debian's packages when we are root and apt-get exists; never fails the target.
+# Ray too: the suite runs a sweep on a local Ray cluster and checks it against the
+# process pool (SERVESIM_REQUIRE_RAY turns that test's skip into a failure). Chromium
+# renders the HTML reports in tests/test_reports.py (skipped without it): installed from
+# Debian's packages when we are root and apt-get exists; never fails the target.
 $(DEV): $(CORE)
 	$(BIN)/python -m pip install -q 'torch==2.13.0'
-	$(BIN)/python -m pip install -q -e '.[dev,measured]'
+	$(BIN)/python -m pip install -q -e '.[dev,measured,ray]'
 	-@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
 	    && [ "$$(id -u)" = 0 ]; then \
 	    { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } \
@@ -32,7 +34,7 @@ demo: $(CORE)
 	$(BIN)/servesim simulate scenarios/quickstart.yaml --out out/quickstart
 
 test: $(DEV)
-	$(BIN)/python -m pytest
+	SERVESIM_REQUIRE_RAY=1 $(BIN)/python -m pytest
 
 bench: $(CORE)
 	$(BIN)/python bench/bench_sim.py

@@ -6,12 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 
 
 def parser() -> argparse.ArgumentParser:
     """The calibrate argument parser."""
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="servesim calibrate",
         description="Time prefill and decode on this device with torch, fit the cost model, "
                     "and write a profile the simulator reads with cost: {profile: FILE}.")
@@ -22,14 +23,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda", help="cuda or cpu (default: cuda)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
                    help="default: the model's dtype on cuda, fp32 on cpu")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree to model")
+    p.add_argument("--tp", type=int_arg(ge=1, le=1024), default=1,
+                   help="tensor-parallel degree to model")
     p.add_argument("--gpu", default=None,
                    help="hardware-table entry whose interconnect sets the tp all-reduce cost")
-    p.add_argument("--budget-s", type=float, default=600.0,
+    p.add_argument("--budget-s", type=float_arg(gt=0), default=600.0,
                    help="wall-clock budget; the sweep stops early and fits what it measured")
     p.add_argument("--quick", action="store_true", help="a coarse grid and fewer repeats")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, see docs)")
-    p.add_argument("--passes", type=int, default=2,
+    p.add_argument("--threads", type=int_arg(ge=1, le=1024), default=1,
+                   help="CPU threads (default 1, see docs)")
+    p.add_argument("--passes", type=int_arg(ge=1, le=100), default=2,
                    help="sweeps over every point, each point keeping its fastest median "
                         "(default 2; guards against a busy neighbour on a shared machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -40,8 +43,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; a :class:`ServesimError` prints one line on stderr and returns 2."""
-    args = parser().parse_args(argv)
     try:
+        args = parser().parse_args(argv)
         # torch is imported only now, so that --help works and a missing torch is one line.
         try:
             from calibrate.arch import resolve_model

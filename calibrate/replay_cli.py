@@ -36,6 +36,7 @@ from calibrate.replay import (
     replay_on_device,
     run_loop,
 )
+from sim.configtools import ArgParser, float_arg, int_arg
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
@@ -223,7 +224,7 @@ def run_levels(spec: ModelSpec, w: Workload, serving: Any, rates: list[float],
 
 def parser() -> argparse.ArgumentParser:
     """Arguments shared with ``servesim validate`` (which adds its own)."""
-    p = argparse.ArgumentParser(prog="python -m calibrate.replay_cli",
+    p = ArgParser(prog="python -m calibrate.replay_cli",
                                 description="Replay a trace for real on this device's model.")
     add_replay_args(p)
     p.add_argument("--out", type=Path, required=True, help="folder for replay-LABEL.json files")
@@ -236,10 +237,12 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hf-config", type=Path, default=None, help="HuggingFace config.json")
     p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None)
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    p.add_argument("--threads", type=int_arg(ge=1, le=1024), default=1,
+                   help="CPU threads (default 1)")
     p.add_argument("--trace", default="azure_2023_conv", help="trace path or shipped name")
-    p.add_argument("--requests", type=int, default=100, help="rows of the trace to replay")
-    p.add_argument("--offset", type=int, default=0, help="first row of the trace to use")
+    p.add_argument("--requests", type=int_arg(ge=1), default=100,
+                   help="rows of the trace to replay")
+    p.add_argument("--offset", type=int_arg(ge=0), default=0, help="first row of the trace to use")
     p.add_argument("--level-s", type=float, default=None,
                    help="replay at most the requests arriving in this many seconds per level "
                         f"(at least {MIN_LEVEL}), to bound the run's time")
@@ -247,23 +250,24 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", default="0.5,0.85",
                    help="fractions of the profile's predicted saturation rate (when no --rate)")
     p.add_argument("--profile", default=None, help="cost profile (needed for --load)")
-    p.add_argument("--max-len", type=int, default=None,
+    p.add_argument("--max-len", type=int_arg(ge=1), default=None,
                    help="cap prompt+output tokens (default: the model's context)")
     p.add_argument("--policy", choices=("continuous", "chunked"), default="continuous")
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+    p.add_argument("--max-num-seqs", type=int_arg(ge=1), default=64)
+    p.add_argument("--max-num-batched-tokens", type=int_arg(ge=1), default=None,
                    help="default: --max-len (continuous needs a whole prompt per step)")
-    p.add_argument("--token-budget", type=int, default=None, help="chunked: tokens per step")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--watermark", type=float, default=0.01)
-    p.add_argument("--num-kv-blocks", type=int, default=None,
+    p.add_argument("--token-budget", type=int_arg(ge=1), default=None,
+                   help="chunked: tokens per step")
+    p.add_argument("--block-size", type=int_arg(ge=1, le=65536), default=16)
+    p.add_argument("--watermark", type=float_arg(ge=0, lt=1), default=0.01)
+    p.add_argument("--num-kv-blocks", type=int_arg(ge=1), default=None,
                    help="KV blocks (default: enough for every slot to hold --max-len)")
 
 
 def check_args(args: argparse.Namespace) -> None:
     """Reject values no replay can use before anything runs (``servesim validate`` may
     calibrate first: a bad value found after that would cost its minute)."""
-    if args.level_s is not None and not args.level_s > 0:
+    if args.level_s is not None and not 0 < args.level_s < math.inf:
         raise ServesimError(f"got {args.level_s:g}, must be > 0 seconds", where="--level-s")
 
 
@@ -302,11 +306,10 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
 
 def main(argv: list[str] | None = None) -> int:
     """Replay and write ``OUT/replay-LABEL.json`` per level; errors are one line, exit 2."""
-    args = parser().parse_args(argv)
-
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
     try:
+        args = parser().parse_args(argv)
         check_args(args)
         spec, w, serving, rates, loads, _ = prepare_levels(args, log)
         args.out.mkdir(parents=True, exist_ok=True)

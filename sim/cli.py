@@ -7,18 +7,22 @@ Subcommands: ``simulate``, ``calibrate`` (needs the ``calibrate`` extra: torch) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from sim.configtools import ArgParser
 from sim.errors import ServesimError
 
 
 def _simulate(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="servesim simulate",
+    from sim.report.rejections import add_rejection_args, max_share, verdict
+
+    p = ArgParser(prog="servesim simulate",
                                 description="Simulate one scenario file and report latencies.")
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -32,9 +36,17 @@ def _simulate(argv: list[str]) -> int:
                         "50,90,99,99.9 (default 50,90,95,99)")
     p.add_argument("--json", action="store_true",
                    help="print summary.json on stdout instead of the table")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory is over what this machine has free")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal and "
+                        "the run takes more than a few seconds)")
+    add_rejection_args(p)
     a = p.parse_args(argv)
+    limit = max_share(a)
 
     from sim.config import scenario
+    from sim.core.budget import check
     from sim.core.engine import simulate
     from sim.report import outputs as report
     from sim.report.folder import check_replaceable
@@ -43,10 +55,16 @@ def _simulate(argv: list[str]) -> int:
     pcts = PERCENTILES if a.percentiles is None else parse_percentiles(a.percentiles)
     sc = scenario.load(a.scenario, a.overrides)
     # Before simulating: a name that cannot be a folder, or an --out that is not ours to
-    # replace, fails at once.
+    # replace, fails at once; so does a run that would not fit in memory.
     out = a.out if a.out is not None else report.default_out(sc.name, "", sc.source)
     check_replaceable(out, report.RUN_FILES, [sc.source])
-    res = simulate(sc)
+    est = check(sc, a.force)
+    show = a.progress if a.progress is not None else (not a.quiet and sys.stderr.isatty())
+    if show and est.seconds > LONG_RUN_S:
+        print(f"servesim: about {est.requests:,.0f} requests; estimated time up to "
+              f"{est.seconds:,.0f} s", file=sys.stderr)
+    with _progress_bar(show, a.progress is not None) as tick:
+        res = simulate(sc, progress=tick)
     summary = summarize(res, pcts)
     try:
         paths = report.write_run(res, summary, out, plots=not a.no_plots)
@@ -57,10 +75,43 @@ def _simulate(argv: list[str]) -> int:
     elif not a.quiet:
         print(report.table(summary))
         print("wrote " + ", ".join(str(x) for x in paths))
+    # The outputs are written (requests.csv says why), but this is no result: first for
+    # the limit that rejected too many requests, then for a run that finished none.
+    refused = verdict(res, limit)
+    if refused is not None:
+        raise refused
     nothing = report.nothing_finished(summary)
-    if nothing:  # the outputs are written (requests.csv says why), but this is no result
+    if nothing:
         raise ServesimError(nothing, sc.source)
     return 0
+
+
+LONG_RUN_S = 10.0  # estimated seconds above which simulate says how long it expects
+BAR_DELAY_S = 3.0  # a run shorter than this shows no bar at all
+
+
+@contextlib.contextmanager
+def _progress_bar(show: bool, asked: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback drawing a bar on stderr when ``show``; unless ``asked`` for
+    (--progress) it appears only once the run has taken a few seconds. None when off.
+    The bar never touches stdout or the outputs."""
+    if not show:
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, unit="req", desc="simulate", file=sys.stderr, leave=False,
+               dynamic_ncols=True, delay=0.0 if asked else BAR_DELAY_S)
+
+    def tick(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh() if asked else bar.update(0)
+
+    try:
+        yield tick
+    finally:
+        bar.close()
 
 
 def _calibrate(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ twice (:func:`parse_yaml`). Nothing here touches the filesystem.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
@@ -23,6 +24,7 @@ import yaml
 from sim.errors import ServesimError
 
 T = TypeVar("T")
+MAX_INT = 2**53  # the largest integer a scenario may give (exact as a float too)
 
 _HINTS: dict[type, dict[str, Any]] = {}
 
@@ -92,11 +94,15 @@ def convert(tp: Any, value: Any, where: str) -> Any:
             return value
         raise bad
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-            return int(value)
-        raise bad
+        # A float is taken only when it is a whole number. Past 2**53 a count is no real
+        # setting, and it would overflow the int64 arrays it lands in.
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+            raise bad
+        if abs(value) >= MAX_INT:
+            raise ServesimError(f"got {value!r}, expected an integer below 2**53 in size",
+                                where=where)
+        return int(value)
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             f = float(value)
@@ -189,12 +195,16 @@ def rename_alias(section: Any, name: str, alias: str) -> Any:
 
 class ScenarioLoader(yaml.SafeLoader):
     """PyYAML's safe loader with two corrections for scenario files: a key given twice
-    in one mapping is an error (PyYAML keeps the last silently), and numbers written
-    with an exponent but no dot (``1e9``, ``5e-1``, which YAML 1.2 and every JSON reader
-    take as numbers) are floats rather than strings."""
+    in one mapping is an error (PyYAML keeps the last silently), and numbers are read as
+    YAML 1.2 (and JSON) read them, not as PyYAML's YAML 1.1: ``1e9`` and ``5e-1`` are
+    floats (1.1 wants a dot and a signed exponent, and leaves them strings), ``010`` is
+    ten (not octal eight), ``0o17`` is octal, and ``1:30`` or ``0b101`` are strings.
+    Underscores between digits (``1_000``) still group them, as in Python."""
 
-    yaml_implicit_resolvers = {k: list(v) for k, v in
-                               yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -207,10 +217,33 @@ class ScenarioLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-ScenarioLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+_DIGITS = r"[0-9](?:_?[0-9])*"
+YAML12_INT = re.compile(rf"^(?:[-+]?{_DIGITS}|0o[0-7]+|0x[0-9a-fA-F]+)$")
+YAML12_FLOAT = re.compile(
+    rf"^(?:[-+]?(?:\.{_DIGITS}|{_DIGITS}(?:\.(?:{_DIGITS})?)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = str(loader.construct_scalar(node)).replace("_", "").lower()
+    if text.endswith(".inf"):
+        return -math.inf if text.startswith("-") else math.inf
+    return math.nan if text == ".nan" else float(text)
+
+
+ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:int", YAML12_INT,
+                                     list("-+0123456789"))
+ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT,
+                                     list("-+0123456789."))
+ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+ScenarioLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def parse_yaml(text: str) -> Any:
@@ -224,3 +257,61 @@ def yaml_error(exc: yaml.YAMLError, source: str) -> ServesimError:
     where = f"line {mark.line + 1}" if mark is not None else None
     problem = getattr(exc, "problem", None) or "invalid YAML"
     return ServesimError(f"invalid YAML: {problem}", source, where)
+
+
+class ArgParser(argparse.ArgumentParser):
+    """:class:`argparse.ArgumentParser` whose errors (a missing argument, a value of the
+    wrong type or out of its bounds) raise one :class:`ServesimError` line instead of
+    printing the usage block and exiting."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        # "argument --tol: got 2, must be ..." reads "--tol 2: must be ...", as the
+        # checks made after parsing word it.
+        m = re.fullmatch(r"argument (\S+): got '?(.*?)'?, (.*)", message, re.S)
+        if m is not None:
+            message = f"{m[1]} {m[2]}: {m[3]}"
+        raise ServesimError(f"{message} (see {self.prog} --help)")
+
+
+def _bound_text(gt: float | None, ge: float | None, lt: float | None,
+                le: float | None) -> str:
+    parts = [f"{word} {b:g}" for word, b in (("greater than", gt), ("at least", ge),
+                                             ("less than", lt), ("at most", le))
+             if b is not None]
+    return " and ".join(parts)
+
+
+def _in_bounds(v: float, gt: float | None, ge: float | None, lt: float | None,
+               le: float | None) -> bool:
+    return ((gt is None or v > gt) and (ge is None or v >= ge)
+            and (lt is None or v < lt) and (le is None or v <= le))
+
+
+def int_arg(ge: int | None = None, le: int | None = None) -> typing.Callable[[str], int]:
+    """An argparse ``type``: a whole number within [ge, le] (either may be None)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a whole number") from None
+        if not _in_bounds(v, None, ge, None, le):
+            raise argparse.ArgumentTypeError(f"got {v}, must be "
+                                             f"{_bound_text(None, ge, None, le)}")
+        return v
+    return parse
+
+
+def float_arg(gt: float | None = None, ge: float | None = None, lt: float | None = None,
+              le: float | None = None) -> typing.Callable[[str], float]:
+    """An argparse ``type``: a finite number within the given bounds."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
+        if not math.isfinite(v) or not _in_bounds(v, gt, ge, lt, le):
+            bounds = _bound_text(gt, ge, lt, le)
+            raise argparse.ArgumentTypeError(
+                f"got {text}, must be a finite number{' ' + bounds if bounds else ''}")
+        return v
+    return parse

@@ -154,7 +154,8 @@ def test_runs_of_other_requests_or_limits_are_refused(tmp_path: Path) -> None:
     h = write(tmp_path / "h.json", nomodel)
     with pytest.raises(ServesimError, match=r"^.*h.json: model"):
         main(["--replay", str(h), "--against", str(a)])
-    with pytest.raises(SystemExit):
+    # argparse's errors are one line too, not its usage block and an exit.
+    with pytest.raises(ServesimError, match=r"^--bar 0: must be a number > 0"):
         main(["--replay", str(a), "--against", str(a), "--bar", "0"])
 
 

@@ -168,7 +168,7 @@ def test_faults_and_admission_results_do_not_depend_on_hash_seeds(tmp_path: Path
         r = run_cli(["simulate", str(SCEN / "faults-n-plus-1.yaml"), "--set",
                      "workload.duration_s=120", "--set", "faults.failures_per_hour=60",
                      "--set", "admission={timeout_s: 10, max_waiting: 8}", "--out",
-                     str(out), "--no-plots", "--quiet"], seed)
+                     str(out), "--no-plots", "--quiet", "--allow-rejections"], seed)
         assert r.returncode == 0, r.stderr
         outs.append([(out / n).read_bytes() for n in ("requests.csv", "summary.json")])
     assert outs[0] == outs[1]

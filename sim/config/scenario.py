@@ -34,6 +34,7 @@ from sim.cost.models import LinearCost, RooflineParams
 from sim.cost.pipeline import check_layout
 from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, ModelSpec, gpu, model_preset
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
 from sim.workload.requests import WorkloadConfig
 
@@ -119,8 +120,9 @@ class ServingConfig:
     # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
     num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
-    # Host memory per GPU for swapped KV (GiB), when no kv_offload tier is given.
-    swap_space_gib: float = bounded(SWAP_SPACE_GIB, ge=0)
+    # Host memory per GPU for swapped KV (GiB), when no kv_offload tier is given; a PiB
+    # is beyond any host.
+    swap_space_gib: float = bounded(SWAP_SPACE_GIB, ge=0, le=2**20)
     # chunked: a per-iteration token budget below max_num_batched_tokens (a Sarathi-style
     # chunk size); unset, the budget is max_num_batched_tokens, as in vLLM v1.
     token_budget: int | None = bounded(None, ge=1)
@@ -436,10 +438,7 @@ def check_host_memory(scenario: Scenario) -> None:
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read and validate the scenario file at ``path``, applying ``--set`` overrides."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
+    text = read_text(p, "scenario")
     try:
         raw = parse_yaml(text)
     except yaml.YAMLError as exc:

@@ -28,6 +28,7 @@ from sim.core.cluster import build_cluster
 from sim.core.faults import Faults
 from sim.core.histogram import LogHistogram
 from sim.core.prefix import block_hashes
+from sim.core.progress import Tick, run_clock
 from sim.core.request import FAILED, PENDING, REJECTED, TIMED_OUT, Request
 from sim.core.result import Outcomes, RunResult, close_pending
 from sim.cost.frontend import Frontend
@@ -95,6 +96,7 @@ class Engine(Outcomes):
         self._guards(scenario, fault_seed, supply)
         # Retries, client timeouts or a closed loop: arrivals take the general path.
         self._general = self._guarded or self.clients is not None
+        self.progress: Tick | None = None  # told of ended requests as the run goes
 
     def _guards(self, scenario: Scenario, fault_seed: np.random.SeedSequence | None,
                 supply: Callable[[], Requests] | None) -> None:
@@ -318,7 +320,7 @@ class Engine(Outcomes):
         """Run to completion (or the scenario's horizon) and collect the results."""
         horizon = self.scenario.horizon_s
         try:
-            self.env.run(until=horizon)
+            run_clock(self.env, horizon, self, self.progress)
         except ServesimError as exc:
             raise exc.located(self.scenario.source) from None
         end = self.env.now
@@ -359,10 +361,10 @@ class Engine(Outcomes):
         )
 
 
-def simulate(scenario: Scenario, log_steps: bool = False,
-             cost: CostModel | None = None) -> RunResult:
+def simulate(scenario: Scenario, log_steps: bool = False, cost: CostModel | None = None,
+             progress: Tick | None = None) -> RunResult:
     """Build the workload and cost model of ``scenario`` (or price with ``cost``) and
-    run it."""
+    run it, telling ``progress`` of requests ended as it goes."""
     # Children in a fixed order (workload, router, faults): adding one leaves the
     # earlier ones, and so every result without faults, unchanged.
     seeds = np.random.SeedSequence(scenario.workload.seed).spawn(3)
@@ -372,8 +374,10 @@ def simulate(scenario: Scenario, log_steps: bool = False,
     more = supply(scenario.workload, scenario.base_dir, workload_rng, scenario.source)
     if cost is None:
         cost = entry_cost(scenario)
-    return Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
-                  supply=more).run()
+    engine = Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
+                    supply=more)
+    engine.progress = progress
+    return engine.run()
 
 
 def entry_cost(scenario: Scenario) -> CostModel:

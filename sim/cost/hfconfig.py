@@ -18,6 +18,7 @@ from typing import Any
 
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
+from sim.files import read_text
 
 # HuggingFace model_type values whose layers are the dense Llama shape servesim models.
 # qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
@@ -38,11 +39,10 @@ def from_hf_config(path: Path) -> ModelSpec:
     """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (llama,
     mistral, qwen2, qwen3); anything else, or a mixture-of-experts config, is an error."""
     src = str(path)
+    text = read_text(path, "HuggingFace config.json")
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ServesimError(f"cannot read: {exc.strerror}", source=src) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from sim.errors import ServesimError
+from sim.files import read_text
 
 PRIORS_FILE = Path(__file__).parents[1] / "data" / "priors.yaml"
 KEYS = ("step_const_s", "step_per_seq_s", "request_s", "per_prompt_token_s", "response_s",
@@ -59,9 +60,10 @@ def load_priors(path: Path = PRIORS_FILE) -> dict[str, Priors]:
     malformed file is one error naming the key."""
     if not path.is_file():
         return {}
+    text = read_text(path, "priors")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
         raise ServesimError(f"cannot read priors: {exc}", source=str(path)) from None
     frameworks = _mapping(_mapping(doc, path, "(top level)").get("frameworks") or {}, path,
                           "frameworks")

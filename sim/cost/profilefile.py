@@ -28,6 +28,7 @@ from sim.cost.profile import FORMS, WAKE_COEFS, ComponentForm
 from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
+from sim.files import read_text
 
 SCHEMA = "servesim-profile/5"
 # Schemas this module reads: /4 is /5 without knots at chosen counts, grids and
@@ -228,10 +229,9 @@ def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
     :class:`ServesimError` naming the file and key. The raw-measurements CSV is not read.
     """
     path = resolve(ref, base_dir)
+    text = read_text(path, "cost profile")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ServesimError(f"cannot read: {exc}", source=str(path)) from None
+        data = yaml.load(text, Loader=_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None

@@ -43,10 +43,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header
 from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
+from sim.report.rejections import max_share, row_share
 from sim.report.slospec import SLO, all_met, parse_slos
 from sim.study.steady import (
     STEADY_COLUMNS,
@@ -58,7 +60,15 @@ from sim.study.steady import (
     steady_from_args,
     trace_plan,
 )
-from sim.study.sweep import add_execution_args, aggregate, ci95, grid_args, parse_ints, to_csv
+from sim.study.sweep import (
+    MAX_SEEDS,
+    add_execution_args,
+    aggregate,
+    ci95,
+    grid_args,
+    parse_ints,
+    to_csv,
+)
 from sim.study.sweeppoint import (
     METRIC_COLUMNS,
     PointCache,
@@ -68,6 +78,7 @@ from sim.study.sweeppoint import (
     describe_base,
     make_task,
     point_raw,
+    point_sets,
     read_raw,
     refuse_closed_loop,
     run_points,
@@ -95,6 +106,10 @@ class Search:
     workers: int | None = None
     address: str | None = None
     progress: bool = False
+    # A point that rejected more than this share of its arrived requests fails
+    # (sim/report/rejections.py); 1.0 with --allow-rejections.
+    max_rejected_share: float = 0.01
+    force: bool = False  # run points whatever their memory estimate
     stats: RunStats = field(default_factory=RunStats)
     log: list[Row] = field(default_factory=list)
     steady: Steady | None = None  # steady-state measurement of every point
@@ -118,12 +133,12 @@ class Search:
         tasks = [make_task(self.raw, self.source, self.base_dir, k, self.horizon_factor,
                            steady, self._start_row(k.seed)) for k in keys]
         rows = run_points(tasks, self.cache, self.backend, self.workers, self.address,
-                          self.progress, desc, self.stats)
+                          self.progress, desc, self.stats, self.force)
         out = []
         for t in tasks:
             r = {"policy": t.key.policy, "replicas": t.key.replicas, "tp": t.key.tp,
                  "rate": t.key.rate, "seed": t.key.seed, **rows[t.digest]}
-            r["pass"] = passes(self.slos, r)
+            r["pass"] = passes(self.slos, r) and row_share(r) <= self.max_rejected_share
             out.append(r)
         self.log += out
         return out
@@ -317,27 +332,28 @@ def default_start(raw: dict[str, Any]) -> float:
 
 def main(argv: list[str]) -> int:
     """``servesim capacity FILE --slo ttft_p99=0.5 [--target-rate R] [...]``."""
-    p = argparse.ArgumentParser(prog="servesim capacity", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="servesim capacity", description=__doc__.split("\n")[0])
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
                    help="target, e.g. ttft_p99=0.5 or ttft_mean=200ms (repeatable; required)")
-    p.add_argument("--target-rate", type=float, default=None,
+    p.add_argument("--target-rate", type=float_arg(gt=0), default=None,
                    help="requests/s the cluster must serve: find the cheapest configuration")
-    p.add_argument("--gpu-cost-per-hour", type=float, default=None,
+    p.add_argument("--gpu-cost-per-hour", type=float_arg(gt=0), default=None,
                    help="$ per GPU-hour, for the cost per million output tokens")
     p.add_argument("--policies", default=None, help="candidate policies (comma list)")
     p.add_argument("--tp", default=None, help="candidate tensor-parallel degrees (comma list)")
     p.add_argument("--replicas", default=None,
                    help="allowed replica counts for --target-rate (default: any)")
-    p.add_argument("--seeds", type=int, default=3, help="replications per rate (default 3)")
-    p.add_argument("--tol", type=float, default=0.02,
+    p.add_argument("--seeds", type=int_arg(ge=1, le=MAX_SEEDS), default=3,
+                   help="replications per rate (default 3)")
+    p.add_argument("--tol", type=float_arg(gt=0, lt=1), default=0.02,
                    help="relative width at which the rate search stops (default 0.02)")
-    p.add_argument("--rate-start", type=float, default=None,
+    p.add_argument("--rate-start", type=float_arg(gt=0), default=None,
                    help="first rate tried, req/s (default: the scenario's rate)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default out/<scenario name>-capacity)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
-    p.add_argument("--redundancy", type=int, default=0, metavar="K",
+    p.add_argument("--redundancy", type=int_arg(ge=0, le=10_000), default=0, metavar="K",
                    help="spare replicas for failures (N+K): the cheapest configuration's "
                         "N replicas meet the target; K more keep it met with K down")
     add_execution_args(p)
@@ -371,7 +387,7 @@ def main(argv: list[str]) -> int:
     s = Search(base, str(path), path.parent.resolve(), slos, seeds,
                PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
                a.workers, a.ray_address, progress=not a.quiet, steady=steady, plan=plan,
-               overrides=a.overrides)
+               overrides=a.overrides, max_rejected_share=max_share(a), force=a.force)
     result = run_capacity(s, grid["policies"], grid["tps"], start,
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
     result.redundancy = a.redundancy
@@ -392,7 +408,29 @@ def main(argv: list[str]) -> int:
         print(f"{s.stats.computed + s.stats.cached} simulations: {s.stats.computed} run, "
               f"{s.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in paths))
-    return 0
+    return rejections_verdict(result.search, s)
+
+
+def rejections_verdict(search: list[Row], s: Search) -> int:
+    """0, after a note on stderr when some points failed for their rejections; an error
+    when every point failed and some for that reason (then no rate is an answer)."""
+    over = [r for r in search if row_share(r) > s.max_rejected_share]
+    if not over:
+        return 0
+    worst = max(over, key=row_share)
+    key = PointKey(*(worst[c] for c in ("policy", "replicas", "tp", "rate", "seed")))
+    sets = " ".join(f"--set {o}" for o in point_sets(s.raw, key, s.horizon_factor,
+                                                        s._start_row(key.seed)))
+    what = (f"{len(over)} of {len(search)} points rejected more than "
+            f"{s.max_rejected_share:.1%} of their arrived requests (--max-rejected-share) "
+            f"and count as failing; worst {row_share(worst):.1%} at policy {key.policy}, tp "
+            f"{key.tp}, rate {key.rate:g}; `servesim simulate {s.source} {sets}` names the "
+            "limit to raise")
+    if any(r["pass"] for r in search):
+        print(f"servesim: note: {what}", file=sys.stderr)
+        return 0
+    raise ServesimError(f"no point passed: {what}; --allow-rejections accepts them",
+                        s.source)
 
 
 def window_requests(raw: dict[str, Any], rate: float) -> int | None:

@@ -12,7 +12,6 @@ then replaces ``--out`` whole (:mod:`sim.report.folder`).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -20,7 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import ArgParser
 from sim.errors import ServesimError
+from sim.report.rejections import add_rejection_args, max_share, verdict
 
 DEFAULT_POLICIES = "static,continuous,orca,chunked,disaggregated"
 COMPARE_FILES = ("compare.json", "compare.csv")  # what marks a folder as compare's outputs
@@ -55,11 +56,13 @@ def gpus(scenario: Any) -> int:
 
 
 def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
-                 percentiles: tuple[float, ...] | None = None,
+                 percentiles: tuple[float, ...] | None = None, force: bool = False,
                  ) -> dict[str, tuple[Any, dict[str, Any]]]:
     """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)};
-    ``percentiles`` those of each summary's latencies (default: the summary's own)."""
+    ``percentiles`` those of each summary's latencies (default: the summary's own); each
+    run's memory estimate is checked first (``force``: not refused)."""
     from sim.config import scenario
+    from sim.core.budget import check
     from sim.core.engine import simulate
     from sim.policies.registry import POLICIES
     from sim.report.metrics import PERCENTILES, summarize
@@ -71,6 +74,7 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
     out = {}
     for policy in policies:
         sc = scenario.load(path, [*(overrides or []), f"serving.policy={policy}"])
+        check(sc, force)
         res = simulate(sc)
         summary = summarize(res, percentiles or PERCENTILES)
         summary["gpus"] = gpus(sc)
@@ -125,9 +129,9 @@ def table(table_rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str]) -> int:
     """``servesim compare FILE --policies a,b,c``."""
-    p = argparse.ArgumentParser(prog="servesim compare",
-                                description="Run one workload through several batching "
-                                            "policies and compare latencies side by side.")
+    p = ArgParser(prog="servesim compare",
+                  description="Run one workload through several batching policies and "
+                              "compare latencies side by side.")
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--policies", default=DEFAULT_POLICIES,
                    help=f"comma-separated policy names (default {DEFAULT_POLICIES})")
@@ -141,7 +145,11 @@ def main(argv: list[str]) -> int:
                         "and of compare.json's latencies, e.g. 50,90,99,99.9")
     p.add_argument("--json", action="store_true",
                    help="print compare.json (every run's summary) on stdout, not the table")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory is over what this machine has free")
+    add_rejection_args(p)
     a = p.parse_args(argv)
+    limit = max_share(a)
 
     from sim.report.folder import check_replaceable, replaced_folder
     from sim.report.human import cost_phrase, setup_phrase
@@ -158,7 +166,7 @@ def main(argv: list[str]) -> int:
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
     if a.out is not None:
         check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
-    runs = run_policies(a.scenario, policies, a.overrides, pcts)
+    runs = run_policies(a.scenario, policies, a.overrides, pcts, a.force)
     table_rows = rows(runs, pcts or TABLE_PERCENTILES)
     first = next(iter(runs.values()))[1]
     name = first["scenario"]
@@ -186,10 +194,16 @@ def main(argv: list[str]) -> int:
             plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1], title)
     if a.json:  # every run's summary alone on stdout, for a program to read
         sys.stdout.write(blob.decode())
-        return 0
-    paths = [out / n for n in names]
-    print(f"scenario {name}: {len(next(iter(runs.values()))[0].requests)} requests; "
-          "latencies in ms")
-    print(table(table_rows))
-    print("wrote " + ", ".join(str(x) for x in paths))
+    else:
+        paths = [out / n for n in names]
+        print(f"scenario {name}: {len(next(iter(runs.values()))[0].requests)} requests; "
+              "latencies in ms")
+        print(table(table_rows))
+        print("wrote " + ", ".join(str(x) for x in paths))
+    # Each policy's run is judged as `simulate` judges it, once all are written.
+    for policy, (res, _) in runs.items():
+        refused = verdict(res, limit)
+        if refused is not None:
+            raise ServesimError(f"policy {policy}: {refused.message}", refused.source,
+                                refused.where)
     return 0

@@ -10,13 +10,13 @@ to it. Saturated rows are highlighted.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import os
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import ArgParser
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
 from sim.study.reportdoc import collect
@@ -82,7 +82,7 @@ def to_markdown(doc: dict[str, Any], folder: Path, out: Path) -> str:
 
 def main(argv: list[str]) -> int:
     """``servesim report DIR [--format html|md] [--out FILE]``."""
-    p = argparse.ArgumentParser(prog="servesim report", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="servesim report", description=__doc__.split("\n")[0])
     p.add_argument("folder", type=Path,
                    help="the --out folder of servesim simulate, compare, sweep or capacity")
     p.add_argument("--format", choices=("html", "md"), default="html",

@@ -69,12 +69,17 @@ def _ray(fn: Callable[[A], R], items: Sequence[A], address: str | None,
         kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
         if address:
             kwargs["address"] = address
-        elif workers is not None:
+        elif workers is not None and not os.environ.get("RAY_ADDRESS"):
+            # A CPU count is for a new local instance only; Ray refuses one when it joins
+            # a cluster (which RAY_ADDRESS names).
             kwargs["num_cpus"] = workers
+        where = address or os.environ.get("RAY_ADDRESS")
         try:
             ray.init(**kwargs)
-        except ConnectionError as exc:
-            raise ServesimError(f"--ray-address {address}: cannot connect ({exc})") from None
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            what = f"--ray-address {where}" if where else "--backend ray"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ServesimError(f"{what}: cannot start or reach Ray ({first})") from None
     remote = ray.remote(num_cpus=1)(fn)
     refs = {remote.remote(item): i for i, item in enumerate(items)}
     pending = list(refs)

@@ -34,10 +34,12 @@ from typing import Any
 import numpy as np
 
 from sim.config.scenario import from_dict
+from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header, internal_name
 from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
+from sim.report.rejections import add_rejection_args, max_share, row_share
 from sim.report.slospec import SLO, parse_slos
 from sim.study.steady import (
     STEADY_COLUMNS,
@@ -57,12 +59,17 @@ from sim.study.sweeppoint import (
     cost_source,
     describe_base,
     make_task,
+    point_sets,
     read_raw,
     refuse_closed_loop,
     run_points,
 )
 
 GROUP_COLUMNS = ("policy", "replicas", "tp", "rate")
+# Replications beyond a few hundred narrow a 95% interval by little (it shrinks as
+# 1/sqrt(seeds)); the caps keep a mistyped count from queueing millions of points.
+MAX_SEEDS = 10_000
+MAX_WORKERS = 4096
 Row = dict[str, Any]
 
 
@@ -143,7 +150,7 @@ class SweepSpec:
             # A replication never grows into the next one's stretch of the trace.
             steady = replace(steady, max_requests=min(steady.max_requests, self.plan.segment))
         for k in self.keys():
-            start = 0 if self.plan is None else self.plan.start_row(self.seeds.index(k.seed))
+            start = self.start_row(k.seed)
             try:
                 out.append(make_task(self.raw, self.source, self.base_dir, k,
                                      self.horizon_factor, steady, start))
@@ -151,6 +158,10 @@ class SweepSpec:
                 raise ServesimError(f"{exc} (point policy={k.policy} replicas={k.replicas} "
                                     f"tp={k.tp} rate={k.rate:g})") from None
         return out
+
+    def start_row(self, seed: int) -> int:
+        """The trace row the replication of ``seed`` starts at (0 without a plan)."""
+        return 0 if self.plan is None else self.plan.start_row(self.seeds.index(seed))
 
 
 def ci95(values: list[float]) -> tuple[float | None, float | None]:
@@ -235,7 +246,7 @@ class SweepResult:
 
 def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int | None = None,
               address: str | None = None, progress: bool = False, plots: bool = True,
-              use_cache: bool = True) -> SweepResult:
+              use_cache: bool = True, force: bool = False) -> SweepResult:
     """Run (or resume) ``spec`` and write its CSVs, manifest and plots into a temporary
     folder that then replaces ``out`` whole; the cache, ``out/cache``, is written in
     place as points finish (so an interrupt keeps them) and moved into the new folder."""
@@ -243,7 +254,8 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     check_replaceable(out, SWEEP_FILES, [spec.source])
     cache = PointCache(out / "cache" if use_cache else None)
     stats = RunStats()
-    rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats)
+    rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats,
+                      force)
     points = [{**dict(zip(KEY_COLUMNS, t.key.values(), strict=True)), **rows[t.digest]}
               for t in tasks]
     grid = aggregate(points)
@@ -320,9 +332,9 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="local process pool (default) or a Ray cluster")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="Ray cluster address (ray://host:10001 or auto); default: local Ray")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=int_arg(ge=1, le=MAX_WORKERS), default=None,
                    help="parallel simulations (default: all cores)")
-    p.add_argument("--horizon-factor", type=float, default=4.0,
+    p.add_argument("--horizon-factor", type=float_arg(gt=0), default=4.0,
                    help="cut each simulation at this many times its arrival span (+60 s) "
                         "unless the scenario sets horizon_s (default 4)")
     p.add_argument("--no-cache", action="store_true",
@@ -330,6 +342,10 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true",
                    help="print the result as JSON on stdout instead of the table")
+    p.add_argument("--force", action="store_true",
+                   help="run points even when their estimated memory is over what this "
+                        "machine has free")
+    add_rejection_args(p)
 
 
 def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
@@ -365,14 +381,14 @@ def sweep_plan(base: dict[str, Any], path: Path, seeds: list[int],
 
 def main(argv: list[str]) -> int:
     """``servesim sweep FILE --rates A:B:S [...]``."""
-    p = argparse.ArgumentParser(prog="servesim sweep", description=__doc__.split("\n")[0])
+    p = ArgParser(prog="servesim sweep", description=__doc__.split("\n")[0])
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--rates", required=True,
                    help="request rates (req/s, whole cluster): START:STOP:STEP or a,b,c")
     p.add_argument("--policies", default=None, help="comma list of batching policies")
     p.add_argument("--replicas", default=None, help="comma list of replica counts")
     p.add_argument("--tp", default=None, help="comma list of tensor-parallel degrees")
-    p.add_argument("--seeds", type=int, default=1,
+    p.add_argument("--seeds", type=int_arg(ge=1, le=MAX_SEEDS), default=1,
                    help="replications per point with seeds seed..seed+N-1 (default 1)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
                    help="target drawn on the plots, e.g. ttft_p99=0.5 (repeatable)")
@@ -400,8 +416,9 @@ def main(argv: list[str]) -> int:
                      overrides=a.overrides, **grid)
     out = (a.out if a.out is not None
            else default_out(str(base.get("name", "scenario")), "-sweep", a.scenario))
+    limit = max_share(a)
     res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,
-                    plots=not a.no_plots, use_cache=not a.no_cache)
+                    plots=not a.no_plots, use_cache=not a.no_cache, force=a.force)
     if a.json:  # the manifest and the grid (CSV column names) alone on stdout
         from sim.report.metrics import clean
 
@@ -413,4 +430,28 @@ def main(argv: list[str]) -> int:
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in res.paths))
+    flagged = rejecting_points(res.points, limit, spec, a.overrides)
+    if flagged is not None:  # every point is written; the grid as a whole is refused
+        raise flagged
     return 0
+
+
+def rejecting_points(points: list[Row], limit: float, spec: SweepSpec,
+                     overrides: list[str]) -> ServesimError | None:
+    """The error for a grid some of whose points rejected more than ``limit`` of their
+    requests, naming the worst point and the command that shows its limit; or None."""
+    over = [p for p in points if row_share(p) > limit]
+    if not over:
+        return None
+    worst = max(over, key=row_share)
+    key = PointKey(*(worst[c] for c in KEY_COLUMNS))
+    sets = " ".join(f"--set {o}" for o in [*overrides,
+                                          *point_sets(spec.raw, key, spec.horizon_factor,
+                                                      spec.start_row(key.seed))])
+    source = spec.source
+    return ServesimError(
+        f"{len(over)} of {len(points)} points rejected more than {limit:.1%} of their "
+        f"arrived requests (--max-rejected-share), worst {row_share(worst):.1%} at policy "
+        f"{worst['policy']}, replicas {worst['replicas']}, tp {worst['tp']}, rate "
+        f"{worst['rate']:g}; the outputs were written; `servesim simulate {source} {sets}` "
+        "names the limit to raise; --allow-rejections accepts them", source)

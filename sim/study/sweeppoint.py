@@ -31,6 +31,7 @@ import yaml
 from sim.config.scenario import Scenario, apply_overrides, from_dict
 from sim.configtools import parse_yaml, yaml_error
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import Steady, point_done, steady_stats
@@ -84,9 +85,7 @@ def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, 
     """
     p = Path(path)
     try:
-        raw = parse_yaml(p.read_text())
-    except OSError as exc:
-        raise ServesimError(f"cannot read scenario: {exc.strerror}", str(p)) from None
+        raw = parse_yaml(read_text(p, "scenario"))
     except yaml.YAMLError as exc:
         raise yaml_error(exc, str(p)) from None
     if not isinstance(raw, dict):
@@ -122,10 +121,11 @@ def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
                             source, "workload.concurrency")
 
 
-def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,
-              start_row: int = 0) -> dict[str, Any]:
-    """The base scenario with this point's policy, shape, rate and seed set; a trace
-    replayed from row ``start_row`` (a replication's own stretch) when it is not 0."""
+def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None,
+               start_row: int = 0) -> list[str]:
+    """The ``--set`` overrides that make the base scenario this point: its policy, shape,
+    rate and seed, a trace replayed from row ``start_row`` (a replication's own stretch)
+    when it is not 0, and the horizon that cuts it."""
     refuse_closed_loop(base, "<scenario>", "a rate point")
     w = base.get("workload") or {}
     sets = [f"serving.policy={key.policy}", f"cluster.replicas={key.replicas}",
@@ -137,10 +137,19 @@ def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,
             sets.append(f"workload.trace.start_row={start_row}")
     else:
         sets.append(f"workload.arrivals.rate={key.rate!r}")
-    raw = apply_overrides(base, sets)
-    if raw.get("horizon_s") is None and horizon_factor is not None:
-        _set_horizon(raw, key.rate, horizon_factor)
-    return raw
+    if base.get("horizon_s") is None and horizon_factor is not None:
+        span = _expected_span_s(apply_overrides(base, sets), key.rate)
+        if span is not None:
+            # A little slack beyond the arrivals lets a point near capacity drain its queue.
+            sets.append(f"horizon_s={float(f'{horizon_factor * span + 60.0:.6g}')!r}")
+    return sets
+
+
+def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,
+              start_row: int = 0) -> dict[str, Any]:
+    """The base scenario with this point's policy, shape, rate and seed set (and its
+    trace's start row: :func:`point_sets`)."""
+    return apply_overrides(base, point_sets(base, key, horizon_factor, start_row))
 
 
 def _set_horizon(raw: dict[str, Any], rate: float, horizon_factor: float) -> None:
@@ -404,15 +413,37 @@ class RunStats:
     computed: int = 0
 
 
+def check_memory(tasks: list[PointTask], parallel: int) -> None:
+    """Refuse points of which ``parallel`` copies of the largest (by its memory estimate,
+    :mod:`sim.core.budget`) would not fit in the memory this machine has free."""
+    from sim.core.budget import available_bytes, check, estimate
+
+    free = available_bytes()
+    if free is None or not tasks:
+        return
+    scenarios = [from_dict(t.raw, t.source, Path(t.base_dir) if t.base_dir else None)
+                 for t in tasks]
+    biggest = max(range(len(tasks)), key=lambda i: estimate(scenarios[i]).peak_bytes)
+    k = tasks[biggest].key
+    try:
+        check(scenarios[biggest], False, free // max(1, parallel))
+    except ServesimError as exc:
+        raise ServesimError(f"point policy={k.policy} replicas={k.replicas} tp={k.tp} "
+                            f"rate={k.rate:g}, {parallel} at once: {exc.message}", exc.source,
+                            exc.where) from None
+
+
 def run_points(tasks: list[PointTask], cache: PointCache, backend: str = "local",
                workers: int | None = None, address: str | None = None,
                progress: bool = False, desc: str = "points",
-               stats: RunStats | None = None) -> dict[str, dict[str, float | None]]:
+               stats: RunStats | None = None,
+               force: bool = False) -> dict[str, dict[str, float | None]]:
     """Rows of every task by digest: cached ones read, the rest simulated and cached.
 
-    Each row is cached the moment it arrives, so an interrupt (KeyboardInterrupt
-    propagates) loses only the points in flight. A progress bar on stderr shows points
-    done out of the total and the time left.
+    Points to simulate on this machine are first checked against its free memory
+    (:func:`check_memory`; ``force`` skips that). Each row is cached the moment it
+    arrives, so an interrupt (KeyboardInterrupt propagates) loses only the points in
+    flight. A progress bar on stderr shows points done out of the total and the time left.
     """
     from tqdm import tqdm
 
@@ -432,6 +463,10 @@ def run_points(tasks: list[PointTask], cache: PointCache, backend: str = "local"
             todo.append(t)
     if stats is not None:
         stats.cached += len(rows)
+    if backend != "ray" and not force:
+        from sim.study.parallel import default_workers
+
+        check_memory(todo, min(len(todo), workers or default_workers()))
     bar = tqdm(total=len(rows) + len(todo), initial=len(rows), desc=desc, unit="pt",
                disable=not progress, leave=False, dynamic_ncols=True)
     try:

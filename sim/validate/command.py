@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from sim.configtools import ArgParser, int_arg
 from sim.core.engine import build_cost
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.folder import replaced_folder
 from sim.report.metrics import clean
@@ -202,7 +204,7 @@ def _wrote(out: Path) -> int:
 
 
 def _replay_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="servesim validate --replay",
+    p = ArgParser(prog="servesim validate --replay",
                                 description="Compare recorded replays with the simulator.")
     p.add_argument("--replay", nargs="+", type=Path, required=True,
                    help="servesim-replay/1 JSON files (python -m calibrate.replay_cli)")
@@ -212,9 +214,10 @@ def _replay_main(argv: list[str]) -> int:
     levels = []
     with replaced_folder(a.out, VALIDATE_FILES, inputs=[*a.replay, a.profile]) as stage:
         for f in a.replay:
+            text = read_text(f, "replay")
             try:
-                record = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
                 raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
             level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
             level["files"] = _write_level(stage, a.out, level["label"], real, pred,
@@ -231,7 +234,7 @@ def _real_main(argv: list[str]) -> int:
     except ImportError as exc:
         raise ServesimError(f"validate --model runs the model for real and needs torch "
                             f"(install servesim[calibrate]): {exc}") from None
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="servesim validate",
         description="Replay a trace on this device's model and compare with the simulator.",
         epilog="Other modes: --replay FILE... --profile P (compare recorded replays); "
@@ -320,7 +323,7 @@ def _vllm_main(argv: list[str]) -> int:
     from sim.validate import vllm_results
     from sim.workload.requests import Requests
 
-    p = argparse.ArgumentParser(prog="servesim validate --vllm-result",
+    p = ArgParser(prog="servesim validate --vllm-result",
                                 description="Compare a vLLM benchmark result with servesim.")
     p.add_argument("--vllm-result", type=Path, required=True,
                    help="JSON of vllm bench serve --save-result --save-detailed")
@@ -328,7 +331,7 @@ def _vllm_main(argv: list[str]) -> int:
                    help="scenario YAML: model, hardware, cost and serving of that server")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario key")
-    p.add_argument("--seed", type=int, default=0, help="seed of reconstructed arrivals")
+    p.add_argument("--seed", type=int_arg(ge=0), default=0, help="seed of reconstructed arrivals")
     _common(p)
     a = p.parse_args(argv)
     run = vllm_results.load(a.vllm_result, a.seed)

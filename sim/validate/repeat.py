@@ -18,15 +18,16 @@ same profile (:func:`sim.validate.validation.speed_factors`).
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sim.configtools import ArgParser
 from sim.core.engine import RunResult
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.metrics import clean
 from sim.validate.validation import (
@@ -52,9 +53,10 @@ _UNUSED_COST = {"linear": {"step_s": 1.0}}
 def load_record(path: Path) -> Any:
     """A replay file's JSON (:func:`sim.validate.validation.read_replay` checks its shape);
     unreadable files are errors."""
+    text = read_text(path, "replay")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ServesimError(f"cannot read replay: {exc}", source=str(path)) from None
 
 
@@ -192,7 +194,7 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
 
 def main(argv: list[str]) -> int:
     """Compare each ``--replay`` record with the ``--against`` record in its place."""
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="servesim validate --replay A --against B",
         description="Compare two real runs of the same requests: the repeatability floor.")
     p.add_argument("--replay", nargs="+", type=Path, required=True,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 from sim.core.request import FINISHED
 from sim.cost.specs import MODELS, ModelSpec
 from sim.errors import ServesimError
+from sim.files import read_text
 from sim.report.metrics import per_request
 
 # Hugging Face names of the dense models servesim has presets for.
@@ -121,49 +123,46 @@ def read_rows(path: Path) -> list[Row]:
     need = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode",
             "isl", "osl", "batch_size", "tp_size", "pp_size", "silicon_ttft_ms",
             "silicon_tpot_ms")
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in need if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ServesimError(f"missing column {missing[0]!r}", source=str(path))
-            rows = []
-            for line, r in enumerate(reader, start=2):
-                col = ""
-                try:
-                    col = "isl"
-                    isl = _int(r["isl"], 0)
-                    col = "osl"
-                    osl = _int(r["osl"], 0)
-                    col = "batch_size"
-                    conc = _int(r["batch_size"], 0)
-                    col = "tp_size"
-                    tp = _int(r["tp_size"], 0)
-                    col = "pp_size"
-                    pp = _int(r["pp_size"], 1)
-                    col = "attention_dp_size"
-                    dp = _int(r.get("attention_dp_size") or "", 1)
-                    col = "moe_tp_size"
-                    moe_tp = _int(r.get("moe_tp_size") or "", 0)
-                    col = "moe_ep_size"
-                    moe_ep = _int(r.get("moe_ep_size") or "", 0)
-                    col = "silicon_ttft_ms"
-                    ttft = float(r["silicon_ttft_ms"] or "nan")
-                    col = "silicon_tpot_ms"
-                    tpot = float(r["silicon_tpot_ms"] or "nan")
-                except (TypeError, ValueError):
-                    raise ServesimError(f"got {r.get(col)!r}, expected a number",
-                                        source=str(path), where=f"line {line}, {col}") from None
-                text = {k: str(r.get(k) or "") for k in (
-                    "id", "backend", "backend_version", "model_path", "system", "precision",
-                    "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty
-                rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
-                                text["model_path"], text["system"], text["precision"],
-                                text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
-                                text["silicon_data_source"], text["gemm_quant_mode"],
-                                moe_tp, moe_ep))
-    except OSError as exc:
-        raise ServesimError(f"cannot read: {exc.strerror}", source=str(path)) from None
+    text_all = read_text(path, "silicon CSV")
+    reader = csv.DictReader(io.StringIO(text_all, newline=""))
+    missing = [c for c in need if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ServesimError(f"missing column {missing[0]!r}", source=str(path))
+    rows = []
+    for line, r in enumerate(reader, start=2):
+        col = ""
+        try:
+            col = "isl"
+            isl = _int(r["isl"], 0)
+            col = "osl"
+            osl = _int(r["osl"], 0)
+            col = "batch_size"
+            conc = _int(r["batch_size"], 0)
+            col = "tp_size"
+            tp = _int(r["tp_size"], 0)
+            col = "pp_size"
+            pp = _int(r["pp_size"], 1)
+            col = "attention_dp_size"
+            dp = _int(r.get("attention_dp_size") or "", 1)
+            col = "moe_tp_size"
+            moe_tp = _int(r.get("moe_tp_size") or "", 0)
+            col = "moe_ep_size"
+            moe_ep = _int(r.get("moe_ep_size") or "", 0)
+            col = "silicon_ttft_ms"
+            ttft = float(r["silicon_ttft_ms"] or "nan")
+            col = "silicon_tpot_ms"
+            tpot = float(r["silicon_tpot_ms"] or "nan")
+        except (TypeError, ValueError):
+            raise ServesimError(f"got {r.get(col)!r}, expected a number",
+                                source=str(path), where=f"line {line}, {col}") from None
+        text = {k: str(r.get(k) or "") for k in (
+            "id", "backend", "backend_version", "model_path", "system", "precision",
+            "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty
+        rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
+                        text["model_path"], text["system"], text["precision"],
+                        text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
+                        text["silicon_data_source"], text["gemm_quant_mode"],
+                        moe_tp, moe_ep))
     return rows
 
 

@@ -17,7 +17,6 @@ full simulations are reported.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -29,6 +28,7 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
+from sim.configtools import ArgParser, int_arg
 from sim.cost.frontend import Frontend
 from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.cost.profilecost import ProfileCost
@@ -197,7 +197,7 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Entry point of ``servesim validate --silicon``."""
-    p = argparse.ArgumentParser(prog="servesim validate --silicon",
+    p = ArgParser(prog="servesim validate --silicon",
                                 description="Simulate public end-to-end serving runs and "
                                             "compare with their measurements.")
     p.add_argument("--silicon", nargs="?", const="", default="", metavar="CSV",
@@ -208,7 +208,7 @@ def main(argv: list[str]) -> int:
                    help=f"fit the priors on the rows not held out and write them here "
                         f"(the shipped ones: {PRIORS_FILE.relative_to(PRIORS_FILE.parents[2])})")
     p.add_argument("--out", type=Path, default=Path("out/silicon"), help="output folder")
-    p.add_argument("--limit", type=int, default=None, help="at most this many rows per "
+    p.add_argument("--limit", type=int_arg(ge=1), default=None, help="at most this many rows per "
                                                            "framework (quick looks)")
     p.add_argument("--weights", choices=("all", "bf16", "fp8"), default="all",
                    help="only rows with bf16 or with FP8 weights (default: all)")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ServesimError
+from sim.files import read_text
 
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
 
@@ -136,11 +137,10 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
 def load(path: str | Path, seed: int = 0) -> VllmRun:
     """Read a vLLM benchmark result file (see :func:`parse`)."""
     p = Path(path)
+    text = read_text(p, "vLLM benchmark result")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ServesimError(f"cannot read: {exc.strerror}", source=str(p)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=str(p)) from None
     return parse(data, str(p), seed)
 

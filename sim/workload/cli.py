@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from sim.configtools import int_arg
 from sim.errors import ServesimError
 from sim.workload.traces import FORMATS, Trace, find_trace, load_trace
 
@@ -42,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--log-type", help="burstgpt: keep only this Log Type")
         p.add_argument("--spread", action="store_true",
                        help="mooncake: spread requests within each timestamp bucket")
-        p.add_argument("--seed", type=int, default=0, help="seed for --spread (default 0)")
+        p.add_argument("--seed", type=int_arg(ge=0), default=0,
+                       help="seed for --spread (default 0)")
         if name == "stats":
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         else:

@@ -33,6 +33,7 @@ from typing import IO, Any
 import numpy as np
 
 from sim.errors import ServesimError
+from sim.files import decode, sniff_head
 
 CHUNK_ROWS = 1 << 16
 """Lines read per chunk: large enough that numpy conversion dominates, small enough
@@ -64,13 +65,16 @@ class Chunk:
 
 
 def open_text(path: Path, src: str) -> IO[str]:
-    """Open ``path`` as UTF-8 text (``.gz`` transparently); a missing file is a ServesimError."""
-    if not path.exists():
-        raise ServesimError("no such trace file", source=src)
-    if path.is_dir():
-        raise ServesimError("is a directory, expected a trace file", source=src)
+    """Open ``path`` as UTF-8 text, gzip transparently (known by its leading bytes, with
+    or without ``.gz``); a missing, unreadable, empty, otherwise compressed, UTF-16 or
+    binary file is a ServesimError. Bytes that are not UTF-8 further in raise
+    ``UnicodeDecodeError`` while reading (:func:`sim.workload.traces.load_trace` names them)."""
+    head = sniff_head(path, "trace", 4096)
+    gz = head.startswith(b"\x1f\x8b")
+    if not gz and head.strip():  # (an empty file: first_line says so, naming line 1)
+        decode(head, src, "trace", partial=True)  # compressed, UTF-16 or binary: say so now
     try:
-        if path.suffix == ".gz":
+        if gz:
             return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
         return open(path, encoding="utf-8-sig", newline="")
     except OSError as exc:

@@ -34,7 +34,8 @@ class ArrivalsConfig:
 
     process: Literal["poisson", "gamma", "constant"]
     rate: float | None = bounded(None, gt=0)
-    cv: float | None = bounded(None, gt=0)
+    # Past 1000 the gamma shape (1/cv^2) is below 1e-6: nearly all gaps zero.
+    cv: float | None = bounded(None, gt=0, le=1000)
     start_s: float = bounded(0.0, ge=0)
 
     def __post_init__(self) -> None:
@@ -227,7 +228,7 @@ class WorkloadConfig:
     lengths: LengthsConfig | None = None
     num_requests: int | None = bounded(None, ge=1)
     duration_s: float | None = bounded(None, gt=0)
-    seed: int = 0
+    seed: int = bounded(0, ge=0)  # numpy seeds are non-negative
     priority: PriorityConfig | None = None
     classes: dict[str, ClassConfig] | None = None
     shared_prefix: SharedPrefixConfig | None = None
@@ -268,7 +269,8 @@ class SharedPrefixConfig:
     examples): each request belongs to one of ``groups`` (drawn uniformly, seeded) whose
     first ``tokens`` prompt tokens are identical, named in blocks of ``block_tokens``."""
 
-    tokens: int = bounded(ge=1)
+    # 2**24 tokens is past every model's context: a longer prefix changes nothing.
+    tokens: int = bounded(ge=1, le=2**24)
     groups: int = bounded(1, ge=1)
     block_tokens: int = bounded(16, ge=1)
 
@@ -279,7 +281,9 @@ class SharedPrefixConfig:
 
         group = rng.integers(0, self.groups, size=len(reqs))
         per = self.tokens // self.block_tokens
-        chains = [np.arange(per, dtype=np.int64) + (int(g) << 32) for g in range(self.groups)]
+        # Only the groups drawn get a chain: many more groups than requests cost nothing.
+        chains = {g: np.arange(per, dtype=np.int64) + (g << 32)
+                  for g in np.unique(group).tolist()}
         hashes = tuple(chains[g] for g in group.tolist())
         return dataclasses.replace(reqs, prefix_hashes=hashes,
                                    prefix_block_tokens=self.block_tokens)

@@ -212,15 +212,21 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
     """
     src = str(path)
     p = Path(path)
-    if fmt is None:
-        fmt = sniff_format(p)
-    elif fmt not in FORMATS:
-        raise ServesimError(f"unknown trace format {fmt!r}; valid formats: "
-                            f"{', '.join(FORMATS)}", source=src)
-    _check_options(fmt, options, rng, src)
-    spec = FORMATS[fmt]
     dropped: Counter[str] = Counter()
-    chunks = list(spec.reader(p, src, options, dropped))
+    try:
+        if fmt is None:
+            fmt = sniff_format(p)
+        elif fmt not in FORMATS:
+            raise ServesimError(f"unknown trace format {fmt!r}; valid formats: "
+                                f"{', '.join(FORMATS)}", source=src)
+        _check_options(fmt, options, rng, src)
+        spec = FORMATS[fmt]
+        chunks = list(spec.reader(p, src, options, dropped))
+    except UnicodeDecodeError as exc:
+        raise ServesimError(f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x}; save the "
+                            "trace file as UTF-8", source=src) from None
+    except (OSError, EOFError) as exc:  # a damaged gzip stream, a read error
+        raise ServesimError(f"cannot read trace file: {exc}", source=src) from None
     dropped_out = {k: v for k, v in dropped.items() if v}
     if not chunks:
         why = f" (dropped: {dropped_out})" if dropped_out else ""

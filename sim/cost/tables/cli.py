@@ -20,6 +20,7 @@ from typing import Any, get_args
 
 import yaml
 
+from sim.configtools import ArgParser, int_arg
 from sim.cost.measured import (
     SHIPPED_FP8,
     SHIPPED_FRAMEWORKS,
@@ -69,7 +70,7 @@ def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None) -> Mo
 
 
 def _build(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="servesim profile build",
+    p = ArgParser(prog="servesim profile build",
                                 description="Build a cost profile from public kernel tables.")
     p.add_argument("--from", dest="source", choices=["aiconfigurator"], default="aiconfigurator",
                    help="the tables to build from (NVIDIA AIConfigurator's, the default)")
@@ -78,7 +79,7 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--version", default=None, help="table version (default: the newest)")
     p.add_argument("--model", default=None, help="a model preset")
     p.add_argument("--hf-config", type=Path, default=None, help="a HuggingFace config.json")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--tp", type=int_arg(ge=1, le=1024), default=1, help="tensor-parallel degree")
     p.add_argument("--dtype", default=None,
                    help="the projections' weight dtype: bf16, fp8 (per-tensor scales) or "
                         "fp8-block (128x128 block scales); default: the model's")
@@ -141,7 +142,7 @@ def _moe_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
 
 
 def _ship(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="servesim profile ship",
+    p = ArgParser(prog="servesim profile ship",
                                 description="Rebuild every shipped measured profile from the "
                                             "installed public kernel tables.")
     p.add_argument("--out", type=Path, default=PROFILE_DIR, help="folder (default: the "
@@ -170,7 +171,7 @@ def _ship(argv: list[str]) -> int:
 
 
 def _list(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="servesim profile list",
+    p = ArgParser(prog="servesim profile list",
                                 description="List shipped profiles and the installed tables.")
     p.parse_args(argv)
     rows = shipped()

@@ -19,7 +19,6 @@ defaults. Errors are given for each component and for whole steps' kernel time.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from sim.configtools import ArgParser
 from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, shard
@@ -243,7 +243,7 @@ def errors(points: Points, params: RooflineParams) -> dict[str, dict[str, float]
 
 def main(argv: list[str]) -> int:
     """``servesim profile fit-roofline``: leave-one-GPU-out errors, then the fit on all."""
-    p = argparse.ArgumentParser(prog="servesim profile fit-roofline",
+    p = ArgParser(prog="servesim profile fit-roofline",
                                 description="Fit the roofline's efficiencies and kernel floor "
                                             "on the public kernel tables.")
     p.parse_args(argv)

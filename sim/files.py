@@ -1,0 +1,96 @@
+"""Reading the user's input files, with one clear line for every way a file can be wrong.
+
+Scenario files, traces, cost profiles, HuggingFace ``config.json`` files, measurement
+files and priors all come through here. A missing file, a folder where a file belongs, a
+file we may not read, an empty file, a compressed file, binary content and text that is
+not UTF-8 each raise :class:`ServesimError` naming the file and what to do, instead of
+the ``UnicodeDecodeError`` or ``IsADirectoryError`` Python would show.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.errors import ServesimError
+
+# Leading bytes of the compressed formats users meet, and the command that undoes each.
+COMPRESSED: tuple[tuple[bytes, str, str], ...] = (
+    (b"\x1f\x8b", "gzip", "gunzip"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"),
+    (b"BZh", "bzip2", "bunzip2"),
+    (b"\xfd7zXZ\x00", "xz", "unxz"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def compression_of(head: bytes) -> tuple[str, str] | None:
+    """(format, command to decompress) when ``head`` (a file's first bytes) starts like a
+    compressed file, else None."""
+    for magic, name, tool in COMPRESSED:
+        if head.startswith(magic):
+            return name, tool
+    return None
+
+
+def check_readable(path: Path, what: str) -> None:
+    """Raise a one-line error unless ``path`` is an existing file this process may open;
+    ``what`` names the kind of file in the message (``scenario``, ``trace``)."""
+    src = str(path)
+    if not path.exists():
+        raise ServesimError(f"no such {what} file (cannot read it)", src)
+    if path.is_dir():
+        raise ServesimError(f"is a directory, expected a {what} file", src)
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ServesimError(f"cannot read {what} file: {exc.strerror}", src) from None
+
+
+def decode(data: bytes, src: str, what: str, partial: bool = False) -> str:
+    """``data`` (a whole file's bytes, or its first ones when ``partial``) as text; errors
+    name ``src`` and say what is wrong: empty, compressed, UTF-16, binary, or not UTF-8 at
+    a byte offset. A UTF-8 byte-order mark is dropped."""
+    if not data.strip():
+        raise ServesimError(f"the {what} file is empty", src)
+    packed = compression_of(data[:8])
+    if packed is not None:
+        name, tool = packed
+        raise ServesimError(f"a {name}-compressed file, expected {what} text; decompress it "
+                            f"first ({tool} {src})", src)
+    if data.startswith(_UTF16_BOMS):
+        raise ServesimError(f"UTF-16 text, expected UTF-8; save the {what} file as UTF-8", src)
+    if b"\x00" in data[:4096]:
+        raise ServesimError(f"binary content (NUL bytes), expected a {what} text file", src)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        if partial and exc.start >= len(data) - 3 and exc.end == len(data):
+            # A character cut by the end of the bytes read, not a bad one.
+            return data[:exc.start].decode("utf-8-sig")
+        line = data[:exc.start].count(b"\n") + 1
+        raise ServesimError(f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
+                            f"{exc.start}; save the {what} file as UTF-8", src,
+                            f"line {line}") from None
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The whole UTF-8 text of the file at ``path``; every failure is one line naming it."""
+    p = Path(path)
+    check_readable(p, what)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ServesimError(f"cannot read {what} file: {exc.strerror}", str(p)) from None
+    return decode(data, str(p), what)
+
+
+def sniff_head(path: Path, what: str, n: int = 8) -> bytes:
+    """The first ``n`` bytes of a readable file (checked as :func:`check_readable`)."""
+    check_readable(path, what)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError as exc:
+        raise ServesimError(f"cannot read {what} file: {exc.strerror}", str(path)) from None

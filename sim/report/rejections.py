@@ -1,0 +1,125 @@
+"""When a run's rejected requests make it no answer, and which limit to raise by how much.
+
+A rejected request never gets a latency, so percentiles over the finished ones say
+nothing about it. Counted as never served, a rejected share ``s`` leaves the p99 of every
+arrived request finite only while ``s`` is at most 1%: past that, the reported p99 is of
+the requests the server chose to keep. So by default a run whose rejected share is over
+1% (:data:`DEFAULT_MAX_SHARE`) is refused after its outputs are written:
+``--max-rejected-share`` moves the bar and ``--allow-rejections`` lifts it (load shedding
+by admission control is then the point of the run). vLLM answers such requests with an
+error too (HTTP 400 for a prompt over the context), so a capacity figure that drops them
+silently would overstate the server.
+
+The error names, for the reason that rejected the most requests, the scenario key that
+set the limit and the value that would have admitted every request rejected for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from sim.configtools import float_arg
+from sim.core.request import NOT_ARRIVED, REJECTED
+from sim.core.result import RunResult
+from sim.errors import ServesimError
+
+DEFAULT_MAX_SHARE = 0.01
+
+# Per rejection reason: the key that set the limit, and what the requests need of it.
+_LIMITS: dict[str, tuple[str, str]] = {
+    "exceeds_context": ("model.max_context", "context"),
+    "exceeds_kv_capacity": ("serving.num_gpu_blocks", "kv"),
+    "decode_exceeds_kv_capacity": ("disaggregated.decode.num_gpu_blocks", "kv"),
+    "prompt_exceeds_max_num_batched_tokens": ("serving.max_num_batched_tokens", "prompt"),
+    "decode_prompt_exceeds_max_num_batched_tokens": (
+        "disaggregated.decode.max_num_batched_tokens", "prompt"),
+    "recompute_exceeds_max_num_batched_tokens": ("serving.max_num_batched_tokens",
+                                                 "recompute"),
+    "decode_recompute_exceeds_max_num_batched_tokens": (
+        "disaggregated.decode.max_num_batched_tokens", "recompute"),
+    "rate_limited": ("admission.rate_limit.rate", "shed"),
+    "queue_full": ("admission.max_waiting", "shed"),
+    "no_replica_up": ("cluster.replicas", "shed"),
+}
+
+
+def add_rejection_args(p: argparse.ArgumentParser) -> None:
+    """``--max-rejected-share`` and ``--allow-rejections`` on a command that runs scenarios."""
+    p.add_argument("--max-rejected-share", type=float_arg(ge=0, le=1), default=DEFAULT_MAX_SHARE,
+                   metavar="SHARE",
+                   help="refuse a run that rejected more than this share of its arrived "
+                        f"requests, 0 to 1 (default {DEFAULT_MAX_SHARE:g}: 1%%)")
+    p.add_argument("--allow-rejections", action="store_true",
+                   help="accept runs whatever share of requests they rejected")
+
+
+def max_share(a: argparse.Namespace) -> float:
+    """The share the flags allow (1.0 with ``--allow-rejections``)."""
+    return 1.0 if a.allow_rejections else float(a.max_rejected_share)
+
+
+def share(rejected: float, arrived: float) -> float:
+    """Rejected requests over arrived ones (0 when none arrived)."""
+    return rejected / arrived if arrived > 0 else 0.0
+
+
+def row_share(row: dict[str, Any]) -> float:
+    """A sweep point's rejected share: rejected over finished + rejected + unfinished
+    (the row holds no timed-out or failed counts, so with those this reads high)."""
+    rej = row.get("rejected") or 0.0
+    return share(rej, rej + (row.get("finished") or 0.0) + (row.get("unfinished") or 0.0))
+
+
+def _need(kind: str, prompt: np.ndarray, output: np.ndarray, res: RunResult) -> str:
+    """What the rejected requests need of the limit, in words with the number."""
+    if kind == "context":
+        return f"to at least {int((prompt + output).max())} (the longest prompt + output)"
+    if kind == "prompt":
+        return f"to at least {int(prompt.max())} (the longest prompt)"
+    if kind == "recompute":
+        return f"to at least {int((prompt + output - 1).max())} (the longest prompt + output " \
+               "- 1, which a preempted request prefills again)"
+    if kind == "kv":
+        bs = res.scenario.serving.block_size
+        tokens = int((prompt + output - 1).max())
+        return (f"to at least {-(-tokens // bs)} blocks of {bs} tokens ({tokens} tokens, the "
+                "longest request; or raise hardware.memory_utilization or hardware.tp)")
+    return "if this load was not meant to be shed"
+
+
+def verdict(res: RunResult, limit: float) -> ServesimError | None:
+    """The error for a run whose rejected share of arrived requests is over ``limit``
+    (naming the limit to raise for its most common reason), or None."""
+    arrived = res.status != NOT_ARRIVED
+    rejected = res.status == REJECTED
+    n_arr, n_rej = int(arrived.sum()), int(rejected.sum())
+    s = share(n_rej, n_arr)
+    if n_rej == 0 or s <= limit:
+        return None
+    reasons, counts = np.unique(res.reason[rejected].astype(str), return_counts=True)
+    order = sorted(range(len(reasons)), key=lambda i: (-counts[i], reasons[i]))
+    top = str(reasons[order[0]])
+    key, kind = _LIMITS.get(top, ("", "shed"))
+    pick = rejected & (res.reason == top)
+    prompt = res.requests.prompt_tokens[pick]
+    output = res.requests.output_tokens[pick]
+    by = ", ".join(f"{reasons[i]} {counts[i]}" for i in order)
+    now = _current(res, key)
+    fix = f"raise {key}{now} {_need(kind, prompt, output, res)}" if key else "see requests.csv"
+    return ServesimError(
+        f"{n_rej} of {n_arr} arrived requests rejected ({s:.1%}; {by}), over the "
+        f"{limit:.1%} allowed (--max-rejected-share): {fix}; the outputs were written; "
+        "--allow-rejections accepts the run", res.scenario.source, key or None)
+
+
+def _current(res: RunResult, key: str) -> str:
+    """`` (now V)`` for a scenario key that has a value, else empty."""
+    node: Any = res.scenario
+    for part in key.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return ""
+    return f" (now {node})"

@@ -84,10 +84,8 @@ class Chunked:
                 n = cap
             if not grow(state, r, n, victims):
                 if state.in_flight:
-                    # Requests in a pipeline's micro-batches in flight hold the blocks
-                    # (vLLM would preempt the newer of them, dropping their work): r
-                    # keeps its own and waits for them to come back, rather than the two
-                    # preempting themselves in turn for ever.
+                    # Micro-batches in flight hold the blocks (vLLM would preempt the newer
+                    # of them): r keeps its own and waits for them to come back.
                     break
                 # r is the newest and still does not fit: it gives up its own blocks.
                 # (Only a pipeline leaves requests after it: older ones handed back.)

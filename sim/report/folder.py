@@ -184,11 +184,13 @@ def replaced_folder(out: Path, marks: tuple[str, ...], carry: tuple[str, ...] = 
         remove_stale(out)
         stage = out.with_name(f"{out.name}.tmp-{os.getpid()}")
         shutil.rmtree(stage, ignore_errors=True)  # our own pid's, from a process long gone
-        stage.mkdir()
     except OSError as exc:
         raise ServesimError(f"cannot write outputs: {exc.strerror}",
                             where=f"--out {given}") from None
     try:
+        # Made inside the block whose handlers delete it: an interrupt just after the
+        # mkdir must not leave it behind.
+        stage.mkdir()
         yield stage
         _swap(stage, out, (*carry, *inputs_inside(out, inputs)))
     except OSError as exc:

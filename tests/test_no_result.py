@@ -22,10 +22,11 @@ workload:
 """
 
 
-def run(tmp_path: Path, budget: int, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def run(tmp_path: Path, budget: int, capsys: pytest.CaptureFixture[str],
+        *extra: str) -> tuple[int, str]:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO.format(budget=budget))
-    rc = main(["simulate", str(path), "--out", str(tmp_path / "o"), "--quiet"])
+    rc = main(["simulate", str(path), "--out", str(tmp_path / "o"), "--quiet", *extra])
     return rc, capsys.readouterr().err
 
 
@@ -33,7 +34,10 @@ def test_a_run_that_rejects_every_request_fails_after_writing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # 64-token prompts can never fit a 32-token iteration under continuous batching.
     rc, err = run(tmp_path, 32, capsys)
-    assert rc == 2
+    assert rc == 2  # first for the share rejected, naming the limit to raise
+    assert "raise serving.max_num_batched_tokens (now 32) to at least 64" in err
+    rc, err = run(tmp_path, 32, capsys, "--allow-rejections")
+    assert rc == 2  # allowed, but still no result
     assert ("no request finished: 3 of 3 rejected (prompt_exceeds_max_num_batched_tokens 3)"
             in err)
     assert "UserWarning" not in err  # the empty CDF plot says so instead of warning

@@ -235,6 +235,26 @@ BASES: dict[str, dict[str, Any]] = {
     "serving.static_batch_size": tiny(serving={"policy": "static", "block_size": 4}),
     "serving.swap_space_gib": tiny(serving={"policy": "continuous", "preemption": "swap",
                                             "num_gpu_blocks": 40, "block_size": 4}),
+    "serving.kv_offload": tiny(
+        workload={"arrivals": {"process": "poisson", "rate": 20}, "num_requests": 12,
+                  "lengths": {"prompt": FIX, "output": FIX},
+                  "shared_prefix": {"tokens": 8, "groups": 2, "block_tokens": 4}},
+        serving={"policy": "chunked", "prefix_caching": True, "block_size": 4,
+                 "kv_offload": {"cpu_gb": 1, "bandwidth_gb_s": 10}}),
+    "serving.speculative": tiny(serving={"policy": "chunked", "block_size": 4, "speculative": {
+        "method": "mtp", "num_tokens": 2, "draft_layers": 1, "acceptance": {"rate": 0.5}}}),
+    "serving.speculative.classes": tiny(
+        workload={"arrivals": {"process": "poisson", "rate": 20}, "num_requests": 12,
+                  "classes": {"a": {"weight": 1, "lengths": {"prompt": UNI, "output": FIX}}}},
+        serving={"policy": "chunked", "block_size": 4, "speculative": {
+            "method": "ngram", "num_tokens": 2, "acceptance": {"rate": 0.5},
+            "classes": {"a": {"rate": 0.6}}}}),
+    "serving.speculative.acceptance.mean_length": tiny(serving={
+        "policy": "chunked", "block_size": 4,
+        "speculative": {"method": "ngram", "num_tokens": 2, "acceptance": {"mean_length": 1.5}}}),
+    "serving.speculative.acceptance.distribution": tiny(serving={
+        "policy": "chunked", "block_size": 4, "speculative": {
+            "method": "ngram", "num_tokens": 2, "acceptance": {"distribution": [0.5, 0.3, 0.2]}}}),
 }
 # Values no numeric key takes: the wrong type, or not finite.
 ALWAYS_BAD: list[Any] = ["abc", True, math.nan, math.inf, -math.inf, [1]]

@@ -94,6 +94,9 @@ class Replica:
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and policy.lazy_decodes
         self.spec = spec
+        # Drafting's price of an iteration, bound once (None: no drafting, or free).
+        self._draft: Callable[[Batch], float] | None = (
+            None if spec is None or spec.free else spec.draft_time)
         # A verify needs KV slots for its k drafted tokens past the request's own.
         self.lookahead = 0 if spec is None else spec.k
         self.group: DecodeSet | SpecDecodeSet | None = None
@@ -124,7 +127,7 @@ class Replica:
             self.waiting.append(r)
         self.outstanding += r.prompt + r.output
         if self.spec is not None:
-            self.spec.attach(r, self.engine.requests)
+            self.spec.attach(r, self.engine.requests, self.block_size)
         if self.idle:
             self._wake()
 
@@ -244,8 +247,8 @@ class Replica:
         time runs under the compute instead, and the iteration takes the longer of the
         two."""
         dt = self.cost.step_time(shape)
-        if self.spec is not None and batch is not None:
-            dt += self.spec.draft_time(batch)
+        if self._draft is not None and batch is not None:
+            dt += self._draft(batch)
         if idle_s is not None and self._wake_time is not None:
             dt += self._wake_time(idle_s)
         io = self.kv.pending_io

@@ -15,13 +15,15 @@ The set. A member's tokens per verify are known when it joins (its draws), so it
 path through the set is too: the context before each of its verifies, the tokens each
 emits, the KV blocks each needs (the verify's k + 1 slots, which vLLM allocates for the
 drafted tokens; rejected ones leave their slots to the next verify) and the tick it
-finishes. Joining adds the member's per-tick tokens and blocks into two ring buffers
-indexed by tick, with numpy (one call for its whole path); an iteration then reads one
-slot of each: its blocks to reserve, and afterwards the tokens by which the members'
-summed context grows. The step shape follows from that sum (every member verifies k + 1
-tokens after its context). Leaving at its finish tick costs nothing more; a flush
-(preemption) empties the rings. Inter-token gaps: one per member per iteration, however
-many tokens it brought (as vLLM's benchmark counts ITL per streamed chunk).
+finishes. Joining adds the member's per-tick tokens and blocks, packed in one int64 a
+tick, into a ring buffer indexed by tick: one numpy call for its whole path, worked out
+when it was routed together with the next requests' (:mod:`sim.core.specplan`), or
+when it joins if no plan covered it. An iteration then reads one slot: its blocks to
+reserve, and afterwards the tokens by which the members' summed context grows. The step
+shape follows from that sum (every member verifies k + 1 tokens after its context).
+Leaving at its finish tick costs nothing more; a flush (preemption) empties the ring.
+Inter-token gaps: one per member per iteration, however many tokens it brought (as
+vLLM's benchmark counts ITL per streamed chunk).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
+from sim.core.specplan import LOW, PLAN, SHIFT, Plan, path, plan
 from sim.cost.drafter import Drafter
 from sim.cost.shape import StepShape
 
@@ -58,9 +61,9 @@ class Speculation:
     price (``drafter``) and the generator every request's draws come from (``rng``).
 
     Draws are made CHUNK at a time per acceptance (numpy's per-call cost would otherwise
-    be most of a request's), with their running sums; a request takes the next
-    ``output - 1`` of its acceptance's chunk (a fresh chunk when too few are left) as
-    ``r.draws = (chunk tokens, chunk running sums, its first index)``: no copy."""
+    be most of a request's), with their running sums from 0 (``sums[i]``: the tokens of
+    draws before i); a request takes the next ``output - 1`` of its acceptance's chunk
+    (a fresh one when too few are left) as ``r.draws = (tokens, sums, first index)``."""
 
     def __init__(self, spec: SpeculativeConfig, drafter: Drafter, rng: np.random.Generator):
         self.k = spec.num_tokens
@@ -77,37 +80,88 @@ class Speculation:
         self.by_class = {name: cuts(a.emit_probabilities(k)) for name, a in spec.classes.items()}
         # Per acceptance (keyed by its cuts' identity): tokens, running sums, next free.
         self.chunks: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        # Per acceptance: the plan of the next routed requests' first paths, and counts of
+        # plans made and of requests that took a planned row.
+        self.plans: dict[int, Plan] = {}
+        self.planning = True
+        self.plans_made = 0
+        self.planned = 0
 
-    def attach(self, r: Request, requests: Requests) -> None:
-        """Give ``r`` (just routed) the tokens each of its verifies emits."""
+    def attach(self, r: Request, requests: Requests, block_size: int | None = None) -> None:
+        """Give ``r`` (just routed) the tokens each of its verifies emits, and, on a
+        replica of ``block_size``-token KV blocks, its first path through the decode set
+        when a plan covers it (:mod:`sim.core.specplan`)."""
         cuts = self.cuts
         if self.by_class and requests.klass is not None:
             cuts = self.by_class.get(requests.class_names[requests.klass[r.id]], cuts)
-        n = max(r.output - 1, 0)
-        chunk = self.chunks.get(id(cuts))
+        n = r.output - 1 if r.output > 1 else 0
+        key = id(cuts)
+        chunk = self.chunks.get(key)
         if chunk is None or chunk[2] + n > len(chunk[0]):
-            u = self.rng.random(max(CHUNK, n))
-            # 1 + the cuts at or below each draw (what searchsorted gives, faster for few).
-            tokens = np.ones(len(u), dtype=np.int64)
-            for c in cuts:
-                tokens += u >= c
-            chunk = (tokens, np.cumsum(tokens), 0)
+            chunk = self._chunk(cuts, max(CHUNK, n))
+            self.plans.pop(key, None)  # its rows point into the chunk left behind
         tokens, sums, i = chunk
-        self.chunks[id(cuts)] = (tokens, sums, i + n)
+        self.chunks[key] = (tokens, sums, i + n)
         r.draws = (tokens, sums, i)
+        r.path = None
+        if block_size is None or not self.planning:
+            return
+        pl = self.plans.get(key)
+        if pl is not None:
+            hit, r.path = pl.take(r.id, i)
+            if hit:
+                self.planned += 1
+                return
+        if self.by_class or r.id >= len(requests):
+            return
+        # Requests turned away or routed out of id order leave plans unused: stop
+        # planning when they do, as the request-by-request path is then cheaper.
+        if self.plans_made >= 8 and self.planned < 16 * self.plans_made:
+            self.planning = False
+            return
+        last = min(r.id + PLAN, len(requests))
+        pl = self.plans[key] = plan(tokens, sums, i, np.arange(r.id, last),
+                                    requests.prompt_tokens[r.id:last],
+                                    requests.output_tokens[r.id:last], self.k + 1, block_size)
+        self.plans_made += 1
+        hit, r.path = pl.take(r.id, i)
+        self.planned += hit
+
+    def _chunk(self, cuts: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """``size`` fresh draws under ``cuts``, their running sums (from 0, one longer)
+        and the index of the first unused one (0)."""
+        u = self.rng.random(size)
+        # 1 + the cuts at or below each draw (what searchsorted gives, faster for few),
+        # counted in bytes (k + 1 <= 65), then widened once.
+        small = np.ones(size, dtype=np.int8)
+        for c in cuts:
+            small += u >= c
+        tokens = small.astype(np.int64)
+        sums = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(tokens, out=sums[1:])
+        return tokens, sums, 0
 
     def draft_time(self, batch: Batch) -> float:
         """Seconds drafting takes for the iteration ``batch`` (before it ran): the
-        drafter's price for its verifying sequences and their context."""
-        if self.free:
-            return 0.0
+        drafter's price for its verifying sequences and their context
+        (:meth:`sim.cost.drafter.Drafter.step_time`, inlined: it runs every iteration)."""
         g = batch.group
-        seqs, ctx = (g.n, g.ctx) if isinstance(g, SpecDecodeSet) else (0, 0)
-        for r, n in batch.items():
-            if r.computed + n > r.prompt + r.generated:
-                seqs += 1
-                ctx += r.computed
-        return self.drafter.step_time(seqs, ctx)
+        if isinstance(g, SpecDecodeSet):
+            seqs, ctx = g.n, g.ctx
+        else:
+            seqs = ctx = 0
+        if batch:
+            for r, n in batch.items():
+                if r.computed + n > r.prompt + r.generated:
+                    seqs += 1
+                    ctx += r.computed
+        drafter = self.drafter
+        if not seqs or drafter.model is None:
+            return 0.0
+        line = drafter.lines.get(seqs)
+        if line is None:
+            line = drafter.line(seqs)
+        return drafter.k * (line[0] + line[1] * (ctx + line[2]))
 
 
 class SpecDecodeSet:
@@ -115,34 +169,37 @@ class SpecDecodeSet:
     tokens an iteration (see the module docstring); implements
     :class:`sim.core.batch.DecodeGroup`. ``stats`` counts verifies and their tokens.
 
-    ``gain[T - origin]`` and ``held[T - origin]`` are the tokens the members' verifies at
-    tick T emit and the blocks the members hold once those verifies have their slots,
-    for ticks from ``origin`` up to ``horizon`` (the last tick a member verifies, plus
-    one). The blocks tick T needs are ``held`` at T less ``held`` at T − 1 (kept as
+    ``sums[T - origin]`` packs (:data:`sim.core.specplan.SHIFT`) the tokens the members'
+    verifies at tick T emit and the blocks the members hold once those verifies have
+    their slots, for ticks from ``origin`` up to ``horizon`` (the last tick a member
+    verifies, plus one); ``trim[T]``: tokens capped verifies at T do not emit. The
+    blocks tick T needs are those held at T less those held at T − 1 (kept as
     ``prev_held``), corrected by ``fix[T]``: the blocks members leaving at T held (no
     longer counted at T) less those members joining at T held already."""
 
-    __slots__ = ("kv", "bs", "q", "stats", "tick", "n", "ctx", "gain", "held", "prev_held",
-                 "fix", "origin", "horizon", "paths", "finish_at", "fresh", "last_end",
-                 "emitted")
+    __slots__ = ("kv", "bs", "q", "tri", "stats", "tick", "n", "ctx", "sums", "prev_held",
+                 "now", "fix", "trim", "origin", "horizon", "paths", "finish_at", "fresh",
+                 "last_end", "emitted")
 
     def __init__(self, kv: KVCacheManager, q: int, stats: ReplicaStats) -> None:
         self.kv = kv
         self.bs = kv.block_size
         self.q = q
+        self.tri = q * (q + 1) // 2  # causal pairs among one verify's own tokens
         self.stats = stats
         self.tick = 0
         self.n = 0
         self.ctx = 0  # members' computed tokens, summed, as of this tick
-        self.gain = np.zeros(WINDOW, dtype=np.int64)
-        self.held = np.zeros(WINDOW, dtype=np.int64)
+        self.sums = np.zeros(WINDOW, dtype=np.int64)
         self.prev_held = 0
+        self.now = 0  # this tick's packed sums, as reserve read them
         self.fix: dict[int, int] = {}
+        self.trim: dict[int, int] = {}
         self.origin = 0
         self.horizon = 0
-        # Per member: (sum of its draws before its first verify here, its verifies here
-        # less one, tokens it still owed when it joined).
-        self.paths: dict[int, tuple[int, int, int]] = {}
+        # Per member: (draws' sum before its first verify here, its verifies here less
+        # one, tokens it still owed when it joined, blocks it holds at its last verify).
+        self.paths: dict[int, tuple[int, int, int, int]] = {}
         self.finish_at: dict[int, list[Request]] = {}
         self.fresh: list[Request] = []
         self.last_end = 0.0
@@ -157,45 +214,37 @@ class SpecDecodeSet:
 
     def join(self, r: Request) -> None:
         """Make ``r`` (a steady decode, fields exact now) a member from this tick on: add
-        its whole path into the per-tick sums."""
+        its whole path into the per-tick sums (the one planned for it when it was routed,
+        if it still applies: one numpy call)."""
         t = self.tick
         r.sync = t
-        tokens, sums, a = r.draws
-        v = a + r.verifies  # its next draw's index in the chunk
         c0, b0, q, bs = r.computed, r.blocks, self.q, self.bs
         left = r.output - r.generated
-        off = int(sums[v - 1]) if v else 0
-        rest = sums[v:]
-        # Its last verify here is the one whose tokens reach what it owes (capped there).
-        m = int(rest.searchsorted(off + left))
-        end = t + m + 1
-        self._fit(end)
+        p = r.path
+        if p is not None:
+            r.path = None
+            # Planned for its first join: its prompt computed, its first token out, no
+            # blocks past those its first verify reaches, this replica's block size.
+            if (p[6] != bs or r.verifies or r.generated != 1 or c0 != r.prompt
+                    or b0 > (c0 + q + bs - 1) // bs):
+                p = None
+        if p is None:
+            tokens, sums, a = r.draws
+            p = path(tokens, sums, a + r.verifies, c0, left, b0, q, bs)
+        packed, start, ticks, over, last, off, _ = p
+        end = t + ticks
+        if end > self.horizon:
+            self._fit(end)
         i = t - self.origin
-        seg = self.gain[i:end - self.origin]
-        seg += tokens[v:v + m + 1]
-        over = int(rest[m]) - off - left
+        self.sums[i:i + ticks] += packed[start:start + ticks]
         if over:
-            self.gain[i + m] -= over
-        # Blocks held at each of its verifies: those its k + 1 slots past its context
-        # reach, never fewer than before (rejected drafts' slots stay with it).
-        first = max(b0, -(-(c0 + q) // bs))
-        self.held[i] += first
-        last = first
-        if m:
-            held = rest[:m] + (c0 + q + bs - 1 - off)
-            if bs & (bs - 1):
-                held //= bs
-            else:
-                held >>= bs.bit_length() - 1  # a power of two: the same, and cheaper
-            if held[0] < first:
-                np.maximum(held, first, out=held)
-            seg = self.held[i + 1:end - self.origin]
-            seg += held
-            last = int(held[-1])
+            # Its last verify is capped at what it owes: taken off when that tick ends.
+            trim = self.trim
+            trim[end - 1] = trim.get(end - 1, 0) + over
         fix = self.fix
         fix[t] = fix.get(t, 0) - b0
         fix[end] = fix.get(end, 0) + last
-        self.paths[r.id] = (off, m, left)
+        self.paths[r.id] = (off, ticks - 1, left, last)
         self.n += 1
         self.ctx += c0
         lst = self.finish_at.get(end)
@@ -208,33 +257,30 @@ class SpecDecodeSet:
     def _fit(self, end: int) -> None:
         """Make the per-tick sums reach tick ``end``: slide them to start at this tick,
         doubling them when the live span needs it."""
-        if end > self.horizon:
-            self.horizon = end
-        size = len(self.gain)
-        if self.horizon - self.origin <= size:
+        self.horizon = end
+        size = len(self.sums)
+        if end - self.origin <= size:
             return
-        live = self.horizon - self.tick
+        live = end - self.tick
         while live > size // 2:
             size *= 2
-        lo, hi = self.tick - self.origin, self.horizon - self.origin
-        for name in ("gain", "held"):
-            old = getattr(self, name)
-            moved = np.zeros(size, dtype=np.int64)
-            kept = min(hi, len(old)) - lo  # none when the set sat empty past its window
-            if kept > 0:
-                moved[:kept] = old[lo:lo + kept]
-            setattr(self, name, moved)
+        lo, hi = self.tick - self.origin, end - self.origin
+        old = self.sums
+        self.sums = np.zeros(size, dtype=np.int64)
+        kept = min(hi, len(old)) - lo  # none when the set sat empty past its window
+        if kept > 0:
+            self.sums[:kept] = old[lo:lo + kept]
         self.origin = self.tick
 
     def computed_at(self, r: Request, d: int) -> int:
         """A member's computed tokens after ``d`` of its verifies here."""
         if d == 0:
             return r.computed
-        off, m, left = self.paths[r.id]
+        off, m, left, _ = self.paths[r.id]
         if d > m:
             return r.computed + left
         _, sums, a = r.draws
-        return r.computed + int(sums[a + r.verifies + d - 1]) - off
+        return r.computed + sums.item(a + r.verifies + d) - off
 
     def _settle(self, r: Request, tick: int) -> None:
         """Bring a member's fields to ``tick`` and end its membership."""
@@ -257,10 +303,10 @@ class SpecDecodeSet:
             for r in running:
                 if r.sync >= 0:
                     self._settle(r, t)
-            self.gain.fill(0)
-            self.held.fill(0)
+            self.sums.fill(0)
         self.prev_held = 0
         self.fix = {}
+        self.trim = {}
         self.n = 0
         self.ctx = 0
         self.origin = self.horizon = self.tick
@@ -277,9 +323,12 @@ class SpecDecodeSet:
             return False
         if n:
             t = self.tick
-            need = int(self.held[t - self.origin]) - self.prev_held + self.fix.pop(t, 0)
+            packed = self.sums.item(t - self.origin)
+            need = (packed >> SHIFT) - self.prev_held + self.fix.pop(t, 0)
             if need and not self.kv.allocate_blocks(need):
                 return False
+            # Nothing writes this tick's sums before the iteration ends (joins come after).
+            self.now = packed
             batch.group = self
         return True
 
@@ -288,7 +337,8 @@ class SpecDecodeSet:
         context (the entries :func:`sim.cost.shape.shape_of` would count)."""
         n, q, ctx = self.n, self.q, self.ctx
         new = n * q
-        return StepShape(n, new, ctx, n, new, q * ctx + n * (q * (q + 1) // 2), 0)
+        # Built as a plain tuple: the named tuple's own constructor is a Python call.
+        return tuple.__new__(StepShape, (n, new, ctx, n, new, q * ctx + n * self.tri, 0))
 
     def end_step(self, itl: LogHistogram, now: float) -> list[Request] | None:
         """The iteration that included the set ended at ``now`` (s): every member emitted
@@ -304,22 +354,43 @@ class SpecDecodeSet:
         self.last_end = now
         # Past ticks' slots are left as they are: nothing reads them again, and sliding
         # the window (or a flush) drops them.
-        i = self.tick - self.origin
-        g = int(self.gain[i])
-        self.prev_held = int(self.held[i])
-        self.ctx += g
+        t = self.tick
+        packed = self.now
+        g = packed & LOW
+        if self.trim:
+            g -= self.trim.pop(t, 0)
+        self.prev_held = packed >> SHIFT
         self.emitted = g
         stats = self.stats
         stats.spec_verifies += n
         stats.spec_tokens += g
-        self.tick += 1
-        done = self.finish_at.pop(self.tick, None)
-        if done is not None:
-            for r in done:
-                self.ctx -= r.computed + self.paths[r.id][2]
-                self._settle(r, self.tick)
-            self.n -= len(done)
+        self.tick = t = t + 1
+        done = self.finish_at.pop(t, None)
+        if done is None:
+            self.ctx += g
+            return None
+        self._leave(done, now)
+        self.ctx += g
         return done
+
+    def _leave(self, done: list[Request], now: float) -> None:
+        """Settle members that emitted their last token at ``now`` (s), each at the end
+        of the path laid when it joined, and take them out of the set."""
+        paths = self.paths
+        kv, bs = self.kv, self.bs
+        gone = 0
+        for r in done:
+            _, m, left, last = paths.pop(r.id)
+            c = r.computed + left
+            gone += c
+            r.generated += left
+            r.computed = c
+            r.verifies += m + 1
+            kv.settle(r, last * bs)
+            r.last_token = now
+            r.sync = -1
+        self.ctx -= gone
+        self.n -= len(done)
 
     def log_entries(self, running: list[Request]) -> list[tuple[int, int, int]]:
         """(id, k + 1, computed) of each member verifying now, in running order."""

@@ -46,8 +46,9 @@ class Drafter:
         self._cost = None if model is None else RooflineCost(
             model, gpu, tp, dataclasses.replace(params, step_overhead_s=0.0,
                                                 per_seq_overhead_s=0.0))
-        # Per batch size: one draft step's seconds at no context, and per context token.
-        self._lines: dict[int, tuple[float, float]] = {}
+        # Per batch size: one draft step's seconds at no context, per context token, and
+        # the mean context the k steps add, seqs·(k − 1)/2 (see the module docstring).
+        self.lines: dict[int, tuple[float, float, float]] = {}
 
     @property
     def source(self) -> str:
@@ -61,18 +62,18 @@ class Drafter:
         ``context_tokens`` tokens in the KV cache between them (0 when none drafts)."""
         if self._cost is None or not seqs:
             return 0.0
-        line = self._lines.get(seqs)
+        line = self.lines.get(seqs)
         if line is None:
-            line = self._lines[seqs] = self._line(seqs)
-        k = self.k
-        # Mean context over the k steps: context + seqs·(k − 1)/2 (see the module docstring).
-        return k * (line[0] + line[1] * (context_tokens + seqs * (k - 1) / 2))
+            line = self.line(seqs)
+        return self.k * (line[0] + line[1] * (context_tokens + line[2]))
 
-    def _line(self, seqs: int) -> tuple[float, float]:
+    def line(self, seqs: int) -> tuple[float, float, float]:
         """One draft step of ``seqs`` sequences: (seconds at no context, seconds per
-        context token), from two prices a million tokens apart."""
+        context token, from two prices a million tokens apart), and the mean context in
+        tokens the k steps add to the sequences' own; kept for the next call."""
         assert self._cost is not None
         far = 1_000_000
         at = [float(self._cost.step_time(StepShape(seqs, seqs, c, 0, 0, 0, c + seqs)))
               for c in (0, far)]
-        return at[0], (at[1] - at[0]) / far
+        line = self.lines[seqs] = (at[0], (at[1] - at[0]) / far, seqs * (self.k - 1) / 2)
+        return line

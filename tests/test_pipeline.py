@@ -265,7 +265,7 @@ def test_pipeline_invariants(pp: int, blocks: int, seqs: int, budget: int,
 
 def test_capacity_counts_every_stage_gpu() -> None:
     from sim.report.slospec import parse_slos
-    from sim.study.capacity import Config, Search
+    from sim.study.capacity import Config, Search, run_capacity
     from sim.study.sweeppoint import PointCache, read_raw
 
     md1 = Path(__file__).resolve().parents[1] / "scenarios" / "capacity-md1.yaml"
@@ -273,6 +273,9 @@ def test_capacity_counts_every_stage_gpu() -> None:
     s = Search(raw, str(md1), md1.parent, parse_slos(["ttft_mean=0.05"]), [0], PointCache(None))
     assert s.pp == 2
     assert Config("chunked", 3, 1, True, {}, s.pp).gpus == 6
+    # Without candidate stage counts, the search keeps the scenario's own two stages.
+    res = run_capacity(s, ["chunked"], [1], start=20.0, tol=0.2)
+    assert [m.pp for m in res.max_rates] == [2] and {r["pp"] for r in res.search} == {2}
 
 
 def test_measured_profile_split_adds_up_to_its_step() -> None:

@@ -207,7 +207,7 @@ def test_a_point_cut_by_the_scenario_horizon_judges_only_what_arrived():
 
 # -- aggregation ---------------------------------------------------------------------------
 def test_aggregate_mean_and_student_t_interval():
-    rows = [{"policy": "p", "replicas": 1, "tp": 1, "rate": 1.0, "seed": s,
+    rows = [{"policy": "p", "replicas": 1, "tp": 1, "pp": 1, "rate": 1.0, "seed": s,
              **{c: None for c in sp.METRIC_COLUMNS}} for s in range(3)]
     for r, v in zip(rows, (1.0, 2.0, 4.0), strict=True):
         r["ttft_p99"] = v

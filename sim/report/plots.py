@@ -34,9 +34,18 @@ def _plt() -> Any:
 
 
 def config_label(row: Row) -> str:
-    """``policy, N replica(s), tp T``: one curve's name."""
+    """``policy, N replica(s), tp T`` (and ``pp P`` with pipeline stages): one curve's
+    name."""
     n = int(row["replicas"])
-    return f"{row['policy']}, {n} replica{'s' if n != 1 else ''}, tp {int(row['tp'])}"
+    return (f"{row['policy']}, {n} replica{'s' if n != 1 else ''}, tp {int(row['tp'])}"
+            + stages_label(row))
+
+
+def stages_label(row: Row) -> str:
+    """``, pp P`` for a row of a pipeline-parallel shape, nothing for one stage (or a row
+    written before stages were a column)."""
+    pp = int(row.get("pp") or 1)
+    return f", pp {pp}" if pp != 1 else ""
 
 
 def by_config(grid: list[Row]) -> dict[str, list[Row]]:
@@ -275,12 +284,15 @@ def capacity_plot(search: list[Row], slos: list[SLO], max_rates: list[Row], path
     fig, axes = plt.subplots(1, len(slos), figsize=(6.5 * len(slos), 6.2), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     one = [r for r in search if int(r["replicas"]) == 1]
-    cands = list(dict.fromkeys((str(r["policy"]), int(r["tp"])) for r in max_rates))
+    def shape(r: Row) -> tuple[str, int, int]:
+        return str(r["policy"]), int(r["tp"]), int(r.get("pp") or 1)
+
+    cands = list(dict.fromkeys(shape(r) for r in max_rates))
     for ax, slo in zip(axes[0], slos, strict=True):
-        for i, (pol, tp) in enumerate(cands):
+        for i, cand in enumerate(cands):
             c = colors[i % len(colors)]
-            label = f"{pol}, tp {tp}"
-            rows = sorted((r for r in one if r["policy"] == pol and int(r["tp"]) == tp
+            label = f"{cand[0]}, tp {cand[1]}" + (f", pp {cand[2]}" if cand[2] != 1 else "")
+            rows = sorted((r for r in one if shape(r) == cand
                            and r.get(slo.column) is not None), key=lambda r: r["rate"])
             for ok, marker in ((True, "o"), (False, "x")):
                 pts = [r for r in rows if bool(r["pass"]) == ok]
@@ -289,7 +301,7 @@ def capacity_plot(search: list[Row], slos: list[SLO], max_rates: list[Row], path
                             marker, color=c, linestyle="", gid=f"{slo.column}|{label}|{ok}",
                             label=f"{label}: " + ("passes" if ok
                                                    else "fails (a target, or saturated)"))
-            m = next(r for r in max_rates if r["policy"] == pol and int(r["tp"]) == tp)
+            m = next(r for r in max_rates if shape(r) == cand)
             ax.axvline(m["max_rate_per_replica"], color=c, linewidth=1.5,
                        label=f"{label}: max {m['max_rate_per_replica']:.3g} req/s")
             if m.get("ci_low") is not None:

@@ -7,7 +7,7 @@ clear, capped by ``--max-requests``); a trace's seeds replay different stretches
 0. **Zero-load floor.** A candidate whose requests, each run alone, already miss a
    target is skipped, with the reason; when every candidate is, a one-line error names
    the floor and the target.
-1. **Maximum rate per replica.** For each candidate (policy, tp), on one replica, and for
+1. **Maximum rate per replica.** For each candidate (policy, tp, pp), on one replica, and for
    each seed separately, the rate is bracketed (doubling or halving from a start rate)
    and then bisected until the bracket is narrower than ``tol`` (relative). A rate
    *passes* when the point is not saturated and every SLO holds. Each seed gives the
@@ -23,7 +23,7 @@ clear, capped by ``--max-requests``); a trace's seeds replay different stretches
    SLO, no seed saturated): down while it still passes, up until it does. Candidates
    go cheapest estimate first, and configurations with more GPUs than the best passing
    one so far are skipped (they cannot win), each skip said in ``pruned``. The cheapest
-   passing configuration uses the fewest GPUs (replicas x tp); cost per million output
+   passing configuration uses the fewest GPUs (replicas x tp x pp); cost per million output
    tokens = GPUs x $/GPU-hour / 3600 / (output tokens/s) x 1e6.
 
 Outputs in ``--out``: ``capacity.json`` (everything), ``capacity.csv`` (per candidate),
@@ -116,13 +116,15 @@ class Search:
     plan: TracePlan | None = None  # a trace's replications: each seed its own stretch
     pruned: list[str] = field(default_factory=list)  # what was skipped, and why
 
+    overrides: list[str] = field(default_factory=list)  # --set, already applied to raw
+
     @property
     def pp(self) -> int:
-        """Pipeline stages per replica of the scenario searched (its ``hardware.pp``)."""
+        """Pipeline stages per replica of the scenario searched (its ``hardware.pp``):
+        the one candidate stage count when none are given."""
         from sim.config.scenario import from_dict
 
         return from_dict(self.raw, self.source, self.base_dir).hardware.pp
-    overrides: list[str] = field(default_factory=list)  # --set, already applied to raw
 
     def run(self, keys: list[PointKey], desc: str) -> list[Row]:
         """Rows (key columns + metrics + ``pass``) of ``keys``, simulated or from the cache."""
@@ -137,7 +139,7 @@ class Search:
         out = []
         for t in tasks:
             r = {"policy": t.key.policy, "replicas": t.key.replicas, "tp": t.key.tp,
-                 "rate": t.key.rate, "seed": t.key.seed, **rows[t.digest]}
+                 "pp": t.key.pp, "rate": t.key.rate, "seed": t.key.seed, **rows[t.digest]}
             r["pass"] = passes(self.slos, r) and row_share(r) <= self.max_rejected_share
             out.append(r)
         self.log += out
@@ -168,6 +170,17 @@ class MaxRate:
     brackets: list[tuple[float, float | None]]
     mean: float
     ci: float | None
+    pp: int = 1  # pipeline stages per replica
+
+    @property
+    def name(self) -> str:
+        """``policy, tp T`` (``, pp P`` with stages): the candidate in words."""
+        return shape_name(self.policy, self.tp, self.pp)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica of this candidate uses."""
+        return self.tp * self.pp
 
     @property
     def resolution(self) -> float:
@@ -192,12 +205,19 @@ class MaxRate:
         """A flat row for capacity.csv."""
         lo = None if self.ci is None else max(0.0, self.mean - self.ci)
         hi = None if self.ci is None else self.mean + self.ci
-        return {"policy": self.policy, "tp": self.tp, "max_rate_per_replica": self.mean,
+        return {"policy": self.policy, "tp": self.tp, "pp": self.pp,
+                "max_rate_per_replica": self.mean,
                 "ci_low": lo, "ci_high": hi, "seeds": len(self.per_seed),
                 "per_seed": " ".join(f"{v:.6g}" for v in self.per_seed)}
 
 
-def max_rate(s: Search, policy: str, tp: int, start: float, tol: float) -> MaxRate:
+def shape_name(policy: str, tp: int, pp: int) -> str:
+    """A candidate in words: ``policy, tp T``, with ``, pp P`` when it has stages."""
+    return f"{policy}, tp {tp}" + (f", pp {pp}" if pp != 1 else "")
+
+
+def max_rate(s: Search, policy: str, tp: int, start: float, tol: float,
+             pp: int = 1) -> MaxRate:
     """Bracket then bisect, per seed in lock step, the highest passing rate on one replica."""
     lo: dict[int, float] = {seed: 0.0 for seed in s.seeds}
     hi: dict[int, float | None] = {seed: None for seed in s.seeds}
@@ -206,8 +226,8 @@ def max_rate(s: Search, policy: str, tp: int, start: float, tol: float) -> MaxRa
         active = [seed for seed in s.seeds if _open(lo[seed], hi[seed], tol)]
         if not active:
             break
-        keys = [PointKey(policy, 1, tp, _round_rate(nxt[seed]), seed) for seed in active]
-        rows = s.run(keys, f"{policy} tp{tp}")
+        keys = [PointKey(policy, 1, tp, _round_rate(nxt[seed]), seed, pp) for seed in active]
+        rows = s.run(keys, shape_name(policy, tp, pp))
         for seed, row in zip(active, rows, strict=True):
             r = row["rate"]
             if row["pass"]:
@@ -229,7 +249,7 @@ def max_rate(s: Search, policy: str, tp: int, start: float, tol: float) -> MaxRa
     per_seed = [lo[seed] for seed in s.seeds]
     mean, ci = ci95(per_seed)
     assert mean is not None
-    return MaxRate(policy, tp, per_seed, [(lo[x], hi[x]) for x in s.seeds], mean, ci)
+    return MaxRate(policy, tp, per_seed, [(lo[x], hi[x]) for x in s.seeds], mean, ci, pp)
 
 
 def _open(lo: float, hi: float | None, tol: float) -> bool:
@@ -256,13 +276,14 @@ class Config:
         return self.replicas * self.tp * self.pp
 
 
-def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float) -> Config:
+def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float,
+                 pp: int = 1) -> Config:
     """Simulate the whole cluster at ``rate`` over every seed; mean must meet every SLO."""
-    rows = s.run([PointKey(policy, replicas, tp, _round_rate(rate), seed) for seed in s.seeds],
-                 f"{policy} {replicas}x tp{tp}")
+    rows = s.run([PointKey(policy, replicas, tp, _round_rate(rate), seed, pp)
+                  for seed in s.seeds], f"{replicas}x {shape_name(policy, tp, pp)}")
     agg = aggregate(rows)[0]
     ok = not any(r["saturated"] for r in rows) and all_met(s.slos, agg)
-    return Config(policy, replicas, tp, ok, agg, s.pp)
+    return Config(policy, replicas, tp, ok, agg, pp)
 
 
 def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
@@ -275,12 +296,12 @@ def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
         return None, []
     guess = max(1, math.ceil(target / mr.mean - 1e-9))
     counts = sorted(allowed) if allowed else list(range(1, guess + max_steps + 1))
-    name = f"{mr.policy}, tp {mr.tp}"
+    name = mr.name
     if limit_gpus is not None:
-        fit = [n for n in counts if n * mr.tp <= limit_gpus]
+        fit = [n for n in counts if n * mr.gpus <= limit_gpus]
         if not fit:
             s.pruned.append(f"{name}: not checked at {target:g} requests/s; even "
-                            f"{counts[0]} replica(s) use {counts[0] * mr.tp} GPUs, more than "
+                            f"{counts[0]} replica(s) use {counts[0] * mr.gpus} GPUs, more than "
                             f"the {limit_gpus} of the best configuration found")
             return None, []
         if len(fit) < len(counts):
@@ -294,7 +315,7 @@ def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
 
     def check(j: int) -> Config:
         if j not in tried:
-            tried[j] = check_config(s, mr.policy, counts[j], mr.tp, target)
+            tried[j] = check_config(s, mr.policy, counts[j], mr.tp, target, mr.pp)
         return tried[j]
 
     if check(i).passed:
@@ -311,7 +332,8 @@ def cost_row(c: Config, gpu_cost: float | None) -> Row:
     """A configs.csv row: shape, GPUs, pass, key metrics and cost per million output tokens."""
     tps = c.row.get("output_tps")
     gpu_h = c.gpus / 3600.0 / tps * 1e6 if tps else None  # GPU-hours per 1e6 output tokens
-    out: Row = {"policy": c.policy, "replicas": c.replicas, "tp": c.tp, "gpus": c.gpus,
+    out: Row = {"policy": c.policy, "replicas": c.replicas, "tp": c.tp, "pp": c.pp,
+                "gpus": c.gpus,
                 "passed": int(c.passed), "output_tps": tps,
                 "gpu_hours_per_mtok": gpu_h,
                 "usd_per_mtok": gpu_h * gpu_cost if gpu_h is not None and gpu_cost else None}
@@ -342,6 +364,8 @@ def main(argv: list[str]) -> int:
                    help="$ per GPU-hour, for the cost per million output tokens")
     p.add_argument("--policies", default=None, help="candidate policies (comma list)")
     p.add_argument("--tp", default=None, help="candidate tensor-parallel degrees (comma list)")
+    p.add_argument("--pp", default=None,
+                   help="candidate pipeline stages per replica (comma list; hardware.pp)")
     p.add_argument("--replicas", default=None,
                    help="allowed replica counts for --target-rate (default: any)")
     p.add_argument("--seeds", type=int_arg(ge=1, le=MAX_SEEDS), default=3,
@@ -389,7 +413,7 @@ def main(argv: list[str]) -> int:
                a.workers, a.ray_address, progress=not a.quiet, steady=steady, plan=plan,
                overrides=a.overrides, max_rejected_share=max_share(a), force=a.force)
     result = run_capacity(s, grid["policies"], grid["tps"], start,
-                          a.tol, a.target_rate, allowed, a.gpu_cost_per_hour)
+                          a.tol, a.target_rate, allowed, a.gpu_cost_per_hour, grid["pps"])
     result.redundancy = a.redundancy
     result.notes = measurement_notes(steady, plan, result.search)
     with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=[a.scenario]) as stage:
@@ -418,14 +442,14 @@ def rejections_verdict(search: list[Row], s: Search) -> int:
     if not over:
         return 0
     worst = max(over, key=row_share)
-    key = PointKey(*(worst[c] for c in ("policy", "replicas", "tp", "rate", "seed")))
+    key = PointKey.of(worst)
     sets = " ".join(f"--set {o}" for o in point_sets(s.raw, key, s.horizon_factor,
                                                         s._start_row(key.seed)))
     what = (f"{len(over)} of {len(search)} points rejected more than "
             f"{s.max_rejected_share:.1%} of their arrived requests (--max-rejected-share) "
             f"and count as failing; worst {row_share(worst):.1%} at policy {key.policy}, tp "
-            f"{key.tp}, rate {key.rate:g}; `servesim simulate {s.source} {sets}` names the "
-            "limit to raise")
+            f"{key.tp}, pp {key.pp}, rate {key.rate:g}; `servesim simulate {s.source} {sets}` "
+            "names the limit to raise")
     if any(r["pass"] for r in search):
         print(f"servesim: note: {what}", file=sys.stderr)
         return 0
@@ -486,13 +510,14 @@ class CapacityResult:
 
 def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, tol: float,
                  target: float | None = None, allowed: list[int] | None = None,
-                 gpu_cost: float | None = None) -> CapacityResult:
-    """Maximum rate per replica for every (policy, tp) whose zero-load floor allows the
+                 gpu_cost: float | None = None, pps: list[int] | None = None
+                 ) -> CapacityResult:
+    """Maximum rate per replica for every (policy, tp, pp) whose zero-load floor allows the
     SLOs; then, with ``target``, the cheapest passing configuration (fewest GPUs, then
     lowest cost per token, then lowest p99 TTFT), candidates tried cheapest estimate first
     and configurations that cannot beat the best found skipped."""
-    cands = feasible(s, policies, tps, start)
-    rates = [max_rate(s, pol, tp, start, tol) for pol, tp in cands]
+    cands = feasible(s, policies, tps, start, pps or [s.pp])
+    rates = [max_rate(s, pol, tp, start, tol, pp) for pol, tp, pp in cands]
     checked: list[Config] = []
     passing: list[Config] = []
 
@@ -501,7 +526,7 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
         return (c.gpus, -tps_, c.row.get("ttft_p99") or math.inf)
 
     if target is not None:
-        est = [(math.ceil(target / mr.mean - 1e-9) * mr.tp if mr.mean > 0 else math.inf, k)
+        est = [(math.ceil(target / mr.mean - 1e-9) * mr.gpus if mr.mean > 0 else math.inf, k)
                for k, mr in enumerate(rates)]
         for _, k in sorted(est):
             limit = min(c.gpus for c in passing) if passing else None
@@ -519,23 +544,23 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
                           pruned=list(s.pruned))
 
 
-def feasible(s: Search, policies: list[str], tps: list[int], start: float
-             ) -> list[tuple[str, int]]:
+def feasible(s: Search, policies: list[str], tps: list[int], start: float,
+             pps: list[int] | None = None) -> list[tuple[str, int, int]]:
     """Candidates whose zero-load floor (:func:`sim.study.steady.floor_stats`) leaves the
     SLOs reachable; the others are skipped with their reason in ``s.pruned``. When none
     is left the SLOs are impossible: a one-line error naming the floor and the target."""
-    ok: list[tuple[str, int]] = []
+    ok: list[tuple[str, int, int]] = []
     reasons: list[str] = []
-    for pol in policies:
-        for tp in tps:
-            raw = point_raw(s.raw, PointKey(pol, 1, tp, _round_rate(start), s.seeds[0]), None)
-            why = floor_violations(floor_stats(raw, s.source, s.base_dir), s.slos)
-            if why:
-                reasons.append(f"{why[0]} ({pol}, tp {tp})")
-                s.pruned.append(f"{pol}, tp {tp}: skipped, no load meets the SLOs: "
-                                + "; ".join(why))
-            else:
-                ok.append((pol, tp))
+    for pol, tp, pp in ((a, b, c) for a in policies for b in tps for c in (pps or [s.pp])):
+        key = PointKey(pol, 1, tp, _round_rate(start), s.seeds[0], pp)
+        raw = point_raw(s.raw, key, None)
+        why = floor_violations(floor_stats(raw, s.source, s.base_dir), s.slos)
+        if why:
+            reasons.append(f"{why[0]} ({shape_name(pol, tp, pp)})")
+            s.pruned.append(f"{shape_name(pol, tp, pp)}: skipped, no load meets the SLOs: "
+                            + "; ".join(why))
+        else:
+            ok.append((pol, tp, pp))
     if not ok:
         raise ServesimError("--slo: no load can meet the targets: " + "; ".join(reasons)
                             + " (a request alone, with nothing queued, already takes longer)")
@@ -569,7 +594,7 @@ def result_json(r: CapacityResult) -> bytes:
     return (json.dumps(clean(blob), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-SEARCH_COLUMNS = ["policy", "replicas", "tp", "rate", "seed", "pass", *METRIC_COLUMNS]
+SEARCH_COLUMNS = ["policy", "replicas", "tp", "pp", "rate", "seed", "pass", *METRIC_COLUMNS]
 
 
 def search_csv(r: CapacityResult) -> bytes:
@@ -591,16 +616,18 @@ def write_files(r: CapacityResult, out: Path) -> list[Path]:
     paths = [out / "capacity.json", out / "capacity.csv", out / "configs.csv",
              out / "search.csv"]
     write_atomic(paths[0], result_json(r))
-    max_cols = ["policy", "tp", "max_rate_per_replica", "ci_low", "ci_high", "seeds", "per_seed"]
+    max_cols = ["policy", "tp", "pp", "max_rate_per_replica", "ci_low", "ci_high", "seeds",
+                "per_seed"]
     write_atomic(paths[1], to_csv([m.row() for m in r.max_rates], max_cols))
     rows = [cost_row(c, r.gpu_cost_per_hour) for c in r.checked]
     config_cols = list(rows[0]) if rows else ["policy"]
     write_atomic(paths[2], to_csv(rows, config_cols))
     write_atomic(paths[3], search_csv(r))
     varied = {"policies": list(dict.fromkeys(m.policy for m in r.max_rates)),
-              "tp": list(dict.fromkeys(m.tp for m in r.max_rates)), "seeds": r.seeds}
+              "tp": list(dict.fromkeys(m.tp for m in r.max_rates)),
+              "pp": list(dict.fromkeys(m.pp for m in r.max_rates)), "seeds": r.seeds}
     for path, rows_are, cols in (
-            (paths[1], "one row per candidate (policy, tp): its highest rate per replica",
+            (paths[1], "one row per candidate (policy, tp, pp): its highest rate per replica",
              max_cols),
             (paths[2], f"one row per cluster checked at --target-rate {r.target_rate}",
              config_cols),
@@ -618,7 +645,7 @@ def print_summary(r: CapacityResult) -> None:
     for line in r.notes:
         print(f"  {line}")
     for m in r.max_rates:
-        print(f"  {m.policy}, tp {m.tp}: max {m.mean:.4g} requests/s per replica"
+        print(f"  {m.name}: max {m.mean:.4g} requests/s per replica"
               f"{m.interval_text()}")
     for line in r.pruned:
         print(f"  pruned: {line}")
@@ -632,8 +659,9 @@ def print_summary(r: CapacityResult) -> None:
     usd = f", ${c['usd_per_mtok']:.3g} per million output tokens" if c["usd_per_mtok"] else ""
     gh = c["gpu_hours_per_mtok"]
     gh_txt = f"{gh:.3g} GPU-hours per million output tokens" if gh else "no output tokens"
+    stages = f" x pp {c['pp']}" if c["pp"] != 1 else ""
     print(f"cheapest for {r.target_rate:g} requests/s: {c['policy']}, {c['replicas']} "
-          f"replica(s) x tp {c['tp']} = {c['gpus']} GPU(s); {gh_txt}{usd}")
+          f"replica(s) x tp {c['tp']}{stages} = {c['gpus']} GPU(s); {gh_txt}{usd}")
     if r.redundancy:
         n = r.best.replicas + r.redundancy
         print(f"with N+{r.redundancy} redundancy (the target still met with "

@@ -264,7 +264,9 @@ def _slos(manifest: dict[str, Any]) -> list[SLO]:
 
 def _config(g: Row) -> str:
     n = int(g["replicas"])
-    return f"{g['policy']}, {n} replica{'s' if n != 1 else ''} × tp {int(g['tp'])}"
+    pp = int(g.get("pp") or 1)
+    return (f"{g['policy']}, {n} replica{'s' if n != 1 else ''} × tp {int(g['tp'])}"
+            + (f" × pp {pp}" if pp != 1 else ""))
 
 
 def sweep_answer(manifest: dict[str, Any], grid: list[Row]) -> str:
@@ -358,12 +360,12 @@ def capacity_answer(blob: dict[str, Any]) -> str:
     top = max(blob["max_rate_per_replica"], key=lambda m: m["max_rate_per_replica"] or 0.0,
               default=None)
     one = (f"one replica sustains at most {h.req_s(top['max_rate_per_replica'])} "
-           f"({top['policy']}, tp {top['tp']})" if top else "no candidate was searched")
+           f"({top['policy']}, tp {_tp(top)})" if top else "no candidate was searched")
     if target is not None and best:
         usd = (f", {h.number(best['usd_per_mtok'])} $ per million output tokens"
                if best.get("usd_per_mtok") else "")
         return (f"{what}: for {target:g} req/s within {slos}, the cheapest configuration "
-                f"is {best['policy']} on {best['replicas']} replica(s) × tp {best['tp']} = "
+                f"is {best['policy']} on {best['replicas']} replica(s) × tp {_tp(best)} = "
                 f"{best['gpus']}× {gpu}{usd}; {one}.")
     if target is not None:
         return (f"{what}: no candidate met {slos} at {target:g} req/s within the replica "
@@ -371,11 +373,17 @@ def capacity_answer(blob: dict[str, Any]) -> str:
     return f"{what}: within {slos}, {one}."
 
 
+def _tp(row: Row) -> str:
+    """A candidate's tensor-parallel degree, with its pipeline stages when it has some."""
+    pp = int(row.get("pp") or 1)
+    return str(row["tp"]) + (f" × pp {pp}" if pp != 1 else "")
+
+
 def capacity_tables(blob: dict[str, Any]) -> list[tuple[str, Table]]:
     """Maximum rate per replica per candidate, and the configurations checked at the target."""
     out: list[tuple[str, Table]] = []
     head = ["policy", "tp", "max rate per replica", "95% CI", "seeds", "per seed (req/s)"]
-    rows = [[str(m["policy"]), str(m["tp"]), h.req_s(m["max_rate_per_replica"]),
+    rows = [[str(m["policy"]), _tp(m), h.req_s(m["max_rate_per_replica"]),
              h.DASH if m["ci_low"] is None
              else f"{h.number(m['ci_low'])} – {h.number(m['ci_high'])} req/s",
              str(m["seeds"]), str(m["per_seed"]).replace(" ", ", ")]
@@ -389,7 +397,7 @@ def capacity_tables(blob: dict[str, Any]) -> list[tuple[str, Table]]:
         for i, c in enumerate(blob["checked"]):
             if c.get("saturated"):
                 marked.add(i)
-            rows.append([str(c["policy"]), str(c["replicas"]), str(c["tp"]), str(c["gpus"]),
+            rows.append([str(c["policy"]), str(c["replicas"]), _tp(c), str(c["gpus"]),
                          "yes" if c["passed"] else "no", h.ms(c["ttft_p99"]),
                          h.ms(c["tpot_p99"]), h.tok_s(c["output_tps"]),
                          h.number(c["gpu_hours_per_mtok"]), h.number(c["usd_per_mtok"]),

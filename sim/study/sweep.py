@@ -65,7 +65,7 @@ from sim.study.sweeppoint import (
     run_points,
 )
 
-GROUP_COLUMNS = ("policy", "replicas", "tp", "rate")
+GROUP_COLUMNS = ("policy", "replicas", "tp", "pp", "rate")
 # Replications beyond a few hundred narrow a 95% interval by little (it shrinks as
 # 1/sqrt(seeds)); the caps keep a mistyped count from queueing millions of points.
 MAX_SEEDS = 10_000
@@ -132,6 +132,7 @@ class SweepSpec:
     tps: list[int]
     seeds: list[int]
     slos: list[SLO] = field(default_factory=list)
+    pps: list[int] = field(default_factory=lambda: [1])  # pipeline stages per replica
     horizon_factor: float | None = 4.0
     steady: Steady | None = None  # steady-state measurement of every point
     plan: TracePlan | None = None  # a trace's replications: each seed its own stretch
@@ -139,8 +140,9 @@ class SweepSpec:
 
     def keys(self) -> list[PointKey]:
         """Every simulation of the grid, in output order (rate innermost, then seed)."""
-        return [PointKey(p, r, t, rate, s) for p in self.policies for r in self.replicas
-                for t in self.tps for rate in self.rates for s in self.seeds]
+        return [PointKey(p, r, t, rate, s, pp) for p in self.policies for r in self.replicas
+                for t in self.tps for pp in self.pps for rate in self.rates
+                for s in self.seeds]
 
     def tasks(self) -> list[PointTask]:
         """The grid's runnable points (each validated; errors name the point)."""
@@ -156,7 +158,7 @@ class SweepSpec:
                                      self.horizon_factor, steady, start))
             except ServesimError as exc:
                 raise ServesimError(f"{exc} (point policy={k.policy} replicas={k.replicas} "
-                                    f"tp={k.tp} rate={k.rate:g})") from None
+                                    f"tp={k.tp} pp={k.pp} rate={k.rate:g})") from None
         return out
 
     def start_row(self, seed: int) -> int:
@@ -179,7 +181,7 @@ def ci95(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def aggregate(rows: list[Row]) -> list[Row]:
-    """One row per grid point (rows of equal policy, replicas, tp, rate), in first-seen order:
+    """One row per grid point (rows of equal policy, replicas, tp, pp, rate), in first-seen order:
     ``seeds``, and per metric its mean over seeds and ``<metric>_ci``."""
     groups: dict[tuple[Any, ...], list[Row]] = {}
     for r in rows:
@@ -266,7 +268,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     manifest = {
         "kind": "sweep", "scenario": name, "source": spec.source, "rates": spec.rates,
         "policies": spec.policies, "replicas": spec.replicas, "tp": spec.tps,
-        "seeds": spec.seeds, "horizon_factor": spec.horizon_factor,
+        "pp": spec.pps, "seeds": spec.seeds, "horizon_factor": spec.horizon_factor,
         "slo_targets": [{"metric": s.metric, "stat": s.stat, "limit_s": s.limit_s}
                         for s in spec.slos],
         "scenario_slo": scenario_slo,
@@ -283,7 +285,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     cols = POINT_COLUMNS + list(STEADY_COLUMNS if spec.steady is not None else ())
     simulated = describe_base(spec.raw, spec.source, spec.base_dir, prices, spec.overrides)
     manifest["simulated"] = simulated
-    varied = {k: manifest[k] for k in ("policies", "replicas", "tp", "rates", "seeds")}
+    varied = {k: manifest[k] for k in ("policies", "replicas", "tp", "pp", "rates", "seeds")}
     with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=[spec.source]) as stage:
         write_atomic(stage / names[0], to_csv(points, cols))
         write_atomic(stage / names[1], to_csv(grid, SWEEP_COLUMNS))
@@ -306,7 +308,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
 
 def summary_table(grid: list[Row]) -> str:
     """A short text table of the grid (latencies in ms)."""
-    head = (f"{'policy':<14}{'rep':>4}{'tp':>4}{'rate':>8}{'ttft p99':>11}{'tpot p99':>11}"
+    head = (f"{'policy':<14}{'rep':>4}{'tp':>4}{'pp':>4}{'rate':>8}{'ttft p99':>11}{'tpot p99':>11}"
             f"{'e2e p99':>11}{'req/s':>9}{'goodput':>9}  sat")
     lines = [head, "-" * len(head)]
 
@@ -318,7 +320,8 @@ def summary_table(grid: list[Row]) -> str:
 
     for g in grid:
         sat = "yes" if g["saturated"] else ""
-        lines.append(f"{g['policy']:<14}{g['replicas']:>4}{g['tp']:>4}{g['rate']:>8g}"
+        lines.append(f"{g['policy']:<14}{g['replicas']:>4}{g['tp']:>4}{g['pp']:>4}"
+                     f"{g['rate']:>8g}"
                      f"{ms(g['ttft_p99'])}{ms(g['tpot_p99'])}{ms(g['e2e_p99'])}"
                      f"{num(g['throughput_rps'])}{num(g['goodput_rps'])}  {sat}")
     return "\n".join(lines)
@@ -361,6 +364,7 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
         "replicas": parse_ints(a.replicas, "--replicas") if a.replicas
         else [sc.cluster.replicas],
         "tps": parse_ints(a.tp, "--tp") if a.tp else [sc.hardware.tp],
+        "pps": parse_ints(a.pp, "--pp") if getattr(a, "pp", None) else [sc.hardware.pp],
         "seeds": [sc.workload.seed + i for i in range(a.seeds)],
     }
 
@@ -388,6 +392,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--policies", default=None, help="comma list of batching policies")
     p.add_argument("--replicas", default=None, help="comma list of replica counts")
     p.add_argument("--tp", default=None, help="comma list of tensor-parallel degrees")
+    p.add_argument("--pp", default=None,
+                   help="comma list of pipeline stages per replica (hardware.pp)")
     p.add_argument("--seeds", type=int_arg(ge=1, le=MAX_SEEDS), default=1,
                    help="replications per point with seeds seed..seed+N-1 (default 1)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
@@ -444,7 +450,7 @@ def rejecting_points(points: list[Row], limit: float, spec: SweepSpec,
     if not over:
         return None
     worst = max(over, key=row_share)
-    key = PointKey(*(worst[c] for c in KEY_COLUMNS))
+    key = PointKey.of(worst)
     sets = " ".join(f"--set {o}" for o in [*overrides,
                                           *point_sets(spec.raw, key, spec.horizon_factor,
                                                       spec.start_row(key.seed))])
@@ -452,6 +458,7 @@ def rejecting_points(points: list[Row], limit: float, spec: SweepSpec,
     return ServesimError(
         f"{len(over)} of {len(points)} points rejected more than {limit:.1%} of their "
         f"arrived requests (--max-rejected-share), worst {row_share(worst):.1%} at policy "
-        f"{worst['policy']}, replicas {worst['replicas']}, tp {worst['tp']}, rate "
+        f"{worst['policy']}, replicas {worst['replicas']}, tp {worst['tp']}, pp "
+        f"{worst['pp']}, rate "
         f"{worst['rate']:g}; the outputs were written; `servesim simulate {source} {sets}` "
         "names the limit to raise; --allow-rejections accepts them", source)

@@ -36,7 +36,7 @@ from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import Steady, point_done, steady_stats
 
-KEY_COLUMNS = ("policy", "replicas", "tp", "rate", "seed")
+KEY_COLUMNS = ("policy", "replicas", "tp", "pp", "rate", "seed")
 LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)
 OTHER_COLUMNS = ("throughput_rps", "output_tps", "goodput_rps", "slo_attainment", "offered_rps",
                  "throughput_ratio", "queue_growth_s", "finished", "rejected", "unfinished",
@@ -58,10 +58,16 @@ class PointKey:
     tp: int
     rate: float
     seed: int
+    pp: int = 1  # pipeline stages per replica
 
-    def values(self) -> tuple[str, int, int, float, int]:
+    def values(self) -> tuple[str, int, int, int, float, int]:
         """The key in :data:`KEY_COLUMNS` order."""
-        return (self.policy, self.replicas, self.tp, self.rate, self.seed)
+        return (self.policy, self.replicas, self.tp, self.pp, self.rate, self.seed)
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> PointKey:
+        """The key of a row holding the :data:`KEY_COLUMNS`."""
+        return cls(**{c: row[c] for c in KEY_COLUMNS})
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,10 @@ def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None
     w = base.get("workload") or {}
     sets = [f"serving.policy={key.policy}", f"cluster.replicas={key.replicas}",
             f"hardware.tp={key.tp}", f"workload.seed={key.seed}"]
+    where, pp = _pp_key(base)
+    if key.pp != pp:
+        # Set only when it differs, so points of scenarios without stages keep their digest.
+        sets.append(f"{where}={key.pp}")
     if isinstance(w, dict) and w.get("trace") is not None:
         # target_rate rescales the trace; time_scale must then stay at its neutral 1.0.
         sets += [f"workload.trace.target_rate={key.rate!r}", "workload.trace.time_scale=1.0"]
@@ -143,6 +153,19 @@ def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None
             # A little slack beyond the arrivals lets a point near capacity drain its queue.
             sets.append(f"horizon_s={float(f'{horizon_factor * span + 60.0:.6g}')!r}")
     return sets
+
+
+def _pp_key(base: dict[str, Any]) -> tuple[str, int]:
+    """Where the base scenario sets its pipeline stages (``hardware.pp``, or the
+    ``vllm`` block's ``pipeline_parallel_size`` flag) and the value; ``hardware.pp`` and
+    1 when it sets none."""
+    flags = base.get("vllm")
+    if isinstance(flags, dict):
+        for flag, value in flags.items():
+            if str(flag).lstrip("-").replace("-", "_") == "pipeline_parallel_size":
+                return f"vllm.{flag}", int(value)
+    hw = base.get("hardware")
+    return "hardware.pp", int(hw.get("pp", 1)) if isinstance(hw, dict) else 1
 
 
 def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,

@@ -102,6 +102,11 @@ def _gpu_entry(cfg: CalibrationConfig, device_name: str) -> str | None:
                                 where="--gpu")
         return cfg.gpu
     lowered = device_name.lower().replace(" ", "")
+    # The most specific name first: "NVIDIA H100 NVL" is h100-nvl, "NVIDIA GB200" gb200
+    # (not b200), "NVIDIA L40S" l40s (not l4); then a family's first entry (h100-sxm).
+    for key in sorted(GPUS, key=len, reverse=True):
+        if key.replace("-", "") in lowered:
+            return key
     for key in GPUS:
         if key.split("-")[0] in lowered:
             return key

@@ -11,11 +11,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.memory import MemoryBudget, memory_budget
 from sim.cost.pipeline import stage_layers
-from sim.cost.specs import GPUS, ModelSpec, gpu, shard
+from sim.cost.specs import GPUS, GPUSpec, ModelSpec, shard
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -68,10 +69,11 @@ class PoolConfig:
     ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
     ``memory_utilization`` from ``hardware``, the limits from ``serving``.
     ``gpu_memory_utilization`` and ``num_kv_blocks`` are accepted aliases of
-    ``memory_utilization`` and ``num_gpu_blocks``."""
+    ``memory_utilization`` and ``num_gpu_blocks``. ``gpu`` is a table GPU's name or an
+    inline GPU (:class:`sim.config.gpu.InlineGPU`)."""
 
     replicas: int | None = bounded(None, ge=1)
-    gpu: str | None = None
+    gpu: str | InlineGPU | None = None
     tp: int | None = bounded(None, ge=1)
     memory_utilization: float | None = bounded(None, gt=0, le=1)
     gpu_memory_utilization: float | None = bounded(None, gt=0, le=1)
@@ -86,7 +88,7 @@ class PoolConfig:
     def __post_init__(self) -> None:
         resolve_alias(self, "memory_utilization", "gpu_memory_utilization")
         resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
-        if self.gpu is not None and self.gpu not in GPUS:
+        if isinstance(self.gpu, str) and self.gpu not in GPUS:
             raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="gpu")
 
@@ -103,7 +105,8 @@ class DisaggConfig:
 
 @dataclass(frozen=True)
 class Pool:
-    """A resolved pool: everything the engine needs to build its replicas."""
+    """A resolved pool: everything the engine needs to build its replicas. ``gpu`` is
+    the GPU's name (a table key, or an inline GPU's name) and ``gpu_spec`` its figures."""
 
     role: Literal["both", "prefill", "decode"]
     replicas: int
@@ -112,6 +115,7 @@ class Pool:
     memory_utilization: float
     serving: ServingConfig
     router: str
+    gpu_spec: GPUSpec
     pp: int = 1  # pipeline stages per replica (co-located pool only)
 
     @property
@@ -124,8 +128,8 @@ def pools(scenario: Scenario) -> list[Pool]:
     """The scenario's pools: one co-located pool, or prefill then decode pools."""
     hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
     if sv.policy != "disaggregated":
-        return [Pool("both", cl.replicas, hw.gpu, hw.tp, hw.memory_utilization, sv, cl.router,
-                     hw.pp)]
+        return [Pool("both", cl.replicas, gpu_label(hw.gpu), hw.tp, hw.memory_utilization, sv,
+                     cl.router, resolve_gpu(hw.gpu), hw.pp)]
     out = []
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
@@ -136,9 +140,10 @@ def pools(scenario: Scenario) -> list[Pool]:
             serving = dataclasses.replace(sv, policy=pc.policy, **limits)
         except ServesimError as exc:
             raise exc.located(prefix=f"disaggregated.{role}") from None
-        out.append(Pool(role, pc.replicas or cl.replicas, pc.gpu or hw.gpu, pc.tp or hw.tp,
+        choice = pc.gpu or hw.gpu
+        out.append(Pool(role, pc.replicas or cl.replicas, gpu_label(choice), pc.tp or hw.tp,
                         pc.memory_utilization or hw.memory_utilization, serving,
-                        pc.router or cl.router))
+                        pc.router or cl.router, resolve_gpu(choice)))
     return out
 
 
@@ -146,7 +151,7 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     """One GPU's memory terms and the KV blocks of each replica of ``pool``
     (:func:`sim.cost.memory.memory_budget`)."""
     sv = pool.serving
-    budget = memory_budget(model, gpu(pool.gpu), pool.tp, pool.memory_utilization,
+    budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp)
     if sv.speculative is None:
         return budget
@@ -204,7 +209,7 @@ def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig
     when a pool's tp is more than one node's GPUs (no NVLink spans nodes)."""
     link = scenario.disaggregated.link
     for pool in (prefill, decode):
-        g = gpu(pool.gpu)
+        g = pool.gpu_spec
         if pool.tp > g.node_gpus:
             link = link.across_nodes(g.net_bw, g.net_latency_s)
     return link

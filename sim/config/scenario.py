@@ -18,6 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
+from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
 from sim.config.speculative import SpeculativeConfig, check_speculative
 from sim.config.vllmflags import apply_vllm, section_mapping, serving_defaults
 from sim.configtools import (
@@ -32,11 +33,13 @@ from sim.configtools import (
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
 from sim.cost.pipeline import check_layout
-from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, ModelSpec, gpu, model_preset
+from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, GPUSpec, ModelSpec, model_preset
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
 from sim.workload.requests import WorkloadConfig
+
+DEFAULT_GPU = "h100-sxm"  # hardware.gpu when the scenario names none
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,10 @@ class HardwareConfig:
     (the replica has ``tp × pp`` GPUs; docs/policies.md, "Pipeline parallelism"), the
     fraction of each GPU's reported memory vLLM may use (``gpu_memory_utilization``; that
     name is accepted in the file too), and the GiB of a node's host memory a KV tier may
-    take."""
+    take. ``gpu`` is a name from :data:`sim.cost.specs.GPUS` or a GPU described inline
+    (:class:`sim.config.gpu.InlineGPU`)."""
 
-    gpu: str = "h100-sxm"
+    gpu: str | InlineGPU = DEFAULT_GPU
     tp: int = bounded(1, ge=1)
     memory_utilization: float = bounded(0.9, gt=0, le=1)
     # None: the node's installed memory (sim.cost.specs.NODE_HOST_MEMORY_GIB).
@@ -55,10 +59,20 @@ class HardwareConfig:
     pp: int = bounded(1, ge=1)
 
     def __post_init__(self) -> None:
-        if self.gpu not in GPUS:
-            raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))}",
-                                where="gpu")
-        check_layout(GPUS[self.gpu], self.tp, self.pp)
+        if isinstance(self.gpu, str) and self.gpu not in GPUS:
+            raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))} "
+                                "(or a mapping describing the GPU)", where="gpu")
+        check_layout(self.gpu_spec, self.tp, self.pp)
+
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        """The GPU's figures: the table's entry, or the inline description's."""
+        return resolve_gpu(self.gpu)
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU's name as outputs print it."""
+        return gpu_label(self.gpu)
 
 
 @dataclass(frozen=True)
@@ -364,14 +378,13 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
-        raw = apply_vllm(raw, HardwareConfig.gpu)  # server flags, moved to their keys
+        raw = apply_vllm(raw, DEFAULT_GPU)  # server flags, moved to their keys
         try:
             hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
                                   "gpu_memory_utilization")
         except ServesimError as exc:
             raise exc.located(prefix="hardware") from None
         hardware = build(HardwareConfig, hw_raw, "hardware")
-        gpu(hardware.gpu)
         # Files written for older versions may set it; it must still be a boolean.
         convert(bool, raw.get("event_skipping", True), "event_skipping")
         scenario = Scenario(
@@ -381,7 +394,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             hardware=hardware,
             cost=_cost(raw.get("cost")),
             serving=build(ServingConfig,
-                          serving_defaults(raw.get("serving") or {}, hardware.gpu), "serving"),
+                          serving_defaults(raw.get("serving") or {}, hardware.gpu_spec),
+                          "serving"),
             cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
             disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),
@@ -405,6 +419,10 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             from sim.cost.measured import find
 
             for pool in pools(scenario):
+                if pool.gpu not in GPUS:
+                    raise ServesimError(
+                        f"the inline GPU {pool.gpu!r} has no measured kernel tables; use "
+                        f"cost: roofline (or a profile calibrated on it)", where="cost.measured")
                 find(scenario.model, pool.gpu, pool.tp, scenario.cost.measured.framework)
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
@@ -423,8 +441,12 @@ def check_host_memory(scenario: Scenario) -> None:
         tier = pool.serving.kv_offload
         if tier is None:
             continue
-        spec = gpu(pool.gpu)
-        cap = given if given is not None else NODE_HOST_MEMORY_GIB[pool.gpu]
+        spec = pool.gpu_spec
+        cap = given if given is not None else NODE_HOST_MEMORY_GIB.get(pool.gpu)
+        if cap is None:
+            raise ServesimError(f"the inline GPU {pool.gpu!r} has no installed host memory "
+                                f"on record; set hardware.host_memory_gb (GiB per node of "
+                                f"{spec.node_gpus} GPUs)", where="hardware.host_memory_gb")
         on_node = min(pool.replicas * pool.tp, spec.node_gpus)
         if tier.cpu_gb * on_node > cap:
             source = ("hardware.host_memory_gb" if given is not None

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cost.specs import GPUS
+from sim.config.gpu import InlineGPU
+from sim.configtools import build
+from sim.cost.specs import GPUS, GPUSpec
 from sim.errors import ServesimError
 
 # vLLM flag (underscored) -> (scenario section, key).
@@ -82,11 +84,24 @@ def _name(flag: Any) -> str:
     return str(flag).lstrip("-").replace("-", "_")
 
 
-def batch_defaults(gpu_name: str) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) ``vllm serve`` picks on this GPU."""
-    spec = GPUS.get(gpu_name)
-    big = spec is not None and spec.mem_bytes >= 70 * 2**30 and "a100" not in gpu_name
+def batch_defaults(gpu: str | GPUSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) ``vllm serve`` picks on this GPU (a table
+    name or an inline GPU's figures)."""
+    spec = GPUS.get(gpu) if isinstance(gpu, str) else gpu
+    big = spec is not None and spec.mem_bytes >= 70 * 2**30 and "a100" not in spec.name
     return (8192, 1024) if big else (2048, 256)
+
+
+def _raw_gpu(value: Any) -> str | GPUSpec:
+    """``hardware.gpu`` as the file gives it, before validation: a name, or an inline
+    mapping's figures (a bad mapping counts as an unknown GPU here; validation then
+    names its fault)."""
+    if not isinstance(value, dict):
+        return str(value)
+    try:
+        return build(InlineGPU, value).spec
+    except ServesimError:
+        return ""
 
 
 def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
@@ -159,13 +174,13 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)} (and flags with no effect on a "
                                 "simulation: docs/scenarios.md)", where=where)
-    _v1_defaults(section("serving"), str(section("hardware").get("gpu", default_gpu)))
+    _v1_defaults(section("serving"), _raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
     return out
 
 
-def _v1_defaults(serving: dict[str, Any], gpu_name: str) -> None:
+def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:
     """What ``vllm serve`` (V1) uses where neither the flags nor the scenario say: its
     batch limits for the GPU even when chunked prefill is turned off, and no watermark."""
     tokens, seqs = batch_defaults(gpu_name)
@@ -175,7 +190,7 @@ def _v1_defaults(serving: dict[str, Any], gpu_name: str) -> None:
     serving.setdefault("watermark", 0.0)
 
 
-def serving_defaults(serving: Any, gpu_name: str) -> Any:
+def serving_defaults(serving: Any, gpu_name: str | GPUSpec) -> Any:
     """The ``serving`` section with vLLM v1's batch limits for ``gpu_name`` filled in
     where the section leaves them unset and its policy is ``chunked`` (the default);
     ``serving`` itself otherwise (other policies keep the dataclass defaults, and a

@@ -248,17 +248,20 @@ class RooflineCost:
         return float(t) if np.ndim(t) == 0 else t
 
 
-def build_cost(scenario: Scenario, gpu_name: str | None = None,
+def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
                tp: int | None = None) -> CostModel:
     """The scenario's cost model (a shipped measured profile, roofline, linear, or a
-    loaded profile), for its hardware or for a pool's ``gpu_name`` and ``tp`` when given."""
+    loaded profile), for its hardware or for a pool's GPU (a table name or its figures)
+    and ``tp`` when given."""
     c = scenario.cost
-    gpu_name = gpu_name or scenario.hardware.gpu
+    spec = (scenario.hardware.gpu_spec if pool_gpu is None
+            else gpu(pool_gpu) if isinstance(pool_gpu, str) else pool_gpu)
+    gpu_name = spec.name
     tp = tp or scenario.hardware.tp
     if c.linear is not None:
         return c.linear
     if c.roofline is not None:
-        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
+        return RooflineCost(scenario.model, spec, tp, c.roofline)
     from sim.cost.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
     if c.measured is not None:

@@ -215,11 +215,9 @@ def cost_fingerprint(sc: Scenario) -> str:
     from a cache filled before them."""
     from sim.cost.measured import find
     from sim.cost.profilefile import resolve
-    from sim.cost.specs import gpu
-
     c = sc.cost
     if c.measured is not None or c.profile is not None:
-        ref = (find(sc.model, sc.hardware.gpu, sc.hardware.tp, c.measured.framework)
+        ref = (find(sc.model, sc.hardware.gpu_name, sc.hardware.tp, c.measured.framework)
                if c.measured is not None else str(c.profile))
         try:
             prices = hashlib.sha256(resolve(ref, sc.base_dir).read_bytes()).hexdigest()
@@ -227,7 +225,7 @@ def cost_fingerprint(sc: Scenario) -> str:
             prices = ref  # a disaggregated scenario's pools may not match hardware.tp
     else:
         prices = repr(c.roofline if c.roofline is not None else c.linear)
-    return f"{prices}|{gpu(sc.hardware.gpu)!r}"
+    return f"{prices}|{sc.hardware.gpu_spec!r}"
 
 
 def digest(raw: dict[str, Any], base_dir: str | None, prices: str = "") -> str:

@@ -1,0 +1,85 @@
+"""A GPU a scenario names from the table (``hardware.gpu: h200``) or describes inline.
+
+An inline GPU is a mapping with :class:`sim.cost.specs.GPUSpec`'s fields, in the same SI
+units (FLOP/s, bytes/s, seconds), plus ``mem_gb`` as another way to give the memory:
+docs/scenarios.md shows one. :func:`resolve_gpu` turns either form into the ``GPUSpec``
+everything downstream prices with; :func:`gpu_label` gives the name outputs print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.configtools import bounded
+from sim.cost.specs import GPUS, GPUSpec, gpu
+from sim.errors import ServesimError
+
+_GIB = 2**30
+
+
+@dataclass(frozen=True)
+class InlineGPU:
+    """A GPU described in the scenario. Required: ``name``, dense ``flops`` (bf16
+    FLOP/s), ``mem_bw`` (bytes/s), the memory the device reports to programs as
+    ``mem_bytes`` (bytes) or ``mem_gb`` (GiB, 2**30 bytes; exactly one of the two),
+    ``link_bw`` (bytes/s each way between GPUs of a node), ``host_bw`` (bytes/s each way
+    to host memory) and ``node_gpus`` (GPUs sharing that link).
+
+    Defaults: ``fp8_flops`` and ``fp4_flops`` 0 (no such tensor cores: FP8 weights run
+    weight-only at bf16 speed); ``link_latency_s`` 8e-6 s, ``net_bw`` 50e9 bytes/s (one
+    400 Gb/s NIC per GPU) and ``net_latency_s`` 20e-6 s, the table's figures for its
+    NVLink-class GPUs (its PCIe servers use 20e-6 s over the link: give it for one)."""
+
+    name: str
+    flops: float = bounded(gt=0)
+    mem_bw: float = bounded(gt=0)
+    link_bw: float = bounded(gt=0)
+    host_bw: float = bounded(gt=0)
+    node_gpus: int = bounded(ge=1)
+    mem_bytes: int | None = bounded(None, gt=0)
+    mem_gb: float | None = bounded(None, gt=0)
+    link_latency_s: float = bounded(8e-6, ge=0)
+    net_bw: float = bounded(50e9, gt=0)
+    net_latency_s: float = bounded(20e-6, ge=0)
+    fp8_flops: float = bounded(0.0, ge=0)
+    fp4_flops: float = bounded(0.0, ge=0)
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ServesimError("got an empty name; an inline GPU needs one", where="name")
+        if self.name in GPUS:
+            raise ServesimError(f"got {self.name!r}, the name of a GPU of the table; give "
+                                f"the inline GPU another name, or write gpu: {self.name}",
+                                where="name")
+        if (self.mem_bytes is None) == (self.mem_gb is None):
+            raise ServesimError("give exactly one of mem_bytes (bytes) or mem_gb (GiB): the "
+                                "memory the device reports to programs",
+                                where="mem_gb" if self.mem_gb is not None else "mem_bytes")
+
+    @property
+    def spec(self) -> GPUSpec:
+        """These figures as the :class:`GPUSpec` the cost and memory models read."""
+        mem = self.mem_bytes if self.mem_bytes is not None else int(
+            (self.mem_gb or 0.0) * _GIB)
+        return GPUSpec(self.name, self.flops, self.mem_bw, mem, self.link_bw,
+                       self.link_latency_s, self.host_bw, self.node_gpus, self.net_bw,
+                       self.net_latency_s, self.fp8_flops, self.fp4_flops)
+
+
+GPUChoice = str | InlineGPU
+
+
+def resolve_gpu(choice: GPUChoice) -> GPUSpec:
+    """The figures of a table GPU's name or of an inline GPU; an unknown name is an
+    error listing the table's."""
+    return choice.spec if isinstance(choice, InlineGPU) else gpu(choice)
+
+
+def gpu_label(choice: GPUChoice) -> str:
+    """The GPU's name as outputs print it (a table key or the inline GPU's ``name``)."""
+    return choice.name if isinstance(choice, InlineGPU) else choice
+
+
+def is_inline(choice: GPUChoice) -> bool:
+    """Whether the scenario describes this GPU itself (no kernel tables exist for it)."""
+    return isinstance(choice, InlineGPU)

@@ -92,10 +92,15 @@ def test_older_models_record_and_weigh_what_they_did() -> None:
 
 def test_four_bit_compute_follows_the_gpu() -> None:
     oss, p = MODELS["gpt-oss-120b"], RooflineParams()
-    h100 = RooflineCost(oss, GPUS["h100-sxm"], 1, p)
-    b200 = RooflineCost(oss, GPUS["b200"], 1, p)
-    assert h100.source.endswith("; mxfp4 experts, weight-only on h100-sxm (no FP4 tensor cores)")
-    assert b200.source.endswith("; mxfp4 experts on FP4 tensor cores")
+    # vLLM runs mxfp4 experts with bf16 activations on Hopper and Blackwell alike.
+    for name in ("h100-sxm", "b200"):
+        assert RooflineCost(oss, GPUS[name], 1, p).source.endswith(
+            "; mxfp4 experts, weight-only (w4a16)")
+    nv = dataclasses.replace(MODELS["llama-3-8b"], dtype="nvfp4")
+    assert RooflineCost(nv, GPUS["b200"], 1, p).source.endswith(
+        "; nvfp4 weights on FP4 tensor cores")
+    assert RooflineCost(nv, GPUS["h200"], 1, p).source.endswith(
+        "; nvfp4 weights, weight-only on h200 (no FP4 tensor cores)")
     int4 = dataclasses.replace(MODELS["llama-3-8b"], dtype="int4")
     assert RooflineCost(int4, GPUS["b200"], 1, p).source.endswith(
         "; int4 weights, weight-only (w4a16)")
@@ -104,7 +109,6 @@ def test_four_bit_compute_follows_the_gpu() -> None:
     shape = shape_of([(8192, 0)])
     bf16 = RooflineCost(MODELS["llama-3-8b"], GPUS["b200"], 1, p).parts(shape)["linear"]
     assert RooflineCost(int4, GPUS["b200"], 1, p).parts(shape)["linear"] == pytest.approx(bf16)
-    nv = dataclasses.replace(MODELS["llama-3-8b"], dtype="nvfp4")
     flops = 2 * LLAMA8_PROJ * 8192 / (9000e12 * p.fp8_flops_efficiency)
     assert RooflineCost(nv, GPUS["b200"], 1, p).parts(shape)["linear"] == pytest.approx(
         flops + 4 * 32 * p.kernel_floor_s)
@@ -254,7 +258,7 @@ def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:
 
     sc = from_dict(_scenario("gpt-oss-20b", "h100-sxm"))
     s = summarize(simulate(sc))
-    assert s["cost_source"].endswith("mxfp4 experts, weight-only on h100-sxm (no FP4 tensor "
-                                     "cores)")
+    assert s["cost_source"].endswith("mxfp4 experts, weight-only (w4a16)")
+
     assert s["requests"]["finished"] == 5
     assert s["memory"]["both"]["sliding_window_kv_gib"] > 0

@@ -135,8 +135,9 @@ def four_bit_notes(model: ModelSpec, gpu: GPUSpec) -> list[str]:
                                              "cores)" if not gpu.fp8_flops else ""))
         if dtype not in FOUR_BIT_WEIGHTS:
             continue
-        if dtype == "int4":
-            out.append(f"int4 {what}, weight-only (w4a16)")
+        if dtype in ("int4", "mxfp4"):
+            out.append(f"{dtype} {what}, weight-only (w4a16)")
+
         elif dtype_weight_only(dtype, gpu):
             out.append(f"{dtype} {what}, weight-only on {gpu.name} (no FP4 tensor cores)")
         else:

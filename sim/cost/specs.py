@@ -610,15 +610,21 @@ def weight_only(model: ModelSpec, gpu: GPUSpec) -> bool:
 
 def dtype_weight_only(dtype: str, gpu: GPUSpec) -> bool:
     """Whether GEMMs on weights of ``dtype`` run weight-only on ``gpu`` (the packed weights
-    read, dequantised and multiplied at bf16 FLOP/s). int4 always does (vLLM's GPTQ/AWQ
-    Marlin kernels are w4a16); FP8 and FP4 do where the GPU lacks tensor cores for them
-    (vLLM's Marlin FP8 and FP4 kernels, the latter for NVFP4 and MXFP4 alike:
-    ``is_fp4_marlin_supported`` asks for compute capability 8.0, every NVIDIA GPU here)."""
-    if dtype == "int4":
+    read, dequantised and multiplied at bf16 FLOP/s).
+
+    int4 always does (vLLM's GPTQ/AWQ Marlin kernels are w4a16). So does mxfp4: vLLM runs
+    gpt-oss's mxfp4 experts with bf16 activations on every GPU, a Triton kernel on Hopper
+    and FlashInfer's TRT-LLM "mxfp4_bf16" kernel on Blackwell (the kernel sources of
+    AIConfigurator's vLLM 0.24.0 MoE tables on H200 and B200), not on FP4 tensor cores.
+    nvfp4 (W4A4) runs on FP4 tensor cores where the GPU has them and weight-only through
+    Marlin elsewhere (``is_fp4_marlin_supported``: compute capability 8.0, every NVIDIA
+    GPU here); FP8 weight-only where the GPU has no FP8 tensor cores."""
+    if dtype in ("int4", "mxfp4"):
         return True
-    if dtype in FP4_WEIGHTS:
+    if dtype == "nvfp4":
         return not gpu.fp4_flops
     return dtype in FP8_WEIGHTS and not gpu.fp8_flops
+
 
 
 def check_dtype(model: ModelSpec, gpu: GPUSpec) -> None:

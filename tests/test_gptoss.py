@@ -262,3 +262,23 @@ def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:
 
     assert s["requests"]["finished"] == 5
     assert s["memory"]["both"]["sliding_window_kv_gib"] > 0
+
+
+def test_what_is_not_built_or_run_is_one_line(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from sim.cli import main
+
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(_scenario({"preset": "qwen3-32b", "dtype": "nvfp4"},
+                                             "mi300x")))
+    assert main(["simulate", str(scen), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"servesim: error: {scen}: model.dtype: got "
+                                               "'nvfp4': mi300x has no FP4 tensor cores")
+    assert main(["profile", "build", "--model", "gpt-oss-20b", "--gpu", "h200",
+                 "--out", str(tmp_path / "p.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "servesim: error: --model: model gpt-oss-20b has sliding-window layers and mxfp4 "
+        "experts, for which profiles are not built yet; use cost: roofline")

@@ -3,12 +3,17 @@
 The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 (``--hf-config``) both read configs here, so a model is described by one table whichever
 side reads it. Decoders of the Llama shape are modelled: attention (grouped query heads,
-rotary positions) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
-qwen3_moe); other mixture-of-experts families are a clear error. A
-``quantization_config`` with FP8 weights (``quant_method`` fp8, compressed-tensors float8
-or ModelOpt FP8) sets the weights' dtype: ``fp8-block`` when its scales are per block,
-``fp8`` otherwise; any other quantisation is an error naming it.
+rotary positions; sliding windows from ``sliding_window`` and ``layer_types``; gpt-oss's
+attention sinks) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
+qwen3_moe, gpt_oss); other mixture-of-experts families are a clear error. A
+``quantization_config`` sets the weights' dtype: FP8 (``quant_method`` fp8,
+compressed-tensors float8 or ModelOpt FP8: ``fp8-block`` when its scales are per block,
+``fp8`` otherwise) or 4-bit (mxfp4; ModelOpt NVFP4 and compressed-tensors 4-bit floats:
+nvfp4; 4-bit awq, gptq and compressed-tensors integers: int4). One that leaves the
+attention unconverted (gpt-oss's mxfp4) sets the experts' dtype only. Any other
+quantisation is an error naming it.
 """
+
 
 from __future__ import annotations
 
@@ -43,8 +48,10 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def from_hf_config(path: Path) -> ModelSpec:
-    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (llama,
-    mistral, qwen2, qwen3); anything else, or a mixture-of-experts config, is an error."""
+    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
+    :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
+    family, is an error."""
+
     src = str(path)
     text = read_text(path, "HuggingFace config.json")
     try:

@@ -8,6 +8,7 @@ says so. Whatever happens, the raw measurements are written first.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable
@@ -136,7 +137,8 @@ def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> fl
     d = shard(model, tp, where="--tp")
     slots, capacity = step_cache_size(step_points) or (0, 0)
     return (d.linear_params_per_layer * model.dtype_bytes
-            + kv_cache_bytes(slots, capacity, d.kv_heads, d.head_dim, model.dtype_bytes))
+            + kv_cache_bytes(slots, capacity, d.kv_heads, d.head_dim,
+                                 math.ceil(model.dtype_bytes)))
 
 
 def _sweep(points: list[Point], bench: Bench, deadline: float, label: str, progress: bool,

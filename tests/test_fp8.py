@@ -177,9 +177,9 @@ def test_hf_quantisation_not_modelled_is_named(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({
         "model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
         "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100,
-        "quantization_config": {"quant_method": "awq", "bits": 4}}))
+        "quantization_config": {"quant_method": "bitsandbytes"}}))
     with pytest.raises(ServesimError, match=r"config\.json: quantization_config\.quant_method: "
-                                            r"quantisation 'awq' is not modelled"):
+                                            r"quantisation 'bitsandbytes' is not modelled"):
         from_hf_config(tmp_path / "config.json")
 
 

@@ -16,7 +16,7 @@ from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.memory import MemoryBudget, memory_budget
 from sim.cost.pipeline import stage_layers
-from sim.cost.specs import GPUS, GPUSpec, ModelSpec, shard
+from sim.cost.specs import GPUS, GPUSpec, ModelSpec, check_dtype, shard
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -173,6 +173,8 @@ def check_pools(scenario: Scenario) -> None:
         prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
         tp_key = f"{prefix}.tp" if pc is None or pc.tp is not None else "hardware.tp"
         shard(scenario.model, pool.tp, where=tp_key)
+        check_dtype(scenario.model, pool.gpu_spec)
+
         if pool.serving.num_gpu_blocks is None:
             try:
                 pool_memory(scenario.model, pool).fitted()

@@ -3,12 +3,17 @@
 The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 (``--hf-config``) both read configs here, so a model is described by one table whichever
 side reads it. Decoders of the Llama shape are modelled: attention (grouped query heads,
-rotary positions) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
-qwen3_moe); other mixture-of-experts families are a clear error. A
-``quantization_config`` with FP8 weights (``quant_method`` fp8, compressed-tensors float8
-or ModelOpt FP8) sets the weights' dtype: ``fp8-block`` when its scales are per block,
-``fp8`` otherwise; any other quantisation is an error naming it.
+rotary positions; sliding windows from ``sliding_window`` and ``layer_types``; gpt-oss's
+attention sinks) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
+qwen3_moe, gpt_oss); other mixture-of-experts families are a clear error. A
+``quantization_config`` sets the weights' dtype: FP8 (``quant_method`` fp8,
+compressed-tensors float8 or ModelOpt FP8: ``fp8-block`` when its scales are per block,
+``fp8`` otherwise) or 4-bit (mxfp4; ModelOpt NVFP4 and compressed-tensors 4-bit floats:
+nvfp4; 4-bit awq, gptq and compressed-tensors integers: int4). One that leaves the
+attention unconverted (gpt-oss's mxfp4) sets the experts' dtype only. Any other
+quantisation is an error naming it.
 """
+
 
 from __future__ import annotations
 
@@ -24,11 +29,18 @@ from sim.files import read_text
 # qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
-SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
+SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss")
 # Mixture-of-experts families: the config keys of (experts, experts per token, expert
-# width); Mixtral's intermediate_size is its experts' width.
+# width); Mixtral's and gpt-oss's intermediate_size is their experts' width.
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
-            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
+            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size")}
+# Families whose sliding_window (when not null) applies to every layer that layer_types
+# does not name otherwise: Mistral-7B v0.1 (4,096 on all 32 layers); Mixtral's is null.
+_WINDOW_ON_ALL = ("mistral", "mixtral")
+# Families whose configs carry sliding_window but apply it only with use_sliding_window,
+# and then from layer max_window_layers on: not modelled.
+_WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
 _QKV_BIAS_BY_DEFAULT = ("qwen2",)
@@ -36,8 +48,10 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def from_hf_config(path: Path) -> ModelSpec:
-    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (llama,
-    mistral, qwen2, qwen3); anything else, or a mixture-of-experts config, is an error."""
+    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
+    :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
+    family, is an error."""
+
     src = str(path)
     text = read_text(path, "HuggingFace config.json")
     try:
@@ -76,7 +90,12 @@ def from_hf_config(path: Path) -> ModelSpec:
 
     dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
         str(cfg.get("torch_dtype")), "bf16")
-    moe_fields = _moe_fields(cfg, family, count, src)
+    moe_fields: dict[str, Any] = _moe_fields(cfg, family, count, src)
+    if moe_fields and _experts_only(cfg.get("quantization_config")):
+        # gpt-oss's mxfp4 covers the experts; attention, router and tables stay 16-bit.
+        moe_fields["expert_dtype"] = dtype
+        dtype = _TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16")
+    attention = _attention_fields(cfg, family, count("num_hidden_layers"), src)
     hidden = count("hidden_size")
     heads = count("num_attention_heads")
     # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
@@ -96,7 +115,8 @@ def from_hf_config(path: Path) -> ModelSpec:
             qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
-            **moe_fields,  # type: ignore[arg-type]
+            **moe_fields,
+            **attention,
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
@@ -123,6 +143,46 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
             "expert_intermediate": count(width_key), "dense_layers": dense}
 
 
+def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
+                      src: str) -> dict[str, Any]:
+    """Sliding-window and attention-sink fields of a :class:`ModelSpec` from ``cfg``:
+    ``layer_types`` (sliding_attention / full_attention per layer) where it is given,
+    else the window on every layer for the families that apply it so; gpt-oss has sinks."""
+    window = cfg.get("sliding_window")
+    if family in _WINDOW_IF_ASKED:
+        if cfg.get("use_sliding_window"):
+            raise ServesimError("true: Qwen's sliding window (from layer max_window_layers "
+                                "on) is not modelled", source=src, where="use_sliding_window")
+        window = None
+    sinks = {"attention_sinks": True} if family == "gpt_oss" else {}
+    types = cfg.get("layer_types")
+    if types is not None:
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != layers or any(
+                t not in kinds for t in types):
+            raise ServesimError(f"expected a list of {layers} entries (num_hidden_layers), "
+                                f"each one of {', '.join(kinds)}", source=src,
+                                where="layer_types")
+        sliding = types.count("sliding_attention")
+    else:
+        sliding = layers if family in _WINDOW_ON_ALL or family == "gpt_oss" else 0
+    if not sliding or window is None:
+        return sinks
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ServesimError(f"got {window!r}, expected a whole number of tokens (at least 1) "
+                            "or null", source=src, where="sliding_window")
+    return {"sliding_window": window, "sliding_layers": sliding, **sinks}
+
+
+def _experts_only(quant: Any) -> bool:
+    """Whether a ``quantization_config`` leaves attention unquantised (gpt-oss's mxfp4:
+    its ``modules_to_not_convert`` names the self-attention), so it covers the experts."""
+    if not isinstance(quant, dict):
+        return False
+    keep = quant.get("modules_to_not_convert") or quant.get("ignore") or []
+    return isinstance(keep, list) and any("self_attn" in str(k) for k in keep)
+
+
 def _weights_dtype(quant: Any, src: str) -> str | None:
     """The weights' dtype a ``quantization_config`` gives (None when there is none); a
     quantisation servesim does not model is an error naming its method."""
@@ -134,18 +194,39 @@ def _weights_dtype(quant: Any, src: str) -> str | None:
     method = quant.get("quant_method")
     if method == "fp8":
         return "fp8-block" if quant.get("weight_block_size") else "fp8"
-    if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "FP8":
-        return "fp8"
+    algo = str(quant.get("quant_algo", "")).upper()
+    if method == "modelopt" and algo in ("FP8", "NVFP4"):
+        return algo.lower()
+    if method == "mxfp4":
+        return "mxfp4"
+    if method in ("awq", "gptq") and quant.get("bits", 4) == 4:
+        return "int4"
     if method == "compressed-tensors":
-        groups = quant.get("config_groups")
-        weights = [g.get("weights") for g in groups.values()
-                   if isinstance(g, dict)] if isinstance(groups, dict) else []
-        dicts = [w for w in weights if isinstance(w, dict)]
-        if dicts and len(dicts) == len(weights) and all(
-                w.get("type") == "float" and w.get("num_bits") == 8 for w in dicts):
-            blocks = any(w.get("strategy") == "block" for w in dicts)
-            return "fp8-block" if blocks else "fp8"
+        found = _compressed_tensors_dtype(quant)
+        if found:
+            return found
     what = f"{method!r}" + (f" ({quant.get('quant_algo')})" if "quant_algo" in quant else "")
     raise ServesimError(f"quantisation {what} is not modelled; servesim models FP8 weights "
-                        "(quant_method fp8, compressed-tensors float8, modelopt FP8)",
-                        source=src, where=f"{where}.quant_method")
+                        "(quant_method fp8, compressed-tensors float8, modelopt FP8), 4-bit "
+                        "ones (mxfp4, modelopt NVFP4, compressed-tensors nvfp4 or int4, "
+                        "4-bit awq and gptq)", source=src, where=f"{where}.quant_method")
+
+
+def _compressed_tensors_dtype(quant: dict[str, Any]) -> str | None:
+    """The weights' dtype of a compressed-tensors config whose every group agrees: FP8
+    (per block or not), NVFP4 (4-bit floats, groups of 16) or int4 (4-bit integers)."""
+    groups = quant.get("config_groups")
+    weights = [g.get("weights") for g in groups.values()
+               if isinstance(g, dict)] if isinstance(groups, dict) else []
+    dicts = [w for w in weights if isinstance(w, dict)]
+    if not dicts or len(dicts) != len(weights):
+        return None
+    kinds = {(w.get("type"), w.get("num_bits")) for w in dicts}
+    if kinds == {("float", 8)}:
+        return "fp8-block" if any(w.get("strategy") == "block" for w in dicts) else "fp8"
+    if kinds == {("float", 4)}:
+        return "nvfp4"
+    if kinds == {("int", 4)}:
+        return "int4"
+    return None
+

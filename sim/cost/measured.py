@@ -50,9 +50,13 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
     and rotary base."""
     moe = (model.experts, model.experts_per_token, model.expert_intermediate,
            model.shared_experts, model.dense_layers) if model.experts else ()
+    # Only when set, so the existing profiles' architectures stay what they were.
+    newer = (model.expert_dtype, model.sliding_window, model.sliding_layers,
+             model.attention_sinks)
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings, *moe)
+            model.tie_embeddings, *moe, *(newer if any(newer) else ()))
+
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,9 @@ class MemoryBudget:
     # one with the fewest KV blocks, which sets the replica's count).
     pp: int = 1
     stage: int = 0
+    # Sliding-window layers' KV, set aside before the blocks are counted (see
+    # sliding_reserve_bytes); the blocks then hold the full-attention layers' KV only.
+    sliding: int = 0
 
     @property
     def budget(self) -> float:
@@ -94,7 +97,8 @@ class MemoryBudget:
     @property
     def kv(self) -> float:
         """Bytes left for the KV cache on one GPU (negative when the model does not fit)."""
-        return self.budget - self.weights - self.activation - self.non_torch - self.cuda_graph
+        kv = self.budget - self.weights - self.activation - self.non_torch - self.cuda_graph
+        return kv - self.sliding if self.sliding else kv
 
     @property
     def blocks(self) -> int:
@@ -120,7 +124,9 @@ class MemoryBudget:
             f"model {self.model} does not fit on {self.gpu} with {where}: per GPU "
             f"{g(self.total)} GiB x memory_utilization {self.utilization} = {g(self.budget)} GiB"
             f", less weights {g(self.weights)}, activation {g(self.activation)}, non-torch "
-            f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, leaves "
+            f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, "
+            + (f"sliding-window KV {g(self.sliding)} GiB, " if self.sliding else "")
+            + f"leaves "
             f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); raise tp or "
             f"memory_utilization, or choose a larger GPU", where="hardware")
 
@@ -130,9 +136,11 @@ class MemoryBudget:
         n = self.blocks if blocks is None else blocks
         kv = self.kv if blocks is None else n * self.block_bytes
         stage = {} if self.pp == 1 else {"pp": self.pp, "stage": self.stage}
+        sliding = {"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else {}
         return {**stage, "total_gib": self.total / GIB, "utilization": self.utilization,
                 "weights_gib": self.weights / GIB, "activation_gib": self.activation / GIB,
                 "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
+                **sliding,
                 "kv_gib": kv / GIB, "kv_blocks": n, "kv_tokens": n * self.block_size,
                 "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks"}
 
@@ -164,7 +172,8 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int) -> int:
     params = part.params - whole + own
     linear = part.stack_params
     rotary = model.max_context * model.head_dim * model.act_bytes
-    return linear * d.dtype_bytes + (params - linear) * d.act_bytes + rotary
+    return (part.stack_bytes(d.dtype_bytes, d.expert_dtype_bytes) + (params - linear) * d.act_bytes
+            + rotary)
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
@@ -218,13 +227,47 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
                                max_num_batched_tokens, max_num_seqs, pp, k) for k in range(pp)]
         return min(stages, key=lambda b: (b.blocks, b.kv))
     d = shard(model, tp)
-    return MemoryBudget(
+    budget = MemoryBudget(
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
         utilization=memory_utilization, weights=weight_bytes(model, tp),
         activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs),
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0),
         cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
         block_bytes=d.kv_bytes_per_token * block_size)
+    if not (model.sliding_layers and model.full_layers):
+        return budget
+    layer = d.kv_bytes_per_token // d.layers
+    return dataclasses.replace(
+        budget, block_bytes=layer * model.full_layers * block_size,
+        sliding=sliding_reserve_bytes(model, tp, block_size, max_num_seqs, budget.kv))
+
+
+def sliding_reserve_bytes(model: ModelSpec, tp: int, block_size: int, max_num_seqs: int,
+                          room: float) -> int:
+    """Bytes one GPU sets aside, out of the ``room`` left for the KV cache, for the
+    sliding-window layers' KV of a model that also has full-attention layers (gpt-oss).
+
+    vLLM V1's hybrid KV-cache manager keeps one pool of blocks and gives the sliding
+    layers' group only the blocks a request's window covers, ceil(W / block_size) + 1
+    (SlidingWindowManager frees those that fall behind it): a long request holds
+    full-attention blocks for its whole length and sliding ones for its window only.
+    servesim keeps one KV manager, whose blocks then carry the full layers' KV, and sets
+    the sliding layers' windows aside beforehand for S sequences: ``max_num_seqs``, or,
+    when fewer fit, as many as fit at one window's length in every layer (room over a
+    window's bytes, all layers). So a model never fails to fit for the reserve, and the
+    pool is conservative: when fewer sequences run than S, their windows' unused bytes
+    stay idle; past the window each token costs the full layers only, as in vLLM.
+
+    A model whose every layer slides (Mistral-7B v0.1) gets no reserve (0): each block
+    carries all layers and a request holds blocks for its whole length, conservative
+    past the window."""
+    d = shard(model, tp)
+    layer = d.kv_bytes_per_token // d.layers
+    window = (blocks_for(model.sliding_window, block_size) + 1) * block_size * layer
+    fit = int(room // (window * model.layers)) if room > 0 else 0
+    return min(max_num_seqs, fit) * window * model.sliding_layers
+
+
 
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

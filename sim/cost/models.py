@@ -20,7 +20,18 @@ import numpy as np
 from sim.configtools import bounded
 from sim.cost.frontend import NO_FRONTEND, Frontend
 from sim.cost.shape import StepShape
-from sim.cost.specs import FP8_WEIGHTS, GPUSpec, ModelSpec, gpu, shard, weight_only
+from sim.cost.specs import (
+    FOUR_BIT_WEIGHTS,
+    FP4_WEIGHTS,
+    FP8_WEIGHTS,
+    GPUSpec,
+    ModelSpec,
+    check_dtype,
+    dtype_weight_only,
+    gpu,
+    shard,
+    weight_only,
+)
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -107,9 +118,40 @@ def dtype_note(model: ModelSpec, gpu: GPUSpec) -> str:
     if model.dtype in FP8_WEIGHTS:
         parts.append(f"{model.dtype} weights, weight-only on {gpu.name} (no FP8 tensor cores)"
                      if weight_only(model, gpu) else f"{model.dtype} weights")
+    parts += four_bit_notes(model, gpu)
     if model.kv_dtype == "fp8":
         parts.append("fp8 KV cache")
     return f"; {', '.join(parts)}" if parts else ""
+
+
+def four_bit_notes(model: ModelSpec, gpu: GPUSpec) -> list[str]:
+    """How ``model``'s 4-bit projections and experts run on ``gpu``, one phrase each:
+    on FP4 tensor cores, or weight-only (4-bit weights read, bf16 FLOP/s); the experts'
+    FP8 too where they differ from the projections'."""
+    out = []
+    for what, dtype in (("weights", model.dtype), ("experts", model.expert_dtype)):
+        if dtype in FP8_WEIGHTS and what == "experts":
+            out.append(f"{dtype} experts" + (f", weight-only on {gpu.name} (no FP8 tensor "
+                                             "cores)" if not gpu.fp8_flops else ""))
+        if dtype not in FOUR_BIT_WEIGHTS:
+            continue
+        if dtype in ("int4", "mxfp4"):
+            out.append(f"{dtype} {what}, weight-only (w4a16)")
+
+        elif dtype_weight_only(dtype, gpu):
+            out.append(f"{dtype} {what}, weight-only on {gpu.name} (no FP4 tensor cores)")
+        else:
+            out.append(f"{dtype} {what} on FP4 tensor cores")
+    return out
+
+
+def gemm_peak(dtype: str, gpu: GPUSpec) -> tuple[float, bool]:
+    """(FLOP/s, low precision) a GEMM on ``dtype`` weights runs at on ``gpu``: the FP8 or
+    FP4 peak where it has tensor cores for them, else the bf16 one (16-bit weights, and
+    weight-only FP8/FP4/int4, which dequantise to bf16)."""
+    if dtype_weight_only(dtype, gpu) or dtype not in FP8_WEIGHTS + FP4_WEIGHTS:
+        return gpu.flops, False
+    return (gpu.fp4_flops if dtype in FP4_WEIGHTS else gpu.fp8_flops), True
 
 
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
@@ -141,9 +183,21 @@ class RooflineCost:
     experts' per token (and shared experts', and the router's); its bytes are those of
     the experts the step touches: under uniform routing E·(1 − (1 − k/E)^new) of its E
     experts, so one decode reads k experts and a long prefill all of them.
+
+    FP8 and FP4 weights (projections' or experts') run at the GPU's FP8 or FP4 peak times
+    the FP8 efficiency (no public table times FP4 GEMMs on enough GPUs to fit their own),
+    or weight-only at bf16 FLOP/s (:func:`sim.cost.specs.dtype_weight_only`); their bytes
+    are the packed ones, scales counted.
+
+    Sliding-window layers (``sliding_layers`` of L, window W) attend to at most W keys a
+    query: their pairs are min(prefill pairs, W·prefill tokens) + min(decode KV, W·decodes)
+    and their KV reads min(context, W·seqs) + new. Both are upper bounds, exact when every
+    sequence's context is past the window or none is (the shape has sums, not each
+    sequence's context).
     """
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
+        check_dtype(model, gpu)
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
         self.frontend = params.frontend
         m, p = model, params
@@ -152,8 +206,8 @@ class RooflineCost:
         flops = gpu.flops * p.flops_efficiency
         # FP8 projections run at the FP8 peak where the GPU has FP8 tensor cores; elsewhere
         # weight-only: FP8 bytes read, bf16 FLOP/s.
-        fp8 = m.dtype in FP8_WEIGHTS and not weight_only(m, gpu)
-        lin_flops = gpu.fp8_flops * p.fp8_flops_efficiency if fp8 else flops
+        peak, low = gemm_peak(m.dtype, gpu)
+        lin_flops = peak * p.fp8_flops_efficiency if low else flops
         attn_flops = gpu.flops * p.attention_flops_efficiency
         bw = gpu.mem_bw * p.bandwidth_efficiency
         head = d.vocab * m.hidden
@@ -169,11 +223,18 @@ class RooflineCost:
             router = d.moe_layers * m.hidden * m.experts
             routed = d.moe_layers * m.experts_per_token * d.expert_params
             # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
-            moe_flops = (gpu.fp8_flops if fp8 else gpu.flops) * p.moe_flops_efficiency
+            moe_flops = gemm_peak(m.expert_dtype or m.dtype, gpu)[0] * p.moe_flops_efficiency
             self._lin_flop_s = (2 * always / lin_flops + 2 * router / flops
                                 + 2 * routed / moe_flops)
-            self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
-            self._moe_mem_s = d.moe_layers * m.experts * d.expert_params * m.dtype_bytes / bw
+            if m.expert_dtype_bytes == m.dtype_bytes:
+                self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
+            else:
+                # Shared experts are read at the experts' dtype, the rest at the weights'.
+                shared = d.moe_layers * d.shared_experts * d.expert_params
+                self._lin_mem_s = ((always - shared) * m.dtype_bytes
+                                   + shared * m.expert_dtype_bytes + router * b) / bw
+            self._moe_mem_s = (d.moe_layers * m.experts * d.expert_params
+                               * m.expert_dtype_bytes / bw)
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
             # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
             self._moe_q = 1.0 - m.experts_per_token / m.experts
@@ -188,6 +249,17 @@ class RooflineCost:
         self._head_mem_s = head * b / bw
         self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
         self._kv_mem_s = d.kv_bytes_per_token / bw
+        self._window = m.sliding_window
+        if self._window:
+            # Full layers' attention as above, sliding ones' on window-capped pairs and
+            # reads (_terms).
+            layer_flop_s = 4 * d.heads * m.head_dim / attn_flops
+            layer_mem_s = d.kv_bytes_per_token // m.layers / bw
+            self._attn_flop_s = layer_flop_s * m.full_layers
+            self._kv_mem_s = layer_mem_s * m.full_layers
+            self._swa_flop_s = layer_flop_s * m.sliding_layers
+            self._swa_mem_s = layer_mem_s * m.sliding_layers
+
         self._lin_floor_s = kernels * p.kernel_floor_s
         self._attn_floor_s = m.layers * p.attention_floor_s
         if tp > 1:
@@ -215,13 +287,31 @@ class RooflineCost:
             touched = 1.0 - self._moe_q ** new  # share of each layer's experts read
             linear = (mx(self._lin_flop_s * new, self._lin_mem_s + self._moe_mem_s * touched)
                       + self._lin_floor_s)
+        if self._window:
+            attention = self._window_attention(shape, mx)
+        else:
+            attention = mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens)
         return (linear,
-                mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens) + self._attn_floor_s,
+                attention + self._attn_floor_s,
                 mx(self._head_flop_s * shape.seqs, self._head_mem_s) + p.kernel_floor_s,
                 self._ar_fixed_s + self._ar_token_s * new,
                 p.step_overhead_s + p.per_seq_overhead_s * shape.seqs)
 
+    def _window_attention(self, shape: StepShape, mx: Any) -> Any:
+        """Attention seconds (without its floor) of a model with sliding-window layers:
+        full layers on every pair and KV token, sliding ones on window-capped counts."""
+        w, new = self._window, shape.new_tokens
+        mn: Any = min if mx is max else np.minimum
+        pairs = shape.prefill_pairs + shape.decode_kv
+        kv_tokens = shape.context_tokens + new
+        win_pairs = (mn(shape.prefill_pairs, w * shape.prefill_tokens)
+                     + mn(shape.decode_kv, w * shape.decode_seqs))
+        win_kv = mn(shape.context_tokens, w * shape.seqs) + new
+        return mx(self._attn_flop_s * pairs + self._swa_flop_s * win_pairs,
+                  self._kv_mem_s * kv_tokens + self._swa_mem_s * win_kv)
+
     def parts(self, shape: StepShape) -> dict[str, Any]:
+
         """Seconds of each term for ``shape`` (numbers or arrays): ``linear``,
         ``attention``, ``lm_head``, ``allreduce``, ``overhead``."""
         mx: Any = max if type(shape.new_tokens) is int else np.maximum

@@ -11,20 +11,52 @@ KV capacity, cost and transfers and for calibration alike.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sim.configtools import bounded
 from sim.errors import ServesimError
 
-Dtype = Literal["fp32", "fp16", "bf16", "fp8", "fp8-block"]
+Dtype = Literal["fp32", "fp16", "bf16", "fp8", "fp8-block", "mxfp4", "nvfp4", "int4"]
 KVDtype = Literal["auto", "fp8"]
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8-block": 1}
+# 4-bit weights, in bits per weight with their scales counted (a weight takes a fraction
+# of a byte, so these dtypes are kept apart from DTYPE_BYTES, whose whole-byte figures
+# every older profile and digest was computed with):
+# - mxfp4 (OCP Microscaling FP4, gpt-oss's experts): 4-bit E2M1 values and one 8-bit
+#   power-of-two scale per block of 32: 4 + 8/32 = 4.25 bits.
+# - nvfp4 (NVIDIA FP4, ModelOpt and compressed-tensors checkpoints): E2M1 values, one
+#   FP8 E4M3 scale per block of 16 and one fp32 scale per tensor: 4 + 8/16 = 4.5 bits
+#   (the per-tensor scale is a few bytes a matrix and is not counted).
+# - int4 (GPTQ/AWQ, vLLM's w4a16): 4-bit integers and one 16-bit scale per group of 128
+#   input channels: 4 + 16/128 = 4.125 bits. AWQ's 4-bit zero points (4/128 more) and
+#   smaller groups (group_size 32 or 64) are not counted: under 1% of the weights' bytes
+#   for the first, up to 0.4 bits a weight for the second.
+FOUR_BIT_WEIGHTS: dict[str, float] = {"mxfp4": 4.25, "nvfp4": 4.5, "int4": 4.125}
+FP4_WEIGHTS = ("mxfp4", "nvfp4")
 # Weight dtypes of quantised checkpoints: FP8 with one scale per tensor (or per output
 # channel), and FP8 with one scale per 128 x 128 block (DeepSeek's and Qwen's FP8
 # releases). Only the projections are quantised; embeddings, the LM head and norms keep
 # 16 bits, and activations run in bf16 between the GEMMs.
 FP8_WEIGHTS = ("fp8", "fp8-block")
+# Dtypes a checkpoint's routed experts may have apart from its other projections ("":
+# the projections' own): gpt-oss keeps attention in bf16 and its experts in mxfp4.
+ExpertDtype = Literal["", "bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "int4"]
+
+
+def weight_bytes_per(dtype: str) -> float:
+    """Bytes one weight of ``dtype`` takes with its scales (a whole number of bytes for
+    the 8-, 16- and 32-bit dtypes, a fraction for the 4-bit ones)."""
+    if dtype in DTYPE_BYTES:
+        return DTYPE_BYTES[dtype]
+    return FOUR_BIT_WEIGHTS[dtype] / 8
+
+
+def packed_bytes(elements: int, per: float) -> int:
+    """Bytes of ``elements`` weights at ``per`` bytes each, rounded up to a whole byte
+    (exact for whole-byte dtypes; 4-bit ones pack two values a byte)."""
+    return math.ceil(elements * per)
 
 
 class _Projections:
@@ -65,6 +97,21 @@ class _Projections:
         return 3 * self.hidden * self.expert_intermediate
 
     @property
+    def expert_stack_params(self) -> int:
+        """Weights of every MoE layer's routed and shared experts (part of
+        :attr:`stack_params`; the part a separate expert dtype applies to)."""
+        return self.moe_layers * (self.experts + self.shared_experts) * self.expert_params
+
+    def stack_bytes(self, per: float, expert_per: float) -> int:
+        """Bytes of :attr:`stack_params`: experts at ``expert_per`` bytes a weight, the
+        other projections at ``per``."""
+        if expert_per == per:
+            return packed_bytes(self.stack_params, per)
+        experts = self.expert_stack_params
+        return (packed_bytes(self.stack_params - experts, per)
+                + packed_bytes(experts, expert_per))
+
+    @property
     def stack_params(self) -> int:
         """Projection weights of every layer: attention, dense MLPs, and in each MoE layer
         every routed and shared expert (the router is not a projection)."""
@@ -88,7 +135,17 @@ class ModelSpec(_Projections):
     Mixture-of-experts: ``experts`` routed experts per MoE layer (0: a dense model), of
     which each token uses ``experts_per_token``, each a SwiGLU of width
     ``expert_intermediate``; ``shared_experts`` more of that width every token uses; the
-    first ``dense_layers`` layers keep a dense SwiGLU of width ``intermediate``."""
+    first ``dense_layers`` layers keep a dense SwiGLU of width ``intermediate``.
+
+    4-bit weights: ``dtype`` (or ``expert_dtype``) ``mxfp4``, ``nvfp4`` or ``int4``
+    (see :data:`FOUR_BIT_WEIGHTS`); ``expert_dtype`` is the routed and shared experts'
+    weight dtype where it differs from the other projections' ("" = ``dtype``).
+
+    Sliding-window attention: ``sliding_layers`` of the ``layers`` attend only to the last
+    ``sliding_window`` tokens (0, 0: none; gpt-oss alternates window-128 and full layers,
+    Mistral-7B v0.1 windows all 32 at 4,096). ``attention_sinks``: each query head of
+    every layer has one learned sink logit (gpt-oss), a parameter per head whose compute
+    is one more term in each softmax (not priced: a few FLOPs a row)."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -109,8 +166,13 @@ class ModelSpec(_Projections):
     expert_intermediate: int = bounded(0, ge=0)
     shared_experts: int = bounded(0, ge=0)
     dense_layers: int = bounded(0, ge=0)
+    expert_dtype: ExpertDtype = ""
+    sliding_window: int = bounded(0, ge=0)
+    sliding_layers: int = bounded(0, ge=0)
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
+        self._check_newer()
         if self.heads % self.kv_heads:
             raise ServesimError(
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}",
@@ -133,15 +195,45 @@ class ModelSpec(_Projections):
             raise ServesimError(f"got {self.dense_layers}, must be below layers "
                                 f"({self.layers})", where="dense_layers")
 
+    def _check_newer(self) -> None:
+        """The sliding-window and expert-dtype fields agree with the rest."""
+        if self.sliding_layers > self.layers:
+            raise ServesimError(f"got {self.sliding_layers}, must be at most layers "
+                                f"({self.layers})", where="sliding_layers")
+        if bool(self.sliding_window) != bool(self.sliding_layers):
+            unset, other = (("sliding_layers", "sliding_window") if self.sliding_window
+                            else ("sliding_window", "sliding_layers"))
+            raise ServesimError(f"got 0 while {other} is {getattr(self, other)}; set both "
+                                "(the window in tokens and how many layers use it) or "
+                                "neither", where=unset)
+        if self.expert_dtype and not self.experts:
+            raise ServesimError(f"got {self.expert_dtype!r} for a dense model (experts is "
+                                f"0); set dtype instead", where="expert_dtype")
+
+    @property
+    def full_layers(self) -> int:
+        """Layers whose attention sees the whole context (all but the sliding ones)."""
+        return self.layers - self.sliding_layers
+
+    @property
+    def expert_dtype_bytes(self) -> float:
+        """Bytes per routed or shared expert weight, scales counted."""
+        return weight_bytes_per(self.expert_dtype or self.dtype)
+
+    @property
+    def sink_params(self) -> int:
+        """Attention-sink logits of every layer, one per query head (elements)."""
+        return self.layers * self.heads if self.attention_sinks else 0
+
     @property
     def moe(self) -> bool:
         """Whether the model has mixture-of-experts layers."""
         return self.experts > 0
 
     @property
-    def dtype_bytes(self) -> int:
-        """Bytes per projection weight (the weights' dtype)."""
-        return DTYPE_BYTES[self.dtype]
+    def dtype_bytes(self) -> float:
+        """Bytes per projection weight (the weights' dtype; a fraction for 4-bit ones)."""
+        return weight_bytes_per(self.dtype)
 
     @property
     def act_dtype(self) -> str:
@@ -181,7 +273,8 @@ class ModelSpec(_Projections):
         """All weights (elements): layers' projections and routers, embedding and, unless
         tied, the LM head."""
         head = 0 if self.tie_embeddings else self.embedding_params
-        return self.stack_params + self.router_params + self.embedding_params + head
+        return (self.stack_params + self.router_params + self.embedding_params + head
+                + self.sink_params)
 
     @property
     def weight_bytes(self) -> int:
@@ -189,7 +282,8 @@ class ModelSpec(_Projections):
         ``dtype``, embedding and LM head at the activations' dtype (per-GPU figures, with
         norms and tensor-parallel sharding, come from :func:`shard`)."""
         linear = self.stack_params
-        return linear * self.dtype_bytes + (self.params - linear) * self.act_bytes
+        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes)
+                + (self.params - linear) * self.act_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -202,7 +296,8 @@ class ModelSpec(_Projections):
 # hashed only when they differ from a plain 16-bit dense model's (DENSE), so files and
 # digests of such models stay what they were.
 NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
-                "shared_experts", "dense_layers")
+                "shared_experts", "dense_layers", "expert_dtype", "sliding_window",
+                "sliding_layers", "attention_sinks")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 
@@ -237,7 +332,7 @@ class Shard(_Projections):
     rope_theta: float
     tp: int = 1
     layers: int = 1
-    dtype_bytes: int = 2
+    dtype_bytes: float = 2
     tie_embeddings: bool = False
     act_bytes: int = 2
     kv_bytes: int = 2
@@ -246,24 +341,32 @@ class Shard(_Projections):
     expert_intermediate: int = 0  # this GPU's share of each expert's width
     shared_experts: int = 0
     dense_layers: int = 0
+    expert_dtype_bytes: float = 2
+    sliding_window: int = 0
+    sliding_layers: int = 0
+    attention_sinks: bool = False
 
     @property
     def params(self) -> int:
         """All weights (elements) one GPU holds: its share of every projection, QKV bias,
-        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights and
-        MoE routers."""
+        attention sinks (one per query head), embedding and LM head (vocab-parallel), plus
+        the replicated RMSNorm weights and MoE routers."""
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
         norms = 2 * self.hidden
         tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
         router = self.moe_layers * self.hidden * self.experts
-        return self.stack_params + self.layers * (bias + norms) + router + tables + self.hidden
+        sinks = self.layers * self.heads if self.attention_sinks else 0
+        return (self.stack_params + self.layers * (bias + norms) + router + tables + self.hidden
+                + sinks)
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of the weights one GPU holds: projections at ``dtype_bytes``, QKV bias,
-        norms, routers, embedding and LM head at ``act_bytes``."""
+        """Bytes of the weights one GPU holds: projections at ``dtype_bytes`` (experts at
+        ``expert_dtype_bytes``), QKV bias, sinks, norms, routers, embedding and LM head at
+        ``act_bytes``."""
         linear = self.stack_params
-        return linear * self.dtype_bytes + (self.params - linear) * self.act_bytes
+        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes)
+                + (self.params - linear) * self.act_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -310,7 +413,10 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
                  kv_bytes=spec.kv_dtype_bytes, experts=spec.experts,
                  experts_per_token=spec.experts_per_token,
                  expert_intermediate=spec.expert_intermediate // tp,
-                 shared_experts=spec.shared_experts, dense_layers=spec.dense_layers)
+                 shared_experts=spec.shared_experts, dense_layers=spec.dense_layers,
+                 expert_dtype_bytes=spec.expert_dtype_bytes,
+                 sliding_window=spec.sliding_window, sliding_layers=spec.sliding_layers,
+                 attention_sinks=spec.attention_sinks)
 
 
 def _llama(**kw: object) -> ModelSpec:
@@ -369,6 +475,25 @@ MODELS["qwen3-235b-a22b-fp8"] = dataclasses.replace(
 # weights (per-tensor scales) and keeps the KV cache in bf16 unless the server says fp8.
 MODELS["llama-3.3-70b-fp8"] = dataclasses.replace(MODELS["llama-3.1-70b"],
                                                   name="llama-3.3-70b-fp8", dtype="fp8")
+# OpenAI's gpt-oss (config.json of openai/gpt-oss-20b and -120b, shipped under
+# sim/data/models/): every layer a mixture of SwiGLU experts of width 2880 (its
+# intermediate_size, as Mixtral's), attention with QKV biases and one learned sink per
+# head, layer_types alternating a 128-token sliding window and full attention (window
+# first). As released, the experts are mxfp4 and attention, router, embedding and LM
+# head bf16 (quantization_config.modules_to_not_convert). Not counted: the biases of the
+# output projection and of the experts (gate_up and down), and the router's: 0.04% of
+# the weights (39.8M of 116.8B in the 120b).
+_GPT_OSS = dict(hidden=2880, heads=64, kv_heads=8, head_dim=64, intermediate=2880,
+                vocab=201088, max_context=131072, rope_theta=150000.0, qkv_bias=True,
+                experts_per_token=4, expert_intermediate=2880, expert_dtype="mxfp4",
+                sliding_window=128, attention_sinks=True)
+MODELS.update({
+    "gpt-oss-20b": _llama(name="gpt-oss-20b", layers=24, experts=32, sliding_layers=12,
+                          **_GPT_OSS),
+    "gpt-oss-120b": _llama(name="gpt-oss-120b", layers=36, experts=128, sliding_layers=18,
+                           **_GPT_OSS),
+})
+
 
 
 @dataclass(frozen=True)
@@ -384,7 +509,8 @@ class GPUSpec:
     ``fp8_flops`` is dense FP8 FLOP/s, 0 on a GPU without FP8 tensor cores (A100: FP8
     weights there run weight-only, dequantised to bf16 for each GEMM, as vLLM's Marlin
     kernels do). ``fp4_flops`` is dense FP4 FLOP/s (NVFP4 on Blackwell), 0 on a GPU
-    without FP4 tensor cores.
+    without FP4 tensor cores (FP4 weights run weight-only there, see
+    :func:`dtype_weight_only`).
     ``link_bw`` is per-GPU, per-direction bytes/s of the fast link inside a node (NVLink,
     Infinity Fabric, or PCIe where there is none) and ``link_latency_s`` the fixed cost of
     one all-reduce over it; ``node_gpus`` GPUs share that link. ``net_bw`` and
@@ -543,8 +669,45 @@ NODE_HOST_MEMORY_GIB: dict[str, float] = {
 
 def weight_only(model: ModelSpec, gpu: GPUSpec) -> bool:
     """Whether ``model``'s FP8 weights run weight-only on ``gpu``: dequantised to bf16 for
-    each GEMM, at bf16 FLOP/s, because the GPU has no FP8 tensor cores."""
-    return model.dtype in FP8_WEIGHTS and not gpu.fp8_flops
+    each GEMM, at bf16 FLOP/s, because the GPU has no FP8 tensor cores; or its 4-bit
+    weights (projections' or experts'), by :func:`dtype_weight_only`."""
+    if model.dtype in FP8_WEIGHTS and not gpu.fp8_flops:
+        return True
+    return any(dtype_weight_only(d, gpu) for d in (model.dtype, model.expert_dtype)
+               if d in FOUR_BIT_WEIGHTS)
+
+
+def dtype_weight_only(dtype: str, gpu: GPUSpec) -> bool:
+    """Whether GEMMs on weights of ``dtype`` run weight-only on ``gpu`` (the packed weights
+    read, dequantised and multiplied at bf16 FLOP/s).
+
+    int4 always does (vLLM's GPTQ/AWQ Marlin kernels are w4a16). So does mxfp4: vLLM runs
+    gpt-oss's mxfp4 experts with bf16 activations on every GPU, a Triton kernel on Hopper
+    and FlashInfer's TRT-LLM "mxfp4_bf16" kernel on Blackwell (the kernel sources of
+    AIConfigurator's vLLM 0.24.0 MoE tables on H200 and B200), not on FP4 tensor cores.
+    nvfp4 (W4A4) runs on FP4 tensor cores where the GPU has them and weight-only through
+    Marlin elsewhere (``is_fp4_marlin_supported``: compute capability 8.0, every NVIDIA
+    GPU here); FP8 weight-only where the GPU has no FP8 tensor cores."""
+    if dtype in ("int4", "mxfp4"):
+        return True
+    if dtype == "nvfp4":
+        return not gpu.fp4_flops
+    return dtype in FP8_WEIGHTS and not gpu.fp8_flops
+
+
+
+def check_dtype(model: ModelSpec, gpu: GPUSpec) -> None:
+    """Refuse a weight dtype vLLM cannot run on ``gpu`` at all: NVFP4 on the AMD MI300X.
+    vLLM runs NVFP4 checkpoints (ModelOpt, compressed-tensors) on NVIDIA GPUs only, natively
+    on Blackwell and through Marlin from compute capability 8.0; its ROCm platform lists
+    neither quantisation among those it supports (MXFP4, GPTQ and AWQ it does list)."""
+    for key in ("dtype", "expert_dtype"):
+        if getattr(model, key) == "nvfp4" and gpu.name.startswith("mi"):
+            raise ServesimError(
+                f"got 'nvfp4': {gpu.name} has no FP4 tensor cores and vLLM's weight-only FP4 "
+                "(Marlin) kernels are CUDA-only; use mxfp4, int4 or fp8 weights there, or an "
+                "NVIDIA GPU", where=f"model.{key}")
+
 
 
 def model_preset(name: str) -> ModelSpec:

@@ -237,7 +237,11 @@ def memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
         out.append(f"memory/GPU{pool}: {m['total_gib']:.2f} GiB x {m['utilization']:g} - "
                    f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
                    f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs "
-                   f"{m['cuda_graph_gib']:.2f} -> {kv}, {m['kv_tokens']} tokens")
+                   f"{m['cuda_graph_gib']:.2f}"
+                   + (f" - sliding-window KV {m['sliding_window_kv_gib']:.2f}"
+                      if "sliding_window_kv_gib" in m else "")
+                   + f" -> {kv}, {m['kv_tokens']} tokens")
+
     return out
 
 

@@ -173,13 +173,27 @@ def _seqs_shape(n: int) -> StepShape:
     return decode_shape(n, 0)
 
 
+def _check_buildable(m: ModelSpec) -> None:
+    """Refuse what the builder does not price: it takes every layer's attention over the
+    whole context and the experts in the projections' dtype, so a profile of a model
+    with sliding windows or experts of their own dtype (gpt-oss) would be wrong."""
+    what = [w for w, on in (("sliding-window layers", m.sliding_window),
+                            (f"{m.expert_dtype} experts", m.expert_dtype)) if on]
+    if what:
+        raise ServesimError(f"model {m.name} has {' and '.join(what)}, for which profiles "
+                            "are not built yet; use cost: roofline", where="--model")
+
+
 def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
+
     """The profile of ``spec`` as a plain mapping in schema order (see the module doc)."""
     version = resolve_version(spec)
     m, fw, gpu = spec.model, spec.framework, spec.gpu
     if m.dtype not in TABLE_DTYPES:
         raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
+    _check_buildable(m)
+
     rank = shard(m, spec.tp, where="--tp")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []

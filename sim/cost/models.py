@@ -112,6 +112,14 @@ def dtype_note(model: ModelSpec, gpu: GPUSpec) -> str:
     return f"; {', '.join(parts)}" if parts else ""
 
 
+def ep_note(ep: int, imbalance: float = 1.0) -> str:
+    """What a cost source adds about expert parallelism; empty without it."""
+    if ep == 1:
+        return ""
+    skew = f", busiest GPU {imbalance:g}x the mean tokens" if imbalance != 1 else ""
+    return f"; expert parallelism ep={ep}{skew}"
+
+
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
 # least the kernel floor, however small its work.
 LINEAR_KERNELS = 4
@@ -141,13 +149,23 @@ class RooflineCost:
     experts' per token (and shared experts', and the router's); its bytes are those of
     the experts the step touches: under uniform routing E·(1 − (1 − k/E)^new) of its E
     experts, so one decode reads k experts and a long prefill all of them.
+
+    Expert parallelism (``ep`` = tp > 1, :func:`sim.cost.specs.expert_shard`): a GPU
+    holds E/ep whole experts, so it reads (E/ep)·(1 − (1 − k/E)^new) of them and runs
+    the new·k/ep token-expert pairs routed to it on average, times ``ep_imbalance`` for
+    the busiest GPU, which sets the step (1: balanced). Every GPU already holds every
+    token after attention's all-reduce, so nothing is dispatched: vLLM with one
+    data-parallel rank combines the experts' outputs with the same all-reduce as under
+    tensor parallelism (its all-to-all kernels serve data-parallel attention only).
     """
 
-    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams,
+                 ep: int = 1, ep_imbalance: float = 1.0):
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
+        self.ep, self.ep_imbalance = ep, ep_imbalance
         self.frontend = params.frontend
         m, p = model, params
-        d = shard(model, tp)
+        d = shard(model, tp, ep=ep)
         b = m.act_bytes
         flops = gpu.flops * p.flops_efficiency
         # FP8 projections run at the FP8 peak where the GPU has FP8 tensor cores; elsewhere
@@ -165,15 +183,17 @@ class RooflineCost:
             # are read once for each expert the step's tokens touch (below).
             always = (m.layers * d.attention_params_per_layer
                       + m.dense_layers * 3 * m.hidden * d.intermediate
-                      + d.moe_layers * d.shared_experts * d.expert_params)
+                      + d.moe_layers * d.shared_experts * d.shared_expert_params)
             router = d.moe_layers * m.hidden * m.experts
-            routed = d.moe_layers * m.experts_per_token * d.expert_params
+            routed: float = d.moe_layers * m.experts_per_token * d.expert_params
+            if ep > 1:  # whole experts, a 1/ep share of the pairs (the busiest GPU's)
+                routed = routed * ep_imbalance / ep
             # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
             moe_flops = (gpu.fp8_flops if fp8 else gpu.flops) * p.moe_flops_efficiency
             self._lin_flop_s = (2 * always / lin_flops + 2 * router / flops
                                 + 2 * routed / moe_flops)
             self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
-            self._moe_mem_s = d.moe_layers * m.experts * d.expert_params * m.dtype_bytes / bw
+            self._moe_mem_s = d.moe_layers * d.experts * d.expert_params * m.dtype_bytes / bw
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
             # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
             self._moe_q = 1.0 - m.experts_per_token / m.experts
@@ -201,7 +221,7 @@ class RooflineCost:
     def source(self) -> str:
         """Where the prices come from, in one phrase (and how FP8 weights run)."""
         return "analytic roofline (efficiencies fitted on public kernel tables)" + dtype_note(
-            self.model, self.gpu)
+            self.model, self.gpu) + ep_note(self.ep, self.ep_imbalance)
 
     def _terms(self, shape: StepShape, mx: Any) -> tuple[Any, Any, Any, Any, Any]:
         """(linear, attention, LM head, all-reduce, overhead) seconds of ``shape``."""
@@ -255,17 +275,18 @@ def build_cost(scenario: Scenario, gpu_name: str | None = None,
     c = scenario.cost
     gpu_name = gpu_name or scenario.hardware.gpu
     tp = tp or scenario.hardware.tp
+    ep, skew = scenario.hardware.ep, scenario.hardware.ep_imbalance
     if c.linear is not None:
         return c.linear
     if c.roofline is not None:
-        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline)
+        return RooflineCost(scenario.model, gpu(gpu_name), tp, c.roofline, ep, skew)
     from sim.cost.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
     if c.measured is not None:
         from sim.cost.measured import find
 
         try:
-            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework))
+            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework, ep))
         except ServesimError as exc:
             raise exc.located(scenario.source) from None
     assert c.profile is not None
@@ -276,7 +297,7 @@ def build_cost(scenario: Scenario, gpu_name: str | None = None,
     mismatch = [
         f"{k} {a!r} != {b!r}"
         for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, tp))
+                        ("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep))
         if a != b
     ]
     if mismatch:

@@ -139,13 +139,17 @@ def test_silicon_moe_rows_split_by_tp_are_simulated_others_named(tmp_path: Path)
         head,
         "a,x,vllm,0.12.0,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,fp8,agg,1000,100,8,4,1,,90,20,fp8,4,1",
         "b,x,trtllm,1.0,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,fp8,agg,1000,100,8,8,1,,90,20,"
-        "fp8_block,1,8"]) + "\n")
-    a, b = (classify(r) for r in read_rows(path))
+        "fp8_block,1,8",
+        "c,x,trtllm,1.0,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,fp8,agg,1000,100,8,4,1,,90,20,"
+        "fp8_block,2,2"]) + "\n")
+    a, b, c = (classify(r) for r in read_rows(path))
     # Labelled fp8, but Qwen's checkpoint is block-scaled: simulated as such.
-    assert isinstance(a, Case) and (a.model, a.dtype, a.spec.experts) == (
-        "qwen3-235b-a22b", "fp8-block", 128)
-    assert b == ("experts split other than by tensor parallelism (tp 8, expert tp 1, expert "
-                 "parallelism 8)")
+    assert isinstance(a, Case) and (a.model, a.dtype, a.spec.experts, a.ep) == (
+        "qwen3-235b-a22b", "fp8-block", 128, 1)
+    # Experts dealt out whole over the tp GPUs: expert parallelism, ep = tp.
+    assert isinstance(b, Case) and b.ep == 8
+    assert c == ("experts split other than by tensor parallelism or by expert parallelism "
+                 "over the tp GPUs (tp 4, expert tp 2, expert parallelism 2)")
 
 
 def test_moe_model_from_a_scenario_mapping() -> None:

@@ -117,6 +117,7 @@ class Pool:
     router: str
     gpu_spec: GPUSpec
     pp: int = 1  # pipeline stages per replica (co-located pool only)
+    ep: int = 1  # expert parallelism (co-located pool only): E/ep whole experts a GPU
 
     @property
     def gpus_per_replica(self) -> int:
@@ -129,7 +130,7 @@ def pools(scenario: Scenario) -> list[Pool]:
     hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
     if sv.policy != "disaggregated":
         return [Pool("both", cl.replicas, gpu_label(hw.gpu), hw.tp, hw.memory_utilization, sv,
-                     cl.router, resolve_gpu(hw.gpu), hw.pp)]
+                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep)]
     out = []
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
@@ -152,7 +153,8 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     (:func:`sim.cost.memory.memory_budget`)."""
     sv = pool.serving
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
-                           sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp)
+                           sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
+                           pool.ep)
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's
@@ -168,11 +170,15 @@ def check_pools(scenario: Scenario) -> None:
     ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``; a pipeline's
     stages must split the layers and run a policy that models them (``hardware.pp``)."""
     check_pipeline(scenario)
+    if scenario.hardware.ep > 1 and scenario.serving.policy == "disaggregated":
+        raise ServesimError(f"got {scenario.hardware.ep} with policy 'disaggregated': expert "
+                            "parallelism is modelled for co-located replicas so far; use ep 1",
+                            where="hardware.ep")
     for pool in pools(scenario):
         pc = getattr(scenario.disaggregated, pool.role, None)
         prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
         tp_key = f"{prefix}.tp" if pc is None or pc.tp is not None else "hardware.tp"
-        shard(scenario.model, pool.tp, where=tp_key)
+        shard(scenario.model, pool.tp, where=tp_key, ep=pool.ep, ep_where="hardware.ep")
         check_dtype(scenario.model, pool.gpu_spec)
 
         if pool.serving.num_gpu_blocks is None:

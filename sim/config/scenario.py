@@ -49,7 +49,12 @@ class HardwareConfig:
     fraction of each GPU's reported memory vLLM may use (``gpu_memory_utilization``; that
     name is accepted in the file too), and the GiB of a node's host memory a KV tier may
     take. ``gpu`` is a name from :data:`sim.cost.specs.GPUS` or a GPU described inline
-    (:class:`sim.config.gpu.InlineGPU`)."""
+    (:class:`sim.config.gpu.InlineGPU`). ``ep`` > 1 is expert parallelism (vLLM's
+    ``--enable-expert-parallel``): a mixture of experts' routed experts dealt out whole,
+    E/ep to a GPU; it must equal ``tp`` (:func:`sim.cost.specs.expert_shard`).
+    ``ep_imbalance`` (at least 1) is how many times the mean share of routed tokens the
+    busiest GPU's experts get under expert parallelism (the roofline prices that GPU; 1:
+    balanced routing)."""
 
     gpu: str | InlineGPU = DEFAULT_GPU
     tp: int = bounded(1, ge=1)
@@ -57,6 +62,8 @@ class HardwareConfig:
     # None: the node's installed memory (sim.cost.specs.NODE_HOST_MEMORY_GIB).
     host_memory_gb: float | None = bounded(None, gt=0)
     pp: int = bounded(1, ge=1)
+    ep: int = bounded(1, ge=1)
+    ep_imbalance: float = bounded(1.0, ge=1)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu, str) and self.gpu not in GPUS:
@@ -423,7 +430,13 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                     raise ServesimError(
                         f"the inline GPU {pool.gpu!r} has no measured kernel tables; use "
                         f"cost: roofline (or a profile calibrated on it)", where="cost.measured")
-                find(scenario.model, pool.gpu, pool.tp, scenario.cost.measured.framework)
+                find(scenario.model, pool.gpu, pool.tp, scenario.cost.measured.framework,
+                     pool.ep)
+            if scenario.hardware.ep_imbalance != 1:
+                raise ServesimError(f"got {scenario.hardware.ep_imbalance:g} with cost: "
+                                    "measured, whose MoE tables are timed under balanced "
+                                    "routing; ep_imbalance applies to cost: roofline",
+                                    where="hardware.ep_imbalance")
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
                                 where="horizon_s")

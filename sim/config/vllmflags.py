@@ -12,7 +12,9 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
   70 GiB that is not an A100, else 2048 and 256 (vLLM's ``get_batch_defaults``);
 - no admission watermark (V1's KV-cache manager keeps none).
 
-``kv-cache-dtype fp8`` and ``quantization fp8`` set the model's KV-cache and weight
+``enable-expert-parallel`` sets ``hardware.ep`` to the tensor-parallel size (vLLM's
+expert-parallel group with one data-parallel rank). ``kv-cache-dtype fp8`` and
+``quantization fp8`` set the model's KV-cache and weight
 dtypes (:data:`DTYPE_FLAGS`). Flags that change nothing a simulation prices (``port``,
 ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
 servesim does not model yet (other quantisations, eager mode, long partial prefills)
@@ -151,6 +153,8 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                 raise ServesimError("sets serving.policy, which the scenario sets too; give "
                                     "one of them", where=where)
             section("serving")["policy"] = "chunked" if value else "continuous"
+        elif name == "enable_expert_parallel":
+            _expert_parallel(value, given, section("hardware"), where)
         elif name in DTYPE_FLAGS:
             choices = DTYPE_FLAGS[name]
             if value not in choices:
@@ -170,7 +174,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                                     "default) so far", where=where)
         elif name not in NO_EFFECT:
             known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
-                            *DTYPE_FLAGS])
+                            *DTYPE_FLAGS, "enable_expert_parallel"])
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)} (and flags with no effect on a "
                                 "simulation: docs/scenarios.md)", where=where)
@@ -178,6 +182,28 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     for name, value in sections.items():
         out[name] = value
     return out
+
+
+def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],
+                     hardware: dict[str, Any], where: str) -> None:
+    """``--enable-expert-parallel``: ``hardware.ep`` = tp. vLLM's expert-parallel group
+    is tp x data-parallel size; several data-parallel ranks would mean data-parallel
+    attention with all-to-all dispatch, which servesim does not model."""
+    if not isinstance(value, bool):
+        raise ServesimError(f"got {value!r}, expected true or false", where=where)
+    if not value:
+        return
+    dp = given.get("data_parallel_size", ("", 1))[1]
+    if dp != 1:
+        raise ServesimError(f"got true with data-parallel-size {dp}: expert parallelism "
+                            "across data-parallel ranks (data-parallel attention, all-to-all "
+                            "dispatch) is not modelled; servesim models ep = tp with one "
+                            "data-parallel rank", where=where)
+    if "ep" in hardware:
+        raise ServesimError("sets hardware.ep, which the scenario sets too; give one of "
+                            "them", where=where)
+    tp = given.get("tensor_parallel_size", ("", None))[1]
+    hardware["ep"] = tp if tp is not None else hardware.get("tp", 1)
 
 
 def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:

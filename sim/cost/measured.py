@@ -4,7 +4,8 @@
 (:mod:`sim.cost.tables.profilebuild`) for every shipped architecture on every GPU the tables
 cover, at tensor-parallel degrees 1, 2, 4 and 8 where the model fits, for vLLM and
 SGLang. A file's stem says what it is: ``<gpu>-<model>-tp<N>-<framework>``.
-``cost: measured`` picks the one matching the scenario's GPU, model, tp and framework;
+Profiles built with expert parallelism add ``-ep<N>`` after the tp (:data:`SHIPPED_EP`).
+``cost: measured`` picks the one matching the scenario's GPU, model, tp, ep and framework;
 a model matches a profile built for a preset of the same architecture (Llama 3.1 8B
 runs Llama 3 8B's kernels: only the context length differs).
 """
@@ -31,9 +32,14 @@ SHIPPED_MODELS = ("llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen
 SHIPPED_FP8 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
 # Mixtures of experts, on every GPU and tp whose MoE tables measured their shape.
 SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b")
+# With expert parallelism (vLLM's --enable-expert-parallel, ep = tp), vLLM only: the
+# setups of the public end-to-end rows served so (Qwen3-235B-A22B-FP8 on 2 and 4 H200s)
+# and the 8-H200 one docs/models.md sets beside tensor parallelism.
+SHIPPED_EP = (("qwen3-235b-a22b-fp8", "h200", 2), ("qwen3-235b-a22b-fp8", "h200", 4),
+              ("qwen3-235b-a22b", "h200", 8))
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 SHIPPED_TPS = (1, 2, 4, 8)
-_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)"
+_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)(?:-ep(?P<ep>\d+))?-(?P<fw>[a-z]+)"
                    r"(?:-(?P<dtype>fp8|fp8-block))?(?P<kv>-kvfp8)?$")
 
 
@@ -70,6 +76,7 @@ class Shipped:
     framework: str
     dtype: str = ""  # the weights' dtype where the stem names one (else the preset's)
     kv_dtype: str = "auto"
+    ep: int = 1  # expert parallelism (``-ep<N>`` in the stem)
 
     @property
     def spec(self) -> ModelSpec:
@@ -91,18 +98,29 @@ def shipped() -> tuple[Shipped, ...]:
         m = _REST.match(path.stem[len(gpu) + 1:]) if gpu else None
         if gpu and m and m["model"] in MODELS:
             out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"],
-                               m["dtype"] or "", "fp8" if m["kv"] else "auto"))
+                               m["dtype"] or "", "fp8" if m["kv"] else "auto",
+                               int(m["ep"] or 1)))
     return tuple(out)
 
 
-def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:
+def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> str:
     """The stem of the shipped profile for ``model`` on ``tp`` GPUs of ``gpu`` under
-    ``framework``; an error listing what exists when none matches."""
+    ``framework``, with expert parallelism ``ep``; an error listing what exists when
+    none matches."""
     arch = architecture(model)
     same = [s for s in shipped() if architecture(s.spec) == arch]
     for s in same:
-        if (s.gpu, s.tp, s.framework) == (gpu, tp, framework):
+        if (s.gpu, s.tp, s.framework, s.ep) == (gpu, tp, framework, ep):
             return s.stem
+    if ep > 1:
+        have_ep = sorted(f"{s.framework} tp {s.tp} ep {s.ep}" for s in same
+                         if s.gpu == gpu and s.ep > 1)
+        raise ServesimError(f"no measured profile for {model.name} at tp={tp} with expert "
+                            f"parallelism ep={ep} under {framework} on {gpu}; shipped with "
+                            f"expert parallelism there: {', '.join(have_ep) or 'none'} (build "
+                            f"one with `servesim profile build --ep`, or use cost: roofline)",
+                            where="cost.measured")
+    same = [s for s in same if s.ep == 1]
     if not same:
         names = sorted({s.model for s in shipped()})
         dtypes = "" if model.dtype not in FP8_WEIGHTS and model.kv_dtype == "auto" else (

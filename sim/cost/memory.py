@@ -88,6 +88,7 @@ class MemoryBudget:
     # Sliding-window layers' KV, set aside before the blocks are counted (see
     # sliding_reserve_bytes); the blocks then hold the full-attention layers' KV only.
     sliding: int = 0
+    ep: int = 1  # expert parallelism: routed experts dealt out whole, E/ep a GPU
 
     @property
     def budget(self) -> float:
@@ -120,6 +121,8 @@ class MemoryBudget:
 
         where = f"tp={self.tp}" if self.pp == 1 else (
             f"tp={self.tp} and pp={self.pp} (stage {self.stage})")
+        if self.ep > 1:
+            where += f" and ep={self.ep}"
         raise ServesimError(
             f"model {self.model} does not fit on {self.gpu} with {where}: per GPU "
             f"{g(self.total)} GiB x memory_utilization {self.utilization} = {g(self.budget)} GiB"
@@ -137,6 +140,8 @@ class MemoryBudget:
         kv = self.kv if blocks is None else n * self.block_bytes
         stage = {} if self.pp == 1 else {"pp": self.pp, "stage": self.stage}
         sliding = {"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else {}
+        if self.ep > 1:
+            stage = {"ep": self.ep, **stage}
         return {**stage, "total_gib": self.total / GIB, "utilization": self.utilization,
                 "weights_gib": self.weights / GIB, "activation_gib": self.activation / GIB,
                 "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
@@ -145,22 +150,23 @@ class MemoryBudget:
                 "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks"}
 
 
-def weight_bytes(model: ModelSpec, tp: int) -> int:
+def weight_bytes(model: ModelSpec, tp: int, ep: int = 1) -> int:
     """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
     (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
     head_dim elements at the activations' dtype, which every GPU keeps whole. The table is why
-    Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96."""
-    d = shard(model, tp)
+    Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96.
+    ``ep``: expert parallelism (:func:`sim.cost.specs.expert_shard`)."""
+    d = shard(model, tp, ep=ep)
     return d.weight_bytes + model.max_context * model.head_dim * model.act_bytes
 
 
-def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int) -> int:
+def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) -> int:
     """Bytes of weights one GPU of pipeline stage ``k`` (of ``pp``) holds: its layers'
     share of :func:`weight_bytes`' shard (their projections, biases, norms and MoE
     routers; a MoE model's dense layers are its first), the embedding on the first
     stage, the final norm and LM head on the last (a tied model's too: the last stage
     keeps its own copy of the table), and the rotary table on every stage."""
-    d = shard(model, tp)
+    d = shard(model, tp, ep=ep)
     layers = stage_layers(model.layers, pp)
     start = sum(layers[:k])
     dense = max(0, min(model.dense_layers, start + layers[k]) - start)
@@ -177,7 +183,7 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int) -> int:
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
-                     max_num_seqs: int, sampler: bool = True) -> int:
+                     max_num_seqs: int, sampler: bool = True, ep: int = 1) -> int:
     """Peak bytes of one GPU's profiling pass above the weights (torch's peak increase).
 
     With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
@@ -195,9 +201,11 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 
     The peak is the larger of the two, because the layers' temporaries are freed before
     the sampler runs. ``sampler=False``: a pipeline stage before the last, which runs
-    no sampler.
+    no sampler. Under expert parallelism (``ep`` > 1) the experts' width is the whole
+    expert's: a GPU's fused MoE kernel keeps every token's k intermediates of its own,
+    unsliced experts.
     """
-    d = shard(model, tp)
+    d = shard(model, tp, ep=ep)
     a = model.act_bytes
     h = d.hidden
     # A token in a mixture of experts runs k (+ shared) experts' intermediates at once.
@@ -217,23 +225,25 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                   block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
-                  pp: int = 1) -> MemoryBudget:
+                  pp: int = 1, ep: int = 1) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
-    sizes every stage's cache to the smallest: :func:`stage_budget`)."""
+    sizes every stage's cache to the smallest: :func:`stage_budget`). ``ep`` > 1:
+    expert parallelism (:func:`sim.cost.specs.expert_shard`)."""
     if pp > 1:
         stages = [stage_budget(model, gpu, tp, memory_utilization, block_size,
-                               max_num_batched_tokens, max_num_seqs, pp, k) for k in range(pp)]
+                               max_num_batched_tokens, max_num_seqs, pp, k, ep)
+                  for k in range(pp)]
         return min(stages, key=lambda b: (b.blocks, b.kv))
-    d = shard(model, tp)
+    d = shard(model, tp, ep=ep)
     budget = MemoryBudget(
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
-        utilization=memory_utilization, weights=weight_bytes(model, tp),
-        activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs),
+        utilization=memory_utilization, weights=weight_bytes(model, tp, ep),
+        activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs, ep=ep),
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0),
         cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
-        block_bytes=d.kv_bytes_per_token * block_size)
+        block_bytes=d.kv_bytes_per_token * block_size, ep=ep)
     if not (model.sliding_layers and model.full_layers):
         return budget
     layer = d.kv_bytes_per_token // d.layers
@@ -272,21 +282,22 @@ def sliding_reserve_bytes(model: ModelSpec, tp: int, block_size: int, max_num_se
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int, pp: int,
-                 k: int) -> MemoryBudget:
+                 k: int, ep: int = 1) -> MemoryBudget:
     """One GPU of pipeline stage ``k``: its own weights (:func:`stage_weight_bytes`), the
     layers' profiling peak (the sampler's only on the last stage), the non-torch memory
     with its communicators (NCCL's for the stage-to-stage sends as for tensor
     parallelism: no public log measures them apart) and KV blocks of its layers only."""
-    d = shard(model, tp)
+    d = shard(model, tp, ep=ep)
     layers = stage_layers(model.layers, pp)[k]
     return MemoryBudget(
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
-        utilization=memory_utilization, weights=stage_weight_bytes(model, tp, pp, k),
+        utilization=memory_utilization, weights=stage_weight_bytes(model, tp, pp, k, ep),
         activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs,
-                                    sampler=k == pp - 1),
+                                    sampler=k == pp - 1, ep=ep),
         non_torch=NON_TORCH_BYTES + NON_TORCH_TP_BYTES, cuda_graph=CUDA_GRAPH_BYTES,
         block_size=block_size,
-        block_bytes=d.kv_bytes_per_token // d.layers * layers * block_size, pp=pp, stage=k)
+        block_bytes=d.kv_bytes_per_token // d.layers * layers * block_size, pp=pp, stage=k,
+        ep=ep)
 
 
 def kv_capacity_blocks(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

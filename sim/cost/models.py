@@ -154,6 +154,14 @@ def gemm_peak(dtype: str, gpu: GPUSpec) -> tuple[float, bool]:
     return (gpu.fp4_flops if dtype in FP4_WEIGHTS else gpu.fp8_flops), True
 
 
+def ep_note(ep: int, imbalance: float = 1.0) -> str:
+    """What a cost source adds about expert parallelism; empty without it."""
+    if ep == 1:
+        return ""
+    skew = f", busiest GPU {imbalance:g}x the mean tokens" if imbalance != 1 else ""
+    return f"; expert parallelism ep={ep}{skew}"
+
+
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
 # least the kernel floor, however small its work.
 LINEAR_KERNELS = 4
@@ -194,14 +202,24 @@ class RooflineCost:
     and their KV reads min(context, W·seqs) + new. Both are upper bounds, exact when every
     sequence's context is past the window or none is (the shape has sums, not each
     sequence's context).
+
+    Expert parallelism (``ep`` = tp > 1, :func:`sim.cost.specs.expert_shard`): a GPU
+    holds E/ep whole experts, so it reads (E/ep)·(1 − (1 − k/E)^new) of them and runs
+    the new·k/ep token-expert pairs routed to it on average, times ``ep_imbalance`` for
+    the busiest GPU, which sets the step (1: balanced). Every GPU already holds every
+    token after attention's all-reduce, so nothing is dispatched: vLLM with one
+    data-parallel rank combines the experts' outputs with the same all-reduce as under
+    tensor parallelism (its all-to-all kernels serve data-parallel attention only).
     """
 
-    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams):
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams,
+                 ep: int = 1, ep_imbalance: float = 1.0):
         check_dtype(model, gpu)
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
+        self.ep, self.ep_imbalance = ep, ep_imbalance
         self.frontend = params.frontend
         m, p = model, params
-        d = shard(model, tp)
+        d = shard(model, tp, ep=ep)
         b = m.act_bytes
         flops = gpu.flops * p.flops_efficiency
         # FP8 projections run at the FP8 peak where the GPU has FP8 tensor cores; elsewhere
@@ -219,9 +237,11 @@ class RooflineCost:
             # are read once for each expert the step's tokens touch (below).
             always = (m.layers * d.attention_params_per_layer
                       + m.dense_layers * 3 * m.hidden * d.intermediate
-                      + d.moe_layers * d.shared_experts * d.expert_params)
+                      + d.moe_layers * d.shared_experts * d.shared_expert_params)
             router = d.moe_layers * m.hidden * m.experts
-            routed = d.moe_layers * m.experts_per_token * d.expert_params
+            routed: float = d.moe_layers * m.experts_per_token * d.expert_params
+            if ep > 1:  # whole experts, a 1/ep share of the pairs (the busiest GPU's)
+                routed = routed * ep_imbalance / ep
             # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
             moe_flops = gemm_peak(m.expert_dtype or m.dtype, gpu)[0] * p.moe_flops_efficiency
             self._lin_flop_s = (2 * always / lin_flops + 2 * router / flops
@@ -230,10 +250,10 @@ class RooflineCost:
                 self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
             else:
                 # Shared experts are read at the experts' dtype, the rest at the weights'.
-                shared = d.moe_layers * d.shared_experts * d.expert_params
+                shared = d.moe_layers * d.shared_experts * d.shared_expert_params
                 self._lin_mem_s = ((always - shared) * m.dtype_bytes
                                    + shared * m.expert_dtype_bytes + router * b) / bw
-            self._moe_mem_s = (d.moe_layers * m.experts * d.expert_params
+            self._moe_mem_s = (d.moe_layers * d.experts * d.expert_params
                                * m.expert_dtype_bytes / bw)
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
             # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
@@ -273,7 +293,7 @@ class RooflineCost:
     def source(self) -> str:
         """Where the prices come from, in one phrase (and how FP8 weights run)."""
         return "analytic roofline (efficiencies fitted on public kernel tables)" + dtype_note(
-            self.model, self.gpu)
+            self.model, self.gpu) + ep_note(self.ep, self.ep_imbalance)
 
     def _terms(self, shape: StepShape, mx: Any) -> tuple[Any, Any, Any, Any, Any]:
         """(linear, attention, LM head, all-reduce, overhead) seconds of ``shape``."""
@@ -348,17 +368,18 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
             else gpu(pool_gpu) if isinstance(pool_gpu, str) else pool_gpu)
     gpu_name = spec.name
     tp = tp or scenario.hardware.tp
+    ep, skew = scenario.hardware.ep, scenario.hardware.ep_imbalance
     if c.linear is not None:
         return c.linear
     if c.roofline is not None:
-        return RooflineCost(scenario.model, spec, tp, c.roofline)
+        return RooflineCost(scenario.model, spec, tp, c.roofline, ep, skew)
     from sim.cost.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
     if c.measured is not None:
         from sim.cost.measured import find
 
         try:
-            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework))
+            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework, ep))
         except ServesimError as exc:
             raise exc.located(scenario.source) from None
     assert c.profile is not None
@@ -369,7 +390,7 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
     mismatch = [
         f"{k} {a!r} != {b!r}"
         for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, tp))
+                        ("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep))
         if a != b
     ]
     if mismatch:

@@ -92,6 +92,10 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         tp = _need(data, "tp", int, "")
         if tp < 1:
             raise ServesimError(f"got {tp!r}, must be at least 1", where="tp")
+        ep = data.get("ep", 1)  # expert parallelism; absent: none
+        if type(ep) is not int or ep < 1:
+            raise ServesimError(f"got {ep!r}, must be a whole number of at least 1",
+                                where="ep")
         device = _need(data, "device", dict, "")
         device_name = _need(device, "name", str, "device.")
         dtype = _need(data, "dtype", str, "")

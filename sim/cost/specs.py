@@ -345,6 +345,27 @@ class Shard(_Projections):
     sliding_window: int = 0
     sliding_layers: int = 0
     attention_sinks: bool = False
+    # Expert parallelism: ``experts`` is then this GPU's E/ep whole routed experts and
+    # ``expert_intermediate`` their whole width; shared experts stay tensor-parallel.
+    ep: int = 1
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Weights of one shared expert on this GPU: a tensor-parallel slice (vLLM keeps
+        shared experts tensor-parallel under expert parallelism as well)."""
+        if self.ep == 1:
+            return self.expert_params
+        return 3 * self.hidden * (self.expert_intermediate // self.tp)
+
+    @property
+    def stack_params(self) -> int:
+        """As :attr:`_Projections.stack_params`, with shared experts sliced under expert
+        parallelism (elements)."""
+        whole = _Projections.stack_params.fget(self)  # type: ignore[attr-defined]
+        if self.ep == 1:
+            return int(whole)
+        shared = self.moe_layers * self.shared_experts
+        return int(whole) - shared * (self.expert_params - self.shared_expert_params)
 
     @property
     def params(self) -> int:
@@ -354,7 +375,7 @@ class Shard(_Projections):
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
         norms = 2 * self.hidden
         tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
-        router = self.moe_layers * self.hidden * self.experts
+        router = self.moe_layers * self.hidden * self.experts * self.ep  # whole on each
         sinks = self.layers * self.heads if self.attention_sinks else 0
         return (self.stack_params + self.layers * (bias + norms) + router + tables + self.hidden
                 + sinks)
@@ -375,7 +396,8 @@ class Shard(_Projections):
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
-def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
+def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
+          ep_where: str = "ep") -> Shard:
     """Split ``spec`` over ``tp`` GPUs by vLLM's rules; an impossible split is a
     :class:`ServesimError` at key ``where`` naming the dimension and ``tp``.
 
@@ -384,7 +406,13 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
     slice of every expert; expert parallelism is not modelled). KV heads are split when they
     divide by ``tp`` and replicated when ``tp`` divides by them (each GPU then keeps one
     head, so ``tp / kv_heads`` GPUs hold copies of the same head); any other ratio is an
-    error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split."""
+    error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split.
+
+    ``ep`` > 1 is vLLM's ``--enable-expert-parallel`` (:func:`expert_shard`): each GPU
+    holds E/ep routed experts whole instead of a slice of every one; errors name
+    ``ep_where``."""
+    if ep != 1:
+        return expert_shard(spec, tp, ep, where, ep_where)
     if tp < 1:
         raise ServesimError(f"got {tp}, must be at least 1", where=where)
     if spec.heads % tp:
@@ -417,6 +445,38 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
                  expert_dtype_bytes=spec.expert_dtype_bytes,
                  sliding_window=spec.sliding_window, sliding_layers=spec.sliding_layers,
                  attention_sinks=spec.attention_sinks)
+
+
+def expert_shard(spec: ModelSpec, tp: int, ep: int, where: str = "tp",
+                 ep_where: str = "ep") -> Shard:
+    """One GPU's share of ``spec`` under expert parallelism of degree ``ep``, as vLLM's
+    ``--enable-expert-parallel`` places it: attention, dense layers and shared experts
+    split over ``tp`` as without it; the routed experts not sliced but dealt out whole,
+    E/ep to each GPU. vLLM's expert-parallel group is every GPU of a pipeline stage
+    (tp × data-parallel size, and servesim models no data-parallel attention), so ``ep``
+    must equal ``tp``; it must also divide the experts (vLLM would give the first
+    E mod ep GPUs one more; servesim keeps the split even). Errors name ``ep_where``."""
+    if ep < 1:
+        raise ServesimError(f"got {ep}, must be at least 1", where=ep_where)
+    if not spec.experts:
+        raise ServesimError(f"got {ep}, but model {spec.name} is dense (experts is 0): "
+                            f"expert parallelism needs a mixture of experts; use ep 1",
+                            where=ep_where)
+    if ep != tp:
+        raise ServesimError(f"got {ep} with tp={tp}: vLLM's expert-parallel group is the "
+                            f"tp x data-parallel GPUs of a stage, and servesim models no "
+                            f"data-parallel attention, so ep must be 1 or tp ({tp})",
+                            where=ep_where)
+    if spec.experts % ep:
+        raise ServesimError(f"got {ep}: it does not divide the model's {spec.experts} "
+                            f"experts (allowed: a divisor of {spec.experts} equal to tp)",
+                            where=ep_where)
+    # The routed experts need no width split; shared experts (and dense layers) still do.
+    sliced = dataclasses.replace(spec, expert_intermediate=spec.expert_intermediate * tp
+                                 if not spec.shared_experts else spec.expert_intermediate)
+    d = shard(sliced, tp, where)
+    return dataclasses.replace(d, experts=spec.experts // ep,
+                               expert_intermediate=spec.expert_intermediate, ep=ep)
 
 
 def _llama(**kw: object) -> ModelSpec:

@@ -235,7 +235,8 @@ def scenario_digest(scenario: Any) -> str:
     # Keys added later, hashed only when they differ from their old, implicit value.
     for section, key, unset in (("serving", "long_prefill_token_threshold", 0),
                                 ("serving", "max_num_partial_prefills", 1),
-                                ("hardware", "pp", 1)):
+                                ("hardware", "pp", 1), ("hardware", "ep", 1),
+                                ("hardware", "ep_imbalance", 1.0)):
         if fields[section].get(key) == unset:
             fields[section].pop(key)
     trace = fields["workload"].get("trace")
@@ -400,6 +401,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
         sv = pool.serving
         per_pool[pool.role] = {
             "gpu": pool.gpu, "tp": pool.tp, **({"pp": pool.pp} if pool.pp > 1 else {}),
+            **({"ep": pool.ep} if pool.ep > 1 else {}),
             "replicas": pool.replicas, "router": pool.router,
             "policy": sv.policy, "max_num_seqs": sv.max_num_seqs,
             "max_num_batched_tokens": sv.max_num_batched_tokens,

@@ -217,7 +217,8 @@ def cost_fingerprint(sc: Scenario) -> str:
     from sim.cost.profilefile import resolve
     c = sc.cost
     if c.measured is not None or c.profile is not None:
-        ref = (find(sc.model, sc.hardware.gpu_name, sc.hardware.tp, c.measured.framework)
+        ref = (find(sc.model, sc.hardware.gpu_name, sc.hardware.tp, c.measured.framework,
+                    sc.hardware.ep)
                if c.measured is not None else str(c.profile))
         try:
             prices = hashlib.sha256(resolve(ref, sc.base_dir).read_bytes()).hexdigest()

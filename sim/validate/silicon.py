@@ -13,8 +13,9 @@ A row servesim can model becomes a scenario: the model's preset, the GPU and tp,
 framework's default scheduler and limits (:data:`SCHEDULERS`), that closed-loop
 workload, priced by a profile built from the same wheel's kernel tables for that
 framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept with the reason
-(:func:`classify`): FP4 weights, mixture-of-experts models, disaggregated or
-pipeline-parallel serving, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
+(:func:`classify`): FP4 weights, models without a preset, disaggregated or
+pipeline-parallel serving, experts split other than by tensor parallelism or by expert
+parallelism over the tp GPUs, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
 fp8_block) are simulated with the preset's FP8 variant and are never used to fit the
 priors: they are all held out.
 """
@@ -177,6 +178,7 @@ class Case:
     framework: str
     lengths: str = "ranged"
     dtype: str = "bf16"
+    ep: int = 1  # expert parallelism (moe_ep_size = tp, moe_tp_size 1)
 
     @property
     def held_out(self) -> bool:
@@ -209,17 +211,21 @@ def classify(row: Row) -> Case | str:
         return f"system {row.system} has no GPU figures in servesim"
     if row.pp != 1 or row.attention_dp > 1:
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
+    ep = 1
     if MODELS[MODEL_PRESETS[row.model_path]].experts and not (
             row.moe_tp in (0, row.tp) and row.moe_ep in (0, 1)):
-        return (f"experts split other than by tensor parallelism (tp {row.tp}, expert tp "
-                f"{row.moe_tp}, expert parallelism {row.moe_ep})")
+        if not (row.moe_tp in (0, 1) and row.moe_ep == row.tp):
+            return (f"experts split other than by tensor parallelism or by expert "
+                    f"parallelism over the tp GPUs (tp {row.tp}, expert tp {row.moe_tp}, "
+                    f"expert parallelism {row.moe_ep})")
+        ep = row.moe_ep
     if row.backend not in SCHEDULERS:
         return f"backend {row.backend} is not modelled"
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
             math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
-                dtype=dtype)
+                dtype=dtype, ep=ep)
 
 
 def _large(gpu: str) -> bool:
@@ -271,7 +277,7 @@ def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
         return None
     b = memory_budget(case.spec, GPUS[case.gpu], case.row.tp, 0.9,
                       serving["block_size"], serving["max_num_batched_tokens"],
-                      serving["max_num_seqs"])
+                      serving["max_num_seqs"], ep=case.ep)
     if case.framework in STATIC_FRACTION:
         kv = STATIC_FRACTION[case.framework] * b.total - b.weights
     else:
@@ -300,7 +306,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         "name": f"silicon-{r.line}",
         "model": case.model if case.dtype == "bf16" else {"preset": case.model,
                                                             "dtype": case.dtype},
-        "hardware": {"gpu": case.gpu, "tp": r.tp, "memory_utilization": 0.9},
+        "hardware": {"gpu": case.gpu, "tp": r.tp, "memory_utilization": 0.9,
+                     **({"ep": case.ep} if case.ep > 1 else {})},
         "cost": "roofline",  # replaced by the built profile when simulated
         "serving": serving,
         "workload": {"concurrency": r.concurrency,

@@ -42,13 +42,16 @@ STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
 
 
 @lru_cache(maxsize=64)
-def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int) -> ProfileCost:
-    """The profile built from the installed tables for one configuration, priors zero."""
+def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int, ep: int = 1) -> ProfileCost:
+    """The profile built from the installed tables for one configuration (expert
+    parallelism ``ep``), priors zero."""
     from sim.cost.profilefile import parse_profile
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    data = build_profile(BuildSpec(model, gpu, framework, tp), Priors())
-    return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} tp{tp}>")
+    data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep), Priors())
+    ep_part = f" ep{ep}" if ep > 1 else ""
+    return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} "
+                               f"tp{tp}{ep_part}>")
 
 
 def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
@@ -61,7 +64,7 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
 
 
 def _cost(case: Case, p: Priors) -> ProfileCost:
-    return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp), p)
+    return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
 
 
 def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
@@ -168,7 +171,7 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
                     "split": "test" if c.held_out else "fit",
                     "ttft_ms": r.ttft_ms, "ttft_pred_ms": ttft, "ttft_err": ttft / r.ttft_ms - 1,
                     "tpot_ms": r.tpot_ms, "tpot_pred_ms": tpot, "tpot_err": tpot / r.tpot_ms - 1,
-                    "note": note})
+                    "note": note, **({"ep": c.ep} if c.ep > 1 else {})})
     return out
 
 
@@ -181,15 +184,18 @@ def group(record: dict[str, Any]) -> str:
 
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and p90 |relative error| by group (:func:`group`) and split, over all bf16
-    rows (``all``) and over all FP8 rows (``all fp8``)."""
+    rows (``all``), over all FP8 rows (``all fp8``) and over the rows served with expert
+    parallelism (``expert parallel``, also counted in their group)."""
     out: dict[str, Any] = {}
     groups = sorted({group(r) for r in records})
     wholes = ["all"] + (["all fp8"] if any(g.endswith(" fp8") for g in groups) else [])
+    wholes += ["expert parallel"] if any(r.get("ep", 1) > 1 for r in records) else []
     for g in groups + wholes:
         for split in ("fit", "test"):
             sel = [r for r in records if r["split"] == split and (
                 group(r) == g or g == "all" and not group(r).endswith(" fp8")
-                or g == "all fp8" and group(r).endswith(" fp8"))]
+                or g == "all fp8" and group(r).endswith(" fp8")
+                or g == "expert parallel" and r.get("ep", 1) > 1)]
             out.setdefault(g, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
                                             for m in ("ttft", "tpot")}
     return out

@@ -22,6 +22,7 @@ import yaml
 
 from sim.configtools import ArgParser, int_arg
 from sim.cost.measured import (
+    SHIPPED_EP,
     SHIPPED_FP8,
     SHIPPED_FRAMEWORKS,
     SHIPPED_MODELS,
@@ -80,6 +81,8 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--model", default=None, help="a model preset")
     p.add_argument("--hf-config", type=Path, default=None, help="a HuggingFace config.json")
     p.add_argument("--tp", type=int_arg(ge=1, le=1024), default=1, help="tensor-parallel degree")
+    p.add_argument("--ep", type=int_arg(ge=1, le=1024), default=1,
+                   help="expert parallelism (vLLM's --enable-expert-parallel): 1, or tp")
     p.add_argument("--dtype", default=None,
                    help="the projections' weight dtype: bf16, fp8 (per-tensor scales) or "
                         "fp8-block (128x128 block scales); default: the model's")
@@ -91,7 +94,7 @@ def _build(argv: list[str]) -> int:
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
     spec = BuildSpec(with_dtypes(_model(a), a.dtype, a.kv_dtype), a.gpu, a.framework, a.tp,
-                     a.version)
+                     a.version, a.ep)
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:
@@ -126,6 +129,7 @@ def shipped_specs() -> list[BuildSpec]:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
                            if not model.experts or _moe_measured(model, gpu, fw, tp))
+    out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     return out
 
 

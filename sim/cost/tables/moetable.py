@@ -12,7 +12,10 @@ servesim uses the rows whose shape is exactly the model's (no interpolation acro
 shapes: a model the tables did not measure is an error listing the shapes they did),
 at ``moe_tp_size`` = tp and ``moe_ep_size`` = 1 (vLLM's default: every GPU holds a
 slice of every expert), balanced routing (the mildest power law where a collection has
-no balanced rows), the weights' dtype, and the kernel with most rows. Between measured
+no balanced rows), the weights' dtype, and the kernel with most rows. Under expert
+parallelism (vLLM's ``--enable-expert-parallel``, ep = tp) the rows at
+``moe_tp_size`` = 1 and ``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every
+token of the step (each GPU holds them all after attention's all-reduce). Between measured
 token counts the time is joined linearly; past the last it grows in proportion.
 """
 
@@ -58,8 +61,10 @@ def moe_table(gpu: str, framework: str, version: str) -> Table:
     return load_table(gpu, "moe", framework, version, "moe_perf")
 
 
-def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int) -> MoeTimes:
-    """The MoE layer of ``model`` on one of ``tp`` GPUs (see the module doc)."""
+def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
+              ep: int = 1) -> MoeTimes:
+    """The MoE layer of ``model`` on one of ``tp`` GPUs, experts split over ``ep`` of them
+    whole when ``ep`` > 1 (see the module doc)."""
     table = moe_table(gpu, framework, version)
     want = TABLE_DTYPES.get(model.dtype)
     if want is None:
@@ -81,8 +86,14 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int)
         raise ServesimError(f"{table.path}: no {want} MoE rows for this shape; dtypes: "
                             f"{', '.join(rows.values('moe_dtype'))}")
     routing = next((d for d in DISTRIBUTIONS if len(typed.where(distribution=d))), None)
-    split = typed.where(moe_tp_size=tp, moe_ep_size=1, distribution=routing)
+    moe_tp = tp if ep == 1 else tp // ep
+    split = typed.where(moe_tp_size=moe_tp, moe_ep_size=ep, distribution=routing)
     if not len(split):
+        if ep > 1:
+            eps = typed.where(moe_tp_size=moe_tp, distribution=routing).values("moe_ep_size")
+            raise ServesimError(f"{table.path}: no {want} MoE rows at expert parallelism "
+                                f"{ep} (expert tp {moe_tp}); ep measured: "
+                                f"{', '.join(map(str, eps))}", where="--ep")
         tps = typed.where(moe_ep_size=1, distribution=routing).values("moe_tp_size")
         raise ServesimError(f"{table.path}: no {want} MoE rows at tp={tp} (expert "
                             f"parallelism 1); tp measured: {', '.join(map(str, tps))}",
@@ -94,6 +105,6 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int)
     # A count measured more than once: its median.
     for i in range(len(tokens)):
         secs[i] = float(np.median(np.asarray(one.columns["latency"])[inverse == i])) / 1e3
-    note = (f"MoE layer: {kernel}, {want}, {routing} routing, tp {tp}, expert "
-            f"parallelism 1, measured at {int(tokens[0])}-{int(tokens[-1])} tokens")
+    note = (f"MoE layer: {kernel}, {want}, {routing} routing, tp {moe_tp}, expert "
+            f"parallelism {ep}, measured at {int(tokens[0])}-{int(tokens[-1])} tokens")
     return MoeTimes(tokens.astype(float), secs, kernel, note)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.cost.models import dtype_note
+from sim.cost.models import dtype_note, ep_note
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
@@ -82,6 +82,7 @@ class BuildSpec:
     framework: str
     tp: int = 1
     version: str | None = None
+    ep: int = 1  # expert parallelism (ep = tp): experts whole, E/ep a GPU
 
 
 def resolve_version(spec: BuildSpec) -> str:
@@ -194,7 +195,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
     _check_buildable(m)
 
-    rank = shard(m, spec.tp, where="--tp")
+    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
@@ -310,7 +311,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                      "fit": {"source": f"prior: {priors.source}"}},
     }
     label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}" + dtype_note(
-        m, GPUS[gpu])
+        m, GPUS[gpu]) + ep_note(spec.ep)
     return {
         "schema": SCHEMA,
         "source": {
@@ -331,6 +332,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         "device": {"name": gpu, "reported": source.device},
         "dtype": m.dtype,
         "tp": spec.tp,
+        **({"ep": spec.ep} if spec.ep > 1 else {}),
         "model": recorded_fields(m),
         "components": comps,
     }
@@ -344,12 +346,14 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this GPU (for
     the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
     m = spec.model
-    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp)
+    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep)
     notes.append(moe.note)
     shapes = layer_gemms(rank)
     attn, dense = shapes[:2], shapes[2:]
-    shared = [(2 * rank.shared_experts * rank.expert_intermediate, rank.hidden),
-              (rank.hidden, rank.shared_experts * rank.expert_intermediate)]
+    # A shared expert's width on this GPU (tensor-parallel even under expert parallelism).
+    s_width = rank.shared_expert_params // (3 * rank.hidden)
+    shared = [(2 * rank.shared_experts * s_width, rank.hidden),
+              (rank.hidden, rank.shared_experts * s_width)]
     f_dense, f_moe = m.dense_layers / m.layers, rank.moe_layers / m.layers
     ms = lin_gemm.ms
     linear = np.sum([lin_gemm.times(n, k) for n, k in attn], axis=0) + f_moe * moe.at(ms)
@@ -360,8 +364,14 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     if rank.shared_experts:
         linear = linear + f_moe * sum(lin_gemm.times(n, k) for n, k in shared)
         used += shared
-    width = (f_dense * rank.intermediate + f_moe * (rank.experts_per_token + rank.shared_experts)
-             * rank.expert_intermediate)
+    if rank.ep == 1:
+        width = (f_dense * rank.intermediate + f_moe * (rank.experts_per_token
+                                                        + rank.shared_experts)
+                 * rank.expert_intermediate)
+    else:  # k/ep of a token's experts are local on average, at their whole width
+        width = f_dense * rank.intermediate + f_moe * (
+            rank.experts_per_token * rank.expert_intermediate / rank.ep
+            + rank.shared_experts * s_width)
     return linear, width, used, moe.kernel
 
 
@@ -379,7 +389,7 @@ def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
 
 
 def profile_name(spec: BuildSpec) -> str:
-    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>-<framework>``, then
+    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>[-ep<N>]-<framework>``, then
     ``-<dtype>`` for FP8 weights and ``-kvfp8`` for an FP8 KV cache."""
     m = spec.model
     base = MODELS.get(m.name)
@@ -387,5 +397,6 @@ def profile_name(spec: BuildSpec) -> str:
     quant = f"-{m.dtype}" if m.dtype in FP8_WEIGHTS and (base is None or base.dtype != m.dtype) \
         else ""
     kv = "-kvfp8" if m.kv_dtype == "fp8" else ""
-    return f"{spec.gpu}-{m.name}-tp{spec.tp}-{spec.framework}{quant}{kv}"
+    ep = f"-ep{spec.ep}" if spec.ep > 1 else ""
+    return f"{spec.gpu}-{m.name}-tp{spec.tp}{ep}-{spec.framework}{quant}{kv}"
 

@@ -4,7 +4,8 @@ The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 (``--hf-config``) both read configs here, so a model is described by one table whichever
 side reads it. Decoders of the Llama shape are modelled: attention (grouped query heads,
 rotary positions) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
-qwen3_moe); other mixture-of-experts families are a clear error. A
+qwen3_moe); DeepSeek-V2/V3 (deepseek_v2, deepseek_v3) add multi-head latent attention
+and shared experts; other mixture-of-experts families are a clear error. A
 ``quantization_config`` with FP8 weights (``quant_method`` fp8, compressed-tensors float8
 or ModelOpt FP8) sets the weights' dtype: ``fp8-block`` when its scales are per block,
 ``fp8`` otherwise; any other quantisation is an error naming it.
@@ -24,11 +25,17 @@ from sim.files import read_text
 # qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
-SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
+SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe",
+                      "deepseek_v2", "deepseek_v3")
 # Mixture-of-experts families: the config keys of (experts, experts per token, expert
 # width); Mixtral's intermediate_size is its experts' width.
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
-            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
+            "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")}
+# Families with multi-head latent attention: DeepSeek's config keys, read as they are named.
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
 _QKV_BIAS_BY_DEFAULT = ("qwen2",)
@@ -79,8 +86,12 @@ def from_hf_config(path: Path) -> ModelSpec:
     moe_fields = _moe_fields(cfg, family, count, src)
     hidden = count("hidden_size")
     heads = count("num_attention_heads")
-    # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
-    head_dim = count("head_dim") if cfg.get("head_dim") else (hidden // heads if heads else 0)
+    mla = _mla_fields(cfg, family, count)
+    # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads. With
+    # latent attention it is the query/key head size, no-rope plus rotary part.
+    head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
+                else count("head_dim") if cfg.get("head_dim")
+                else (hidden // heads if heads else 0))
     try:
         return ModelSpec(
             layers=count("num_hidden_layers"),
@@ -97,6 +108,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
             **moe_fields,  # type: ignore[arg-type]
+            **mla,  # type: ignore[arg-type]
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
@@ -119,8 +131,30 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
             raise ServesimError(f"got {only!r}: dense layers are modelled only as the first "
                                 "ones (0, 1, ...)", source=src, where="mlp_only_layers")
         dense = len(only)
+    shared = 0
+    if family in MLA_FAMILIES:
+        freq = cfg.get("moe_layer_freq", 1)
+        if freq != 1:
+            raise ServesimError(f"got {freq!r}: only every layer after the first dense ones a "
+                                "mixture of experts (1) is modelled", source=src,
+                                where="moe_layer_freq")
+        dense = count("first_k_dense_replace", 0)
+        shared = count("n_shared_experts", 0)
     return {"experts": count(n_key), "experts_per_token": count(k_key),
-            "expert_intermediate": count(width_key), "dense_layers": dense}
+            "expert_intermediate": count(width_key), "dense_layers": dense,
+            "shared_experts": shared}
+
+
+def _mla_fields(cfg: dict[str, Any], family: Any, count: Any) -> dict[str, int]:
+    """The latent-attention fields of a DeepSeek-V2/V3 config (empty for other families);
+    ``q_lora_rank`` null (DeepSeek-V2-Lite: one q_proj) is 0. ``num_nextn_predict_layers``
+    (the multi-token-prediction layers) is not read: vLLM loads them only as a
+    speculative drafter, so they are no part of the served model."""
+    if family not in MLA_FAMILIES:
+        return {}
+    fields = {key: count(key) for key in MLA_KEYS if key != "q_lora_rank"}
+    fields["q_lora_rank"] = count("q_lora_rank") if cfg.get("q_lora_rank") is not None else 0
+    return fields
 
 
 def _weights_dtype(quant: Any, src: str) -> str | None:

@@ -50,9 +50,11 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
     and rotary base."""
     moe = (model.experts, model.experts_per_token, model.expert_intermediate,
            model.shared_experts, model.dense_layers) if model.experts else ()
+    mla = (model.kv_lora_rank, model.q_lora_rank, model.qk_rope_head_dim,
+           model.qk_nope_head_dim, model.v_head_dim) if model.mla else ()
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings, *moe)
+            model.tie_embeddings, *moe, *mla)
 
 
 @dataclass(frozen=True)

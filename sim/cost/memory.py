@@ -143,7 +143,7 @@ def weight_bytes(model: ModelSpec, tp: int) -> int:
     head_dim elements at the activations' dtype, which every GPU keeps whole. The table is why
     Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96."""
     d = shard(model, tp)
-    return d.weight_bytes + model.max_context * model.head_dim * model.act_bytes
+    return d.weight_bytes + model.max_context * model.rotary_dim * model.act_bytes
 
 
 def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int) -> int:
@@ -163,7 +163,7 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int) -> int:
     own = table * ((k == 0) + last) + d.hidden * last
     params = part.params - whole + own
     linear = part.stack_params
-    rotary = model.max_context * model.head_dim * model.act_bytes
+    rotary = model.max_context * model.rotary_dim * model.act_bytes
     return linear * d.dtype_bytes + (params - linear) * d.act_bytes + rotary
 
 

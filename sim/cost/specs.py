@@ -42,12 +42,45 @@ class _Projections:
     shared_experts: int
     expert_intermediate: int
     dense_layers: int
+    kv_lora_rank: int
+    q_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention (``kv_lora_rank`` > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def latent_dim(self) -> int:
+        """Elements one token's MLA latent holds in a layer's cache: the compressed KV
+        (``kv_lora_rank``) and the shared rotary key (``qk_rope_head_dim``); 0 without MLA."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0
 
     @property
     def attention_params_per_layer(self) -> int:
-        """Weights of one layer's QKV and output projections."""
+        """Weights of one layer's attention projections: QKV and output; with MLA the
+        query down/up projections (q_a, q_b; one q_proj when ``q_lora_rank`` is 0),
+        kv_a_proj_with_mqa (hidden to latent + rotary key), kv_b_proj (latent to each
+        head's no-rope key and value) and the output projection. With MLA, q_a and kv_a
+        are whole on every GPU (vLLM replicates them); the rest follow ``heads``."""
+        if self.mla:
+            qk = self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            q = (self.hidden * self.q_lora_rank + self.q_lora_rank * qk if self.q_lora_rank
+                 else self.hidden * qk)
+            kv_a = self.hidden * self.latent_dim
+            kv_b = self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
         qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
         return qkv + self.heads * self.head_dim * self.hidden
+
+    @property
+    def latent_norm_params(self) -> int:
+        """Weights of one layer's RMSNorms on the MLA latents (q_a_layernorm when queries
+        are compressed, kv_a_layernorm); 0 without MLA."""
+        return self.q_lora_rank + self.kv_lora_rank if self.mla else 0
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -88,7 +121,15 @@ class ModelSpec(_Projections):
     Mixture-of-experts: ``experts`` routed experts per MoE layer (0: a dense model), of
     which each token uses ``experts_per_token``, each a SwiGLU of width
     ``expert_intermediate``; ``shared_experts`` more of that width every token uses; the
-    first ``dense_layers`` layers keep a dense SwiGLU of width ``intermediate``."""
+    first ``dense_layers`` layers keep a dense SwiGLU of width ``intermediate``.
+
+    Multi-head latent attention (DeepSeek-V2/V3; ``kv_lora_rank`` > 0, names as in their
+    config.json): each token's keys and values are compressed to a latent of
+    ``kv_lora_rank`` elements plus one rotary key of ``qk_rope_head_dim`` shared by the
+    heads, which is all the KV cache holds; ``kv_b_proj`` expands the latent to each
+    head's no-rope key (``qk_nope_head_dim``) and value (``v_head_dim``). Queries are
+    compressed to ``q_lora_rank`` first (0: one q_proj). ``head_dim`` must then be the
+    query/key head size, ``qk_nope_head_dim`` + ``qk_rope_head_dim``."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -109,6 +150,11 @@ class ModelSpec(_Projections):
     expert_intermediate: int = bounded(0, ge=0)
     shared_experts: int = bounded(0, ge=0)
     dense_layers: int = bounded(0, ge=0)
+    kv_lora_rank: int = bounded(0, ge=0)
+    q_lora_rank: int = bounded(0, ge=0)
+    qk_rope_head_dim: int = bounded(0, ge=0)
+    qk_nope_head_dim: int = bounded(0, ge=0)
+    v_head_dim: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:
         if self.heads % self.kv_heads:
@@ -116,6 +162,7 @@ class ModelSpec(_Projections):
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}",
                 where="kv_heads",
             )
+        self._check_mla()
         if not self.experts:
             for key in ("experts_per_token", "expert_intermediate", "shared_experts",
                         "dense_layers"):
@@ -132,6 +179,25 @@ class ModelSpec(_Projections):
         if self.dense_layers >= self.layers:
             raise ServesimError(f"got {self.dense_layers}, must be below layers "
                                 f"({self.layers})", where="dense_layers")
+
+    def _check_mla(self) -> None:
+        """Latent-attention fields: all set together, ``head_dim`` their query size."""
+        keys = ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+        if not self.mla:
+            for key in keys:
+                if getattr(self, key):
+                    raise ServesimError(f"got {getattr(self, key)} without latent attention "
+                                        f"(kv_lora_rank is 0); set kv_lora_rank too", where=key)
+            return
+        for key in keys[1:]:
+            if getattr(self, key) < 1:
+                raise ServesimError("required for latent attention (kv_lora_rank > 0), at "
+                                    "least 1", where=key)
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.head_dim != qk:
+            raise ServesimError(f"got {self.head_dim}, must be qk_nope_head_dim + "
+                                f"qk_rope_head_dim ({qk}) with latent attention",
+                                where="head_dim")
 
     @property
     def moe(self) -> bool:
@@ -179,9 +245,18 @@ class ModelSpec(_Projections):
     @property
     def params(self) -> int:
         """All weights (elements): layers' projections and routers, embedding and, unless
-        tied, the LM head."""
+        tied, the LM head; with MLA also the latents' norms, which its parameter count
+        the RMSNorms on its latents (q_a_layernorm, kv_a_layernorm), counted in its
+        published total (the other norms are left out here: a few MB)."""
         head = 0 if self.tie_embeddings else self.embedding_params
-        return self.stack_params + self.router_params + self.embedding_params + head
+        return (self.stack_params + self.router_params + self.embedding_params + head
+                + self.layers * self.latent_norm_params)
+
+    @property
+    def rotary_dim(self) -> int:
+        """Elements of each position's rotary cos/sin table row: the head size, or with MLA
+        the rotary part of the key (``qk_rope_head_dim``)."""
+        return self.qk_rope_head_dim if self.mla else self.head_dim
 
     @property
     def weight_bytes(self) -> int:
@@ -194,7 +269,10 @@ class ModelSpec(_Projections):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b,
-        b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
+        b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`); with MLA one
+        latent per layer, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b."""
+        if self.mla:
+            return self.layers * self.latent_dim * self.kv_dtype_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
 
 
@@ -202,7 +280,8 @@ class ModelSpec(_Projections):
 # hashed only when they differ from a plain 16-bit dense model's (DENSE), so files and
 # digests of such models stay what they were.
 NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
-                "shared_experts", "dense_layers")
+                "shared_experts", "dense_layers", "kv_lora_rank", "q_lora_rank",
+                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 
@@ -246,14 +325,19 @@ class Shard(_Projections):
     expert_intermediate: int = 0  # this GPU's share of each expert's width
     shared_experts: int = 0
     dense_layers: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def params(self) -> int:
         """All weights (elements) one GPU holds: its share of every projection, QKV bias,
-        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights and
-        MoE routers."""
+        embedding and LM head (vocab-parallel), plus the replicated RMSNorm weights (with
+        MLA, the latents' too) and MoE routers."""
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
-        norms = 2 * self.hidden
+        norms = 2 * self.hidden + self.latent_norm_params
         tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
         router = self.moe_layers * self.hidden * self.experts
         return self.stack_params + self.layers * (bias + norms) + router + tables + self.hidden
@@ -268,7 +352,10 @@ class Shard(_Projections):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies on one GPU, all layers: 2·L·kv_heads·d·b with
-        this GPU's (possibly replicated) KV heads and b = ``kv_bytes``."""
+        this GPU's (possibly replicated) KV heads and b = ``kv_bytes``; with MLA the
+        whole latent, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b, on every GPU."""
+        if self.mla:
+            return self.layers * self.latent_dim * self.kv_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
@@ -281,7 +368,13 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
     slice of every expert; expert parallelism is not modelled). KV heads are split when they
     divide by ``tp`` and replicated when ``tp`` divides by them (each GPU then keeps one
     head, so ``tp / kv_heads`` GPUs hold copies of the same head); any other ratio is an
-    error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split."""
+    error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split.
+
+    Latent attention (MLA) splits its query heads (q_b, kv_b and the output projection
+    by head) and keeps the latent whole: vLLM's ``ModelConfig.get_num_kv_heads`` gives
+    one KV head per GPU for an MLA model ("during decode it becomes MQA") of
+    ``kv_lora_rank + qk_rope_head_dim`` elements, so every GPU caches every token's
+    whole latent, whatever ``tp``; q_a and kv_a are replicated linears."""
     if tp < 1:
         raise ServesimError(f"got {tp}, must be at least 1", where=where)
     if spec.heads % tp:
@@ -310,7 +403,10 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp") -> Shard:
                  kv_bytes=spec.kv_dtype_bytes, experts=spec.experts,
                  experts_per_token=spec.experts_per_token,
                  expert_intermediate=spec.expert_intermediate // tp,
-                 shared_experts=spec.shared_experts, dense_layers=spec.dense_layers)
+                 shared_experts=spec.shared_experts, dense_layers=spec.dense_layers,
+                 kv_lora_rank=spec.kv_lora_rank, q_lora_rank=spec.q_lora_rank,
+                 qk_rope_head_dim=spec.qk_rope_head_dim,
+                 qk_nope_head_dim=spec.qk_nope_head_dim, v_head_dim=spec.v_head_dim)
 
 
 def _llama(**kw: object) -> ModelSpec:
@@ -369,6 +465,20 @@ MODELS["qwen3-235b-a22b-fp8"] = dataclasses.replace(
 # weights (per-tensor scales) and keeps the KV cache in bf16 unless the server says fp8.
 MODELS["llama-3.3-70b-fp8"] = dataclasses.replace(MODELS["llama-3.1-70b"],
                                                   name="llama-3.3-70b-fp8", dtype="fp8")
+# DeepSeek-V3 (sim/data/models/deepseek-v3/config.json): latent attention, 128 heads,
+# first_k_dense_replace 3 dense layers of width 18432, then 256 routed experts (top 8) and
+# one shared expert of width 2048. The release's weights are FP8 with 128 x 128 block
+# scales (quantization_config), so the preset's dtype is what it ships: fp8-block.
+# Its multi-token-prediction layer (num_nextn_predict_layers 1, the checkpoint's other
+# 14B) is left out: vLLM loads it only as a speculative drafter. DeepSeek-R1 is the same
+# shape (its config.json differs only in transformers_version).
+MODELS["deepseek-v3"] = _llama(
+    name="deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=128, head_dim=192,
+    intermediate=18432, vocab=129280, dtype="fp8-block", max_context=163840,
+    rope_theta=10000.0, experts=256, experts_per_token=8, expert_intermediate=2048,
+    shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
+    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
 
 
 @dataclass(frozen=True)

@@ -219,3 +219,11 @@ def test_calibrate_refuses_mla_in_one_line() -> None:
     with pytest.raises(ServesimError, match=r"model\.kv_lora_rank: calibrate's torch model "
                                             r"has no latent-attention"):
         check_timeable(V3)
+
+
+def test_profile_build_refuses_mla_in_one_line() -> None:
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    with pytest.raises(ServesimError, match=r"--model: deepseek-v3: latent attention \(MLA\) "
+                                            r"is not built from the kernel tables yet"):
+        build_profile(BuildSpec(V3, "h200", "vllm", 8))

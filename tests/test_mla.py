@@ -95,6 +95,12 @@ def test_tp_splits_heads_and_keeps_the_down_projections_whole() -> None:
     per_gpu = (7168 * 1536 + 1536 * 16 * 192 + 7168 * 576 + 512 * 16 * 256
                + 16 * 128 * 7168)
     assert d.attention_params_per_layer == per_gpu == 36_634_624
+    # Any tp: the split parts add up to the whole, the replicated down-projection
+    # (7168 x (1536 + 576)) is held by every GPU.
+    replicated = 7168 * (1536 + 576)
+    for tp in (1, 2, 4, 8, 16, 32, 64, 128):
+        split = shard(V3, tp).attention_params_per_layer - replicated
+        assert split * tp + replicated == V3.attention_params_per_layer
     with pytest.raises(ServesimError, match="128 query heads do not split over tp=3"):
         shard(V3, 3)
 

@@ -140,7 +140,8 @@ class MemoryBudget:
 def weight_bytes(model: ModelSpec, tp: int) -> int:
     """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
     (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
-    head_dim elements at the activations' dtype, which every GPU keeps whole. The table is why
+    rotary_dim elements (the head size; with MLA the rotary key's) at the activations'
+    dtype, which every GPU keeps whole. The table is why
     Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96."""
     d = shard(model, tp)
     return d.weight_bytes + model.max_context * model.rotary_dim * model.act_bytes

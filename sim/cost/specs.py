@@ -245,9 +245,9 @@ class ModelSpec(_Projections):
     @property
     def params(self) -> int:
         """All weights (elements): layers' projections and routers, embedding and, unless
-        tied, the LM head; with MLA also the latents' norms, which its parameter count
-        the RMSNorms on its latents (q_a_layernorm, kv_a_layernorm), counted in its
-        published total (the other norms are left out here: a few MB)."""
+        tied, the LM head; with MLA also the RMSNorms on its latents (q_a_layernorm,
+        kv_a_layernorm). The other norms are left out here (a few MB); :class:`Shard`
+        counts them all."""
         head = 0 if self.tie_embeddings else self.embedding_params
         return (self.stack_params + self.router_params + self.embedding_params + head
                 + self.layers * self.latent_norm_params)

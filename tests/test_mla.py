@@ -233,3 +233,10 @@ def test_profile_build_refuses_mla_in_one_line() -> None:
     with pytest.raises(ServesimError, match=r"--model: deepseek-v3: latent attention \(MLA\) "
                                             r"is not built from the kernel tables yet"):
         build_profile(BuildSpec(V3, "h200", "vllm", 8))
+
+
+def test_reports_write_deepseek_as_its_maker_does() -> None:
+    from sim.report.human import model_name
+
+    assert model_name("deepseek-v3") == "DeepSeek-V3"
+    assert model_name("deepseek-r1") == "DeepSeek-R1"

@@ -240,3 +240,13 @@ def test_reports_write_deepseek_as_its_maker_does() -> None:
 
     assert model_name("deepseek-v3") == "DeepSeek-V3"
     assert model_name("deepseek-r1") == "DeepSeek-R1"
+
+
+def test_measured_cost_for_mla_points_at_the_roofline() -> None:
+    from sim.cost.measured import find
+
+    with pytest.raises(ServesimError, match=r"cost\.measured: no measured profile for model "
+                                            r"deepseek-v3: latent-attention \(MLA\) models are "
+                                            r"not built from the kernel tables yet; use cost: "
+                                            r"roofline"):
+        find(V3, "h200", 8, "vllm")

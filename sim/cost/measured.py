@@ -101,6 +101,10 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:
     for s in same:
         if (s.gpu, s.tp, s.framework) == (gpu, tp, framework):
             return s.stem
+    if not same and model.mla:
+        raise ServesimError(f"no measured profile for model {model.name}: latent-attention "
+                            "(MLA) models are not built from the kernel tables yet; use "
+                            "cost: roofline", where="cost.measured")
     if not same:
         names = sorted({s.model for s in shipped()})
         dtypes = "" if model.dtype not in FP8_WEIGHTS and model.kv_dtype == "auto" else (

@@ -341,6 +341,11 @@ class ModelExecutor:
 def check_timeable(spec: ModelSpec) -> None:
     """Refuse a model whose FP8 weights, KV cache or experts this torch model cannot
     run: one error saying how such a model is priced instead."""
+    if spec.mla:
+        raise ServesimError(
+            "calibrate's torch model has no latent-attention (MLA) layer; MLA costs come "
+            "from the roofline (cost: roofline) or the public kernel tables",
+            where="model.kv_lora_rank")
     if spec.experts:
         raise ServesimError(
             "calibrate's torch model has no mixture-of-experts layer yet; MoE costs come "

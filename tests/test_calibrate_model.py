@@ -124,7 +124,7 @@ def test_hf_config_matches_preset(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("cfg", "match"), [
     ("{not json", "not valid JSON"),
-    ({**QWEN, "model_type": "deepseek_v3", "n_routed_experts": 8}, "mixture-of-experts"),
+    ({**QWEN, "model_type": "qwen2_moe", "num_experts": 8}, "mixture-of-experts"),
     ({**QWEN, "model_type": "gpt2"}, "model_type: unsupported model_type 'gpt2'"),
     ({k: v for k, v in QWEN.items() if k != "hidden_size"}, "hidden_size: required key"),
     ({**QWEN, "num_attention_heads": "many"}, "num_attention_heads: got 'many'"),

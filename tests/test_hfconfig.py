@@ -54,11 +54,11 @@ def test_qwen3_moe_matches_its_preset_and_other_moe_layouts_are_named(tmp_path: 
                                             "config are not modelled; MoE families: mixtral, "
                                             "qwen3_moe"):
         from_hf_config(write(tmp_path, {**QWEN3, "num_experts": 8}))
-    with pytest.raises(ServesimError, match=r"unsupported model_type 'deepseek_v3' \(its "
+    with pytest.raises(ServesimError, match=r"unsupported model_type 'qwen2_moe' \(its "
                                             r"mixture-of-experts or attention layers are not "
                                             r"modelled yet\)"):
-        from_hf_config(write(tmp_path, {**QWEN3, "model_type": "deepseek_v3",
-                                        "n_routed_experts": 256}))
+        from_hf_config(write(tmp_path, {**QWEN3, "model_type": "qwen2_moe",
+                                        "num_experts": 60}))
 
 
 def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def sizes() -> list[dict[str, Any]]:
     """Every MoE and FP8 preset: parameters, parameters a token uses, bytes."""
     rows = []
     for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-235b-a22b-fp8",
-                 "llama-3.3-70b-fp8", "llama-3.1-70b"):
+                 "llama-3.3-70b-fp8", "llama-3.1-70b", "deepseek-v3"):
         m = MODELS[name]
         rows.append({"model": name, "params_b": m.params / 1e9,
                      "active_b": m.active_params / 1e9, "weights_gb": m.weight_bytes / 1e9,
@@ -69,6 +69,22 @@ def qwen235_parts() -> dict[str, float]:
     tokens, by roofline component (ms)."""
     cost = RooflineCost(MODELS["qwen3-235b-a22b"], GPUS["h200"], 8, RooflineParams())
     return {k: float(v) * 1e3 for k, v in cost.parts(decode_shape(64, 64 * 2048)).items()}
+
+
+def deepseek_parts() -> dict[str, dict[str, float]]:
+    """One decode step of DeepSeek-V3 on 8 H200s by roofline component (ms): one
+    sequence at 2,048 cached tokens, and 64 of them (as Qwen3-235B-A22B's above)."""
+    cost = RooflineCost(MODELS["deepseek-v3"], GPUS["h200"], 8, RooflineParams())
+    return {f"{b} x 2,048": {k: float(v) * 1e3 for k, v in
+                             cost.parts(decode_shape(b, b * 2048)).items()} for b in (1, 64)}
+
+
+def deepseek_memory() -> dict[str, float]:
+    """DeepSeek-V3 on 8 H200s at vLLM's defaults: per-GPU GiB and the replica's KV tokens."""
+    from sim.cost.memory import memory_budget
+
+    return memory_budget(MODELS["deepseek-v3"], GPUS["h200"], 8, 0.9, 16, 8192,
+                         256).fitted().summary()
 
 
 def fp8_runs() -> list[dict[str, Any]]:
@@ -128,6 +144,12 @@ def main() -> None:
     for k, v in parts.items():
         print(f"| {k} | {v:.2f} |")
     print(f"| whole step | {sum(parts.values()):.2f} |")
+    ds = deepseek_parts()
+    print("\n| component | " + " | ".join(ds) + " |\n|---|" + "---:|" * len(ds))
+    for k in next(iter(ds.values())):
+        print(f"| {k} | " + " | ".join(f"{v[k]:.2f}" for v in ds.values()) + " |")
+    print("| whole step | " + " | ".join(f"{sum(v.values()):.2f}" for v in ds.values()) + " |")
+    print(deepseek_memory())
     print("\n| weights | 8,192-token prefill ms | TTFT p50 ms | TPOT p50 ms | cost source |")
     print("|---|---:|---:|---:|---|")
     for r in fp8_runs():

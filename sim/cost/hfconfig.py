@@ -5,7 +5,8 @@ The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 side reads it. Decoders of the Llama shape are modelled: attention (grouped query heads,
 rotary positions; sliding windows from ``sliding_window`` and ``layer_types``; gpt-oss's
 attention sinks) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
-qwen3_moe, gpt_oss); other mixture-of-experts families are a clear error. A
+qwen3_moe, gpt_oss); DeepSeek-V2/V3 (deepseek_v2, deepseek_v3) add multi-head latent
+attention and shared experts; other mixture-of-experts families are a clear error. A
 ``quantization_config`` sets the weights' dtype: FP8 (``quant_method`` fp8,
 compressed-tensors float8 or ModelOpt FP8: ``fp8-block`` when its scales are per block,
 ``fp8`` otherwise) or 4-bit (mxfp4; ModelOpt NVFP4 and compressed-tensors 4-bit floats:
@@ -29,18 +30,24 @@ from sim.files import read_text
 # qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
-SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss")
+SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss",
+                      "deepseek_v2", "deepseek_v3")
 # Mixture-of-experts families: the config keys of (experts, experts per token, expert
 # width); Mixtral's and gpt-oss's intermediate_size is their experts' width.
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
             "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-            "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size")}
+            "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
+            "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")}
 # Families whose sliding_window (when not null) applies to every layer that layer_types
 # does not name otherwise: Mistral-7B v0.1 (4,096 on all 32 layers); Mixtral's is null.
 _WINDOW_ON_ALL = ("mistral", "mixtral")
 # Families whose configs carry sliding_window but apply it only with use_sliding_window,
 # and then from layer max_window_layers on: not modelled.
 _WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe")
+# Families with multi-head latent attention: DeepSeek's config keys, read as they are named.
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
 _QKV_BIAS_BY_DEFAULT = ("qwen2",)
@@ -98,8 +105,12 @@ def from_hf_config(path: Path) -> ModelSpec:
     attention = _attention_fields(cfg, family, count("num_hidden_layers"), src)
     hidden = count("hidden_size")
     heads = count("num_attention_heads")
-    # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads.
-    head_dim = count("head_dim") if cfg.get("head_dim") else (hidden // heads if heads else 0)
+    mla = _mla_fields(cfg, family, count)
+    # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads. With
+    # latent attention it is the query/key head size, no-rope plus rotary part.
+    head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
+                else count("head_dim") if cfg.get("head_dim")
+                else (hidden // heads if heads else 0))
     try:
         return ModelSpec(
             layers=count("num_hidden_layers"),
@@ -117,6 +128,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
             **moe_fields,
             **attention,
+            **mla,  # type: ignore[arg-type]
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
@@ -139,8 +151,30 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
             raise ServesimError(f"got {only!r}: dense layers are modelled only as the first "
                                 "ones (0, 1, ...)", source=src, where="mlp_only_layers")
         dense = len(only)
+    shared = 0
+    if family in MLA_FAMILIES:
+        freq = cfg.get("moe_layer_freq", 1)
+        if freq != 1:
+            raise ServesimError(f"got {freq!r}: only every layer after the first dense ones a "
+                                "mixture of experts (1) is modelled", source=src,
+                                where="moe_layer_freq")
+        dense = count("first_k_dense_replace", 0)
+        shared = count("n_shared_experts", 0)
     return {"experts": count(n_key), "experts_per_token": count(k_key),
-            "expert_intermediate": count(width_key), "dense_layers": dense}
+            "expert_intermediate": count(width_key), "dense_layers": dense,
+            "shared_experts": shared}
+
+
+def _mla_fields(cfg: dict[str, Any], family: Any, count: Any) -> dict[str, int]:
+    """The latent-attention fields of a DeepSeek-V2/V3 config (empty for other families);
+    ``q_lora_rank`` null (DeepSeek-V2-Lite: one q_proj) is 0. ``num_nextn_predict_layers``
+    (the multi-token-prediction layers) is not read: vLLM loads them only as a
+    speculative drafter, so they are no part of the served model."""
+    if family not in MLA_FAMILIES:
+        return {}
+    fields = {key: count(key) for key in MLA_KEYS if key != "q_lora_rank"}
+    fields["q_lora_rank"] = count("q_lora_rank") if cfg.get("q_lora_rank") is not None else 0
+    return fields
 
 
 def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,

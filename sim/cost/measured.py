@@ -59,9 +59,11 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
     # Only when set, so the existing profiles' architectures stay what they were.
     newer = (model.expert_dtype, model.sliding_window, model.sliding_layers,
              model.attention_sinks)
+    mla = (model.kv_lora_rank, model.q_lora_rank, model.qk_rope_head_dim,
+           model.qk_nope_head_dim, model.v_head_dim) if model.mla else ()
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings, *moe, *(newer if any(newer) else ()))
+            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla)
 
 
 
@@ -112,6 +114,10 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
     for s in same:
         if (s.gpu, s.tp, s.framework, s.ep) == (gpu, tp, framework, ep):
             return s.stem
+    if not same and model.mla:
+        raise ServesimError(f"no measured profile for model {model.name}: latent-attention "
+                            "(MLA) models are not built from the kernel tables yet; use "
+                            "cost: roofline", where="cost.measured")
     if ep > 1:
         have_ep = sorted(f"{s.framework} tp {s.tp} ep {s.ep}" for s in same
                          if s.gpu == gpu and s.ep > 1)

@@ -153,11 +153,12 @@ class MemoryBudget:
 def weight_bytes(model: ModelSpec, tp: int, ep: int = 1) -> int:
     """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
     (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
-    head_dim elements at the activations' dtype, which every GPU keeps whole. The table is why
+    rotary_dim elements (the head size; with MLA the rotary key's) at the activations'
+    dtype, which every GPU keeps whole. The table is why
     Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96.
     ``ep``: expert parallelism (:func:`sim.cost.specs.expert_shard`)."""
     d = shard(model, tp, ep=ep)
-    return d.weight_bytes + model.max_context * model.head_dim * model.act_bytes
+    return d.weight_bytes + model.max_context * model.rotary_dim * model.act_bytes
 
 
 def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) -> int:
@@ -177,7 +178,7 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) 
     own = table * ((k == 0) + last) + d.hidden * last
     params = part.params - whole + own
     linear = part.stack_params
-    rotary = model.max_context * model.head_dim * model.act_bytes
+    rotary = model.max_context * model.rotary_dim * model.act_bytes
     return (part.stack_bytes(d.dtype_bytes, d.expert_dtype_bytes) + (params - linear) * d.act_bytes
             + rotary)
 

@@ -165,6 +165,10 @@ def ep_note(ep: int, imbalance: float = 1.0) -> str:
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at
 # least the kernel floor, however small its work.
 LINEAR_KERNELS = 4
+# Latent attention (MLA) launches five projection GEMMs where a Llama layer launches
+# two (QKV, output): vLLM's fused q_a + kv_a projection, q_b, the two per-head products
+# with kv_b's halves that absorb it in decode (W_UK before attention, W_UV after), output.
+MLA_KERNELS = 5
 # A mixture-of-experts MLP instead launches its router GEMM, top-k, the token
 # permutation, two grouped expert GEMMs and the weighted sum (6; a shared expert's two
 # GEMMs more), beside the layer's QKV and output GEMMs.
@@ -229,6 +233,7 @@ class RooflineCost:
         attn_flops = gpu.flops * p.attention_flops_efficiency
         bw = gpu.mem_bw * p.bandwidth_efficiency
         head = d.vocab * m.hidden
+        attn_kernels = MLA_KERNELS if m.mla else 2
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
         self._moe_q: float | None = None
         if m.experts:
@@ -258,16 +263,24 @@ class RooflineCost:
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
             # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
             self._moe_q = 1.0 - m.experts_per_token / m.experts
-            kernels = (d.layers * 2 + d.dense_layers * 2
+            kernels = (d.layers * attn_kernels + d.dense_layers * 2
                        + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
         else:
             lin = m.layers * d.linear_params_per_layer
             self._lin_flop_s = 2 * lin / lin_flops
             self._lin_mem_s = lin * m.dtype_bytes / bw
-            kernels = m.layers * LINEAR_KERNELS
+            kernels = m.layers * (LINEAR_KERNELS - 2 + attn_kernels)
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw
         self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
+        # MLA: seconds per prefill pair, per decode's cached token, per prefill's context
+        # token (the latent's up-projection) — see the class docstring.
+        self._mla: tuple[float, float, float] | None = None
+        if m.mla:
+            n, rho, v, r = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+            self._mla = (2 * m.layers * d.heads * (n + rho + v) / attn_flops,
+                         2 * m.layers * d.heads * (r + rho + r) / attn_flops,
+                         2 * m.layers * r * d.heads * (n + v) / lin_flops)
         self._kv_mem_s = d.kv_bytes_per_token / bw
         self._window = m.sliding_window
         if self._window:
@@ -309,6 +322,12 @@ class RooflineCost:
                       + self._lin_floor_s)
         if self._window:
             attention = self._window_attention(shape, mx)
+        elif self._mla is not None:
+            pre_s, dec_s, up_s = self._mla
+            # Context a prefill chunk attends to: all cached tokens less the decodes'.
+            chunk_ctx = shape.context_tokens - shape.decode_kv + shape.decode_seqs
+            attn_s = pre_s * shape.prefill_pairs + dec_s * shape.decode_kv + up_s * chunk_ctx
+            attention = mx(attn_s, self._kv_mem_s * kv_tokens)
         else:
             attention = mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens)
         return (linear,

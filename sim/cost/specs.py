@@ -74,12 +74,45 @@ class _Projections:
     shared_experts: int
     expert_intermediate: int
     dense_layers: int
+    kv_lora_rank: int
+    q_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention (``kv_lora_rank`` > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def latent_dim(self) -> int:
+        """Elements one token's MLA latent holds in a layer's cache: the compressed KV
+        (``kv_lora_rank``) and the shared rotary key (``qk_rope_head_dim``); 0 without MLA."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0
 
     @property
     def attention_params_per_layer(self) -> int:
-        """Weights of one layer's QKV and output projections."""
+        """Weights of one layer's attention projections: QKV and output; with MLA the
+        query down/up projections (q_a, q_b; one q_proj when ``q_lora_rank`` is 0),
+        kv_a_proj_with_mqa (hidden to latent + rotary key), kv_b_proj (latent to each
+        head's no-rope key and value) and the output projection. With MLA, q_a and kv_a
+        are whole on every GPU (vLLM replicates them); the rest follow ``heads``."""
+        if self.mla:
+            qk = self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            q = (self.hidden * self.q_lora_rank + self.q_lora_rank * qk if self.q_lora_rank
+                 else self.hidden * qk)
+            kv_a = self.hidden * self.latent_dim
+            kv_b = self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
         qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
         return qkv + self.heads * self.head_dim * self.hidden
+
+    @property
+    def latent_norm_params(self) -> int:
+        """Weights of one layer's RMSNorms on the MLA latents (q_a_layernorm when queries
+        are compressed, kv_a_layernorm); 0 without MLA."""
+        return self.q_lora_rank + self.kv_lora_rank if self.mla else 0
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -145,7 +178,15 @@ class ModelSpec(_Projections):
     ``sliding_window`` tokens (0, 0: none; gpt-oss alternates window-128 and full layers,
     Mistral-7B v0.1 windows all 32 at 4,096). ``attention_sinks``: each query head of
     every layer has one learned sink logit (gpt-oss), a parameter per head whose compute
-    is one more term in each softmax (not priced: a few FLOPs a row)."""
+    is one more term in each softmax (not priced: a few FLOPs a row).
+
+    Multi-head latent attention (DeepSeek-V2/V3; ``kv_lora_rank`` > 0, names as in their
+    config.json): each token's keys and values are compressed to a latent of
+    ``kv_lora_rank`` elements plus one rotary key of ``qk_rope_head_dim`` shared by the
+    heads, which is all the KV cache holds; ``kv_b_proj`` expands the latent to each
+    head's no-rope key (``qk_nope_head_dim``) and value (``v_head_dim``). Queries are
+    compressed to ``q_lora_rank`` first (0: one q_proj). ``head_dim`` must then be the
+    query/key head size, ``qk_nope_head_dim`` + ``qk_rope_head_dim``."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -170,6 +211,11 @@ class ModelSpec(_Projections):
     sliding_window: int = bounded(0, ge=0)
     sliding_layers: int = bounded(0, ge=0)
     attention_sinks: bool = False
+    kv_lora_rank: int = bounded(0, ge=0)
+    q_lora_rank: int = bounded(0, ge=0)
+    qk_rope_head_dim: int = bounded(0, ge=0)
+    qk_nope_head_dim: int = bounded(0, ge=0)
+    v_head_dim: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:
         self._check_newer()
@@ -178,6 +224,7 @@ class ModelSpec(_Projections):
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}",
                 where="kv_heads",
             )
+        self._check_mla()
         if not self.experts:
             for key in ("experts_per_token", "expert_intermediate", "shared_experts",
                         "dense_layers"):
@@ -225,6 +272,25 @@ class ModelSpec(_Projections):
         """Attention-sink logits of every layer, one per query head (elements)."""
         return self.layers * self.heads if self.attention_sinks else 0
 
+    def _check_mla(self) -> None:
+        """Latent-attention fields: all set together, ``head_dim`` their query size."""
+        keys = ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+        if not self.mla:
+            for key in keys:
+                if getattr(self, key):
+                    raise ServesimError(f"got {getattr(self, key)} without latent attention "
+                                        f"(kv_lora_rank is 0); set kv_lora_rank too", where=key)
+            return
+        for key in keys[1:]:
+            if getattr(self, key) < 1:
+                raise ServesimError("required for latent attention (kv_lora_rank > 0), at "
+                                    "least 1", where=key)
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.head_dim != qk:
+            raise ServesimError(f"got {self.head_dim}, must be qk_nope_head_dim + "
+                                f"qk_rope_head_dim ({qk}) with latent attention",
+                                where="head_dim")
+
     @property
     def moe(self) -> bool:
         """Whether the model has mixture-of-experts layers."""
@@ -271,10 +337,18 @@ class ModelSpec(_Projections):
     @property
     def params(self) -> int:
         """All weights (elements): layers' projections and routers, embedding and, unless
-        tied, the LM head."""
+        tied, the LM head; with MLA also the RMSNorms on its latents (q_a_layernorm,
+        kv_a_layernorm). The other norms are left out here (a few MB); :class:`Shard`
+        counts them all."""
         head = 0 if self.tie_embeddings else self.embedding_params
         return (self.stack_params + self.router_params + self.embedding_params + head
-                + self.sink_params)
+                + self.sink_params + self.layers * self.latent_norm_params)
+
+    @property
+    def rotary_dim(self) -> int:
+        """Elements of each position's rotary cos/sin table row: the head size, or with MLA
+        the rotary part of the key (``qk_rope_head_dim``)."""
+        return self.qk_rope_head_dim if self.mla else self.head_dim
 
     @property
     def weight_bytes(self) -> int:
@@ -288,7 +362,10 @@ class ModelSpec(_Projections):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b,
-        b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`)."""
+        b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`); with MLA one
+        latent per layer, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b."""
+        if self.mla:
+            return self.layers * self.latent_dim * self.kv_dtype_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
 
 
@@ -297,7 +374,8 @@ class ModelSpec(_Projections):
 # digests of such models stay what they were.
 NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
                 "shared_experts", "dense_layers", "expert_dtype", "sliding_window",
-                "sliding_layers", "attention_sinks")
+                "sliding_layers", "attention_sinks", "kv_lora_rank", "q_lora_rank",
+                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 
@@ -366,14 +444,19 @@ class Shard(_Projections):
             return int(whole)
         shared = self.moe_layers * self.shared_experts
         return int(whole) - shared * (self.expert_params - self.shared_expert_params)
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def params(self) -> int:
         """All weights (elements) one GPU holds: its share of every projection, QKV bias,
         attention sinks (one per query head), embedding and LM head (vocab-parallel), plus
-        the replicated RMSNorm weights and MoE routers."""
+        the replicated RMSNorm weights (with MLA, the latents' too) and MoE routers."""
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
-        norms = 2 * self.hidden
+        norms = 2 * self.hidden + self.latent_norm_params
         tables = (1 if self.tie_embeddings else 2) * self.vocab * self.hidden
         router = self.moe_layers * self.hidden * self.experts * self.ep  # whole on each
         sinks = self.layers * self.heads if self.attention_sinks else 0
@@ -392,7 +475,10 @@ class Shard(_Projections):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies on one GPU, all layers: 2·L·kv_heads·d·b with
-        this GPU's (possibly replicated) KV heads and b = ``kv_bytes``."""
+        this GPU's (possibly replicated) KV heads and b = ``kv_bytes``; with MLA the
+        whole latent, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b, on every GPU."""
+        if self.mla:
+            return self.layers * self.latent_dim * self.kv_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
@@ -408,6 +494,11 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
     head, so ``tp / kv_heads`` GPUs hold copies of the same head); any other ratio is an
     error. The vocabulary is padded up to a multiple of :data:`VOCAB_PADDING` and split.
 
+    Latent attention (MLA) splits its query heads (q_b, kv_b and the output projection
+    by head) and keeps the latent whole: vLLM's ``ModelConfig.get_num_kv_heads`` gives
+    one KV head per GPU for an MLA model ("during decode it becomes MQA") of
+    ``kv_lora_rank + qk_rope_head_dim`` elements, so every GPU caches every token's
+    whole latent, whatever ``tp``; q_a and kv_a are replicated linears.
     ``ep`` > 1 is vLLM's ``--enable-expert-parallel`` (:func:`expert_shard`): each GPU
     holds E/ep routed experts whole instead of a slice of every one; errors name
     ``ep_where``."""
@@ -444,7 +535,10 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
                  shared_experts=spec.shared_experts, dense_layers=spec.dense_layers,
                  expert_dtype_bytes=spec.expert_dtype_bytes,
                  sliding_window=spec.sliding_window, sliding_layers=spec.sliding_layers,
-                 attention_sinks=spec.attention_sinks)
+                 attention_sinks=spec.attention_sinks,
+                 kv_lora_rank=spec.kv_lora_rank, q_lora_rank=spec.q_lora_rank,
+                 qk_rope_head_dim=spec.qk_rope_head_dim,
+                 qk_nope_head_dim=spec.qk_nope_head_dim, v_head_dim=spec.v_head_dim)
 
 
 def expert_shard(spec: ModelSpec, tp: int, ep: int, where: str = "tp",
@@ -554,6 +648,20 @@ MODELS.update({
                            **_GPT_OSS),
 })
 
+# DeepSeek-V3 (sim/data/models/deepseek-v3/config.json): latent attention, 128 heads,
+# first_k_dense_replace 3 dense layers of width 18432, then 256 routed experts (top 8) and
+# one shared expert of width 2048. The release's weights are FP8 with 128 x 128 block
+# scales (quantization_config), so the preset's dtype is what it ships: fp8-block.
+# Its multi-token-prediction layer (num_nextn_predict_layers 1, the checkpoint's other
+# 14B) is left out: vLLM loads it only as a speculative drafter. DeepSeek-R1 is the same
+# shape (its config.json differs only in transformers_version).
+MODELS["deepseek-v3"] = _llama(
+    name="deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=128, head_dim=192,
+    intermediate=18432, vocab=129280, dtype="fp8-block", max_context=163840,
+    rope_theta=10000.0, experts=256, experts_per_token=8, expert_intermediate=2048,
+    shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
+    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
 
 
 @dataclass(frozen=True)

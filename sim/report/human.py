@@ -78,8 +78,11 @@ def count(n: float | None) -> str:
     return DASH if n is None else f"{int(n):,}"
 
 
-# Parts of a preset's name written in capitals: sizes (8b, 8x7b, a22b) and formats (fp8).
-_UPPER_PART = re.compile(r"(\d+x)?[a-z]?\d+(\.\d+)?[bmt]|fp\d+|awq|gptq")
+# Families whose makers capitalise more than the first letter.
+_MAKER_SPELLING = {"deepseek": "DeepSeek"}
+# Parts of a preset's name written in capitals: sizes (8b, 8x7b, a22b), formats (fp8)
+# and DeepSeek's release names (v3, r1).
+_UPPER_PART = re.compile(r"(\d+x)?[a-z]?\d+(\.\d+)?[bmt]|fp\d+|awq|gptq|[vr]\d+")
 
 
 def model_name(name: str) -> str:
@@ -90,7 +93,7 @@ def model_name(name: str) -> str:
     if name not in MODELS or name == "tiny":
         return name
     parts = name.split("-")
-    out = [parts[0][:1].upper() + parts[0][1:]]
+    out = [_MAKER_SPELLING.get(parts[0], parts[0][:1].upper() + parts[0][1:])]
     out += [p.upper().replace("X", "x") if _UPPER_PART.fullmatch(p) else p for p in parts[1:]]
     return "-".join(out)
 

@@ -364,6 +364,8 @@ def _setup_summary(res: RunResult) -> dict[str, Any]:
 # A mixture of experts adds these (a dense model's summary has none of them).
 MOE_KEYS = ("experts", "experts_per_token", "expert_intermediate", "shared_experts",
             "dense_layers")
+# Latent attention (DeepSeek-V2/V3) adds these.
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 MODEL_KEYS = ("name", "dtype", "kv_dtype", "layers", "hidden", "heads", "kv_heads", "head_dim",
               "intermediate", "vocab", "max_context")
 
@@ -418,7 +420,8 @@ def describe_scenario(sc: Scenario, cost_source: str,
         "overrides": list(sc.overrides),
         "servesim_version": package_version(),
         "model": {k: getattr(sc.model, k) for k in MODEL_KEYS + (MOE_KEYS if sc.model.experts
-                                                                  else ())},
+                                                                  else ())
+                  + (MLA_KEYS if sc.model.mla else ())},
         "policy": sc.serving.policy,
         "pools": per_pool,
         "cost_source": cost_source,

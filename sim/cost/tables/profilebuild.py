@@ -194,7 +194,9 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
     _check_buildable(m)
-
+    if m.mla:
+        raise ServesimError(f"{m.name}: latent attention (MLA) is not built from the kernel "
+                            "tables yet; price it with cost: roofline", where="--model")
     rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []

@@ -300,8 +300,9 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                     good, [m.timing.median_s for m in good if m.timing])
                 fits[name] = fit_component(name, [m.shape for m in good], ys, grid.table_max)
                 if name == "linear" and model.experts:
-                    fits[name] = _sweep_knots(fits[name], good, ys)
-                    notes.append(_knots_note(fits[name]))
+                    formula = fits[name]
+                    fits[name] = _sweep_knots(formula, good, ys)
+                    notes.append(_knots_note(fits[name], formula))
                 for m, role in zip(good, fits[name].roles, strict=True):
                     m.split = role
         except ServesimError as exc:
@@ -391,11 +392,14 @@ def _sweep_knots(fit: FitResult, good: list[Measurement], ys: list[float]) -> Fi
                                table=curve.ys, table_at=curve.xs)
 
 
-def _knots_note(fit: FitResult) -> str:
-    """What the profile says of a mixture of experts' linear knots."""
+def _knots_note(fit: FitResult, formula: FitResult) -> str:
+    """What the profile says of a mixture of experts' linear knots (``fit``), beside
+    the held-out error its formula alone (``formula``) would have had."""
     return (f"linear (mixture of experts): priced by {len(fit.table)} measured knots at "
             f"{fit.table_at[0]:g}-{fit.table_at[-1]:g} tokens, its formula past them; its "
-            f"held-out error is the knots' at {fit.n_test} points left out of them")
+            f"held-out error is the knots' at {fit.n_test} points left out of them "
+            f"(mean {fit.mape_test:.1%}, worst {fit.max_err_test:.1%}; the formula alone "
+            f"past the table: mean {formula.mape_test:.1%}, worst {formula.max_err_test:.1%})")
 
 
 def _fit_in_situ(cost: ProfileCost, layers: int, done: list[Measurement]

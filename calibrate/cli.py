@@ -19,7 +19,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None,
                    help="model preset (see sim/cost/specs.py), e.g. llama-3-8b")
     p.add_argument("--hf-config", type=Path, default=None,
-                   help="HuggingFace config.json (llama, mistral, qwen2); overrides --model")
+                   help="HuggingFace config.json (llama, mistral, qwen2, qwen3, mixtral, "
+                        "qwen3_moe); overrides --model")
     p.add_argument("--device", default="cuda", help="cuda or cpu (default: cuda)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
                    help="default: the model's dtype on cuda, fp32 on cpu")

@@ -21,6 +21,9 @@ Entries = tuple[tuple[int, int], ...]
 # Components timed on their own, and the whole-model steps that check their sum.
 OPERATORS = ("step", "linear", "prefill_attention", "decode_attention", "lm_head")
 WHOLE_STEP = "whole_step"
+# A mixture of experts with dense layers: its linear points run on an expert layer, and
+# these, at the same counts, on a dense one; the fit prices the layers' mean of the two.
+DENSE_LINEAR = "linear_dense"
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ def operator_points(spec: ModelSpec, g: GridConfig, seed: int = 0) -> list[Point
               for n in g.tokens if n > g.table_max}
     per["linear"] = [Point("linear", ((n, 0),), f"n={n}")
                      for n in sorted({*table, *beyond}) if n <= cap]
+    if spec.experts and spec.dense_layers:
+        per[DENSE_LINEAR] = [Point(DENSE_LINEAR, p.entries, p.label) for p in per["linear"]]
     for n in g.chunks:
         for c in g.prefill_contexts:
             if n + c <= cap:

@@ -2,7 +2,9 @@
 
 Layers: RMSNorm → fused QKV projection → rotary embedding → grouped-query attention
 (``scaled_dot_product_attention``) → output projection → RMSNorm → SwiGLU MLP, with
-residuals; then a final RMSNorm, the LM head and sampling.
+residuals; then a final RMSNorm, the LM head and sampling. A mixture-of-experts model's
+layers past its first ``dense_layers`` replace the SwiGLU MLP with :class:`MoE`: a router,
+top-k experts per token (each a SwiGLU) and any shared experts.
 
 Every forward runs over a *packed batch*: the new tokens of all entries concatenated
 (T = Σ new_tokens), each entry being (slot, new_tokens, context_before) in a
@@ -11,7 +13,8 @@ one step, which is what a continuous-batching server does. A layer exposes its t
 stages (``project``, ``attend``, ``finish``) so calibration can time them apart.
 
 Notation in shape comments: T packed tokens, H query heads, K KV heads, D head dim,
-S cache slots, C cache capacity in tokens, B entries in a group.
+S cache slots, C cache capacity in tokens, B entries in a group, E routed experts,
+k experts per token, I an expert's width (this GPU's share of it).
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ from sim.cost.specs import Shard
 # A decode group is padded to its longest context; start a new group once the longest
 # would exceed the shortest by this factor, bounding wasted KV reads to ~25%.
 DECODE_BUCKET_RATIO = 1.25
+
+
+def spread_ids(n: int, vocab: int, start: int = 0) -> list[int]:
+    """``n`` token ids spread over a vocabulary of ``vocab`` (a fixed odd stride from
+    ``start``), for timing a step.
+
+    A packed batch of one repeated id gives every token the same hidden state in every
+    layer, so a mixture of experts would send them all to the same k experts; a real
+    prompt's tokens route apart. Under random weights distinct ids route about as
+    independently as random inputs, which is what the sweep's operators see.
+    """
+    return [(start + 40503 * i) % vocab for i in range(n)]
 
 
 class RMSNorm(nn.Module):
@@ -61,6 +76,72 @@ class Rotary(nn.Module):
         sin = self.sin[pos].unsqueeze(1).to(x.dtype)
         a, b = x.chunk(2, dim=-1)
         return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+class SwiGLU(nn.Module):
+    """A dense SwiGLU MLP of ``width``: down(silu(gate(x)) · up(x)), x [T, hidden]."""
+
+    def __init__(self, hidden: int, width: int):
+        super().__init__()
+        self.w_gate_up = nn.Linear(hidden, 2 * width, bias=False)
+        self.w_down = nn.Linear(width, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden] → [T, hidden]."""
+        gate, up = self.w_gate_up(x).chunk(2, dim=-1)
+        return self.w_down(F.silu(gate) * up)
+
+
+class MoE(nn.Module):
+    """A mixture of SwiGLU experts, as a plain torch server without fused MoE kernels
+    would run it.
+
+    The router scores every routed expert; each token goes to its ``experts_per_token``
+    best, weighted by the softmax of their logits, which is Mixtral's rule and equals
+    Qwen3-MoE's (softmax over all experts, top k renormalised to sum to one). Tokens are
+    sorted by expert, each expert that received any runs its SwiGLU on exactly its
+    tokens (gathered with ``index_select``), and the weighted outputs are scattered back
+    with ``index_add_``: no expert computes a token it was not routed. Shared experts
+    run on every token as one SwiGLU of ``shared_experts`` times the experts' width
+    (the same function as their sum). Reading the per-expert counts synchronises a GPU
+    once per layer, so this layer is timed eagerly, never replayed as a CUDA graph.
+    """
+
+    def __init__(self, d: Shard):
+        super().__init__()
+        self.k = d.experts_per_token
+        self.router = nn.Linear(d.hidden, d.experts, bias=False)
+        # Routed experts stacked: gate and up [E, 2I, hidden], down [E, hidden, I].
+        self.w_gate_up = nn.Parameter(torch.empty(d.experts, 2 * d.expert_intermediate,
+                                                  d.hidden))
+        self.w_down = nn.Parameter(torch.empty(d.experts, d.hidden, d.expert_intermediate))
+        self.shared = (SwiGLU(d.hidden, d.shared_experts * d.expert_intermediate)
+                       if d.shared_experts else None)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, hidden] → (expert ids [T, k], their weights [T, k] summing to one)."""
+        logits = self.router(x).float()  # [T, E], scored in fp32 as servers do
+        top, ids = torch.topk(logits, self.k, dim=-1)
+        return ids, torch.softmax(top, dim=-1).to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, hidden] → [T, hidden]."""
+        ids, weights = self.route(x)
+        flat = ids.flatten()                          # [T·k] expert of each assignment
+        order = torch.argsort(flat, stable=True)      # assignments grouped by expert
+        rows = order // self.k                        # [T·k] their token rows
+        w = weights.flatten()[order].unsqueeze(1)     # [T·k, 1]
+        counts = torch.bincount(flat, minlength=self.w_down.shape[0]).tolist()
+        out = self.shared(x) if self.shared is not None else torch.zeros_like(x)
+        start = 0
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            r = rows[start:start + n]
+            gate, up = F.linear(x.index_select(0, r), self.w_gate_up[e]).chunk(2, dim=-1)
+            out.index_add_(0, r, F.linear(F.silu(gate) * up, self.w_down[e]) * w[start:start + n])
+            start += n
+        return out
 
 
 def kv_cache_bytes(slots: int, capacity: int, kv_heads: int, head_dim: int,
@@ -199,17 +280,17 @@ def unfold_heads(o: torch.Tensor, heads: int, n: int) -> torch.Tensor:
 
 
 class DecoderLayer(nn.Module):
-    """One decoder layer of a (possibly tensor-parallel-sharded) Llama-family model."""
+    """One decoder layer of a (possibly tensor-parallel-sharded) Llama-family model; with
+    ``moe`` its MLP is the shard's mixture of experts."""
 
-    def __init__(self, d: Shard, max_pos: int):
+    def __init__(self, d: Shard, max_pos: int, moe: bool = False):
         super().__init__()
         self.d = d
         self.attn_norm = RMSNorm(d.hidden)
         self.wqkv = nn.Linear(d.hidden, (d.heads + 2 * d.kv_heads) * d.head_dim, bias=d.qkv_bias)
         self.wo = nn.Linear(d.heads * d.head_dim, d.hidden, bias=False)
         self.mlp_norm = RMSNorm(d.hidden)
-        self.w_gate_up = nn.Linear(d.hidden, 2 * d.intermediate, bias=False)
-        self.w_down = nn.Linear(d.intermediate, d.hidden, bias=False)
+        self.mlp: SwiGLU | MoE = MoE(d) if moe else SwiGLU(d.hidden, d.intermediate)
         self.rotary = Rotary(d.head_dim, max_pos, d.rope_theta)
 
     def project(self, x: torch.Tensor, batch: Batch
@@ -252,10 +333,9 @@ class DecoderLayer(nn.Module):
         return out.flatten(1)
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Output projection, residual, SwiGLU MLP, residual: → [T, hidden]."""
+        """Output projection, residual, MLP (SwiGLU or experts), residual: → [T, hidden]."""
         h = x + self.wo(attn)
-        gate, up = self.w_gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
-        return h + self.w_down(F.silu(gate) * up)
+        return h + self.mlp(self.mlp_norm(h))
 
     def forward(self, x: torch.Tensor, cache: KVCache, batch: Batch) -> torch.Tensor:
         """A full layer over the packed batch: x [T, hidden] → [T, hidden]."""
@@ -285,7 +365,10 @@ class Decoder(nn.Module):
         super().__init__()
         self.d = d
         self.embed = nn.Embedding(d.vocab, d.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(d, max_pos) for _ in range(layers))
+        # A mixture of experts keeps a dense MLP in its first dense_layers layers.
+        self.layers = nn.ModuleList(
+            DecoderLayer(d, max_pos, bool(d.experts) and i >= d.dense_layers)
+            for i in range(layers))
         self.head = LMHead(d)
 
     def caches(self, slots: int, capacity: int) -> list[KVCache]:

@@ -88,9 +88,11 @@ def profile_dict(cfg: CalibrationConfig, res: CalibrationResult, device: dict[st
         entry: dict[str, Any] = {"formula": form.formula, "per_layer": form.per_layer,
                                  "coef": {k: float(f"{v:.6g}") for k, v in
                                           res.cost.coefs[name].items()}}
-        table = res.cost.tables.get(name)
-        if table:
-            entry["table_s"] = [float(f"{v:.6g}") for v in table]
+        knots = res.cost.knots.get(name)
+        if knots is not None:
+            entry["table_s"] = [float(f"{v:.6g}") for v in knots.ys]
+            if name not in res.cost.tables:  # knots at chosen counts (a MoE linear stack)
+                entry["table_at"] = [float(f"{v:.6g}") for v in knots.xs]
         fit = res.fits.get(name)
         if fit is not None:
             entry["fit"] = {"source": "measured", "mape_test": _num(fit.mape_test),

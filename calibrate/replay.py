@@ -36,13 +36,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare
+from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare, spread_ids
 from sim.core.batch import advance
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.request import Request
 from sim.core.result import Outcomes, finish_requests
 from sim.cost.shape import StepShape, shape_of
-from sim.cost.specs import ModelSpec, shard
+from sim.cost.specs import FP8_WEIGHTS, ModelSpec, shard
 from sim.errors import ServesimError
 from sim.policies.registry import make_policy
 
@@ -244,7 +244,10 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
                 if r.id not in slot:
                     slot[r.id] = free_slots.pop()
                 entries.append((slot[r.id], k, r.computed))
-                tokens.extend([last_id.get(r.id, r.id % vocab)] * k)
+                # A decode feeds the last sampled id; a prompt (or its recompute) ids
+                # spread over the vocabulary, so experts route its tokens apart.
+                tokens.extend([last_id[r.id]] if k == 1 and r.id in last_id else
+                              spread_ids(k, vocab, r.id + r.computed))
             cpu0 = time.thread_time()
             host = time.perf_counter() - host_t0
             ids, dt = executor.step(entries, tokens)
@@ -335,22 +338,39 @@ class ModelExecutor:
         shapes += [[(0, min(cap, 64), 64)] + [(i, 1, 64) for i in range(1, min(8, self.slots))]]
         for _ in range(repeats):
             for entries in shapes:
-                self.step(entries, [1] * sum(k for _, k, _ in entries))
+                self.step(entries, spread_ids(sum(k for _, k, _ in entries),
+                                              self.model.d.vocab))
 
 
-def check_timeable(spec: ModelSpec) -> None:
-    """Refuse a model whose FP8 weights, KV cache or experts this torch model cannot
-    run: one error saying how such a model is priced instead."""
+def check_timeable(spec: ModelSpec, device: str = "cuda") -> None:
+    """Refuse a model whose FP8 weights or KV cache this torch model cannot run on a
+    ``device`` of that type (``cuda`` or ``cpu``): one error naming the key, saying why
+    and how such a model is priced instead."""
     if spec.mla:
         raise ServesimError(
             "calibrate's torch model has no latent-attention (MLA) layer; MLA costs come "
             "from the roofline (cost: roofline) or the public kernel tables",
             where="model.kv_lora_rank")
-    if spec.experts:
+    if spec.sliding_layers or spec.attention_sinks:
+        key = "model.sliding_layers" if spec.sliding_layers else "model.attention_sinks"
         raise ServesimError(
-            "calibrate's torch model has no mixture-of-experts layer yet; MoE costs come "
-            "from the public kernel tables: `servesim profile build` (or cost: roofline)",
-            where="model.experts")
+            "calibrate's torch model has no sliding-window attention or attention sinks; "
+            "such models (gpt-oss) are priced by the roofline (cost: roofline)", where=key)
+    if spec.expert_dtype and spec.expert_dtype not in ("fp32", "fp16", "bf16"):
+        raise ServesimError(
+            f"got {spec.expert_dtype}: calibrate's torch model runs experts in bf16, fp16 or "
+            "fp32 only; 4-bit and FP8 experts are priced by the roofline or the public "
+            "kernel tables", where="model.expert_dtype")
+    fp8 = [(k, v) for k, v in (("dtype", spec.dtype), ("kv_dtype", spec.kv_dtype))
+           if v in FP8_WEIGHTS]
+    if fp8 and device == "cpu":
+        key, value = fp8[0]
+        raise ServesimError(
+            f"got {value}: FP8 cannot be timed on a CPU, which has no FP8 arithmetic (torch "
+            f"would emulate it, at a speed that says nothing of FP8 serving), and "
+            f"calibrate's torch model has no FP8 path on CUDA either; FP8 costs come from "
+            f"the public kernel tables: `servesim profile build --dtype fp8` (or --kv-dtype "
+            f"fp8)", where=f"model.{key}")
     if spec.dtype not in ("fp32", "fp16", "bf16") or spec.kv_dtype != "auto":
         raise ServesimError(
             f"calibrate times bf16, fp16 and fp32 models with a KV cache of the same dtype; "
@@ -366,7 +386,7 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
     (executor, facts for the record: device, dtype, threads, cache size)."""
     from calibrate.output import device_info
 
-    check_timeable(spec)
+    check_timeable(spec, device)
     if device == "cuda" and not torch.cuda.is_available():
         raise ServesimError("torch sees no CUDA device; use --device cpu", where="--device")
     if device not in ("cuda", "cpu"):

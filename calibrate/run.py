@@ -18,7 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from calibrate.grids import OPERATORS, Point, grid_for, operator_points, whole_step_points
+from calibrate.grids import (
+    DENSE_LINEAR,
+    OPERATORS,
+    Point,
+    grid_for,
+    operator_points,
+    whole_step_points,
+)
 from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
 from calibrate.output import device_info, write_csv, write_profile
@@ -27,7 +34,8 @@ from calibrate.replay import ModelExecutor, check_timeable
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
-from sim.cost.profile import FORMS
+from sim.cost.curves import Knots
+from sim.cost.profile import FORMS, SCALAR
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefit import (
     MIN_TEST,
@@ -136,9 +144,11 @@ def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> fl
     the KV cache :meth:`Bench.reserve` sizes for ``step_points``."""
     d = shard(model, tp, where="--tp")
     slots, capacity = step_cache_size(step_points) or (0, 0)
-    return (d.linear_params_per_layer * model.dtype_bytes
+    # A layer's mean weights: projections (a MoE layer's every expert) and routers.
+    weights = (d.stack_params + d.moe_layers * d.hidden * d.experts) / d.layers
+    return (weights * model.dtype_bytes
             + kv_cache_bytes(slots, capacity, d.kv_heads, d.head_dim,
-                                 math.ceil(model.dtype_bytes)))
+                             math.ceil(model.dtype_bytes)))
 
 
 def _sweep(points: list[Point], bench: Bench, deadline: float, label: str, progress: bool,
@@ -242,8 +252,8 @@ def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
 
 def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     t0 = time.perf_counter()
-    check_timeable(cfg.model)
     device = _device(cfg)
+    check_timeable(cfg.model, device.type)
     dtype = cfg.dtype or (cfg.model.dtype if device.type == "cuda" else "fp32")
     if dtype not in ("fp32", "fp16", "bf16"):
         raise ServesimError(f"got {dtype!r}, expected bf16, fp16 or fp32", where="--dtype")
@@ -293,9 +303,13 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                 good = [m for m in ops if m.point.component == name and m.status == "ok"]
                 if name == "host" and not good:
                     continue
-                fits[name] = fit_component(name, [m.shape for m in good],
-                                           [m.timing.median_s for m in good if m.timing],
-                                           grid.table_max)
+                good, ys = _layer_mean(model, good, ops) if name == "linear" else (
+                    good, [m.timing.median_s for m in good if m.timing])
+                fits[name] = fit_component(name, [m.shape for m in good], ys, grid.table_max)
+                if name == "linear" and model.experts:
+                    formula = fits[name]
+                    fits[name] = _sweep_knots(formula, good, ys)
+                    notes.append(_knots_note(fits[name], formula))
                 for m, role in zip(good, fits[name].roles, strict=True):
                     m.split = role
         except ServesimError as exc:
@@ -309,7 +323,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
         coefs.setdefault("host", dict(FORMS["host"].defaults))
         cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
-                           knots={n: f.table for n, f in fits.items() if f.table},
+                           knots={n: Knots(f.table_at, f.table) if f.table_at else f.table
+                                  for n, f in fits.items() if f.table},
                            wake=terms.wake)
 
         if layers < model.layers:
@@ -336,6 +351,62 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     write_csv(csv_path, result.measurements)
     write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
     return result
+
+
+def _layer_mean(model: ModelSpec, good: list[Measurement], ops: list[Measurement]
+                ) -> tuple[list[Measurement], list[float]]:
+    """The linear stack's points and their seconds as the mean layer of ``model``.
+
+    A dense model's and a mixture of experts without dense layers' are their medians. A
+    mixture with ``dense_layers`` has each point's expert-layer time and the dense
+    layer's at the same count (:data:`DENSE_LINEAR`) averaged over the layers, as the
+    profile builder averages its tables' layers; a count whose dense point is missing
+    (an early stop, a failure) is left out."""
+    if not (model.experts and model.dense_layers):
+        return good, [m.timing.median_s for m in good if m.timing]
+    dense = {m.point.entries: m.timing.median_s for m in ops
+             if m.point.component == DENSE_LINEAR and m.status == "ok" and m.timing}
+    share = model.dense_layers / model.layers
+    kept = [m for m in good if m.timing and m.point.entries in dense]
+    return kept, [(1 - share) * m.timing.median_s + share * dense[m.point.entries]
+                  for m in kept if m.timing]
+
+
+def _sweep_knots(fit: FitResult, good: list[Measurement], ys: list[float]) -> FitResult:
+    """A mixture of experts' linear stack as the public-table profiles price it: knots at
+    every measured count, the formula past the last.
+
+    Each expert the step's tokens touch runs (and reads its weights) once, and the
+    touched experts grow with the tokens until all are, so the time rises steeply,
+    bends, then grows with the FLOPs: no one ``max(weight, slope)`` line follows that
+    bend. The knots are the table and training points (the formula's held-out points
+    are not knots), joined linearly, and the held-out error reported is the knots'
+    own at those held-out points."""
+    form = FORMS["linear"]
+    roles = fit.roles
+    knots = sorted((m.shape.new_tokens, y) for m, y, r in zip(good, ys, roles, strict=True)
+                   if r in ("table", "train"))
+    curve = Knots(tuple(x for x, _ in knots), tuple(y for _, y in knots))
+    held = [(m.shape, y) for m, y, r in zip(good, ys, roles, strict=True) if r == "test"]
+    pred = [curve.at(s.new_tokens) for s, _ in held]
+    errs = relative_errors(np.array([form.evaluate(fit.coef, s, SCALAR) if p is None else p
+                                     for (s, _), p in zip(held, pred, strict=True)]),
+                           np.array([y for _, y in held]))
+    nan = float("nan")
+    return dataclasses.replace(fit, mape_train=0.0,
+                               mape_test=float(errs.mean()) if len(errs) else nan,
+                               max_err_test=float(errs.max()) if len(errs) else nan,
+                               table=curve.ys, table_at=curve.xs)
+
+
+def _knots_note(fit: FitResult, formula: FitResult) -> str:
+    """What the profile says of a mixture of experts' linear knots (``fit``), beside
+    the held-out error its formula alone (``formula``) would have had."""
+    return (f"linear (mixture of experts): priced by {len(fit.table)} measured knots at "
+            f"{fit.table_at[0]:g}-{fit.table_at[-1]:g} tokens, its formula past them; its "
+            f"held-out error is the knots' at {fit.n_test} points left out of them "
+            f"(mean {fit.mape_test:.1%}, worst {fit.max_err_test:.1%}; the formula alone "
+            f"past the table: mean {formula.mape_test:.1%}, worst {formula.max_err_test:.1%})")
 
 
 def _fit_in_situ(cost: ProfileCost, layers: int, done: list[Measurement]

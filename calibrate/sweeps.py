@@ -17,6 +17,7 @@ A point that runs out of memory is skipped and recorded, and the sweep goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import zlib
 from collections.abc import Callable
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from calibrate.grids import WHOLE_STEP, Point
-from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare
+from calibrate.grids import DENSE_LINEAR, WHOLE_STEP, Point
+from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare, spread_ids
 from calibrate.timing import Timer, Timing, is_oom
 from sim.cost.shape import StepShape, shape_of
 from sim.cost.specs import Shard
@@ -87,11 +88,19 @@ class Bench:
         self.d, self.layers, self.max_pos = shard, layers, max_pos
         self.step_layers = step_layers or layers
         self.dtype, self.device, self.timer = dtype, device, timer
+        # A mixture of experts' operator copies are all MoE layers; its dense layers, if
+        # any, are timed on copies of their own (points of DENSE_LINEAR).
+        routed = dataclasses.replace(shard, dense_layers=0)
         per_layer = sum(p.numel() * p.element_size()
-                        for p in build_decoder(shard, 1, 1, dtype, torch.device("meta"))
+                        for p in build_decoder(routed, 1, 1, dtype, torch.device("meta"))
                         .layers[0].parameters())
         self.copies = max(1, min(layers, int(ROTATE_BYTES // max(per_layer, 1))))
-        self.one = build_decoder(shard, self.copies, max_pos, dtype, device)
+        self.one = build_decoder(routed, self.copies, max_pos, dtype, device)
+        self.dense: Decoder | None = None
+        if shard.experts and shard.dense_layers:
+            self.dense = build_decoder(dataclasses.replace(
+                shard, experts=0, experts_per_token=0, expert_intermediate=0, shared_experts=0,
+                dense_layers=0), self.copies, max_pos, dtype, device)
         self._caches: list[KVCache] | None = None
         self.full: Decoder | None = None
         self._full_caches: list[KVCache] | None = None
@@ -161,7 +170,7 @@ class Bench:
         if point.component != WHOLE_STEP:
             raise ValueError(f"prepare() is for whole steps, not {point.component!r}")
         entries = slotted(point.entries, scatter=True)
-        return self._whole(entries, [7] * sum(n for _, n, _ in entries))
+        return self._whole(entries, spread_ids(sum(n for _, n, _ in entries), self.d.vocab))
 
     def _randn(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=self.one.embed.weight.dtype)
@@ -176,14 +185,17 @@ class Bench:
         decode_sized = all(n == 1 for _, n, _ in entries)
         batch = prepare(entries, self.device)
         t = batch.tokens
-        if point.component == "linear":
+        if point.component in ("linear", DENSE_LINEAR):
             x, attn = self._randn(t, d.hidden), self._randn(t, d.heads * d.head_dim)
+            if point.component == DENSE_LINEAR and self.dense is not None:
+                layers = list(self.dense.layers)  # type: ignore[arg-type]
 
             def linear() -> object:
                 layer = layers[next(turn)]
                 layer.project(x, batch)
                 return layer.finish(x, attn)
-            return linear, t <= 256, False
+            # An expert layer reads its per-expert counts on the host: no CUDA graph.
+            return linear, t <= 256 and not d.experts, False
         if point.component in ("prefill_attention", "decode_attention"):
             caches = self.caches(slots, capacity)
             q, k, v = (self._randn(t, h, d.head_dim) for h in (d.heads, d.kv_heads, d.kv_heads))
@@ -195,7 +207,7 @@ class Bench:
         if point.component == "lm_head":
             h = self._randn(len(entries), d.hidden)
             return (lambda: self.one.head(h)), True, False
-        tokens = [7] * t
+        tokens = spread_ids(t, d.vocab)
         if point.component == "step":
             # What a step does besides its layers and head: pack the batch, move token ids
             # to the device, embed them, pick each entry's last row, return ids to the host.

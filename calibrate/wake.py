@@ -29,6 +29,7 @@ import numpy as np
 from scipy.optimize import curve_fit
 
 from calibrate.grids import Point
+from calibrate.model import spread_ids
 from calibrate.replay import ModelExecutor
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
@@ -122,5 +123,5 @@ def time_wake_on(ex: ModelExecutor, rounds: int, seed: int = 0) -> WakeTimes:
     prompts = sorted({max(1, min(n, ex.capacity - 1)) for n in PROMPTS})
 
     def step(n: int) -> float:
-        return ex.step([(0, n, 0)], [1] * n)[1]
+        return ex.step([(0, n, 0)], spread_ids(n, ex.model.d.vocab))[1]
     return time_wake(step, prompts, rounds, np.random.default_rng(seed))

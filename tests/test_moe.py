@@ -174,10 +174,11 @@ def sc_raw_dense() -> dict:
                                      "output": {"dist": "fixed", "value": 4}}}}
 
 
-def test_calibrate_refuses_moe_in_one_line() -> None:
+def test_calibrate_times_moe_models() -> None:
+    # calibrate's torch model has a MoE layer (tests/test_calibrate_moe.py): no refusal.
     pytest.importorskip("torch")
     from calibrate.replay import check_timeable
 
-    with pytest.raises(ServesimError, match=r"model\.experts: calibrate's torch model has no "
-                                            r"mixture-of-experts layer yet"):
-        check_timeable(MODELS["mixtral-8x7b"])
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "tiny-moe"):
+        check_timeable(MODELS[name])
+        check_timeable(MODELS[name], "cpu")

@@ -51,6 +51,9 @@ class FitResult:
     # What the fit did with each input point, in input order: train, test, table, or
     # unused (a repeat of a tabled count).
     roles: tuple[str, ...] = ()
+    # The counts ``table`` was measured at when they are not 1..len(table) (knots over a
+    # whole sweep); () for those counts.
+    table_at: tuple[float, ...] = ()
 
 
 def stack(shapes: Sequence[StepShape]) -> StepShape:

@@ -622,6 +622,12 @@ MODELS.update({
                               max_context=40960, rope_theta=1000000.0, experts=128,
                               experts_per_token=8, expert_intermediate=1536),
 })
+# The tiny model's mixture-of-experts twin, for calibrating and replaying a MoE layer on
+# a 2-core CPU: 8 experts, 2 a token, each half tiny's MLP width, so a token computes
+# what a tiny token does while a layer holds four times its MLP weights (no public
+# release; a test shape like tiny).
+MODELS["tiny-moe"] = dataclasses.replace(MODELS["tiny"], name="tiny-moe", experts=8,
+                                         experts_per_token=2, expert_intermediate=352)
 # Qwen's own FP8 release of Qwen3-235B-A22B: 128 x 128 block scales.
 MODELS["qwen3-235b-a22b-fp8"] = dataclasses.replace(
     MODELS["qwen3-235b-a22b"], name="qwen3-235b-a22b-fp8", dtype="fp8-block")

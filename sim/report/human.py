@@ -90,7 +90,7 @@ def model_name(name: str) -> str:
     ``qwen3-30b-a3b`` -> ``Qwen3-30B-A3B``); any other name unchanged."""
     from sim.cost.specs import MODELS
 
-    if name not in MODELS or name == "tiny":
+    if name not in MODELS or name in ("tiny", "tiny-moe"):
         return name
     parts = name.split("-")
     out = [_MAKER_SPELLING.get(parts[0], parts[0][:1].upper() + parts[0][1:])]

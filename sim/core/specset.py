@@ -104,7 +104,9 @@ class SpecDecodeSet:
         if end > self.horizon:
             self._fit(end)
         i = t - self.origin
-        self.sums[i:i + ticks] += packed[start:start + ticks]
+        # In place on a view: ``sums[a:b] += x`` would also write the view back onto itself.
+        ring = self.sums[i:i + ticks]
+        ring += packed[start:start + ticks]
         if over:
             # Its last verify is capped at what it owes: taken off when that tick ends.
             trim = self.trim

@@ -73,11 +73,11 @@ class LogHistogram:
             buf.extend([now - r.last_token for r in fresh])
             if len(buf) >= _CHUNK:
                 self._flush_whole(buf, None)
-        rest = n - len(fresh)
-        if rest > 0:
+            n -= len(fresh)
+        if n > 0:
             values = self._rep_values
             values.append(now - since)
-            self._rep_counts.append(rest)
+            self._rep_counts.append(n)
             if len(values) >= _CHUNK:
                 self._flush_whole(values, self._rep_counts)
 

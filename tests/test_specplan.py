@@ -71,16 +71,25 @@ def test_planned_rows_equal_paths_worked_out_alone(seed: int, q: int, bs: int, f
             packed, start, ticks, *rest = row
             assert ticks == alone[2] and rest == list(alone[3:])
             np.testing.assert_array_equal(packed[start:start + ticks], alone[0])
-        at += owed
+        # Its draws end where their sum first reaches what it owes; the next one's begin.
+        end = at + ticks if owed else at
+        assert end == pl.ends[pl.next - 1]
+        assert owed == 0 or sums[end - 1] - sums[at] < owed <= sums[end] - sums[at]
+        at = end
 
 
 def test_rows_go_only_to_the_planned_order() -> None:
-    tokens, sums = draws(0, 100, 4)
+    # Draws from index 5: 2, 1, 4, 3, 1, 1 (by hand). Request 0 owes 3 tokens: draws 5
+    # and 6 (2 + 1); request 1 owes 5: draws 7 and 8 (4 + 3, the last capped); request
+    # 2 owes 1: draw 9.
+    tokens = np.array([1] * 5 + [2, 1, 4, 3, 1, 1] + [1] * 9, dtype=np.int64)
+    sums = np.concatenate([[0], np.cumsum(tokens)])
     pl = plan(tokens, sums, 5, np.arange(3), np.array([10, 10, 10]), np.array([4, 6, 2]), 4, 16)
+    assert pl.ends == [7, 9, 10]
     assert not pl.take(1, 5)[0]  # request 0 comes first
     assert not pl.take(0, 6)[0]  # at draw 5, not 6
-    assert pl.take(0, 5)[0] and pl.take(1, 8)[0] and pl.take(2, 13)[0]
-    assert not pl.take(3, 14)[0]
+    assert pl.take(0, 5)[0] and pl.take(1, 7)[0] and pl.take(2, 9)[0]
+    assert not pl.take(3, 10)[0]
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])
@@ -88,7 +97,7 @@ def test_a_run_plans_the_paths_of_requests_routed_in_order(policy: str) -> None:
     from test_speculative import spec_scenario
 
     from sim.core.engine import simulate
-    from sim.core.specset import Speculation
+    from sim.core.speculation import Speculation
 
     made: list[Speculation] = []
     init = Speculation.__init__

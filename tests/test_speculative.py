@@ -25,7 +25,7 @@ from sim.config.speculative import (
 )
 from sim.core.engine import simulate
 from sim.core.request import Request
-from sim.core.specset import Speculation
+from sim.core.speculation import Speculation
 from sim.cost.drafter import Drafter
 from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.specs import gpu
@@ -73,6 +73,11 @@ def test_draws_follow_the_acceptance() -> None:
     counts = np.bincount(draws, minlength=5)[1:] / len(draws)
     np.testing.assert_allclose(counts, [0.4, 0.24, 0.144, 0.216], atol=0.003)
     assert draws.mean() == pytest.approx((1 - 0.6 ** 4) / 0.4, rel=0.01)
+    # It takes only the draws its 400,000 tokens after the first need: the next request
+    # starts where their sum first reaches 400,000 (about 400,000 / 2.176 of them).
+    end = sp.chunks[id(sp.cuts)][2]
+    assert tokens[first:end - 1].sum() < 400_000 <= tokens[first:end].sum()
+    assert end - first == pytest.approx(400_000 / ((1 - 0.6 ** 4) / 0.4), rel=0.01)
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])
@@ -353,3 +358,27 @@ def test_light_load_tpot_counts_the_drafting() -> None:
     tpot = sum(0.014 + d for d in draft) / 12
     assert per_request(res)["tpot"][0] == pytest.approx(tpot, rel=1e-9)
     assert tpot < 0.011
+
+
+def test_small_chunks_and_cut_verifies_lazy_equal_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Chunks of 64 draws and a token budget that cuts verifies short: requests start
+    # fresh chunks often, and a cut request reads on past its own draws (never past its
+    # chunk's end); the set and the request-by-request run still agree.
+    import sim.core.speculation as speculation
+
+    monkeypatch.setattr(speculation, "CHUNK", 64)
+    sc = tiny_scenario(serving={
+        "policy": "chunked", "block_size": 4, "num_kv_blocks": 60, "max_num_seqs": 6,
+        "token_budget": 6, "speculative": {"method": "ngram", "num_tokens": 3,
+                                           "acceptance": {"rate": 0.8}}})
+    rng = np.random.default_rng(5)
+    n = 40
+    req = Requests(np.sort(rng.uniform(0, 2, n)), rng.integers(2, 30, n),
+                   rng.integers(1, 60, n))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+    s = summarize(lazy)
+    assert s["requests"]["finished"] == n
+    assert s["speculative"]["verify_tokens"] <= int((req.output_tokens - 1).sum())
+    # Cut verifies ran: fewer tokens a verify than the uncut mean (1 - 0.8^4) / 0.2.
+    assert s["speculative"]["mean_tokens_per_verify"] < (1 - 0.8 ** 4) / 0.2

@@ -19,7 +19,7 @@ from sim.config.speculative import drafter_model
 from sim.core.disagg import Handoff
 from sim.core.kvmanager import KVCacheManager
 from sim.core.replica import Replica
-from sim.core.specset import Speculation, spec_seed_of
+from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
 from sim.cost.models import CostModel, RooflineParams, build_cost
 from sim.cost.pipeline import StageCost

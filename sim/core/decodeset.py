@@ -152,11 +152,9 @@ class DecodeSet:
         the set, for the caller to finish; None when none did."""
         n = self.n
         fresh = self.fresh
+        itl.add_gaps(fresh, self.last_end, now, n)
         if fresh:
-            itl.extend([now - r.last_token for r in fresh])
             self.fresh = []
-        if n > len(fresh):
-            itl.add_repeated(now - self.last_end, n - len(fresh))
         self.last_end = now
         self.emitted = n
         self.tick += 1

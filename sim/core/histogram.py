@@ -9,8 +9,12 @@ a, every reported quantile q̂ of a positive value q satisfies |q̂ − q| ≤ a
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from sim.core.request import Request
 
 _MIN_VALUE = 1e-9  # seconds; smaller positive values share the lowest bucket
 _CHUNK = 65536  # values per buffered batch
@@ -57,6 +61,25 @@ class LogHistogram:
         self._rep_counts.append(count)
         if len(self._rep_values) >= _CHUNK:
             self._flush_whole(self._rep_values, self._rep_counts)
+
+    def add_gaps(self, fresh: list[Request], since: float, now: float, n: int) -> None:
+        """Record the inter-token gaps of a decode iteration of ``n`` sequences that
+        ended at ``now`` (s): each of ``fresh`` from its own last token, the other
+        ``n - len(fresh)`` from ``since`` (s), the end of the iteration before. The
+        values land as :meth:`extend` then :meth:`add_repeated` would put them, in one
+        call, as it runs every iteration."""
+        if fresh:
+            buf = self._buffer
+            buf.extend([now - r.last_token for r in fresh])
+            if len(buf) >= _CHUNK:
+                self._flush_whole(buf, None)
+            n -= len(fresh)
+        if n > 0:
+            values = self._rep_values
+            values.append(now - since)
+            self._rep_counts.append(n)
+            if len(values) >= _CHUNK:
+                self._flush_whole(values, self._rep_counts)
 
     def _flush_whole(self, values: list[float], counts: list[int] | None) -> None:
         # Whole chunks only: the running sum then depends on the sequence of values,

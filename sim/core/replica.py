@@ -37,7 +37,8 @@ from sim.core.prefix import PrefixCache
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
-from sim.core.specset import SpecDecodeSet, Speculation
+from sim.core.specset import SpecDecodeSet
+from sim.core.speculation import Speculation
 from sim.cost.pipeline import StageCost
 from sim.cost.shape import StepShape
 

@@ -30,7 +30,7 @@ class Request:
     ``last_token`` are as of that set's tick ``sync``.
     With speculative decoding, ``draws`` holds the tokens each of its verify iterations
     emits before capping (1 to k + 1, drawn when it was routed; with their running sums,
-    :class:`sim.core.specset.Speculation`) and ``verifies`` counts the ones it ran, so
+    :class:`sim.core.speculation.Speculation`) and ``verifies`` counts the ones it ran, so
     its n-th verify takes the n-th of its draws however it is reached; ``path`` is the
     path its first join would lay, when worked out ahead (:mod:`sim.core.specplan`).
     An iteration emits a token for this request when it brings

@@ -9,11 +9,11 @@ prompt, its next draw its first), and those paths depend only on the request's l
 its draws and the block size, all known when it is routed. So when a request is routed
 and no plan covers it, :func:`plan` works out the first paths of the next ``PLAN``
 requests in id order (the order they are routed in, unless some are turned away or
-arrive out of order) in one set of numpy calls, against the draws they would take; each
-routed request whose id and first draw match its row takes it
-(:class:`sim.core.specset.Speculation`). A request whose path was not planned, or that
-joins later (after a preemption), works its path out alone (:func:`path`); both give
-the same numbers.
+arrive out of order), against the draws they would take: where each one's draws end
+found one by one, the rest in one set of numpy calls. Each routed request whose id and
+first draw match its row takes it (:class:`sim.core.speculation.Speculation`). A request
+whose path was not planned, or that joins later (after a preemption), works its path
+out alone (:func:`path`); both give the same numbers.
 
 A path is packed one int64 per tick, as the set keeps its sums: tokens emitted in the
 low 32 bits, blocks held in the bits above (:data:`SHIFT`). The last verify may bring
@@ -68,13 +68,16 @@ def path(tokens: np.ndarray, sums: np.ndarray, v: int, computed: int, owed: int,
 
 class Plan:
     """First paths of consecutive routed requests (see the module docstring): row ``i``
-    is for request ``ids[i]``, whose first draw is at ``firsts[i]`` of the chunk."""
+    is for request ``ids[i]``, whose draws run from ``firsts[i]`` of the chunk to one
+    before ``ends[i]``."""
 
-    __slots__ = ("ids", "firsts", "rows", "next")
+    __slots__ = ("ids", "firsts", "ends", "rows", "next")
 
-    def __init__(self, ids: list[int], firsts: list[int], rows: list[Path | None]):
+    def __init__(self, ids: list[int], firsts: list[int], ends: list[int],
+                 rows: list[Path | None]):
         self.ids = ids
         self.firsts = firsts
+        self.ends = ends
         self.rows = rows
         self.next = 0  # the row the next routed request should match
 
@@ -91,33 +94,41 @@ class Plan:
 def plan(tokens: np.ndarray, sums: np.ndarray, first: int, ids: np.ndarray,
          prompts: np.ndarray, outputs: np.ndarray, q: int, block_size: int) -> Plan:
     """The first paths of requests ``ids`` (their ``prompts`` and ``outputs`` in
-    tokens), routed in that order and taking draws from ``first`` on, as far as the
-    chunk's draws reach: each joins with its prompt computed, its first token out
-    (``output - 1`` owed) and its prompt's blocks.
+    tokens), routed in that order and taking draws from ``first`` on, each as many as
+    its ``output - 1`` tokens need, as far as the chunk reaches (a request fits when
+    ``output - 1`` draws from its first would: see :mod:`sim.core.speculation`): each
+    joins with its prompt computed, its first token out and its prompt's blocks.
 
-    Their draws are consecutive, so the packed sums are worked out over all of them at
-    once with contiguous numpy operations (those past a request's last verify, never
-    read, cost less than gathering the others would), each request's path a slice."""
-    need = np.maximum(outputs - 1, 0)
-    ends = first + np.cumsum(need)
-    fit = int(np.searchsorted(ends, len(tokens), side="right"))
-    need, ends = need[:fit], ends[:fit]
-    starts = ends - need
-    off = sums[starts]
-    ys = sums.searchsorted(off + need)
-    stop = int(ends[-1]) if fit else first
+    Where each request's draws end depends on the one before, so those ends are found
+    one by one; the packed sums are then worked out over all their draws at once with
+    contiguous numpy operations, each request's path a slice."""
+    size = len(tokens)
+    find = sums.searchsorted
+    starts: list[int] = []
+    ends: list[int] = []
+    at = first
+    for n in np.maximum(outputs - 1, 0).tolist():
+        if at + n > size:
+            break
+        starts.append(at)
+        if n:
+            at = int(find(sums.item(at) + n))
+        ends.append(at)
+    fit = len(starts)
+    a, ys = np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+    off = sums[a]
+    ticks = ys - a
     # Blocks at each draw's verify, for the request that takes the draw.
     base = prompts[:fit] + (q + block_size - 1) - off
-    held = _blocks(sums[first:stop] + np.repeat(base, need), block_size)
-    ticks = ys - starts
+    held = _blocks(sums[first:at] + np.repeat(base, ticks), block_size)
     some = ticks > 0
     lasts = np.zeros(fit, dtype=np.int64)
     lasts[some] = held[(ys - 1 - first)[some]]
     held <<= SHIFT
-    held += tokens[first:stop]
-    over = sums[ys] - off - need
+    held += tokens[first:at]
+    over = sums[ys] - off - np.maximum(outputs[:fit] - 1, 0)
     rows: list[Path | None] = [
-        (held, a, t, o, last, f, block_size) if t else None
-        for a, t, o, last, f in zip((starts - first).tolist(), ticks.tolist(), over.tolist(),
-                                    lasts.tolist(), off.tolist(), strict=True)]
-    return Plan(ids[:fit].tolist(), starts.tolist(), rows)
+        (held, s - first, t, o, last, f, block_size) if t else None
+        for s, t, o, last, f in zip(starts, ticks.tolist(), over.tolist(), lasts.tolist(),
+                                    off.tolist(), strict=True)]
+    return Plan(ids[:fit].tolist(), starts, ends, rows)

@@ -1,15 +1,6 @@
-"""Speculative decoding on a replica: each request's acceptance draws, the drafting
-price of an iteration, and :class:`SpecDecodeSet`, the decode set whose members verify
-k + 1 tokens an iteration and keep a random number of them, still in O(1) per iteration.
-
-Draws. When a request is routed it draws, from the run's one speculation generator (a
-child of the workload seed, :func:`spec_seed_of`), the tokens each of its verifies will
-emit: ``output - 1`` numbers from 1 to k + 1 (its first token comes from its prefill;
-every verify emits at least one, so no request runs more verifies). Its n-th verify
-takes draw n, capped by what its output still lacks, whichever way the verify is run:
-request by request (:func:`sim.core.batch.verify`) or as a member of the set below.
-Draws are made in routing order, which both ways share, so the two runs are equal
-(tests/test_speculative.py checks every timestamp, log entry and KV count).
+"""The decode set of a speculating replica: :class:`SpecDecodeSet`, whose members
+verify k + 1 tokens an iteration and keep a random number of them (their draws,
+:mod:`sim.core.speculation`), still in O(1) per iteration.
 
 The set. A member's tokens per verify are known when it joins (its draws), so its whole
 path through the set is too: the context before each of its verifies, the tokens each
@@ -28,8 +19,6 @@ vLLM's benchmark counts ITL per streamed chunk).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from sim.core.batch import Batch
@@ -37,131 +26,10 @@ from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
-from sim.core.specplan import LOW, PLAN, SHIFT, Plan, path, plan
-from sim.cost.drafter import Drafter
+from sim.core.specplan import LOW, SHIFT, path
 from sim.cost.shape import StepShape
 
-if TYPE_CHECKING:
-    from sim.config.scenario import Scenario
-    from sim.config.speculative import SpeculativeConfig
-    from sim.workload.requests import Requests
-
-CHUNK = 1 << 16  # draws made at once (per acceptance), handed out in routing order
 WINDOW = 1 << 12  # ticks the set's per-tick sums hold at first; they grow when needed
-
-
-def spec_seed_of(scenario: Scenario) -> np.random.SeedSequence:
-    """The acceptance draws' seed: the fifth child of the workload seed (the first four
-    are the workload's, router's, faults' and frontend jitter's, unchanged by a fifth)."""
-    return np.random.SeedSequence(scenario.workload.seed).spawn(5)[4]
-
-
-class Speculation:
-    """One run's speculative decoding: ``spec`` (the scenario's setting), the drafting
-    price (``drafter``) and the generator every request's draws come from (``rng``).
-
-    Draws are made CHUNK at a time per acceptance (numpy's per-call cost would otherwise
-    be most of a request's), with their running sums from 0 (``sums[i]``: the tokens of
-    draws before i); a request takes the next ``output - 1`` of its acceptance's chunk
-    (a fresh one when too few are left) as ``r.draws = (tokens, sums, first index)``."""
-
-    def __init__(self, spec: SpeculativeConfig, drafter: Drafter, rng: np.random.Generator):
-        self.k = spec.num_tokens
-        self.drafter = drafter
-        self.free = drafter.model is None
-        self.rng = rng
-        k = self.k
-
-        def cuts(probs: tuple[float, ...]) -> np.ndarray:
-            # P(at most j + 1 tokens) for j < k; a draw past all of them emits k + 1.
-            return np.cumsum(np.asarray(probs, dtype=float))[:-1]
-
-        self.cuts = cuts(spec.acceptance.emit_probabilities(k))
-        self.by_class = {name: cuts(a.emit_probabilities(k)) for name, a in spec.classes.items()}
-        # Per acceptance (keyed by its cuts' identity): tokens, running sums, next free.
-        self.chunks: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
-        # Per acceptance: the plan of the next routed requests' first paths, and counts of
-        # plans made and of requests that took a planned row.
-        self.plans: dict[int, Plan] = {}
-        self.planning = True
-        self.plans_made = 0
-        self.planned = 0
-
-    def attach(self, r: Request, requests: Requests, block_size: int | None = None) -> None:
-        """Give ``r`` (just routed) the tokens each of its verifies emits, and, on a
-        replica of ``block_size``-token KV blocks, its first path through the decode set
-        when a plan covers it (:mod:`sim.core.specplan`)."""
-        cuts = self.cuts
-        if self.by_class and requests.klass is not None:
-            cuts = self.by_class.get(requests.class_names[requests.klass[r.id]], cuts)
-        n = r.output - 1 if r.output > 1 else 0
-        key = id(cuts)
-        chunk = self.chunks.get(key)
-        if chunk is None or chunk[2] + n > len(chunk[0]):
-            chunk = self._chunk(cuts, max(CHUNK, n))
-            self.plans.pop(key, None)  # its rows point into the chunk left behind
-        tokens, sums, i = chunk
-        self.chunks[key] = (tokens, sums, i + n)
-        r.draws = (tokens, sums, i)
-        r.path = None
-        if block_size is None or not self.planning:
-            return
-        pl = self.plans.get(key)
-        if pl is not None:
-            hit, r.path = pl.take(r.id, i)
-            if hit:
-                self.planned += 1
-                return
-        if self.by_class or r.id >= len(requests):
-            return
-        # Requests turned away or routed out of id order leave plans unused: stop
-        # planning when they do, as the request-by-request path is then cheaper.
-        if self.plans_made >= 8 and self.planned < 16 * self.plans_made:
-            self.planning = False
-            return
-        last = min(r.id + PLAN, len(requests))
-        pl = self.plans[key] = plan(tokens, sums, i, np.arange(r.id, last),
-                                    requests.prompt_tokens[r.id:last],
-                                    requests.output_tokens[r.id:last], self.k + 1, block_size)
-        self.plans_made += 1
-        hit, r.path = pl.take(r.id, i)
-        self.planned += hit
-
-    def _chunk(self, cuts: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """``size`` fresh draws under ``cuts``, their running sums (from 0, one longer)
-        and the index of the first unused one (0)."""
-        u = self.rng.random(size)
-        # 1 + the cuts at or below each draw (what searchsorted gives, faster for few),
-        # counted in bytes (k + 1 <= 65), then widened once.
-        small = np.ones(size, dtype=np.int8)
-        for c in cuts:
-            small += u >= c
-        tokens = small.astype(np.int64)
-        sums = np.zeros(size + 1, dtype=np.int64)
-        np.cumsum(tokens, out=sums[1:])
-        return tokens, sums, 0
-
-    def draft_time(self, batch: Batch) -> float:
-        """Seconds drafting takes for the iteration ``batch`` (before it ran): the
-        drafter's price for its verifying sequences and their context
-        (:meth:`sim.cost.drafter.Drafter.step_time`, inlined: it runs every iteration)."""
-        g = batch.group
-        if isinstance(g, SpecDecodeSet):
-            seqs, ctx = g.n, g.ctx
-        else:
-            seqs = ctx = 0
-        if batch:
-            for r, n in batch.items():
-                if r.computed + n > r.prompt + r.generated:
-                    seqs += 1
-                    ctx += r.computed
-        drafter = self.drafter
-        if not seqs or drafter.model is None:
-            return 0.0
-        line = drafter.lines.get(seqs)
-        if line is None:
-            line = drafter.line(seqs)
-        return drafter.k * (line[0] + line[1] * (ctx + line[2]))
 
 
 class SpecDecodeSet:
@@ -236,7 +104,9 @@ class SpecDecodeSet:
         if end > self.horizon:
             self._fit(end)
         i = t - self.origin
-        self.sums[i:i + ticks] += packed[start:start + ticks]
+        # In place on a view: ``sums[a:b] += x`` would also write the view back onto itself.
+        ring = self.sums[i:i + ticks]
+        ring += packed[start:start + ticks]
         if over:
             # Its last verify is capped at what it owes: taken off when that tick ends.
             trim = self.trim
@@ -346,11 +216,9 @@ class SpecDecodeSet:
         Returns the members that emitted their last token, settled and out of the set."""
         n = self.n
         fresh = self.fresh
+        itl.add_gaps(fresh, self.last_end, now, n)
         if fresh:
-            itl.extend([now - r.last_token for r in fresh])
             self.fresh = []
-        if n > len(fresh):
-            itl.add_repeated(now - self.last_end, n - len(fresh))
         self.last_end = now
         # Past ticks' slots are left as they are: nothing reads them again, and sliding
         # the window (or a flush) drops them.

@@ -230,6 +230,10 @@ BASES: dict[str, dict[str, Any]] = {
                            "max_retries": 2}, cluster={"replicas": 2}),
     "admission": tiny(admission={"max_waiting": 5, "timeout_s": 5,
                                  "rate_limit": {"rate": 50, "burst": 5}}),
+    # A GPU described inline: every figure it needs, so each one can be spoiled alone.
+    "hardware.gpu": tiny(hardware={"gpu": {
+        "name": "test-gpu", "flops": 1e14, "mem_bw": 1e12, "mem_gb": 24, "link_bw": 3.2e10,
+        "host_bw": 3.2e10, "node_gpus": 8}}),
     "serving": tiny(serving={"policy": "chunked", "block_size": 4,
                              "max_num_batched_tokens": 256}),
     "serving.static_batch_size": tiny(serving={"policy": "static", "block_size": 4}),

@@ -36,8 +36,8 @@ class InlineGPU:
     link_bw: float = bounded(gt=0)
     host_bw: float = bounded(gt=0)
     node_gpus: int = bounded(ge=1)
-    mem_bytes: int | None = bounded(None, gt=0)
-    mem_gb: float | None = bounded(None, gt=0)
+    mem_bytes: int | None = bounded(None, gt=0, le=2**50)  # up to 1 PiB
+    mem_gb: float | None = bounded(None, gt=0, le=2**20)  # GiB, up to 1 PiB
     link_latency_s: float = bounded(8e-6, ge=0)
     net_bw: float = bounded(50e9, gt=0)
     net_latency_s: float = bounded(20e-6, ge=0)

@@ -33,6 +33,11 @@ SHIPPED_FP8 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
 SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b")
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 SHIPPED_TPS = (1, 2, 4, 8)
+# gpt-oss (mxfp4 experts, sliding-window layers) at the tps each is served at, on the
+# GPUs of the public end-to-end runs: 20b fits one GPU with room to spare.
+SHIPPED_GPTOSS: dict[str, tuple[int, ...]] = {"gpt-oss-20b": (1, 2),
+                                              "gpt-oss-120b": (1, 2, 4, 8)}
+SHIPPED_GPTOSS_GPUS = ("h100-sxm", "h200", "b200")
 _REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)-(?P<fw>[a-z]+)"
                    r"(?:-(?P<dtype>fp8|fp8-block))?(?P<kv>-kvfp8)?$")
 
@@ -118,7 +123,7 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str) -> str:
     for s in same:
         if s.gpu == gpu:
             tps.setdefault(s.framework, []).append(s.tp)
-    if weight_only(model, GPUS[gpu]):
+    if model.dtype in FP8_WEIGHTS and weight_only(model, GPUS[gpu]):
         raise ServesimError(f"no measured profile for {model.name} with {model.dtype} weights "
                             f"on {gpu}: it has no FP8 tensor cores and the tables time no FP8 "
                             f"GEMM there; cost: roofline prices its FP8 weights as weight-only",

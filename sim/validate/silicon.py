@@ -16,7 +16,9 @@ framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept w
 (:func:`classify`): FP4 weights, mixture-of-experts models, disaggregated or
 pipeline-parallel serving, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
 fp8_block) are simulated with the preset's FP8 variant and are never used to fit the
-priors: they are all held out.
+priors: they are all held out. So are gpt-oss's rows (labelled fp4): its preset holds
+the released checkpoint's mxfp4 experts; a MoE layer the newest tables of the row's
+framework did not time at its tp is a reason (:func:`tables_cover`).
 """
 
 from __future__ import annotations

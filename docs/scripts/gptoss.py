@@ -11,6 +11,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -18,6 +20,7 @@ from sim.cost.memory import memory_budget  # noqa: E402
 from sim.cost.models import RooflineCost, RooflineParams, gemm_peak  # noqa: E402
 from sim.cost.shape import decode_shape  # noqa: E402
 from sim.cost.specs import GPUS, MODELS, shard  # noqa: E402
+from sim.errors import ServesimError  # noqa: E402
 
 GIB = 2**30
 TOKENS = (1, 16, 64, 256, 1024, 4096, 8192)
@@ -96,11 +99,69 @@ def decode_attention() -> None:
               f" | {1e3 * win.step_time(shape):.3f} |")
 
 
+def measured_vs_roofline() -> None:
+    """gpt-oss-120b on one H200: whole decode steps and prefills priced by the shipped
+    measured profile (vLLM 0.24.0) and by the roofline, ms, with the measured profile's
+    experts-and-projections and attention terms."""
+    from sim.cost.profilefile import load_profile
+    from sim.cost.shape import shape_of
+
+    m, p = MODELS["gpt-oss-120b"], RooflineParams()
+    meas = load_profile("h200-gpt-oss-120b-tp1-vllm")
+    roof = RooflineCost(m, GPUS["h200"], 1, p)
+    print("\n| step | measured ms | roofline ms | roofline / measured | measured: linear "
+          "| measured: attention |")
+    print("|---|---:|---:|---:|---:|---:|")
+    shapes = [(f"decode {b} x {ctx:,}", decode_shape(b, b * ctx))
+              for b, ctx in ((1, 2048), (16, 2048), (64, 2048), (256, 2048), (64, 16384))]
+    shapes += [(f"prefill {n:,}", shape_of([(n, 0)])) for n in (1024, 4096, 8192)]
+    for label, shape in shapes:
+        t_m, t_r = meas.step_time(shape), roof.step_time(shape)
+        parts = meas.breakdown(shape)
+        att = parts["decode_attention"] + parts["prefill_attention"]
+        print(f"| {label} | {1e3 * t_m:.2f} | {1e3 * t_r:.2f} | {t_r / t_m:.2f} | "
+              f"{1e3 * parts['linear']:.2f} | {1e3 * att:.2f} |")
+
+
+def moe_interpolation() -> None:
+    """Held-out error of joining the MoE tables' token counts linearly: every interior
+    count predicted from its two neighbours (twice the real spacing), gpt-oss's mxfp4
+    rows against the bf16 MoE presets', at tp 1, 2, 4, 8 on H100, H200 and B200."""
+    from sim.cost.tables.moetable import moe_times
+    from sim.cost.tables.profilebuild import BuildSpec, resolve_version
+
+    print("\n| experts | framework | points | median | p90 | max |")
+    print("|---|---|---:|---:|---:|---:|")
+    for label, names in (("mxfp4 (gpt-oss)", ("gpt-oss-20b", "gpt-oss-120b")),
+                         ("bf16 (Mixtral, Qwen3 MoE)", ("mixtral-8x7b", "qwen3-30b-a3b",
+                                                        "qwen3-235b-a22b"))):
+        for fw in ("vllm", "sglang"):
+            errs: list[float] = []
+            for name in names:
+                for gpu in ("h100-sxm", "h200", "b200"):
+                    for tp in (1, 2, 4, 8):
+                        m = MODELS[name]
+                        try:
+                            v = resolve_version(BuildSpec(m, gpu, fw, tp))
+                            t = moe_times(gpu, fw, v, m, tp)
+                        except ServesimError:  # not measured there
+                            continue
+                        x, y = t.tokens, t.seconds
+                        for i in range(1, len(x) - 1):
+                            w = (x[i] - x[i - 1]) / (x[i + 1] - x[i - 1])
+                            errs.append(abs((y[i - 1] * (1 - w) + y[i + 1] * w) / y[i] - 1))
+            e = sorted(errs)
+            print(f"| {label} | {fw} | {len(e)} | {100 * np.median(e):.1f}% | "
+                  f"{100 * np.percentile(e, 90):.1f}% | {100 * max(e):.1f}% |")
+
+
 def main() -> None:
     sizes()
     moe_layer()
     kv_capacity()
     decode_attention()
+    measured_vs_roofline()
+    moe_interpolation()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,11 @@ SHIPPED_EP = (("qwen3-235b-a22b-fp8", "h200", 2), ("qwen3-235b-a22b-fp8", "h200"
               ("qwen3-235b-a22b", "h200", 8))
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 SHIPPED_TPS = (1, 2, 4, 8)
+# gpt-oss (mxfp4 experts, sliding-window layers) at the tps each is served at, on the
+# GPUs of the public end-to-end runs: 20b fits one GPU with room to spare.
+SHIPPED_GPTOSS: dict[str, tuple[int, ...]] = {"gpt-oss-20b": (1, 2),
+                                              "gpt-oss-120b": (1, 2, 4, 8)}
+SHIPPED_GPTOSS_GPUS = ("h100-sxm", "h200", "b200")
 _REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)(?:-ep(?P<ep>\d+))?-(?P<fw>[a-z]+)"
                    r"(?:-(?P<dtype>fp8|fp8-block))?(?P<kv>-kvfp8)?$")
 
@@ -142,7 +147,7 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
     for s in same:
         if s.gpu == gpu:
             tps.setdefault(s.framework, []).append(s.tp)
-    if weight_only(model, GPUS[gpu]):
+    if model.dtype in FP8_WEIGHTS and weight_only(model, GPUS[gpu]):
         raise ServesimError(f"no measured profile for {model.name} with {model.dtype} weights "
                             f"on {gpu}: it has no FP8 tensor cores and the tables time no FP8 "
                             f"GEMM there; cost: roofline prices its FP8 weights as weight-only",

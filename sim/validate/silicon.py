@@ -17,7 +17,9 @@ framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept w
 pipeline-parallel serving, experts split other than by tensor parallelism or by expert
 parallelism over the tp GPUs, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
 fp8_block) are simulated with the preset's FP8 variant and are never used to fit the
-priors: they are all held out.
+priors: they are all held out. So are gpt-oss's rows (labelled fp4): its preset holds
+the released checkpoint's mxfp4 experts; a MoE layer the newest tables of the row's
+framework did not time at its tp is a reason (:func:`tables_cover`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,12 @@ MODEL_PRESETS = {
     "nvidia/Llama-3.1-70B-Instruct-FP8": "llama-3.1-70b",
     "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
     "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "openai/gpt-oss-20b": "gpt-oss-20b",
 }
+# Labels the sample gives rows of checkpoints released with 4-bit experts (gpt-oss:
+# mxfp4 experts, the rest bf16, which the preset holds): "fp4" (GEMM mode "nvfp4").
+FOUR_BIT_LABELS = ("fp4", "mxfp4")
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "l40s": "l40s"}
 # The GEMM quantisation modes of FP8 rows, as servesim's weight dtypes.
@@ -183,8 +190,8 @@ class Case:
     @property
     def held_out(self) -> bool:
         """Whether the case is kept out of fitting: the row's hash says so, or its weights
-        are FP8 (the priors are fitted on bf16 rows only)."""
-        return self.row.held_out or self.dtype != "bf16"
+        are FP8 or its experts 4-bit (the priors are fitted on bf16 rows only)."""
+        return self.row.held_out or self.dtype != "bf16" or bool(self.spec.expert_dtype)
 
     @property
     def spec(self) -> ModelSpec:
@@ -201,7 +208,11 @@ def classify(row: Row) -> Case | str:
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no dense preset (MoE, MLA or not yet added)"
     dtype = "bf16"
-    if row.precision not in ("", "nan", "bf16", "bfloat16"):
+    if MODELS[MODEL_PRESETS[row.model_path]].expert_dtype:
+        if row.precision not in FOUR_BIT_LABELS:
+            return (f"{row.precision} weights of {row.model_path}: servesim models its "
+                    f"released {MODELS[MODEL_PRESETS[row.model_path]].expert_dtype} experts")
+    elif row.precision not in ("", "nan", "bf16", "bfloat16"):
         dtype = CHECKPOINT_DTYPES.get(row.model_path) or FP8_MODES.get(
             row.gemm_quant_mode or row.precision, "")
         if not dtype:
@@ -226,6 +237,26 @@ def classify(row: Row) -> Case | str:
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
                 dtype=dtype, ep=ep)
+
+
+def tables_cover(case: Case) -> Case | str:
+    """``case``, or why the installed tables cannot price it: a mixture of experts whose
+    MoE layer the newest tables of its framework did not time at its tp."""
+    from sim.cost.tables.moetable import moe_times
+    from sim.cost.tables.profilebuild import BuildSpec, resolve_version
+
+    if not case.spec.experts:
+        return case
+    try:
+        version = resolve_version(BuildSpec(case.spec, case.gpu, case.framework, case.row.tp))
+    except ServesimError:
+        return f"no {case.framework} tables for {case.gpu}"
+    try:
+        moe_times(case.gpu, case.framework, version, case.spec, case.row.tp)
+    except ServesimError:
+        return (f"{case.model}'s MoE layer is not in the {case.framework} {version} tables "
+                f"at tp {case.row.tp}")
+    return case
 
 
 def _large(gpu: str) -> bool:

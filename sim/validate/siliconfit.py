@@ -32,9 +32,17 @@ from sim.configtools import ArgParser, int_arg
 from sim.cost.frontend import Frontend
 from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.cost.profilecost import ProfileCost
-from sim.cost.specs import ModelSpec
+from sim.cost.specs import FOUR_BIT_WEIGHTS, ModelSpec
 from sim.errors import ServesimError
-from sim.validate.silicon import Case, Row, classify, default_path, predict, read_rows
+from sim.validate.silicon import (
+    Case,
+    Row,
+    classify,
+    default_path,
+    predict,
+    read_rows,
+    tables_cover,
+)
 
 # The priors fitted, and the step each is moved by for the linear model (seconds).
 FITTED = ("step_const_s", "step_per_seq_s", "request_s")
@@ -171,30 +179,46 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
                     "split": "test" if c.held_out else "fit",
                     "ttft_ms": r.ttft_ms, "ttft_pred_ms": ttft, "ttft_err": ttft / r.ttft_ms - 1,
                     "tpot_ms": r.tpot_ms, "tpot_pred_ms": tpot, "tpot_err": tpot / r.tpot_ms - 1,
-                    "note": note, **({"ep": c.ep} if c.ep > 1 else {})})
+                    "note": note, **({"ep": c.ep} if c.ep > 1 else {}),
+                    **({"expert_dtype": c.spec.expert_dtype} if c.spec.expert_dtype else {})})
     return out
+
+
+def weights(case: Case) -> str:
+    """Which ``--weights`` selection ``case`` falls in: ``4bit`` (4-bit experts),
+    ``fp8`` or ``bf16``."""
+    if case.spec.expert_dtype in FOUR_BIT_WEIGHTS:
+        return "4bit"
+    return "fp8" if case.dtype != "bf16" else "bf16"
 
 
 def group(record: dict[str, Any]) -> str:
     """The summary group of a record: its framework for bf16 weights, ``<framework> fp8``
-    for FP8 ones (fp8 and fp8-block together)."""
+    for FP8 ones (fp8 and fp8-block together), ``<framework> <dtype>`` for 4-bit experts."""
+    if record.get("expert_dtype"):
+        return f"{record['framework']} {record['expert_dtype']}"
     fp8 = record.get("dtype", "bf16") != "bf16"
     return f"{record['framework']} fp8" if fp8 else record["framework"]
 
 
+def _kind(g: str) -> str:
+    """What follows the framework in a group's name ("" for bf16 weights)."""
+    return g.partition(" ")[2]
+
+
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and p90 |relative error| by group (:func:`group`) and split, over all bf16
-    rows (``all``), over all FP8 rows (``all fp8``) and over the rows served with expert
-    parallelism (``expert parallel``, also counted in their group)."""
+    rows (``all``), all FP8 rows (``all fp8``), all of each 4-bit expert dtype, and the
+    rows served with expert parallelism (``expert parallel``, also counted in their
+    group)."""
     out: dict[str, Any] = {}
     groups = sorted({group(r) for r in records})
-    wholes = ["all"] + (["all fp8"] if any(g.endswith(" fp8") for g in groups) else [])
+    wholes = ["all"] + [f"all {k}" for k in sorted({_kind(g) for g in groups} - {""})]
     wholes += ["expert parallel"] if any(r.get("ep", 1) > 1 for r in records) else []
     for g in groups + wholes:
         for split in ("fit", "test"):
             sel = [r for r in records if r["split"] == split and (
-                group(r) == g or g == "all" and not group(r).endswith(" fp8")
-                or g == "all fp8" and group(r).endswith(" fp8")
+                group(r) == g or g.startswith("all") and _kind(group(r)) == _kind(g)
                 or g == "expert parallel" and r.get("ep", 1) > 1)]
             out.setdefault(g, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
                                             for m in ("ttft", "tpot")}
@@ -216,8 +240,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=Path("out/silicon"), help="output folder")
     p.add_argument("--limit", type=int_arg(ge=1), default=None, help="at most this many rows per "
                                                            "framework (quick looks)")
-    p.add_argument("--weights", choices=("all", "bf16", "fp8"), default="all",
-                   help="only rows with bf16 or with FP8 weights (default: all)")
+    p.add_argument("--weights", choices=("all", "bf16", "fp8", "4bit"), default="all",
+                   help="only rows with bf16 or FP8 weights, or with 4-bit experts "
+                        "(default: all)")
     a = p.parse_args(argv)
     path = Path(a.silicon) if a.silicon else default_path()
     rows = read_rows(path)
@@ -225,10 +250,13 @@ def main(argv: list[str]) -> int:
     skipped: dict[str, int] = {}
     for r in rows:
         got = classify(r)
+        if isinstance(got, Case) and (a.framework is None or got.framework in a.framework) \
+                and a.weights in ("all", weights(got)):
+            got = tables_cover(got)
         if isinstance(got, str):
             skipped[got] = skipped.get(got, 0) + 1
         elif (a.framework is None or got.framework in a.framework) and a.weights in (
-                "all", "fp8" if got.dtype != "bf16" else "bf16"):
+                "all", weights(got)):
             cases.append(got)
     if a.limit is not None:
         cases = [c for fw in sorted({c.framework for c in cases})

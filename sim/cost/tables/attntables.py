@@ -15,6 +15,8 @@ one model shard:
   grids grow with the heads), in proportion past the largest, and the nearest measured
   count below the smallest. Which happened is returned as a note.
 - KV heads or a head size the table lacks: an error listing what it has.
+- **window**: dense attention (``window_size`` 0) unless a sliding window is asked for;
+  :func:`windows` lists the windows a table measured.
 """
 
 from __future__ import annotations
@@ -55,14 +57,19 @@ def _rows_at(table: Table, heads: int, token_col: str) -> dict[tuple[int, int], 
             for b, n, s in zip(c["batch_size"], c[token_col], c["latency"], strict=True)}
 
 
+def windows(table: Table) -> list[int]:
+    """The sliding windows (tokens) ``table`` measured, besides dense attention (0)."""
+    return [int(w) for w in table.values("window_size") if w] if table.has("window_size") else []
+
+
 def select(table: Table, heads: int, kv_heads: int, head_dim: int, kv_dtype: str,
-           decode: bool) -> AttentionRows:
+           decode: bool, window: int = 0) -> AttentionRows:
     """Rows of ``table`` for ``heads`` query and ``kv_heads`` KV heads per GPU of
-    ``head_dim``, KV cache in ``kv_dtype`` (the tables' names: bfloat16, fp8), dense
-    attention (no sliding window), the default kernel."""
+    ``head_dim``, KV cache in ``kv_dtype`` (the tables' names: bfloat16, fp8), attention
+    over a sliding ``window`` of tokens (0: dense attention), the default kernel."""
     where = f"{table.name} ({table.path})"
     kernel = default_kernel(table)
-    t = table.where(kernel_source=kernel, beam_width=1, window_size=0,
+    t = table.where(kernel_source=kernel, beam_width=1, window_size=window,
                     optional=("beam_width", "window_size"))
     for col, want, what in (("head_dim", head_dim, "head sizes"),
                             ("kv_cache_dtype", kv_dtype, "KV-cache dtypes"),
@@ -101,11 +108,15 @@ def select(table: Table, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
     return AttentionRows(batch, tokens, np.array([rows[k] for k in keys]), kernel, note)
 
 
-def decode_grid(rows: AttentionRows) -> Grid:
+def decode_grid(rows: AttentionRows, window: int = 0) -> Grid:
     """Decode attention as a :class:`Grid` over (entries, KV tokens per entry), seconds.
     Cells the collection skipped (the largest batches at the longest contexts, beyond
     one GPU's memory) are filled in proportion to the KV read from the longest context
-    measured at that batch size."""
+    measured at that batch size (for rows of a sliding ``window`` of tokens, to the KV
+    read capped at the window: flat past it)."""
+
+    def read(c: float) -> float:
+        return min(c, window) if window else c
     bs, cs, g = _raw_grid(rows)
     for i in range(len(bs)):
         have = np.flatnonzero(~np.isnan(g[i]))
@@ -117,7 +128,7 @@ def decode_grid(rows: AttentionRows) -> Grid:
                 if j < last:
                     g[i, j] = np.interp(cs[j], cs[have], g[i, have])
                 else:
-                    g[i, j] = g[i, last] * cs[j] / cs[last]
+                    g[i, j] = g[i, last] * read(cs[j]) / read(cs[last])
     return Grid(tuple(bs), tuple(cs), tuple(tuple(r) for r in g))
 
 

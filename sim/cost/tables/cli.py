@@ -25,6 +25,8 @@ from sim.cost.measured import (
     SHIPPED_EP,
     SHIPPED_FP8,
     SHIPPED_FRAMEWORKS,
+    SHIPPED_GPTOSS,
+    SHIPPED_GPTOSS_GPUS,
     SHIPPED_MODELS,
     SHIPPED_MOE,
     SHIPPED_TPS,
@@ -109,7 +111,8 @@ def _build(argv: list[str]) -> int:
 
 def shipped_specs() -> list[BuildSpec]:
     """Every profile ``ship`` builds: each shipped model on each GPU the tables cover,
-    at each tp that splits its heads and leaves room for KV cache at 0.9 of memory."""
+    at each tp that splits its heads and leaves room for KV cache at 0.9 of memory; and
+    gpt-oss at its listed tps on its listed GPUs (:data:`SHIPPED_GPTOSS`)."""
     from sim.cost.tables.kerneltables import GPU_DIRS
 
     out: list[BuildSpec] = []
@@ -130,7 +133,21 @@ def shipped_specs() -> list[BuildSpec]:
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
                            if not model.experts or _moe_measured(model, gpu, fw, tp))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
+    for name, tps in SHIPPED_GPTOSS.items():
+        out.extend(BuildSpec(MODELS[name], gpu, fw, tp) for gpu in SHIPPED_GPTOSS_GPUS
+                   for tp in tps for fw in SHIPPED_FRAMEWORKS
+                   if _fits(MODELS[name], gpu, tp) and _moe_measured(MODELS[name], gpu, fw, tp))
     return out
+
+
+def _fits(model: ModelSpec, gpu: str, tp: int) -> bool:
+    """Whether ``model`` splits over ``tp`` GPUs of ``gpu`` and leaves room for KV cache."""
+    try:
+        shard(model, tp)
+        kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)
+    except ServesimError:
+        return False
+    return True
 
 
 def _moe_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:

@@ -12,8 +12,10 @@ servesim uses the rows whose shape is exactly the model's (no interpolation acro
 shapes: a model the tables did not measure is an error listing the shapes they did),
 at ``moe_tp_size`` = tp and ``moe_ep_size`` = 1 (vLLM's default: every GPU holds a
 slice of every expert), balanced routing (the mildest power law where a collection has
-no balanced rows), the weights' dtype, and the kernel with most rows. Under expert
-parallelism (vLLM's ``--enable-expert-parallel``, ep = tp) the rows at
+no balanced rows), the experts' dtype (``expert_dtype``, else the weights'), and the
+kernel with most rows. 4-bit experts take the tables' rows named for how vLLM runs them:
+``w4a16_mxfp4`` (mxfp4 weights, bf16 activations: gpt-oss), ``nvfp4`` and ``int4_wo``.
+Under expert parallelism (vLLM's ``--enable-expert-parallel``, ep = tp) the rows at
 ``moe_tp_size`` = 1 and ``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every
 token of the step (each GPU holds them all after attention's all-reduce). Between measured
 token counts the time is joined linearly; past the last it grows in proportion.
@@ -34,6 +36,9 @@ from sim.errors import ServesimError
 # Routing distributions in order of preference: uniform first (A100's collection
 # measured only the power laws; the mildest skew stands in there, and the profile says so).
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
+# The MoE tables' dtype for each servesim expert dtype. mxfp4 experts run weight-only
+# with bf16 activations (docs/models.md), hence w4a16, not the tables' w4a8 rows.
+MOE_DTYPES = {**TABLE_DTYPES, "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": "int4_wo"}
 
 
 @dataclass(frozen=True)
@@ -66,10 +71,11 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
     """The MoE layer of ``model`` on one of ``tp`` GPUs, experts split over ``ep`` of them
     whole when ``ep`` > 1 (see the module doc)."""
     table = moe_table(gpu, framework, version)
-    want = TABLE_DTYPES.get(model.dtype)
+    dtype = model.expert_dtype or model.dtype
+    want = MOE_DTYPES.get(dtype)
     if want is None:
-        raise ServesimError(f"no MoE tables for {model.dtype} weights; built: "
-                            f"{', '.join(TABLE_DTYPES)}", where="--dtype")
+        raise ServesimError(f"no MoE tables for {dtype} experts; built: "
+                            f"{', '.join(MOE_DTYPES)}", where="--dtype")
     rows = table.where(hidden_size=model.hidden, inter_size=model.expert_intermediate,
                        topk=model.experts_per_token, num_experts=model.experts)
     if not len(rows):

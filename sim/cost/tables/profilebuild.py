@@ -18,6 +18,10 @@ AIConfigurator's tables (:mod:`sim.cost.tables.kerneltables`):
   the tables have no cached prefix, so a chunk's pairs to cached context are priced as
   its own pairs and its cached tokens at the decode table's per-token read.
 - ``decode_attention``: the decode table itself, a grid over entries and KV per entry.
+- A model with sliding-window layers (gpt-oss) takes both attention terms as the mean
+  of its full and sliding layers (:mod:`sim.cost.tables.windowattn`); a mixture of
+  experts its MoE layer from the MoE tables in the experts' own dtype (gpt-oss: mxfp4,
+  :mod:`sim.cost.tables.moetable`).
 - ``step`` and ``frontend``: not in any table (scheduling, input preparation, the API
   server's per-request work); fitted priors per framework (:mod:`sim.cost.priors`), named
   as such in the profile. ``host``, ``in_situ`` and ``wake`` are zero: the priors hold
@@ -41,7 +45,7 @@ from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, recorded_fields, shard
-from sim.cost.tables.attntables import decode_grid, default_kernel, grid_holdout_errors, select
+from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.gemmtable import GemmTable
 from sim.cost.tables.kerneltables import (
@@ -53,6 +57,7 @@ from sim.cost.tables.kerneltables import (
     wheel_version,
 )
 from sim.cost.tables.moetable import moe_times
+from sim.cost.tables.windowattn import model_attention
 from sim.errors import ServesimError
 
 FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -174,26 +179,13 @@ def _seqs_shape(n: int) -> StepShape:
     return decode_shape(n, 0)
 
 
-def _check_buildable(m: ModelSpec) -> None:
-    """Refuse what the builder does not price: it takes every layer's attention over the
-    whole context and the experts in the projections' dtype, so a profile of a model
-    with sliding windows or experts of their own dtype (gpt-oss) would be wrong."""
-    what = [w for w, on in (("sliding-window layers", m.sliding_window),
-                            (f"{m.expert_dtype} experts", m.expert_dtype)) if on]
-    if what:
-        raise ServesimError(f"model {m.name} has {' and '.join(what)}, for which profiles "
-                            "are not built yet; use cost: roofline", where="--model")
-
-
 def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
-
     """The profile of ``spec`` as a plain mapping in schema order (see the module doc)."""
     version = resolve_version(spec)
     m, fw, gpu = spec.model, spec.framework, spec.gpu
     if m.dtype not in TABLE_DTYPES:
         raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
-    _check_buildable(m)
     if m.mla:
         raise ServesimError(f"{m.name}: latent attention (MLA) is not built from the kernel "
                             "tables yet; price it with cost: roofline", where="--model")
@@ -253,14 +245,12 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         allreduce = {**_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs, 0.0)),
                      "fit": {"source": "none (tp=1)"}}
 
-    # Attention at the rank's heads.
-    kv_dtype = KV_TABLE_DTYPES[m.kv_dtype]
-    dec_rows = select(attention_table(gpu, fw, version, "generation_attention_perf"), rank.heads,
-                      rank.kv_heads, rank.head_dim, kv_dtype, decode=True)
-    grid = decode_grid(dec_rows)
-    pre_rows = select(attention_table(gpu, fw, version, "context_attention_perf"), rank.heads,
-                      rank.kv_heads, rank.head_dim, kv_dtype, decode=False)
-    notes += [f"decode attention: {dec_rows.note}", f"prefill attention: {pre_rows.note}"]
+    # Attention at the rank's heads (a model with sliding layers: the layers' mean).
+    att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
+                          attention_table(gpu, fw, version, "context_attention_perf"), m,
+                          rank, KV_TABLE_DTYPES[m.kv_dtype])
+    dec_rows, grid, pre_rows = att.decode, att.grid, att.prefill
+    notes += att.notes
     # A one-token "prefill" is a decode to the simulator: its rows are left out.
     keep = pre_rows.tokens > 1
     pre_shapes = [StepShape(b, b * t, 0.0, b, b * t, b * t * (t + 1) / 2, 0.0)
@@ -297,7 +287,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                                       "kv_per_seq": [_g(x) for x in grid.cols],
                                       "s": [[_g(x) for x in row] for row in grid.values]},
                              "fit": {"source": f"tables: {dec_rows.kernel} ({version})",
-                                     "interpolation": _err_stats(grid_holdout_errors(dec_rows))}},
+                                     "interpolation": _err_stats(att.decode_errors)}},
         "lm_head": {**_entry("lm_head", head_fit["coef"]), **_knots(ms, head),
                     "fit": {"source": f"tables: gemm {gemm_kernel} ({version}); norm and "
                                       "sampler at the table's bandwidth",

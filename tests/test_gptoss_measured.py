@@ -222,8 +222,8 @@ def test_silicon_gpt_oss_rows_are_held_out_and_others_named(tmp_path: Path) -> N
         "gpt-oss-120b", "bf16", "mxfp4")
     # Every gpt-oss row is held out: nothing is fitted on 4-bit experts.
     assert a.held_out
-    assert b == ("experts split other than by tensor parallelism (tp 4, expert tp 2, expert "
-                 "parallelism 2)")
+    assert b == ("experts split other than by tensor parallelism or by expert parallelism "
+                 "over the tp GPUs (tp 4, expert tp 2, expert parallelism 2)")
     assert c == "fp8 weights of openai/gpt-oss-120b: servesim models its released mxfp4 experts"
     assert d == "disaggregated serving (prefill and decode pools of their own)"
 

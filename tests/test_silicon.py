@@ -49,9 +49,10 @@ def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
     assert rows[0].collection == "aic" and rows[1].collection == "inferencex"
     reasons = [classify(r) for r in rows[2:]]
     assert reasons[0].startswith("fp4 weights")
-    assert "DeepSeek-R1 has no dense preset" in reasons[1]
+    assert "DeepSeek-R1 (preset deepseek-r1): latent attention (MLA)" in reasons[1]
     assert reasons[2].startswith("disaggregated serving")
-    assert reasons[3] == "system gb200 has no GPU figures in servesim"
+    assert reasons[3].startswith("system gb200 is not compared: servesim prices public runs "
+                                 "on a100-80gb, b200, h100-sxm, h200")
     assert reasons[4].startswith("pipeline (2)")
 
 

@@ -62,6 +62,7 @@ class Pipeline:
         self.spare: list[DecodeSet] = []  # empty decode sets, for reuse
         self.flight: list[Flight] = []
         self.wake = cost.wake_time
+        self.stage_times = cost.stage_times
         scenario = rep.engine.scenario
         # The only replica's micro-batches may complete without events of their own.
         self.solo = scenario.cluster.replicas == 1
@@ -93,7 +94,7 @@ class Pipeline:
                 if self._early(end, clock + (end - now)):
                     clock += end - now
                     now = end
-                    self._complete(flight.pop(0), now)
+                    self._land(flight.pop(0), now)
                     continue
             if clock != env.now:
                 # Catch SimPy's clock up before an event (exactly: _early's bound).
@@ -120,7 +121,7 @@ class Pipeline:
                 engine.dispatch(now)
             if rep.inbox:
                 rep.pull()
-            self._complete(flight.pop(0), now)
+            self._land(flight.pop(0), now)
 
     def _early(self, end: float, clock: float) -> bool:
         """Whether the micro-batch leaving the last stage at ``end`` (s), when SimPy's
@@ -153,39 +154,57 @@ class Pipeline:
         ``running`` until it comes back."""
         rep = self.rep
         shape = batch.shape()
-        times = self.cost.stage_times(shape)
+        times = self.stage_times(shape)
         if idle_since is not None and self.wake is not None:
             times[0] += self.wake(now - idle_since)
         if rep.swap_s:
             times[0] += rep.swap_s  # vLLM swaps blocks in before the forward pass
             rep.swap_s = 0.0
         free = self.free
-        starts = free.copy()
+        log = rep.engine.step_log
+        starts = free.copy() if log is not None else free
         t = now
         for k, dt in enumerate(times):
             if t < free[k]:
                 t = free[k]
-            else:
+            elif log is not None:
                 starts[k] = t
             t += dt
             free[k] = t
         running = rep.running
-        n = 0 if batch.group is None else batch.group.n
+        group = batch.group
+        n = 0 if group is None else group.n
+        seqs = n + len(batch)
+        # Every listed entry is a running request: when the counts match, all went.
+        everyone = len(running) == seqs
         # A decode set's members lead the running list (DecodeSet.reserve).
-        members = running[:n] if n else []
-        log = rep.engine.step_log
+        members = running if everyone and not batch else running[:n] if n else []
         if log is not None:
             spans = tuple(zip(starts, free, strict=True))
             log.append((rep.index, now, t, tuple(batch.log_entries(members)), spans))
-        # Every listed entry is a running request: when the counts match, all went.
-        if len(running) == n + len(batch):
-            rep.running = []
-        else:
-            rep.running = [r for r in running[n:] if r not in batch]
-        seqs = n + len(batch)
+        rep.running = [] if everyone else [r for r in running[n:] if r not in batch]
         rep.in_flight += seqs
         self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.used,
                             seqs, shape.new_tokens))
+
+    def _land(self, f: Flight, now: float) -> None:
+        """Micro-batch ``f`` left the last stage at ``now`` (s): :meth:`_complete` it;
+        when it was its decode set alone and the set's members are now all that runs
+        with nobody waiting, send the set on at once (the batch reused) without asking
+        the policy: ``chunked`` would choose exactly that (the set decodes when its
+        blocks fit, and its members, fewer or as many as when the policy last chose
+        them, fit the token budget; nothing else is running or waiting). A shortage of
+        blocks leaves it to the policy (reserve changes nothing when it fails)."""
+        self._complete(f, now)
+        batch = f[1]
+        group = batch.group
+        rep = self.rep
+        if (not batch and group is not None and group is rep.group and group.n
+                and group.n == len(rep.running) and not rep.waiting and not rep.swap_s
+                and self.spare and rep.engine.timeouts is None
+                and group.reserve(rep.running, batch, prefix=True)):
+            rep.group = self.spare.pop()
+            self._submit(batch, now, None)
 
     def _complete(self, f: Flight, now: float) -> None:
         """Micro-batch ``f`` left the last stage at ``now`` (s): its requests rejoin
@@ -193,12 +212,11 @@ class Pipeline:
         rep = self.rep
         _, batch, members, busy, used, seqs, tokens = f
         rep.in_flight -= seqs
-        travelled = batch.group
-        home = rep.group
+        # Only this module puts a decode set in flight: the replica's DecodeSet (a
+        # pipeline never speculates: sim.config.disagg.check_pipeline).
+        travelled = cast(DecodeSet | None, batch.group)
+        home = cast(DecodeSet | None, rep.group)
         if travelled is not None and home is not None:
-            # Only this module puts a decode set in flight: the replica's DecodeSet (a
-            # pipeline never speculates: sim.config.disagg.check_pipeline).
-            assert isinstance(travelled, DecodeSet) and isinstance(home, DecodeSet)
             # The batch's set comes home. Members the home set gathered meanwhile (new
             # decodes of batches without a set) become plain requests, settled while
             # they are the only members in ``running``; they join again when decoded.
@@ -207,8 +225,12 @@ class Pipeline:
             self.spare.append(home)
             rep.group = travelled
         # Ahead of requests left out of later batches: a decode set's members then lead
-        # the running list, as DecodeSet.reserve needs.
-        rep.running = members + list(batch) + rep.running
+        # the running list, as DecodeSet.reserve needs. (``members`` is this flight's
+        # own list: it may become the running list itself.)
+        if batch or rep.running:
+            rep.running = members + list(batch) + rep.running
+        else:
+            rep.running = members
         rep.stats.book(busy, seqs, tokens, used)
         rep.deliver(batch, advance(batch), now)
 

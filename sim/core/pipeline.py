@@ -153,26 +153,18 @@ class Pipeline:
         """Price ``batch`` stage by stage from ``now`` (s) and take its requests out of
         ``running`` until it comes back."""
         rep = self.rep
-        shape = batch.shape()
+        group = batch.group
+        shape = group.shape() if group is not None and not batch else batch.shape()
         times = self.stage_times(shape)
         if idle_since is not None and self.wake is not None:
             times[0] += self.wake(now - idle_since)
         if rep.swap_s:
             times[0] += rep.swap_s  # vLLM swaps blocks in before the forward pass
             rep.swap_s = 0.0
+        t, starts = self._enter(times, now)
         free = self.free
         log = rep.engine.step_log
-        starts = free.copy() if log is not None else free
-        t = now
-        for k, dt in enumerate(times):
-            if t < free[k]:
-                t = free[k]
-            elif log is not None:
-                starts[k] = t
-            t += dt
-            free[k] = t
         running = rep.running
-        group = batch.group
         n = 0 if group is None else group.n
         seqs = n + len(batch)
         # Every listed entry is a running request: when the counts match, all went.
@@ -180,31 +172,74 @@ class Pipeline:
         # A decode set's members lead the running list (DecodeSet.reserve).
         members = running if everyone and not batch else running[:n] if n else []
         if log is not None:
-            spans = tuple(zip(starts, free, strict=True))
+            spans = tuple(zip(starts or (), free, strict=True))
             log.append((rep.index, now, t, tuple(batch.log_entries(members)), spans))
         rep.running = [] if everyone else [r for r in running[n:] if r not in batch]
         rep.in_flight += seqs
         self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.used,
                             seqs, shape.new_tokens))
 
+    def _enter(self, times: list[float], now: float) -> tuple[float, list[float] | None]:
+        """Send a micro-batch whose stages take ``times`` (s) into the pipeline at
+        ``now`` (s): when it leaves the last stage, and (with a step log) when each stage
+        starts it."""
+        free = self.free
+        starts = free.copy() if self.rep.engine.step_log is not None else None
+        t = now
+        for k, dt in enumerate(times):
+            if t < free[k]:
+                t = free[k]
+            elif starts is not None:
+                starts[k] = t
+            t += dt
+            free[k] = t
+        return t, starts
+
     def _land(self, f: Flight, now: float) -> None:
-        """Micro-batch ``f`` left the last stage at ``now`` (s): :meth:`_complete` it;
-        when it was its decode set alone and the set's members are now all that runs
-        with nobody waiting, send the set on at once (the batch reused) without asking
-        the policy: ``chunked`` would choose exactly that (the set decodes when its
-        blocks fit, and its members, fewer or as many as when the policy last chose
-        them, fit the token budget; nothing else is running or waiting). A shortage of
-        blocks leaves it to the policy (reserve changes nothing when it fails)."""
-        self._complete(f, now)
-        batch = f[1]
-        group = batch.group
+        """Micro-batch ``f`` left the last stage at ``now`` (s): :meth:`_complete` it,
+        or, when :meth:`_relay` can, deliver it and send its set on at once."""
+        if f[1] or not self._relay(f, now):
+            self._complete(f, now)
+
+    def _relay(self, f: Flight, now: float) -> bool:
+        """:meth:`_complete` for ``f``, a micro-batch of the replica's decode set alone,
+        when nothing else runs or waits and the set at home is empty; then, when its
+        blocks fit, send the set on at once (the batch reused) without asking the policy:
+        ``chunked`` would choose exactly that (its members, as many or fewer than when it
+        last chose them, fit the token budget; nothing else is running or waiting).
+        False: nothing done, the general path's turn. A shortage of blocks leaves the
+        set home for the policy (``reserve`` changes nothing when it fails)."""
         rep = self.rep
-        if (not batch and group is not None and group is rep.group and group.n
-                and group.n == len(rep.running) and not rep.waiting and not rep.swap_s
-                and self.spare and rep.engine.timeouts is None
-                and group.reserve(rep.running, batch, prefix=True)):
-            rep.group = self.spare.pop()
-            self._submit(batch, now, None)
+        _, batch, members, busy, used, seqs, tokens = f
+        group = cast(DecodeSet | None, batch.group)
+        if (group is None or rep.running or rep.waiting or rep.swap_s or rep.group is None
+                or rep.group.n or rep.engine.timeouts is not None):
+            return False
+        rep.stats.book(busy, seqs, tokens, used)
+        rep.in_flight -= seqs
+        rep.running = members
+        # Replica.deliver for a batch of the set alone: its tick, its finished members.
+        done = group.end_step(rep.itl, now)
+        rep.outstanding -= group.emitted
+        if done is not None:
+            rep.finish(done, now)
+        n = group.n
+        if not n or not group.reserve(rep.running, batch, prefix=True):
+            self.spare.append(cast(DecodeSet, rep.group))
+            rep.group = group  # home again: the policy decides next
+            return True
+        shape = group.shape()
+        times = self.stage_times(shape)
+        t, starts = self._enter(times, now)
+        log = rep.engine.step_log
+        if log is not None:
+            spans = tuple(zip(starts or (), self.free, strict=True))
+            log.append((rep.index, now, t, tuple(batch.log_entries(rep.running)), spans))
+        self.flight.append((t, batch, rep.running, sum(times) / self.pp, rep.kv.used,
+                            n, shape.new_tokens))
+        rep.running = []
+        rep.in_flight += n
+        return True
 
     def _complete(self, f: Flight, now: float) -> None:
         """Micro-batch ``f`` left the last stage at ``now`` (s): its requests rejoin

@@ -74,7 +74,7 @@ class Pipeline:
     def run(self) -> Generator[Any, Any, None]:
         """Schedule while fewer than ``pp`` batches are in flight and the policy finds
         work; else wait for the oldest micro-batch to leave the last stage and deliver
-        it (without an event of its own when nothing outside could tell: :meth:`_early`).
+        it (without an event of its own when nothing outside could tell: :meth:`_limits`).
         """
         rep = self.rep
         env = rep.env
@@ -85,19 +85,20 @@ class Pipeline:
         # SimPy's clock as it would read had every micro-batch had its own event (the
         # timeouts' sums, not ``now``): it runs ahead of env.now over early completions.
         clock = now
+        limit, reach = self._limits()
         while True:
             if len(flight) < self.pp and self._schedule(now, idle_since):
                 idle_since = None
                 continue
             if flight:
                 end = flight[0][0]
-                if self._early(end, clock + (end - now)):
+                if end < limit and clock + (end - now) <= reach and not rep.waiting:
                     clock += end - now
                     now = end
                     self._land(flight.pop(0), now)
                     continue
             if clock != env.now:
-                # Catch SimPy's clock up before an event (exactly: _early's bound).
+                # Catch SimPy's clock up before an event (exactly: reach, _limits).
                 yield env.timeout(clock - env.now)
             if not flight:
                 if idle_since is None:
@@ -107,6 +108,7 @@ class Pipeline:
                 except simpy.Interrupt:
                     self.reset()  # a fault struck as an arrival woke it
                 now = clock = env.now
+                limit, reach = self._limits()
                 continue
             try:
                 yield env.timeout(end - now)
@@ -121,18 +123,21 @@ class Pipeline:
                 engine.dispatch(now)
             if rep.inbox:
                 rep.pull()
+            limit, reach = self._limits()
             self._land(flight.pop(0), now)
 
-    def _early(self, end: float, clock: float) -> bool:
-        """Whether the micro-batch leaving the last stage at ``end`` (s), when SimPy's
-        clock would read ``clock``, can be delivered without an event: nothing but this
-        process could act or look before it. The only replica (no other process reads
-        it), no arrival due by then (the engine delivers those at this process's
-        events), before the horizon, and no request waiting (an admission reads the
-        clock). ``clock`` at most twice SimPy's, so that the one timeout catching up
-        with it lands on it exactly (Sterbenz: the difference is exact)."""
-        return (self.solo and end < self.rep.engine.next_due and end < self.horizon
-                and not self.rep.waiting and clock <= 2.0 * self.rep.env.now)
+    def _limits(self) -> tuple[float, float]:
+        """(limit, reach) in s: a micro-batch leaving the last stage before ``limit``,
+        when SimPy's clock would read at most ``reach``, with no request waiting, is
+        delivered without an event: nothing but this process could act or look before
+        it. So: the only replica (no other process reads it), no arrival due (the engine
+        delivers those at this process's events), before the horizon, and nobody waiting
+        (an admission reads the clock). ``reach``: twice SimPy's clock now, so that the
+        one timeout catching up lands on the clock exactly (Sterbenz: the difference
+        is exact)."""
+        if not self.solo:
+            return -math.inf, -math.inf
+        return min(self.rep.engine.next_due, self.horizon), 2.0 * self.rep.env.now
 
     def _schedule(self, now: float, idle_since: float | None) -> bool:
         """Ask the policy for a batch and send it into the pipeline at ``now`` (s);

@@ -95,7 +95,9 @@ class Pipeline:
                 if end < limit and clock + (end - now) <= reach and not rep.waiting:
                     clock += end - now
                     now = end
-                    self._land(flight.pop(0), now)
+                    f = flight.pop(0)
+                    if f[1] or not self._relay(f, now):  # _land, inline: the common case
+                        self._complete(f, now)
                     continue
             if clock != env.now:
                 # Catch SimPy's clock up before an event (exactly: reach, _limits).
@@ -216,7 +218,7 @@ class Pipeline:
         set home for the policy (``reserve`` changes nothing when it fails)."""
         rep = self.rep
         _, batch, members, busy, used, seqs, tokens = f
-        group = cast(DecodeSet | None, batch.group)
+        group = batch.group
         if (group is None or rep.running or rep.waiting or rep.swap_s or rep.group is None
                 or rep.group.n or rep.engine.timeouts is not None):
             return False
@@ -231,7 +233,7 @@ class Pipeline:
         n = group.n
         if not n or not group.reserve(rep.running, batch, prefix=True):
             self.spare.append(cast(DecodeSet, rep.group))
-            rep.group = group  # home again: the policy decides next
+            rep.group = cast(DecodeSet, group)  # home again: the policy decides next
             return True
         shape = group.shape()
         times = self.stage_times(shape)

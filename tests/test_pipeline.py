@@ -329,20 +329,22 @@ def general_path(fast: bool) -> Any:
 
 
 def same_both_paths(sc: Any, req: Requests) -> list[Any]:
-    """Run ``sc`` on ``req`` with the fast paths and without; assert every output the
-    same, to the bit: per-request CSV, summary, step log, end time, replica totals."""
+    """Run ``sc`` on ``req`` with the fast paths and without (and fast without a step
+    log); assert every output the same, to the bit: per-request CSV, summary, step log,
+    end time, replica totals."""
     import json
 
     from sim.report.outputs import requests_csv
 
     runs = []
-    for fast in (True, False):
+    for fast, log in ((True, True), (False, True), (True, False)):
         with general_path(fast):
             runs.append(Engine(sc, req, build_cost(sc), np.random.default_rng(0),
-                               log_steps=True).run())
-    a, b = runs
-    assert requests_csv(a) == requests_csv(b)
-    assert json.dumps(summarize(a)) == json.dumps(summarize(b))
+                               log_steps=log).run())
+    a, b, c = runs  # c: without a step log, which takes shorter paths
+    assert a.end_s == c.end_s
+    assert requests_csv(a) == requests_csv(b) == requests_csv(c)
+    assert json.dumps(summarize(a)) == json.dumps(summarize(b)) == json.dumps(summarize(c))
     assert a.step_log == b.step_log and a.end_s == b.end_s
     fields = type(a.replica_stats[0]).__slots__
     assert [[getattr(s, k) for k in fields] for s in a.replica_stats] == \

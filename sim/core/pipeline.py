@@ -191,6 +191,15 @@ class Pipeline:
         ``now`` (s): when it leaves the last stage, and (with a step log) when each stage
         starts it."""
         free = self.free
+        if self.pp == 2 and self.rep.engine.step_log is None:
+            # The loop below for two stages, unrolled (the common case).
+            t0, t1 = times
+            f0, f1 = free
+            a = (f0 if now < f0 else now) + t0
+            b = (f1 if a < f1 else a) + t1
+            free[0] = a
+            free[1] = b
+            return b, None
         starts = free.copy() if self.rep.engine.step_log is not None else None
         t = now
         for k, dt in enumerate(times):

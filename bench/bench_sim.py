@@ -11,10 +11,11 @@ rate is the most one replica sustains.
 Usage: python bench/bench_sim.py [--sizes 10000,100000] [--repeats 3]
        [--policies continuous] [--replicas 1] [--costs roofline,measured]
        [--models llama-3-8b,qwen3-30b-a3b] [--speculative eagle:3:0.7]
-       [--pp 1,2 [--own-capacity]]
+       [--pp 1,2 [--own-capacity] [--alternate]]
 ``--pp``: pipeline stages per replica (``hardware.pp``); every pp runs the same requests
 at 80% of the one-stage capacity (the same run with and without a pipeline), or with
-``--own-capacity`` at 80% of each pp's own.
+``--own-capacity`` at 80% of each pp's own; ``--alternate`` runs the pp values in turn,
+one run each per repeat, and adds each one's speed against the first pp's.
 Prints a Markdown table: median wall seconds over the repeats, simulated requests per
 wall-second, iterations (SimPy events of the replicas) per second and peak RSS.
 ``--speculative METHOD:K:RATE`` runs every case twice at the same arrival rate (80% of
@@ -117,6 +118,9 @@ def main() -> None:
     p.add_argument("--pp", default="1", help="pipeline stages per replica, e.g. 1,2")
     p.add_argument("--own-capacity", action="store_true",
                    help="with --pp: each pp at 80%% of its own capacity, not pp=1's")
+    p.add_argument("--alternate", action="store_true",
+                   help="with --pp: run the pp values' repeats in turn, one run each, and "
+                        "print each one's speed against the first pp's")
     p.add_argument("--child")
     a = p.parse_args()
     if a.child:
@@ -128,7 +132,12 @@ def main() -> None:
         print("|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     pps = [int(x) for x in a.pp.split(",")]
     pp_col = ("pp | ", "---:|") if pps != [1] else ("", "")
-    if not a.speculative:
+    if a.alternate and len(pps) > 1 and not a.speculative:
+        print("| model | cost | policy | replicas | pp | requests | rate (req/s) | "
+              "wall s (median) | sim req/s | iterations/s | events/s | peak RSS MiB | "
+              f"speed vs pp={pps[0]} | wall s (each run) |")
+        print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    elif not a.speculative:
         print(f"| model | cost | policy | replicas | {pp_col[0]}requests | rate (req/s) | "
               "wall s (median) | sim req/s | iterations/s | events/s | peak RSS MiB |")
         print(f"|---|---|---|---:|{pp_col[1]}---:|---:|---:|---:|---:|---:|---:|")
@@ -136,6 +145,9 @@ def main() -> None:
         for policy in a.policies.split(","):
             for replicas in map(int, a.replicas.split(",")):
                 for cost in a.costs.split(","):
+                    if a.alternate and len(pps) > 1:
+                        _pp_pairs(a, model, policy, replicas, cost, pps)
+                        continue
                     for pp in pps:
                         _cases(a, model, policy, replicas, cost, pp, pps != [1])
 
@@ -171,6 +183,31 @@ def _spec_cases(a: argparse.Namespace, model: str, policy: str, replicas: int, c
                   f"| {wall:.2f} | {n / wall:,.0f} | {rs[0]['iterations'] / wall:,.0f} "
                   f"| {max(r['rss_mib'] for r in rs):.0f} "
                   f"| {speed[key] / speed['off']:.1%} |", flush=True)
+
+
+def _pp_pairs(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str,
+              pps: list[int]) -> None:
+    """Each size at every pp in ``pps``, one run of each in turn ``a.repeats`` times (so
+    a change of load on the machine falls on all alike); the speed column is the median
+    wall time of the first pp over this pp's."""
+    rates = {pp: 0.8 * capacity(policy, replicas, cost, model, pp if a.own_capacity else 1)
+             for pp in pps}
+    for n in map(int, a.sizes.split(",")):
+        cases = {pp: base(policy, replicas, rates[pp], n, cost=cost, model=model, pp=pp)
+                 for pp in pps}
+        runs: dict[int, list[dict[str, Any]]] = {pp: [] for pp in pps}
+        for _ in range(a.repeats):
+            for pp, sc in cases.items():
+                runs[pp].append(run_case(sc))
+        first = statistics.median(r["wall_s"] for r in runs[pps[0]])
+        for pp, rs in runs.items():
+            wall = statistics.median(r["wall_s"] for r in rs)
+            it, ev = rs[0]["iterations"], rs[0]["events"]
+            walls = ", ".join(f"{r['wall_s']:.2f}" for r in rs)
+            print(f"| {model} | {cost} | {policy} | {replicas} | {pp} | {n:,} | {rates[pp]:.2f} "
+                  f"| {wall:.2f} | {n / wall:,.0f} | {it / wall:,.0f} | {ev / wall:,.0f} "
+                  f"| {max(r['rss_mib'] for r in rs):.0f} | {first / wall:.2f} | {walls} |",
+                  flush=True)
 
 
 def _cases(a: argparse.Namespace, model: str, policy: str, replicas: int, cost: str,

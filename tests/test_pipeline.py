@@ -313,3 +313,96 @@ def test_a_pipeline_under_kv_pressure_finishes(pp: int, blocks: int, seqs: int, 
                      lazy_decodes=lazy).run()
         assert (res.status == FINISHED).all()  # every one fits the cache alone
         assert res.preemptions.sum() > 0  # under pressure all the same
+
+
+def general_path(fast: bool) -> Any:
+    """``fast``: the pipeline as it is; else every micro-batch with its own SimPy event
+    and every batch the policy's (no early delivery, no relayed decode set)."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    from sim.core.pipeline import Pipeline
+
+    stack = ExitStack()
+    if not fast:
+        stack.enter_context(mock.patch.object(Pipeline, "_limits",
+                                              lambda self: (-np.inf, -np.inf)))
+        stack.enter_context(mock.patch.object(Pipeline, "_relay", lambda self, f, now: False))
+    return stack
+
+
+def same_both_paths(sc: Any, req: Requests) -> list[Any]:
+    """Run ``sc`` on ``req`` with the fast paths and without (and fast without a step
+    log); assert every output the same, to the bit: per-request CSV, summary, step log,
+    end time, replica totals."""
+    import json
+
+    from sim.report.outputs import requests_csv
+
+    runs = []
+    for fast, log in ((True, True), (False, True), (True, False)):
+        with general_path(fast):
+            runs.append(Engine(sc, req, build_cost(sc), np.random.default_rng(0),
+                               log_steps=log).run())
+    a, b, c = runs  # c: without a step log, which takes shorter paths
+    assert a.end_s == c.end_s
+    assert requests_csv(a) == requests_csv(b) == requests_csv(c)
+    assert json.dumps(summarize(a)) == json.dumps(summarize(b)) == json.dumps(summarize(c))
+    assert a.step_log == b.step_log and a.end_s == b.end_s
+    fields = type(a.replica_stats[0]).__slots__
+    assert [[getattr(s, k) for k in fields] for s in a.replica_stats] == \
+        [[getattr(s, k) for k in fields] for s in b.replica_stats]
+    return runs
+
+
+def test_fast_paths_change_nothing_on_a_busy_replica() -> None:
+    # Llama-3-8B, 400 Azure conversations at 17 req/s on a 2-stage replica (roofline):
+    # most micro-batches are a decode set alone, delivered without an event and sent on
+    # without the policy; the outputs match the general path's to the bit.
+    from sim.core.pipeline import Pipeline
+
+    sc = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "pp": 2},
+                    "serving": {"policy": "chunked"},
+                    "workload": {"arrivals": {"process": "poisson", "rate": 17.0},
+                                 "lengths": {"empirical": "azure_2023_conv"},
+                                 "num_requests": 400, "seed": 3}})
+    from sim.workload.build import build_requests
+
+    req = build_requests(sc.workload, None, np.random.default_rng(0), sc.source)
+    relayed = [0]
+    relay = Pipeline._relay
+
+    def counting(self: Pipeline, f: Any, now: float) -> bool:
+        done = relay(self, f, now)
+        relayed[0] += done
+        return done
+
+    from unittest import mock
+
+    with mock.patch.object(Pipeline, "_relay", counting):
+        fast = Engine(sc, req, build_cost(sc), np.random.default_rng(0)).run()
+    assert relayed[0] > 0.5 * fast.replica_stats[0].iterations
+    runs = same_both_paths(sc, req)
+    assert runs[0].end_s == fast.end_s
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pp=st.integers(2, 3), blocks=st.integers(8, 40), seqs=st.integers(1, 6),
+       budget=st.sampled_from([8, 16, 64]),
+       horizon=st.sampled_from([None, 0.05, 0.2]),
+       reqs=st.lists(st.tuples(st.sampled_from([0.0, 0.001, 0.02, 0.3]), st.integers(1, 40),
+                               st.integers(1, 30)), min_size=1, max_size=14))
+def test_fast_paths_change_nothing(pp: int, blocks: int, seqs: int, budget: int,
+                                   horizon: float | None, reqs: list[Any]) -> None:
+    # Random arrivals (some after idle spells), KV pressure and horizons: the outputs
+    # with early deliveries and relayed decode sets equal the general path's.
+    sc = tiny_scenario(model={"preset": "tiny", "layers": 3}, hardware={"pp": pp},
+                       serving={"policy": "chunked", "num_kv_blocks": blocks,
+                                "max_num_seqs": seqs, "token_budget": min(budget, 64),
+                                "max_num_batched_tokens": 64},
+                       **({} if horizon is None else {"horizon_s": horizon}))
+    gaps, prompts, outputs = (list(x) for x in zip(*reqs, strict=True))
+    req = Requests(np.cumsum(gaps), np.array(prompts, dtype=np.int64),
+                   np.array(outputs, dtype=np.int64))
+    same_both_paths(sc, req)

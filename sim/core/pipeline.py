@@ -29,6 +29,7 @@ next decode).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -61,45 +62,84 @@ class Pipeline:
         self.spare: list[DecodeSet] = []  # empty decode sets, for reuse
         self.flight: list[Flight] = []
         self.wake = cost.wake_time
+        self.stage_times = cost.stage_times
+        scenario = rep.engine.scenario
+        # The only replica's micro-batches may complete without events of their own.
+        self.solo = scenario.cluster.replicas == 1
+        horizon = scenario.horizon_s
+        self.horizon = math.inf if horizon is None else horizon
         if lazy:
             rep.group = DecodeSet(rep.kv, reserves_kv)
 
     def run(self) -> Generator[Any, Any, None]:
         """Schedule while fewer than ``pp`` batches are in flight and the policy finds
         work; else wait for the oldest micro-batch to leave the last stage and deliver
-        it."""
+        it (without an event of its own when nothing outside could tell: :meth:`_limits`).
+        """
         rep = self.rep
         env = rep.env
         engine = rep.engine
+        flight = self.flight
         idle_since: float | None = None
         now = env.now
+        # SimPy's clock as it would read had every micro-batch had its own event (the
+        # timeouts' sums, not ``now``): it runs ahead of env.now over early completions.
+        clock = now
+        limit, reach = self._limits()
         while True:
-            if len(self.flight) < self.pp and self._schedule(now, idle_since):
+            if len(flight) < self.pp and self._schedule(now, idle_since):
                 idle_since = None
                 continue
-            if not self.flight:
+            if flight:
+                end = flight[0][0]
+                if end < limit and clock + (end - now) <= reach and not rep.waiting:
+                    clock += end - now
+                    now = end
+                    f = flight.pop(0)
+                    if f[1] or not self._relay(f, now):  # _land, inline: the common case
+                        self._complete(f, now)
+                    continue
+            if clock != env.now:
+                # Catch SimPy's clock up before an event (exactly: reach, _limits).
+                yield env.timeout(clock - env.now)
+            if not flight:
                 if idle_since is None:
                     idle_since = now
                 try:
                     yield rep._go_idle()
                 except simpy.Interrupt:
                     self.reset()  # a fault struck as an arrival woke it
-                now = env.now
+                now = clock = env.now
+                limit, reach = self._limits()
                 continue
-            end = self.flight[0][0]
             try:
                 yield env.timeout(end - now)
             except simpy.Interrupt:
                 # A fault: crash() took every request; the stages stop where they are.
                 self.reset()
-                now = env.now
+                now = clock = env.now
                 continue
             now = end
+            clock = env.now
             if now >= engine.next_due:
                 engine.dispatch(now)
             if rep.inbox:
                 rep.pull()
-            self._complete(self.flight.pop(0), now)
+            limit, reach = self._limits()
+            self._land(flight.pop(0), now)
+
+    def _limits(self) -> tuple[float, float]:
+        """(limit, reach) in s: a micro-batch leaving the last stage before ``limit``,
+        when SimPy's clock would read at most ``reach``, with no request waiting, is
+        delivered without an event: nothing but this process could act or look before
+        it. So: the only replica (no other process reads it), no arrival due (the engine
+        delivers those at this process's events), before the horizon, and nobody waiting
+        (an admission reads the clock). ``reach``: twice SimPy's clock now, so that the
+        one timeout catching up lands on the clock exactly (Sterbenz: the difference
+        is exact)."""
+        if not self.solo:
+            return -math.inf, -math.inf
+        return min(self.rep.engine.next_due, self.horizon), 2.0 * self.rep.env.now
 
     def _schedule(self, now: float, idle_since: float | None) -> bool:
         """Ask the policy for a batch and send it into the pipeline at ``now`` (s);
@@ -120,40 +160,102 @@ class Pipeline:
         """Price ``batch`` stage by stage from ``now`` (s) and take its requests out of
         ``running`` until it comes back."""
         rep = self.rep
-        shape = batch.shape()
-        times = self.cost.stage_times(shape)
+        group = batch.group
+        shape = group.shape() if group is not None and not batch else batch.shape()
+        times = self.stage_times(shape)
         if idle_since is not None and self.wake is not None:
             times[0] += self.wake(now - idle_since)
         if rep.swap_s:
             times[0] += rep.swap_s  # vLLM swaps blocks in before the forward pass
             rep.swap_s = 0.0
+        t, starts = self._enter(times, now)
         free = self.free
-        starts = free.copy()
+        log = rep.engine.step_log
+        running = rep.running
+        n = 0 if group is None else group.n
+        seqs = n + len(batch)
+        # Every listed entry is a running request: when the counts match, all went.
+        everyone = len(running) == seqs
+        # A decode set's members lead the running list (DecodeSet.reserve).
+        members = running if everyone and not batch else running[:n] if n else []
+        if log is not None:
+            spans = tuple(zip(starts or (), free, strict=True))
+            log.append((rep.index, now, t, tuple(batch.log_entries(members)), spans))
+        rep.running = [] if everyone else [r for r in running[n:] if r not in batch]
+        rep.in_flight += seqs
+        self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.used,
+                            seqs, shape.new_tokens))
+
+    def _enter(self, times: list[float], now: float) -> tuple[float, list[float] | None]:
+        """Send a micro-batch whose stages take ``times`` (s) into the pipeline at
+        ``now`` (s): when it leaves the last stage, and (with a step log) when each stage
+        starts it."""
+        free = self.free
+        if self.pp == 2 and self.rep.engine.step_log is None:
+            # The loop below for two stages, unrolled (the common case).
+            t0, t1 = times
+            f0, f1 = free
+            a = (f0 if now < f0 else now) + t0
+            b = (f1 if a < f1 else a) + t1
+            free[0] = a
+            free[1] = b
+            return b, None
+        starts = free.copy() if self.rep.engine.step_log is not None else None
         t = now
         for k, dt in enumerate(times):
             if t < free[k]:
                 t = free[k]
-            else:
+            elif starts is not None:
                 starts[k] = t
             t += dt
             free[k] = t
-        running = rep.running
-        n = 0 if batch.group is None else batch.group.n
-        # A decode set's members lead the running list (DecodeSet.reserve).
-        members = running[:n] if n else []
+        return t, starts
+
+    def _land(self, f: Flight, now: float) -> None:
+        """Micro-batch ``f`` left the last stage at ``now`` (s): :meth:`_complete` it,
+        or, when :meth:`_relay` can, deliver it and send its set on at once."""
+        if f[1] or not self._relay(f, now):
+            self._complete(f, now)
+
+    def _relay(self, f: Flight, now: float) -> bool:
+        """:meth:`_complete` for ``f``, a micro-batch of the replica's decode set alone,
+        when nothing else runs or waits and the set at home is empty; then, when its
+        blocks fit, send the set on at once (the batch reused) without asking the policy:
+        ``chunked`` would choose exactly that (its members, as many or fewer than when it
+        last chose them, fit the token budget; nothing else is running or waiting).
+        False: nothing done, the general path's turn. A shortage of blocks leaves the
+        set home for the policy (``reserve`` changes nothing when it fails)."""
+        rep = self.rep
+        _, batch, members, busy, used, seqs, tokens = f
+        group = batch.group
+        if (group is None or rep.running or rep.waiting or rep.swap_s or rep.group is None
+                or rep.group.n or rep.engine.timeouts is not None):
+            return False
+        rep.stats.book(busy, seqs, tokens, used)
+        rep.in_flight -= seqs
+        rep.running = members
+        # Replica.deliver for a batch of the set alone: its tick, its finished members.
+        done = group.end_step(rep.itl, now)
+        rep.outstanding -= group.emitted
+        if done is not None:
+            rep.finish(done, now)
+        n = group.n
+        if not n or not group.reserve(rep.running, batch, prefix=True):
+            self.spare.append(cast(DecodeSet, rep.group))
+            rep.group = cast(DecodeSet, group)  # home again: the policy decides next
+            return True
+        shape = group.shape()
+        times = self.stage_times(shape)
+        t, starts = self._enter(times, now)
         log = rep.engine.step_log
         if log is not None:
-            spans = tuple(zip(starts, free, strict=True))
-            log.append((rep.index, now, t, tuple(batch.log_entries(members)), spans))
-        # Every listed entry is a running request: when the counts match, all went.
-        if len(running) == n + len(batch):
-            rep.running = []
-        else:
-            rep.running = [r for r in running[n:] if r not in batch]
-        seqs = n + len(batch)
-        rep.in_flight += seqs
-        self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.used,
-                            seqs, shape.new_tokens))
+            spans = tuple(zip(starts or (), self.free, strict=True))
+            log.append((rep.index, now, t, tuple(batch.log_entries(rep.running)), spans))
+        self.flight.append((t, batch, rep.running, sum(times) / self.pp, rep.kv.used,
+                            n, shape.new_tokens))
+        rep.running = []
+        rep.in_flight += n
+        return True
 
     def _complete(self, f: Flight, now: float) -> None:
         """Micro-batch ``f`` left the last stage at ``now`` (s): its requests rejoin
@@ -161,12 +263,11 @@ class Pipeline:
         rep = self.rep
         _, batch, members, busy, used, seqs, tokens = f
         rep.in_flight -= seqs
-        travelled = batch.group
-        home = rep.group
+        # Only this module puts a decode set in flight: the replica's DecodeSet (a
+        # pipeline never speculates: sim.config.disagg.check_pipeline).
+        travelled = cast(DecodeSet | None, batch.group)
+        home = cast(DecodeSet | None, rep.group)
         if travelled is not None and home is not None:
-            # Only this module puts a decode set in flight: the replica's DecodeSet (a
-            # pipeline never speculates: sim.config.disagg.check_pipeline).
-            assert isinstance(travelled, DecodeSet) and isinstance(home, DecodeSet)
             # The batch's set comes home. Members the home set gathered meanwhile (new
             # decodes of batches without a set) become plain requests, settled while
             # they are the only members in ``running``; they join again when decoded.
@@ -175,8 +276,12 @@ class Pipeline:
             self.spare.append(home)
             rep.group = travelled
         # Ahead of requests left out of later batches: a decode set's members then lead
-        # the running list, as DecodeSet.reserve needs.
-        rep.running = members + list(batch) + rep.running
+        # the running list, as DecodeSet.reserve needs. (``members`` is this flight's
+        # own list: it may become the running list itself.)
+        if batch or rep.running:
+            rep.running = members + list(batch) + rep.running
+        else:
+            rep.running = members
         rep.stats.book(busy, seqs, tokens, used)
         rep.deliver(batch, advance(batch), now)
 
@@ -199,6 +304,6 @@ class Pipeline:
 
     def reset(self) -> None:
         """Empty stages, nothing in flight (after a fault)."""
-        self.flight = []
+        self.flight.clear()  # in place: run() holds the list
         self.free = [0.0] * self.pp
         self.rep.in_flight = 0

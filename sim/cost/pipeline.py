@@ -91,6 +91,9 @@ class StageCost:
         # (latency s, seconds per token) of each send, for stage_times.
         self._sends = tuple((lat, self.per_token / bw) for bw, lat in self.links)
         self._split = getattr(cost, "stage_split", None)
+        # (share of stage 0, share of stage 1, send latency s, send s per token) when pp
+        # is 2, the common case, priced without loops.
+        self._two = ((*self.shares, *self._sends[0]) if pp == 2 else None)
         self.frontend = cost.frontend
         self.wake_time = getattr(cost, "wake_time", None)
 
@@ -113,6 +116,10 @@ class StageCost:
             layer, last, shared = self._split(shape)
         each = shared / self.pp
         new = shape.new_tokens
+        if self._two is not None:
+            # Two stages, unrolled: the same operations in the same order as below.
+            s0, s1, lat, per = self._two
+            return [layer * s0 + each + (lat + new * per), layer * s1 + each + last]
         out = [layer * s + each for s in self.shares]
         out[-1] += last
         for k, (lat, per) in enumerate(self._sends):

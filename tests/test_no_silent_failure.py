@@ -189,6 +189,8 @@ LN = {"dist": "lognormal", "median": 12, "sigma": 0.5, "min": 4, "max": 60}
 UNI = {"dist": "uniform", "low": 4, "high": 40}
 SMALL = {"arrivals": {"process": "gamma", "rate": 20, "cv": 1.5},
          "lengths": {"prompt": LN, "output": UNI}, "num_requests": 12, "seed": 1}
+INLINE_GPU = {"name": "test-gpu", "flops": 1e14, "mem_bw": 1e12, "mem_gb": 24,
+              "link_bw": 3.2e10, "host_bw": 3.2e10, "node_gpus": 8}
 BASES: dict[str, dict[str, Any]] = {
     "": tiny(model={"preset": "tiny"}, cost={"roofline": {}}, workload=SMALL,
              slo={"ttft_s": 0.5, "tpot_s": 0.05}),
@@ -231,9 +233,13 @@ BASES: dict[str, dict[str, Any]] = {
     "admission": tiny(admission={"max_waiting": 5, "timeout_s": 5,
                                  "rate_limit": {"rate": 50, "burst": 5}}),
     # A GPU described inline: every figure it needs, so each one can be spoiled alone.
-    "hardware.gpu": tiny(hardware={"gpu": {
-        "name": "test-gpu", "flops": 1e14, "mem_bw": 1e12, "mem_gb": 24, "link_bw": 3.2e10,
-        "host_bw": 3.2e10, "node_gpus": 8}}),
+    "hardware.gpu": tiny(hardware={"gpu": INLINE_GPU}),
+    **{f"disaggregated.{role}.gpu": tiny(
+        serving={"policy": "disaggregated", "block_size": 4},
+        disaggregated={"prefill": {"replicas": 1}, "decode": {"replicas": 1},
+                       role: {"replicas": 1, "gpu": INLINE_GPU},
+                       "link": {"bandwidth_gb_s": 50, "latency_s": 0.001}})
+       for role in ("prefill", "decode")},
     "serving": tiny(serving={"policy": "chunked", "block_size": 4,
                              "max_num_batched_tokens": 256}),
     "serving.static_batch_size": tiny(serving={"policy": "static", "block_size": 4}),

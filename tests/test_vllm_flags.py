@@ -82,7 +82,8 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"kv-cache-dtype": "int8"}, {}, "vllm.kv-cache-dtype", "servesim models auto, fp8"),
     ({"pipeline-parallel-size": 2}, {"hardware": {"pp": 2}}, "vllm.pipeline-parallel-size",
      "sets hardware.pp, which the scenario sets too"),
-    ({"quantization": "awq"}, {}, "vllm.quantization", "servesim models null, fp8"),
+    ({"quantization": "bitsandbytes"}, {}, "vllm.quantization",
+     "servesim models null, fp8, awq, awq_marlin, gptq, gptq_marlin, modelopt_fp4"),
     ({"speculative-config": "{}"}, {}, "vllm.speculative-config",
      "unknown or not modelled vLLM flag 'speculative_config'"),
     ({"scheduling-policy": "lifo"}, {}, "vllm.scheduling-policy", "fcfs and priority"),
@@ -99,3 +100,18 @@ def test_bad_flags_name_themselves(vllm: Any, more: dict, where: str, message: s
 def test_flag_values_are_validated_where_they_land() -> None:
     with pytest.raises(ServesimError, match="serving.max_num_seqs: got 0"):
         scenario({"max-num-seqs": 0})
+
+
+@pytest.mark.parametrize("flag, gpu, dtype, note", [
+    ("awq", "h100-sxm", "int4", "int4 weights, weight-only (w4a16)"),
+    ("gptq_marlin", "a100-80gb", "int4", "int4 weights, weight-only (w4a16)"),
+    ("modelopt_fp4", "b200", "nvfp4", "nvfp4 weights on FP4 tensor cores"),
+    ("modelopt_fp4", "h200", "nvfp4", "nvfp4 weights, weight-only on h200"),
+])
+def test_quantised_checkpoint_flags_set_the_weights_dtype(flag: str, gpu: str, dtype: str,
+                                                          note: str) -> None:
+    from sim.cost.models import build_cost
+
+    sc = scenario({"quantization": flag}, hardware={"gpu": gpu}, cost={"roofline": {}})
+    assert sc.model.dtype == dtype and sc.model.kv_dtype == "auto"
+    assert note in build_cost(sc).source

@@ -61,8 +61,12 @@ ONLY: dict[str, tuple[Any, ...]] = {
 DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
     "kv_cache_dtype": {"auto": None, "fp8": ("kv_dtype", "fp8"),
                        "fp8_e4m3": ("kv_dtype", "fp8"), "fp8_e5m2": ("kv_dtype", "fp8")},
-    # Online quantisation of a 16-bit checkpoint: FP8 weights with per-tensor scales.
-    "quantization": {None: None, "fp8": ("dtype", "fp8")},
+    # fp8: online quantisation of a 16-bit checkpoint (per-tensor scales). The others name
+    # how a pre-quantised checkpoint's weights are stored: 4-bit integer groups (AWQ and
+    # GPTQ, with or without the Marlin kernels) and NVIDIA's FP4 (ModelOpt).
+    "quantization": {None: None, "fp8": ("dtype", "fp8"), "awq": ("dtype", "int4"),
+                     "awq_marlin": ("dtype", "int4"), "gptq": ("dtype", "int4"),
+                     "gptq_marlin": ("dtype", "int4"), "modelopt_fp4": ("dtype", "nvfp4")},
 }
 # Flags that change nothing a simulation prices.
 NO_EFFECT = frozenset((

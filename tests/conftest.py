@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,21 @@ def assert_equivalent(a: Any, b: Any) -> None:
     ma, mb = ia.pop("mean", 0.0), ib.pop("mean", 0.0)
     assert (ma is None and mb is None) or ma == pytest.approx(mb, rel=1e-12)
     assert sa == sb
+
+
+# The columns of the public end-to-end runs' CSV (silicon_sample.csv) that every test
+# sample has; a sample of quantised or MoE rows adds the GEMM mode and the expert split.
+SILICON_HEAD = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,"
+                "mode,isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
+                "silicon_tpot_ms")
+
+
+def silicon_csv(tmp_path: Path, rows: list[str], extra: tuple[str, ...] = ()) -> Path:
+    """A silicon_sample.csv of ``rows`` under :data:`SILICON_HEAD` plus the ``extra``
+    columns, written as ``tmp_path / "s.csv"``."""
+    path = tmp_path / "s.csv"
+    path.write_text("\n".join([",".join([SILICON_HEAD, *extra]), *rows]) + "\n")
+    return path
 
 
 def e2e(test: Any) -> Any:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
@@ -186,15 +187,11 @@ def test_hf_quantisation_not_modelled_is_named(tmp_path: Path) -> None:
 def test_silicon_fp8_rows_are_simulated_and_always_held_out(tmp_path: Path) -> None:
     from sim.validate.silicon import Case, classify, read_rows, scenario_raw
 
-    head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
-            "isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
-            "silicon_tpot_ms,gemm_quant_mode")
     rows = ["a,x,vllm,,meta-llama/Llama-3.1-70B,h200_sxm,fp8,agg,1024,128,8,2,1,,90,20,fp8",
             "b,x,sglang,0.5,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,agg,1024,128,8,1,1,,"
             "30,5,fp8_block",
             "c,x,vllm,,meta-llama/Llama-3.1-70B,b200_sxm,fp4,agg,1024,128,8,2,1,,90,20,nvfp4"]
-    path = tmp_path / "s.csv"
-    path.write_text("\n".join([head, *rows]) + "\n")
+    path = silicon_csv(tmp_path, rows, ("gemm_quant_mode",))
     a, b, c = (classify(r) for r in read_rows(path))
     assert isinstance(a, Case) and isinstance(b, Case)
     assert (a.dtype, b.dtype) == ("fp8", "fp8-block") and a.held_out and b.held_out

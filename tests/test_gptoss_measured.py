@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import silicon_csv
 
 from sim.cost.specs import MODELS, shard
 from sim.cost.tables.attntables import AttentionRows, decode_grid
@@ -206,17 +207,12 @@ def test_a_decode_step_prices_half_its_layers_at_the_window() -> None:
 def test_silicon_gpt_oss_rows_are_held_out_and_others_named(tmp_path: Path) -> None:
     from sim.validate.silicon import Case, classify, read_rows
 
-    head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
-            "isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
-            "silicon_tpot_ms,gemm_quant_mode,moe_tp_size,moe_ep_size")
-    path = tmp_path / "s.csv"
-    path.write_text("\n".join([
-        head,
+    path = silicon_csv(tmp_path, [
         "a,x,vllm,0.18.0,openai/gpt-oss-120b,h200_sxm,fp4,agg,1024,1024,4,2,1,1,90,5,nvfp4,2,1",
         "b,x,trtllm,dev,openai/gpt-oss-120b,h200_sxm,fp4,agg,1024,1024,4,4,1,1,90,5,nvfp4,2,2",
         "c,x,trtllm,1.3,openai/gpt-oss-120b,h100_sxm,fp8,agg,1024,1024,4,4,1,,90,5,fp8,4,1",
         "d,x,trtllm,0.7,openai/gpt-oss-120b,gb200,fp4,disagg,1024,1024,4,4,1,1,90,5,nvfp4,4,1",
-    ]) + "\n")
+    ], ("gemm_quant_mode", "moe_tp_size", "moe_ep_size"))
     a, b, c, d = (classify(r) for r in read_rows(path))
     assert isinstance(a, Case) and (a.model, a.dtype, a.spec.expert_dtype) == (
         "gpt-oss-120b", "bf16", "mxfp4")

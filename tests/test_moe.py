@@ -9,6 +9,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
@@ -131,17 +132,12 @@ def test_moe_shapes_the_tables_did_not_measure_are_named(tmp_path: Path) -> None
 def test_silicon_moe_rows_split_by_tp_are_simulated_others_named(tmp_path: Path) -> None:
     from sim.validate.silicon import Case, classify, read_rows
 
-    head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
-            "isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
-            "silicon_tpot_ms,gemm_quant_mode,moe_tp_size,moe_ep_size")
-    path = tmp_path / "s.csv"
-    path.write_text("\n".join([
-        head,
+    path = silicon_csv(tmp_path, [
         "a,x,vllm,0.12.0,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,fp8,agg,1000,100,8,4,1,,90,20,fp8,4,1",
         "b,x,trtllm,1.0,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,fp8,agg,1000,100,8,8,1,,90,20,"
         "fp8_block,1,8",
         "c,x,trtllm,1.0,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,fp8,agg,1000,100,8,4,1,,90,20,"
-        "fp8_block,2,2"]) + "\n")
+        "fp8_block,2,2"], ("gemm_quant_mode", "moe_tp_size", "moe_ep_size"))
     a, b, c = (classify(r) for r in read_rows(path))
     # Labelled fp8, but Qwen's checkpoint is block-scaled: simulated as such.
     assert isinstance(a, Case) and (a.model, a.dtype, a.spec.experts, a.ep) == (

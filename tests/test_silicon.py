@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.cost.priors import framework_priors
@@ -19,14 +20,10 @@ from sim.validate.silicon import Case, classify, read_rows, scenario_raw
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
                                          "installed; make test installs it")
-HEAD = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,"
-        "osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,silicon_tpot_ms")
 
 
 def csv(tmp_path: Path, *rows: str) -> Path:
-    path = tmp_path / "s.csv"
-    path.write_text("\n".join([HEAD, *rows]) + "\n")
-    return path
+    return silicon_csv(tmp_path, list(rows))
 
 
 ROWS = (

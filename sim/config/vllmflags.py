@@ -85,7 +85,7 @@ def section_mapping(name: str, value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def _name(flag: Any) -> str:
+def flag_name(flag: Any) -> str:
     """A flag as vLLM's Python names spell it: ``--max-model-len`` -> ``max_model_len``."""
     return str(flag).lstrip("-").replace("-", "_")
 
@@ -130,7 +130,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
 
     given: dict[str, tuple[str, Any]] = {}
     for flag, value in flags.items():
-        name = _name(flag)
+        name = flag_name(flag)
         if name in given:
             raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                 where=f"vllm.{flag}")

@@ -545,13 +545,13 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
 
 
 def feasible(s: Search, policies: list[str], tps: list[int], start: float,
-             pps: list[int] | None = None) -> list[tuple[str, int, int]]:
+             pps: list[int]) -> list[tuple[str, int, int]]:
     """Candidates whose zero-load floor (:func:`sim.study.steady.floor_stats`) leaves the
     SLOs reachable; the others are skipped with their reason in ``s.pruned``. When none
     is left the SLOs are impossible: a one-line error naming the floor and the target."""
     ok: list[tuple[str, int, int]] = []
     reasons: list[str] = []
-    for pol, tp, pp in ((a, b, c) for a in policies for b in tps for c in (pps or [s.pp])):
+    for pol, tp, pp in ((a, b, c) for a in policies for b in tps for c in pps):
         key = PointKey(pol, 1, tp, _round_rate(start), s.seeds[0], pp)
         raw = point_raw(s.raw, key, None)
         why = floor_violations(floor_stats(raw, s.source, s.base_dir), s.slos)

@@ -29,6 +29,7 @@ import numpy as np
 import yaml
 
 from sim.config.scenario import Scenario, apply_overrides, from_dict
+from sim.config.vllmflags import flag_name
 from sim.configtools import parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -162,7 +163,7 @@ def _pp_key(base: dict[str, Any]) -> tuple[str, int]:
     flags = base.get("vllm")
     if isinstance(flags, dict):
         for flag, value in flags.items():
-            if str(flag).lstrip("-").replace("-", "_") == "pipeline_parallel_size":
+            if flag_name(flag) == "pipeline_parallel_size":
                 return f"vllm.{flag}", int(value)
     hw = base.get("hardware")
     return "hardware.pp", int(hw.get("pp", 1)) if isinstance(hw, dict) else 1

@@ -5,6 +5,8 @@ Run from the repository root, after e.g.
     .venv/bin/python docs/scripts/silicon_groups.py out/4bit/silicon.json
 It prints one Markdown row per framework, run (version) and GPU: rows, median and p90
 |error| of TTFT and TPOT, and the signed medians; then one row per framework.
+``--weights fp8`` keeps the FP8 rows and groups them by model too; ``--held-out`` keeps
+the rows no fit has seen.
 """
 
 from __future__ import annotations
@@ -26,20 +28,30 @@ def _row(label: str, recs: list[dict]) -> str:
             f"{np.median(b):.1%} ({np.percentile(b, 90):.1%}) | {signed} |")
 
 
-def main(path: Path) -> None:
-    """Print the grouped tables of the records in ``path``."""
+def main(path: Path, fp8: bool = False, held_out: bool = False) -> None:
+    """Print the grouped tables of the records in ``path``: only FP8 rows, grouped by
+    model too, with ``fp8``; only held-out rows with ``held_out``."""
     recs = json.loads(path.read_text(encoding="utf-8"))["records"]
-    print("| framework (run) | GPU | rows | TTFT median (p90) | TPOT median (p90) | "
-          "signed medians TTFT / TPOT |")
-    print("|---|---|---:|---|---|---|")
-    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    if fp8:
+        recs = [r for r in recs if r["dtype"] != "bf16" and not r.get("expert_dtype")]
+    if held_out:
+        recs = [r for r in recs if r["split"] == "test"]
+    print(f"| framework (run) | {'model, weights | ' if fp8 else ''}GPU | rows | "
+          "TTFT median (p90) | TPOT median (p90) | signed medians TTFT / TPOT |")
+    print(f"|---|{'---|' if fp8 else ''}---|---:|---|---|---|")
+    groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
     for r in recs:
-        groups[(r["framework"], r["version"] or "unversioned", r["gpu"])].append(r)
-    for (fw, version, gpu), rs in sorted(groups.items()):
-        print(_row(f"{fw} {version} | {gpu}", rs))
+        model = (f"{r['model']}{' (ep ' + str(r['ep']) + ')' if r.get('ep', 1) > 1 else ''}"
+                 f", {r['dtype']}",) if fp8 else ()
+        groups[(r["framework"], r["version"] or "unversioned", *model, r["gpu"])].append(r)
+    for key, rs in sorted(groups.items()):
+        print(_row(f"{key[0]} {key[1]} | " + " | ".join(key[2:]), rs))
     for fw in sorted({r["framework"] for r in recs}):
-        print(_row(f"{fw}, all | all", [r for r in recs if r["framework"] == fw]))
+        print(_row(f"{fw}, all | {'all | ' if fp8 else ''}all",
+                   [r for r in recs if r["framework"] == fw]))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("out/silicon/silicon.json"))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(Path(args[0]) if args else Path("out/silicon/silicon.json"),
+         fp8="--weights" in sys.argv and "fp8" in sys.argv, held_out="--held-out" in sys.argv)

@@ -13,6 +13,7 @@ framework never fitted gets zeros, and its profiles say so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +32,13 @@ KEYS = ("step_const_s", "step_per_seq_s", "request_s", "per_prompt_token_s", "re
 @dataclass(frozen=True)
 class Priors:
     """One framework's priors (seconds; per sequence or per prompt token where named)
-    and where they came from. ``aic_client_lengths`` is not the server's: it records how
-    the client of AIConfigurator's own rows of this framework drew lengths ("ranged" or
-    "exact"), fitted beside the priors (sim/validate/siliconfit.py)."""
+    and where they came from. ``request_s`` is the per-request latency of the engine's
+    own API server under a plain benchmark client (what a shipped profile carries).
+    ``aic_client_lengths`` and ``aic_request_s`` are not the server's: they describe the
+    harness of AIConfigurator's own rows of this framework, how its client drew lengths
+    ("ranged" or "exact") and its per-request latency (None: ``request_s``), fitted
+    beside the priors (sim/validate/siliconfit.py) and used only to compare with those
+    rows."""
 
     step_const_s: float = 0.0
     step_per_seq_s: float = 0.0
@@ -43,6 +48,15 @@ class Priors:
     jitter_s: float = 0.0
     source: str = "none fitted: zero"
     aic_client_lengths: str = "ranged"
+    aic_request_s: float | None = None
+
+    def for_collection(self, collection: str) -> Priors:
+        """The priors for a run measured by ``collection`` (``aic`` or ``inferencex``,
+        :attr:`sim.validate.silicon.Row.collection`): AIConfigurator's own harness has
+        its own per-request latency (``aic_request_s``, when fitted apart)."""
+        if collection == "aic" and self.aic_request_s is not None:
+            return dataclasses.replace(self, request_s=self.aic_request_s)
+        return self
 
 
 REQUIRED = ("step_const_s", "step_per_seq_s", "request_s")
@@ -87,8 +101,14 @@ def load_priors(path: Path = PRIORS_FILE) -> dict[str, Priors]:
         if lengths not in LENGTHS:
             raise ServesimError(f"got {lengths!r}; one of {', '.join(LENGTHS)}",
                                 source=str(path), where=f"{where}.aic_client_lengths")
+        aic = values.get("aic_request_s")
+        if aic is not None and (isinstance(aic, bool) or not isinstance(aic, int | float)
+                                or not math.isfinite(aic) or aic < 0):
+            raise ServesimError(f"got {aic!r}, expected seconds >= 0", source=str(path),
+                                where=f"{where}.values.aic_request_s")
         out[str(fw)] = Priors(**got, source=str(entry.get("source", "fitted")),
-                              aic_client_lengths=lengths)
+                              aic_client_lengths=lengths,
+                              aic_request_s=None if aic is None else float(aic))
     return out
 
 

@@ -28,6 +28,7 @@ import csv
 import hashlib
 import io
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,14 @@ class Row:
 
     @property
     def collection(self) -> str:
-        """Who measured the row: ``inferencex`` (``db-dump`` rows: SemiAnalysis InferenceX,
-        whose client draws lengths from [0.8 L, L]) or ``aic`` (AIConfigurator's own
-        collection, ``source_file=...``, whose client settings are not published)."""
-        return "inferencex" if self.source.startswith("db-dump") else "aic"
+        """Who measured the row: ``inferencex`` (SemiAnalysis InferenceX: its ``db-dump``
+        rows and its dated exports, ``source_file=YYYY-MM-DD.csv``; the engine's own
+        server and vLLM's benchmark client, which draws lengths from [0.8 L, L]) or
+        ``aic`` (AIConfigurator's own gap-analysis collection, some of it served behind
+        NVIDIA Dynamo's frontend, whose client settings are not published)."""
+        inferencex = self.source.startswith("db-dump") or re.match(
+            r"source_file=\d{4}-\d{2}-\d{2}\.csv", self.source) is not None
+        return "inferencex" if inferencex else "aic"
 
     @property
     def held_out(self) -> bool:
@@ -191,9 +196,14 @@ class Case:
 
     @property
     def held_out(self) -> bool:
-        """Whether the case is kept out of fitting: the row's hash says so, or its weights
-        are FP8 or its experts 4-bit (the priors are fitted on bf16 rows only)."""
-        return self.row.held_out or self.dtype != "bf16" or bool(self.spec.expert_dtype)
+        """Whether the case is kept out of fitting: the row's hash says so, or it is a
+        mixture of experts, or its weights are FP8 outside InferenceX's dense rows. The
+        engine's priors are fitted on AIConfigurator's bf16 rows; the plain server's
+        per-request latency on InferenceX's dense rows, whatever their weights (its
+        kernel tables price the FP8 GEMMs)."""
+        if self.row.held_out or self.spec.experts or self.spec.expert_dtype:
+            return True
+        return self.dtype != "bf16" and self.row.collection != "inferencex"
 
     @property
     def spec(self) -> ModelSpec:

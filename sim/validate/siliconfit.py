@@ -75,15 +75,17 @@ def _cost(case: Case, p: Priors) -> ProfileCost:
     return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
 
 
-def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
+def fit_priors(cases: list[Case], framework: str, keys: tuple[str, ...] = FITTED,
+               held: Priors | None = None) -> tuple[Priors, int]:
     """Priors of ``framework`` fitted on ``cases`` (see the module doc); and the number
-    of rows used."""
-    zero = Priors()
+    of rows used. Only ``keys`` are fitted; the others keep ``held``'s values (zeros)."""
+    zeros: dict[str, Any] = dict.fromkeys(keys, 0.0)
+    zero = dataclasses.replace(held or Priors(), **zeros)
     y0, cols, meas = [], [], []
     for c in cases:
         t0 = np.array(predict(c, _cost(c, zero))[:2])
         jac = []
-        for key in FITTED:
+        for key in keys:
             step: dict[str, Any] = {key: STEPS[key]}
             moved = predict(c, _cost(c, dataclasses.replace(zero, **step)))[:2]
             jac.append((np.array(moved) - t0) / STEPS[key])
@@ -92,7 +94,7 @@ def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
         meas.append([c.row.ttft_ms, c.row.tpot_ms])
     base, jacobian, truth = np.concatenate(y0), np.concatenate(cols), np.concatenate(meas)
     ok = np.isfinite(base) & np.isfinite(truth) & np.all(np.isfinite(jacobian), axis=1)
-    scale = np.array([STEPS[k] for k in FITTED])
+    scale = np.array([STEPS[k] for k in keys])
 
     # Each prior in units of its step, so all move the errors by similar amounts.
     slope = jacobian[ok] * scale / truth[ok][:, None]
@@ -100,13 +102,13 @@ def fit_priors(cases: list[Case], framework: str) -> tuple[Priors, int]:
     def residual(z: np.ndarray) -> np.ndarray:
         return base[ok] / truth[ok] - 1.0 + slope @ z
 
-    res = least_squares(residual, np.ones(len(FITTED)), jac=lambda z: slope,
+    res = least_squares(residual, np.ones(len(keys)), jac=lambda z: slope,
                         bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
     # A prior the fit drives to its bound comes out a hair above zero: it is zero.
     values: dict[str, Any] = {k: float(v) if v > 1e-6 * STEPS[k] else 0.0
-                              for k, v in zip(FITTED, res.x * scale, strict=True)}
-    return Priors(**values, source=f"fitted on {len(cases)} {framework} rows of "
-                                   "silicon_sample.csv"), len(cases)
+                              for k, v in zip(keys, res.x * scale, strict=True)}
+    return dataclasses.replace(zero, **values, source=f"fitted on {len(cases)} {framework} "
+                                                      "rows of silicon_sample.csv"), len(cases)
 
 
 def with_lengths(cases: list[Case], lengths: str) -> list[Case]:
@@ -124,18 +126,36 @@ def _score(records: list[dict[str, Any]]) -> float:
 
 def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
     """Priors of ``framework`` and how its AIConfigurator-collected clients drew lengths,
-    both fitted on ``cases`` (the rows not held out): the priors are fitted under each
-    length model and the one whose fit rows come out closer is kept."""
+    fitted on ``cases`` (the rows not held out), in two parts:
+
+    - the engine's step priors, with the per-request latency of AIConfigurator's own
+      harness, on AIConfigurator's rows: fitted under each length model, and the one
+      whose rows come out closer is kept;
+    - the per-request latency of the engine's own server under vLLM's benchmark client,
+      on InferenceX's rows, the step priors held at the first part's values (the step
+      is the engine's, whatever serves it). Without InferenceX rows it is the first
+      part's, and ``aic_request_s`` stays None.
+    """
+    aic = [c for c in cases if c.row.collection == "aic"]
+    plain = [c for c in cases if c.row.collection == "inferencex"]
     best: tuple[float, Priors, str] | None = None
-    aic = any(c.row.collection == "aic" for c in cases)
-    for lengths in LENGTHS if aic else LENGTHS[:1]:
-        trial = with_lengths(cases, lengths)
+    for lengths in LENGTHS if aic else ():
+        trial = with_lengths(aic, lengths)
         p, _ = fit_priors(trial, framework)
         score = _score(evaluate(trial, {framework: p}))
         if best is None or score < best[0]:
             best = (score, dataclasses.replace(p, aic_client_lengths=lengths), lengths)
-    assert best is not None
-    return best[1], len(cases), best[2]
+    engine = best[1] if best is not None else Priors(source="none fitted: zero")
+    lengths = best[2] if best is not None else LENGTHS[0]
+    if not plain:
+        return engine, len(cases), lengths
+    q, _ = fit_priors(with_lengths(plain, lengths), framework, keys=("request_s",),
+                      held=engine)
+    source = (f"step priors fitted on {len(aic)} AIConfigurator {framework} rows, the "
+              f"server's per-request latency on {len(plain)} InferenceX rows of "
+              "silicon_sample.csv")
+    return dataclasses.replace(engine, request_s=q.request_s, aic_request_s=engine.request_s,
+                               source=source), len(cases), lengths
 
 
 def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
@@ -152,8 +172,10 @@ def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
             return {k: rounded(v) for k, v in x.items()}
         return float(f"{x:.4g}") if isinstance(x, float) else x
     for fw, (p, n, lengths) in sorted(fitted.items()):
-        frameworks[fw] = {"source": p.source, "rows": n,
-                          "values": {k: float(f"{getattr(p, k):.6g}") for k in KEYS},
+        values = {k: float(f"{getattr(p, k):.6g}") for k in KEYS}
+        if p.aic_request_s is not None:
+            values["aic_request_s"] = float(f"{p.aic_request_s:.6g}")
+        frameworks[fw] = {"source": p.source, "rows": n, "values": values,
                           "aic_client_lengths": lengths,
                           "errors": rounded(errors.get(fw, {}))}
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
@@ -171,7 +193,8 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
     """Every case simulated at ``priors`` (by framework): one record each."""
     out = []
     for c in cases:
-        ttft, tpot, note = predict(c, _cost(c, priors[c.framework]))
+        ttft, tpot, note = predict(c, _cost(c, priors[c.framework].for_collection(
+            c.row.collection)))
         r = c.row
         out.append({"line": r.line, "id": r.id, "framework": c.framework,
                     "version": r.version, "model": c.model, "dtype": c.dtype, "gpu": c.gpu,

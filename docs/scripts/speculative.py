@@ -52,7 +52,7 @@ def step_table(batches: list[int], rates: list[float]) -> list[dict[str, Any]]:
     as a verify (plus drafting), and output tokens/s at each acceptance rate."""
     sc = scenario(eagle(0.7))
     cost = build_cost(sc)
-    sp = speculation(sc, "h100-sxm", 1)
+    sp = speculation(sc, sc.hardware.gpu_spec, 1)
     assert sp is not None
     rows = []
     for b in batches:

@@ -148,6 +148,28 @@ def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) 
     assert test["tpot"]["median"] < 0.04 and test["ttft"]["median"] < 0.20
 
 
+@needs_tables
+def test_inferencex_vllm_rows_pay_no_step_priors(tmp_path: Path) -> None:
+    """InferenceX's vLLM runs pass --async-scheduling: the host's step work overlaps the
+    GPU's, so those rows are priced without the step priors; AIConfigurator's rows,
+    and TensorRT-LLM's (which overlaps in both collections), keep them."""
+    import dataclasses
+
+    from sim.cost.priors import Priors
+    from sim.validate.siliconfit import _cost
+
+    rows = read_rows(csv(tmp_path, *ROWS))
+    plain, aic = classify(rows[7]), classify(rows[0])
+    assert isinstance(plain, Case) and isinstance(aic, Case)
+    p = Priors(step_const_s=1e-3, step_per_seq_s=2e-5, request_s=0.01)
+    assert _cost(plain, p).coefs["step"]["const_s"] == 0.0
+    assert _cost(plain, p).coefs["step"]["per_seq_s"] == 0.0
+    assert _cost(plain, p).frontend.request_s == 0.01
+    assert _cost(aic, p).coefs["step"]["const_s"] == 1e-3
+    trt = dataclasses.replace(plain, framework="trtllm")
+    assert _cost(trt, p).coefs["step"]["per_seq_s"] == 2e-5
+
+
 @pytest.mark.parametrize(("text", "where"), [
     ("- a list\n", "(top level): got ['a list'], expected a mapping"),
     ("frameworks: {vllm: 3}\n", "frameworks.vllm: got 3, expected a mapping"),

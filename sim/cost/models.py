@@ -91,7 +91,7 @@ class LinearCost:
 # - step overheads and the frontend: vLLM's priors, fitted on public end-to-end runs
 #   (sim/data/priors.yaml, `servesim validate --silicon --fit-priors`).
 # tests/test_roofline_fit.py checks both against a fresh fit.
-VLLM_FRONTEND = Frontend(request_s=0.000377699)
+VLLM_FRONTEND = Frontend(request_s=0.00886067)
 
 
 @dataclass(frozen=True)

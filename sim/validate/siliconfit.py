@@ -71,7 +71,18 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
         response_s=p.response_s, jitter_s=p.jitter_s))
 
 
+# Frameworks whose InferenceX recipe overlaps the engine's host work with the GPU's:
+# vLLM's runs pass --async-scheduling (the next step is scheduled and its inputs prepared
+# while the current one runs), so the step priors, fitted on AIConfigurator's runs
+# without it, are not paid there. TensorRT-LLM overlaps by default in both collections.
+OVERLAPPED_HOST = frozenset({"vllm"})
+
+
 def _cost(case: Case, p: Priors) -> ProfileCost:
+    """``case``'s profile with the priors ``p``, less the step priors where the row's
+    run overlapped host work (:data:`OVERLAPPED_HOST`)."""
+    if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
+        p = dataclasses.replace(p, step_const_s=0.0, step_per_seq_s=0.0)
     return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
 
 
@@ -133,7 +144,8 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
       whose rows come out closer is kept;
     - the per-request latency of the engine's own server under vLLM's benchmark client,
       on InferenceX's rows, the step priors held at the first part's values (the step
-      is the engine's, whatever serves it). Without InferenceX rows it is the first
+      is the engine's, whatever serves it; where the run overlapped host work, none,
+      :data:`OVERLAPPED_HOST`). Without InferenceX rows it is the first
       part's, and ``aic_request_s`` stays None.
     """
     aic = [c for c in cases if c.row.collection == "aic"]

@@ -168,6 +168,10 @@ def test_inferencex_vllm_rows_pay_no_step_priors(tmp_path: Path) -> None:
     assert _cost(aic, p).coefs["step"]["const_s"] == 1e-3
     trt = dataclasses.replace(plain, framework="trtllm")
     assert _cost(trt, p).coefs["step"]["per_seq_s"] == 2e-5
+    # Each row pays its own collection's per-request latency.
+    both = dataclasses.replace(p, aic_request_s=0.05)
+    assert _cost(aic, both).frontend.request_s == 0.05
+    assert _cost(plain, both).frontend.request_s == 0.01
 
 
 @pytest.mark.parametrize(("text", "where"), [

@@ -79,8 +79,10 @@ OVERLAPPED_HOST = frozenset({"vllm"})
 
 
 def _cost(case: Case, p: Priors) -> ProfileCost:
-    """``case``'s profile with the priors ``p``, less the step priors where the row's
-    run overlapped host work (:data:`OVERLAPPED_HOST`)."""
+    """``case``'s profile with the priors ``p`` as the row's run had them: its
+    collection's per-request latency (:meth:`Priors.for_collection`), and no step priors
+    where the run overlapped host work (:data:`OVERLAPPED_HOST`)."""
+    p = p.for_collection(case.row.collection)
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
         p = dataclasses.replace(p, step_const_s=0.0, step_per_seq_s=0.0)
     return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
@@ -205,8 +207,7 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
     """Every case simulated at ``priors`` (by framework): one record each."""
     out = []
     for c in cases:
-        ttft, tpot, note = predict(c, _cost(c, priors[c.framework].for_collection(
-            c.row.collection)))
+        ttft, tpot, note = predict(c, _cost(c, priors[c.framework]))
         r = c.row
         out.append({"line": r.line, "id": r.id, "framework": c.framework,
                     "version": r.version, "model": c.model, "dtype": c.dtype, "gpu": c.gpu,

@@ -258,7 +258,7 @@ def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:
 
     sc = from_dict(_scenario("gpt-oss-20b", "h100-sxm"))
     s = summarize(simulate(sc))
-    assert s["cost_source"].endswith("mxfp4 experts, weight-only (w4a16)")
+    assert s["cost_source"].endswith("mxfp4 experts, weight-only (w4a16); async scheduling")
 
     assert s["requests"]["finished"] == 5
     assert s["memory"]["both"]["sliding_window_kv_gib"] > 0

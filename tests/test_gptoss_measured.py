@@ -124,8 +124,8 @@ def test_experts_come_from_the_mxfp4_moe_rows(h200_120b: dict) -> None:
     src = h200_120b["source"]
     assert src["kernels"]["moe"] == "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"
     assert src["notes"][0].startswith("MoE layer: vllm_gptossmxfp4moe_triton_"
-                                      "oaitritonmxfp4expertsmonolithic, w4a16_mxfp4, balanced "
-                                      "routing, tp 1")
+                                      "oaitritonmxfp4expertsmonolithic, w4a16_mxfp4, "
+                                      "power_law_1.2 routing, tp 1")
     assert src["phrase"] == ("measured kernels: vLLM 0.24.0 on H200-SXM; mxfp4 experts, "
                              "weight-only (w4a16)")
 
@@ -179,10 +179,11 @@ def test_cost_measured_picks_the_gpt_oss_profile_and_sliding_is_cheaper() -> Non
                                  "lengths": {"prompt": {"dist": "fixed", "value": 512},
                                              "output": {"dist": "fixed", "value": 16}}}})
     cost = build_cost(sc)
-    assert cost.source.endswith("mxfp4 experts, weight-only (w4a16)")
+    assert cost.source.endswith("mxfp4 experts, weight-only (w4a16); async scheduling")
     assert summarize(simulate(sc))["requests"]["finished"] == 20
     # Past the window a decode's attention grows with the full layers only.
-    a8, a16 = (cost.breakdown(decode_shape(8, 8 * n))["decode_attention"] for n in (8192, 16384))
+    a8, a16 = (cost.cost.breakdown(decode_shape(8, 8 * n))["decode_attention"]
+               for n in (8192, 16384))
     assert a8 < a16 < 2 * a8
     with pytest.raises(ServesimError, match="no measured profile for gpt-oss-120b at tp=2 "
                                             "under vllm on l40s"):

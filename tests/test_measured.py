@@ -55,8 +55,8 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
     assert find(MODELS["llama-3.1-8b"], "h100-sxm", 1, "vllm") == "h100-sxm-llama-3-8b-tp1-vllm"
     res = simulate(from_dict(scenario(model="llama-3.1-8b")))
     s = summarize(res)
-    assert s["cost_source"] == "measured kernels: vLLM 0.24.0 on H100-SXM"
-    assert "cost: measured kernels: vLLM 0.24.0 on H100-SXM" in table(s)
+    assert s["cost_source"] == "measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling"
+    assert "cost: measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling" in table(s)
     sg = from_dict(scenario(cost={"measured": {"framework": "sglang"}},
                             hardware={"gpu": "h200", "tp": 2}))
     assert build_cost(sg).source == "measured kernels: SGLang 0.5.14 on H200-SXM"

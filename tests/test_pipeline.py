@@ -66,7 +66,9 @@ def test_stage_links_cross_nodes_at_node_edges() -> None:
 
 def test_stage_prices_add_up_to_the_step_plus_sends() -> None:
     model = MODELS["llama-3-8b"]
-    sc = from_dict({"model": "llama-3-8b", "workload": {"trace": {"path": "azure_2023_conv"}}})
+    # Synchronous, as a pipeline's stages run (vLLM 0.14 turns async scheduling off there).
+    sc = from_dict({"model": "llama-3-8b", "serving": {"async_scheduling": False},
+                    "workload": {"trace": {"path": "azure_2023_conv"}}})
     whole = build_cost(sc)
     stages = StageCost(whole, model, H100, 1, 2)
     for shape in (shape_of([(1000, 0)]), decode_shape(64, 64 * 500)):
@@ -113,10 +115,11 @@ def test_lone_request_ttft_grows_by_the_stage_send() -> None:
     # One request through an empty pipeline: the stages' compute adds up to the whole
     # step, so pp=2 adds exactly one send of the prompt's activations (Llama-3-8B: 2 x
     # 4096 bf16 elements a token over one NVLink, 8 µs + 1000 x 16,384 B / 450 GB/s).
+    # Both synchronous: a pipeline runs so, and one stage is compared like for like.
     ttft = {}
     for pp in (1, 2):
         sc = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "pp": pp},
-                        "serving": {"policy": "chunked"},
+                        "serving": {"policy": "chunked", "async_scheduling": False},
                         "workload": {"trace": {"path": "azure_2023_conv"}}})
         res = run_requests(sc, [0.0], [1000], [4], log_steps=False)
         ttft[pp] = res.first_token[0] - res.requests.arrival_s[0]
@@ -138,7 +141,7 @@ def test_saturated_decode_throughput_is_twice_one_stage_less_the_send() -> None:
     n, prompt = 64, 32
     raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
            "serving": {"policy": "chunked", "max_num_seqs": 2 * n,
-                       "max_num_batched_tokens": n * prompt},
+                       "max_num_batched_tokens": n * prompt, "async_scheduling": False},
            "workload": {"trace": {"path": "azure_2023_conv"}}}
     sc2 = from_dict({**raw, "hardware": {"gpu": "h100-sxm", "pp": 2}})
     res = run_requests(sc2, [0.0] * 2 * n, [prompt] * 2 * n, [300] * 2 * n)
@@ -280,6 +283,7 @@ def test_capacity_counts_every_stage_gpu() -> None:
 
 def test_measured_profile_split_adds_up_to_its_step() -> None:
     sc = from_dict({"model": "llama-3-8b", "cost": "measured",
+                    "serving": {"async_scheduling": False},
                     "workload": {"trace": {"path": "azure_2023_conv"}}})
     prof = build_cost(sc)
     for shape in (shape_of([(1000, 0)]), decode_shape(64, 64 * 500),

@@ -81,7 +81,7 @@ def _roofline(tp: int):
 
     return build_cost(from_dict({
         "model": "tiny", "hardware": {"gpu": "h100-sxm", "tp": tp},
-        "cost": {"roofline": {}},
+        "cost": {"roofline": {}}, "serving": {"async_scheduling": False},
         "workload": {"arrivals": {"process": "constant", "rate": 1.0},
                      "lengths": {"prompt": {"dist": "fixed", "value": 8},
                                  "output": {"dist": "fixed", "value": 2}},

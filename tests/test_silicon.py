@@ -149,22 +149,31 @@ def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) 
 
 
 @needs_tables
-def test_inferencex_vllm_rows_pay_no_step_priors(tmp_path: Path) -> None:
-    """InferenceX's vLLM runs pass --async-scheduling: the host's step work overlaps the
-    GPU's, so those rows are priced without the step priors; AIConfigurator's rows,
-    and TensorRT-LLM's (which overlaps in both collections), keep them."""
+def test_inferencex_vllm_rows_overlap_the_step_priors(tmp_path: Path) -> None:
+    """InferenceX's vLLM runs pass --async-scheduling: the host's step work (the step
+    priors) overlaps the GPU's, so a step costs the longer of the two; AIConfigurator's
+    rows (vLLM 0.12.0, synchronous) and TensorRT-LLM's (whose fitted priors are what its
+    own overlap leaves) pay them in full."""
     import dataclasses
 
+    from sim.cost.overlap import HostOverlap
     from sim.cost.priors import Priors
+    from sim.cost.shape import decode_shape, shape_of
     from sim.validate.siliconfit import _cost
 
     rows = read_rows(csv(tmp_path, *ROWS))
     plain, aic = classify(rows[7]), classify(rows[0])
     assert isinstance(plain, Case) and isinstance(aic, Case)
     p = Priors(step_const_s=1e-3, step_per_seq_s=2e-5, request_s=0.01)
-    assert _cost(plain, p).coefs["step"]["const_s"] == 0.0
-    assert _cost(plain, p).coefs["step"]["per_seq_s"] == 0.0
-    assert _cost(plain, p).frontend.request_s == 0.01
+    over = _cost(plain, p)
+    assert isinstance(over, HostOverlap) and over.frontend.request_s == 0.01
+    assert over.cost.coefs["step"]["const_s"] == 1e-3
+    long, one = shape_of([(8192, 0)]), decode_shape(1, 100)
+    assert over.host_time(one) == pytest.approx(1e-3 + 2e-5, rel=1e-12)
+    # A long prefill hides the host work; the priors are not added to it.
+    assert over.step_time(long) == pytest.approx(over.cost.step_time(long) - 1.02e-3,
+                                                 rel=1e-12)
+    assert not isinstance(_cost(aic, p), HostOverlap)
     assert _cost(aic, p).coefs["step"]["const_s"] == 1e-3
     trt = dataclasses.replace(plain, framework="trtllm")
     assert _cost(trt, p).coefs["step"]["per_seq_s"] == 2e-5

@@ -4,7 +4,9 @@ pipeline-parallel replicas.
 Re-run from the repository root:  .venv/bin/python docs/scripts/pipeline.py
 Every price comes from the shipped measured profiles (vLLM 0.24.0 kernel tables on
 H100-SXM) for the replica's tp; a pipeline prices each stage from them
-(sim/cost/pipeline.py). Policy chunked (vLLM V1), its default limits.
+(sim/cost/pipeline.py). Policy chunked (vLLM V1), its default limits and vLLM's default
+async scheduling, which pipeline stages run without; rows marked synchronous turn it off
+for a like-for-like comparison.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ from sim.core.engine import simulate  # noqa: E402
 from sim.report.metrics import summarize  # noqa: E402
 
 
-def scenario(model: str, tp: int, pp: int, replicas: int, workload: dict[str, Any]) -> Any:
-    """``replicas`` of ``tp × pp`` H100s serving ``model``, chunked, measured prices."""
+def scenario(model: str, tp: int, pp: int, replicas: int, workload: dict[str, Any],
+             sync: bool = False) -> Any:
+    """``replicas`` of ``tp × pp`` H100s serving ``model``, chunked, measured prices;
+    ``sync``: without async scheduling, as pipeline stages run (default: vLLM's own)."""
+    serving: dict[str, Any] = {"policy": "chunked"}
+    if sync:
+        serving["async_scheduling"] = False
     return from_dict({"model": model, "hardware": {"gpu": "h100-sxm", "tp": tp, "pp": pp},
-                      "cost": "measured", "serving": {"policy": "chunked"},
+                      "cost": "measured", "serving": serving,
                       "cluster": {"replicas": replicas}, "workload": workload,
                       "slo": {"ttft_s": 0.5, "tpot_s": 0.05}}, "<docs>", ROOT)
 
@@ -54,6 +61,7 @@ def main() -> None:
     print(head)
     for tp, pp in ((8, 1), (4, 2), (2, 4)):
         print(row(f"tp {tp} x pp {pp}", scenario("llama-3-70b", tp, pp, 1, trace)))
+    print(row("tp 8 x pp 1, synchronous", scenario("llama-3-70b", 8, 1, 1, trace, sync=True)))
     burst = {"arrivals": {"process": "poisson", "rate": 1e6},
              "lengths": {"prompt": {"dist": "fixed", "value": 512},
                          "output": {"dist": "fixed", "value": 256}},
@@ -67,6 +75,9 @@ def main() -> None:
                                         ("Llama-3-8B tp 1 x pp 2", "llama-3-8b", 1, 2, 1),
                                         ("Llama-3-8B tp 2 x pp 1", "llama-3-8b", 2, 1, 1)):
         print(row(label, scenario(model, tp, pp, reps, burst)))
+    for label, model, tp in (("Llama-3-70B tp 8 x pp 1, synchronous", "llama-3-70b", 8),
+                             ("Llama-3-8B tp 2 x pp 1, synchronous", "llama-3-8b", 2)):
+        print(row(label, scenario(model, tp, 1, 1, burst, sync=True)))
 
 
 if __name__ == "__main__":

@@ -157,6 +157,11 @@ class ServingConfig:
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
     kv_offload: KVOffloadConfig | None = None  # a host-memory KV tier
     speculative: SpeculativeConfig | None = None  # speculative decoding (docs/policies.md)
+    # vLLM's --async-scheduling: the host schedules step n+1 while the device runs step n,
+    # so a step costs the longer of its host and device work (sim/cost/overlap.py).
+    # Unset: vLLM's own default (on for policy chunked since vLLM 0.14; the module says
+    # when it is off).
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
@@ -371,6 +376,23 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
+def _check_async(scenario: Scenario) -> None:
+    """``serving.async_scheduling: true`` where servesim cannot price it: across pipeline
+    stages (each stage's loop would overlap on its own, not modelled) or with the linear
+    cost model (it does not say which of its seconds are host work)."""
+    if scenario.serving.async_scheduling is not True:
+        return
+    if scenario.hardware.pp > 1:
+        raise ServesimError(f"got true with hardware.pp {scenario.hardware.pp}: overlapping "
+                            "host work across pipeline stages is not modelled (vLLM 0.14 "
+                            "turns it off there too); set false or leave it unset",
+                            where="serving.async_scheduling")
+    if scenario.cost.linear is not None:
+        raise ServesimError("got true with cost: linear, which does not say which of its "
+                            "seconds are host work; use roofline, measured or a profile",
+                            where="serving.async_scheduling")
+
+
 def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None,
               overrides: tuple[str, ...] = ()) -> Scenario:
     """Validate a parsed scenario mapping; errors name ``source`` and the dotted key.
@@ -416,6 +438,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
         check_speculative(scenario)
+        _check_async(scenario)
         check_pools(scenario)
         check_host_memory(scenario)
         wl = scenario.workload
@@ -434,8 +457,9 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                      pool.ep)
             if scenario.hardware.ep_imbalance != 1:
                 raise ServesimError(f"got {scenario.hardware.ep_imbalance:g} with cost: "
-                                    "measured, whose MoE tables are timed under balanced "
-                                    "routing; ep_imbalance applies to cost: roofline",
+                                    "measured, whose MoE layers are the tables' own timings "
+                                    "under a skewed routing (servesim profile build "
+                                    "--routing); ep_imbalance applies to cost: roofline",
                                     where="hardware.ep_imbalance")
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",

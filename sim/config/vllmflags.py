@@ -47,6 +47,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "preemption_mode": ("serving", "preemption"),
     "long_prefill_token_threshold": ("serving", "long_prefill_token_threshold"),
     "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
+    "async_scheduling": ("serving", "async_scheduling"),
 }
 # Other spellings of a servesim key that count as setting it.
 _SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
@@ -151,12 +152,11 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                                     where=where)
             section("serving")["priority"] = value == "priority"
         elif name == "enable_chunked_prefill":
-            if not isinstance(value, bool):
-                raise ServesimError(f"got {value!r}, expected true or false", where=where)
-            if "policy" in section("serving"):
-                raise ServesimError("sets serving.policy, which the scenario sets too; give "
-                                    "one of them", where=where)
-            section("serving")["policy"] = "chunked" if value else "continuous"
+            _set_from_switch(section("serving"), "policy", value, where,
+                             ("chunked", "continuous"))
+        elif name == "no_async_scheduling":
+            _set_from_switch(section("serving"), "async_scheduling", value, where,
+                             (False, True))
         elif name == "enable_expert_parallel":
             _expert_parallel(value, given, section("hardware"), where)
         elif name in DTYPE_FLAGS:
@@ -178,7 +178,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                                     "default) so far", where=where)
         elif name not in NO_EFFECT:
             known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
-                            *DTYPE_FLAGS, "enable_expert_parallel"])
+                            *DTYPE_FLAGS, "enable_expert_parallel", "no_async_scheduling"])
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)} (and flags with no effect on a "
                                 "simulation: docs/scenarios.md)", where=where)
@@ -186,6 +186,18 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     for name, value in sections.items():
         out[name] = value
     return out
+
+
+def _set_from_switch(serving: dict[str, Any], key: str, value: Any, where: str,
+                     choices: tuple[Any, Any]) -> None:
+    """A true/false vLLM flag that sets ``serving.KEY`` to ``choices[0]`` (true) or
+    ``choices[1]`` (false); an error if it is not a boolean or the scenario sets the key."""
+    if not isinstance(value, bool):
+        raise ServesimError(f"got {value!r}, expected true or false", where=where)
+    if key in serving:
+        raise ServesimError(f"sets serving.{key}, which the scenario sets too; give one of "
+                            "them", where=where)
+    serving[key] = choices[0] if value else choices[1]
 
 
 def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],

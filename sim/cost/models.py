@@ -19,6 +19,7 @@ import numpy as np
 
 from sim.configtools import bounded
 from sim.cost.frontend import NO_FRONTEND, Frontend
+from sim.cost.overlap import HostOverlap, async_scheduling
 from sim.cost.shape import StepShape
 from sim.cost.specs import (
     FOUR_BIT_WEIGHTS,
@@ -365,6 +366,17 @@ class RooflineCost:
         a, b, c, d, e = self._terms(shape, max)
         return a + b + d, c, e
 
+    def host_terms(self) -> tuple[float, float, float, float]:
+        """The serving loop's host work within a step (what async scheduling overlaps,
+        :mod:`sim.cost.overlap`) as (fixed s, s per sequence, s per decode group, group
+        count cap): the step and per-sequence overheads."""
+        return self.params.step_overhead_s, self.params.per_seq_overhead_s, 0.0, 0.0
+
+    def host_time(self, shape: StepShape) -> Any:
+        """The serving loop's host seconds within a step of ``shape`` (:meth:`host_terms`)."""
+        p = self.params
+        return p.step_overhead_s + p.per_seq_overhead_s * shape.seqs
+
     def step_time(self, shape: StepShape) -> Any:
         """Seconds for one iteration of ``shape``."""
         # One step (Python ints) is priced with Python floats: the same operations in the
@@ -381,7 +393,16 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
                tp: int | None = None) -> CostModel:
     """The scenario's cost model (a shipped measured profile, roofline, linear, or a
     loaded profile), for its hardware or for a pool's GPU (a table name or its figures)
-    and ``tp`` when given."""
+    and ``tp`` when given; its host work overlapped with the device where the replicas
+    run vLLM's async scheduling (:mod:`sim.cost.overlap`)."""
+    cost = _build_cost(scenario, pool_gpu, tp)
+    return HostOverlap(cost) if async_scheduling(scenario) and hasattr(cost, "host_terms") \
+        else cost
+
+
+def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
+                tp: int | None) -> CostModel:
+    """:func:`build_cost` before async scheduling's overlap."""
     c = scenario.cost
     spec = (scenario.hardware.gpu_spec if pool_gpu is None
             else gpu(pool_gpu) if isinstance(pool_gpu, str) else pool_gpu)

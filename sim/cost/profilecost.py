@@ -184,6 +184,28 @@ class ProfileCost:
         layer, last, shared = ([sum(part(shape) for part in g) for g in self._stage_parts])
         return float(layer), float(last), float(shared)
 
+    def host_terms(self) -> tuple[float, float, float, float]:
+        """The serving loop's host work within a step (what async scheduling overlaps,
+        :mod:`sim.cost.overlap`) as (fixed s, s per sequence, s per decode group, group
+        count cap): the timed ``host`` term, and in a profile built from kernel tables the
+        step's priors (its fixed, per-sequence and per-group seconds; the embedding read
+        is device work)."""
+        h = self.coefs.get("host", {})
+        const, per_seq = h.get("const_s", 0.0), h.get("per_seq_s", 0.0)
+        per_group, groups = 0.0, 0.0
+        src = self.meta.get("source")
+        if isinstance(src, dict) and src.get("kind") == "measured-kernels":
+            c = self.coefs["step"]
+            const, per_seq = const + c["const_s"], per_seq + c["per_seq_s"]
+            per_group, groups = c["per_group_s"], c["group_seqs"]
+        return const, per_seq, per_group, groups
+
+    def host_time(self, shape: StepShape) -> Any:
+        """The serving loop's host seconds within a step of ``shape`` (:meth:`host_terms`)."""
+        const, per_seq, per_group, groups = self.host_terms()
+        mn: Any = min if type(shape.seqs) is int else np.minimum
+        return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
+
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (``step_time`` without ``host``), what an
         executor's timer sees."""

@@ -30,6 +30,7 @@ from scipy.optimize import least_squares
 
 from sim.configtools import ArgParser, int_arg
 from sim.cost.frontend import Frontend
+from sim.cost.overlap import HostOverlap
 from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import FOUR_BIT_WEIGHTS, ModelSpec
@@ -73,19 +74,22 @@ def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:
 
 # Frameworks whose InferenceX recipe overlaps the engine's host work with the GPU's:
 # vLLM's runs pass --async-scheduling (the next step is scheduled and its inputs prepared
-# while the current one runs), so the step priors, fitted on AIConfigurator's runs
-# without it, are not paid there. TensorRT-LLM overlaps by default in both collections.
+# while the current one runs), so a step costs the longer of its host work (the step
+# priors, fitted on AIConfigurator's vLLM 0.12.0 runs, which ran without it) and its
+# device work (sim/cost/overlap.py). TensorRT-LLM overlaps by default in both
+# collections, so its fitted step priors are what is left after the overlap.
 OVERLAPPED_HOST = frozenset({"vllm"})
 
 
-def _cost(case: Case, p: Priors) -> ProfileCost:
+def _cost(case: Case, p: Priors) -> Any:
     """``case``'s profile with the priors ``p`` as the row's run had them: its
-    collection's per-request latency (:meth:`Priors.for_collection`), and no step priors
-    where the run overlapped host work (:data:`OVERLAPPED_HOST`)."""
+    collection's per-request latency (:meth:`Priors.for_collection`), and its host work
+    overlapped with the device where the run did so (:data:`OVERLAPPED_HOST`)."""
     p = p.for_collection(case.row.collection)
+    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
-        p = dataclasses.replace(p, step_const_s=0.0, step_per_seq_s=0.0)
-    return with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
+        return HostOverlap(cost)
+    return cost
 
 
 def fit_priors(cases: list[Case], framework: str, keys: tuple[str, ...] = FITTED,
@@ -146,7 +150,7 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
       whose rows come out closer is kept;
     - the per-request latency of the engine's own server under vLLM's benchmark client,
       on InferenceX's rows, the step priors held at the first part's values (the step
-      is the engine's, whatever serves it; where the run overlapped host work, none,
+      is the engine's, whatever serves it; overlapped with the device where the run did so,
       :data:`OVERLAPPED_HOST`). Without InferenceX rows it is the first
       part's, and ``aic_request_s`` stays None.
     """

@@ -35,6 +35,7 @@ from sim.cost.measured import (
 from sim.cost.memory import kv_capacity_blocks
 from sim.cost.profilefile import PROFILE_DIR, parse_profile
 from sim.cost.specs import GPUS, MODELS, Dtype, KVDtype, ModelSpec, model_preset, shard
+from sim.cost.tables.moetable import ROUTINGS
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError
 
@@ -91,12 +92,16 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--kv-dtype", default=None,
                    help="KV-cache dtype: auto (the activations', bf16) or fp8; default: "
                         "the model's")
+    p.add_argument("--routing", default="auto", choices=ROUTINGS,
+                   help="a mixture of experts' routing: which of the MoE tables' rows to "
+                        "read (auto: the power law the tables' publisher gives the model's "
+                        "family; balanced: every expert an equal share)")
     p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
     spec = BuildSpec(with_dtypes(_model(a), a.dtype, a.kv_dtype), a.gpu, a.framework, a.tp,
-                     a.version, a.ep)
+                     a.version, a.ep, a.routing)
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:

@@ -11,14 +11,25 @@ uniform routing servesim's roofline assumes) and two power laws.
 servesim uses the rows whose shape is exactly the model's (no interpolation across
 shapes: a model the tables did not measure is an error listing the shapes they did),
 at ``moe_tp_size`` = tp and ``moe_ep_size`` = 1 (vLLM's default: every GPU holds a
-slice of every expert), balanced routing (the mildest power law where a collection has
-no balanced rows), the experts' dtype (``expert_dtype``, else the weights'), and the
-kernel with most rows. 4-bit experts take the tables' rows named for how vLLM runs them:
-``w4a16_mxfp4`` (mxfp4 weights, bf16 activations: gpt-oss), ``nvfp4`` and ``int4_wo``.
-Under expert parallelism (vLLM's ``--enable-expert-parallel``, ep = tp) the rows at
-``moe_tp_size`` = 1 and ``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every
-token of the step (each GPU holds them all after attention's all-reduce). Between measured
-token counts the time is joined linearly; past the last it grows in proportion.
+slice of every expert), the routing of :func:`family_routing` unless asked otherwise
+(the nearest distribution measured where a collection lacks it), the experts' dtype
+(``expert_dtype``, else the weights'), and the kernel with most rows.
+
+Why a power law by default: a trained router does not spread a batch's tokens evenly.
+A few experts take a large share, so a prefill's grouped GEMM waits on its busiest
+experts (slower than balanced from a few hundred tokens on), while a small decode batch
+touches fewer distinct experts than uniform routing would (faster). The tables'
+publisher prices serving with exactly these rows: AIConfigurator 0.12.0's model classes
+take the power law of exponent 1.01 for DeepSeek's family and 1.2 for the other
+mixtures of experts (Mixtral, Qwen3-MoE, gpt-oss); servesim follows that split rather
+than choosing a routing by its end-to-end errors.
+
+4-bit experts take the tables' rows named for how vLLM runs them: ``w4a16_mxfp4`` (mxfp4
+weights, bf16 activations: gpt-oss), ``nvfp4`` and ``int4_wo``. Under expert parallelism
+(vLLM's ``--enable-expert-parallel``, ep = tp) the rows at ``moe_tp_size`` = 1 and
+``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every token of the step (each
+GPU holds them all after attention's all-reduce). Between measured token counts the time
+is joined linearly; past the last it grows in proportion.
 """
 
 from __future__ import annotations
@@ -33,9 +44,10 @@ from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table
 from sim.errors import ServesimError
 
-# Routing distributions in order of preference: uniform first (A100's collection
-# measured only the power laws; the mildest skew stands in there, and the profile says so).
+# The tables' routing distributions, from uniform to most skewed.
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
+# What a build may ask for: a distribution, or ``auto`` (:func:`family_routing`).
+ROUTINGS = ("auto", *DISTRIBUTIONS)
 # The MoE tables' dtype for each servesim expert dtype. mxfp4 experts run weight-only
 # with bf16 activations (docs/models.md), hence w4a16, not the tables' w4a8 rows.
 MOE_DTYPES = {**TABLE_DTYPES, "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": "int4_wo"}
@@ -60,6 +72,20 @@ class MoeTimes:
         return np.where(m > last_t, last_s * m / last_t, inside)
 
 
+def family_routing(model: ModelSpec) -> str:
+    """The routing skew the tables' publisher prices ``model``'s family with: the power
+    law of exponent 1.01 for DeepSeek's (latent attention), 1.2 for the others."""
+    return "power_law_1.01" if model.mla else "power_law_1.2"
+
+
+def routing_order(want: str) -> list[str]:
+    """``want`` first, then the other distributions by how near their skew is (the
+    less skewed first on a tie)."""
+    i = DISTRIBUTIONS.index(want)
+    return sorted(DISTRIBUTIONS, key=lambda d: (abs(DISTRIBUTIONS.index(d) - i),
+                                                DISTRIBUTIONS.index(d)))
+
+
 @lru_cache(maxsize=16)
 def moe_table(gpu: str, framework: str, version: str) -> Table:
     """The MoE table of ``gpu`` under ``framework`` at ``version``, read once per process."""
@@ -67,9 +93,14 @@ def moe_table(gpu: str, framework: str, version: str) -> Table:
 
 
 def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
-              ep: int = 1) -> MoeTimes:
+              ep: int = 1, routing: str = "auto") -> MoeTimes:
     """The MoE layer of ``model`` on one of ``tp`` GPUs, experts split over ``ep`` of them
-    whole when ``ep`` > 1 (see the module doc)."""
+    whole when ``ep`` > 1, tokens routed as ``routing`` (one of :data:`ROUTINGS`; see the
+    module doc)."""
+    if routing not in ROUTINGS:
+        raise ServesimError(f"unknown routing {routing!r}; valid: {', '.join(ROUTINGS)}",
+                            where="--routing")
+    want_routing = family_routing(model) if routing == "auto" else routing
     table = moe_table(gpu, framework, version)
     dtype = model.expert_dtype or model.dtype
     want = MOE_DTYPES.get(dtype)
@@ -91,19 +122,25 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
     if not len(typed):
         raise ServesimError(f"{table.path}: no {want} MoE rows for this shape; dtypes: "
                             f"{', '.join(rows.values('moe_dtype'))}")
-    routing = next((d for d in DISTRIBUTIONS if len(typed.where(distribution=d))), None)
     moe_tp = tp if ep == 1 else tp // ep
-    split = typed.where(moe_tp_size=moe_tp, moe_ep_size=ep, distribution=routing)
-    if not len(split):
+    at_split = typed.where(moe_tp_size=moe_tp, moe_ep_size=ep)
+    if not len(at_split):
         if ep > 1:
-            eps = typed.where(moe_tp_size=moe_tp, distribution=routing).values("moe_ep_size")
+            eps = typed.where(moe_tp_size=moe_tp).values("moe_ep_size")
             raise ServesimError(f"{table.path}: no {want} MoE rows at expert parallelism "
                                 f"{ep} (expert tp {moe_tp}); ep measured: "
                                 f"{', '.join(map(str, eps))}", where="--ep")
-        tps = typed.where(moe_ep_size=1, distribution=routing).values("moe_tp_size")
+        tps = typed.where(moe_ep_size=1).values("moe_tp_size")
         raise ServesimError(f"{table.path}: no {want} MoE rows at tp={tp} (expert "
                             f"parallelism 1); tp measured: {', '.join(map(str, tps))}",
                             where="--tp")
+    chosen = next((d for d in routing_order(want_routing)
+                   if len(at_split.where(distribution=d))), None)
+    if chosen is None:
+        raise ServesimError(f"{table.path}: no {want} MoE rows under a known routing at "
+                            f"tp={tp}; distributions: "
+                            f"{', '.join(map(str, at_split.values('distribution')))}")
+    split = at_split.where(distribution=chosen)
     kernel = default_kernel(split)
     one = split.where(kernel_source=kernel)
     tokens, inverse = np.unique(one.columns["num_tokens"], return_inverse=True)
@@ -111,6 +148,7 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
     # A count measured more than once: its median.
     for i in range(len(tokens)):
         secs[i] = float(np.median(np.asarray(one.columns["latency"])[inverse == i])) / 1e3
-    note = (f"MoE layer: {kernel}, {want}, {routing} routing, tp {moe_tp}, expert "
+    stand_in = "" if chosen == want_routing else f" ({want_routing} not measured here)"
+    note = (f"MoE layer: {kernel}, {want}, {chosen} routing{stand_in}, tp {moe_tp}, expert "
             f"parallelism {ep}, measured at {int(tokens[0])}-{int(tokens[-1])} tokens")
     return MoeTimes(tokens.astype(float), secs, kernel, note)

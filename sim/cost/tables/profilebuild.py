@@ -88,6 +88,9 @@ class BuildSpec:
     tp: int = 1
     version: str | None = None
     ep: int = 1  # expert parallelism (ep = tp): experts whole, E/ep a GPU
+    # How a mixture of experts' router spreads tokens: a name of
+    # sim.cost.tables.moetable.ROUTINGS ("auto": the model family's power law).
+    routing: str = "auto"
 
 
 def resolve_version(spec: BuildSpec) -> str:
@@ -338,7 +341,7 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this GPU (for
     the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
     m = spec.model
-    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep)
+    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep, spec.routing)
     notes.append(moe.note)
     shapes = layer_gemms(rank)
     attn, dense = shapes[:2], shapes[2:]

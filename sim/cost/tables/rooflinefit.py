@@ -94,7 +94,7 @@ def moe_points(gpu: str, framework: str = "vllm") -> Points:
     for name, tp in MOE_SHAPES:
         m = MODELS[name]
         try:
-            moe = moe_times(gpu, framework, version, m, tp)
+            moe = moe_times(gpu, framework, version, m, tp, routing="balanced")
         except ServesimError:
             continue  # not measured on this GPU
         d = shard(m, tp)

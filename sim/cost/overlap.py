@@ -1,0 +1,95 @@
+"""A serving loop that overlaps its host work with the device: vLLM's async scheduling.
+
+A synchronous loop (vLLM before 0.14, or ``--no-async-scheduling``) schedules a step,
+prepares its inputs, waits for the device, then processes the outputs, so every step
+costs its host work plus its device work. With async scheduling (vLLM's default since
+0.14.0, January 2026: "enabled unless there is an incompatible option") the scheduler
+builds step n+1 while the device runs step n, so the device waits on the host only
+when the host work is the longer of the two: a step costs the larger of them.
+
+:class:`HostOverlap` wraps a cost model that can say which of its seconds are host
+work (``host_time(shape)``: the roofline's step and per-sequence overheads, a measured
+profile's serving-loop priors and a calibrated profile's timed host work) and prices
+each step as ``max(step − host, host)``. Everything else is the wrapped model's.
+
+:func:`async_scheduling` decides whether a scenario's replicas run so, with vLLM's own
+defaults: ``serving.async_scheduling`` when given; otherwise on for vLLM v1's
+scheduler (policy ``chunked``) unless pipeline stages or a speculative method other
+than EAGLE/MTP turn it off, as vLLM 0.14 does, and unless the cost is a measured
+profile of SGLang or TensorRT-LLM (their own loops overlap already, and their fitted
+priors are what is left after it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sim.cost.shape import StepShape
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario
+
+# Speculative methods vLLM 0.14 keeps async scheduling on with (the others turn it off).
+ASYNC_SPECULATIVE = frozenset(("eagle", "mtp"))
+
+
+def async_scheduling(scenario: Scenario) -> bool:
+    """Whether ``scenario``'s replicas overlap host work with the device (module doc)."""
+    s = scenario.serving
+    if s.async_scheduling is not None:
+        return s.async_scheduling
+    if s.policy != "chunked" or scenario.hardware.pp > 1:
+        return False
+    if s.speculative is not None and s.speculative.method not in ASYNC_SPECULATIVE:
+        return False
+    measured = scenario.cost.measured
+    return measured is None or measured.framework == "vllm"
+
+
+class HostOverlap:
+    """``cost`` with its host work overlapped with its device work: each step costs
+    ``max(step − host, host)`` seconds (see the module doc); ``frontend``, ``source``
+    (with "async scheduling" added) and ``wake_time`` are the wrapped model's. The host
+    work is read once from the wrapped model's ``host_terms()``: (fixed s, s per
+    sequence, s per decode group, group count cap)."""
+
+    def __init__(self, cost: Any):
+        self.cost = cost
+        self._step = cost.step_time
+        self._terms = tuple(float(x) for x in cost.host_terms())
+        self.frontend = cost.frontend
+        self.wake_time = getattr(cost, "wake_time", None)
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase."""
+        return f"{self.cost.source}; async scheduling"
+
+    def host_time(self, shape: StepShape) -> Any:
+        """Host seconds of a step of ``shape`` (numbers or arrays)."""
+        const, per_seq, per_group, groups = self._terms
+        if type(shape.seqs) is int:
+            h = const + per_seq * shape.seqs
+            return h + per_group * min(shape.decode_seqs, groups) if per_group else h
+        return const + per_seq * shape.seqs + per_group * np.minimum(shape.decode_seqs, groups)
+
+    def device_time(self, shape: StepShape) -> Any:
+        """Seconds of the device step alone (the step without its host work)."""
+        return self._step(shape) - self.host_time(shape)
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds one iteration of ``shape`` takes: the longer of its device work and
+        its host work."""
+        t = self._step(shape)
+        if type(t) is float:
+            # One step: Python floats, the hot path of every simulated iteration.
+            const, per_seq, per_group, groups = self._terms
+            h = const + per_seq * shape.seqs
+            if per_group:
+                h += per_group * min(shape.decode_seqs, groups)
+            d = t - h
+            return d if d > h else h
+        h = self.host_time(shape)
+        return np.maximum(t - h, h)

@@ -41,6 +41,20 @@ ROWS = (
 )
 
 
+@pytest.mark.parametrize(("model", "backend", "system", "kv"), [
+    ("openai/gpt-oss-120b", "vllm", "b200_sxm", "fp8"),  # gptoss_fp4_b200.sh
+    ("openai/gpt-oss-120b", "vllm", "h200_sxm", "auto"),  # its Hopper recipes keep bf16
+    ("meta-llama/Llama-3.1-70B", "trtllm", "b200_sxm", "fp8"),
+])
+def test_inferencex_recipes_set_the_kv_cache(tmp_path: Path, model: str, backend: str,
+                                             system: str, kv: str) -> None:
+    label = "fp4" if "gpt-oss" in model else "fp8"
+    row = (f"x,source_file=2026-04-06.csv; model=m,{backend},,{model},{system},{label},agg,"
+           "1024,1024,4,8,1,,73,7.9")
+    case = classify(read_rows(csv(tmp_path, row))[0])
+    assert isinstance(case, Case) and case.kv_dtype == kv
+
+
 def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
     rows = read_rows(csv(tmp_path, *ROWS))
     assert [r.line for r in rows] == [2, 3, 4, 5, 6, 7, 8, 9, 10]
@@ -55,6 +69,9 @@ def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
     h = classify(rows[7])
     assert isinstance(h, Case) and h.dtype == "fp8" and not h.row.held_out
     assert not h.held_out
+    # InferenceX's recipe for Llama-3.1-70B sets an FP8 KV cache, which its rows do not
+    # record; AIConfigurator's rows keep the default.
+    assert h.kv_dtype == "fp8" and h.spec.kv_dtype == "fp8" and a.kv_dtype == "auto"
     aic_fp8 = Case(rows[0], "qwen3-32b", "h100-sxm", "vllm", dtype="fp8")
     assert aic_fp8.held_out and not Case(rows[0], "qwen3-32b", "h100-sxm", "vllm").held_out
     reasons = [classify(r) for r in rows[2:7]]

@@ -42,7 +42,8 @@ def main(path: Path, fp8: bool = False, held_out: bool = False) -> None:
     groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
     for r in recs:
         model = (f"{r['model']}{' (ep ' + str(r['ep']) + ')' if r.get('ep', 1) > 1 else ''}"
-                 f", {r['dtype']}",) if fp8 else ()
+                 f", {r['dtype']}{', fp8 KV' if r.get('kv_dtype') == 'fp8' else ''}",) \
+            if fp8 else ()
         groups[(r["framework"], r["version"] or "unversioned", *model, r["gpu"])].append(r)
     for key, rs in sorted(groups.items()):
         print(_row(f"{key[0]} {key[1]} | " + " | ".join(key[2:]), rs))

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
-from sim.cost.specs import MODELS, ModelSpec
+from sim.cost.specs import MODELS, KVDtype, ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
@@ -68,6 +68,13 @@ FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 # label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
 # (the sample labels some of their vLLM rows plain fp8).
 CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block"}
+# What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
+# (`kv-cache-dtype: fp8` in vLLM's config, `kv_cache_config.dtype: fp8` in TensorRT-LLM's)
+# for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM on B200
+# (SemiAnalysisAI/InferenceX, benchmarks/70b_fp8_*.sh, gptoss_fp4_b200.sh).
+INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
+                               ("meta-llama/Llama-3.1-70B", "trtllm", None),
+                               ("openai/gpt-oss-120b", "vllm", "b200_sxm")})
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
 
@@ -193,6 +200,7 @@ class Case:
     lengths: str = "ranged"
     dtype: str = "bf16"
     ep: int = 1  # expert parallelism (moe_ep_size = tp, moe_tp_size 1)
+    kv_dtype: KVDtype = "auto"  # the KV cache's: the run's recipe's where known
 
     @property
     def held_out(self) -> bool:
@@ -207,10 +215,12 @@ class Case:
 
     @property
     def spec(self) -> ModelSpec:
-        """The :class:`sim.cost.specs.ModelSpec` simulated: the preset at the row's dtype."""
+        """The :class:`sim.cost.specs.ModelSpec` simulated: the preset at the row's weight
+        and KV-cache dtypes."""
         import dataclasses
 
-        return dataclasses.replace(MODELS[self.model], dtype=self.dtype)  # type: ignore[arg-type]
+        return dataclasses.replace(MODELS[self.model], dtype=self.dtype,  # type: ignore[arg-type]
+                                   kv_dtype=self.kv_dtype)
 
 
 def classify(row: Row) -> Case | str:
@@ -252,8 +262,10 @@ def classify(row: Row) -> Case | str:
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
             math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
+    fp8_kv = row.collection == "inferencex" and any(
+        (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
-                dtype=dtype, ep=ep)
+                dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto")
 
 
 def tables_cover(case: Case) -> Case | str:

@@ -60,6 +60,7 @@ def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int, ep: int = 1) 
     data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep), Priors())
     ep_part = f" ep{ep}" if ep > 1 else ""
     return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} "
+                               f"kv {model.kv_dtype} "
                                f"tp{tp}{ep_part}>")
 
 
@@ -220,6 +221,7 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
                     "ttft_ms": r.ttft_ms, "ttft_pred_ms": ttft, "ttft_err": ttft / r.ttft_ms - 1,
                     "tpot_ms": r.tpot_ms, "tpot_pred_ms": tpot, "tpot_err": tpot / r.tpot_ms - 1,
                     "note": note, **({"ep": c.ep} if c.ep > 1 else {}),
+                    **({"kv_dtype": c.kv_dtype} if c.kv_dtype != "auto" else {}),
                     **({"expert_dtype": c.spec.expert_dtype} if c.spec.expert_dtype else {})})
     return out
 

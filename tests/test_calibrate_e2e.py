@@ -82,9 +82,13 @@ def test_quick_cpu_calibration_writes_a_loadable_profile(calibrated) -> None:
             assert len(mine) == fit[f"n_{split}"] >= 2, (name, split)
             errs = [abs(float(FORMS[name].evaluate(coef, _shape(r))) - float(r["median_s"]))
                     / float(r["median_s"]) for r in mine]
-            assert fit[key] == pytest.approx(statistics.fmean(errs), rel=1e-3), (name, split)
+            # The file keeps coefficients and medians to 6 significant digits, which moves
+            # each row's relative error by up to a few 1e-6: a fit whose errors are a tenth
+            # of a percent needs that absolute slack beside the relative one.
+            assert fit[key] == pytest.approx(statistics.fmean(errs), rel=1e-3, abs=1e-5), \
+                (name, split)
             if split == "test":
-                assert fit["max_err_test"] == pytest.approx(max(errs), rel=1e-3), name
+                assert fit["max_err_test"] == pytest.approx(max(errs), rel=1e-3, abs=1e-5), name
         assert fit["passed"] is (fit["mape_test"] <= data["validation"]["bar"])
     # The whole steps: each row's out-of-fold prediction against its mean gives the
     # validation error the profile reports (and in_situ's held-out error is that).

@@ -54,6 +54,22 @@ def test_unset_batch_limits_take_vllm_serve_defaults(gpu: str, tokens: int, seqs
                                                                             tokens)
 
 
+def test_negated_boolean_flags_as_vllm_config_files_write_them() -> None:
+    # InferenceX's config.yaml for gpt-oss on H200, the flags servesim prices.
+    sc = scenario({"no-enable-prefix-caching": True, "max-num-batched-tokens": 8192,
+                   "no-enforce-eager": True, "no-disable-log-requests": False})
+    assert (sc.serving.prefix_caching, sc.serving.max_num_batched_tokens) == (False, 8192)
+    on = scenario({"no-async-scheduling": False}, cost={"roofline": {}})
+    assert on.serving.async_scheduling is True
+    off = scenario({"no-async-scheduling": True, "no-enable-chunked-prefill": True})
+    assert (off.serving.async_scheduling, off.serving.policy) == (False, "continuous")
+    with pytest.raises(ServesimError, match=r"vllm.no-async-scheduling: given twice \(as "
+                                            r"'async-scheduling' and 'no-async-scheduling'\)"):
+        scenario({"async-scheduling": True, "no-async-scheduling": False})
+    with pytest.raises(ServesimError, match=r"vllm.no-max-model-len: unknown or not modelled"):
+        scenario({"no-max-model-len": True})
+
+
 def test_chunked_prefill_off_is_vllm_v0_continuous_batching() -> None:
     sv = scenario({"enable-chunked-prefill": False, "preemption-mode": "swap"}).serving
     assert (sv.policy, sv.preemption) == ("continuous", "swap")

@@ -69,6 +69,14 @@ DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
                      "awq_marlin": ("dtype", "int4"), "gptq": ("dtype", "int4"),
                      "gptq_marlin": ("dtype", "int4"), "modelopt_fp4": ("dtype", "nvfp4")},
 }
+# Boolean flags vLLM also takes negated (``--no-enable-prefix-caching``, as argparse's
+# BooleanOptionalAction spells them, and as its --config files write them).
+NEGATABLE = frozenset((
+    "enable_prefix_caching", "async_scheduling", "enable_chunked_prefill",
+    "enable_expert_parallel", "enforce_eager", "trust_remote_code", "disable_log_requests",
+    "enable_log_requests", "disable_log_stats", "disable_uvicorn_access_log",
+    "disable_fastapi_docs",
+))
 # Flags that change nothing a simulation prices.
 NO_EFFECT = frozenset((
     "model", "served_model_name", "tokenizer", "revision", "host", "port", "api_key",
@@ -132,6 +140,11 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     given: dict[str, tuple[str, Any]] = {}
     for flag, value in flags.items():
         name = flag_name(flag)
+        if name.startswith("no_") and name[3:] in NEGATABLE:
+            if not isinstance(value, bool):
+                raise ServesimError(f"got {value!r}, expected true or false",
+                                    where=f"vllm.{flag}")
+            name, value = name[3:], not value
         if name in given:
             raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                 where=f"vllm.{flag}")
@@ -154,9 +167,6 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
         elif name == "enable_chunked_prefill":
             _set_from_switch(section("serving"), "policy", value, where,
                              ("chunked", "continuous"))
-        elif name == "no_async_scheduling":
-            _set_from_switch(section("serving"), "async_scheduling", value, where,
-                             (False, True))
         elif name == "enable_expert_parallel":
             _expert_parallel(value, given, section("hardware"), where)
         elif name in DTYPE_FLAGS:
@@ -178,10 +188,11 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                                     "default) so far", where=where)
         elif name not in NO_EFFECT:
             known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
-                            *DTYPE_FLAGS, "enable_expert_parallel", "no_async_scheduling"])
+                            *DTYPE_FLAGS, "enable_expert_parallel"])
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
-                                f"{', '.join(known)} (and flags with no effect on a "
-                                "simulation: docs/scenarios.md)", where=where)
+                                f"{', '.join(known)}; each boolean one also as no-FLAG "
+                                "(and flags with no effect on a simulation: "
+                                "docs/scenarios.md)", where=where)
     _v1_defaults(section("serving"), _raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value

@@ -124,7 +124,11 @@ def test_sigint_leaves_the_old_folder_or_a_complete_new_one(old_run: Any, moment
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    outcome = check_left(out, old, proc.returncode)
+    try:
+        outcome = check_left(out, old, proc.returncode)
+    except AssertionError as exc:  # what the run said, for whoever reads the failure
+        raise AssertionError(f"{exc}; signal {'sent' if reached else 'not sent'}, exit "
+                             f"{proc.returncode}, stderr {err[-3000:]!r}") from exc
     if proc.returncode == 130:
         assert err.strip() == "servesim: interrupted"
     with capsys.disabled():  # what happened, for whoever reads the log

@@ -209,5 +209,21 @@ def _closed_pipe(what: str) -> int:
     return 141
 
 
+def entry() -> None:
+    """The ``servesim`` console script and ``python -m sim.cli``: :func:`main`'s status
+    becomes the process's. An interrupted run leaves through ``os._exit(130)`` once its
+    output is flushed: when the KeyboardInterrupt passed through a nested interpreter call
+    on its way up (CPython's PyRun_* functions, which some libraries use), CPython ends the
+    process as killed by SIGINT even though main() handled it (seen as exit -2 in
+    tests/test_atomic_outputs.py), and a caller must see 130."""
+    rc = main()
+    if rc == 130:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(130)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -165,8 +165,12 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                                     where=where)
             section("serving")["priority"] = value == "priority"
         elif name == "enable_chunked_prefill":
-            _set_from_switch(section("serving"), "policy", value, where,
-                             ("chunked", "continuous"))
+            if not isinstance(value, bool):
+                raise ServesimError(f"got {value!r}, expected true or false", where=where)
+            if "policy" in section("serving"):
+                raise ServesimError("sets serving.policy, which the scenario sets too; give "
+                                    "one of them", where=where)
+            section("serving")["policy"] = "chunked" if value else "continuous"
         elif name == "enable_expert_parallel":
             _expert_parallel(value, given, section("hardware"), where)
         elif name in DTYPE_FLAGS:
@@ -197,18 +201,6 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     for name, value in sections.items():
         out[name] = value
     return out
-
-
-def _set_from_switch(serving: dict[str, Any], key: str, value: Any, where: str,
-                     choices: tuple[Any, Any]) -> None:
-    """A true/false vLLM flag that sets ``serving.KEY`` to ``choices[0]`` (true) or
-    ``choices[1]`` (false); an error if it is not a boolean or the scenario sets the key."""
-    if not isinstance(value, bool):
-        raise ServesimError(f"got {value!r}, expected true or false", where=where)
-    if key in serving:
-        raise ServesimError(f"sets serving.{key}, which the scenario sets too; give one of "
-                            "them", where=where)
-    serving[key] = choices[0] if value else choices[1]
 
 
 def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],

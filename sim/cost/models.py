@@ -372,11 +372,6 @@ class RooflineCost:
         count cap): the step and per-sequence overheads."""
         return self.params.step_overhead_s, self.params.per_seq_overhead_s, 0.0, 0.0
 
-    def host_time(self, shape: StepShape) -> Any:
-        """The serving loop's host seconds within a step of ``shape`` (:meth:`host_terms`)."""
-        p = self.params
-        return p.step_overhead_s + p.per_seq_overhead_s * shape.seqs
-
     def step_time(self, shape: StepShape) -> Any:
         """Seconds for one iteration of ``shape``."""
         # One step (Python ints) is priced with Python floats: the same operations in the

@@ -8,7 +8,7 @@ builds step n+1 while the device runs step n, so the device waits on the host on
 when the host work is the longer of the two: a step costs the larger of them.
 
 :class:`HostOverlap` wraps a cost model that can say which of its seconds are host
-work (``host_time(shape)``: the roofline's step and per-sequence overheads, a measured
+work (``host_terms()``: the roofline's step and per-sequence overheads, a measured
 profile's serving-loop priors and a calibrated profile's timed host work) and prices
 each step as ``max(step − host, host)``. Everything else is the wrapped model's.
 
@@ -70,10 +70,8 @@ class HostOverlap:
     def host_time(self, shape: StepShape) -> Any:
         """Host seconds of a step of ``shape`` (numbers or arrays)."""
         const, per_seq, per_group, groups = self._terms
-        if type(shape.seqs) is int:
-            h = const + per_seq * shape.seqs
-            return h + per_group * min(shape.decode_seqs, groups) if per_group else h
-        return const + per_seq * shape.seqs + per_group * np.minimum(shape.decode_seqs, groups)
+        mn: Any = min if type(shape.seqs) is int else np.minimum
+        return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
 
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (the step without its host work)."""
@@ -84,7 +82,8 @@ class HostOverlap:
         its host work."""
         t = self._step(shape)
         if type(t) is float:
-            # One step: Python floats, the hot path of every simulated iteration.
+            # One step: Python floats, the hot path of every simulated iteration, so
+            # host_time's sum is written out here (a call more costs as much again).
             const, per_seq, per_group, groups = self._terms
             h = const + per_seq * shape.seqs
             if per_group:

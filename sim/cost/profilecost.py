@@ -200,12 +200,6 @@ class ProfileCost:
             per_group, groups = c["per_group_s"], c["group_seqs"]
         return const, per_seq, per_group, groups
 
-    def host_time(self, shape: StepShape) -> Any:
-        """The serving loop's host seconds within a step of ``shape`` (:meth:`host_terms`)."""
-        const, per_seq, per_group, groups = self.host_terms()
-        mn: Any = min if type(shape.seqs) is int else np.minimum
-        return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
-
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (``step_time`` without ``host``), what an
         executor's timer sees."""

@@ -193,3 +193,18 @@ def test_every_grid_leaves_each_operator_enough_points_to_fit(device: str, quick
             assert len(tab) == g.table_max > 0, name
             shapes = [s for s in shapes if float(getattr(s, count)) > len(tab)]
         assert len(shapes) >= len(FORMS[name].coefs) + 1 + 2, (name, len(shapes))
+
+
+@pytest.mark.parametrize("name", ["linear", "lm_head"])
+def test_roofline_form_is_solved_exactly(name: str) -> None:
+    """Noiseless points of const + max(weight, slope·x) with the breakpoint between two
+    measured counts (x* = 100 between 64 and 128) give back the three coefficients."""
+    slope = "per_token_s" if name == "linear" else "per_seq_s"
+    truth = {"const_s": 2e-5, "weight_s": 3e-4, slope: 3e-6}
+    counts = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+    shapes = [shape_of([(n, 0)]) if name == "linear" else shape_of([(1, 0)] * n)
+              for n in counts]
+    fit = fit_component(name, shapes, synthetic(name, truth, shapes, 0.0))
+    for key, value in truth.items():
+        assert fit.coef[key] == pytest.approx(value, rel=1e-9), key
+    assert fit.mape_test < 1e-12

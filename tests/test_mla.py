@@ -5,6 +5,7 @@ roofline's MLA terms against hand-worked figures, the HuggingFace import and mem
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from sim.cost.shape import decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, ModelSpec, recorded_fields, shard
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
+
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")
 
 ROOT = Path(__file__).resolve().parents[1]
 V3_CONFIG = ROOT / "sim" / "data" / "models" / "deepseek-v3" / "config.json"
@@ -227,11 +232,12 @@ def test_calibrate_refuses_mla_in_one_line() -> None:
         check_timeable(V3)
 
 
-def test_profile_build_refuses_mla_in_one_line() -> None:
+@needs_tables
+def test_profile_build_refuses_vllm_mla_in_one_line() -> None:
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    with pytest.raises(ServesimError, match=r"--model: deepseek-v3: latent attention \(MLA\) "
-                                            r"is not built from the kernel tables yet"):
+    with pytest.raises(ServesimError, match=r"--framework: deepseek-v3: vllm's tables time "
+                                            r"latent attention \(MLA\) only as whole modules"):
         build_profile(BuildSpec(V3, "h200", "vllm", 8))
 
 
@@ -242,11 +248,12 @@ def test_reports_write_deepseek_as_its_maker_does() -> None:
     assert model_name("deepseek-r1") == "DeepSeek-R1"
 
 
-def test_measured_cost_for_mla_points_at_the_roofline() -> None:
+def test_measured_cost_for_mla_under_vllm_points_at_sglang() -> None:
     from sim.cost.measured import find
 
-    with pytest.raises(ServesimError, match=r"cost\.measured: no measured profile for model "
-                                            r"deepseek-v3: latent-attention \(MLA\) models are "
-                                            r"not built from the kernel tables yet; use cost: "
-                                            r"roofline"):
+    assert find(V3, "h200", 8, "sglang") == "h200-deepseek-v3-tp8-sglang"
+    assert find(MODELS["deepseek-r1"], "b200", 8, "sglang") == "b200-deepseek-v3-tp8-sglang"
+    with pytest.raises(ServesimError, match=r"cost\.measured: no measured profile for "
+                                            r"latent-attention \(MLA\) model deepseek-v3 under "
+                                            r"vllm: .*ship for sglang"):
         find(V3, "h200", 8, "vllm")

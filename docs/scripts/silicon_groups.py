@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
 
 def _row(label: str, recs: list[dict]) -> str:
     t = np.array([r["ttft_err"] for r in recs])
@@ -44,9 +46,10 @@ def main(path: Path, fp8: bool = False, held_out: bool = False) -> None:
         model = (f"{r['model']}{' (ep ' + str(r['ep']) + ')' if r.get('ep', 1) > 1 else ''}"
                  f", {r['dtype']}{', fp8 KV' if r.get('kv_dtype') == 'fp8' else ''}",) \
             if fp8 else ()
-        groups[(r["framework"], r["version"] or "unversioned", *model, r["gpu"])].append(r)
+        groups[(r["framework"], r["version"], *model, r["gpu"])].append(r)
     for key, rs in sorted(groups.items()):
-        print(_row(f"{key[0]} {key[1]} | " + " | ".join(key[2:]), rs))
+        run = f"{NAMES[key[0]]} {key[1] or '(no version)'}"
+        print(_row(f"{run} | " + " | ".join(key[2:]), rs))
     for fw in sorted({r["framework"] for r in recs}):
         print(_row(f"{fw}, all | {'all | ' if fp8 else ''}all",
                    [r for r in recs if r["framework"] == fw]))

@@ -6,8 +6,8 @@ the public-table builder (:mod:`sim.cost.tables.profilebuild`). The formulas are
 minimises *relative* error (what MAPE reports), with every coefficient ≥ 0 so each
 keeps its physical meaning. Forms linear in their
 coefficients are solved exactly (bounded linear least squares); the roofline-shaped
-``max(weight_s, slope·x)`` forms are fitted by ``scipy.optimize.least_squares`` from
-several starting points, the best kept. Components with a measured table (linear,
+``max(weight_s, slope·x)`` forms are solved exactly for every split of the points
+at the breakpoint, the best kept. Components with a measured table (linear,
 LM head) keep their times at every small count as measured, and the formula is fitted
 and tested on the larger counts only.
 """
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares, lsq_linear
+from scipy.optimize import lsq_linear
 
 from sim.cost.profile import FORMS, ComponentForm
 from sim.cost.shape import StepShape
@@ -151,24 +151,54 @@ def _fit_linear(form: ComponentForm, s: StepShape, y: np.ndarray,
 
 
 def _fit_roofline(form: ComponentForm, s: StepShape, y: np.ndarray) -> np.ndarray:
-    # Coefficients are (const_s, weight_s, slope) with x = new_tokens or seqs.
+    # Coefficients are (const_s, weight_s, slope) with x = new_tokens or seqs, and the
+    # breakpoint b = weight_s / slope splits the points into a flat part (x ≤ b) and a
+    # sloped one. For each split of the sorted points the form is linear in
+    # (const, weight, slope): solved exactly, kept if its b falls inside the split. The
+    # optimum either lies inside some split or at a measured x, so each measured x (and 0)
+    # is also tried as b, with (const, slope) solved exactly. Exact, and the same answer
+    # on every numpy and scipy, where a local optimiser's answer on this non-convex
+    # problem moved between library versions.
     x = np.asarray(s.new_tokens if form.name == "linear" else s.seqs, dtype=float)
-    a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
-    c0, slope = lsq_linear(a, np.ones_like(y), bounds=(0, np.inf)).x
-    ymin = float(y.min())
-    starts = [(c0, 0.0, slope), (0.1 * ymin, 0.8 * ymin, slope), (0.5 * ymin, 0.5 * ymin, slope),
-              (0.0, ymin, float(np.median(y / np.maximum(x, 1))))]
-    scale = np.array([ymin, ymin, max(slope, ymin / max(float(x.max()), 1.0))])
-    best: np.ndarray | None = None
-    best_cost = np.inf
-    for x0 in starts:
-        z0 = np.maximum(np.asarray(x0, dtype=float), 0) / scale
-        res = least_squares(lambda z: _predict(form, z * scale, s) / y - 1.0, z0,
-                            bounds=(0, np.inf), method="trf")
-        if res.cost < best_cost:
-            best, best_cost = res.x * scale, res.cost
-    assert best is not None
+    xs = np.unique(x)
+    ones = np.ones_like(x)
+    best, best_cost = np.zeros(3), np.inf
+
+    def keep(coef: np.ndarray, cost: float) -> None:
+        nonlocal best, best_cost
+        if cost < best_cost * (1 - 1e-12):
+            best, best_cost = coef, cost
+    for b in np.concatenate([[0.0], xs]):
+        pair, cost = _nonneg_ls(np.stack([ones, np.maximum(x, b)], axis=1) / y[:, None])
+        keep(np.array([pair[0], pair[1] * b, pair[1]]), cost)
+    for k in range(1, len(xs)):
+        left = x <= xs[k - 1]
+        coef, cost = _nonneg_ls(np.stack([ones, left, np.where(left, 0.0, x)], axis=1)
+                                / y[:, None])
+        if coef[2] > 0 and xs[k - 1] <= coef[1] / coef[2] <= xs[k]:
+            keep(coef, cost)
     return best
+
+
+def _nonneg_ls(a: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative c minimising Σ(a·c − 1)² over the rows of ``a`` (a few columns):
+    every subset of columns is solved unconstrained, the best whose solution is ≥ 0 kept
+    (the optimum is the unconstrained solution on its own support)."""
+    ones = np.ones(len(a))
+    best, best_cost = np.zeros(a.shape[1]), float(len(a))
+    for n in range(1, a.shape[1] + 1):
+        for cols in itertools.combinations(range(a.shape[1]), n):
+            sub = a[:, cols]
+            if not np.any(sub):
+                continue
+            sol = np.linalg.lstsq(sub, ones, rcond=None)[0]
+            if np.all(sol >= 0):
+                c = np.zeros(a.shape[1])
+                c[list(cols)] = sol
+                cost = float(np.sum((a @ c - ones) ** 2))
+                if cost < best_cost * (1 - 1e-12):
+                    best, best_cost = c, cost
+    return best, best_cost
 
 
 def table_points(name: str, shapes: Sequence[StepShape], table_max: int) -> list[int]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from sim.core.request import FINISHED
 from sim.cost.specs import MODELS, KVDtype, ModelSpec
+from sim.cost.tables.mlaattn import MLA_FRAMEWORKS
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
@@ -54,9 +55,9 @@ MODEL_PRESETS = {
     "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
     "openai/gpt-oss-120b": "gpt-oss-120b",
     "openai/gpt-oss-20b": "gpt-oss-20b",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-r1",
 }
-# Checkpoints with a preset whose latent attention no measured profile covers yet.
-MLA_PRESETS = {"deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-R1": "deepseek-r1"}
 # Labels the sample gives rows of checkpoints released with 4-bit experts (gpt-oss:
 # mxfp4 experts, the rest bf16, which the preset holds): "fp4" (GEMM mode "nvfp4").
 FOUR_BIT_LABELS = ("fp4", "mxfp4")
@@ -67,14 +68,25 @@ FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 # Checkpoints whose own quantization_config fixes their weights' dtype whatever a row's
 # label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
 # (the sample labels some of their vLLM rows plain fp8).
-CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block"}
+# DeepSeek's V3 and R1 releases are block-scaled too (their rows say fp8); the sample's
+# FP4 rows of those names ran NVIDIA's NVFP4 checkpoints, which servesim does not model.
+CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
+                     "deepseek-ai/DeepSeek-V3": "fp8-block",
+                     "deepseek-ai/DeepSeek-R1": "fp8-block"}
 # What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
 # (`kv-cache-dtype: fp8` in vLLM's config, `kv_cache_config.dtype: fp8` in TensorRT-LLM's)
 # for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM on B200
 # (SemiAnalysisAI/InferenceX, benchmarks/70b_fp8_*.sh, gptoss_fp4_b200.sh).
+# Its DeepSeek recipes (dsr1_fp8_*.sh) do the same under TensorRT-LLM on every GPU and
+# under SGLang on B200 (`--kv-cache-dtype fp8_e4m3`); SGLang on H200 keeps bf16. The
+# sample's DeepSeek-V3 rows are taken to have run the same recipes.
 INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
                                ("meta-llama/Llama-3.1-70B", "trtllm", None),
-                               ("openai/gpt-oss-120b", "vllm", "b200_sxm")})
+                               ("openai/gpt-oss-120b", "vllm", "b200_sxm"),
+                               ("deepseek-ai/DeepSeek-R1", "trtllm", None),
+                               ("deepseek-ai/DeepSeek-V3", "trtllm", None),
+                               ("deepseek-ai/DeepSeek-R1", "sglang", "b200_sxm"),
+                               ("deepseek-ai/DeepSeek-V3", "sglang", "b200_sxm")})
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
 
@@ -227,10 +239,6 @@ def classify(row: Row) -> Case | str:
     """The :class:`Case` of ``row``, or why servesim does not simulate it."""
     if row.mode != "agg":
         return "disaggregated serving (prefill and decode pools of their own)"
-    if row.model_path in MLA_PRESETS:
-        return (f"model {row.model_path} (preset {MLA_PRESETS[row.model_path]}): latent "
-                "attention (MLA) is not built from the kernel tables yet, so no measured "
-                "profile prices it (docs/models.md)")
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
     dtype = "bf16"
@@ -239,9 +247,10 @@ def classify(row: Row) -> Case | str:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
                     f"released {MODELS[MODEL_PRESETS[row.model_path]].expert_dtype} experts")
     elif row.precision not in ("", "nan", "bf16", "bfloat16"):
-        dtype = CHECKPOINT_DTYPES.get(row.model_path) or FP8_MODES.get(
-            row.gemm_quant_mode or row.precision, "")
-        if not dtype:
+        dtype = FP8_MODES.get(row.gemm_quant_mode or row.precision, "")
+        if dtype:
+            dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
+        else:
             return (f"{row.precision} weights ({row.gemm_quant_mode or 'no GEMM mode'}): "
                     f"servesim models bf16 and FP8 ({', '.join(FP8_MODES)}) weights")
     if row.system not in SYSTEM_GPUS:
@@ -259,6 +268,9 @@ def classify(row: Row) -> Case | str:
         ep = row.moe_ep
     if row.backend not in SCHEDULERS:
         return f"backend {row.backend} is not modelled"
+    if MODELS[MODEL_PRESETS[row.model_path]].mla and row.backend not in MLA_FRAMEWORKS:
+        return (f"latent attention (MLA) under {row.backend}: its tables time MLA only as "
+                f"whole modules, which servesim does not build from")
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
             math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
@@ -328,10 +340,38 @@ STATIC_FRACTION = {"sglang": 0.88}
 FREE_FRACTION = {"trtllm": 0.9}
 
 
+# What InferenceX's DeepSeek recipes (dsr1_fp8_h200.sh, dsr1_fp8_b200.sh,
+# dsr1_fp8_h200_trt.sh, dsr1_fp8_b200_trt.sh) launch with, beyond each framework's
+# defaults. SGLang: --chunked-prefill-size and --max-prefill-tokens 32768, and
+# --mem-fraction-static 0.82 (0.95 at tp 4 on B200). TensorRT-LLM: --max_num_tokens sized
+# to one whole prompt beside every client's decode, max(8192, ⌈(clients + ISL + 64) /
+# 64⌉·64), and kv_cache_config.free_gpu_memory_fraction 0.75 on H200, 0.8 on B200.
+DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
+
+
+def recipe(case: Case) -> dict[str, float]:
+    """The launch settings of ``case``'s run that differ from its framework's defaults,
+    where its public recipe is known (InferenceX's DeepSeek runs): any of
+    ``max_num_batched_tokens`` (tokens), ``static_fraction`` and ``free_fraction``
+    (fractions of GPU memory, as :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`)."""
+    r = case.row
+    if r.model_path not in DEEPSEEK_PATHS or r.collection != "inferencex":
+        return {}
+    if case.framework == "sglang":
+        return {"max_num_batched_tokens": 32768,
+                "static_fraction": 0.95 if (case.gpu, r.tp) == ("b200", 4) else 0.82}
+    if case.framework == "trtllm":
+        tokens = max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
+        return {"max_num_batched_tokens": tokens,
+                "free_fraction": 0.75 if case.gpu == "h200" else 0.8}
+    return {}
+
+
 def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
-    """KV blocks per replica under ``case``'s framework's own memory defaults; None for
-    vLLM (servesim's memory model sizes it). At least one block, so a row that ran for
-    real still runs (and shows the starvation it had)."""
+    """KV blocks per replica under ``case``'s framework's own memory defaults (or its
+    run's recipe, :func:`recipe`); None for vLLM (servesim's memory model sizes it). At
+    least one block, so a row that ran for real still runs (and shows the starvation it
+    had)."""
     from sim.cost.memory import memory_budget
     from sim.cost.specs import GPUS
 
@@ -340,10 +380,13 @@ def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
     b = memory_budget(case.spec, GPUS[case.gpu], case.row.tp, 0.9,
                       serving["block_size"], serving["max_num_batched_tokens"],
                       serving["max_num_seqs"], ep=case.ep)
+    settings = recipe(case)
     if case.framework in STATIC_FRACTION:
-        kv = STATIC_FRACTION[case.framework] * b.total - b.weights
+        static = settings.get("static_fraction", STATIC_FRACTION[case.framework])
+        kv = static * b.total - b.weights
     else:
-        kv = FREE_FRACTION[case.framework] * (b.total - b.weights - b.activation)
+        free = settings.get("free_fraction", FREE_FRACTION[case.framework])
+        kv = free * (b.total - b.weights - b.activation)
     return max(int(kv // b.block_bytes), 1)
 
 
@@ -351,6 +394,9 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     """The scenario mapping that stands for ``case``'s benchmark run."""
     r = case.row
     serving = SCHEDULERS[case.framework](case.gpu)
+    tokens = recipe(case).get("max_num_batched_tokens")
+    if tokens is not None:
+        serving["max_num_batched_tokens"] = int(tokens)
     if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).

@@ -50,11 +50,37 @@ class AttentionRows:
     note: str
 
 
-def _rows_at(table: Table, heads: int, token_col: str) -> dict[tuple[int, int], float]:
+Keyed = dict[tuple[int, ...], float]
+
+
+def _rows_at(table: Table, heads: int, cols: tuple[str, ...]) -> Keyed:
     t = table.where(num_heads=heads)
     c = t.columns
-    return {(int(b), int(n)): float(s) / 1e3
-            for b, n, s in zip(c["batch_size"], c[token_col], c["latency"], strict=True)}
+    return {tuple(int(x) for x in key): float(s) / 1e3
+            for key, s in zip(zip(*(c[k] for k in cols), strict=True), c["latency"],
+                              strict=True)}
+
+
+def rows_at_heads(t: Table, heads: int, cols: tuple[str, ...]) -> tuple[Keyed, str]:
+    """Seconds of ``t``'s rows keyed by their values of ``cols`` (counts) at ``heads``
+    query heads a GPU, matched as the module doc says, and a note of how."""
+    measured = [int(h) for h in t.values("num_heads")]
+    if heads in measured:
+        return _rows_at(t, heads, cols), f"{heads} heads measured"
+    below = [h for h in measured if h < heads]
+    above = [h for h in measured if h > heads]
+    if below and above:
+        lo, hi = max(below), min(above)
+        a, b = _rows_at(t, lo, cols), _rows_at(t, hi, cols)
+        w = (heads - lo) / (hi - lo)
+        return ({key: a[key] * (1 - w) + b[key] * w for key in a.keys() & b.keys()},
+                f"{heads} heads interpolated between measured {lo} and {hi}")
+    if below:
+        lo = max(below)
+        return ({key: v * heads / lo for key, v in _rows_at(t, lo, cols).items()},
+                f"{heads} heads scaled in proportion from measured {lo}")
+    hi = min(above)
+    return _rows_at(t, hi, cols), f"{heads} heads priced as measured {hi}"
 
 
 def windows(table: Table) -> list[int]:
@@ -80,28 +106,17 @@ def select(table: Table, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
                                 f"its {what}: {', '.join(map(str, have))}")
         equal: dict[str, Any] = {col: want}
         t = t.where(**equal)
-    measured = [int(h) for h in t.values("num_heads")]
-    token_col = "step" if decode else "isl"
-    if heads in measured:
-        rows, note = _rows_at(t, heads, token_col), f"{heads} heads measured"
-    else:
-        below = [h for h in measured if h < heads]
-        above = [h for h in measured if h > heads]
-        if below and above:
-            lo, hi = max(below), min(above)
-            a, b = _rows_at(t, lo, token_col), _rows_at(t, hi, token_col)
-            w = (heads - lo) / (hi - lo)
-            rows = {key: a[key] * (1 - w) + b[key] * w for key in a.keys() & b.keys()}
-            note = f"{heads} heads interpolated between measured {lo} and {hi}"
-        elif below:
-            lo = max(below)
-            rows = {key: v * heads / lo for key, v in _rows_at(t, lo, token_col).items()}
-            note = f"{heads} heads scaled in proportion from measured {lo}"
-        else:
-            hi = min(above)
-            rows, note = _rows_at(t, hi, token_col), f"{heads} heads priced as measured {hi}"
+    return attention_rows(t, heads, decode, kernel, f"{where}: no measured rows at {heads} "
+                                                    f"heads, {kv_heads} KV heads")
+
+
+def attention_rows(t: Table, heads: int, decode: bool, kernel: str, empty: str) -> AttentionRows:
+    """:class:`AttentionRows` of ``t`` (one kernel, one KV dtype) at ``heads`` a GPU:
+    ``tokens`` are the cached tokens + 1 (decode: the ``step`` column) or the new tokens
+    (prefill: ``isl``); ``empty`` is the error when no row matches."""
+    rows, note = rows_at_heads(t, heads, ("batch_size", "step" if decode else "isl"))
     if not rows:
-        raise ServesimError(f"{where}: no measured rows at {heads} heads, {kv_heads} KV heads")
+        raise ServesimError(empty)
     keys = sorted(rows)
     batch = np.array([k[0] for k in keys], dtype=float)
     tokens = np.array([k[1] for k in keys], dtype=float) + (1.0 if decode else 0.0)

@@ -27,6 +27,8 @@ from sim.cost.measured import (
     SHIPPED_FRAMEWORKS,
     SHIPPED_GPTOSS,
     SHIPPED_GPTOSS_GPUS,
+    SHIPPED_MLA,
+    SHIPPED_MLA_FRAMEWORKS,
     SHIPPED_MODELS,
     SHIPPED_MOE,
     SHIPPED_TPS,
@@ -124,7 +126,7 @@ def shipped_specs() -> list[BuildSpec]:
     models = [MODELS[name] for name in SHIPPED_MODELS]
     # FP8 weights where the tables time FP8 GEMMs (every GPU but the A100).
     models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
-    models += [MODELS[name] for name in SHIPPED_MOE]
+    models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA]
     for model in models:
         for gpu in GPU_DIRS:
             if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
@@ -135,7 +137,8 @@ def shipped_specs() -> list[BuildSpec]:
                     kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)  # ... and it fits
                 except ServesimError:
                     continue
-                out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
+                fws = SHIPPED_MLA_FRAMEWORKS if model.mla else SHIPPED_FRAMEWORKS
+                out.extend(BuildSpec(model, gpu, fw, tp) for fw in fws
                            if not model.experts or _moe_measured(model, gpu, fw, tp))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     for name, tps in SHIPPED_GPTOSS.items():

@@ -56,8 +56,9 @@ from sim.cost.tables.kerneltables import (
     load_table,
     wheel_version,
 )
+from sim.cost.tables.mlaattn import MlaAttention, mla_attention
 from sim.cost.tables.moetable import moe_times
-from sim.cost.tables.windowattn import model_attention
+from sim.cost.tables.windowattn import ModelAttention, model_attention
 from sim.errors import ServesimError
 
 FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -136,12 +137,29 @@ def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource
                       str(dev[0]) if dev is not None and len(dev) else gpu)
 
 
-def layer_gemms(rank: Shard) -> list[tuple[int, int]]:
-    """(n, k) of one layer's projections on one rank: fused QKV, attention output, fused
-    gate+up, down."""
+def attention_gemms(rank: Shard) -> list[tuple[int, int]]:
+    """(n, k) of one layer's attention projections on one rank: fused QKV and the output;
+    for latent attention the fused q_a/kv_a down-projection (whole on every rank), q_b
+    (a plain query projection from the hidden state where there is no query latent) and
+    the output (kv_b belongs to
+    attention: :mod:`sim.cost.tables.mlaattn`)."""
+    if rank.kv_lora_rank:
+        q_width = rank.heads * (rank.qk_nope_head_dim + rank.qk_rope_head_dim)
+        down = rank.q_lora_rank + rank.kv_lora_rank + rank.qk_rope_head_dim
+        q = [(q_width, rank.q_lora_rank or rank.hidden)]
+        return [(down, rank.hidden), *q, (rank.hidden, rank.heads * rank.v_head_dim)]
     return [((rank.heads + 2 * rank.kv_heads) * rank.head_dim, rank.hidden),
-            (rank.hidden, rank.heads * rank.head_dim),
-            (2 * rank.intermediate, rank.hidden), (rank.hidden, rank.intermediate)]
+            (rank.hidden, rank.heads * rank.head_dim)]
+
+
+def mlp_gemms(rank: Shard) -> list[tuple[int, int]]:
+    """(n, k) of one dense layer's SwiGLU on one rank: fused gate+up, down."""
+    return [(2 * rank.intermediate, rank.hidden), (rank.hidden, rank.intermediate)]
+
+
+def layer_gemms(rank: Shard) -> list[tuple[int, int]]:
+    """(n, k) of one dense layer's projections on one rank (attention, then SwiGLU)."""
+    return attention_gemms(rank) + mlp_gemms(rank)
 
 
 @lru_cache(maxsize=16)
@@ -189,9 +207,6 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     if m.dtype not in TABLE_DTYPES:
         raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
-    if m.mla:
-        raise ServesimError(f"{m.name}: latent attention (MLA) is not built from the kernel "
-                            "tables yet; price it with cost: roofline", where="--model")
     rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
@@ -249,9 +264,13 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                      "fit": {"source": "none (tp=1)"}}
 
     # Attention at the rank's heads (a model with sliding layers: the layers' mean).
-    att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
-                          attention_table(gpu, fw, version, "context_attention_perf"), m,
-                          rank, KV_TABLE_DTYPES[m.kv_dtype])
+    if m.mla:
+        att: ModelAttention = mla_attention(gpu, fw, version, m, rank,
+                                            KV_TABLE_DTYPES[m.kv_dtype], lin_gemm)
+    else:
+        att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
+                              attention_table(gpu, fw, version, "context_attention_perf"), m,
+                              rank, KV_TABLE_DTYPES[m.kv_dtype])
     dec_rows, grid, pre_rows = att.decode, att.grid, att.prefill
     notes += att.notes
     # A one-token "prefill" is a decode to the simulator: its rows are left out.
@@ -262,7 +281,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     cols = grid.cols
     per_kv = (grid.values[0][-1] - grid.values[0][-2]) / (cols[-1] - cols[-2])
     pre_coef = {**pre.coef, "per_context_pair_s": pre.coef["per_self_pair_s"],
-                "per_context_token_s": max(per_kv, 0.0)}
+                "per_context_token_s": max(per_kv, 0.0)
+                + (att.context_token_s if isinstance(att, MlaAttention) else 0.0)}
 
     lin_fit = _formula_fit("linear", lin_ms, linear, _tokens_shape)
     head_fit = _formula_fit("lm_head", ms, head, _seqs_shape)
@@ -343,8 +363,7 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     m = spec.model
     moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep, spec.routing)
     notes.append(moe.note)
-    shapes = layer_gemms(rank)
-    attn, dense = shapes[:2], shapes[2:]
+    attn, dense = attention_gemms(rank), mlp_gemms(rank)
     # A shared expert's width on this GPU (tensor-parallel even under expert parallelism).
     s_width = rank.shared_expert_params // (3 * rank.hidden)
     shared = [(2 * rank.shared_experts * s_width, rank.hidden),

@@ -1,0 +1,142 @@
+"""Latent attention (MLA) per layer from the tables' MLA rows, as SGLang and TensorRT-LLM
+run it.
+
+DeepSeek-V3's attention on one tensor-parallel rank of H/tp query heads takes two forms,
+and the tables time each form's kernels apart (AIConfigurator's DeepSeek model composes
+them the same way):
+
+- **prefill** (``context_mla_perf``: ``batch_size`` sequences of ``isl`` new tokens, no
+  cached prefix) runs expanded: ``kv_b_proj`` turns each new token's latent into per-head
+  keys (128 wide, with the shared 64-wide rotary key) and values (128), then a
+  multi-head attention kernel runs over them. The table times the kernel; kv_b's GEMM
+  (n = H/tp·(qk_nope + v), k = kv_lora_rank) is added to each row from the GEMM table at
+  m = batch·isl. A chunk after cached context up-projects the cached latents as well:
+  :attr:`MlaAttention.context_token_s` is kv_b's marginal price of one token at the GEMM
+  table's largest measured m (the profile adds it to the per-context-token read).
+- **decode** (``generation_mla_perf``: ``batch_size`` entries of one token over
+  ``step`` cached tokens) runs absorbed: a batched GEMM folds kv_b's key half into each
+  head's query (``mla_bmm_perf``, ``mla_gen_pre``), the kernel attends to the latents
+  themselves, and a second batched GEMM expands the result through kv_b's value half
+  (``mla_gen_post``). The decode grid is the sum of the three at each entry count.
+- **heads**: rows are matched on ``num_heads`` (per GPU) as for ordinary attention
+  (:func:`sim.cost.tables.attntables.rows_at_heads`); the tables' ``tp_size`` column
+  names how the collection's own model was split and is not read.
+- the batched GEMMs run in FP8 when the weights are FP8 (both frameworks quantise the
+  absorbed halves of kv_b per tensor), else in bf16.
+
+The projections outside attention (the fused q_a/kv_a down-projection, q_b and the
+output) belong to the linear stack (:mod:`sim.cost.tables.profilebuild`). vLLM's tables
+time MLA only as whole modules, projections included: :func:`mla_attention` refuses
+them by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost.specs import FP8_WEIGHTS, ModelSpec, Shard
+from sim.cost.tables.attntables import (
+    AttentionRows,
+    attention_rows,
+    decode_grid,
+    default_kernel,
+    grid_holdout_errors,
+    rows_at_heads,
+)
+from sim.cost.tables.gemmtable import GemmTable
+from sim.cost.tables.kerneltables import Table, load_table
+from sim.cost.tables.windowattn import ModelAttention
+from sim.errors import ServesimError
+
+# Frameworks whose tables time MLA kernel by kernel.
+MLA_FRAMEWORKS = ("sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class MlaAttention(ModelAttention):
+    """:class:`ModelAttention` of a latent-attention model, with ``context_token_s``:
+    seconds a layer spends up-projecting one cached token's latent for a prefill chunk
+    that attends to it."""
+
+    context_token_s: float = 0.0
+
+
+def kv_b_shape(rank: Shard) -> tuple[int, int]:
+    """(n, k) of the expanded form's kv_b up-projection on one rank."""
+    return rank.heads * (rank.qk_nope_head_dim + rank.v_head_dim), rank.kv_lora_rank
+
+
+def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,
+                  kv_dtype: str, gemm: GemmTable) -> MlaAttention:
+    """``model``'s latent attention per layer on one ``rank`` under ``framework``'s
+    ``version`` tables on ``gpu``, KV cache in ``kv_dtype`` (the tables' name), kv_b's
+    GEMMs priced from ``gemm`` (the projections' table); see the module doc."""
+    if framework not in MLA_FRAMEWORKS:
+        raise ServesimError(
+            f"{model.name}: {framework}'s tables time latent attention (MLA) only as whole "
+            f"modules, projections included, which servesim does not split; measured MLA "
+            f"profiles are built for {' and '.join(MLA_FRAMEWORKS)}", where="--framework")
+    context = load_table(gpu, "mla", framework, version, "context_mla_perf")
+    generation = load_table(gpu, "mla", framework, version, "generation_mla_perf")
+    bmm_table = load_table(gpu, "mla_bmm", framework, version, "mla_bmm_perf")
+    pre_rows, pre_note = _kernel_rows(context, rank.heads, kv_dtype, decode=False)
+    dec_rows, dec_note = _kernel_rows(generation, rank.heads, kv_dtype, decode=True)
+
+    n, k = kv_b_shape(rank)
+    up = np.array([gemm.at(b * t, n, k) for b, t in zip(pre_rows.batch, pre_rows.tokens,
+                                                        strict=True)])
+    prefill = AttentionRows(pre_rows.batch, pre_rows.tokens, pre_rows.seconds + up,
+                            pre_rows.kernel, pre_rows.note)
+    m_hi, m_lo = float(gemm.ms[-1]), float(gemm.ms[-2])
+    context_token_s = max((gemm.at(m_hi, n, k) - gemm.at(m_lo, n, k)) / (m_hi - m_lo), 0.0)
+
+    bmm_dtype = "fp8" if model.dtype in FP8_WEIGHTS else "bfloat16"
+    pre_bmm, pre_bmm_note = _bmm(bmm_table, "mla_gen_pre", bmm_dtype, rank.heads)
+    post_bmm, post_bmm_note = _bmm(bmm_table, "mla_gen_post", bmm_dtype, rank.heads)
+    decode = AttentionRows(dec_rows.batch, dec_rows.tokens,
+                           dec_rows.seconds + pre_bmm(dec_rows.batch) + post_bmm(dec_rows.batch),
+                           dec_rows.kernel, dec_rows.note)
+    notes = (f"latent attention (MLA) as {framework} runs it: prefill expanded ({pre_note}; "
+             f"kv_b up-projection n={n}, k={k} from the GEMM table added), decode absorbed "
+             f"({dec_note}; {bmm_dtype} batched GEMMs around it: {pre_bmm_note}, "
+             f"{post_bmm_note})",)
+    return MlaAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
+                        notes, context_token_s)
+
+
+def _kernel_rows(table: Table, heads: int, kv_dtype: str,
+                 decode: bool) -> tuple[AttentionRows, str]:
+    """The MLA kernel's rows at ``heads`` a GPU and KV cache ``kv_dtype``, and a note of
+    the kernel and how the heads were matched."""
+    kernel = default_kernel(table)
+    t = table.where(kernel_source=kernel, mla_dtype="bfloat16", optional=("mla_dtype",))
+    have = t.values("kv_cache_dtype")
+    if kv_dtype not in have:
+        raise ServesimError(f"{table.name} ({table.path}) has no rows for KV-cache dtype "
+                            f"{kv_dtype!r}; its KV-cache dtypes: {', '.join(map(str, have))}")
+    rows = attention_rows(t.where(kv_cache_dtype=kv_dtype), heads, decode, kernel,
+                          f"{table.name} ({table.path}): no measured rows at {heads} heads")
+    return rows, f"{kernel}, {rows.note}"
+
+
+def _bmm(table: Table, op: str, dtype: str,
+         heads: int) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """Seconds of batched GEMM ``op`` in ``dtype`` at ``heads`` a GPU as a function of
+    the tokens it multiplies: joined linearly between measured counts, in proportion past
+    the last; and a note of the kernel and the heads' match."""
+    t = table.where(op_name=op, bmm_dtype=dtype)
+    if not len(t):
+        raise ServesimError(f"{table.name} ({table.path}) has no {op} rows in {dtype}")
+    kernel = default_kernel(t)
+    rows, note = rows_at_heads(t.where(kernel_source=kernel), heads, ("num_tokens",))
+    tokens = np.array(sorted(key[0] for key in rows), dtype=float)
+    seconds = np.array([rows[(int(x),)] for x in tokens])
+
+    def at(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        return np.where(x <= tokens[-1], np.interp(x, tokens, seconds),
+                        seconds[-1] * x / tokens[-1])
+    return at, f"{op} {kernel} ({note})"

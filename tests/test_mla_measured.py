@@ -1,0 +1,132 @@
+"""Measured profiles of latent-attention models (DeepSeek-V3) from the public kernel
+tables: the projections each rank runs, the decode grid and prefill rows as the tables'
+MLA kernel, batched-GEMM and GEMM rows summed by hand, and the public end-to-end rows of
+DeepSeek as the runs were launched."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import silicon_csv
+
+from sim.cost.specs import MODELS, shard
+from sim.cost.tables.profilebuild import attention_gemms
+from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")
+V3 = MODELS["deepseek-v3"]
+
+
+def test_each_rank_runs_the_down_projection_whole_and_its_heads_share_of_the_rest() -> None:
+    # q_a + kv_a + rotary key = 1536 + 512 + 64 on every GPU; 16 of 128 heads at tp 8:
+    # q_b 16 x (128 + 64) from the 1536-wide query latent, output from 16 x 128.
+    assert attention_gemms(shard(V3, 8)) == [(2112, 7168), (3072, 1536), (7168, 2048)]
+    # Without a query latent (DeepSeek-V2-Lite) the query is projected from the hidden
+    # state and the down-projection holds the KV latent and rotary key only.
+    lite = dataclasses.replace(V3, q_lora_rank=0, name="no-q-latent")
+    assert attention_gemms(shard(lite, 8)) == [(576, 7168), (3072, 7168), (7168, 2048)]
+
+
+def _ms(table: object, **where: object) -> float:
+    rows = table.where(**where).columns  # type: ignore[attr-defined]
+    assert len(rows["latency"]) == 1, where
+    return float(rows["latency"][0]) / 1e3
+
+
+@needs_tables
+def test_decode_grid_is_the_kernel_plus_both_batched_gemms_by_hand() -> None:
+    from sim.cost.tables.kerneltables import load_table
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    data = build_profile(BuildSpec(V3, "h200", "sglang", 8))
+    grid = data["components"]["decode_attention"]["grid"]
+    gen = load_table("h200", "mla", "sglang", "0.5.14", "generation_mla_perf")
+    bmm = load_table("h200", "mla_bmm", "sglang", "0.5.14", "mla_bmm_perf")
+    for b, cached in ((1, 1023), (64, 2047), (256, 8191)):
+        want = (_ms(gen, num_heads=16, kv_cache_dtype="bfloat16", batch_size=b, step=cached)
+                # FP8 weights: the absorbed kv_b halves run as FP8 batched GEMMs.
+                + _ms(bmm, op_name="mla_gen_pre", bmm_dtype="fp8", num_heads=16, num_tokens=b)
+                + _ms(bmm, op_name="mla_gen_post", bmm_dtype="fp8", num_heads=16, num_tokens=b))
+        got = grid["s"][grid["seqs"].index(b)][grid["kv_per_seq"].index(cached + 1)]
+        assert got == pytest.approx(want, rel=1e-5), (b, cached)
+    # The shipped profile is this build, byte for byte.
+    from sim.cost.profilefile import PROFILE_DIR
+    from sim.cost.tables.cli import profile_text
+
+    shipped = (PROFILE_DIR / "h200-deepseek-v3-tp8-sglang.yaml").read_text(encoding="utf-8")
+    assert profile_text(data) == shipped
+    notes = " ".join(data["source"]["notes"])
+    assert "latent attention (MLA) as sglang runs it" in notes and "16 heads measured" in notes
+    assert data["source"]["phrase"] == ("measured kernels: SGLang 0.5.14 on H200-SXM; "
+                                        "fp8-block weights")
+
+
+@needs_tables
+def test_prefill_rows_add_the_kv_b_up_projection_by_hand() -> None:
+    from sim.cost.tables.kerneltables import load_table
+    from sim.cost.tables.mlaattn import mla_attention
+    from sim.cost.tables.profilebuild import gemm_table
+
+    rank = shard(V3, 8)
+    gemm = gemm_table("b200", "trtllm", "1.3.0rc20", "fp8-block").table
+    att = mla_attention("b200", "trtllm", "1.3.0rc20", V3, rank, "fp8", gemm)
+    ctx = load_table("b200", "mla", "trtllm", "1.3.0rc20", "context_mla_perf")
+    pre = att.prefill
+    for b, isl in ((1, 1024), (4, 8192)):
+        at = (pre.batch == b) & (pre.tokens == isl)
+        # kv_b: n = 16 heads x (128 + 128), k = the 512-wide latent, m = every new token.
+        want = (_ms(ctx, num_heads=16, kv_cache_dtype="fp8", batch_size=b, isl=isl)
+                + gemm.at(b * isl, 4096, 512))
+        assert float(pre.seconds[at][0]) == pytest.approx(want, rel=1e-12)
+    # A cached token re-expanded for a later chunk costs kv_b's marginal price per token.
+    hi, lo = float(gemm.ms[-1]), float(gemm.ms[-2])
+    assert att.context_token_s == pytest.approx(
+        (gemm.at(hi, 4096, 512) - gemm.at(lo, 4096, 512)) / (hi - lo))
+    assert att.context_token_s > 0 and np.all(np.diff(att.grid.values[0]) > -1e-5)
+
+
+ROW = ("x,source_file=2026-03-25.csv; model=DeepSeek-R1,{fw},0.5.9,deepseek-ai/DeepSeek-R1,"
+       "{system},{label},agg,{isl},1024,{conc},{tp},1,1,300,10")
+
+
+def _case(tmp_path: Path, fw: str, system: str, isl: int = 1024, conc: int = 64, tp: int = 8,
+          label: str = "fp8") -> Case | str:
+    line = ROW.format(fw=fw, system=system, label=label, isl=isl, conc=conc, tp=tp)
+    return classify(read_rows(silicon_csv(tmp_path, [line]))[0])
+
+
+def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> None:
+    # The release's block-scaled FP8; TensorRT-LLM's recipe an FP8 KV cache on H200, its
+    # --max_num_tokens one whole prompt beside every client: (64 + 8192 + 64) up to a
+    # multiple of 64 is 8320; free_gpu_memory_fraction 0.75 there.
+    trt = _case(tmp_path, "trtllm", "h200_sxm", isl=8192)
+    assert isinstance(trt, Case)
+    assert (trt.model, trt.dtype, trt.kv_dtype, trt.ep) == ("deepseek-r1", "fp8-block", "fp8", 1)
+    assert recipe(trt) == {"max_num_batched_tokens": 8320, "free_fraction": 0.75}
+    assert scenario_raw(trt)["serving"]["max_num_batched_tokens"] == 8320
+    # Below 8192 + clients the recipe keeps 8192.
+    small = _case(tmp_path, "trtllm", "b200_sxm", isl=1024)
+    assert isinstance(small, Case) and recipe(small)["max_num_batched_tokens"] == 8192
+    # SGLang: bf16 KV on H200, FP8 on B200; 32768-token prefill batches; the static
+    # memory fraction 0.82, 0.95 at tp 4.
+    h200, b200 = _case(tmp_path, "sglang", "h200_sxm"), _case(tmp_path, "sglang", "b200_sxm")
+    assert isinstance(h200, Case) and isinstance(b200, Case)
+    assert (h200.kv_dtype, b200.kv_dtype) == ("auto", "fp8")
+    assert recipe(h200) == {"max_num_batched_tokens": 32768, "static_fraction": 0.82}
+    tp4 = _case(tmp_path, "sglang", "b200_sxm", tp=4, isl=8192)
+    assert isinstance(tp4, Case) and recipe(tp4)["static_fraction"] == 0.95
+
+
+def test_deepseek_rows_servesim_cannot_price_say_why(tmp_path: Path) -> None:
+    assert _case(tmp_path, "vllm", "h200_sxm") == (
+        "latent attention (MLA) under vllm: its tables time MLA only as whole modules, "
+        "which servesim does not build from")
+    # The sample's FP4 rows of DeepSeek's names ran NVIDIA's NVFP4 checkpoints.
+    assert str(_case(tmp_path, "sglang", "b200_sxm", label="fp4")).startswith(
+        "fp4 weights (no GEMM mode): servesim models bf16 and FP8")

@@ -1,4 +1,4 @@
-"""A GEMM latency table as a function of (m, n, k): measured rows, interpolated shapes.
+"""GEMM latency tables as functions of (m, n, k): measured rows, interpolated shapes.
 
 The public tables time ``m × k`` by ``k × n`` products on a grid: m (tokens) at
 1..17, 32, 33, 48, 49, ..., 4352, 4353, 8192, 16384, 32768 (pairs m, m+1 straddle a
@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from sim.cost.tables.kerneltables import Table
+from sim.cost.tables.attntables import default_kernel
+from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table
 from sim.errors import ServesimError
 
 
@@ -145,3 +147,28 @@ class GemmTable:
         if not log_space:
             return cls._times(ns, ks, cube, n, k)
         return np.exp(cls._times(np.log(ns), np.log(ks), np.log(cube), np.log(n), np.log(k)))
+
+
+@dataclass(frozen=True)
+class GemmSource:
+    """A GEMM table as read: the table, its kernel (the one with most rows) and the
+    device name the collection reports."""
+
+    table: GemmTable
+    kernel: str
+    device: str
+
+
+@lru_cache(maxsize=16)
+def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource:
+    """The GEMM table of ``dtype`` (servesim's name), read once per process."""
+    table = load_table(gpu, "gemm", framework, version, "gemm_perf")
+    want = TABLE_DTYPES[dtype]
+    rows = table.where(gemm_dtype=want)
+    if not len(rows):
+        raise ServesimError(f"{table.path}: no {want} GEMM rows; dtypes: "
+                            f"{', '.join(table.values('gemm_dtype'))}")
+    kernel = default_kernel(rows)
+    dev = rows.columns.get("device")
+    return GemmSource(GemmTable.from_table(rows.where(kernel_source=kernel)), kernel,
+                      str(dev[0]) if dev is not None and len(dev) else gpu)

@@ -46,7 +46,7 @@ from sim.cost.tables.attntables import (
     grid_holdout_errors,
     rows_at_heads,
 )
-from sim.cost.tables.gemmtable import GemmTable
+from sim.cost.tables.gemmtable import GemmTable, gemm_table
 from sim.cost.tables.kerneltables import Table, load_table
 from sim.cost.tables.windowattn import ModelAttention
 from sim.errors import ServesimError
@@ -140,3 +140,36 @@ def _bmm(table: Table, op: str, dtype: str,
         return np.where(x <= tokens[-1], np.interp(x, tokens, seconds),
                         seconds[-1] * x / tokens[-1])
     return at, f"{op} {kernel} ({note})"
+
+
+def module_errors(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,
+                  kv_dtype: str, projections: list[tuple[int, int]],
+                  gemm_dtype: str = "fp8_block") -> tuple[np.ndarray, np.ndarray]:
+    """Relative errors (decode, prefill) of the composed attention block of one layer —
+    :func:`mla_attention` as a profile prices it, plus ``projections`` ((n, k) GEMMs:
+    the down-projection, q_b, the output) from the GEMM table — against the tables'
+    whole-module timings (``mla_generation_module_perf``, ``mla_context_module_perf``)
+    at every point both measured, for ``gemm_dtype`` projections. The builder never
+    reads the modules, so this is a held-out check of the composition."""
+    servesim_dtype = {"fp8_block": "fp8-block", "bfloat16": "bf16"}[gemm_dtype]
+    gemm = gemm_table(gpu, framework, version, servesim_dtype).table
+    att = mla_attention(gpu, framework, version, model, rank, kv_dtype, gemm)
+
+    def block(tokens: float) -> float:
+        return float(sum(gemm.at(tokens, n, k) for n, k in projections))
+    errs: list[list[float]] = [[], []]
+    for i, name in enumerate(("mla_generation_module_perf", "mla_context_module_perf")):
+        c = load_table(gpu, "mla", framework, version, name).where(
+            num_heads=rank.heads, kv_cache_dtype=kv_dtype, gemm_type=gemm_dtype).columns
+        pre = {(float(b), float(t)): float(s) for b, t, s in
+               zip(att.prefill.batch, att.prefill.tokens, att.prefill.seconds, strict=True)}
+        for b, isl, step, ms in zip(c["batch_size"], c["isl"], c["step"], c["latency"],
+                                    strict=True):
+            if i == 0:  # a decode entry over `step` cached tokens
+                composed = att.grid.at(float(b), float(step) + 1) + block(float(b))
+            elif (float(b), float(isl)) in pre and isl > 1:
+                composed = pre[(float(b), float(isl))] + block(float(b * isl))
+            else:
+                continue
+            errs[i].append(composed / (float(ms) / 1e3) - 1.0)
+    return np.array(errs[0]), np.array(errs[1])

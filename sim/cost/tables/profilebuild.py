@@ -45,9 +45,8 @@ from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, recorded_fields, shard
-from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.commtable import Collectives, load_collectives
-from sim.cost.tables.gemmtable import GemmTable
+from sim.cost.tables.gemmtable import GemmTable, gemm_table
 from sim.cost.tables.kerneltables import (
     FRAMEWORKS,
     TABLE_DTYPES,
@@ -110,31 +109,6 @@ def resolve_version(spec: BuildSpec) -> str:
         raise ServesimError(f"no {spec.framework} {spec.version} tables for {spec.gpu}; "
                             f"versions: {', '.join(have)}", where="--version")
     return spec.version
-
-
-@dataclass(frozen=True)
-class GemmSource:
-    """A GEMM table as read: the table, its kernel (the one with most rows) and the
-    device name the collection reports."""
-
-    table: GemmTable
-    kernel: str
-    device: str
-
-
-@lru_cache(maxsize=16)
-def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource:
-    """The GEMM table of ``dtype`` (servesim's name), read once per process."""
-    table = load_table(gpu, "gemm", framework, version, "gemm_perf")
-    want = TABLE_DTYPES[dtype]
-    rows = table.where(gemm_dtype=want)
-    if not len(rows):
-        raise ServesimError(f"{table.path}: no {want} GEMM rows; dtypes: "
-                            f"{', '.join(table.values('gemm_dtype'))}")
-    kernel = default_kernel(rows)
-    dev = rows.columns.get("device")
-    return GemmSource(GemmTable.from_table(rows.where(kernel_source=kernel)), kernel,
-                      str(dev[0]) if dev is not None and len(dev) else gpu)
 
 
 def attention_gemms(rank: Shard) -> list[tuple[int, int]]:

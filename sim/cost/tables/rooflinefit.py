@@ -31,9 +31,10 @@ from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, shard
 from sim.cost.tables.attntables import decode_grid, select
+from sim.cost.tables.gemmtable import gemm_table
 from sim.cost.tables.kerneltables import GPU_DIRS, coverage
 from sim.cost.tables.moetable import moe_times
-from sim.cost.tables.profilebuild import attention_table, gemm_table, layer_gemms
+from sim.cost.tables.profilebuild import attention_table, layer_gemms
 from sim.errors import ServesimError
 
 # (model, tp) whose kernels are compared, when the model's heads split over tp.

@@ -232,15 +232,6 @@ def test_calibrate_refuses_mla_in_one_line() -> None:
         check_timeable(V3)
 
 
-@needs_tables
-def test_profile_build_refuses_vllm_mla_in_one_line() -> None:
-    from sim.cost.tables.profilebuild import BuildSpec, build_profile
-
-    with pytest.raises(ServesimError, match=r"--framework: deepseek-v3: vllm's tables time "
-                                            r"latent attention \(MLA\) only as whole modules"):
-        build_profile(BuildSpec(V3, "h200", "vllm", 8))
-
-
 def test_reports_write_deepseek_as_its_maker_does() -> None:
     from sim.report.human import model_name
 
@@ -248,12 +239,13 @@ def test_reports_write_deepseek_as_its_maker_does() -> None:
     assert model_name("deepseek-r1") == "DeepSeek-R1"
 
 
-def test_measured_cost_for_mla_under_vllm_points_at_sglang() -> None:
+def test_measured_cost_finds_deepseek_under_both_frameworks() -> None:
     from sim.cost.measured import find
 
     assert find(V3, "h200", 8, "sglang") == "h200-deepseek-v3-tp8-sglang"
+    assert find(V3, "b200", 8, "vllm") == "b200-deepseek-v3-tp8-vllm"
     assert find(MODELS["deepseek-r1"], "b200", 8, "sglang") == "b200-deepseek-v3-tp8-sglang"
-    with pytest.raises(ServesimError, match=r"cost\.measured: no measured profile for "
-                                            r"latent-attention \(MLA\) model deepseek-v3 under "
-                                            r"vllm: .*ship for sglang"):
-        find(V3, "h200", 8, "vllm")
+    # Eight H100s cannot hold it: the error lists the GPUs that have a profile.
+    with pytest.raises(ServesimError, match=r"no measured profile for deepseek-v3 at tp=8 "
+                                            r"under vllm on h100-sxm; GPUs with one: b200, h200"):
+        find(V3, "h100-sxm", 8, "vllm")

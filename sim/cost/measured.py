@@ -38,10 +38,9 @@ SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b")
 SHIPPED_EP = (("qwen3-235b-a22b-fp8", "h200", 2), ("qwen3-235b-a22b-fp8", "h200", 4),
               ("qwen3-235b-a22b", "h200", 8))
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
-# Latent-attention models (their release's FP8 block-scaled weights), SGLang only: vLLM's
-# tables time MLA as whole modules, which the builder does not split.
+# Latent-attention models (their release's FP8 block-scaled weights), at the tps where
+# they fit.
 SHIPPED_MLA = ("deepseek-v3",)
-SHIPPED_MLA_FRAMEWORKS = ("sglang",)
 SHIPPED_TPS = (1, 2, 4, 8)
 # gpt-oss (mxfp4 experts, sliding-window layers) at the tps each is served at, on the
 # GPUs of the public end-to-end runs: 20b fits one GPU with room to spare.
@@ -123,13 +122,6 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
     for s in same:
         if (s.gpu, s.tp, s.framework, s.ep) == (gpu, tp, framework, ep):
             return s.stem
-    if model.mla and framework not in SHIPPED_MLA_FRAMEWORKS:
-        raise ServesimError(f"no measured profile for latent-attention (MLA) model "
-                            f"{model.name} under {framework}: its tables time MLA only as "
-                            f"whole modules; measured MLA profiles ship for "
-                            f"{', '.join(SHIPPED_MLA_FRAMEWORKS)} (cost: {{measured: "
-                            f"{{framework: sglang}}}}), or use cost: roofline",
-                            where="cost.measured")
     if ep > 1:
         have_ep = sorted(f"{s.framework} tp {s.tp} ep {s.ep}" for s in same
                          if s.gpu == gpu and s.ep > 1)

@@ -37,7 +37,6 @@ import numpy as np
 
 from sim.core.request import FINISHED
 from sim.cost.specs import MODELS, KVDtype, ModelSpec
-from sim.cost.tables.mlaattn import MLA_FRAMEWORKS
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
@@ -268,9 +267,6 @@ def classify(row: Row) -> Case | str:
         ep = row.moe_ep
     if row.backend not in SCHEDULERS:
         return f"backend {row.backend} is not modelled"
-    if MODELS[MODEL_PRESETS[row.model_path]].mla and row.backend not in MLA_FRAMEWORKS:
-        return (f"latent attention (MLA) under {row.backend}: its tables time MLA only as "
-                f"whole modules, which servesim does not build from")
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
             math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
         return "incomplete row (lengths, concurrency, tp or latencies missing)"

@@ -28,7 +28,6 @@ from sim.cost.measured import (
     SHIPPED_GPTOSS,
     SHIPPED_GPTOSS_GPUS,
     SHIPPED_MLA,
-    SHIPPED_MLA_FRAMEWORKS,
     SHIPPED_MODELS,
     SHIPPED_MOE,
     SHIPPED_TPS,
@@ -137,8 +136,7 @@ def shipped_specs() -> list[BuildSpec]:
                     kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)  # ... and it fits
                 except ServesimError:
                     continue
-                fws = SHIPPED_MLA_FRAMEWORKS if model.mla else SHIPPED_FRAMEWORKS
-                out.extend(BuildSpec(model, gpu, fw, tp) for fw in fws
+                out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
                            if not model.experts or _moe_measured(model, gpu, fw, tp))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     for name, tps in SHIPPED_GPTOSS.items():

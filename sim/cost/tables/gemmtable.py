@@ -172,3 +172,27 @@ def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource
     dev = rows.columns.get("device")
     return GemmSource(GemmTable.from_table(rows.where(kernel_source=kernel)), kernel,
                       str(dev[0]) if dev is not None and len(dev) else gpu)
+
+
+# Weight dtypes whose GEMM rows one framework's collection times inconsistently, and the
+# framework whose rows of the same kernel library price them instead. vLLM's fp8_block
+# rows (DeepGemmFp8BlockScaledMMKernel) are 5-6x slower than SGLang's and TensorRT-LLM's
+# DeepGEMM rows at 17-256 tokens on H100 and H200 and 15-21x on B200 (medians over the
+# shapes all three timed), and contradict vLLM's own MLA module rows: on one B200 its
+# whole DeepSeek-V3 attention block at tp 8 takes 0.054 ms for one decode entry, where
+# its GEMM rows price the block's three projections alone at 0.81 ms (SGLang's: 0.031).
+BORROWED_GEMMS = {("vllm", "fp8-block"): "sglang"}
+
+
+def projection_gemms(gpu: str, framework: str, version: str,
+                     dtype: str) -> tuple[GemmSource, str, str]:
+    """The GEMM table that prices ``dtype`` projections under ``framework``'s ``version``
+    on ``gpu``: its own, or where :data:`BORROWED_GEMMS` says so the newest table of
+    the named framework on the same GPU; and the framework and version it came from."""
+    from sim.cost.tables.kerneltables import coverage
+
+    donor = BORROWED_GEMMS.get((framework, dtype))
+    have = coverage().get(gpu, {}).get(donor, []) if donor else []
+    if donor is None or not have:
+        return gemm_table(gpu, framework, version, dtype), framework, version
+    return gemm_table(gpu, donor, have[-1], dtype), donor, have[-1]

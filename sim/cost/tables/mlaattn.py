@@ -25,9 +25,15 @@ them the same way):
   absorbed halves of kv_b per tensor), else in bf16.
 
 The projections outside attention (the fused q_a/kv_a down-projection, q_b and the
-output) belong to the linear stack (:mod:`sim.cost.tables.profilebuild`). vLLM's tables
-time MLA only as whole modules, projections included: :func:`mla_attention` refuses
-them by name.
+output) belong to the linear stack (:mod:`sim.cost.tables.profilebuild`).
+
+vLLM's tables time MLA only as whole modules (``mla_context_module_perf``,
+``mla_generation_module_perf``: projections, kv_b or the batched GEMMs, and the kernel
+of its default backend). Its attention terms are each module row less the block's
+three projections priced from the same GEMM table as the linear stack, so that a step
+of prefills only or decodes only costs what the module measured
+(:func:`_from_modules`). TensorRT-LLM's tables hold both forms: :func:`module_errors`
+measures the per-kernel composition against its modules.
 """
 
 from __future__ import annotations
@@ -70,15 +76,14 @@ def kv_b_shape(rank: Shard) -> tuple[int, int]:
 
 
 def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,
-                  kv_dtype: str, gemm: GemmTable) -> MlaAttention:
+                  kv_dtype: str, gemm: GemmTable,
+                  projections: list[tuple[int, int]]) -> MlaAttention:
     """``model``'s latent attention per layer on one ``rank`` under ``framework``'s
     ``version`` tables on ``gpu``, KV cache in ``kv_dtype`` (the tables' name), kv_b's
-    GEMMs priced from ``gemm`` (the projections' table); see the module doc."""
+    GEMMs priced from ``gemm`` (the projections' table); under vLLM from its whole-module
+    rows less ``projections`` ((n, k) GEMMs the linear stack prices). See the module doc."""
     if framework not in MLA_FRAMEWORKS:
-        raise ServesimError(
-            f"{model.name}: {framework}'s tables time latent attention (MLA) only as whole "
-            f"modules, projections included, which servesim does not split; measured MLA "
-            f"profiles are built for {' and '.join(MLA_FRAMEWORKS)}", where="--framework")
+        return _from_modules(gpu, framework, version, model, rank, kv_dtype, gemm, projections)
     context = load_table(gpu, "mla", framework, version, "context_mla_perf")
     generation = load_table(gpu, "mla", framework, version, "generation_mla_perf")
     bmm_table = load_table(gpu, "mla_bmm", framework, version, "mla_bmm_perf")
@@ -90,8 +95,7 @@ def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank
                                                         strict=True)])
     prefill = AttentionRows(pre_rows.batch, pre_rows.tokens, pre_rows.seconds + up,
                             pre_rows.kernel, pre_rows.note)
-    m_hi, m_lo = float(gemm.ms[-1]), float(gemm.ms[-2])
-    context_token_s = max((gemm.at(m_hi, n, k) - gemm.at(m_lo, n, k)) / (m_hi - m_lo), 0.0)
+    context_token_s = _kv_b_per_token(gemm, rank)
 
     bmm_dtype = "fp8" if model.dtype in FP8_WEIGHTS else "bfloat16"
     pre_bmm, pre_bmm_note = _bmm(bmm_table, "mla_gen_pre", bmm_dtype, rank.heads)
@@ -105,6 +109,59 @@ def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank
              f"{post_bmm_note})",)
     return MlaAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
                         notes, context_token_s)
+
+
+def _kv_b_per_token(gemm: GemmTable, rank: Shard) -> float:
+    """kv_b's marginal seconds per token at the GEMM table's largest measured m: what
+    re-expanding one cached latent costs a prefill chunk that attends to it."""
+    n, k = kv_b_shape(rank)
+    m_hi, m_lo = float(gemm.ms[-1]), float(gemm.ms[-2])
+    return max((gemm.at(m_hi, n, k) - gemm.at(m_lo, n, k)) / (m_hi - m_lo), 0.0)
+
+
+def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,
+                  kv_dtype: str, gemm: GemmTable,
+                  projections: list[tuple[int, int]]) -> MlaAttention:
+    """Attention from whole-module rows (vLLM's ``mla_context_module_perf`` and
+    ``mla_generation_module_perf``: the block's projections, kv_b or the absorbed
+    batched GEMMs, and the kernel, timed together at the checkpoint's projection dtype):
+    each row less ``projections`` priced from ``gemm`` at its tokens, so that a step of
+    prefills only, or of decodes only, costs the module exactly. A remainder below the
+    GEMM table's smallest time is raised to it, and counted in the note."""
+    gemm_type = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}.get(
+        model.dtype)
+    floor = float(gemm.cube.min())
+
+    def rest(name: str, decode: bool) -> tuple[AttentionRows, int]:
+        table = load_table(gpu, "mla", framework, version, name)
+        where = f"{table.name} ({table.path})"
+        t = table.where(gemm_type=gemm_type, kv_cache_dtype=kv_dtype, mla_dtype="bfloat16",
+                        optional=("mla_dtype",))
+        if gemm_type is None or not len(t):
+            raise ServesimError(f"{where} has no rows for {model.dtype} projections with a "
+                                f"{kv_dtype} KV cache; its projection dtypes: "
+                                f"{', '.join(map(str, table.values('gemm_type')))}")
+        kernel = default_kernel(t)
+        rows = attention_rows(t.where(kernel_source=kernel), rank.heads, decode, kernel,
+                              f"{where}: no measured rows at {rank.heads} heads")
+        if not decode:
+            keep = rows.tokens > 1
+            rows = AttentionRows(rows.batch[keep], rows.tokens[keep], rows.seconds[keep],
+                                 kernel, rows.note)
+        tokens = rows.batch if decode else rows.batch * rows.tokens
+        proj = np.array([sum(gemm.at(float(m), n, k) for n, k in projections) for m in tokens])
+        left = rows.seconds - proj
+        return (AttentionRows(rows.batch, rows.tokens, np.maximum(left, floor), kernel,
+                              rows.note), int((left < floor).sum()))
+    prefill, pre_low = rest("mla_context_module_perf", decode=False)
+    decode, dec_low = rest("mla_generation_module_perf", decode=True)
+    notes = (f"latent attention (MLA) from {framework}'s whole-module rows (prefill "
+             f"{prefill.kernel}, decode {decode.kernel}; {decode.note}) less the block's "
+             f"projections from the GEMM table, which the linear stack prices; remainders "
+             f"raised to the table's smallest time: {pre_low} of {len(prefill.seconds)} "
+             f"prefill and {dec_low} of {len(decode.seconds)} decode points",)
+    return MlaAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
+                        notes, _kv_b_per_token(gemm, rank))
 
 
 def _kernel_rows(table: Table, heads: int, kv_dtype: str,
@@ -153,7 +210,7 @@ def module_errors(gpu: str, framework: str, version: str, model: ModelSpec, rank
     reads the modules, so this is a held-out check of the composition."""
     servesim_dtype = {"fp8_block": "fp8-block", "bfloat16": "bf16"}[gemm_dtype]
     gemm = gemm_table(gpu, framework, version, servesim_dtype).table
-    att = mla_attention(gpu, framework, version, model, rank, kv_dtype, gemm)
+    att = mla_attention(gpu, framework, version, model, rank, kv_dtype, gemm, projections)
 
     def block(tokens: float) -> float:
         return float(sum(gemm.at(tokens, n, k) for n, k in projections))

@@ -46,7 +46,7 @@ from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, recorded_fields, shard
 from sim.cost.tables.commtable import Collectives, load_collectives
-from sim.cost.tables.gemmtable import GemmTable, gemm_table
+from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import (
     FRAMEWORKS,
     TABLE_DTYPES,
@@ -187,12 +187,17 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
     source = gemm_table(gpu, fw, version, "bf16")
     gemm, gemm_kernel = source.table, source.kernel
-    lin_source = gemm_table(gpu, fw, version, m.dtype) if m.dtype in FP8_WEIGHTS else source
+    lin_source, lin_fw, lin_version = (projection_gemms(gpu, fw, version, m.dtype)
+                                       if m.dtype in FP8_WEIGHTS else (source, fw, version))
     lin_gemm, lin_kernel = lin_source.table, lin_source.kernel
     if m.dtype in FP8_WEIGHTS:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")
+    if lin_fw != fw:
+        notes.append(f"{fw}'s own {TABLE_DTYPES[m.dtype]} GEMM rows are inconsistent with "
+                     f"its other tables (sim/cost/tables/gemmtable.py): the projections are "
+                     f"priced from {lin_fw} {lin_version}'s rows of the same library")
     ms = gemm.ms
     lin_ms = lin_gemm.ms  # an FP8 table may time other token counts than the bf16 one
     floor_s = float(gemm.cube.min())
@@ -240,7 +245,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     # Attention at the rank's heads (a model with sliding layers: the layers' mean).
     if m.mla:
         att: ModelAttention = mla_attention(gpu, fw, version, m, rank,
-                                            KV_TABLE_DTYPES[m.kv_dtype], lin_gemm)
+                                            KV_TABLE_DTYPES[m.kv_dtype], lin_gemm,
+                                            attention_gemms(rank))
     else:
         att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
                               attention_table(gpu, fw, version, "context_attention_perf"), m,
@@ -268,7 +274,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                  "fit": {"source": f"prior: {priors.source}; per_new_token_s: the embedding "
                                    "read at the GEMM table's bandwidth"}},
         "linear": {**_entry("linear", lin_fit["coef"]), **_knots(lin_ms, linear),
-                   "fit": {"source": f"tables: gemm {lin_kernel} ({version})",
+                   "fit": {"source": f"tables: gemm {lin_kernel} ({lin_fw} {lin_version})"
+                                     if lin_fw != fw else f"tables: gemm {lin_kernel} ({version})",
                            "interpolation": _err_stats(interp),
                            "formula_past_knots": lin_fit["fit"]}},
         "prefill_attention": {**_entry("prefill_attention", {k: _g(v) for k, v in

@@ -152,3 +152,16 @@ def test_vllm_attention_is_its_module_less_the_projections_by_hand() -> None:
         proj = sum(gemm.table.at(b, n, k) for n, k in attention_gemms(rank))
         assert att.grid.at(b, step + 1) + proj == pytest.approx(want, rel=1e-9)
     assert "0 of 184 decode points" in att.notes[0]
+
+
+@needs_tables
+def test_vllm_mla_where_its_tables_disagree_is_refused() -> None:
+    """On L40S no other collection times block-FP8 GEMMs, vLLM's own rows price the
+    projections above many of its modules, and the build stops saying so."""
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+    from sim.errors import ServesimError
+
+    with pytest.raises(ServesimError, match=r"--gpu: deepseek-v3 on l40s: vllm's whole-module "
+                                            r"MLA rows are faster than the block's projections "
+                                            r".* at 47 of 113 prefill points"):
+        build_profile(BuildSpec(V3, "l40s", "vllm", 8))

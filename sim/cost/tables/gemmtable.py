@@ -188,11 +188,15 @@ def projection_gemms(gpu: str, framework: str, version: str,
                      dtype: str) -> tuple[GemmSource, str, str]:
     """The GEMM table that prices ``dtype`` projections under ``framework``'s ``version``
     on ``gpu``: its own, or where :data:`BORROWED_GEMMS` says so the newest table of
-    the named framework on the same GPU; and the framework and version it came from."""
+    the named framework on the same GPU (when it times that dtype there); and the
+    framework and version it came from."""
     from sim.cost.tables.kerneltables import coverage
 
     donor = BORROWED_GEMMS.get((framework, dtype))
     have = coverage().get(gpu, {}).get(donor, []) if donor else []
-    if donor is None or not have:
-        return gemm_table(gpu, framework, version, dtype), framework, version
-    return gemm_table(gpu, donor, have[-1], dtype), donor, have[-1]
+    if donor is not None and have:
+        try:
+            return gemm_table(gpu, donor, have[-1], dtype), donor, have[-1]
+        except ServesimError:
+            pass  # the donor times no such GEMM here either: the framework's own rows
+    return gemm_table(gpu, framework, version, dtype), framework, version

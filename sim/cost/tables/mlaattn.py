@@ -59,6 +59,9 @@ from sim.errors import ServesimError
 
 # Frameworks whose tables time MLA kernel by kernel.
 MLA_FRAMEWORKS = ("sglang", "trtllm")
+# The share of module points whose remainder may be raised to the GEMM floor before a
+# build from modules is refused (none are on H200 and B200).
+MAX_RAISED = 0.1
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,8 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
     batched GEMMs, and the kernel, timed together at the checkpoint's projection dtype):
     each row less ``projections`` priced from ``gemm`` at its tokens, so that a step of
     prefills only, or of decodes only, costs the module exactly. A remainder below the
-    GEMM table's smallest time is raised to it, and counted in the note."""
+    GEMM table's smallest time is raised to it, and counted in the note; more than
+    :data:`MAX_RAISED` of either phase's points so is an error (the tables disagree)."""
     gemm_type = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}.get(
         model.dtype)
     floor = float(gemm.cube.min())
@@ -155,6 +159,13 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
                               rows.note), int((left < floor).sum()))
     prefill, pre_low = rest("mla_context_module_perf", decode=False)
     decode, dec_low = rest("mla_generation_module_perf", decode=True)
+    for low, rows, what in ((pre_low, prefill, "prefill"), (dec_low, decode, "decode")):
+        if low > MAX_RAISED * len(rows.seconds):
+            raise ServesimError(
+                f"{model.name} on {gpu}: {framework}'s whole-module MLA rows are faster than "
+                f"the block's projections priced from the GEMM table at {low} of "
+                f"{len(rows.seconds)} {what} points; the two tables disagree, so no "
+                f"attention term can be split from the modules here", where="--gpu")
     notes = (f"latent attention (MLA) from {framework}'s whole-module rows (prefill "
              f"{prefill.kernel}, decode {decode.kernel}; {decode.note}) less the block's "
              f"projections from the GEMM table, which the linear stack prices; remainders "

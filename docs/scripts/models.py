@@ -79,6 +79,21 @@ def deepseek_parts() -> dict[str, dict[str, float]]:
                              cost.parts(decode_shape(b, b * 2048)).items()} for b in (1, 64)}
 
 
+def deepseek_measured_parts() -> dict[str, dict[str, float]]:
+    """The same two steps priced by the shipped measured profiles of DeepSeek-V3 on 8
+    H200s (vLLM and SGLang), by profile component (ms; components that are zero left
+    out)."""
+    from sim.cost.profilefile import load_profile
+
+    out: dict[str, dict[str, float]] = {}
+    for fw in ("vllm", "sglang"):
+        cost = load_profile(f"h200-deepseek-v3-tp8-{fw}")
+        for b in (1, 64):
+            parts = cost.breakdown(decode_shape(b, b * 2048))
+            out[f"{fw}, {b} x 2,048"] = {k: float(v) * 1e3 for k, v in parts.items()}
+    return out
+
+
 def deepseek_memory() -> dict[str, float]:
     """DeepSeek-V3 on 8 H200s at vLLM's defaults: per-GPU GiB and the replica's KV tokens."""
     from sim.cost.memory import memory_budget
@@ -149,6 +164,12 @@ def main() -> None:
     for k in next(iter(ds.values())):
         print(f"| {k} | " + " | ".join(f"{v[k]:.2f}" for v in ds.values()) + " |")
     print("| whole step | " + " | ".join(f"{sum(v.values()):.2f}" for v in ds.values()) + " |")
+    dm = deepseek_measured_parts()
+    keys = [k for k in next(iter(dm.values())) if any(v[k] > 0 for v in dm.values())]
+    print("\n| component | " + " | ".join(dm) + " |\n|---|" + "---:|" * len(dm))
+    for k in keys:
+        print(f"| {k} | " + " | ".join(f"{v[k]:.2f}" for v in dm.values()) + " |")
+    print("| whole step | " + " | ".join(f"{sum(v.values()):.2f}" for v in dm.values()) + " |")
     print(deepseek_memory())
     print("\n| weights | 8,192-token prefill ms | TTFT p50 ms | TPOT p50 ms | cost source |")
     print("|---|---:|---:|---:|---|")

@@ -5,7 +5,7 @@ The simulator (``model: {hf_config: PATH}`` in a scenario) and the calibrator
 side reads it. Decoders of the Llama shape are modelled: attention (grouped query heads,
 rotary positions; sliding windows from ``sliding_window`` and ``layer_types``; gpt-oss's
 attention sinks) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
-qwen3_moe, gpt_oss); DeepSeek-V2/V3 (deepseek_v2, deepseek_v3) add multi-head latent
+qwen3_moe, gpt_oss, minimax_m2); DeepSeek-V2/V3 (deepseek_v2, deepseek_v3) add multi-head latent
 attention and shared experts; other mixture-of-experts families are a clear error. A
 ``quantization_config`` sets the weights' dtype: FP8 (``quant_method`` fp8,
 compressed-tensors float8 or ModelOpt FP8: ``fp8-block`` when its scales are per block,
@@ -31,14 +31,19 @@ from sim.files import read_text
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss",
-                      "deepseek_v2", "deepseek_v3")
+                      "deepseek_v2", "deepseek_v3", "minimax_m2")
 # Mixture-of-experts families: the config keys of (experts, experts per token, expert
 # width); Mixtral's and gpt-oss's intermediate_size is their experts' width.
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
             "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
             "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
-            "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")}
+            "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            # MiniMax-M2: every layer a mixture of experts of width intermediate_size
+            # (as Mixtral's), grouped-query attention with per-layer q/k RMSNorms (left
+            # out, as Qwen3's) and rotary embedding on part of each head; its
+            # multi-token-prediction modules (use_mtp) are not read, as DeepSeek's.
+            "minimax_m2": ("num_local_experts", "num_experts_per_tok", "intermediate_size")}
 # Families whose sliding_window (when not null) applies to every layer that layer_types
 # does not name otherwise: Mistral-7B v0.1 (4,096 on all 32 layers); Mixtral's is null.
 _WINDOW_ON_ALL = ("mistral", "mixtral")
@@ -152,6 +157,9 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
                                 "ones (0, 1, ...)", source=src, where="mlp_only_layers")
         dense = len(only)
     shared = 0
+    if family == "minimax_m2" and cfg.get("shared_intermediate_size", 0):
+        raise ServesimError(f"got {cfg['shared_intermediate_size']!r}: MiniMax shared experts "
+                            "are not modelled (0)", source=src, where="shared_intermediate_size")
     if family in MLA_FAMILIES:
         freq = cfg.get("moe_layer_freq", 1)
         if freq != 1:

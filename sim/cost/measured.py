@@ -31,7 +31,7 @@ SHIPPED_MODELS = ("llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2.5-7b", "qwen
 # public end-to-end runs.
 SHIPPED_FP8 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
 # Mixtures of experts, on every GPU and tp whose MoE tables measured their shape.
-SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b")
+SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "minimax-m2.5")
 # With expert parallelism (vLLM's --enable-expert-parallel, ep = tp), vLLM only: the
 # setups of the public end-to-end rows served so (Qwen3-235B-A22B-FP8 on 2 and 4 H200s)
 # and the 8-H200 one docs/models.md sets beside tensor parallelism.

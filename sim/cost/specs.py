@@ -668,6 +668,15 @@ MODELS["deepseek-v3"] = _llama(
     shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
     qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
 MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
+# MiniMax-M2.5 (sim/data/models/minimax-m2.5/config.json): grouped-query attention (48
+# heads of 128, 8 KV heads), every layer 256 SwiGLU experts of width 1536, 8 a token, no
+# shared expert. Released with FP8 weights in 128 x 128 blocks (router and LM head kept
+# 16-bit), so the preset is fp8-block as shipped. Its three multi-token-prediction
+# modules (use_mtp) are left out, as DeepSeek-V3's.
+MODELS["minimax-m2.5"] = _llama(
+    name="minimax-m2.5", layers=62, hidden=3072, heads=48, kv_heads=8, head_dim=128,
+    intermediate=1536, vocab=200064, dtype="fp8-block", max_context=196608,
+    rope_theta=5000000.0, experts=256, experts_per_token=8, expert_intermediate=1536)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ MODEL_PRESETS = {
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1": "deepseek-r1",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
 }
 # Labels the sample gives rows of checkpoints released with 4-bit experts (gpt-oss:
 # mxfp4 experts, the rest bf16, which the preset holds): "fp4" (GEMM mode "nvfp4").
@@ -67,11 +68,12 @@ FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 # Checkpoints whose own quantization_config fixes their weights' dtype whatever a row's
 # label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
 # (the sample labels some of their vLLM rows plain fp8).
-# DeepSeek's V3 and R1 releases are block-scaled too (their rows say fp8); the sample's
-# FP4 rows of those names ran NVIDIA's NVFP4 checkpoints, which servesim does not model.
+# DeepSeek's V3 and R1 and MiniMax's M2.5 releases are block-scaled too (their rows say
+# fp8); the sample's FP4 rows of those names ran NVFP4 checkpoints, not modelled.
 CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
                      "deepseek-ai/DeepSeek-V3": "fp8-block",
-                     "deepseek-ai/DeepSeek-R1": "fp8-block"}
+                     "deepseek-ai/DeepSeek-R1": "fp8-block",
+                     "MiniMaxAI/MiniMax-M2.5": "fp8-block"}
 # What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
 # (`kv-cache-dtype: fp8` in vLLM's config, `kv_cache_config.dtype: fp8` in TensorRT-LLM's)
 # for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM on B200
@@ -343,15 +345,24 @@ FREE_FRACTION = {"trtllm": 0.9}
 # to one whole prompt beside every client's decode, max(8192, ⌈(clients + ISL + 64) /
 # 64⌉·64), and kv_cache_config.free_gpu_memory_fraction 0.75 on H200, 0.8 on B200.
 DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
+# Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
+# --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100); their other settings
+# changed between the runs' vLLM releases and are left at vLLM's defaults.
+MINIMAX_MEMORY = {"b200": 0.95, "h200": 0.95}
 
 
 def recipe(case: Case) -> dict[str, float]:
     """The launch settings of ``case``'s run that differ from its framework's defaults,
-    where its public recipe is known (InferenceX's DeepSeek runs): any of
+    where its public recipe is known (InferenceX's DeepSeek and MiniMax runs): any of
     ``max_num_batched_tokens`` (tokens), ``static_fraction`` and ``free_fraction``
-    (fractions of GPU memory, as :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`)."""
+    (fractions of GPU memory, as :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`) and
+    ``memory_utilization`` (vLLM's ``gpu_memory_utilization``)."""
     r = case.row
-    if r.model_path not in DEEPSEEK_PATHS or r.collection != "inferencex":
+    if r.collection != "inferencex":
+        return {}
+    if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
+        return {"memory_utilization": MINIMAX_MEMORY.get(case.gpu, 0.9)}
+    if r.model_path not in DEEPSEEK_PATHS:
         return {}
     if case.framework == "sglang":
         return {"max_num_batched_tokens": 32768,
@@ -410,7 +421,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         "name": f"silicon-{r.line}",
         "model": case.model if case.dtype == "bf16" else {"preset": case.model,
                                                             "dtype": case.dtype},
-        "hardware": {"gpu": case.gpu, "tp": r.tp, "memory_utilization": 0.9,
+        "hardware": {"gpu": case.gpu, "tp": r.tp,
+                     "memory_utilization": recipe(case).get("memory_utilization", 0.9),
                      **({"ep": case.ep} if case.ep > 1 else {})},
         "cost": "roofline",  # replaced by the built profile when simulated
         "serving": serving,

@@ -1,0 +1,85 @@
+"""MiniMax-M2.5: the preset against its release's config.json and model card, the
+HuggingFace import of its family, and its public end-to-end rows as their recipes ran."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from conftest import silicon_csv
+
+from sim.cost.hfconfig import from_hf_config
+from sim.cost.specs import MODELS, shard
+from sim.errors import ServesimError
+from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "sim" / "data" / "models" / "minimax-m2.5" / "config.json"
+M = MODELS["minimax-m2.5"]
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")
+
+
+def test_preset_is_the_release_config() -> None:
+    got = from_hf_config(CONFIG)
+    assert got == M
+    # Block-scaled FP8 from quantization_config; every layer 256 experts of width 1536.
+    assert (M.dtype, M.experts, M.experts_per_token, M.expert_intermediate, M.dense_layers,
+            M.shared_experts) == ("fp8-block", 256, 8, 1536, 0, 0)
+
+
+def test_sizes_match_the_model_card() -> None:
+    # Card: 230B total, 10B activated. The active count here includes the embedding
+    # table (0.61B) and the LM head (0.61B); without them, attention, router and 8
+    # experts a layer are 9.80B, which the card rounds to 10B.
+    assert M.params == pytest.approx(230e9, rel=0.01)
+    per_layer = (3072 * 48 * 128 + 2 * 3072 * 8 * 128 + 48 * 128 * 3072  # q, k, v, o
+                 + 3072 * 256  # router
+                 + 8 * 3 * 3072 * 1536)  # 8 experts' gate, up and down
+    assert M.active_params - 2 * M.embedding_params == pytest.approx(62 * per_layer, rel=1e-3)
+    assert 62 * per_layer == pytest.approx(10e9, rel=0.03)
+    # 48 query heads split over tp 4, 8 KV heads: 12 and 2 a GPU.
+    rank = shard(M, 4)
+    assert (rank.heads, rank.kv_heads) == (12, 2)
+
+
+def test_shared_experts_are_refused_in_one_line(tmp_path: Path) -> None:
+    cfg = json.loads(CONFIG.read_text())
+    cfg["shared_intermediate_size"] = 1536
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError, match=r"shared_intermediate_size: got 1536: MiniMax "
+                                            r"shared experts are not modelled \(0\)"):
+        from_hf_config(path)
+
+
+ROW = ("x,source_file=2026-04-06.csv; model=MiniMax-M2.5,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,"
+       "{system},{label},agg,1024,1024,16,{tp},1,1,80,10")
+
+
+@pytest.mark.parametrize(("system", "memory"), [("b200_sxm", 0.95), ("h200_sxm", 0.95),
+                                                ("h100_sxm", 0.9)])
+def test_rows_run_at_their_recipes_memory(tmp_path: Path, system: str, memory: float) -> None:
+    line = ROW.format(system=system, label="fp8", tp=4)
+    case = classify(read_rows(silicon_csv(tmp_path, [line]))[0])
+    assert isinstance(case, Case) and (case.model, case.dtype) == ("minimax-m2.5", "fp8-block")
+    assert recipe(case) == {"memory_utilization": memory}
+    assert scenario_raw(case)["hardware"]["memory_utilization"] == memory
+    fp4 = ROW.format(system=system, label="fp4", tp=4)
+    assert str(classify(read_rows(silicon_csv(tmp_path, [fp4]))[0])).startswith("fp4 weights")
+
+
+@needs_tables
+def test_measured_profile_prices_its_experts_from_the_moe_tables() -> None:
+    from sim.cost.measured import find
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    assert find(dataclasses.replace(M, name="m"), "h200", 2, "vllm") == \
+        "h200-minimax-m2.5-tp2-vllm"
+    data = build_profile(BuildSpec(M, "b200", "vllm", 4))
+    notes = " ".join(data["source"]["notes"])
+    assert "MoE layer:" in notes and "fp8_block" in notes and "tp 4" in notes

@@ -83,3 +83,37 @@ def test_measured_profile_prices_its_experts_from_the_moe_tables() -> None:
     data = build_profile(BuildSpec(M, "b200", "vllm", 4))
     notes = " ".join(data["source"]["notes"])
     assert "MoE layer:" in notes and "fp8_block" in notes and "tp 4" in notes
+
+
+@needs_tables
+def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
+    """One token's linear term on 4 B200s under vLLM: the three attention projections
+    (block-FP8, from SGLang's DeepGEMM rows: sim/cost/tables/gemmtable.py), the MoE
+    tables' layer, the router GEMM the MoE tables leave out (n = 256 experts, k = 3072,
+    bf16), and the layer's memory-bound kernels."""
+    import numpy as np
+
+    from sim.cost.tables.gemmtable import gemm_table, projection_gemms
+    from sim.cost.tables.moetable import moe_times
+    from sim.cost.tables.profilebuild import (
+        LAYER_ELEMENTWISE_KERNELS,
+        BuildSpec,
+        attention_gemms,
+        build_profile,
+    )
+
+    data = build_profile(BuildSpec(M, "b200", "vllm", 4))
+    rank = shard(M, 4)
+    proj = projection_gemms("b200", "vllm", "0.24.0", "fp8-block")[0].table
+    bf16 = gemm_table("b200", "vllm", "0.24.0", "bf16").table
+    experts = float(moe_times("b200", "vllm", "0.24.0", M, 4, 1).at(np.array([1.0]))[0])
+    src = data["source"]["derived"]
+    width = 8 * 1536 // 4  # 8 experts a token, each a quarter on this GPU
+    elementwise = 2 * (8 * 3072 + 2 * (12 + 2) * 128 + 4 * 2 * 128 + 3 * width)
+    want = (sum(proj.at(1, n, k) for n, k in attention_gemms(rank)) + experts
+            + bf16.at(1, 256, 3072) + LAYER_ELEMENTWISE_KERNELS * src["kernel_floor_s"]
+            + elementwise / src["bandwidth_bytes_s"])
+    lin = data["components"]["linear"]
+    assert lin["table_s"][lin["table_at"].index(1)] == pytest.approx(want, rel=2e-5)
+    assert any(n.startswith("router GEMM (n=256, k=3072, bf16)") for n in
+               data["source"]["notes"])

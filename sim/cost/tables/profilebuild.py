@@ -208,7 +208,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     shapes = layer_gemms(rank)
     moe_kernel = None
     if m.experts:
-        linear, width, shapes, moe_kernel = _moe_stack(spec, version, rank, lin_gemm, notes)
+        linear, width, shapes, moe_kernel = _moe_stack(spec, version, rank, lin_gemm, gemm,
+                                                       notes)
     else:
         dense: np.ndarray = sum(lin_gemm.times(n, k) for n, k in shapes)  # type: ignore[assignment]
         linear, width = dense, rank.intermediate
@@ -335,12 +336,13 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 
 
 def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
+               bf16_gemm: GemmTable,
                notes: list[str]) -> tuple[np.ndarray, float, list[tuple[int, int]], str]:
     """A mixture-of-experts model's projections per layer, averaged over its layers, at
     ``lin_gemm``'s token counts: attention GEMMs in every layer, the dense SwiGLU in its
-    dense layers, in the others the measured MoE layer (:mod:`sim.cost.tables.moetable`)
-    and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this GPU (for
-    the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
+    dense layers, in the others the measured MoE layer (:mod:`sim.cost.tables.moetable`),
+    its router and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this
+    GPU (for the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
     m = spec.model
     moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep, spec.routing)
     notes.append(moe.note)
@@ -351,7 +353,13 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
               (rank.hidden, rank.shared_experts * s_width)]
     f_dense, f_moe = m.dense_layers / m.layers, rank.moe_layers / m.layers
     ms = lin_gemm.ms
-    linear = np.sum([lin_gemm.times(n, k) for n, k in attn], axis=0) + f_moe * moe.at(ms)
+    # The router (hidden -> every expert's logit, bf16, whole on every GPU) is not in the
+    # MoE tables: their publisher adds it to each MoE layer as a GEMM of its own.
+    router = np.array([bf16_gemm.at(float(x), m.experts, rank.hidden) for x in ms])
+    notes.append(f"router GEMM (n={m.experts}, k={rank.hidden}, bf16) added to each MoE "
+                 "layer: the MoE tables time the experts without it")
+    linear = (np.sum([lin_gemm.times(n, k) for n, k in attn], axis=0)
+              + f_moe * (moe.at(ms) + router))
     used = list(attn)
     if m.dense_layers:
         linear = linear + f_dense * sum(lin_gemm.times(n, k) for n, k in dense)

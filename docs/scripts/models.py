@@ -94,6 +94,28 @@ def deepseek_measured_parts() -> dict[str, dict[str, float]]:
     return out
 
 
+def qwen235_layouts() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Qwen3-235B-A22B on 8 H200s under tp 8 and under ep 8: decode steps at 1, 16, 64 and
+    256 sequences of 2,048 cached tokens (the roofline, the same for both, and each
+    shipped vLLM profile, synchronous), and prefill steps of 512, 2,048 and 8,192 tokens
+    by the profiles (ms)."""
+    from sim.cost.profilefile import load_profile
+
+    m = MODELS["qwen3-235b-a22b"]
+    roof = RooflineCost(m, GPUS["h200"], 8, RooflineParams())
+    decode = {"roofline": [float(roof.step_time(decode_shape(b, b * 2048))) * 1e3
+                           for b in (1, 16, 64, 256)]}
+    prefill = {}
+    for label, stem in (("tp 8", "h200-qwen3-235b-a22b-tp8-vllm"),
+                        ("ep 8", "h200-qwen3-235b-a22b-tp8-ep8-vllm")):
+        cost = load_profile(stem)
+        decode[label] = [float(cost.step_time(decode_shape(b, b * 2048))) * 1e3
+                         for b in (1, 16, 64, 256)]
+        prefill[label] = [float(cost.step_time(shape_of([(n, 0)]))) * 1e3
+                          for n in (512, 2048, 8192)]
+    return decode, prefill
+
+
 def deepseek_memory() -> dict[str, float]:
     """DeepSeek-V3 on 8 H200s at vLLM's defaults: per-GPU GiB and the replica's KV tokens."""
     from sim.cost.memory import memory_budget
@@ -159,6 +181,13 @@ def main() -> None:
     for k, v in parts.items():
         print(f"| {k} | {v:.2f} |")
     print(f"| whole step | {sum(parts.values()):.2f} |")
+    dec, pre = qwen235_layouts()
+    print("\n| sequences | roofline, tp 8 and ep 8 | measured, tp 8 | measured, ep 8 |")
+    print("|---:|---:|---:|---:|")
+    for i, b in enumerate((1, 16, 64, 256)):
+        print(f"| {b} | " + " | ".join(f"{v[i]:.2f}" for v in dec.values()) + " |")
+    print("prefill 512, 2,048, 8,192 tokens: " + "; ".join(
+        f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in pre.items()))
     ds = deepseek_parts()
     print("\n| component | " + " | ".join(ds) + " |\n|---|" + "---:|" * len(ds))
     for k in next(iter(ds.values())):

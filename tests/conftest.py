@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,10 @@ def cpu_calibration(tmp_path_factory: pytest.TempPathFactory) -> Any:
         mp.undo()
         torch.set_num_threads(threads)
     return res, mask
+
+
+# Tests that read the public kernel tables (the `measured` extra, aiconfigurator-core),
+# which `make test` installs; skipped where it is not.
+needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                                  reason="the measured extra (aiconfigurator-core) is not "
+                                         "installed; make test installs it")

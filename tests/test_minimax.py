@@ -4,12 +4,11 @@ HuggingFace import of its family, and its public end-to-end rows as their recipe
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-from conftest import silicon_csv
+from conftest import needs_tables, silicon_csv
 
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.specs import MODELS, shard
@@ -19,9 +18,6 @@ from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "sim" / "data" / "models" / "minimax-m2.5" / "config.json"
 M = MODELS["minimax-m2.5"]
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 
 def test_preset_is_the_release_config() -> None:

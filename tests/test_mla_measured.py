@@ -6,20 +6,16 @@ DeepSeek as the runs were launched."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import silicon_csv
+from conftest import needs_tables, silicon_csv
 
 from sim.cost.specs import MODELS, shard
 from sim.cost.tables.profilebuild import attention_gemms
 from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
 
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 V3 = MODELS["deepseek-v3"]
 
 

@@ -5,8 +5,8 @@ Run from the repository root, after e.g.
     .venv/bin/python docs/scripts/silicon_groups.py out/4bit/silicon.json
 It prints one Markdown row per framework, run (version) and GPU: rows, median and p90
 |error| of TTFT and TPOT, and the signed medians; then one row per framework.
-``--weights fp8`` keeps the FP8 rows and groups them by model too; ``--held-out`` keeps
-the rows no fit has seen.
+``--weights fp8`` keeps the FP8 rows; rows of more than one model are grouped by model
+too; ``--held-out`` keeps the rows no fit has seen.
 """
 
 from __future__ import annotations
@@ -38,13 +38,17 @@ def main(path: Path, fp8: bool = False, held_out: bool = False) -> None:
         recs = [r for r in recs if r["dtype"] != "bf16" and not r.get("expert_dtype")]
     if held_out:
         recs = [r for r in recs if r["split"] == "test"]
+    # Rows of several models (FP8 ones, 4-bit experts of gpt-oss and Kimi) are grouped by
+    # model too.
+    fp8 = fp8 or len({r["model"] for r in recs}) > 1
     print(f"| framework (run) | {'model, weights | ' if fp8 else ''}GPU | rows | "
           "TTFT median (p90) | TPOT median (p90) | signed medians TTFT / TPOT |")
     print(f"|---|{'---|' if fp8 else ''}---|---:|---|---|---|")
     groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
     for r in recs:
+        weights = f"{r['expert_dtype']} experts" if r.get("expert_dtype") else r["dtype"]
         model = (f"{r['model']}{' (ep ' + str(r['ep']) + ')' if r.get('ep', 1) > 1 else ''}"
-                 f", {r['dtype']}{', fp8 KV' if r.get('kv_dtype') == 'fp8' else ''}",) \
+                 f", {weights}{', fp8 KV' if r.get('kv_dtype') == 'fp8' else ''}",) \
             if fp8 else ()
         groups[(r["framework"], r["version"], *model, r["gpu"])].append(r)
     for key, rs in sorted(groups.items()):

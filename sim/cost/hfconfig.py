@@ -31,7 +31,11 @@ from sim.files import read_text
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss",
-                      "deepseek_v2", "deepseek_v3", "minimax_m2")
+                      "deepseek_v2", "deepseek_v3", "kimi_k2", "minimax_m2")
+# Multimodal wrappers whose language model is a supported family in ``text_config``
+# (Kimi-K2.5: a DeepSeek-V3-shaped kimi_k2 decoder beside a vision tower, which is not
+# modelled: text requests never run it).
+WRAPPERS = ("kimi_k25",)
 # Mixture-of-experts families: the config keys of (experts, experts per token, expert
 # width); Mixtral's and gpt-oss's intermediate_size is their experts' width.
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
@@ -39,6 +43,7 @@ MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediat
             "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
             "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "kimi_k2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
             # MiniMax-M2: every layer a mixture of experts of width intermediate_size
             # (as Mixtral's), grouped-query attention with per-layer q/k RMSNorms (left
             # out, as Qwen3's) and rotary embedding on part of each head; its
@@ -51,7 +56,7 @@ _WINDOW_ON_ALL = ("mistral", "mixtral")
 # and then from layer max_window_layers on: not modelled.
 _WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe")
 # Families with multi-head latent attention: DeepSeek's config keys, read as they are named.
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
@@ -72,6 +77,8 @@ def from_hf_config(path: Path) -> ModelSpec:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)
+    if cfg.get("model_type") in WRAPPERS and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]
     family = cfg.get("model_type")
     moe = [k for k in _MOE_KEYS if k in cfg]
     if family not in SUPPORTED_FAMILIES:

@@ -40,7 +40,7 @@ SHIPPED_EP = (("qwen3-235b-a22b-fp8", "h200", 2), ("qwen3-235b-a22b-fp8", "h200"
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 # Latent-attention models (their release's FP8 block-scaled weights), at the tps where
 # they fit.
-SHIPPED_MLA = ("deepseek-v3",)
+SHIPPED_MLA = ("deepseek-v3", "kimi-k2.5")
 SHIPPED_TPS = (1, 2, 4, 8)
 # gpt-oss (mxfp4 experts, sliding-window layers) at the tps each is served at, on the
 # GPUs of the public end-to-end runs: 20b fits one GPU with room to spare.

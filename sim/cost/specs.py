@@ -668,6 +668,19 @@ MODELS["deepseek-v3"] = _llama(
     shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
     qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
 MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
+# Kimi-K2.5 (sim/data/models/kimi-k2.5/config.json, its text_config): DeepSeek-V3's
+# layout at 64 heads and 384 routed experts, one dense layer first. Released with its
+# routed experts quantised to 4-bit integers (compressed-tensors, groups of 32) and
+# attention, shared expert, dense MLP and LM head in bf16, so the preset's expert_dtype
+# is int4 (priced at 4.125 bits a weight, groups of 128: 4.5 with Kimi's groups of 32,
+# 7% more expert bytes) and its shared expert counted with the routed ones (int4; bf16
+# in the release: 2.6B weights). The vision tower is not modelled.
+MODELS["kimi-k2.5"] = _llama(
+    name="kimi-k2.5", layers=61, hidden=7168, heads=64, kv_heads=64, head_dim=192,
+    intermediate=18432, vocab=163840, max_context=262144, rope_theta=50000.0, experts=384,
+    experts_per_token=8, expert_intermediate=2048, shared_experts=1, dense_layers=1,
+    expert_dtype="int4", kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
+    qk_nope_head_dim=128, v_head_dim=128)
 # MiniMax-M2.5 (sim/data/models/minimax-m2.5/config.json): grouped-query attention (48
 # heads of 128, 8 KV heads), every layer 256 SwiGLU experts of width 1536, 8 a token, no
 # shared expert. Released with FP8 weights in 128 x 128 blocks (router and LM head kept

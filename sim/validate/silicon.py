@@ -57,10 +57,12 @@ MODEL_PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "deepseek-ai/DeepSeek-R1": "deepseek-r1",
     "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5",
 }
-# Labels the sample gives rows of checkpoints released with 4-bit experts (gpt-oss:
-# mxfp4 experts, the rest bf16, which the preset holds): "fp4" (GEMM mode "nvfp4").
-FOUR_BIT_LABELS = ("fp4", "mxfp4")
+# Labels the sample gives rows of checkpoints released with 4-bit experts, by the
+# preset's expert dtype: gpt-oss (mxfp4 experts, the rest bf16) "fp4" (GEMM mode
+# "nvfp4"), Kimi-K2.5 (int4 experts) "int4"; its "fp4" rows ran NVIDIA's NVFP4 checkpoint.
+FOUR_BIT_LABELS = {"mxfp4": ("fp4", "mxfp4"), "int4": ("int4",)}
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "l40s": "l40s"}
 # The GEMM quantisation modes of FP8 rows, as servesim's weight dtypes.
@@ -243,8 +245,9 @@ def classify(row: Row) -> Case | str:
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
     dtype = "bf16"
-    if MODELS[MODEL_PRESETS[row.model_path]].expert_dtype:
-        if row.precision not in FOUR_BIT_LABELS:
+    experts = MODELS[MODEL_PRESETS[row.model_path]].expert_dtype
+    if experts:
+        if row.precision not in FOUR_BIT_LABELS[experts]:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
                     f"released {MODELS[MODEL_PRESETS[row.model_path]].expert_dtype} experts")
     elif row.precision not in ("", "nan", "bf16", "bfloat16"):

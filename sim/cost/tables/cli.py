@@ -137,7 +137,8 @@ def shipped_specs() -> list[BuildSpec]:
                 except ServesimError:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
-                           if not model.experts or _moe_measured(model, gpu, fw, tp))
+                           if (not model.experts or _moe_measured(model, gpu, fw, tp))
+                           and (not model.mla or _mla_measured(model, gpu, fw, tp)))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     for name, tps in SHIPPED_GPTOSS.items():
         out.extend(BuildSpec(MODELS[name], gpu, fw, tp) for gpu in SHIPPED_GPTOSS_GPUS
@@ -154,6 +155,15 @@ def _fits(model: ModelSpec, gpu: str, tp: int) -> bool:
     except ServesimError:
         return False
     return True
+
+
+def _mla_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
+    """Whether the installed tables hold ``framework``'s latent-attention rows on ``gpu``
+    at the version its profile is built from."""
+    from sim.cost.tables.kerneltables import versions
+
+    version = resolve_version(BuildSpec(model, gpu, framework, tp))
+    return version in versions(gpu, "mla", framework)
 
 
 def _moe_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:

@@ -1,0 +1,61 @@
+"""Kimi-K2.5: the preset against its release's config.json (a multimodal wrapper around a
+DeepSeek-V3-shaped decoder with int4 experts) and model card, and its public end-to-end
+rows: the int4 release simulated, NVIDIA's NVFP4 one named as not modelled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import needs_tables, silicon_csv
+
+from sim.cost.hfconfig import from_hf_config
+from sim.cost.specs import MODELS, shard
+from sim.validate.silicon import Case, classify, read_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "sim" / "data" / "models" / "kimi-k2.5" / "config.json"
+K = MODELS["kimi-k2.5"]
+
+
+def test_preset_is_the_release_config() -> None:
+    # The wrapper's text_config is read: latent attention at 64 heads, 384 experts, int4
+    # experts from the compressed-tensors config (attention and the rest left bf16).
+    assert from_hf_config(CONFIG) == K
+    assert (K.heads, K.experts, K.dense_layers, K.dtype, K.expert_dtype, K.mla) == (
+        64, 384, 1, "bf16", "int4", True)
+
+
+def test_sizes_match_the_model_card() -> None:
+    # Card: 1.04T total, 32B activated (the latter without the embedding table).
+    assert K.params == pytest.approx(1.04e12, rel=0.015)
+    assert K.active_params - K.embedding_params == pytest.approx(32e9, rel=0.02)
+    # 64 heads over tp 8: 8 a GPU; the latent is whole on every GPU, as DeepSeek-V3's.
+    assert shard(K, 8).heads == 8
+    assert K.kv_bytes_per_token == MODELS["deepseek-v3"].kv_bytes_per_token
+
+
+ROW = ("x,source_file=2026-04-06.csv; model=Kimi-K2.5,vllm,0.15.1,moonshotai/Kimi-K2.5,"
+       "b200_sxm,{label},agg,1024,1024,8,8,1,1,140,12")
+
+
+def test_int4_rows_are_simulated_and_nvfp4_ones_named(tmp_path: Path) -> None:
+    case = classify(read_rows(silicon_csv(tmp_path, [ROW.format(label="int4")]))[0])
+    assert isinstance(case, Case) and case.model == "kimi-k2.5"
+    assert case.spec.expert_dtype == "int4"
+    fp4 = classify(read_rows(silicon_csv(tmp_path, [ROW.format(label="fp4")]))[0])
+    assert fp4 == ("fp4 weights of moonshotai/Kimi-K2.5: servesim models its released int4 "
+                   "experts")
+
+
+@needs_tables
+def test_vllm_profile_reads_the_marlin_int4_experts_and_the_modules() -> None:
+    from sim.cost.measured import find
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    assert find(K, "h200", 8, "vllm") == "h200-kimi-k2.5-tp8-vllm"
+    data = build_profile(BuildSpec(K, "h200", "vllm", 8))
+    notes = " ".join(data["source"]["notes"])
+    assert "marlin" in data["source"]["kernels"]["moe"] and "int4_wo" in notes
+    assert "whole-module rows" in notes and "8 heads measured" in notes
+    assert "0 of 54 prefill and 0 of 184 decode points" in notes

@@ -1,6 +1,6 @@
 """Kimi-K2.5: the preset against its release's config.json (a multimodal wrapper around a
 DeepSeek-V3-shaped decoder with int4 experts) and model card, and its public end-to-end
-rows: the int4 release simulated, NVIDIA's NVFP4 one named as not modelled."""
+rows: the int4 release simulated, rows labelled fp4 (NVFP4 GEMMs) named as not modelled."""
 
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ MODEL_PRESETS = {
 }
 # Labels the sample gives rows of checkpoints released with 4-bit experts, by the
 # preset's expert dtype: gpt-oss (mxfp4 experts, the rest bf16) "fp4" (GEMM mode
-# "nvfp4"), Kimi-K2.5 (int4 experts) "int4"; its "fp4" rows ran NVIDIA's NVFP4 checkpoint.
+# "nvfp4"), Kimi-K2.5 (int4 experts) "int4"; Kimi's "fp4" rows (NVFP4 GEMMs) are not
+# that release.
 FOUR_BIT_LABELS = {"mxfp4": ("fp4", "mxfp4"), "int4": ("int4",)}
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "l40s": "l40s"}
@@ -71,7 +72,7 @@ FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 # label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
 # (the sample labels some of their vLLM rows plain fp8).
 # DeepSeek's V3 and R1 and MiniMax's M2.5 releases are block-scaled too (their rows say
-# fp8); the sample's FP4 rows of those names ran NVFP4 checkpoints, not modelled.
+# fp8); the sample's FP4 rows of those names (NVFP4 GEMMs) are not those releases.
 CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
                      "deepseek-ai/DeepSeek-V3": "fp8-block",
                      "deepseek-ai/DeepSeek-R1": "fp8-block",

@@ -250,7 +250,7 @@ def classify(row: Row) -> Case | str:
     if experts:
         if row.precision not in FOUR_BIT_LABELS[experts]:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
-                    f"released {MODELS[MODEL_PRESETS[row.model_path]].expert_dtype} experts")
+                    f"released {experts} experts")
     elif row.precision not in ("", "nan", "bf16", "bfloat16"):
         dtype = FP8_MODES.get(row.gemm_quant_mode or row.precision, "")
         if dtype:
@@ -405,7 +405,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     """The scenario mapping that stands for ``case``'s benchmark run."""
     r = case.row
     serving = SCHEDULERS[case.framework](case.gpu)
-    tokens = recipe(case).get("max_num_batched_tokens")
+    settings = recipe(case)
+    tokens = settings.get("max_num_batched_tokens")
     if tokens is not None:
         serving["max_num_batched_tokens"] = int(tokens)
     if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
@@ -426,7 +427,7 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         "model": case.model if case.dtype == "bf16" else {"preset": case.model,
                                                             "dtype": case.dtype},
         "hardware": {"gpu": case.gpu, "tp": r.tp,
-                     "memory_utilization": recipe(case).get("memory_utilization", 0.9),
+                     "memory_utilization": settings.get("memory_utilization", 0.9),
                      **({"ep": case.ep} if case.ep > 1 else {})},
         "cost": "roofline",  # replaced by the built profile when simulated
         "serving": serving,

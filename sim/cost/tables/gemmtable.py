@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from sim.cost.tables.attntables import default_kernel
-from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table
+from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, coverage, load_table
 from sim.errors import ServesimError
 
 
@@ -190,8 +190,6 @@ def projection_gemms(gpu: str, framework: str, version: str,
     on ``gpu``: its own, or where :data:`BORROWED_GEMMS` says so the newest table of
     the named framework on the same GPU (when it times that dtype there); and the
     framework and version it came from."""
-    from sim.cost.tables.kerneltables import coverage
-
     donor = BORROWED_GEMMS.get((framework, dtype))
     have = coverage().get(gpu, {}).get(donor, []) if donor else []
     if donor is not None and have:

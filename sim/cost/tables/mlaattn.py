@@ -11,7 +11,7 @@ them the same way):
   multi-head attention kernel runs over them. The table times the kernel; kv_b's GEMM
   (n = H/tp·(qk_nope + v), k = kv_lora_rank) is added to each row from the GEMM table at
   m = batch·isl. A chunk after cached context up-projects the cached latents as well:
-  :attr:`MlaAttention.context_token_s` is kv_b's marginal price of one token at the GEMM
+  :attr:`ModelAttention.context_token_s` is kv_b's marginal price of one token at the GEMM
   table's largest measured m (the profile adds it to the per-context-token read).
 - **decode** (``generation_mla_perf``: ``batch_size`` entries of one token over
   ``step`` cached tokens) runs absorbed: a batched GEMM folds kv_b's key half into each
@@ -39,7 +39,6 @@ measures the per-kernel composition against its modules.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,15 +63,6 @@ MLA_FRAMEWORKS = ("sglang", "trtllm")
 MAX_RAISED = 0.1
 
 
-@dataclass(frozen=True)
-class MlaAttention(ModelAttention):
-    """:class:`ModelAttention` of a latent-attention model, with ``context_token_s``:
-    seconds a layer spends up-projecting one cached token's latent for a prefill chunk
-    that attends to it."""
-
-    context_token_s: float = 0.0
-
-
 def kv_b_shape(rank: Shard) -> tuple[int, int]:
     """(n, k) of the expanded form's kv_b up-projection on one rank."""
     return rank.heads * (rank.qk_nope_head_dim + rank.v_head_dim), rank.kv_lora_rank
@@ -80,7 +70,7 @@ def kv_b_shape(rank: Shard) -> tuple[int, int]:
 
 def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,
                   kv_dtype: str, gemm: GemmTable,
-                  projections: list[tuple[int, int]]) -> MlaAttention:
+                  projections: list[tuple[int, int]]) -> ModelAttention:
     """``model``'s latent attention per layer on one ``rank`` under ``framework``'s
     ``version`` tables on ``gpu``, KV cache in ``kv_dtype`` (the tables' name), kv_b's
     GEMMs priced from ``gemm`` (the projections' table); under vLLM from its whole-module
@@ -110,8 +100,14 @@ def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank
              f"kv_b up-projection n={n}, k={k} from the GEMM table added), decode absorbed "
              f"({dec_note}; {bmm_dtype} batched GEMMs around it: {pre_bmm_note}, "
              f"{post_bmm_note})",)
-    return MlaAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
+    return ModelAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
                         notes, context_token_s)
+
+
+def _projections_s(gemm: GemmTable, projections: list[tuple[int, int]],
+                   tokens: float) -> float:
+    """Seconds of the (n, k) ``projections`` on ``tokens`` rows, from ``gemm``."""
+    return float(sum(gemm.at(tokens, n, k) for n, k in projections))
 
 
 def _kv_b_per_token(gemm: GemmTable, rank: Shard) -> float:
@@ -124,7 +120,7 @@ def _kv_b_per_token(gemm: GemmTable, rank: Shard) -> float:
 
 def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,
                   kv_dtype: str, gemm: GemmTable,
-                  projections: list[tuple[int, int]]) -> MlaAttention:
+                  projections: list[tuple[int, int]]) -> ModelAttention:
     """Attention from whole-module rows (vLLM's ``mla_context_module_perf`` and
     ``mla_generation_module_perf``: the block's projections, kv_b or the absorbed
     batched GEMMs, and the kernel, timed together at the checkpoint's projection dtype):
@@ -153,7 +149,7 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
             rows = AttentionRows(rows.batch[keep], rows.tokens[keep], rows.seconds[keep],
                                  kernel, rows.note)
         tokens = rows.batch if decode else rows.batch * rows.tokens
-        proj = np.array([sum(gemm.at(float(m), n, k) for n, k in projections) for m in tokens])
+        proj = np.array([_projections_s(gemm, projections, float(m)) for m in tokens])
         left = rows.seconds - proj
         return (AttentionRows(rows.batch, rows.tokens, np.maximum(left, floor), kernel,
                               rows.note), int((left < floor).sum()))
@@ -171,7 +167,7 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
              f"projections from the GEMM table, which the linear stack prices; remainders "
              f"raised to the table's smallest time: {pre_low} of {len(prefill.seconds)} "
              f"prefill and {dec_low} of {len(decode.seconds)} decode points",)
-    return MlaAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
+    return ModelAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
                         notes, _kv_b_per_token(gemm, rank))
 
 
@@ -223,20 +219,20 @@ def module_errors(gpu: str, framework: str, version: str, model: ModelSpec, rank
     gemm = gemm_table(gpu, framework, version, servesim_dtype).table
     att = mla_attention(gpu, framework, version, model, rank, kv_dtype, gemm, projections)
 
-    def block(tokens: float) -> float:
-        return float(sum(gemm.at(tokens, n, k) for n, k in projections))
+    pre = {(float(b), float(t)): float(s) for b, t, s in
+           zip(att.prefill.batch, att.prefill.tokens, att.prefill.seconds, strict=True)}
     errs: list[list[float]] = [[], []]
     for i, name in enumerate(("mla_generation_module_perf", "mla_context_module_perf")):
         c = load_table(gpu, "mla", framework, version, name).where(
             num_heads=rank.heads, kv_cache_dtype=kv_dtype, gemm_type=gemm_dtype).columns
-        pre = {(float(b), float(t)): float(s) for b, t, s in
-               zip(att.prefill.batch, att.prefill.tokens, att.prefill.seconds, strict=True)}
         for b, isl, step, ms in zip(c["batch_size"], c["isl"], c["step"], c["latency"],
                                     strict=True):
             if i == 0:  # a decode entry over `step` cached tokens
-                composed = att.grid.at(float(b), float(step) + 1) + block(float(b))
+                composed = (att.grid.at(float(b), float(step) + 1)
+                            + _projections_s(gemm, projections, float(b)))
             elif (float(b), float(isl)) in pre and isl > 1:
-                composed = pre[(float(b), float(isl))] + block(float(b * isl))
+                composed = (pre[(float(b), float(isl))]
+                            + _projections_s(gemm, projections, float(b * isl)))
             else:
                 continue
             errs[i].append(composed / (float(ms) / 1e3) - 1.0)

@@ -55,7 +55,7 @@ from sim.cost.tables.kerneltables import (
     load_table,
     wheel_version,
 )
-from sim.cost.tables.mlaattn import MlaAttention, mla_attention
+from sim.cost.tables.mlaattn import mla_attention
 from sim.cost.tables.moetable import moe_times
 from sim.cost.tables.windowattn import ModelAttention, model_attention
 from sim.errors import ServesimError
@@ -262,8 +262,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     cols = grid.cols
     per_kv = (grid.values[0][-1] - grid.values[0][-2]) / (cols[-1] - cols[-2])
     pre_coef = {**pre.coef, "per_context_pair_s": pre.coef["per_self_pair_s"],
-                "per_context_token_s": max(per_kv, 0.0)
-                + (att.context_token_s if isinstance(att, MlaAttention) else 0.0)}
+                "per_context_token_s": max(per_kv, 0.0) + att.context_token_s}
 
     lin_fit = _formula_fit("linear", lin_ms, linear, _tokens_shape)
     head_fit = _formula_fit("lm_head", ms, head, _seqs_shape)

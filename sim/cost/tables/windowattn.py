@@ -41,13 +41,16 @@ from sim.cost.tables.kerneltables import Table
 class ModelAttention:
     """Attention per layer of one model shard: ``decode`` and ``prefill`` rows (for a
     model with sliding layers, the layers' mean), the decode ``grid``, the grid's
-    held-out interpolation errors (``decode_errors``) and what was done (``notes``)."""
+    held-out interpolation errors (``decode_errors``), what was done (``notes``) and
+    ``context_token_s``: seconds a layer spends on each cached token a prefill chunk
+    attends to beyond reading it (latent attention re-expands its latent; 0 otherwise)."""
 
     decode: AttentionRows
     prefill: AttentionRows
     grid: Grid
     decode_errors: np.ndarray
     notes: tuple[str, ...]
+    context_token_s: float = 0.0
 
 
 def model_attention(decode_table: Table, prefill_table: Table, model: ModelSpec,

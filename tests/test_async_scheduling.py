@@ -1,7 +1,7 @@
 """vLLM's async scheduling: a step costs the longer of its host and its device work.
 
 Host work is the roofline's step and per-sequence overheads (vLLM's fitted priors:
-0.831678 ms + 28.5041 µs a sequence) and a measured profile's step priors; it is on by
+1.14194 ms + 50.0589 µs a sequence) and a measured profile's step priors; it is on by
 default for vLLM v1's scheduler, as in vLLM since 0.14, and off where vLLM turns it off.
 """
 
@@ -19,7 +19,7 @@ from sim.cost.shape import decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS
 from sim.errors import ServesimError
 
-HOST_S, PER_SEQ_S = 0.000831678, 2.85041e-05
+HOST_S, PER_SEQ_S = 0.00114194, 5.00589e-05
 WORKLOAD = {"arrivals": {"process": "constant", "rate": 1.0},
             "lengths": {"prompt": {"dist": "fixed", "value": 64},
                         "output": {"dist": "fixed", "value": 4}},

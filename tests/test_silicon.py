@@ -3,6 +3,7 @@ each stands for, and the shipped priors' errors on the held-out vLLM rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -69,6 +70,9 @@ def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
     h = classify(rows[7])
     assert isinstance(h, Case) and h.dtype == "fp8" and not h.row.held_out
     assert not h.held_out
+    # The same run on a B200 fits nothing: those rows' TTFT shortfall grows with tp, which
+    # no per-request latency represents (FRONTEND_UNFIT_GPUS).
+    assert dataclasses.replace(h, gpu="b200").held_out
     # InferenceX's recipe for Llama-3.1-70B sets an FP8 KV cache, which its rows do not
     # record; AIConfigurator's rows keep the default.
     assert h.kv_dtype == "fp8" and h.spec.kv_dtype == "fp8" and a.kv_dtype == "auto"
@@ -161,7 +165,7 @@ def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) 
     doc = json.loads((tmp_path / "silicon.json").read_text())
     test = doc["errors"]["vllm"]["test"]
     assert test["ttft"]["rows"] == 48 and test["tpot"]["rows"] == 48
-    # docs/validation.md: 16.8% and 2.4% (median |error|, 48 held-out rows).
+    # docs/validation.md: 18.5% and 2.4% (median |error|, 48 held-out rows).
     assert test["tpot"]["median"] < 0.04 and test["ttft"]["median"] < 0.20
 
 

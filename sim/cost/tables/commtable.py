@@ -5,10 +5,15 @@ while the message is small (vLLM and SGLang up to 8 MiB; TensorRT-LLM's plugin a
 size) and with NCCL above; inside a CUDA graph (decode-sized steps) the custom kernel
 is cheaper than when launched eagerly (prefill-sized steps). The tables time both:
 ``custom_allreduce_perf`` per framework (``backend`` ``*_graph`` / ``*_eager``) and
-``nccl_perf`` (``all_reduce``, ``all_gather``) per NCCL version, at message sizes of
-128 B to 512 MiB over 2, 4 or 8 GPUs of one node, in milliseconds. Between measured
-sizes latency is interpolated linearly in bytes (a collective costs a fixed latency
-plus bytes over bandwidth); past the largest, in proportion.
+``nccl_perf`` (``all_reduce``, ``all_gather``) per NCCL version, over 2, 4 or 8 GPUs
+of one node, in milliseconds. Their ``message_size`` counts elements, not bytes: the
+collector all-reduces a tensor of that many elements of the row's dtype (and divides
+nccl-tests' byte sizes by the element size), so a row is read at message_size × the
+dtype's bytes (bf16 and half: 2). Read as bytes, H100's 8-GPU NCCL all-reduce would move
+223 GB/s of bus bandwidth at 512 MiB, half what nccl-tests reports on that part; read as
+elements it is 445 GB/s, and A100's 222 GB/s. Between measured sizes latency is
+interpolated linearly in bytes (a collective costs a fixed latency plus bytes over
+bandwidth); past the largest, in proportion.
 """
 
 from __future__ import annotations
@@ -40,14 +45,24 @@ class Curve:
         return np.where(x > self.sizes[-1], self.seconds[-1] * x / self.sizes[-1], inside)
 
 
-def _curve(table: Table, gpus: int) -> Curve:
+# Bytes per element of each dtype the collective tables time.
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "int8": 1}
+
+
+def _curve(table: Table, gpus: int, dtype_column: str) -> Curve:
+    """Latency against bytes over ``gpus`` GPUs from ``table``'s rows of one dtype (named
+    in ``dtype_column``; the table's rows must all share it)."""
     t = table.where(num_gpus=gpus)
     if not len(t):
         have = ", ".join(map(str, table.values("num_gpus")))
         raise ServesimError(f"{table.path}: no rows for {gpus} GPUs; measured: {have}")
+    dtypes = t.values(dtype_column)
+    if len(dtypes) != 1 or dtypes[0] not in ELEMENT_BYTES:
+        raise ServesimError(f"{table.path}: expected one {dtype_column} of "
+                            f"{sorted(ELEMENT_BYTES)}, found {dtypes}")
     c = t.columns
     order = np.argsort(c["message_size"], kind="stable")
-    return Curve(np.asarray(c["message_size"], dtype=float)[order],
+    return Curve(np.asarray(c["message_size"], dtype=float)[order] * ELEMENT_BYTES[dtypes[0]],
                  np.asarray(c["latency"], dtype=float)[order] / 1e3)
 
 
@@ -94,16 +109,18 @@ def load_collectives(gpu: str, framework: str, version: str, gpus: int) -> Colle
     cv, nv = pick_version(custom_have, version), nccl_have[-1]
     custom = load_table(gpu, "comm", framework, cv, "custom_allreduce_perf")
     nccl = load_table(gpu, "comm", "nccl", nv, "nccl_perf").where(nccl_dtype="half")
+    if "bfloat16" in custom.values("allreduce_dtype"):
+        custom = custom.where(allreduce_dtype="bfloat16")
     if custom.has("backend"):
         backends = custom.values("backend")
         graph_name = next((b for b in backends if b.endswith("graph")), backends[0])
         eager_name = next((b for b in backends if b.endswith("eager")), backends[0])
-        graph = _curve(custom.where(backend=graph_name), gpus)
-        eager = _curve(custom.where(backend=eager_name), gpus)
+        graph = _curve(custom.where(backend=graph_name), gpus, "allreduce_dtype")
+        eager = _curve(custom.where(backend=eager_name), gpus, "allreduce_dtype")
     else:
-        graph = eager = _curve(custom, gpus)
+        graph = eager = _curve(custom, gpus, "allreduce_dtype")
     return Collectives(framework, gpus, graph, eager,
-                       _curve(nccl.where(op_name="all_reduce"), gpus),
-                       _curve(nccl.where(op_name="all_gather"), gpus),
+                       _curve(nccl.where(op_name="all_reduce"), gpus, "nccl_dtype"),
+                       _curve(nccl.where(op_name="all_gather"), gpus, "nccl_dtype"),
                        {"custom_allreduce": f"{framework} {custom.version}",
                         "nccl": f"nccl {nccl.version}"})

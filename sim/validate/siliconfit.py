@@ -152,8 +152,8 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
     - the per-request latency of the engine's own server under vLLM's benchmark client,
       on InferenceX's rows, the step priors held at the first part's values (the step
       is the engine's, whatever serves it; overlapped with the device where the run did so,
-      :data:`OVERLAPPED_HOST`). Without InferenceX rows it is the first
-      part's, and ``aic_request_s`` stays None.
+      :data:`OVERLAPPED_HOST`). Without InferenceX rows it is not fitted: zero, the
+      first part's kept as ``aic_request_s`` for AIConfigurator's rows.
     """
     aic = [c for c in cases if c.row.collection == "aic"]
     plain = [c for c in cases if c.row.collection == "inferencex"]
@@ -167,7 +167,16 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
     engine = best[1] if best is not None else Priors(source="none fitted: zero")
     lengths = best[2] if best is not None else LENGTHS[0]
     if not plain:
-        return engine, len(cases), lengths
+        if not aic:
+            return engine, len(cases), lengths
+        # The harness's latency is not the plain server's: where both were fitted it is
+        # four times vLLM's and TensorRT-LLM's. With nothing to fit the server's on, it is
+        # left at zero, and the source says so.
+        source = (f"step priors and AIConfigurator's harness latency fitted on {len(aic)} "
+                  f"{framework} rows of silicon_sample.csv; no plain-server rows, so the "
+                  "server's own per-request latency is not fitted (0)")
+        return dataclasses.replace(engine, request_s=0.0, aic_request_s=engine.request_s,
+                                   source=source), len(cases), lengths
     q, _ = fit_priors(with_lengths(plain, lengths), framework, keys=("request_s",),
                       held=engine)
     source = (f"step priors fitted on {len(aic)} AIConfigurator {framework} rows, the "

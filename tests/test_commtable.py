@@ -33,9 +33,14 @@ def test_sizes_are_elements_of_the_rows_dtype(dtype: str, width: int) -> None:
     assert curve.at(2 * 16384 * width) == pytest.approx(2 * 3e-5)
 
 
-def test_a_table_mixing_dtypes_is_refused() -> None:
+def test_a_table_mixing_dtypes_or_without_one_is_refused() -> None:
     with pytest.raises(ServesimError, match=r"expected one nccl_dtype .* found \['half', 'int8'\]"):
         _curve(_table(["half", "int8", "half"]), 8, "nccl_dtype")
+    bare = _table(["half"])
+    bare = Table(bare.name, bare.path, bare.version,
+                 {k: v for k, v in bare.columns.items() if k != "nccl_dtype"})
+    with pytest.raises(ServesimError, match="nccl_perf.parquet: no nccl_dtype column"):
+        _curve(bare, 8, "nccl_dtype")
 
 
 @needs_tables

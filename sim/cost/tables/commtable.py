@@ -52,6 +52,9 @@ ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "int8": 1
 def _curve(table: Table, gpus: int, dtype_column: str) -> Curve:
     """Latency against bytes over ``gpus`` GPUs from ``table``'s rows of one dtype (named
     in ``dtype_column``; the table's rows must all share it)."""
+    if not table.has(dtype_column):
+        raise ServesimError(f"{table.path}: no {dtype_column} column, so its message sizes "
+                            "(elements) cannot be read as bytes")
     t = table.where(num_gpus=gpus)
     if not len(t):
         have = ", ".join(map(str, table.values("num_gpus")))
@@ -109,7 +112,7 @@ def load_collectives(gpu: str, framework: str, version: str, gpus: int) -> Colle
     cv, nv = pick_version(custom_have, version), nccl_have[-1]
     custom = load_table(gpu, "comm", framework, cv, "custom_allreduce_perf")
     nccl = load_table(gpu, "comm", "nccl", nv, "nccl_perf").where(nccl_dtype="half")
-    if "bfloat16" in custom.values("allreduce_dtype"):
+    if custom.has("allreduce_dtype") and "bfloat16" in custom.values("allreduce_dtype"):
         custom = custom.where(allreduce_dtype="bfloat16")
     if custom.has("backend"):
         backends = custom.values("backend")

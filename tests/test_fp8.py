@@ -6,12 +6,11 @@ HuggingFace quantization_config, the profile builder's flags)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-from conftest import silicon_csv
+from conftest import needs_tables, silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
@@ -22,9 +21,6 @@ from sim.cost.specs import GPUS, MODELS, shard
 from sim.errors import ServesimError
 from sim.report.metrics import scenario_digest, summarize
 
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 GIB = 2**30
 
 

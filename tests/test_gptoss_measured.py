@@ -5,21 +5,16 @@ the shipped gpt-oss profiles, and the public end-to-end rows of gpt-oss."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import silicon_csv
+from conftest import needs_tables, silicon_csv
 
 from sim.cost.specs import MODELS, shard
 from sim.cost.tables.attntables import AttentionRows, decode_grid
 from sim.cost.tables.windowattn import _capped, _mean_rows
 from sim.errors import ServesimError
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 
 def _rows(batch: list[int], tokens: list[int], secs: list[float]) -> AttentionRows:

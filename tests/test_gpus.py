@@ -5,12 +5,12 @@ same figures, refused where nothing exists for it (measured tables, host memory)
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import needs_tables
 
 from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost
@@ -23,10 +23,6 @@ GIB = 2**30
 MARKETING_GIB = {"a100-80gb": 80, "h100-sxm": 80, "h200": 141, "l40s": 48, "b200": 180,
                  "mi300x": 192, "h100-pcie": 80, "h100-nvl": 94, "h20": 96, "gb200": 186,
                  "mi325x": 256, "l4": 24, "a10g": 24}
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
-
 
 @pytest.mark.parametrize("name", sorted(GPUS))
 def test_every_gpu_has_consistent_figures(name: str) -> None:

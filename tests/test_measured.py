@@ -4,7 +4,6 @@ shipped file, and a missing wheel is one line naming the extra."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import needs_tables
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
@@ -23,10 +23,6 @@ from sim.report.metrics import summarize
 from sim.report.outputs import table
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
-
 
 def scenario(**over: object) -> dict:
     raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "cost": "measured",

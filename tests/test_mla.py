@@ -5,7 +5,6 @@ roofline's MLA terms against hand-worked figures, the HuggingFace import and mem
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,10 +20,6 @@ from sim.cost.shape import decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, ModelSpec, recorded_fields, shard
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 ROOT = Path(__file__).resolve().parents[1]
 V3_CONFIG = ROOT / "sim" / "data" / "models" / "deepseek-v3" / "config.json"

@@ -5,11 +5,10 @@ the public end-to-end rows they stand for."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
-from conftest import silicon_csv
+from conftest import needs_tables, silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
@@ -18,10 +17,6 @@ from sim.cost.shape import decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, ModelSpec, shard
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 
 @pytest.mark.parametrize(("name", "total", "active", "kv_per_token"), [

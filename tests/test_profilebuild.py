@@ -4,21 +4,17 @@ builder's composition checked by hand against table rows, and its errors."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from conftest import needs_tables
 
 from sim.cost.specs import MODELS
 from sim.cost.tables.gemmtable import GemmTable
 from sim.cost.tables.kerneltables import Table
 from sim.errors import ServesimError
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 
 def synthetic_gemm(holes: bool = False) -> GemmTable:

@@ -4,18 +4,14 @@ the public kernel tables and the vLLM priors."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import pytest
+from conftest import needs_tables
 
 from sim.cost.models import LINEAR_KERNELS, RooflineCost, RooflineParams
 from sim.cost.priors import framework_priors
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.specs import GPUS, MODELS, shard
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 
 def test_roofline_terms_by_hand() -> None:

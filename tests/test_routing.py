@@ -4,19 +4,15 @@ collection lacks it, and any of them on request."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import numpy as np
 import pytest
+from conftest import needs_tables
 
 from sim.cost.specs import MODELS
 from sim.cost.tables.moetable import DISTRIBUTIONS, family_routing, routing_order
 from sim.errors import ServesimError
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed")
 
 
 def test_family_routing_is_deepseeks_mild_law_and_the_others_steeper() -> None:

@@ -4,23 +4,18 @@ each stands for, and the shipped priors' errors on the held-out vLLM rows."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import re
 from pathlib import Path
 
 import pytest
-from conftest import silicon_csv
+from conftest import needs_tables, silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.cost.priors import framework_priors
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, classify, read_rows, scenario_raw
-
-needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
-                                  reason="the measured extra (aiconfigurator-core) is not "
-                                         "installed; make test installs it")
 
 
 def csv(tmp_path: Path, *rows: str) -> Path:

@@ -391,11 +391,11 @@ def recipe(case: Case) -> dict[str, float]:
     return {}
 
 
-def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
+def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -> int | None:
     """KV blocks per replica under ``case``'s framework's own memory defaults (or its
-    run's recipe, :func:`recipe`); None for vLLM (servesim's memory model sizes it). At
-    least one block, so a row that ran for real still runs (and shows the starvation it
-    had)."""
+    run's recipe ``settings``, :func:`recipe`); None for vLLM (servesim's memory model
+    sizes it). At least one block, so a row that ran for real still runs (and shows the
+    starvation it had)."""
     from sim.cost.memory import memory_budget
     from sim.cost.specs import GPUS
 
@@ -404,7 +404,6 @@ def kv_blocks(case: Case, serving: dict[str, Any]) -> int | None:
     b = memory_budget(case.spec, GPUS[case.gpu], case.row.tp, 0.9,
                       serving["block_size"], serving["max_num_batched_tokens"],
                       serving["max_num_seqs"], ep=case.ep)
-    settings = recipe(case)
     if case.framework in STATIC_FRACTION:
         static = settings.get("static_fraction", STATIC_FRACTION[case.framework])
         kv = static * b.total - b.weights
@@ -426,7 +425,7 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).
         serving["max_num_batched_tokens"] = r.isl + r.osl
-    blocks = kv_blocks(case, serving)
+    blocks = kv_blocks(case, serving, settings)
     if blocks is not None:
         serving["num_gpu_blocks"] = blocks
 

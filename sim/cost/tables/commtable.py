@@ -33,14 +33,16 @@ CUSTOM_MAX_BYTES: dict[str, int | None] = {"vllm": 8 * MIB, "sglang": 8 * MIB, "
 
 @dataclass(frozen=True)
 class Curve:
-    """Latency (seconds) against message bytes, measured at ``sizes``."""
+    """Latency (seconds) against a size measured at ``sizes`` (a collective's message
+    bytes; a batched GEMM's tokens, :mod:`sim.cost.tables.mlaattn`): linear between
+    them, held at the first below them, in proportion past the last."""
 
     sizes: np.ndarray
     seconds: np.ndarray
 
-    def at(self, nbytes: np.ndarray | float) -> np.ndarray:
-        """Seconds for messages of ``nbytes`` (array or number)."""
-        x = np.asarray(nbytes, dtype=float)
+    def at(self, size: np.ndarray | float) -> np.ndarray:
+        """Seconds at ``size`` (array or number)."""
+        x = np.asarray(size, dtype=float)
         inside = np.interp(np.clip(x, self.sizes[0], self.sizes[-1]), self.sizes, self.seconds)
         return np.where(x > self.sizes[-1], self.seconds[-1] * x / self.sizes[-1], inside)
 

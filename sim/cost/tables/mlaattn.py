@@ -51,6 +51,7 @@ from sim.cost.tables.attntables import (
     grid_holdout_errors,
     rows_at_heads,
 )
+from sim.cost.tables.commtable import Curve
 from sim.cost.tables.gemmtable import GemmTable, gemm_table
 from sim.cost.tables.kerneltables import Table, load_table
 from sim.cost.tables.windowattn import ModelAttention
@@ -197,13 +198,8 @@ def _bmm(table: Table, op: str, dtype: str,
     kernel = default_kernel(t)
     rows, note = rows_at_heads(t.where(kernel_source=kernel), heads, ("num_tokens",))
     tokens = np.array(sorted(key[0] for key in rows), dtype=float)
-    seconds = np.array([rows[(int(x),)] for x in tokens])
-
-    def at(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=float)
-        return np.where(x <= tokens[-1], np.interp(x, tokens, seconds),
-                        seconds[-1] * x / tokens[-1])
-    return at, f"{op} {kernel} ({note})"
+    curve = Curve(tokens, np.array([rows[(int(x),)] for x in tokens]))
+    return curve.at, f"{op} {kernel} ({note})"
 
 
 def module_errors(gpu: str, framework: str, version: str, model: ModelSpec, rank: Shard,

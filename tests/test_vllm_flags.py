@@ -4,6 +4,7 @@ does not model is refused by name."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -100,8 +101,35 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
      "sets hardware.pp, which the scenario sets too"),
     ({"quantization": "bitsandbytes"}, {}, "vllm.quantization",
      "servesim models null, fp8, awq, awq_marlin, gptq, gptq_marlin, modelopt_fp4"),
-    ({"speculative-config": "{}"}, {}, "vllm.speculative-config",
-     "unknown or not modelled vLLM flag 'speculative_config'"),
+    ({"speculative-config": "{}"}, {}, "vllm.speculative-config", "needs method"),
+    ({"speculative-config": "{method: eagle}"}, {}, "vllm.speculative-config",
+     "not a JSON object"),
+    ({"speculative-config": {"method": "medusa", "num_speculative_tokens": 2}}, {},
+     "vllm.speculative-config.method", "servesim models eagle, eagle3, ngram"),
+    ({"speculative-config": {"method": "eagle", "num_speculative_tokens": 2}}, {},
+     "vllm.speculative-config", "give serving.speculative.acceptance"),
+    ({"speculative-config": {"method": "eagle3", "num_speculative_tokens": 2}},
+     {"serving": {"speculative": {"method": "eagle", "acceptance": {"rate": 0.5}}}},
+     "vllm.speculative-config", "sets serving.speculative.method, which the scenario sets"),
+    ({"speculative-config": {"method": "ngram", "num_speculative_tokens": 2,
+                             "disable_by_batch_size": 8}},
+     {"serving": {"speculative": {"acceptance": {"rate": 0.5}}}},
+     "vllm.speculative-config.disable_by_batch_size", "models only null"),
+    ({"speculative-config": {"method": "eagle", "num_speculative_tokens": 2,
+                             "draft_tensor_parallel_size": 1, "tensor_parallel": 2}},
+     {"serving": {"speculative": {"acceptance": {"rate": 0.5}}}},
+     "vllm.speculative-config.tensor_parallel", "unknown or not modelled key"),
+    ({"tensor-parallel-size": 2,
+      "speculative-config": {"method": "eagle", "num_speculative_tokens": 2,
+                             "draft_tensor_parallel_size": 1}},
+     {"serving": {"speculative": {"acceptance": {"rate": 0.5}}}},
+     "vllm.speculative-config.draft_tensor_parallel_size", "target's 2 GPU(s)"),
+    ({"speculative-config": {"method": "draft_model", "num_speculative_tokens": 2}},
+     {"serving": {"speculative": {"acceptance": {"rate": 0.5}}}},
+     "vllm.speculative-config", "serving.speculative.draft_model"),
+    ({"stream-interval": 20}, {}, "vllm.stream-interval", "servesim models only 1"),
+    ({"max-cudagraph-capture-size": 2048}, {}, "vllm.max-cudagraph-capture-size",
+     "servesim models only null"),
     ({"scheduling-policy": "lifo"}, {}, "vllm.scheduling-policy", "fcfs and priority"),
     ({"enable-chunked-prefill": True}, {"serving": {"policy": "static"}},
      "vllm.enable-chunked-prefill", "sets serving.policy"),
@@ -131,3 +159,26 @@ def test_quantised_checkpoint_flags_set_the_weights_dtype(flag: str, gpu: str, d
     sc = scenario({"quantization": flag}, hardware={"gpu": gpu}, cost={"roofline": {}})
     assert sc.model.dtype == dtype and sc.model.kv_dtype == "auto"
     assert note in build_cost(sc).source
+
+
+@pytest.mark.parametrize("method, ours", [("eagle3", "eagle"), ("deepseek_mtp", "mtp"),
+                                          ("mtp", "mtp"), ("ngram", "ngram")])
+def test_speculative_config_sets_method_and_k_beside_the_scenarios_acceptance(
+        method: str, ours: str) -> None:
+    text = json.dumps({"method": method, "model": "org/head", "num_speculative_tokens": 3,
+                       "prompt_lookup_max": 4})
+    sc = scenario({"speculative-config": text},
+                  serving={"speculative": {"acceptance": {"rate": 0.6}}})
+    spec = sc.serving.speculative
+    assert spec is not None
+    assert (spec.method, spec.num_tokens) == (ours, 3)
+    assert spec.acceptance.mean_tokens(3) == pytest.approx((1 - 0.6**4) / (1 - 0.6))
+
+
+def test_a_recipes_api_server_flags_change_nothing() -> None:
+    plain = simulate(scenario({"max-num-seqs": 4}))
+    pasted = simulate(scenario({"max-num-seqs": 4, "enable-auto-tool-choice": True,
+                                "tool-call-parser": "hermes", "reasoning-parser": "qwen3",
+                                "no-disable-custom-all-reduce": True, "load-format": "auto",
+                                "stream-interval": 1, "max-cudagraph-capture-size": None}))
+    assert pasted.first_token.tolist() == plain.first_token.tolist()

@@ -15,7 +15,8 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
 ``enable-expert-parallel`` sets ``hardware.ep`` to the tensor-parallel size (vLLM's
 expert-parallel group with one data-parallel rank). ``kv-cache-dtype fp8`` and
 ``quantization fp8`` set the model's KV-cache and weight
-dtypes (:data:`DTYPE_FLAGS`). Flags that change nothing a simulation prices (``port``,
+dtypes (:data:`DTYPE_FLAGS`); ``speculative-config`` sets ``serving.speculative``'s method
+and k (:mod:`sim.config.vllmspec`). Flags that change nothing a simulation prices (``port``,
 ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
 servesim does not model yet (other quantisations, eager mode, long partial prefills)
 is an error naming it, as is any other name and a flag whose servesim key the scenario
@@ -27,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.config.gpu import InlineGPU
+from sim.config.vllmspec import merge_speculative, speculative_keys
 from sim.configtools import build
 from sim.cost.specs import GPUS, GPUSpec
 from sim.errors import ServesimError
@@ -57,6 +59,18 @@ ONLY: dict[str, tuple[Any, ...]] = {
     "dtype": ("auto", "bfloat16", "float16", "half"),
     "enforce_eager": (False,),
     "max_long_partial_prefills": (1,),
+    # Kernel-level settings the measured tables were not timed under: CUDA-graph capture
+    # sizes and compilation passes, NCCL in place of the custom all-reduce.
+    "max_cudagraph_capture_size": (None,),
+    "cuda_graph_sizes": (None,),
+    "compilation_config": (None,),
+    "disable_custom_all_reduce": (False,),
+    # Output buffering (tokens sent per chunk) and more API-server processes: what the
+    # frontend prior was fitted under is one process streaming every token.
+    "stream_interval": (1,),
+    "api_server_count": (1,),
+    "enable_lora": (False,),
+    "kv_transfer_config": (None,),
 }
 # Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
 DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
@@ -75,7 +89,9 @@ NEGATABLE = frozenset((
     "enable_prefix_caching", "async_scheduling", "enable_chunked_prefill",
     "enable_expert_parallel", "enforce_eager", "trust_remote_code", "disable_log_requests",
     "enable_log_requests", "disable_log_stats", "disable_uvicorn_access_log",
-    "disable_fastapi_docs",
+    "disable_fastapi_docs", "enable_auto_tool_choice", "disable_custom_all_reduce",
+    "enable_lora", "enable_prompt_tokens_details", "enable_server_load_tracking",
+    "enable_force_include_usage", "enable_request_id_headers",
 ))
 # Flags that change nothing a simulation prices.
 NO_EFFECT = frozenset((
@@ -83,6 +99,16 @@ NO_EFFECT = frozenset((
     "trust_remote_code", "download_dir", "seed", "disable_log_requests", "enable_log_requests",
     "disable_log_stats", "uvicorn_log_level", "disable_uvicorn_access_log", "chat_template",
     "generation_config", "max_logprobs", "disable_fastapi_docs", "root_path",
+    # The API server's request and response formats, tool and reasoning parsing,
+    # TLS and CORS, and where and how the weights are loaded.
+    "enable_auto_tool_choice", "tool_call_parser", "tool_parser_plugin", "reasoning_parser",
+    "chat_template_content_format", "response_role", "return_tokens_as_token_ids",
+    "enable_prompt_tokens_details", "enable_server_load_tracking",
+    "enable_force_include_usage", "enable_request_id_headers", "max_log_len",
+    "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
+    "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "middleware",
+    "load_format", "tokenizer_mode", "tokenizer_revision", "code_revision", "config_format",
+    "hf_token", "ignore_patterns",
 ))
 
 
@@ -173,6 +199,9 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
             section("serving")["policy"] = "chunked" if value else "continuous"
         elif name == "enable_expert_parallel":
             _expert_parallel(value, given, section("hardware"), where)
+        elif name == "speculative_config":
+            tp = given.get("tensor_parallel_size", ("", section("hardware").get("tp")))[1]
+            merge_speculative(section("serving"), speculative_keys(value, tp, where), where)
         elif name in DTYPE_FLAGS:
             choices = DTYPE_FLAGS[name]
             if value not in choices:
@@ -192,7 +221,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
                                     "default) so far", where=where)
         elif name not in NO_EFFECT:
             known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
-                            *DTYPE_FLAGS, "enable_expert_parallel"])
+                            *DTYPE_FLAGS, "enable_expert_parallel", "speculative_config"])
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)}; each boolean one also as no-FLAG "
                                 "(and flags with no effect on a simulation: "

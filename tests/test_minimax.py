@@ -86,7 +86,8 @@ def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
     """One token's linear term on 4 B200s under vLLM: the three attention projections
     (block-FP8, from SGLang's DeepGEMM rows: sim/cost/tables/gemmtable.py), the MoE
     tables' layer, the router GEMM the MoE tables leave out (n = 256 experts, k = 3072,
-    bf16), and the layer's memory-bound kernels."""
+    bf16), and the layer's memory-bound kernels, one more for the query/key norm over all
+    heads, split around its all-reduce under tp."""
     import numpy as np
 
     from sim.cost.tables.gemmtable import gemm_table, projection_gemms
@@ -107,9 +108,67 @@ def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
     width = 8 * 1536 // 4  # 8 experts a token, each a quarter on this GPU
     elementwise = 2 * (8 * 3072 + 2 * (12 + 2) * 128 + 4 * 2 * 128 + 3 * width)
     want = (sum(proj.at(1, n, k) for n, k in attention_gemms(rank)) + experts
-            + bf16.at(1, 256, 3072) + LAYER_ELEMENTWISE_KERNELS * src["kernel_floor_s"]
+            + bf16.at(1, 256, 3072) + (LAYER_ELEMENTWISE_KERNELS + 1) * src["kernel_floor_s"]
             + elementwise / src["bandwidth_bytes_s"])
     lin = data["components"]["linear"]
     assert lin["table_s"][lin["table_at"].index(1)] == pytest.approx(want, rel=2e-5)
     assert any(n.startswith("router GEMM (n=256, k=3072, bf16)") for n in
                data["source"]["notes"])
+
+
+@pytest.mark.parametrize(("norm", "layer_wide"), [("per_layer", True), ("per_head", False)])
+def test_qk_norm_type_sets_the_layer_wide_norm(tmp_path: Path, norm: str,
+                                               layer_wide: bool) -> None:
+    cfg = json.loads(CONFIG.read_text())
+    cfg["qk_norm_type"] = norm
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert from_hf_config(path).layer_qk_norm is layer_wide
+    cfg["qk_norm_type"] = "per_token"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError, match=r"qk_norm_type: got 'per_token'; modelled: "
+                                            r"per_layer"):
+        from_hf_config(path)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_roofline_adds_the_norms_all_reduce_by_hand(tp: int) -> None:
+    """Per layer under tp: one ring all-reduce of 8 bytes a token (latency plus
+    2(tp-1)/tp of the bytes over the link) and one more kernel floor; nothing at tp 1."""
+    from sim.cost.models import RooflineCost, RooflineParams
+    from sim.cost.shape import decode_shape
+    from sim.cost.specs import GPUS
+
+    gpu, params = GPUS["h200"], RooflineParams()
+    shape = decode_shape(16, 16 * 1000)
+    with_norm = RooflineCost(M, gpu, tp, params).parts(shape)
+    without = RooflineCost(dataclasses.replace(M, layer_qk_norm=False), gpu, tp,
+                           params).parts(shape)
+    extra = {k: with_norm[k] - without[k] for k in with_norm}
+    if tp == 1:
+        assert extra == dict.fromkeys(extra, 0.0)
+        return
+    link_bw, link_s = gpu.tp_link(tp)
+    assert extra["allreduce"] == pytest.approx(62 * (link_s + 2 * 3 / 4 * 8 * 16 / link_bw),
+                                               rel=1e-9)
+    assert extra["linear"] == pytest.approx(62 * params.kernel_floor_s, rel=1e-9)
+    assert extra["attention"] == extra["lm_head"] == extra["overhead"] == 0.0
+
+
+@needs_tables
+def test_measured_profile_adds_the_norms_all_reduce_from_the_tables() -> None:
+    import numpy as np
+
+    from sim.cost.tables.commtable import load_collectives
+    from sim.cost.tables.profilebuild import GRAPH_TOKENS, BuildSpec, build_profile
+
+    def knots(model: object) -> tuple[np.ndarray, np.ndarray]:
+        ar = build_profile(BuildSpec(model, "b200", "vllm", 4))["components"]["allreduce"]
+        return np.array(ar["table_at"], float), np.array(ar["table_s"])
+
+    ms, with_norm = knots(M)
+    ms2, without = knots(dataclasses.replace(M, layer_qk_norm=False))
+    assert ms.tolist() == ms2.tolist()
+    comm = load_collectives("b200", "vllm", "0.24.0", 4)
+    want = 62 * comm.allreduce(ms * 8, ms <= GRAPH_TOKENS["vllm"])
+    assert with_norm - without == pytest.approx(want, rel=1e-4)

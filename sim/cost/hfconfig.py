@@ -196,14 +196,23 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
                       src: str) -> dict[str, Any]:
     """Sliding-window and attention-sink fields of a :class:`ModelSpec` from ``cfg``:
     ``layer_types`` (sliding_attention / full_attention per layer) where it is given,
-    else the window on every layer for the families that apply it so; gpt-oss has sinks."""
+    else the window on every layer for the families that apply it so; gpt-oss has sinks;
+    MiniMax-M2 normalises queries and keys over all heads (``layer_qk_norm``)."""
     window = cfg.get("sliding_window")
     if family in _WINDOW_IF_ASKED:
         if cfg.get("use_sliding_window"):
             raise ServesimError("true: Qwen's sliding window (from layer max_window_layers "
                                 "on) is not modelled", source=src, where="use_sliding_window")
         window = None
-    sinks = {"attention_sinks": True} if family == "gpt_oss" else {}
+    extra: dict[str, Any] = {"attention_sinks": True} if family == "gpt_oss" else {}
+    if family == "minimax_m2" and cfg.get("use_qk_norm"):
+        norm = cfg.get("qk_norm_type", "per_layer")
+        if norm not in ("per_layer", "per_head"):
+            raise ServesimError(f"got {norm!r}; modelled: per_layer (over all heads: an "
+                                "all-reduce a layer under tp), per_head", source=src,
+                                where="qk_norm_type")
+        if norm == "per_layer":
+            extra["layer_qk_norm"] = True
     types = cfg.get("layer_types")
     if types is not None:
         kinds = ("sliding_attention", "full_attention")
@@ -216,11 +225,11 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
     else:
         sliding = layers if family in _WINDOW_ON_ALL or family == "gpt_oss" else 0
     if not sliding or window is None:
-        return sinks
+        return extra
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ServesimError(f"got {window!r}, expected a whole number of tokens (at least 1) "
                             "or null", source=src, where="sliding_window")
-    return {"sliding_window": window, "sliding_layers": sliding, **sinks}
+    return {"sliding_window": window, "sliding_layers": sliding, **extra}
 
 
 def _experts_only(quant: Any) -> bool:

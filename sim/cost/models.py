@@ -25,6 +25,7 @@ from sim.cost.specs import (
     FOUR_BIT_WEIGHTS,
     FP4_WEIGHTS,
     FP8_WEIGHTS,
+    QK_NORM_BYTES,
     GPUSpec,
     ModelSpec,
     check_dtype,
@@ -187,7 +188,9 @@ class RooflineCost:
     lm head = max(2·V·h·seqs / (F·e_f), V·h·b / (B·e_b));
     all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1, on the
     slowest link of the ring: the node's fast link, or the network when tp exceeds the
-    node's GPUs (:meth:`sim.cost.specs.GPUSpec.tp_link`);
+    node's GPUs (:meth:`sim.cost.specs.GPUSpec.tp_link`); a model that normalises
+    queries and keys over all heads (``layer_qk_norm``) adds one more a layer, of 8 bytes
+    a token, and the norm's split into two kernels;
     plus step and per-sequence overheads (scheduling, sampling, kernel launches), and
     the time a kernel takes however little it does: ``kernel_floor_s`` per GEMM (4
     projections a layer, the LM head) and ``attention_floor_s`` per attention call.
@@ -294,12 +297,17 @@ class RooflineCost:
             self._swa_flop_s = layer_flop_s * m.sliding_layers
             self._swa_mem_s = layer_mem_s * m.sliding_layers
 
+        # Queries and keys normalised over all heads wait for one more all-reduce a layer
+        # under tp (each token's two sums of squares, fp32), between two norm kernels.
+        qk_norm = int(m.layer_qk_norm and tp > 1)
+        kernels += qk_norm * m.layers
         self._lin_floor_s = kernels * p.kernel_floor_s
         self._attn_floor_s = m.layers * p.attention_floor_s
         if tp > 1:
             link_bw, link_s = gpu.tp_link(tp)
-            self._ar_fixed_s = 2 * m.layers * link_s
-            self._ar_token_s = 2 * m.layers * 2 * (tp - 1) / tp * m.hidden * b / link_bw
+            self._ar_fixed_s = (2 + qk_norm) * m.layers * link_s
+            self._ar_token_s = (m.layers * 2 * (tp - 1) / tp
+                                * (2 * m.hidden * b + qk_norm * QK_NORM_BYTES) / link_bw)
         else:
             self._ar_fixed_s = self._ar_token_s = 0.0
 

@@ -186,7 +186,12 @@ class ModelSpec(_Projections):
     heads, which is all the KV cache holds; ``kv_b_proj`` expands the latent to each
     head's no-rope key (``qk_nope_head_dim``) and value (``v_head_dim``). Queries are
     compressed to ``q_lora_rank`` first (0: one q_proj). ``head_dim`` must then be the
-    query/key head size, ``qk_nope_head_dim`` + ``qk_rope_head_dim``."""
+    query/key head size, ``qk_nope_head_dim`` + ``qk_rope_head_dim``.
+
+    ``layer_qk_norm``: queries and keys are RMS-normalised over all their heads together
+    (MiniMax-M2's ``qk_norm_type: per_layer``), not per head, so under tensor parallelism
+    each layer all-reduces every token's two partial sums of squares (8 bytes a token)
+    before it can normalise."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -216,6 +221,7 @@ class ModelSpec(_Projections):
     qk_rope_head_dim: int = bounded(0, ge=0)
     qk_nope_head_dim: int = bounded(0, ge=0)
     v_head_dim: int = bounded(0, ge=0)
+    layer_qk_norm: bool = False
 
     def __post_init__(self) -> None:
         self._check_newer()
@@ -375,7 +381,7 @@ class ModelSpec(_Projections):
 NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
                 "shared_experts", "dense_layers", "expert_dtype", "sliding_window",
                 "sliding_layers", "attention_sinks", "kv_lora_rank", "q_lora_rank",
-                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "layer_qk_norm")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 
@@ -387,6 +393,10 @@ def recorded_fields(model: ModelSpec) -> dict[str, Any]:
         if fields[key] == getattr(DENSE, key):
             fields.pop(key)
     return fields
+
+# Bytes a token that a layer-wide query/key norm (``layer_qk_norm``) all-reduces under
+# tensor parallelism: its queries' and its keys' partial sums of squares, fp32 each.
+QK_NORM_BYTES = 8
 
 # vLLM pads the vocabulary of its embedding and LM head to a multiple of this before
 # splitting it over the tensor-parallel GPUs (VocabParallelEmbedding's padding size).
@@ -683,13 +693,15 @@ MODELS["kimi-k2.5"] = _llama(
     qk_nope_head_dim=128, v_head_dim=128)
 # MiniMax-M2.5 (sim/data/models/minimax-m2.5/config.json): grouped-query attention (48
 # heads of 128, 8 KV heads), every layer 256 SwiGLU experts of width 1536, 8 a token, no
-# shared expert. Released with FP8 weights in 128 x 128 blocks (router and LM head kept
+# shared expert; queries and keys normalised over all heads at once (use_qk_norm,
+# qk_norm_type per_layer). Released with FP8 weights in 128 x 128 blocks (router and LM head kept
 # 16-bit), so the preset is fp8-block as shipped. Its three multi-token-prediction
 # modules (use_mtp) are left out, as DeepSeek-V3's.
 MODELS["minimax-m2.5"] = _llama(
     name="minimax-m2.5", layers=62, hidden=3072, heads=48, kv_heads=8, head_dim=128,
     intermediate=1536, vocab=200064, dtype="fp8-block", max_context=196608,
-    rope_theta=5000000.0, experts=256, experts_per_token=8, expert_intermediate=1536)
+    rope_theta=5000000.0, experts=256, experts_per_token=8, expert_intermediate=1536,
+    layer_qk_norm=True)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ AIConfigurator's tables (:mod:`sim.cost.tables.kerneltables`):
 - ``lm_head``: the LM-head GEMM (n = vocab / tp) on one row per sequence, the final
   norm, the logits all-gather under tp and the sampler's passes over fp32 logits.
 - ``allreduce``: two per layer and one for the vocabulary-parallel embedding, of
-  new_tokens·h·2 bytes each (:mod:`sim.cost.tables.commtable`); zero at tp = 1.
+  new_tokens·h·2 bytes each (:mod:`sim.cost.tables.commtable`), and for a model whose
+  query/key norm spans all heads (MiniMax-M2) one more a layer of new_tokens·8 bytes
+  (with one more norm kernel in ``linear``); zero at tp = 1.
 - ``prefill_attention``: its formula fitted to the prefill table at the rank's heads;
   the tables have no cached prefix, so a chunk's pairs to cached context are priced as
   its own pairs and its cached tokens at the decode table's per-token read.
@@ -44,7 +46,16 @@ from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, Shard, recorded_fields, shard
+from sim.cost.specs import (
+    FP8_WEIGHTS,
+    GPUS,
+    MODELS,
+    QK_NORM_BYTES,
+    ModelSpec,
+    Shard,
+    recorded_fields,
+    shard,
+)
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import (
@@ -219,7 +230,10 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                 notes.append(f"GEMM {what}={size} past the measured grid: scaled in proportion")
     elementwise_bytes = 2 * (8 * rank.hidden + 2 * (rank.heads + rank.kv_heads) * rank.head_dim
                              + 4 * rank.kv_heads * rank.head_dim + 3 * width)
-    linear = linear + LAYER_ELEMENTWISE_KERNELS * floor_s + lin_ms * elementwise_bytes / bandwidth
+    # A layer-wide query/key norm under tp splits into a sums-of-squares kernel and a
+    # scaling one around its all-reduce.
+    kernels = LAYER_ELEMENTWISE_KERNELS + int(m.layer_qk_norm and spec.tp > 1)
+    linear = linear + kernels * floor_s + lin_ms * elementwise_bytes / bandwidth
     interp = lin_gemm.holdout_errors(shapes)
 
     # LM head, sampler and (under tp) the logits all-gather, per step.
@@ -233,8 +247,12 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     if spec.tp > 1:
         comm = load_collectives(gpu, fw, version, spec.tp)
         head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
-        reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2,
-                                                     ms <= GRAPH_TOKENS[fw])
+        graphed = ms <= GRAPH_TOKENS[fw]
+        reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2, graphed)
+        if m.layer_qk_norm:
+            # Each layer's query/key norm over all heads waits for the sums of squares of
+            # every GPU's heads: a small all-reduce of its own.
+            reduce = reduce + m.layers * comm.allreduce(ms * QK_NORM_BYTES, graphed)
         ar_fit = _formula_fit("allreduce", ms, reduce, _tokens_shape)
         allreduce = {**_entry("allreduce", ar_fit["coef"]), **_knots(ms, reduce),
                      "fit": {"source": f"tables: {comm.sources['custom_allreduce']}, "

@@ -209,8 +209,17 @@ class ScenarioLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise yaml.constructor.ConstructorError(
+                    None, None, "merge keys (<<) are not supported: write the keys out",
+                    key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, typing.Hashable) and key in seen:
+            if not isinstance(key, typing.Hashable):
+                # A complex key (``? [a, b]``): no scenario key is a list or a mapping.
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is a {type(key).__name__}; keys are names",
+                    key_node.start_mark)
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
             seen.add(key)

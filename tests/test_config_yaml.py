@@ -46,6 +46,18 @@ def test_a_key_given_twice_is_an_error_naming_its_line(tmp_path: Path, text: str
         read_raw(write(tmp_path, text))  # sweep and capacity read files this way
 
 
+@pytest.mark.parametrize("text, line, message", [
+    ("? [a, b]\n: 1\nmodel: tiny\n", 1, "key ['a', 'b'] is a list; keys are names"),
+    ("workload: {? {x: 1}: 2}\n", 1, "key {'x': 1} is a dict; keys are names"),
+    ("base: &b {name: x}\nmodel: tiny\n<<: *b\n", 3, "merge keys (<<) are not supported"),
+])
+def test_keys_that_are_not_names_are_errors_naming_their_line(tmp_path: Path, text: str,
+                                                              line: int, message: str) -> None:
+    with pytest.raises(ServesimError) as exc:
+        load(write(tmp_path, text))
+    assert f"line {line}: invalid YAML: {message}" in str(exc.value)
+
+
 def test_numbers_with_an_exponent_are_numbers(tmp_path: Path) -> None:
     assert parse_yaml("a: 1e9\nb: 5e-1\nc: -2E+3\nd: '1e3'\ne: x1e5\nf: 12\ng: 1.5e3") == {
         "a": 1e9, "b": 0.5, "c": -2000.0, "d": "1e3", "e": "x1e5", "f": 12, "g": 1500.0}
@@ -71,3 +83,16 @@ def test_a_name_that_is_not_one_folder_cannot_choose_where_outputs_go(
 def test_a_plain_name_gives_out_slash_name() -> None:
     assert default_out("quickstart") == Path("out") / "quickstart"
     assert default_out("step-load", "-sweep") == Path("out") / "step-load-sweep"
+
+
+@pytest.mark.parametrize("serving, key, got", [
+    ("{max_num_batched_tokens: 1}", "max_num_batched_tokens", 1),
+    ("{token_budget: 8, max_num_batched_tokens: 64}", "token_budget", 8),
+])
+def test_a_chunk_budget_below_a_block_names_the_key_that_set_it(
+        tmp_path: Path, serving: str, key: str, got: int) -> None:
+    text = SCENARIO.format(name="b", rate=1) + f"serving: {serving}\n"
+    with pytest.raises(ServesimError) as exc:
+        load(write(tmp_path, text))
+    assert f"serving.{key}: got {got}: chunked's per-iteration token budget must be at " \
+           "least block_size 16" in str(exc.value)

@@ -251,7 +251,7 @@ def test_percentiles_and_json(tmp_path: Path, capsys: Any) -> None:
         (tmp_path / "d" / "summary.json").read_bytes()
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "101", "50,50", ",", "nan", "-5"])
+@pytest.mark.parametrize("value", ["abc", "0", "101", "50,50", ",", "nan", "-5", "50,,99"])
 def test_bad_percentiles_are_one_line_errors(tmp_path: Path, capsys: Any, value: str) -> None:
     for cmd in ("simulate", "compare"):
         assert cli_main([cmd, str(tiny(tmp_path)), "--out", str(tmp_path / "o"),

@@ -323,6 +323,10 @@ BAD = {
     "unknown_class": ("chunked", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
                       "classes: {code: {rate: 0.9}}}",
                       ["serving.speculative.classes", "code"]),
+    "classes_without_any": ("chunked", "{method: ngram, num_tokens: 2, acceptance: "
+                            "{rate: 0.5}, classes: {code: {rate: 0.9}}}",
+                            ["serving.speculative.classes", "names classes (code) but the "
+                             "workload has none"]),
 }
 
 
@@ -382,3 +386,18 @@ def test_small_chunks_and_cut_verifies_lazy_equal_eager(monkeypatch: pytest.Monk
     assert s["speculative"]["verify_tokens"] <= int((req.output_tokens - 1).sum())
     # Cut verifies ran: fewer tokens a verify than the uncut mean (1 - 0.8^4) / 0.2.
     assert s["speculative"]["mean_tokens_per_verify"] < (1 - 0.8 ** 4) / 0.2
+
+
+def test_a_class_the_traces_rows_never_carry_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens,class\n"
+                                    "0.0,8,4,chat\n0.5,8,4,chat\n")
+    text = ("model: tiny\ncost: {linear: {step_s: 0.01}}\nworkload: {trace: {path: t.csv}}\n"
+            "serving: {speculative: {method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
+            "classes: {code: {rate: 0.9}}}}\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"servesim: error: {path}: serving.speculative.classes: no requests of "
+                   "class 'code'; the workload's classes: chat\n")

@@ -44,16 +44,25 @@ def test_parse_rates_ranges_and_lists():
     assert parse_rates("8,2,4") == [2, 4, 8]
 
 
-@pytest.mark.parametrize("bad", ["5:1:1", "1:5:0", "1:5", "a:b:c", "x", "-1,2", "0:4:1", "2,2"])
+@pytest.mark.parametrize("bad", ["5:1:1", "1:5:0", "1:5", "a:b:c", "x", "-1,2", "0:4:1", "2,2",
+                                 "1,,2", "1,2,", "1:inf:1", "nan:2:1"])
 def test_parse_rates_errors_name_flag_and_value(bad):
     with pytest.raises(ServesimError, match=f"--rates {bad}"):
         parse_rates(bad)
 
 
+@pytest.mark.parametrize("grid, points", [("1:1e9:1e-9", "1e+18"), ("1:100000:1", "1e+05")])
+def test_a_rate_grid_of_more_than_ten_thousand_points_is_refused_before_it_runs(
+        grid: str, points: str) -> None:
+    with pytest.raises(ServesimError, match=f"--rates {grid}: {points} rates; at most 10,000"):
+        parse_rates(grid)
+    assert len(parse_rates("1:10000:1")) == 10_000
+
+
 def test_parse_lists():
     assert parse_ints("1,2,4", "--tp") == [1, 2, 4]
     assert parse_names("continuous, orca", "--policies") == ["continuous", "orca"]
-    for bad in ("0", "1,1", "a"):
+    for bad in ("0", "1,1", "a", "1,,2"):
         with pytest.raises(ServesimError, match="--tp"):
             parse_ints(bad, "--tp")
 

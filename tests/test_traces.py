@@ -47,7 +47,7 @@ def test_servesim_all_columns_and_offsets_kept() -> None:
     assert t.klass is not None and list(t.klass) == ["chat", "code", "chat", "batch"]
     assert t.prefix_hashes is not None
     assert [h.tolist() for h in t.prefix_hashes] == [[1, 2, 3], [1, 2], [], [7, 8]]
-    assert t.prefix_block_tokens == 512
+    assert t.prefix_block_tokens is None  # the KV block size, as vLLM hashes its blocks
     assert t.dropped == {} and t.source == str(FIX / "servesim_full.csv")
 
 
@@ -336,3 +336,26 @@ def test_traces_module_imports_no_simpy_or_matplotlib() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_scenarios_trace_sets_the_tokens_each_prefix_hash_covers(tmp_path: Path) -> None:
+    """workload.trace.prefix_block_tokens: 32-token hashes over 16-token KV blocks share
+    both blocks of a 32-token prefix; left unset, each hash is one 16-token block."""
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+    from sim.report.metrics import summarize
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n"
+                     "0,64,2,1 2\n1,64,2,1 3\n")
+
+    def hits(**more: int) -> int:
+        raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01}},
+               "serving": {"prefix_caching": True},
+               "workload": {"trace": {"path": str(trace), **more}}}
+        return summarize(simulate(from_dict(raw, "<t>")))["prefix_cache"]["hit_tokens"]
+
+    assert hits() == 16 and hits(prefix_block_tokens=32) == 32
+    with pytest.raises(ServesimError, match="workload.trace.prefix_block_tokens: got 0"):
+        from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace),
+                                                           "prefix_block_tokens": 0}}}, "<t>")

@@ -195,8 +195,13 @@ class ServingConfig:
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.
             if self.chunk_budget < self.block_size:
-                raise ServesimError(f"got {self.chunk_budget}, must be at least block_size "
-                                    f"{self.block_size}", where="token_budget")
+                # Name the key the budget came from: token_budget when given, else
+                # max_num_batched_tokens (a block_size raised past it reads the same).
+                key = "token_budget" if self.token_budget is not None else \
+                    "max_num_batched_tokens"
+                raise ServesimError(f"got {self.chunk_budget}: chunked's per-iteration token "
+                                    f"budget must be at least block_size {self.block_size}",
+                                    where=key)
             if self.token_budget is not None and self.token_budget > self.max_num_batched_tokens:
                 raise ServesimError(f"got {self.token_budget}, must be at most "
                                     f"max_num_batched_tokens {self.max_num_batched_tokens}",
@@ -348,6 +353,10 @@ def _cost(value: Any) -> CostConfig:
         raise ServesimError(f"got {value!r}; give measured, roofline, or a mapping with one "
                             f"of {', '.join(COST_KINDS)}", where="cost")
     if isinstance(value, dict):
+        named = [k for k in COST_KINDS if k in value]
+        if len(named) > 1:  # a second kind left empty (null) is still a second kind
+            raise ServesimError(f"give exactly one cost model of {', '.join(COST_KINDS)} "
+                                f"(got {', '.join(named)})", where="cost")
         # `roofline:` or `measured:` with nothing under it takes the defaults.
         value = {k: {} if k in ("roofline", "measured") and v is None else v
                  for k, v in value.items()}

@@ -216,6 +216,12 @@ def check_speculative(scenario: Scenario) -> None:
                                 "target's tokenizer", where=f"{where}.draft_model")
         shard(draft, scenario.hardware.tp, where=f"{where}.draft_model")
     names = scenario.workload.classes
+    if spec.classes and names is None and scenario.workload.trace is None:
+        # Generated requests without workload.classes have no class: these acceptances
+        # would never apply. (A trace's class column names its own; checked as it loads.)
+        raise ServesimError(f"names classes ({', '.join(sorted(spec.classes))}) but the "
+                            "workload has none: give workload.classes, or a trace with a "
+                            "class column", where=f"{where}.classes")
     if spec.classes and names is not None:
         for name in spec.classes:
             if name not in names:

@@ -371,6 +371,7 @@ def simulate(scenario: Scenario, log_steps: bool = False, cost: CostModel | None
     workload_rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
     requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
                               scenario.source, scenario.model.max_context)
+    _check_acceptance_classes(scenario, requests.class_names)
     more = supply(scenario.workload, scenario.base_dir, workload_rng, scenario.source)
     if cost is None:
         cost = entry_cost(scenario)
@@ -378,6 +379,21 @@ def simulate(scenario: Scenario, log_steps: bool = False, cost: CostModel | None
                     supply=more)
     engine.progress = progress
     return engine.run()
+
+
+def _check_acceptance_classes(scenario: Scenario, names: tuple[str, ...]) -> None:
+    """Every class a speculative acceptance names is one the requests carry (a trace's
+    class column names its classes only once it is read)."""
+    spec = scenario.serving.speculative
+    if spec is None or not spec.classes:
+        return
+    missing = sorted(set(spec.classes) - set(names))
+    if missing:
+        have = ", ".join(names) if names else "none"
+        raise ServesimError(f"no requests of class {', '.join(map(repr, missing))}; the "
+                            f"workload's classes: {have}",
+                            where="serving.speculative.classes").located(
+                                source=scenario.source)
 
 
 def entry_cost(scenario: Scenario) -> CostModel:

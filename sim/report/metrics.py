@@ -51,7 +51,10 @@ def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ..
     ascending order; a bad list is an error naming ``flag``, the value and what is allowed."""
     allowed = "a comma list of percentiles above 0 and at most 100, e.g. 50,90,99,99.9"
     try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
+        items = [x.strip() for x in text.split(",")]
+        if any(not x for x in items):  # a value left out, not one to drop
+            raise ServesimError(f"{flag} {text}: an empty item; expected {allowed}")
+        vals = [float(x) for x in items]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected {allowed}") from None
     if not vals or any(not (math.isfinite(v) and 0 < v <= 100) for v in vals):

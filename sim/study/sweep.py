@@ -70,6 +70,9 @@ GROUP_COLUMNS = ("policy", "replicas", "tp", "pp", "rate")
 # 1/sqrt(seeds)); the caps keep a mistyped count from queueing millions of points.
 MAX_SEEDS = 10_000
 MAX_WORKERS = 4096
+# A rate grid of more points than this is a typo (a step of 1e-9), not a study: each
+# point is a whole simulation.
+MAX_RATES = 10_000
 Row = dict[str, Any]
 
 
@@ -81,14 +84,17 @@ def parse_rates(text: str, flag: str = "--rates") -> list[float]:
             if len(parts) != 3:
                 raise ValueError
             start, stop, step = parts
-            if step <= 0 or start <= 0 or stop < start:
+            if not all(map(math.isfinite, parts)) or step <= 0 or start <= 0 or stop < start:
                 raise ServesimError(f"{flag} {text}: need START:STOP:STEP with 0 < START <= "
                                     "STOP and STEP > 0 (requests/s)")
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            n = math.floor((stop - start) / step + 1e-9) + 1
+            if n > MAX_RATES:
+                raise ServesimError(f"{flag} {text}: {n:.4g} rates; at most {MAX_RATES:,} "
+                                    "(a larger STEP, or fewer points)")
             # Rounding keeps 0.1-steps from drifting into 0.30000000000000004.
             rates = [round(start + i * step, 9) for i in range(n)]
         else:
-            rates = [float(x) for x in text.split(",") if x.strip()]
+            rates = [float(x) for x in _items(text, flag)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected START:STOP:STEP or a comma list of "
                             "rates in requests/s, e.g. 1:20:1 or 2,4,8") from None
@@ -96,13 +102,24 @@ def parse_rates(text: str, flag: str = "--rates") -> list[float]:
         raise ServesimError(f"{flag} {text}: rates must be positive requests/s")
     if len(set(rates)) != len(rates):
         raise ServesimError(f"{flag} {text}: a rate is given twice")
+    if len(rates) > MAX_RATES:
+        raise ServesimError(f"{flag}: {len(rates):,} rates; at most {MAX_RATES:,}")
     return sorted(rates)
+
+
+def _items(text: str, flag: str) -> list[str]:
+    """The items of a comma list; an empty one (``1,,2``, a trailing comma) is an error
+    rather than dropped, as it is likely a value left out."""
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        raise ServesimError(f"{flag} {text}: an empty item in the comma list")
+    return items
 
 
 def parse_ints(text: str, flag: str) -> list[int]:
     """A comma list of positive integers (replicas, tp degrees)."""
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        vals = [int(x) for x in _items(text, flag)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected a comma list of positive integers, "
                             "e.g. 1,2,4") from None
@@ -113,7 +130,7 @@ def parse_ints(text: str, flag: str) -> list[int]:
 
 def parse_names(text: str, flag: str) -> list[str]:
     """A comma list of names (policies); checked against the registry when points are built."""
-    vals = [x.strip() for x in text.split(",") if x.strip()]
+    vals = _items(text, flag)
     if not vals or len(set(vals)) != len(vals):
         raise ServesimError(f"{flag} {text}: expected distinct names separated by commas")
     return vals

@@ -131,6 +131,10 @@ class TraceConfig:
     target_rate: float | None = bounded(None, gt=0)
     truncate: bool = False
     start_row: int = bounded(0, ge=0)
+    # Tokens per hashed block of the trace's prefix hashes (servesim and mooncake formats);
+    # None: the format's own (Mooncake's hash_ids: 512; a prefix_hash_ids column: the KV
+    # block size).
+    prefix_block_tokens: int | None = bounded(None, ge=1)
 
     def __post_init__(self) -> None:
         if self.target_rate is not None and self.time_scale != 1.0:
@@ -158,6 +162,8 @@ class TraceConfig:
             opts["log_type"] = self.log_type
         if self.spread:
             opts["spread"] = True
+        if self.prefix_block_tokens is not None:
+            opts["prefix_block_tokens"] = self.prefix_block_tokens
         return opts
 
 

@@ -208,7 +208,8 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
     ``fmt`` None sniffs the format. ``sort`` stable-sorts rows by arrival instead of
     rejecting a file out of time order. ``options``: burstgpt ``model`` / ``log_type``
     filters; mooncake ``spread`` (needs ``rng``); servesim / mooncake
-    ``prefix_block_tokens`` (default 512).
+    ``prefix_block_tokens`` (default: Mooncake's 512; a servesim trace's None, the KV
+    block size).
     """
     src = str(path)
     p = Path(path)
@@ -248,7 +249,10 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
         priority=cols["priority"],
         klass=cols["klass"],
         prefix_hashes=hashes,
-        prefix_block_tokens=(int(options.get("prefix_block_tokens", MOONCAKE_BLOCK_TOKENS))
+        # Mooncake hashed 512-token blocks; a servesim trace's own hashes default to the
+        # KV block size (None here: the engine's block_size), as vLLM hashes its blocks.
+        prefix_block_tokens=(options.get("prefix_block_tokens",
+                                         MOONCAKE_BLOCK_TOKENS if fmt == "mooncake" else None)
                              if hashes is not None else None),
         source=src,
         fmt=fmt,

@@ -96,3 +96,26 @@ def test_a_chunk_budget_below_a_block_names_the_key_that_set_it(
         load(write(tmp_path, text))
     assert f"serving.{key}: got {got}: chunked's per-iteration token budget must be at " \
            "least block_size 16" in str(exc.value)
+
+
+@pytest.mark.parametrize("more, why", [
+    ("cost: {linear: {step_s: 1.0e308, per_new_token_s: 1.0e308}}",
+     "steps were priced at infinite or NaN seconds"),
+    ("workload: {arrivals: {process: constant, rate: 5, start_s: 1.0e300}, lengths: "
+     "{prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 2}}, num_requests: 3}",
+     "the busiest replica computed for"),
+])
+def test_a_clock_past_a_billion_seconds_is_refused_not_rounded_to_zero_latencies(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], more: str, why: str) -> None:
+    # start_s 1e300 once gave every TTFT and TPOT 0.000: a 10 ms step added to 1e300 s
+    # rounds away.
+    base = SCENARIO.format(name="clock", rate=1)
+    if more.startswith("cost"):
+        text = base.replace("cost: {linear: {step_s: 0.01}}", more)
+    else:
+        text = base.split("workload:")[0] + more + "\n"
+    path = write(tmp_path, text)
+    assert main(["simulate", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the simulated clock reached" in err and why in err
+    assert not (tmp_path / "o").exists()

@@ -84,6 +84,9 @@ def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("change", "where", "says"), [
     ({"head_dim": "x"}, "head_dim", "got 'x', expected a number"),
     ({"hidden_size": 5120.5}, "hidden_size", "got 5120.5, expected a whole number"),
+    ({"num_hidden_layers": -3}, "num_hidden_layers", "got -3, expected a whole number of at "
+                                                     "least 1"),
+    ({"vocab_size": 0}, "vocab_size", "got 0, expected a whole number of at least 1"),
     ({"num_hidden_layers": None}, "num_hidden_layers", "required key is missing"),
 ])
 def test_bad_dimensions_name_the_key(tmp_path: Path, change: dict, where: str,

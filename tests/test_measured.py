@@ -65,6 +65,9 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
      "cost.measured: no measured profile for llama-3-8b at tp=1 under vllm on mi300x; GPUs "
      "with one: a100-80gb, b200, h100-sxm, h200, l40s"),
     ({"model": "tiny"}, "no measured profile for model tiny: measured profiles cover"),
+    ({"model": {"preset": "llama-3-8b", "layers": 7, "dtype": "int4"}},
+     r"cost.measured: no measured profile for llama-3-8b with layers 7 \(the preset's 32\), "
+     r"dtype 'int4' \(the preset's 'bf16'\): the shipped llama-3-8b profiles price the preset"),
     ({"model": "llama-3-70b"},
      "hardware: model llama-3-70b does not fit on h100-sxm with tp=1"),
     ({"cost": {"measured": {"framework": "tgi"}}}, "cost.measured.framework: got 'tgi'"),

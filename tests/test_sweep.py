@@ -334,6 +334,11 @@ def test_cli_sweep_end_to_end(tmp_path, capsys):
     assert cli_main(["sweep", str(MD1), "--rates", "1", "--policies", "nosuch",
                      "--out", str(out)]) == 2
     assert "unknown policy 'nosuch'" in capsys.readouterr().err
+    # A --set of the rate the sweep itself sets would be saved and never used.
+    assert cli_main(["sweep", str(MD1), "--rates", "1", "--set", "workload.arrivals.rate=3",
+                     "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.endswith(
+        "--set workload.arrivals.rate=3: the sweep sets each point's rate (--rates)\n")
 
 
 def _ray():

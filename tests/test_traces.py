@@ -321,6 +321,13 @@ def test_find_trace_unknown_lists_shipped(tmp_path: Path) -> None:
         find_trace("azure_conv", tmp_path)
 
 
+def test_a_folder_given_as_the_trace_is_named_as_one(tmp_path: Path) -> None:
+    (tmp_path / "traces.csv").mkdir()
+    with pytest.raises(ServesimError, match=r"trace 'traces.csv' is a folder \('.*traces.csv'\); "
+                                            "name a trace file in it"):
+        find_trace("traces.csv", tmp_path)
+
+
 def test_shipped_data_has_licences_and_readme() -> None:
     d = ROOT / "sim" / "data" / "traces"
     assert (d / "LICENSES" / "CC-BY-4.0.txt").is_file()

@@ -378,7 +378,28 @@ def simulate(scenario: Scenario, log_steps: bool = False, cost: CostModel | None
     engine = Engine(scenario, requests, cost, router_rng, log_steps, fault_seed=seeds[2],
                     supply=more)
     engine.progress = progress
-    return engine.run()
+    return _within_clock(engine.run())
+
+
+# Simulated seconds below which float64 times keep sub-microsecond resolution (its spacing
+# at 1e9 s is 1.2e-7 s): about 31 years. Past it, a 10 ms step added to the clock rounds
+# away, and latencies would come out as zero rather than wrong by a visible amount.
+CLOCK_LIMIT_S = 1e9
+
+
+def _within_clock(res: RunResult) -> RunResult:
+    """``res``, or an error when its clock ran past :data:`CLOCK_LIMIT_S` or to infinity:
+    an arrival time, think time or cost coefficient out of any real range."""
+    end = res.end_s
+    if math.isfinite(end) and end <= CLOCK_LIMIT_S:
+        return res
+    busy = [r.busy_s for r in res.replica_stats]
+    why = ("steps were priced at infinite or NaN seconds" if not all(map(math.isfinite, busy))
+           else f"the busiest replica computed for {max(busy, default=0.0):.3g} s")
+    raise ServesimError(f"the simulated clock reached {end:.3g} s, past {CLOCK_LIMIT_S:.0e} s "
+                        f"(31 years), where time stops resolving a step ({why}): an arrival "
+                        "time (start_s, think_time_s, a trace's arrival_s), a GPU figure or a "
+                        "cost coefficient is out of range", res.scenario.source)
 
 
 def _check_acceptance_classes(scenario: Scenario, names: tuple[str, ...]) -> None:

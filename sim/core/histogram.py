@@ -115,7 +115,11 @@ class LogHistogram:
             self.sum += float((v * w).sum())
         self.max = max(self.max, float(v.max()))
         if pos.size:
-            idx = np.ceil(np.log(np.maximum(pos, _MIN_VALUE)) / self._log_gamma).astype(np.int64)
+            # An infinite gap (a step priced at inf) casts to a junk bucket, clipped below;
+            # the run is refused once it ends (sim.core.engine.CLOCK_LIMIT_S).
+            with np.errstate(invalid="ignore"):
+                idx = np.ceil(np.log(np.maximum(pos, _MIN_VALUE))
+                              / self._log_gamma).astype(np.int64)
             idx = np.clip(idx - self._offset, 0, len(self.counts) - 1)
             self.counts += np.bincount(idx, weights=None if w is None else w[~zero],
                                        minlength=len(self.counts)).astype(np.int64)

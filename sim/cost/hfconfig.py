@@ -19,6 +19,7 @@ quantisation is an error naming it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +101,11 @@ def from_hf_config(path: Path) -> ModelSpec:
             raise ServesimError(f"got {value!r}, expected a number", source=src, where=key)
         return value
 
-    def count(key: str, default: Any = None) -> int:
+    def count(key: str, default: Any = None, least: int = 0) -> int:
         value = get(key, default)
-        if value != int(value):
-            raise ServesimError(f"got {value!r}, expected a whole number", source=src,
-                                where=key)
+        if not math.isfinite(value) or value != int(value) or value < least:
+            raise ServesimError(f"got {value!r}, expected a whole number of at least {least}",
+                                source=src, where=key)
         return int(value)
 
     dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
@@ -114,26 +115,27 @@ def from_hf_config(path: Path) -> ModelSpec:
         # gpt-oss's mxfp4 covers the experts; attention, router and tables stay 16-bit.
         moe_fields["expert_dtype"] = dtype
         dtype = _TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16")
-    attention = _attention_fields(cfg, family, count("num_hidden_layers"), src)
-    hidden = count("hidden_size")
-    heads = count("num_attention_heads")
+    layers = count("num_hidden_layers", least=1)
+    attention = _attention_fields(cfg, family, layers, src)
+    hidden = count("hidden_size", least=1)
+    heads = count("num_attention_heads", least=1)
     mla = _mla_fields(cfg, family, count)
     # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads. With
     # latent attention it is the query/key head size, no-rope plus rotary part.
     head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
-                else count("head_dim") if cfg.get("head_dim")
-                else (hidden // heads if heads else 0))
+                else count("head_dim", least=1) if cfg.get("head_dim")
+                else hidden // heads)
     try:
         return ModelSpec(
-            layers=count("num_hidden_layers"),
+            layers=layers,
             hidden=hidden,
             heads=heads,
-            kv_heads=count("num_key_value_heads", heads),
+            kv_heads=count("num_key_value_heads", heads, least=1),
             head_dim=head_dim,
-            intermediate=count("intermediate_size"),
-            vocab=count("vocab_size"),
+            intermediate=count("intermediate_size", least=1),
+            vocab=count("vocab_size", least=1),
             dtype=dtype,  # type: ignore[arg-type]
-            max_context=count("max_position_embeddings", 8192),
+            max_context=count("max_position_embeddings", 8192, least=1),
             rope_theta=float(get("rope_theta", 10000.0)),
             qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),

@@ -113,6 +113,17 @@ def shipped() -> tuple[Shipped, ...]:
     return tuple(out)
 
 
+def _changed_fields(model: ModelSpec) -> str:
+    """How ``model`` differs from the preset of its name ("" when it is none, or equal):
+    ``dtype int4 (the preset's bf16), layers 7 (32)``."""
+    base = MODELS.get(model.name)
+    if base is None or base == model:
+        return ""
+    diff = [(f.name, getattr(model, f.name), getattr(base, f.name))
+            for f in dataclasses.fields(model) if getattr(model, f.name) != getattr(base, f.name)]
+    return ", ".join(f"{k} {v!r} (the preset's {b!r})" for k, v, b in diff)
+
+
 def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> str:
     """The stem of the shipped profile for ``model`` on ``tp`` GPUs of ``gpu`` under
     ``framework``, with expert parallelism ``ep``; an error listing what exists when
@@ -132,6 +143,12 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
                             where="cost.measured")
     same = [s for s in same if s.ep == 1]
     if not same:
+        changed = _changed_fields(model)
+        if changed:
+            raise ServesimError(f"no measured profile for {model.name} with {changed}: the "
+                                f"shipped {model.name} profiles price the preset as given; "
+                                "build one for this variant with `servesim profile build`, or "
+                                "use cost: roofline", where="cost.measured")
         names = sorted({s.model for s in shipped()})
         dtypes = "" if model.dtype not in FP8_WEIGHTS and model.kv_dtype == "auto" else (
             f" with {model.dtype} weights and KV cache {model.kv_dtype}: FP8 profiles ship "

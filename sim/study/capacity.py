@@ -372,8 +372,10 @@ def main(argv: list[str]) -> int:
                    help="replications per rate (default 3)")
     p.add_argument("--tol", type=float_arg(gt=0, lt=1), default=0.02,
                    help="relative width at which the rate search stops (default 0.02)")
-    p.add_argument("--rate-start", type=float_arg(gt=0), default=None,
-                   help="first rate tried, req/s (default: the scenario's rate)")
+    # The search doubles the rate until it fails; from far above any server's rate the
+    # doubling overflows before a verdict.
+    p.add_argument("--rate-start", type=float_arg(gt=0, le=1e6), default=None,
+                   help="first rate tried, req/s, at most 1e6 (default: the scenario's rate)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default out/<scenario name>-capacity)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plot")

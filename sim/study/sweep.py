@@ -425,6 +425,12 @@ def main(argv: list[str]) -> int:
     rates = parse_rates(a.rates)
     slos = parse_slos(a.slo)
     steady = steady_from_args(a, slos, targets=False)
+    for o in a.overrides:
+        # Each point sets the arrival rate itself; an override of it would be saved with
+        # the sweep's settings and never used.
+        if o.split("=", 1)[0].strip() in ("workload.arrivals.rate",
+                                          "workload.trace.target_rate"):
+            raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)")
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     grid = grid_args(a, base)

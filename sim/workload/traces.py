@@ -88,6 +88,8 @@ def find_trace(ref: str, base_dir: Path | None) -> Path:
         p = Path(base_dir) / p
     if p.is_file():
         return p
+    if p.is_dir():
+        raise ServesimError(f"trace {ref!r} is a folder ({str(p)!r}); name a trace file in it")
     for cand in (SHIPPED_DIR / ref, SHIPPED_DIR / f"{ref}.csv"):
         if "/" not in ref and "\\" not in ref and cand.is_file():
             return cand

@@ -110,7 +110,10 @@ def resolve_version(spec: BuildSpec) -> str:
     if spec.framework not in FRAMEWORKS:
         raise ServesimError(f"unknown framework {spec.framework!r}; valid: "
                             f"{', '.join(FRAMEWORKS)}", where="--framework")
-    have = coverage().get(spec.gpu, {}).get(spec.framework, [])
+    if spec.gpu not in coverage():
+        raise ServesimError(f"no tables for GPU {spec.gpu!r}; tables exist for: "
+                            f"{describe_coverage()}", where="--gpu")
+    have = coverage()[spec.gpu].get(spec.framework, [])
     if not have:
         raise ServesimError(f"no {spec.framework} tables for {spec.gpu}; tables exist for: "
                             f"{describe_coverage()}", where="--framework")

@@ -163,3 +163,12 @@ def cpu_calibration(tmp_path_factory: pytest.TempPathFactory) -> Any:
 needs_tables = pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                                   reason="the measured extra (aiconfigurator-core) is not "
                                          "installed; make test installs it")
+
+
+def one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line a refused command wrote to stderr (no traceback, nothing more)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]

@@ -119,3 +119,12 @@ def test_a_clock_past_a_billion_seconds_is_refused_not_rounded_to_zero_latencies
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the simulated clock reached" in err and why in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_later_set_of_a_whole_section_cannot_drop_an_earlier_ones_key(tmp_path: Path) -> None:
+    path = write(tmp_path, SCENARIO.format(name="s", rate=1))
+    sc = load(path, ["model=llama-3-8b", "model.dtype=fp8"])  # a key on the new section
+    assert (sc.model.name, sc.model.dtype) == ("llama-3-8b", "fp8")
+    with pytest.raises(ServesimError, match=r"--set model=llama-3-8b replaces model, which "
+                                            r"--set model.dtype=fp8 changed before it"):
+        load(path, ["model.dtype=fp8", "model=llama-3-8b"])

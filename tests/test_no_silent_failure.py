@@ -21,6 +21,7 @@ from typing import Any, Union, get_args, get_origin
 
 import pytest
 import yaml
+from conftest import one_line
 
 from sim.cli import main
 from sim.config.scenario import Scenario, load
@@ -52,14 +53,6 @@ def write(tmp: Path, raw: dict[str, Any], name: str = "s.yaml") -> Path:
     path = tmp / name
     path.write_text(yaml.safe_dump(raw))
     return path
-
-
-def one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def simulate_cli(path: Path, tmp: Path, *extra: str) -> int:
@@ -343,13 +336,14 @@ CLI_BAD: list[tuple[list[str], str, list[str]]] = [
     (["sweep", "S", "--rates", "1"], "--workers", ["0", "-2", "100000", "x"]),
     (["sweep", "S", "--rates", "1"], "--horizon-factor", ["0", "-1", "nan", "inf", "x"]),
     (["sweep", "S", "--rates", "1"], "--max-rejected-share", ["2", "nan"]),
-    (["sweep", "S"], "--rates", ["0", "-1", "nan", "inf", "1:0:1", "x", "1e400"]),
+    (["sweep", "S"], "--rates", ["0", "-1", "nan", "inf", "1:0:1", "x", "1e400",
+                                "1:1e9:1e-9", "1,,2"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--seeds", ["0", "-3", "x"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--tol", ["0", "1", "-0.1", "nan", "x"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--target-rate", ["0", "-1", "inf", "nan"]),
-    (["capacity", "S", "--slo", "ttft_p99=1"], "--rate-start", ["0", "-1", "inf", "x"]),
+    (["capacity", "S", "--slo", "ttft_p99=1"], "--rate-start", ["0", "-1", "inf", "x", "1e300"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--gpu-cost-per-hour", ["0", "-2", "nan"]),
-    (["capacity", "S", "--slo", "ttft_p99=1"], "--redundancy", ["-1", "x", "1e9"]),
+    (["capacity", "S", "--slo", "ttft_p99=1"], "--redundancy", ["-1", "x", "1e9", "2"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--workers", ["0", "x"]),
     (["capacity", "S"], "--slo", ["ttft_p99=-1", "ttft_p99=nan", "ttft_p99=x", "foo=1"]),
     (["compare", "S"], "--max-rejected-share", ["-1", "x"]),

@@ -366,10 +366,19 @@ def _cost(value: Any) -> CostConfig:
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """A copy of ``raw`` with each ``dotted.key=value`` set (value parsed as YAML)."""
     out = copy.deepcopy(raw)
+    done: list[tuple[tuple[str, ...], str]] = []  # the keys set so far, and by which --set
     for item in overrides:
         if "=" not in item:
             raise ServesimError(f"--set needs dotted.key=value, got {item!r}")
         key, text = item.split("=", 1)
+        path = tuple(key.strip().split("."))
+        for earlier, what in done:
+            # A later --set of a whole section would silently drop an earlier one's key in
+            # it (and a later key inside a value set whole is merely order-dependent).
+            if earlier[:len(path)] == path:
+                raise ServesimError(f"--set {item} replaces {'.'.join(path)}, which --set "
+                                    f"{what} changed before it; set the keys one by one")
+        done.append((path, item))
         try:
             val = parse_yaml(text)
         except yaml.YAMLError:

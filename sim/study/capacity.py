@@ -397,6 +397,11 @@ def main(argv: list[str]) -> int:
         raise ServesimError(f"--tol {a.tol}: must be between 0 and 1 (a fraction of the rate)")
     if a.redundancy < 0:
         raise ServesimError(f"--redundancy {a.redundancy}: must be 0 or more spare replicas")
+    if a.redundancy and a.target_rate is None:
+        # Spares are added to the cheapest configuration meeting --target-rate; without
+        # one there is no configuration to add them to.
+        raise ServesimError(f"--redundancy {a.redundancy}: needs --target-rate (the spares "
+                            "go on the cheapest configuration that meets it)")
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas else None
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "capacity")

@@ -340,6 +340,16 @@ def _vllm_main(argv: list[str]) -> int:
     reqs = Requests(run.arrival_s[ok], run.prompt_tokens[ok], run.output_tokens[ok])
     pred = simulate_requests(sc, reqs, sc.workload.seed)
     n = int(ok.sum())
+    if (pred.status == REJECTED).all():
+        # Nothing would be compared: an empty table is no validation.
+        reasons, counts = np.unique(pred.reason.astype(str), return_counts=True)
+        raise ServesimError(
+            f"scenario {sc.name} rejected all {n} requests that completed in vLLM "
+            f"({', '.join(f'{r} {c}' for r, c in zip(reasons, counts, strict=True))}; longest "
+            f"prompt {int(reqs.prompt_tokens.max())} tokens, prompt + output "
+            f"{int((reqs.prompt_tokens + reqs.output_tokens).max())}): nothing to compare; "
+            "check input_lens and output_lens against the scenario's model.max_context and "
+            "serving limits", source=str(a.vllm_result))
     real = real_result(sc, reqs, reqs.arrival_s + run.ttft_s[ok],
                        reqs.arrival_s + run.e2e_s[ok], np.full(n, FINISHED, np.int8),
                        itls=[g for g, f in zip(run.itls_s, ok, strict=True) if f])

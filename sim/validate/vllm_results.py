@@ -8,10 +8,18 @@ and ``itls`` (seconds between streamed chunks), plus ``errors``; run facts such 
 vLLM's own definitions.
 
 Send times are saved only by some versions (``start_times``). Without them the arrivals
-are reconstructed: a gamma process of shape ``burstiness`` (1 = Poisson) at
-``request_rate`` req/s, seeded here (vLLM's own draws cannot be recovered), or all at
-0 s for ``"inf"``. Failed requests (an error, or no output) are counted and kept out
+are reconstructed: a gamma process of shape ``burstiness`` (1 = Poisson, Infinity =
+even gaps) at ``request_rate`` req/s, seeded here (vLLM's own draws cannot be
+recovered), or all at 0 s for ``"inf"``; a ramped-up run (``ramp_up_strategy``) cannot
+be rebuilt and is refused. Failed requests (an error, or no output) are counted and kept out
 of both sides of the comparison.
+
+What vLLM writes for a failed request, and so what stays accepted: ``output_lens`` 0
+(whatever was streamed), ``ttfts`` 0.0 (its default; the time of the first chunk if one
+came before the failure), ``itls`` empty or the gaps streamed before the failure, and
+in ``errors`` a message (empty when the HTTP status carried no reason, which is why no
+output alone marks a request failed). Anything vLLM never writes is refused with one
+line naming the key, the request's index, the value and the rule (:data:`RULES`).
 """
 
 from __future__ import annotations
@@ -24,10 +32,30 @@ from typing import Any
 
 import numpy as np
 
+from sim.configtools import MAX_INT
 from sim.errors import ServesimError
 from sim.files import read_text
 
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
+
+# The rules for each field, stated once; every refusal quotes one of them.
+RULES = {
+    # vLLM counts tokens in whole numbers; a failed request's output is written as 0.
+    # Past 2**53 a count is no real length and would overflow the int64 arrays.
+    "tokens": "a whole number of tokens, 0 or more and below 2**53",
+    # Client-side perf_counter differences: never negative, never NaN.
+    "seconds": "a finite number of seconds, 0 or more",
+    # perf_counter readings: only their differences mean anything, so any finite value.
+    "clock": "a finite number (a send time in seconds)",
+    "ms": "a finite number of milliseconds, 0 or more",
+    "rate": 'a number of requests per second above 0, or "inf"',
+    "burstiness": "a number above 0 (1 = Poisson; Infinity = evenly spaced)",
+    "concurrency": "null or a whole number of requests, 0 (no cap) or more",
+    "error": 'a string ("" when the request succeeded) or null',
+}
+
+AGGREGATES = tuple(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+                   for s in ("mean", "median", "p90", "p99"))
 
 
 @dataclass(frozen=True)
@@ -55,83 +83,196 @@ class VllmRun:
         return np.where(self.failed, np.nan, self.ttft_s + total)
 
 
-def _number(x: Any, where: str, src: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        raise ServesimError(f"got {x!r}, expected a number", source=src, where=where)
+def _refuse(x: Any, rule: str, where: str, src: str | None, hint: str = "") -> ServesimError:
+    """The one-line error for value ``x`` at ``where`` breaking ``RULES[rule]``."""
+    return ServesimError(f"got {x!r}, expected {RULES[rule]}{hint}", source=src, where=where)
+
+
+def _is_number(x: Any) -> bool:
+    # JSON true/false arrive as bool, which Python counts as int: not a number here.
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _whole(x: Any, where: str, src: str | None, rule: str = "tokens") -> int:
+    """A count: whole (1000.0 counts as 1000), 0 or more, below 2**53."""
+    whole = _is_number(x) and (isinstance(x, int) or (math.isfinite(x) and x.is_integer()))
+    if not whole or not 0 <= x < MAX_INT:
+        raise _refuse(x, rule, where, src)
+    return int(x)
+
+
+def _seconds(x: Any, where: str, src: str | None, rule: str = "seconds",
+             hint: str = "") -> float:
+    """A latency (or, with ``rule="ms"``, an aggregate): finite and 0 or more."""
+    if not _is_number(x) or not math.isfinite(x) or x < 0:
+        raise _refuse(x, rule, where, src, hint)
     return float(x)
 
 
-def arrivals(n: int, rate: Any, burstiness: Any, seed: int) -> tuple[np.ndarray, str]:
-    """Reconstructed send times (s) of ``n`` requests, and a sentence saying how."""
-    if rate in ("inf", None) or (isinstance(rate, int | float) and math.isinf(rate)):
+def _per_request(data: dict[str, Any], key: str, n: int, src: str) -> list[Any] | None:
+    """``data[key]`` as a list of ``n`` entries, or None where absent or null (and not
+    one of :data:`REQUIRED`)."""
+    v = data.get(key)
+    if v is None and key not in REQUIRED:
+        return None
+    if not isinstance(v, list) or len(v) != n:
+        got = f"a list of {len(v)}" if isinstance(v, list) else repr(v)
+        raise ServesimError(f"got {got}, expected a list of {n} entries, one per request "
+                            "(as many as input_lens)", source=src, where=key)
+    return v
+
+
+def _rate(x: Any, src: str | None) -> float | None:
+    """``request_rate`` in req/s (inf for vLLM's ``"inf"``), or None where absent."""
+    if x is None:
+        return None
+    if x == "inf" or (_is_number(x) and x > 0 and not math.isnan(x)):
+        return float(x)
+    raise _refuse(x, "rate", "request_rate", src)
+
+
+def _burstiness(x: Any, src: str | None) -> float:
+    """vLLM's gamma shape; absent (older vLLM, before the option) means Poisson, 1."""
+    if x is None:
+        return 1.0
+    if not _is_number(x) or math.isnan(x) or not x > 0:
+        raise _refuse(x, "burstiness", "burstiness", src)
+    return float(x)
+
+
+def arrivals(n: int, rate: float, burstiness: float, seed: int) -> tuple[np.ndarray, str]:
+    """Reconstructed send times (s) of ``n`` requests at ``rate`` req/s (> 0, inf: all
+    at once) with gamma shape ``burstiness`` (> 0, inf: even gaps), and a sentence
+    saying how."""
+    if math.isinf(rate):
         return np.zeros(n), "request_rate inf: every request sent at 0 s"
-    rate = float(rate)
-    shape = float(burstiness) if burstiness not in (None, "") else 1.0
-    if not rate > 0 or not shape > 0:
-        raise ServesimError(f"cannot rebuild arrivals from request_rate {rate!r} and "
-                            f"burstiness {shape!r}")
+    if math.isinf(burstiness):
+        # vLLM's own limit: the gamma gaps tend to the constant 1 / rate.
+        t = np.arange(n) / rate
+        return t, (f"arrivals reconstructed (evenly spaced at {rate:g} req/s, burstiness "
+                   "inf): vLLM saves no per-request send times")
     rng = np.random.default_rng(seed)
-    gaps = rng.gamma(shape, 1.0 / (rate * shape), size=n)
+    gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
     t = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
-    kind = "Poisson" if shape == 1.0 else f"gamma (burstiness {shape:g})"
+    kind = "Poisson" if burstiness == 1.0 else f"gamma (burstiness {burstiness:g})"
     return t, (f"arrivals reconstructed ({kind} at {rate:g} req/s, seed {seed}): vLLM saves "
                "no per-request send times, so the predicted side sees a different draw of "
                "the same process")
 
 
 def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
-    """Check a parsed result mapping and turn it into a :class:`VllmRun`."""
+    """Check a parsed result mapping and turn it into a :class:`VllmRun`.
+
+    Every value is checked against :data:`RULES` first; a run with no request that
+    completed in vLLM is refused, as there is nothing to compare.
+    """
     if not isinstance(data, dict):
         raise ServesimError("expected a JSON object", source=source)
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ServesimError(f"missing {', '.join(missing)}: save the result with "
                             "--save-result --save-detailed", source=source, where=missing[0])
-    cols = {k: data[k] for k in REQUIRED}
-    n = len(cols["input_lens"])
-    for k, v in cols.items():
-        if not isinstance(v, list) or len(v) != n:
-            raise ServesimError(f"expected a list of {n} entries", source=source, where=k)
+    if not isinstance(data["input_lens"], list):
+        raise ServesimError(f"got {data['input_lens']!r}, expected a list of prompt lengths",
+                            source=source, where="input_lens")
+    n = len(data["input_lens"])
     if n == 0:
-        raise ServesimError("the result holds no requests", source=source)
-    prompt = np.array([_number(x, f"input_lens[{i}]", source)
+        raise ServesimError("the result holds no requests", source=source, where="input_lens")
+    cols = {k: _per_request(data, k, n, source) or [] for k in REQUIRED}
+    prompt = np.array([_whole(x, f"input_lens[{i}]", source)
                        for i, x in enumerate(cols["input_lens"])], dtype=np.int64)
-    output = np.array([_number(x, f"output_lens[{i}]", source)
+    output = np.array([_whole(x, f"output_lens[{i}]", source)
                        for i, x in enumerate(cols["output_lens"])], dtype=np.int64)
-    ttft = np.array([np.nan if x is None else _number(x, f"ttfts[{i}]", source)
+    ttft = np.array([_seconds(x, f"ttfts[{i}]", source,
+                              hint=" (vLLM writes 0.0 for a request that failed)")
                      for i, x in enumerate(cols["ttfts"])], dtype=float)
     itls: list[list[float]] = []
     for i, g in enumerate(cols["itls"]):
         if not isinstance(g, list):
-            raise ServesimError(f"got {g!r}, expected a list of seconds", source=source,
-                                where=f"itls[{i}]")
-        itls.append([_number(x, f"itls[{i}]", source) for x in g])
-    errors = data.get("errors") or [""] * n
-    failed = np.array([bool(errors[i]) if i < len(errors) else False for i in range(n)])
-    failed |= (output < 1) | ~np.isfinite(ttft)
+            raise ServesimError(f"got {g!r}, expected a list of seconds (empty for a "
+                                "request that failed)", source=source, where=f"itls[{i}]")
+        itls.append([_seconds(x, f"itls[{i}][{j}]", source) for j, x in enumerate(g)])
+    errors = _per_request(data, "errors", n, source) or [None] * n
+    for i, e in enumerate(errors):
+        if e is not None and not isinstance(e, str):
+            raise _refuse(e, "error", f"errors[{i}]", source)
+    # vLLM writes output 0 for every failed request, and an error message that can be
+    # empty (an HTTP status without a reason): either marks the request failed.
+    failed = np.array([bool(e) for e in errors]) | (output < 1)
+    if failed.all():
+        first = next((e for e in errors if e), "")
+        why = f"; errors[{errors.index(first)}]: {_last_line(first)}" if first else ""
+        raise ServesimError(f"all {n} requests failed in vLLM (an error or no output), "
+                            f"nothing to compare{why}", source=source)
+    # A failed request keeps its dataset prompt length, 0 for an empty prompt; one that
+    # completed was served a prompt of at least one token.
+    empty = np.flatnonzero(~failed & (prompt < 1))
+    if len(empty):
+        raise ServesimError("got 0 for a request that completed, expected at least 1 "
+                            "prompt token", source=source, where=f"input_lens[{empty[0]}]")
     ttft = np.where(failed, np.nan, ttft)
     notes = []
     if failed.any():
         notes.append(f"{int(failed.sum())} of {n} requests failed (error or no output): "
                      "counted, kept out of both sides")
-    if data.get("max_concurrency") not in (None, 0):
-        notes.append(f"max_concurrency {data['max_concurrency']}: the client capped "
+    # vLLM records one gap per streamed chunk, not per token: a chunk carrying several
+    # tokens (speculative decoding, a server stream interval) gives fewer, the chat
+    # endpoint's role-only first chunk one more. Kept as vLLM's ITL, and said.
+    done = [int(i) for i in np.flatnonzero(~failed)]
+    off = [i for i in done if len(itls[i]) != output[i] - 1]
+    if off:
+        k = off[0]
+        notes.append(f"{len(off)} of {len(done)} completed requests streamed other than one "
+                     f"chunk per token (e.g. request {k}: {len(itls[k])} gaps for "
+                     f"{output[k]} tokens): ITL compares per chunk, as vLLM measures it")
+    conc = data.get("max_concurrency")
+    if conc is not None:
+        conc = _whole(conc, "max_concurrency", source, rule="concurrency")
+    if conc:
+        notes.append(f"max_concurrency {conc}: the client capped "
                      "requests in flight, which servesim does not model; near saturation "
                      "the predicted queueing is too long")
-    starts = data.get("start_times")
-    if isinstance(starts, list) and len(starts) == n and all(
-            isinstance(x, int | float) and not isinstance(x, bool) for x in starts):
-        raw = np.asarray(starts, dtype=float)
+    rate = _rate(data.get("request_rate"), source)
+    shape = _burstiness(data.get("burstiness"), source)
+    starts = _per_request(data, "start_times", n, source)
+    if starts is not None:
+        raw = np.array([_clock(x, f"start_times[{i}]", source) for i, x in enumerate(starts)])
         # Concurrent sends can stamp a few microseconds out of order; keep send order.
         t = np.maximum.accumulate(raw) - raw.min()
         how = "arrivals from the saved start_times"
+    elif data.get("ramp_up_strategy") is not None:
+        # vLLM then writes request_rate "inf" while the rate climbed: no process to redraw.
+        raise ServesimError(f"got {data['ramp_up_strategy']!r} and no start_times: the "
+                            "arrivals of a ramped-up run cannot be rebuilt; save it with a "
+                            "vLLM that writes start_times", source=source,
+                            where="ramp_up_strategy")
+    elif rate is None:
+        raise ServesimError("missing, and so are start_times: the arrivals cannot be "
+                            f"rebuilt; expected {RULES['rate']}", source=source,
+                            where="request_rate")
     else:
-        t, how = arrivals(n, data.get("request_rate"), data.get("burstiness"), seed)
+        t, how = arrivals(n, rate, shape, seed)
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "num_prompts",
-                                     "request_rate", "burstiness", "max_concurrency",
                                      "duration", "completed")}
-    meta["aggregates_ms"] = vllm_aggregates(data)
+    # As the file gave them (validated), but vLLM's way for inf: strict JSON has none.
+    meta.update(request_rate=data.get("request_rate"), max_concurrency=conc,
+                burstiness="inf" if math.isinf(shape) else data.get("burstiness"))
+    meta["aggregates_ms"] = vllm_aggregates(data, source)
     return VllmRun(t, prompt, output, ttft, itls, failed, how, tuple(notes), meta)
+
+
+def _clock(x: Any, where: str, src: str | None) -> float:
+    """A send time (perf_counter seconds): any finite number."""
+    if not _is_number(x) or not math.isfinite(x):
+        raise _refuse(x, "clock", where, src)
+    return float(x)
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of an error (vLLM saves whole tracebacks), shortened."""
+    lines = [s.strip() for s in text.splitlines() if s.strip()]
+    line = lines[-1] if lines else repr(text)
+    return line if len(line) <= 120 else line[:117] + "..."
 
 
 def load(path: str | Path, seed: int = 0) -> VllmRun:
@@ -145,8 +286,8 @@ def load(path: str | Path, seed: int = 0) -> VllmRun:
     return parse(data, str(p), seed)
 
 
-def vllm_aggregates(data: dict[str, Any]) -> dict[str, float]:
-    """vLLM's own summary figures (ms) found in the file, for a cross-check."""
-    keys = [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-            for s in ("mean", "median", "p90", "p99")]
-    return {k: float(data[k]) for k in keys if isinstance(data.get(k), int | float)}
+def vllm_aggregates(data: dict[str, Any], source: str | None = None) -> dict[str, float]:
+    """vLLM's own summary figures (ms) found in the file, for a cross-check; absent or
+    null ones are left out, any other value must be a finite number of ms, 0 or more."""
+    return {k: _seconds(data[k], k, source, rule="ms") for k in AGGREGATES
+            if data.get(k) is not None}

@@ -1,0 +1,252 @@
+"""``servesim validate --vllm-result``: a result file vLLM could not have written is one
+error line naming the file, the key (with the request's index), the value and the rule;
+what vLLM does write (failed requests, ``"inf"``, fewer gaps than tokens) still reads."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from conftest import one_line
+from test_validate import SCENARIO
+
+from sim.cli import main
+from sim.errors import ServesimError
+from sim.validate import vllm_results
+
+# The shape of tests/fixtures/vllm/bench_detailed.json: four requests sent 10 s apart,
+# the last failed as vLLM writes it (output 0, ttft 0.0, no gaps, an error message).
+VALID: dict[str, Any] = {
+    "date": "20260101-120000", "backend": "vllm", "model_id": "hand-made/tiny",
+    "num_prompts": 4, "request_rate": 0.2, "burstiness": 1.0, "max_concurrency": None,
+    "duration": 25.4, "completed": 3, "median_ttft_ms": 150.0, "median_tpot_ms": 13.0,
+    "input_lens": [100, 50, 200, 80],
+    "output_lens": [5, 3, 2, 0],
+    "ttfts": [0.150, 0.050, 0.300, 0.0],
+    "itls": [[0.010, 0.012, 0.011, 0.011], [0.020, 0.010], [0.013], []],
+    "start_times": [100.0, 110.0, 120.0, 125.0],
+    "generated_texts": ["a b c d e", "f g h", "i j", ""],
+    "errors": ["", "", "", "request timed out"],
+}
+TOKENS = "expected a whole number of tokens, 0 or more and below 2**53"
+SECONDS = "expected a finite number of seconds, 0 or more"
+
+
+DROP = object()  # as an edit: the key is left out of the file
+
+
+def changed(**edits: Any) -> dict[str, Any]:
+    """VALID with top-level keys replaced (``DROP`` leaves one out; None is JSON null)
+    or, for ``key__i``, request ``i``'s entry replaced."""
+    data = copy.deepcopy(VALID)
+    for name, value in edits.items():
+        key, _, index = name.partition("__")
+        if index:
+            data[key][int(index)] = value
+        elif value is DROP:
+            del data[key]
+        else:
+            data[key] = value
+    return data
+
+
+NO_STARTS = {"start_times": DROP}
+
+# (edits, the error expected: its whole text after "<t>: ")
+BAD = [
+    # the fuzzing run's findings
+    (dict(request_rate="fast", **NO_STARTS),
+     'request_rate: got \'fast\', expected a number of requests per second above 0, or "inf"'),
+    (dict(request_rate="fast"),  # refused even where start_times make it unused
+     'request_rate: got \'fast\', expected a number of requests per second above 0, or "inf"'),
+    (dict(burstiness="x", **NO_STARTS),
+     "burstiness: got 'x', expected a number above 0 (1 = Poisson; Infinity = evenly spaced)"),
+    (dict(input_lens__0=-10, ttfts__0=-0.1), f"input_lens[0]: got -10, {TOKENS}"),
+    (dict(ttfts__0=-0.1),
+     f"ttfts[0]: got -0.1, {SECONDS} (vLLM writes 0.0 for a request that failed)"),
+    (dict(input_lens__1=10.5), f"input_lens[1]: got 10.5, {TOKENS}"),
+    (dict(start_times=[100.0, 110.0, 120.0]),
+     "start_times: got a list of 3, expected a list of 4 entries, one per request "
+     "(as many as input_lens)"),
+    (dict(start_times__2="12:00"),
+     "start_times[2]: got '12:00', expected a finite number (a send time in seconds)"),
+    (dict(median_ttft_ms="150"),
+     "median_ttft_ms: got '150', expected a finite number of milliseconds, 0 or more"),
+    (dict(ttfts__0=math.nan),
+     f"ttfts[0]: got nan, {SECONDS} (vLLM writes 0.0 for a request that failed)"),
+    # the other per-request values
+    (dict(ttfts__1=None),
+     f"ttfts[1]: got None, {SECONDS} (vLLM writes 0.0 for a request that failed)"),
+    (dict(ttfts__2=math.inf),
+     f"ttfts[2]: got inf, {SECONDS} (vLLM writes 0.0 for a request that failed)"),
+    (dict(output_lens__0=2.5), f"output_lens[0]: got 2.5, {TOKENS}"),
+    (dict(output_lens__0=-1), f"output_lens[0]: got -1, {TOKENS}"),
+    (dict(output_lens__0=True), f"output_lens[0]: got True, {TOKENS}"),
+    (dict(input_lens__0="100"), f"input_lens[0]: got '100', {TOKENS}"),
+    (dict(input_lens__0=2**53), f"input_lens[0]: got 9007199254740992, {TOKENS}"),
+    (dict(input_lens__0=1e300), f"input_lens[0]: got 1e+300, {TOKENS}"),
+    (dict(itls__0=[0.010, -0.012, 0.011, 0.011]), f"itls[0][1]: got -0.012, {SECONDS}"),
+    (dict(itls__1=[0.02, "0.01"]), f"itls[1][1]: got '0.01', {SECONDS}"),
+    (dict(itls__1=0.03),
+     "itls[1]: got 0.03, expected a list of seconds (empty for a request that failed)"),
+    (dict(errors__1=5),
+     "errors[1]: got 5, expected a string (\"\" when the request succeeded) or null"),
+    (dict(errors=["", ""]),
+     "errors: got a list of 2, expected a list of 4 entries, one per request "
+     "(as many as input_lens)"),
+    (dict(ttfts=[0.15, 0.05, 0.3]),
+     "ttfts: got a list of 3, expected a list of 4 entries, one per request "
+     "(as many as input_lens)"),
+    (dict(itls="none"),
+     "itls: got 'none', expected a list of 4 entries, one per request (as many as input_lens)"),
+    (dict(ttfts=None),
+     "ttfts: got None, expected a list of 4 entries, one per request (as many as input_lens)"),
+    (dict(input_lens="100"), "input_lens: got '100', expected a list of prompt lengths"),
+    (dict(input_lens=[]), "input_lens: the result holds no requests"),
+    (dict(input_lens__1=0), "input_lens[1]: got 0 for a request that completed, expected "
+                            "at least 1 prompt token"),
+    # run facts
+    (dict(request_rate=0, **NO_STARTS),
+     'request_rate: got 0, expected a number of requests per second above 0, or "inf"'),
+    (dict(request_rate=-2.0),
+     'request_rate: got -2.0, expected a number of requests per second above 0, or "inf"'),
+    (dict(request_rate=math.nan),
+     'request_rate: got nan, expected a number of requests per second above 0, or "inf"'),
+    (dict(request_rate="Infinity"),
+     'request_rate: got \'Infinity\', expected a number of requests per second above 0, '
+     'or "inf"'),
+    (dict(request_rate=DROP, **NO_STARTS),
+     "request_rate: missing, and so are start_times: the arrivals cannot be rebuilt; "
+     'expected a number of requests per second above 0, or "inf"'),
+    (dict(request_rate=None, start_times=None),
+     "request_rate: missing, and so are start_times: the arrivals cannot be rebuilt; "
+     'expected a number of requests per second above 0, or "inf"'),
+    (dict(burstiness=0),
+     "burstiness: got 0, expected a number above 0 (1 = Poisson; Infinity = evenly spaced)"),
+    (dict(max_concurrency="8"),
+     "max_concurrency: got '8', expected null or a whole number of requests, 0 (no cap) "
+     "or more"),
+    (dict(max_concurrency=-1),
+     "max_concurrency: got -1, expected null or a whole number of requests, 0 (no cap) "
+     "or more"),
+    (dict(ramp_up_strategy="linear", request_rate="inf", **NO_STARTS),
+     "ramp_up_strategy: got 'linear' and no start_times: the arrivals of a ramped-up run "
+     "cannot be rebuilt; save it with a vLLM that writes start_times"),
+    (dict(median_ttft_ms=-1.0),
+     "median_ttft_ms: got -1.0, expected a finite number of milliseconds, 0 or more"),
+    (dict(p99_e2el_ms=math.nan),
+     "p99_e2el_ms: got nan, expected a finite number of milliseconds, 0 or more"),
+    # nothing to compare
+    (dict(output_lens=[0, 0, 0, 0], errors=["", "", "", "boom"]),
+     "all 4 requests failed in vLLM (an error or no output), nothing to compare; "
+     "errors[3]: boom"),
+    (dict(output_lens=[0, 0, 0, 0], errors=["", " \n", "", ""]),
+     "all 4 requests failed in vLLM (an error or no output), nothing to compare; "
+     "errors[1]: ' \\n'"),
+    (dict(output_lens=[0, 0, 0, 0], errors=DROP),
+     "all 4 requests failed in vLLM (an error or no output), nothing to compare"),
+]
+
+
+@pytest.mark.parametrize(("edits", "message"), BAD,
+                         ids=[f"{i}-{m.split(':')[0]}" for i, (_, m) in enumerate(BAD)])
+def test_bad_value_is_one_error_naming_key_value_and_rule(edits: dict[str, Any],
+                                                          message: str) -> None:
+    with pytest.raises(ServesimError) as info:
+        vllm_results.parse(changed(**edits), "<t>")
+    assert str(info.value) == f"<t>: {message}"
+
+
+def test_traceback_of_every_failed_request_shows_as_its_last_line() -> None:
+    trace = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+             "aiohttp.ClientConnectorError: Cannot connect to host 127.0.0.1:8000\n")
+    with pytest.raises(ServesimError, match=r"^<t>: all 4 requests failed in vLLM .*; "
+                       r"errors\[0\]: aiohttp.ClientConnectorError: Cannot connect to host "
+                       r"127.0.0.1:8000$"):
+        vllm_results.parse(changed(output_lens=[0, 0, 0, 0], errors=[trace] * 4), "<t>")
+
+
+def test_what_vllm_writes_for_failed_requests_still_reads() -> None:
+    """Failed (vLLM's success False): output 0 always; ttft 0.0 or the first chunk's time;
+    the gaps streamed before the failure; an error message that may be empty (an HTTP
+    status without a reason), or no errors key at all in old files."""
+    data = changed(output_lens=[5, 0, 2, 0], ttfts=[0.15, 0.4, 0.3, 0.0],
+                   itls=[[0.01, 0.012, 0.011, 0.011], [0.02, 0.02], [0.013], []],
+                   errors=["", "Traceback ...\nTimeoutError", "", ""])
+    run = vllm_results.parse(data, "<t>")
+    assert run.failed.tolist() == [False, True, False, True]
+    assert np.isnan(run.ttft_s[[1, 3]]).all() and np.isnan(run.e2e_s[[1, 3]]).all()
+    assert "2 of 4 requests failed" in run.notes[0]
+    del data["errors"]
+    assert vllm_results.parse(data, "<t>").failed.tolist() == [False, True, False, True]
+
+
+def test_run_facts_vllm_writes_still_read() -> None:
+    data = changed(start_times=DROP, request_rate="inf", max_concurrency=0,
+                   input_lens=[100.0, 50, 200, 80])  # a whole number written as a float
+    run = vllm_results.parse(data, "<t>")
+    assert run.arrival_s.tolist() == [0.0] * 4 and run.prompt_tokens[0] == 100
+    assert not any("max_concurrency" in n for n in run.notes)
+    # burstiness Infinity (json.dumps writes it bare): vLLM sends at even gaps of 1/rate
+    run = vllm_results.parse(json.loads(json.dumps(changed(start_times=DROP,
+                                                           burstiness=math.inf))), "<t>")
+    np.testing.assert_allclose(run.arrival_s, [0.0, 5.0, 10.0, 15.0])
+    assert "evenly spaced at 0.2 req/s" in run.arrivals_note
+    assert run.meta["burstiness"] == "inf"
+    # old vLLM, before --burstiness: Poisson; null aggregates are absent ones
+    run = vllm_results.parse(changed(start_times=DROP, burstiness=None,
+                                     median_ttft_ms=None), "<t>")
+    assert "Poisson at 0.2 req/s" in run.arrivals_note
+    assert "median_ttft_ms" not in run.meta["aggregates_ms"]
+
+
+def test_fewer_gaps_than_tokens_read_and_are_noted() -> None:
+    """One gap per streamed chunk: a chunk of several tokens (speculative decoding, a
+    stream interval) gives fewer than output - 1; vLLM's ITL is per chunk, so kept."""
+    run = vllm_results.parse(changed(itls__0=[0.022, 0.022]), "<t>")
+    assert math.isclose(run.e2e_s[0], 0.194)
+    assert ("1 of 3 completed requests streamed other than one chunk per token (e.g. "
+            "request 0: 2 gaps for 5 tokens)") in " ".join(run.notes)
+    assert not any("chunk" in n for n in vllm_results.parse(VALID, "<t>").notes)
+
+
+def _cli(tmp_path: Path, data: dict[str, Any]) -> tuple[int, Path]:
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(data))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "out"
+    return main(["validate", "--vllm-result", str(result), "--scenario", str(scenario),
+                 "--out", str(out), "--no-plots"]), out
+
+
+def test_valid_file_still_validates(tmp_path: Path) -> None:
+    rc, out = _cli(tmp_path, VALID)
+    assert rc == 0
+    level = json.loads((out / "validation.json").read_text())["levels"][0]
+    assert level["comparison"]["compared"] == 3 and level["comparison"]["failed_in_vllm"] == 1
+
+
+def test_bad_value_from_the_command_is_one_line_exit_2(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _cli(tmp_path, changed(request_rate="fast", start_times=DROP))
+    assert rc == 2 and not out.exists()
+    line = one_line(capsys)
+    assert "result.json: request_rate: got 'fast', expected a number of requests per second" \
+           in line, line
+
+
+def test_every_request_rejected_by_the_scenario_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _cli(tmp_path, changed(input_lens=[1e12] * 4))
+    assert rc == 2 and not (out / "validation.json").exists()
+    line = one_line(capsys)
+    assert ("result.json: scenario vllm-check rejected all 3 requests that completed in "
+            "vLLM (exceeds_context 3; longest prompt 1000000000000 tokens, prompt + output "
+            "1000000000005): nothing to compare") in line, line

@@ -15,7 +15,7 @@ import yaml
 
 from sim.cost.profile import FORMS, wake_curve
 from sim.cost.profilecost import ProfileCost
-from sim.cost.profilefile import SCHEMA, load_profile, parse_profile
+from sim.cost.profilefile import PROFILE_DIR, SCHEMA, load_profile, parse_profile
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import MODELS
 from sim.errors import ServesimError
@@ -153,7 +153,8 @@ def test_bad_yaml_and_unknown_name(tmp_path: Path) -> None:
     bad.write_text("schema: [unclosed\n")
     with pytest.raises(ServesimError, match="not valid YAML"):
         load_profile(str(bad))
-    with pytest.raises(ServesimError, match="unknown profile 'no-such-gpu'.*shipped profiles"):
+    with pytest.raises(ServesimError, match=r"unknown profile 'no-such-gpu'; `servesim profile "
+                                            r"list` shows the \d+ shipped"):
         load_profile("no-such-gpu")
     with pytest.raises(ServesimError, match="does not exist"):
         load_profile("missing.yaml", base_dir=tmp_path)
@@ -348,3 +349,26 @@ def test_declared_reads_and_gates_are_what_each_formula_uses() -> None:
             if form.gate:
                 dec = shape_of([(1, c) for _, c in entries])
                 assert getattr(dec, form.gate) == 0 and float(form.evaluate(coef, dec)) == 0
+
+
+def test_a_scenarios_profile_errors_name_the_key_once_or_the_profile_file(tmp_path: Path) -> None:
+    from sim.config.scenario import from_dict
+    from sim.cost.models import build_cost
+
+    def cost_of(ref: str) -> None:
+        wl = {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 1,
+              "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                          "output": {"dist": "fixed", "value": 2}}}
+        build_cost(from_dict({"model": "llama-3-8b", "cost": {"profile": ref},
+                              "workload": wl}, "<s>"))
+
+    with pytest.raises(ServesimError) as exc:
+        cost_of("h100-sxm-llama-3-8b-tp1-vlm")
+    assert str(exc.value).startswith("<s>: cost.profile: unknown profile "
+                                     "'h100-sxm-llama-3-8b-tp1-vlm'; nearest: "
+                                     "h100-sxm-llama-3-8b-tp1-vllm, ")
+    # A fault inside the file is the file's, at its line, not under the scenario's key.
+    cut = tmp_path / "cut.yaml"
+    cut.write_text((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()[:1500])
+    with pytest.raises(ServesimError, match=rf"^{cut}: line \d+: not valid YAML"):
+        cost_of(str(cut))

@@ -429,7 +429,10 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
     try:
         prof = load_profile(c.profile, scenario.base_dir)
     except ServesimError as exc:
-        raise exc.located(scenario.source, "cost.profile") from None
+        if exc.source:  # a fault inside the profile file: its own keys and lines
+            raise exc from None
+        named = (exc.where or "").startswith("cost.profile")
+        raise exc.located(scenario.source, None if named else "cost.profile") from None
     mismatch = [
         f"{k} {a!r} != {b!r}"
         for k, a, b in (("model", prof.model, scenario.model),

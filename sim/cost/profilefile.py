@@ -14,6 +14,7 @@ Only yaml and pure ``sim`` modules are imported: no torch, no simpy.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,9 +56,12 @@ def resolve(ref: str, base_dir: Path | None = None) -> Path:
         return path
     path = PROFILE_DIR / f"{ref}.yaml"
     if not path.is_file():
-        names = ", ".join(shipped_profiles()) or "(none)"
+        # Hundreds ship: name the nearest few, and where the list is.
+        near = difflib.get_close_matches(ref, shipped_profiles(), n=5, cutoff=0.5)
+        hint = f"nearest: {', '.join(near)}; " if near else ""
         raise ServesimError(
-            f"unknown profile {ref!r}; shipped profiles: {names} (or give a path to a .yaml file)",
+            f"unknown profile {ref!r}; {hint}`servesim profile list` shows the "
+            f"{len(shipped_profiles())} shipped (or give a path to a .yaml file)",
             where="cost.profile",
         )
     return path

@@ -366,3 +366,20 @@ def test_a_scenarios_trace_sets_the_tokens_each_prefix_hash_covers(tmp_path: Pat
     with pytest.raises(ServesimError, match="workload.trace.prefix_block_tokens: got 0"):
         from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace),
                                                            "prefix_block_tokens": 0}}}, "<t>")
+
+
+def test_a_column_named_twice_in_the_header_is_an_error(tmp_path: Path) -> None:
+    p = write(tmp_path, "arrival_s,arrival_s,prompt_tokens,output_tokens\n0,1,5,5\n")
+    with pytest.raises(ServesimError, match=r"line 1: column\(s\) arrival_s given twice in the "
+                                            "header"):
+        load_trace(p)
+
+
+def test_mooncake_hash_ids_cannot_name_more_blocks_than_the_prompt_fills(
+        tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                 '{"timestamp": 1, "input_length": 10, "output_length": 5, "hash_ids": [1, 2]}\n')
+    with pytest.raises(ServesimError, match="line 2: hash_ids names 2 blocks of 512 tokens for "
+                                            "an input_length of 10: at most 1"):
+        load_trace(p)

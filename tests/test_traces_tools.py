@@ -174,6 +174,8 @@ def test_transforms_from_yaml_fixed_order() -> None:
     ({"time_scale": 2, "target_rate_rps": 1}, "workload.trace.target_rate_rps: give time_scale"),
     ({"sample_fraction": 1.5}, r"workload.trace.sample_fraction: got 1.5, must be at most 1"),
     ({"window_s": [5, 1]}, r"workload.trace.window_s: got \[5.0, 1.0\], expected"),
+    ({"window_s": [-5, 5]}, r"workload.trace.window_s: got \[-5.0, 5.0\], expected \[start_s, "
+                            r"end_s\] with 0 <= start < end"),
     ({"repaet": 2}, "unknown key 'repaet'"),
 ])
 def test_transforms_yaml_errors(data: dict[str, object], pattern: str) -> None:

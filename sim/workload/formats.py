@@ -44,6 +44,8 @@ SERVESIM_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "priority", "
 LENGTH_NAMES = (("prompt_tokens", "output_tokens"), ("num_prefill_tokens", "num_decode_tokens"))
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
+# Tokens each of a Mooncake trace's hash_ids covers (its published block size).
+MOONCAKE_BLOCK_TOKENS = 512
 
 
 @dataclass
@@ -145,6 +147,10 @@ class CsvFile:
         self.path, self.src = path, src
         self.header_line, text = first_line(path, src)
         self.header = [h.strip() for h in next(csv.reader([text]))]
+        twice = sorted({h for h in self.header if self.header.count(h) > 1})
+        if twice:  # which of the two would the rows' values come from?
+            raise _err(src, self.header_line, f"column(s) {', '.join(twice)} given twice in "
+                                              f"the header {text.strip()!r}")
         self.index = {h: i for i, h in enumerate(self.header)}
 
     def require(self, names: Sequence[str]) -> list[int]:
@@ -364,18 +370,23 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 continue
             lines = np.asarray(nums, dtype=np.int64)
             ts = seconds([r["timestamp"] for r in recs], lines, "timestamp", src) / 1000.0
+            prompts = whole([r["input_length"] for r in recs], lines, "input_length", src)
+            per_hash = int(opts.get("prefix_block_tokens", MOONCAKE_BLOCK_TOKENS))
             hashes = None
             if any("hash_ids" in r for r in recs):
                 hashes = []
-                for r, ln in zip(recs, nums, strict=True):
+                for r, ln, p in zip(recs, nums, prompts.tolist(), strict=True):
                     h = r.get("hash_ids", [])
                     if not isinstance(h, list) or not all(
                         isinstance(x, int) and not isinstance(x, bool) for x in h
                     ):
                         raise _err(src, ln, f"hash_ids = {str(h)[:60]!r}; expected a list of "
                                    "integers")
+                    if len(h) > -(-p // per_hash):  # more blocks than the prompt fills
+                        raise _err(src, ln, f"hash_ids names {len(h)} blocks of {per_hash} "
+                                   f"tokens for an input_length of {p}: at most "
+                                   f"{-(-p // per_hash)}")
                     hashes.append(np.array(h, dtype=np.int64))
-            yield Chunk(lines, ts,
-                        whole([r["input_length"] for r in recs], lines, "input_length", src),
+            yield Chunk(lines, ts, prompts,
                         whole([r["output_length"] for r in recs], lines, "output_length", src),
                         hashes=hashes)

@@ -27,8 +27,7 @@ from sim.errors import ServesimError
 from sim.workload import formats as tf
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
-MOONCAKE_BLOCK_TOKENS = 512
-"""Tokens per Mooncake ``hash_ids`` block, as the Mooncake trace release describes."""
+MOONCAKE_BLOCK_TOKENS = tf.MOONCAKE_BLOCK_TOKENS
 
 
 @dataclass(frozen=True)

@@ -255,10 +255,11 @@ class TraceTransforms:
 
     def __post_init__(self) -> None:
         if self.window_s is not None and (
-            len(self.window_s) != 2 or not self.window_s[0] < self.window_s[1]
+            len(self.window_s) != 2 or not 0 <= self.window_s[0] < self.window_s[1]
         ):
+            # A negative start would rebase the first arrivals to later than they came.
             raise ServesimError(f"got {list(self.window_s)!r}, expected [start_s, end_s] with "
-                                "start < end", where="window_s")
+                                "0 <= start < end (seconds)", where="window_s")
         if self.sample_fraction is not None and self.sample_n is not None:
             raise ServesimError("give sample_fraction or sample_n, not both", where="sample_n")
         if self.time_scale is not None and self.target_rate_rps is not None:

@@ -269,6 +269,21 @@ def check_args(args: argparse.Namespace) -> None:
     calibrate first: a bad value found after that would cost its minute)."""
     if args.level_s is not None and not 0 < args.level_s < math.inf:
         raise ServesimError(f"got {args.level_s:g}, must be > 0 seconds", where="--level-s")
+    if args.rate:
+        positive_list(args.rate, "--rate")
+    positive_list(args.load, "--load")
+
+
+def positive_list(text: str, flag: str) -> list[float]:
+    """A comma list of finite numbers above 0 (req/s, or fractions of saturation)."""
+    try:
+        vals = [float(x) for x in str(text).split(",")]
+    except ValueError:
+        raise ServesimError(f"got {text!r}, expected a comma list of numbers above 0",
+                            where=flag) from None
+    if any(not (math.isfinite(v) and v > 0) for v in vals):
+        raise ServesimError(f"got {text!r}, each must be a finite number above 0", where=flag)
+    return vals
 
 
 def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
@@ -291,13 +306,13 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
     if sat is not None:
         log(f"predicted saturation: {sat:.3g} req/s for these requests ({args.profile})")
     if args.rate:
-        rates = [float(x) for x in str(args.rate).split(",")]
+        rates = positive_list(args.rate, "--rate")
         loads: list[float | None] = [r / sat if sat else None for r in rates]
     else:
         if sat is None:
             raise ServesimError("give --rate, or --profile so that --load can be turned "
                                 "into rates", where="--rate")
-        loads = [float(x) for x in str(args.load).split(",")]
+        loads = list(positive_list(args.load, "--load"))
         rates = [sat * f for f in loads if f is not None]
     if any(not r > 0 for r in rates):
         raise ServesimError(f"rates must be > 0, got {rates}", where="--rate")

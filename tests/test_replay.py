@@ -302,6 +302,24 @@ def test_a_level_length_that_is_not_positive_is_one_clear_error(tmp_path: Path,
     assert not list(tmp_path.glob("*.json"))
 
 
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--rate", "-1", "got '-1', each must be a finite number above 0"),
+    ("--rate", "2,,3", "got '2,,3', expected a comma list of numbers above 0"),
+    ("--load", "0.5,inf", "got '0.5,inf', each must be a finite number above 0"),
+])
+def test_rates_and_loads_are_refused_before_anything_runs(
+        tmp_path: Path, capsys, flag: str, value: str, message: str) -> None:
+    # servesim validate calibrates before it replays: a bad level found only then would
+    # have cost the calibration's minute.
+    from sim.cli import main
+
+    rc = main(["validate", "--device", "cpu", "--model", "tiny", "--trace", "azure_2023_conv",
+               flag, value, "--out", str(tmp_path / "v")])
+    assert rc == 2
+    assert capsys.readouterr().err == f"servesim: error: {flag}: {message}\n"
+    assert not (tmp_path / "v").exists()
+
+
 def test_replay_never_imports_simpy() -> None:
     code = ("import sys; import calibrate.replay, calibrate.replay_cli; "
             "assert 'simpy' not in sys.modules and 'matplotlib' not in sys.modules")

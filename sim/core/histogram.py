@@ -116,7 +116,7 @@ class LogHistogram:
         self.max = max(self.max, float(v.max()))
         if pos.size:
             # An infinite gap (a step priced at inf) casts to a junk bucket, clipped below;
-            # the run is refused once it ends (sim.core.engine.CLOCK_LIMIT_S).
+            # the run is refused once it ends (sim.core.runchecks.CLOCK_LIMIT_S).
             with np.errstate(invalid="ignore"):
                 idx = np.ceil(np.log(np.maximum(pos, _MIN_VALUE))
                               / self._log_gamma).astype(np.int64)

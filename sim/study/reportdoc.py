@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.errors import ServesimError
 from sim.report import human as h
+from sim.report import shapes
 from sim.report.slospec import SLO
 
 Row = dict[str, Any]
@@ -68,7 +69,7 @@ def kind_of(folder: Path) -> tuple[str, dict[str, Any]]:
         if f.is_file():
             try:
                 return kind, json.loads(f.read_text())
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:
                 raise ServesimError(f"cannot read {name}: {exc}", str(folder)) from None
     raise ServesimError("no summary.json, compare.json, sweep.json or capacity.json here; "
                         "give the --out folder of servesim simulate, compare, sweep or "
@@ -76,10 +77,19 @@ def kind_of(folder: Path) -> tuple[str, dict[str, Any]]:
 
 
 def collect(folder: Path) -> Doc:
-    """The document of the run in ``folder`` (see the module's docstring)."""
+    """The document of the run in ``folder`` (see the module's docstring); a main file
+    that is not what its command writes is one error naming it, the key and the value."""
     kind, blob = kind_of(folder)
-    doc = {"simulate": _simulate, "compare": _compare, "sweep": _sweep,
-           "capacity": _capacity}[kind](folder, blob)
+    source = str(folder / dict(KINDS)[kind])
+    shapes.check(blob, kind, source)
+    try:
+        doc = {"simulate": _simulate, "compare": _compare, "sweep": _sweep,
+               "capacity": _capacity}[kind](folder, blob)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+            ArithmeticError) as exc:
+        # What the shape check cannot say (a statistic one metric has and another
+        # lacks) still ends as one line naming the file, not a traceback.
+        raise shapes.unreadable(exc, kind, source) from None
     doc["plots"] = [(p, CAPTIONS.get(p, p)) for p in doc["plots"] if (folder / p).is_file()]
     return doc
 
@@ -330,7 +340,9 @@ def sweep_table(manifest: dict[str, Any], grid: list[Row]) -> Table:
 def _sweep(folder: Path, manifest: dict[str, Any]) -> Doc:
     from sim.study.sweep import read_csv
 
-    grid = read_csv(folder / "sweep.csv")
+    path = folder / "sweep.csv"
+    shapes.check_sweep_csv(path, [s.column for s in _slos(manifest)])
+    grid = read_csv(path)
     sim = manifest.get("simulated")
     title, sub = _heading("sweep", manifest.get("scenario"), sim, manifest.get("tp"))
     slos = ", ".join(_slo_label(s) for s in _slos(manifest)) or "none"

@@ -1,7 +1,7 @@
 """``servesim trace ...``: inspect a request trace from the command line.
 
     servesim trace stats FILE [--format F] [--json] [load options]
-    servesim trace plot  FILE [--format F] --out PNG [load options]
+    servesim trace plot  FILE [--format F] --out PNG|PDF|SVG [load options]
 
 FILE is a path or a shipped trace's name (see :func:`sim.workload.traces.find_trace`). Load
 options: ``--sort``, ``--model M`` / ``--log-type T`` (burstgpt), ``--spread --seed N``
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -48,8 +49,49 @@ def _parser() -> argparse.ArgumentParser:
         if name == "stats":
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         else:
-            p.add_argument("--out", required=True, help="PNG file to write")
+            p.add_argument("--out", required=True,
+                           help="plot file to write: .png, .pdf or .svg (no extension: .png)")
     return ap
+
+
+# What `trace plot --out` may end in: the formats matplotlib's Agg backend writes without
+# a LaTeX install or an optional image library.
+PLOT_FORMATS = ("png", "pdf", "svg")
+
+
+def plot_path(text: str) -> Path:
+    """The file ``trace plot --out TEXT`` writes: TEXT, or TEXT.png when it has no extension
+    (as matplotlib would name it). Checked before the trace is loaded, so a folder, a
+    missing folder or an extension matplotlib cannot write is one error naming --out."""
+    out = Path(text)
+    if out.is_dir():
+        raise ServesimError(f"--out is a folder; give a file in it, e.g. {out / 'trace.png'}",
+                            source=str(out))
+    ext = os.path.splitext(text)[1][1:]
+    if not ext:
+        out = Path(text.rstrip(".") + ".png")
+    elif ext.lower() not in PLOT_FORMATS:
+        raise ServesimError(f"--out has extension .{ext}; allowed: "
+                            f"{', '.join('.' + f for f in PLOT_FORMATS)}", source=str(out))
+    if not out.parent.is_dir():
+        state = "is not a folder" if out.parent.exists() else "does not exist"
+        raise ServesimError(f"the folder for --out, {out.parent}, {state}", source=str(out))
+    return out
+
+
+def _write_plot(trace: Trace, out: Path) -> None:
+    """Draw ``trace`` into a temporary file beside ``out``, then rename it: a failed
+    write (a full disk, a folder we may not write) leaves no half-written plot."""
+    from sim.workload.tracestats import plot_trace
+
+    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
+    try:
+        plot_trace(trace, tmp)
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ServesimError(f"cannot write --out into the folder {out.parent}: "
+                            f"{exc.strerror or exc}", source=str(out)) from None
 
 
 def _load(args: argparse.Namespace) -> Trace:
@@ -68,19 +110,17 @@ def _load(args: argparse.Namespace) -> Trace:
 
 def main(argv: list[str]) -> int:
     """Run ``servesim trace`` with ``argv`` (without the ``trace`` word); return exit status."""
-    from sim.workload.tracestats import format_stats, plot_trace, trace_stats
+    from sim.workload.tracestats import format_stats, trace_stats
 
     try:
         args = _parser().parse_args(argv)
+        out = plot_path(args.out) if args.cmd == "plot" else None
         trace = _load(args)
         if args.cmd == "stats":
             stats = trace_stats(trace)
             print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
-        else:
-            out = Path(args.out)
-            if not out.parent.is_dir():
-                raise ServesimError("the folder for --out does not exist", source=str(out))
-            plot_trace(trace, out)
+        elif out is not None:
+            _write_plot(trace, out)
             print(f"wrote {out}")
     except ServesimError as exc:
         print(f"servesim: error: {exc}", file=sys.stderr)

@@ -1,0 +1,50 @@
+"""Checks on a run that need its requests or its end: classes a speculative acceptance
+names that no request carries (a trace's class column is known only once it is read),
+and a simulated clock run past the range where float64 seconds resolve a step."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from sim.errors import ServesimError
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario
+    from sim.core.result import RunResult
+
+
+def check_acceptance_classes(scenario: Scenario, names: tuple[str, ...]) -> None:
+    """Every class a speculative acceptance names is one the requests carry (a trace's
+    class column names its classes only once it is read)."""
+    spec = scenario.serving.speculative
+    if spec is None or not spec.classes:
+        return
+    missing = sorted(set(spec.classes) - set(names))
+    if missing:
+        have = ", ".join(names) if names else "none"
+        raise ServesimError(f"no requests of class {', '.join(map(repr, missing))}; the "
+                            f"workload's classes: {have}",
+                            where="serving.speculative.classes").located(
+                                source=scenario.source)
+
+
+# Simulated seconds below which float64 times keep sub-microsecond resolution (its spacing
+# at 1e9 s is 1.2e-7 s): about 31 years. Past it, a 10 ms step added to the clock rounds
+# away, and latencies would come out as zero rather than wrong by a visible amount.
+CLOCK_LIMIT_S = 1e9
+
+
+def within_clock(res: RunResult) -> RunResult:
+    """``res``, or an error when its clock ran past :data:`CLOCK_LIMIT_S` or to infinity:
+    an arrival time, think time or cost coefficient out of any real range."""
+    end = res.end_s
+    if math.isfinite(end) and end <= CLOCK_LIMIT_S:
+        return res
+    busy = [r.busy_s for r in res.replica_stats]
+    why = ("steps were priced at infinite or NaN seconds" if not all(map(math.isfinite, busy))
+           else f"the busiest replica computed for {max(busy, default=0.0):.3g} s")
+    raise ServesimError(f"the simulated clock reached {end:.3g} s, past {CLOCK_LIMIT_S:.0e} s "
+                        f"(31 years), where time stops resolving a step ({why}): an arrival "
+                        "time (start_s, think_time_s, a trace's arrival_s), a GPU figure or a "
+                        "cost coefficient is out of range", res.scenario.source)

@@ -144,7 +144,8 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
     same = [s for s in same if s.ep == 1]
     if not same:
         changed = _changed_fields(model)
-        if changed:
+        fp8 = model.dtype in FP8_WEIGHTS or model.kv_dtype != "auto"
+        if changed and not fp8:  # (FP8 variants: which ship, below)
             raise ServesimError(f"no measured profile for {model.name} with {changed}: the "
                                 f"shipped {model.name} profiles price the preset as given; "
                                 "build one for this variant with `servesim profile build`, or "

@@ -245,6 +245,8 @@ def scenario_digest(scenario: Any) -> str:
     trace = fields["workload"].get("trace")
     if isinstance(trace, dict) and trace.get("start_row") == 0:
         trace.pop("start_row")  # replaying from the first row, as before the key existed
+    if isinstance(trace, dict) and trace.get("prefix_block_tokens") is None:
+        trace.pop("prefix_block_tokens", None)  # the format's own, as before the key
     for params in fields["cost"].values():
         if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
                 NO_FRONTEND):

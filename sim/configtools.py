@@ -68,9 +68,10 @@ def convert(tp: Any, value: Any, where: str) -> Any:
                 return convert(arg, value, where)
             except ServesimError as exc:
                 errors.append(exc)
-        # A nested error (deeper key) is more useful than the generic type complaint.
+        # A nested error (deeper key) is more useful than the generic type complaint, and
+        # so is the only candidate's own (an Optional's check of the value it was given).
         deeper = [e for e in errors if e.where != where]
-        raise deeper[0] if deeper else bad
+        raise deeper[0] if deeper else errors[0] if len(errors) == 1 else bad
     if origin is Literal:
         if value in get_args(tp) and not isinstance(value, bool):
             return value

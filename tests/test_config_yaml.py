@@ -128,3 +128,11 @@ def test_a_later_set_of_a_whole_section_cannot_drop_an_earlier_ones_key(tmp_path
     with pytest.raises(ServesimError, match=r"--set model=llama-3-8b replaces model, which "
                                             r"--set model.dtype=fp8 changed before it"):
         load(path, ["model.dtype=fp8", "model=llama-3-8b"])
+
+
+def test_a_linear_cost_of_all_zeros_is_refused(tmp_path: Path) -> None:
+    text = SCENARIO.format(name="z", rate=1).replace("cost: {linear: {step_s: 0.01}}",
+                                                      "cost: {linear: {}}")
+    with pytest.raises(ServesimError, match=r"cost.linear: every coefficient is 0 \(steps "
+                                            r"would take no time\)"):
+        load(write(tmp_path, text))

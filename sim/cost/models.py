@@ -71,6 +71,15 @@ class LinearCost:
     per_seq_s: float = bounded(0.0, ge=0)
     frontend: Frontend = NO_FRONTEND
 
+    def __post_init__(self) -> None:
+        # Every coefficient zero prices every step at no time: every latency would come out
+        # 0, which no server shows, rather than an error.
+        if not (self.step_s or self.per_new_token_s or self.per_context_token_s
+                or self.per_seq_s):
+            raise ServesimError("every coefficient is 0 (steps would take no time); give at "
+                                "least one of step_s, per_new_token_s, per_context_token_s, "
+                                "per_seq_s above 0")
+
     @property
     def source(self) -> str:
         """Where the prices come from, in one phrase."""

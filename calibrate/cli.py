@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ServesimError(f"got {args.passes}, must be at least 1", where="--passes")
         if args.out.suffix not in (".yaml", ".yml"):
             raise ServesimError(f"got {str(args.out)!r}, expected a .yaml file", where="--out")
+        _check_writable(args.out)
         cfg = CalibrationConfig(
             model=resolve_model(args.model, args.hf_config), out=args.out, device=args.device,
             dtype=args.dtype, tp=args.tp, budget_s=args.budget_s, quick=args.quick, gpu=args.gpu,
@@ -97,3 +98,21 @@ def summary(res: object) -> str:
     lines += [f"note: {n}" for n in res.notes]
     lines.append(f"wrote {res.profile_path} and {res.csv_path.name} in {res.elapsed_s:.1f} s")
     return "\n".join(lines)
+
+
+def _check_writable(out: Path) -> None:
+    """Make ``--out``'s folder now, so that one that cannot be made or written is refused
+    before the minutes of timing rather than after them (the profile and its CSV go
+    there; a file is created and removed to prove the folder takes writes)."""
+    for above in (out.parent, *out.parent.parents):
+        if above.exists() and not above.is_dir():
+            raise ServesimError(f"got {str(out)!r}: {above} is a file, not a folder",
+                                where="--out")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe = out.parent / f".{out.name}.probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ServesimError(f"got {str(out)!r}: cannot write into {out.parent} "
+                            f"({exc.strerror or exc})", where="--out") from None

@@ -246,6 +246,24 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], m
     assert rc == 2 and match in err and "\n" not in err and "Traceback" not in err
 
 
+def test_an_out_folder_that_cannot_take_the_profile_is_refused_before_timing(
+        tmp_path: Path, capsys) -> None:
+    # The folder is made and probed first: timing a model for minutes and then failing to
+    # write its profile would lose them.
+    (tmp_path / "file").write_text("")
+    rc = main(["--model", "tiny", "--device", "cpu", "--no-progress",
+               "--out", str(tmp_path / "file" / "sub" / "p.yaml")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == (f"servesim calibrate: error: --out: got "
+                               f"'{tmp_path / 'file' / 'sub' / 'p.yaml'}': "
+                               f"{tmp_path / 'file'} is a file, not a folder")
+    # Folders that do not exist yet are made (and left empty of probes).
+    from calibrate.cli import _check_writable
+
+    _check_writable(tmp_path / "new" / "deeper" / "p.yaml")
+    assert list((tmp_path / "new" / "deeper").iterdir()) == []
+
+
 @e2e
 def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,

@@ -136,3 +136,19 @@ def test_a_linear_cost_of_all_zeros_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"cost.linear: every coefficient is 0 \(steps "
                                             r"would take no time\)"):
         load(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("serving, key", [
+    ("{policy: chunked, batch_wait_timeout_iters: 5}", "batch_wait_timeout_iters"),
+    ("{policy: continuous, batch_wait_max_tokens_ratio: 0.5}", "batch_wait_max_tokens_ratio"),
+])
+def test_batch_waiting_is_tensorrt_llms_and_needs_policy_orca(tmp_path: Path, serving: str,
+                                                              key: str) -> None:
+    text = SCENARIO.format(name="w", rate=1) + f"serving: {serving}\n"
+    with pytest.raises(ServesimError, match=rf"serving.{key}: TensorRT-LLM's batch waiting "
+                                            r"applies to policy orca"):
+        load(write(tmp_path, text))
+    bad = SCENARIO.format(name="w", rate=1) + \
+        "serving: {policy: orca, batch_wait_max_tokens_ratio: 1.5}\n"
+    with pytest.raises(ServesimError, match="serving.batch_wait_max_tokens_ratio: got 1.5"):
+        load(write(tmp_path, bad))

@@ -73,6 +73,45 @@ def test_orca_token_budget_counts_decodes():
                                             ((1, 1, 12),)]
 
 
+@pytest.mark.parametrize(("wait", "log", "ttft"), [
+    # Held twice (the timeout), then B and C join together: 10 + 1 + 16 ms.
+    ({"batch_wait_timeout_iters": 2, "batch_wait_max_tokens_ratio": 0.5},
+     [(0, 0.0, 0.018, ((0, 8, 0),)),
+      (0, 0.018, 0.029, ((0, 1, 8),)),
+      (0, 0.029, 0.04, ((0, 1, 9),)),
+      (0, 0.04, 0.067, ((0, 1, 10), (1, 8, 0), (2, 8, 0))),
+      (0, 0.067, 0.08, ((0, 1, 11), (1, 1, 8), (2, 1, 8))),
+      (0, 0.08, 0.092, ((1, 1, 9), (2, 1, 9)))],
+     [0.018, 0.066, 0.065]),
+    # B's and C's 16 prompt tokens plus A's decode reach 0.25 x 64 = 16: no wait.
+    ({"batch_wait_timeout_iters": 2, "batch_wait_max_tokens_ratio": 0.25},
+     [(0, 0.0, 0.018, ((0, 8, 0),)),
+      (0, 0.018, 0.045, ((0, 1, 8), (1, 8, 0), (2, 8, 0))),
+      (0, 0.045, 0.058, ((0, 1, 9), (1, 1, 8), (2, 1, 8))),
+      (0, 0.058, 0.071, ((0, 1, 10), (1, 1, 9), (2, 1, 9))),
+      (0, 0.071, 0.082, ((0, 1, 11),))],
+     [0.018, 0.044, 0.043]),
+])
+def test_orca_batch_waiting_holds_new_prompts_back_as_tensorrt_llm_does(
+        wait: dict, log: list, ttft: list) -> None:
+    # TensorRT-LLM's batch_wait_timeout_iters / batch_wait_max_tokens_ratio: B and C
+    # arrive during A's prefill; while A decodes, their prompts wait until the held
+    # iterations reach the timeout or the step's tokens reach the ratio of the budget.
+    sc = tiny_scenario(serving={"policy": "orca", "max_num_batched_tokens": 64, **wait})
+    res = run_requests(sc, [0.0, 0.001, 0.002], [8, 8, 8], [5, 3, 3])
+    assert steps(res) == log
+    np.testing.assert_allclose(res.first_token - res.requests.arrival_s, ttft, atol=1e-12)
+
+
+def test_orca_batch_waiting_never_holds_prompts_when_nothing_decodes() -> None:
+    # B arrives after A finished: nothing runs, so it is admitted at once.
+    sc = tiny_scenario(serving={"policy": "orca", "batch_wait_timeout_iters": 20,
+                                "batch_wait_max_tokens_ratio": 0.9})
+    res = run_requests(sc, [0.0, 1.0], [8, 8], [2, 2])
+    assert [s[3] for s in res.step_log] == [((0, 8, 0),), ((0, 1, 8),), ((1, 8, 0),),
+                                            ((1, 1, 8),)]
+
+
 # -- chunked ------------------------------------------------------------------------
 def test_chunked_prefill_splits_prompts_under_the_token_budget():
     # Budget 8. A's 12-token prompt is cut 8 + 4; B fills the rest of the second

@@ -223,3 +223,35 @@ def test_malformed_priors_name_the_key(tmp_path: Path, text: str, where: str) ->
     path.write_text(text)
     with pytest.raises(ServesimError, match=re.escape(f"priors.yaml: {where}")):
         load_priors(path)
+
+
+LLAMA70_TRT = ("x,source_file=2026-01-10.csv; model=Llama-3.1-70B,trtllm,,meta-llama/Llama-3.1-70B,"
+               "{system},fp8,agg,{isl},{osl},16,{tp},1,1,300,10")
+
+
+@pytest.mark.parametrize(("system", "isl", "osl", "tp", "want"), [
+    # 70b_fp8_b200_trt_slurm.sh: --max_num_tokens 16384; batch waiting for 1k/1k below tp 8.
+    ("b200_sxm", 1024, 1024, 2, {"max_num_batched_tokens": 16384,
+                                 "batch_wait_timeout_iters": 20,
+                                 "batch_wait_max_tokens_ratio": 0.9}),
+    ("b200_sxm", 1024, 1024, 8, {"max_num_batched_tokens": 16384}),
+    ("b200_sxm", 1024, 8192, 2, {"max_num_batched_tokens": 16384}),
+    # 70b_fp8_h200_trt_slurm.sh: --max_num_tokens $MAX_MODEL_LEN, ISL + OSL in its sweeps.
+    ("h200_sxm", 8192, 1024, 4, {"max_num_batched_tokens": 9216}),
+    ("h200_sxm", 1024, 1024, 4, {"max_num_batched_tokens": 2048,
+                                 "batch_wait_timeout_iters": 20,
+                                 "batch_wait_max_tokens_ratio": 0.9}),
+])
+def test_tensorrt_llm_llama70b_rows_run_as_their_recipe_launched_them(
+        tmp_path: Path, system: str, isl: int, osl: int, tp: int, want: dict) -> None:
+    from conftest import silicon_csv
+
+    from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+
+    line = LLAMA70_TRT.format(system=system, isl=isl, osl=osl, tp=tp)
+    case = classify(read_rows(silicon_csv(tmp_path, [line]))[0])
+    assert isinstance(case, Case) and case.row.collection == "inferencex"
+    assert recipe(case) == want
+    serving = scenario_raw(case)["serving"]
+    assert serving["policy"] == "orca"
+    assert {k: serving[k] for k in want} == want

@@ -152,6 +152,11 @@ class ServingConfig:
     long_prefill_token_threshold: int = bounded(0, ge=0)
     # vLLM's --max-num-partial-prefills; vLLM v1 refuses to start with any value but 1.
     max_num_partial_prefills: int = bounded(1, ge=1)
+    # orca: TensorRT-LLM's batch waiting. While decodes run, new prompts are held back up
+    # to this many iterations, unless the step's tokens would reach
+    # batch_wait_max_tokens_ratio of max_num_batched_tokens (0, 0: no waiting).
+    batch_wait_timeout_iters: int = bounded(0, ge=0, le=10_000)
+    batch_wait_max_tokens_ratio: float = bounded(0.0, ge=0, le=1)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
@@ -191,6 +196,12 @@ class ServingConfig:
                 "with more), and servesim models v1", where="max_num_partial_prefills")
         if self.speculative is not None:
             self._check_speculative(self.speculative)
+        if (self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio) and \
+                self.policy != "orca":
+            key = ("batch_wait_timeout_iters" if self.batch_wait_timeout_iters
+                   else "batch_wait_max_tokens_ratio")
+            raise ServesimError(f"TensorRT-LLM's batch waiting applies to policy orca (its "
+                                f"in-flight batching), not {self.policy!r}", where=key)
         if self.policy == "chunked":
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.

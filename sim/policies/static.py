@@ -43,6 +43,25 @@ def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs
     return batch
 
 
+def whole_prompts_fitting(state: ReplicaState, tokens: int, max_seqs: int) -> int:
+    """Prompt tokens :func:`admit_whole_prompts` would admit now: the same checks in the
+    same order (sequence limit, token budget, whole-life KV keeping the watermark free),
+    nothing changed."""
+    kv = state.kv
+    room = kv.available - kv.watermark
+    seqs = len(state.running)
+    total = 0
+    for r in state.waiting:
+        need = -(-(r.computed + whole_life_tokens(r)) // kv.block_size) - r.blocks
+        if seqs >= max_seqs or r.prompt > tokens or need > room:
+            break
+        room -= need
+        tokens -= r.prompt
+        total += r.prompt
+        seqs += 1
+    return total
+
+
 class Static:
     """Request-level batching (FasterTransformer; a plain HuggingFace ``generate`` loop).
 
@@ -82,6 +101,15 @@ class Orca:
     KV cache (whole-life reservation, keeping the watermark free) allow. So a long
     prompt's prefill lengthens the iteration every running decode waits on: the
     prefill/decode interference chunked prefill removes.
+
+    TensorRT-LLM's batch waiting (``batch_wait_timeout_iters``,
+    ``batch_wait_max_tokens_ratio``): when an iteration would mix new prompts with
+    decodes, the prompts are held back, and the iteration only decodes, until either
+    the iterations held since the last admission reach ``batch_wait_timeout_iters`` or
+    the prompts plus one token a decode reach ``batch_wait_max_tokens_ratio`` of
+    ``max_num_batched_tokens`` (TensorRT-LLM's ``PyExecutor._waiting_requests``). So
+    prompts gather into fewer, larger prefills at the price of their first tokens. With
+    nothing decoding, prompts never wait.
     """
 
     lazy_decodes = True  # running requests are steady decodes between iterations
@@ -90,13 +118,31 @@ class Orca:
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens
+        self.wait_iters = cfg.batch_wait_timeout_iters
+        self.wait_tokens = cfg.batch_wait_max_tokens_ratio * cfg.max_num_batched_tokens
+        self.waits = bool(cfg.batch_wait_timeout_iters or cfg.batch_wait_max_tokens_ratio)
+        self.held = 0  # iterations prompts were held back since the last admission
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Prompts over the token budget can never be prefilled."""
         return prompt_over_budget(prompt, self.max_tokens)
 
     def schedule(self, state: ReplicaState) -> Batch:
-        """Decode every running request and add the whole prefills that fit."""
+        """Decode every running request and add the whole prefills that fit (unless
+        batch waiting holds them back this iteration)."""
         batch = decode_all(state, Batch())  # blocks were reserved at admission: none taken
-        return admit_whole_prompts(state, batch, self.max_tokens - len(state.running),
-                                   self.max_seqs)
+        budget = self.max_tokens - len(state.running)
+        if self.waits and state.running and state.waiting and self._hold(state, budget):
+            return batch
+        return admit_whole_prompts(state, batch, budget, self.max_seqs)
+
+    def _hold(self, state: ReplicaState, budget: int) -> bool:
+        """Whether batch waiting holds back the prompts that would join this iteration."""
+        prompts = whole_prompts_fitting(state, budget, self.max_seqs)
+        if not prompts:
+            return False
+        if self.held >= self.wait_iters or prompts + len(state.running) >= self.wait_tokens:
+            self.held = 0
+            return False
+        self.held += 1
+        return True

@@ -238,6 +238,8 @@ def scenario_digest(scenario: Any) -> str:
     # Keys added later, hashed only when they differ from their old, implicit value.
     for section, key, unset in (("serving", "long_prefill_token_threshold", 0),
                                 ("serving", "max_num_partial_prefills", 1),
+                                ("serving", "batch_wait_timeout_iters", 0),
+                                ("serving", "batch_wait_max_tokens_ratio", 0.0),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0)):
         if fields[section].get(key) == unset:

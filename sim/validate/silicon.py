@@ -366,19 +366,32 @@ DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100); their other settings
 # changed between the runs' vLLM releases and are left at vLLM's defaults.
 MINIMAX_MEMORY = {"b200": 0.95, "h200": 0.95}
+# Its Llama-3.1-70B TensorRT-LLM recipes (70b_fp8_{b200,h200}_trt_slurm.sh) pass
+# --max_num_tokens 16384 on B200 and the run's max model length (ISL + OSL in its sweep
+# workflows) on H200, and for 1,024/1,024 runs below tp 8 turn batch waiting on:
+# batch_wait_timeout_iters 20, batch_wait_max_tokens_ratio 0.9.
+LLAMA70_PATHS = ("meta-llama/Llama-3.1-70B",)
 
 
 def recipe(case: Case) -> dict[str, float]:
     """The launch settings of ``case``'s run that differ from its framework's defaults,
-    where its public recipe is known (InferenceX's DeepSeek and MiniMax runs): any of
-    ``max_num_batched_tokens`` (tokens), ``static_fraction`` and ``free_fraction``
-    (fractions of GPU memory, as :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`) and
-    ``memory_utilization`` (vLLM's ``gpu_memory_utilization``)."""
+    where its public recipe is known (InferenceX's DeepSeek and MiniMax runs, and its
+    TensorRT-LLM Llama-3.1-70B runs): any of ``max_num_batched_tokens`` (tokens),
+    ``static_fraction`` and ``free_fraction`` (fractions of GPU memory, as
+    :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`), ``memory_utilization`` (vLLM's
+    ``gpu_memory_utilization``) and TensorRT-LLM's ``batch_wait_timeout_iters`` and
+    ``batch_wait_max_tokens_ratio``."""
     r = case.row
     if r.collection != "inferencex":
         return {}
     if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
         return {"memory_utilization": MINIMAX_MEMORY.get(case.gpu, 0.9)}
+    if r.model_path in LLAMA70_PATHS and case.framework == "trtllm":
+        out: dict[str, float] = {"max_num_batched_tokens": 16384 if case.gpu == "b200"
+                                 else r.isl + r.osl}
+        if (r.isl, r.osl) == (1024, 1024) and r.tp < 8:
+            out.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
+        return out
     if r.model_path not in DEEPSEEK_PATHS:
         return {}
     if case.framework == "sglang":
@@ -421,6 +434,9 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     tokens = settings.get("max_num_batched_tokens")
     if tokens is not None:
         serving["max_num_batched_tokens"] = int(tokens)
+    for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
+        if key in settings:
+            serving[key] = settings[key]
     if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).

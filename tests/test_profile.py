@@ -372,3 +372,15 @@ def test_a_scenarios_profile_errors_name_the_key_once_or_the_profile_file(tmp_pa
     cut.write_text((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()[:1500])
     with pytest.raises(ServesimError, match=rf"^{cut}: line \d+: not valid YAML"):
         cost_of(str(cut))
+
+
+def test_knots_of_unequal_length_name_table_s_and_both_counts() -> None:
+    import yaml
+
+    data = yaml.safe_load((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text())
+    lin = data["components"]["linear"]
+    lin["table_s"] = lin["table_s"][:-1]
+    with pytest.raises(ServesimError, match=rf"components.linear.table_s: table_s has "
+                                            rf"{len(lin['table_s'])} times for the "
+                                            rf"{len(lin['table_at'])} counts of table_at"):
+        parse_profile(data, "cut.yaml")

@@ -205,6 +205,9 @@ def _knots(comp: Mapping[str, Any], form: ComponentForm, schema: str, where: str
     if READS.index(schema) < READS.index(SCHEMA):
         raise ServesimError(f"table_at needs schema {SCHEMA!r}", where=f"{where}.table_at")
     xs = _seconds(comp["table_at"], f"{where}.table_at", f"{form.table} counts")
+    if len(xs) != len(ys):  # neither list is the wrong one by itself: name both
+        raise ServesimError(f"table_s has {len(ys)} times for the {len(xs)} counts of "
+                            "table_at; give one time per count", where=f"{where}.table_s")
     try:
         return Knots(xs, ys)
     except ValueError as exc:

@@ -216,6 +216,9 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
     (HDR + "-1,1,1\n", r"line 2: arrival_s = '-1'; must be a finite time"),
     (HDR + "0,0,1\n", r"line 2: prompt_tokens = '0'; must be a whole number >= 1"),
     (HDR + "0,5,-3\n", r"line 2: output_tokens = '-3'; must be a whole number >= 1"),
+    (HDR + "0,99999999999999999999,5\n",
+     r"line 2: prompt_tokens = '99999999999999999999'; must be a whole number >= 1 and at most "
+     r"2\*\*53"),
     (HDR + "0,5,2.5\n", r"line 2: output_tokens = '2.5'; must be a whole number"),
     (HDR + "0,5,nan\n", r"line 2: output_tokens = 'nan'; must be a whole number"),
     (HDR + "0,5,1\n1,abc,1\n", r"line 3: prompt_tokens = 'abc' is not a number"),

@@ -120,7 +120,8 @@ def whole(values: Sequence[Any], lines: np.ndarray, name: str, src: str,
     """Convert ``values`` to int64; each must be a finite whole number >= ``minimum``."""
     x = floats(values, lines, name, src)
     # Whole-valued floats such as "12.0" are accepted; anything else is named.
-    rule = "a whole number" + (f" >= {minimum}" if minimum is not None else "")
+    rule = ("a whole number" + (f" >= {minimum}" if minimum is not None else "")
+            + " and at most 2**53")
     bad = ~np.isfinite(x) | (x != np.floor(x)) | (np.abs(x) > 2.0**53)
     if minimum is not None:
         bad |= x < minimum

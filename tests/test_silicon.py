@@ -255,3 +255,30 @@ def test_tensorrt_llm_llama70b_rows_run_as_their_recipe_launched_them(
     serving = scenario_raw(case)["serving"]
     assert serving["policy"] == "orca"
     assert {k: serving[k] for k in want} == want
+
+
+def test_a_vllm_row_with_an_fp8_kv_cache_sizes_its_cache_in_fp8(tmp_path: Path) -> None:
+    # InferenceX's vLLM Llama-3.1-70B recipes set kv-cache-dtype fp8. The profile prices
+    # FP8-KV attention, and vLLM's memory model must size the cache at one byte an
+    # element too (it once used the preset's bf16: half the blocks, and starved runs).
+    from conftest import silicon_csv
+
+    from sim.config.scenario import from_dict
+    from sim.cost.memory import memory_budget
+    from sim.cost.specs import GPUS
+    from sim.validate.silicon import Case, classify, read_rows, scenario_raw
+
+    line = ("x,source_file=2026-01-10.csv; model=Llama-3.1-70B,vllm,,meta-llama/Llama-3.1-70B,"
+            "h200_sxm,fp8,agg,1024,8192,32,1,1,1,300,10")
+    case = classify(read_rows(silicon_csv(tmp_path, [line]))[0])
+    assert isinstance(case, Case) and case.kv_dtype == "fp8"
+    raw = scenario_raw(case)
+    assert raw["model"] == {"preset": "llama-3.1-70b", "dtype": "fp8", "kv_dtype": "fp8"}
+    sc = from_dict(raw, "<row>")
+    assert sc.model.kv_dtype == "fp8" and sc.model == case.spec
+    sv = sc.serving
+    fp8 = memory_budget(case.spec, GPUS["h200"], 1, 0.9, sv.block_size,
+                        sv.max_num_batched_tokens, sv.max_num_seqs).blocks
+    bf16 = memory_budget(dataclasses.replace(case.spec, kv_dtype="auto"), GPUS["h200"], 1, 0.9,
+                         sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs).blocks
+    assert fp8 == 2 * bf16 or fp8 == 2 * bf16 + 1

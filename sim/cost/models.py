@@ -102,7 +102,7 @@ class LinearCost:
 # - step overheads and the frontend: vLLM's priors, fitted on public end-to-end runs
 #   (sim/data/priors.yaml, `servesim validate --silicon --fit-priors`).
 # tests/test_roofline_fit.py checks both against a fresh fit.
-VLLM_FRONTEND = Frontend(request_s=0.0158998)
+VLLM_FRONTEND = Frontend(request_s=0.0159181)
 
 
 @dataclass(frozen=True)

@@ -452,8 +452,11 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
 
     return {
         "name": f"silicon-{r.line}",
-        "model": case.model if case.dtype == "bf16" else {"preset": case.model,
-                                                            "dtype": case.dtype},
+        # The KV cache's dtype too: vLLM's memory model sizes the cache from it (the
+        # other frameworks' block counts come from kv_blocks, which reads case.spec).
+        "model": case.model if (case.dtype, case.kv_dtype) == ("bf16", "auto") else {
+            "preset": case.model, "dtype": case.dtype,
+            **({"kv_dtype": case.kv_dtype} if case.kv_dtype != "auto" else {})},
         "hardware": {"gpu": case.gpu, "tp": r.tp,
                      "memory_utilization": settings.get("memory_utilization", 0.9),
                      **({"ep": case.ep} if case.ep > 1 else {})},

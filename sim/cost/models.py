@@ -31,6 +31,7 @@ from sim.cost.specs import (
     check_dtype,
     dtype_weight_only,
     gpu,
+    qk_norm_allreduces,
     shard,
     weight_only,
 )
@@ -308,7 +309,7 @@ class RooflineCost:
 
         # Queries and keys normalised over all heads wait for one more all-reduce a layer
         # under tp (each token's two sums of squares, fp32), between two norm kernels.
-        qk_norm = int(m.layer_qk_norm and tp > 1)
+        qk_norm = qk_norm_allreduces(m, tp)
         kernels += qk_norm * m.layers
         self._lin_floor_s = kernels * p.kernel_floor_s
         self._attn_floor_s = m.layers * p.attention_floor_s

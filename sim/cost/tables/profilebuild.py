@@ -53,6 +53,7 @@ from sim.cost.specs import (
     QK_NORM_BYTES,
     ModelSpec,
     Shard,
+    qk_norm_allreduces,
     recorded_fields,
     shard,
 )
@@ -235,7 +236,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                              + 4 * rank.kv_heads * rank.head_dim + 3 * width)
     # A layer-wide query/key norm under tp splits into a sums-of-squares kernel and a
     # scaling one around its all-reduce.
-    kernels = LAYER_ELEMENTWISE_KERNELS + int(m.layer_qk_norm and spec.tp > 1)
+    qk_norm = qk_norm_allreduces(m, spec.tp)
+    kernels = LAYER_ELEMENTWISE_KERNELS + qk_norm
     linear = linear + kernels * floor_s + lin_ms * elementwise_bytes / bandwidth
     interp = lin_gemm.holdout_errors(shapes)
 
@@ -252,7 +254,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
         graphed = ms <= GRAPH_TOKENS[fw]
         reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2, graphed)
-        if m.layer_qk_norm:
+        if qk_norm:
             # Each layer's query/key norm over all heads waits for the sums of squares of
             # every GPU's heads: a small all-reduce of its own.
             reduce = reduce + m.layers * comm.allreduce(ms * QK_NORM_BYTES, graphed)

@@ -151,7 +151,7 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
                                 "build one for this variant with `servesim profile build`, or "
                                 "use cost: roofline", where="cost.measured")
         names = sorted({s.model for s in shipped()})
-        dtypes = "" if model.dtype not in FP8_WEIGHTS and model.kv_dtype == "auto" else (
+        dtypes = "" if not fp8 else (
             f" with {model.dtype} weights and KV cache {model.kv_dtype}: FP8 profiles ship "
             f"for {', '.join(SHIPPED_FP8)} (fp8 weights, KV cache auto) on GPUs with FP8 "
             f"tensor cores")

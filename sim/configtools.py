@@ -325,3 +325,13 @@ def float_arg(gt: float | None = None, ge: float | None = None, lt: float | None
                 f"got {text}, must be a finite number{' ' + bounds if bounds else ''}")
         return v
     return parse
+
+
+def comma_items(text: str, flag: str, allowed: str) -> list[str]:
+    """The stripped items of the comma list ``text`` given to ``flag``. An empty item
+    (``1,,2``, a trailing comma) is an error ending ``expected {allowed}`` rather than
+    dropped: it is likelier a value left out than one meant to be skipped."""
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        raise ServesimError(f"{flag} {text}: an empty item; expected {allowed}")
+    return items

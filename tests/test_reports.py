@@ -259,6 +259,8 @@ def test_bad_percentiles_are_one_line_errors(tmp_path: Path, capsys: Any, value:
         err = capsys.readouterr().err
         assert err.startswith(f"servesim: error: --percentiles {value}: ") and err.count("\n") == 1
         assert "above 0 and at most 100" in err
+        # A value left out is named as such, not dropped and not called a bad number.
+        assert (": an empty item; expected" in err) == (value in (",", "50,,99"))
     assert not (tmp_path / "o").exists()  # refused before anything ran
 
 

@@ -6,6 +6,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,6 +60,18 @@ def test_a_rate_grid_of_more_than_ten_thousand_points_is_refused_before_it_runs(
                                                       "most 10,000")):
         parse_rates(grid)
     assert len(parse_rates("1:10000:1")) == 10_000
+
+
+@pytest.mark.parametrize("parse, flag, text, allowed", [
+    (parse_rates, "--rates", "1,,2", "START:STOP:STEP or a comma list"),
+    (parse_rates, "--rates", "2,4,", "START:STOP:STEP or a comma list"),
+    (parse_ints, "--tp", "1,,2", "a comma list of positive integers"),
+    (parse_names, "--policies", "orca, ,continuous", "distinct names separated by commas")])
+def test_an_empty_item_in_a_comma_list_is_refused_not_dropped(
+        parse: Any, flag: str, text: str, allowed: str) -> None:
+    with pytest.raises(ServesimError, match=re.escape(f"{flag} {text}: an empty item; "
+                                                      f"expected {allowed}")):
+        parse(text, flag)
 
 
 def test_parse_lists():

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sim.config.scenario import Scenario
+from sim.configtools import comma_items
 from sim.core.engine import RunResult
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
@@ -51,10 +52,7 @@ def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ..
     ascending order; a bad list is an error naming ``flag``, the value and what is allowed."""
     allowed = "a comma list of percentiles above 0 and at most 100, e.g. 50,90,99,99.9"
     try:
-        items = [x.strip() for x in text.split(",")]
-        if any(not x for x in items):  # a value left out, not one to drop
-            raise ServesimError(f"{flag} {text}: an empty item; expected {allowed}")
-        vals = [float(x) for x in items]
+        vals = [float(x) for x in comma_items(text, flag, allowed)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected {allowed}") from None
     if not vals or any(not (math.isfinite(v) and 0 < v <= 100) for v in vals):

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from sim.config.scenario import from_dict
-from sim.configtools import ArgParser, float_arg, int_arg
+from sim.configtools import ArgParser, comma_items, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header, internal_name
 from sim.report.folder import check_replaceable, replaced_folder
@@ -76,6 +76,10 @@ MAX_RATES = 10_000
 Row = dict[str, Any]
 
 
+RATES_ALLOWED = ("START:STOP:STEP or a comma list of rates in requests/s, e.g. 1:20:1 or "
+                 "2,4,8")
+
+
 def parse_rates(text: str, flag: str = "--rates") -> list[float]:
     """``START:STOP:STEP`` (inclusive of STOP) or a comma list, in requests/s, ascending."""
     try:
@@ -94,10 +98,9 @@ def parse_rates(text: str, flag: str = "--rates") -> list[float]:
             # Rounding keeps 0.1-steps from drifting into 0.30000000000000004.
             rates = [round(start + i * step, 9) for i in range(n)]
         else:
-            rates = [float(x) for x in _items(text, flag)]
+            rates = [float(x) for x in comma_items(text, flag, RATES_ALLOWED)]
     except ValueError:
-        raise ServesimError(f"{flag} {text}: expected START:STOP:STEP or a comma list of "
-                            "rates in requests/s, e.g. 1:20:1 or 2,4,8") from None
+        raise ServesimError(f"{flag} {text}: expected {RATES_ALLOWED}") from None
     if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
         raise ServesimError(f"{flag} {text}: rates must be positive requests/s")
     if len(set(rates)) != len(rates):
@@ -107,22 +110,13 @@ def parse_rates(text: str, flag: str = "--rates") -> list[float]:
     return sorted(rates)
 
 
-def _items(text: str, flag: str) -> list[str]:
-    """The items of a comma list; an empty one (``1,,2``, a trailing comma) is an error
-    rather than dropped, as it is likely a value left out."""
-    items = [x.strip() for x in text.split(",")]
-    if any(not x for x in items):
-        raise ServesimError(f"{flag} {text}: an empty item in the comma list")
-    return items
-
-
 def parse_ints(text: str, flag: str) -> list[int]:
     """A comma list of positive integers (replicas, tp degrees)."""
+    allowed = "a comma list of positive integers, e.g. 1,2,4"
     try:
-        vals = [int(x) for x in _items(text, flag)]
+        vals = [int(x) for x in comma_items(text, flag, allowed)]
     except ValueError:
-        raise ServesimError(f"{flag} {text}: expected a comma list of positive integers, "
-                            "e.g. 1,2,4") from None
+        raise ServesimError(f"{flag} {text}: expected {allowed}") from None
     if not vals or any(v < 1 for v in vals) or len(set(vals)) != len(vals):
         raise ServesimError(f"{flag} {text}: expected distinct positive integers, e.g. 1,2,4")
     return vals
@@ -130,9 +124,10 @@ def parse_ints(text: str, flag: str) -> list[int]:
 
 def parse_names(text: str, flag: str) -> list[str]:
     """A comma list of names (policies); checked against the registry when points are built."""
-    vals = _items(text, flag)
+    allowed = "distinct names separated by commas"
+    vals = comma_items(text, flag, allowed)
     if not vals or len(set(vals)) != len(vals):
-        raise ServesimError(f"{flag} {text}: expected distinct names separated by commas")
+        raise ServesimError(f"{flag} {text}: expected {allowed}")
     return vals
 
 

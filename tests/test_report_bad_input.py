@@ -219,6 +219,18 @@ def test_valid_folders_still_report(folders: dict[str, Path], tmp_path: Path,
     assert (folder / "report.html").read_text().startswith("<!doctype html>")
 
 
+def test_a_sweep_table_saved_with_a_byte_order_mark_reports_as_without(
+        folders: dict[str, Path], tmp_path: Path) -> None:
+    # A spreadsheet's "save as UTF-8 CSV" adds the mark; the report reads the text it
+    # checked, so the first column is still ``policy`` rather than a lost key.
+    plain = broken(folders, tmp_path / "plain", "sweep", lambda folder: None)
+    marked = broken(folders, tmp_path / "marked", "sweep", lambda folder: (
+        folder / "sweep.csv").write_bytes(b"\xef\xbb\xbf" + (folder / "sweep.csv").read_bytes()))
+    assert cli_main(["report", str(plain)]) == 0 and cli_main(["report", str(marked)]) == 0
+    assert (marked / "report.html").read_text() == (plain / "report.html").read_text(
+        ).replace(str(plain), str(marked))
+
+
 # ---------------------------------------------------------------- trace plot --out
 def plot(out: str | Path) -> int:
     return trace_cli.main(["plot", str(TRACE), "--spread", "--out", str(out)])

@@ -4,7 +4,7 @@ A result folder outlives the run that wrote it: it may be edited by hand, cut sh
 written by another tool. Read blindly, a list where a mapping belongs or a missing key
 surfaces as a ``KeyError`` deep inside the report. :func:`check` walks a loaded JSON
 value against a small spec (the keys the report reads and what each must hold) and
-:func:`check_sweep_csv` does the same for ``sweep.csv``; each mismatch is one
+:func:`read_sweep_csv` does the same for ``sweep.csv``; each mismatch is one
 :class:`~sim.errors.ServesimError` naming the file, the key (or line and column), the
 value found and what the command's own file holds there. :func:`unreadable` words what
 a spec cannot express (statistics that differ between metrics) the same way.
@@ -273,11 +273,13 @@ def _cell_ok(cell: str, finite: bool, required: bool) -> bool:
     return math.isfinite(v) or not finite
 
 
-def check_sweep_csv(path: Path, slo_columns: list[str]) -> None:
-    """Raise one error naming ``path`` (and the line and column) unless it is a table
-    :func:`sim.study.sweep.read_csv` reads into the rows the report uses: present, with
+def read_sweep_csv(path: Path, slo_columns: list[str]) -> str:
+    """The text of ``path`` (a byte-order mark dropped), once checked to be a table
+    :func:`sim.study.sweep.csv_rows` turns into the rows the report uses: present, with
     every column of :data:`SWEEP_READ` (and of ``slo_columns``), a cell per column on
-    every line, numbers where the report does arithmetic, and at least one point."""
+    every line, numbers where the report does arithmetic, and at least one point; else
+    one error naming ``path`` (and the line and column). The report parses this text
+    rather than reading the file again, so what it uses is what was checked."""
     src = str(path)
 
     def bad(text: str, where: str | None = None) -> ServesimError:
@@ -292,7 +294,8 @@ def check_sweep_csv(path: Path, slo_columns: list[str]) -> None:
         raise ServesimError(f"cannot read it: {exc.strerror}", src) from None
     if not data.strip():
         raise bad("empty, expected a header and one line per grid point")
-    lines = decode(data, src, "sweep.csv").splitlines()
+    text = decode(data, src, "sweep.csv")
+    lines = text.splitlines()
     head = [internal_name(c) for c in lines[0].split(",")]
     lacking = [csv_header(c) for c in (*SWEEP_READ, *slo_columns) if c not in head]
     if lacking:
@@ -316,3 +319,4 @@ def check_sweep_csv(path: Path, slo_columns: list[str]) -> None:
                     "" if required else " or empty")
                 raise bad(f"column {csv_header(c)} is {row[c]!r}, expected {want}",
                           f"line {n}")
+    return text

@@ -338,11 +338,10 @@ def sweep_table(manifest: dict[str, Any], grid: list[Row]) -> Table:
 
 
 def _sweep(folder: Path, manifest: dict[str, Any]) -> Doc:
-    from sim.study.sweep import read_csv
+    from sim.study.sweep import csv_rows
 
-    path = folder / "sweep.csv"
-    shapes.check_sweep_csv(path, [s.column for s in _slos(manifest)])
-    grid = read_csv(path)
+    grid = csv_rows(shapes.read_sweep_csv(folder / "sweep.csv",
+                                          [s.column for s in _slos(manifest)]))
     sim = manifest.get("simulated")
     title, sub = _heading("sweep", manifest.get("scenario"), sim, manifest.get("tp"))
     slos = ", ".join(_slo_label(s) for s in _slos(manifest)) or "none"

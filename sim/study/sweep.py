@@ -225,7 +225,13 @@ def to_csv(rows: list[Row], columns: list[str]) -> bytes:
 
 def read_csv(path: Path) -> list[Row]:
     """A CSV written by :func:`to_csv` back as rows (numbers as float, empty as None)."""
-    lines = path.read_text().splitlines()
+    return csv_rows(path.read_text())
+
+
+def csv_rows(text: str) -> list[Row]:
+    """The text of a CSV written by :func:`to_csv` as rows (numbers as float, empty as
+    None)."""
+    lines = text.splitlines()
     head = [internal_name(c) for c in lines[0].split(",")]
     out = []
     for line in lines[1:]:

@@ -17,7 +17,7 @@ import math
 import re
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeGuard, TypeVar, Union, get_args, get_origin
 
 import yaml
 
@@ -25,6 +25,13 @@ from sim.errors import ServesimError
 
 T = TypeVar("T")
 MAX_INT = 2**53  # the largest integer a scenario may give (exact as a float too)
+
+
+def is_number(x: object) -> TypeGuard[int | float]:
+    """Whether ``x`` is an int or a float (NaN and infinities included) but not a bool:
+    YAML and JSON true/false load as bool, which Python counts as an int, and no count,
+    time or rate is ever one."""
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 _HINTS: dict[type, dict[str, Any]] = {}
 
@@ -97,7 +104,7 @@ def convert(tp: Any, value: Any, where: str) -> Any:
     if tp is int:
         # A float is taken only when it is a whole number. Past 2**53 a count is no real
         # setting, and it would overflow the int64 arrays it lands in.
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
+        if not is_number(value) or (
                 isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
             raise bad
         if abs(value) >= MAX_INT:

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import is_number
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -97,7 +98,7 @@ def from_hf_config(path: Path) -> ModelSpec:
         value = cfg.get(key, default)
         if value is None:
             raise ServesimError("required key is missing", source=src, where=key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not is_number(value):
             raise ServesimError(f"got {value!r}, expected a number", source=src, where=key)
         return value
 

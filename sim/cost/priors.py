@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from sim.configtools import is_number
 from sim.errors import ServesimError
 from sim.files import read_text
 
@@ -92,8 +93,7 @@ def load_priors(path: Path = PRIORS_FILE) -> dict[str, Priors]:
         got: dict[str, float] = {}
         for k in KEYS:
             v = values.get(k, 0.0)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or v < 0:
+            if not is_number(v) or not math.isfinite(v) or v < 0:
                 raise ServesimError(f"got {v!r}, expected seconds >= 0", source=str(path),
                                     where=f"{where}.values.{k}")
             got[k] = float(v)
@@ -102,8 +102,7 @@ def load_priors(path: Path = PRIORS_FILE) -> dict[str, Priors]:
             raise ServesimError(f"got {lengths!r}; one of {', '.join(LENGTHS)}",
                                 source=str(path), where=f"{where}.aic_client_lengths")
         aic = values.get("aic_request_s")
-        if aic is not None and (isinstance(aic, bool) or not isinstance(aic, int | float)
-                                or not math.isfinite(aic) or aic < 0):
+        if aic is not None and (not is_number(aic) or not math.isfinite(aic) or aic < 0):
             raise ServesimError(f"got {aic!r}, expected seconds >= 0", source=str(path),
                                 where=f"{where}.values.aic_request_s")
         out[str(fw)] = Priors(**got, source=str(entry.get("source", "fitted")),

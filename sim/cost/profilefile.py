@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sim.configtools import build
+from sim.configtools import build, is_number
 from sim.cost.curves import Grid, Knots
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND, Frontend
 from sim.cost.profile import FORMS, WAKE_COEFS, ComponentForm
@@ -185,8 +185,7 @@ def _seconds(raw: Any, where: str, what: str) -> tuple[float, ...]:
     if not isinstance(raw, list) or not raw:
         raise ServesimError(f"got {raw!r}; expected a non-empty list of {what}", where=where)
     for i, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v <= 0:
+        if not is_number(v) or not math.isfinite(v) or v <= 0:
             raise ServesimError(f"got {v!r}, must be a finite number > 0", where=f"{where}[{i}]")
     return tuple(float(v) for v in raw)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.configtools import is_number
 from sim.errors import ServesimError
 from sim.files import decode
 from sim.report.csvmeta import csv_header, internal_name
@@ -66,14 +67,9 @@ class ListOf:
 Spec = Leaf | Each | ListOf | dict[str, Any]
 
 
-def _is_number(v: Any) -> bool:
-    # JSON true/false load as bool, a subclass of int; no count or time is a bool.
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 ANY = Leaf("a value", lambda v: True)
-NUMBER = Leaf("a number", _is_number)
-NUMBER_OR_NULL = Leaf("a number or null", lambda v: v is None or _is_number(v))
+NUMBER = Leaf("a number", is_number)
+NUMBER_OR_NULL = Leaf("a number or null", lambda v: v is None or is_number(v))
 TEXT = Leaf("a string", lambda v: isinstance(v, str))
 
 STATS = Each(NUMBER_OR_NULL, "statistic names (p50, p99, mean) to seconds or null")

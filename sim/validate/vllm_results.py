@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import MAX_INT
+from sim.configtools import MAX_INT, is_number
 from sim.errors import ServesimError
 from sim.files import read_text
 
@@ -88,14 +88,9 @@ def _refuse(x: Any, rule: str, where: str, src: str | None, hint: str = "") -> S
     return ServesimError(f"got {x!r}, expected {RULES[rule]}{hint}", source=src, where=where)
 
 
-def _is_number(x: Any) -> bool:
-    # JSON true/false arrive as bool, which Python counts as int: not a number here.
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
 def _whole(x: Any, where: str, src: str | None, rule: str = "tokens") -> int:
     """A count: whole (1000.0 counts as 1000), 0 or more, below 2**53."""
-    whole = _is_number(x) and (isinstance(x, int) or (math.isfinite(x) and x.is_integer()))
+    whole = is_number(x) and (isinstance(x, int) or (math.isfinite(x) and x.is_integer()))
     if not whole or not 0 <= x < MAX_INT:
         raise _refuse(x, rule, where, src)
     return int(x)
@@ -104,7 +99,7 @@ def _whole(x: Any, where: str, src: str | None, rule: str = "tokens") -> int:
 def _seconds(x: Any, where: str, src: str | None, rule: str = "seconds",
              hint: str = "") -> float:
     """A latency (or, with ``rule="ms"``, an aggregate): finite and 0 or more."""
-    if not _is_number(x) or not math.isfinite(x) or x < 0:
+    if not is_number(x) or not math.isfinite(x) or x < 0:
         raise _refuse(x, rule, where, src, hint)
     return float(x)
 
@@ -126,7 +121,7 @@ def _rate(x: Any, src: str | None) -> float | None:
     """``request_rate`` in req/s (inf for vLLM's ``"inf"``), or None where absent."""
     if x is None:
         return None
-    if x == "inf" or (_is_number(x) and x > 0 and not math.isnan(x)):
+    if x == "inf" or (is_number(x) and x > 0 and not math.isnan(x)):
         return float(x)
     raise _refuse(x, "rate", "request_rate", src)
 
@@ -135,7 +130,7 @@ def _burstiness(x: Any, src: str | None) -> float:
     """vLLM's gamma shape; absent (older vLLM, before the option) means Poisson, 1."""
     if x is None:
         return 1.0
-    if not _is_number(x) or math.isnan(x) or not x > 0:
+    if not is_number(x) or math.isnan(x) or not x > 0:
         raise _refuse(x, "burstiness", "burstiness", src)
     return float(x)
 
@@ -263,7 +258,7 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
 
 def _clock(x: Any, where: str, src: str | None) -> float:
     """A send time (perf_counter seconds): any finite number."""
-    if not _is_number(x) or not math.isfinite(x):
+    if not is_number(x) or not math.isfinite(x):
         raise _refuse(x, "clock", where, src)
     return float(x)
 

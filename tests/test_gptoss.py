@@ -278,9 +278,15 @@ def test_what_is_not_built_or_run_is_one_line(tmp_path: Path,
     assert len(err) == 1 and err[0].startswith(f"servesim: error: {scen}: model.dtype: got "
                                                "'nvfp4': mi300x has no FP4 tensor cores")
     # gpt-oss's profiles are built (tests/test_gptoss_measured.py); 4-bit dense
-    # projections are not: the tables time no such GEMM but B200's nvfp4.
+    # projections only as NVFP4 where the GPU has FP4 tensor cores (tests/test_fp4_measured.py).
     assert main(["profile", "build", "--model", "qwen3-32b", "--dtype", "nvfp4", "--gpu",
                  "h200", "--out", str(tmp_path / "p.yaml")]) == 2
     assert capsys.readouterr().err.strip() == (
-        "servesim: error: --dtype: dtype 'nvfp4' is not built from the tables; built: bf16, "
-        "fp16, fp8, fp8-block")
+        "servesim: error: --dtype: nvfp4 projections run on FP4 tensor cores, which h200 "
+        "lacks, so its tables time no nvfp4 GEMM (GPUs with them: b200, gb200); cost: "
+        "roofline prices nvfp4 weights there as weight-only")
+    assert main(["profile", "build", "--model", "qwen3-32b", "--dtype", "int4", "--gpu",
+                 "b200", "--out", str(tmp_path / "p.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "servesim: error: --dtype: dtype 'int4' is not built from the tables; built: bf16, "
+        "fp16, fp8, fp8-block, nvfp4")

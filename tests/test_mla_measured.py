@@ -123,7 +123,8 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
 def test_deepseek_fp4_rows_say_why_they_are_not_simulated(tmp_path: Path) -> None:
     # The sample's FP4 rows of DeepSeek's names (NVFP4 GEMMs) are not its FP8 release.
     assert str(_case(tmp_path, "sglang", "b200_sxm", label="fp4")).startswith(
-        "fp4 weights (no GEMM mode): servesim models bf16 and FP8")
+        "fp4 weights (no GEMM mode): servesim models bf16, FP8 (fp8, fp8_block) and, for "
+        "dense models, NVFP4")
 
 
 @needs_tables

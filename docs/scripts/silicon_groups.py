@@ -35,7 +35,8 @@ def main(path: Path, fp8: bool = False, held_out: bool = False) -> None:
     model too, with ``fp8``; only held-out rows with ``held_out``."""
     recs = json.loads(path.read_text(encoding="utf-8"))["records"]
     if fp8:
-        recs = [r for r in recs if r["dtype"] != "bf16" and not r.get("expert_dtype")]
+        recs = [r for r in recs if r["dtype"] in ("fp8", "fp8-block")
+                and not r.get("expert_dtype")]
     if held_out:
         recs = [r for r in recs if r["split"] == "test"]
     # Rows of several models (FP8 ones, 4-bit experts of gpt-oss and Kimi) are grouped by

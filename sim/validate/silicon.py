@@ -13,7 +13,8 @@ A row servesim can model becomes a scenario: the model's preset, the GPU and tp,
 framework's default scheduler and limits (:data:`SCHEDULERS`), that closed-loop
 workload, priced by a profile built from the same wheel's kernel tables for that
 framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept with the reason
-(:func:`classify`): FP4 weights, models without a preset, disaggregated or
+(:func:`classify`): FP4 weights of a mixture of experts (a dense model's NVFP4 rows
+are simulated with the preset at ``nvfp4``), models without a preset, disaggregated or
 pipeline-parallel serving, experts split other than by tensor parallelism or by expert
 parallelism over the tp GPUs, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
 fp8_block) are simulated with the preset's FP8 variant and are never used to fit the
@@ -68,6 +69,11 @@ SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h20
                "b200_sxm": "b200", "l40s": "l40s"}
 # The GEMM quantisation modes of FP8 rows, as servesim's weight dtypes.
 FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
+# The GEMM quantisation mode of FP4 rows (W4A4 on FP4 tensor cores), simulated for dense
+# models, whose FP4 releases (NVIDIA's Llama-3.1-70B-Instruct-FP4, Qwen3-32B-NVFP4) quantise
+# every projection. A mixture of experts' FP4 row does not say which of its projections
+# the checkpoint it ran keeps at 4 bits (the experts alone, or attention too).
+FP4_MODES = {"nvfp4": "nvfp4"}
 # Checkpoints whose own quantization_config fixes their weights' dtype whatever a row's
 # label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
 # (the sample labels some of their vLLM rows plain fp8).
@@ -265,12 +271,20 @@ def classify(row: Row) -> Case | str:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
                     f"released {experts} experts")
     elif row.precision not in ("", "nan", "bf16", "bfloat16"):
-        dtype = FP8_MODES.get(row.gemm_quant_mode or row.precision, "")
+        mode = row.gemm_quant_mode or row.precision
+        dtype = FP8_MODES.get(mode, "")
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
+        elif mode in FP4_MODES and MODELS[MODEL_PRESETS[row.model_path]].experts:
+            return (f"{mode} weights of a mixture of experts: the row does not say which "
+                    "projections its checkpoint keeps at 4 bits (experts alone, or "
+                    "attention too)")
+        elif mode in FP4_MODES:
+            dtype = FP4_MODES[mode]
         else:
             return (f"{row.precision} weights ({row.gemm_quant_mode or 'no GEMM mode'}): "
-                    f"servesim models bf16 and FP8 ({', '.join(FP8_MODES)}) weights")
+                    f"servesim models bf16, FP8 ({', '.join(FP8_MODES)}) and, for dense "
+                    f"models, NVFP4 ({', '.join(FP4_MODES)}) weights")
     if row.system not in SYSTEM_GPUS:
         return (f"system {row.system} is not compared: servesim prices public runs on "
                 f"{', '.join(sorted(set(SYSTEM_GPUS.values())))}")
@@ -366,10 +380,11 @@ DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100); their other settings
 # changed between the runs' vLLM releases and are left at vLLM's defaults.
 MINIMAX_MEMORY = {"b200": 0.95, "h200": 0.95}
-# Its Llama-3.1-70B TensorRT-LLM recipes (70b_fp8_{b200,h200}_trt_slurm.sh) pass
-# --max_num_tokens 16384 on B200 and the run's max model length (ISL + OSL in its sweep
-# workflows) on H200, and for 1,024/1,024 runs below tp 8 turn batch waiting on:
-# batch_wait_timeout_iters 20, batch_wait_max_tokens_ratio 0.9.
+# Its Llama-3.1-70B TensorRT-LLM recipes (70b_fp8_{b200,h200}_trt_slurm.sh,
+# 70b_fp4_b200_trt_slurm.sh) pass --max_num_tokens 16384 for FP8 on B200 and the run's
+# max model length (ISL + OSL in its sweep workflows) for FP8 on H200 and FP4 on B200,
+# and for 1,024/1,024 runs below tp 8 turn batch waiting on: batch_wait_timeout_iters 20,
+# batch_wait_max_tokens_ratio 0.9.
 LLAMA70_PATHS = ("meta-llama/Llama-3.1-70B",)
 
 
@@ -387,8 +402,8 @@ def recipe(case: Case) -> dict[str, float]:
     if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
         return {"memory_utilization": MINIMAX_MEMORY.get(case.gpu, 0.9)}
     if r.model_path in LLAMA70_PATHS and case.framework == "trtllm":
-        out: dict[str, float] = {"max_num_batched_tokens": 16384 if case.gpu == "b200"
-                                 else r.isl + r.osl}
+        fixed = case.gpu == "b200" and case.dtype != "nvfp4"
+        out: dict[str, float] = {"max_num_batched_tokens": 16384 if fixed else r.isl + r.osl}
         if (r.isl, r.osl) == (1024, 1024) and r.tp < 8:
             out.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
         return out
@@ -441,6 +456,10 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).
         serving["max_num_batched_tokens"] = r.isl + r.osl
+    if case.framework == "trtllm" and r.isl > serving["max_num_batched_tokens"]:
+        # TensorRT-LLM refuses a prompt longer than max_num_tokens unless chunked prefill
+        # is on; a run that finished such prompts had room for one in a step.
+        serving["max_num_batched_tokens"] = r.isl
     blocks = kv_blocks(case, serving, settings)
     if blocks is not None:
         serving["num_gpu_blocks"] = blocks

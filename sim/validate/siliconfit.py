@@ -236,18 +236,21 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
 
 
 def weights(case: Case) -> str:
-    """Which ``--weights`` selection ``case`` falls in: ``4bit`` (4-bit experts),
-    ``fp8`` or ``bf16``."""
-    if case.spec.expert_dtype in FOUR_BIT_WEIGHTS:
+    """Which ``--weights`` selection ``case`` falls in: ``4bit`` (4-bit experts, or
+    every projection at 4 bits), ``fp8`` or ``bf16``."""
+    if case.spec.expert_dtype in FOUR_BIT_WEIGHTS or case.dtype in FOUR_BIT_WEIGHTS:
         return "4bit"
     return "fp8" if case.dtype != "bf16" else "bf16"
 
 
 def group(record: dict[str, Any]) -> str:
     """The summary group of a record: its framework for bf16 weights, ``<framework> fp8``
-    for FP8 ones (fp8 and fp8-block together), ``<framework> <dtype>`` for 4-bit experts."""
+    for FP8 ones (fp8 and fp8-block together), ``<framework> <dtype>`` for 4-bit experts
+    or 4-bit projections."""
     if record.get("expert_dtype"):
         return f"{record['framework']} {record['expert_dtype']}"
+    if record.get("dtype") in FOUR_BIT_WEIGHTS:
+        return f"{record['framework']} {record['dtype']}"
     fp8 = record.get("dtype", "bf16") != "bf16"
     return f"{record['framework']} fp8" if fp8 else record["framework"]
 
@@ -292,8 +295,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--limit", type=int_arg(ge=1), default=None, help="at most this many rows per "
                                                            "framework (quick looks)")
     p.add_argument("--weights", choices=("all", "bf16", "fp8", "4bit"), default="all",
-                   help="only rows with bf16 or FP8 weights, or with 4-bit experts "
-                        "(default: all)")
+                   help="only rows with bf16 or FP8 weights, or with 4-bit experts or "
+                        "projections (default: all)")
     a = p.parse_args(argv)
     path = Path(a.silicon) if a.silicon else default_path()
     rows = read_rows(path)

@@ -23,6 +23,7 @@ import yaml
 from sim.configtools import ArgParser, int_arg
 from sim.cost.measured import (
     SHIPPED_EP,
+    SHIPPED_FP4,
     SHIPPED_FP8,
     SHIPPED_FRAMEWORKS,
     SHIPPED_GPTOSS,
@@ -88,8 +89,9 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--ep", type=int_arg(ge=1, le=1024), default=1,
                    help="expert parallelism (vLLM's --enable-expert-parallel): 1, or tp")
     p.add_argument("--dtype", default=None,
-                   help="the projections' weight dtype: bf16, fp8 (per-tensor scales) or "
-                        "fp8-block (128x128 block scales); default: the model's")
+                   help="the projections' weight dtype: bf16, fp8 (per-tensor scales), "
+                        "fp8-block (128x128 block scales) or nvfp4 (FP4 tensor cores only); "
+                        "default: the model's")
     p.add_argument("--kv-dtype", default=None,
                    help="KV-cache dtype: auto (the activations', bf16) or fp8; default: "
                         "the model's")
@@ -125,10 +127,14 @@ def shipped_specs() -> list[BuildSpec]:
     models = [MODELS[name] for name in SHIPPED_MODELS]
     # FP8 weights where the tables time FP8 GEMMs (every GPU but the A100).
     models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
+    # NVFP4 weights where the GPU has FP4 tensor cores (the B200 of the shipped GPUs).
+    models += [dataclasses.replace(MODELS[name], dtype="nvfp4") for name in SHIPPED_FP4]
     models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA]
     for model in models:
         for gpu in GPU_DIRS:
             if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
+                continue
+            if model.dtype == "nvfp4" and not GPUS[gpu].fp4_flops:
                 continue
             for tp in SHIPPED_TPS:
                 try:

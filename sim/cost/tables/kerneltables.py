@@ -44,8 +44,9 @@ GPU_DIRS: dict[str, str] = {
 BUILD_ONLY_DIRS: dict[str, str] = {"gb200": "gb200"}
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # The tables' GEMM and MoE dtype for each servesim weight dtype (fp16 runs at bf16's
-# tensor-core speed).
-TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
+# tensor-core speed; nvfp4 is timed only where the GPU has FP4 tensor cores).
+TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block",
+                "nvfp4": "nvfp4"}
 
 
 def systems_dir() -> Path:

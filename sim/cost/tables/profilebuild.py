@@ -81,6 +81,8 @@ GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H20
 GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
 # The tables' KV-cache dtype for each of servesim's (``auto`` is the activations' bf16).
 KV_TABLE_DTYPES = {"auto": "bfloat16", "fp8": "fp8"}
+# Projection dtypes priced from their own GEMM rows (the rest from the bf16 rows).
+QUANTISED = (*FP8_WEIGHTS, "nvfp4")
 # The memory-bound kernels of a layer outside GEMMs and attention (see the module doc).
 LAYER_ELEMENTWISE_KERNELS = 5
 SAMPLER_PASSES = 3  # fp32 logits read by softmax, top-k/p and sampling
@@ -196,6 +198,12 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     if m.dtype not in TABLE_DTYPES:
         raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
+    if m.dtype == "nvfp4" and not GPUS[gpu].fp4_flops:
+        with_fp4 = ", ".join(g for g in GPUS if GPUS[g].fp4_flops)
+        raise ServesimError(f"nvfp4 projections run on FP4 tensor cores, which {gpu} lacks, "
+                            f"so its tables time no nvfp4 GEMM (GPUs with them: {with_fp4}); "
+                            "cost: roofline prices nvfp4 weights there as weight-only",
+                            where="--dtype")
     rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
@@ -203,9 +211,9 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     source = gemm_table(gpu, fw, version, "bf16")
     gemm, gemm_kernel = source.table, source.kernel
     lin_source, lin_fw, lin_version = (projection_gemms(gpu, fw, version, m.dtype)
-                                       if m.dtype in FP8_WEIGHTS else (source, fw, version))
+                                       if m.dtype in QUANTISED else (source, fw, version))
     lin_gemm, lin_kernel = lin_source.table, lin_source.kernel
-    if m.dtype in FP8_WEIGHTS:
+    if m.dtype in QUANTISED:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")
@@ -415,11 +423,11 @@ def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
 
 def profile_name(spec: BuildSpec) -> str:
     """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>[-ep<N>]-<framework>``, then
-    ``-<dtype>`` for FP8 weights and ``-kvfp8`` for an FP8 KV cache."""
+    ``-<dtype>`` for FP8 or NVFP4 weights and ``-kvfp8`` for an FP8 KV cache."""
     m = spec.model
     base = MODELS.get(m.name)
     # A preset that is FP8 by itself (llama-3.3-70b-fp8) does not repeat it.
-    quant = f"-{m.dtype}" if m.dtype in FP8_WEIGHTS and (base is None or base.dtype != m.dtype) \
+    quant = f"-{m.dtype}" if m.dtype in QUANTISED and (base is None or base.dtype != m.dtype) \
         else ""
     kv = "-kvfp8" if m.kv_dtype == "fp8" else ""
     ep = f"-ep{spec.ep}" if spec.ep > 1 else ""

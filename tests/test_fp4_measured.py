@@ -1,0 +1,112 @@
+"""NVFP4 projections priced from the kernel tables: the builder reads the tables' nvfp4
+GEMM rows where the GPU has FP4 tensor cores and refuses elsewhere in one line, the
+shipped NVFP4 profiles are picked by ``cost: measured``, and the public end-to-end rows of
+dense FP4 checkpoints are simulated (those of a mixture of experts keep a reason)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from conftest import needs_tables, silicon_csv
+
+from sim.config.scenario import from_dict
+from sim.core.engine import build_cost
+from sim.cost.shape import decode_shape, shape_of
+from sim.cost.specs import MODELS
+from sim.errors import ServesimError
+
+
+def fp4(name: str, kv: str = "auto") -> object:
+    return dataclasses.replace(MODELS[name], dtype="nvfp4", kv_dtype=kv)
+
+
+def _scenario(model: object, gpu: str = "b200") -> dict:
+    return {"model": model, "hardware": {"gpu": gpu, "tp": 2}, "cost": "measured",
+            "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 4,
+                         "lengths": {"prompt": {"dist": "fixed", "value": 256},
+                                     "output": {"dist": "fixed", "value": 8}}}}
+
+
+def test_shipped_nvfp4_profiles_are_picked_and_faster_than_fp8() -> None:
+    from sim.cost.measured import find
+
+    assert find(fp4("llama-3.1-70b"), "b200", 2, "vllm") == "b200-llama-3-70b-tp2-vllm-nvfp4"  # type: ignore[arg-type]
+    assert find(fp4("qwen3-32b"), "b200", 1, "sglang") == "b200-qwen3-32b-tp1-sglang-nvfp4"  # type: ignore[arg-type]
+    w4 = build_cost(from_dict(_scenario({"preset": "llama-3.1-70b", "dtype": "nvfp4"})))
+    w8 = build_cost(from_dict(_scenario({"preset": "llama-3.1-70b", "dtype": "fp8"})))
+    assert w4.source == ("measured kernels: vLLM 0.24.0 on B200-SXM; nvfp4 weights on FP4 "
+                         "tensor cores; async scheduling")
+    # A light decode step reads the projections' weights: about half FP8's bytes. A long
+    # prefill runs on FP4 tensor cores, faster than FP8 but not twice as fast.
+    light = decode_shape(1, 1024)
+    assert 1.4 < w8.step_time(light) / w4.step_time(light) < 2.0
+    long = shape_of([(8192, 0)])
+    assert 1.2 < w8.step_time(long) / w4.step_time(long) < 2.0
+
+
+def test_nvfp4_without_fp4_tensor_cores_is_one_line() -> None:
+    from sim.cost.measured import find
+
+    with pytest.raises(ServesimError, match=r"no measured profile for llama-3.1-70b with nvfp4 "
+                                            r"weights on h200: it has no FP4 tensor cores and "
+                                            r"the tables time no FP4 GEMM there"):
+        find(fp4("llama-3.1-70b"), "h200", 2, "vllm")  # type: ignore[arg-type]
+    with pytest.raises(ServesimError, match=r"with nvfp4 weights and KV cache fp8: FP8 "
+                                            r"profiles ship .*NVFP4 ones for llama-3-8b, "
+                                            r"llama-3-70b, qwen3-32b"):
+        find(fp4("llama-3.1-70b", "fp8"), "b200", 2, "vllm")  # type: ignore[arg-type]
+
+
+@needs_tables
+def test_profile_build_reads_the_nvfp4_gemm_rows(tmp_path: Path) -> None:
+    from sim.cli import main
+    from sim.cost.profilefile import PROFILE_DIR
+    from sim.cost.tables.cli import profile_text
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name
+
+    spec = BuildSpec(fp4("llama-3-70b"), "b200", "vllm", 4)  # type: ignore[arg-type]
+    assert profile_name(spec) == "b200-llama-3-70b-tp4-vllm-nvfp4"
+    built = build_profile(spec)
+    assert profile_text(built) == (PROFILE_DIR / "b200-llama-3-70b-tp4-vllm-nvfp4.yaml").read_text(
+        encoding="utf-8")
+    src = built["source"]
+    assert src["kernels"]["linear_gemm"] == "FlashInferCuteDslNvFp4LinearKernel"
+    assert any(n.startswith("nvfp4 projections from the nvfp4 GEMM rows") for n in src["notes"])
+    # The LM head stays bf16: its GEMM comes from the bf16 rows.
+    assert src["kernels"]["gemm"] == "torch.nn.functional.linear"
+    out = tmp_path / "p.yaml"
+    with pytest.raises(ServesimError, match=r"--dtype: nvfp4 projections run on FP4 tensor "
+                                            r"cores, which h100-sxm lacks.*GPUs with them: "
+                                            r"b200"):
+        build_profile(BuildSpec(fp4("llama-3-8b"), "h100-sxm", "vllm"))  # type: ignore[arg-type]
+    assert main(["profile", "build", "--gpu", "h100-sxm", "--model", "llama-3-8b",
+                 "--dtype", "nvfp4", "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_silicon_fp4_rows_of_dense_models_are_simulated(tmp_path: Path) -> None:
+    from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+    from sim.validate.siliconfit import group, weights
+
+    rows = ["a,source_file=2026-01-10.csv; model=Llama-3.1-70B,trtllm,,meta-llama/Llama-3.1-70B,"
+            "b200_sxm,fp4,agg,1024,1024,8,2,1,1,90,20,nvfp4",
+            "b,db-dump/2026-04-27,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp4,agg,1024,1024,"
+            "8,2,1,1,90,20,nvfp4",
+            "c,x,trtllm,1.3.0rc5,nvidia/Qwen3-32B-NVFP4,b200_sxm,fp4,agg,15000,500,13,2,1,1,719,"
+            "13,nvfp4"]
+    a, b, c = (classify(r) for r in read_rows(silicon_csv(tmp_path, rows, ("gemm_quant_mode",))))
+    assert isinstance(a, Case) and a.dtype == "nvfp4" and a.kv_dtype == "fp8"
+    assert a.held_out and weights(a) == "4bit"
+    assert group({"framework": "trtllm", "dtype": "nvfp4"}) == "trtllm nvfp4"
+    assert scenario_raw(a)["model"] == {"preset": "llama-3.1-70b", "dtype": "nvfp4",
+                                        "kv_dtype": "fp8"}
+    # 70b_fp4_b200_trt_slurm.sh: --max_num_tokens $MAX_MODEL_LEN (not FP8's 16384), and
+    # batch waiting for 1k/1k below tp 8.
+    assert recipe(a) == {"max_num_batched_tokens": 2048, "batch_wait_timeout_iters": 20,
+                         "batch_wait_max_tokens_ratio": 0.9}
+    assert isinstance(b, str) and b.startswith("nvfp4 weights of a mixture of experts")
+    # A prompt longer than TensorRT-LLM's default token budget ran, so the run had room
+    # for it in one step: the scenario gives it that (orca refuses it otherwise).
+    assert isinstance(c, Case) and scenario_raw(c)["serving"]["max_num_batched_tokens"] == 15000

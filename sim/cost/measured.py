@@ -34,6 +34,8 @@ SHIPPED_FP8 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
 # FP4 tensor cores whose tables time NVFP4 GEMMs: the architectures of NVIDIA's FP4
 # releases of Llama 3.1 8B and 70B (and Llama 3.3 70B) and of Qwen3-32B.
 SHIPPED_FP4 = ("llama-3-8b", "llama-3-70b", "qwen3-32b")
+# Weight dtypes whose shipped profiles are variants of their own (file stems -<dtype>).
+QUANT_VARIANTS = (*FP8_WEIGHTS, "nvfp4")
 # Mixtures of experts, on every GPU and tp whose MoE tables measured their shape.
 SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "minimax-m2.5")
 # With expert parallelism (vLLM's --enable-expert-parallel, ep = tp), vLLM only: the
@@ -52,7 +54,7 @@ SHIPPED_GPTOSS: dict[str, tuple[int, ...]] = {"gpt-oss-20b": (1, 2),
                                               "gpt-oss-120b": (1, 2, 4, 8)}
 SHIPPED_GPTOSS_GPUS = ("h100-sxm", "h200", "b200")
 _REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)(?:-ep(?P<ep>\d+))?-(?P<fw>[a-z]+)"
-                   r"(?:-(?P<dtype>fp8|fp8-block|nvfp4))?(?P<kv>-kvfp8)?$")
+                   r"(?:-(?P<dtype>" + "|".join(QUANT_VARIANTS) + r"))?(?P<kv>-kvfp8)?$")
 
 
 @dataclass(frozen=True)
@@ -148,14 +150,14 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
     same = [s for s in same if s.ep == 1]
     if not same:
         changed = _changed_fields(model)
-        fp8 = model.dtype in (*FP8_WEIGHTS, "nvfp4") or model.kv_dtype != "auto"
-        if changed and not fp8:  # (FP8 and FP4 variants: which ship, below)
+        quantised = model.dtype in QUANT_VARIANTS or model.kv_dtype != "auto"
+        if changed and not quantised:  # (FP8 and FP4 variants: which ship, below)
             raise ServesimError(f"no measured profile for {model.name} with {changed}: the "
                                 f"shipped {model.name} profiles price the preset as given; "
                                 "build one for this variant with `servesim profile build`, or "
                                 "use cost: roofline", where="cost.measured")
         names = sorted({s.model for s in shipped()})
-        dtypes = "" if not fp8 else (
+        dtypes = "" if not quantised else (
             f" with {model.dtype} weights and KV cache {model.kv_dtype}: FP8 profiles ship "
             f"for {', '.join(SHIPPED_FP8)} (fp8 weights, KV cache auto) on GPUs with FP8 "
             f"tensor cores, NVFP4 ones for {', '.join(SHIPPED_FP4)} (nvfp4 weights, KV cache "
@@ -169,7 +171,7 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
     for s in same:
         if s.gpu == gpu:
             tps.setdefault(s.framework, []).append(s.tp)
-    if model.dtype in (*FP8_WEIGHTS, "nvfp4") and weight_only(model, GPUS[gpu]):
+    if model.dtype in QUANT_VARIANTS and weight_only(model, GPUS[gpu]):
         bits = "FP4" if model.dtype == "nvfp4" else "FP8"
         raise ServesimError(f"no measured profile for {model.name} with {model.dtype} weights "
                             f"on {gpu}: it has no {bits} tensor cores and the tables time no "

@@ -265,7 +265,8 @@ def classify(row: Row) -> Case | str:
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
     dtype = "bf16"
-    experts = MODELS[MODEL_PRESETS[row.model_path]].expert_dtype
+    preset = MODELS[MODEL_PRESETS[row.model_path]]
+    experts = preset.expert_dtype
     if experts:
         if row.precision not in FOUR_BIT_LABELS[experts]:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
@@ -275,7 +276,7 @@ def classify(row: Row) -> Case | str:
         dtype = FP8_MODES.get(mode, "")
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
-        elif mode in FP4_MODES and MODELS[MODEL_PRESETS[row.model_path]].experts:
+        elif mode in FP4_MODES and preset.experts:
             return (f"{mode} weights of a mixture of experts: the row does not say which "
                     "projections its checkpoint keeps at 4 bits (experts alone, or "
                     "attention too)")
@@ -291,7 +292,7 @@ def classify(row: Row) -> Case | str:
     if row.pp != 1 or row.attention_dp > 1:
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
     ep = 1
-    if MODELS[MODEL_PRESETS[row.model_path]].experts and not (
+    if preset.experts and not (
             row.moe_tp in (0, row.tp) and row.moe_ep in (0, 1)):
         if not (row.moe_tp in (0, 1) and row.moe_ep == row.tp):
             return (f"experts split other than by tensor parallelism or by expert "

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.models import dtype_note, ep_note
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
@@ -47,7 +48,6 @@ from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.specs import (
-    FP8_WEIGHTS,
     GPUS,
     MODELS,
     QK_NORM_BYTES,
@@ -81,8 +81,6 @@ GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H20
 GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
 # The tables' KV-cache dtype for each of servesim's (``auto`` is the activations' bf16).
 KV_TABLE_DTYPES = {"auto": "bfloat16", "fp8": "fp8"}
-# Projection dtypes priced from their own GEMM rows (the rest from the bf16 rows).
-QUANTISED = (*FP8_WEIGHTS, "nvfp4")
 # The memory-bound kernels of a layer outside GEMMs and attention (see the module doc).
 LAYER_ELEMENTWISE_KERNELS = 5
 SAMPLER_PASSES = 3  # fp32 logits read by softmax, top-k/p and sampling
@@ -210,10 +208,11 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
     source = gemm_table(gpu, fw, version, "bf16")
     gemm, gemm_kernel = source.table, source.kernel
+    # FP8 and NVFP4 projections are priced from their own GEMM rows, the rest from bf16's.
     lin_source, lin_fw, lin_version = (projection_gemms(gpu, fw, version, m.dtype)
-                                       if m.dtype in QUANTISED else (source, fw, version))
+                                       if m.dtype in QUANT_VARIANTS else (source, fw, version))
     lin_gemm, lin_kernel = lin_source.table, lin_source.kernel
-    if m.dtype in QUANTISED:
+    if m.dtype in QUANT_VARIANTS:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")
@@ -426,8 +425,9 @@ def profile_name(spec: BuildSpec) -> str:
     ``-<dtype>`` for FP8 or NVFP4 weights and ``-kvfp8`` for an FP8 KV cache."""
     m = spec.model
     base = MODELS.get(m.name)
-    # A preset that is FP8 by itself (llama-3.3-70b-fp8) does not repeat it.
-    quant = f"-{m.dtype}" if m.dtype in QUANTISED and (base is None or base.dtype != m.dtype) \
+    # A preset that is FP8 by itself (llama-3.3-70b-fp8) does not repeat it. The suffixes
+    # are those sim.cost.measured parses back.
+    quant = f"-{m.dtype}" if m.dtype in QUANT_VARIANTS and (base is None or base.dtype != m.dtype) \
         else ""
     kv = "-kvfp8" if m.kv_dtype == "fp8" else ""
     ep = f"-ep{spec.ep}" if spec.ep > 1 else ""

@@ -115,6 +115,12 @@ class KVCacheManager:
         blocks fit the cache less the watermark."""
         return blocks_for(tokens, self.block_size) <= self.total - self.watermark
 
+    def blocks_needed(self, r: Request, num_tokens: int) -> int:
+        """Blocks ``r`` must take for ``num_tokens`` tokens past those it has computed
+        (0 or less when the blocks it holds cover them): the count
+        :meth:`allocate_slots` takes without a prefix hit."""
+        return -(-(r.computed + num_tokens) // self.block_size) - r.blocks
+
     def computed_tokens(self, r: Request) -> PrefixHit:
         """The leading tokens of ``r``'s next prefill already in the prefix cache (never
         its last token, whose logits are needed): on the GPU, then continuing in the host
@@ -139,10 +145,9 @@ class KVCacheManager:
         when they do not fit (leaving the watermark free if asked), changing nothing.
         Blocks of a hit's host part are among those taken: they are loaded into them."""
         cached = hit.tokens
-        bs = self.block_size
-        need = -(-(r.computed + cached + num_new_tokens + lookahead_tokens) // bs) - r.blocks
+        need = self.blocks_needed(r, cached + num_new_tokens + lookahead_tokens)
         if cached:
-            need -= (cached - hit.loaded) // bs
+            need -= (cached - hit.loaded) // self.block_size
         elif need <= 0 and not keep_watermark:
             return 0  # the common decode that stays inside its last block
         pc = self.prefix

@@ -52,7 +52,7 @@ def whole_prompts_fitting(state: ReplicaState, tokens: int, max_seqs: int) -> in
     seqs = len(state.running)
     total = 0
     for r in state.waiting:
-        need = -(-(r.computed + whole_life_tokens(r)) // kv.block_size) - r.blocks
+        need = kv.blocks_needed(r, whole_life_tokens(r))
         if seqs >= max_seqs or r.prompt > tokens or need > room:
             break
         room -= need

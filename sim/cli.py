@@ -184,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         rc = 130
+    except MemoryError:
+        # Past the memory check (its estimate, or --force): say so rather than dump a trace.
+        print(f"servesim: error: {name} ran out of memory; make the workload smaller "
+              "(num_requests, duration_s, rate, trace repeat) or the cluster fewer replicas",
+              file=sys.stderr)
+        rc = 2
     except BrokenPipeError:
         return _closed_pipe(f"{name} stopped before it finished: its standard output was "
                             "closed (files it had still to write were not written)")

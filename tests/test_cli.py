@@ -159,3 +159,22 @@ def test_closed_pipe_shared_with_stderr_exits_quietly() -> None:
     assert proc.stdout is not None
     proc.stdout.close()
     assert proc.wait(timeout=60) == 141
+
+
+
+def test_a_forced_run_past_memory_ends_in_one_line(tmp_path: Path) -> None:
+    # --force skips the memory check; under a 3 GiB address-space limit, drawing 4e15
+    # arrival gaps then fails at once, and the command says so in one line instead of
+    # a traceback. (Without a limit, an overcommitting kernel would kill it instead.)
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    out = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "simulate", "scenarios/overload-10x.yaml",
+         "--set", "workload.arrivals.rate=1e12", "--force", "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, preexec_fn=limit,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "simulate ran out of memory" in out.stderr

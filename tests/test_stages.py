@@ -197,3 +197,26 @@ def test_a_horizon_inside_a_stage_ends_its_window_there() -> None:
     assert s["throughput"]["slo_attainment"] == 1.0
     assert s["saturation"]["saturated"] is False
     assert "  -" in table(s).splitlines()[-1]  # stage 3's rates: the run ended before it
+
+
+def test_a_capped_stage_far_longer_than_the_cap_draws_only_what_the_cap_keeps() -> None:
+    # 10^30 s at 2 req/s once drew its whole expected count at once (numpy refused the
+    # size: a traceback); capped at 50 it now draws in pieces and stops at the cap.
+    sc = tiny_scenario(workload=staged([{"rate": 2, "duration_s": 1e30},
+                                        {"rate": 4, "duration_s": 1e30}],
+                                       process="poisson", num_requests=50))
+    t = requests_of(sc).arrival_s
+    assert len(t) == 50 and t[0] == 0.0 and np.all(np.diff(t) > 0) and t[-1] < 1e3
+
+
+def test_a_long_capped_span_keeps_its_earliest_arrivals_exact() -> None:
+    # A span expecting more than SPAN_CHUNK arrivals stops drawing at the cap; the arrivals
+    # it keeps are the first of what the uncapped span draws from the same seed.
+    from sim.workload.requests import SPAN_CHUNK, ArrivalsConfig, arrival_times
+
+    a = ArrivalsConfig(process="poisson", rate=1000.0)
+    horizon = 2.0 * SPAN_CHUNK / 1000.0  # about 2 SPAN_CHUNK arrivals expected
+    whole = arrival_times(a, None, horizon, np.random.default_rng(7))
+    capped = arrival_times(a, None, horizon, np.random.default_rng(7), limit=100)
+    assert len(whole) > SPAN_CHUNK and SPAN_CHUNK >= len(capped) >= 100
+    assert np.array_equal(capped, whole[:len(capped)])

@@ -319,9 +319,19 @@ class Requests:
         return len(self.arrival_s)
 
 
+# Gaps drawn at once while filling a span: the expected count plus a fifth, or this many
+# when that is more. Such a long span is drawn piece by piece and, when the run's
+# num_requests caps it, no further than the cap (a shorter span is drawn as it always
+# was, so its seed gives the same requests).
+SPAN_CHUNK = 1 << 20
+
+
 def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
-                   rng: np.random.Generator) -> np.ndarray:
-    """Arrival times in seconds: first at start_s, then gaps from the process."""
+                   rng: np.random.Generator, limit: int | None = None) -> np.ndarray:
+    """Arrival times in seconds: first at start_s, then gaps from the process; at most
+    ``n_max`` of them, those before ``horizon`` (s). Filling a span of more than
+    :data:`SPAN_CHUNK` expected arrivals up to ``horizon`` (``n_max`` None) stops once
+    ``limit`` arrivals are in it: the earliest ``limit`` are exact, later ones missing."""
     rate = cfg.rate
     assert rate is not None  # checked at load (sim/workload/stages.py)
 
@@ -337,14 +347,21 @@ def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
         t = cfg.start_s + np.concatenate(([0.0], np.cumsum(gaps(n_max - 1))))
         return t[t < horizon] if horizon is not None else t
     assert horizon is not None
-    chunks, t0, chunk = [], cfg.start_s, max(16, int(rate * (horizon - cfg.start_s) * 1.2))
+    expected = rate * (horizon - cfg.start_s) * 1.2
+    long_span = expected >= SPAN_CHUNK
+    chunk = SPAN_CHUNK if long_span else max(16, int(expected))
+    if not long_span:
+        limit = None
+    chunks, t0, have = [], cfg.start_s, 0
     first = True
-    while t0 < horizon:
+    while t0 < horizon and (limit is None or have < limit):
         g = gaps(chunk)
         if first:
             g[0], first = 0.0, False
         t = t0 + np.cumsum(g)
-        chunks.append(t[t < horizon])
+        kept = t[t < horizon]
+        chunks.append(kept)
+        have += len(kept)
         t0 = float(t[-1])
     return np.concatenate(chunks) if chunks else np.empty(0)
 
@@ -359,10 +376,14 @@ def workload_arrivals(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarr
         return arrival_times(a, cfg.num_requests, cfg.duration_s, rng)
     import dataclasses
 
-    parts = [arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None, hi, rng)
-             for s, (lo, hi) in zip(cfg.stages, windows(cfg.stages, a.start_s), strict=True)]
+    cap = cfg.num_requests
+    parts: list[np.ndarray] = []
+    for s, (lo, hi) in zip(cfg.stages, windows(cfg.stages, a.start_s), strict=True):
+        left = None if cap is None else cap - sum(len(x) for x in parts)
+        parts.append(arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None, hi,
+                                   rng, limit=left))
     t = np.concatenate(parts)
-    return t if cfg.num_requests is None else t[:cfg.num_requests]
+    return t if cap is None else t[:cap]
 
 
 def located(exc: ServesimError, source: str, key: str) -> ServesimError:

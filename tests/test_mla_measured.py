@@ -118,6 +118,15 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
     assert recipe(h200) == {"max_num_batched_tokens": 32768, "static_fraction": 0.82}
     tp4 = _case(tmp_path, "sglang", "b200_sxm", tp=4, isl=8192)
     assert isinstance(tp4, Case) and recipe(tp4)["static_fraction"] == 0.95
+    # On B200 (dsr1_fp8_b200.sh): --scheduler-recv-interval 10, or 30 at tp 8 from 16
+    # clients up; tp 4 with 8192-token prefill batches. H200's recipe sets no interval.
+    assert recipe(b200)["scheduler_recv_interval"] == 30  # 64 clients
+    few = _case(tmp_path, "sglang", "b200_sxm", conc=8)
+    assert isinstance(few, Case) and recipe(few)["scheduler_recv_interval"] == 10
+    assert recipe(tp4) == {"max_num_batched_tokens": 8192, "static_fraction": 0.95,
+                           "scheduler_recv_interval": 10}
+    assert scenario_raw(b200)["serving"]["scheduler_recv_interval"] == 30
+    assert "scheduler_recv_interval" not in scenario_raw(h200)["serving"]
 
 
 def test_deepseek_fp4_rows_say_why_they_are_not_simulated(tmp_path: Path) -> None:

@@ -157,6 +157,10 @@ class ServingConfig:
     # batch_wait_max_tokens_ratio of max_num_batched_tokens (0, 0: no waiting).
     batch_wait_timeout_iters: int = bounded(0, ge=0, le=10_000)
     batch_wait_max_tokens_ratio: float = bounded(0.0, ge=0, le=1)
+    # SGLang's --scheduler-recv-interval: new requests are read only once this many decode
+    # steps have ended since the last read, or after a step with a prompt in it (1: every
+    # iteration, as vLLM does; sim/core/recvgate.py).
+    scheduler_recv_interval: int = bounded(1, ge=1, le=10_000)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
     prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
@@ -405,6 +409,16 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
+def _check_recv(scenario: Scenario) -> None:
+    """``serving.scheduler_recv_interval`` above 1 needs a single-stage replica: a
+    pipeline's stages run their own loop, whose reads are not modelled."""
+    n = scenario.serving.scheduler_recv_interval
+    if n > 1 and scenario.hardware.pp > 1:
+        raise ServesimError(f"got {n} with hardware.pp {scenario.hardware.pp}: reading new "
+                            "requests every few steps is modelled for single-stage replicas; "
+                            "set 1 or hardware.pp 1", where="serving.scheduler_recv_interval")
+
+
 def _check_async(scenario: Scenario) -> None:
     """``serving.async_scheduling: true`` where servesim cannot price it: across pipeline
     stages (each stage's loop would overlap on its own, not modelled) or with the linear
@@ -468,6 +482,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         # error with the numbers.
         check_speculative(scenario)
         _check_async(scenario)
+        _check_recv(scenario)
         check_pools(scenario)
         check_host_memory(scenario)
         wl = scenario.workload

@@ -264,7 +264,7 @@ class Engine(Outcomes):
         if why is not None:
             self._reject(i, why)
             return
-        if self._max_waiting is not None and len(rep.waiting) >= self._max_waiting:
+        if self._max_waiting is not None and rep.queued >= self._max_waiting:
             self._reject(i, "queue_full")
             return
         if self.faults is not None and self.faults.is_down(k):

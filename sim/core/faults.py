@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.config.faults import FaultsConfig, outage_plan
-from sim.core.request import FAILED
+from sim.core.request import FAILED, Request
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
@@ -133,7 +134,7 @@ class Faults:
             self.log.append((k, down, up))
             if eng.timeouts is not None:
                 eng.timeouts.forget(rep)
-            for r in rep.crash():
+            for r in crash(rep):
                 self.lose(r.id, k)
             env.timeout(self.cfg.detection_s).callbacks.append(self._deliver)
             yield env.timeout(_exact_delay(env.now, up))
@@ -142,6 +143,30 @@ class Faults:
 
     def _deliver(self, _event: Any) -> None:
         self.engine.dispatch()
+
+
+def crash(rep: Replica) -> list[Request]:
+    """A fault on ``rep``: drop every request it holds (waiting, held behind a recv
+    interval, running, landing), with their KV, cached prefixes and swapped blocks;
+    interrupt an iteration in progress. Returns the lost requests in id order."""
+    held: list[Request] = []
+    if rep.pipe is not None:
+        held = rep.pipe.crash()
+    elif rep.group is not None:
+        rep.group.flush(rep.running)
+    lost = [*rep.running, *held, *rep.waiting, *(x[2] for x in rep.inbox)]
+    if rep.gate is not None:
+        lost += rep.gate.held
+        rep.gate.held = []
+    rep.running = []
+    rep.waiting = deque()
+    rep.inbox = []
+    rep.kv.reset(lost)
+    rep.outstanding = 0
+    rep.swap_s = 0.0
+    if not rep.idle:
+        rep.process.interrupt("fault")
+    return sorted(lost, key=lambda r: r.id)
 
 
 def _exact_delay(now: float, target: float) -> float:

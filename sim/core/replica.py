@@ -34,6 +34,7 @@ from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.pipeline import Pipeline
 from sim.core.prefix import PrefixCache
+from sim.core.recvgate import RecvGate
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
@@ -104,6 +105,10 @@ class Replica:
         if lazy:
             self.group = (DecodeSet(kv, policy.reserves_kv) if spec is None
                           else SpecDecodeSet(kv, spec.k + 1, self.stats))
+        # SGLang's --scheduler-recv-interval: new requests are read every so many decode
+        # steps (None: every iteration). Entry replicas only; checked against pp at load.
+        recv = serving.scheduler_recv_interval if serving is not None else 1
+        self.gate = RecvGate(recv) if recv > 1 and self.entry else None
         # A profile's price for the first step after an idle spell (sim.cost.profile).
         self._wake_time: Callable[[float], float] | None = getattr(cost, "wake_time", None)
         # Sequences in micro-batches in flight (pipeline stages: sim/core/pipeline.py);
@@ -121,16 +126,29 @@ class Replica:
 
     # -- what the router and policies call -------------------------------------------
     def enqueue(self, r: Request) -> None:
-        """Accept a routed request into the waiting queue; wake the process if idle."""
-        if self.priority:
-            insort(self.waiting, r, key=_order)
+        """Accept a routed request into the waiting queue (or, while busy behind a recv
+        interval, the gate's held list: sim/core/recvgate.py); wake the process if idle."""
+        if self.gate is not None and not self.idle:
+            self.gate.held.append(r)
         else:
-            self.waiting.append(r)
+            self.queue(r)
         self.outstanding += r.prompt + r.output
         if self.spec is not None:
             self.spec.attach(r, self.engine.requests, self.block_size)
         if self.idle:
             self._wake()
+
+    def queue(self, r: Request) -> None:
+        """Put ``r`` in the waiting queue: last, or by (priority, arrival) under priority."""
+        if self.priority:
+            insort(self.waiting, r, key=_order)
+        else:
+            self.waiting.append(r)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting to be admitted, the gate's held ones included."""
+        return len(self.waiting) + (len(self.gate.held) if self.gate is not None else 0)
 
     def _wake(self) -> None:
         self.idle = False
@@ -152,11 +170,7 @@ class Replica:
         now = self.env.now
         inbox = self.inbox
         while inbox and inbox[0][0] <= now:
-            r = heapq.heappop(inbox)[2]
-            if self.priority:
-                insort(self.waiting, r, key=_order)
-            else:
-                self.waiting.append(r)
+            self.queue(heapq.heappop(inbox)[2])
             if self.idle:
                 self._wake()
 
@@ -200,26 +214,6 @@ class Replica:
 
     preempt = release
 
-    def crash(self) -> list[Request]:
-        """A fault: drop every request held here (waiting, running, landing), with their
-        KV, cached prefixes and swapped blocks; interrupt an iteration in progress.
-        Returns the lost requests in id order."""
-        held: list[Request] = []
-        if self.pipe is not None:
-            held = self.pipe.crash()
-        elif self.group is not None:
-            self.group.flush(self.running)
-        lost = [*self.running, *held, *self.waiting, *(x[2] for x in self.inbox)]
-        self.running = []
-        self.waiting = deque()
-        self.inbox = []
-        self.kv.reset(lost)
-        self.outstanding = 0
-        self.swap_s = 0.0
-        if not self.idle:
-            self.process.interrupt("fault")
-        return sorted(lost, key=lambda r: r.id)
-
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
         A prefill replica holds only the prompt's KV."""
@@ -232,6 +226,8 @@ class Replica:
     def schedule(self) -> Batch:
         """The next iteration, whole, as the policy chooses it once waiting requests past
         their timeout have left (sim/policies/admission.py); ``seqs == 0``: nothing runs."""
+        if self.gate is not None:
+            return self.gate.schedule(self)
         timeouts = self.engine.timeouts
         if timeouts is not None:
             timeouts.expire(self, self.env.now)

@@ -238,6 +238,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "max_num_partial_prefills", 1),
                                 ("serving", "batch_wait_timeout_iters", 0),
                                 ("serving", "batch_wait_max_tokens_ratio", 0.0),
+                                ("serving", "scheduler_recv_interval", 1),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0)):
         if fields[section].get(key) == unset:

@@ -372,8 +372,10 @@ FREE_FRACTION = {"trtllm": 0.9}
 
 # What InferenceX's DeepSeek recipes (dsr1_fp8_h200.sh, dsr1_fp8_b200.sh,
 # dsr1_fp8_h200_trt.sh, dsr1_fp8_b200_trt.sh) launch with, beyond each framework's
-# defaults. SGLang: --chunked-prefill-size and --max-prefill-tokens 32768, and
-# --mem-fraction-static 0.82 (0.95 at tp 4 on B200). TensorRT-LLM: --max_num_tokens sized
+# defaults. SGLang: --chunked-prefill-size and --max-prefill-tokens 32768 (8192 at tp 4 on
+# B200), --mem-fraction-static 0.82 (0.95 at tp 4 on B200), and on B200
+# --scheduler-recv-interval 10 (30 at tp 8 from 16 clients up; three stored versions of
+# dsr1_fp8_b200.sh agree). TensorRT-LLM: --max_num_tokens sized
 # to one whole prompt beside every client's decode, max(8192, ⌈(clients + ISL + 64) /
 # 64⌉·64), and kv_cache_config.free_gpu_memory_fraction 0.75 on H200, 0.8 on B200.
 DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
@@ -395,8 +397,8 @@ def recipe(case: Case) -> dict[str, float]:
     TensorRT-LLM Llama-3.1-70B runs): any of ``max_num_batched_tokens`` (tokens),
     ``static_fraction`` and ``free_fraction`` (fractions of GPU memory, as
     :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`), ``memory_utilization`` (vLLM's
-    ``gpu_memory_utilization``) and TensorRT-LLM's ``batch_wait_timeout_iters`` and
-    ``batch_wait_max_tokens_ratio``."""
+    ``gpu_memory_utilization``), TensorRT-LLM's ``batch_wait_timeout_iters`` and
+    ``batch_wait_max_tokens_ratio``, and SGLang's ``scheduler_recv_interval``."""
     r = case.row
     if r.collection != "inferencex":
         return {}
@@ -411,8 +413,13 @@ def recipe(case: Case) -> dict[str, float]:
     if r.model_path not in DEEPSEEK_PATHS:
         return {}
     if case.framework == "sglang":
-        return {"max_num_batched_tokens": 32768,
-                "static_fraction": 0.95 if (case.gpu, r.tp) == ("b200", 4) else 0.82}
+        if case.gpu != "b200":
+            return {"max_num_batched_tokens": 32768, "static_fraction": 0.82}
+        if r.tp == 4:
+            return {"max_num_batched_tokens": 8192, "static_fraction": 0.95,
+                    "scheduler_recv_interval": 10}
+        return {"max_num_batched_tokens": 32768, "static_fraction": 0.82,
+                "scheduler_recv_interval": 30 if r.concurrency >= 16 else 10}
     if case.framework == "trtllm":
         tokens = max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
         return {"max_num_batched_tokens": tokens,
@@ -450,7 +457,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     tokens = settings.get("max_num_batched_tokens")
     if tokens is not None:
         serving["max_num_batched_tokens"] = int(tokens)
-    for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
+    for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
+                "scheduler_recv_interval"):
         if key in settings:
             serving[key] = settings[key]
     if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:

@@ -1,0 +1,78 @@
+"""SGLang's ``--scheduler-recv-interval``: a scheduler that takes in new requests only
+every so many decode steps (``serving.scheduler_recv_interval``).
+
+SGLang's scheduler loop reads the requests the tokenizer sent it at the top of each
+iteration. With the interval N above 1 it skips that read until a counter reaches N
+(``SchedulerRecvSkipper``): each finished iteration adds its weight, 1 for a step of
+decodes or speculative verifies and 1,000 for any step with a prompt (or prompt chunk)
+in it, and a read resets the counter to 0. So during a run of decode steps a request
+routed to the replica waits, unseen by the scheduler, until up to N decode steps have
+ended: about (N - 1) / 2 on average. A scheduler with nothing to run loops without
+pausing and reads at once, so a request reaching an idle replica is taken in
+immediately, as are requests held when the replica runs out of work.
+
+Requests routed here but not yet taken in are :attr:`RecvGate.held`: they count as the
+replica's (outstanding tokens, the waiting-queue limit, a crash's losses) but no policy
+sees them. A held request's client timeout is applied once it is taken in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sim.core.batch import Batch
+from sim.core.request import Request
+
+if TYPE_CHECKING:
+    from sim.core.replica import Replica
+
+# The counter's weight of a step with a prompt in it (SGLang's default weight, which any
+# forward mode but decode and verify gets): past any interval a server would be run with.
+PROMPT_STEP_WEIGHT = 1000
+
+
+class RecvGate:
+    """The intake of a replica whose scheduler reads new requests every ``interval``
+    decode steps (see the module docstring)."""
+
+    __slots__ = ("interval", "count", "weight", "held")
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+        self.count = 0  # weight of the iterations since the last read
+        self.weight = 0  # weight of the iteration now running (added when it ends)
+        self.held: list[Request] = []  # routed here, not yet read, in routing order
+
+    def tick(self, rep: Replica) -> None:
+        """The top of ``rep``'s scheduler loop: count the iteration that ended, and read
+        the held requests into its waiting queue when the counter reaches the interval
+        or when the replica has nothing else to run."""
+        self.count += self.weight
+        self.weight = 0
+        if self.count >= self.interval or not (rep.running or rep.waiting):
+            self.count = 0
+            if self.held:
+                held, self.held = self.held, []
+                for r in held:
+                    rep.queue(r)
+
+    def schedule(self, rep: Replica) -> Batch:
+        """:meth:`sim.core.replica.Replica.schedule` behind the gate: read (or not), let
+        client timeouts expire, ask the policy, and weigh the iteration it chose."""
+        self.tick(rep)
+        timeouts = rep.engine.timeouts
+        if timeouts is not None:
+            timeouts.expire(rep, rep.env.now)
+        batch = rep.policy.schedule(rep)
+        self.note(batch)
+        return batch
+
+    def note(self, batch: Batch) -> None:
+        """The iteration about to run is ``batch``: its weight is 1 unless a listed entry
+        prefills (its prompt or a chunk of it, or a preempted request's recompute: more
+        than the one pending token a decode or a verify starts from)."""
+        self.weight = 1
+        for r in batch:
+            if r.generated == 0 or r.prompt + r.generated - r.computed > 1:
+                self.weight = PROMPT_STEP_WEIGHT
+                return

@@ -1,0 +1,94 @@
+"""SGLang's --scheduler-recv-interval (serving.scheduler_recv_interval): new requests are
+read only every N decode steps, or right after a step with a prompt in it.
+
+Hand-worked on the tiny model with a linear cost of 10 ms a step + 1 ms a new token,
+policy continuous (prompts first, apart from decodes), 4-token blocks (tests/conftest.py).
+Step log entries: (replica, start_s, end_s, ((request id, new tokens, context), ...)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_requests, tiny_scenario
+
+from sim.core.request import FAILED, FINISHED, REJECTED
+from sim.errors import ServesimError
+
+
+def steps(res: Any) -> list[tuple[Any, ...]]:
+    return [(s[0], round(s[1], 9), round(s[2], 9), s[3]) for s in res.step_log]
+
+
+def gated(n: int, **sections: Any) -> Any:
+    return tiny_scenario(serving={"scheduler_recv_interval": n}, **sections)
+
+
+def test_a_request_routed_during_decodes_waits_for_the_nth_decode_step() -> None:
+    # A (0 s, 8 + 10 tokens) reaches an idle replica: read at once, prefilled 0-18 ms
+    # (a prompt step: the counter is past 3 when it ends, so the next loop reads and
+    # resets it). A then decodes 18-29 ms (counter 1 at its end), 29-40 ms (2). B
+    # arrives at 30 ms, during that step: unread at 40 ms (2 < 3), so A decodes alone
+    # 40-51 ms (3): read then, and B prefills 51-69 ms. With every iteration reading,
+    # B would prefill at 40 ms.
+    arrivals, prompts, outputs = [0.0, 0.03], [8, 8], [10, 2]
+    res = run_requests(gated(3), arrivals, prompts, outputs)
+    assert steps(res)[:6] == [
+        (0, 0.0, 0.018, ((0, 8, 0),)),
+        (0, 0.018, 0.029, ((0, 1, 8),)),
+        (0, 0.029, 0.04, ((0, 1, 9),)),
+        (0, 0.04, 0.051, ((0, 1, 10),)),
+        (0, 0.051, 0.069, ((1, 8, 0),)),
+        (0, 0.069, 0.081, ((0, 1, 11), (1, 1, 8))),
+    ]
+    assert res.first_sched[1] == pytest.approx(0.051, abs=1e-12)
+    assert res.first_token[1] - res.requests.arrival_s[1] == pytest.approx(0.039, abs=1e-12)
+    plain = run_requests(gated(1), arrivals, prompts, outputs)
+    assert plain.first_sched[1] == pytest.approx(0.04, abs=1e-12)
+    assert (res.status == FINISHED).all() and (plain.status == FINISHED).all()
+
+
+def test_an_idle_replica_reads_a_request_at_once() -> None:
+    res = run_requests(gated(30), [0.0, 1.0], [8, 8], [2, 2])
+    np.testing.assert_allclose(res.first_sched, [0.0, 1.0], atol=1e-12)
+
+
+def test_held_requests_count_against_the_waiting_queue_limit() -> None:
+    # A runs from 0 s; B (30 ms) is held behind the interval; C (35 ms) finds the one
+    # waiting place taken by B and is refused, as SGLang's queue would refuse it.
+    res = run_requests(gated(5, admission={"max_waiting": 1}), [0.0, 0.03, 0.035],
+                       [8, 8, 8], [10, 2, 2])
+    assert res.status.tolist()[2] == REJECTED and res.reason[2] == "queue_full"
+    assert res.status.tolist()[:2] == [FINISHED, FINISHED]
+
+
+def test_a_fault_loses_the_held_requests_too() -> None:
+    # Replica 0, the only one, fails at 35 ms: A (running) and B (held since 30 ms) are
+    # both lost, and with nowhere to retry both fail; none is left behind in the gate.
+    faults = {"outages": [{"replica": 0, "at_s": 0.035, "duration_s": 1.0}],
+              "detection_s": 0.0, "on_failure": "fail"}
+    res = run_requests(gated(5, faults=faults), [0.0, 0.03], [8, 8], [10, 2])
+    assert res.status.tolist() == [FAILED, FAILED]
+
+
+def test_interval_one_is_every_iteration() -> None:
+    a = run_requests(gated(1), [0.0, 0.03, 0.031], [8, 8, 12], [10, 2, 3])
+    b = run_requests(tiny_scenario(), [0.0, 0.03, 0.031], [8, 8, 12], [10, 2, 3])
+    assert steps(a) == steps(b)
+
+
+@pytest.mark.parametrize("value, message", [
+    (0, "at least 1"), (-3, "at least 1"), (2.5, "integer"), ("x", "integer")])
+def test_bad_intervals_name_the_key(value: Any, message: str) -> None:
+    with pytest.raises(ServesimError, match=message) as exc:
+        gated(value)
+    assert "serving.scheduler_recv_interval" in str(exc.value)
+
+
+def test_an_interval_with_pipeline_stages_is_refused() -> None:
+    with pytest.raises(ServesimError, match="single-stage") as exc:
+        tiny_scenario(serving={"scheduler_recv_interval": 10, "policy": "chunked"},
+                      hardware={"pp": 2})
+    assert "serving.scheduler_recv_interval" in str(exc.value)

@@ -172,3 +172,35 @@ def test_measured_profile_adds_the_norms_all_reduce_from_the_tables() -> None:
     comm = load_collectives("b200", "vllm", "0.24.0", 4)
     want = 62 * comm.allreduce(ms * 8, ms <= GRAPH_TOKENS["vllm"])
     assert with_norm - without == pytest.approx(want, rel=1e-4)
+
+
+@pytest.mark.parametrize(("system", "backend"), [("b200_sxm", "triton"), ("h200_sxm", "triton"),
+                                                 ("h100_sxm", "auto")])
+def test_rows_run_the_moe_kernel_their_recipe_forces(tmp_path: Path, system: str,
+                                                     backend: str) -> None:
+    # minimaxm2.5_fp8_b200.sh turns FlashInfer's FP8 MoE and DeepGEMM off, the H200 recipe
+    # passes --moe-backend triton; the H100 recipe leaves vLLM's default.
+    case = classify(read_rows(silicon_csv(tmp_path, [ROW.format(system=system, label="fp8",
+                                                                 tp=4)]))[0])
+    assert isinstance(case, Case) and case.moe_backend == backend
+
+
+@needs_tables
+def test_a_triton_moe_layer_comes_from_the_newest_tables_that_time_it() -> None:
+    # vLLM 0.24.0's B200 tables time MiniMax-M2.5's block-FP8 experts only with
+    # FlashInfer's TensorRT-LLM kernels; its 0.22.0 tables time vLLM's Triton fused MoE.
+    from sim.cost.specs import MODELS
+    from sim.cost.tables.moetable import moe_times
+
+    m = MODELS["minimax-m2.5"]
+    auto = moe_times("b200", "vllm", "0.24.0", m, 2)
+    triton = moe_times("b200", "vllm", "0.24.0", m, 2, backend="triton")
+    assert "flashinfer" in auto.kernel and triton.kernel == "vllm_fused_moe"
+    assert "the vllm 0.22.0 tables'" in triton.note
+    # Slower than FlashInfer's at a prefill's tokens (about 1.7x at 8192), as measured.
+    assert 1.3 < float(triton.at(8192) / auto.at(8192)) < 2.2
+    # On H200, 0.24.0 times the Triton kernel itself: no older table is read.
+    h200 = moe_times("h200", "vllm", "0.24.0", m, 2, backend="triton")
+    assert "triton" in h200.kernel and "tables'" not in h200.note
+    with pytest.raises(ServesimError, match="unknown MoE backend 'cutlass'; valid: auto, triton"):
+        moe_times("b200", "vllm", "0.24.0", m, 2, backend="cutlass")

@@ -97,6 +97,12 @@ INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
                                ("deepseek-ai/DeepSeek-V3", "trtllm", None),
                                ("deepseek-ai/DeepSeek-R1", "sglang", "b200_sxm"),
                                ("deepseek-ai/DeepSeek-V3", "sglang", "b200_sxm")})
+# The MoE kernel InferenceX's MiniMax-M2.5 recipes force on vLLM: Triton's fused MoE,
+# by VLLM_USE_FLASHINFER_MOE_FP8=0 and VLLM_MOE_USE_DEEP_GEMM=0 on B200
+# (minimaxm2.5_fp8_b200.sh) and by --moe-backend triton on H200 (minimaxm2.5_fp8_h200.sh);
+# the H100 recipe leaves vLLM's default. Keyed by (model, framework, system).
+MOE_BACKEND = {("MiniMaxAI/MiniMax-M2.5", "vllm", "b200_sxm"): "triton",
+               ("MiniMaxAI/MiniMax-M2.5", "vllm", "h200_sxm"): "triton"}
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
 
@@ -232,6 +238,7 @@ class Case:
     lengths: str = "ranged"
     dtype: str = "bf16"
     ep: int = 1  # expert parallelism (moe_ep_size = tp, moe_tp_size 1)
+    moe_backend: str = "auto"  # the MoE kernel its recipe forces (:data:`MOE_BACKEND`)
     kv_dtype: KVDtype = "auto"  # the KV cache's: the run's recipe's where known
 
     @property
@@ -306,8 +313,10 @@ def classify(row: Row) -> Case | str:
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
     fp8_kv = row.collection == "inferencex" and any(
         (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
+    forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
+        if row.collection == "inferencex" else "auto"
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
-                dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto")
+                dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced)
 
 
 def tables_cover(case: Case) -> Case | str:
@@ -324,7 +333,8 @@ def tables_cover(case: Case) -> Case | str:
     except ServesimError:
         return f"no {case.framework} tables for {case.gpu}"
     try:
-        moe_times(case.gpu, case.framework, version, case.spec, case.row.tp, case.ep)
+        moe_times(case.gpu, case.framework, version, case.spec, case.row.tp, case.ep,
+                  backend=case.moe_backend)
     except ServesimError:
         split = f" with expert parallelism {case.ep}" if case.ep > 1 else ""
         return (f"{case.model}'s MoE layer is not in the {case.framework} {version} tables "

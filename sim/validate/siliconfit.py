@@ -51,14 +51,17 @@ STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
 
 
 @lru_cache(maxsize=64)
-def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int, ep: int = 1) -> ProfileCost:
+def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int, ep: int = 1,
+              moe_backend: str = "auto") -> ProfileCost:
     """The profile built from the installed tables for one configuration (expert
-    parallelism ``ep``), priors zero."""
+    parallelism ``ep``, MoE kernel ``moe_backend``), priors zero."""
     from sim.cost.profilefile import parse_profile
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep), Priors())
-    ep_part = f" ep{ep}" if ep > 1 else ""
+    data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep, moe_backend=moe_backend),
+                         Priors())
+    ep_part = (f" ep{ep}" if ep > 1 else "") + \
+        (f" moe {moe_backend}" if moe_backend != "auto" else "")
     return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} "
                                f"kv {model.kv_dtype} "
                                f"tp{tp}{ep_part}>")
@@ -87,7 +90,8 @@ def _cost(case: Case, p: Priors) -> Any:
     collection's per-request latency (:meth:`Priors.for_collection`), and its host work
     overlapped with the device where the run did so (:data:`OVERLAPPED_HOST`)."""
     p = p.for_collection(case.row.collection)
-    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep), p)
+    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep,
+                                 case.moe_backend), p)
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
         return HostOverlap(cost)
     return cost

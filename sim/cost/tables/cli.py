@@ -37,7 +37,7 @@ from sim.cost.measured import (
 from sim.cost.memory import kv_capacity_blocks
 from sim.cost.profilefile import PROFILE_DIR, parse_profile
 from sim.cost.specs import GPUS, MODELS, Dtype, KVDtype, ModelSpec, model_preset, shard
-from sim.cost.tables.moetable import ROUTINGS
+from sim.cost.tables.moetable import MOE_BACKENDS, ROUTINGS
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError
 
@@ -99,12 +99,16 @@ def _build(argv: list[str]) -> int:
                    help="a mixture of experts' routing: which of the MoE tables' rows to "
                         "read (auto: the power law the tables' publisher gives the model's "
                         "family; balanced: every expert an equal share)")
+    p.add_argument("--moe-backend", default="auto", choices=MOE_BACKENDS,
+                   help="a mixture of experts' kernel (auto: the one the tables measured "
+                        "most; triton: the Triton fused-MoE kernel, as vLLM's --moe-backend "
+                        "triton runs it, from an older version's tables if need be)")
     p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
     spec = BuildSpec(with_dtypes(_model(a), a.dtype, a.kv_dtype), a.gpu, a.framework, a.tp,
-                     a.version, a.ep, a.routing)
+                     a.version, a.ep, a.routing, a.moe_backend)
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:

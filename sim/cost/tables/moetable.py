@@ -30,6 +30,15 @@ weights, bf16 activations: gpt-oss), ``nvfp4`` and ``int4_wo``. Under expert par
 ``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every token of the step (each
 GPU holds them all after attention's all-reduce). Between measured token counts the time
 is joined linearly; past the last it grows in proportion.
+
+The kernel is the one with most rows at the build's version, unless a build asks for a
+MoE backend by name (:data:`MOE_BACKENDS`): ``triton`` takes the Triton fused-MoE kernel
+(vLLM's ``fused_moe``, which ``--moe-backend triton`` or ``VLLM_USE_FLASHINFER_MOE_FP8=0``
+select; SGLang's ``fused_moe_triton``), from the newest of the framework's MoE tables up
+to the build's version that timed it for the model's shape and split, the note naming
+that version when it is not the build's own. vLLM 0.24.0's B200 tables, for one, time
+block-scaled FP8 experts only with FlashInfer's TensorRT-LLM kernels, 1.2 to 1.8 times
+faster than the Triton kernel its 0.22.0 tables time.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ import numpy as np
 
 from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import default_kernel
-from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table
+from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table, version_key, versions
 from sim.errors import ServesimError
 
 # The tables' routing distributions, from uniform to most skewed.
@@ -51,6 +60,14 @@ ROUTINGS = ("auto", *DISTRIBUTIONS)
 # The MoE tables' dtype for each servesim expert dtype. mxfp4 experts run weight-only
 # with bf16 activations (docs/models.md), hence w4a16, not the tables' w4a8 rows.
 MOE_DTYPES = {**TABLE_DTYPES, "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": "int4_wo"}
+# MoE kernels a build may ask for by name ("auto": the table's most-measured kernel).
+MOE_BACKENDS = ("auto", "triton")
+
+
+def is_backend(kernel: str, backend: str) -> bool:
+    """Whether the tables' kernel source ``kernel`` is MoE backend ``backend``'s (vLLM's
+    ``fused_moe`` is its Triton kernel)."""
+    return backend == "auto" or ("triton" in kernel or kernel == "vllm_fused_moe")
 
 
 @dataclass(frozen=True)
@@ -93,15 +110,44 @@ def moe_table(gpu: str, framework: str, version: str) -> Table:
 
 
 def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
-              ep: int = 1, routing: str = "auto") -> MoeTimes:
+              ep: int = 1, routing: str = "auto", backend: str = "auto") -> MoeTimes:
     """The MoE layer of ``model`` on one of ``tp`` GPUs, experts split over ``ep`` of them
-    whole when ``ep`` > 1, tokens routed as ``routing`` (one of :data:`ROUTINGS`; see the
-    module doc)."""
+    whole when ``ep`` > 1, tokens routed as ``routing`` (one of :data:`ROUTINGS`), run by
+    MoE ``backend`` (one of :data:`MOE_BACKENDS`; see the module doc)."""
     if routing not in ROUTINGS:
         raise ServesimError(f"unknown routing {routing!r}; valid: {', '.join(ROUTINGS)}",
                             where="--routing")
+    if backend not in MOE_BACKENDS:
+        raise ServesimError(f"unknown MoE backend {backend!r}; valid: "
+                            f"{', '.join(MOE_BACKENDS)}", where="--moe-backend")
+    if backend == "auto":
+        times = _moe_times(moe_table(gpu, framework, version), model, tp, ep, routing, backend)
+        assert times is not None  # the most-measured kernel is always there
+        return times
+    older = [v for v in versions(gpu, "moe", framework) if version_key(v) <= version_key(version)]
+    for v in reversed(older or [version]):
+        try:
+            times = _moe_times(moe_table(gpu, framework, v), model, tp, ep, routing, backend)
+        except ServesimError:
+            continue  # this version did not time the shape or split at all
+        if times is None:
+            continue
+        if v != version:
+            times = MoeTimes(times.tokens, times.seconds, times.kernel,
+                             f"{times.note} (the {framework} {v} tables': those of "
+                             f"{version} time no {backend} kernel for it)")
+        return times
+    raise ServesimError(f"no {backend} MoE kernel for {model.name} at tp {tp}, expert "
+                        f"parallelism {ep} in the {framework} tables on {gpu} up to "
+                        f"{version} ({', '.join(older) or 'none'})", where="--moe-backend")
+
+
+def _moe_times(table: Table, model: ModelSpec, tp: int, ep: int, routing: str,
+               backend: str) -> MoeTimes | None:
+    """:func:`moe_times` from one version's ``table``: None when ``backend`` names a
+    kernel the table did not time for this shape and split (errors for what it lacks
+    whatever the kernel)."""
     want_routing = family_routing(model) if routing == "auto" else routing
-    table = moe_table(gpu, framework, version)
     dtype = model.expert_dtype or model.dtype
     want = MOE_DTYPES.get(dtype)
     if want is None:
@@ -142,6 +188,13 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
                             f"{', '.join(map(str, at_split.values('distribution')))}")
     split = at_split.where(distribution=chosen)
     kernel = default_kernel(split)
+    if not is_backend(kernel, backend):
+        names, counts = np.unique(split.columns["kernel_source"], return_counts=True)
+        fits = [(int(c), str(k)) for k, c in zip(names, counts, strict=True)
+                if is_backend(str(k), backend)]
+        if not fits:
+            return None
+        kernel = max(fits)[1]
     one = split.where(kernel_source=kernel)
     tokens, inverse = np.unique(one.columns["num_tokens"], return_inverse=True)
     secs = np.zeros(len(tokens))

@@ -103,6 +103,9 @@ class BuildSpec:
     # How a mixture of experts' router spreads tokens: a name of
     # sim.cost.tables.moetable.ROUTINGS ("auto": the model family's power law).
     routing: str = "auto"
+    # Which MoE kernel prices its experts: a name of sim.cost.tables.moetable.MOE_BACKENDS
+    # ("auto": the tables' most-measured kernel; "triton": the Triton fused-MoE kernel).
+    moe_backend: str = "auto"
 
 
 def resolve_version(spec: BuildSpec) -> str:
@@ -373,7 +376,8 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     its router and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this
     GPU (for the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
     m = spec.model
-    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep, spec.routing)
+    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep, spec.routing,
+                    spec.moe_backend)
     notes.append(moe.note)
     attn, dense = attention_gemms(rank), mlp_gemms(rank)
     # A shared expert's width on this GPU (tensor-parallel even under expert parallelism).

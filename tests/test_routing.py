@@ -91,3 +91,31 @@ def test_build_routing_flag_reaches_the_profile(tmp_path) -> None:
 
     notes = yaml.safe_load(out.read_text())["source"]["notes"]
     assert ", balanced routing, tp 1," in notes[0]
+
+
+@needs_tables
+@pytest.mark.parametrize("flag, value", [("--routing", "balanced"), ("--moe-backend", "triton")])
+def test_an_expert_option_on_a_dense_model_is_refused(tmp_path, capsys, flag: str,
+                                                      value: str) -> None:
+    # A dense model has no MoE layer for the option to act on: one line, nothing written.
+    from sim.cli import main
+
+    out = tmp_path / "p.yaml"
+    assert main(["profile", "build", "--gpu", "h200", "--model", "llama-3-8b", flag, value,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag}: got '{value}', but llama-3-8b has no experts" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+@needs_tables
+def test_build_moe_backend_flag_reaches_the_profile(tmp_path) -> None:
+    from sim.cli import main
+
+    out = tmp_path / "p.yaml"
+    assert main(["profile", "build", "--gpu", "b200", "--model", "minimax-m2.5", "--tp", "2",
+                 "--dtype", "fp8-block", "--moe-backend", "triton", "--out", str(out)]) == 0
+    import yaml
+
+    notes = " ".join(yaml.safe_load(out.read_text())["source"]["notes"])
+    assert "MoE layer: vllm_fused_moe" in notes and "the vllm 0.22.0 tables'" in notes

@@ -107,8 +107,14 @@ def _build(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
-    spec = BuildSpec(with_dtypes(_model(a), a.dtype, a.kv_dtype), a.gpu, a.framework, a.tp,
-                     a.version, a.ep, a.routing, a.moe_backend)
+    model = with_dtypes(_model(a), a.dtype, a.kv_dtype)
+    for flag, value in (("--routing", a.routing), ("--moe-backend", a.moe_backend)):
+        if value != "auto" and not model.experts:
+            # A dense model has no MoE layer for the choice to act on: say so, not ignore it.
+            raise ServesimError(f"got {value!r}, but {model.name} has no experts; it applies "
+                                "to mixtures of experts only", where=flag)
+    spec = BuildSpec(model, a.gpu, a.framework, a.tp, a.version, a.ep, a.routing,
+                     a.moe_backend)
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:

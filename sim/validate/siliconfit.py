@@ -60,11 +60,11 @@ def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int, ep: int = 1,
 
     data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep, moe_backend=moe_backend),
                          Priors())
-    ep_part = (f" ep{ep}" if ep > 1 else "") + \
+    variant = (f" ep{ep}" if ep > 1 else "") + \
         (f" moe {moe_backend}" if moe_backend != "auto" else "")
     return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} "
                                f"kv {model.kv_dtype} "
-                               f"tp{tp}{ep_part}>")
+                               f"tp{tp}{variant}>")
 
 
 def with_priors(cost: ProfileCost, p: Priors) -> ProfileCost:

@@ -189,12 +189,11 @@ def _moe_times(table: Table, model: ModelSpec, tp: int, ep: int, routing: str,
     split = at_split.where(distribution=chosen)
     kernel = default_kernel(split)
     if not is_backend(kernel, backend):
-        names, counts = np.unique(split.columns["kernel_source"], return_counts=True)
-        fits = [(int(c), str(k)) for k, c in zip(names, counts, strict=True)
-                if is_backend(str(k), backend)]
+        # The backend's kernel with the most rows, as default_kernel picks among all.
+        fits = [k for k in split.values("kernel_source") if is_backend(k, backend)]
         if not fits:
             return None
-        kernel = max(fits)[1]
+        kernel = max(fits, key=lambda k: len(split.where(kernel_source=k)))
     one = split.where(kernel_source=kernel)
     tokens, inverse = np.unique(one.columns["num_tokens"], return_inverse=True)
     secs = np.zeros(len(tokens))

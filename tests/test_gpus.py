@@ -22,7 +22,7 @@ GIB = 2**30
 # The memory each part is sold with (datasheets, GB as the vendors count HBM: GiB).
 MARKETING_GIB = {"a100-80gb": 80, "h100-sxm": 80, "h200": 141, "l40s": 48, "b200": 180,
                  "mi300x": 192, "h100-pcie": 80, "h100-nvl": 94, "h20": 96, "gb200": 186,
-                 "mi325x": 256, "l4": 24, "a10g": 24}
+                 "mi325x": 256, "l4": 24, "a10g": 24, "b300": 288}
 
 @pytest.mark.parametrize("name", sorted(GPUS))
 def test_every_gpu_has_consistent_figures(name: str) -> None:
@@ -60,6 +60,13 @@ def test_datasheet_figures_spot_checked() -> None:
     assert (GPUS["h20"].link_bw, GPUS["h100-pcie"].link_bw) == (450e9, 64e9)
     assert (gb.link_bw, gb.node_gpus, gb.host_bw) == (900e9, 72, 450e9)
     assert NODE_HOST_MEMORY_GIB["gb200"] == 72 // 2 * 480
+    # B300 (HGX B300: 36 and 72 PFLOPS BF16 and FP8 with sparsity for 8 GPUs; Blackwell
+    # Ultra: 14 PFLOPS dense FP4, 62 TB/s for 8): nvidia-smi's 275,040 MiB less the B200's
+    # 717 MiB gap to what torch sees; a ConnectX-8 800 Gb/s NIC per GPU.
+    b3 = GPUS["b300"]
+    assert (b3.flops, b3.fp8_flops, b3.fp4_flops) == (36e15 / 2 / 8, 72e15 / 2 / 8, 14e15)
+    assert b3.mem_bw == 62e12 / 8 and b3.mem_bytes == (275_040 - 717) * 2**20
+    assert (b3.link_bw, b3.node_gpus, b3.net_bw) == (900e9, 8, 800e9 / 8)
 
 
 def test_fp8_weights_run_weight_only_where_there_are_no_fp8_tensor_cores() -> None:
@@ -201,6 +208,7 @@ def test_the_command_line_runs_an_inline_gpu(tmp_path: Path, capsys: Any) -> Non
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
     ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H200", "h200"), ("NVIDIA H20", "h20"),
     ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", "l40s"),
+    ("NVIDIA B300 SXM6 AC", "b300"),
     ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
     ("AMD Instinct MI325X", "mi325x"), ("NVIDIA GeForce RTX 4090", None),
 ])
@@ -212,7 +220,10 @@ def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | No
 
 
 @needs_tables
-def test_a_gb200_profile_builds_from_its_own_tables() -> None:
+@pytest.mark.parametrize(("gpu", "label", "reported"), [
+    ("gb200", "GB200", "NVIDIA GB200"), ("b300", "B300-SXM", "NVIDIA B300 SXM6 AC")])
+def test_a_build_only_gpus_profile_builds_from_its_own_tables(gpu: str, label: str,
+                                                              reported: str) -> None:
     import yaml
 
     from sim.cost.profilefile import parse_profile
@@ -220,10 +231,10 @@ def test_a_gb200_profile_builds_from_its_own_tables() -> None:
     from sim.cost.tables.cli import profile_text, shipped_specs
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    data = build_profile(BuildSpec(MODELS["llama-3-8b"], "gb200", "vllm", 1))
+    data = build_profile(BuildSpec(MODELS["llama-3-8b"], gpu, "vllm", 1))
     cost = parse_profile(yaml.safe_load(profile_text(data)), "built")
-    assert cost.source == "measured kernels: vLLM 0.24.0 on GB200"
-    assert data["device"]["reported"] == "NVIDIA GB200"
+    assert cost.source == f"measured kernels: vLLM 0.24.0 on {label}"
+    assert data["device"]["reported"] == reported
     assert 0 < cost.step_time(decode_shape(1, 1000)) < cost.step_time(decode_shape(64, 64000))
     # Buildable, not shipped: the shipped set and the roofline's fit are unchanged.
-    assert not any(s.gpu == "gb200" for s in shipped_specs())
+    assert not any(s.gpu == gpu for s in shipped_specs())

@@ -57,8 +57,8 @@ ROW = ("x,source_file=2026-04-06.csv; model=MiniMax-M2.5,vllm,0.19.0,MiniMaxAI/M
        "{system},{label},agg,1024,1024,16,{tp},1,1,80,10")
 
 
-@pytest.mark.parametrize(("system", "memory"), [("b200_sxm", 0.95), ("h200_sxm", 0.95),
-                                                ("h100_sxm", 0.9)])
+@pytest.mark.parametrize(("system", "memory"), [("b200_sxm", 0.95), ("b300_sxm", 0.95),
+                                                ("h200_sxm", 0.95), ("h100_sxm", 0.9)])
 def test_rows_run_at_their_recipes_memory(tmp_path: Path, system: str, memory: float) -> None:
     line = ROW.format(system=system, label="fp8", tp=4)
     case = classify(read_rows(silicon_csv(tmp_path, [line]))[0])
@@ -174,8 +174,8 @@ def test_measured_profile_adds_the_norms_all_reduce_from_the_tables() -> None:
     assert with_norm - without == pytest.approx(want, rel=1e-4)
 
 
-@pytest.mark.parametrize(("system", "backend"), [("b200_sxm", "triton"), ("h200_sxm", "triton"),
-                                                 ("h100_sxm", "auto")])
+@pytest.mark.parametrize(("system", "backend"), [("b200_sxm", "triton"), ("b300_sxm", "triton"),
+                                                 ("h200_sxm", "triton"), ("h100_sxm", "auto")])
 def test_rows_run_the_moe_kernel_their_recipe_forces(tmp_path: Path, system: str,
                                                      backend: str) -> None:
     # minimaxm2.5_fp8_b200.sh turns FlashInfer's FP8 MoE and DeepGEMM off, the H200 recipe
@@ -183,6 +183,19 @@ def test_rows_run_the_moe_kernel_their_recipe_forces(tmp_path: Path, system: str
     case = classify(read_rows(silicon_csv(tmp_path, [ROW.format(system=system, label="fp8",
                                                                  tp=4)]))[0])
     assert isinstance(case, Case) and case.moe_backend == backend
+
+
+@needs_tables
+def test_a_row_whose_forced_kernel_no_table_times_says_so(tmp_path: Path) -> None:
+    # minimaxm2.5_fp8_b300.sh reuses the B200 recipe (Triton's fused MoE); vLLM's only
+    # B300 tables (0.24.0) time block-FP8 experts with FlashInfer's kernels alone.
+    from sim.validate.silicon import tables_cover
+
+    case = classify(read_rows(silicon_csv(tmp_path, [ROW.format(system="b300_sxm",
+                                                                 label="fp8", tp=2)]))[0])
+    assert isinstance(case, Case)
+    assert tables_cover(case) == ("minimax-m2.5's MoE layer (its recipe's triton kernel) is "
+                                  "not in the vllm 0.24.0 tables at tp 2")
 
 
 @needs_tables

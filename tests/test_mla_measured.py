@@ -127,6 +127,12 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
                            "scheduler_recv_interval": 10}
     assert scenario_raw(b200)["serving"]["scheduler_recv_interval"] == 30
     assert "scheduler_recv_interval" not in scenario_raw(h200)["serving"]
+    # dsr1_fp8_b300.sh reuses the B200 recipe as it stood: the same settings on B300.
+    b300 = _case(tmp_path, "sglang", "b300_sxm")
+    b300_tp4 = _case(tmp_path, "sglang", "b300_sxm", tp=4, isl=8192)
+    assert isinstance(b300, Case) and isinstance(b300_tp4, Case)
+    assert (b300.gpu, b300.kv_dtype) == ("b300", "fp8")
+    assert (recipe(b300), recipe(b300_tp4)) == (recipe(b200), recipe(tp4))
 
 
 def test_deepseek_fp4_rows_say_why_they_are_not_simulated(tmp_path: Path) -> None:

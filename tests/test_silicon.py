@@ -78,7 +78,7 @@ def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
     assert isinstance(reasons[1], Case) and reasons[1].model == "deepseek-r1"
     assert reasons[2].startswith("disaggregated serving")
     assert reasons[3].startswith("system gb200 is not compared: servesim prices public runs "
-                                 "on a100-80gb, b200, h100-sxm, h200")
+                                 "on a100-80gb, b200, b300, h100-sxm, h200")
     assert reasons[4].startswith("pipeline (2)")
 
 

@@ -66,7 +66,7 @@ MODEL_PRESETS = {
 # that release.
 FOUR_BIT_LABELS = {"mxfp4": ("fp4", "mxfp4"), "int4": ("int4",)}
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
-               "b200_sxm": "b200", "l40s": "l40s"}
+               "b200_sxm": "b200", "b300_sxm": "b300", "l40s": "l40s"}
 # The GEMM quantisation modes of FP8 rows, as servesim's weight dtypes.
 FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 # The GEMM quantisation mode of FP4 rows (W4A4 on FP4 tensor cores), simulated for dense
@@ -89,19 +89,24 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
 # (SemiAnalysisAI/InferenceX, benchmarks/70b_fp8_*.sh, gptoss_fp4_b200.sh).
 # Its DeepSeek recipes (dsr1_fp8_*.sh) do the same under TensorRT-LLM on every GPU and
 # under SGLang on B200 (`--kv-cache-dtype fp8_e4m3`); SGLang on H200 keeps bf16. The
-# sample's DeepSeek-V3 rows are taken to have run the same recipes.
+# sample's DeepSeek-V3 rows are taken to have run the same recipes. Its B300 recipes
+# (single_node/dsr1_fp8_b300.sh, minimaxm2.5_fp8_b300.sh) say they reuse the B200 ones
+# as they stood: B300 rows take the B200 rows' settings.
 INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
                                ("meta-llama/Llama-3.1-70B", "trtllm", None),
                                ("openai/gpt-oss-120b", "vllm", "b200_sxm"),
                                ("deepseek-ai/DeepSeek-R1", "trtllm", None),
                                ("deepseek-ai/DeepSeek-V3", "trtllm", None),
                                ("deepseek-ai/DeepSeek-R1", "sglang", "b200_sxm"),
-                               ("deepseek-ai/DeepSeek-V3", "sglang", "b200_sxm")})
+                               ("deepseek-ai/DeepSeek-V3", "sglang", "b200_sxm"),
+                               ("deepseek-ai/DeepSeek-R1", "sglang", "b300_sxm"),
+                               ("deepseek-ai/DeepSeek-V3", "sglang", "b300_sxm")})
 # The MoE kernel InferenceX's MiniMax-M2.5 recipes force on vLLM: Triton's fused MoE,
 # by VLLM_USE_FLASHINFER_MOE_FP8=0 and VLLM_MOE_USE_DEEP_GEMM=0 on B200
 # (minimaxm2.5_fp8_b200.sh) and by --moe-backend triton on H200 (minimaxm2.5_fp8_h200.sh);
 # the H100 recipe leaves vLLM's default. Keyed by (model, framework, system).
 MOE_BACKEND = {("MiniMaxAI/MiniMax-M2.5", "vllm", "b200_sxm"): "triton",
+               ("MiniMaxAI/MiniMax-M2.5", "vllm", "b300_sxm"): "triton",
                ("MiniMaxAI/MiniMax-M2.5", "vllm", "h200_sxm"): "triton"}
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
@@ -114,7 +119,7 @@ REQUESTS_PER_CLIENT = 10
 # they ran, by a share that grows with tp (cause not known). A per-request constant
 # cannot represent that; fitted on them too, it rose from 15.9 to 29.5 ms, which prices
 # Hopper's 1,024-token rows at 4 clients 25-36% high.
-FRONTEND_UNFIT_GPUS = frozenset({"b200"})
+FRONTEND_UNFIT_GPUS = frozenset({"b200", "b300"})
 
 
 @dataclass(frozen=True)
@@ -337,14 +342,15 @@ def tables_cover(case: Case) -> Case | str:
                   backend=case.moe_backend)
     except ServesimError:
         split = f" with expert parallelism {case.ep}" if case.ep > 1 else ""
-        return (f"{case.model}'s MoE layer is not in the {case.framework} {version} tables "
-                f"at tp {case.row.tp}{split}")
+        kernel = "" if case.moe_backend == "auto" else f" (its recipe's {case.moe_backend} kernel)"
+        return (f"{case.model}'s MoE layer{kernel} is not in the {case.framework} {version} "
+                f"tables at tp {case.row.tp}{split}")
     return case
 
 
 def _large(gpu: str) -> bool:
     """vLLM's defaults treat GPUs of 70 GiB or more, except A100s, as large."""
-    return gpu in ("h100-sxm", "h200", "b200")
+    return gpu in ("h100-sxm", "h200", "b200", "b300")
 
 
 # Each framework's default scheduling, as servesim's policies and limits:
@@ -392,13 +398,15 @@ DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100); their other settings
 # changed between the runs' vLLM releases and are left at vLLM's defaults.
-MINIMAX_MEMORY = {"b200": 0.95, "h200": 0.95}
+MINIMAX_MEMORY = {"b200": 0.95, "b300": 0.95, "h200": 0.95}
 # Its Llama-3.1-70B TensorRT-LLM recipes (70b_fp8_{b200,h200}_trt_slurm.sh,
 # 70b_fp4_b200_trt_slurm.sh) pass --max_num_tokens 16384 for FP8 on B200 and the run's
 # max model length (ISL + OSL in its sweep workflows) for FP8 on H200 and FP4 on B200,
 # and for 1,024/1,024 runs below tp 8 turn batch waiting on: batch_wait_timeout_iters 20,
 # batch_wait_max_tokens_ratio 0.9.
 LLAMA70_PATHS = ("meta-llama/Llama-3.1-70B",)
+# GPUs whose InferenceX recipes are the B200 ones (the B300 scripts reuse them as-is).
+BLACKWELL = frozenset({"b200", "b300"})
 
 
 def recipe(case: Case) -> dict[str, float]:
@@ -423,7 +431,7 @@ def recipe(case: Case) -> dict[str, float]:
     if r.model_path not in DEEPSEEK_PATHS:
         return {}
     if case.framework == "sglang":
-        if case.gpu != "b200":
+        if case.gpu not in BLACKWELL:
             return {"max_num_batched_tokens": 32768, "static_fraction": 0.82}
         if r.tp == 4:
             return {"max_num_batched_tokens": 8192, "static_fraction": 0.95,

@@ -5,6 +5,7 @@ shipped file, and a missing wheel is one line naming the extra."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,12 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
     ({"hardware": {"gpu": "mi300x"}},
      "cost.measured: no measured profile for llama-3-8b at tp=1 under vllm on mi300x; GPUs "
      "with one: a100-80gb, b200, h100-sxm, h200, l40s"),
+    # A GPU the public tables time, though none of its profiles ships: how to build one.
+    ({"hardware": {"gpu": "b300"}}, re.escape(
+        "on b300; GPUs with one: a100-80gb, b200, h100-sxm, h200, l40s; the public kernel "
+        "tables time b300: build a profile with `servesim profile build --gpu b300 --model "
+        "llama-3-8b --tp 1 --framework vllm --out FILE` (the measured extra) and set cost: "
+        "{profile: FILE}")),
     ({"model": "tiny"}, "no measured profile for model tiny: measured profiles cover"),
     ({"model": {"preset": "llama-3-8b", "layers": 7, "dtype": "int4"}},
      r"cost.measured: no measured profile for llama-3-8b with layers 7 \(the preset's 32\), "

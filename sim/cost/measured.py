@@ -182,5 +182,13 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> st
         if kv[0] in SHIPPED_FRAMEWORKS else len(SHIPPED_FRAMEWORKS)))
     gpus = sorted({s.gpu for s in same})
     have = f"shipped on {gpu}: {here}" if here else f"GPUs with one: {', '.join(gpus)}"
+    from sim.cost.tables.kerneltables import BUILD_ONLY_DIRS
+
+    if gpu in BUILD_ONLY_DIRS and not here:
+        # The public tables time this GPU though no profile ships for it: say how to build.
+        have += (f"; the public kernel tables time {gpu}: build a profile with `servesim "
+                 f"profile build --gpu {gpu} --model {model.name} --tp {tp} --framework "
+                 f"{framework} --out FILE` (the measured extra) and set cost: "
+                 "{profile: FILE}")
     raise ServesimError(f"no measured profile for {model.name} at tp={tp} under {framework} "
                         f"on {gpu}; {have}", where="cost.measured")

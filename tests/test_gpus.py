@@ -222,8 +222,8 @@ def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | No
 @needs_tables
 @pytest.mark.parametrize(("gpu", "label", "reported"), [
     ("gb200", "GB200", "NVIDIA GB200"), ("b300", "B300-SXM", "NVIDIA B300 SXM6 AC")])
-def test_a_build_only_gpus_profile_builds_from_its_own_tables(gpu: str, label: str,
-                                                              reported: str) -> None:
+def test_a_newer_gpus_profile_builds_from_its_own_tables(gpu: str, label: str,
+                                                        reported: str) -> None:
     import yaml
 
     from sim.cost.profilefile import parse_profile
@@ -236,5 +236,6 @@ def test_a_build_only_gpus_profile_builds_from_its_own_tables(gpu: str, label: s
     assert cost.source == f"measured kernels: vLLM 0.24.0 on {label}"
     assert data["device"]["reported"] == reported
     assert 0 < cost.step_time(decode_shape(1, 1000)) < cost.step_time(decode_shape(64, 64000))
-    # Buildable, not shipped: the shipped set and the roofline's fit are unchanged.
-    assert not any(s.gpu == gpu for s in shipped_specs())
+    # gb200 builds, but nothing of it ships; b300's profiles ship (out of the roofline's
+    # fit: tests/test_roofline_fit.py).
+    assert any(s.gpu == gpu for s in shipped_specs()) == (gpu == "b300")

@@ -242,5 +242,6 @@ def test_measured_cost_finds_deepseek_under_both_frameworks() -> None:
     assert find(MODELS["deepseek-r1"], "b200", 8, "sglang") == "b200-deepseek-v3-tp8-sglang"
     # Eight H100s cannot hold it: the error lists the GPUs that have a profile.
     with pytest.raises(ServesimError, match=r"no measured profile for deepseek-v3 at tp=8 "
-                                            r"under vllm on h100-sxm; GPUs with one: b200, h200"):
+                                            r"under vllm on h100-sxm; GPUs with one: b200, "
+                                            r"b300, h200"):
         find(V3, "h100-sxm", 8, "vllm")

@@ -131,17 +131,17 @@ def shipped_specs() -> list[BuildSpec]:
     """Every profile ``ship`` builds: each shipped model on each GPU the tables cover,
     at each tp that splits its heads and leaves room for KV cache at 0.9 of memory; and
     gpt-oss at its listed tps on its listed GPUs (:data:`SHIPPED_GPTOSS`)."""
-    from sim.cost.tables.kerneltables import GPU_DIRS
+    from sim.cost.tables.kerneltables import GPU_DIRS, HELD_OUT_DIRS
 
     out: list[BuildSpec] = []
     models = [MODELS[name] for name in SHIPPED_MODELS]
     # FP8 weights where the tables time FP8 GEMMs (every GPU but the A100).
     models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
-    # NVFP4 weights where the GPU has FP4 tensor cores (the B200 of the shipped GPUs).
+    # NVFP4 weights where the GPU has FP4 tensor cores (B200 and B300 of the shipped GPUs).
     models += [dataclasses.replace(MODELS[name], dtype="nvfp4") for name in SHIPPED_FP4]
     models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA]
     for model in models:
-        for gpu in GPU_DIRS:
+        for gpu in [*GPU_DIRS, *HELD_OUT_DIRS]:
             if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
                 continue
             if model.dtype == "nvfp4" and not GPUS[gpu].fp4_flops:

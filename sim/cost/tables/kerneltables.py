@@ -38,10 +38,13 @@ GPU_DIRS: dict[str, str] = {
     "b200": "b200_sxm",
     "l40s": "l40s",
 }
+# GPUs whose profiles ship but which stay out of the roofline's fit: `servesim profile
+# fit-roofline` reports the fitted roofline's error on them, GPUs it never saw.
+HELD_OUT_DIRS: dict[str, str] = {"b300": "b300_sxm"}
 # GPUs whose tables a profile can be built from (`servesim profile build --gpu`) that
 # neither ship a profile nor enter the roofline's fit. The wheel's h100_pcie and l4
 # folders are empty, so those GPUs have no tables at all.
-BUILD_ONLY_DIRS: dict[str, str] = {"gb200": "gb200", "b300": "b300_sxm"}
+BUILD_ONLY_DIRS: dict[str, str] = {"gb200": "gb200"}
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # The tables' GEMM and MoE dtype for each servesim weight dtype (fp16 runs at bf16's
 # tensor-core speed; nvfp4 is timed only where the GPU has FP4 tensor cores).
@@ -88,10 +91,10 @@ def version_key(version: str) -> Any:
 def gpu_dir(gpu: str) -> str:
     """The table folder of servesim GPU ``gpu``; an error listing the covered GPUs."""
     try:
-        return {**GPU_DIRS, **BUILD_ONLY_DIRS}[gpu]
+        return {**GPU_DIRS, **HELD_OUT_DIRS, **BUILD_ONLY_DIRS}[gpu]
     except KeyError:
         raise ServesimError(f"no public kernel tables for gpu {gpu!r}; tables cover: "
-                            f"{', '.join([*GPU_DIRS, *BUILD_ONLY_DIRS])}",
+                            f"{', '.join([*GPU_DIRS, *HELD_OUT_DIRS, *BUILD_ONLY_DIRS])}",
                             where="--gpu") from None
 
 
@@ -108,7 +111,7 @@ def coverage() -> dict[str, dict[str, list[str]]]:
     """For each covered GPU, each framework's versions that have both GEMM and attention
     tables (what a profile can be built from)."""
     out: dict[str, dict[str, list[str]]] = {}
-    for gpu in [*GPU_DIRS, *BUILD_ONLY_DIRS]:
+    for gpu in [*GPU_DIRS, *HELD_OUT_DIRS, *BUILD_ONLY_DIRS]:
         per: dict[str, list[str]] = {}
         for fw in FRAMEWORKS:
             both = sorted(set(versions(gpu, "gemm", fw)) & set(versions(gpu, "attention", fw)),

@@ -111,13 +111,20 @@ def _gpu_entry(cfg: CalibrationConfig, device_name: str) -> str | None:
                                 where="--gpu")
         return cfg.gpu
     lowered = device_name.lower().replace(" ", "")
+
+    def named(part: str) -> bool:
+        # A Grace-Blackwell superchip's GPU ("NVIDIA GB300") is not its B-series namesake
+        # (b300): other memory and links. Only a "gb" entry names it.
+        at = lowered.find(part)
+        return at >= 0 and (part.startswith("g") or not lowered[:at].endswith("g"))
+
     # The most specific name first: "NVIDIA H100 NVL" is h100-nvl, "NVIDIA GB200" gb200
     # (not b200), "NVIDIA L40S" l40s (not l4); then a family's first entry (h100-sxm).
     for key in sorted(GPUS, key=len, reverse=True):
-        if key.replace("-", "") in lowered:
+        if named(key.replace("-", "")):
             return key
     for key in GPUS:
-        if key.split("-")[0] in lowered:
+        if named(key.split("-")[0]):
             return key
     return None
 

@@ -208,7 +208,7 @@ def test_the_command_line_runs_an_inline_gpu(tmp_path: Path, capsys: Any) -> Non
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
     ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H200", "h200"), ("NVIDIA H20", "h20"),
     ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", "l40s"),
-    ("NVIDIA B300 SXM6 AC", "b300"),
+    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB300", None),
     ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
     ("AMD Instinct MI325X", "mi325x"), ("NVIDIA GeForce RTX 4090", None),
 ])

@@ -22,7 +22,8 @@ GIB = 2**30
 # The memory each part is sold with (datasheets, GB as the vendors count HBM: GiB).
 MARKETING_GIB = {"a100-80gb": 80, "h100-sxm": 80, "h200": 141, "l40s": 48, "b200": 180,
                  "mi300x": 192, "h100-pcie": 80, "h100-nvl": 94, "h20": 96, "gb200": 186,
-                 "mi325x": 256, "l4": 24, "a10g": 24, "b300": 288}
+                 "mi325x": 256, "l4": 24, "a10g": 24, "b300": 288,
+                 "gb300": 288}
 
 @pytest.mark.parametrize("name", sorted(GPUS))
 def test_every_gpu_has_consistent_figures(name: str) -> None:
@@ -67,6 +68,12 @@ def test_datasheet_figures_spot_checked() -> None:
     assert (b3.flops, b3.fp8_flops, b3.fp4_flops) == (36e15 / 2 / 8, 72e15 / 2 / 8, 14e15)
     assert b3.mem_bw == 62e12 / 8 and b3.mem_bytes == (275_040 - 717) * 2**20
     assert (b3.link_bw, b3.node_gpus, b3.net_bw) == (900e9, 8, 800e9 / 8)
+    # GB300: the full part (nvidia-smi 284,208 MiB, as the tables' own system file records),
+    # 15 PFLOPS dense FP4, one NVL72 NVLink domain, NVLink-C2C to its Grace.
+    g3 = GPUS["gb300"]
+    assert (g3.flops, g3.fp8_flops, g3.fp4_flops) == (2500e12, 5000e12, 15000e12)
+    assert g3.mem_bytes == (284_208 - 717) * 2**20 and g3.mem_bw == 576e12 / 72
+    assert (g3.node_gpus, g3.host_bw, g3.net_bw) == (72, 450e9, 100e9)
 
 
 def test_fp8_weights_run_weight_only_where_there_are_no_fp8_tensor_cores() -> None:
@@ -208,7 +215,7 @@ def test_the_command_line_runs_an_inline_gpu(tmp_path: Path, capsys: Any) -> Non
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
     ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H200", "h200"), ("NVIDIA H20", "h20"),
     ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", "l40s"),
-    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB300", None),
+    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB300", "gb300"),
     ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
     ("AMD Instinct MI325X", "mi325x"), ("NVIDIA GeForce RTX 4090", None),
 ])
@@ -221,7 +228,8 @@ def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | No
 
 @needs_tables
 @pytest.mark.parametrize(("gpu", "label", "reported"), [
-    ("gb200", "GB200", "NVIDIA GB200"), ("b300", "B300-SXM", "NVIDIA B300 SXM6 AC")])
+    ("gb200", "GB200", "NVIDIA GB200"), ("b300", "B300-SXM", "NVIDIA B300 SXM6 AC"),
+    ("gb300", "GB300", "NVIDIA GB300")])
 def test_a_newer_gpus_profile_builds_from_its_own_tables(gpu: str, label: str,
                                                         reported: str) -> None:
     import yaml

@@ -786,6 +786,9 @@ _MIB = 2**20
 # - b300: nvidia-smi shows 275040MiB on an "NVIDIA B300 SXM6 AC" (driver 580; a public
 #   B300 characterisation's spec card, and the memory AIConfigurator's b300_sxm.yaml
 #   records); no torch print found, so derived as the GB200's: 275,040 - 717 = 274,323 MiB.
+# - gb300: nvidia-smi shows 284208MiB (AIConfigurator's gb300.yaml, the tables' own system
+#   file: the full part, no memory controller fused off); derived as the GB200's:
+#   284,208 - 717 = 283,491 MiB.
 # - mi325x: no public print found; derived as the MI300X's: 256 GiB of HBM3E less the
 #   16 MiB the MI300X reports under its 192 GiB (196,608 - 196,592): 262,128 MiB.
 # - l4: 23,570,219,008 B (22,478 MiB), deviceQuery on an "NVIDIA L4", driver 12.4
@@ -810,6 +813,8 @@ _MIB = 2**20
 # - b300 (HGX B300 / Blackwell Ultra datasheet: 36 PF BF16 and 72 PF FP8 with sparsity per
 #   8 GPUs, FP4 14 PF dense per GPU; 288 GB HBM3E, 62 TB/s per 8 GPUs): per GPU dense 2,250
 #   BF16, 4,500 FP8, 14,000 FP4, 7.75 TB/s. NVLink 5 as the B200's.
+# - gb300 (GB300 NVL72 / Blackwell Ultra datasheet, per GPU, dense): 2,500 BF16, 5,000 FP8,
+#   15,000 FP4, 8 TB/s (576 TB/s for the rack's 72); links as the GB200's.
 # - mi325x (AMD Instinct MI325X datasheet): 1,307.4 BF16, 2,614.9 FP8 (dense), HBM3E
 #   6 TB/s, 256 GB; Infinity Fabric as the MI300X's (896 GB/s peer to peer); no FP4.
 # - l4 (L4 datasheet): 121 BF16 and 242.5 FP8 (242 / 485 with sparsity), GDDR6 300 GB/s,
@@ -836,6 +841,8 @@ _MIB = 2**20
 # - b300: 8 per HGX B300 board, a ConnectX-8 800 Gb/s NIC per GPU (100e9 B/s). The GPU's
 #   own PCIe link is Gen 6, but DGX B300's Xeon 6776P hosts are Gen 5, which is what a
 #   public B300 characterisation measured: host_bw as the B200's.
+# - gb300: one NVL72 NVLink domain as the GB200's, NVLink-C2C to its Grace, a ConnectX-8
+#   800 Gb/s NIC per GPU (100e9 B/s).
 # - l4: 8 per Google Cloud g2-standard-96 (PCIe Gen4, 100 Gb/s for the machine:
 #   12.5e9 / 8 per GPU).
 # - a10g: 8 per AWS g5.48xlarge (PCIe Gen4, 100 Gb/s for the instance: 12.5e9 / 8 per
@@ -863,6 +870,8 @@ GPUS: dict[str, GPUSpec] = {
                      72, 50e9, 20e-6, 5000e12, fp4_flops=10000e12),
     "b300": GPUSpec("b300", 2250e12, 7.75e12, 274_323 * _MIB, 900e9, 6e-6, 64e9, 8, 100e9,
                     20e-6, 4500e12, fp4_flops=14000e12),
+    "gb300": GPUSpec("gb300", 2500e12, 8.0e12, 283_491 * _MIB, 900e9, 6e-6, 450e9,
+                     72, 100e9, 20e-6, 5000e12, fp4_flops=15000e12),
     "mi325x": GPUSpec("mi325x", 1307.4e12, 6.0e12, 262_128 * _MIB, 448e9, 10e-6, 64e9,
                       8, 50e9, 20e-6, 2614.9e12),
     "l4": GPUSpec("l4", 121e12, 0.3e12, 23_570_219_008, 32e9, 20e-6, 32e9, 8, 1.5625e9, 20e-6,
@@ -878,6 +887,8 @@ GPUS: dict[str, GPUSpec] = {
 # - a100-80gb, h100-sxm, h200, b200: 2 TB of system memory in NVIDIA's DGX A100 (640 GB),
 #   DGX H100, DGX H200 and DGX B200 user guides (B200: 32 DIMMs, upgradable to 4 TB).
 # - b300: 2 TB assumed, as the DGX B200 (8-GPU HGX B300 servers carry 2 to 4 TB).
+# - gb300: as the GB200 NVL72 rack, a Grace per two GPUs (17,280 GiB for 72); assumed the
+#   same 480 GB a Grace.
 # - mi300x: no vendor reference system; 2 TB assumed, as the 8-GPU HGX-class servers above.
 # - l40s: no reference system either; 1 TB assumed for a typical 8-GPU PCIe server.
 # - h100-pcie: 1 TB assumed, as the L40S server; h100-nvl: a quarter of that per NVLink
@@ -891,6 +902,7 @@ NODE_HOST_MEMORY_GIB: dict[str, float] = {
     "a100-80gb": 2048.0, "h100-sxm": 2048.0, "h200": 2048.0, "b200": 2048.0,
     "mi300x": 2048.0, "l40s": 1024.0, "h100-pcie": 1024.0, "h100-nvl": 256.0, "h20": 2048.0,
     "gb200": 17280.0, "mi325x": 2048.0, "l4": 384.0, "a10g": 768.0, "b300": 2048.0,
+    "gb300": 17280.0,
 }
 
 

@@ -44,7 +44,7 @@ HELD_OUT_DIRS: dict[str, str] = {"b300": "b300_sxm"}
 # GPUs whose tables a profile can be built from (`servesim profile build --gpu`) that
 # neither ship a profile nor enter the roofline's fit. The wheel's h100_pcie and l4
 # folders are empty, so those GPUs have no tables at all.
-BUILD_ONLY_DIRS: dict[str, str] = {"gb200": "gb200"}
+BUILD_ONLY_DIRS: dict[str, str] = {"gb200": "gb200", "gb300": "gb300"}
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 # The tables' GEMM and MoE dtype for each servesim weight dtype (fp16 runs at bf16's
 # tensor-core speed; nvfp4 is timed only where the GPU has FP4 tensor cores).

@@ -128,7 +128,8 @@ def _calibrate(argv: list[str]) -> int:
 # and `simulate` never imports torch. Values: (callable or "module:function", help).
 COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
     "simulate": (_simulate, "simulate a scenario file"),
-    "compare": ("sim.study.compare:main", "run one workload through several batching policies"),
+    "compare": ("sim.study.compare:main",
+                "run one workload through several batching policies, or on several GPUs"),
     "sweep": ("sim.study.sweep:main", "grid of simulations over rates, policies, cluster shapes"),
     "capacity": ("sim.study.capacity:main", "highest load meeting SLOs; cheapest configuration"),
     "report": ("sim.study.html:main",

@@ -55,3 +55,46 @@ def test_compare_bad_option_is_an_error(tmp_path, capsys, key, value):
     assert main(["compare", str(path), "--no-plots", "--out", str(tmp_path / "o"),
                  "--set", f"{key}={value}"]) == 2
     assert key.split(".")[-1] in capsys.readouterr().err
+
+
+def test_compare_gpus_runs_the_workload_on_each_gpu(tmp_path, capsys):
+    # --gpus varies hardware.gpu instead of the policy: each run priced by its own GPU's
+    # figures (the roofline here), the scenario's policy kept, the same requests.
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "model": "llama-3-8b", "cost": "roofline",
+                                    "serving": {"policy": "chunked"}}))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--gpus", "h100-sxm,b200", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "h100-sxm: cost: analytic roofline" in text and "b200: cost: analytic" in text
+    with open(out / "compare.csv") as f:
+        table = {r["gpu"]: r for r in csv.DictReader(f)}
+    assert list(table) == ["h100-sxm", "b200"]
+    assert {r["finished"] for r in table.values()} == {"60"}
+    # B200's bandwidth and FLOP/s make every step cheaper: its decode is faster.
+    assert float(table["b200"]["tpot_p50_s"]) < float(table["h100-sxm"]["tpot_p50_s"])
+    summaries = json.loads((out / "compare.json").read_text())
+    for gpu, s in summaries.items():
+        assert s["simulated"]["pools"]["both"]["gpu"] == gpu
+        assert s["simulated"]["policy"] == "chunked"
+    meta = json.loads((out / "compare.csv.meta.json").read_text())
+    assert "one row per GPU" in json.dumps(meta) and "b200" in json.dumps(meta)
+    # The report names the GPUs, not policies, and each run's cost model.
+    assert main(["report", str(out), "--format", "md"]) == 0
+    doc = (out / "report.md").read_text()
+    assert doc.startswith("# cmp: Llama-3-8B on h100-sxm, b200, policy chunked")
+    assert "## GPUs side by side" in doc and "## Cost model of each GPU's run" in doc
+    assert "on 2 GPUs, each priced by its own cost model" in doc
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "b200", "--policies", "chunked"], "give --policies or --gpus, not both"),
+    (["--gpus", "b200,x9"], "unknown gpu 'x9'; valid: a100-80gb"),
+    (["--gpus", "b200,b200"], "got b200,b200: each GPU once"),
+])
+def test_compare_gpus_bad_input_is_one_line(tmp_path, capsys, args, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    assert main(["compare", str(path), "--no-plots", "--out", str(tmp_path / "o"), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"--gpus: {message}" in err and err.count("\n") == 1

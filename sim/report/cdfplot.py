@@ -66,8 +66,9 @@ def _slo_lines(ax: Any, key: str, res: RunResult, colors: dict[str, Any]) -> Non
         return
     t = res.scenario.slo.ttft_s if key == "ttft" else res.scenario.slo.tpot_s
     if t is not None:
-        ax.axvline(t * 1e3, color="red", linewidth=1.3, label=f"SLO {t * 1e3:g} ms",
-                   gid=f"{key}|all|slo")
+        # Black and dashed: the fourth curve of the default colour cycle is red.
+        ax.axvline(t * 1e3, color="black", linestyle="--", linewidth=1.3,
+                   label=f"SLO {t * 1e3:g} ms", gid=f"{key}|all|slo")
 
 
 def _finish(ax: Any, title: str, drew: bool) -> None:

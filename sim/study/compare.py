@@ -1,8 +1,12 @@
-"""``servesim compare``: one workload through several batching policies, side by side.
+"""``servesim compare``: one workload through several batching policies, or on several
+GPUs, side by side.
 
 Each policy runs the same scenario file with only ``serving.policy`` changed (after any
-``--set`` overrides), so the workload, model, hardware and limits are identical. The
-GPU count is printed because ``disaggregated`` uses its own prefill and decode pools.
+``--set`` overrides), so the workload, model, hardware and limits are identical. With
+``--gpus`` it is ``hardware.gpu`` that changes instead, each GPU priced by its own cost
+model (a measured scenario takes each GPU's own shipped profile) and limited by its own
+memory and vLLM defaults, the scenario's policy kept. The GPU count is printed because
+``disaggregated`` uses its own prefill and decode pools.
 Outputs: a printed table (saturated runs marked), ``compare.csv`` (latencies in seconds,
 a ``saturated`` column) with its description ``compare.csv.meta.json``
 (:mod:`sim.report.csvmeta`), ``compare.json`` (every run's summary) and
@@ -55,31 +59,58 @@ def gpus(scenario: Any) -> int:
     return sum(p.replicas * p.gpus_per_replica for p in pools(scenario))
 
 
-def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
+def run_variants(path: str | Path, key: str, values: list[str],
+                 overrides: list[str] | None = None,
                  percentiles: tuple[float, ...] | None = None, force: bool = False,
                  ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)};
-    ``percentiles`` those of each summary's latencies (default: the summary's own); each
-    run's memory estimate is checked first (``force``: not refused)."""
+    """Run the scenario at ``path`` once per value of scenario key ``key`` (set after the
+    ``overrides``): {value: (RunResult, summary)}; ``percentiles`` those of each
+    summary's latencies (default: the summary's own); each run's memory estimate is
+    checked first (``force``: not refused)."""
     from sim.config import scenario
     from sim.core.budget import check
     from sim.core.engine import simulate
-    from sim.policies.registry import POLICIES
     from sim.report.metrics import PERCENTILES, summarize
+
+    out = {}
+    for value in values:
+        sc = scenario.load(path, [*(overrides or []), f"{key}={value}"])
+        check(sc, force)
+        res = simulate(sc)
+        summary = summarize(res, percentiles or PERCENTILES)
+        summary["gpus"] = gpus(sc)
+        out[value] = (res, summary)
+    return out
+
+
+def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
+                 percentiles: tuple[float, ...] | None = None, force: bool = False,
+                 ) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Run the scenario at ``path`` once per policy: {policy: (RunResult, summary)}, as
+    :func:`run_variants` of ``serving.policy``; an unknown name lists the valid ones."""
+    from sim.policies.registry import POLICIES
 
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise ServesimError(f"unknown policy {unknown[0] if unknown else ''!r}; valid: "
                             f"{', '.join(sorted(POLICIES))}", where="--policies")
-    out = {}
-    for policy in policies:
-        sc = scenario.load(path, [*(overrides or []), f"serving.policy={policy}"])
-        check(sc, force)
-        res = simulate(sc)
-        summary = summarize(res, percentiles or PERCENTILES)
-        summary["gpus"] = gpus(sc)
-        out[policy] = (res, summary)
-    return out
+    return run_variants(path, "serving.policy", policies, overrides, percentiles, force)
+
+
+def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = None,
+             percentiles: tuple[float, ...] | None = None, force: bool = False,
+             ) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Run the scenario at ``path`` once per GPU of the table (``hardware.gpu``):
+    {gpu: (RunResult, summary)}; an unknown or repeated name is refused in one line."""
+    from sim.cost.specs import GPUS
+
+    unknown = [g for g in names if g not in GPUS]
+    if unknown or not names:
+        raise ServesimError(f"unknown gpu {unknown[0] if unknown else ''!r}; valid: "
+                            f"{', '.join(sorted(GPUS))}", where="--gpus")
+    if len(set(names)) < len(names):
+        raise ServesimError(f"got {','.join(names)}: each GPU once", where="--gpus")
+    return run_variants(path, "hardware.gpu", names, overrides, percentiles, force)
 
 
 def _cell(summary: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -90,10 +121,12 @@ def _cell(summary: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def rows(runs: dict[str, tuple[Any, dict[str, Any]]],
-         percentiles: tuple[float, ...] = TABLE_PERCENTILES) -> list[dict[str, Any]]:
-    """One row per policy: policy, gpus, then :func:`columns`, then ``saturated`` (1 when
-    the run's waiting queue kept growing: the policy did not keep up with the load)."""
-    return [{"policy": name, "gpus": s["gpus"],
+         percentiles: tuple[float, ...] = TABLE_PERCENTILES,
+         label: str = "policy") -> list[dict[str, Any]]:
+    """One row per run: its ``label`` column (the policy, or the GPU), gpus, then
+    :func:`columns`, then ``saturated`` (1 when the run's waiting queue kept growing: the
+    server did not keep up with the load)."""
+    return [{label: name, "gpus": s["gpus"],
              **{col: _cell(s, keys) for col, keys in columns(percentiles)},
              "saturated": int(bool(s["saturation"]["saturated"]))}
             for name, (_, s) in runs.items()]
@@ -122,19 +155,22 @@ def table(table_rows: list[dict[str, Any]]) -> str:
     lines = ["  ".join(head(h).rjust(w) for h, w in zip(heads, widths, strict=True))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     if any(r["saturated"] for r in table_rows):
-        lines.append("SATURATED: the waiting queue kept growing (the policy did not keep up); "
+        lines.append("SATURATED: the waiting queue kept growing (the server did not keep up); "
                      "its latencies cover only the requests that got through")
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    """``servesim compare FILE --policies a,b,c``."""
+    """``servesim compare FILE --policies a,b,c`` (or ``--gpus g,h``)."""
     p = ArgParser(prog="servesim compare",
-                  description="Run one workload through several batching policies and "
-                              "compare latencies side by side.")
+                  description="Run one workload through several batching policies, or on "
+                              "several GPUs, and compare latencies side by side.")
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--policies", default=DEFAULT_POLICIES,
+    p.add_argument("--policies", default=None,
                    help=f"comma-separated policy names (default {DEFAULT_POLICIES})")
+    p.add_argument("--gpus", default=None,
+                   help="comma-separated GPUs of the table (e.g. b200,b300): one run on "
+                        "each with the scenario's own policy, instead of the policies")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key for every run")
     p.add_argument("--out", type=Path, default=None,
@@ -163,11 +199,18 @@ def main(argv: list[str]) -> int:
     )
 
     pcts = None if a.percentiles is None else parse_percentiles(a.percentiles)
-    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    if a.gpus is not None and a.policies is not None:
+        raise ServesimError("give --policies or --gpus, not both: a comparison varies one "
+                            "thing (set the other with --set)", where="--gpus")
+    by_gpu = a.gpus is not None
+    label, key = ("gpu", "hardware.gpu") if by_gpu else ("policy", "serving.policy")
+    values = [x.strip() for x in (a.gpus if by_gpu else a.policies or DEFAULT_POLICIES
+                                  ).split(",") if x.strip()]
     if a.out is not None:
         check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
-    runs = run_policies(a.scenario, policies, a.overrides, pcts, a.force)
-    table_rows = rows(runs, pcts or TABLE_PERCENTILES)
+    run = run_gpus if by_gpu else run_policies
+    runs = run(a.scenario, values, a.overrides, pcts, a.force)
+    table_rows = rows(runs, pcts or TABLE_PERCENTILES, label)
     first = next(iter(runs.values()))[1]
     name = first["scenario"]
     out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
@@ -181,15 +224,17 @@ def main(argv: list[str]) -> int:
     with replaced_folder(out, COMPARE_FILES, inputs=[a.scenario]) as stage:
         write_atomic(stage / names[0], buf.getvalue().encode())
         names.append(write_meta(
-            stage / names[0], "one row per batching policy, every run on the same requests",
-            list(table_rows[0]), first["simulated"],
-            {"serving.policy": policies,
-             "note": "simulated describes the first policy's run; compare.json holds each "
+            stage / names[0], f"one row per {'GPU' if by_gpu else 'batching policy'}, every "
+            "run on the same requests", list(table_rows[0]), first["simulated"],
+            {key: values,
+             "note": f"simulated describes the first {label}'s run; compare.json holds each "
                      "run's own"}).name)
         write_atomic(stage / names[1], blob)
         if not a.no_plots:
             names.append("compare_cdf.png")
-            title = (f"{name}: {setup_phrase(first['simulated'])}, {len(runs)} policies; "
+            title = (f"{name}: {len(runs)} GPUs ({', '.join(values)}), policy "
+                     f"{first['simulated']['policy']}" if by_gpu else
+                     f"{name}: {setup_phrase(first['simulated'])}, {len(runs)} policies; "
                      f"cost: {cost_phrase(first['simulated'])}")
             plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1], title)
     if a.json:  # every run's summary alone on stdout, for a program to read
@@ -199,11 +244,14 @@ def main(argv: list[str]) -> int:
         print(f"scenario {name}: {len(next(iter(runs.values()))[0].requests)} requests; "
               "latencies in ms")
         print(table(table_rows))
+        if by_gpu:  # each GPU is priced by its own cost model: say which
+            for g, (_, s) in runs.items():
+                print(f"{g}: cost: {s['simulated']['cost_source']}")
         print("wrote " + ", ".join(str(x) for x in paths))
-    # Each policy's run is judged as `simulate` judges it, once all are written.
-    for policy, (res, _) in runs.items():
+    # Each run is judged as `simulate` judges it, once all are written.
+    for value, (res, _) in runs.items():
         refused = verdict(res, limit)
         if refused is not None:
-            raise ServesimError(f"policy {policy}: {refused.message}", refused.source,
+            raise ServesimError(f"{label} {value}: {refused.message}", refused.source,
                                 refused.where)
     return 0

@@ -208,10 +208,22 @@ def _simulate(folder: Path, s: dict[str, Any]) -> Doc:
 
 
 # ---------------------------------------------------------------------- compare
+def by_gpu(runs: dict[str, Any]) -> bool:
+    """Whether a compare folder's runs differ by GPU (``compare --gpus``: one policy, a
+    GPU a run) rather than by policy."""
+    sims = [s.get("simulated") for s in runs.values()]
+    if len(sims) < 2 or any(sim is None for sim in sims):
+        return False
+    gpus = {tuple(str(p["gpu"]) for p in sim["pools"].values()) for sim in sims}
+    return len(gpus) == len(sims) and len({sim["policy"] for sim in sims}) == 1
+
+
 def compare_answer(runs: dict[str, Any]) -> str:
-    """One sentence: which policy serves the most within the SLO, which saturated."""
+    """One sentence: which policy (or GPU) serves the most within the SLO, which
+    saturated."""
     first = next(iter(runs.values()))
     sim = first["simulated"]
+    gpu = by_gpu(runs)
     hi = _pick(first["latency_s"]["ttft"], "p99", True)
     sat = [p for p, s in runs.items() if s["saturation"]["saturated"]]
     ok = {p: s for p, s in runs.items() if p not in sat} or runs
@@ -221,12 +233,15 @@ def compare_answer(runs: dict[str, Any]) -> str:
 
     best = max(ok, key=good)
     b = ok[best]
-    text = (f"{h.setup_with_cost(sim)}, {len(runs)} policies on the same "
-            f"{h.count(first['requests']['total'])} requests: {best} serves the most within "
-            f"the SLO ({h.req_s(b['throughput']['goodput_requests_per_s'])}; TTFT {hi} "
+    lead = (f"{h.model_name(str(sim['model']['name']))} under {sim['policy']} on "
+            f"{len(runs)} GPUs, each priced by its own cost model," if gpu else
+            f"{h.setup_with_cost(sim)}, {len(runs)} policies")
+    text = (f"{lead} on the same {h.count(first['requests']['total'])} requests: {best} "
+            f"serves the most within the SLO "
+            f"({h.req_s(b['throughput']['goodput_requests_per_s'])}; TTFT {hi} "
             f"{h.ms(b['latency_s']['ttft'][hi])}, TPOT {hi} {h.ms(b['latency_s']['tpot'][hi])})")
     if len(sat) == len(runs):
-        text += "; every policy saturated (none kept up with the load)"
+        text += f"; every {'GPU' if gpu else 'policy'} saturated (none kept up with the load)"
     elif sat:
         text += f"; saturated (did not keep up): {', '.join(sat)}"
     return text + "."
@@ -235,7 +250,8 @@ def compare_answer(runs: dict[str, Any]) -> str:
 def _compare_table(runs: dict[str, Any]) -> Table:
     first = next(iter(runs.values()))["latency_s"]["ttft"]
     lo, hi = _pick(first, "p50", False), _pick(first, "p99", True)
-    head = ["policy", "GPUs", "finished", "rejected", f"TTFT {lo}", f"TTFT {hi}",
+    head = ["GPU" if by_gpu(runs) else "policy", "GPUs", "finished", "rejected",
+            f"TTFT {lo}", f"TTFT {hi}",
             f"TPOT {lo}", f"TPOT {hi}", f"ITL {hi}", f"E2E {hi}", "output", "goodput",
             "preemptions", "saturated"]
     rows, marked = [], set()
@@ -259,6 +275,16 @@ def _compare(folder: Path, runs: dict[str, Any]) -> Doc:
     first = next(iter(runs.values()))
     sim = first.get("simulated")
     title, sub = _heading("compare", first.get("scenario"), sim)
+    if by_gpu(runs):
+        title = (f"{first.get('scenario') or 'scenario'}: "
+                 f"{h.model_name(str(sim['model']['name']))} on {', '.join(runs)}, "
+                 f"policy {sim['policy']}")
+        costs = [[g, h.cost_phrase(s["simulated"])] for g, s in runs.items()]
+        tables = [("GPUs side by side", _compare_table(runs)),
+                  ("Cost model of each GPU's run", (["GPU", "cost source"], costs, set())),
+                  ("What was simulated (first GPU's run)", setup_table(sim))]
+        return {"title": title, "subtitle": sub, "answer": compare_answer(runs),
+                "lines": [], "tables": tables, "plots": ["compare_cdf.png"]}
     tables = [("Policies side by side", _compare_table(runs))]
     if sim:
         tables.append(("What was simulated (first policy's run)", setup_table(sim)))

@@ -1,6 +1,6 @@
 """Numbers of docs/policies.md's speculative decoding section and docs/prefill-vs-decode.md
 (f): Llama-3-8B on one H100, each verify priced by the shipped measured profile (vLLM
-0.24.0 kernels), drafting by the roofline of the drafter.
+0.24.0 kernels), and the EAGLE head's drafting by the same profile cut to one layer.
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/speculative.py
 It prints two tables: (1) one decode iteration of b sequences, plain against a verify
@@ -52,7 +52,7 @@ def step_table(batches: list[int], rates: list[float]) -> list[dict[str, Any]]:
     as a verify (plus drafting), and output tokens/s at each acceptance rate."""
     sc = scenario(eagle(0.7))
     cost = build_cost(sc)
-    sp = speculation(sc, sc.hardware.gpu_spec, 1)
+    sp = speculation(sc, sc.hardware.gpu_spec, 1, cost)
     assert sp is not None
     rows = []
     for b in batches:

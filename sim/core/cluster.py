@@ -22,7 +22,9 @@ from sim.core.replica import Replica
 from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
 from sim.cost.models import CostModel, RooflineParams, build_cost
+from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
+from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import GPUSpec
 from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS
@@ -75,13 +77,13 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         memory[pool.role] = budget.summary(sv.num_gpu_blocks)
         watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp)
+        spec = speculation(scenario, pool.gpu_spec, pool.tp, pool_cost)
         if pool.pp > 1:
             # A replica of pp stages prices each stage of a micro-batch (sim/core/pipeline.py).
             pool_cost = StageCost(pool_cost, model, pool.gpu_spec, pool.tp, pool.pp)
         # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
         swap_blocks, host_bw = host_tier(sv, budget.block_bytes, pool.gpu_spec.host_bw)
         offload = sv.kv_offload is not None
-        spec = speculation(scenario, pool.gpu_spec, pool.tp)
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload),
@@ -106,14 +108,21 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
                    memory)
 
 
-def speculation(scenario: Scenario, gpu: GPUSpec, tp: int) -> Speculation | None:
+def speculation(scenario: Scenario, gpu: GPUSpec, tp: int,
+                cost: CostModel | None = None) -> Speculation | None:
     """The scenario's speculative decoding on ``tp`` GPUs of type ``gpu`` (None
-    without): its drafter priced by the roofline (the scenario's parameters when its
-    cost is a roofline), its draws from the workload seed's fifth child."""
+    without), its draws from the workload seed's fifth child. Its drafter: an EAGLE or
+    MTP head from ``cost``, the pool's own, when that is a profile (measured kernels or
+    a calibration: the target's layers and LM head); else, and for a draft model, the
+    roofline (the scenario's parameters when its cost is a roofline)."""
     spec = scenario.serving.speculative
     if spec is None:
         return None
     params = scenario.cost.roofline or RooflineParams()
+    head = None
+    base = cost.cost if isinstance(cost, HostOverlap) else cost  # async scheduling's wrap
+    if isinstance(base, ProfileCost) and spec.method in ("eagle", "mtp"):
+        head = base.head(spec.head_layers)
     drafter = Drafter(drafter_model(spec, scenario.model), spec.num_tokens, gpu, tp,
-                      params)
+                      params, head)
     return Speculation(spec, drafter, np.random.default_rng(spec_seed_of(scenario)))

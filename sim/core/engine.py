@@ -331,12 +331,11 @@ class Engine(Outcomes):
             keep(self, sent, note)
         close_pending(self.status, self.reason, self.requests.arrival_s, self.first_sched, end,
                       horizon, None if self.timeouts is None else self.timeouts.timeout_s)
+        itl = LogHistogram()
         for rep in self.replicas:
             if rep.prefix is not None:
                 rep.stats.prefix_evictions = rep.prefix.evictions
             rep.stats.record_host(rep.kv.host)
-        itl = LogHistogram()
-        for rep in self.replicas:
             itl.merge(rep.itl)
         first_token, finish = self.first_token, self.finish
         seen = None
@@ -358,6 +357,7 @@ class Engine(Outcomes):
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
             frontend=self.frontend, clients=stats, cost_source=self.cost_source,
+            draft_source=next((r.spec.drafter.source for r in self.replicas if r.spec), ""),
             memory=self.memory, seen_s=seen,
         )
 

@@ -64,6 +64,9 @@ class RunResult:
     clients: ClientStats | None = None
     # Where the step prices came from, in one phrase (sim.cost.models.CostModel.source).
     cost_source: str = ""
+    # With speculative decoding, where the drafting price came from, in one phrase
+    # (sim.cost.drafter.Drafter.source of the decoding replicas); "" without.
+    draft_source: str = ""
     # Each pool's GPU memory terms and KV blocks per replica, by role ("both", or
     # "prefill" and "decode"): :meth:`sim.cost.memory.MemoryBudget.summary`'s mapping.
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -161,5 +161,7 @@ class Speculation:
             return 0.0
         line = drafter.lines.get(seqs)
         if line is None:
+            if drafter.head is not None:  # priced step by step from the target's profile
+                return drafter.head_time(seqs, ctx)
             line = drafter.line(seqs)
         return drafter.k * (line[0] + line[1] * (ctx + line[2]))

@@ -24,26 +24,38 @@ a decode step is affine in the context (its attention is bound by the KV read at
 context, and nothing else reads it), so the k steps cost exactly k steps at the mean
 context, and one price serves them all. Being affine, that price is kept per batch size
 as its value at no context and its slope (seconds per context token).
+
+When the target is priced by a profile (measured kernels or a calibration) an EAGLE or
+MTP head is priced from that profile instead (``head``: the target's shard cut to the
+head's layers, :meth:`sim.cost.profilecost.ProfileCost.head`), its LM head the
+profile's own. A profile's decode attention is not affine in the context (measured
+grids, a spill knee), so each of the k draft steps is priced at its own context.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape
 from sim.cost.specs import GPUSpec, ModelSpec
 
+if TYPE_CHECKING:
+    from sim.cost.profilecost import ProfileCost
+
 
 class Drafter:
     """Seconds the drafting of one iteration takes: ``k`` decode steps of ``model``
-    (None: drafting is free) on ``tp`` GPUs of type ``gpu``."""
+    (None: drafting is free) on ``tp`` GPUs of type ``gpu``, by the roofline, or by
+    ``head`` (a profile of the target cut to the head's layers) when given."""
 
     def __init__(self, model: ModelSpec | None, k: int, gpu: GPUSpec, tp: int,
-                 params: RooflineParams):
+                 params: RooflineParams, head: ProfileCost | None = None):
         self.k = k
         self.model = model
-        self._cost = None if model is None else RooflineCost(
+        self.head = None if model is None else head
+        self._cost = None if model is None or self.head is not None else RooflineCost(
             model, gpu, tp, dataclasses.replace(params, step_overhead_s=0.0,
                                                 per_seq_overhead_s=0.0))
         # Per batch size: one draft step's seconds at no context, per context token, and
@@ -55,17 +67,36 @@ class Drafter:
         """Where the drafting price comes from, in one phrase."""
         if self.model is None:
             return "n-gram drafting, free"
+        if self.head is not None:
+            return (f"drafting: {self.k} decode steps of {self.model.name} a verify, "
+                    f"its layers and LM head from the profile ({self.head.source})")
         return f"drafting: {self.k} roofline decode steps of {self.model.name} a verify"
 
     def step_time(self, seqs: int, context_tokens: int) -> float:
         """Seconds to draft ``k`` tokens for each of ``seqs`` sequences holding
         ``context_tokens`` tokens in the KV cache between them (0 when none drafts)."""
+        if self.head is not None:
+            return self.head_time(seqs, context_tokens)
         if self._cost is None or not seqs:
             return 0.0
         line = self.lines.get(seqs)
         if line is None:
             line = self.line(seqs)
         return self.k * (line[0] + line[1] * (context_tokens + line[2]))
+
+    def head_time(self, seqs: int, context_tokens: int) -> float:
+        """Seconds of the ``k`` draft steps priced by the profile's head, each at its own
+        context: step i's sequences hold ``context_tokens`` plus i tokens each (0 when
+        none drafts)."""
+        head = self.head
+        if head is None or not seqs:
+            return 0.0
+        t = 0.0
+        for i in range(self.k):
+            c = context_tokens + i * seqs
+            # Built as a plain tuple: one per draft step, every iteration.
+            t += head.step_time(tuple.__new__(StepShape, (seqs, seqs, c, 0, 0, 0, c + seqs)))
+        return t
 
     def line(self, seqs: int) -> tuple[float, float, float]:
         """One draft step of ``seqs`` sequences: (seconds at no context, seconds per

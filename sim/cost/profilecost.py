@@ -169,6 +169,23 @@ class ProfileCost:
             return t
         return self._grouped(self.breakdown(shape), ())
 
+    def head(self, layers: int) -> ProfileCost:
+        """The same shard cut to ``layers`` decoder layers with its LM head, as a
+        speculative head drafts (an EAGLE head, DeepSeek-V3's MTP block): the per-layer
+        components at ``layers`` layers, the all-reduces (priced for the whole model) in
+        proportion, the LM head whole, and no per-step host work (``step``, ``host``):
+        the target's engine step pays that once. Each layer is the profile's mean layer."""
+        share = layers / self.model.layers
+        coefs = {k: dict(v) for k, v in self.coefs.items()}
+        for name in SHARED_PARTS:
+            coefs[name] = dict.fromkeys(coefs[name], 0.0)
+        coefs["allreduce"] = {k: v * share for k, v in coefs["allreduce"].items()}
+        knots = {k: Knots(v.xs, tuple(y * share for y in v.ys)) if k == "allreduce" else v
+                 for k, v in self.knots.items() if k not in SHARED_PARTS}
+        return ProfileCost(dataclasses.replace(self.model, layers=layers, dense_layers=0), self.tp,
+                           self.device, self.dtype, coefs, self.meta, knots,
+                           grids={k: v for k, v in self.grids.items() if k not in SHARED_PARTS})
+
     def stage_split(self, shape: StepShape) -> tuple[float, float, float]:
         """Seconds of one step of ``shape`` (Python ints) as a pipeline divides them
         (:class:`sim.cost.pipeline.StageCost`): the per-layer components and the

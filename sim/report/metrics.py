@@ -343,9 +343,12 @@ def _spec_summary(res: RunResult) -> dict[str, Any]:
     verifies = sum(s.spec_verifies for s in stats)
     tokens = sum(s.spec_tokens for s in stats)
     drafter = drafter_model(spec, res.scenario.model)
+    # The run's own drafter says where its price came from (the roofline, or the
+    # target's profile for a head); a result without it was priced by the roofline.
+    source = res.draft_source.removeprefix("drafting: ")
     return {"speculative": {
         **spec.describe(),
-        "draft_cost": ("none (n-gram lookup)" if drafter is None else
+        "draft_cost": ("none (n-gram lookup)" if drafter is None else source or
                        f"{spec.num_tokens} roofline decode steps of {drafter.name} a verify"),
         "verifies": verifies,
         "verify_tokens": tokens,

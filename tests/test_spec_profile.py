@@ -1,0 +1,106 @@
+"""Speculative heads priced from the target's profile: an EAGLE or MTP head under a
+measured (or calibrated) profile drafts at the profile's own layer, LM head and
+all-reduce prices, each draft step at its own context; a draft model and the roofline
+keep the roofline's price."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_requests
+
+from sim.config.scenario import from_dict
+from sim.core.engine import build_cost
+from sim.cost.drafter import Drafter
+from sim.cost.models import RooflineParams
+from sim.cost.profilecost import ProfileCost
+from sim.cost.profilefile import load_profile
+from sim.cost.shape import StepShape
+from sim.cost.specs import GPUS, MODELS
+from sim.report.metrics import summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def decode(seqs: int, ctx: int) -> StepShape:
+    """``seqs`` decode entries holding ``ctx`` tokens between them."""
+    return StepShape(seqs, seqs, ctx, 0, 0, 0, ctx + seqs)
+
+
+def test_a_head_is_the_profiles_mean_layer_and_its_lm_head() -> None:
+    # Llama-3-70B on 4 H100s: 80 layers, all-reduces priced for the whole model.
+    full = load_profile("h100-sxm-llama-3-70b-tp4-vllm")
+    assert isinstance(full, ProfileCost)
+    head = full.head(1)
+    s = decode(16, 16 * 2000)
+    whole, one = full.breakdown(s), head.breakdown(s)
+    for name in ("linear", "decode_attention", "allreduce"):
+        assert whole[name] > 0
+        assert one[name] == pytest.approx(whole[name] / 80, rel=1e-12), name
+    assert one["lm_head"] == pytest.approx(whole["lm_head"], rel=1e-12)
+    # No per-step host work: the target's engine step pays it once.
+    assert whole["step"] > 0 and one["step"] == 0
+    assert head.step_time(s) == pytest.approx(sum(one.values()), rel=1e-12)
+    # Two layers cost the per-layer terms twice, the LM head once.
+    two = full.head(2).breakdown(s)
+    assert two["linear"] == pytest.approx(2 * one["linear"], rel=1e-12)
+    assert two["lm_head"] == pytest.approx(one["lm_head"], rel=1e-12)
+
+
+def test_head_drafting_prices_each_step_at_its_own_context() -> None:
+    full = load_profile("h100-sxm-llama-3-8b-tp1-vllm")
+    assert isinstance(full, ProfileCost)
+    head = full.head(1)
+    d = Drafter(MODELS["llama-3-8b"], 3, GPUS["h100-sxm"], 1, RooflineParams(), head)
+    want = sum(head.step_time(decode(8, 8 * 3000 + 8 * i)) for i in range(3))
+    assert d.step_time(8, 8 * 3000) == pytest.approx(want, rel=1e-12)
+    assert d.step_time(0, 0) == 0.0
+    assert "from the profile (measured kernels: vLLM 0.24.0 on H100-SXM)" in d.source
+
+
+def scenario(method: str, cost: Any = "measured", policy: str = "continuous") -> Any:
+    spec = {"method": method, "num_tokens": 2, "acceptance": {"rate": 1.0}}
+    if method == "draft":
+        spec["draft_model"] = "llama-3-8b"
+    return from_dict({
+        "name": "spec-profile", "model": "llama-3-70b" if method == "draft" else "llama-3-8b",
+        "hardware": {"gpu": "h100-sxm", "tp": 4 if method == "draft" else 1},
+        "cost": cost, "serving": {"policy": policy, "speculative": spec},
+        "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 1,
+                     "lengths": {"prompt": {"dist": "fixed", "value": 64},
+                                 "output": {"dist": "fixed", "value": 8}}},
+    }, "<test>", ROOT)
+
+
+def test_a_measured_run_drafts_from_its_profile_step_by_step() -> None:
+    # One request, every draft accepted: each verify step costs the profile's price of its
+    # shape (1 entry of k + 1 = 3 tokens) plus two draft steps of the profile's head.
+    sc = scenario("eagle")
+    cost = build_cost(sc)
+    assert isinstance(cost, ProfileCost)
+    head = cost.head(1)
+    res = run_requests(sc, [0.0], [64], [8])
+    verifies = [e for e in res.step_log if e[3][0][1] == 3]
+    assert [e[3][0][2] for e in verifies] == [64, 67, 70]  # 1 + 3 + 3 + 1 (capped)
+    for (_, t0, t1, ((_, q, ctx),)) in verifies:
+        shape = StepShape(1, q, ctx, 1, q, q * ctx + q * (q + 1) // 2, 0)
+        draft = head.step_time(decode(1, ctx)) + head.step_time(decode(1, ctx + 1))
+        assert t1 - t0 == pytest.approx(cost.step_time(shape) + draft, rel=1e-9)
+    spec = summarize(res)["speculative"]
+    assert spec["draft_cost"].startswith("2 decode steps of llama-3-8b-eagle-head a verify, "
+                                         "its layers and LM head from the profile")
+
+
+def test_vllm_v1s_async_scheduling_drafts_from_the_profile_too() -> None:
+    # chunked runs vLLM's async scheduling, whose cost model wraps the profile.
+    res = run_requests(scenario("mtp", policy="chunked"), [0.0], [64], [8], log_steps=False)
+    assert "from the profile" in summarize(res)["speculative"]["draft_cost"]
+
+
+@pytest.mark.parametrize(("method", "cost"), [("eagle", "roofline"), ("draft", "measured")])
+def test_the_roofline_still_drafts_without_a_profile_or_for_a_draft_model(
+        method: str, cost: str) -> None:
+    res = run_requests(scenario(method, cost), [0.0], [64], [8], log_steps=False)
+    assert "roofline decode steps" in summarize(res)["speculative"]["draft_cost"]

@@ -104,3 +104,29 @@ def test_the_roofline_still_drafts_without_a_profile_or_for_a_draft_model(
         method: str, cost: str) -> None:
     res = run_requests(scenario(method, cost), [0.0], [64], [8], log_steps=False)
     assert "roofline decode steps" in summarize(res)["speculative"]["draft_cost"]
+
+
+def test_a_grids_run_of_points_is_their_sum() -> None:
+    # Grid.run_at sums k points one column unit apart: at their mean where they share a
+    # column interval (the grid is linear there), point by point where they straddle one.
+    from sim.cost.curves import Grid
+
+    g = Grid((1.0, 8.0, 64.0), (128.0, 1024.0, 4096.0),
+             ((1.0, 2.0, 5.0), (1.5, 3.5, 9.0), (4.0, 9.0, 30.0)))
+    for r in (0.5, 1.0, 3.0, 8.0, 20.0, 64.0, 200.0):
+        for c in (1.0, 100.0, 126.5, 127.0, 128.0, 500.0, 1022.5, 1023.0, 1024.0, 4000.0,
+                  4094.0, 4096.0, 9000.0):
+            for k in (1, 2, 3, 5):
+                want = sum(g.at(r, c + i) for i in range(k))
+                assert g.run_at(r, c, k) == pytest.approx(want, rel=1e-12, abs=1e-15), (r, c, k)
+
+
+@pytest.mark.parametrize("name", ["h100-sxm-llama-3-8b-tp1-vllm", "b200-deepseek-v3-tp8-vllm",
+                                  "h200-llama-3-70b-tp4-sglang"])
+def test_a_profiles_decode_run_is_its_steps_summed(name: str) -> None:
+    head = load_profile(name)
+    assert isinstance(head, ProfileCost)
+    head = head.head(1)
+    for seqs, ctx in ((1, 100), (7, 7 * 1500), (64, 64 * 4000), (300, 300 * 20000)):
+        want = sum(head.step_time(decode(seqs, ctx + i * seqs)) for i in range(3))
+        assert head.decode_run(seqs, ctx, 3) == pytest.approx(want, rel=1e-12)

@@ -123,6 +123,23 @@ class Grid:
         b = lo[j] + (hi[j] - lo[j]) * w
         return scale * (a + (b - a) * ((c - cols[j - 1]) / (cols[j] - cols[j - 1])))
 
+    def run_at(self, r: float, c: float, k: int) -> float:
+        """Σ at(r, c + i) for i < k: seconds of k points one column unit apart at row
+        quantity ``r``. The row is joined once; where all k points share a column
+        interval (or all lie past the last column, or before the first) the sum is
+        linear in them and is taken at their mean, else point by point."""
+        if k == 1:
+            return self.at(r, c)
+        cols = self.cols
+        last = c + (k - 1)
+        mean = c + (k - 1) / 2
+        if c >= cols[-1] or last <= cols[0]:
+            return k * self.at(r, mean)
+        j = bisect_right(cols, c)
+        if c > cols[0] and j < len(cols) and last <= cols[j]:
+            return k * self.at(r, mean)
+        return sum(self.at(r, c + i) for i in range(k))
+
     def over(self, r: Any, c: Any) -> Any:
         """Seconds at arrays of row and column quantities (elementwise), with the
         arithmetic of :meth:`at`."""

@@ -91,12 +91,7 @@ class Drafter:
         head = self.head
         if head is None or not seqs:
             return 0.0
-        t = 0.0
-        for i in range(self.k):
-            c = context_tokens + i * seqs
-            # Built as a plain tuple: one per draft step, every iteration.
-            t += head.step_time(tuple.__new__(StepShape, (seqs, seqs, c, 0, 0, 0, c + seqs)))
-        return t
+        return head.decode_run(seqs, context_tokens, self.k)
 
     def line(self, seqs: int) -> tuple[float, float, float]:
         """One draft step of ``seqs`` sequences: (seconds at no context, seconds per

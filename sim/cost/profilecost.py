@@ -87,6 +87,7 @@ class ProfileCost:
         self._heavy_names = [n for n in FORMS if n not in self._light_names]
         self._kept: dict[tuple[int, int, int], float] = {}
         self._stage_parts: list[list[Callable[[StepShape], float]]] | None = None
+        self._run_parts: list[Callable[[int, int, int], float] | bool | None] | None = None
 
     @property
     def source(self) -> str:
@@ -155,19 +156,25 @@ class ProfileCost:
         """Seconds one iteration of ``shape`` takes (float for scalars, array for arrays):
         the device step and the serving loop's host work around it."""
         if type(shape.seqs) is int:
-            key = (shape.seqs, shape.new_tokens, shape.prefill_seqs)
-            t = self._kept.get(key)
-            if t is None:
-                t = 0.0
-                for part in self._light:
-                    t += part(shape)
-                if len(self._kept) >= KEPT_MAX:
-                    self._kept.clear()  # recomputed alike: only memory is saved
-                self._kept[key] = t
+            t = self._light_time(shape)
             for part in self._heavy:
                 t += part(shape)
             return t
         return self._grouped(self.breakdown(shape), ())
+
+    def _light_time(self, shape: StepShape) -> float:
+        """The light parts of a scalar step (those reading only its entries, new tokens
+        and prefill entries), kept per those three counts."""
+        key = (shape.seqs, shape.new_tokens, shape.prefill_seqs)
+        t = self._kept.get(key)
+        if t is None:
+            t = 0.0
+            for part in self._light:
+                t += part(shape)
+            if len(self._kept) >= KEPT_MAX:
+                self._kept.clear()  # recomputed alike: only memory is saved
+            self._kept[key] = t
+        return t
 
     def head(self, layers: int) -> ProfileCost:
         """The same shard cut to ``layers`` decoder layers with its LM head, as a
@@ -185,6 +192,39 @@ class ProfileCost:
         return ProfileCost(dataclasses.replace(self.model, layers=layers, dense_layers=0), self.tp,
                            self.device, self.dtype, coefs, self.meta, knots,
                            grids={k: v for k, v in self.grids.items() if k not in SHARED_PARTS})
+
+    def decode_run(self, seqs: int, context: int, k: int) -> float:
+        """Seconds of ``k`` decode steps of ``seqs`` entries, step i's entries holding
+        ``context + i·seqs`` tokens between them (a head's draft steps): the parts that
+        do not read the context once times k, a measured decode grid summed by
+        :meth:`sim.cost.curves.Grid.run_at`, any other part step by step."""
+        if self._run_parts is None:
+            # Per heavy part: a grid's run, False for a part a step without prefill
+            # entries skips (its gate is zero), None to price step by step.
+            self._run_parts = [
+                self._grid_run(name, form) if name in self.grids
+                else False if form.gate == "prefill_seqs" else None
+                for name, form in FORMS.items()
+                if name in self.knots or name in self.grids or not _zero(form, self.coefs[name])
+                if not _light(name, form, self.grids)]
+        first = tuple.__new__(StepShape, (seqs, seqs, context, 0, 0, 0, context + seqs))
+        t = k * self._light_time(first)
+        for run, part in zip(self._run_parts, self._heavy, strict=True):
+            if isinstance(run, bool):  # a part zero without prefill entries
+                continue
+            if run is not None:
+                t += run(seqs, context, k)
+                continue
+            for i in range(k):
+                c = context + i * seqs
+                t += part(tuple.__new__(StepShape, (seqs, seqs, c, 0, 0, 0, c + seqs)))
+        return t
+
+    def _grid_run(self, name: str, form: ComponentForm) -> Callable[[int, int, int], float]:
+        """A grid component over a run of decode steps (see :meth:`decode_run`)."""
+        grid, layers = self.grids[name], self.model.layers if form.per_layer else 1
+        # Step i's entries hold context/seqs + 1 + i tokens each: one column unit apart.
+        return lambda seqs, context, k: grid.run_at(seqs, context / seqs + 1, k) * layers
 
     def stage_split(self, shape: StepShape) -> tuple[float, float, float]:
         """Seconds of one step of ``shape`` (Python ints) as a pipeline divides them

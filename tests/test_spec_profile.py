@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_requests
+from conftest import needs_tables, run_requests
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost
@@ -99,10 +99,42 @@ def test_vllm_v1s_async_scheduling_drafts_from_the_profile_too() -> None:
     assert "from the profile" in summarize(res)["speculative"]["draft_cost"]
 
 
-@pytest.mark.parametrize(("method", "cost"), [("eagle", "roofline"), ("draft", "measured")])
-def test_the_roofline_still_drafts_without_a_profile_or_for_a_draft_model(
-        method: str, cost: str) -> None:
-    res = run_requests(scenario(method, cost), [0.0], [64], [8], log_steps=False)
+def test_a_draft_model_drafts_from_its_own_shipped_profile() -> None:
+    # Llama-3-70B on 4 H100s drafting with Llama-3-8B: the 8B's shipped vLLM profile at
+    # tp 4, all its layers, without its per-step host work.
+    sc = scenario("draft")
+    cost = build_cost(sc)
+    assert isinstance(cost, ProfileCost)
+    draft = load_profile("h100-sxm-llama-3-8b-tp4-vllm")
+    assert isinstance(draft, ProfileCost)
+    whole = draft.head(32)
+    res = run_requests(sc, [0.0], [64], [8])
+    verifies = [e for e in res.step_log if e[3][0][1] == 3]
+    for (_, t0, t1, ((_, q, ctx),)) in verifies:
+        shape = StepShape(1, q, ctx, 1, q, q * ctx + q * (q + 1) // 2, 0)
+        want = cost.step_time(shape) + whole.decode_run(1, ctx, 2)
+        assert t1 - t0 == pytest.approx(want, rel=1e-9)
+    assert summarize(res)["speculative"]["draft_cost"] == (
+        "2 decode steps of llama-3-8b a verify, from its own shipped profile (measured "
+        "kernels: vLLM 0.24.0 on H100-SXM)")
+
+
+def test_the_roofline_still_drafts_for_a_roofline_run() -> None:
+    res = run_requests(scenario("eagle", "roofline"), [0.0], [64], [8], log_steps=False)
+    assert "roofline decode steps" in summarize(res)["speculative"]["draft_cost"]
+
+
+@needs_tables
+def test_a_draft_model_without_a_shipped_profile_drafts_by_the_roofline(tmp_path: Path) -> None:
+    # A TensorRT-LLM target profile (built, not shipped): no shipped TensorRT-LLM profile
+    # of the draft model exists, so the roofline prices it.
+    from sim.cost.tables.cli import main as profile_main
+
+    out = tmp_path / "t.yaml"
+    assert profile_main(["build", "--gpu", "h100-sxm", "--framework", "trtllm", "--model",
+                         "llama-3-70b", "--tp", "4", "--out", str(out)]) == 0
+    res = run_requests(scenario("draft", {"profile": str(out)}), [0.0], [64], [8],
+                       log_steps=False)
     assert "roofline decode steps" in summarize(res)["speculative"]["draft_cost"]
 
 

@@ -21,11 +21,14 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.replica import Replica
 from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
+from sim.cost.measured import find
 from sim.cost.models import CostModel, RooflineParams, build_cost
 from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
 from sim.cost.profilecost import ProfileCost
-from sim.cost.specs import GPUSpec
+from sim.cost.profilefile import load_profile
+from sim.cost.specs import GPUSpec, ModelSpec
+from sim.errors import ServesimError
 from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS
 
@@ -108,21 +111,40 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
                    memory)
 
 
+def draft_profile(target: ProfileCost, draft: ModelSpec, gpu: GPUSpec,
+                  tp: int) -> ProfileCost | None:
+    """A draft model's shipped measured profile on the target's GPU, tp and framework,
+    without per-step host work (the target's engine step pays it), when the target is
+    priced by measured kernels and one ships; else None (the roofline drafts)."""
+    src = target.meta.get("source")
+    if not isinstance(src, dict) or src.get("kind") != "measured-kernels":
+        return None
+    try:
+        stem = find(draft, gpu.name, tp, str(src.get("framework")))
+    except ServesimError:
+        return None
+    prof = load_profile(stem)
+    return prof.head(prof.model.layers) if isinstance(prof, ProfileCost) else None
+
+
 def speculation(scenario: Scenario, gpu: GPUSpec, tp: int,
                 cost: CostModel | None = None) -> Speculation | None:
     """The scenario's speculative decoding on ``tp`` GPUs of type ``gpu`` (None
     without), its draws from the workload seed's fifth child. Its drafter: an EAGLE or
     MTP head from ``cost``, the pool's own, when that is a profile (measured kernels or
-    a calibration: the target's layers and LM head); else, and for a draft model, the
-    roofline (the scenario's parameters when its cost is a roofline)."""
+    a calibration: the target's layers and LM head); a draft model from its own shipped
+    profile (:func:`draft_profile`); else the roofline (the scenario's parameters when
+    its cost is a roofline)."""
     spec = scenario.serving.speculative
     if spec is None:
         return None
     params = scenario.cost.roofline or RooflineParams()
-    head = None
+    head, head_from = None, "its layers and LM head from the profile"
     base = cost.cost if isinstance(cost, HostOverlap) else cost  # async scheduling's wrap
+    draft = drafter_model(spec, scenario.model)
     if isinstance(base, ProfileCost) and spec.method in ("eagle", "mtp"):
         head = base.head(spec.head_layers)
-    drafter = Drafter(drafter_model(spec, scenario.model), spec.num_tokens, gpu, tp,
-                      params, head)
+    elif isinstance(base, ProfileCost) and draft is not None:
+        head, head_from = draft_profile(base, draft, gpu, tp), "from its own shipped profile"
+    drafter = Drafter(draft, spec.num_tokens, gpu, tp, params, head, head_from)
     return Speculation(spec, drafter, np.random.default_rng(spec_seed_of(scenario)))

@@ -28,8 +28,10 @@ as its value at no context and its slope (seconds per context token).
 When the target is priced by a profile (measured kernels or a calibration) an EAGLE or
 MTP head is priced from that profile instead (``head``: the target's shard cut to the
 head's layers, :meth:`sim.cost.profilecost.ProfileCost.head`), its LM head the
-profile's own. A profile's decode attention is not affine in the context (measured
-grids, a spill knee), so each of the k draft steps is priced at its own context.
+profile's own; a draft model under a measured profile, by the draft's own shipped
+profile on the same GPU, tp and framework when one ships. A profile's decode attention
+is not affine in the context (measured grids, a spill knee), so each of the k draft
+steps is priced at its own context.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ class Drafter:
     ``head`` (a profile of the target cut to the head's layers) when given."""
 
     def __init__(self, model: ModelSpec | None, k: int, gpu: GPUSpec, tp: int,
-                 params: RooflineParams, head: ProfileCost | None = None):
+                 params: RooflineParams, head: ProfileCost | None = None,
+                 head_from: str = "its layers and LM head from the profile"):
         self.k = k
         self.model = model
         self.head = None if model is None else head
+        self.head_from = head_from  # how ``head`` was made, for :attr:`source`
         self._cost = None if model is None or self.head is not None else RooflineCost(
             model, gpu, tp, dataclasses.replace(params, step_overhead_s=0.0,
                                                 per_seq_overhead_s=0.0))
@@ -69,7 +73,7 @@ class Drafter:
             return "n-gram drafting, free"
         if self.head is not None:
             return (f"drafting: {self.k} decode steps of {self.model.name} a verify, "
-                    f"its layers and LM head from the profile ({self.head.source})")
+                    f"{self.head_from} ({self.head.source})")
         return f"drafting: {self.k} roofline decode steps of {self.model.name} a verify"
 
     def step_time(self, seqs: int, context_tokens: int) -> float:

@@ -87,10 +87,35 @@ def test_compare_gpus_runs_the_workload_on_each_gpu(tmp_path, capsys):
     assert "on 2 GPUs, each priced by its own cost model" in doc
 
 
+def test_compare_gpus_takes_a_tensor_parallel_degree(tmp_path, capsys):
+    # GPU:TP sets hardware.tp with the GPU: two H100s against one, and a B200 at the
+    # scenario's own tp; the rows, the GPU counts and the pools say so.
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "model": "llama-3-8b", "cost": "roofline",
+                                    "serving": {"policy": "chunked"}}))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--gpus", "h100-sxm:2,h100-sxm,b200",
+                 "--no-plots", "--out", str(out)]) == 0
+    with open(out / "compare.csv") as f:
+        table = {r["gpu"]: r for r in csv.DictReader(f)}
+    assert list(table) == ["h100-sxm:2", "h100-sxm", "b200"]
+    assert [table[g]["gpus"] for g in table] == ["2", "1", "1"]
+    # Each rank reads half the weights: the two-GPU decode is faster.
+    assert float(table["h100-sxm:2"]["tpot_p50_s"]) < float(table["h100-sxm"]["tpot_p50_s"])
+    summaries = json.loads((out / "compare.json").read_text())
+    pools = {g: s["simulated"]["pools"]["both"] for g, s in summaries.items()}
+    assert [(p["gpu"], p["tp"]) for p in pools.values()] == [
+        ("h100-sxm", 2), ("h100-sxm", 1), ("b200", 1)]
+    assert main(["report", str(out), "--format", "md"]) == 0
+    assert "## GPUs side by side" in (out / "report.md").read_text()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "b200", "--policies", "chunked"], "give --policies or --gpus, not both"),
     (["--gpus", "b200,x9"], "unknown gpu 'x9'; valid: a100-80gb"),
-    (["--gpus", "b200,b200"], "got b200,b200: each GPU once"),
+    (["--gpus", "b200,b200"], "got 'b200,b200': each GPU once"),
+    (["--gpus", "b200:x"], "got 'b200:x': after a GPU, ':' takes its tensor-parallel degree"),
+    (["--gpus", "b200:0"], "got 'b200:0': after a GPU, ':' takes"),
 ])
 def test_compare_gpus_bad_input_is_one_line(tmp_path, capsys, args, message):
     path = tmp_path / "s.yaml"

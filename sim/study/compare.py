@@ -59,13 +59,13 @@ def gpus(scenario: Any) -> int:
     return sum(p.replicas * p.gpus_per_replica for p in pools(scenario))
 
 
-def run_variants(path: str | Path, key: str, values: list[str],
+def run_variants(path: str | Path, variants: dict[str, list[str]],
                  overrides: list[str] | None = None,
                  percentiles: tuple[float, ...] | None = None, force: bool = False,
                  ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Run the scenario at ``path`` once per value of scenario key ``key`` (set after the
-    ``overrides``): {value: (RunResult, summary)}; ``percentiles`` those of each
-    summary's latencies (default: the summary's own); each run's memory estimate is
+    """Run the scenario at ``path`` once per variant, its ``KEY=VALUE`` settings applied
+    after the ``overrides``: {label: (RunResult, summary)}; ``percentiles`` those of
+    each summary's latencies (default: the summary's own); each run's memory estimate is
     checked first (``force``: not refused)."""
     from sim.config import scenario
     from sim.core.budget import check
@@ -73,13 +73,13 @@ def run_variants(path: str | Path, key: str, values: list[str],
     from sim.report.metrics import PERCENTILES, summarize
 
     out = {}
-    for value in values:
-        sc = scenario.load(path, [*(overrides or []), f"{key}={value}"])
+    for label, settings in variants.items():
+        sc = scenario.load(path, [*(overrides or []), *settings])
         check(sc, force)
         res = simulate(sc)
         summary = summarize(res, percentiles or PERCENTILES)
         summary["gpus"] = gpus(sc)
-        out[value] = (res, summary)
+        out[label] = (res, summary)
     return out
 
 
@@ -94,23 +94,33 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
     if unknown or not policies:
         raise ServesimError(f"unknown policy {unknown[0] if unknown else ''!r}; valid: "
                             f"{', '.join(sorted(POLICIES))}", where="--policies")
-    return run_variants(path, "serving.policy", policies, overrides, percentiles, force)
+    return run_variants(path, {p: [f"serving.policy={p}"] for p in policies}, overrides,
+                        percentiles, force)
 
 
 def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = None,
              percentiles: tuple[float, ...] | None = None, force: bool = False,
              ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Run the scenario at ``path`` once per GPU of the table (``hardware.gpu``):
-    {gpu: (RunResult, summary)}; an unknown or repeated name is refused in one line."""
+    """Run the scenario at ``path`` once per ``GPU`` of the table or ``GPU:TP`` (its
+    tensor-parallel degree too: a model may need fewer of a larger GPU), setting
+    ``hardware.gpu`` (and ``hardware.tp``): {name: (RunResult, summary)}; an unknown
+    GPU, a bad degree or a repeated name is refused in one line."""
     from sim.cost.specs import GPUS
 
-    unknown = [g for g in names if g not in GPUS]
-    if unknown or not names:
-        raise ServesimError(f"unknown gpu {unknown[0] if unknown else ''!r}; valid: "
-                            f"{', '.join(sorted(GPUS))}", where="--gpus")
-    if len(set(names)) < len(names):
-        raise ServesimError(f"got {','.join(names)}: each GPU once", where="--gpus")
-    return run_variants(path, "hardware.gpu", names, overrides, percentiles, force)
+    if len(set(names)) < len(names) or not names:
+        raise ServesimError(f"got {','.join(names)!r}: each GPU once", where="--gpus")
+    variants = {}
+    for name in names:
+        gpu, _, tp = name.partition(":")
+        if gpu not in GPUS:
+            raise ServesimError(f"unknown gpu {gpu!r}; valid: {', '.join(sorted(GPUS))}",
+                                where="--gpus")
+        if tp and not (tp.isdigit() and int(tp) >= 1):
+            raise ServesimError(f"got {name!r}: after a GPU, ':' takes its tensor-parallel "
+                                "degree, a whole number from 1 (e.g. h100-sxm:2)",
+                                where="--gpus")
+        variants[name] = [f"hardware.gpu={gpu}", *([f"hardware.tp={int(tp)}"] if tp else [])]
+    return run_variants(path, variants, overrides, percentiles, force)
 
 
 def _cell(summary: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -169,8 +179,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--policies", default=None,
                    help=f"comma-separated policy names (default {DEFAULT_POLICIES})")
     p.add_argument("--gpus", default=None,
-                   help="comma-separated GPUs of the table (e.g. b200,b300): one run on "
-                        "each with the scenario's own policy, instead of the policies")
+                   help="comma-separated GPUs of the table, each with an optional :TP "
+                        "(e.g. h100-sxm:2,b300): one run on each with the scenario's own "
+                        "policy, instead of the policies")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key for every run")
     p.add_argument("--out", type=Path, default=None,
@@ -203,7 +214,7 @@ def main(argv: list[str]) -> int:
         raise ServesimError("give --policies or --gpus, not both: a comparison varies one "
                             "thing (set the other with --set)", where="--gpus")
     by_gpu = a.gpus is not None
-    label, key = ("gpu", "hardware.gpu") if by_gpu else ("policy", "serving.policy")
+    label, key = ("gpu", "hardware.gpu[:hardware.tp]") if by_gpu else ("policy", "serving.policy")
     values = [x.strip() for x in (a.gpus if by_gpu else a.policies or DEFAULT_POLICIES
                                   ).split(",") if x.strip()]
     if a.out is not None:

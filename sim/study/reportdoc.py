@@ -210,11 +210,12 @@ def _simulate(folder: Path, s: dict[str, Any]) -> Doc:
 # ---------------------------------------------------------------------- compare
 def by_gpu(runs: dict[str, Any]) -> bool:
     """Whether a compare folder's runs differ by GPU (``compare --gpus``: one policy, a
-    GPU a run) rather than by policy."""
+    GPU, or a GPU and tensor-parallel degree, a run) rather than by policy."""
     sims = [s.get("simulated") for s in runs.values()]
     if len(sims) < 2 or any(sim is None for sim in sims):
         return False
-    gpus = {tuple(str(p["gpu"]) for p in sim["pools"].values()) for sim in sims}
+    gpus = {tuple((str(p["gpu"]), p.get("tp")) for p in sim["pools"].values())
+            for sim in sims}
     return len(gpus) == len(sims) and len({sim["policy"] for sim in sims}) == 1
 
 

@@ -208,3 +208,16 @@ def test_roofline_form_is_solved_exactly(name: str) -> None:
     for key, value in truth.items():
         assert fit.coef[key] == pytest.approx(value, rel=1e-9), key
     assert fit.mape_test < 1e-12
+
+
+def test_a_coefficient_at_its_bound_is_exactly_zero() -> None:
+    # y is a constant 2: the per-u coefficient belongs at its bound. The bounded solver
+    # stops it a hair above zero (3e-16 of the step here), by an amount that varies with
+    # the CPU's BLAS kernels; it must come out 0.0, so that a profile rebuilt on another
+    # machine is the same file.
+    from sim.cost.profilefit import _solve
+
+    u = np.linspace(1.0, 50.0, 40)
+    x, cost = _solve(np.stack([np.ones_like(u), u], axis=1), np.full_like(u, 2.0))
+    assert x[1] == 0.0
+    assert x[0] == pytest.approx(2.0, rel=1e-9) and cost < 1e-20

@@ -109,7 +109,11 @@ def _solve(a: np.ndarray, y: np.ndarray, offset: np.ndarray | float = 0.0
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             res = lsq_linear((a[:, used] / scale[used]) / y[:, None], 1.0 - offset / y,
                              bounds=(0, np.inf))
-        x[used] = res.x / scale[used]
+        # At the bound the solver stops a hair above zero, by an amount that depends on
+        # the CPU's BLAS kernels: a coefficient worth under 1e-9 of every time it fits is
+        # zero, so a rebuild writes the same file on any machine.
+        sol = np.where(res.x < 1e-9, 0.0, res.x)
+        x[used] = sol / scale[used]
     cost = float(np.sum(((offset + a @ x) / y - 1.0) ** 2))
     return x, cost if np.all(np.isfinite(x)) and np.isfinite(cost) else np.inf
 

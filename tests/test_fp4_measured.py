@@ -86,7 +86,7 @@ def test_profile_build_reads_the_nvfp4_gemm_rows(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_silicon_fp4_rows_of_dense_models_are_simulated(tmp_path: Path) -> None:
+def test_silicon_fp4_rows_of_dense_models_and_minimax_are_simulated(tmp_path: Path) -> None:
     from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
     from sim.validate.siliconfit import group, weights
 
@@ -95,8 +95,16 @@ def test_silicon_fp4_rows_of_dense_models_are_simulated(tmp_path: Path) -> None:
             "b,db-dump/2026-04-27,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp4,agg,1024,1024,"
             "8,2,1,1,90,20,nvfp4",
             "c,x,trtllm,1.3.0rc5,nvidia/Qwen3-32B-NVFP4,b200_sxm,fp4,agg,15000,500,13,2,1,1,719,"
-            "13,nvfp4"]
-    a, b, c = (classify(r) for r in read_rows(silicon_csv(tmp_path, rows, ("gemm_quant_mode",))))
+            "13,nvfp4",
+            "d,source_file=2026-04-06.csv; model=DeepSeek-R1,sglang,,deepseek-ai/DeepSeek-R1,"
+            "b200_sxm,fp4,agg,1024,1024,8,8,1,1,90,20,nvfp4"]
+    a, b, c, d = (classify(r)
+                  for r in read_rows(silicon_csv(tmp_path, rows, ("gemm_quant_mode",))))
+    # DeepSeek's FP4 checkpoint quantises attention's output projection, not its inputs.
+    assert d == ("nvfp4 weights of deepseek-ai/DeepSeek-R1: its recipes' checkpoint "
+                 "(DeepSeek-R1-0528-NVFP4-v2) has attention's output projection at 4 bits and "
+                 "its input projections in bf16; servesim gives all attention projections "
+                 "one dtype")
     assert isinstance(a, Case) and a.dtype == "nvfp4" and a.kv_dtype == "fp8"
     assert a.held_out and weights(a) == "4bit"
     assert group({"framework": "trtllm", "dtype": "nvfp4"}) == "trtllm nvfp4"
@@ -106,7 +114,49 @@ def test_silicon_fp4_rows_of_dense_models_are_simulated(tmp_path: Path) -> None:
     # batch waiting for 1k/1k below tp 8.
     assert recipe(a) == {"max_num_batched_tokens": 2048, "batch_wait_timeout_iters": 20,
                          "batch_wait_max_tokens_ratio": 0.9}
-    assert isinstance(b, str) and b.startswith("nvfp4 weights of a mixture of experts")
+    # nvidia/MiniMax-M2.5-NVFP4 (its FP4 recipes' checkpoint): NVFP4 experts, attention
+    # and router in bf16, an FP8 KV cache; the recipe keeps vLLM's memory share and MoE
+    # kernel.
+    assert isinstance(b, Case) and (b.dtype, b.expert_dtype, b.kv_dtype, b.moe_backend) == (
+        "bf16", "nvfp4", "fp8", "auto")
+    assert b.held_out and weights(b) == "4bit" and recipe(b) == {"memory_utilization": 0.9}
+    assert scenario_raw(b)["model"] == {"preset": "minimax-m2.5", "dtype": "bf16",
+                                        "kv_dtype": "fp8", "expert_dtype": "nvfp4"}
+    assert group({"framework": "vllm", "dtype": "bf16", "expert_dtype": "nvfp4"}) == \
+        "vllm nvfp4 experts"
     # A prompt longer than TensorRT-LLM's default token budget ran, so the run had room
     # for it in one step: the scenario gives it that (orca refuses it otherwise).
     assert isinstance(c, Case) and scenario_raw(c)["serving"]["max_num_batched_tokens"] == 15000
+
+
+@needs_tables
+def test_profile_build_takes_the_experts_dtype_apart(tmp_path: Path, capsys) -> None:
+    # nvidia/MiniMax-M2.5-NVFP4: NVFP4 experts beside bf16 attention; the built profile
+    # prices the experts from the MoE tables' nvfp4 rows and a scenario of the same model
+    # runs on it.
+    import yaml
+
+    from sim.cli import main
+
+    out = tmp_path / "mm.yaml"
+    assert main(["profile", "build", "--gpu", "b200", "--model", "minimax-m2.5", "--tp", "2",
+                 "--dtype", "bf16", "--expert-dtype", "nvfp4", "--out", str(out)]) == 0
+    assert "nvfp4 experts on FP4 tensor cores" in capsys.readouterr().out
+    model = {"preset": "minimax-m2.5", "dtype": "bf16", "expert_dtype": "nvfp4"}
+    fp4_experts = build_cost(from_dict({**_scenario(model), "cost": {"profile": str(out)}},
+                                       "<t>"))
+    assert yaml.safe_load(out.read_text())["model"]["expert_dtype"] == "nvfp4"
+    # Decode of 16 sequences reads NVFP4 experts: faster than the shipped block-FP8 release.
+    ship = build_cost(from_dict(_scenario("minimax-m2.5"), "<t>"))
+    step = decode_shape(16, 16 * 1024)
+    assert fp4_experts.step_time(step) < ship.step_time(step)
+    for args, message in ((["--model", "llama-3-8b", "--expert-dtype", "nvfp4"],
+                           "--expert-dtype: got 'nvfp4', but llama-3-8b has no experts"),
+                          (["--model", "minimax-m2.5", "--expert-dtype", "fp4"],
+                           "--expert-dtype: got 'fp4'; valid: bf16, fp16, fp8, fp8-block, "
+                           "mxfp4, nvfp4, int4")):
+        assert main(["profile", "build", "--gpu", "b200", *args, "--out",
+                     str(tmp_path / "x.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "x.yaml").exists()

@@ -13,8 +13,10 @@ A row servesim can model becomes a scenario: the model's preset, the GPU and tp,
 framework's default scheduler and limits (:data:`SCHEDULERS`), that closed-loop
 workload, priced by a profile built from the same wheel's kernel tables for that
 framework (:mod:`sim.cost.tables.profilebuild`). Rows it cannot model are kept with the reason
-(:func:`classify`): FP4 weights of a mixture of experts (a dense model's NVFP4 rows
-are simulated with the preset at ``nvfp4``), models without a preset, disaggregated or
+(:func:`classify`): FP4 weights of a mixture of experts whose checkpoint servesim cannot
+lay out (a dense model's NVFP4 rows are simulated with the preset at ``nvfp4``,
+MiniMax-M2.5's with its checkpoint's NVFP4 experts, :data:`NVFP4_MOE_CHECKPOINTS`),
+models without a preset, disaggregated or
 pipeline-parallel serving, experts split other than by tensor parallelism or by expert
 parallelism over the tp GPUs, GPUs without tables. FP8 rows (``gemm_quant_mode`` fp8 or
 fp8_block) are simulated with the preset's FP8 variant and are never used to fit the
@@ -37,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
-from sim.cost.specs import MODELS, KVDtype, ModelSpec
+from sim.cost.specs import MODELS, ExpertDtype, KVDtype, ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
@@ -72,7 +74,8 @@ FP8_MODES = {"fp8": "fp8", "fp8_block": "fp8-block"}
 # The GEMM quantisation mode of FP4 rows (W4A4 on FP4 tensor cores), simulated for dense
 # models, whose FP4 releases (NVIDIA's Llama-3.1-70B-Instruct-FP4, Qwen3-32B-NVFP4) quantise
 # every projection. A mixture of experts' FP4 row does not say which of its projections
-# the checkpoint it ran keeps at 4 bits (the experts alone, or attention too).
+# the checkpoint it ran keeps at 4 bits (the experts alone, or attention too): that comes
+# from the checkpoint its recipe serves (:data:`NVFP4_MOE_CHECKPOINTS`).
 FP4_MODES = {"nvfp4": "nvfp4"}
 # Checkpoints whose own quantization_config fixes their weights' dtype whatever a row's
 # label says: Qwen's FP8 releases are "fine-grained" FP8, weight_block_size [128, 128]
@@ -83,6 +86,23 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
                      "deepseek-ai/DeepSeek-V3": "fp8-block",
                      "deepseek-ai/DeepSeek-R1": "fp8-block",
                      "MiniMaxAI/MiniMax-M2.5": "fp8-block"}
+# Mixtures of experts whose FP4 rows' checkpoint is known, as (the other projections'
+# dtype, the experts' dtype, the KV cache's). InferenceX's MiniMax-M2.5 FP4 recipes
+# (minimaxm2.5_fp4_{b200,b300}.sh) serve nvidia/MiniMax-M2.5-NVFP4, quantised by ModelOpt's
+# experts-only NVFP4 recipe with an FP8 KV cache: the routed experts' three projections at
+# NVFP4, attention's projections, the router and the LM head left in bf16 (the model cards
+# of requantised copies that match its hf_quant_config.json say so), KV scales calibrated
+# in the checkpoint, and the B300 recipe passes --kv-cache-dtype fp8. (A bf16 cache would
+# hold 114k tokens on one B200 beside the 125 GiB of weights: the tp 1 runs of 8,192-token
+# prompts at 16 and 32 clients would have queued for seconds; they measured 348 and
+# 500 ms.) DeepSeek's FP4 runs serve
+# nvidia/DeepSeek-R1-0528-NVFP4-v2, which also quantises attention's output projection
+# and keeps its input projections in bf16: one dtype for every attention projection, as
+# servesim's model has, cannot stand for it, so those rows stay out.
+NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
+    "MiniMaxAI/MiniMax-M2.5": ("bf16", "nvfp4", "fp8")}
+SPLIT_ATTENTION_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP4-v2",
+                               "deepseek-ai/DeepSeek-V3": "DeepSeek-R1-0528-NVFP4-v2"}
 # What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
 # (`kv-cache-dtype: fp8` in vLLM's config, `kv_cache_config.dtype: fp8` in TensorRT-LLM's)
 # for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM on B200
@@ -233,8 +253,9 @@ def read_rows(path: Path) -> list[Row]:
 
 @dataclass(frozen=True)
 class Case:
-    """A row servesim simulates: which preset, GPU and framework stand for it, and how
-    its client drew lengths: ``ranged`` (uniform in [0.8 L, L]) or ``exact`` (L)."""
+    """A row servesim simulates: which preset, GPU and framework stand for it, its
+    weights' and KV cache's dtypes, and how its client drew lengths: ``ranged`` (uniform
+    in [0.8 L, L]) or ``exact`` (L)."""
 
     row: Row
     model: str
@@ -245,6 +266,7 @@ class Case:
     ep: int = 1  # expert parallelism (moe_ep_size = tp, moe_tp_size 1)
     moe_backend: str = "auto"  # the MoE kernel its recipe forces (:data:`MOE_BACKEND`)
     kv_dtype: KVDtype = "auto"  # the KV cache's: the run's recipe's where known
+    expert_dtype: ExpertDtype = ""  # the experts': "" the preset's, else its checkpoint's
 
     @property
     def held_out(self) -> bool:
@@ -267,7 +289,9 @@ class Case:
         import dataclasses
 
         return dataclasses.replace(MODELS[self.model], dtype=self.dtype,  # type: ignore[arg-type]
-                                   kv_dtype=self.kv_dtype)
+                                   kv_dtype=self.kv_dtype,
+                                   expert_dtype=(self.expert_dtype
+                                                 or MODELS[self.model].expert_dtype))
 
 
 def classify(row: Row) -> Case | str:
@@ -277,6 +301,7 @@ def classify(row: Row) -> Case | str:
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
     dtype = "bf16"
+    checkpoint_kv = False  # the checkpoint's own FP8 KV cache
     preset = MODELS[MODEL_PRESETS[row.model_path]]
     experts = preset.expert_dtype
     if experts:
@@ -289,9 +314,17 @@ def classify(row: Row) -> Case | str:
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
         elif mode in FP4_MODES and preset.experts:
-            return (f"{mode} weights of a mixture of experts: the row does not say which "
-                    "projections its checkpoint keeps at 4 bits (experts alone, or "
-                    "attention too)")
+            if row.model_path in SPLIT_ATTENTION_CHECKPOINTS:
+                return (f"{mode} weights of {row.model_path}: its recipes' checkpoint "
+                        f"({SPLIT_ATTENTION_CHECKPOINTS[row.model_path]}) has attention's "
+                        "output projection at 4 bits and its input projections in bf16; "
+                        "servesim gives all attention projections one dtype")
+            if row.model_path not in NVFP4_MOE_CHECKPOINTS:
+                return (f"{mode} weights of a mixture of experts: the row does not say "
+                        "which projections its checkpoint keeps at 4 bits (experts alone, "
+                        "or attention too)")
+            dtype, experts, kv = NVFP4_MOE_CHECKPOINTS[row.model_path]
+            checkpoint_kv = kv == "fp8"
         elif mode in FP4_MODES:
             dtype = FP4_MODES[mode]
         else:
@@ -316,12 +349,14 @@ def classify(row: Row) -> Case | str:
     if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
             math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
-    fp8_kv = row.collection == "inferencex" and any(
+    fp8_kv = checkpoint_kv or row.collection == "inferencex" and any(
         (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
+    # The kernel an FP8 recipe forces; the FP4 recipes leave vLLM's default.
     forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
-        if row.collection == "inferencex" else "auto"
+        if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
-                dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced)
+                dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
+                expert_dtype=experts)
 
 
 def tables_cover(case: Case) -> Case | str:
@@ -421,7 +456,9 @@ def recipe(case: Case) -> dict[str, float]:
     if r.collection != "inferencex":
         return {}
     if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
-        return {"memory_utilization": MINIMAX_MEMORY.get(case.gpu, 0.9)}
+        # Its FP4 recipes (minimaxm2.5_fp4_{b200,b300}.sh) keep vLLM's 0.90.
+        fp8 = case.spec.expert_dtype == ""
+        return {"memory_utilization": MINIMAX_MEMORY.get(case.gpu, 0.9) if fp8 else 0.9}
     if r.model_path in LLAMA70_PATHS and case.framework == "trtllm":
         fixed = case.gpu == "b200" and case.dtype != "nvfp4"
         out: dict[str, float] = {"max_num_batched_tokens": 16384 if fixed else r.isl + r.osl}
@@ -496,13 +533,16 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
             return {"dist": "fixed", "value": n}
         return {"dist": "uniform", "low": max(int(n * LENGTH_RATIO), 1), "high": n}
 
+    # The experts' dtype where the row's checkpoint differs from the preset's.
+    own = case.expert_dtype if case.expert_dtype != MODELS[case.model].expert_dtype else ""
     return {
         "name": f"silicon-{r.line}",
         # The KV cache's dtype too: vLLM's memory model sizes the cache from it (the
         # other frameworks' block counts come from kv_blocks, which reads case.spec).
-        "model": case.model if (case.dtype, case.kv_dtype) == ("bf16", "auto") else {
+        "model": case.model if (case.dtype, case.kv_dtype, own) == ("bf16", "auto", "") else {
             "preset": case.model, "dtype": case.dtype,
-            **({"kv_dtype": case.kv_dtype} if case.kv_dtype != "auto" else {})},
+            **({"kv_dtype": case.kv_dtype} if case.kv_dtype != "auto" else {}),
+            **({"expert_dtype": own} if own else {})},
         "hardware": {"gpu": case.gpu, "tp": r.tp,
                      "memory_utilization": settings.get("memory_utilization", 0.9),
                      **({"ep": case.ep} if case.ep > 1 else {})},

@@ -250,7 +250,10 @@ def weights(case: Case) -> str:
 def group(record: dict[str, Any]) -> str:
     """The summary group of a record: its framework for bf16 weights, ``<framework> fp8``
     for FP8 ones (fp8 and fp8-block together), ``<framework> <dtype>`` for 4-bit experts
-    or 4-bit projections."""
+    or 4-bit projections, ``<framework> nvfp4 experts`` for NVFP4 experts beside
+    16-bit projections (a dense model's NVFP4 rows quantise every projection)."""
+    if record.get("expert_dtype") == "nvfp4":
+        return f"{record['framework']} nvfp4 experts"
     if record.get("expert_dtype"):
         return f"{record['framework']} {record['expert_dtype']}"
     if record.get("dtype") in FOUR_BIT_WEIGHTS:
@@ -360,7 +363,8 @@ def _print(records: list[dict[str, Any]], stats: dict[str, Any], skipped: dict[s
             f"{'TPOT ms':>8} {'pred':>8} {'err':>7}")
     print(head)
     for r in records:
-        model = r["model"] + ("" if r.get("dtype", "bf16") == "bf16" else f" {r['dtype']}")
+        model = r["model"] + ("" if r.get("dtype", "bf16") == "bf16" else f" {r['dtype']}") \
+            + (" nvfp4-exp" if r.get("expert_dtype") == "nvfp4" else "")
         print(f"{r['line']:>5} {r['framework']:<8} {model:<23} {r['gpu']:<9} {r['tp']:>2} "
               f"{r['isl']:>5} {r['osl']:>5} {r['concurrency']:>4} {r['split']:<4} "
               f"{r['ttft_ms']:>9.1f} {r['ttft_pred_ms']:>9.1f} {r['ttft_err']:>+7.1%} "

@@ -36,7 +36,16 @@ from sim.cost.measured import (
 )
 from sim.cost.memory import kv_capacity_blocks
 from sim.cost.profilefile import PROFILE_DIR, parse_profile
-from sim.cost.specs import GPUS, MODELS, Dtype, KVDtype, ModelSpec, model_preset, shard
+from sim.cost.specs import (
+    GPUS,
+    MODELS,
+    Dtype,
+    ExpertDtype,
+    KVDtype,
+    ModelSpec,
+    model_preset,
+    shard,
+)
 from sim.cost.tables.moetable import MOE_BACKENDS, ROUTINGS
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError
@@ -60,12 +69,19 @@ def _model(args: argparse.Namespace) -> ModelSpec:
     return model_preset(args.model)
 
 
-def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None) -> ModelSpec:
-    """``model`` with its weight and KV-cache dtypes replaced where given; a value the
-    model description does not know is an error naming the flag and the valid ones."""
+def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
+                expert_dtype: str | None = None) -> ModelSpec:
+    """``model`` with its weight, KV-cache and experts' dtypes replaced where given; a
+    value the model description does not know, or experts' dtype for a dense model, is an
+    error naming the flag and the valid ones."""
+    if expert_dtype is not None and not model.experts:
+        raise ServesimError(f"got {expert_dtype!r}, but {model.name} has no experts; set "
+                            "--dtype for a dense model's projections", where="--expert-dtype")
     changes: dict[str, str] = {}
     for key, value, valid in (("dtype", dtype, get_args(Dtype)),
-                              ("kv_dtype", kv_dtype, get_args(KVDtype))):
+                              ("kv_dtype", kv_dtype, get_args(KVDtype)),
+                              ("expert_dtype", expert_dtype,
+                               tuple(d for d in get_args(ExpertDtype) if d))):
         if value is None:
             continue
         if value not in valid:
@@ -92,6 +108,10 @@ def _build(argv: list[str]) -> int:
                    help="the projections' weight dtype: bf16, fp8 (per-tensor scales), "
                         "fp8-block (128x128 block scales) or nvfp4 (FP4 tensor cores only); "
                         "default: the model's")
+    p.add_argument("--expert-dtype", default=None,
+                   help="a mixture of experts' routed and shared experts' weight dtype, "
+                        "when its checkpoint quantises them apart from the other projections "
+                        "(e.g. nvfp4 experts beside bf16 attention); default: the model's")
     p.add_argument("--kv-dtype", default=None,
                    help="KV-cache dtype: auto (the activations', bf16) or fp8; default: "
                         "the model's")
@@ -107,7 +127,7 @@ def _build(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
-    model = with_dtypes(_model(a), a.dtype, a.kv_dtype)
+    model = with_dtypes(_model(a), a.dtype, a.kv_dtype, a.expert_dtype)
     for flag, value in (("--routing", a.routing), ("--moe-backend", a.moe_backend)):
         if value != "auto" and not model.experts:
             # A dense model has no MoE layer for the choice to act on: say so, not ignore it.

@@ -160,3 +160,30 @@ def test_profile_build_takes_the_experts_dtype_apart(tmp_path: Path, capsys) -> 
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_hf_config_of_an_experts_only_modelopt_checkpoint(tmp_path: Path) -> None:
+    # nvidia/MiniMax-M2.5-NVFP4's layout: ModelOpt NVFP4 with every layer's self_attn*
+    # (and the router, LM head) excluded: NVFP4 experts, bf16 attention. A list that
+    # keeps only some attention projections (DeepSeek's NVFP4 v2) is one clear line.
+    import json
+
+    from sim.cost.hfconfig import from_hf_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = json.loads((root / "sim/data/models/minimax-m2.5/config.json").read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "exclude_modules": ["lm_head", *(f"model.layers.{i}.self_attn*" for i in range(62)),
+                            *(f"model.layers.{i}.block_sparse_moe.gate" for i in range(62))]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = from_hf_config(path)
+    assert (spec.dtype, spec.expert_dtype) == ("bf16", "nvfp4")
+    cfg["quantization_config"]["exclude_modules"] = [
+        "lm_head", "model.layers.0.self_attn.q_a_proj", "model.layers.0.self_attn.kv_b_proj"]
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError, match=r"quantization_config: keeps "
+                                            r"'model.layers.0.self_attn.q_a_proj' and other "
+                                            r"single attention projections unquantised"):
+        from_hf_config(path)

@@ -112,8 +112,9 @@ def from_hf_config(path: Path) -> ModelSpec:
     dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
         str(cfg.get("torch_dtype")), "bf16")
     moe_fields: dict[str, Any] = _moe_fields(cfg, family, count, src)
-    if moe_fields and _experts_only(cfg.get("quantization_config")):
-        # gpt-oss's mxfp4 covers the experts; attention, router and tables stay 16-bit.
+    if moe_fields and _experts_only(cfg.get("quantization_config"), src):
+        # The 4-bit (or FP8) weights are the experts'; attention, router and tables stay
+        # 16-bit.
         moe_fields["expert_dtype"] = dtype
         dtype = _TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16")
     layers = count("num_hidden_layers", least=1)
@@ -235,13 +236,27 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
     return {"sliding_window": window, "sliding_layers": sliding, **extra}
 
 
-def _experts_only(quant: Any) -> bool:
-    """Whether a ``quantization_config`` leaves attention unquantised (gpt-oss's mxfp4:
-    its ``modules_to_not_convert`` names the self-attention), so it covers the experts."""
+def _experts_only(quant: Any, src: str) -> bool:
+    """Whether a ``quantization_config`` leaves attention unquantised, so it covers the
+    experts: gpt-oss's mxfp4 (``modules_to_not_convert`` names the self-attention) and
+    ModelOpt's experts-only exports (``exclude_modules``, or ``ignore``, lists each
+    layer's ``self_attn*``). A list that keeps only some of attention's projections
+    (DeepSeek-R1-0528-NVFP4-v2 quantises the output projection alone) is an error:
+    servesim gives all of them one dtype."""
     if not isinstance(quant, dict):
         return False
-    keep = quant.get("modules_to_not_convert") or quant.get("ignore") or []
-    return isinstance(keep, list) and any("self_attn" in str(k) for k in keep)
+    keep = (quant.get("modules_to_not_convert") or quant.get("exclude_modules")
+            or quant.get("ignore") or [])
+    if not isinstance(keep, list):
+        return False
+    attention = [str(k) for k in keep if "self_attn" in str(k)]
+    whole = [k for k in attention if k.partition("self_attn")[2] in ("", "*", ".*")]
+    if attention and not whole:
+        raise ServesimError(f"keeps {attention[0]!r} and other single attention projections "
+                            "unquantised, the rest at its dtype; servesim gives all of "
+                            "attention's projections one dtype", source=src,
+                            where="quantization_config")
+    return bool(whole)
 
 
 def _weights_dtype(quant: Any, src: str) -> str | None:

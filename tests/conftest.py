@@ -70,6 +70,18 @@ def lazy_and_eager(sc: Any, requests: Requests, log: bool = True) -> list[Any]:
     return out
 
 
+def eager_run(sc: Any) -> RunResult:
+    """``sc`` run as ``simulate`` runs it (its workload, router and fault seeds) but
+    with every decode request by request, for comparison with the lazy run."""
+    from sim.workload.build import build_requests
+
+    seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
+    req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,
+                         sc.model.max_context)
+    return Engine(sc, req, build_cost(sc), np.random.default_rng(seeds[1]),
+                  fault_seed=seeds[2], lazy_decodes=False).run()
+
+
 def assert_equivalent(a: Any, b: Any) -> None:
     """Two runs of the same requests wrote the same logs, records and summary."""
     from sim.report.metrics import summarize

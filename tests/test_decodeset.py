@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_equivalent, lazy_and_eager, tiny_scenario
+from conftest import assert_equivalent, eager_run, lazy_and_eager, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.config import scenario
 from sim.core.batch import Batch
 from sim.core.decodeset import DecodeSet
-from sim.core.engine import Engine, build_cost, simulate
+from sim.core.engine import simulate
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
@@ -60,14 +60,7 @@ def test_shipped_scenarios_lazy_equal_eager(name: str, policy: str) -> None:
     except ServesimError as exc:
         pytest.skip(f"{name} does not combine with {policy}: {exc}")
     ref = simulate(sc)  # the engine as `servesim simulate` builds it (lazy)
-    from sim.workload.build import build_requests
-
-    seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
-    req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,
-                         sc.model.max_context)
-    eager = Engine(sc, req, build_cost(sc), np.random.default_rng(seeds[1]),
-                   fault_seed=seeds[2], lazy_decodes=False).run()
-    assert_equivalent(ref, eager)
+    assert_equivalent(ref, eager_run(sc))
 
 
 def test_prefix_caching_with_eviction_lazy_equal_eager() -> None:

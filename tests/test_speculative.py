@@ -126,20 +126,15 @@ def test_lazy_verifies_equal_eager(policy: str, method: str, k: int, a: float, b
 
 
 def test_shipped_scenario_lazy_equal_eager() -> None:
+    from conftest import eager_run
+
     from sim.config import scenario
-    from sim.core.engine import Engine, build_cost
-    from sim.workload.build import build_requests
 
     root = Path(__file__).resolve().parent.parent
     sc = scenario.load(root / "scenarios" / "speculative-eagle.yaml",
                        ["workload.num_requests=300"])
     ref = simulate(sc)
-    seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
-    req = build_requests(sc.workload, sc.base_dir, np.random.default_rng(seeds[0]), sc.source,
-                         sc.model.max_context)
-    eager = Engine(sc, req, build_cost(sc), np.random.default_rng(seeds[1]),
-                   fault_seed=seeds[2], lazy_decodes=False).run()
-    assert_equivalent(ref, eager)
+    assert_equivalent(ref, eager_run(sc))
     assert summarize(ref)["speculative"]["verifies"] > 1000
 
 

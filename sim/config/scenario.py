@@ -171,6 +171,10 @@ class ServingConfig:
     # Unset: vLLM's own default (on for policy chunked since vLLM 0.14; the module says
     # when it is off).
     async_scheduling: bool | None = None
+    # vLLM's --stream-interval: the server sends the first token at once, then the output
+    # in chunks of this many tokens (and what is left when the request finishes). Client
+    # ITL is one gap a chunk; TTFT, TPOT and E2E do not move (sim/core/streaming.py).
+    stream_interval: int = bounded(1, ge=1, le=100_000)
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
@@ -200,6 +204,11 @@ class ServingConfig:
                 "with more), and servesim models v1", where="max_num_partial_prefills")
         if self.speculative is not None:
             self._check_speculative(self.speculative)
+            if self.stream_interval > 1:
+                raise ServesimError(
+                    f"got {self.stream_interval} with speculative decoding: chunked streaming "
+                    "of speculative verifies (several tokens a step) is not modelled yet; "
+                    "1 streams every step's tokens", where="stream_interval")
         if (self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio) and \
                 self.policy != "orca":
             key = ("batch_wait_timeout_iters" if self.batch_wait_timeout_iters

@@ -50,6 +50,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "long_prefill_token_threshold": ("serving", "long_prefill_token_threshold"),
     "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
     "async_scheduling": ("serving", "async_scheduling"),
+    "stream_interval": ("serving", "stream_interval"),
 }
 # Other spellings of a servesim key that count as setting it.
 _SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
@@ -65,9 +66,7 @@ ONLY: dict[str, tuple[Any, ...]] = {
     "cuda_graph_sizes": (None,),
     "compilation_config": (None,),
     "disable_custom_all_reduce": (False,),
-    # Output buffering (tokens sent per chunk) and more API-server processes: what the
-    # frontend prior was fitted under is one process streaming every token.
-    "stream_interval": (1,),
+    # More API-server processes: the frontend prior was fitted under one.
     "api_server_count": (1,),
     "enable_lora": (False,),
     "kv_transfer_config": (None,),

@@ -22,7 +22,10 @@ integer updates:
 - Members finish at tick ``sync + output - generated``; ``finish_at`` maps that tick to
   them.
 - Inter-token gaps: every member in the previous iteration emitted at ``last_end``;
-  members joined since (``fresh``) keep their own last token time.
+  members joined since (``fresh``) keep their own last token time. With chunked
+  streaming (``interval`` > 1, :mod:`sim.core.streaming`) the set stores each
+  iteration's end time instead and a member's gaps are worked out when it leaves or is
+  settled.
 
 Nothing here decides anything: policies choose batches (sim/policies/base.py asks
 :meth:`reserve` whether the set can decode without preemption, and includes it in the
@@ -37,6 +40,7 @@ from sim.core.batch import Batch
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
+from sim.core.streaming import TRIM_AT, EndTimes, member_sends
 from sim.cost.memory import blocks_for
 from sim.cost.shape import StepShape
 
@@ -46,9 +50,10 @@ class DecodeSet:
     :class:`sim.core.batch.DecodeGroup`."""
 
     __slots__ = ("kv", "bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
-                 "last_end", "emitted")
+                 "last_end", "emitted", "interval", "ends", "itl")
 
-    def __init__(self, kv: KVCacheManager, reserved: bool = False) -> None:
+    def __init__(self, kv: KVCacheManager, reserved: bool = False, interval: int = 1,
+                 itl: LogHistogram | None = None) -> None:
         # Members' blocks are taken in bulk from kv and assigned to each when it settles.
         self.kv = kv
         block_size = kv.block_size
@@ -64,6 +69,11 @@ class DecodeSet:
         self.fresh: list[Request] = []
         self.last_end = 0.0
         self.emitted = 0
+        # Chunked streaming: tokens a chunk, the iterations' end times, and where members'
+        # gaps go when they are worked out outside end_step (a flush).
+        self.interval = interval
+        self.ends: EndTimes | None = EndTimes() if interval > 1 else None
+        self.itl = itl
 
     # -- membership ---------------------------------------------------------------------
     def joinable(self, r: Request) -> bool:
@@ -93,15 +103,19 @@ class DecodeSet:
             lst.append(r)
         self.fresh.append(r)
 
-    def _settle(self, r: Request, tick: int) -> None:
-        """Bring a member's fields to ``tick`` and end its membership."""
+    def _settle(self, r: Request, tick: int, gaps: list[float] | None = None) -> None:
+        """Bring a member's fields to ``tick`` and end its membership (with chunked
+        streaming, its chunks' gaps go to ``gaps``)."""
         d = tick - r.sync
         if d:
+            if self.ends is not None and gaps is not None:
+                member_sends(r, self.ends, tick, self.interval, gaps)
+            else:
+                r.last_token = self.last_end
             r.computed += d
             r.generated += d
             if not self.reserved:
                 self.kv.settle(r, r.computed)
-            r.last_token = self.last_end
         r.sync = -1
 
     def flush(self, running: list[Request]) -> None:
@@ -109,9 +123,14 @@ class DecodeSet:
         that reads requests one by one: preemption, a crash)."""
         if self.n:
             t = self.tick
+            gaps: list[float] | None = [] if self.ends is not None else None
             for r in running:
                 if r.sync >= 0:
-                    self._settle(r, t)
+                    self._settle(r, t, gaps)
+            if gaps and self.itl is not None:
+                self.itl.extend(gaps)
+        if self.ends is not None:
+            self.ends.reset(self.tick)
         self.n = 0
         self.ctx_base = 0
         self.phase = [0] * self.bs
@@ -152,7 +171,13 @@ class DecodeSet:
         the set, for the caller to finish; None when none did."""
         n = self.n
         fresh = self.fresh
-        itl.add_gaps(fresh, self.last_end, now, n)
+        ends = self.ends
+        if ends is None:
+            itl.add_gaps(fresh, self.last_end, now, n)
+        else:
+            ends.times.append(now)
+            if len(ends.times) >= TRIM_AT:
+                ends.trim(min(r.sync for lst in self.finish_at.values() for r in lst))
         if fresh:
             self.fresh = []
         self.last_end = now
@@ -160,20 +185,25 @@ class DecodeSet:
         self.tick += 1
         done = self.finish_at.pop(self.tick, None)
         if done is not None:
-            self._leave(done)
+            self._leave(done, itl)
         return done
 
-    def _leave(self, done: list[Request]) -> None:
+    def _leave(self, done: list[Request], itl: LogHistogram) -> None:
         """Settle finishing members and take them out of the set's sums."""
         bs = self.bs
         t = self.tick
+        gaps: list[float] | None = [] if self.ends is not None else None
         for r in done:
             c = r.computed
             self.ctx_base -= c - r.sync
             if not self.reserved:
                 self.phase[(r.sync - c) % bs] -= 1
-            self._settle(r, t)
+            self._settle(r, t, gaps)
         self.n -= len(done)
+        if gaps:
+            itl.extend(gaps)
+        if not self.n and self.ends is not None:
+            self.ends.reset(t)  # no member needs an older end time
 
     def log_entries(self, running: list[Request]) -> list[tuple[int, int, int]]:
         """(id, 1, computed) of each member decoding now, in running order."""

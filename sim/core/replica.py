@@ -40,6 +40,7 @@ from sim.core.request import Request
 from sim.core.result import finish_requests
 from sim.core.specset import SpecDecodeSet
 from sim.core.speculation import Speculation
+from sim.core.streaming import send
 from sim.cost.pipeline import StageCost
 from sim.cost.shape import StepShape
 
@@ -102,9 +103,11 @@ class Replica:
         # A verify needs KV slots for its k drafted tokens past the request's own.
         self.lookahead = 0 if spec is None else spec.k
         self.group: DecodeSet | SpecDecodeSet | None = None
+        # vLLM's --stream-interval: output tokens a chunk sent to the client (1: each one).
+        self.stream_interval = serving.stream_interval if serving is not None else 1
         if lazy:
-            self.group = (DecodeSet(kv, policy.reserves_kv) if spec is None
-                          else SpecDecodeSet(kv, spec.k + 1, self.stats))
+            self.group = (DecodeSet(kv, policy.reserves_kv, self.stream_interval, self.itl)
+                          if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats))
         # SGLang's --scheduler-recv-interval: new requests are read every so many decode
         # steps (None: every iteration). Entry replicas only; checked against pp at load.
         recv = serving.scheduler_recv_interval if serving is not None else 1
@@ -295,13 +298,17 @@ class Replica:
         kv = self.kv
         caching = kv.prefix is not None
         gaps: list[float] = []
+        interval = self.stream_interval
         for r in emitted:
             if r.generated == 1:
                 first_token[r.id] = now
                 self.outstanding -= r.prompt
+            if interval > 1:
+                send(r, now, interval, gaps)  # chunked streaming: a gap a chunk
             else:
-                gaps.append(now - r.last_token)
-            r.last_token = now
+                if r.generated != 1:
+                    gaps.append(now - r.last_token)
+                r.last_token = now
             if caching and r.hashes is not None:
                 kv.cache_blocks(r)
         if gaps:

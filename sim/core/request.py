@@ -26,8 +26,10 @@ class Request:
     ``blocks``, ``cached`` and ``swapped`` are the replica's KV-cache manager's record
     (:class:`sim.core.kvmanager.KVCacheManager`) and only it writes them.
     While ``sync`` >= 0 the request is a member of its replica's
-    :class:`sim.core.decodeset.DecodeSet` and ``computed``, ``generated``, ``blocks`` and
-    ``last_token`` are as of that set's tick ``sync``.
+    :class:`sim.core.decodeset.DecodeSet` and ``computed``, ``generated``, ``blocks``,
+    ``last_token`` and ``sent`` are as of that set's tick ``sync``. ``last_token`` is when
+    the client last received tokens, ``sent`` how many it has (with chunked streaming,
+    :mod:`sim.core.streaming`, fewer than ``generated``; otherwise unused).
     With speculative decoding, ``draws`` holds the tokens each of its verify iterations
     emits before capping (1 to k + 1, drawn when it was routed; with their running sums,
     :class:`sim.core.speculation.Speculation`) and ``verifies`` counts the ones it ran, so
@@ -40,7 +42,7 @@ class Request:
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
                  "last_token", "scheduled", "priority", "swapped", "hashes", "cached", "sync",
-                 "draws", "verifies", "admitted", "path")
+                 "draws", "verifies", "admitted", "path", "sent")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
@@ -63,6 +65,7 @@ class Request:
         # newest by this, whatever the order a pipeline hands requests back in.
         self.admitted = 0
         self.path: Any = None  # its first path through a speculating decode set, if planned
+        self.sent = 0  # output tokens streamed to the client (sim/core/streaming.py)
 
     @property
     def pending_tokens(self) -> int:

@@ -239,6 +239,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "batch_wait_timeout_iters", 0),
                                 ("serving", "batch_wait_max_tokens_ratio", 0.0),
                                 ("serving", "scheduler_recv_interval", 1),
+                                ("serving", "stream_interval", 1),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0)):
         if fields[section].get(key) == unset:
@@ -419,6 +420,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
             "token_budget": sv.chunk_budget if sv.policy == "chunked" else sv.token_budget,
             "long_prefill_token_threshold": sv.long_prefill_token_threshold,
             "block_size": sv.block_size, "watermark": sv.kv_watermark,
+            **({"stream_interval": sv.stream_interval} if sv.stream_interval > 1 else {}),
         }
         if kv_blocks is not None:
             per_pool[pool.role]["kv_blocks_per_replica"] = kv_blocks[start:start + pool.replicas]

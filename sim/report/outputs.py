@@ -158,6 +158,12 @@ def table(summary: dict[str, Any]) -> str:
             for k in stats
         )
         lines.append(f"{name:<14}{cells}")
+    pools = summary.get("simulated", {}).get("pools", {})
+    chunks = sorted({p["stream_interval"] for p in pools.values()
+                     if "stream_interval" in p})
+    if chunks:  # ITL is then one gap a chunk, as a client of that server measures it
+        lines.append(f"itl: one gap per streamed chunk of {'/'.join(map(str, chunks))} "
+                     "tokens (stream_interval)")
     tp = summary["throughput"]
 
     def num(v: float | None, f: str) -> str:

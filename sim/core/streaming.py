@@ -1,0 +1,94 @@
+"""Chunked streaming (vLLM's ``--stream-interval N``): which emitted tokens the server
+sends to the client, and so the inter-token gaps a client measures.
+
+vLLM's output processor sends a request's first token at once; after that it holds the
+tokens back until at least N are unsent, then sends them together, and it sends what is
+left when the request finishes. A client (vLLM's benchmark, genai-perf) records one
+inter-token gap per chunk it receives, so ITL is a chunk's gap; TTFT, the finish time,
+and with them TPOT and E2E, are the same as with N = 1. ``Request.sent`` is the output
+tokens sent so far and ``Request.last_token`` the time of the last send (with N = 1,
+every emission is a send).
+
+A request decoded token by token in its replica's decode set
+(:class:`sim.core.decodeset.DecodeSet`) emits one token per iteration; the set keeps
+each iteration's end time (:class:`EndTimes`) and works out a member's sends when it
+leaves or is settled (:func:`member_sends`), so an iteration costs one stored float.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from sim.core.request import Request
+
+
+class EndTimes:
+    """End times (s) of a decode set's iterations, by tick, from the oldest tick a member
+    may still need (``base``); dropped when the set empties."""
+
+    __slots__ = ("base", "times")
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.times = array("d")
+
+    def reset(self, tick: int) -> None:
+        """Forget every stored time; the next one stored is tick ``tick``'s."""
+        self.base = tick
+        self.times = array("d")
+
+    def at(self, tick: int) -> float:
+        """When the iteration of ``tick`` ended (s)."""
+        return self.times[tick - self.base]
+
+    def trim(self, oldest: int) -> None:
+        """Forget the times before tick ``oldest`` (no member needs them)."""
+        if oldest > self.base:
+            del self.times[:oldest - self.base]
+            self.base = oldest
+
+
+TRIM_AT = 1 << 16  # stored times at which a decode set drops those no member needs
+
+
+def send(r: Request, now: float, interval: int, gaps: list[float]) -> None:
+    """``r`` emitted its latest tokens (``r.generated`` now counts them) at ``now`` (s):
+    send them if its first token is among them, ``interval`` are unsent or it is done,
+    appending the client's gap since the previous send to ``gaps``."""
+    if r.generated == 1:
+        r.sent = 1
+        r.last_token = now
+    elif r.generated - r.sent >= interval or r.generated == r.output:
+        gaps.append(now - r.last_token)
+        r.sent = r.generated
+        r.last_token = now
+
+
+def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
+                 gaps: list[float]) -> None:
+    """Send what a decode-set member emitted, one token an iteration, from tick
+    ``r.sync`` up to (not including) ``tick``; ``r.generated`` still counts its tokens as
+    of ``r.sync``. Appends each chunk's gap to ``gaps`` and leaves ``r.sent`` and
+    ``r.last_token`` as of ``tick`` (the caller then brings ``r.generated`` there)."""
+    emitted = tick - r.sync
+    if emitted <= 0:
+        return
+    g0 = r.generated
+    last = g0 + emitted  # tokens generated after the last of these iterations
+    # Token j (j > g0) came out of the iteration of tick r.sync + j - g0 - 1; the chunks
+    # end at tokens sent + N, sent + 2N, ... and at the last one when the request is done.
+    k = r.sent + interval
+    prev = r.last_token
+    while k <= last:
+        t = ends.at(r.sync + k - g0 - 1)
+        gaps.append(t - prev)
+        prev = t
+        k += interval
+    sent = k - interval
+    if last == r.output and last > sent:
+        t = ends.at(tick - 1)
+        gaps.append(t - prev)
+        prev = t
+        sent = last
+    r.sent = sent
+    r.last_token = prev

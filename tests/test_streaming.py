@@ -1,0 +1,108 @@
+"""Chunked streaming (vLLM's --stream-interval, sim/core/streaming.py): the first token at
+once, then a chunk every N tokens and the rest at the finish; ITL is one gap a chunk,
+TTFT/TPOT/E2E do not move; the decode set's lazy chunks equal request-by-request ones."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_equivalent, eager_run, lazy_and_eager, tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.config import scenario
+from sim.config.scenario import from_dict
+from sim.core.engine import simulate
+from sim.errors import ServesimError
+from sim.report.metrics import per_request, summarize
+from sim.workload.requests import Requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _one(interval: int, output: int = 11) -> object:
+    # One request alone: an 8-token prompt prefilled in one 10 ms step, then one token
+    # every 10 ms step (linear cost: 10 ms a step, no per-token term).
+    sc = tiny_scenario(cost={"linear": {"step_s": 0.01, "per_new_token_s": 0.0}},
+                       serving={"stream_interval": interval},
+                       workload={"lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                             "output": {"dist": "fixed", "value": output}}})
+    return simulate(sc)
+
+
+def test_chunks_by_hand() -> None:
+    # 11 tokens at 10, 20, ..., 110 ms. N = 4: the first at once (10 ms), then tokens
+    # 5 and 9 (50, 90 ms), then the last two with token 11 (110 ms): gaps 40, 40, 20 ms.
+    res = _one(4)
+    itl = summarize(res)["latency_s"]["itl"]
+    assert itl["mean"] == pytest.approx((0.04 + 0.04 + 0.02) / 3)
+    assert itl["max"] == pytest.approx(0.04)
+    assert res.itl.total == 3
+    # N = 1: ten gaps of 10 ms; TTFT, TPOT and E2E the same either way.
+    plain = _one(1)
+    assert plain.itl.total == 10
+    a, b = per_request(res), per_request(plain)
+    for key in ("ttft", "tpot", "e2e"):
+        np.testing.assert_array_equal(a[key], b[key])
+    # A last chunk that is full sends nothing more: 9 tokens at N = 4 are 1 | 2-5 | 6-9.
+    assert _one(4, output=9).itl.total == 2
+    # Fewer tokens than one chunk past the first: one gap, first to last token.
+    short = _one(20)
+    assert short.itl.total == 1 and summarize(short)["latency_s"]["itl"]["max"] == \
+        pytest.approx(0.10)
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(("continuous", "chunked", "static", "orca")), st.integers(2, 9),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
+                min_size=1, max_size=14),
+       st.integers(8, 60), st.booleans())
+def test_lazy_chunks_equal_eager(policy: str, interval: int, rows: list[tuple], blocks: int,
+                                 swap: bool) -> None:
+    # Small KV caches force preemptions: the set settles members mid-chunk and they go on
+    # request by request, then join again.
+    rows = sorted(rows)
+    sc = tiny_scenario(serving={"policy": policy, "block_size": 4, "num_kv_blocks": blocks,
+                                "max_num_seqs": 5, "stream_interval": interval,
+                                "preemption": "swap" if swap else "recompute"})
+    req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                   np.array([r[2] for r in rows]))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("quickstart.yaml", []), ("policies-disaggregated.yaml", []),
+    ("faults-n-plus-1.yaml", []), ("quickstart.yaml", ["hardware.pp=2", "hardware.tp=1"])])
+def test_shipped_scenarios_stream_in_chunks_lazy_equal_eager(name: str,
+                                                             extra: list[str]) -> None:
+    sc = scenario.load(ROOT / "scenarios" / name,
+                       ["workload.num_requests=300", "serving.stream_interval=7", *extra])
+    ref = simulate(sc)
+    assert_equivalent(ref, eager_run(sc))
+    # Chunks of 7: far fewer gaps than tokens, and TTFT and TPOT as without chunks.
+    plain = simulate(scenario.load(ROOT / "scenarios" / name,
+                                   ["workload.num_requests=300", *extra]))
+    assert ref.itl.total < plain.itl.total / 4
+    a, b = per_request(ref), per_request(plain)
+    for key in ("ttft", "tpot"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_vllm_flag_sets_the_interval_and_bad_values_are_one_line() -> None:
+    raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01}},
+           "vllm": {"stream-interval": 20},
+           "workload": {"arrivals": {"process": "poisson", "rate": 1}, "num_requests": 2,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                    "output": {"dist": "fixed", "value": 4}}}}
+    assert from_dict(raw, "<t>").serving.stream_interval == 20
+    with pytest.raises(ServesimError, match="stream_interval"):
+        from_dict({**raw, "vllm": {}, "serving": {"stream_interval": 0}}, "<t>")
+    spec = {"method": "ngram", "num_tokens": 3, "acceptance": {"rate": 0.5}}
+    with pytest.raises(ServesimError, match=r"serving.stream_interval: got 20 with "
+                                            r"speculative decoding"):
+        from_dict({**raw, "serving": {"speculative": spec}}, "<t>")

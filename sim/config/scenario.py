@@ -204,11 +204,6 @@ class ServingConfig:
                 "with more), and servesim models v1", where="max_num_partial_prefills")
         if self.speculative is not None:
             self._check_speculative(self.speculative)
-            if self.stream_interval > 1:
-                raise ServesimError(
-                    f"got {self.stream_interval} with speculative decoding: chunked streaming "
-                    "of speculative verifies (several tokens a step) is not modelled yet; "
-                    "1 streams every step's tokens", where="stream_interval")
         if (self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio) and \
                 self.policy != "orca":
             key = ("batch_wait_timeout_iters" if self.batch_wait_timeout_iters

@@ -40,7 +40,7 @@ from sim.core.batch import Batch
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
-from sim.core.streaming import TRIM_AT, EndTimes, member_sends
+from sim.core.streaming import EndTimes, member_sends
 from sim.cost.memory import blocks_for
 from sim.cost.shape import StepShape
 
@@ -175,9 +175,7 @@ class DecodeSet:
         if ends is None:
             itl.add_gaps(fresh, self.last_end, now, n)
         else:
-            ends.times.append(now)
-            if len(ends.times) >= TRIM_AT:
-                ends.trim(min(r.sync for lst in self.finish_at.values() for r in lst))
+            ends.store(now, self.finish_at)
         if fresh:
             self.fresh = []
         self.last_end = now

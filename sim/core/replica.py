@@ -103,11 +103,11 @@ class Replica:
         # A verify needs KV slots for its k drafted tokens past the request's own.
         self.lookahead = 0 if spec is None else spec.k
         self.group: DecodeSet | SpecDecodeSet | None = None
-        # vLLM's --stream-interval: output tokens a chunk sent to the client (1: each one).
         self.stream_interval = serving.stream_interval if serving is not None else 1
         if lazy:
             self.group = (DecodeSet(kv, policy.reserves_kv, self.stream_interval, self.itl)
-                          if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats))
+                          if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats,
+                                                             self.stream_interval, self.itl))
         # SGLang's --scheduler-recv-interval: new requests are read every so many decode
         # steps (None: every iteration). Entry replicas only; checked against pp at load.
         recv = serving.scheduler_recv_interval if serving is not None else 1

@@ -14,7 +14,9 @@ reserve, and afterwards the tokens by which the members' summed context grows. T
 shape follows from that sum (every member verifies k + 1 tokens after its context).
 Leaving at its finish tick costs nothing more; a flush (preemption) empties the ring.
 Inter-token gaps: one per member per iteration, however many tokens it brought (as
-vLLM's benchmark counts ITL per streamed chunk).
+vLLM's benchmark counts ITL per streamed chunk); with chunked streaming one per chunk,
+worked out from the iterations' end times when a member leaves or is settled
+(:mod:`sim.core.streaming`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.specplan import LOW, SHIFT, path
+from sim.core.streaming import EndTimes, verify_sends
 from sim.cost.shape import StepShape
 
 WINDOW = 1 << 12  # ticks the set's per-tick sums hold at first; they grow when needed
@@ -47,9 +50,10 @@ class SpecDecodeSet:
 
     __slots__ = ("kv", "bs", "q", "tri", "stats", "tick", "n", "ctx", "sums", "prev_held",
                  "now", "fix", "trim", "origin", "horizon", "paths", "finish_at", "fresh",
-                 "last_end", "emitted")
+                 "last_end", "emitted", "interval", "ends", "itl")
 
-    def __init__(self, kv: KVCacheManager, q: int, stats: ReplicaStats) -> None:
+    def __init__(self, kv: KVCacheManager, q: int, stats: ReplicaStats, interval: int = 1,
+                 itl: LogHistogram | None = None) -> None:
         self.kv = kv
         self.bs = kv.block_size
         self.q = q
@@ -72,6 +76,10 @@ class SpecDecodeSet:
         self.fresh: list[Request] = []
         self.last_end = 0.0
         self.emitted = 0
+        # Chunked streaming (as sim.core.decodeset.DecodeSet keeps it).
+        self.interval = interval
+        self.ends: EndTimes | None = EndTimes() if interval > 1 else None
+        self.itl = itl
 
     # -- membership ---------------------------------------------------------------------
     def joinable(self, r: Request) -> bool:
@@ -152,17 +160,28 @@ class SpecDecodeSet:
         _, sums, a = r.draws
         return r.computed + sums.item(a + r.verifies + d) - off
 
-    def _settle(self, r: Request, tick: int) -> None:
-        """Bring a member's fields to ``tick`` and end its membership."""
+    def _cum(self, r: Request, d: int) -> np.ndarray:
+        """Tokens a member emitted in its first 1, 2, ..., ``d`` verifies here."""
+        off, _, left, _ = self.paths[r.id]
+        _, sums, a = r.draws
+        v = a + r.verifies
+        return np.minimum(sums[v + 1:v + d + 1] - off, left)
+
+    def _settle(self, r: Request, tick: int, gaps: list[float] | None = None) -> None:
+        """Bring a member's fields to ``tick`` and end its membership (with chunked
+        streaming, its chunks' gaps go to ``gaps``)."""
         d = tick - r.sync
         if d:
+            if self.ends is not None and gaps is not None:
+                verify_sends(r, self.ends, tick, self._cum(r, d), self.interval, gaps)
             c = self.computed_at(r, d)
             blocks_at = self.computed_at(r, d - 1) + self.q
             r.generated += c - r.computed
             r.computed = c
             r.verifies += d
             self.kv.settle(r, max(blocks_at, r.blocks * self.bs))
-            r.last_token = self.last_end
+            if self.ends is None:
+                r.last_token = self.last_end
         del self.paths[r.id]
         r.sync = -1
 
@@ -170,10 +189,15 @@ class SpecDecodeSet:
         """Bring every member's fields up to date and empty the set (and its sums)."""
         if self.n:
             t = self.tick
+            gaps: list[float] | None = [] if self.ends is not None else None
             for r in running:
                 if r.sync >= 0:
-                    self._settle(r, t)
+                    self._settle(r, t, gaps)
+            if gaps and self.itl is not None:
+                self.itl.extend(gaps)
             self.sums.fill(0)
+        if self.ends is not None:
+            self.ends.reset(self.tick)
         self.prev_held = 0
         self.fix = {}
         self.trim = {}
@@ -216,7 +240,11 @@ class SpecDecodeSet:
         Returns the members that emitted their last token, settled and out of the set."""
         n = self.n
         fresh = self.fresh
-        itl.add_gaps(fresh, self.last_end, now, n)
+        ends = self.ends
+        if ends is None:
+            itl.add_gaps(fresh, self.last_end, now, n)
+        else:
+            ends.store(now, self.finish_at)
         if fresh:
             self.fresh = []
         self.last_end = now
@@ -237,17 +265,22 @@ class SpecDecodeSet:
         if done is None:
             self.ctx += g
             return None
-        self._leave(done, now)
+        self._leave(done, now, itl)
         self.ctx += g
         return done
 
-    def _leave(self, done: list[Request], now: float) -> None:
+    def _leave(self, done: list[Request], now: float, itl: LogHistogram) -> None:
         """Settle members that emitted their last token at ``now`` (s), each at the end
         of the path laid when it joined, and take them out of the set."""
         paths = self.paths
         kv, bs = self.kv, self.bs
         gone = 0
+        ends = self.ends
+        gaps: list[float] = []
         for r in done:
+            if ends is not None:
+                verify_sends(r, ends, self.tick, self._cum(r, self.tick - r.sync),
+                             self.interval, gaps)
             _, m, left, last = paths.pop(r.id)
             c = r.computed + left
             gone += c
@@ -255,10 +288,15 @@ class SpecDecodeSet:
             r.computed = c
             r.verifies += m + 1
             kv.settle(r, last * bs)
-            r.last_token = now
+            if ends is None:
+                r.last_token = now
             r.sync = -1
         self.ctx -= gone
         self.n -= len(done)
+        if gaps:
+            itl.extend(gaps)
+        if ends is not None and not self.n:
+            ends.reset(self.tick)  # no member needs an older end time
 
     def log_entries(self, running: list[Request]) -> list[tuple[int, int, int]]:
         """(id, k + 1, computed) of each member verifying now, in running order."""

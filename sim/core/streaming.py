@@ -12,12 +12,17 @@ every emission is a send).
 A request decoded token by token in its replica's decode set
 (:class:`sim.core.decodeset.DecodeSet`) emits one token per iteration; the set keeps
 each iteration's end time (:class:`EndTimes`) and works out a member's sends when it
-leaves or is settled (:func:`member_sends`), so an iteration costs one stored float.
+leaves or is settled (:func:`member_sends`), so an iteration costs one stored float. A
+speculating set's members emit one to k + 1 tokens a verify, known from their draws
+(:class:`sim.core.specset.SpecDecodeSet`); their sends follow the running sum of what
+they emitted (:func:`verify_sends`).
 """
 
 from __future__ import annotations
 
 from array import array
+
+import numpy as np
 
 from sim.core.request import Request
 
@@ -41,11 +46,17 @@ class EndTimes:
         """When the iteration of ``tick`` ended (s)."""
         return self.times[tick - self.base]
 
-    def trim(self, oldest: int) -> None:
-        """Forget the times before tick ``oldest`` (no member needs them)."""
-        if oldest > self.base:
-            del self.times[:oldest - self.base]
-            self.base = oldest
+    def store(self, now: float, finish_at: dict[int, list[Request]]) -> None:
+        """Store the end (s) of the iteration that just ran; past :data:`TRIM_AT` stored,
+        forget those before the oldest tick a member (``finish_at``'s, by finish tick)
+        joined at, which no member needs."""
+        times = self.times
+        times.append(now)
+        if len(times) >= TRIM_AT:
+            oldest = min(r.sync for members in finish_at.values() for r in members)
+            if oldest > self.base:
+                del times[:oldest - self.base]
+                self.base = oldest
 
 
 TRIM_AT = 1 << 16  # stored times at which a decode set drops those no member needs
@@ -84,7 +95,14 @@ def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
         gaps.append(t - prev)
         prev = t
         k += interval
-    sent = k - interval
+    _finish(r, ends, tick, last, k - interval, prev, gaps)
+
+
+def _finish(r: Request, ends: EndTimes, tick: int, last: int, sent: int, prev: float,
+            gaps: list[float]) -> None:
+    """Leave ``r`` with ``sent`` tokens sent, the last at ``prev`` (s); when its
+    ``last`` token (emitted in the iteration before ``tick``) is its output's end, the
+    unsent rest goes out with it."""
     if last == r.output and last > sent:
         t = ends.at(tick - 1)
         gaps.append(t - prev)
@@ -92,3 +110,26 @@ def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
         sent = last
     r.sent = sent
     r.last_token = prev
+
+
+def verify_sends(r: Request, ends: EndTimes, tick: int, cum: np.ndarray, interval: int,
+                 gaps: list[float]) -> None:
+    """As :func:`member_sends` for a member of a speculating decode set, whose verifies
+    emit one to k + 1 tokens: ``cum[i]`` is the tokens it emitted in its first i + 1
+    iterations here (from tick ``r.sync``, up to ``tick``). A chunk goes out after the
+    verify that brings N unsent tokens, all of them unsent then; the last verify of a
+    finished request sends whatever is left."""
+    if not len(cum):
+        return
+    g0 = r.generated
+    prev = r.last_token
+    sent = r.sent
+    target = sent + interval - g0  # tokens (from g0) that complete the next chunk
+    i = int(cum.searchsorted(target))
+    while i < len(cum):
+        t = ends.at(r.sync + i)
+        gaps.append(t - prev)
+        prev = t
+        sent = g0 + int(cum[i])
+        i = int(cum.searchsorted(sent - g0 + interval))
+    _finish(r, ends, tick, g0 + int(cum[-1]), sent, prev, gaps)

@@ -212,7 +212,9 @@ def test_fewer_gaps_than_tokens_read_and_are_noted() -> None:
     run = vllm_results.parse(changed(itls__0=[0.022, 0.022]), "<t>")
     assert math.isclose(run.e2e_s[0], 0.194)
     assert ("1 of 3 completed requests streamed other than one chunk per token (e.g. "
-            "request 0: 2 gaps for 5 tokens)") in " ".join(run.notes)
+            "request 0: 2 gaps for 5 tokens): ITL compares per chunk, as vLLM measures it "
+            "(a server's --stream-interval is the scenario's serving.stream_interval)"
+            ) in " ".join(run.notes)
     assert not any("chunk" in n for n in vllm_results.parse(VALID, "<t>").notes)
 
 

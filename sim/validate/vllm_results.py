@@ -219,7 +219,9 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         k = off[0]
         notes.append(f"{len(off)} of {len(done)} completed requests streamed other than one "
                      f"chunk per token (e.g. request {k}: {len(itls[k])} gaps for "
-                     f"{output[k]} tokens): ITL compares per chunk, as vLLM measures it")
+                     f"{output[k]} tokens): ITL compares per chunk, as vLLM measures it "
+                     "(a server's --stream-interval is the scenario's "
+                     "serving.stream_interval)")
     conc = data.get("max_concurrency")
     if conc is not None:
         conc = _whole(conc, "max_concurrency", source, rule="concurrency")

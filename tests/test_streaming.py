@@ -145,3 +145,27 @@ def test_end_times_forget_what_no_member_needs() -> None:
     ends.store(0.5 * (TRIM_AT - 1), members)
     assert (ends.base, len(ends.times)) == (1000, TRIM_AT - 1000)
     assert ends.at(1000) == 500.0 and ends.at(TRIM_AT - 1) == 0.5 * (TRIM_AT - 1)
+
+
+def test_summary_and_report_say_itl_is_per_chunk(tmp_path: Path, capsys) -> None:
+    import json
+
+    import yaml
+
+    from sim.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "chunks", "model": "tiny", "cost": {"linear": {"step_s": 0.01}},
+        "vllm": {"stream-interval": 4},
+        "workload": {"arrivals": {"process": "poisson", "rate": 5}, "num_requests": 20,
+                     "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                 "output": {"dist": "fixed", "value": 11}}}}))
+    out = tmp_path / "out"
+    assert main(["simulate", str(path), "--out", str(out), "--no-plots"]) == 0
+    assert "itl: one gap per streamed chunk of 4 tokens (stream_interval)" in \
+        capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"]["pools"]["both"]["stream_interval"] == 4
+    assert main(["report", str(out), "--format", "md"]) == 0
+    assert "stream_interval 4 (ITL per chunk)" in (out / "report.md").read_text()

@@ -480,6 +480,8 @@ def setup_table(sim: dict[str, Any]) -> Table:
                   f"block size {p['block_size']}, watermark {p['watermark']:g}")
         if p.get("long_prefill_token_threshold"):
             limits += f", long_prefill_token_threshold {p['long_prefill_token_threshold']}"
+        if p.get("stream_interval"):  # ITL is then one gap a streamed chunk
+            limits += f", stream_interval {p['stream_interval']} (ITL per chunk)"
         rows.append([f"cluster{pool}", f"{p['replicas']} replica(s) × tp {p['tp']} on "
                                        f"{h.gpu_name(str(p['gpu']))}, router {p['router']}"])
         rows.append([f"serving{pool}", f"{p['policy']}: {limits}"])

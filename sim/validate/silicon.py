@@ -101,6 +101,7 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
 # servesim's model has, cannot stand for it, so those rows stay out.
 NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
     "MiniMaxAI/MiniMax-M2.5": ("bf16", "nvfp4", "fp8")}
+# InferenceX's (its recipes name the checkpoint; AIConfigurator's own runs do not).
 SPLIT_ATTENTION_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP4-v2",
                                "deepseek-ai/DeepSeek-V3": "DeepSeek-R1-0528-NVFP4-v2"}
 # What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
@@ -314,7 +315,8 @@ def classify(row: Row) -> Case | str:
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
         elif mode in FP4_MODES and preset.experts:
-            if row.model_path in SPLIT_ATTENTION_CHECKPOINTS:
+            if row.model_path in SPLIT_ATTENTION_CHECKPOINTS and \
+                    row.collection == "inferencex":
                 return (f"{mode} weights of {row.model_path}: its recipes' checkpoint "
                         f"({SPLIT_ATTENTION_CHECKPOINTS[row.model_path]}) has attention's "
                         "output projection at 4 bits and its input projections in bf16; "

@@ -145,6 +145,13 @@ def test_end_times_forget_what_no_member_needs() -> None:
     ends.store(0.5 * (TRIM_AT - 1), members)
     assert (ends.base, len(ends.times)) == (1000, TRIM_AT - 1000)
     assert ends.at(1000) == 500.0 and ends.at(TRIM_AT - 1) == 0.5 * (TRIM_AT - 1)
+    # The next look is at twice what was kept; with the same member still there it
+    # forgets nothing and waits for twice as many again (amortised O(1) a tick).
+    kept = TRIM_AT - 1000
+    assert ends.limit == 2 * kept
+    for t in range(TRIM_AT, TRIM_AT + kept):
+        ends.store(0.5 * t, members)
+    assert (ends.base, len(ends.times), ends.limit) == (1000, 2 * kept, 4 * kept)
 
 
 def test_summary_and_report_say_itl_is_per_chunk(tmp_path: Path, capsys) -> None:

@@ -31,16 +31,18 @@ class EndTimes:
     """End times (s) of a decode set's iterations, by tick, from the oldest tick a member
     may still need (``base``); dropped when the set empties."""
 
-    __slots__ = ("base", "times")
+    __slots__ = ("base", "times", "limit")
 
     def __init__(self) -> None:
         self.base = 0
         self.times = array("d")
+        self.limit = TRIM_AT  # stored times at which to look for ones to forget
 
     def reset(self, tick: int) -> None:
         """Forget every stored time; the next one stored is tick ``tick``'s."""
         self.base = tick
         self.times = array("d")
+        self.limit = TRIM_AT
 
     def at(self, tick: int) -> float:
         """When the iteration of ``tick`` ended (s)."""
@@ -49,14 +51,16 @@ class EndTimes:
     def store(self, now: float, finish_at: dict[int, list[Request]]) -> None:
         """Store the end (s) of the iteration that just ran; past :data:`TRIM_AT` stored,
         forget those before the oldest tick a member (``finish_at``'s, by finish tick)
-        joined at, which no member needs."""
+        joined at, which no member needs. The next look is when twice as many are kept,
+        so a member that stays for very long costs amortised O(1) a tick."""
         times = self.times
         times.append(now)
-        if len(times) >= TRIM_AT:
+        if len(times) >= self.limit:
             oldest = min(r.sync for members in finish_at.values() for r in members)
             if oldest > self.base:
                 del times[:oldest - self.base]
                 self.base = oldest
+            self.limit = max(TRIM_AT, 2 * len(times))
 
 
 TRIM_AT = 1 << 16  # stored times at which a decode set drops those no member needs

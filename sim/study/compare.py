@@ -111,11 +111,11 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
         raise ServesimError(f"got {','.join(names)!r}: each GPU once", where="--gpus")
     variants = {}
     for name in names:
-        gpu, _, tp = name.partition(":")
+        gpu, colon, tp = name.partition(":")
         if gpu not in GPUS:
             raise ServesimError(f"unknown gpu {gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="--gpus")
-        if tp and not (tp.isdigit() and int(tp) >= 1):
+        if colon and not (tp.isdigit() and int(tp) >= 1):
             raise ServesimError(f"got {name!r}: after a GPU, ':' takes its tensor-parallel "
                                 "degree, a whole number from 1 (e.g. h100-sxm:2)",
                                 where="--gpus")

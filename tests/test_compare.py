@@ -117,6 +117,7 @@ def test_compare_gpus_takes_a_tensor_parallel_degree(tmp_path, capsys):
     (["--gpus", "b200:x"], "got 'b200:x': after a GPU, ':' takes its tensor-parallel degree"),
     (["--gpus", "b200:0"], "got 'b200:0': after a GPU, ':' takes"),
     (["--gpus", "b200:"], "got 'b200:': after a GPU, ':' takes"),
+    (["--gpus", ","], "got no GPU; give one or more of a100-80gb"),
 ])
 def test_compare_gpus_bad_input_is_one_line(tmp_path, capsys, args, message):
     path = tmp_path / "s.yaml"

@@ -107,7 +107,10 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     GPU, a bad degree or a repeated name is refused in one line."""
     from sim.cost.specs import GPUS
 
-    if len(set(names)) < len(names) or not names:
+    if not names:
+        raise ServesimError(f"got no GPU; give one or more of {', '.join(sorted(GPUS))}",
+                            where="--gpus")
+    if len(set(names)) < len(names):
         raise ServesimError(f"got {','.join(names)!r}: each GPU once", where="--gpus")
     variants = {}
     for name in names:

@@ -458,9 +458,10 @@ def recipe(case: Case) -> dict[str, float]:
     if r.collection != "inferencex":
         return {}
     if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
-        # Its FP4 recipes (minimaxm2.5_fp4_{b200,b300}.sh) keep vLLM's 0.90.
-        fp8 = case.spec.expert_dtype == ""
-        return {"memory_utilization": MINIMAX_MEMORY.get(case.gpu, 0.9) if fp8 else 0.9}
+        # Its FP4 recipes (minimaxm2.5_fp4_{b200,b300}.sh), whose checkpoint has experts
+        # of their own dtype, keep vLLM's 0.90.
+        fp4 = case.expert_dtype != ""
+        return {"memory_utilization": 0.9 if fp4 else MINIMAX_MEMORY.get(case.gpu, 0.9)}
     if r.model_path in LLAMA70_PATHS and case.framework == "trtllm":
         fixed = case.gpu == "b200" and case.dtype != "nvfp4"
         out: dict[str, float] = {"max_num_batched_tokens": 16384 if fixed else r.isl + r.osl}

@@ -136,10 +136,16 @@ def test_vllm_flag_sets_ep_to_tp() -> None:
     del raw["hardware"]["tp"]
     raw["vllm"] = {"tensor-parallel-size": 8, "enable-expert-parallel": True}
     assert from_dict(raw).hardware.ep == 8
-    raw["vllm"]["data-parallel-size"] = 2
-    with pytest.raises(ServesimError, match="data-parallel attention") as exc:
-        from_dict(raw)
-    assert exc.value.where == "vllm.enable-expert-parallel"
+    # With several data-parallel ranks the experts spread over all their GPUs, and the
+    # ranks are one replica's (data-parallel attention), not copies.
+    raw["vllm"] = {"tensor-parallel-size": 2, "enable-expert-parallel": True,
+                   "data-parallel-size": 4}
+    hw = from_dict(raw).hardware
+    assert (hw.tp, hw.dp, hw.ep) == (2, 4, 8)
+    assert from_dict(raw).cluster.replicas == 1
+    raw["vllm"] = {"tensor-parallel-size": 8, "data-parallel-size": 2}
+    sc = from_dict(raw)
+    assert (sc.hardware.dp, sc.hardware.ep, sc.cluster.replicas) == (1, 1, 2)
 
 
 def test_disaggregated_with_ep_is_refused() -> None:
@@ -162,8 +168,8 @@ def test_measured_picks_the_ep_profile_and_lists_others() -> None:
     assert cost.cost.meta["ep"] == 8  # the profile, under async scheduling's overlap
     assert cost.source.endswith("expert parallelism ep=8; async scheduling")
     raw["hardware"].update(tp=4, ep=4)
-    with pytest.raises(ServesimError, match="shipped with expert parallelism there: vllm tp 8 "
-                                            "ep 8"):
+    with pytest.raises(ServesimError, match="shipped with expert parallelism there: vllm tp 1 "
+                                            "dp 8 ep 8, vllm tp 8 ep 8"):
         from_dict(raw)
 
 

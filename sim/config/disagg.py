@@ -118,11 +118,12 @@ class Pool:
     gpu_spec: GPUSpec
     pp: int = 1  # pipeline stages per replica (co-located pool only)
     ep: int = 1  # expert parallelism (co-located pool only): E/ep whole experts a GPU
+    dp: int = 1  # data-parallel attention ranks a replica (co-located pool only)
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs of one replica: tp × pp."""
-        return self.tp * self.pp
+        """GPUs of one replica: tp × pp × dp."""
+        return self.tp * self.pp * self.dp
 
 
 def pools(scenario: Scenario) -> list[Pool]:
@@ -130,7 +131,7 @@ def pools(scenario: Scenario) -> list[Pool]:
     hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
     if sv.policy != "disaggregated":
         return [Pool("both", cl.replicas, gpu_label(hw.gpu), hw.tp, hw.memory_utilization, sv,
-                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep)]
+                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep, hw.dp)]
     out = []
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
@@ -154,7 +155,7 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     sv = pool.serving
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
-                           pool.ep)
+                           pool.ep, pool.dp)
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's
@@ -170,6 +171,7 @@ def check_pools(scenario: Scenario) -> None:
     ``disaggregated.ROLE.tp``, ``hardware`` or ``disaggregated.ROLE``; a pipeline's
     stages must split the layers and run a policy that models them (``hardware.pp``)."""
     check_pipeline(scenario)
+    check_data_parallel(scenario)
     if scenario.hardware.ep > 1 and scenario.serving.policy == "disaggregated":
         raise ServesimError(f"got {scenario.hardware.ep} with policy 'disaggregated': expert "
                             "parallelism is modelled for co-located replicas so far; use ep 1",
@@ -178,7 +180,8 @@ def check_pools(scenario: Scenario) -> None:
         pc = getattr(scenario.disaggregated, pool.role, None)
         prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"
         tp_key = f"{prefix}.tp" if pc is None or pc.tp is not None else "hardware.tp"
-        shard(scenario.model, pool.tp, where=tp_key, ep=pool.ep, ep_where="hardware.ep")
+        shard(scenario.model, pool.tp, where=tp_key, ep=pool.ep, ep_where="hardware.ep",
+              dp=pool.dp)
         check_dtype(scenario.model, pool.gpu_spec)
 
         if pool.serving.num_gpu_blocks is None:
@@ -210,6 +213,40 @@ def check_pipeline(scenario: Scenario) -> None:
             raise ServesimError(f"got {pp} with serving.{key}: a pipeline of stages is "
                                 f"modelled without {key.replace('_', ' ')} so far; use pp 1",
                                 where="hardware.pp")
+
+
+def check_data_parallel(scenario: Scenario) -> None:
+    """``hardware.dp`` > 1 (data-parallel attention ranks sharing their experts,
+    sim/core/dpgroup.py) is modelled for a co-located single-stage pool priced by the
+    roofline, without speculative decoding, faults or a scheduler recv interval; errors
+    name the key that conflicts."""
+    dp = scenario.hardware.dp
+    if dp == 1:
+        return
+    sv, model = scenario.serving, scenario.model
+    if not model.experts:
+        raise ServesimError(f"got {dp}, but model {model.name} is dense (experts is 0): "
+                            "data-parallel attention ranks share a mixture of experts' "
+                            "experts; for copies of a dense model use cluster.replicas",
+                            where="hardware.dp")
+    if sv.policy == "disaggregated":
+        raise ServesimError(f"got {dp} with policy 'disaggregated': data-parallel attention "
+                            "is modelled for co-located replicas so far; use dp 1",
+                            where="hardware.dp")
+    if scenario.cost.linear is not None:
+        raise ServesimError(f"got {dp} with cost: linear, which prices no experts apart "
+                            "from a rank's step; data-parallel ranks share theirs over every "
+                            "rank's tokens: use cost: roofline, measured, or a profile built "
+                            "with --dp", where="hardware.dp")
+    conflicts = ((scenario.hardware.pp > 1, "hardware.pp", "pipeline stages"),
+                 (sv.speculative is not None, "serving.speculative", "speculative decoding"),
+                 (sv.scheduler_recv_interval > 1, "serving.scheduler_recv_interval",
+                  "a scheduler recv interval"),
+                 (scenario.faults.active, "faults", "faults"))
+    for clash, key, what in conflicts:
+        if clash:
+            raise ServesimError(f"got {dp} with {key}: data-parallel attention is modelled "
+                                f"without {what} so far; use dp 1", where="hardware.dp")
 
 
 def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig:

@@ -54,7 +54,11 @@ class HardwareConfig:
     E/ep to a GPU; it must equal ``tp`` (:func:`sim.cost.specs.expert_shard`).
     ``ep_imbalance`` (at least 1) is how many times the mean share of routed tokens the
     busiest GPU's experts get under expert parallelism (the roofline prices that GPU; 1:
-    balanced routing)."""
+    balanced routing). ``dp`` > 1 is data-parallel attention (vLLM's
+    ``--data-parallel-size`` with ``--enable-expert-parallel``): the replica is ``dp``
+    ranks of ``tp`` GPUs, each with the whole attention, its own scheduler, batch and KV
+    cache, sharing a mixture of experts' routed experts dealt out over all dp × tp GPUs
+    (``ep`` = dp × tp), every rank stepping with the others (:mod:`sim.core.dpgroup`)."""
 
     gpu: str | InlineGPU = DEFAULT_GPU
     tp: int = bounded(1, ge=1)
@@ -64,6 +68,7 @@ class HardwareConfig:
     pp: int = bounded(1, ge=1)
     ep: int = bounded(1, ge=1)
     ep_imbalance: float = bounded(1.0, ge=1)
+    dp: int = bounded(1, ge=1)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu, str) and self.gpu not in GPUS:
@@ -502,7 +507,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                         f"the inline GPU {pool.gpu!r} has no measured kernel tables; use "
                         f"cost: roofline (or a profile calibrated on it)", where="cost.measured")
                 find(scenario.model, pool.gpu, pool.tp, scenario.cost.measured.framework,
-                     pool.ep)
+                     pool.ep, pool.dp)
             if scenario.hardware.ep_imbalance != 1:
                 raise ServesimError(f"got {scenario.hardware.ep_imbalance:g} with cost: "
                                     "measured, whose MoE layers are the tables' own timings "
@@ -532,7 +537,7 @@ def check_host_memory(scenario: Scenario) -> None:
             raise ServesimError(f"the inline GPU {pool.gpu!r} has no installed host memory "
                                 f"on record; set hardware.host_memory_gb (GiB per node of "
                                 f"{spec.node_gpus} GPUs)", where="hardware.host_memory_gb")
-        on_node = min(pool.replicas * pool.tp, spec.node_gpus)
+        on_node = min(pool.replicas * pool.tp * pool.dp, spec.node_gpus)
         if tier.cpu_gb * on_node > cap:
             source = ("hardware.host_memory_gb" if given is not None
                       else f"the installed memory of a {pool.gpu} node")

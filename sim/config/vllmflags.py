@@ -12,8 +12,10 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
   70 GiB that is not an A100, else 2048 and 256 (vLLM's ``get_batch_defaults``);
 - no admission watermark (V1's KV-cache manager keeps none).
 
-``enable-expert-parallel`` sets ``hardware.ep`` to the tensor-parallel size (vLLM's
-expert-parallel group with one data-parallel rank). ``kv-cache-dtype fp8`` and
+``enable-expert-parallel`` sets ``hardware.ep`` to the tensor-parallel size times the
+data-parallel size (vLLM's expert-parallel group); with it, ``data-parallel-size`` N is
+data-parallel attention (``hardware.dp``: N ranks sharing the experts), and without it
+N independent copies (``cluster.replicas``). ``kv-cache-dtype fp8`` and
 ``quantization fp8`` set the model's KV-cache and weight
 dtypes (:data:`DTYPE_FLAGS`); ``speculative-config`` sets ``serving.speculative``'s method
 and k (:mod:`sim.config.vllmspec`). Flags that change nothing a simulation prices (``port``,
@@ -174,10 +176,13 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
             raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                 where=f"vllm.{flag}")
         given[name] = (str(flag), value)
+    # Under expert parallelism data-parallel ranks share the experts: one replica of dp ranks.
+    shared = given.get("enable_expert_parallel", ("", False))[1] is True
     for name, (flag, value) in given.items():
         where = f"vllm.{flag}"
         if name in MAPPED:
-            sect, key = MAPPED[name]
+            sect, key = (("hardware", "dp") if name == "data_parallel_size" and shared
+                         else MAPPED[name])
             target = section(sect)
             for k in (key, *_SAME.get((sect, key), ())):
                 if k in target:
@@ -233,24 +238,22 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
 
 def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],
                      hardware: dict[str, Any], where: str) -> None:
-    """``--enable-expert-parallel``: ``hardware.ep`` = tp. vLLM's expert-parallel group
-    is tp x data-parallel size; several data-parallel ranks would mean data-parallel
-    attention with all-to-all dispatch, which servesim does not model."""
+    """``--enable-expert-parallel``: ``hardware.ep`` = tp x data-parallel size, vLLM's
+    expert-parallel group (the data-parallel size itself is ``hardware.dp``, set with
+    the other mapped flags)."""
     if not isinstance(value, bool):
         raise ServesimError(f"got {value!r}, expected true or false", where=where)
     if not value:
         return
     dp = given.get("data_parallel_size", ("", 1))[1]
-    if dp != 1:
-        raise ServesimError(f"got true with data-parallel-size {dp}: expert parallelism "
-                            "across data-parallel ranks (data-parallel attention, all-to-all "
-                            "dispatch) is not modelled; servesim models ep = tp with one "
-                            "data-parallel rank", where=where)
+    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
+        return  # hardware.dp's own validation names the bad value
     if "ep" in hardware:
         raise ServesimError("sets hardware.ep, which the scenario sets too; give one of "
                             "them", where=where)
     tp = given.get("tensor_parallel_size", ("", None))[1]
-    hardware["ep"] = tp if tp is not None else hardware.get("tp", 1)
+    tp = tp if tp is not None else hardware.get("tp", 1)
+    hardware["ep"] = tp * dp if isinstance(tp, int) and not isinstance(tp, bool) else tp
 
 
 def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:

@@ -4,7 +4,9 @@ prefill pool and a decode pool joined by a KV hand-off.
 Each replica gets its own policy, its own KV-cache manager sized from its GPU's memory
 (or ``serving.num_gpu_blocks``, vLLM's override), and the cost model of its pool (per
 stage, when ``hardware.pp`` splits it into pipeline stages); each pool gets its own
-router, drawn from the run's generator in pool order.
+router, drawn from the run's generator in pool order. A replica of ``hardware.dp``
+data-parallel attention ranks is ``dp`` replica objects, each rank with its own policy
+and KV cache, stepped together by one :class:`~sim.core.dpgroup.DPGroup`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from sim.config.disagg import pool_memory, pools, transfer_bytes_per_token, transfer_link
 from sim.config.speculative import drafter_model
 from sim.core.disagg import Handoff
+from sim.core.dpgroup import DPGroup
 from sim.core.kvmanager import KVCacheManager
 from sim.core.replica import Replica
 from sim.core.speculation import Speculation, spec_seed_of
@@ -90,9 +93,11 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload),
-                    sv, pool.role, budget.block_bytes / host_bw, spec)
-            for i in range(pool.replicas)
+                    sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1)
+            for i in range(pool.replicas * pool.dp)
         ]
+        for g in range(0, len(members) if pool.dp > 1 else 0, pool.dp):
+            DPGroup(engine, members[g:g + pool.dp], pool_cost)
         for rep in members:
             rep.stats.block_bytes = budget.block_bytes
         replicas += members

@@ -165,6 +165,7 @@ def crash(rep: Replica) -> list[Request]:
     rep.outstanding = 0
     rep.swap_s = 0.0
     if not rep.idle:
+        assert rep.process is not None  # data-parallel ranks (no process of their own): no faults
         rep.process.interrupt("fault")
     return sorted(lost, key=lambda r: r.id)
 

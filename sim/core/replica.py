@@ -9,13 +9,14 @@ to now) and :meth:`Replica.deliver` (the decode set's tick, first-token times,
 inter-token gaps, finished requests and their blocks freed, hand-offs, decode-set
 joins).
 
-A replica has a ``role``: ``both`` (co-located prefill and decode), or ``prefill`` /
-``decode`` in a disaggregated cluster (:mod:`sim.core.disagg`). A prefill replica hands each
-request to ``handoff`` once its first token is out; a decode replica receives requests
-with their prompt KV present through an inbox of timed deliveries.
+A replica's ``role``: ``both`` (co-located), or ``prefill`` / ``decode`` in a disaggregated
+cluster (:mod:`sim.core.disagg`): a prefill replica hands each request to ``handoff`` once
+its first token is out; a decode replica receives them, KV present, through an inbox.
 
 A replica of ``hardware.pp`` pipeline stages runs :mod:`sim.core.pipeline`'s process
-instead of :meth:`Replica._run`, with up to pp micro-batches in flight.
+instead of :meth:`Replica._run`, with up to pp micro-batches in flight; the ranks of a
+data-parallel group (``grouped``) run none of their own: :mod:`sim.core.dpgroup` steps
+them together.
 """
 
 from __future__ import annotations
@@ -68,15 +69,10 @@ class Replica:
 
     def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
                  kv: KVCacheManager, serving: ServingConfig | None = None, role: str = "both",
-                 swap_block_s: float = 0.0, spec: Speculation | None = None):
-        self.index = index
-        self.engine = engine
-        self.env = engine.env
-        self.policy = policy
-        self.cost = cost
-        self.kv = kv
-        self.block_size = kv.block_size
-        self.role = role
+                 swap_block_s: float = 0.0, spec: Speculation | None = None,
+                 grouped: bool = False):
+        self.index, self.engine, self.env, self.policy = index, engine, engine.env, policy
+        self.cost, self.kv, self.block_size, self.role = cost, kv, kv.block_size, role
         self.entry = role != "decode"  # receives arrivals from the router
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -120,7 +116,9 @@ class Replica:
         self._admissions = 0  # requests admitted so far (each one's Request.admitted)
         self.pipe = (Pipeline(self, cost, lazy, policy.reserves_kv)
                      if isinstance(cost, StageCost) else None)
-        self.process = self.env.process(self._run() if self.pipe is None else self.pipe.run())
+        self.dp: Any = None  # its data-parallel group (sim.core.dpgroup), which wakes it
+        self.process = None if grouped else self.env.process(
+            self._run() if self.pipe is None else self.pipe.run())
 
     @property
     def prefix(self) -> PrefixCache | None:
@@ -154,6 +152,8 @@ class Replica:
         return len(self.waiting) + (len(self.gate.held) if self.gate is not None else 0)
 
     def _wake(self) -> None:
+        if self.dp is not None:
+            return self.dp.wake()
         self.idle = False
         if self.entry:
             self.engine.replica_busy()
@@ -165,7 +165,7 @@ class Replica:
         heapq.heappush(self.inbox, (lands, r.id, r))
         self.env.timeout(lands - self.env.now).callbacks.append(self._landed)
 
-    def _landed(self, _event: Any) -> None:
+    def _landed(self, _event: Any) -> None:  # a timed delivery's callback
         self.pull()
 
     def pull(self) -> None:
@@ -215,8 +215,6 @@ class Replica:
         self.engine.preempted(r)
         self.stats.preemptions += 1
 
-    preempt = release
-
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
         A prefill replica holds only the prompt's KV."""
@@ -236,8 +234,8 @@ class Replica:
             timeouts.expire(self, self.env.now)
         return self.policy.schedule(self)
 
-    def price(self, shape: StepShape, idle_s: float | None, batch: Batch | None = None
-              ) -> float:
+    def price(self, shape: StepShape, idle_s: float | None, batch: Batch | None = None,
+              shared_s: float = 0.0) -> float:
         """Seconds an iteration of ``shape`` takes: the cost model's step time, plus the
         profile's price for waking after ``idle_s`` seconds idle (None: it was busy;
         sim.cost.profile), plus the host-link time of the blocks moved for it: swapped,
@@ -245,8 +243,9 @@ class Replica:
         forward pass), plus, with speculative decoding, drafting for the verifies of
         ``batch`` (the iteration of ``shape``); with ``kv_offload.overlap`` the host-link
         time runs under the compute instead, and the iteration takes the longer of the
-        two."""
-        dt = self.cost.step_time(shape)
+        two. ``shared_s``: device seconds the step spends beyond the cost model's (a data-
+        parallel group's experts)."""
+        dt = self.cost.step_time_plus(shape, shared_s) if shared_s else self.cost.step_time(shape)
         if self._draft is not None and batch is not None:
             dt += self._draft(batch)
         if idle_s is not None and self._wake_time is not None:

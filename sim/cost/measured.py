@@ -4,7 +4,8 @@
 (:mod:`sim.cost.tables.profilebuild`) for every shipped architecture on every GPU the tables
 cover, at tensor-parallel degrees 1, 2, 4 and 8 where the model fits, for vLLM and
 SGLang. A file's stem says what it is: ``<gpu>-<model>-tp<N>-<framework>``.
-Profiles built with expert parallelism add ``-ep<N>`` after the tp (:data:`SHIPPED_EP`).
+Profiles built with expert parallelism add ``-ep<N>`` after the tp (:data:`SHIPPED_EP`),
+those of data-parallel attention ranks ``-dp<N>`` before it (:data:`SHIPPED_DP`).
 ``cost: measured`` picks the one matching the scenario's GPU, model, tp, ep and framework;
 a model matches a profile built for a preset of the same architecture (Llama 3.1 8B
 runs Llama 3 8B's kernels: only the context length differs).
@@ -43,6 +44,10 @@ SHIPPED_MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "minimax-m2.5
 # and the 8-H200 one docs/models.md sets beside tensor parallelism.
 SHIPPED_EP = (("qwen3-235b-a22b-fp8", "h200", 2), ("qwen3-235b-a22b-fp8", "h200", 4),
               ("qwen3-235b-a22b", "h200", 8))
+# Data-parallel attention (vLLM's --data-parallel-size N --enable-expert-parallel, one GPU
+# a rank: tp 1, ep = N), vLLM only: (model, GPU, dp), beside SHIPPED_EP's layouts.
+SHIPPED_DP = (("qwen3-235b-a22b", "h200", 8), ("qwen3-30b-a3b", "h100-sxm", 2),
+              ("qwen3-30b-a3b", "h100-sxm", 4))
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 # Latent-attention models (their release's FP8 block-scaled weights), at the tps where
 # they fit.
@@ -53,7 +58,8 @@ SHIPPED_TPS = (1, 2, 4, 8)
 SHIPPED_GPTOSS: dict[str, tuple[int, ...]] = {"gpt-oss-20b": (1, 2),
                                               "gpt-oss-120b": (1, 2, 4, 8)}
 SHIPPED_GPTOSS_GPUS = ("h100-sxm", "h200", "b200")
-_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)(?:-ep(?P<ep>\d+))?-(?P<fw>[a-z]+)"
+_REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)(?:-dp(?P<dp>\d+))?(?:-ep(?P<ep>\d+))?"
+                   r"-(?P<fw>[a-z]+)"
                    r"(?:-(?P<dtype>" + "|".join(QUANT_VARIANTS) + r"))?(?P<kv>-kvfp8)?$")
 
 
@@ -93,6 +99,7 @@ class Shipped:
     dtype: str = ""  # the weights' dtype where the stem names one (else the preset's)
     kv_dtype: str = "auto"
     ep: int = 1  # expert parallelism (``-ep<N>`` in the stem)
+    dp: int = 1  # data-parallel attention ranks (``-dp<N>``)
 
     @property
     def spec(self) -> ModelSpec:
@@ -115,7 +122,7 @@ def shipped() -> tuple[Shipped, ...]:
         if gpu and m and m["model"] in MODELS:
             out.append(Shipped(path.stem, gpu, m["model"], int(m["tp"]), m["fw"],
                                m["dtype"] or "", "fp8" if m["kv"] else "auto",
-                               int(m["ep"] or 1)))
+                               int(m["ep"] or 1), int(m["dp"] or 1)))
     return tuple(out)
 
 
@@ -130,23 +137,26 @@ def _changed_fields(model: ModelSpec) -> str:
     return ", ".join(f"{k} {v!r} (the preset's {b!r})" for k, v, b in diff)
 
 
-def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1) -> str:
+def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1,
+         dp: int = 1) -> str:
     """The stem of the shipped profile for ``model`` on ``tp`` GPUs of ``gpu`` under
-    ``framework``, with expert parallelism ``ep``; an error listing what exists when
-    none matches."""
+    ``framework``, with expert parallelism ``ep`` over ``dp`` data-parallel attention
+    ranks; an error listing what exists when none matches."""
     arch = architecture(model)
     same = [s for s in shipped() if architecture(s.spec) == arch]
     for s in same:
-        if (s.gpu, s.tp, s.framework, s.ep) == (gpu, tp, framework, ep):
+        if (s.gpu, s.tp, s.framework, s.ep, s.dp) == (gpu, tp, framework, ep, dp):
             return s.stem
     if ep > 1:
-        have_ep = sorted(f"{s.framework} tp {s.tp} ep {s.ep}" for s in same
-                         if s.gpu == gpu and s.ep > 1)
+        have_ep = sorted(f"{s.framework} tp {s.tp}" + (f" dp {s.dp}" if s.dp > 1 else "")
+                         + f" ep {s.ep}" for s in same if s.gpu == gpu and s.ep > 1)
+        ranks = f" over {dp} data-parallel ranks" if dp > 1 else ""
+        build = "--dp --ep" if dp > 1 else "--ep"
         raise ServesimError(f"no measured profile for {model.name} at tp={tp} with expert "
-                            f"parallelism ep={ep} under {framework} on {gpu}; shipped with "
-                            f"expert parallelism there: {', '.join(have_ep) or 'none'} (build "
-                            f"one with `servesim profile build --ep`, or use cost: roofline)",
-                            where="cost.measured")
+                            f"parallelism ep={ep}{ranks} under {framework} on {gpu}; shipped "
+                            f"with expert parallelism there: {', '.join(have_ep) or 'none'} "
+                            f"(build one with `servesim profile build {build}` and set cost: "
+                            "{profile: FILE}, or use cost: roofline)", where="cost.measured")
     same = [s for s in same if s.ep == 1]
     if not same:
         changed = _changed_fields(model)

@@ -89,6 +89,8 @@ class MemoryBudget:
     # sliding_reserve_bytes); the blocks then hold the full-attention layers' KV only.
     sliding: int = 0
     ep: int = 1  # expert parallelism: routed experts dealt out whole, E/ep a GPU
+    # Data-parallel attention ranks sharing those experts (each rank's blocks are its own).
+    dp: int = 1
 
     @property
     def budget(self) -> float:
@@ -121,6 +123,8 @@ class MemoryBudget:
 
         where = f"tp={self.tp}" if self.pp == 1 else (
             f"tp={self.tp} and pp={self.pp} (stage {self.stage})")
+        if self.dp > 1:
+            where += f", dp={self.dp}"
         if self.ep > 1:
             where += f" and ep={self.ep}"
         raise ServesimError(
@@ -142,6 +146,8 @@ class MemoryBudget:
         sliding = {"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else {}
         if self.ep > 1:
             stage = {"ep": self.ep, **stage}
+        if self.dp > 1:
+            stage = {"dp": self.dp, **stage}
         return {**stage, "total_gib": self.total / GIB, "utilization": self.utilization,
                 "weights_gib": self.weights / GIB, "activation_gib": self.activation / GIB,
                 "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
@@ -150,14 +156,15 @@ class MemoryBudget:
                 "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks"}
 
 
-def weight_bytes(model: ModelSpec, tp: int, ep: int = 1) -> int:
+def weight_bytes(model: ModelSpec, tp: int, ep: int = 1, dp: int = 1) -> int:
     """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
     (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
     rotary_dim elements (the head size; with MLA the rotary key's) at the activations'
     dtype, which every GPU keeps whole. The table is why
     Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96.
-    ``ep``: expert parallelism (:func:`sim.cost.specs.expert_shard`)."""
-    d = shard(model, tp, ep=ep)
+    ``ep``: expert parallelism, over ``dp`` data-parallel attention ranks
+    (:func:`sim.cost.specs.expert_shard`)."""
+    d = shard(model, tp, ep=ep, dp=dp)
     return d.weight_bytes + model.max_context * model.rotary_dim * model.act_bytes
 
 
@@ -184,7 +191,7 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) 
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
-                     max_num_seqs: int, sampler: bool = True, ep: int = 1) -> int:
+                     max_num_seqs: int, sampler: bool = True, ep: int = 1, dp: int = 1) -> int:
     """Peak bytes of one GPU's profiling pass above the weights (torch's peak increase).
 
     With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
@@ -204,9 +211,11 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
     the sampler runs. ``sampler=False``: a pipeline stage before the last, which runs
     no sampler. Under expert parallelism (``ep`` > 1) the experts' width is the whole
     expert's: a GPU's fused MoE kernel keeps every token's k intermediates of its own,
-    unsliced experts.
+    unsliced experts. With ``dp`` data-parallel attention ranks the experts see every
+    rank's tokens, but vLLM runs them through the MoE layer in chunks of a few hundred
+    tokens a rank (``VLLM_MOE_DP_CHUNK_SIZE``), so the peak stays one rank's.
     """
-    d = shard(model, tp, ep=ep)
+    d = shard(model, tp, ep=ep, dp=dp)
     a = model.act_bytes
     h = d.hidden
     # A token in a mixture of experts runs k (+ shared) experts' intermediates at once.
@@ -226,25 +235,29 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                   block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
-                  pp: int = 1, ep: int = 1) -> MemoryBudget:
+                  pp: int = 1, ep: int = 1, dp: int = 1) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
     sizes every stage's cache to the smallest: :func:`stage_budget`). ``ep`` > 1:
-    expert parallelism (:func:`sim.cost.specs.expert_shard`)."""
+    expert parallelism (:func:`sim.cost.specs.expert_shard`), over ``dp`` data-parallel
+    attention ranks (each holding the whole attention and its own KV blocks, which
+    ``blocks`` then counts: one rank's)."""
     if pp > 1:
         stages = [stage_budget(model, gpu, tp, memory_utilization, block_size,
                                max_num_batched_tokens, max_num_seqs, pp, k, ep)
                   for k in range(pp)]
         return min(stages, key=lambda b: (b.blocks, b.kv))
-    d = shard(model, tp, ep=ep)
+    d = shard(model, tp, ep=ep, dp=dp)
     budget = MemoryBudget(
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
-        utilization=memory_utilization, weights=weight_bytes(model, tp, ep),
-        activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs, ep=ep),
-        non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0),
+        utilization=memory_utilization, weights=weight_bytes(model, tp, ep, dp),
+        activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs, ep=ep,
+                                    dp=dp),
+        # A GPU among others keeps communicators (tensor-parallel, or experts' dispatch).
+        non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp * dp > 1 else 0),
         cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
-        block_bytes=d.kv_bytes_per_token * block_size, ep=ep)
+        block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp)
     if not (model.sliding_layers and model.full_layers):
         return budget
     layer = d.kv_bytes_per_token // d.layers

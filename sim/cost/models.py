@@ -228,16 +228,23 @@ class RooflineCost:
     token after attention's all-reduce, so nothing is dispatched: vLLM with one
     data-parallel rank combines the experts' outputs with the same all-reduce as under
     tensor parallelism (its all-to-all kernels serve data-parallel attention only).
+
+    Data-parallel attention (``dp`` > 1 ranks of ``tp`` GPUs, ``ep`` = dp × tp,
+    :mod:`sim.core.dpgroup`): :meth:`step_time` prices one rank's own work, everything
+    but the routed experts, and :meth:`experts_time` the experts over every rank's
+    tokens, which reach them by an all-gather of their hidden states over the dp × tp
+    GPUs and leave by a reduce-scatter (vLLM's default all-to-all backend for data
+    parallelism), each ``latency + (G−1)/G · tokens·h·b / link_bw`` a MoE layer.
     """
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, tp: int, params: RooflineParams,
-                 ep: int = 1, ep_imbalance: float = 1.0):
+                 ep: int = 1, ep_imbalance: float = 1.0, dp: int = 1):
         check_dtype(model, gpu)
         self.model, self.gpu, self.tp, self.params = model, gpu, tp, params
-        self.ep, self.ep_imbalance = ep, ep_imbalance
+        self.ep, self.ep_imbalance, self.dp = ep, ep_imbalance, dp
         self.frontend = params.frontend
         m, p = model, params
-        d = shard(model, tp, ep=ep)
+        d = shard(model, tp, ep=ep, dp=dp)
         b = m.act_bytes
         flops = gpu.flops * p.flops_efficiency
         # FP8 projections run at the FP8 peak where the GPU has FP8 tensor cores; elsewhere
@@ -263,8 +270,9 @@ class RooflineCost:
                 routed = routed * ep_imbalance / ep
             # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
             moe_flops = gemm_peak(m.expert_dtype or m.dtype, gpu)[0] * p.moe_flops_efficiency
+            self._exp_flop_s = 2 * routed / moe_flops
             self._lin_flop_s = (2 * always / lin_flops + 2 * router / flops
-                                + 2 * routed / moe_flops)
+                                + (self._exp_flop_s if dp == 1 else 0.0))
             if m.expert_dtype_bytes == m.dtype_bytes:
                 self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
             else:
@@ -277,6 +285,13 @@ class RooflineCost:
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
             # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
             self._moe_q = 1.0 - m.experts_per_token / m.experts
+            # Data-parallel ranks: dispatch (all-gather) and combine (reduce-scatter) of
+            # every rank's tokens over the dp x tp GPUs, a MoE layer each.
+            group = dp * tp
+            link_bw, link_s = gpu.tp_link(group) if dp > 1 else (1.0, 0.0)
+            self._dc_fixed_s = 2 * d.moe_layers * link_s
+            self._dc_token_s = (2 * d.moe_layers * (group - 1) / group * m.hidden * b / link_bw
+                                if dp > 1 else 0.0)
             kernels = (d.layers * attn_kernels + d.dense_layers * 2
                        + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
         else:
@@ -324,8 +339,9 @@ class RooflineCost:
     @property
     def source(self) -> str:
         """Where the prices come from, in one phrase (and how FP8 weights run)."""
+        dp = f"; data-parallel attention dp={self.dp}" if self.dp > 1 else ""
         return "analytic roofline (efficiencies fitted on public kernel tables)" + dtype_note(
-            self.model, self.gpu) + ep_note(self.ep, self.ep_imbalance)
+            self.model, self.gpu) + ep_note(self.ep, self.ep_imbalance) + dp
 
     def _terms(self, shape: StepShape, mx: Any) -> tuple[Any, Any, Any, Any, Any]:
         """(linear, attention, LM head, all-reduce, overhead) seconds of ``shape``."""
@@ -333,7 +349,7 @@ class RooflineCost:
         pairs = shape.prefill_pairs + shape.decode_kv
         kv_tokens = shape.context_tokens + new
         p = self.params
-        if self._moe_q is None:
+        if self._moe_q is None or self.dp > 1:  # a data-parallel rank's experts: apart
             linear = mx(self._lin_flop_s * new, self._lin_mem_s) + self._lin_floor_s
         else:
             touched = 1.0 - self._moe_q ** new  # share of each layer's experts read
@@ -354,6 +370,21 @@ class RooflineCost:
                 mx(self._head_flop_s * shape.seqs, self._head_mem_s) + p.kernel_floor_s,
                 self._ar_fixed_s + self._ar_token_s * new,
                 p.step_overhead_s + p.per_seq_overhead_s * shape.seqs)
+
+    def step_time_plus(self, shape: StepShape, extra_s: float) -> float:
+        """Seconds of one iteration of ``shape`` (Python ints) whose device work runs
+        ``extra_s`` seconds longer: a data-parallel rank's step with the shared experts."""
+        return self.step_time(shape) + extra_s
+
+    def experts_time(self, tokens: int) -> float:
+        """Seconds of the routed experts of every MoE layer for ``tokens`` new tokens of
+        all data-parallel ranks together (``dp`` > 1): their FLOPs and the weights of
+        the experts those tokens touch, the slower of the two, plus their dispatch and
+        combine (the class docstring)."""
+        assert self._moe_q is not None and self.dp > 1, "experts apart: dp > 1 MoE only"
+        touched = 1.0 - self._moe_q ** tokens
+        return (max(self._exp_flop_s * tokens, self._moe_mem_s * touched)
+                + self._dc_fixed_s + self._dc_token_s * tokens)
 
     def _window_attention(self, shape: StepShape, mx: Any) -> Any:
         """Attention seconds (without its floor) of a model with sliding-window layers:
@@ -425,14 +456,16 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
     if c.linear is not None:
         return c.linear
     if c.roofline is not None:
-        return RooflineCost(scenario.model, spec, tp, c.roofline, ep, skew)
+        return RooflineCost(scenario.model, spec, tp, c.roofline, ep, skew,
+                            scenario.hardware.dp)
     from sim.cost.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
     if c.measured is not None:
         from sim.cost.measured import find
 
         try:
-            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework, ep))
+            return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework, ep,
+                                     scenario.hardware.dp))
         except ServesimError as exc:
             raise exc.located(scenario.source) from None
     assert c.profile is not None
@@ -446,7 +479,8 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
     mismatch = [
         f"{k} {a!r} != {b!r}"
         for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep))
+                        ("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep),
+                        ("dp", prof.meta.get("dp", 1), scenario.hardware.dp))
         if a != b
     ]
     if mismatch:

@@ -77,6 +77,17 @@ class HostOverlap:
         """Seconds of the device step alone (the step without its host work)."""
         return self._step(shape) - self.host_time(shape)
 
+    def step_time_plus(self, shape: StepShape, extra_s: float) -> float:
+        """Seconds of one iteration of ``shape`` (Python ints) whose device work runs
+        ``extra_s`` seconds longer (a data-parallel rank's shared experts): the longer of
+        that device work and the host work."""
+        h = self.host_time(shape)
+        return max(self._step(shape) - h + extra_s, h)
+
+    def experts_time(self, tokens: int) -> float:
+        """The wrapped model's (data-parallel attention: the shared experts' seconds)."""
+        return float(self.cost.experts_time(tokens))
+
     def step_time(self, shape: StepShape) -> Any:
         """Seconds one iteration of ``shape`` takes: the longer of its device work and
         its host work."""

@@ -58,14 +58,16 @@ class ProfileCost:
     prices it alone. ``wake`` holds ``max_s`` and ``tau_s`` of :meth:`wake_time` (none:
     a step after idle costs what it costs after others). ``frontend`` is the API
     server's per-request latency (none: zero). ``step_time`` is pure and accepts numpy
-    arrays in any shape field.
+    arrays in any shape field. ``experts``: in a profile of one data-parallel attention
+    rank (``meta["dp"]`` > 1), the routed experts' seconds at counts of the whole group's
+    new tokens, which the components then leave out (:meth:`experts_time`).
     """
 
     def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
                  coefs: Mapping[str, Mapping[str, float]], meta: dict[str, Any] | None = None,
                  knots: Mapping[str, Knots | tuple[float, ...]] | None = None,
                  wake: Mapping[str, float] | None = None, frontend: Frontend = NO_FRONTEND,
-                 grids: Mapping[str, Grid] | None = None):
+                 grids: Mapping[str, Grid] | None = None, experts: Knots | None = None):
         self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
         self.coefs = {k: dict(v) for k, v in coefs.items()}
         self.knots = {k: v if isinstance(v, Knots) else Knots.counts(v)
@@ -74,6 +76,7 @@ class ProfileCost:
         self.wake = {k: float(v) for k, v in (wake or {}).items()}
         self.frontend = frontend
         self.meta: dict[str, Any] = meta or {}
+        self.experts = experts
         used = [(name, form) for name, form in FORMS.items()
                 if name in self.knots or name in self.grids or not _zero(form, self.coefs[name])]
         # Components that read only a step's entries, new tokens and prefill entries are
@@ -161,6 +164,25 @@ class ProfileCost:
                 t += part(shape)
             return t
         return self._grouped(self.breakdown(shape), ())
+
+    def step_time_plus(self, shape: StepShape, extra_s: float) -> float:
+        """Seconds of one iteration of ``shape`` (Python ints) whose device work runs
+        ``extra_s`` seconds longer: a data-parallel rank's step with the shared experts."""
+        return float(self.step_time(shape)) + extra_s
+
+    def experts_time(self, tokens: int) -> float:
+        """Seconds of a data-parallel group's routed experts (every MoE layer, dispatch
+        and combine) for ``tokens`` new tokens of all its ranks: the measured knots,
+        joined linearly, held at the first below them and in proportion past the last."""
+        knots = self.experts
+        if knots is None:
+            raise ValueError("this profile prices no shared experts (dp = 1)")
+        t = knots.at(tokens)
+        if t is not None:
+            return t
+        if tokens < knots.xs[0]:
+            return knots.ys[0]
+        return knots.ys[-1] * tokens / knots.xs[-1]
 
     def _light_time(self, shape: StepShape) -> float:
         """The light parts of a scalar step (those reading only its entries, new tokens
@@ -283,7 +305,7 @@ class ProfileCost:
         return ProfileCost(model or self.model, self.tp, self.device, self.dtype,
                            coefs if coefs is not None else self.coefs, self.meta, self.knots,
                            self.wake, frontend if frontend is not None else self.frontend,
-                           self.grids)
+                           self.grids, self.experts)
 
     def with_layers(self, layers: int) -> ProfileCost:
         """The same profile for a model of ``layers`` layers (used to check reduced-depth runs)."""

@@ -35,7 +35,7 @@ SCHEMA = "servesim-profile/5"
 # Schemas this module reads: /4 is /5 without knots at chosen counts, grids and
 # ``frontend``; /3 is /4 without ``wake``; /2 is /3 without measured tables.
 READS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", SCHEMA)
-EXTRA = ("wake", "frontend")
+EXTRA = ("wake", "frontend", "experts")
 PROFILE_DIR = Path(__file__).parents[1] / "data" / "profiles"
 
 
@@ -96,14 +96,19 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         tp = _need(data, "tp", int, "")
         if tp < 1:
             raise ServesimError(f"got {tp!r}, must be at least 1", where="tp")
-        ep = data.get("ep", 1)  # expert parallelism; absent: none
-        if type(ep) is not int or ep < 1:
-            raise ServesimError(f"got {ep!r}, must be a whole number of at least 1",
-                                where="ep")
+        for key in ("ep", "dp"):  # expert parallelism, data-parallel ranks; absent: 1
+            n = data.get(key, 1)
+            if type(n) is not int or n < 1:
+                raise ServesimError(f"got {n!r}, must be a whole number of at least 1",
+                                    where=key)
         device = _need(data, "device", dict, "")
         device_name = _need(device, "name", str, "device.")
         dtype = _need(data, "dtype", str, "")
         comps = _need(data, "components", dict, "")
+        if (data.get("dp", 1) > 1) != ("experts" in comps):
+            raise ServesimError("a profile of data-parallel ranks (dp > 1) prices their shared "
+                                "experts in components.experts, and only such a profile does",
+                                where="components.experts" if "experts" in comps else "dp")
         unknown = sorted(set(comps) - set(FORMS) - set(EXTRA))
         if unknown:
             raise ServesimError(f"unknown component; allowed: {', '.join([*FORMS, *EXTRA])}",
@@ -114,6 +119,7 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
                                     where=f"components.{extra}")
         wake = _wake(comps) if "wake" in comps else None
         frontend = _frontend(comps) if "frontend" in comps else NO_FRONTEND
+        experts = _experts(comps["experts"]) if "experts" in comps else None
         coefs: dict[str, dict[str, float]] = {}
         knots: dict[str, Knots] = {}
         grids: dict[str, Grid] = {}
@@ -139,7 +145,8 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         meta["fit"] = {n: c.get("fit") for n, c in comps.items() if isinstance(c, dict)}
     except ServesimError as exc:
         raise exc.located(source=source) from None
-    return ProfileCost(model, tp, device_name, dtype, coefs, meta, knots, wake, frontend, grids)
+    return ProfileCost(model, tp, device_name, dtype, coefs, meta, knots, wake, frontend, grids,
+                       experts)
 
 
 def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,
@@ -167,7 +174,31 @@ def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,
 
 
 # The schema each optional term first appeared in.
-_SINCE = {"wake": "servesim-profile/4", "frontend": "servesim-profile/5"}
+_SINCE = {"wake": "servesim-profile/4", "frontend": "servesim-profile/5",
+          "experts": "servesim-profile/5"}
+
+
+def _experts(comp: Any) -> Knots:
+    """``components.experts``: seconds of a data-parallel group's routed experts (all
+    MoE layers, dispatch and combine) at counts of the group's new tokens."""
+    where = "components.experts"
+    if not isinstance(comp, dict) or "table_s" not in comp or "table_at" not in comp:
+        raise ServesimError("expected a mapping with table_at (tokens) and table_s "
+                            "(seconds)", where=where)
+    ys = _seconds(comp["table_s"], f"{where}.table_s", "seconds")
+    return _paired(_seconds(comp["table_at"], f"{where}.table_at", "token counts"), ys, where)
+
+
+def _paired(xs: tuple[float, ...], ys: tuple[float, ...], where: str) -> Knots:
+    """Knots of times ``ys`` at counts ``xs`` (``where``'s ``table_at`` and ``table_s``):
+    one time a count, the counts strictly increasing."""
+    if len(xs) != len(ys):  # neither list is the wrong one by itself: name both
+        raise ServesimError(f"table_s has {len(ys)} times for the {len(xs)} counts of "
+                            "table_at; give one time per count", where=f"{where}.table_s")
+    try:
+        return Knots(xs, ys)
+    except ValueError as exc:
+        raise ServesimError(str(exc), where=f"{where}.table_at") from None
 
 
 def _wake(comps: Mapping[str, Any]) -> dict[str, float]:
@@ -203,14 +234,8 @@ def _knots(comp: Mapping[str, Any], form: ComponentForm, schema: str, where: str
         return Knots.counts(ys)
     if READS.index(schema) < READS.index(SCHEMA):
         raise ServesimError(f"table_at needs schema {SCHEMA!r}", where=f"{where}.table_at")
-    xs = _seconds(comp["table_at"], f"{where}.table_at", f"{form.table} counts")
-    if len(xs) != len(ys):  # neither list is the wrong one by itself: name both
-        raise ServesimError(f"table_s has {len(ys)} times for the {len(xs)} counts of "
-                            "table_at; give one time per count", where=f"{where}.table_s")
-    try:
-        return Knots(xs, ys)
-    except ValueError as exc:
-        raise ServesimError(str(exc), where=f"{where}.table_at") from None
+    return _paired(_seconds(comp["table_at"], f"{where}.table_at", f"{form.table} counts"),
+                   ys, where)
 
 
 def _grid(raw: Any, form: ComponentForm, schema: str, where: str) -> Grid:

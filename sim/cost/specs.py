@@ -500,7 +500,7 @@ class Shard(_Projections):
 
 
 def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
-          ep_where: str = "ep") -> Shard:
+          ep_where: str = "ep", dp: int = 1) -> Shard:
     """Split ``spec`` over ``tp`` GPUs by vLLM's rules; an impossible split is a
     :class:`ServesimError` at key ``where`` naming the dimension and ``tp``.
 
@@ -517,10 +517,10 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
     ``kv_lora_rank + qk_rope_head_dim`` elements, so every GPU caches every token's
     whole latent, whatever ``tp``; q_a and kv_a are replicated linears.
     ``ep`` > 1 is vLLM's ``--enable-expert-parallel`` (:func:`expert_shard`): each GPU
-    holds E/ep routed experts whole instead of a slice of every one; errors name
-    ``ep_where``."""
-    if ep != 1:
-        return expert_shard(spec, tp, ep, where, ep_where)
+    holds E/ep routed experts whole instead of a slice of every one, ep being tp, or
+    dp × tp under ``dp`` data-parallel attention ranks; errors name ``ep_where``."""
+    if ep != 1 or dp != 1:
+        return expert_shard(spec, tp, ep, where, ep_where, dp)
     if tp < 1:
         raise ServesimError(f"got {tp}, must be at least 1", where=where)
     if spec.heads % tp:
@@ -559,29 +559,38 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
 
 
 def expert_shard(spec: ModelSpec, tp: int, ep: int, where: str = "tp",
-                 ep_where: str = "ep") -> Shard:
+                 ep_where: str = "ep", dp: int = 1) -> Shard:
     """One GPU's share of ``spec`` under expert parallelism of degree ``ep``, as vLLM's
     ``--enable-expert-parallel`` places it: attention, dense layers and shared experts
     split over ``tp`` as without it; the routed experts not sliced but dealt out whole,
-    E/ep to each GPU. vLLM's expert-parallel group is every GPU of a pipeline stage
-    (tp × data-parallel size, and servesim models no data-parallel attention), so ``ep``
-    must equal ``tp``; it must also divide the experts (vLLM would give the first
-    E mod ep GPUs one more; servesim keeps the split even). Errors name ``ep_where``."""
+    E/ep to each GPU. vLLM's expert-parallel group is every GPU of a pipeline stage:
+    tp × the ``dp`` data-parallel attention ranks (each rank tp GPUs with the whole
+    attention, :mod:`sim.core.dpgroup`), so ``ep`` must equal dp × tp; it must also divide
+    the experts (vLLM would give the first E mod ep GPUs one more; servesim keeps the
+    split even). Errors name ``ep_where``."""
     if ep < 1:
         raise ServesimError(f"got {ep}, must be at least 1", where=ep_where)
     if not spec.experts:
+        if dp != 1:
+            raise ServesimError(f"got dp={dp}, but model {spec.name} is dense (experts is 0):"
+                                " data-parallel attention ranks share a mixture of experts' "
+                                "experts; for copies of a dense model use cluster.replicas",
+                                where=ep_where)
         raise ServesimError(f"got {ep}, but model {spec.name} is dense (experts is 0): "
                             f"expert parallelism needs a mixture of experts; use ep 1",
                             where=ep_where)
-    if ep != tp:
-        raise ServesimError(f"got {ep} with tp={tp}: vLLM's expert-parallel group is the "
-                            f"tp x data-parallel GPUs of a stage, and servesim models no "
-                            f"data-parallel attention, so ep must be 1 or tp ({tp})",
+    group = dp * tp
+    if ep != group:
+        ranks = (f"{dp} data-parallel attention ranks of tp={tp}" if dp > 1 else
+                 f"tp={tp} (one data-parallel rank)")
+        raise ServesimError(f"got {ep} with {ranks}: vLLM's expert-parallel group is the "
+                            f"tp x data-parallel GPUs of a stage, so ep must be "
+                            + (f"dp x tp ({group})" if dp > 1 else f"1 or tp ({tp})"),
                             where=ep_where)
     if spec.experts % ep:
         raise ServesimError(f"got {ep}: it does not divide the model's {spec.experts} "
-                            f"experts (allowed: a divisor of {spec.experts} equal to tp)",
-                            where=ep_where)
+                            f"experts (allowed: a divisor of {spec.experts} equal to "
+                            f"{'dp x tp' if dp > 1 else 'tp'})", where=ep_where)
     # The routed experts need no width split; shared experts (and dense layers) still do.
     sliced = dataclasses.replace(spec, expert_intermediate=spec.expert_intermediate * tp
                                  if not spec.shared_experts else spec.expert_intermediate)

@@ -115,9 +115,11 @@ def setup_phrase(simulated: dict[str, Any], tps: list[int] | None = None) -> str
         if tps and role == "both":
             parts.append(f"{gpu} (tp {', '.join(map(str, tps))})")
             continue
-        n = int(p["replicas"]) * int(p["tp"])
+        pp, dp = int(p.get("pp", 1)), int(p.get("dp", 1))
+        n = int(p["replicas"]) * int(p["tp"]) * pp * dp
         shape = (f"tp {p['tp']}" if p["replicas"] == 1
                  else f"{p['replicas']} replicas × tp {p['tp']}")
+        shape += (f" × pp {pp}" if pp > 1 else "") + (f" × dp {dp}" if dp > 1 else "")
         pool = "" if role == "both" else f"{role} "
         parts.append(f"{n}× {gpu} ({pool}{shape})")
     return f"{model} on {' + '.join(parts)}"

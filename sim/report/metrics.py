@@ -241,7 +241,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "scheduler_recv_interval", 1),
                                 ("serving", "stream_interval", 1),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
-                                ("hardware", "ep_imbalance", 1.0)):
+                                ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
         if fields[section].get(key) == unset:
             fields[section].pop(key)
     trace = fields["workload"].get("trace")
@@ -414,6 +414,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
         per_pool[pool.role] = {
             "gpu": pool.gpu, "tp": pool.tp, **({"pp": pool.pp} if pool.pp > 1 else {}),
             **({"ep": pool.ep} if pool.ep > 1 else {}),
+            **({"dp": pool.dp} if pool.dp > 1 else {}),
             "replicas": pool.replicas, "router": pool.router,
             "policy": sv.policy, "max_num_seqs": sv.max_num_seqs,
             "max_num_batched_tokens": sv.max_num_batched_tokens,
@@ -423,8 +424,10 @@ def describe_scenario(sc: Scenario, cost_source: str,
             **({"stream_interval": sv.stream_interval} if sv.stream_interval > 1 else {}),
         }
         if kv_blocks is not None:
-            per_pool[pool.role]["kv_blocks_per_replica"] = kv_blocks[start:start + pool.replicas]
-        start += pool.replicas
+            # A data-parallel replica's ranks each keep their own blocks: one entry a rank.
+            ranks = pool.replicas * pool.dp
+            per_pool[pool.role]["kv_blocks_per_replica"] = kv_blocks[start:start + ranks]
+        start += pool.replicas * pool.dp
     return {
         "file": sc.source,
         "sha256": scenario_digest(sc),
@@ -484,7 +487,9 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
         "seed": sc.workload.seed,
         "policy": sc.serving.policy,
         "cost_source": res.cost_source,
-        "replicas": len(stats),
+        "replicas": sum(p.replicas for p in pools(res.scenario)),
+        **({"data_parallel_ranks": len(stats)} if len(stats) > sum(
+            p.replicas for p in pools(res.scenario)) else {}),
         "gpus": gpus,
         **_setup_summary(res),
         "requests": {

@@ -134,7 +134,10 @@ def table(summary: dict[str, Any]) -> str:
     lines = []
     rq = summary["requests"]
     lines.append(f"scenario {summary['scenario']}: policy {summary['policy']}, "
-                 f"{summary['replicas']} replica(s) on {summary['gpus']} GPU(s), "
+                 f"{summary['replicas']} replica(s)"
+                 + (f" of {summary['data_parallel_ranks'] // summary['replicas']} data-parallel"
+                    " ranks" if "data_parallel_ranks" in summary else "")
+                 + f" on {summary['gpus']} GPU(s), "
                  f"span {summary['span_s']:.1f} s")
     if summary.get("cost_source"):
         lines.append(f"cost: {summary['cost_source']}")
@@ -179,9 +182,10 @@ def table(summary: dict[str, Any]) -> str:
                  f"attainment {num(tp['slo_attainment'], '.1%')})")
     b, kv = summary["batch"], summary["kv"]
     blocks = "/".join(str(x) for x in dict.fromkeys(kv["blocks_per_replica"]))
+    unit = "rank" if "data_parallel_ranks" in summary else "replica"  # a rank's own blocks
     lines.append(f"batch: {b['iterations']} iterations, mean {num(b['mean_seqs'], '.1f')} seqs "
                  f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
-                 f"blocks/replica, mean use {num(kv['mean_utilization'], '.1%')}, peak "
+                 f"blocks/{unit}, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
     sp = summary.get("speculative")
     if sp is not None:

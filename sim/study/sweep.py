@@ -372,6 +372,13 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
 def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
     """Policies, replicas, tp degrees and seeds from flags, defaulting to the scenario's own."""
     sc = from_dict(base, a.scenario)
+    if sc.hardware.dp > 1:
+        # Their GPU counts and tp grid are per replica of tp x pp GPUs; a group of ranks
+        # would need ep to follow each tp as well.
+        raise ServesimError(f"got hardware.dp {sc.hardware.dp}: sweep and capacity vary "
+                            "tp, pp and replicas, not data-parallel attention ranks yet; "
+                            "simulate each layout (servesim simulate, or compare)",
+                            a.scenario, "hardware.dp")
     if a.seeds < 1:
         raise ServesimError(f"{flag_seeds} {a.seeds}: must be at least 1")
     if a.horizon_factor is not None and not a.horizon_factor > 0:

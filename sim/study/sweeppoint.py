@@ -219,7 +219,7 @@ def cost_fingerprint(sc: Scenario) -> str:
     c = sc.cost
     if c.measured is not None or c.profile is not None:
         ref = (find(sc.model, sc.hardware.gpu_name, sc.hardware.tp, c.measured.framework,
-                    sc.hardware.ep)
+                    sc.hardware.ep, sc.hardware.dp)
                if c.measured is not None else str(c.profile))
         try:
             prices = hashlib.sha256(resolve(ref, sc.base_dir).read_bytes()).hexdigest()

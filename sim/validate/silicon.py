@@ -32,7 +32,7 @@ import hashlib
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +265,7 @@ class Case:
     lengths: str = "ranged"
     dtype: str = "bf16"
     ep: int = 1  # expert parallelism (moe_ep_size = tp, moe_tp_size 1)
+    dp: int = 1  # data-parallel attention ranks (of row.tp / dp GPUs each)
     moe_backend: str = "auto"  # the MoE kernel its recipe forces (:data:`MOE_BACKEND`)
     kv_dtype: KVDtype = "auto"  # the KV cache's: the run's recipe's where known
     expert_dtype: ExpertDtype = ""  # the experts': "" the preset's, else its checkpoint's
@@ -282,6 +283,11 @@ class Case:
         if self.row.collection == "inferencex" and self.gpu in FRONTEND_UNFIT_GPUS:
             return True
         return self.dtype != "bf16" and self.row.collection != "inferencex"
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel GPUs of one rank: the row's tp over its data-parallel ranks."""
+        return self.row.tp // self.dp
 
     @property
     def spec(self) -> ModelSpec:
@@ -336,10 +342,12 @@ def classify(row: Row) -> Case | str:
     if row.system not in SYSTEM_GPUS:
         return (f"system {row.system} is not compared: servesim prices public runs on "
                 f"{', '.join(sorted(set(SYSTEM_GPUS.values())))}")
-    if row.pp != 1 or row.attention_dp > 1:
+    if row.pp != 1 or row.attention_dp > 1 and not _dep(row, preset):
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
-    ep = 1
-    if preset.experts and not (
+    ep = dp = 1
+    if row.attention_dp > 1:
+        ep = dp = row.tp
+    elif preset.experts and not (
             row.moe_tp in (0, row.tp) and row.moe_ep in (0, 1)):
         if not (row.moe_tp in (0, 1) and row.moe_ep == row.tp):
             return (f"experts split other than by tensor parallelism or by expert "
@@ -356,9 +364,26 @@ def classify(row: Row) -> Case | str:
     # The kernel an FP8 recipe forces; the FP4 recipes leave vLLM's default.
     forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
         if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
+    if dp > 1:
+        # The sample's batch_size is one rank's share of the clients (AIConfigurator counts
+        # batches per attention-data-parallel rank): the run had dp times as many. Its
+        # 4-GPU data-parallel rows measured what its tp 4 expert-parallel rows did at four
+        # times their batch_size (MiniMax-M2.5 on H100: 10.09 against 10.12 ms TPOT at 1
+        # and 4, 25.69 against 25.66 at 16 and 64).
+        row = replace(row, concurrency=row.concurrency * dp)
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
                 dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
-                expert_dtype=experts)
+                expert_dtype=experts, dp=dp)
+
+
+def _dep(row: Row, preset: ModelSpec) -> bool:
+    """Whether ``row`` is data-parallel attention as servesim models it: an InferenceX
+    vLLM run of a mixture of experts whose recipe launches ``--tensor-parallel-size 1
+    --data-parallel-size TP --enable-expert-parallel`` on its TP GPUs (the sample
+    records attention_dp_size = tp_size, and moe_ep_size as tp_size or their product)."""
+    return (row.backend == "vllm" and row.collection == "inferencex" and bool(preset.experts)
+            and row.attention_dp == row.tp and row.moe_tp in (0, 1)
+            and row.moe_ep in (row.tp, row.tp * row.attention_dp))
 
 
 def tables_cover(case: Case) -> Case | str:
@@ -370,13 +395,17 @@ def tables_cover(case: Case) -> Case | str:
     if not case.spec.experts:
         return case
     try:
-        version = resolve_version(BuildSpec(case.spec, case.gpu, case.framework, case.row.tp,
-                                            ep=case.ep))
+        version = resolve_version(BuildSpec(case.spec, case.gpu, case.framework, case.tp,
+                                            ep=case.ep, dp=case.dp))
     except ServesimError:
         return f"no {case.framework} tables for {case.gpu}"
     try:
         moe_times(case.gpu, case.framework, version, case.spec, case.row.tp, case.ep,
                   backend=case.moe_backend)
+        if case.dp > 1:
+            from sim.cost.tables.commtable import load_collectives
+
+            load_collectives(case.gpu, case.framework, version, case.row.tp)
     except ServesimError:
         split = f" with expert parallelism {case.ep}" if case.ep > 1 else ""
         kernel = "" if case.moe_backend == "auto" else f" (its recipe's {case.moe_backend} kernel)"
@@ -495,9 +524,9 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
 
     if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
         return None
-    b = memory_budget(case.spec, GPUS[case.gpu], case.row.tp, 0.9,
+    b = memory_budget(case.spec, GPUS[case.gpu], case.tp, 0.9,
                       serving["block_size"], serving["max_num_batched_tokens"],
-                      serving["max_num_seqs"], ep=case.ep)
+                      serving["max_num_seqs"], ep=case.ep, dp=case.dp)
     if case.framework in STATIC_FRACTION:
         static = settings.get("static_fraction", STATIC_FRACTION[case.framework])
         kv = static * b.total - b.weights
@@ -546,9 +575,10 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
             "preset": case.model, "dtype": case.dtype,
             **({"kv_dtype": case.kv_dtype} if case.kv_dtype != "auto" else {}),
             **({"expert_dtype": own} if own else {})},
-        "hardware": {"gpu": case.gpu, "tp": r.tp,
+        "hardware": {"gpu": case.gpu, "tp": case.tp,
                      "memory_utilization": settings.get("memory_utilization", 0.9),
-                     **({"ep": case.ep} if case.ep > 1 else {})},
+                     **({"ep": case.ep} if case.ep > 1 else {}),
+                     **({"dp": case.dp} if case.dp > 1 else {})},
         "cost": "roofline",  # replaced by the built profile when simulated
         "serving": serving,
         "workload": {"concurrency": r.concurrency,

@@ -52,15 +52,16 @@ STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
 
 @lru_cache(maxsize=64)
 def base_cost(framework: str, gpu: str, model: ModelSpec, tp: int, ep: int = 1,
-              moe_backend: str = "auto") -> ProfileCost:
+              moe_backend: str = "auto", dp: int = 1) -> ProfileCost:
     """The profile built from the installed tables for one configuration (expert
-    parallelism ``ep``, MoE kernel ``moe_backend``), priors zero."""
+    parallelism ``ep``, MoE kernel ``moe_backend``, ``dp`` data-parallel attention ranks
+    of ``tp`` GPUs), priors zero."""
     from sim.cost.profilefile import parse_profile
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 
-    data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep, moe_backend=moe_backend),
-                         Priors())
-    variant = (f" ep{ep}" if ep > 1 else "") + \
+    data = build_profile(BuildSpec(model, gpu, framework, tp, ep=ep, moe_backend=moe_backend,
+                                   dp=dp), Priors())
+    variant = (f" dp{dp}" if dp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + \
         (f" moe {moe_backend}" if moe_backend != "auto" else "")
     return parse_profile(data, f"<built {framework} {gpu} {model.name} {model.dtype} "
                                f"kv {model.kv_dtype} "
@@ -90,8 +91,8 @@ def _cost(case: Case, p: Priors) -> Any:
     collection's per-request latency (:meth:`Priors.for_collection`), and its host work
     overlapped with the device where the run did so (:data:`OVERLAPPED_HOST`)."""
     p = p.for_collection(case.row.collection)
-    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.row.tp, case.ep,
-                                 case.moe_backend), p)
+    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.tp, case.ep,
+                                 case.moe_backend, case.dp), p)
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
         return HostOverlap(cost)
     return cost
@@ -234,6 +235,7 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
                     "ttft_ms": r.ttft_ms, "ttft_pred_ms": ttft, "ttft_err": ttft / r.ttft_ms - 1,
                     "tpot_ms": r.tpot_ms, "tpot_pred_ms": tpot, "tpot_err": tpot / r.tpot_ms - 1,
                     "note": note, **({"ep": c.ep} if c.ep > 1 else {}),
+                    **({"dp": c.dp} if c.dp > 1 else {}),
                     **({"kv_dtype": c.kv_dtype} if c.kv_dtype != "auto" else {}),
                     **({"expert_dtype": c.spec.expert_dtype} if c.spec.expert_dtype else {})})
     return out
@@ -270,17 +272,21 @@ def _kind(g: str) -> str:
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and p90 |relative error| by group (:func:`group`) and split, over all bf16
     rows (``all``), all FP8 rows (``all fp8``), all of each 4-bit expert dtype, and the
-    rows served with expert parallelism (``expert parallel``, also counted in their
+    rows served with expert parallelism (``expert parallel``) and those of them with
+    data-parallel attention (``data-parallel attention``), also counted in their
     group)."""
     out: dict[str, Any] = {}
     groups = sorted({group(r) for r in records})
     wholes = ["all"] + [f"all {k}" for k in sorted({_kind(g) for g in groups} - {""})]
     wholes += ["expert parallel"] if any(r.get("ep", 1) > 1 for r in records) else []
+    wholes += (["data-parallel attention"] if any(r.get("dp", 1) > 1 for r in records)
+               else [])
     for g in groups + wholes:
         for split in ("fit", "test"):
             sel = [r for r in records if r["split"] == split and (
                 group(r) == g or g.startswith("all") and _kind(group(r)) == _kind(g)
-                or g == "expert parallel" and r.get("ep", 1) > 1)]
+                or g == "expert parallel" and r.get("ep", 1) > 1
+                or g == "data-parallel attention" and r.get("dp", 1) > 1)]
             out.setdefault(g, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
                                             for m in ("ttft", "tpot")}
     return out

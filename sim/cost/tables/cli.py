@@ -22,6 +22,7 @@ import yaml
 
 from sim.configtools import ArgParser, int_arg
 from sim.cost.measured import (
+    SHIPPED_DP,
     SHIPPED_EP,
     SHIPPED_FP4,
     SHIPPED_FP8,
@@ -103,7 +104,13 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--hf-config", type=Path, default=None, help="a HuggingFace config.json")
     p.add_argument("--tp", type=int_arg(ge=1, le=1024), default=1, help="tensor-parallel degree")
     p.add_argument("--ep", type=int_arg(ge=1, le=1024), default=1,
-                   help="expert parallelism (vLLM's --enable-expert-parallel): 1, or tp")
+                   help="expert parallelism (vLLM's --enable-expert-parallel): 1, or tp "
+                        "(dp x tp with --dp)")
+    p.add_argument("--dp", type=int_arg(ge=1, le=1024), default=1,
+                   help="data-parallel attention ranks sharing a mixture of experts' experts "
+                        "(vLLM's --data-parallel-size with --enable-expert-parallel): the "
+                        "profile is one rank's, with the experts over every rank's tokens "
+                        "apart; needs --ep dp x tp")
     p.add_argument("--dtype", default=None,
                    help="the projections' weight dtype: bf16, fp8 (per-tensor scales), "
                         "fp8-block (128x128 block scales) or nvfp4 (FP4 tensor cores only); "
@@ -134,7 +141,7 @@ def _build(argv: list[str]) -> int:
             raise ServesimError(f"got {value!r}, but {model.name} has no experts; it applies "
                                 "to mixtures of experts only", where=flag)
     spec = BuildSpec(model, a.gpu, a.framework, a.tp, a.version, a.ep, a.routing,
-                     a.moe_backend)
+                     a.moe_backend, a.dp)
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:
@@ -176,6 +183,8 @@ def shipped_specs() -> list[BuildSpec]:
                            if (not model.experts or _moe_measured(model, gpu, fw, tp))
                            and (not model.mla or _mla_measured(model, gpu, fw, tp)))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
+    out.extend(BuildSpec(MODELS[name], gpu, "vllm", 1, ep=dp, dp=dp)
+               for name, gpu, dp in SHIPPED_DP)
     for name, tps in SHIPPED_GPTOSS.items():
         out.extend(BuildSpec(MODELS[name], gpu, fw, tp) for gpu in SHIPPED_GPTOSS_GPUS
                    for tp in tps for fw in SHIPPED_FRAMEWORKS

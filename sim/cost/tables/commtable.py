@@ -83,7 +83,8 @@ class Collectives:
 
     ``graph`` and ``eager`` are the custom all-reduce inside and outside a CUDA graph
     (the same curve when the table does not tell them apart); ``nccl`` NCCL's
-    all-reduce, ``gather`` NCCL's all-gather (message = the gathered total)."""
+    all-reduce, ``gather`` NCCL's all-gather (message = the gathered total),
+    ``scatter`` NCCL's reduce-scatter (message = the total reduced)."""
 
     framework: str
     gpus: int
@@ -91,6 +92,7 @@ class Collectives:
     eager: Curve
     nccl: Curve
     gather: Curve
+    scatter: Curve
     sources: dict[str, str]
 
     def allreduce(self, nbytes: np.ndarray, in_graph: np.ndarray) -> np.ndarray:
@@ -127,5 +129,6 @@ def load_collectives(gpu: str, framework: str, version: str, gpus: int) -> Colle
     return Collectives(framework, gpus, graph, eager,
                        _curve(nccl.where(op_name="all_reduce"), gpus, "nccl_dtype"),
                        _curve(nccl.where(op_name="all_gather"), gpus, "nccl_dtype"),
+                       _curve(nccl.where(op_name="reduce_scatter"), gpus, "nccl_dtype"),
                        {"custom_allreduce": f"{framework} {custom.version}",
                         "nccl": f"nccl {nccl.version}"})

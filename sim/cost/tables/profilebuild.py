@@ -100,13 +100,16 @@ class BuildSpec:
     framework: str
     tp: int = 1
     version: str | None = None
-    ep: int = 1  # expert parallelism (ep = tp): experts whole, E/ep a GPU
+    ep: int = 1  # expert parallelism (ep = tp, or dp x tp): experts whole, E/ep a GPU
     # How a mixture of experts' router spreads tokens: a name of
     # sim.cost.tables.moetable.ROUTINGS ("auto": the model family's power law).
     routing: str = "auto"
     # Which MoE kernel prices its experts: a name of sim.cost.tables.moetable.MOE_BACKENDS
     # ("auto": the tables' most-measured kernel; "triton": the Triton fused-MoE kernel).
     moe_backend: str = "auto"
+    # Data-parallel attention ranks sharing the experts: the profile is one rank's, its
+    # routed experts apart (components.experts, over every rank's tokens).
+    dp: int = 1
 
 
 def resolve_version(spec: BuildSpec) -> str:
@@ -206,7 +209,11 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                             f"so its tables time no nvfp4 GEMM (GPUs with them: {with_fp4}); "
                             "cost: roofline prices nvfp4 weights there as weight-only",
                             where="--dtype")
-    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep")
+    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep", dp=spec.dp)
+    if spec.dp > 1 and not m.experts:
+        raise ServesimError(f"got {spec.dp}, but model {m.name} is dense: data-parallel "
+                            "attention ranks share a mixture of experts' experts",
+                            where="--dp")
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
@@ -232,10 +239,10 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 
     # Linear stack, per layer.
     shapes = layer_gemms(rank)
-    moe_kernel = None
+    moe_kernel, experts = None, None
     if m.experts:
-        linear, width, shapes, moe_kernel = _moe_stack(spec, version, rank, lin_gemm, gemm,
-                                                       notes)
+        linear, width, shapes, moe_kernel, experts = _moe_stack(spec, version, rank, lin_gemm,
+                                                                gemm, notes)
     else:
         dense: np.ndarray = sum(lin_gemm.times(n, k) for n, k in shapes)  # type: ignore[assignment]
         linear, width = dense, rank.intermediate
@@ -335,13 +342,15 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                     "fit": {"source": "none (kernel tables are timed in place)"}},
         "host": {**_entry("host", dict.fromkeys(FORMS["host"].coefs, 0.0)),
                  "fit": {"source": "none (in step's prior)"}},
+        **({} if experts is None else {"experts": experts}),
         "frontend": {"coef": {"request_s": priors.request_s,
                               "per_prompt_token_s": priors.per_prompt_token_s,
                               "response_s": priors.response_s, "jitter_s": priors.jitter_s},
                      "fit": {"source": f"prior: {priors.source}"}},
     }
     label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}" + dtype_note(
-        m, GPUS[gpu]) + ep_note(spec.ep)
+        m, GPUS[gpu]) + ep_note(spec.ep) + (
+        f"; data-parallel attention dp={spec.dp}" if spec.dp > 1 else "")
     return {
         "schema": SCHEMA,
         "source": {
@@ -363,6 +372,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         "dtype": m.dtype,
         "tp": spec.tp,
         **({"ep": spec.ep} if spec.ep > 1 else {}),
+        **({"dp": spec.dp} if spec.dp > 1 else {}),
         "model": recorded_fields(m),
         "components": comps,
     }
@@ -370,15 +380,18 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 
 def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
                bf16_gemm: GemmTable,
-               notes: list[str]) -> tuple[np.ndarray, float, list[tuple[int, int]], str]:
+               notes: list[str]
+               ) -> tuple[np.ndarray, float, list[tuple[int, int]], str, dict[str, Any] | None]:
     """A mixture-of-experts model's projections per layer, averaged over its layers, at
     ``lin_gemm``'s token counts: attention GEMMs in every layer, the dense SwiGLU in its
     dense layers, in the others the measured MoE layer (:mod:`sim.cost.tables.moetable`),
     its router and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this
-    GPU (for the activation's memory traffic), the GEMM shapes used and the MoE kernel."""
+    GPU (for the activation's memory traffic), the GEMM shapes used, the MoE kernel, and
+    with data-parallel attention (``spec.dp`` > 1) the routed experts apart
+    (:func:`_shared_experts`; the projections then leave them out), else None."""
     m = spec.model
-    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp, spec.ep, spec.routing,
-                    spec.moe_backend)
+    moe = moe_times(spec.gpu, spec.framework, version, m, spec.tp * spec.dp, spec.ep,
+                    spec.routing, spec.moe_backend)
     notes.append(moe.note)
     attn, dense = attention_gemms(rank), mlp_gemms(rank)
     # A shared expert's width on this GPU (tensor-parallel even under expert parallelism).
@@ -392,8 +405,9 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     router = np.array([bf16_gemm.at(float(x), m.experts, rank.hidden) for x in ms])
     notes.append(f"router GEMM (n={m.experts}, k={rank.hidden}, bf16) added to each MoE "
                  "layer: the MoE tables time the experts without it")
+    apart = spec.dp > 1
     linear = (np.sum([lin_gemm.times(n, k) for n, k in attn], axis=0)
-              + f_moe * (moe.at(ms) + router))
+              + f_moe * ((0.0 if apart else moe.at(ms)) + router))
     used = list(attn)
     if m.dense_layers:
         linear = linear + f_dense * sum(lin_gemm.times(n, k) for n, k in dense)
@@ -409,7 +423,25 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
         width = f_dense * rank.intermediate + f_moe * (
             rank.experts_per_token * rank.expert_intermediate / rank.ep
             + rank.shared_experts * s_width)
-    return linear, width, used, moe.kernel
+    experts = _shared_experts(spec, version, rank, moe, ms) if apart else None
+    return linear, width, used, moe.kernel, experts
+
+
+def _shared_experts(spec: BuildSpec, version: str, rank: Shard, moe: Any,
+                    ms: np.ndarray) -> dict[str, Any]:
+    """The routed experts of every MoE layer of a data-parallel group at ``ms`` new
+    tokens of all its ranks: the MoE table's layer (one GPU's E/ep experts fed every
+    rank's tokens) plus their dispatch and combine, an NCCL all-gather and a
+    reduce-scatter of those tokens' bf16 hidden states over the dp x tp GPUs (vLLM's
+    default all-to-all backend under data parallelism), as knots."""
+    group = spec.dp * spec.tp
+    comm = load_collectives(spec.gpu, spec.framework, version, group)
+    nbytes = ms * rank.hidden * 2
+    seconds = rank.moe_layers * (moe.at(ms) + comm.gather.at(nbytes) + comm.scatter.at(nbytes))
+    return {"formula": "knots over the new tokens of every rank of the group, all MoE layers",
+            **_knots(ms, seconds),
+            "fit": {"source": f"tables: moe {moe.kernel}; {comm.sources['nccl']} all_gather "
+                              f"and reduce_scatter over {group} GPUs"}}
 
 
 def _entry(name: str, coef: dict[str, float]) -> dict[str, Any]:
@@ -426,7 +458,7 @@ def _knots(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
 
 
 def profile_name(spec: BuildSpec) -> str:
-    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>[-ep<N>]-<framework>``, then
+    """The shipped file stem of ``spec``: ``<gpu>-<model>-tp<N>[-dp<N>][-ep<N>]-<framework>``, then
     ``-<dtype>`` for FP8 or NVFP4 weights and ``-kvfp8`` for an FP8 KV cache."""
     m = spec.model
     base = MODELS.get(m.name)
@@ -436,5 +468,6 @@ def profile_name(spec: BuildSpec) -> str:
         else ""
     kv = "-kvfp8" if m.kv_dtype == "fp8" else ""
     ep = f"-ep{spec.ep}" if spec.ep > 1 else ""
-    return f"{spec.gpu}-{m.name}-tp{spec.tp}{ep}-{spec.framework}{quant}{kv}"
+    dp = f"-dp{spec.dp}" if spec.dp > 1 else ""
+    return f"{spec.gpu}-{m.name}-tp{spec.tp}{dp}{ep}-{spec.framework}{quant}{kv}"
 

@@ -235,3 +235,23 @@ def test_silicon_rows_of_data_parallel_attention(tmp_path: Any) -> None:
     assert (hw["tp"], hw["dp"], hw["ep"]) == (1, 4, 4)
     assert scenario_raw(a)["workload"]["concurrency"] == 16
     assert b == "pipeline (1) or attention-data (8) parallelism"
+
+
+def test_latent_attention_ranks_each_cache_only_their_own_tokens() -> None:
+    from sim.cost.memory import memory_budget
+
+    ds, h200 = MODELS["deepseek-v3"], GPUS["h200"]
+    tp8 = memory_budget(ds, h200, 8, 0.9, 16, 8192, 1024)
+    dp8 = memory_budget(ds, h200, 1, 0.9, 16, 8192, 1024, ep=8, dp=8)
+    # A token's whole latent on every GPU either way (one KV head a GPU under tp) ...
+    assert dp8.block_bytes == tp8.block_bytes
+    # ... but under tp all 8 GPUs cache the same tokens, while each rank caches its own:
+    # the group holds 8 ranks' blocks, each GPU with less room beside its whole attention.
+    assert dp8.weights > tp8.weights and dp8.blocks < tp8.blocks < 8 * dp8.blocks
+    raw = {"model": "deepseek-v3", "cost": "measured",
+           "hardware": {"gpu": "h200", "tp": 1, "dp": 8, "ep": 8},
+           "workload": {"concurrency": 16, "num_requests": 32,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 512},
+                                    "output": {"dist": "fixed", "value": 4}}}}
+    s = summarize(simulate(from_dict(raw, "<test>")))
+    assert s["kv"]["blocks_per_replica"] == [dp8.blocks] * 8

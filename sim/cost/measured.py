@@ -47,7 +47,8 @@ SHIPPED_EP = (("qwen3-235b-a22b-fp8", "h200", 2), ("qwen3-235b-a22b-fp8", "h200"
 # Data-parallel attention (vLLM's --data-parallel-size N --enable-expert-parallel, one GPU
 # a rank: tp 1, ep = N), vLLM only: (model, GPU, dp), beside SHIPPED_EP's layouts.
 SHIPPED_DP = (("qwen3-235b-a22b", "h200", 8), ("qwen3-30b-a3b", "h100-sxm", 2),
-              ("qwen3-30b-a3b", "h100-sxm", 4))
+              ("qwen3-30b-a3b", "h100-sxm", 4), ("deepseek-v3", "h200", 8),
+              ("deepseek-v3", "b200", 8))
 SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 # Latent-attention models (their release's FP8 block-scaled weights), at the tps where
 # they fit.

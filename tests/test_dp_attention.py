@@ -222,19 +222,26 @@ def test_silicon_rows_of_data_parallel_attention(tmp_path: Any) -> None:
 
     from sim.validate.silicon import Case, classify, read_rows, scenario_raw
 
-    # InferenceX's vLLM MiniMax-M2.5 run on 4 H100s, 4 ranks of one GPU: batch_size is
-    # one rank's clients. TensorRT-LLM's attention-data-parallel rows stay out.
+    # InferenceX's vLLM MiniMax-M2.5 runs labelled dp-attn on 2 B200s: batch_size is one
+    # rank's clients. Its NVFP4 script launches 2 ranks of one GPU; its FP8 script
+    # ignores the label and runs tp 2 with expert parallelism. TensorRT-LLM's
+    # attention-data-parallel rows stay out.
     path = silicon_csv(tmp_path, [
-        "a,db-dump,vllm,0.18.0,MiniMaxAI/MiniMax-M2.5,h100_sxm,fp8,agg,1024,1024,4,4,1,4,"
-        "107,15.5,fp8_block,1,16",
-        "b,db-dump,trtllm,1.1.0,deepseek-ai/DeepSeek-R1,h200_sxm,fp8,agg,1024,1024,4,1,1,8,"
+        "a,db-dump,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp4,agg,1024,1024,64,2,1,2,"
+        "189,16.9,nvfp4,1,4",
+        "b,db-dump,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp8,agg,1024,1024,8,2,1,2,"
+        "99,13.7,fp8_block,1,4",
+        "c,db-dump,trtllm,1.1.0,deepseek-ai/DeepSeek-R1,h200_sxm,fp8,agg,1024,1024,4,1,1,8,"
         "300,20,fp8_block,1,8"], ("gemm_quant_mode", "moe_tp_size", "moe_ep_size"))
-    a, b = (classify(r) for r in read_rows(path))
-    assert isinstance(a, Case) and (a.dp, a.ep, a.tp, a.row.concurrency) == (4, 4, 1, 16)
+    a, b, c = (classify(r) for r in read_rows(path))
+    assert isinstance(a, Case) and (a.dp, a.ep, a.tp, a.row.concurrency) == (2, 2, 1, 128)
+    assert a.expert_dtype == "nvfp4"
     hw = scenario_raw(a)["hardware"]
-    assert (hw["tp"], hw["dp"], hw["ep"]) == (1, 4, 4)
-    assert scenario_raw(a)["workload"]["concurrency"] == 16
-    assert b == "pipeline (1) or attention-data (8) parallelism"
+    assert (hw["tp"], hw["dp"], hw["ep"]) == (1, 2, 2)
+    assert scenario_raw(a)["workload"]["concurrency"] == 128
+    assert isinstance(b, Case) and (b.dp, b.ep, b.tp, b.row.concurrency) == (1, 2, 2, 16)
+    assert "dp" not in scenario_raw(b)["hardware"]
+    assert c == "pipeline (1) or attention-data (8) parallelism"
 
 
 def test_latent_attention_ranks_each_cache_only_their_own_tokens() -> None:

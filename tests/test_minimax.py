@@ -63,8 +63,12 @@ def test_rows_run_at_their_recipes_memory(tmp_path: Path, system: str, memory: f
     line = ROW.format(system=system, label="fp8", tp=4)
     case = classify(read_rows(silicon_csv(tmp_path, [line]))[0])
     assert isinstance(case, Case) and (case.model, case.dtype) == ("minimax-m2.5", "fp8-block")
-    assert recipe(case) == {"memory_utilization": memory}
+    # The H100 recipe also caps the running batch (--max-num-seqs 256), which sizes the
+    # sampler's profiling peak and so the KV cache.
+    seqs = {"max_num_seqs": 256} if system == "h100_sxm" else {}
+    assert recipe(case) == {"memory_utilization": memory, **seqs}
     assert scenario_raw(case)["hardware"]["memory_utilization"] == memory
+    assert scenario_raw(case)["serving"]["max_num_seqs"] == seqs.get("max_num_seqs", 1024)
     fp4 = ROW.format(system=system, label="fp4", tp=4)
     assert str(classify(read_rows(silicon_csv(tmp_path, [fp4]))[0])).startswith("fp4 weights")
 

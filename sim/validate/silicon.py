@@ -345,8 +345,15 @@ def classify(row: Row) -> Case | str:
     if row.pp != 1 or row.attention_dp > 1 and not _dep(row, preset):
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
     ep = dp = 1
-    if row.attention_dp > 1:
+    # The clients of a row labelled attention-data-parallel: its batch_size is one rank's
+    # share (AIConfigurator counts batches per attention-data-parallel rank); every such
+    # row's source field records silicon_concurrency = batch_size x attention_dp_size.
+    clients = row.concurrency * row.attention_dp
+    if row.attention_dp > 1 and experts in DP_SCRIPTS.get(row.model_path, ()):
         ep = dp = row.tp
+    elif row.attention_dp > 1:
+        # A recipe whose script ignores DP_ATTENTION: it ran tp with expert parallelism.
+        ep = row.tp
     elif preset.experts and not (
             row.moe_tp in (0, row.tp) and row.moe_ep in (0, 1)):
         if not (row.moe_tp in (0, 1) and row.moe_ep == row.tp):
@@ -364,26 +371,33 @@ def classify(row: Row) -> Case | str:
     # The kernel an FP8 recipe forces; the FP4 recipes leave vLLM's default.
     forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
         if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
-    if dp > 1:
-        # The sample's batch_size is one rank's share of the clients (AIConfigurator counts
-        # batches per attention-data-parallel rank): the run had dp times as many. Its
-        # 4-GPU data-parallel rows measured what its tp 4 expert-parallel rows did at four
-        # times their batch_size (MiniMax-M2.5 on H100: 10.09 against 10.12 ms TPOT at 1
-        # and 4, 25.69 against 25.66 at 16 and 64).
-        row = replace(row, concurrency=row.concurrency * dp)
+    if clients != row.concurrency:
+        row = replace(row, concurrency=clients)
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
                 dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
                 expert_dtype=experts, dp=dp)
 
 
 def _dep(row: Row, preset: ModelSpec) -> bool:
-    """Whether ``row`` is data-parallel attention as servesim models it: an InferenceX
-    vLLM run of a mixture of experts whose recipe launches ``--tensor-parallel-size 1
-    --data-parallel-size TP --enable-expert-parallel`` on its TP GPUs (the sample
-    records attention_dp_size = tp_size, and moe_ep_size as tp_size or their product)."""
+    """Whether ``row`` is one of InferenceX's vLLM runs of a mixture of experts labelled
+    attention-data-parallel (``dp-attn`` in its configuration, passed to the script as
+    DP_ATTENTION): the sample records attention_dp_size = tp_size and moe_ep_size as
+    tp_size or their product, on tp_size GPUs. What ran is its script's
+    (:data:`DP_SCRIPTS`)."""
     return (row.backend == "vllm" and row.collection == "inferencex" and bool(preset.experts)
-            and row.attention_dp == row.tp and row.moe_tp in (0, 1)
-            and row.moe_ep in (row.tp, row.tp * row.attention_dp))
+            and row.model_path in DP_SCRIPTS and row.attention_dp == row.tp
+            and row.moe_tp in (0, 1) and row.moe_ep in (row.tp, row.tp * row.attention_dp))
+
+
+# InferenceX's vLLM scripts that turn DP_ATTENTION into --tensor-parallel-size 1
+# --data-parallel-size TP --enable-expert-parallel, by model and the experts' dtype of
+# their checkpoint: MiniMax-M2.5's FP4 ones (single_node/minimaxm2.5_fp4_{b200,b300}.sh
+# and their fixed_seq_len copies; nvidia/MiniMax-M2.5-NVFP4, NVFP4 experts). Its FP8
+# scripts (minimaxm2.5_fp8_{b200,b300,h100,h200}.sh, every stored version) never read
+# DP_ATTENTION and launch --tensor-parallel-size TP with --enable-expert-parallel; the
+# runs agree: on 4 H100s those rows measured what the tp 4 expert-parallel rows did at
+# the same clients (TPOT 10.09 against 10.12 ms at 4, 25.69 against 25.66 at 64).
+DP_SCRIPTS: dict[str, tuple[str, ...]] = {"MiniMaxAI/MiniMax-M2.5": ("nvfp4",)}
 
 
 def tables_cover(case: Case) -> Case | str:
@@ -462,9 +476,11 @@ FREE_FRACTION = {"trtllm": 0.9}
 # 64⌉·64), and kv_cache_config.free_gpu_memory_fraction 0.75 on H200, 0.8 on B200.
 DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
-# --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100); their other settings
+# --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100), and on H100 with
+# --max-num-seqs 256 (both stored versions of the H100 script); their other settings
 # changed between the runs' vLLM releases and are left at vLLM's defaults.
 MINIMAX_MEMORY = {"b200": 0.95, "b300": 0.95, "h200": 0.95}
+MINIMAX_SEQS = {"h100-sxm": 256}
 # Its Llama-3.1-70B TensorRT-LLM recipes (70b_fp8_{b200,h200}_trt_slurm.sh,
 # 70b_fp4_b200_trt_slurm.sh) pass --max_num_tokens 16384 for FP8 on B200 and the run's
 # max model length (ISL + OSL in its sweep workflows) for FP8 on H200 and FP4 on B200,
@@ -481,7 +497,7 @@ def recipe(case: Case) -> dict[str, float]:
     TensorRT-LLM Llama-3.1-70B runs): any of ``max_num_batched_tokens`` (tokens),
     ``static_fraction`` and ``free_fraction`` (fractions of GPU memory, as
     :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`), ``memory_utilization`` (vLLM's
-    ``gpu_memory_utilization``), TensorRT-LLM's ``batch_wait_timeout_iters`` and
+    ``gpu_memory_utilization``), ``max_num_seqs``, TensorRT-LLM's ``batch_wait_timeout_iters`` and
     ``batch_wait_max_tokens_ratio``, and SGLang's ``scheduler_recv_interval``."""
     r = case.row
     if r.collection != "inferencex":
@@ -490,7 +506,10 @@ def recipe(case: Case) -> dict[str, float]:
         # Its FP4 recipes (minimaxm2.5_fp4_{b200,b300}.sh), whose checkpoint has experts
         # of their own dtype, keep vLLM's 0.90.
         fp4 = case.expert_dtype != ""
-        return {"memory_utilization": 0.9 if fp4 else MINIMAX_MEMORY.get(case.gpu, 0.9)}
+        seqs = {} if fp4 or case.gpu not in MINIMAX_SEQS else {
+            "max_num_seqs": MINIMAX_SEQS[case.gpu]}
+        return {"memory_utilization": 0.9 if fp4 else MINIMAX_MEMORY.get(case.gpu, 0.9),
+                **seqs}
     if r.model_path in LLAMA70_PATHS and case.framework == "trtllm":
         fixed = case.gpu == "b200" and case.dtype != "nvfp4"
         out: dict[str, float] = {"max_num_batched_tokens": 16384 if fixed else r.isl + r.osl}
@@ -544,6 +563,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     tokens = settings.get("max_num_batched_tokens")
     if tokens is not None:
         serving["max_num_batched_tokens"] = int(tokens)
+    if "max_num_seqs" in settings:
+        serving["max_num_seqs"] = int(settings["max_num_seqs"])
     for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
                 "scheduler_recv_interval"):
         if key in settings:

@@ -262,3 +262,20 @@ def test_latent_attention_ranks_each_cache_only_their_own_tokens() -> None:
                                     "output": {"dist": "fixed", "value": 4}}}}
     s = summarize(simulate(from_dict(raw, "<test>")))
     assert s["kv"]["blocks_per_replica"] == [dp8.blocks] * 8
+
+
+def test_a_pasted_data_parallel_flag_set_runs() -> None:
+    flags = {"data-parallel-size": 4, "tensor-parallel-size": 1,
+             "enable-expert-parallel": True, "all2all-backend": "allgather_reducescatter",
+             "data-parallel-backend": "mp", "data-parallel-rpc-port": 13345}
+    raw: dict[str, Any] = {"model": "qwen3-30b-a3b", "cost": {"roofline": {}},
+                           "hardware": {"gpu": "h100-sxm"}, "vllm": flags,
+                           "workload": {"concurrency": 8, "num_requests": 16,
+                                        "lengths": {"prompt": {"dist": "fixed", "value": 64},
+                                                    "output": {"dist": "fixed", "value": 4}}}}
+    hw = from_dict(raw, "<test>").hardware
+    assert (hw.tp, hw.dp, hw.ep) == (1, 4, 4)
+    raw["vllm"] = {**flags, "all2all-backend": "deepep_low_latency"}
+    with pytest.raises(ServesimError, match="models only allgather_reducescatter") as exc:
+        from_dict(raw, "<test>")
+    assert exc.value.where == "vllm.all2all-backend"

@@ -72,6 +72,9 @@ ONLY: dict[str, tuple[Any, ...]] = {
     "api_server_count": (1,),
     "enable_lora": (False,),
     "kv_transfer_config": (None,),
+    # How data-parallel ranks dispatch tokens to the experts: an all-gather and a
+    # reduce-scatter (vLLM's default) is what servesim prices (sim/core/dpgroup.py).
+    "all2all_backend": ("allgather_reducescatter",),
 }
 # Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
 DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
@@ -110,6 +113,8 @@ NO_EFFECT = frozenset((
     "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "middleware",
     "load_format", "tokenizer_mode", "tokenizer_revision", "code_revision", "config_format",
     "hf_token", "ignore_patterns",
+    # Where data-parallel ranks meet and which launcher starts them.
+    "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend",
 ))
 
 

@@ -12,6 +12,7 @@ what is on the page.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ Curves = dict[str, tuple[list[float], list[float]]]
 PANELS = (("ttft", "TTFT (time to first token)", 0),
           ("tpot", "TPOT (time per output token)", 1))
 MARKS = (50, 99)  # percentiles marked on each curve
+TITLE_CHARS = 125  # characters of a title line that fit the figure's width at its font
 
 
 def _curve(ax: Any, v_ms: np.ndarray, gid: str, **kw: Any) -> bool:
@@ -131,7 +133,10 @@ def plot_cdfs(runs: dict[str, RunResult], path: Path, title: str | None = None) 
     for ax, (_, text, col) in zip(axes, PANELS, strict=True):
         _finish(ax, text, drew[col])
     if title:
-        fig.suptitle(title + ("" if len(runs) == 1 else "\ndots: each curve's p50 and p99"),
+        # A long setup and cost source (parallel layouts, async scheduling) would run off
+        # the figure's edges: wrapped onto lines that fit its width.
+        text = textwrap.fill(title, TITLE_CHARS, break_on_hyphens=False)
+        fig.suptitle(text + ("" if len(runs) == 1 else "\ndots: each curve's p50 and p99"),
                      fontsize=10)
     fig.tight_layout()
     curves: Curves = {}

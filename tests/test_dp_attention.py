@@ -7,14 +7,18 @@ rank's new tokens, and all ranks run it together (sim/core/dpgroup.py).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import lazy_and_eager, run_requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
+from sim.core.request import FINISHED, REJECTED
 from sim.cost.memory import weight_bytes
 from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
@@ -279,3 +283,46 @@ def test_a_pasted_data_parallel_flag_set_runs() -> None:
     with pytest.raises(ServesimError, match="models only allgather_reducescatter") as exc:
         from_dict(raw, "<test>")
     assert exc.value.where == "vllm.all2all-backend"
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(("continuous", "chunked")), st.sampled_from((2, 4)),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 60), st.integers(1, 30)),
+                min_size=1, max_size=16),
+       st.integers(12, 60), st.booleans())
+def test_ranks_share_every_iteration_and_lose_no_request(
+        policy: str, dp: int, rows: list[tuple], blocks: int, swap: bool) -> None:
+    # Small per-rank KV caches force preemptions inside a group.
+    rows = sorted(rows)
+    sc = from_dict({"model": "tiny-moe", "cost": {"roofline": {}},
+                    "hardware": {"gpu": "h100-sxm", "dp": dp, "ep": dp},
+                    "serving": {"policy": policy, "block_size": 4, "num_gpu_blocks": blocks,
+                                "max_num_seqs": 4,
+                                "preemption": "swap" if swap else "recompute"},
+                    "workload": {"arrivals": {"process": "constant", "rate": 1.0},
+                                 "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                             "output": {"dist": "fixed", "value": 2}},
+                                 "num_requests": 1}}, "<fuzz>")
+    req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                   np.array([r[2] for r in rows]))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert lazy.step_log == eager.step_log
+    np.testing.assert_array_equal(lazy.finish, eager.finish)
+    log = lazy.step_log or []
+    # Every iteration's ranks start and end together: one end per start time ...
+    ends: dict[float, float] = {}
+    for _, start, end, _ in log:
+        assert ends.setdefault(start, end) == end
+    # ... and a rank never runs two iterations at once.
+    by_rank: dict[int, list[tuple[float, float]]] = {}
+    for rank, start, end, _ in log:
+        by_rank.setdefault(rank, []).append((start, end))
+    for spans in by_rank.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    # Every request ends: finished, or refused as too long for a rank's cache.
+    done = lazy.status == FINISHED
+    assert np.isfinite(lazy.finish[done]).all()
+    assert set(lazy.reason[~done].tolist()) <= {"exceeds_kv_capacity"}
+    assert ((lazy.status == FINISHED) | (lazy.status == REJECTED)).all()

@@ -217,9 +217,10 @@ def check_pipeline(scenario: Scenario) -> None:
 
 def check_data_parallel(scenario: Scenario) -> None:
     """``hardware.dp`` > 1 (data-parallel attention ranks sharing their experts,
-    sim/core/dpgroup.py) is modelled for a co-located single-stage pool priced by the
-    roofline, without speculative decoding, faults or a scheduler recv interval; errors
-    name the key that conflicts."""
+    sim/core/dpgroup.py) is modelled for a mixture of experts in a co-located
+    single-stage pool priced by the roofline or a profile built for those ranks, without
+    speculative decoding, faults or a scheduler recv interval; errors name the key that
+    conflicts (a profile built for another dp is refused where the cost is built)."""
     dp = scenario.hardware.dp
     if dp == 1:
         return

@@ -326,3 +326,16 @@ def test_ranks_share_every_iteration_and_lose_no_request(
     assert np.isfinite(lazy.finish[done]).all()
     assert set(lazy.reason[~done].tolist()) <= {"exceeds_kv_capacity"}
     assert ((lazy.status == FINISHED) | (lazy.status == REJECTED)).all()
+
+
+def test_profile_builds_of_ranks_refused_in_one_line() -> None:
+    pytest.importorskip("pyarrow")
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    with pytest.raises(ServesimError, match="is dense") as exc:
+        build_profile(BuildSpec(MODELS["llama-3-8b"], "h100-sxm", "vllm", 1, ep=2, dp=2))
+    assert exc.value.where == "--dp"
+    # 16 ranks of one GPU: the collective tables time NCCL over 2, 4 and 8 GPUs only.
+    with pytest.raises(ServesimError, match="span 16 GPUs") as exc:
+        build_profile(BuildSpec(MOE, "h100-sxm", "vllm", 1, ep=16, dp=16))
+    assert exc.value.where == "--dp"

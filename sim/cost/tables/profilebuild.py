@@ -209,11 +209,11 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                             f"so its tables time no nvfp4 GEMM (GPUs with them: {with_fp4}); "
                             "cost: roofline prices nvfp4 weights there as weight-only",
                             where="--dtype")
-    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep", dp=spec.dp)
     if spec.dp > 1 and not m.experts:
         raise ServesimError(f"got {spec.dp}, but model {m.name} is dense: data-parallel "
                             "attention ranks share a mixture of experts' experts",
                             where="--dp")
+    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep", dp=spec.dp)
     priors = priors if priors is not None else framework_priors(fw)
     notes: list[str] = []
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
@@ -435,7 +435,12 @@ def _shared_experts(spec: BuildSpec, version: str, rank: Shard, moe: Any,
     reduce-scatter of those tokens' bf16 hidden states over the dp x tp GPUs (vLLM's
     default all-to-all backend under data parallelism), as knots."""
     group = spec.dp * spec.tp
-    comm = load_collectives(spec.gpu, spec.framework, version, group)
+    try:
+        comm = load_collectives(spec.gpu, spec.framework, version, group)
+    except ServesimError as exc:
+        raise ServesimError(f"the ranks' dispatch and combine span {group} GPUs (dp x tp), "
+                            f"which the collective tables do not time on {spec.gpu}: "
+                            f"{exc.message}", where="--dp") from None
     nbytes = ms * rank.hidden * 2
     seconds = rank.moe_layers * (moe.at(ms) + comm.gather.at(nbytes) + comm.scatter.at(nbytes))
     return {"formula": "knots over the new tokens of every rank of the group, all MoE layers",

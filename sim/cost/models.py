@@ -287,11 +287,13 @@ class RooflineCost:
             self._moe_q = 1.0 - m.experts_per_token / m.experts
             # Data-parallel ranks: dispatch (all-gather) and combine (reduce-scatter) of
             # every rank's tokens over the dp x tp GPUs, a MoE layer each.
-            group = dp * tp
-            link_bw, link_s = gpu.tp_link(group) if dp > 1 else (1.0, 0.0)
-            self._dc_fixed_s = 2 * d.moe_layers * link_s
-            self._dc_token_s = (2 * d.moe_layers * (group - 1) / group * m.hidden * b / link_bw
-                                if dp > 1 else 0.0)
+            self._dc_fixed_s = self._dc_token_s = 0.0
+            if dp > 1:
+                group = dp * tp
+                link_bw, link_s = gpu.tp_link(group)
+                self._dc_fixed_s = 2 * d.moe_layers * link_s
+                self._dc_token_s = (2 * d.moe_layers * (group - 1) / group * m.hidden * b
+                                    / link_bw)
             kernels = (d.layers * attn_kernels + d.dense_layers * 2
                        + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
         else:

@@ -474,7 +474,10 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
     kv_total = sum(s.kv_total for s in stats)
     from sim.config.disagg import pools
 
-    gpus = sum(p.replicas * p.gpus_per_replica for p in pools(res.scenario))
+    the_pools = pools(res.scenario)
+    gpus = sum(p.replicas * p.gpus_per_replica for p in the_pools)
+    replicas = sum(p.replicas for p in the_pools)
+    ranks = sum(p.replicas * p.dp for p in the_pools)  # data-parallel ranks count apart
 
     def rate(x: float) -> float | None:
         return x / span if span > 0 else None
@@ -487,9 +490,8 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
         "seed": sc.workload.seed,
         "policy": sc.serving.policy,
         "cost_source": res.cost_source,
-        "replicas": sum(p.replicas for p in pools(res.scenario)),
-        **({"data_parallel_ranks": len(stats)} if len(stats) > sum(
-            p.replicas for p in pools(res.scenario)) else {}),
+        "replicas": replicas,
+        **({"data_parallel_ranks": ranks} if ranks > replicas else {}),
         "gpus": gpus,
         **_setup_summary(res),
         "requests": {

@@ -1,6 +1,8 @@
 """Chunked streaming (vLLM's --stream-interval, sim/core/streaming.py): the first token at
 once, then a chunk every N tokens and the rest at the finish; ITL is one gap a chunk,
-TTFT/TPOT/E2E do not move; the decode set's lazy chunks equal request-by-request ones."""
+TTFT/TPOT/E2E do not move; SGLang's (stream_first_token false) holds the first token for
+the first chunk, which sets TTFT; the decode set's lazy chunks equal request-by-request
+ones."""
 
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from sim.workload.requests import Requests
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _one(interval: int, output: int = 11) -> object:
+def _one(interval: int, output: int = 11, first_token: bool = True) -> object:
     # One request alone: an 8-token prompt prefilled in one 10 ms step, then one token
     # every 10 ms step (linear cost: 10 ms a step, no per-token term).
     sc = tiny_scenario(cost={"linear": {"step_s": 0.01, "per_new_token_s": 0.0}},
-                       serving={"stream_interval": interval},
+                       serving={"stream_interval": interval,
+                                "stream_first_token": first_token},
                        workload={"lengths": {"prompt": {"dist": "fixed", "value": 8},
                                              "output": {"dist": "fixed", "value": output}}})
     return simulate(sc)
@@ -55,19 +58,42 @@ def test_chunks_by_hand() -> None:
         pytest.approx(0.10)
 
 
+def test_first_chunk_by_hand() -> None:
+    # SGLang's --stream-interval 4: tokens at 10, 20, ..., 110 ms go out with tokens 4 and
+    # 8 (40, 80 ms) and the last three with token 11 (110 ms). The client's first token is
+    # the first chunk's: TTFT 40 ms, not 10; then gaps of 40 and 30 ms, and TPOT over the
+    # other ten tokens (110 - 40) / 10 = 7 ms, not 10.
+    res = _one(4, first_token=False)
+    lat = per_request(res)
+    assert lat["ttft"][0] == pytest.approx(0.04)
+    assert lat["tpot"][0] == pytest.approx(0.007)
+    assert lat["e2e"][0] == pytest.approx(0.11)
+    assert res.itl.total == 2
+    assert summarize(res)["latency_s"]["itl"]["max"] == pytest.approx(0.04)
+    # Output shorter than a chunk: one send, at the finish (30 ms).
+    short = _one(4, output=3, first_token=False)
+    assert per_request(short)["ttft"][0] == pytest.approx(0.03)
+    assert short.itl.total == 0
+    # A chunk of one token is a send a token, first alone or not.
+    a, b = per_request(_one(1, first_token=False)), per_request(_one(1))
+    for key in ("ttft", "tpot", "e2e"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
 @settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(("continuous", "chunked", "static", "orca")), st.integers(2, 9),
        st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
                 min_size=1, max_size=14),
-       st.integers(8, 60), st.booleans())
+       st.integers(8, 60), st.booleans(), st.booleans())
 def test_lazy_chunks_equal_eager(policy: str, interval: int, rows: list[tuple], blocks: int,
-                                 swap: bool) -> None:
+                                 swap: bool, first_token: bool) -> None:
     # Small KV caches force preemptions: the set settles members mid-chunk and they go on
     # request by request, then join again.
     rows = sorted(rows)
     sc = tiny_scenario(serving={"policy": policy, "block_size": 4, "num_kv_blocks": blocks,
                                 "max_num_seqs": 5, "stream_interval": interval,
+                                "stream_first_token": first_token,
                                 "preemption": "swap" if swap else "recompute"})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                    np.array([r[2] for r in rows]))
@@ -81,17 +107,17 @@ def test_lazy_chunks_equal_eager(policy: str, interval: int, rows: list[tuple], 
        st.integers(2, 9),
        st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 60)),
                 min_size=1, max_size=14),
-       st.integers(12, 60), st.booleans(), st.integers(6, 24))
+       st.integers(12, 60), st.booleans(), st.integers(6, 24), st.booleans())
 def test_lazy_chunks_of_verifies_equal_eager(policy: str, k: int, a: float, interval: int,
                                              rows: list[tuple], blocks: int, swap: bool,
-                                             budget: int) -> None:
+                                             budget: int, first_token: bool) -> None:
     # Verifies emit 1 to k + 1 tokens: a chunk goes out after the verify that brings N
     # unsent ones. Small budgets cut verifies short; small caches force flushes.
     rows = sorted(rows)
     sc = tiny_scenario(serving={
         "policy": policy, "block_size": 4, "num_kv_blocks": blocks, "max_num_seqs": 5,
         "token_budget": max(budget, 4, k + 1), "preemption": "swap" if swap else "recompute",
-        "stream_interval": interval,
+        "stream_interval": interval, "stream_first_token": first_token,
         "speculative": {"method": "mtp", "num_tokens": k, "acceptance": {"rate": a}}})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                    np.array([r[2] for r in rows]))

@@ -180,6 +180,10 @@ class ServingConfig:
     # in chunks of this many tokens (and what is left when the request finishes). Client
     # ITL is one gap a chunk; TTFT, TPOT and E2E do not move (sim/core/streaming.py).
     stream_interval: int = bounded(1, ge=1, le=100_000)
+    # Whether the first token goes out at once (vLLM) or waits to fill the first chunk of
+    # stream_interval tokens (false: SGLang's --stream-interval, which sends whenever the
+    # output's length is a multiple of it, so TTFT includes stream_interval - 1 steps).
+    stream_first_token: bool = True
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES

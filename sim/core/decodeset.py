@@ -36,6 +36,8 @@ iteration ends (:meth:`end_step`).
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.core.batch import Batch
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
@@ -50,10 +52,10 @@ class DecodeSet:
     :class:`sim.core.batch.DecodeGroup`."""
 
     __slots__ = ("kv", "bs", "reserved", "tick", "n", "ctx_base", "phase", "finish_at", "fresh",
-                 "last_end", "emitted", "interval", "ends", "itl")
+                 "last_end", "emitted", "interval", "ends", "itl", "first")
 
     def __init__(self, kv: KVCacheManager, reserved: bool = False, interval: int = 1,
-                 itl: LogHistogram | None = None) -> None:
+                 itl: LogHistogram | None = None, first: np.ndarray | None = None) -> None:
         # Members' blocks are taken in bulk from kv and assigned to each when it settles.
         self.kv = kv
         block_size = kv.block_size
@@ -74,6 +76,8 @@ class DecodeSet:
         self.interval = interval
         self.ends: EndTimes | None = EndTimes() if interval > 1 else None
         self.itl = itl
+        # First chunks that set a request's first-token time (sim/core/streaming.py).
+        self.first = first
 
     # -- membership ---------------------------------------------------------------------
     def joinable(self, r: Request) -> bool:
@@ -109,7 +113,7 @@ class DecodeSet:
         d = tick - r.sync
         if d:
             if self.ends is not None and gaps is not None:
-                member_sends(r, self.ends, tick, self.interval, gaps)
+                member_sends(r, self.ends, tick, self.interval, gaps, self.first)
             else:
                 r.last_token = self.last_end
             r.computed += d

@@ -69,7 +69,8 @@ class Pipeline:
         horizon = scenario.horizon_s
         self.horizon = math.inf if horizon is None else horizon
         if lazy:
-            rep.group = DecodeSet(rep.kv, reserves_kv, rep.stream_interval, rep.itl)
+            rep.group = DecodeSet(rep.kv, reserves_kv, rep.stream_interval, rep.itl,
+                                  rep.first_chunk)
 
     def run(self) -> Generator[Any, Any, None]:
         """Schedule while fewer than ``pp`` batches are in flight and the policy finds
@@ -153,7 +154,7 @@ class Pipeline:
         if batch.group is not None:
             # The home set travels with its members; a fresh one stays home.
             rep.group = self.spare.pop() if self.spare else DecodeSet(
-                rep.kv, self.reserves_kv, rep.stream_interval, rep.itl)
+                rep.kv, self.reserves_kv, rep.stream_interval, rep.itl, rep.first_chunk)
         self._submit(batch, now, idle_since)
         return True
 

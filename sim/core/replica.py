@@ -79,8 +79,8 @@ class Replica:
         self.outstanding = 0  # tokens: unprefilled prompts plus outputs not yet produced
         self.idle = True
         self.priority = serving is not None and serving.priority
-        self.swap = serving is not None and serving.preemption == "swap"
-        self.swap_block_s = swap_block_s
+        self.swap, self.swap_block_s = serving is not None and serving.preemption == "swap", \
+            swap_block_s
         tier = serving.kv_offload if serving is not None else None
         self.overlap = tier is not None and tier.overlap
         self.swap_s = 0.0  # PCIe seconds the next iteration spends swapping
@@ -92,18 +92,19 @@ class Replica:
         # Policies whose running requests are all steady decodes between iterations keep
         # them in a DecodeSet: O(1) work per decode iteration instead of O(batch).
         lazy = engine.lazy_decodes and policy.lazy_decodes
-        self.spec = spec
-        # Drafting's price of an iteration, bound once (None: no drafting, or free).
+        self.spec = spec  # and drafting's price of an iteration, bound once (None: none, free)
         self._draft: Callable[[Batch], float] | None = (
             None if spec is None or spec.free else spec.draft_time)
         # A verify needs KV slots for its k drafted tokens past the request's own.
         self.lookahead = 0 if spec is None else spec.k
         self.group: DecodeSet | SpecDecodeSet | None = None
-        self.stream_interval = serving.stream_interval if serving is not None else 1
+        self.stream_interval = n = serving.stream_interval if serving is not None else 1
+        self.first_chunk = (engine.first_token if n > 1 and serving is not None  # SGLang's
+                            and not serving.stream_first_token else None)
         if lazy:
-            self.group = (DecodeSet(kv, policy.reserves_kv, self.stream_interval, self.itl)
-                          if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats,
-                                                             self.stream_interval, self.itl))
+            self.group = (DecodeSet(kv, policy.reserves_kv, n, self.itl, self.first_chunk)
+                          if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats, n,
+                                                             self.itl, self.first_chunk))
         # SGLang's --scheduler-recv-interval: new requests are read every so many decode
         # steps (None: every iteration). Entry replicas only; checked against pp at load.
         recv = serving.scheduler_recv_interval if serving is not None else 1
@@ -303,7 +304,7 @@ class Replica:
                 first_token[r.id] = now
                 self.outstanding -= r.prompt
             if interval > 1:
-                send(r, now, interval, gaps)  # chunked streaming: a gap a chunk
+                send(r, now, interval, gaps, self.first_chunk)  # a gap a chunk
             else:
                 if r.generated != 1:
                     gaps.append(now - r.last_token)

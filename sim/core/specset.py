@@ -50,10 +50,10 @@ class SpecDecodeSet:
 
     __slots__ = ("kv", "bs", "q", "tri", "stats", "tick", "n", "ctx", "sums", "prev_held",
                  "now", "fix", "trim", "origin", "horizon", "paths", "finish_at", "fresh",
-                 "last_end", "emitted", "interval", "ends", "itl")
+                 "last_end", "emitted", "interval", "ends", "itl", "first")
 
     def __init__(self, kv: KVCacheManager, q: int, stats: ReplicaStats, interval: int = 1,
-                 itl: LogHistogram | None = None) -> None:
+                 itl: LogHistogram | None = None, first: np.ndarray | None = None) -> None:
         self.kv = kv
         self.bs = kv.block_size
         self.q = q
@@ -79,6 +79,7 @@ class SpecDecodeSet:
         # Chunked streaming (as sim.core.decodeset.DecodeSet keeps it).
         self.interval = interval
         self.ends: EndTimes | None = EndTimes() if interval > 1 else None
+        self.first = first  # first chunks set first-token times (sim/core/streaming.py)
         self.itl = itl
 
     # -- membership ---------------------------------------------------------------------
@@ -173,7 +174,8 @@ class SpecDecodeSet:
         d = tick - r.sync
         if d:
             if self.ends is not None and gaps is not None:
-                verify_sends(r, self.ends, tick, self._cum(r, d), self.interval, gaps)
+                verify_sends(r, self.ends, tick, self._cum(r, d), self.interval, gaps,
+                             self.first)
             c = self.computed_at(r, d)
             blocks_at = self.computed_at(r, d - 1) + self.q
             r.generated += c - r.computed
@@ -280,7 +282,7 @@ class SpecDecodeSet:
         for r in done:
             if ends is not None:
                 verify_sends(r, ends, self.tick, self._cum(r, self.tick - r.sync),
-                             self.interval, gaps)
+                             self.interval, gaps, self.first)
             _, m, left, last = paths.pop(r.id)
             c = r.computed + left
             gone += c

@@ -9,6 +9,14 @@ and with them TPOT and E2E, are the same as with N = 1. ``Request.sent`` is the 
 tokens sent so far and ``Request.last_token`` the time of the last send (with N = 1,
 every emission is a send).
 
+SGLang's scheduler (``--stream-interval N``) sends a request's output whenever its count
+of output tokens is a multiple of N, the first token not apart: its first chunk leaves
+with token N, N - 1 decode steps after the prefill (``serving.stream_first_token:
+false``). The client's TTFT is then that chunk's arrival, and its TPOT the rest of the
+request over the other tokens: these functions take ``first`` (the engine's first-token
+times, by request id) and set a request's entry when its first chunk goes out, with no
+gap before it.
+
 A request decoded token by token in its replica's decode set
 (:class:`sim.core.decodeset.DecodeSet`) emits one token per iteration; the set keeps
 each iteration's end time (:class:`EndTimes`) and works out a member's sends when it
@@ -66,25 +74,31 @@ class EndTimes:
 TRIM_AT = 1 << 16  # stored times at which a decode set drops those no member needs
 
 
-def send(r: Request, now: float, interval: int, gaps: list[float]) -> None:
+def send(r: Request, now: float, interval: int, gaps: list[float],
+         first: np.ndarray | None = None) -> None:
     """``r`` emitted its latest tokens (``r.generated`` now counts them) at ``now`` (s):
-    send them if its first token is among them, ``interval`` are unsent or it is done,
-    appending the client's gap since the previous send to ``gaps``."""
-    if r.generated == 1:
+    send them if its first token is among them (unless ``first`` is given: see the
+    module doc), ``interval`` are unsent or it is done, appending the client's gap since
+    the previous send to ``gaps``."""
+    if r.generated == 1 and first is None:
         r.sent = 1
         r.last_token = now
     elif r.generated - r.sent >= interval or r.generated == r.output:
-        gaps.append(now - r.last_token)
+        if r.sent:
+            gaps.append(now - r.last_token)
+        elif first is not None:
+            first[r.id] = now
         r.sent = r.generated
         r.last_token = now
 
 
 def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
-                 gaps: list[float]) -> None:
+                 gaps: list[float], first: np.ndarray | None = None) -> None:
     """Send what a decode-set member emitted, one token an iteration, from tick
     ``r.sync`` up to (not including) ``tick``; ``r.generated`` still counts its tokens as
     of ``r.sync``. Appends each chunk's gap to ``gaps`` and leaves ``r.sent`` and
-    ``r.last_token`` as of ``tick`` (the caller then brings ``r.generated`` there)."""
+    ``r.last_token`` as of ``tick`` (the caller then brings ``r.generated`` there); a
+    first chunk sets ``first`` (see :func:`send`)."""
     emitted = tick - r.sync
     if emitted <= 0:
         return
@@ -96,20 +110,30 @@ def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
     prev = r.last_token
     while k <= last:
         t = ends.at(r.sync + k - g0 - 1)
-        gaps.append(t - prev)
+        _gap(r, k - interval, t, prev, gaps, first)
         prev = t
         k += interval
-    _finish(r, ends, tick, last, k - interval, prev, gaps)
+    _finish(r, ends, tick, last, k - interval, prev, gaps, first)
+
+
+def _gap(r: Request, sent: int, t: float, prev: float, gaps: list[float],
+         first: np.ndarray | None) -> None:
+    """A chunk of ``r`` leaves at ``t`` (s) after ``sent`` tokens went at ``prev``: a gap,
+    or for its first chunk its first-token time (``first``)."""
+    if sent:
+        gaps.append(t - prev)
+    elif first is not None:
+        first[r.id] = t
 
 
 def _finish(r: Request, ends: EndTimes, tick: int, last: int, sent: int, prev: float,
-            gaps: list[float]) -> None:
+            gaps: list[float], first: np.ndarray | None = None) -> None:
     """Leave ``r`` with ``sent`` tokens sent, the last at ``prev`` (s); when its
     ``last`` token (emitted in the iteration before ``tick``) is its output's end, the
     unsent rest goes out with it."""
     if last == r.output and last > sent:
         t = ends.at(tick - 1)
-        gaps.append(t - prev)
+        _gap(r, sent, t, prev, gaps, first)
         prev = t
         sent = last
     r.sent = sent
@@ -117,7 +141,7 @@ def _finish(r: Request, ends: EndTimes, tick: int, last: int, sent: int, prev: f
 
 
 def verify_sends(r: Request, ends: EndTimes, tick: int, cum: np.ndarray, interval: int,
-                 gaps: list[float]) -> None:
+                 gaps: list[float], first: np.ndarray | None = None) -> None:
     """As :func:`member_sends` for a member of a speculating decode set, whose verifies
     emit one to k + 1 tokens: ``cum[i]`` is the tokens it emitted in its first i + 1
     iterations here (from tick ``r.sync``, up to ``tick``). A chunk goes out after the
@@ -132,8 +156,8 @@ def verify_sends(r: Request, ends: EndTimes, tick: int, cum: np.ndarray, interva
     i = int(cum.searchsorted(target))
     while i < len(cum):
         t = ends.at(r.sync + i)
-        gaps.append(t - prev)
+        _gap(r, sent, t, prev, gaps, first)
         prev = t
         sent = g0 + int(cum[i])
         i = int(cum.searchsorted(sent - g0 + interval))
-    _finish(r, ends, tick, g0 + int(cum[-1]), sent, prev, gaps)
+    _finish(r, ends, tick, g0 + int(cum[-1]), sent, prev, gaps, first)

@@ -240,6 +240,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "batch_wait_max_tokens_ratio", 0.0),
                                 ("serving", "scheduler_recv_interval", 1),
                                 ("serving", "stream_interval", 1),
+                                ("serving", "stream_first_token", True),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
         if fields[section].get(key) == unset:

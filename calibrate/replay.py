@@ -351,6 +351,11 @@ def check_timeable(spec: ModelSpec, device: str = "cuda") -> None:
             "calibrate's torch model has no latent-attention (MLA) layer; MLA costs come "
             "from the roofline (cost: roofline) or the public kernel tables",
             where="model.kv_lora_rank")
+    if spec.linear_layers:
+        raise ServesimError(
+            "calibrate's torch model has no linear-attention (Gated DeltaNet) layer; such "
+            "models (Qwen3.5) are priced by the roofline (cost: roofline) or the public "
+            "kernel tables (cost: measured)", where="model.linear_layers")
     if spec.sliding_layers or spec.attention_sinks:
         key = "model.sliding_layers" if spec.sliding_layers else "model.attention_sinks"
         raise ServesimError(

@@ -14,7 +14,7 @@ from conftest import needs_tables, silicon_csv
 
 from sim.cost.specs import MODELS, shard
 from sim.cost.tables.profilebuild import attention_gemms
-from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+from sim.validate.silicon import Case, classify, read_rows, recipe, running_cap, scenario_raw
 
 V3 = MODELS["deepseek-v3"]
 
@@ -115,7 +115,10 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
     h200, b200 = _case(tmp_path, "sglang", "h200_sxm"), _case(tmp_path, "sglang", "b200_sxm")
     assert isinstance(h200, Case) and isinstance(b200, Case)
     assert (h200.kv_dtype, b200.kv_dtype) == ("auto", "fp8")
-    assert recipe(h200) == {"max_num_batched_tokens": 32768, "static_fraction": 0.82}
+    # Both stream their output in chunks (10 tokens on H200, 30 on B200) and cap the
+    # running requests (512 at 1,024/1,024 on H200; 128 at tp 8, 32 at tp 4 on B200).
+    assert recipe(h200) == {"max_num_batched_tokens": 32768, "static_fraction": 0.82,
+                            "stream_interval": 10, "max_running": 512}
     tp4 = _case(tmp_path, "sglang", "b200_sxm", tp=4, isl=8192)
     assert isinstance(tp4, Case) and recipe(tp4)["static_fraction"] == 0.95
     # On B200 (dsr1_fp8_b200.sh): --scheduler-recv-interval 10, or 30 at tp 8 from 16
@@ -124,8 +127,16 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
     few = _case(tmp_path, "sglang", "b200_sxm", conc=8)
     assert isinstance(few, Case) and recipe(few)["scheduler_recv_interval"] == 10
     assert recipe(tp4) == {"max_num_batched_tokens": 8192, "static_fraction": 0.95,
-                           "scheduler_recv_interval": 10}
-    assert scenario_raw(b200)["serving"]["scheduler_recv_interval"] == 30
+                           "scheduler_recv_interval": 10, "stream_interval": 30,
+                           "max_running": 32}
+    served = scenario_raw(b200)["serving"]
+    assert (served["scheduler_recv_interval"], served["stream_interval"],
+            served["stream_first_token"]) == (30, 30, False)
+    # The cap on running requests never falls below the row's clients (the sweep ran
+    # these scripts past it); it stays a bound on nothing for a softmax-attention model.
+    assert served["max_num_seqs"] == 2048
+    assert (running_cap(recipe(b200), 64), running_cap(recipe(b200), 512)) == (128, 512)
+    assert running_cap({}, 64) is None
     assert "scheduler_recv_interval" not in scenario_raw(h200)["serving"]
     # dsr1_fp8_b300.sh reuses the B200 recipe as it stood: the same settings on B300.
     b300 = _case(tmp_path, "sglang", "b300_sxm")

@@ -172,6 +172,7 @@ def check_pools(scenario: Scenario) -> None:
     stages must split the layers and run a policy that models them (``hardware.pp``)."""
     check_pipeline(scenario)
     check_data_parallel(scenario)
+    check_linear_attention(scenario)
     if scenario.hardware.ep > 1 and scenario.serving.policy == "disaggregated":
         raise ServesimError(f"got {scenario.hardware.ep} with policy 'disaggregated': expert "
                             "parallelism is modelled for co-located replicas so far; use ep 1",
@@ -189,6 +190,29 @@ def check_pools(scenario: Scenario) -> None:
                 pool_memory(scenario.model, pool).fitted()
             except ServesimError as exc:
                 raise ServesimError(exc.message, where=prefix) from None
+
+
+def check_linear_attention(scenario: Scenario) -> None:
+    """A model with Gated DeltaNet layers (``linear_layers``) is modelled on co-located
+    single-stage replicas without the features whose state handling would differ from
+    KV blocks': prefix caching (a hit would need the cached prefix's recurrent state),
+    swapping and a host tier, pipeline stages, data-parallel ranks, speculative decoding
+    and disaggregated pools. Errors name the key that conflicts."""
+    model, sv, hw = scenario.model, scenario.serving, scenario.hardware
+    if not model.linear_layers:
+        return
+    conflicts = ((sv.prefix_caching, "serving.prefix_caching", "prefix caching"),
+                 (sv.preemption == "swap", "serving.preemption", "swap preemption"),
+                 (sv.kv_offload is not None, "serving.kv_offload", "a host KV tier"),
+                 (sv.speculative is not None, "serving.speculative", "speculative decoding"),
+                 (sv.policy == "disaggregated", "serving.policy", "disaggregated pools"),
+                 (hw.pp > 1, "hardware.pp", "pipeline stages"),
+                 (hw.dp > 1, "hardware.dp", "data-parallel attention"))
+    for clash, key, what in conflicts:
+        if clash:
+            raise ServesimError(f"model {model.name} has {model.linear_layers} linear-attention "
+                                f"(Gated DeltaNet) layers, whose per-sequence state is not "
+                                f"modelled with {what} yet", where=key)
 
 
 def check_pipeline(scenario: Scenario) -> None:

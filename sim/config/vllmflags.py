@@ -80,6 +80,9 @@ ONLY: dict[str, tuple[Any, ...]] = {
 DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
     "kv_cache_dtype": {"auto": None, "fp8": ("kv_dtype", "fp8"),
                        "fp8_e4m3": ("kv_dtype", "fp8"), "fp8_e5m2": ("kv_dtype", "fp8")},
+    # A Gated DeltaNet model's recurrent state ("auto": the checkpoint's mamba_ssm_dtype).
+    "mamba_ssm_cache_dtype": {"auto": None, "float32": ("linear_state_dtype", "fp32"),
+                              "bfloat16": ("linear_state_dtype", "bf16")},
     # fp8: online quantisation of a 16-bit checkpoint (per-tensor scales). The others name
     # how a pre-quantised checkpoint's weights are stored: 4-bit integer groups (AWQ and
     # GPTQ, with or without the Marlin kernels) and NVIDIA's FP4 (ModelOpt).

@@ -11,6 +11,7 @@ and KV cache, stepped together by one :class:`~sim.core.dpgroup.DPGroup`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,11 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
     for pool in the_pools:
         sv = pool.serving
         budget = pool_memory(model, pool)
+        if budget.state_seqs and budget.state_seqs < sv.max_num_seqs and \
+                sv.num_gpu_blocks is None:
+            # No more sequences run than have a linear-attention state set aside (a
+            # num_gpu_blocks override sizes the KV pool alone; max_num_seqs then caps).
+            sv = dataclasses.replace(sv, max_num_seqs=budget.state_seqs)
         # vLLM's --num-gpu-blocks-override replaces the memory-derived count.
         blocks = sv.num_gpu_blocks or budget.fitted().blocks
         memory[pool.role] = budget.summary(sv.num_gpu_blocks)

@@ -6,7 +6,10 @@ side reads it. Decoders of the Llama shape are modelled: attention (grouped quer
 rotary positions; sliding windows from ``sliding_window`` and ``layer_types``; gpt-oss's
 attention sinks) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
 qwen3_moe, gpt_oss, minimax_m2); DeepSeek-V2/V3 (deepseek_v2, deepseek_v3) add multi-head latent
-attention and shared experts; other mixture-of-experts families are a clear error. A
+attention and shared experts; Qwen3-Next and Qwen3.5 (qwen3_next; qwen3_5 and qwen3_5_moe,
+whose language model is their ``text_config``) add Gated DeltaNet layers, a gated
+attention output and one shared expert; other mixture-of-experts families are a clear
+error. A
 ``quantization_config`` sets the weights' dtype: FP8 (``quant_method`` fp8,
 compressed-tensors float8 or ModelOpt FP8: ``fp8-block`` when its scales are per block,
 ``fp8`` otherwise) or 4-bit (mxfp4; ModelOpt NVFP4 and compressed-tensors 4-bit floats:
@@ -33,15 +36,26 @@ from sim.files import read_text
 # wider than the residual stream (Qwen3-32B: 64 heads x 128 = 8192 > 5120). Its per-head
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss",
-                      "deepseek_v2", "deepseek_v3", "kimi_k2", "minimax_m2")
+                      "deepseek_v2", "deepseek_v3", "kimi_k2", "minimax_m2", "qwen3_next",
+                      "qwen3_5_text", "qwen3_5_moe_text")
 # Multimodal wrappers whose language model is a supported family in ``text_config``
 # (Kimi-K2.5: a DeepSeek-V3-shaped kimi_k2 decoder beside a vision tower, which is not
 # modelled: text requests never run it).
-WRAPPERS = ("kimi_k25",)
+WRAPPERS = ("kimi_k25", "qwen3_5", "qwen3_5_moe")
+# Families whose token mixers are Gated DeltaNet layers between softmax-attention ones
+# (layer_types linear_attention / full_attention, or every full_attention_interval-th
+# layer full), with a gated attention output and, in the MoE ones, one shared expert.
+GDN_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+GDN_KEYS = {"linear_key_heads": "linear_num_key_heads",
+            "linear_value_heads": "linear_num_value_heads",
+            "linear_key_dim": "linear_key_head_dim", "linear_value_dim": "linear_value_head_dim",
+            "linear_conv": "linear_conv_kernel_dim"}
 # Mixture-of-experts families: the config keys of (experts, experts per token, expert
 # width); Mixtral's and gpt-oss's intermediate_size is their experts' width.
 MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
             "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "qwen3_next": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "qwen3_5_moe_text": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "gpt_oss": ("num_local_experts", "num_experts_per_tok", "intermediate_size"),
             "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
@@ -56,11 +70,12 @@ MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediat
 _WINDOW_ON_ALL = ("mistral", "mixtral")
 # Families whose configs carry sliding_window but apply it only with use_sliding_window,
 # and then from layer max_window_layers on: not modelled.
-_WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe")
+_WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe", *GDN_FAMILIES)
 # Families with multi-head latent attention: DeepSeek's config keys, read as they are named.
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
 _QKV_BIAS_BY_DEFAULT = ("qwen2",)
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -80,7 +95,11 @@ def from_hf_config(path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)
     if cfg.get("model_type") in WRAPPERS and isinstance(cfg.get("text_config"), dict):
-        cfg = cfg["text_config"]
+        # A quantised release keeps its quantization_config beside the wrapper's configs.
+        quant = cfg.get("quantization_config")
+        cfg = dict(cfg["text_config"])
+        if quant is not None:
+            cfg.setdefault("quantization_config", quant)
     family = cfg.get("model_type")
     moe = [k for k in _MOE_KEYS if k in cfg]
     if family not in SUPPORTED_FAMILIES:
@@ -110,7 +129,7 @@ def from_hf_config(path: Path) -> ModelSpec:
         return int(value)
 
     dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
-        str(cfg.get("torch_dtype")), "bf16")
+        str(cfg.get("torch_dtype") or cfg.get("dtype")), "bf16")
     moe_fields: dict[str, Any] = _moe_fields(cfg, family, count, src)
     if moe_fields and _experts_only(cfg.get("quantization_config"), src):
         # The 4-bit (or FP8) weights are the experts'; attention, router and tables stay
@@ -127,6 +146,11 @@ def from_hf_config(path: Path) -> ModelSpec:
     head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
                 else count("head_dim", least=1) if cfg.get("head_dim")
                 else hidden // heads)
+    # Qwen3.5's and Qwen3-Next's MoE configs give no dense width (every layer is MoE).
+    width = moe_fields.get("expert_intermediate") if "intermediate_size" not in cfg else None
+    rope = cfg.get("rope_parameters")
+    if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in cfg:
+        cfg = {**cfg, "rope_theta": rope["rope_theta"]}
     try:
         return ModelSpec(
             layers=layers,
@@ -134,7 +158,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             heads=heads,
             kv_heads=count("num_key_value_heads", heads, least=1),
             head_dim=head_dim,
-            intermediate=count("intermediate_size", least=1),
+            intermediate=width or count("intermediate_size", least=1),
             vocab=count("vocab_size", least=1),
             dtype=dtype,  # type: ignore[arg-type]
             max_context=count("max_position_embeddings", 8192, least=1),
@@ -145,6 +169,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             **moe_fields,
             **attention,
             **mla,  # type: ignore[arg-type]
+            **_gdn_fields(cfg, family, layers, count, src),
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
@@ -157,7 +182,7 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
         return {}
     n_key, k_key, width_key = MOE_KEYS[family]
     dense = 0
-    if family == "qwen3_moe":
+    if family in ("qwen3_moe", "qwen3_next", "qwen3_5_moe_text"):
         step = cfg.get("decoder_sparse_step", 1)
         if step != 1:
             raise ServesimError(f"got {step!r}: only every layer a mixture of experts (1) is "
@@ -168,6 +193,14 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
                                 "ones (0, 1, ...)", source=src, where="mlp_only_layers")
         dense = len(only)
     shared = 0
+    if family in GDN_FAMILIES and cfg.get("shared_expert_intermediate_size"):
+        # One shared expert (with a sigmoid gate of hidden weights, not counted).
+        if cfg["shared_expert_intermediate_size"] != cfg.get(width_key):
+            raise ServesimError(f"got {cfg['shared_expert_intermediate_size']!r}: a shared "
+                                f"expert is modelled at the routed experts' width "
+                                f"({width_key} = {cfg.get(width_key)!r})", source=src,
+                                where="shared_expert_intermediate_size")
+        shared = 1
     if family == "minimax_m2" and cfg.get("shared_intermediate_size", 0):
         raise ServesimError(f"got {cfg['shared_intermediate_size']!r}: MiniMax shared experts "
                             "are not modelled (0)", source=src, where="shared_intermediate_size")
@@ -218,14 +251,11 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
         if norm == "per_layer":
             extra["layer_qk_norm"] = True
     types = cfg.get("layer_types")
+    if family in GDN_FAMILIES:
+        return extra  # linear_attention / full_attention: _gdn_fields
     if types is not None:
-        kinds = ("sliding_attention", "full_attention")
-        if not isinstance(types, list) or len(types) != layers or any(
-                t not in kinds for t in types):
-            raise ServesimError(f"expected a list of {layers} entries (num_hidden_layers), "
-                                f"each one of {', '.join(kinds)}", source=src,
-                                where="layer_types")
-        sliding = types.count("sliding_attention")
+        sliding = _layer_types(types, layers, ("sliding_attention", "full_attention"),
+                               src).count("sliding_attention")
     else:
         sliding = layers if family in _WINDOW_ON_ALL or family == "gpt_oss" else 0
     if not sliding or window is None:
@@ -234,6 +264,41 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
         raise ServesimError(f"got {window!r}, expected a whole number of tokens (at least 1) "
                             "or null", source=src, where="sliding_window")
     return {"sliding_window": window, "sliding_layers": sliding, **extra}
+
+
+def _layer_types(types: Any, layers: int, kinds: tuple[str, ...], src: str) -> list[str]:
+    """``layer_types`` as given, or an error unless it names one of ``kinds`` for each of
+    the ``layers`` layers."""
+    if not isinstance(types, list) or len(types) != layers or any(
+            t not in kinds for t in types):
+        raise ServesimError(f"expected a list of {layers} entries (num_hidden_layers), "
+                            f"each one of {', '.join(kinds)}", source=src, where="layer_types")
+    return types
+
+
+def _gdn_fields(cfg: dict[str, Any], family: Any, layers: int, count: Any,
+                src: str) -> dict[str, Any]:
+    """The Gated DeltaNet fields of a :data:`GDN_FAMILIES` config (empty for the others):
+    how many layers are linear attention (``layer_types``, or all but every
+    ``full_attention_interval``-th), their heads, head sizes and convolution width, and
+    the attention layers' output gate. The recurrent state must be fp32
+    or bf16 (``mamba_ssm_dtype``)."""
+    if family not in GDN_FAMILIES:
+        return {}
+    types = cfg.get("layer_types")
+    if types is not None:
+        linear = _layer_types(types, layers, ("linear_attention", "full_attention"),
+                              src).count("linear_attention")
+    else:
+        every = count("full_attention_interval", least=1)
+        linear = layers - layers // every
+    state = cfg.get("mamba_ssm_dtype", "float32")
+    if state not in _STATE_DTYPES:
+        raise ServesimError(f"got {state!r}; modelled: {', '.join(_STATE_DTYPES)}",
+                            source=src, where="mamba_ssm_dtype")
+    fields: dict[str, Any] = {key: count(name, least=1) for key, name in GDN_KEYS.items()}
+    return {"linear_layers": linear, **fields, "linear_state_dtype": _STATE_DTYPES[state],
+            "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
 
 
 def _experts_only(quant: Any, src: str) -> bool:

@@ -53,6 +53,9 @@ SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 # Latent-attention models (their release's FP8 block-scaled weights), at the tps where
 # they fit.
 SHIPPED_MLA = ("deepseek-v3", "kimi-k2.5")
+# Models with Gated DeltaNet layers (Qwen3.5, bf16 as released), on every GPU and tp whose
+# linear-attention tables measured their heads (and MoE tables their experts).
+SHIPPED_HYBRID = ("qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")
 SHIPPED_TPS = (1, 2, 4, 8)
 # gpt-oss (mxfp4 experts, sliding-window layers) at the tps each is served at, on the
 # GPUs of the public end-to-end runs: 20b fits one GPU with room to spare.
@@ -82,9 +85,12 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
              model.attention_sinks)
     mla = (model.kv_lora_rank, model.q_lora_rank, model.qk_rope_head_dim,
            model.qk_nope_head_dim, model.v_head_dim) if model.mla else ()
+    gdn = (model.linear_layers, model.linear_key_heads, model.linear_value_heads,
+           model.linear_key_dim, model.linear_value_dim, model.linear_conv,
+           model.attn_output_gate) if model.linear_layers else ()
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla)
+            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla, *gdn)
 
 
 

@@ -59,6 +59,10 @@ NON_TORCH_TP_BYTES = int(1.79 * GIB)
 # capture set (51 piecewise sizes up to 512, 35 full ones up to 256) in vllm-project/vllm
 # PR 39559's log; the pool is mostly per-graph overhead, so it barely depends on the model.
 CUDA_GRAPH_BYTES = int(0.73 * GIB)
+# The most of the KV room a hybrid model's recurrent states take when not every
+# max_num_seqs sequence's fits: SGLang's default split, r / (1 + r) of it for
+# --mamba-full-memory-ratio r = 0.9 (its model runner's handle_max_mamba_cache).
+STATE_SHARE = 0.9 / 1.9
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,10 @@ class MemoryBudget:
     ep: int = 1  # expert parallelism: routed experts dealt out whole, E/ep a GPU
     # Data-parallel attention ranks sharing those experts (each rank's blocks are its own).
     dp: int = 1
+    # Gated DeltaNet layers' states, set aside before the blocks are counted for
+    # ``state_seqs`` sequences, the most that may run at once (see linear_state_reserve).
+    linear_state: int = 0
+    state_seqs: int = 0
 
     @property
     def budget(self) -> float:
@@ -101,7 +109,7 @@ class MemoryBudget:
     def kv(self) -> float:
         """Bytes left for the KV cache on one GPU (negative when the model does not fit)."""
         kv = self.budget - self.weights - self.activation - self.non_torch - self.cuda_graph
-        return kv - self.sliding if self.sliding else kv
+        return kv - self.sliding - self.linear_state
 
     @property
     def blocks(self) -> int:
@@ -133,6 +141,8 @@ class MemoryBudget:
             f", less weights {g(self.weights)}, activation {g(self.activation)}, non-torch "
             f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, "
             + (f"sliding-window KV {g(self.sliding)} GiB, " if self.sliding else "")
+            + (f"linear-attention states {g(self.linear_state)} GiB, " if self.linear_state
+               else "")
             + f"leaves "
             f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); raise tp or "
             f"memory_utilization, or choose a larger GPU", where="hardware")
@@ -144,6 +154,9 @@ class MemoryBudget:
         kv = self.kv if blocks is None else n * self.block_bytes
         stage = {} if self.pp == 1 else {"pp": self.pp, "stage": self.stage}
         sliding = {"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else {}
+        if self.state_seqs:
+            sliding = {"linear_state_gib": self.linear_state / GIB,
+                       "linear_state_seqs": self.state_seqs}
         if self.ep > 1:
             stage = {"ep": self.ep, **stage}
         if self.dp > 1:
@@ -258,6 +271,10 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp * dp > 1 else 0),
         cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
         block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp)
+    if model.linear_layers:
+        seqs = linear_state_seqs(d.linear_state_bytes, max_num_seqs, budget.kv)
+        return dataclasses.replace(budget, linear_state=seqs * d.linear_state_bytes,
+                                   state_seqs=seqs)
     if not (model.sliding_layers and model.full_layers):
         return budget
     layer = d.kv_bytes_per_token // d.layers
@@ -292,6 +309,25 @@ def sliding_reserve_bytes(model: ModelSpec, tp: int, block_size: int, max_num_se
     return min(max_num_seqs, fit) * window * model.sliding_layers
 
 
+
+
+def linear_state_seqs(state_bytes: int, max_num_seqs: int, room: float) -> int:
+    """Sequences whose Gated DeltaNet states one GPU sets aside room for, out of the
+    ``room`` left for the KV cache: ``max_num_seqs``, or, when their states would take
+    more than :data:`STATE_SHARE` of it, as many as that share holds (at least 1, so a
+    model that fits its weights is never refused for its states alone;
+    :meth:`MemoryBudget.fitted` then reports what is left).
+
+    A sequence's state (``state_bytes`` on one GPU: :attr:`sim.cost.specs.Shard.
+    linear_state_bytes`) is fixed in size and held while it runs. SGLang keeps the states
+    in a pool of their own beside the KV pool; vLLM V1 gives each running request one
+    page a group of linear layers from the pool its KV blocks come from. servesim sets
+    the states of the most sequences that may run aside beforehand and caps the running
+    sequences at that count, so the KV manager's blocks hold the attention layers' KV
+    only: exact where that many run, conservative for vLLM where fewer do."""
+    if room <= 0:
+        return 1
+    return max(1, min(max_num_seqs, int(room * STATE_SHARE // state_bytes)))
 
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

@@ -185,6 +185,9 @@ MLA_KERNELS = 5
 # permutation, two grouped expert GEMMs and the weighted sum (6; a shared expert's two
 # GEMMs more), beside the layer's QKV and output GEMMs.
 MOE_KERNELS = 6
+# Tokens per chunk of the chunked Gated DeltaNet kernels (flash-linear-attention's
+# chunk_gated_delta_rule, which vLLM and SGLang run for prefill).
+GDN_CHUNK = 64
 
 
 class RooflineCost:
@@ -229,6 +232,14 @@ class RooflineCost:
     data-parallel rank combines the experts' outputs with the same all-reduce as under
     tensor parallelism (its all-to-all kernels serve data-parallel attention only).
 
+    Gated DeltaNet layers (``linear_layers`` of L; Qwen3.5) have no KV cache and no
+    pairs: each new token costs 6·dk·dv FLOPs a value head (the recurrence's products
+    with the head's dk x dv state), a prefill token 2·C·(dk + dv) more (the chunked
+    kernel's in-chunk products, C = 64), at attention's efficiency; each sequence of the
+    step reads and writes its state (:attr:`sim.cost.specs.Shard.linear_state_bytes`)
+    once. The layers' projections are in P_lin; the attention terms count the
+    attention layers only.
+
     Data-parallel attention (``dp`` > 1 ranks of ``tp`` GPUs, ``ep`` = dp × tp,
     :mod:`sim.core.dpgroup`): :meth:`step_time` prices one rank's own work, everything
     but the routed experts, and :meth:`experts_time` the experts over every rank's
@@ -261,7 +272,7 @@ class RooflineCost:
             # Always read: attention, dense MLPs, shared experts, routers (bf16). Per token:
             # those FLOPs and its experts_per_token routed experts'. Routed experts' weights
             # are read once for each expert the step's tokens touch (below).
-            always = (m.layers * d.attention_params_per_layer
+            always = (d.mixer_params
                       + m.dense_layers * 3 * m.hidden * d.intermediate
                       + d.moe_layers * d.shared_experts * d.shared_expert_params)
             router = d.moe_layers * m.hidden * m.experts
@@ -297,13 +308,26 @@ class RooflineCost:
             kernels = (d.layers * attn_kernels + d.dense_layers * 2
                        + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
         else:
-            lin = m.layers * d.linear_params_per_layer
+            lin = d.stack_params
             self._lin_flop_s = 2 * lin / lin_flops
             self._lin_mem_s = lin * m.dtype_bytes / bw
             kernels = m.layers * (LINEAR_KERNELS - 2 + attn_kernels)
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw
-        self._attn_flop_s = 4 * m.layers * d.heads * m.head_dim / attn_flops
+        self._attn_flop_s = 4 * m.attention_layers * d.heads * m.head_dim / attn_flops
+        # Gated DeltaNet layers: FLOPs per new token (the recurrence's three products with
+        # each value head's state, and the chunked form's in-chunk products for prefill
+        # tokens), and every sequence's state read and written once a step.
+        self._gdn: tuple[float, float, float] | None = None
+        if m.linear_layers:
+            dk, dv = m.linear_key_dim, m.linear_value_dim
+            heads = d.linear_layers * d.linear_value_heads
+            self._gdn = (6 * heads * dk * dv / attn_flops,
+                         2 * heads * GDN_CHUNK * (dk + dv) / attn_flops,
+                         2 * d.linear_state_bytes / bw)
+            # Three projection GEMMs where attention has two; a convolution beside the
+            # recurrence's kernel.
+            kernels += d.linear_layers
         # MLA: seconds per prefill pair, per decode's cached token, per prefill's context
         # token (the latent's up-projection) — see the class docstring.
         self._mla: tuple[float, float, float] | None = None
@@ -329,7 +353,7 @@ class RooflineCost:
         qk_norm = qk_norm_allreduces(m, tp)
         kernels += qk_norm * m.layers
         self._lin_floor_s = kernels * p.kernel_floor_s
-        self._attn_floor_s = m.layers * p.attention_floor_s
+        self._attn_floor_s = (m.layers + m.linear_layers) * p.attention_floor_s
         if tp > 1:
             link_bw, link_s = gpu.tp_link(tp)
             self._ar_fixed_s = (2 + qk_norm) * m.layers * link_s
@@ -365,6 +389,11 @@ class RooflineCost:
             chunk_ctx = shape.context_tokens - shape.decode_kv + shape.decode_seqs
             attn_s = pre_s * shape.prefill_pairs + dec_s * shape.decode_kv + up_s * chunk_ctx
             attention = mx(attn_s, self._kv_mem_s * kv_tokens)
+        elif self._gdn is not None:
+            tok_s, chunk_s, state_s = self._gdn
+            attention = mx(self._attn_flop_s * pairs + tok_s * new
+                           + chunk_s * shape.prefill_tokens,
+                           self._kv_mem_s * kv_tokens + state_s * shape.seqs)
         else:
             attention = mx(self._attn_flop_s * pairs, self._kv_mem_s * kv_tokens)
         return (linear,

@@ -40,6 +40,10 @@ FP4_WEIGHTS = ("mxfp4", "nvfp4")
 # releases). Only the projections are quantised; embeddings, the LM head and norms keep
 # 16 bits, and activations run in bf16 between the GEMMs.
 FP8_WEIGHTS = ("fp8", "fp8-block")
+# Dtypes of a Gated DeltaNet layer's recurrent state: fp32 as Qwen3.5's config sets it
+# (mamba_ssm_dtype) and vLLM and SGLang keep it by default, or bf16 as a server may be
+# told (vLLM's --mamba-ssm-cache-dtype, SGLang's --mamba-ssm-dtype).
+StateDtype = Literal["fp32", "bf16"]
 # Dtypes a checkpoint's routed experts may have apart from its other projections ("":
 # the projections' own): gpt-oss keeps attention in bf16 and its experts in mxfp4.
 ExpertDtype = Literal["", "bf16", "fp16", "fp8", "fp8-block", "mxfp4", "nvfp4", "int4"]
@@ -79,6 +83,47 @@ class _Projections:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+    linear_layers: int
+    linear_key_heads: int
+    linear_value_heads: int
+    linear_key_dim: int
+    linear_value_dim: int
+    linear_conv: int
+    attn_output_gate: bool
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with softmax attention and a KV cache: all but the linear-attention
+        (Gated DeltaNet) ones."""
+        return self.layers - self.linear_layers
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a Gated DeltaNet layer's short convolution: its queries, keys and
+        values (elements)."""
+        return (2 * self.linear_key_heads * self.linear_key_dim
+                + self.linear_value_heads * self.linear_value_dim)
+
+    @property
+    def linear_params_per_mixer(self) -> int:
+        """Weights of one Gated DeltaNet layer's projections: in_proj_qkvz (hidden to
+        queries, keys, values and the output gate z), in_proj_ba (hidden to each value
+        head's write strength b and decay a), the depthwise convolution and out_proj;
+        0 without such layers. Its per-head A_log, dt_bias and gated norm are a few
+        thousand elements and not counted."""
+        if not self.linear_layers:
+            return 0
+        keys = self.linear_key_heads * self.linear_key_dim
+        values = self.linear_value_heads * self.linear_value_dim
+        return (self.hidden * (2 * keys + 2 * values) + self.hidden * 2 * self.linear_value_heads
+                + self.linear_conv_dim * self.linear_conv + values * self.hidden)
+
+    @property
+    def mixer_params(self) -> int:
+        """Weights of every layer's token mixer: softmax attention's projections in the
+        attention layers, Gated DeltaNet's in the linear ones (elements)."""
+        return (self.attention_layers * self.attention_params_per_layer
+                + self.linear_layers * self.linear_params_per_mixer)
 
     @property
     def mla(self) -> bool:
@@ -93,7 +138,7 @@ class _Projections:
 
     @property
     def attention_params_per_layer(self) -> int:
-        """Weights of one layer's attention projections: QKV and output; with MLA the
+        """Weights of one attention layer's projections: QKV and output; with MLA the
         query down/up projections (q_a, q_b; one q_proj when ``q_lora_rank`` is 0),
         kv_a_proj_with_mqa (hidden to latent + rotary key), kv_b_proj (latent to each
         head's no-rope key and value) and the output projection. With MLA, q_a and kv_a
@@ -105,7 +150,10 @@ class _Projections:
             kv_a = self.hidden * self.latent_dim
             kv_b = self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
-        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        # A gated attention output (Qwen3-Next, Qwen3.5) widens q_proj to a query and a
+        # gate per head.
+        queries = self.heads * (2 if self.attn_output_gate else 1)
+        qkv = self.hidden * (queries + 2 * self.kv_heads) * self.head_dim
         return qkv + self.heads * self.head_dim * self.hidden
 
     @property
@@ -146,11 +194,12 @@ class _Projections:
 
     @property
     def stack_params(self) -> int:
-        """Projection weights of every layer: attention, dense MLPs, and in each MoE layer
+        """Projection weights of every layer: token mixers (attention or Gated DeltaNet),
+        dense MLPs, and in each MoE layer
         every routed and shared expert (the router is not a projection)."""
         if not self.experts:
-            return self.layers * self.linear_params_per_layer
-        return (self.layers * self.attention_params_per_layer
+            return self.mixer_params + self.layers * 3 * self.hidden * self.intermediate
+        return (self.mixer_params
                 + self.dense_layers * 3 * self.hidden * self.intermediate
                 + self.moe_layers * (self.experts + self.shared_experts) * self.expert_params)
 
@@ -191,7 +240,17 @@ class ModelSpec(_Projections):
     ``layer_qk_norm``: queries and keys are RMS-normalised over all their heads together
     (MiniMax-M2's ``qk_norm_type: per_layer``), not per head, so under tensor parallelism
     each layer all-reduces every token's two partial sums of squares (8 bytes a token)
-    before it can normalise."""
+    before it can normalise.
+
+    Gated DeltaNet (Qwen3-Next, Qwen3.5; names from their ``linear_*`` config keys):
+    ``linear_layers`` of the ``layers`` mix tokens with a linear-attention recurrence
+    instead of softmax attention, and keep no KV cache but a fixed state per sequence
+    and layer: ``linear_value_heads`` matrices of ``linear_key_dim`` x
+    ``linear_value_dim`` (in ``linear_state_dtype``, :data:`StateDtype`) and the last
+    ``linear_conv`` - 1 inputs of its short convolution (activations' dtype).
+    ``linear_key_heads`` heads of keys and queries are shared by groups of value heads.
+    ``attn_output_gate``: the attention layers' q_proj also makes a sigmoid gate per head
+    for their output."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -222,9 +281,18 @@ class ModelSpec(_Projections):
     qk_nope_head_dim: int = bounded(0, ge=0)
     v_head_dim: int = bounded(0, ge=0)
     layer_qk_norm: bool = False
+    linear_layers: int = bounded(0, ge=0)
+    linear_key_heads: int = bounded(0, ge=0)
+    linear_value_heads: int = bounded(0, ge=0)
+    linear_key_dim: int = bounded(0, ge=0)
+    linear_value_dim: int = bounded(0, ge=0)
+    linear_conv: int = bounded(0, ge=0)
+    attn_output_gate: bool = False
+    linear_state_dtype: StateDtype = "fp32"
 
     def __post_init__(self) -> None:
         self._check_newer()
+        self._check_linear()
         if self.heads % self.kv_heads:
             raise ServesimError(
                 f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}",
@@ -263,10 +331,50 @@ class ModelSpec(_Projections):
             raise ServesimError(f"got {self.expert_dtype!r} for a dense model (experts is "
                                 f"0); set dtype instead", where="expert_dtype")
 
+    def _check_linear(self) -> None:
+        """Gated DeltaNet fields: all set together, with heads that group evenly, and
+        not mixed with the other attention variants (not modelled together)."""
+        keys = ("linear_key_heads", "linear_value_heads", "linear_key_dim",
+                "linear_value_dim", "linear_conv")
+        if not self.linear_layers:
+            for key in keys:
+                if getattr(self, key):
+                    raise ServesimError(f"got {getattr(self, key)} without linear-attention "
+                                        "layers (linear_layers is 0); set linear_layers too",
+                                        where=key)
+            return
+        if self.linear_layers >= self.layers:
+            raise ServesimError(f"got {self.linear_layers}, must be below layers "
+                                f"({self.layers}): a model without softmax-attention layers "
+                                "is not modelled", where="linear_layers")
+        for key in keys:
+            if getattr(self, key) < 1:
+                raise ServesimError("required with linear-attention layers (linear_layers > "
+                                    "0), at least 1", where=key)
+        if self.linear_value_heads % self.linear_key_heads:
+            raise ServesimError(f"linear_value_heads={self.linear_value_heads} is not a "
+                                f"multiple of linear_key_heads={self.linear_key_heads}",
+                                where="linear_value_heads")
+        for key in ("sliding_layers", "kv_lora_rank"):
+            if getattr(self, key):
+                raise ServesimError(f"got {getattr(self, key)} with linear-attention layers: "
+                                    "the two together are not modelled", where=key)
+
     @property
     def full_layers(self) -> int:
-        """Layers whose attention sees the whole context (all but the sliding ones)."""
-        return self.layers - self.sliding_layers
+        """Layers whose attention sees the whole context (all but the sliding ones and
+        the linear-attention ones)."""
+        return self.layers - self.sliding_layers - self.linear_layers
+
+    @property
+    def linear_state_bytes(self) -> int:
+        """Bytes of one sequence's Gated DeltaNet state over all its linear layers, whole
+        model (0 without them): each layer's recurrent matrices at
+        ``linear_state_dtype`` and convolution window at the activations' dtype."""
+        return self.linear_layers * (
+            self.linear_value_heads * self.linear_key_dim * self.linear_value_dim
+            * DTYPE_BYTES[self.linear_state_dtype]
+            + self.linear_conv_dim * (self.linear_conv - 1) * self.act_bytes)
 
     @property
     def expert_dtype_bytes(self) -> float:
@@ -368,11 +476,12 @@ class ModelSpec(_Projections):
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b,
-        b from ``kv_dtype`` (per GPU: :attr:`Shard.kv_bytes_per_token`); with MLA one
+        b from ``kv_dtype``, L the attention layers (per GPU:
+        :attr:`Shard.kv_bytes_per_token`); with MLA one
         latent per layer, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b."""
         if self.mla:
             return self.layers * self.latent_dim * self.kv_dtype_bytes
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+        return 2 * self.attention_layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
 
 
 # Fields added after profiles and scenario digests were first written: recorded and
@@ -381,7 +490,9 @@ class ModelSpec(_Projections):
 NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
                 "shared_experts", "dense_layers", "expert_dtype", "sliding_window",
                 "sliding_layers", "attention_sinks", "kv_lora_rank", "q_lora_rank",
-                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "layer_qk_norm")
+                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "layer_qk_norm",
+                "linear_layers", "linear_key_heads", "linear_value_heads", "linear_key_dim",
+                "linear_value_dim", "linear_conv", "attn_output_gate", "linear_state_dtype")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 
@@ -466,6 +577,23 @@ class Shard(_Projections):
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # Gated DeltaNet layers: this GPU's key and value heads (their heads split by tp).
+    linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv: int = 0
+    attn_output_gate: bool = False
+    state_bytes: int = 4  # per element of the recurrent state
+
+    @property
+    def linear_state_bytes(self) -> int:
+        """Bytes of one sequence's Gated DeltaNet state on this GPU, all linear layers:
+        its value heads' matrices and its channels' convolution window."""
+        return self.linear_layers * (
+            self.linear_value_heads * self.linear_key_dim * self.linear_value_dim
+            * self.state_bytes + self.linear_conv_dim * (self.linear_conv - 1) * self.act_bytes)
 
     @property
     def params(self) -> int:
@@ -491,12 +619,13 @@ class Shard(_Projections):
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies on one GPU, all layers: 2·L·kv_heads·d·b with
-        this GPU's (possibly replicated) KV heads and b = ``kv_bytes``; with MLA the
-        whole latent, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b, on every GPU."""
+        """KV-cache bytes one token occupies on one GPU, all attention layers (L):
+        2·L·kv_heads·d·b with this GPU's (possibly replicated) KV heads and b =
+        ``kv_bytes``; with MLA the whole latent, L·(``kv_lora_rank`` +
+        ``qk_rope_head_dim``)·b, on every GPU."""
         if self.mla:
             return self.layers * self.latent_dim * self.kv_bytes
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
+        return 2 * self.attention_layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
 def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
@@ -540,6 +669,9 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
     else:
         raise ServesimError(f"the model's {spec.kv_heads} KV heads neither split over nor "
                             f"replicate evenly across tp={tp}", where=where)
+    if spec.linear_layers and spec.linear_key_heads % tp:
+        raise ServesimError(f"the model's {spec.linear_key_heads} linear-attention key heads "
+                            f"do not split over tp={tp} (tp must divide them)", where=where)
     padded = -(-spec.vocab // VOCAB_PADDING) * VOCAB_PADDING
     return Shard(hidden=spec.hidden, heads=spec.heads // tp, kv_heads=kv,
                  head_dim=spec.head_dim, intermediate=spec.intermediate // tp,
@@ -555,7 +687,13 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
                  attention_sinks=spec.attention_sinks,
                  kv_lora_rank=spec.kv_lora_rank, q_lora_rank=spec.q_lora_rank,
                  qk_rope_head_dim=spec.qk_rope_head_dim,
-                 qk_nope_head_dim=spec.qk_nope_head_dim, v_head_dim=spec.v_head_dim)
+                 qk_nope_head_dim=spec.qk_nope_head_dim, v_head_dim=spec.v_head_dim,
+                 linear_layers=spec.linear_layers,
+                 linear_key_heads=spec.linear_key_heads // tp,
+                 linear_value_heads=spec.linear_value_heads // tp,
+                 linear_key_dim=spec.linear_key_dim, linear_value_dim=spec.linear_value_dim,
+                 linear_conv=spec.linear_conv, attn_output_gate=spec.attn_output_gate,
+                 state_bytes=DTYPE_BYTES[spec.linear_state_dtype])
 
 
 def expert_shard(spec: ModelSpec, tp: int, ep: int, where: str = "tp",
@@ -718,6 +856,35 @@ MODELS["minimax-m2.5"] = _llama(
     intermediate=1536, vocab=200064, dtype="fp8-block", max_context=196608,
     rope_theta=5000000.0, experts=256, experts_per_token=8, expert_intermediate=1536,
     layer_qk_norm=True)
+# Qwen3.5 (sim/data/models/qwen3.5-*/config.json, their text_config): every fourth layer
+# softmax attention (head size 256, a sigmoid gate on its output, 2 to 4 KV heads), the
+# other three Gated DeltaNet (16 key heads and 32 to 64 value heads of 128, a 4-wide
+# convolution, an fp32 state). The MoE releases route to 8 or 10 of 256 or 512 experts
+# plus one shared expert of the same width in every layer. Left out as for DeepSeek-V3:
+# the multi-token-prediction layer (mtp_num_hidden_layers 1) and the vision tower.
+_QWEN35 = dict(head_dim=256, vocab=248320, max_context=262144, rope_theta=10000000.0,
+               linear_key_heads=16, linear_key_dim=128, linear_value_dim=128, linear_conv=4,
+               attn_output_gate=True)
+MODELS.update({
+    "qwen3.5-27b": _llama(name="qwen3.5-27b", layers=64, linear_layers=48, hidden=5120,
+                          heads=24, kv_heads=4, intermediate=17408, linear_value_heads=48,
+                          **_QWEN35),
+    "qwen3.5-35b-a3b": _llama(name="qwen3.5-35b-a3b", layers=40, linear_layers=30,
+                              hidden=2048, heads=16, kv_heads=2, intermediate=512,
+                              linear_value_heads=32, experts=256, experts_per_token=8,
+                              expert_intermediate=512, shared_experts=1, **_QWEN35),
+    "qwen3.5-122b-a10b": _llama(name="qwen3.5-122b-a10b", layers=48, linear_layers=36,
+                                hidden=3072, heads=32, kv_heads=2, intermediate=1024,
+                                linear_value_heads=64, experts=256, experts_per_token=8,
+                                expert_intermediate=1024, shared_experts=1, **_QWEN35),
+    "qwen3.5-397b-a17b": _llama(name="qwen3.5-397b-a17b", layers=60, linear_layers=45,
+                                hidden=4096, heads=32, kv_heads=2, intermediate=1024,
+                                linear_value_heads=64, experts=512, experts_per_token=10,
+                                expert_intermediate=1024, shared_experts=1, **_QWEN35),
+})
+# Qwen's FP8 release of Qwen3.5-397B-A17B: 128 x 128 block scales, as Qwen3's.
+MODELS["qwen3.5-397b-a17b-fp8"] = dataclasses.replace(
+    MODELS["qwen3.5-397b-a17b"], name="qwen3.5-397b-a17b-fp8", dtype="fp8-block")
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,11 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
-from sim.cost.specs import MODELS, ExpertDtype, KVDtype, ModelSpec
+from sim.cost.specs import MODELS, ExpertDtype, KVDtype, ModelSpec, StateDtype
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
+from sim.validate.hybridruns import QWEN35_PATHS, qwen35_recipe, sglang_state_pool
 
 # Hugging Face names of the dense models servesim has presets for.
 MODEL_PRESETS = {
@@ -61,6 +62,7 @@ MODEL_PRESETS = {
     "deepseek-ai/DeepSeek-R1": "deepseek-r1",
     "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
     "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
 }
 # Labels the sample gives rows of checkpoints released with 4-bit experts, by the
 # preset's expert dtype: gpt-oss (mxfp4 experts, the rest bf16) "fp4" (GEMM mode
@@ -85,7 +87,9 @@ FP4_MODES = {"nvfp4": "nvfp4"}
 CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
                      "deepseek-ai/DeepSeek-V3": "fp8-block",
                      "deepseek-ai/DeepSeek-R1": "fp8-block",
-                     "MiniMaxAI/MiniMax-M2.5": "fp8-block"}
+                     "MiniMaxAI/MiniMax-M2.5": "fp8-block",
+                     # Its rows give the experts' mode as fp8_block: Qwen's FP8 release.
+                     "Qwen/Qwen3.5-397B-A17B": "fp8-block"}
 # Mixtures of experts whose FP4 rows' checkpoint is known, as (the other projections'
 # dtype, the experts' dtype, the KV cache's). InferenceX's MiniMax-M2.5 FP4 recipes
 # (minimaxm2.5_fp4_{b200,b300}.sh) serve nvidia/MiniMax-M2.5-NVFP4, quantised by ModelOpt's
@@ -129,6 +133,12 @@ INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
 MOE_BACKEND = {("MiniMaxAI/MiniMax-M2.5", "vllm", "b200_sxm"): "triton",
                ("MiniMaxAI/MiniMax-M2.5", "vllm", "b300_sxm"): "triton",
                ("MiniMaxAI/MiniMax-M2.5", "vllm", "h200_sxm"): "triton"}
+# AIConfigurator's files whose rows are InferenceX's runs: of the 76 rows of its Qwen3.5
+# gap analysis, 68 have the measured TTFT and TPOT of an InferenceX row of the same setup
+# rounded to hundredths of a millisecond, 7 are setups of the same sweep InferenceX's
+# exports lack (expert parallelism 4 at 4 to 16 clients), and one differs from its twin
+# by 4% in TTFT (checked 2026-12-03).
+INFERENCEX_COPIES = frozenset({"source_file=qwen3.5-397b-gap-analysis.csv"})
 LENGTH_RATIO = 0.8  # lengths drawn uniformly from [int(0.8 L), L]
 REQUESTS_PER_CLIENT = 10
 
@@ -175,10 +185,13 @@ class Row:
         rows and its dated exports, ``source_file=YYYY-MM-DD.csv``; the engine's own
         server and vLLM's benchmark client, which draws lengths from [0.8 L, L]) or
         ``aic`` (AIConfigurator's own gap-analysis collection, some of it served behind
-        NVIDIA Dynamo's frontend, whose client settings are not published)."""
+        NVIDIA Dynamo's frontend, whose client settings are not published). Files of
+        that collection which copy InferenceX's runs (:data:`INFERENCEX_COPIES`) count as
+        InferenceX's."""
         inferencex = self.source.startswith("db-dump") or re.match(
             r"source_file=\d{4}-\d{2}-\d{2}\.csv", self.source) is not None
-        return "inferencex" if inferencex else "aic"
+        copied = self.source.partition(";")[0] in INFERENCEX_COPIES
+        return "inferencex" if inferencex or copied else "aic"
 
     @property
     def held_out(self) -> bool:
@@ -269,6 +282,7 @@ class Case:
     moe_backend: str = "auto"  # the MoE kernel its recipe forces (:data:`MOE_BACKEND`)
     kv_dtype: KVDtype = "auto"  # the KV cache's: the run's recipe's where known
     expert_dtype: ExpertDtype = ""  # the experts': "" the preset's, else its checkpoint's
+    state_dtype: StateDtype = "fp32"  # a Gated DeltaNet model's recurrent state's
 
     @property
     def held_out(self) -> bool:
@@ -297,6 +311,7 @@ class Case:
 
         return dataclasses.replace(MODELS[self.model], dtype=self.dtype,  # type: ignore[arg-type]
                                    kv_dtype=self.kv_dtype,
+                                   linear_state_dtype=self.state_dtype,
                                    expert_dtype=(self.expert_dtype
                                                  or MODELS[self.model].expert_dtype))
 
@@ -373,9 +388,14 @@ def classify(row: Row) -> Case | str:
         if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
     if clients != row.concurrency:
         row = replace(row, concurrency=clients)
+    state = "fp32"
+    if row.model_path in QWEN35_PATHS and row.collection == "inferencex":
+        hybrid = qwen35_recipe(SYSTEM_GPUS[row.system], dtype, clients)
+        fp8_kv = hybrid.get("kv_dtype") == "fp8"
+        state = hybrid.get("state_dtype", state)
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
                 dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
-                expert_dtype=experts, dp=dp)
+                expert_dtype=experts, dp=dp, state_dtype=state)  # type: ignore[arg-type]
 
 
 def _dep(row: Row, preset: ModelSpec) -> bool:
@@ -471,9 +491,11 @@ FREE_FRACTION = {"trtllm": 0.9}
 # defaults. SGLang: --chunked-prefill-size and --max-prefill-tokens 32768 (8192 at tp 4 on
 # B200), --mem-fraction-static 0.82 (0.95 at tp 4 on B200), and on B200
 # --scheduler-recv-interval 10 (30 at tp 8 from 16 clients up; three stored versions of
-# dsr1_fp8_b200.sh agree). TensorRT-LLM: --max_num_tokens sized
-# to one whole prompt beside every client's decode, max(8192, ⌈(clients + ISL + 64) /
-# 64⌉·64), and kv_cache_config.free_gpu_memory_fraction 0.75 on H200, 0.8 on B200.
+# dsr1_fp8_b200.sh agree); --stream-interval 30 on B200 and 10 on H200, and
+# --max-running-requests 128 (32 at tp 4) on B200, 512 (256 past 1,024/1,024) on H200.
+# TensorRT-LLM: --max_num_tokens sized to one whole prompt beside every client's decode,
+# max(8192, ⌈(clients + ISL + 64) / 64⌉·64), and kv_cache_config.free_gpu_memory_fraction
+# 0.75 on H200, 0.8 on B200.
 DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100), and on H100 with
@@ -498,10 +520,15 @@ def recipe(case: Case) -> dict[str, float]:
     ``static_fraction`` and ``free_fraction`` (fractions of GPU memory, as
     :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`), ``memory_utilization`` (vLLM's
     ``gpu_memory_utilization``), ``max_num_seqs``, TensorRT-LLM's ``batch_wait_timeout_iters`` and
-    ``batch_wait_max_tokens_ratio``, and SGLang's ``scheduler_recv_interval``."""
+    ``batch_wait_max_tokens_ratio``, and SGLang's ``scheduler_recv_interval``,
+    ``stream_interval`` and ``max_running`` (``--max-running-requests``: see
+    :func:`running_cap`)."""
     r = case.row
     if r.collection != "inferencex":
         return {}
+    if r.model_path in QWEN35_PATHS and case.framework == "sglang":
+        return {k: v for k, v in qwen35_recipe(case.gpu, case.dtype, r.concurrency).items()
+                if k not in ("kv_dtype", "state_dtype")}
     if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
         # Its FP4 recipes (minimaxm2.5_fp4_{b200,b300}.sh), whose checkpoint has experts
         # of their own dtype, keep vLLM's 0.90.
@@ -520,17 +547,33 @@ def recipe(case: Case) -> dict[str, float]:
         return {}
     if case.framework == "sglang":
         if case.gpu not in BLACKWELL:
-            return {"max_num_batched_tokens": 32768, "static_fraction": 0.82}
+            return {"max_num_batched_tokens": 32768, "static_fraction": 0.82,
+                    "stream_interval": 10,
+                    "max_running": 512 if (r.isl, r.osl) == (1024, 1024) else 256}
         if r.tp == 4:
             return {"max_num_batched_tokens": 8192, "static_fraction": 0.95,
-                    "scheduler_recv_interval": 10}
+                    "scheduler_recv_interval": 10, "stream_interval": 30, "max_running": 32}
         return {"max_num_batched_tokens": 32768, "static_fraction": 0.82,
-                "scheduler_recv_interval": 30 if r.concurrency >= 16 else 10}
+                "scheduler_recv_interval": 30 if r.concurrency >= 16 else 10,
+                "stream_interval": 30, "max_running": 128}
     if case.framework == "trtllm":
         tokens = max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
         return {"max_num_batched_tokens": tokens,
                 "free_fraction": 0.75 if case.gpu == "h200" else 0.8}
     return {}
+
+
+def running_cap(settings: dict[str, float], clients: int) -> int | None:
+    """The running requests a recipe's ``--max-running-requests`` allows (None: not
+    set), never below the row's ``clients``. InferenceX swept its SGLang scripts to 256
+    and 512 clients past the caps their stored versions set (128 on B200): a row above
+    the cap would have queued half its requests for a running slot, a request's whole
+    decode long, and the rows measured no such wait (DeepSeek-R1 on 8 B200s at 512
+    clients, 1,024/1,024 tokens: 3.1 s TTFT; servesim gave 81.6 s with 128 running). The
+    cap sizes a Gated DeltaNet model's state pool (:func:`kv_blocks`); it bounds nothing
+    else here."""
+    cap = settings.get("max_running")
+    return None if cap is None else max(int(cap), clients)
 
 
 def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -> int | None:
@@ -539,7 +582,7 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
     sizes it). At least one block, so a row that ran for real still runs (and shows the
     starvation it had)."""
     from sim.cost.memory import memory_budget
-    from sim.cost.specs import GPUS
+    from sim.cost.specs import GPUS, shard
 
     if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
         return None
@@ -549,6 +592,12 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
     if case.framework in STATIC_FRACTION:
         static = settings.get("static_fraction", STATIC_FRACTION[case.framework])
         kv = static * b.total - b.weights
+        if case.spec.linear_layers:
+            # SGLang's state pool beside the KV pool; it also bounds the running requests.
+            state = shard(case.spec, case.tp, ep=case.ep).linear_state_bytes
+            kv, serving["max_num_seqs"] = sglang_state_pool(
+                kv, state, running_cap(settings, case.row.concurrency),
+                serving["max_num_seqs"])
     else:
         free = settings.get("free_fraction", FREE_FRACTION[case.framework])
         kv = free * (b.total - b.weights - b.activation)
@@ -566,9 +615,11 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     if "max_num_seqs" in settings:
         serving["max_num_seqs"] = int(settings["max_num_seqs"])
     for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
-                "scheduler_recv_interval"):
+                "scheduler_recv_interval", "stream_interval"):
         if key in settings:
             serving[key] = settings[key]
+    if case.framework == "sglang" and "stream_interval" in settings:
+        serving["stream_first_token"] = False  # SGLang's first chunk: see sim/core/streaming.py
     if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).
@@ -592,10 +643,13 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         "name": f"silicon-{r.line}",
         # The KV cache's dtype too: vLLM's memory model sizes the cache from it (the
         # other frameworks' block counts come from kv_blocks, which reads case.spec).
-        "model": case.model if (case.dtype, case.kv_dtype, own) == ("bf16", "auto", "") else {
+        "model": case.model if (case.dtype, case.kv_dtype, own, case.state_dtype) == (
+            "bf16", "auto", "", "fp32") else {
             "preset": case.model, "dtype": case.dtype,
             **({"kv_dtype": case.kv_dtype} if case.kv_dtype != "auto" else {}),
-            **({"expert_dtype": own} if own else {})},
+            **({"expert_dtype": own} if own else {}),
+            **({"linear_state_dtype": case.state_dtype} if case.state_dtype != "fp32"
+               else {})},
         "hardware": {"gpu": case.gpu, "tp": case.tp,
                      "memory_utilization": settings.get("memory_utilization", 0.9),
                      **({"ep": case.ep} if case.ep > 1 else {}),

@@ -237,7 +237,9 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
                     "note": note, **({"ep": c.ep} if c.ep > 1 else {}),
                     **({"dp": c.dp} if c.dp > 1 else {}),
                     **({"kv_dtype": c.kv_dtype} if c.kv_dtype != "auto" else {}),
-                    **({"expert_dtype": c.spec.expert_dtype} if c.spec.expert_dtype else {})})
+                    **({"expert_dtype": c.spec.expert_dtype} if c.spec.expert_dtype else {}),
+                    **({"linear_layers": c.spec.linear_layers} if c.spec.linear_layers
+                       else {})})
     return out
 
 
@@ -253,7 +255,12 @@ def group(record: dict[str, Any]) -> str:
     """The summary group of a record: its framework for bf16 weights, ``<framework> fp8``
     for FP8 ones (fp8 and fp8-block together), ``<framework> <dtype>`` for 4-bit experts
     or 4-bit projections, ``<framework> nvfp4 experts`` for NVFP4 experts beside
-    16-bit projections (a dense model's NVFP4 rows quantise every projection)."""
+    16-bit projections (a dense model's NVFP4 rows quantise every projection); a model
+    with Gated DeltaNet layers adds `` gdn`` (``sglang gdn``, ``sglang fp8 gdn``), so its
+    rows stand apart from the softmax-attention models'."""
+    if record.get("linear_layers"):
+        base = group({k: v for k, v in record.items() if k != "linear_layers"})
+        return f"{base} gdn"
     if record.get("expert_dtype") == "nvfp4":
         return f"{record['framework']} nvfp4 experts"
     if record.get("expert_dtype"):

@@ -29,6 +29,7 @@ from sim.cost.measured import (
     SHIPPED_FRAMEWORKS,
     SHIPPED_GPTOSS,
     SHIPPED_GPTOSS_GPUS,
+    SHIPPED_HYBRID,
     SHIPPED_MLA,
     SHIPPED_MODELS,
     SHIPPED_MOE,
@@ -166,7 +167,7 @@ def shipped_specs() -> list[BuildSpec]:
     models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
     # NVFP4 weights where the GPU has FP4 tensor cores (B200 and B300 of the shipped GPUs).
     models += [dataclasses.replace(MODELS[name], dtype="nvfp4") for name in SHIPPED_FP4]
-    models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA]
+    models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA + SHIPPED_HYBRID]
     for model in models:
         for gpu in [*GPU_DIRS, *HELD_OUT_DIRS]:
             if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
@@ -181,7 +182,8 @@ def shipped_specs() -> list[BuildSpec]:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
                            if (not model.experts or _moe_measured(model, gpu, fw, tp))
-                           and (not model.mla or _mla_measured(model, gpu, fw, tp)))
+                           and (not model.mla or _mla_measured(model, gpu, fw, tp))
+                           and (not model.linear_layers or _gdn_measured(model, gpu, fw, tp)))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", 1, ep=dp, dp=dp)
                for name, gpu, dp in SHIPPED_DP)
@@ -197,6 +199,19 @@ def _fits(model: ModelSpec, gpu: str, tp: int) -> bool:
     try:
         shard(model, tp)
         kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)
+    except ServesimError:
+        return False
+    return True
+
+
+def _gdn_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
+    """Whether the installed linear-attention tables time ``model``'s Gated DeltaNet
+    layer on ``gpu`` at ``tp`` (its heads on one GPU) for ``framework``."""
+    from sim.cost.tables.gdntable import gdn_times
+
+    try:
+        version = resolve_version(BuildSpec(model, gpu, framework, tp))
+        gdn_times(gpu, framework, version, model, shard(model, tp))
     except ServesimError:
         return False
     return True

@@ -21,7 +21,9 @@ AIConfigurator's tables (:mod:`sim.cost.tables.kerneltables`):
   its own pairs and its cached tokens at the decode table's per-token read.
 - ``decode_attention``: the decode table itself, a grid over entries and KV per entry.
 - A model with sliding-window layers (gpt-oss) takes both attention terms as the mean
-  of its full and sliding layers (:mod:`sim.cost.tables.windowattn`); a mixture of
+  of its full and sliding layers (:mod:`sim.cost.tables.windowattn`), one with Gated
+  DeltaNet layers (Qwen3.5) as the mean of its attention and linear-attention layers,
+  projections and token mixing alike (:mod:`sim.cost.tables.gdntable`); a mixture of
   experts its MoE layer from the MoE tables in the experts' own dtype (gpt-oss: mxfp4,
   :mod:`sim.cost.tables.moetable`).
 - ``step`` and ``frontend``: not in any table (scheduling, input preparation, the API
@@ -58,6 +60,7 @@ from sim.cost.specs import (
     shard,
 )
 from sim.cost.tables.commtable import Collectives, load_collectives
+from sim.cost.tables.gdntable import gdn_times, with_linear_layers
 from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import (
     FRAMEWORKS,
@@ -144,8 +147,32 @@ def attention_gemms(rank: Shard) -> list[tuple[int, int]]:
         down = rank.q_lora_rank + rank.kv_lora_rank + rank.qk_rope_head_dim
         q = [(q_width, rank.q_lora_rank or rank.hidden)]
         return [(down, rank.hidden), *q, (rank.hidden, rank.heads * rank.v_head_dim)]
-    return [((rank.heads + 2 * rank.kv_heads) * rank.head_dim, rank.hidden),
+    queries = rank.heads * (2 if rank.attn_output_gate else 1)  # a gate per head too
+    return [((queries + 2 * rank.kv_heads) * rank.head_dim, rank.hidden),
             (rank.hidden, rank.heads * rank.head_dim)]
+
+
+def gdn_gemms(rank: Shard) -> list[tuple[int, int]]:
+    """(n, k) of one Gated DeltaNet layer's projections on one rank: in_proj_qkvz (its
+    queries, keys, values and output gate), in_proj_ba (two scalars a value head) and
+    out_proj; none without such layers."""
+    if not rank.linear_layers:
+        return []
+    keys = rank.linear_key_heads * rank.linear_key_dim
+    values = rank.linear_value_heads * rank.linear_value_dim
+    return [(2 * keys + 2 * values, rank.hidden), (2 * rank.linear_value_heads, rank.hidden),
+            (rank.hidden, values)]
+
+
+def mixer_times(rank: Shard, gemm: GemmTable) -> np.ndarray:
+    """Seconds of a layer's token-mixer projections at ``gemm``'s token counts, the mean
+    over the layers: attention's in the attention layers, Gated DeltaNet's in the others."""
+    attn: np.ndarray = np.sum([gemm.times(n, k) for n, k in attention_gemms(rank)], axis=0)
+    if not rank.linear_layers:
+        return attn
+    g = rank.linear_layers / rank.layers
+    gdn: np.ndarray = np.sum([gemm.times(n, k) for n, k in gdn_gemms(rank)], axis=0)
+    return (1 - g) * attn + g * gdn
 
 
 def mlp_gemms(rank: Shard) -> list[tuple[int, int]]:
@@ -154,8 +181,9 @@ def mlp_gemms(rank: Shard) -> list[tuple[int, int]]:
 
 
 def layer_gemms(rank: Shard) -> list[tuple[int, int]]:
-    """(n, k) of one dense layer's projections on one rank (attention, then SwiGLU)."""
-    return attention_gemms(rank) + mlp_gemms(rank)
+    """(n, k) of one dense layer's projections on one rank (attention, then SwiGLU; a
+    hybrid model's Gated DeltaNet projections after attention's)."""
+    return attention_gemms(rank) + gdn_gemms(rank) + mlp_gemms(rank)
 
 
 @lru_cache(maxsize=16)
@@ -244,7 +272,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         linear, width, shapes, moe_kernel, experts = _moe_stack(spec, version, rank, lin_gemm,
                                                                 gemm, notes)
     else:
-        dense: np.ndarray = sum(lin_gemm.times(n, k) for n, k in shapes)  # type: ignore[assignment]
+        dense: np.ndarray = mixer_times(rank, lin_gemm) + sum(
+            lin_gemm.times(n, k) for n, k in mlp_gemms(rank))
         linear, width = dense, rank.intermediate
     for n, k in shapes:  # the GEMMs priced
         for size, axis, what in ((n, lin_gemm.ns, "n"), (k, lin_gemm.ks, "k")):
@@ -293,6 +322,8 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
                               attention_table(gpu, fw, version, "context_attention_perf"), m,
                               rank, KV_TABLE_DTYPES[m.kv_dtype])
+        if m.linear_layers:
+            att = with_linear_layers(att, gdn_times(gpu, fw, version, m, rank), m)
     dec_rows, grid, pre_rows = att.decode, att.grid, att.prefill
     notes += att.notes
     # A one-token "prefill" is a decode to the simulator: its rows are left out.
@@ -406,9 +437,9 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     notes.append(f"router GEMM (n={m.experts}, k={rank.hidden}, bf16) added to each MoE "
                  "layer: the MoE tables time the experts without it")
     apart = spec.dp > 1
-    linear = (np.sum([lin_gemm.times(n, k) for n, k in attn], axis=0)
+    linear = (mixer_times(rank, lin_gemm)
               + f_moe * ((0.0 if apart else moe.at(ms)) + router))
-    used = list(attn)
+    used = list(attn) + gdn_gemms(rank)
     if m.dense_layers:
         linear = linear + f_dense * sum(lin_gemm.times(n, k) for n, k in dense)
         used += dense

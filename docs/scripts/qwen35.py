@@ -1,0 +1,74 @@
+"""Numbers of docs/models.md, "Gated DeltaNet layers (Qwen3.5)".
+
+Re-run from the repository root:  .venv/bin/python docs/scripts/qwen35.py
+It prints three markdown tables: the Qwen3.5 presets' sizes; one GPU's memory for
+Qwen3.5-397B-A17B on 8 B200s under vLLM's memory model; and a decode step's parts from
+the shipped measured profile (vLLM 0.24.0 on B200, tp 8) at growing context: the
+device's kernels and the host's work (the step prior, which vLLM's async scheduling
+overlaps with the device).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from sim.cost.measured import find  # noqa: E402
+from sim.cost.memory import GIB, memory_budget  # noqa: E402
+from sim.cost.profilefile import load_profile  # noqa: E402
+from sim.cost.shape import decode_shape  # noqa: E402
+from sim.cost.specs import GPUS, MODELS, shard  # noqa: E402
+
+NAMES = ("qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")
+BIG = "qwen3.5-397b-a17b"
+
+
+def sizes() -> None:
+    print("| model | layers (Gated DeltaNet) | parameters (B) | used per token (B) "
+          "| weights (GB) | KV KiB/token | state MiB/sequence |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in NAMES:
+        m = MODELS[name]
+        print(f"| {name} | {m.layers} ({m.linear_layers}) | {m.params / 1e9:.1f} "
+              f"| {m.active_params / 1e9:.1f} | {m.weight_bytes / 1e9:.1f} "
+              f"| {m.kv_bytes_per_token / 1024:.0f} | {m.linear_state_bytes / 2**20:.1f} |")
+
+
+def memory() -> None:
+    m = MODELS[BIG]
+    print("\n| max_num_seqs | weights GiB | states GiB | KV GiB | KV tokens "
+          "| state MiB a sequence |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for seqs in (256, 1024):
+        b = memory_budget(m, GPUS["b200"], 8, 0.9, 16, 8192, seqs)
+        print(f"| {seqs} | {b.weights / GIB:.2f} | {b.linear_state / GIB:.2f} "
+              f"| {b.kv / GIB:.2f} | {b.kv_tokens:,} "
+              f"| {shard(m, 8).linear_state_bytes / 2**20:.2f} |")
+
+
+# (sequences, context a sequence): every point fits the 2.3 to 4.0 M tokens of KV above.
+POINTS = ((1, 2048), (1, 32768), (1, 131072), (16, 2048), (16, 32768), (16, 131072),
+          (64, 2048), (64, 32768))
+
+
+def decode() -> None:
+    prof = load_profile(find(MODELS[BIG], "b200", 8, "vllm"))
+    print("\n| sequences | context a sequence | device ms | projections and experts "
+          "| attention and Gated DeltaNet | all-reduce | LM head | host ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for seqs, ctx in POINTS:
+        p = {k: float(v) * 1e3 for k, v in
+             prof.breakdown(decode_shape(seqs, seqs * ctx)).items()}
+        device = p["linear"] + p["decode_attention"] + p["allreduce"] + p["lm_head"]
+        print(f"| {seqs} | {ctx:,} | {device:.2f} | {p['linear']:.2f} "
+              f"| {p['decode_attention']:.2f} | {p['allreduce']:.2f} | {p['lm_head']:.2f} "
+              f"| {p['step'] + p['host']:.2f} |")
+
+
+if __name__ == "__main__":
+    sizes()
+    memory()
+    decode()

@@ -261,7 +261,7 @@ def test_vllm_flag_sets_the_state_dtype() -> None:
 
 
 QROW = ("x,{source},sglang,0.5.9,Qwen/Qwen3.5-397B-A17B,{system},{label},agg,1024,1024,{conc},"
-        "8,1,1,300,10")
+        "8,1,1,300,10,{mode}")
 
 
 def _row(tmp_path: Path, system: str = "b200_sxm", label: str = "bf16", conc: int = 8,
@@ -271,8 +271,9 @@ def _row(tmp_path: Path, system: str = "b200_sxm", label: str = "bf16", conc: in
 
     from sim.validate.silicon import classify, read_rows
 
-    line = QROW.format(source=source, system=system, label=label, conc=conc)
-    return classify(read_rows(silicon_csv(tmp_path, [line]))[0])
+    mode = {"fp4": "nvfp4", "fp8": "fp8"}.get(label, "")
+    line = QROW.format(source=source, system=system, label=label, conc=conc, mode=mode)
+    return classify(read_rows(silicon_csv(tmp_path, [line], ("gemm_quant_mode",)))[0])
 
 
 def test_public_rows_run_as_their_scripts_launched_them(tmp_path: Path) -> None:
@@ -308,6 +309,14 @@ def test_public_rows_run_as_their_scripts_launched_them(tmp_path: Path) -> None:
     # B300 rows take B200's settings.
     b300 = _row(tmp_path, "b300_sxm")
     assert isinstance(b300, Case) and recipe(b300) == recipe(case)
+    # FP4 rows serve NVIDIA's NVFP4 checkpoint: NVFP4 routed experts, the rest bf16, an
+    # FP8 KV cache (qwen3.5_fp4_b200.sh: 0.85 of memory, recv and stream intervals 30).
+    fp4 = _row(tmp_path, "b200_sxm", "fp4")
+    assert isinstance(fp4, Case)
+    assert (fp4.dtype, fp4.expert_dtype, fp4.kv_dtype) == ("bf16", "nvfp4", "fp8")
+    assert recipe(fp4) == {"max_num_batched_tokens": 32768, "static_fraction": 0.85,
+                           "max_running": 128, "stream_interval": 30,
+                           "scheduler_recv_interval": 30}
 
 
 def test_sglang_state_pool_by_hand() -> None:

@@ -21,7 +21,10 @@ before they moved to fixed_seq_len/) disable the radix cache and set:
   ``--scheduler-recv-interval`` 10 (30 from 16 clients), ``--stream-interval`` 30; fp8
   adds an fp8 KV cache; the states stay fp32;
 - fp8 on H200 (both stored versions): 0.8, chunks of 16384, 128 running requests,
-  stream interval 50, an fp8 KV cache and ``--mamba-ssm-dtype bfloat16``.
+  stream interval 50, an fp8 KV cache and ``--mamba-ssm-dtype bfloat16``;
+- fp4 on B200 (``qwen3.5_fp4_b200.sh``, NVIDIA's NVFP4 checkpoint, ``--quantization
+  modelopt_fp4``): 0.85, chunks of 32768, recv interval 30, stream interval 30, an fp8
+  KV cache, and max(128, clients) running requests.
 
 B300 rows take the B200 settings, as for InferenceX's other models (sim/validate/
 silicon.py). Its stored B300 scripts are later ones: they send one prompt a client
@@ -47,13 +50,19 @@ FULL_MEMORY_RATIO = 0.9
 RADIX_SLOTS_PER_REQUEST = 3
 
 
-def qwen35_recipe(gpu: str, dtype: str, concurrency: int) -> dict[str, Any]:
+def qwen35_recipe(gpu: str, dtype: str, concurrency: int, experts: str = "") -> dict[str, Any]:
     """The launch settings of InferenceX's Qwen3.5 SGLang run on ``gpu`` with weights of
     ``dtype`` at ``concurrency`` clients (see the module doc): any of
     ``max_num_batched_tokens``, ``static_fraction``, ``max_running`` (SGLang's
     ``--max-running-requests``, which also sizes its state pool),
     ``scheduler_recv_interval``, ``stream_interval``, ``kv_dtype`` and ``state_dtype``;
-    empty where no script is known."""
+    empty where no script is known. ``experts``: the experts' dtype where the checkpoint
+    gives them their own (NVIDIA's NVFP4 release)."""
+    if experts == "nvfp4":
+        if gpu not in ("b200", "b300"):
+            return {}
+        return {"kv_dtype": "fp8", "max_num_batched_tokens": 32768, "static_fraction": 0.85,
+                "max_running": 128, "stream_interval": 30, "scheduler_recv_interval": 30}
     fp8 = dtype == "fp8-block"
     out: dict[str, Any] = {"kv_dtype": "fp8"} if fp8 else {}
     if gpu in ("b200", "b300"):

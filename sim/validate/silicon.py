@@ -104,7 +104,13 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
 # and keeps its input projections in bf16: one dtype for every attention projection, as
 # servesim's model has, cannot stand for it, so those rows stay out.
 NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
-    "MiniMaxAI/MiniMax-M2.5": ("bf16", "nvfp4", "fp8")}
+    "MiniMaxAI/MiniMax-M2.5": ("bf16", "nvfp4", "fp8"),
+    # nvidia/Qwen3.5-397B-A17B-NVFP4 (its hf_quant_config.json ships in aiconfigurator-core
+    # 0.12.0; InferenceX's qwen3.5_fp4_b200.sh serves it): routed experts NVFP4; attention,
+    # the Gated DeltaNet projections, the shared experts and the LM head kept bf16; an FP8
+    # KV cache. servesim gives shared experts the routed ones' dtype in memory (0.4 of
+    # 1.5 GB a model, over the GPUs) and prices their GEMMs at the projections' bf16.
+    "Qwen/Qwen3.5-397B-A17B": ("bf16", "nvfp4", "fp8")}
 # InferenceX's (its recipes name the checkpoint; AIConfigurator's own runs do not).
 SPLIT_ATTENTION_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP4-v2",
                                "deepseek-ai/DeepSeek-V3": "DeepSeek-R1-0528-NVFP4-v2"}
@@ -390,7 +396,8 @@ def classify(row: Row) -> Case | str:
         row = replace(row, concurrency=clients)
     state = "fp32"
     if row.model_path in QWEN35_PATHS and row.collection == "inferencex":
-        hybrid = qwen35_recipe(SYSTEM_GPUS[row.system], dtype, clients)
+        hybrid = qwen35_recipe(SYSTEM_GPUS[row.system], dtype, clients,
+                               experts if experts != preset.expert_dtype else "")
         fp8_kv = hybrid.get("kv_dtype") == "fp8"
         state = hybrid.get("state_dtype", state)
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
@@ -527,7 +534,9 @@ def recipe(case: Case) -> dict[str, float]:
     if r.collection != "inferencex":
         return {}
     if r.model_path in QWEN35_PATHS and case.framework == "sglang":
-        return {k: v for k, v in qwen35_recipe(case.gpu, case.dtype, r.concurrency).items()
+        own = case.expert_dtype if case.expert_dtype != MODELS[case.model].expert_dtype else ""
+        return {k: v for k, v in qwen35_recipe(case.gpu, case.dtype, r.concurrency,
+                                               own).items()
                 if k not in ("kv_dtype", "state_dtype")}
     if r.model_path == "MiniMaxAI/MiniMax-M2.5" and case.framework == "vllm":
         # Its FP4 recipes (minimaxm2.5_fp4_{b200,b300}.sh), whose checkpoint has experts

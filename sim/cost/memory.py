@@ -96,7 +96,7 @@ class MemoryBudget:
     # Data-parallel attention ranks sharing those experts (each rank's blocks are its own).
     dp: int = 1
     # Gated DeltaNet layers' states, set aside before the blocks are counted for
-    # ``state_seqs`` sequences, the most that may run at once (see linear_state_reserve).
+    # ``state_seqs`` sequences, the most that may run at once (see linear_state_seqs).
     linear_state: int = 0
     state_seqs: int = 0
 
@@ -314,9 +314,9 @@ def sliding_reserve_bytes(model: ModelSpec, tp: int, block_size: int, max_num_se
 def linear_state_seqs(state_bytes: int, max_num_seqs: int, room: float) -> int:
     """Sequences whose Gated DeltaNet states one GPU sets aside room for, out of the
     ``room`` left for the KV cache: ``max_num_seqs``, or, when their states would take
-    more than :data:`STATE_SHARE` of it, as many as that share holds (at least 1, so a
-    model that fits its weights is never refused for its states alone;
-    :meth:`MemoryBudget.fitted` then reports what is left).
+    more than :data:`STATE_SHARE` of it, as many as that share holds, and at least 1: a
+    GPU whose room holds less than one state and one KV block does not fit the model,
+    and :meth:`MemoryBudget.fitted` says so with every term.
 
     A sequence's state (``state_bytes`` on one GPU: :attr:`sim.cost.specs.Shard.
     linear_state_bytes`) is fixed in size and held while it runs. SGLang keeps the states

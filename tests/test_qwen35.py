@@ -153,6 +153,15 @@ def test_config_errors_name_the_key(tmp_path: Path, key: str, value: object,
         from_hf_config(path)
 
 
+def test_a_wrapper_without_its_text_config_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen3_5_moe"}))
+    with pytest.raises(ServesimError, match=r"text_config: got None: model_type "
+                                            r"'qwen3_5_moe' wraps its language model's "
+                                            r"config in text_config, a mapping"):
+        from_hf_config(path)
+
+
 def test_interval_stands_for_layer_types_and_fp8_release(tmp_path: Path) -> None:
     cfg = json.loads(_config("qwen3.5-397b-a17b").read_text())
     del cfg["text_config"]["layer_types"]  # every 4th layer full (full_attention_interval)

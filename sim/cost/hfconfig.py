@@ -94,7 +94,11 @@ def from_hf_config(path: Path) -> ModelSpec:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)
-    if cfg.get("model_type") in WRAPPERS and isinstance(cfg.get("text_config"), dict):
+    if cfg.get("model_type") in WRAPPERS and not isinstance(cfg.get("text_config"), dict):
+        raise ServesimError(f"got {cfg.get('text_config')!r}: model_type "
+                            f"{cfg.get('model_type')!r} wraps its language model's config "
+                            "in text_config, a mapping", source=src, where="text_config")
+    if cfg.get("model_type") in WRAPPERS:
         # A quantised release keeps its quantization_config beside the wrapper's configs.
         quant = cfg.get("quantization_config")
         cfg = dict(cfg["text_config"])

@@ -299,6 +299,7 @@ def test_public_rows_run_as_their_scripts_launched_them(tmp_path: Path) -> None:
                             "max_running": 128, "stream_interval": 30,
                             "scheduler_recv_interval": 10}
     sv = scenario_raw(case)["serving"]
+    # SGLang 0.5.9 holds the first token for the first chunk.
     assert (sv["stream_interval"], sv["stream_first_token"], sv["scheduler_recv_interval"],
             sv["max_num_batched_tokens"]) == (30, False, 10, 32768)
     # SGLang's state pool: 128 slots (the radix cache off), the KV pool the rest.
@@ -337,3 +338,11 @@ def test_sglang_state_pool_by_hand() -> None:
     kv, running = sglang_state_pool(1900.0, 10, None, 2048)
     assert (kv, running) == (pytest.approx(1000.0), 30)
     assert sglang_state_pool(1900.0, 10, None, 8)[1] == 8
+
+
+def test_sglang_builds_before_0_5_10_hold_the_first_token() -> None:
+    from sim.validate.silicon import sglang_first_token_waits
+
+    assert [sglang_first_token_waits(v) for v in (
+        "0.5.6.post2", "0.5.9", "nightly-dev", "nightly-dev-20260402-d7256eb6",
+        "0.5.10.post1", "0.5.14", "")] == [True, True, True, True, False, False, False]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from conftest import assert_equivalent, eager_run, lazy_and_eager, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from sim.config import scenario
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
+from sim.core.request import FINISHED, UNFINISHED
 from sim.errors import ServesimError
 from sim.report.metrics import per_request, summarize
 from sim.workload.requests import Requests
@@ -202,3 +204,43 @@ def test_summary_and_report_say_itl_is_per_chunk(tmp_path: Path, capsys) -> None
     assert summary["simulated"]["pools"]["both"]["stream_interval"] == 4
     assert main(["report", str(out), "--format", "md"]) == 0
     assert "stream_interval 4 (ITL per chunk)" in (out / "report.md").read_text()
+
+
+def _closed(first_token: bool, **workload: object) -> object:
+    # Closed-loop clients bounded by a duration: the engine grows its per-request arrays
+    # as they send, past the 4,096 it starts with.
+    raw = yaml.safe_load((ROOT / "scenarios" / "closed-loop.yaml").read_text())
+    raw["cost"] = "roofline"
+    raw["workload"].pop("num_requests")
+    raw["workload"].update(duration_s=60.0, **workload)
+    raw["workload"]["lengths"] = {"prompt": {"dist": "fixed", "value": 128},
+                                  "output": {"dist": "fixed", "value": 32}}
+    raw["serving"].update(stream_interval=8, stream_first_token=first_token)
+    return simulate(from_dict(raw, "<closed loop>"))
+
+
+def test_first_chunks_of_a_growing_closed_loop() -> None:
+    late, soon = _closed(False), _closed(True)
+    n = len(late.first_token)
+    assert n > 4096 and n == len(soon.first_token)
+    done = (late.status == FINISHED) & (soon.status == FINISHED)
+    # Every finished request's first chunk came with its 8th token, after its first.
+    assert np.all(late.first_token[done] > soon.first_token[done])
+
+
+def test_a_horizon_settles_the_chunks_sent_before_it() -> None:
+    def run(first_token: bool) -> object:
+        raw = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+        raw["workload"]["duration_s"] = 40
+        raw["horizon_s"] = 30.0
+        raw["serving"].update(stream_interval=16, stream_first_token=first_token)
+        return simulate(from_dict(raw, "<horizon>"))
+
+    late, soon = run(False), run(True)
+    cut = late.status == UNFINISHED
+    sent = cut & np.isfinite(late.first_token)
+    # Requests still running at the horizon whose first chunk went out before it carry
+    # that chunk's time, not their prefill's; the rest carry none.
+    assert sent.any()
+    assert np.all(late.first_token[sent] > soon.first_token[sent])
+    assert np.all(late.first_token[sent] <= 30.0)

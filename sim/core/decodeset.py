@@ -36,13 +36,11 @@ iteration ends (:meth:`end_step`).
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.core.batch import Batch
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
-from sim.core.streaming import EndTimes, member_sends
+from sim.core.streaming import EndTimes, FirstTokens, member_sends
 from sim.cost.memory import blocks_for
 from sim.cost.shape import StepShape
 
@@ -55,7 +53,7 @@ class DecodeSet:
                  "last_end", "emitted", "interval", "ends", "itl", "first")
 
     def __init__(self, kv: KVCacheManager, reserved: bool = False, interval: int = 1,
-                 itl: LogHistogram | None = None, first: np.ndarray | None = None) -> None:
+                 itl: LogHistogram | None = None, first: FirstTokens | None = None) -> None:
         # Members' blocks are taken in bulk from kv and assigned to each when it settles.
         self.kv = kv
         block_size = kv.block_size

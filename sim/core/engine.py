@@ -66,11 +66,8 @@ class Engine(Outcomes):
         self.reason = np.full(n, "", dtype=object)
         self.step_log: list[tuple[Any, ...]] | None = [] if log_steps else None
         cluster = build_cluster(self, scenario, cost, rng)
-        self.replicas = cluster.replicas
-        self.entry = cluster.entry
-        self.router = cluster.router
-        self.decode_pool = cluster.decode_pool
-        self.memory = cluster.memory
+        self.replicas, self.entry, self.router = cluster.replicas, cluster.entry, cluster.router
+        self.decode_pool, self.memory = cluster.decode_pool, cluster.memory
         self.prefill_of: np.ndarray | None = (
             None if self.decode_pool is None else np.full(n, -1, dtype=np.int64))
         self._hashes = self._prefix_hashes(scenario, requests)
@@ -333,6 +330,8 @@ class Engine(Outcomes):
                       horizon, None if self.timeouts is None else self.timeouts.timeout_s)
         itl = LogHistogram()
         for rep in self.replicas:
+            if rep.first_chunk is not None and rep.group is not None:
+                rep.group.flush(rep.running)  # chunks sent by the end set first tokens
             if rep.prefix is not None:
                 rep.stats.prefix_evictions = rep.prefix.evictions
             rep.stats.record_host(rep.kv.host)

@@ -99,7 +99,7 @@ class Replica:
         self.lookahead = 0 if spec is None else spec.k
         self.group: DecodeSet | SpecDecodeSet | None = None
         self.stream_interval = n = serving.stream_interval if serving is not None else 1
-        self.first_chunk = (engine.first_token if n > 1 and serving is not None  # SGLang's
+        self.first_chunk = (engine if n > 1 and serving is not None  # SGLang's streaming
                             and not serving.stream_first_token else None)
         if lazy:
             self.group = (DecodeSet(kv, policy.reserves_kv, n, self.itl, self.first_chunk)
@@ -294,14 +294,13 @@ class Replica:
 
     def _stamp(self, emitted: Sequence[Request], now: float) -> None:
         """Record the tokens ``emitted`` (listed entries, in batch order) at ``now`` (s)."""
-        first_token = self.engine.first_token
-        kv = self.kv
+        first_token, kv, interval = self.engine.first_token, self.kv, self.stream_interval
         caching = kv.prefix is not None
         gaps: list[float] = []
-        interval = self.stream_interval
         for r in emitted:
             if r.generated == 1:
-                first_token[r.id] = now
+                if self.first_chunk is None:  # else the first chunk's send sets it
+                    first_token[r.id] = now
                 self.outstanding -= r.prompt
             if interval > 1:
                 send(r, now, interval, gaps, self.first_chunk)  # a gap a chunk

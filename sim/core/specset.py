@@ -29,7 +29,7 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.specplan import LOW, SHIFT, path
-from sim.core.streaming import EndTimes, verify_sends
+from sim.core.streaming import EndTimes, FirstTokens, verify_sends
 from sim.cost.shape import StepShape
 
 WINDOW = 1 << 12  # ticks the set's per-tick sums hold at first; they grow when needed
@@ -53,7 +53,7 @@ class SpecDecodeSet:
                  "last_end", "emitted", "interval", "ends", "itl", "first")
 
     def __init__(self, kv: KVCacheManager, q: int, stats: ReplicaStats, interval: int = 1,
-                 itl: LogHistogram | None = None, first: np.ndarray | None = None) -> None:
+                 itl: LogHistogram | None = None, first: FirstTokens | None = None) -> None:
         self.kv = kv
         self.bs = kv.block_size
         self.q = q

@@ -9,13 +9,15 @@ and with them TPOT and E2E, are the same as with N = 1. ``Request.sent`` is the 
 tokens sent so far and ``Request.last_token`` the time of the last send (with N = 1,
 every emission is a send).
 
-SGLang's scheduler (``--stream-interval N``) sends a request's output whenever its count
-of output tokens is a multiple of N, the first token not apart: its first chunk leaves
-with token N, N - 1 decode steps after the prefill (``serving.stream_first_token:
-false``). The client's TTFT is then that chunk's arrival, and its TPOT the rest of the
-request over the other tokens: these functions take ``first`` (the engine's first-token
-times, by request id) and set a request's entry when its first chunk goes out, with no
-gap before it.
+SGLang builds before 0.5.10 (as their public runs show: docs/validation.md) stream a
+request's output (``--stream-interval N``) whenever its count of output tokens is a
+multiple of N, the first token not apart: its first chunk leaves with token N, N - 1
+decode steps after the prefill (``serving.stream_first_token: false``); later ones send
+the first token at once, as vLLM does. The client's TTFT is then that chunk's arrival,
+and its TPOT the rest of the request over the other tokens: these functions take
+``first`` (the engine, whose ``first_token`` holds the first-token times by request id;
+read at each send, since a closed loop grows that array) and set a request's entry when
+its first chunk goes out, with no gap before it.
 
 A request decoded token by token in its replica's decode set
 (:class:`sim.core.decodeset.DecodeSet`) emits one token per iteration; the set keeps
@@ -29,10 +31,17 @@ they emitted (:func:`verify_sends`).
 from __future__ import annotations
 
 from array import array
+from typing import Protocol
 
 import numpy as np
 
 from sim.core.request import Request
+
+
+class FirstTokens(Protocol):
+    """What holds the first-token times (s) by request id: the engine."""
+
+    first_token: np.ndarray
 
 
 class EndTimes:
@@ -75,7 +84,7 @@ TRIM_AT = 1 << 16  # stored times at which a decode set drops those no member ne
 
 
 def send(r: Request, now: float, interval: int, gaps: list[float],
-         first: np.ndarray | None = None) -> None:
+         first: FirstTokens | None = None) -> None:
     """``r`` emitted its latest tokens (``r.generated`` now counts them) at ``now`` (s):
     send them if its first token is among them (unless ``first`` is given: see the
     module doc), ``interval`` are unsent or it is done, appending the client's gap since
@@ -87,13 +96,13 @@ def send(r: Request, now: float, interval: int, gaps: list[float],
         if r.sent:
             gaps.append(now - r.last_token)
         elif first is not None:
-            first[r.id] = now
+            first.first_token[r.id] = now
         r.sent = r.generated
         r.last_token = now
 
 
 def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
-                 gaps: list[float], first: np.ndarray | None = None) -> None:
+                 gaps: list[float], first: FirstTokens | None = None) -> None:
     """Send what a decode-set member emitted, one token an iteration, from tick
     ``r.sync`` up to (not including) ``tick``; ``r.generated`` still counts its tokens as
     of ``r.sync``. Appends each chunk's gap to ``gaps`` and leaves ``r.sent`` and
@@ -117,17 +126,17 @@ def member_sends(r: Request, ends: EndTimes, tick: int, interval: int,
 
 
 def _gap(r: Request, sent: int, t: float, prev: float, gaps: list[float],
-         first: np.ndarray | None) -> None:
+         first: FirstTokens | None) -> None:
     """A chunk of ``r`` leaves at ``t`` (s) after ``sent`` tokens went at ``prev``: a gap,
     or for its first chunk its first-token time (``first``)."""
     if sent:
         gaps.append(t - prev)
     elif first is not None:
-        first[r.id] = t
+        first.first_token[r.id] = t
 
 
 def _finish(r: Request, ends: EndTimes, tick: int, last: int, sent: int, prev: float,
-            gaps: list[float], first: np.ndarray | None = None) -> None:
+            gaps: list[float], first: FirstTokens | None = None) -> None:
     """Leave ``r`` with ``sent`` tokens sent, the last at ``prev`` (s); when its
     ``last`` token (emitted in the iteration before ``tick``) is its output's end, the
     unsent rest goes out with it."""
@@ -141,7 +150,7 @@ def _finish(r: Request, ends: EndTimes, tick: int, last: int, sent: int, prev: f
 
 
 def verify_sends(r: Request, ends: EndTimes, tick: int, cum: np.ndarray, interval: int,
-                 gaps: list[float], first: np.ndarray | None = None) -> None:
+                 gaps: list[float], first: FirstTokens | None = None) -> None:
     """As :func:`member_sends` for a member of a speculating decode set, whose verifies
     emit one to k + 1 tokens: ``cum[i]`` is the tokens it emitted in its first i + 1
     iterations here (from tick ``r.sync``, up to ``tick``). A chunk goes out after the

@@ -251,7 +251,8 @@ def memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
                    + (f" - sliding-window KV {m['sliding_window_kv_gib']:.2f}"
                       if "sliding_window_kv_gib" in m else "")
                    + (f" - linear-attention states {m['linear_state_gib']:.2f} "
-                      f"({m['linear_state_seqs']} sequences)" if "linear_state_gib" in m else "")
+                      f"({m['linear_state_seqs']} sequences, the most that run)"
+                      if "linear_state_gib" in m else "")
                    + f" -> {kv}, {m['kv_tokens']} tokens")
 
     return out

@@ -395,10 +395,11 @@ def classify(row: Row) -> Case | str:
     if clients != row.concurrency:
         row = replace(row, concurrency=clients)
     state = "fp32"
-    if row.model_path in QWEN35_PATHS and row.collection == "inferencex":
+    if row.model_path in QWEN35_PATHS and row.collection == "inferencex" and \
+            row.backend == "sglang":
         hybrid = qwen35_recipe(SYSTEM_GPUS[row.system], dtype, clients,
                                experts if experts != preset.expert_dtype else "")
-        fp8_kv = hybrid.get("kv_dtype") == "fp8"
+        fp8_kv = fp8_kv or hybrid.get("kv_dtype") == "fp8"
         state = hybrid.get("state_dtype", state)
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
                 dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
@@ -572,6 +573,24 @@ def recipe(case: Case) -> dict[str, float]:
     return {}
 
 
+def sglang_first_token_waits(version: str) -> bool:
+    """Whether the SGLang build ``version`` (the row's) held a streamed request's first
+    token until its first chunk of ``--stream-interval`` tokens. SGLang's output processor
+    has had two rules: stream when the output's length is a multiple of N (the first
+    token waits for N), and, as a 2026 version of sgl-project/sglang's
+    scheduler_output_processor_mixin.py reads, when the length is 1 more than a multiple
+    of N (the first token at once). Which release changed it is not recorded; the public
+    rows split at 0.5.10: InferenceX's runs on 0.5.6 to 0.5.9 and on the nightly builds
+    of February to April 2026 measured TTFTs of the prefill plus some 10 to 30 of their
+    own decode steps at 4 to 8 clients, which only the first rule gives, and its
+    0.5.10.post1 runs did not (docs/validation.md). So builds before 0.5.10, and
+    nightlies, wait."""
+    if version.startswith("nightly"):
+        return True
+    nums = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return nums is not None and tuple(int(x) for x in nums.groups()) < (0, 5, 10)
+
+
 def running_cap(settings: dict[str, float], clients: int) -> int | None:
     """The running requests a recipe's ``--max-running-requests`` allows (None: not
     set), never below the row's ``clients``. InferenceX swept its SGLang scripts to 256
@@ -628,7 +647,7 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
         if key in settings:
             serving[key] = settings[key]
     if case.framework == "sglang" and "stream_interval" in settings:
-        serving["stream_first_token"] = False  # SGLang's first chunk: see sim/core/streaming.py
+        serving["stream_first_token"] = not sglang_first_token_waits(r.version)
     if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).

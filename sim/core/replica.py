@@ -79,8 +79,8 @@ class Replica:
         self.outstanding = 0  # tokens: unprefilled prompts plus outputs not yet produced
         self.idle = True
         self.priority = serving is not None and serving.priority
-        self.swap, self.swap_block_s = serving is not None and serving.preemption == "swap", \
-            swap_block_s
+        self.swap = serving is not None and serving.preemption == "swap"
+        self.swap_block_s = swap_block_s
         tier = serving.kv_offload if serving is not None else None
         self.overlap = tier is not None and tier.overlap
         self.swap_s = 0.0  # PCIe seconds the next iteration spends swapping

@@ -153,10 +153,10 @@ class MemoryBudget:
         n = self.blocks if blocks is None else blocks
         kv = self.kv if blocks is None else n * self.block_bytes
         stage = {} if self.pp == 1 else {"pp": self.pp, "stage": self.stage}
-        sliding = {"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else {}
-        if self.state_seqs:
-            sliding = {"linear_state_gib": self.linear_state / GIB,
-                       "linear_state_seqs": self.state_seqs}
+        # What is set aside before the blocks: sliding windows' KV, or recurrent states.
+        reserved = ({"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else
+                    {"linear_state_gib": self.linear_state / GIB,
+                     "linear_state_seqs": self.state_seqs} if self.state_seqs else {})
         if self.ep > 1:
             stage = {"ep": self.ep, **stage}
         if self.dp > 1:
@@ -164,7 +164,7 @@ class MemoryBudget:
         return {**stage, "total_gib": self.total / GIB, "utilization": self.utilization,
                 "weights_gib": self.weights / GIB, "activation_gib": self.activation / GIB,
                 "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
-                **sliding,
+                **reserved,
                 "kv_gib": kv / GIB, "kv_blocks": n, "kv_tokens": n * self.block_size,
                 "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks"}
 

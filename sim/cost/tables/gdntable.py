@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from sim.cost.curves import Grid
 from sim.cost.specs import ModelSpec, Shard
 from sim.cost.tables.attntables import AttentionRows, grid_holdout_errors
-from sim.cost.tables.kerneltables import Table, load_table
+from sim.cost.tables.kerneltables import Table, load_table, versions
 from sim.cost.tables.windowattn import ModelAttention
 from sim.errors import ServesimError
 
@@ -107,24 +108,24 @@ def gdn_times(gpu: str, framework: str, version: str, model: ModelSpec,
     t = t.where(d_model=width)
     context, ctx_kernels = _phase(t, "context", ("batch_size", "seq_len"), where)
     decode, dec_kernels = _phase(t, "generation", ("batch_size",), where)
-    by_batch: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    by_batch: dict[int, list[tuple[int, float]]] = {}
     for (b, n), s in sorted(context.items()):
-        tokens, secs = by_batch.get(b, (np.array([]), np.array([])))
-        by_batch[b] = (np.append(tokens, n), np.append(secs, s))
+        by_batch.setdefault(b, []).append((n, s))
     seqs = np.array(sorted(k[0] for k in decode), dtype=float)
     note = (f"Gated DeltaNet layers: {TABLE} ({table.version}) at {rank.linear_key_heads} key "
             f"and {rank.linear_value_heads} value heads a GPU, d_model {width}"
             + (" (the model's)" if width == model.hidden else f" (nearest to {model.hidden})")
             + f"; context {ctx_kernels}, decode {dec_kernels}")
-    return GDNTimes({b: (t_.astype(float), s_) for b, (t_, s_) in by_batch.items()}, seqs,
+    return GDNTimes({b: (np.array([n for n, _ in pts], dtype=float),
+                         np.array([s for _, s in pts])) for b, pts in by_batch.items()}, seqs,
                     np.array([decode[(int(n),)] for n in seqs]), f"{ctx_kernels}; {dec_kernels}",
                     note)
 
 
+@lru_cache(maxsize=16)
 def _table(gpu: str, framework: str, version: str) -> Table:
-    """The framework's Gated DeltaNet table at ``version``, else its newest."""
-    from sim.cost.tables.kerneltables import versions
-
+    """The framework's Gated DeltaNet table at ``version``, else its newest, read once per
+    process (``profile ship`` asks for each GPU's table at every model and tp)."""
     have = versions(gpu, FAMILY, framework)
     if not have:
         raise ServesimError(f"no {FAMILY} tables for {framework} on {gpu}: Gated DeltaNet "

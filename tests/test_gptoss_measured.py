@@ -252,3 +252,88 @@ def test_shard_of_gpt_oss_splits_at_every_shipped_tp() -> None:
     for tp in (1, 2, 4, 8):
         r = shard(MODELS["gpt-oss-120b"], tp)
         assert (r.heads, r.kv_heads, r.expert_intermediate) == (64 // tp, 8 // tp, 2880 // tp)
+
+
+def test_mxfp4_experts_take_mxfp8_activations_where_the_framework_does() -> None:
+    from sim.cost.tables.moetable import table_moe_dtype
+
+    # TensorRT-LLM and SGLang quantise the activations to MXFP8 on Blackwell; vLLM keeps
+    # bf16 there; every framework keeps bf16 on Hopper. Other dtypes are not affected.
+    assert table_moe_dtype("mxfp4", "trtllm", "b200") == "w4a8_mxfp4_mxfp8"
+    assert table_moe_dtype("mxfp4", "sglang", "gb200") == "w4a8_mxfp4_mxfp8"
+    assert table_moe_dtype("mxfp4", "vllm", "b200") == "w4a16_mxfp4"
+    assert table_moe_dtype("mxfp4", "trtllm", "h200") == "w4a16_mxfp4"
+    assert table_moe_dtype("nvfp4", "trtllm", "b200") == "nvfp4"
+    assert table_moe_dtype("fp4", "trtllm", "b200") is None
+
+
+@needs_tables
+def test_tensorrt_llm_on_b200_prices_gpt_oss_experts_at_mxfp8_activations() -> None:
+    from sim.cost.tables.moetable import moe_times
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    m = MODELS["gpt-oss-120b"]
+    p = build_profile(BuildSpec(m, "b200", "trtllm", 1))
+    assert p["source"]["phrase"].endswith("mxfp4 experts, mxfp8 activations (w4a8)")
+    assert ", w4a8_mxfp4_mxfp8, power_law_1.2 routing, tp 1" in p["source"]["notes"][0]
+    version = p["source"]["version"]
+    moe = moe_times("b200", "trtllm", version, m, 1)
+    # The w4a8 rows, read as they are: at 4 tokens the tables time them 3.6x faster than
+    # the w4a16 rows (0.0499 against 0.1777 ms, 1.3.0rc20).
+    want = _moe_ms("b200", "trtllm", version, "w4a8_mxfp4_mxfp8", 4) / 1e3
+    assert float(moe.at(np.array([4.0]))[0]) == pytest.approx(want, rel=1e-9)
+    assert _moe_ms("b200", "trtllm", version, "w4a16_mxfp4", 4) > 3 * want * 1e3
+
+
+def _moe_ms(gpu: str, framework: str, version: str, dtype: str, tokens: int) -> float:
+    """The median of the public MoE table's gpt-oss-120b rows at ``tokens`` (ms)."""
+    from sim.cost.tables.kerneltables import load_table
+
+    t = load_table(gpu, "moe", framework, version, "moe_perf")
+    rows = t.where(hidden_size=2880, num_experts=128, topk=4, moe_tp_size=1, moe_ep_size=1,
+                   distribution="power_law_1.2", moe_dtype=dtype, num_tokens=tokens)
+    return float(np.median(np.asarray(rows.columns["latency"])))
+
+
+def test_silicon_gpt_oss_tensorrt_llm_rows_take_their_recipe(tmp_path: Path) -> None:
+    from sim.validate.silicon import classify, read_rows, recipe, scenario_raw
+
+    path = silicon_csv(tmp_path, [
+        "a,db-dump,trtllm,1.2.0rc2,openai/gpt-oss-120b,b200_sxm,fp4,agg,8192,1024,64,1,1,1,90,5,"
+        "nvfp4,1,1",
+        "b,db-dump,trtllm,dev,openai/gpt-oss-120b,h200_sxm,fp4,agg,8192,1024,64,1,1,1,90,5,"
+        "nvfp4,1,1",
+    ], ("gemm_quant_mode", "moe_tp_size", "moe_ep_size"))
+    b200, h200 = (classify(r) for r in read_rows(path))
+    assert not isinstance(b200, str) and not isinstance(h200, str)
+    # gptoss_fp4_{b200,h200}_trt.sh: 20,000 batched tokens, 0.85 of free memory for KV,
+    # stream_interval 20; an FP8 KV cache on B200 only.
+    assert recipe(b200) == recipe(h200) == {"max_num_batched_tokens": 20000,
+                                            "free_fraction": 0.85, "stream_interval": 20}
+    assert (b200.kv_dtype, h200.kv_dtype) == ("fp8", "auto")
+    serving = scenario_raw(b200)["serving"]
+    assert (serving["max_num_batched_tokens"], serving["stream_interval"]) == (20000, 20)
+
+
+@needs_tables
+def test_the_mxfp8_backend_borrows_sglangs_rows_where_vllms_lack_them() -> None:
+    from sim.cost.tables.moetable import moe_times
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+
+    m = MODELS["gpt-oss-120b"]
+    # vLLM 0.24.0's B200 tables time gpt-oss's experts at bf16 activations only: MXFP8
+    # activations (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) come from SGLang's rows of the
+    # same FlashInfer kernel, the note naming them.
+    got = moe_times("b200", "vllm", "0.24.0", m, 1, backend="mxfp8")
+    assert got.kernel == "sglang_flashinfer_trtllm_moe"
+    # (SGLang 0.5.16's tables, the newest, do not time gpt-oss's shape: 0.5.14's do.)
+    assert got.note.endswith("(the sglang 0.5.14 tables': vllm's up to 0.24.0 time no "
+                             "w4a8_mxfp4_mxfp8 rows for it)")
+    plain = moe_times("b200", "vllm", "0.24.0", m, 1)
+    assert "w4a16_mxfp4" in plain.note
+    assert float(got.at(np.array([8192.0]))[0]) < 0.5 * float(plain.at(np.array([8192.0]))[0])
+    p = build_profile(BuildSpec(m, "b200", "vllm", 1, moe_backend="mxfp8"))
+    assert p["source"]["phrase"].endswith("mxfp4 experts, mxfp8 activations (w4a8)")
+    with pytest.raises(ServesimError, match="got 'mxfp8' for nvfp4 experts"):
+        moe_times("b200", "vllm", "0.24.0",
+                  dataclasses.replace(m, expert_dtype="nvfp4"), 1, backend="mxfp8")

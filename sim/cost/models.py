@@ -123,23 +123,26 @@ class RooflineParams:
     frontend: Frontend = VLLM_FRONTEND
 
 
-def dtype_note(model: ModelSpec, gpu: GPUSpec) -> str:
+def dtype_note(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> str:
     """What a cost source adds about the model's dtypes: FP8 weights (weight-only on a GPU
-    without FP8 tensor cores) and an FP8 KV cache; empty for a plain 16-bit model."""
+    without FP8 tensor cores) and an FP8 KV cache; empty for a plain 16-bit model.
+    ``mxfp8_experts``: mxfp4 experts run with MXFP8 activations (a framework's measured
+    MoE kernel on Blackwell), not weight-only."""
     parts = []
     if model.dtype in FP8_WEIGHTS:
         parts.append(f"{model.dtype} weights, weight-only on {gpu.name} (no FP8 tensor cores)"
                      if weight_only(model, gpu) else f"{model.dtype} weights")
-    parts += four_bit_notes(model, gpu)
+    parts += four_bit_notes(model, gpu, mxfp8_experts)
     if model.kv_dtype == "fp8":
         parts.append("fp8 KV cache")
     return f"; {', '.join(parts)}" if parts else ""
 
 
-def four_bit_notes(model: ModelSpec, gpu: GPUSpec) -> list[str]:
+def four_bit_notes(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> list[str]:
     """How ``model``'s 4-bit projections and experts run on ``gpu``, one phrase each:
-    on FP4 tensor cores, or weight-only (4-bit weights read, bf16 FLOP/s); the experts'
-    FP8 too where they differ from the projections'."""
+    on FP4 tensor cores, or weight-only (4-bit weights read, bf16 FLOP/s), or for mxfp4
+    experts with MXFP8 activations where ``mxfp8_experts``; the experts' FP8 too where
+    they differ from the projections'."""
     out = []
     for what, dtype in (("weights", model.dtype), ("experts", model.expert_dtype)):
         if dtype in FP8_WEIGHTS and what == "experts":
@@ -147,7 +150,9 @@ def four_bit_notes(model: ModelSpec, gpu: GPUSpec) -> list[str]:
                                              "cores)" if not gpu.fp8_flops else ""))
         if dtype not in FOUR_BIT_WEIGHTS:
             continue
-        if dtype in ("int4", "mxfp4"):
+        if dtype == "mxfp4" and what == "experts" and mxfp8_experts:
+            out.append("mxfp4 experts, mxfp8 activations (w4a8)")
+        elif dtype in ("int4", "mxfp4"):
             out.append(f"{dtype} {what}, weight-only (w4a16)")
 
         elif dtype_weight_only(dtype, gpu):

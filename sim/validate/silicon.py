@@ -116,8 +116,9 @@ SPLIT_ATTENTION_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP
                                "deepseek-ai/DeepSeek-V3": "DeepSeek-R1-0528-NVFP4-v2"}
 # What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
 # (`kv-cache-dtype: fp8` in vLLM's config, `kv_cache_config.dtype: fp8` in TensorRT-LLM's)
-# for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM on B200
-# (SemiAnalysisAI/InferenceX, benchmarks/70b_fp8_*.sh, gptoss_fp4_b200.sh).
+# for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM and
+# TensorRT-LLM on B200 (SemiAnalysisAI/InferenceX, benchmarks/70b_fp8_*.sh,
+# gptoss_fp4_b200.sh, gptoss_fp4_b200_trt.sh; its H200 TensorRT-LLM recipe keeps auto).
 # Its DeepSeek recipes (dsr1_fp8_*.sh) do the same under TensorRT-LLM on every GPU and
 # under SGLang on B200 (`--kv-cache-dtype fp8_e4m3`); SGLang on H200 keeps bf16. The
 # sample's DeepSeek-V3 rows are taken to have run the same recipes. Its B300 recipes
@@ -126,6 +127,7 @@ SPLIT_ATTENTION_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP
 INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
                                ("meta-llama/Llama-3.1-70B", "trtllm", None),
                                ("openai/gpt-oss-120b", "vllm", "b200_sxm"),
+                               ("openai/gpt-oss-120b", "trtllm", "b200_sxm"),
                                ("deepseek-ai/DeepSeek-R1", "trtllm", None),
                                ("deepseek-ai/DeepSeek-V3", "trtllm", None),
                                ("deepseek-ai/DeepSeek-R1", "sglang", "b200_sxm"),
@@ -135,8 +137,11 @@ INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
 # The MoE kernel InferenceX's MiniMax-M2.5 recipes force on vLLM: Triton's fused MoE,
 # by VLLM_USE_FLASHINFER_MOE_FP8=0 and VLLM_MOE_USE_DEEP_GEMM=0 on B200
 # (minimaxm2.5_fp8_b200.sh) and by --moe-backend triton on H200 (minimaxm2.5_fp8_h200.sh);
-# the H100 recipe leaves vLLM's default. Keyed by (model, framework, system).
+# the H100 recipe leaves vLLM's default. Its gpt-oss-120b B200 recipe (gptoss_fp4_b200.sh)
+# sets VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: MXFP8 activations. Keyed by (model,
+# framework, system).
 MOE_BACKEND = {("MiniMaxAI/MiniMax-M2.5", "vllm", "b200_sxm"): "triton",
+               ("openai/gpt-oss-120b", "vllm", "b200_sxm"): "mxfp8",
                ("MiniMaxAI/MiniMax-M2.5", "vllm", "b300_sxm"): "triton",
                ("MiniMaxAI/MiniMax-M2.5", "vllm", "h200_sxm"): "triton"}
 # AIConfigurator's files whose rows are InferenceX's runs: of the 76 rows of its Qwen3.5
@@ -389,7 +394,8 @@ def classify(row: Row) -> Case | str:
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
     fp8_kv = checkpoint_kv or row.collection == "inferencex" and any(
         (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
-    # The kernel an FP8 recipe forces; the FP4 recipes leave vLLM's default.
+    # The kernel a recipe forces (:data:`MOE_BACKEND`); MiniMax's FP4 recipes, whose
+    # checkpoint's experts are not the preset's, leave vLLM's default.
     forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
         if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
     if clients != row.concurrency:
@@ -517,6 +523,10 @@ MINIMAX_SEQS = {"h100-sxm": 256}
 # and for 1,024/1,024 runs below tp 8 turn batch waiting on: batch_wait_timeout_iters 20,
 # batch_wait_max_tokens_ratio 0.9.
 LLAMA70_PATHS = ("meta-llama/Llama-3.1-70B",)
+# Its gpt-oss-120b TensorRT-LLM recipes (gptoss_fp4_{b200,h200}_trt.sh) pass
+# --max_num_tokens 20000 and set kv_cache_config.free_gpu_memory_fraction 0.85 and
+# stream_interval 20 on both GPUs.
+GPTOSS_PATHS = ("openai/gpt-oss-120b",)
 # GPUs whose InferenceX recipes are the B200 ones (the B300 scripts reuse them as-is).
 BLACKWELL = frozenset({"b200", "b300"})
 
@@ -524,7 +534,7 @@ BLACKWELL = frozenset({"b200", "b300"})
 def recipe(case: Case) -> dict[str, float]:
     """The launch settings of ``case``'s run that differ from its framework's defaults,
     where its public recipe is known (InferenceX's DeepSeek and MiniMax runs, and its
-    TensorRT-LLM Llama-3.1-70B runs): any of ``max_num_batched_tokens`` (tokens),
+    TensorRT-LLM Llama-3.1-70B and gpt-oss-120b runs): any of ``max_num_batched_tokens`` (tokens),
     ``static_fraction`` and ``free_fraction`` (fractions of GPU memory, as
     :data:`STATIC_FRACTION` and :data:`FREE_FRACTION`), ``memory_utilization`` (vLLM's
     ``gpu_memory_utilization``), ``max_num_seqs``, TensorRT-LLM's ``batch_wait_timeout_iters`` and
@@ -553,6 +563,8 @@ def recipe(case: Case) -> dict[str, float]:
         if (r.isl, r.osl) == (1024, 1024) and r.tp < 8:
             out.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
         return out
+    if r.model_path in GPTOSS_PATHS and case.framework == "trtllm":
+        return {"max_num_batched_tokens": 20000, "free_fraction": 0.85, "stream_interval": 20}
     if r.model_path not in DEEPSEEK_PATHS:
         return {}
     if case.framework == "sglang":

@@ -130,7 +130,10 @@ def _build(argv: list[str]) -> int:
     p.add_argument("--moe-backend", default="auto", choices=MOE_BACKENDS,
                    help="a mixture of experts' kernel (auto: the one the tables measured "
                         "most; triton: the Triton fused-MoE kernel, as vLLM's --moe-backend "
-                        "triton runs it, from an older version's tables if need be)")
+                        "triton runs it, from an older version's tables if need be; mxfp8: "
+                        "mxfp4 experts with MXFP8 activations, as "
+                        "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 runs them, from SGLang's "
+                        "tables where the framework's lack them)")
     p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
     a = p.parse_args(argv)
     if a.tp < 1:

@@ -24,12 +24,13 @@ take the power law of exponent 1.01 for DeepSeek's family and 1.2 for the other
 mixtures of experts (Mixtral, Qwen3-MoE, gpt-oss); servesim follows that split rather
 than choosing a routing by its end-to-end errors.
 
-4-bit experts take the tables' rows named for how vLLM runs them: ``w4a16_mxfp4`` (mxfp4
-weights, bf16 activations: gpt-oss), ``nvfp4`` and ``int4_wo``. Under expert parallelism
-(vLLM's ``--enable-expert-parallel``, ep = tp) the rows at ``moe_tp_size`` = 1 and
-``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every token of the step (each
-GPU holds them all after attention's all-reduce). Between measured token counts the time
-is joined linearly; past the last it grows in proportion.
+4-bit experts take the tables' rows named for how the framework runs them: ``nvfp4``,
+``int4_wo``, and for mxfp4 experts (gpt-oss) ``w4a16_mxfp4`` (bf16 activations) except
+where the framework quantises the activations to MXFP8 (:func:`table_moe_dtype`). Under
+expert parallelism (vLLM's ``--enable-expert-parallel``, ep = tp) the rows at
+``moe_tp_size`` = 1 and ``moe_ep_size`` = ep: one GPU's E/ep whole experts, fed every
+token of the step (each GPU holds them all after attention's all-reduce). Between
+measured token counts the time is joined linearly; past the last it grows in proportion.
 
 The kernel is the one with most rows at the build's version, unless a build asks for a
 MoE backend by name (:data:`MOE_BACKENDS`): ``triton`` takes the Triton fused-MoE kernel
@@ -38,7 +39,10 @@ select; SGLang's ``fused_moe_triton``), from the newest of the framework's MoE t
 to the build's version that timed it for the model's shape and split, the note naming
 that version when it is not the build's own. vLLM 0.24.0's B200 tables, for one, time
 block-scaled FP8 experts only with FlashInfer's TensorRT-LLM kernels, 1.2 to 1.8 times
-faster than the Triton kernel its 0.22.0 tables time.
+faster than the Triton kernel its 0.22.0 tables time. ``mxfp8`` takes mxfp4 experts'
+``w4a8_mxfp4_mxfp8`` rows (MXFP8 activations: vLLM's
+``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), from the framework's tables as ``triton``
+does, else from SGLang's on the same GPU (:data:`MXFP8_DONOR`), the note saying so.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from sim.cost.specs import ModelSpec
+from sim.cost.specs import GPUS, ModelSpec
 from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table, version_key, versions
 from sim.errors import ServesimError
@@ -57,17 +61,42 @@ from sim.errors import ServesimError
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
 # What a build may ask for: a distribution, or ``auto`` (:func:`family_routing`).
 ROUTINGS = ("auto", *DISTRIBUTIONS)
-# The MoE tables' dtype for each servesim expert dtype. mxfp4 experts run weight-only
-# with bf16 activations (docs/models.md), hence w4a16, not the tables' w4a8 rows.
+# The MoE tables' dtype for each servesim expert dtype. mxfp4 experts run with bf16
+# activations unless table_moe_dtype says otherwise.
 MOE_DTYPES = {**TABLE_DTYPES, "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": "int4_wo"}
+# Frameworks that run mxfp4 experts with MXFP8 activations on Blackwell (FP4 tensor
+# cores): TensorRT-LLM (its gpt-oss support matrix: mxfp8 activations on Blackwell with
+# its CUTLASS and TRTLLM MoE backends, bf16 on Hopper) and SGLang (the default
+# --flashinfer-mxfp4-moe-precision quantises the hidden states to MXFP8 before
+# FlashInfer's TRT-LLM-gen kernel). vLLM keeps bf16 activations there by default
+# (FlashInfer's "mxfp4_bf16" kernel, the kernel its B200 tables time).
+MXFP8_FRAMEWORKS = frozenset({"trtllm", "sglang"})
 # MoE kernels a build may ask for by name ("auto": the table's most-measured kernel).
-MOE_BACKENDS = ("auto", "triton")
+MOE_BACKENDS = ("auto", "triton", "mxfp8")
+# Whose tables time FlashInfer's TensorRT-LLM MoE kernel with MXFP8 activations for a
+# framework whose own do not (SGLang's default on Blackwell; vLLM runs the same kernel
+# under VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1). The kernel's own time does not depend on
+# which server calls it: at gpt-oss-120b's shape on B200, SGLang 0.5.14's and vLLM
+# 0.24.0's tables time its bf16-activation variant within 4% of each other at 1-8,192
+# tokens.
+MXFP8_DONOR = "sglang"
+
+
+def table_moe_dtype(dtype: str, framework: str, gpu: str) -> str | None:
+    """The MoE tables' ``moe_dtype`` for experts of servesim dtype ``dtype`` as
+    ``framework`` runs them on ``gpu`` (None: no tables for it): ``w4a8_mxfp4_mxfp8`` for
+    mxfp4 experts under :data:`MXFP8_FRAMEWORKS` on a GPU with FP4 tensor cores, else
+    :data:`MOE_DTYPES`'s."""
+    if dtype == "mxfp4" and framework in MXFP8_FRAMEWORKS and GPUS[gpu].fp4_flops:
+        return "w4a8_mxfp4_mxfp8"
+    return MOE_DTYPES.get(dtype)
 
 
 def is_backend(kernel: str, backend: str) -> bool:
     """Whether the tables' kernel source ``kernel`` is MoE backend ``backend``'s (vLLM's
-    ``fused_moe`` is its Triton kernel)."""
-    return backend == "auto" or ("triton" in kernel or kernel == "vllm_fused_moe")
+    ``fused_moe`` is its Triton kernel; ``mxfp8`` is a dtype's rows, whatever their
+    kernel)."""
+    return backend in ("auto", "mxfp8") or ("triton" in kernel or kernel == "vllm_fused_moe")
 
 
 @dataclass(frozen=True)
@@ -120,39 +149,54 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
     if backend not in MOE_BACKENDS:
         raise ServesimError(f"unknown MoE backend {backend!r}; valid: "
                             f"{', '.join(MOE_BACKENDS)}", where="--moe-backend")
+    dtype = model.expert_dtype or model.dtype
+    want = table_moe_dtype(dtype, framework, gpu)
+    if backend == "mxfp8":
+        if dtype != "mxfp4":
+            raise ServesimError(f"got 'mxfp8' for {dtype} experts: MXFP8 activations are a "
+                                "kernel for mxfp4 experts", where="--moe-backend")
+        want = "w4a8_mxfp4_mxfp8"
+    if want is None:
+        raise ServesimError(f"no MoE tables for {dtype} experts; built: "
+                            f"{', '.join(MOE_DTYPES)}", where="--dtype")
     if backend == "auto":
-        times = _moe_times(moe_table(gpu, framework, version), model, tp, ep, routing, backend)
+        times = _moe_times(moe_table(gpu, framework, version), model, tp, ep, routing, backend,
+                           want)
         assert times is not None  # the most-measured kernel is always there
         return times
     older = [v for v in versions(gpu, "moe", framework) if version_key(v) <= version_key(version)]
-    for v in reversed(older or [version]):
+    tried = [(framework, v) for v in reversed(older or [version])]
+    if backend == "mxfp8" and framework != MXFP8_DONOR:
+        tried += [(MXFP8_DONOR, v) for v in reversed(versions(gpu, "moe", MXFP8_DONOR))]
+    for fw, v in tried:
         try:
-            times = _moe_times(moe_table(gpu, framework, v), model, tp, ep, routing, backend)
+            times = _moe_times(moe_table(gpu, fw, v), model, tp, ep, routing, backend, want)
         except ServesimError:
             continue  # this version did not time the shape or split at all
         if times is None:
             continue
-        if v != version:
+        if fw != framework:
+            times = MoeTimes(times.tokens, times.seconds, times.kernel,
+                             f"{times.note} (the {fw} {v} tables': {framework}'s up to "
+                             f"{version} time no {want} rows for it)")
+        elif v != version:
             times = MoeTimes(times.tokens, times.seconds, times.kernel,
                              f"{times.note} (the {framework} {v} tables': those of "
                              f"{version} time no {backend} kernel for it)")
         return times
+    donor = f" or the {MXFP8_DONOR} tables" if len(tried) > len(older or [version]) else ""
     raise ServesimError(f"no {backend} MoE kernel for {model.name} at tp {tp}, expert "
                         f"parallelism {ep} in the {framework} tables on {gpu} up to "
-                        f"{version} ({', '.join(older) or 'none'})", where="--moe-backend")
+                        f"{version} ({', '.join(older) or 'none'}){donor}",
+                        where="--moe-backend")
 
 
 def _moe_times(table: Table, model: ModelSpec, tp: int, ep: int, routing: str,
-               backend: str) -> MoeTimes | None:
-    """:func:`moe_times` from one version's ``table``: None when ``backend`` names a
-    kernel the table did not time for this shape and split (errors for what it lacks
-    whatever the kernel)."""
+               backend: str, want: str) -> MoeTimes | None:
+    """:func:`moe_times` from one version's ``table``, at its ``moe_dtype`` ``want``:
+    None when ``backend`` names a kernel the table did not time for this shape and split
+    (errors for what it lacks whatever the kernel)."""
     want_routing = family_routing(model) if routing == "auto" else routing
-    dtype = model.expert_dtype or model.dtype
-    want = MOE_DTYPES.get(dtype)
-    if want is None:
-        raise ServesimError(f"no MoE tables for {dtype} experts; built: "
-                            f"{', '.join(MOE_DTYPES)}", where="--dtype")
     rows = table.where(hidden_size=model.hidden, inter_size=model.expert_intermediate,
                        topk=model.experts_per_token, num_experts=model.experts)
     if not len(rows):

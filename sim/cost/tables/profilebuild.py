@@ -71,7 +71,7 @@ from sim.cost.tables.kerneltables import (
     wheel_version,
 )
 from sim.cost.tables.mlaattn import mla_attention
-from sim.cost.tables.moetable import moe_times
+from sim.cost.tables.moetable import moe_times, table_moe_dtype
 from sim.cost.tables.windowattn import ModelAttention, model_attention
 from sim.errors import ServesimError
 
@@ -108,7 +108,8 @@ class BuildSpec:
     # sim.cost.tables.moetable.ROUTINGS ("auto": the model family's power law).
     routing: str = "auto"
     # Which MoE kernel prices its experts: a name of sim.cost.tables.moetable.MOE_BACKENDS
-    # ("auto": the tables' most-measured kernel; "triton": the Triton fused-MoE kernel).
+    # ("auto": the tables' most-measured kernel; "triton": the Triton fused-MoE kernel;
+    # "mxfp8": mxfp4 experts with MXFP8 activations).
     moe_backend: str = "auto"
     # Data-parallel attention ranks sharing the experts: the profile is one rank's, its
     # routed experts apart (components.experts, over every rank's tokens).
@@ -379,8 +380,10 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                               "response_s": priors.response_s, "jitter_s": priors.jitter_s},
                      "fit": {"source": f"prior: {priors.source}"}},
     }
+    mxfp8 = bool(m.experts) and (spec.moe_backend == "mxfp8" or table_moe_dtype(
+        m.expert_dtype or m.dtype, fw, gpu) == "w4a8_mxfp4_mxfp8")
     label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}" + dtype_note(
-        m, GPUS[gpu]) + ep_note(spec.ep) + (
+        m, GPUS[gpu], mxfp8) + ep_note(spec.ep) + (
         f"; data-parallel attention dp={spec.dp}" if spec.dp > 1 else "")
     return {
         "schema": SCHEMA,

@@ -151,12 +151,15 @@ class GemmTable:
 
 @dataclass(frozen=True)
 class GemmSource:
-    """A GEMM table as read: the table, its kernel (the one with most rows) and the
-    device name the collection reports."""
+    """A GEMM table as read: the table, its kernel (the one with most rows), the device
+    name the collection reports, and ``input_quant_s``: seconds taken off each call for
+    the input's quantisation the rows time and the served model does not run
+    (:data:`QUANT_IN_ROWS`)."""
 
     table: GemmTable
     kernel: str
     device: str
+    input_quant_s: float = 0.0
 
 
 @lru_cache(maxsize=16)
@@ -184,12 +187,46 @@ def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource
 BORROWED_GEMMS = {("vllm", "fp8-block"): "sglang"}
 
 
+# Collections whose per-tensor FP8 GEMM rows time, inside each call, the quantisation of
+# a bf16 input at a dynamic scale: AIConfigurator's TensorRT-LLM collector calls that
+# framework's Linear module with an FP8 quantisation config and no input scale, so each
+# row is an amax reduction, a cast and the product. TensorRT-LLM's served FP8 models hand
+# their GEMMs FP8 activations: its gated MLP's SwiGLU writes FP8, and up to 128 tokens
+# its fused all-reduce and RMSNorm do. On the tables the excess is a constant: at 1-4
+# tokens the FP8 rows' time over weight bytes has the bf16 rows' slope and an intercept
+# 8.6-11.2 us higher (H100, H200, B200, B300), where vLLM's and SGLang's FP8 rows (one
+# static-scale cast) sit 4.0-7.4 us above their bf16 ones.
+QUANT_IN_ROWS = frozenset({("trtllm", "fp8")})
+
+
+def input_quant_seconds(table: Table) -> float:
+    """Seconds a call of ``table``'s per-tensor FP8 rows spends beyond a bf16 GEMM of the
+    same weight bytes: the difference of the two dtypes' intercepts of latency against
+    weight bytes, fitted by least squares over the rows at 1-4 tokens whose weights are
+    4-128 Mi elements (a launch-bound range below that, a compute-bound one above), never
+    below zero."""
+    icpt = []
+    for dtype, size in (("bfloat16", 2.0), ("fp8", 1.0)):
+        rows = table.where(gemm_dtype=dtype)
+        c = rows.columns
+        m, n, k = (np.asarray(c[a], dtype=float) for a in ("m", "n", "k"))
+        keep = (m <= 4) & (n * k >= 2.0 ** 22) & (n * k <= 2.0 ** 27)
+        if keep.sum() < 3:
+            raise ServesimError(f"too few {dtype} GEMM rows at 1-4 tokens to fit the "
+                                "FP8 rows' input quantisation", source=str(table.path))
+        x = np.vstack([np.ones(int(keep.sum())), n[keep] * k[keep] * size]).T
+        y = np.asarray(c["latency"], dtype=float)[keep] / 1e3
+        icpt.append(float(np.linalg.lstsq(x, y, rcond=None)[0][0]))
+    return max(icpt[1] - icpt[0], 0.0)
+
+
 def projection_gemms(gpu: str, framework: str, version: str,
                      dtype: str) -> tuple[GemmSource, str, str]:
     """The GEMM table that prices ``dtype`` projections under ``framework``'s ``version``
     on ``gpu``: its own, or where :data:`BORROWED_GEMMS` says so the newest table of
     the named framework on the same GPU (when it times that dtype there); and the
-    framework and version it came from."""
+    framework and version it came from. Rows of :data:`QUANT_IN_ROWS` come less their
+    input quantisation (:func:`input_quant_seconds`), never below the fastest bf16 row."""
     donor = BORROWED_GEMMS.get((framework, dtype))
     have = coverage().get(gpu, {}).get(donor, []) if donor else []
     if donor is not None and have:
@@ -197,4 +234,12 @@ def projection_gemms(gpu: str, framework: str, version: str,
             return gemm_table(gpu, donor, have[-1], dtype), donor, have[-1]
         except ServesimError:
             pass  # the donor times no such GEMM here either: the framework's own rows
-    return gemm_table(gpu, framework, version, dtype), framework, version
+    source = gemm_table(gpu, framework, version, dtype)
+    if (framework, dtype) in QUANT_IN_ROWS:
+        table = load_table(gpu, "gemm", framework, version, "gemm_perf")
+        quant = input_quant_seconds(table)
+        floor = float(np.min(table.where(gemm_dtype="bfloat16").columns["latency"])) / 1e3
+        t = source.table
+        source = GemmSource(GemmTable(t.ms, t.ns, t.ks, np.maximum(t.cube - quant, floor)),
+                            source.kernel, source.device, quant)
+    return source, framework, version

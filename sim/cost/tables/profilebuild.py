@@ -252,7 +252,13 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     lin_source, lin_fw, lin_version = (projection_gemms(gpu, fw, version, m.dtype)
                                        if m.dtype in QUANT_VARIANTS else (source, fw, version))
     lin_gemm, lin_kernel = lin_source.table, lin_source.kernel
-    if m.dtype in QUANT_VARIANTS:
+    if m.dtype in QUANT_VARIANTS and lin_source.input_quant_s:
+        notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
+                     f"({lin_kernel}) less {lin_source.input_quant_s * 1e6:.1f} us a call: "
+                     f"the rows quantise a bf16 input at a dynamic scale, {FRAMEWORK_NAMES[fw]}"
+                     "'s served model takes FP8 input from the fused kernel before; LM head, "
+                     "norms and activations in bf16")
+    elif m.dtype in QUANT_VARIANTS:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")

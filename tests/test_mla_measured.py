@@ -146,6 +146,49 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
     assert (recipe(b300), recipe(b300_tp4)) == (recipe(b200), recipe(tp4))
 
 
+def test_deepseek_tensorrt_llm_rows_on_blackwell_take_its_moe_backend(tmp_path: Path) -> None:
+    # dsr1_fp8_b200_trt.sh: moe_config.backend TRTLLM (FlashInfer's TensorRT-LLM MoE
+    # kernel, read from SGLang's rows) below 256 clients, DEEPGEMM with a 0.7 memory
+    # fraction from 256 at 1,024/1,024 and 1,024/8,192; batch waiting at 64-255 clients of
+    # 1,024/1,024; 0.75 at tp 4 for 8,192/1,024; stream_interval 10. H200 keeps its own.
+    def case(system: str, conc: int, isl: int = 1024, tp: int = 8) -> Case:
+        c = _case(tmp_path, "trtllm", system, isl=isl, conc=conc, tp=tp)
+        assert isinstance(c, Case)
+        return c
+
+    few, wait, many = case("b200_sxm", 8), case("b200_sxm", 64), case("b300_sxm", 256)
+    tp4, h200 = case("b200_sxm", 8, isl=8192, tp=4), case("h200_sxm", 8)
+    assert [c.moe_backend for c in (few, wait, many, tp4, h200)] == [
+        "trtllm-gen", "trtllm-gen", "auto", "trtllm-gen", "auto"]
+    assert recipe(few) == {"max_num_batched_tokens": 8192, "free_fraction": 0.8,
+                           "stream_interval": 10}
+    assert recipe(wait) == {"max_num_batched_tokens": 8192, "free_fraction": 0.8,
+                            "stream_interval": 10, "batch_wait_timeout_iters": 40,
+                            "batch_wait_max_tokens_ratio": 0.8}
+    assert (recipe(many)["free_fraction"], recipe(tp4)["free_fraction"]) == (0.7, 0.75)
+    assert recipe(h200) == {"max_num_batched_tokens": 8192, "free_fraction": 0.75}
+
+
+@needs_tables
+def test_trtllm_gen_experts_come_from_sglangs_rows_of_the_kernel() -> None:
+    from sim.cost.tables.moetable import is_backend, moe_times
+
+    # TensorRT-LLM's B200 tables time DeepSeek's block-FP8 experts with DeepGEMM alone.
+    own = moe_times("b200", "trtllm", "1.3.0rc20", V3, 8)
+    gen = moe_times("b200", "trtllm", "1.3.0rc20", V3, 8, backend="trtllm-gen")
+    assert own.kernel == "deepgemm" and gen.kernel == "sglang_flashinfer_trtllm_moe"
+    assert gen.note.endswith("(the sglang 0.5.14 tables': trtllm's up to 1.3.0rc20 time "
+                             "no trtllm-gen kernel for it)")
+    # 2.7x faster than DeepGEMM at 4 tokens a GPU of 8.
+    four = np.array([4.0])
+    assert float(own.at(four)[0]) > 2.5 * float(gen.at(four)[0])
+    # SGLang's own build reads its own rows; vLLM's names count too.
+    assert moe_times("b200", "sglang", "0.5.14", V3, 8, backend="trtllm-gen").note == \
+        moe_times("b200", "sglang", "0.5.14", V3, 8).note
+    assert is_backend("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic", "trtllm-gen")
+    assert not is_backend("deepgemm", "trtllm-gen")
+
+
 def test_deepseek_fp4_rows_say_why_they_are_not_simulated(tmp_path: Path) -> None:
     # The sample's FP4 rows of DeepSeek's names (NVFP4 GEMMs) are not its FP8 release.
     assert str(_case(tmp_path, "sglang", "b200_sxm", label="fp4")).startswith(

@@ -396,10 +396,13 @@ def classify(row: Row) -> Case | str:
         (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
     # The kernel a recipe forces (:data:`MOE_BACKEND`); MiniMax's FP4 recipes, whose
     # checkpoint's experts are not the preset's, leave vLLM's default.
-    forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
-        if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
     if clients != row.concurrency:
         row = replace(row, concurrency=clients)
+    forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
+        if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
+    if row.model_path in DEEPSEEK_PATHS and row.backend == "trtllm" and \
+            SYSTEM_GPUS.get(row.system) in BLACKWELL and row.collection == "inferencex":
+        forced = "auto" if deepseek_deepgemm(row) else "trtllm-gen"
     state = "fp32"
     if row.model_path in QWEN35_PATHS and row.collection == "inferencex" and \
             row.backend == "sglang":
@@ -509,7 +512,12 @@ FREE_FRACTION = {"trtllm": 0.9}
 # --max-running-requests 128 (32 at tp 4) on B200, 512 (256 past 1,024/1,024) on H200.
 # TensorRT-LLM: --max_num_tokens sized to one whole prompt beside every client's decode,
 # max(8192, ⌈(clients + ISL + 64) / 64⌉·64), and kv_cache_config.free_gpu_memory_fraction
-# 0.75 on H200, 0.8 on B200.
+# 0.75 on H200, 0.8 on B200. On B200 (dsr1_fp8_b200_trt.sh) also: moe_config.backend
+# TRTLLM (TensorRT-LLM's generated MoE kernels), except DEEPGEMM with a 0.7 fraction
+# from 256 clients at 1,024/1,024 and 1,024/8,192 tokens (deepseek_deepgemm); a 0.75
+# fraction at tp 4 for 8,192/1,024; batch waiting (batch_wait_timeout_iters 40,
+# batch_wait_max_tokens_ratio 0.8) at 64 to 255 clients of 1,024/1,024; stream_interval
+# 10.
 DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100), and on H100 with
@@ -580,9 +588,22 @@ def recipe(case: Case) -> dict[str, float]:
                 "stream_interval": 30, "max_running": 128}
     if case.framework == "trtllm":
         tokens = max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
-        return {"max_num_batched_tokens": tokens,
-                "free_fraction": 0.75 if case.gpu == "h200" else 0.8}
+        if case.gpu not in BLACKWELL:
+            return {"max_num_batched_tokens": tokens, "free_fraction": 0.75}
+        free = 0.7 if deepseek_deepgemm(r) else 0.75 if (
+            r.tp == 4 and (r.isl, r.osl) == (8192, 1024)) else 0.8
+        out = {"max_num_batched_tokens": tokens, "free_fraction": free, "stream_interval": 10}
+        if (r.isl, r.osl) == (1024, 1024) and 64 <= r.concurrency < 256:
+            out.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
+        return out
     return {}
+
+
+def deepseek_deepgemm(row: Row) -> bool:
+    """Whether InferenceX's DeepSeek TensorRT-LLM recipe on B200 runs ``row`` with the
+    DEEPGEMM MoE backend (256 clients or more at 1,024/1,024 and 1,024/8,192 tokens)
+    rather than TRTLLM."""
+    return row.concurrency >= 256 and (row.isl, row.osl) in ((1024, 1024), (1024, 8192))
 
 
 def sglang_first_token_waits(version: str) -> bool:

@@ -133,7 +133,9 @@ def _build(argv: list[str]) -> int:
                         "triton runs it, from an older version's tables if need be; mxfp8: "
                         "mxfp4 experts with MXFP8 activations, as "
                         "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 runs them, from SGLang's "
-                        "tables where the framework's lack them)")
+                        "tables where the framework's lack them; trtllm-gen: FlashInfer's "
+                        "TensorRT-LLM MoE kernel, as TensorRT-LLM's moe_config.backend "
+                        "TRTLLM runs it, from SGLang's tables likewise)")
     p.add_argument("--out", type=Path, required=True, help="profile YAML to write")
     a = p.parse_args(argv)
     if a.tp < 1:

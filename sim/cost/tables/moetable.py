@@ -43,6 +43,10 @@ faster than the Triton kernel its 0.22.0 tables time. ``mxfp8`` takes mxfp4 expe
 ``w4a8_mxfp4_mxfp8`` rows (MXFP8 activations: vLLM's
 ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), from the framework's tables as ``triton``
 does, else from SGLang's on the same GPU (:data:`MXFP8_DONOR`), the note saying so.
+``trtllm-gen`` takes FlashInfer's TensorRT-LLM MoE kernel the same way (:data:`DONORS`):
+what TensorRT-LLM runs under ``moe_config.backend: TRTLLM`` on Blackwell, which its own
+B200 tables time for block-scaled FP8 experts only with DeepGEMM (2.7 times slower at 4
+tokens on 8 GPUs for DeepSeek-V3's layer).
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ MOE_DTYPES = {**TABLE_DTYPES, "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": 
 # (FlashInfer's "mxfp4_bf16" kernel, the kernel its B200 tables time).
 MXFP8_FRAMEWORKS = frozenset({"trtllm", "sglang"})
 # MoE kernels a build may ask for by name ("auto": the table's most-measured kernel).
-MOE_BACKENDS = ("auto", "triton", "mxfp8")
+MOE_BACKENDS = ("auto", "triton", "mxfp8", "trtllm-gen")
 # Whose tables time FlashInfer's TensorRT-LLM MoE kernel with MXFP8 activations for a
 # framework whose own do not (SGLang's default on Blackwell; vLLM runs the same kernel
 # under VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1). The kernel's own time does not depend on
@@ -80,6 +84,12 @@ MOE_BACKENDS = ("auto", "triton", "mxfp8")
 # 0.24.0's tables time its bf16-activation variant within 4% of each other at 1-8,192
 # tokens.
 MXFP8_DONOR = "sglang"
+# Backends a framework's own tables may lack, and whose tables time them instead: the
+# ``mxfp8`` rows above, and ``trtllm-gen``, the TensorRT-LLM-generated MoE kernels
+# (TensorRT-LLM's ``moe_config.backend: TRTLLM``, which FlashInfer packages), which
+# SGLang's Blackwell tables time as ``sglang_flashinfer_trtllm_moe`` and TensorRT-LLM's
+# own B200 tables do not for block-scaled FP8 experts (DeepGEMM only there).
+DONORS = {"mxfp8": MXFP8_DONOR, "trtllm-gen": "sglang"}
 
 
 def table_moe_dtype(dtype: str, framework: str, gpu: str) -> str | None:
@@ -95,8 +105,13 @@ def table_moe_dtype(dtype: str, framework: str, gpu: str) -> str | None:
 def is_backend(kernel: str, backend: str) -> bool:
     """Whether the tables' kernel source ``kernel`` is MoE backend ``backend``'s (vLLM's
     ``fused_moe`` is its Triton kernel; ``mxfp8`` is a dtype's rows, whatever their
-    kernel)."""
-    return backend in ("auto", "mxfp8") or ("triton" in kernel or kernel == "vllm_fused_moe")
+    kernel; ``trtllm-gen`` is FlashInfer's TensorRT-LLM MoE as vLLM and SGLang name
+    it)."""
+    if backend in ("auto", "mxfp8"):
+        return True
+    if backend == "trtllm-gen":
+        return "flashinfer_trtllm" in kernel
+    return "triton" in kernel or kernel == "vllm_fused_moe"
 
 
 @dataclass(frozen=True)
@@ -166,8 +181,9 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
         return times
     older = [v for v in versions(gpu, "moe", framework) if version_key(v) <= version_key(version)]
     tried = [(framework, v) for v in reversed(older or [version])]
-    if backend == "mxfp8" and framework != MXFP8_DONOR:
-        tried += [(MXFP8_DONOR, v) for v in reversed(versions(gpu, "moe", MXFP8_DONOR))]
+    donor = DONORS.get(backend)
+    if donor is not None and framework != donor:
+        tried += [(donor, v) for v in reversed(versions(gpu, "moe", donor))]
     for fw, v in tried:
         try:
             times = _moe_times(moe_table(gpu, fw, v), model, tp, ep, routing, backend, want)
@@ -178,16 +194,18 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
         if fw != framework:
             times = MoeTimes(times.tokens, times.seconds, times.kernel,
                              f"{times.note} (the {fw} {v} tables': {framework}'s up to "
-                             f"{version} time no {want} rows for it)")
+                             f"{version} time no "
+                             f"{want + ' rows' if backend == 'mxfp8' else backend + ' kernel'}"
+                             " for it)")
         elif v != version:
             times = MoeTimes(times.tokens, times.seconds, times.kernel,
                              f"{times.note} (the {framework} {v} tables': those of "
                              f"{version} time no {backend} kernel for it)")
         return times
-    donor = f" or the {MXFP8_DONOR} tables" if len(tried) > len(older or [version]) else ""
+    also = f" or the {donor} tables" if len(tried) > len(older or [version]) else ""
     raise ServesimError(f"no {backend} MoE kernel for {model.name} at tp {tp}, expert "
                         f"parallelism {ep} in the {framework} tables on {gpu} up to "
-                        f"{version} ({', '.join(older) or 'none'}){donor}",
+                        f"{version} ({', '.join(older) or 'none'}){also}",
                         where="--moe-backend")
 
 

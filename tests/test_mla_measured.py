@@ -105,7 +105,8 @@ def test_deepseek_rows_run_as_their_recipes_launched_them(tmp_path: Path) -> Non
     trt = _case(tmp_path, "trtllm", "h200_sxm", isl=8192)
     assert isinstance(trt, Case)
     assert (trt.model, trt.dtype, trt.kv_dtype, trt.ep) == ("deepseek-r1", "fp8-block", "fp8", 1)
-    assert recipe(trt) == {"max_num_batched_tokens": 8320, "free_fraction": 0.75}
+    assert recipe(trt) == {"max_num_batched_tokens": 8320, "free_fraction": 0.75,
+                           "stream_interval": 10}
     assert scenario_raw(trt)["serving"]["max_num_batched_tokens"] == 8320
     # Below 8192 + clients the recipe keeps 8192.
     small = _case(tmp_path, "trtllm", "b200_sxm", isl=1024)
@@ -166,7 +167,8 @@ def test_deepseek_tensorrt_llm_rows_on_blackwell_take_its_moe_backend(tmp_path: 
                             "stream_interval": 10, "batch_wait_timeout_iters": 40,
                             "batch_wait_max_tokens_ratio": 0.8}
     assert (recipe(many)["free_fraction"], recipe(tp4)["free_fraction"]) == (0.7, 0.75)
-    assert recipe(h200) == {"max_num_batched_tokens": 8192, "free_fraction": 0.75}
+    assert recipe(h200) == {"max_num_batched_tokens": 8192, "free_fraction": 0.75,
+                            "stream_interval": 10}
 
 
 @needs_tables

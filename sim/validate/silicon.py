@@ -517,7 +517,8 @@ FREE_FRACTION = {"trtllm": 0.9}
 # from 256 clients at 1,024/1,024 and 1,024/8,192 tokens (deepseek_deepgemm); a 0.75
 # fraction at tp 4 for 8,192/1,024; batch waiting (batch_wait_timeout_iters 40,
 # batch_wait_max_tokens_ratio 0.8) at 64 to 255 clients of 1,024/1,024; stream_interval
-# 10.
+# 10 (on H200 too, dsr1_fp8_h200_trt.sh, whose MoE backend is CUTLASS, the kernel its
+# tables time).
 DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 # Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100), and on H100 with
@@ -589,7 +590,8 @@ def recipe(case: Case) -> dict[str, float]:
     if case.framework == "trtllm":
         tokens = max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
         if case.gpu not in BLACKWELL:
-            return {"max_num_batched_tokens": tokens, "free_fraction": 0.75}
+            return {"max_num_batched_tokens": tokens, "free_fraction": 0.75,
+                    "stream_interval": 10}
         free = 0.7 if deepseek_deepgemm(r) else 0.75 if (
             r.tp == 4 and (r.isl, r.osl) == (8192, 1024)) else 0.8
         out = {"max_num_batched_tokens": tokens, "free_fraction": free, "stream_interval": 10}

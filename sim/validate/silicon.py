@@ -394,15 +394,11 @@ def classify(row: Row) -> Case | str:
         return "incomplete row (lengths, concurrency, tp or latencies missing)"
     fp8_kv = checkpoint_kv or row.collection == "inferencex" and any(
         (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
-    # The kernel a recipe forces (:data:`MOE_BACKEND`); MiniMax's FP4 recipes, whose
-    # checkpoint's experts are not the preset's, leave vLLM's default.
     if clients != row.concurrency:
         row = replace(row, concurrency=clients)
-    forced = MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto") \
-        if row.collection == "inferencex" and experts == preset.expert_dtype else "auto"
-    if row.model_path in DEEPSEEK_PATHS and row.backend == "trtllm" and \
-            SYSTEM_GPUS.get(row.system) in BLACKWELL and row.collection == "inferencex":
-        forced = "auto" if deepseek_deepgemm(row) else "trtllm-gen"
+    # MiniMax's FP4 recipes, whose checkpoint's experts are not the preset's, leave
+    # vLLM's default MoE kernel.
+    forced = recipe_moe_backend(row) if experts == preset.expert_dtype else "auto"
     state = "fp32"
     if row.model_path in QWEN35_PATHS and row.collection == "inferencex" and \
             row.backend == "sglang":
@@ -599,6 +595,19 @@ def recipe(case: Case) -> dict[str, float]:
             out.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
         return out
     return {}
+
+
+def recipe_moe_backend(row: Row) -> str:
+    """The MoE backend (:data:`sim.cost.tables.moetable.MOE_BACKENDS`) InferenceX's recipe
+    for ``row`` forces, "auto" where it forces none or the row is not InferenceX's:
+    :data:`MOE_BACKEND`'s, and on B200 and B300 DeepSeek's TensorRT-LLM TRTLLM kernel
+    unless the recipe picks DEEPGEMM (:func:`deepseek_deepgemm`)."""
+    if row.collection != "inferencex":
+        return "auto"
+    if row.model_path in DEEPSEEK_PATHS and row.backend == "trtllm" and \
+            SYSTEM_GPUS.get(row.system) in BLACKWELL:
+        return "auto" if deepseek_deepgemm(row) else "trtllm-gen"
+    return MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto")
 
 
 def deepseek_deepgemm(row: Row) -> bool:

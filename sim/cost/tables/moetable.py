@@ -42,7 +42,7 @@ block-scaled FP8 experts only with FlashInfer's TensorRT-LLM kernels, 1.2 to 1.8
 faster than the Triton kernel its 0.22.0 tables time. ``mxfp8`` takes mxfp4 experts'
 ``w4a8_mxfp4_mxfp8`` rows (MXFP8 activations: vLLM's
 ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), from the framework's tables as ``triton``
-does, else from SGLang's on the same GPU (:data:`MXFP8_DONOR`), the note saying so.
+does, else from SGLang's on the same GPU (:data:`DONORS`), the note saying so.
 ``trtllm-gen`` takes FlashInfer's TensorRT-LLM MoE kernel the same way (:data:`DONORS`):
 what TensorRT-LLM runs under ``moe_config.backend: TRTLLM`` on Blackwell, which its own
 B200 tables time for block-scaled FP8 experts only with DeepGEMM (2.7 times slower at 4
@@ -51,7 +51,7 @@ tokens on 8 GPUs for DeepSeek-V3's layer).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -77,19 +77,16 @@ MOE_DTYPES = {**TABLE_DTYPES, "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4", "int4": 
 MXFP8_FRAMEWORKS = frozenset({"trtllm", "sglang"})
 # MoE kernels a build may ask for by name ("auto": the table's most-measured kernel).
 MOE_BACKENDS = ("auto", "triton", "mxfp8", "trtllm-gen")
-# Whose tables time FlashInfer's TensorRT-LLM MoE kernel with MXFP8 activations for a
-# framework whose own do not (SGLang's default on Blackwell; vLLM runs the same kernel
-# under VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1). The kernel's own time does not depend on
-# which server calls it: at gpt-oss-120b's shape on B200, SGLang 0.5.14's and vLLM
-# 0.24.0's tables time its bf16-activation variant within 4% of each other at 1-8,192
-# tokens.
-MXFP8_DONOR = "sglang"
-# Backends a framework's own tables may lack, and whose tables time them instead: the
-# ``mxfp8`` rows above, and ``trtllm-gen``, the TensorRT-LLM-generated MoE kernels
-# (TensorRT-LLM's ``moe_config.backend: TRTLLM``, which FlashInfer packages), which
-# SGLang's Blackwell tables time as ``sglang_flashinfer_trtllm_moe`` and TensorRT-LLM's
-# own B200 tables do not for block-scaled FP8 experts (DeepGEMM only there).
-DONORS = {"mxfp8": MXFP8_DONOR, "trtllm-gen": "sglang"}
+# Backends a framework's own tables may lack, and whose tables time them instead, both
+# FlashInfer's packaging of TensorRT-LLM's MoE kernels: ``mxfp8`` (MXFP8 activations:
+# SGLang's default on Blackwell; vLLM runs the same kernel under
+# VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) and ``trtllm-gen`` (TensorRT-LLM's
+# ``moe_config.backend: TRTLLM``; SGLang's Blackwell tables time it as
+# ``sglang_flashinfer_trtllm_moe``, TensorRT-LLM's own B200 tables only DeepGEMM for
+# block-scaled FP8 experts). The kernel's own time does not depend on which server calls
+# it: at gpt-oss-120b's shape on B200, SGLang 0.5.14's and vLLM 0.24.0's tables time its
+# bf16-activation variant within 4% of each other at 1-8,192 tokens.
+DONORS = {"mxfp8": "sglang", "trtllm-gen": "sglang"}
 
 
 def table_moe_dtype(dtype: str, framework: str, gpu: str) -> str | None:
@@ -117,11 +114,13 @@ def is_backend(kernel: str, backend: str) -> bool:
 @dataclass(frozen=True)
 class MoeTimes:
     """One MoE layer's measured seconds at ``tokens`` (increasing); ``kernel`` the
-    kernel source, ``note`` what was selected."""
+    kernel source, ``dtype`` the tables' ``moe_dtype`` read, ``note`` what was
+    selected."""
 
     tokens: np.ndarray
     seconds: np.ndarray
     kernel: str
+    dtype: str
     note: str
 
     def at(self, m: np.ndarray) -> np.ndarray:
@@ -192,15 +191,12 @@ def moe_times(gpu: str, framework: str, version: str, model: ModelSpec, tp: int,
         if times is None:
             continue
         if fw != framework:
-            times = MoeTimes(times.tokens, times.seconds, times.kernel,
-                             f"{times.note} (the {fw} {v} tables': {framework}'s up to "
-                             f"{version} time no "
-                             f"{want + ' rows' if backend == 'mxfp8' else backend + ' kernel'}"
-                             " for it)")
+            lacking = f"{want} rows" if backend == "mxfp8" else f"{backend} kernel"
+            times = replace(times, note=f"{times.note} (the {fw} {v} tables': {framework}'s "
+                                        f"up to {version} time no {lacking} for it)")
         elif v != version:
-            times = MoeTimes(times.tokens, times.seconds, times.kernel,
-                             f"{times.note} (the {framework} {v} tables': those of "
-                             f"{version} time no {backend} kernel for it)")
+            times = replace(times, note=f"{times.note} (the {framework} {v} tables': those "
+                                        f"of {version} time no {backend} kernel for it)")
         return times
     also = f" or the {donor} tables" if len(tried) > len(older or [version]) else ""
     raise ServesimError(f"no {backend} MoE kernel for {model.name} at tp {tp}, expert "
@@ -265,4 +261,4 @@ def _moe_times(table: Table, model: ModelSpec, tp: int, ep: int, routing: str,
     stand_in = "" if chosen == want_routing else f" ({want_routing} not measured here)"
     note = (f"MoE layer: {kernel}, {want}, {chosen} routing{stand_in}, tp {moe_tp}, expert "
             f"parallelism {ep}, measured at {int(tokens[0])}-{int(tokens[-1])} tokens")
-    return MoeTimes(tokens.astype(float), secs, kernel, note)
+    return MoeTimes(tokens.astype(float), secs, kernel, want, note)

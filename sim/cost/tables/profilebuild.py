@@ -71,7 +71,7 @@ from sim.cost.tables.kerneltables import (
     wheel_version,
 )
 from sim.cost.tables.mlaattn import mla_attention
-from sim.cost.tables.moetable import moe_times, table_moe_dtype
+from sim.cost.tables.moetable import MoeTimes, moe_times
 from sim.cost.tables.windowattn import ModelAttention, model_attention
 from sim.errors import ServesimError
 
@@ -274,10 +274,10 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 
     # Linear stack, per layer.
     shapes = layer_gemms(rank)
-    moe_kernel, experts = None, None
+    moe, experts = None, None
     if m.experts:
-        linear, width, shapes, moe_kernel, experts = _moe_stack(spec, version, rank, lin_gemm,
-                                                                gemm, notes)
+        linear, width, shapes, moe, experts = _moe_stack(spec, version, rank, lin_gemm, gemm,
+                                                         notes)
     else:
         dense: np.ndarray = mixer_times(rank, lin_gemm) + sum(
             lin_gemm.times(n, k) for n, k in mlp_gemms(rank))
@@ -386,8 +386,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                               "response_s": priors.response_s, "jitter_s": priors.jitter_s},
                      "fit": {"source": f"prior: {priors.source}"}},
     }
-    mxfp8 = bool(m.experts) and (spec.moe_backend == "mxfp8" or table_moe_dtype(
-        m.expert_dtype or m.dtype, fw, gpu) == "w4a8_mxfp4_mxfp8")
+    mxfp8 = moe is not None and moe.dtype == "w4a8_mxfp4_mxfp8"
     label = f"{FRAMEWORK_NAMES[fw]} {version} on {GPU_LABELS.get(gpu, gpu)}" + dtype_note(
         m, GPUS[gpu], mxfp8) + ep_note(spec.ep) + (
         f"; data-parallel attention dp={spec.dp}" if spec.dp > 1 else "")
@@ -400,7 +399,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
             "framework": fw, "version": version, "gpu": gpu,
             "kernels": {"gemm": gemm_kernel,
                         **({"linear_gemm": lin_kernel} if lin_kernel != gemm_kernel else {}),
-                        **({"moe": moe_kernel} if moe_kernel else {}),
+                        **({"moe": moe.kernel} if moe else {}),
                         "prefill_attention": pre_rows.kernel,
                         "decode_attention": dec_rows.kernel, **(comm.sources if comm else {})},
             "derived": {"kernel_floor_s": _g(floor_s), "bandwidth_bytes_s": _g(bandwidth)},
@@ -421,12 +420,14 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
 def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
                bf16_gemm: GemmTable,
                notes: list[str]
-               ) -> tuple[np.ndarray, float, list[tuple[int, int]], str, dict[str, Any] | None]:
+               ) -> tuple[np.ndarray, float, list[tuple[int, int]], MoeTimes,
+                          dict[str, Any] | None]:
     """A mixture-of-experts model's projections per layer, averaged over its layers, at
     ``lin_gemm``'s token counts: attention GEMMs in every layer, the dense SwiGLU in its
     dense layers, in the others the measured MoE layer (:mod:`sim.cost.tables.moetable`),
     its router and any shared experts' GEMMs. Also the layers' mean SwiGLU width on this
-    GPU (for the activation's memory traffic), the GEMM shapes used, the MoE kernel, and
+    GPU (for the activation's memory traffic), the GEMM shapes used, the MoE layer's
+    measured times (its kernel and the rows' dtype), and
     with data-parallel attention (``spec.dp`` > 1) the routed experts apart
     (:func:`_shared_experts`; the projections then leave them out), else None."""
     m = spec.model
@@ -464,7 +465,7 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
             rank.experts_per_token * rank.expert_intermediate / rank.ep
             + rank.shared_experts * s_width)
     experts = _shared_experts(spec, version, rank, moe, ms) if apart else None
-    return linear, width, used, moe.kernel, experts
+    return linear, width, used, moe, experts
 
 
 def _shared_experts(spec: BuildSpec, version: str, rank: Shard, moe: Any,

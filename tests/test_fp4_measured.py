@@ -100,11 +100,9 @@ def test_silicon_fp4_rows_of_dense_models_and_minimax_are_simulated(tmp_path: Pa
             "b200_sxm,fp4,agg,1024,1024,8,8,1,1,90,20,nvfp4"]
     a, b, c, d = (classify(r)
                   for r in read_rows(silicon_csv(tmp_path, rows, ("gemm_quant_mode",))))
-    # DeepSeek's FP4 checkpoint quantises attention's output projection, not its inputs.
-    assert d == ("nvfp4 weights of deepseek-ai/DeepSeek-R1: its recipes' checkpoint "
-                 "(DeepSeek-R1-0528-NVFP4-v2) has attention's output projection at 4 bits and "
-                 "its input projections in bf16; servesim gives all attention projections "
-                 "one dtype")
+    # DeepSeek's FP4 checkpoint quantises attention's output projection, not its query,
+    # key and value projections (tests/test_qkv_dtype.py).
+    assert isinstance(d, Case) and (d.dtype, d.qkv_dtype) == ("nvfp4", "bf16")
     assert isinstance(a, Case) and a.dtype == "nvfp4" and a.kv_dtype == "fp8"
     assert a.held_out and weights(a) == "4bit"
     assert group({"framework": "trtllm", "dtype": "nvfp4"}) == "trtllm nvfp4"
@@ -165,7 +163,8 @@ def test_profile_build_takes_the_experts_dtype_apart(tmp_path: Path, capsys) -> 
 def test_hf_config_of_an_experts_only_modelopt_checkpoint(tmp_path: Path) -> None:
     # nvidia/MiniMax-M2.5-NVFP4's layout: ModelOpt NVFP4 with every layer's self_attn*
     # (and the router, LM head) excluded: NVFP4 experts, bf16 attention. A list that
-    # keeps only some attention projections (DeepSeek's NVFP4 v2) is one clear line.
+    # keeps only some attention projections, not a whole query/key/value set, is one
+    # clear line (DeepSeek's NVFP4 exports: tests/test_qkv_dtype.py).
     import json
 
     from sim.cost.hfconfig import from_hf_config

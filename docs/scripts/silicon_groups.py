@@ -52,6 +52,8 @@ def main(path: Path, fp8: bool = False, held_out: bool = False, dp: bool = False
     groups: dict[tuple[str, ...], list[dict]] = defaultdict(list)
     for r in recs:
         weights = f"{r['expert_dtype']} experts" if r.get("expert_dtype") else r["dtype"]
+        if r.get("qkv_dtype"):
+            weights += f" ({r['qkv_dtype']} QKV)"
         split = (f" (dp {r['dp']}, ep {r['ep']})" if r.get("dp", 1) > 1
                  else f" (ep {r['ep']})" if r.get("ep", 1) > 1 else "")
         model = (f"{r['model']}{split}"

@@ -195,7 +195,8 @@ def draft_memory(spec: SpeculativeConfig, target: ModelSpec, tp: int) -> tuple[i
     if spec.method == "draft":
         return weight_bytes(model, tp), d.kv_bytes_per_token
     fusion = 2 * model.hidden * model.hidden * model.act_bytes
-    return d.stack_bytes(model.dtype_bytes, model.expert_dtype_bytes) + fusion, d.kv_bytes_per_token
+    return (d.stack_bytes(model.dtype_bytes, model.expert_dtype_bytes, model.qkv_dtype_bytes)
+            + fusion, d.kv_bytes_per_token)
 
 
 def check_speculative(scenario: Scenario) -> None:

@@ -135,11 +135,14 @@ def from_hf_config(path: Path) -> ModelSpec:
     dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
         str(cfg.get("torch_dtype") or cfg.get("dtype")), "bf16")
     moe_fields: dict[str, Any] = _moe_fields(cfg, family, count, src)
-    if moe_fields and _experts_only(cfg.get("quantization_config"), src):
+    kept = _unquantised_attention(cfg.get("quantization_config"), src)
+    plain = _TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16")
+    if moe_fields and kept == "all":
         # The 4-bit (or FP8) weights are the experts'; attention, router and tables stay
         # 16-bit.
         moe_fields["expert_dtype"] = dtype
-        dtype = _TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16")
+        dtype = plain
+    qkv: dict[str, Any] = {"qkv_dtype": plain} if kept == "qkv" and plain != dtype else {}
     layers = count("num_hidden_layers", least=1)
     attention = _attention_fields(cfg, family, layers, src)
     hidden = count("hidden_size", least=1)
@@ -171,6 +174,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
             **moe_fields,
+            **qkv,
             **attention,
             **mla,  # type: ignore[arg-type]
             **_gdn_fields(cfg, family, layers, count, src),
@@ -305,27 +309,40 @@ def _gdn_fields(cfg: dict[str, Any], family: Any, layers: int, count: Any,
             "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
 
 
-def _experts_only(quant: Any, src: str) -> bool:
-    """Whether a ``quantization_config`` leaves attention unquantised, so it covers the
-    experts: gpt-oss's mxfp4 (``modules_to_not_convert`` names the self-attention) and
-    ModelOpt's experts-only exports (``exclude_modules``, or ``ignore``, lists each
-    layer's ``self_attn*``). A list that keeps only some of attention's projections
-    (DeepSeek-R1-0528-NVFP4-v2 quantises the output projection alone) is an error:
-    servesim gives all of them one dtype."""
+# Each layout's complete set of query/key/value projections, by module name: a list that
+# leaves one of these sets unquantised (and the output projection not) keeps them apart.
+_QKV_SETS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"qkv_proj"}),
+             frozenset({"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"}),
+             frozenset({"q_proj", "kv_a_proj_with_mqa", "kv_b_proj"}))
+
+
+def _unquantised_attention(quant: Any, src: str) -> str:
+    """What of attention a ``quantization_config`` leaves unquantised: ``"all"`` (gpt-oss's
+    mxfp4, whose ``modules_to_not_convert`` names the self-attention, and ModelOpt's
+    experts-only exports, whose ``exclude_modules`` or ``ignore`` list each layer's
+    ``self_attn*``), ``"qkv"`` (its query, key and value projections, by name, the output
+    projection quantised: NVIDIA's NVFP4 DeepSeek checkpoints), or ``""`` (none). Any
+    other subset of attention's projections is an error naming one of them."""
     if not isinstance(quant, dict):
-        return False
+        return ""
     keep = (quant.get("modules_to_not_convert") or quant.get("exclude_modules")
             or quant.get("ignore") or [])
     if not isinstance(keep, list):
-        return False
+        return ""
     attention = [str(k) for k in keep if "self_attn" in str(k)]
     whole = [k for k in attention if k.partition("self_attn")[2] in ("", "*", ".*")]
-    if attention and not whole:
+    if whole:
+        return "all"
+    names = {k.rpartition(".")[2] for k in attention}
+    # The DeepSeek-V3.2 exports also keep the sparse-attention indexer (indexer*).
+    projections = {n for n in names if n.endswith("_proj") or n.endswith("_with_mqa")}
+    if attention and not any(projections == qkv for qkv in _QKV_SETS):
         raise ServesimError(f"keeps {attention[0]!r} and other single attention projections "
-                            "unquantised, the rest at its dtype; servesim gives all of "
-                            "attention's projections one dtype", source=src,
-                            where="quantization_config")
-    return bool(whole)
+                            "unquantised, the rest at its dtype; servesim models attention "
+                            "unquantised whole, or its query/key/value projections "
+                            f"({'; '.join(', '.join(sorted(q)) for q in _QKV_SETS)}) "
+                            "apart from the output", source=src, where="quantization_config")
+    return "qkv" if attention else ""
 
 
 def _weights_dtype(quant: Any, src: str) -> str | None:

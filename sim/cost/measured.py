@@ -90,7 +90,8 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
            model.attn_output_gate) if model.linear_layers else ()
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla, *gdn)
+            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla, *gdn,
+            *((model.qkv_dtype,) if model.qkv_dtype not in ("", model.dtype) else ()))
 
 
 
@@ -175,7 +176,10 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1,
                                 "use cost: roofline", where="cost.measured")
         names = sorted({s.model for s in shipped()})
         dtypes = "" if not quantised else (
-            f" with {model.dtype} weights and KV cache {model.kv_dtype}: FP8 profiles ship "
+            f" with {model.dtype} weights"
+            + (f", {model.qkv_dtype} query/key/value projections"
+               if model.qkv_dtype not in ("", model.dtype) else "")
+            + f" and KV cache {model.kv_dtype}: FP8 profiles ship "
             f"for {', '.join(SHIPPED_FP8)} (fp8 weights, KV cache auto) on GPUs with FP8 "
             f"tensor cores, NVFP4 ones for {', '.join(SHIPPED_FP4)} (nvfp4 weights, KV cache "
             f"auto) on GPUs with FP4 tensor cores")

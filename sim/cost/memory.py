@@ -199,8 +199,8 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) 
     params = part.params - whole + own
     linear = part.stack_params
     rotary = model.max_context * model.rotary_dim * model.act_bytes
-    return (part.stack_bytes(d.dtype_bytes, d.expert_dtype_bytes) + (params - linear) * d.act_bytes
-            + rotary)
+    return (part.stack_bytes(d.dtype_bytes, d.expert_dtype_bytes, d.qkv_dtype_bytes)
+            + (params - linear) * d.act_bytes + rotary)
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,

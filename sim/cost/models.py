@@ -125,7 +125,8 @@ class RooflineParams:
 
 def dtype_note(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> str:
     """What a cost source adds about the model's dtypes: FP8 weights (weight-only on a GPU
-    without FP8 tensor cores) and an FP8 KV cache; empty for a plain 16-bit model.
+    without FP8 tensor cores), query/key/value projections kept at a dtype of their own,
+    and an FP8 KV cache; empty for a plain 16-bit model.
     ``mxfp8_experts``: mxfp4 experts run with MXFP8 activations (a framework's measured
     MoE kernel on Blackwell), not weight-only."""
     parts = []
@@ -133,6 +134,8 @@ def dtype_note(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> s
         parts.append(f"{model.dtype} weights, weight-only on {gpu.name} (no FP8 tensor cores)"
                      if weight_only(model, gpu) else f"{model.dtype} weights")
     parts += four_bit_notes(model, gpu, mxfp8_experts)
+    if model.qkv_dtype not in ("", model.dtype):
+        parts.append(f"{model.qkv_dtype} query/key/value projections")
     if model.kv_dtype == "fp8":
         parts.append("fp8 KV cache")
     return f"; {', '.join(parts)}" if parts else ""
@@ -267,8 +270,15 @@ class RooflineCost:
         # weight-only: FP8 bytes read, bf16 FLOP/s.
         peak, low = gemm_peak(m.dtype, gpu)
         lin_flops = peak * p.fp8_flops_efficiency if low else flops
+        # Query/key/value projections a checkpoint keeps at a dtype of their own: their
+        # FLOPs at that dtype's peak, their bytes at its width (0 when they are ``dtype``).
+        qkv = (d.attention_layers * d.qkv_params_per_layer
+               if m.qkv_dtype not in ("", m.dtype) else 0)
+        qkv_peak, qkv_low = gemm_peak(m.qkv_dtype or m.dtype, gpu)
+        qkv_flop_s = 2 * qkv / (qkv_peak * p.fp8_flops_efficiency if qkv_low else flops)
         attn_flops = gpu.flops * p.attention_flops_efficiency
         bw = gpu.mem_bw * p.bandwidth_efficiency
+        qkv_mem_s = qkv * m.qkv_dtype_bytes / bw
         head = d.vocab * m.hidden
         attn_kernels = MLA_KERNELS if m.mla else 2
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
@@ -287,15 +297,17 @@ class RooflineCost:
             # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
             moe_flops = gemm_peak(m.expert_dtype or m.dtype, gpu)[0] * p.moe_flops_efficiency
             self._exp_flop_s = 2 * routed / moe_flops
-            self._lin_flop_s = (2 * always / lin_flops + 2 * router / flops
+            self._lin_flop_s = (2 * (always - qkv) / lin_flops + qkv_flop_s
+                                + 2 * router / flops
                                 + (self._exp_flop_s if dp == 1 else 0.0))
             if m.expert_dtype_bytes == m.dtype_bytes:
-                self._lin_mem_s = (always * m.dtype_bytes + router * b) / bw
+                self._lin_mem_s = ((always - qkv) * m.dtype_bytes + router * b) / bw
             else:
                 # Shared experts are read at the experts' dtype, the rest at the weights'.
                 shared = d.moe_layers * d.shared_experts * d.shared_expert_params
-                self._lin_mem_s = ((always - shared) * m.dtype_bytes
+                self._lin_mem_s = ((always - shared - qkv) * m.dtype_bytes
                                    + shared * m.expert_dtype_bytes + router * b) / bw
+            self._lin_mem_s += qkv_mem_s
             self._moe_mem_s = (d.moe_layers * d.experts * d.expert_params
                                * m.expert_dtype_bytes / bw)
             # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
@@ -314,8 +326,8 @@ class RooflineCost:
                        + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
         else:
             lin = d.stack_params
-            self._lin_flop_s = 2 * lin / lin_flops
-            self._lin_mem_s = lin * m.dtype_bytes / bw
+            self._lin_flop_s = 2 * (lin - qkv) / lin_flops + qkv_flop_s
+            self._lin_mem_s = (lin - qkv) * m.dtype_bytes / bw + qkv_mem_s
             kernels = m.layers * (LINEAR_KERNELS - 2 + attn_kernels)
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw

@@ -157,6 +157,14 @@ class _Projections:
         return qkv + self.heads * self.head_dim * self.hidden
 
     @property
+    def qkv_params_per_layer(self) -> int:
+        """Weights of one attention layer's query, key and value projections: all of
+        :attr:`attention_params_per_layer` but the output projection (with MLA q_a, q_b,
+        kv_a and kv_b)."""
+        out = self.heads * (self.v_head_dim if self.mla else self.head_dim) * self.hidden
+        return self.attention_params_per_layer - out
+
+    @property
     def latent_norm_params(self) -> int:
         """Weights of one layer's RMSNorms on the MLA latents (q_a_layernorm when queries
         are compressed, kv_a_layernorm); 0 without MLA."""
@@ -183,14 +191,18 @@ class _Projections:
         :attr:`stack_params`; the part a separate expert dtype applies to)."""
         return self.moe_layers * (self.experts + self.shared_experts) * self.expert_params
 
-    def stack_bytes(self, per: float, expert_per: float) -> int:
+    def stack_bytes(self, per: float, expert_per: float, qkv_per: float | None = None) -> int:
         """Bytes of :attr:`stack_params`: experts at ``expert_per`` bytes a weight, the
-        other projections at ``per``."""
-        if expert_per == per:
+        attention layers' query, key and value projections at ``qkv_per`` (None:
+        ``per``), the other projections at ``per``."""
+        qkv_per = per if qkv_per is None else qkv_per
+        if expert_per == per == qkv_per:
             return packed_bytes(self.stack_params, per)
-        experts = self.expert_stack_params
-        return (packed_bytes(self.stack_params - experts, per)
-                + packed_bytes(experts, expert_per))
+        experts = self.expert_stack_params if expert_per != per else 0
+        qkv = self.attention_layers * self.qkv_params_per_layer if qkv_per != per else 0
+        return (packed_bytes(self.stack_params - experts - qkv, per)
+                + (packed_bytes(experts, expert_per) if experts else 0)
+                + (packed_bytes(qkv, qkv_per) if qkv else 0))
 
     @property
     def stack_params(self) -> int:
@@ -222,6 +234,9 @@ class ModelSpec(_Projections):
     4-bit weights: ``dtype`` (or ``expert_dtype``) ``mxfp4``, ``nvfp4`` or ``int4``
     (see :data:`FOUR_BIT_WEIGHTS`); ``expert_dtype`` is the routed and shared experts'
     weight dtype where it differs from the other projections' ("" = ``dtype``).
+    ``qkv_dtype`` likewise for the attention layers' query, key and value projections
+    (with MLA q_a, q_b, kv_a and kv_b; the output projection stays at ``dtype``):
+    NVIDIA's NVFP4 DeepSeek checkpoints leave those four in bf16 and quantise the rest.
 
     Sliding-window attention: ``sliding_layers`` of the ``layers`` attend only to the last
     ``sliding_window`` tokens (0, 0: none; gpt-oss alternates window-128 and full layers,
@@ -289,6 +304,7 @@ class ModelSpec(_Projections):
     linear_conv: int = bounded(0, ge=0)
     attn_output_gate: bool = False
     linear_state_dtype: StateDtype = "fp32"
+    qkv_dtype: ExpertDtype = ""
 
     def __post_init__(self) -> None:
         self._check_newer()
@@ -382,6 +398,12 @@ class ModelSpec(_Projections):
         return weight_bytes_per(self.expert_dtype or self.dtype)
 
     @property
+    def qkv_dtype_bytes(self) -> float:
+        """Bytes per weight of the attention layers' query, key and value projections,
+        scales counted."""
+        return weight_bytes_per(self.qkv_dtype or self.dtype)
+
+    @property
     def sink_params(self) -> int:
         """Attention-sink logits of every layer, one per query head (elements)."""
         return self.layers * self.heads if self.attention_sinks else 0
@@ -470,7 +492,8 @@ class ModelSpec(_Projections):
         ``dtype``, embedding and LM head at the activations' dtype (per-GPU figures, with
         norms and tensor-parallel sharding, come from :func:`shard`)."""
         linear = self.stack_params
-        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes)
+        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes,
+                                 self.qkv_dtype_bytes)
                 + (self.params - linear) * self.act_bytes)
 
     @property
@@ -492,7 +515,8 @@ NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate
                 "sliding_layers", "attention_sinks", "kv_lora_rank", "q_lora_rank",
                 "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "layer_qk_norm",
                 "linear_layers", "linear_key_heads", "linear_value_heads", "linear_key_dim",
-                "linear_value_dim", "linear_conv", "attn_output_gate", "linear_state_dtype")
+                "linear_value_dim", "linear_conv", "attn_output_gate", "linear_state_dtype",
+                "qkv_dtype")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 
@@ -548,6 +572,7 @@ class Shard(_Projections):
     shared_experts: int = 0
     dense_layers: int = 0
     expert_dtype_bytes: float = 2
+    qkv_dtype_bytes: float = 2  # the query, key and value projections' (per weight)
     sliding_window: int = 0
     sliding_layers: int = 0
     attention_sinks: bool = False
@@ -611,10 +636,11 @@ class Shard(_Projections):
     @property
     def weight_bytes(self) -> int:
         """Bytes of the weights one GPU holds: projections at ``dtype_bytes`` (experts at
-        ``expert_dtype_bytes``), QKV bias, sinks, norms, routers, embedding and LM head at
-        ``act_bytes``."""
+        ``expert_dtype_bytes``, query/key/value projections at ``qkv_dtype_bytes``), QKV
+        bias, sinks, norms, routers, embedding and LM head at ``act_bytes``."""
         linear = self.stack_params
-        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes)
+        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes,
+                                 self.qkv_dtype_bytes)
                 + (self.params - linear) * self.act_bytes)
 
     @property
@@ -683,6 +709,7 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
                  expert_intermediate=spec.expert_intermediate // tp,
                  shared_experts=spec.shared_experts, dense_layers=spec.dense_layers,
                  expert_dtype_bytes=spec.expert_dtype_bytes,
+                 qkv_dtype_bytes=spec.qkv_dtype_bytes,
                  sliding_window=spec.sliding_window, sliding_layers=spec.sliding_layers,
                  attention_sinks=spec.attention_sinks,
                  kv_lora_rank=spec.kv_lora_rank, q_lora_rank=spec.q_lora_rank,
@@ -1088,7 +1115,8 @@ def weight_only(model: ModelSpec, gpu: GPUSpec) -> bool:
     weights (projections' or experts'), by :func:`dtype_weight_only`."""
     if model.dtype in FP8_WEIGHTS and not gpu.fp8_flops:
         return True
-    return any(dtype_weight_only(d, gpu) for d in (model.dtype, model.expert_dtype)
+    return any(dtype_weight_only(d, gpu) for d in (model.dtype, model.expert_dtype,
+                                                   model.qkv_dtype)
                if d in FOUR_BIT_WEIGHTS)
 
 
@@ -1116,7 +1144,7 @@ def check_dtype(model: ModelSpec, gpu: GPUSpec) -> None:
     vLLM runs NVFP4 checkpoints (ModelOpt, compressed-tensors) on NVIDIA GPUs only, natively
     on Blackwell and through Marlin from compute capability 8.0; its ROCm platform lists
     neither quantisation among those it supports (MXFP4, GPTQ and AWQ it does list)."""
-    for key in ("dtype", "expert_dtype"):
+    for key in ("dtype", "expert_dtype", "qkv_dtype"):
         if getattr(model, key) == "nvfp4" and gpu.name.startswith("mi"):
             raise ServesimError(
                 f"got 'nvfp4': {gpu.name} has no FP4 tensor cores and vLLM's weight-only FP4 "

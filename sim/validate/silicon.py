@@ -99,10 +99,7 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
 # in the checkpoint, and the B300 recipe passes --kv-cache-dtype fp8. (A bf16 cache would
 # hold 114k tokens on one B200 beside the 125 GiB of weights: the tp 1 runs of 8,192-token
 # prompts at 16 and 32 clients would have queued for seconds; they measured 348 and
-# 500 ms.) DeepSeek's FP4 runs serve
-# nvidia/DeepSeek-R1-0528-NVFP4-v2, which also quantises attention's output projection
-# and keeps its input projections in bf16: one dtype for every attention projection, as
-# servesim's model has, cannot stand for it, so those rows stay out.
+# 500 ms.) DeepSeek's FP4 runs: :data:`QKV_BF16_CHECKPOINTS`.
 NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
     "MiniMaxAI/MiniMax-M2.5": ("bf16", "nvfp4", "fp8"),
     # nvidia/Qwen3.5-397B-A17B-NVFP4 (its hf_quant_config.json ships in aiconfigurator-core
@@ -111,9 +108,15 @@ NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
     # KV cache. servesim gives shared experts the routed ones' dtype in memory (0.4 of
     # 1.5 GB a model, over the GPUs) and prices their GEMMs at the projections' bf16.
     "Qwen/Qwen3.5-397B-A17B": ("bf16", "nvfp4", "fp8")}
-# InferenceX's (its recipes name the checkpoint; AIConfigurator's own runs do not).
-SPLIT_ATTENTION_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP4-v2",
-                               "deepseek-ai/DeepSeek-V3": "DeepSeek-R1-0528-NVFP4-v2"}
+# The checkpoint InferenceX's DeepSeek FP4 recipes serve (dsr1_fp4_b200.sh,
+# dsr1_fp4_b200_trt.sh: nvidia/DeepSeek-R1-0528-NVFP4-v2; the sample's DeepSeek-V3 FP4
+# rows are taken to have run the same), by ModelOpt's NVFP4 recipe as NVIDIA's DeepSeek
+# NVFP4 exports lay out (nvidia--DeepSeek-V3.1-NVFP4_hf_quant_config.json ships in
+# aiconfigurator-core 0.12.0): every projection at NVFP4 but attention's q_a, q_b, kv_a
+# and kv_b (and the LM head), kept bf16; an FP8 KV cache. Only InferenceX's rows: its
+# recipes name the checkpoint, AIConfigurator's own runs do not.
+QKV_BF16_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP4-v2",
+                        "deepseek-ai/DeepSeek-V3": "DeepSeek-R1-0528-NVFP4-v2"}
 # What InferenceX's launch recipes set that its rows do not record: an FP8 KV cache
 # (`kv-cache-dtype: fp8` in vLLM's config, `kv_cache_config.dtype: fp8` in TensorRT-LLM's)
 # for Llama-3.1-70B under both on every GPU, and for gpt-oss-120b under vLLM and
@@ -294,6 +297,7 @@ class Case:
     kv_dtype: KVDtype = "auto"  # the KV cache's: the run's recipe's where known
     expert_dtype: ExpertDtype = ""  # the experts': "" the preset's, else its checkpoint's
     state_dtype: StateDtype = "fp32"  # a Gated DeltaNet model's recurrent state's
+    qkv_dtype: ExpertDtype = ""  # attention's query/key/value projections': "" dtype
 
     @property
     def held_out(self) -> bool:
@@ -323,6 +327,7 @@ class Case:
         return dataclasses.replace(MODELS[self.model], dtype=self.dtype,  # type: ignore[arg-type]
                                    kv_dtype=self.kv_dtype,
                                    linear_state_dtype=self.state_dtype,
+                                   qkv_dtype=self.qkv_dtype,
                                    expert_dtype=(self.expert_dtype
                                                  or MODELS[self.model].expert_dtype))
 
@@ -334,6 +339,7 @@ def classify(row: Row) -> Case | str:
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
     dtype = "bf16"
+    qkv = ""  # the query/key/value projections' where the checkpoint keeps them apart
     checkpoint_kv = False  # the checkpoint's own FP8 KV cache
     preset = MODELS[MODEL_PRESETS[row.model_path]]
     experts = preset.expert_dtype
@@ -346,13 +352,10 @@ def classify(row: Row) -> Case | str:
         dtype = FP8_MODES.get(mode, "")
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
+        elif mode in FP4_MODES and row.model_path in QKV_BF16_CHECKPOINTS and \
+                row.collection == "inferencex":
+            dtype, qkv, checkpoint_kv = FP4_MODES[mode], "bf16", True
         elif mode in FP4_MODES and preset.experts:
-            if row.model_path in SPLIT_ATTENTION_CHECKPOINTS and \
-                    row.collection == "inferencex":
-                return (f"{mode} weights of {row.model_path}: its recipes' checkpoint "
-                        f"({SPLIT_ATTENTION_CHECKPOINTS[row.model_path]}) has attention's "
-                        "output projection at 4 bits and its input projections in bf16; "
-                        "servesim gives all attention projections one dtype")
             if row.model_path not in NVFP4_MOE_CHECKPOINTS:
                 return (f"{mode} weights of a mixture of experts: the row does not say "
                         "which projections its checkpoint keeps at 4 bits (experts alone, "
@@ -408,7 +411,8 @@ def classify(row: Row) -> Case | str:
         state = hybrid.get("state_dtype", state)
     return Case(row, MODEL_PRESETS[row.model_path], SYSTEM_GPUS[row.system], row.backend,
                 dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
-                expert_dtype=experts, dp=dp, state_dtype=state)  # type: ignore[arg-type]
+                expert_dtype=experts, dp=dp, state_dtype=state,  # type: ignore[arg-type]
+                qkv_dtype=qkv)  # type: ignore[arg-type]
 
 
 def _dep(row: Row, preset: ModelSpec) -> bool:
@@ -572,6 +576,8 @@ def recipe(case: Case) -> dict[str, float]:
         return {"max_num_batched_tokens": 20000, "free_fraction": 0.85, "stream_interval": 20}
     if r.model_path not in DEEPSEEK_PATHS:
         return {}
+    if case.dtype == "nvfp4":
+        return _deepseek_fp4_recipe(case)
     if case.framework == "sglang":
         if case.gpu not in BLACKWELL:
             return {"max_num_batched_tokens": 32768, "static_fraction": 0.82,
@@ -597,17 +603,49 @@ def recipe(case: Case) -> dict[str, float]:
     return {}
 
 
+def _deepseek_fp4_recipe(case: Case) -> dict[str, float]:
+    """InferenceX's DeepSeek FP4 recipes on B200 as launched: SGLang's dsr1_fp4_b200.sh
+    (--mem-fraction-static 0.85, --chunked-prefill-size 16384, --max-running-requests
+    256, --scheduler-recv-interval 30 from 16 clients and 10 below, --stream-interval 10)
+    and TensorRT-LLM's dsr1_fp4_b200_trt.sh (max_num_tokens of at least 8,192 and the
+    clients plus the prompt plus 64 rounded up to 64, free_gpu_memory_fraction 0.8,
+    stream_interval 10, no batch waiting)."""
+    r = case.row
+    if case.framework == "sglang":
+        return {"max_num_batched_tokens": 16384, "static_fraction": 0.85,
+                "scheduler_recv_interval": 30 if r.concurrency >= 16 else 10,
+                "stream_interval": 10, "max_running": 256}
+    if case.framework == "trtllm":
+        return {"max_num_batched_tokens": max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64),
+                "free_fraction": 0.8, "stream_interval": 10}
+    return {}
+
+
 def recipe_moe_backend(row: Row) -> str:
     """The MoE backend (:data:`sim.cost.tables.moetable.MOE_BACKENDS`) InferenceX's recipe
     for ``row`` forces, "auto" where it forces none or the row is not InferenceX's:
     :data:`MOE_BACKEND`'s, and on B200 and B300 DeepSeek's TensorRT-LLM TRTLLM kernel
-    unless the recipe picks DEEPGEMM (:func:`deepseek_deepgemm`)."""
+    unless the recipe picks DEEPGEMM (:func:`deepseek_deepgemm`) or, for its FP4 rows,
+    CUTLASS (:func:`deepseek_fp4_cutlass`; the tables' own kernel there, "auto")."""
     if row.collection != "inferencex":
         return "auto"
     if row.model_path in DEEPSEEK_PATHS and row.backend == "trtllm" and \
             SYSTEM_GPUS.get(row.system) in BLACKWELL:
+        if (row.gemm_quant_mode or row.precision) in FP4_MODES:
+            return "auto" if deepseek_fp4_cutlass(row) else "trtllm-gen"
         return "auto" if deepseek_deepgemm(row) else "trtllm-gen"
     return MOE_BACKEND.get((row.model_path, row.backend, row.system), "auto")
+
+
+def deepseek_fp4_cutlass(row: Row) -> bool:
+    """Whether InferenceX's DeepSeek FP4 TensorRT-LLM recipe (dsr1_fp4_b200_trt.sh) runs
+    ``row`` with the CUTLASS MoE backend rather than TRTLLM: from 256 clients at
+    1,024/1,024 and 1,024/8,192 tokens, above 32 at 8,192/1,024, at tp 4 and 8."""
+    if row.tp not in (4, 8):
+        return False
+    if (row.isl, row.osl) == (8192, 1024):
+        return row.concurrency > 32
+    return row.concurrency >= 256 and (row.isl, row.osl) in ((1024, 1024), (1024, 8192))
 
 
 def deepseek_deepgemm(row: Row) -> bool:
@@ -720,6 +758,7 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
             "preset": case.model, "dtype": case.dtype,
             **({"kv_dtype": case.kv_dtype} if case.kv_dtype != "auto" else {}),
             **({"expert_dtype": own} if own else {}),
+            **({"qkv_dtype": case.qkv_dtype} if case.qkv_dtype else {}),
             **({"linear_state_dtype": case.state_dtype} if case.state_dtype != "fp32"
                else {})},
         "hardware": {"gpu": case.gpu, "tp": case.tp,

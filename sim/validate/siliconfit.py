@@ -238,6 +238,7 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
                     **({"dp": c.dp} if c.dp > 1 else {}),
                     **({"kv_dtype": c.kv_dtype} if c.kv_dtype != "auto" else {}),
                     **({"expert_dtype": c.spec.expert_dtype} if c.spec.expert_dtype else {}),
+                    **({"qkv_dtype": c.qkv_dtype} if c.qkv_dtype else {}),
                     **({"linear_layers": c.spec.linear_layers} if c.spec.linear_layers
                        else {})})
     return out
@@ -257,10 +258,15 @@ def group(record: dict[str, Any]) -> str:
     or 4-bit projections, ``<framework> nvfp4 experts`` for NVFP4 experts beside
     16-bit projections (a dense model's NVFP4 rows quantise every projection); a model
     with Gated DeltaNet layers adds `` gdn`` (``sglang gdn``, ``sglang fp8 gdn``), so its
-    rows stand apart from the softmax-attention models'."""
+    rows stand apart from the softmax-attention models', and one whose checkpoint keeps
+    its query/key/value projections at a dtype of their own adds that
+    (``trtllm nvfp4 bf16-qkv``)."""
     if record.get("linear_layers"):
         base = group({k: v for k, v in record.items() if k != "linear_layers"})
         return f"{base} gdn"
+    if record.get("qkv_dtype"):
+        base = group({k: v for k, v in record.items() if k != "qkv_dtype"})
+        return f"{base} {record['qkv_dtype']}-qkv"
     if record.get("expert_dtype") == "nvfp4":
         return f"{record['framework']} nvfp4 experts"
     if record.get("expert_dtype"):

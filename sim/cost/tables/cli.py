@@ -72,10 +72,10 @@ def _model(args: argparse.Namespace) -> ModelSpec:
 
 
 def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
-                expert_dtype: str | None = None) -> ModelSpec:
-    """``model`` with its weight, KV-cache and experts' dtypes replaced where given; a
-    value the model description does not know, or experts' dtype for a dense model, is an
-    error naming the flag and the valid ones."""
+                expert_dtype: str | None = None, qkv_dtype: str | None = None) -> ModelSpec:
+    """``model`` with its weight, KV-cache, experts' and query/key/value projections'
+    dtypes replaced where given; a value the model description does not know, or
+    experts' dtype for a dense model, is an error naming the flag and the valid ones."""
     if expert_dtype is not None and not model.experts:
         raise ServesimError(f"got {expert_dtype!r}, but {model.name} has no experts; set "
                             "--dtype for a dense model's projections", where="--expert-dtype")
@@ -83,6 +83,8 @@ def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
     for key, value, valid in (("dtype", dtype, get_args(Dtype)),
                               ("kv_dtype", kv_dtype, get_args(KVDtype)),
                               ("expert_dtype", expert_dtype,
+                               tuple(d for d in get_args(ExpertDtype) if d)),
+                              ("qkv_dtype", qkv_dtype,
                                tuple(d for d in get_args(ExpertDtype) if d))):
         if value is None:
             continue
@@ -120,6 +122,11 @@ def _build(argv: list[str]) -> int:
                    help="a mixture of experts' routed and shared experts' weight dtype, "
                         "when its checkpoint quantises them apart from the other projections "
                         "(e.g. nvfp4 experts beside bf16 attention); default: the model's")
+    p.add_argument("--qkv-dtype", default=None,
+                   help="the attention layers' query/key/value projections' weight dtype "
+                        "(with latent attention q_a, q_b, kv_a and kv_b), when the "
+                        "checkpoint keeps them apart from the other projections (NVIDIA's "
+                        "NVFP4 DeepSeek checkpoints: bf16); default: the model's")
     p.add_argument("--kv-dtype", default=None,
                    help="KV-cache dtype: auto (the activations', bf16) or fp8; default: "
                         "the model's")
@@ -140,7 +147,7 @@ def _build(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
-    model = with_dtypes(_model(a), a.dtype, a.kv_dtype, a.expert_dtype)
+    model = with_dtypes(_model(a), a.dtype, a.kv_dtype, a.expert_dtype, a.qkv_dtype)
     for flag, value in (("--routing", a.routing), ("--moe-backend", a.moe_backend)):
         if value != "auto" and not model.experts:
             # A dense model has no MoE layer for the choice to act on: say so, not ignore it.

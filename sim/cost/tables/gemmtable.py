@@ -30,6 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from sim.cost.specs import weight_bytes_per
 from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, coverage, load_table
 from sim.errors import ServesimError
@@ -195,25 +196,29 @@ BORROWED_GEMMS = {("vllm", "fp8-block"): "sglang"}
 # its fused all-reduce and RMSNorm do. On the tables the excess is a constant: at 1-4
 # tokens the FP8 rows' time over weight bytes has the bf16 rows' slope and an intercept
 # 8.6-11.2 us higher (H100, H200, B200, B300), where vLLM's and SGLang's FP8 rows (one
-# static-scale cast) sit 4.0-7.4 us above their bf16 ones.
-QUANT_IN_ROWS = frozenset({("trtllm", "fp8")})
+# static-scale cast) sit 4.0-7.4 us above their bf16 ones. Its NVFP4 rows the same way:
+# the Linear module quantises the bf16 input to FP4 blocks each call, where the served
+# model's fused SwiGLU and all-reduce+RMSNorm write FP4; their intercept is 11.1 us above
+# the bf16 rows' on B200 and 8.8 us on B300 (their slope is lower too, which is the
+# kernel's own and is kept).
+QUANT_IN_ROWS = frozenset({("trtllm", "fp8"), ("trtllm", "nvfp4")})
 
 
-def input_quant_seconds(table: Table) -> float:
-    """Seconds a call of ``table``'s per-tensor FP8 rows spends beyond a bf16 GEMM of the
-    same weight bytes: the difference of the two dtypes' intercepts of latency against
-    weight bytes, fitted by least squares over the rows at 1-4 tokens whose weights are
-    4-128 Mi elements (a launch-bound range below that, a compute-bound one above), never
-    below zero."""
+def input_quant_seconds(table: Table, dtype: str = "fp8") -> float:
+    """Seconds a call of ``table``'s ``dtype`` rows (servesim's name: per-tensor fp8 or
+    nvfp4) spends beyond a bf16 GEMM of the same weight bytes: the difference of the two
+    dtypes' intercepts of latency against weight bytes, fitted by least squares over the
+    rows at 1-4 tokens whose weights are 4-128 Mi elements (a launch-bound range below
+    that, a compute-bound one above), never below zero."""
     icpt = []
-    for dtype, size in (("bfloat16", 2.0), ("fp8", 1.0)):
-        rows = table.where(gemm_dtype=dtype)
+    for name, size in (("bfloat16", 2.0), (TABLE_DTYPES[dtype], weight_bytes_per(dtype))):
+        rows = table.where(gemm_dtype=name)
         c = rows.columns
         m, n, k = (np.asarray(c[a], dtype=float) for a in ("m", "n", "k"))
         keep = (m <= 4) & (n * k >= 2.0 ** 22) & (n * k <= 2.0 ** 27)
         if keep.sum() < 3:
-            raise ServesimError(f"too few {dtype} GEMM rows at 1-4 tokens to fit the "
-                                "FP8 rows' input quantisation", source=str(table.path))
+            raise ServesimError(f"too few {name} GEMM rows at 1-4 tokens to fit the "
+                                "quantised rows' input quantisation", source=str(table.path))
         x = np.vstack([np.ones(int(keep.sum())), n[keep] * k[keep] * size]).T
         y = np.asarray(c["latency"], dtype=float)[keep] / 1e3
         icpt.append(float(np.linalg.lstsq(x, y, rcond=None)[0][0]))
@@ -246,7 +251,7 @@ def _without_input_quant(gpu: str, framework: str, version: str, dtype: str) -> 
     process, as the table itself is read."""
     source = gemm_table(gpu, framework, version, dtype)
     table = load_table(gpu, "gemm", framework, version, "gemm_perf")
-    quant = input_quant_seconds(table)
+    quant = input_quant_seconds(table, dtype)
     floor = float(np.min(table.where(gemm_dtype="bfloat16").columns["latency"])) / 1e3
     t = source.table
     return GemmSource(GemmTable(t.ms, t.ns, t.ks, np.maximum(t.cube - quant, floor)),

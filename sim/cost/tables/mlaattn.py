@@ -74,8 +74,9 @@ def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank
                   projections: list[tuple[int, int]]) -> ModelAttention:
     """``model``'s latent attention per layer on one ``rank`` under ``framework``'s
     ``version`` tables on ``gpu``, KV cache in ``kv_dtype`` (the tables' name), kv_b's
-    GEMMs priced from ``gemm`` (the projections' table); under vLLM from its whole-module
-    rows less ``projections`` ((n, k) GEMMs the linear stack prices). See the module doc."""
+    GEMMs priced from ``gemm`` (the query/key/value projections' table); under vLLM from
+    its whole-module rows at those projections' dtype less ``projections`` ((n, k) GEMMs
+    the linear stack prices) priced from ``gemm``. See the module doc."""
     if framework not in MLA_FRAMEWORKS:
         return _from_modules(gpu, framework, version, model, rank, kv_dtype, gemm, projections)
     context = load_table(gpu, "mla", framework, version, "context_mla_perf")
@@ -91,7 +92,8 @@ def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank
                             pre_rows.kernel, pre_rows.note)
     context_token_s = _kv_b_per_token(gemm, rank)
 
-    bmm_dtype = "fp8" if model.dtype in FP8_WEIGHTS else "bfloat16"
+    # kv_b's halves are absorbed in its own dtype, the query/key/value projections'.
+    bmm_dtype = "fp8" if (model.qkv_dtype or model.dtype) in FP8_WEIGHTS else "bfloat16"
     pre_bmm, pre_bmm_note = _bmm(bmm_table, "mla_gen_pre", bmm_dtype, rank.heads)
     post_bmm, post_bmm_note = _bmm(bmm_table, "mla_gen_post", bmm_dtype, rank.heads)
     decode = AttentionRows(dec_rows.batch, dec_rows.tokens,
@@ -129,8 +131,8 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
     prefills only, or of decodes only, costs the module exactly. A remainder below the
     GEMM table's smallest time is raised to it, and counted in the note; more than
     :data:`MAX_RAISED` of either phase's points so is an error (the tables disagree)."""
-    gemm_type = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}.get(
-        model.dtype)
+    dtype = model.qkv_dtype or model.dtype  # the projections the rows less ``projections``
+    gemm_type = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}.get(dtype)
     floor = float(gemm.cube.min())
 
     def rest(name: str, decode: bool) -> tuple[AttentionRows, int]:
@@ -139,7 +141,7 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
         t = table.where(gemm_type=gemm_type, kv_cache_dtype=kv_dtype, mla_dtype="bfloat16",
                         optional=("mla_dtype",))
         if gemm_type is None or not len(t):
-            raise ServesimError(f"{where} has no rows for {model.dtype} projections with a "
+            raise ServesimError(f"{where} has no rows for {dtype} projections with a "
                                 f"{kv_dtype} KV cache; its projection dtypes: "
                                 f"{', '.join(map(str, table.values('gemm_type')))}")
         kernel = default_kernel(t)

@@ -103,11 +103,13 @@ def is_backend(kernel: str, backend: str) -> bool:
     """Whether the tables' kernel source ``kernel`` is MoE backend ``backend``'s (vLLM's
     ``fused_moe`` is its Triton kernel; ``mxfp8`` is a dtype's rows, whatever their
     kernel; ``trtllm-gen`` is FlashInfer's TensorRT-LLM MoE as vLLM and SGLang name
-    it)."""
+    it, and TensorRT-LLM's own ``moe_torch_flow_min_latency``: AIConfigurator's collector
+    gives that name to the rows it times in the TRTLLM backend's min-latency mode, its
+    trtllm-gen kernels)."""
     if backend in ("auto", "mxfp8"):
         return True
     if backend == "trtllm-gen":
-        return "flashinfer_trtllm" in kernel
+        return "flashinfer_trtllm" in kernel or kernel == "moe_torch_flow_min_latency"
     return "triton" in kernel or kernel == "vllm_fused_moe"
 
 

@@ -165,10 +165,17 @@ def gdn_gemms(rank: Shard) -> list[tuple[int, int]]:
             (rank.hidden, values)]
 
 
-def mixer_times(rank: Shard, gemm: GemmTable) -> np.ndarray:
+def mixer_times(rank: Shard, gemm: GemmTable, qkv_gemm: GemmTable | None = None) -> np.ndarray:
     """Seconds of a layer's token-mixer projections at ``gemm``'s token counts, the mean
-    over the layers: attention's in the attention layers, Gated DeltaNet's in the others."""
-    attn: np.ndarray = np.sum([gemm.times(n, k) for n, k in attention_gemms(rank)], axis=0)
+    over the layers: attention's in the attention layers, Gated DeltaNet's in the others.
+    ``qkv_gemm`` (None: ``gemm``) prices attention's query/key/value projections, all but
+    its last GEMM, the output, where a checkpoint keeps them at a dtype of their own."""
+    qkv_gemm = gemm if qkv_gemm is None else qkv_gemm
+    *qkv, out = attention_gemms(rank)
+    attn: np.ndarray = np.sum(
+        [gemm.times(n, k) if qkv_gemm is gemm
+         else np.array([qkv_gemm.at(float(x), n, k) for x in gemm.ms]) for n, k in qkv]
+        + [gemm.times(*out)], axis=0)
     if not rank.linear_layers:
         return attn
     g = rank.linear_layers / rank.layers
@@ -266,6 +273,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         notes.append(f"{fw}'s own {TABLE_DTYPES[m.dtype]} GEMM rows are inconsistent with "
                      f"its other tables (sim/cost/tables/gemmtable.py): the projections are "
                      f"priced from {lin_fw} {lin_version}'s rows of the same library")
+    qkv_gemm = _qkv_gemm(m, gpu, fw, version, gemm, lin_gemm, notes)
     ms = gemm.ms
     lin_ms = lin_gemm.ms  # an FP8 table may time other token counts than the bf16 one
     floor_s = float(gemm.cube.min())
@@ -277,9 +285,9 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     moe, experts = None, None
     if m.experts:
         linear, width, shapes, moe, experts = _moe_stack(spec, version, rank, lin_gemm, gemm,
-                                                         notes)
+                                                         qkv_gemm, notes)
     else:
-        dense: np.ndarray = mixer_times(rank, lin_gemm) + sum(
+        dense: np.ndarray = mixer_times(rank, lin_gemm, qkv_gemm) + sum(
             lin_gemm.times(n, k) for n, k in mlp_gemms(rank))
         linear, width = dense, rank.intermediate
     for n, k in shapes:  # the GEMMs priced
@@ -323,7 +331,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     # Attention at the rank's heads (a model with sliding layers: the layers' mean).
     if m.mla:
         att: ModelAttention = mla_attention(gpu, fw, version, m, rank,
-                                            KV_TABLE_DTYPES[m.kv_dtype], lin_gemm,
+                                            KV_TABLE_DTYPES[m.kv_dtype], qkv_gemm,
                                             attention_gemms(rank))
     else:
         att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
@@ -417,8 +425,28 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     }
 
 
+def _qkv_gemm(m: ModelSpec, gpu: str, fw: str, version: str, bf16_gemm: GemmTable,
+              lin_gemm: GemmTable, notes: list[str]) -> GemmTable:
+    """The GEMM table that prices ``m``'s query/key/value projections (and with MLA
+    kv_b's up-projection and the absorbed batched GEMMs' dtype): ``lin_gemm``, the other
+    projections', unless the checkpoint keeps them at a ``qkv_dtype`` of their own,
+    whose rows it then reads (``bf16_gemm`` for 16-bit ones), with a note saying so."""
+    qkv = m.qkv_dtype or m.dtype
+    if qkv == m.dtype:
+        return lin_gemm
+    if qkv not in TABLE_DTYPES:
+        raise ServesimError(f"qkv_dtype {qkv!r} is not built from the tables; built: "
+                            f"{', '.join(TABLE_DTYPES)}", where="--qkv-dtype")
+    table = projection_gemms(gpu, fw, version, qkv)[0].table if qkv in QUANT_VARIANTS \
+        else bf16_gemm
+    notes.append(f"query/key/value projections{' (q_a/kv_a, q_b, kv_b)' if m.mla else ''} "
+                 f"at {qkv}, from the {TABLE_DTYPES[qkv]} GEMM rows: the checkpoint keeps "
+                 f"them apart from the other projections' {m.dtype}")
+    return table
+
+
 def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
-               bf16_gemm: GemmTable,
+               bf16_gemm: GemmTable, qkv_gemm: GemmTable,
                notes: list[str]
                ) -> tuple[np.ndarray, float, list[tuple[int, int]], MoeTimes,
                           dict[str, Any] | None]:
@@ -447,7 +475,7 @@ def _moe_stack(spec: BuildSpec, version: str, rank: Shard, lin_gemm: GemmTable,
     notes.append(f"router GEMM (n={m.experts}, k={rank.hidden}, bf16) added to each MoE "
                  "layer: the MoE tables time the experts without it")
     apart = spec.dp > 1
-    linear = (mixer_times(rank, lin_gemm)
+    linear = (mixer_times(rank, lin_gemm, qkv_gemm)
               + f_moe * ((0.0 if apart else moe.at(ms)) + router))
     used = list(attn) + gdn_gemms(rank)
     if m.dense_layers:

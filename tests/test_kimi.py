@@ -12,6 +12,7 @@ from conftest import needs_tables, silicon_csv
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.specs import MODELS, shard
 from sim.validate.silicon import Case, classify, read_rows
+from sim.validate.siliconfit import weights
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "sim" / "data" / "models" / "kimi-k2.5" / "config.json"
@@ -46,6 +47,19 @@ def test_int4_rows_are_simulated_and_nvfp4_ones_named(tmp_path: Path) -> None:
     fp4 = classify(read_rows(silicon_csv(tmp_path, [ROW.format(label="fp4")]))[0])
     assert fp4 == ("fp4 weights of moonshotai/Kimi-K2.5: servesim models its released int4 "
                    "experts")
+    # With NVFP4 GEMMs: nvidia/Kimi-K2.5-NVFP4, bf16 attention, NVFP4 experts, FP8 KV.
+    nv = classify(read_rows(silicon_csv(tmp_path, [ROW.format(label="fp4") + ",nvfp4"],
+                                        ("gemm_quant_mode",)))[0])
+    assert isinstance(nv, Case) and (nv.dtype, nv.spec.expert_dtype, nv.kv_dtype) == (
+        "bf16", "nvfp4", "fp8")
+    assert nv.moe_backend == "auto" and weights(nv) == "4bit"
+    # Its rows labelled attention-data-parallel ran tp with expert parallelism, their
+    # batch_size one rank's share of the clients.
+    dep = ("x,source_file=2026-04-06.csv; model=Kimi-K2.5,vllm,0.17.0,moonshotai/Kimi-K2.5,"
+           "b200_sxm,fp4,agg,1024,1024,8,4,1,4,140,12,nvfp4,1,16")
+    d = classify(read_rows(silicon_csv(tmp_path, [dep], ("gemm_quant_mode", "moe_tp_size",
+                                                         "moe_ep_size")))[0])
+    assert isinstance(d, Case) and (d.tp, d.ep, d.dp, d.row.concurrency) == (4, 4, 1, 32)
 
 
 @needs_tables
@@ -59,3 +73,19 @@ def test_vllm_profile_reads_the_marlin_int4_experts_and_the_modules() -> None:
     assert "marlin" in data["source"]["kernels"]["moe"] and "int4_wo" in notes
     assert "whole-module rows" in notes and "8 heads measured" in notes
     assert "0 of 54 prefill and 0 of 184 decode points" in notes
+
+
+@needs_tables
+def test_hf_config_of_nvidias_nvfp4_kimi(tmp_path: Path) -> None:
+    # nvidia/Kimi-K2.5-NVFP4's config.json as aiconfigurator-core ships it: every layer's
+    # self_attn* ignored (bf16 attention), NVFP4 experts, an 8-bit float KV-cache scheme,
+    # which vLLM's --kv-cache-dtype auto takes as FP8.
+    import aiconfigurator_core
+
+    src = (Path(aiconfigurator_core.__file__).parent / "model_configs"
+           / "nvidia--Kimi-K2.5-NVFP4_config.json")
+    path = tmp_path / "config.json"
+    path.write_text(src.read_text())
+    spec = from_hf_config(path)
+    assert (spec.dtype, spec.expert_dtype, spec.qkv_dtype, spec.kv_dtype) == (
+        "bf16", "nvfp4", "", "fp8")

@@ -104,7 +104,9 @@ def test_hf_config_of_nvidias_nvfp4_deepseek_export(tmp_path: Path) -> None:
     names = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
     spec = from_hf_config(_hf(tmp_path, ["lm_head", "model.layers.61*", *(
         f"model.layers.{i}.self_attn.{n}" for i in range(61) for n in names)]))
-    assert (spec.dtype, spec.expert_dtype, spec.qkv_dtype) == ("nvfp4", "", "bf16")
+    # Its kv_cache_quant_algo FP8 is the cache vLLM's auto takes.
+    assert (spec.dtype, spec.expert_dtype, spec.qkv_dtype, spec.kv_dtype) == (
+        "nvfp4", "", "bf16", "fp8")
     assert spec.weight_bytes == SPLIT.weight_bytes
     # Leaving out one of the four is a subset servesim does not model.
     with pytest.raises(ServesimError, match=r"keeps 'model.layers.0.self_attn.q_a_proj' and "

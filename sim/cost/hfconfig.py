@@ -143,6 +143,8 @@ def from_hf_config(path: Path) -> ModelSpec:
         moe_fields["expert_dtype"] = dtype
         dtype = plain
     qkv: dict[str, Any] = {"qkv_dtype": plain} if kept == "qkv" and plain != dtype else {}
+    if _checkpoint_fp8_kv(cfg.get("quantization_config")):
+        qkv["kv_dtype"] = "fp8"
     layers = count("num_hidden_layers", least=1)
     attention = _attention_fields(cfg, family, layers, src)
     hidden = count("hidden_size", least=1)
@@ -343,6 +345,21 @@ def _unquantised_attention(quant: Any, src: str) -> str:
                             f"({'; '.join(', '.join(sorted(q)) for q in _QKV_SETS)}) "
                             "apart from the output", source=src, where="quantization_config")
     return "qkv" if attention else ""
+
+
+def _checkpoint_fp8_kv(quant: Any) -> bool:
+    """Whether a ``quantization_config`` calibrates an FP8 KV cache: ModelOpt's
+    ``kv_cache_quant_algo: FP8``, or an 8-bit float ``kv_cache_scheme`` (compressed-tensors,
+    and ModelOpt exports in its layout). vLLM's ``--kv-cache-dtype auto`` takes the
+    checkpoint's FP8 cache since vllm-project/vllm PR 29980 (December 2025); before, auto
+    meant the activations' dtype."""
+    if not isinstance(quant, dict):
+        return False
+    if str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8":
+        return True
+    scheme = quant.get("kv_cache_scheme")
+    return isinstance(scheme, dict) and scheme.get("type") == "float" and \
+        scheme.get("num_bits") == 8
 
 
 def _weights_dtype(quant: Any, src: str) -> str | None:

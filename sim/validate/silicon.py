@@ -66,8 +66,9 @@ MODEL_PRESETS = {
 }
 # Labels the sample gives rows of checkpoints released with 4-bit experts, by the
 # preset's expert dtype: gpt-oss (mxfp4 experts, the rest bf16) "fp4" (GEMM mode
-# "nvfp4"), Kimi-K2.5 (int4 experts) "int4"; Kimi's "fp4" rows (NVFP4 GEMMs) are not
-# that release.
+# "nvfp4"), Kimi-K2.5 (int4 experts) "int4"; Kimi's "fp4" rows with NVFP4 GEMMs ran
+# NVIDIA's checkpoint (:data:`NVFP4_MOE_CHECKPOINTS`), those without a GEMM mode say no
+# more.
 FOUR_BIT_LABELS = {"mxfp4": ("fp4", "mxfp4"), "int4": ("int4",)}
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
                "b200_sxm": "b200", "b300_sxm": "b300", "l40s": "l40s"}
@@ -107,7 +108,14 @@ NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
     # the Gated DeltaNet projections, the shared experts and the LM head kept bf16; an FP8
     # KV cache. servesim gives shared experts the routed ones' dtype in memory (0.4 of
     # 1.5 GB a model, over the GPUs) and prices their GEMMs at the projections' bf16.
-    "Qwen/Qwen3.5-397B-A17B": ("bf16", "nvfp4", "fp8")}
+    "Qwen/Qwen3.5-397B-A17B": ("bf16", "nvfp4", "fp8"),
+    # nvidia/Kimi-K2.5-NVFP4 (its config.json ships in aiconfigurator-core 0.12.0; the
+    # NVFP4 Kimi checkpoint vLLM's Kimi-K2.5 recipe names for Blackwell): every layer's
+    # self_attn* and the LM head left bf16 in its ignore list, the experts (and the first
+    # layer's dense MLP) NVFP4, an 8-bit float KV-cache scheme, which vLLM's
+    # kv-cache-dtype auto takes as FP8 since vllm-project/vllm PR 29980 (December 2025;
+    # these rows ran 0.17 and 0.19).
+    "moonshotai/Kimi-K2.5": ("bf16", "nvfp4", "fp8")}
 # The checkpoint InferenceX's DeepSeek FP4 recipes serve (dsr1_fp4_b200.sh,
 # dsr1_fp4_b200_trt.sh: nvidia/DeepSeek-R1-0528-NVFP4-v2; the sample's DeepSeek-V3 FP4
 # rows are taken to have run the same), by ModelOpt's NVFP4 recipe as NVIDIA's DeepSeek
@@ -343,12 +351,17 @@ def classify(row: Row) -> Case | str:
     checkpoint_kv = False  # the checkpoint's own FP8 KV cache
     preset = MODELS[MODEL_PRESETS[row.model_path]]
     experts = preset.expert_dtype
-    if experts:
+    mode = row.gemm_quant_mode or row.precision
+    if experts and mode in FP4_MODES and row.model_path in NVFP4_MOE_CHECKPOINTS:
+        # A release with 4-bit experts of another kind (Kimi-K2.5's int4) whose NVFP4
+        # rows ran NVIDIA's checkpoint.
+        dtype, experts, kv = NVFP4_MOE_CHECKPOINTS[row.model_path]
+        checkpoint_kv = kv == "fp8"
+    elif experts:
         if row.precision not in FOUR_BIT_LABELS[experts]:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
                     f"released {experts} experts")
     elif row.precision not in ("", "nan", "bf16", "bfloat16"):
-        mode = row.gemm_quant_mode or row.precision
         dtype = FP8_MODES.get(mode, "")
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
@@ -434,7 +447,14 @@ def _dep(row: Row, preset: ModelSpec) -> bool:
 # DP_ATTENTION and launch --tensor-parallel-size TP with --enable-expert-parallel; the
 # runs agree: on 4 H100s those rows measured what the tp 4 expert-parallel rows did at
 # the same clients (TPOT 10.09 against 10.12 ms at 4, 25.69 against 25.66 at 64).
-DP_SCRIPTS: dict[str, tuple[str, ...]] = {"MiniMaxAI/MiniMax-M2.5": ("nvfp4",)}
+# Kimi-K2.5's FP4 script (single_node/kimik2.5_fp4_b200.sh) reads neither DP_ATTENTION
+# nor EP_SIZE in its stored version, yet its rows labelled attention-data-parallel (dp 4,
+# tp 4) measured what the rows labelled expert-parallel (ep 4, tp 4) did at the same
+# clients (TPOT 8.36 against 8.42 ms at 4, 10.50 against 10.60 at 8, 27.87 against 27.13
+# at 64; 1,024/1,024 tokens on B200), and not what its plain tp 4 rows did (22.87 at
+# 64): both ran tp 4 with expert parallelism.
+DP_SCRIPTS: dict[str, tuple[str, ...]] = {"MiniMaxAI/MiniMax-M2.5": ("nvfp4",),
+                                          "moonshotai/Kimi-K2.5": ()}
 
 
 def tables_cover(case: Case) -> Case | str:

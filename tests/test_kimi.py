@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import needs_tables, silicon_csv
 
@@ -89,3 +90,26 @@ def test_hf_config_of_nvidias_nvfp4_kimi(tmp_path: Path) -> None:
     spec = from_hf_config(path)
     assert (spec.dtype, spec.expert_dtype, spec.qkv_dtype, spec.kv_dtype) == (
         "bf16", "nvfp4", "", "fp8")
+
+
+@needs_tables
+def test_vllm_b300_latent_attention_reads_b200s_module_rows() -> None:
+    # vLLM 0.24.0's B300 whole-module MLA rows are about twice its B200 ones where the
+    # other frameworks' MLA kernels time the two GPUs alike: a B300 build takes B200's
+    # rows less B200's projection prices, so its attention terms equal B200's.
+    from sim.cost.tables.gemmtable import gemm_table
+    from sim.cost.tables.mlaattn import mla_attention
+    from sim.cost.tables.profilebuild import attention_gemms
+
+    rank = shard(K, 4)
+    att = {g: mla_attention(g, "vllm", "0.24.0", K, rank, "fp8",
+                            gemm_table(g, "vllm", "0.24.0", "bf16").table,
+                            attention_gemms(rank)) for g in ("b200", "b300")}
+    np.testing.assert_array_equal(np.asarray(att["b300"].grid.values),
+                                  np.asarray(att["b200"].grid.values))
+    np.testing.assert_array_equal(att["b300"].prefill.seconds, att["b200"].prefill.seconds)
+    assert att["b300"].notes[0].endswith(
+        "b300's module rows are inconsistent with its other tables (sim/cost/tables/"
+        "mlaattn.py, MODULE_DONORS): b200's rows of the same release, less their "
+        "projections at b200's GEMM prices")
+    assert "MODULE_DONORS" not in att["b200"].notes[0]

@@ -52,7 +52,7 @@ from sim.cost.tables.attntables import (
     rows_at_heads,
 )
 from sim.cost.tables.commtable import Curve
-from sim.cost.tables.gemmtable import GemmTable, gemm_table
+from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import Table, load_table
 from sim.cost.tables.windowattn import ModelAttention
 from sim.errors import ServesimError
@@ -62,6 +62,14 @@ MLA_FRAMEWORKS = ("sglang", "trtllm")
 # The share of module points whose remainder may be raised to the GEMM floor before a
 # build from modules is refused (none are on H200 and B200).
 MAX_RAISED = 0.1
+# Whole-module MLA rows one GPU's collection times inconsistently, and the GPU whose rows
+# of the same framework and version stand in for them. vLLM 0.24.0's B300 module rows
+# are 1.98x its B200 ones at the median over the decode points both timed (16 heads,
+# FP8 cache; 1.50x over the prefill points), where SGLang 0.5.14's and TensorRT-LLM
+# 1.3.0rc20's MLA decode kernels time B300 within 1% of B200 (their prefill kernels at
+# 0.86-0.90x), and InferenceX's Kimi-K2.5 runs under vLLM measured B300's TPOT at or
+# below B200's in the same setups (7.83 against 8.16 ms at tp 4, 4 clients, 1,024/1,024).
+MODULE_DONORS = {("vllm", "b300"): "b200"}
 
 
 def kv_b_shape(rank: Shard) -> tuple[int, int]:
@@ -134,9 +142,14 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
     dtype = model.qkv_dtype or model.dtype  # the projections the rows less ``projections``
     gemm_type = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}.get(dtype)
     floor = float(gemm.cube.min())
+    rows_gpu = MODULE_DONORS.get((framework, gpu), gpu)
+    own_gemm = gemm  # the rows' own GPU's, which their projections ran on
+    if rows_gpu != gpu:
+        own_gemm = (gemm_table(rows_gpu, framework, version, dtype).table if dtype in (
+            "bf16", "fp16") else projection_gemms(rows_gpu, framework, version, dtype)[0].table)
 
     def rest(name: str, decode: bool) -> tuple[AttentionRows, int]:
-        table = load_table(gpu, "mla", framework, version, name)
+        table = load_table(rows_gpu, "mla", framework, version, name)
         where = f"{table.name} ({table.path})"
         t = table.where(gemm_type=gemm_type, kv_cache_dtype=kv_dtype, mla_dtype="bfloat16",
                         optional=("mla_dtype",))
@@ -152,7 +165,7 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
             rows = AttentionRows(rows.batch[keep], rows.tokens[keep], rows.seconds[keep],
                                  kernel, rows.note)
         tokens = rows.batch if decode else rows.batch * rows.tokens
-        proj = np.array([_projections_s(gemm, projections, float(m)) for m in tokens])
+        proj = np.array([_projections_s(own_gemm, projections, float(m)) for m in tokens])
         left = rows.seconds - proj
         return (AttentionRows(rows.batch, rows.tokens, np.maximum(left, floor), kernel,
                               rows.note), int((left < floor).sum()))
@@ -165,11 +178,15 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
                 f"the block's projections priced from the GEMM table at {low} of "
                 f"{len(rows.seconds)} {what} points; the two tables disagree, so no "
                 f"attention term can be split from the modules here", where="--gpu")
+    borrowed = (f"; {gpu}'s module rows are inconsistent with its other tables "
+                f"(sim/cost/tables/mlaattn.py, MODULE_DONORS): {rows_gpu}'s rows of the same "
+                f"release, less their projections at {rows_gpu}'s GEMM prices"
+                if rows_gpu != gpu else "")
     notes = (f"latent attention (MLA) from {framework}'s whole-module rows (prefill "
              f"{prefill.kernel}, decode {decode.kernel}; {decode.note}) less the block's "
              f"projections from the GEMM table, which the linear stack prices; remainders "
              f"raised to the table's smallest time: {pre_low} of {len(prefill.seconds)} "
-             f"prefill and {dec_low} of {len(decode.seconds)} decode points",)
+             f"prefill and {dec_low} of {len(decode.seconds)} decode points{borrowed}",)
     return ModelAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
                         notes, _kv_b_per_token(gemm, rank))
 

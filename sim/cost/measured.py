@@ -91,7 +91,7 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
             model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla, *gdn,
-            *((model.qkv_dtype,) if model.qkv_dtype not in ("", model.dtype) else ()))
+            *((model.own_qkv_dtype,) if model.own_qkv_dtype else ()))
 
 
 
@@ -177,8 +177,8 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1,
         names = sorted({s.model for s in shipped()})
         dtypes = "" if not quantised else (
             f" with {model.dtype} weights"
-            + (f", {model.qkv_dtype} query/key/value projections"
-               if model.qkv_dtype not in ("", model.dtype) else "")
+            + (f", {model.own_qkv_dtype} query/key/value projections"
+               if model.own_qkv_dtype else "")
             + f" and KV cache {model.kv_dtype}: FP8 profiles ship "
             f"for {', '.join(SHIPPED_FP8)} (fp8 weights, KV cache auto) on GPUs with FP8 "
             f"tensor cores, NVFP4 ones for {', '.join(SHIPPED_FP4)} (nvfp4 weights, KV cache "

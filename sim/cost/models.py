@@ -134,8 +134,8 @@ def dtype_note(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> s
         parts.append(f"{model.dtype} weights, weight-only on {gpu.name} (no FP8 tensor cores)"
                      if weight_only(model, gpu) else f"{model.dtype} weights")
     parts += four_bit_notes(model, gpu, mxfp8_experts)
-    if model.qkv_dtype not in ("", model.dtype):
-        parts.append(f"{model.qkv_dtype} query/key/value projections")
+    if model.own_qkv_dtype:
+        parts.append(f"{model.own_qkv_dtype} query/key/value projections")
     if model.kv_dtype == "fp8":
         parts.append("fp8 KV cache")
     return f"; {', '.join(parts)}" if parts else ""
@@ -272,8 +272,7 @@ class RooflineCost:
         lin_flops = peak * p.fp8_flops_efficiency if low else flops
         # Query/key/value projections a checkpoint keeps at a dtype of their own: their
         # FLOPs at that dtype's peak, their bytes at its width (0 when they are ``dtype``).
-        qkv = (d.attention_layers * d.qkv_params_per_layer
-               if m.qkv_dtype not in ("", m.dtype) else 0)
+        qkv = d.attention_layers * d.qkv_params_per_layer if m.own_qkv_dtype else 0
         qkv_peak, qkv_low = gemm_peak(m.qkv_dtype or m.dtype, gpu)
         qkv_flop_s = 2 * qkv / (qkv_peak * p.fp8_flops_efficiency if qkv_low else flops)
         attn_flops = gpu.flops * p.attention_flops_efficiency

@@ -398,6 +398,12 @@ class ModelSpec(_Projections):
         return weight_bytes_per(self.expert_dtype or self.dtype)
 
     @property
+    def own_qkv_dtype(self) -> str:
+        """``qkv_dtype`` where it differs from ``dtype``, else "" (naming the weights'
+        own dtype changes nothing)."""
+        return self.qkv_dtype if self.qkv_dtype != self.dtype else ""
+
+    @property
     def qkv_dtype_bytes(self) -> float:
         """Bytes per weight of the attention layers' query, key and value projections,
         scales counted."""

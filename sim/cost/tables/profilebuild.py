@@ -431,8 +431,8 @@ def _qkv_gemm(m: ModelSpec, gpu: str, fw: str, version: str, bf16_gemm: GemmTabl
     kv_b's up-projection and the absorbed batched GEMMs' dtype): ``lin_gemm``, the other
     projections', unless the checkpoint keeps them at a ``qkv_dtype`` of their own,
     whose rows it then reads (``bf16_gemm`` for 16-bit ones), with a note saying so."""
-    qkv = m.qkv_dtype or m.dtype
-    if qkv == m.dtype:
+    qkv = m.own_qkv_dtype
+    if not qkv:
         return lin_gemm
     if qkv not in TABLE_DTYPES:
         raise ServesimError(f"qkv_dtype {qkv!r} is not built from the tables; built: "

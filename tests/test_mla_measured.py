@@ -233,3 +233,32 @@ def test_vllm_mla_where_its_tables_disagree_is_refused() -> None:
                                             r"MLA rows are faster than the block's projections "
                                             r".* at 47 of 113 prefill points"):
         build_profile(BuildSpec(V3, "l40s", "vllm", 8))
+
+
+def test_rows_exported_with_tp_times_ep_as_tp_run_their_single_node_split(
+        tmp_path: Path) -> None:
+    # InferenceX's single-node runs of tp 8 with experts over the 8 GPUs, exported as
+    # tp_size 64, moe_tp_size 8, moe_ep_size 8 (the id names the split): tp 8, ep 8.
+    head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
+            "isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
+            "silicon_tpot_ms,moe_tp_size,moe_ep_size")
+    line = ("r_c4_tp8_ep8,source_file=2026-04-06.csv; model=DeepSeek-R1,sglang,0.5.9,"
+            "deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,4,{tp},1,1,189,8.05,{mtp},{mep}")
+    path = tmp_path / "s.csv"
+
+    def case(tp: int, mtp: int, mep: int, source: str = "source_file=2026-04-06.csv") -> object:
+        path.write_text(head + "\n" + line.format(tp=tp, mtp=mtp, mep=mep).replace(
+            "source_file=2026-04-06.csv", source) + "\n")
+        return classify(read_rows(path)[0])
+
+    c = case(64, 8, 8)
+    assert isinstance(c, Case) and (c.tp, c.ep, c.row.tp, c.row.moe_tp) == (8, 8, 8, 1)
+    # Equal to the same run exported as (tp 8, expert tp 1, expert parallelism 8).
+    same = case(8, 1, 8)
+    assert isinstance(same, Case) and scenario_raw(same) == scenario_raw(c)
+    # tp 4 x ep 4 as 16 likewise; a split within one node is read as written.
+    four = case(16, 4, 4)
+    assert isinstance(four, Case) and (four.tp, four.ep) == (4, 4)
+    assert str(case(4, 2, 2)).startswith("experts split other than by tensor parallelism")
+    # AIConfigurator's own rows are not InferenceX's single-node scripts: as written.
+    assert str(case(64, 8, 8, source="aic")).startswith("experts split other than")

@@ -384,6 +384,7 @@ def classify(row: Row) -> Case | str:
     if row.system not in SYSTEM_GPUS:
         return (f"system {row.system} is not compared: servesim prices public runs on "
                 f"{', '.join(sorted(set(SYSTEM_GPUS.values())))}")
+    row = _single_node_split(row)
     if row.pp != 1 or row.attention_dp > 1 and not _dep(row, preset):
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
     ep = dp = 1
@@ -426,6 +427,25 @@ def classify(row: Row) -> Case | str:
                 dtype=dtype, ep=ep, kv_dtype="fp8" if fp8_kv else "auto", moe_backend=forced,
                 expert_dtype=experts, dp=dp, state_dtype=state,  # type: ignore[arg-type]
                 qkv_dtype=qkv)  # type: ignore[arg-type]
+
+
+def _single_node_split(row: Row) -> Row:
+    """``row`` with the split it ran where an InferenceX export wrote tp × ep as its tp:
+    an aggregated row whose tp_size exceeds one node's GPUs and equals moe_tp_size ×
+    moe_ep_size with the two equal ran tp = moe_tp_size with its experts over those GPUs
+    (expert tp 1, expert parallelism moe_ep_size). InferenceX's aggregated runs are its
+    single-node scripts; the rows' ids say so where they name the split (``..._tp8_ep8``
+    on tp_size 64, ``..._tp4_ep4`` on 16), and the runs that appear in another export as
+    (tp 8, expert tp 1, expert parallelism 8) measured the same latencies to the digit
+    (DeepSeek-R1 FP4 under SGLang 0.5.9 on B200: TTFT 189 ms and TPOT 8.05 ms at 4 clients
+    of 1,024/1,024 in both)."""
+    from sim.cost.specs import GPUS
+
+    gpu = GPUS.get(SYSTEM_GPUS.get(row.system, ""))
+    if (row.collection != "inferencex" or gpu is None or row.tp <= gpu.node_gpus
+            or row.moe_ep < 2 or row.moe_tp != row.moe_ep or row.tp != row.moe_tp ** 2):
+        return row
+    return replace(row, tp=row.moe_tp, moe_tp=1)
 
 
 def _dep(row: Row, preset: ModelSpec) -> bool:

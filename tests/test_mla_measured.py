@@ -242,12 +242,13 @@ def test_rows_exported_with_tp_times_ep_as_tp_run_their_single_node_split(
     head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
             "isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
             "silicon_tpot_ms,moe_tp_size,moe_ep_size")
-    line = ("r_c4_tp8_ep8,source_file=2026-04-06.csv; model=DeepSeek-R1,sglang,0.5.9,"
+    line = ("{id},source_file=2026-04-06.csv; model=DeepSeek-R1,sglang,0.5.9,"
             "deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,4,{tp},1,1,189,8.05,{mtp},{mep}")
     path = tmp_path / "s.csv"
 
-    def case(tp: int, mtp: int, mep: int, source: str = "source_file=2026-04-06.csv") -> object:
-        path.write_text(head + "\n" + line.format(tp=tp, mtp=mtp, mep=mep).replace(
+    def case(tp: int, mtp: int, mep: int, source: str = "source_file=2026-04-06.csv",
+             run: str = "r_c4_tp8_ep8") -> object:
+        path.write_text(head + "\n" + line.format(id=run, tp=tp, mtp=mtp, mep=mep).replace(
             "source_file=2026-04-06.csv", source) + "\n")
         return classify(read_rows(path)[0])
 
@@ -260,5 +261,8 @@ def test_rows_exported_with_tp_times_ep_as_tp_run_their_single_node_split(
     four = case(16, 4, 4)
     assert isinstance(four, Case) and (four.tp, four.ep) == (4, 4)
     assert str(case(4, 2, 2)).startswith("experts split other than by tensor parallelism")
+    # ... unless its id names that split (tp 2 x ep 2 written as tp_size 4).
+    two = case(4, 2, 2, run="r_c4_tp2_ep2_927")
+    assert isinstance(two, Case) and (two.tp, two.ep) == (2, 2)
     # AIConfigurator's own rows are not InferenceX's single-node scripts: as written.
     assert str(case(64, 8, 8, source="aic")).startswith("experts split other than")

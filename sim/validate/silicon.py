@@ -431,21 +431,23 @@ def classify(row: Row) -> Case | str:
 
 def _single_node_split(row: Row) -> Row:
     """``row`` with the split it ran where an InferenceX export wrote tp × ep as its tp:
-    an aggregated row whose tp_size exceeds one node's GPUs and equals moe_tp_size ×
-    moe_ep_size with the two equal ran tp = moe_tp_size with its experts over those GPUs
-    (expert tp 1, expert parallelism moe_ep_size). InferenceX's aggregated runs are its
-    single-node scripts; the rows' ids say so where they name the split (``..._tp8_ep8``
-    on tp_size 64, ``..._tp4_ep4`` on 16), and the runs that appear in another export as
+    an aggregated row whose tp_size equals moe_tp_size × moe_ep_size with the two equal,
+    and either exceeds one node's GPUs or has an id naming that split (``..._tp2_ep2``
+    on tp_size 4), ran tp = moe_tp_size with its experts over those GPUs (expert tp 1,
+    expert parallelism moe_ep_size). InferenceX's aggregated runs are its single-node
+    scripts; the rows' ids say so where they name the split (``..._tp8_ep8`` on tp_size
+    64, ``..._tp4_ep4`` on 16), and the runs that appear in another export as
     (tp 8, expert tp 1, expert parallelism 8) measured the same latencies to the digit
     (DeepSeek-R1 FP4 under SGLang 0.5.9 on B200: TTFT 189 ms and TPOT 8.05 ms at 4 clients
     of 1,024/1,024 in both)."""
     from sim.cost.specs import GPUS
 
     gpu = GPUS.get(SYSTEM_GPUS.get(row.system, ""))
-    if (row.collection != "inferencex" or gpu is None or row.tp <= gpu.node_gpus
-            or row.moe_ep < 2 or row.moe_tp != row.moe_ep or row.tp != row.moe_tp ** 2):
+    if (row.collection != "inferencex" or gpu is None or row.moe_ep < 2
+            or row.moe_tp != row.moe_ep or row.tp != row.moe_tp ** 2):
         return row
-    return replace(row, tp=row.moe_tp, moe_tp=1)
+    named = f"_tp{row.moe_tp}_ep{row.moe_ep}_" in f"{row.id}_"
+    return replace(row, tp=row.moe_tp, moe_tp=1) if named or row.tp > gpu.node_gpus else row
 
 
 def _dep(row: Row, preset: ModelSpec) -> bool:

@@ -1,5 +1,5 @@
-"""TensorRT-LLM's per-tensor FP8 GEMM rows time the quantisation of their bf16 input;
-the projections of its served FP8 models are priced without it
+"""TensorRT-LLM's per-tensor FP8 and its NVFP4 GEMM rows time the quantisation of their
+bf16 input; the projections of its served models are priced without it
 (sim/cost/tables/gemmtable.py, QUANT_IN_ROWS)."""
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from sim.cost.tables.kerneltables import Table
 from sim.errors import ServesimError
 
 
-def _table(fp8_us: float, bf16_us: float, with_fp8: bool = True) -> Table:
+def _table(fp8_us: float, bf16_us: float, with_fp8: bool = True,
+           quant: tuple[str, float] = ("fp8", 1.0)) -> Table:
     """GEMM rows whose time is an intercept (us) plus weight bytes at 4 TB/s, at 1-4
-    tokens, plus rows the fit must leave out (16 tokens; weights past 128 Mi elements)."""
+    tokens, plus rows the fit must leave out (16 tokens; weights past 128 Mi elements):
+    bf16 at 2 bytes a weight, and the quantised ``quant`` (the tables' dtype name, bytes a
+    weight) with intercept ``fp8_us``."""
     cols: dict[str, list] = {"gemm_dtype": [], "m": [], "n": [], "k": [], "latency": []}
-    for dtype, size, icpt in (("bfloat16", 2, bf16_us), ("fp8", 1, fp8_us)):
-        if dtype == "fp8" and not with_fp8:
+    for dtype, size, icpt in (("bfloat16", 2.0, bf16_us), (*quant, fp8_us)):
+        if dtype == quant[0] and not with_fp8:
             continue
         for m in (1, 4, 16):
             for n, k in ((2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384)):
@@ -40,6 +43,9 @@ def test_the_input_quantisation_is_the_fp8_rows_intercept_over_the_bf16_rows() -
     assert input_quant_seconds(_table(3.0, 4.0)) == 0.0
     with pytest.raises(ServesimError, match="too few fp8 GEMM rows at 1-4 tokens"):
         input_quant_seconds(_table(13.0, 4.0, with_fp8=False))
+    # NVFP4 rows the same way, their weight bytes at 4.5 bits (0.5625 bytes) a weight.
+    nvfp4 = _table(15.0, 4.0, quant=("nvfp4", 0.5625))
+    assert input_quant_seconds(nvfp4, "nvfp4") == pytest.approx(11e-6, abs=1e-12)
 
 
 @needs_tables

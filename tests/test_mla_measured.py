@@ -239,18 +239,15 @@ def test_rows_exported_with_tp_times_ep_as_tp_run_their_single_node_split(
         tmp_path: Path) -> None:
     # InferenceX's single-node runs of tp 8 with experts over the 8 GPUs, exported as
     # tp_size 64, moe_tp_size 8, moe_ep_size 8 (the id names the split): tp 8, ep 8.
-    head = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,"
-            "isl,osl,batch_size,tp_size,pp_size,attention_dp_size,silicon_ttft_ms,"
-            "silicon_tpot_ms,moe_tp_size,moe_ep_size")
     line = ("{id},source_file=2026-04-06.csv; model=DeepSeek-R1,sglang,0.5.9,"
             "deepseek-ai/DeepSeek-R1,b200_sxm,fp8,agg,1024,1024,4,{tp},1,1,189,8.05,{mtp},{mep}")
-    path = tmp_path / "s.csv"
 
     def case(tp: int, mtp: int, mep: int, source: str = "source_file=2026-04-06.csv",
              run: str = "r_c4_tp8_ep8") -> object:
-        path.write_text(head + "\n" + line.format(id=run, tp=tp, mtp=mtp, mep=mep).replace(
-            "source_file=2026-04-06.csv", source) + "\n")
-        return classify(read_rows(path)[0])
+        row = line.format(id=run, tp=tp, mtp=mtp, mep=mep).replace(
+            "source_file=2026-04-06.csv", source)
+        return classify(read_rows(silicon_csv(tmp_path, [row],
+                                              ("moe_tp_size", "moe_ep_size")))[0])
 
     c = case(64, 8, 8)
     assert isinstance(c, Case) and (c.tp, c.ep, c.row.tp, c.row.moe_tp) == (8, 8, 8, 1)

@@ -2,7 +2,8 @@
 DeepSeek checkpoints keep attention's q_a, q_b, kv_a and kv_b in bf16 and quantise the
 rest. Weight bytes, the roofline's linear terms and a measured profile's projections by
 hand; the Hugging Face import; the public FP4 DeepSeek rows as InferenceX launched them;
-and TensorRT-LLM's NVFP4 GEMM rows without the input quantisation they time."""
+and TensorRT-LLM's NVFP4 GEMM rows without the input quantisation they time (the fit
+itself: tests/test_fp8_input_quant.py)."""
 
 from __future__ import annotations
 
@@ -158,24 +159,6 @@ def test_deepseek_fp4_rows_run_as_their_recipes_launched_them(tmp_path: Path) ->
         "source_file=2026-03-25.csv; model=DeepSeek-R1", "aic")
     why = classify(read_rows(silicon_csv(tmp_path, [aic], ("gemm_quant_mode",)))[0])
     assert isinstance(why, str) and why.startswith("nvfp4 weights of a mixture of experts")
-
-
-def test_tensorrt_llm_nvfp4_rows_lose_their_input_quantisation() -> None:
-    from sim.cost.tables.gemmtable import input_quant_seconds
-    from sim.cost.tables.kerneltables import Table
-
-    # Rows of an intercept plus weight bytes at 4 TB/s, at 1-4 tokens: bf16 at 2 bytes a
-    # weight with 4 us, NVFP4 at 0.5625 with 15 us.
-    cols: dict[str, list[float | str]] = {"gemm_dtype": [], "m": [], "n": [], "k": [],
-                                          "latency": []}
-    for dtype, size, icpt in (("bfloat16", 2.0, 4.0), ("nvfp4", 0.5625, 15.0)):
-        for m in (1, 4):
-            for n in (2048, 4096, 8192):
-                for key, v in (("gemm_dtype", dtype), ("m", m), ("n", n), ("k", n)):
-                    cols[key].append(v)
-                cols["latency"].append((icpt + n * n * size / 4e12 * 1e6) / 1e3)
-    table = Table("gemm_perf", Path("synthetic"), "0", {k: np.asarray(v) for k, v in cols.items()})
-    assert input_quant_seconds(table, "nvfp4") == pytest.approx(11e-6, abs=1e-12)
 
 
 @needs_tables

@@ -142,9 +142,11 @@ def from_hf_config(path: Path) -> ModelSpec:
         # 16-bit.
         moe_fields["expert_dtype"] = dtype
         dtype = plain
-    qkv: dict[str, Any] = {"qkv_dtype": plain} if kept == "qkv" and plain != dtype else {}
+    # The dtypes a checkpoint sets apart: its QKV projections' and its KV cache's.
+    kept_apart: dict[str, Any] = ({"qkv_dtype": plain} if kept == "qkv" and plain != dtype
+                                  else {})
     if _checkpoint_fp8_kv(cfg.get("quantization_config")):
-        qkv["kv_dtype"] = "fp8"
+        kept_apart["kv_dtype"] = "fp8"
     layers = count("num_hidden_layers", least=1)
     attention = _attention_fields(cfg, family, layers, src)
     hidden = count("hidden_size", least=1)
@@ -176,7 +178,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
             **moe_fields,
-            **qkv,
+            **kept_apart,
             **attention,
             **mla,  # type: ignore[arg-type]
             **_gdn_fields(cfg, family, layers, count, src),

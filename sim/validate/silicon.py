@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
-from sim.cost.specs import MODELS, ExpertDtype, KVDtype, ModelSpec, StateDtype
+from sim.cost.specs import GPUS, MODELS, ExpertDtype, KVDtype, ModelSpec, StateDtype
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
@@ -440,8 +440,6 @@ def _single_node_split(row: Row) -> Row:
     (tp 8, expert tp 1, expert parallelism 8) measured the same latencies to the digit
     (DeepSeek-R1 FP4 under SGLang 0.5.9 on B200: TTFT 189 ms and TPOT 8.05 ms at 4 clients
     of 1,024/1,024 in both)."""
-    from sim.cost.specs import GPUS
-
     gpu = GPUS.get(SYSTEM_GPUS.get(row.system, ""))
     if (row.collection != "inferencex" or gpu is None or row.moe_ep < 2
             or row.moe_tp != row.moe_ep or row.tp != row.moe_tp ** 2):
@@ -632,7 +630,7 @@ def recipe(case: Case) -> dict[str, float]:
                 "scheduler_recv_interval": 30 if r.concurrency >= 16 else 10,
                 "stream_interval": 30, "max_running": 128}
     if case.framework == "trtllm":
-        tokens = max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
+        tokens = _trtllm_deepseek_tokens(r)
         if case.gpu not in BLACKWELL:
             return {"max_num_batched_tokens": tokens, "free_fraction": 0.75,
                     "stream_interval": 10}
@@ -643,6 +641,12 @@ def recipe(case: Case) -> dict[str, float]:
             out.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
         return out
     return {}
+
+
+def _trtllm_deepseek_tokens(r: Row) -> int:
+    """The --max_num_tokens InferenceX's DeepSeek TensorRT-LLM scripts pass for ``r``:
+    its clients plus its prompt plus 64, up to a multiple of 64, never below 8,192."""
+    return max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64)
 
 
 def _deepseek_fp4_recipe(case: Case) -> dict[str, float]:
@@ -658,8 +662,8 @@ def _deepseek_fp4_recipe(case: Case) -> dict[str, float]:
                 "scheduler_recv_interval": 30 if r.concurrency >= 16 else 10,
                 "stream_interval": 10, "max_running": 256}
     if case.framework == "trtllm":
-        return {"max_num_batched_tokens": max(8192, -(-(r.concurrency + r.isl + 64) // 64) * 64),
-                "free_fraction": 0.8, "stream_interval": 10}
+        return {"max_num_batched_tokens": _trtllm_deepseek_tokens(r), "free_fraction": 0.8,
+                "stream_interval": 10}
     return {}
 
 

@@ -145,8 +145,7 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
     rows_gpu = MODULE_DONORS.get((framework, gpu), gpu)
     own_gemm = gemm  # the rows' own GPU's, which their projections ran on
     if rows_gpu != gpu:
-        own_gemm = (gemm_table(rows_gpu, framework, version, dtype).table if dtype in (
-            "bf16", "fp16") else projection_gemms(rows_gpu, framework, version, dtype)[0].table)
+        own_gemm = projection_gemms(rows_gpu, framework, version, dtype)[0].table
 
     def rest(name: str, decode: bool) -> tuple[AttentionRows, int]:
         table = load_table(rows_gpu, "mla", framework, version, name)

@@ -273,7 +273,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         notes.append(f"{fw}'s own {TABLE_DTYPES[m.dtype]} GEMM rows are inconsistent with "
                      f"its other tables (sim/cost/tables/gemmtable.py): the projections are "
                      f"priced from {lin_fw} {lin_version}'s rows of the same library")
-    qkv_gemm = _qkv_gemm(m, gpu, fw, version, gemm, lin_gemm, notes)
+    qkv_gemm = _qkv_gemm(m, gpu, fw, version, lin_gemm, notes)
     ms = gemm.ms
     lin_ms = lin_gemm.ms  # an FP8 table may time other token counts than the bf16 one
     floor_s = float(gemm.cube.min())
@@ -425,20 +425,19 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     }
 
 
-def _qkv_gemm(m: ModelSpec, gpu: str, fw: str, version: str, bf16_gemm: GemmTable,
-              lin_gemm: GemmTable, notes: list[str]) -> GemmTable:
+def _qkv_gemm(m: ModelSpec, gpu: str, fw: str, version: str, lin_gemm: GemmTable,
+              notes: list[str]) -> GemmTable:
     """The GEMM table that prices ``m``'s query/key/value projections (and with MLA
     kv_b's up-projection and the absorbed batched GEMMs' dtype): ``lin_gemm``, the other
     projections', unless the checkpoint keeps them at a ``qkv_dtype`` of their own,
-    whose rows it then reads (``bf16_gemm`` for 16-bit ones), with a note saying so."""
+    whose rows (:func:`projection_gemms`) it then reads, with a note saying so."""
     qkv = m.own_qkv_dtype
     if not qkv:
         return lin_gemm
     if qkv not in TABLE_DTYPES:
         raise ServesimError(f"qkv_dtype {qkv!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--qkv-dtype")
-    table = projection_gemms(gpu, fw, version, qkv)[0].table if qkv in QUANT_VARIANTS \
-        else bf16_gemm
+    table = projection_gemms(gpu, fw, version, qkv)[0].table
     notes.append(f"query/key/value projections{' (q_a/kv_a, q_b, kv_b)' if m.mla else ''} "
                  f"at {qkv}, from the {TABLE_DTYPES[qkv]} GEMM rows: the checkpoint keeps "
                  f"them apart from the other projections' {m.dtype}")

@@ -37,6 +37,8 @@ COEFS = {
                 "per_kv_token_s": 1e-9, "evict_kv": 12.0, "per_prefill_s": 4e-6,
                 "per_prefill_pair_s": 1e-11},
     "host": {"const_s": 2e-5, "per_seq_s": 3e-6},
+    # A dense model's: no entry is ever past a top-k (tests/test_dsa.py prices one).
+    "sparse_prefill": {"per_token_s": 0.0, "topk_tokens": 1e9},
 }
 
 

@@ -7,6 +7,7 @@ shipped measured profiles (vLLM 0.24.0 kernel tables) unless a table says roofli
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def sizes() -> list[dict[str, Any]]:
     rows = []
     for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-235b-a22b-fp8",
                  "llama-3.3-70b-fp8", "llama-3.1-70b", "deepseek-v3", "kimi-k2.5",
-                 "minimax-m2.5"):
+                 "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5"):
         m = MODELS[name]
         rows.append({"model": name, "params_b": m.params / 1e9,
                      "active_b": m.active_params / 1e9, "weights_gb": m.weight_bytes / 1e9,
@@ -93,6 +94,38 @@ def deepseek_measured_parts() -> dict[str, dict[str, float]]:
             parts = cost.breakdown(decode_shape(b, b * 2048))
             out[f"{fw}, {b} x 2,048"] = {k: float(v) * 1e3 for k, v in parts.items()}
     return out
+
+
+def glm5_sparse() -> dict[str, list[float]]:
+    """GLM-5 on 8 H200s: attention's share of a decode step (ms) of 32 sequences at 2k to
+    128k cached tokens each, by the roofline with its sparse attention and with the same
+    latent attention dense (no indexer), and the whole step by the shipped SGLang
+    profile; then prefill steps of one 1,024-, 2,048-, 4,096- and 8,192-token prompt
+    (ms) by that profile, its sparse-path term apart."""
+    from sim.cost.profilefile import load_profile
+
+    glm5 = MODELS["glm-5"]
+    dense = dataclasses.replace(glm5, index_topk=0, index_n_heads=0, index_head_dim=0,
+                                name="glm-5-dense")
+    sparse_rf = RooflineCost(glm5, GPUS["h200"], 8, RooflineParams())
+    dense_rf = RooflineCost(dense, GPUS["h200"], 8, RooflineParams())
+    measured = load_profile("h200-glm-5-tp8-sglang")
+    out: dict[str, list[float]] = {"roofline attention, sparse": [],
+                                   "roofline attention, dense MLA": [],
+                                   "measured step (SGLang)": []}
+    for ctx in GLM5_CONTEXTS:
+        shape = decode_shape(32, 32 * ctx)
+        out["roofline attention, sparse"].append(float(sparse_rf.parts(shape)["attention"]))
+        out["roofline attention, dense MLA"].append(float(dense_rf.parts(shape)["attention"]))
+        out["measured step (SGLang)"].append(float(measured.step_time(shape)))
+    for n in (1024, 2048, 4096, 8192):
+        parts = measured.breakdown(shape_of([(n, 0)]))
+        out.setdefault("prefill step", []).append(float(sum(parts.values())))
+        out.setdefault("of which sparse path", []).append(float(parts["sparse_prefill"]))
+    return {k: [x * 1e3 for x in v] for k, v in out.items()}
+
+
+GLM5_CONTEXTS = (2048, 8192, 32768, 131072)
 
 
 def qwen235_layouts() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -201,6 +234,15 @@ def main() -> None:
         print(f"| {k} | " + " | ".join(f"{v[k]:.2f}" for v in dm.values()) + " |")
     print("| whole step | " + " | ".join(f"{sum(v.values()):.2f}" for v in dm.values()) + " |")
     print(deepseek_memory())
+    glm = glm5_sparse()
+    print("\n| 32 sequences of | " + " | ".join(f"{c:,}" for c in GLM5_CONTEXTS) + " |")
+    print("|---|" + "---:|" * len(GLM5_CONTEXTS))
+    for k in ("roofline attention, sparse", "roofline attention, dense MLA",
+              "measured step (SGLang)"):
+        print(f"| {k} | " + " | ".join(f"{x:.2f}" for x in glm[k]) + " |")
+    print("GLM-5 prefill of 1,024, 2,048, 4,096, 8,192 tokens (ms): " + ", ".join(
+        f"{a:.1f} ({b:.1f} sparse path)" for a, b in zip(glm["prefill step"],
+                                                      glm["of which sparse path"], strict=True)))
     print("\n| weights | 8,192-token prefill ms | TTFT p50 ms | TPOT p50 ms | cost source |")
     print("|---|---:|---:|---:|---|")
     for r in fp8_runs():

@@ -6,7 +6,8 @@ side reads it. Decoders of the Llama shape are modelled: attention (grouped quer
 rotary positions; sliding windows from ``sliding_window`` and ``layer_types``; gpt-oss's
 attention sinks) and per layer a SwiGLU MLP or a mixture of SwiGLU experts (mixtral,
 qwen3_moe, gpt_oss, minimax_m2); DeepSeek-V2/V3 (deepseek_v2, deepseek_v3) add multi-head latent
-attention and shared experts; Qwen3-Next and Qwen3.5 (qwen3_next; qwen3_5 and qwen3_5_moe,
+attention and shared experts, DeepSeek-V3.2 and GLM-5 (deepseek_v32, glm_moe_dsa) its sparse
+form; Qwen3-Next and Qwen3.5 (qwen3_next; qwen3_5 and qwen3_5_moe,
 whose language model is their ``text_config``) add Gated DeltaNet layers, a gated
 attention output and one shared expert; other mixture-of-experts families are a clear
 error. A
@@ -37,7 +38,7 @@ from sim.files import read_text
 # q/k RMSNorms (2 x head_dim weights a layer) are left out: a few KB of a 65 GB model.
 SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss",
                       "deepseek_v2", "deepseek_v3", "kimi_k2", "minimax_m2", "qwen3_next",
-                      "qwen3_5_text", "qwen3_5_moe_text")
+                      "qwen3_5_text", "qwen3_5_moe_text", "deepseek_v32", "glm_moe_dsa")
 # Multimodal wrappers whose language model is a supported family in ``text_config``
 # (Kimi-K2.5: a DeepSeek-V3-shaped kimi_k2 decoder beside a vision tower, which is not
 # modelled: text requests never run it).
@@ -60,6 +61,8 @@ MOE_KEYS = {"mixtral": ("num_local_experts", "num_experts_per_tok", "intermediat
             "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "deepseek_v3": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
             "kimi_k2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "deepseek_v32": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
+            "glm_moe_dsa": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"),
             # MiniMax-M2: every layer a mixture of experts of width intermediate_size
             # (as Mixtral's), grouped-query attention with per-layer q/k RMSNorms (left
             # out, as Qwen3's) and rotary embedding on part of each head; its
@@ -72,8 +75,11 @@ _WINDOW_ON_ALL = ("mistral", "mixtral")
 # and then from layer max_window_layers on: not modelled.
 _WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe", *GDN_FAMILIES)
 # Families with multi-head latent attention: DeepSeek's config keys, read as they are named.
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+# Families whose latent attention is sparse (DeepSeek-V3.2, GLM-5): the indexer's keys.
+DSA_FAMILIES = ("deepseek_v32", "glm_moe_dsa")
+DSA_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
@@ -230,7 +236,8 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
 
 
 def _mla_fields(cfg: dict[str, Any], family: Any, count: Any) -> dict[str, int]:
-    """The latent-attention fields of a DeepSeek-V2/V3 config (empty for other families);
+    """The latent-attention fields of a DeepSeek-V2/V3 config (empty for other families),
+    with the sparse-attention indexer's of a DeepSeek-V3.2 or GLM-5 one;
     ``q_lora_rank`` null (DeepSeek-V2-Lite: one q_proj) is 0. ``num_nextn_predict_layers``
     (the multi-token-prediction layers) is not read: vLLM loads them only as a
     speculative drafter, so they are no part of the served model."""
@@ -238,6 +245,8 @@ def _mla_fields(cfg: dict[str, Any], family: Any, count: Any) -> dict[str, int]:
         return {}
     fields = {key: count(key) for key in MLA_KEYS if key != "q_lora_rank"}
     fields["q_lora_rank"] = count("q_lora_rank") if cfg.get("q_lora_rank") is not None else 0
+    if family in DSA_FAMILIES:
+        fields.update({key: count(key, least=1) for key in DSA_KEYS})
     return fields
 
 
@@ -326,27 +335,35 @@ def _unquantised_attention(quant: Any, src: str) -> str:
     experts-only exports, whose ``exclude_modules`` or ``ignore`` list each layer's
     ``self_attn*``), ``"qkv"`` (its query, key and value projections, by name, the output
     projection quantised: NVIDIA's NVFP4 DeepSeek checkpoints), or ``""`` (none). Any
-    other subset of attention's projections is an error naming one of them."""
+    other subset of attention's projections is an error naming one of them. A list naming
+    every projection one by one, the output's too, is ``"all"``."""
     if not isinstance(quant, dict):
         return ""
     keep = (quant.get("modules_to_not_convert") or quant.get("exclude_modules")
             or quant.get("ignore") or [])
     if not isinstance(keep, list):
         return ""
-    attention = [str(k) for k in keep if "self_attn" in str(k)]
+    # A sparse-attention indexer's small projections (DeepSeek-V3.2's and GLM-5's
+    # indexer*, weights_proj named indexers_proj) are kept 16-bit whatever the rest is:
+    # they say nothing of the attention projections.
+    attention = [str(k) for k in keep if "self_attn" in str(k)
+                 and "indexer" not in str(k).partition("self_attn")[2]]
     whole = [k for k in attention if k.partition("self_attn")[2] in ("", "*", ".*")]
     if whole:
         return "all"
     names = {k.rpartition(".")[2] for k in attention}
-    # The DeepSeek-V3.2 exports also keep the sparse-attention indexer (indexer*).
     projections = {n for n in names if n.endswith("_proj") or n.endswith("_with_mqa")}
-    if attention and not any(projections == qkv for qkv in _QKV_SETS):
+    if not projections:
+        return ""  # norms only (GLM-5's FP8 release lists its latents' norms)
+    if any(projections == qkv | {"o_proj"} for qkv in _QKV_SETS):
+        return "all"  # every projection by name (NVIDIA's NVFP4 GLM-5)
+    if not any(projections == qkv for qkv in _QKV_SETS):
         raise ServesimError(f"keeps {attention[0]!r} and other single attention projections "
                             "unquantised, the rest at its dtype; servesim models attention "
                             "unquantised whole, or its query/key/value projections "
                             f"({'; '.join(', '.join(sorted(q)) for q in _QKV_SETS)}) "
                             "apart from the output", source=src, where="quantization_config")
-    return "qkv" if attention else ""
+    return "qkv"
 
 
 def _checkpoint_fp8_kv(quant: Any) -> bool:

@@ -53,6 +53,11 @@ SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 # Latent-attention models (their release's FP8 block-scaled weights), at the tps where
 # they fit.
 SHIPPED_MLA = ("deepseek-v3", "kimi-k2.5")
+# Sparse-attention models (DeepSeek sparse attention; FP8 as released), under SGLang only:
+# its module rows change kernel at the top-k as its server does, and their prompts past
+# the top-k fit a price per token (3 to 14% left-one-out error) where vLLM's and
+# TensorRT-LLM's do not (37 and 56%: sim.cost.tables.dsaattn.fit_sparse_prefill).
+SHIPPED_DSA = ("glm-5",)
 # Models with Gated DeltaNet layers (Qwen3.5, bf16 as released), on every GPU and tp whose
 # linear-attention tables measured their heads (and MoE tables their experts).
 SHIPPED_HYBRID = ("qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")
@@ -85,12 +90,14 @@ def architecture(model: ModelSpec) -> tuple[object, ...]:
              model.attention_sinks)
     mla = (model.kv_lora_rank, model.q_lora_rank, model.qk_rope_head_dim,
            model.qk_nope_head_dim, model.v_head_dim) if model.mla else ()
+    # Only when sparse, so latent-attention profiles' architectures stay what they were.
+    dsa = (model.index_topk, model.index_n_heads, model.index_head_dim) if model.sparse else ()
     gdn = (model.linear_layers, model.linear_key_heads, model.linear_value_heads,
            model.linear_key_dim, model.linear_value_dim, model.linear_conv,
            model.attn_output_gate) if model.linear_layers else ()
     return (model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim,
             model.intermediate, model.vocab, model.dtype, model.kv_dtype, model.qkv_bias,
-            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla, *gdn,
+            model.tie_embeddings, *moe, *(newer if any(newer) else ()), *mla, *dsa, *gdn,
             *((model.own_qkv_dtype,) if model.own_qkv_dtype else ()))
 
 

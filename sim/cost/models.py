@@ -189,6 +189,9 @@ LINEAR_KERNELS = 4
 # two (QKV, output): vLLM's fused q_a + kv_a projection, q_b, the two per-head products
 # with kv_b's halves that absorb it in decode (W_UK before attention, W_UV after), output.
 MLA_KERNELS = 5
+# DeepSeek sparse attention's indexer adds its three projections (wq_b, wk,
+# weights_proj), the key's norm and cache write, the logits and the top-k: 6 kernels.
+DSA_KERNELS = 6
 # A mixture-of-experts MLP instead launches its router GEMM, top-k, the token
 # permutation, two grouped expert GEMMs and the weighted sum (6; a shared expert's two
 # GEMMs more), beside the layer's QKV and output GEMMs.
@@ -231,6 +234,16 @@ class RooflineCost:
     and their KV reads min(context, W·seqs) + new. Both are upper bounds, exact when every
     sequence's context is past the window or none is (the shape has sums, not each
     sequence's context).
+
+    Latent attention (MLA) prices each prefill pair at its expanded heads' FLOPs, each
+    decode's cached token at the absorbed form's (latent-wide keys and values), and each
+    cached token a prefill chunk attends to at kv_b's up-projection; its reads are the
+    cached latents. DeepSeek sparse attention (``index_topk`` = K) caps those pairs and
+    decode reads as a window of K does (min(pairs, K·tokens), min(decode KV, K·decodes)),
+    and adds its indexer, which scores every pair, 2·H_i·d_i FLOPs each over its
+    ``index_n_heads`` x ``index_head_dim`` (whole on every GPU; at the FP8 peak where the
+    GPU has one, as its FP8 logits kernel runs), and reads every cached token's indexer key
+    (:attr:`sim.cost.specs.ModelSpec.index_key_bytes`).
 
     Expert parallelism (``ep`` = tp > 1, :func:`sim.cost.specs.expert_shard`): a GPU
     holds E/ep whole experts, so it reads (E/ep)·(1 − (1 − k/E)^new) of them and runs
@@ -279,7 +292,7 @@ class RooflineCost:
         bw = gpu.mem_bw * p.bandwidth_efficiency
         qkv_mem_s = qkv * m.qkv_dtype_bytes / bw
         head = d.vocab * m.hidden
-        attn_kernels = MLA_KERNELS if m.mla else 2
+        attn_kernels = MLA_KERNELS + DSA_KERNELS * m.sparse if m.mla else 2
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
         self._moe_q: float | None = None
         if m.experts:
@@ -353,6 +366,17 @@ class RooflineCost:
                          2 * m.layers * d.heads * (r + rho + r) / attn_flops,
                          2 * m.layers * r * d.heads * (n + v) / lin_flops)
         self._kv_mem_s = d.kv_bytes_per_token / bw
+        # Sparse attention: (top-k, indexer seconds per scored pair, seconds per latent
+        # read, seconds per indexer key read).
+        self._dsa: tuple[float, float, float, float] | None = None
+        if m.sparse:
+            index_s = m.layers * d.index_key_bytes / bw
+            # Its logits multiply FP8 queries by the FP8 key cache: the FP8 peak where
+            # the GPU has one.
+            index_peak = gemm_peak("fp8", gpu)[0] * p.attention_flops_efficiency
+            self._dsa = (float(m.index_topk),
+                         2 * m.layers * m.index_n_heads * m.index_head_dim / index_peak,
+                         self._kv_mem_s - index_s, index_s)
         self._window = m.sliding_window
         if self._window:
             # Full layers' attention as above, sliding ones' on window-capped pairs and
@@ -399,6 +423,8 @@ class RooflineCost:
                       + self._lin_floor_s)
         if self._window:
             attention = self._window_attention(shape, mx)
+        elif self._dsa is not None:
+            attention = self._sparse_attention(shape, mx)
         elif self._mla is not None:
             pre_s, dec_s, up_s = self._mla
             # Context a prefill chunk attends to: all cached tokens less the decodes'.
@@ -432,6 +458,23 @@ class RooflineCost:
         touched = 1.0 - self._moe_q ** tokens
         return (max(self._exp_flop_s * tokens, self._moe_mem_s * touched)
                 + self._dc_fixed_s + self._dc_token_s * tokens)
+
+    def _sparse_attention(self, shape: StepShape, mx: Any) -> Any:
+        """Attention seconds (without its floor) of DeepSeek sparse attention: MLA on the
+        top-k pairs and decode reads, the indexer on every pair and cached key (the class
+        docstring). The caps are upper bounds, as a sliding window's."""
+        assert self._mla is not None and self._dsa is not None
+        pre_s, dec_s, up_s = self._mla
+        topk, index_s, latent_s, key_s = self._dsa
+        mn: Any = min if mx is max else np.minimum
+        chunk_ctx = shape.context_tokens - shape.decode_kv + shape.decode_seqs
+        kv_tokens = shape.context_tokens + shape.new_tokens
+        picked = mn(shape.decode_kv, topk * shape.decode_seqs)
+        flop_s = (pre_s * mn(shape.prefill_pairs, topk * shape.prefill_tokens)
+                  + dec_s * picked + up_s * chunk_ctx
+                  + index_s * (shape.prefill_pairs + shape.decode_kv))
+        return mx(flop_s, latent_s * (kv_tokens - shape.decode_kv + picked)
+                  + key_s * kv_tokens)
 
     def _window_attention(self, shape: StepShape, mx: Any) -> Any:
         """Attention seconds (without its floor) of a model with sliding-window layers:

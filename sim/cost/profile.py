@@ -115,6 +115,15 @@ def _prefill_attention(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> 
     )
 
 
+def _sparse_prefill(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
+    # DeepSeek sparse attention prefills an entry densely while its sequence (cached
+    # context and chunk) fits in the top-k, and by the sparse path past it: the indexer
+    # scores every pair and each query attends to topk_tokens picked ones, a cost per
+    # token on top of the dense form's (entries taken as equal-sized, as _self_pairs).
+    length = (_prefill_context(s) + s.prefill_tokens) / o.maximum(s.prefill_seqs, 1.0)
+    return c["per_token_s"] * s.prefill_tokens * o.positive(length - c["topk_tokens"])
+
+
 def _decode_attention(c: Mapping[str, float], s: StepShape, o: Ops = ARRAY) -> Any:
     # The fixed part is paid only by steps that have decode entries at all. Reading the
     # KV cache costs per_kv_token_s per token while the step's KV fits in the device's
@@ -223,6 +232,10 @@ FORMS: dict[str, ComponentForm] = {
                       _prefill_attention, knees=("block_tokens",), gate="prefill_seqs",
                       defaults={"const_s": 0.0, "per_block_pair_s": 0.0,
                                 "block_tokens": 0.0}),
+        ComponentForm("sparse_prefill", ("per_token_s", "topk_tokens"), True, True,
+                      "per_token_s*prefill_tokens*[(prefill_context + prefill_tokens)"
+                      "/prefill_seqs > topk_tokens]", _sparse_prefill, knees=("topk_tokens",),
+                      gate="prefill_seqs", defaults={"per_token_s": 0.0, "topk_tokens": 1e9}),
         ComponentForm("decode_attention",
                       ("const_s", "per_seq_s", "per_group_s", "group_seqs", "per_kv_token_s",
                        "per_spill_token_s", "spill_kv"),

@@ -70,6 +70,11 @@ class ProfileCost:
                  grids: Mapping[str, Grid] | None = None, experts: Knots | None = None):
         self.model, self.tp, self.device, self.dtype = model, tp, device, dtype
         self.coefs = {k: dict(v) for k, v in coefs.items()}
+        for name, form in FORMS.items():
+            # A component every coefficient of which has a default (one newer than the
+            # caller, e.g. sparse_prefill to a calibration) is that default: zero.
+            if name not in self.coefs and set(form.defaults) == set(form.coefs):
+                self.coefs[name] = dict(form.defaults)
         self.knots = {k: v if isinstance(v, Knots) else Knots.counts(v)
                       for k, v in (knots or {}).items() if (v.xs if isinstance(v, Knots) else v)}
         self.grids = dict(grids or {})

@@ -57,6 +57,10 @@ def weight_bytes_per(dtype: str) -> float:
     return FOUR_BIT_WEIGHTS[dtype] / 8
 
 
+# Elements of a sparse-attention indexer key that share one fp32 scale in its FP8 cache.
+INDEX_SCALE_BLOCK = 128
+
+
 def packed_bytes(elements: int, per: float) -> int:
     """Bytes of ``elements`` weights at ``per`` bytes each, rounded up to a whole byte
     (exact for whole-byte dtypes; 4-bit ones pack two values a byte)."""
@@ -83,6 +87,9 @@ class _Projections:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+    index_topk: int
+    index_n_heads: int
+    index_head_dim: int
     linear_layers: int
     linear_key_heads: int
     linear_value_heads: int
@@ -137,19 +144,48 @@ class _Projections:
         return self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0
 
     @property
+    def sparse(self) -> bool:
+        """Whether attention is DeepSeek sparse attention: MLA whose queries each attend
+        to the ``index_topk`` cached tokens a lightweight indexer picks (``index_topk`` > 0)."""
+        return self.index_topk > 0
+
+    @property
+    def indexer_params(self) -> int:
+        """Weights of one layer's sparse-attention indexer (0 without one): wq_b (query
+        latent to ``index_n_heads`` heads of ``index_head_dim``), wk (hidden to one key of
+        ``index_head_dim``) and weights_proj (hidden to a weight per indexer head). SGLang
+        and vLLM keep them whole on every GPU (replicated linears)."""
+        if not self.sparse:
+            return 0
+        return (self.q_lora_rank * self.index_n_heads * self.index_head_dim
+                + self.hidden * (self.index_head_dim + self.index_n_heads))
+
+    @property
+    def index_key_bytes(self) -> int:
+        """Bytes one token's indexer key takes in one layer's cache (0 without sparse
+        attention): ``index_head_dim`` FP8 elements and an fp32 scale per 128 of them,
+        whatever the KV cache's dtype, as SGLang's and vLLM's indexer caches store it
+        (132 B for DeepSeek-V3.2 and GLM-5)."""
+        if not self.sparse:
+            return 0
+        return self.index_head_dim + 4 * -(-self.index_head_dim // INDEX_SCALE_BLOCK)
+
+    @property
     def attention_params_per_layer(self) -> int:
         """Weights of one attention layer's projections: QKV and output; with MLA the
         query down/up projections (q_a, q_b; one q_proj when ``q_lora_rank`` is 0),
         kv_a_proj_with_mqa (hidden to latent + rotary key), kv_b_proj (latent to each
-        head's no-rope key and value) and the output projection. With MLA, q_a and kv_a
-        are whole on every GPU (vLLM replicates them); the rest follow ``heads``."""
+        head's no-rope key and value), the output projection, and with sparse attention
+        its indexer (:attr:`indexer_params`). With MLA, q_a, kv_a and the indexer are
+        whole on every GPU (vLLM and SGLang replicate them); the rest follow ``heads``."""
         if self.mla:
             qk = self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
             q = (self.hidden * self.q_lora_rank + self.q_lora_rank * qk if self.q_lora_rank
                  else self.hidden * qk)
             kv_a = self.hidden * self.latent_dim
             kv_b = self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
+            return (q + kv_a + kv_b + self.heads * self.v_head_dim * self.hidden
+                    + self.indexer_params)
         # A gated attention output (Qwen3-Next, Qwen3.5) widens q_proj to a query and a
         # gate per head.
         queries = self.heads * (2 if self.attn_output_gate else 1)
@@ -166,9 +202,11 @@ class _Projections:
 
     @property
     def latent_norm_params(self) -> int:
-        """Weights of one layer's RMSNorms on the MLA latents (q_a_layernorm when queries
-        are compressed, kv_a_layernorm); 0 without MLA."""
-        return self.q_lora_rank + self.kv_lora_rank if self.mla else 0
+        """Weights of one layer's norms on the MLA latents (q_a_layernorm when queries
+        are compressed, kv_a_layernorm) and, with sparse attention, the indexer key's
+        LayerNorm (a weight and a bias); 0 without MLA."""
+        index = 2 * self.index_head_dim if self.sparse else 0
+        return self.q_lora_rank + self.kv_lora_rank + index if self.mla else 0
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -252,6 +290,13 @@ class ModelSpec(_Projections):
     compressed to ``q_lora_rank`` first (0: one q_proj). ``head_dim`` must then be the
     query/key head size, ``qk_nope_head_dim`` + ``qk_rope_head_dim``.
 
+    DeepSeek sparse attention (DeepSeek-V3.2, GLM-5; ``index_topk`` > 0, names as in
+    their config.json): MLA whose every query attends only to the ``index_topk`` cached
+    tokens an indexer scores highest. The indexer has ``index_n_heads`` heads of
+    ``index_head_dim`` (queries from the query latent, one shared key a token) and caches
+    each token's key beside its latent (:attr:`index_key_bytes`); it scores every cached
+    token, so its cost still grows with the context while attention's stops at the top-k.
+
     ``layer_qk_norm``: queries and keys are RMS-normalised over all their heads together
     (MiniMax-M2's ``qk_norm_type: per_layer``), not per head, so under tensor parallelism
     each layer all-reduces every token's two partial sums of squares (8 bytes a token)
@@ -295,6 +340,9 @@ class ModelSpec(_Projections):
     qk_rope_head_dim: int = bounded(0, ge=0)
     qk_nope_head_dim: int = bounded(0, ge=0)
     v_head_dim: int = bounded(0, ge=0)
+    index_topk: int = bounded(0, ge=0)
+    index_n_heads: int = bounded(0, ge=0)
+    index_head_dim: int = bounded(0, ge=0)
     layer_qk_norm: bool = False
     linear_layers: int = bounded(0, ge=0)
     linear_key_heads: int = bounded(0, ge=0)
@@ -418,7 +466,7 @@ class ModelSpec(_Projections):
         """Latent-attention fields: all set together, ``head_dim`` their query size."""
         keys = ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
         if not self.mla:
-            for key in keys:
+            for key in (*keys, "index_topk", "index_n_heads", "index_head_dim"):
                 if getattr(self, key):
                     raise ServesimError(f"got {getattr(self, key)} without latent attention "
                                         f"(kv_lora_rank is 0); set kv_lora_rank too", where=key)
@@ -432,6 +480,23 @@ class ModelSpec(_Projections):
             raise ServesimError(f"got {self.head_dim}, must be qk_nope_head_dim + "
                                 f"qk_rope_head_dim ({qk}) with latent attention",
                                 where="head_dim")
+        self._check_sparse()
+
+    def _check_sparse(self) -> None:
+        """Sparse-attention fields: all set together, on MLA with a query latent (the
+        indexer's queries are made from it)."""
+        keys = ("index_topk", "index_n_heads", "index_head_dim")
+        if not any(getattr(self, key) for key in keys):
+            return
+        for key in keys:
+            if getattr(self, key) < 1:
+                raise ServesimError("required for sparse attention (set index_topk, "
+                                    "index_n_heads and index_head_dim together), at least 1",
+                                    where=key)
+        if not self.q_lora_rank:
+            raise ServesimError(f"got {self.index_topk}: sparse attention is modelled on "
+                                "latent attention with a query latent (kv_lora_rank and "
+                                "q_lora_rank > 0)", where="index_topk")
 
     @property
     def moe(self) -> bool:
@@ -507,9 +572,10 @@ class ModelSpec(_Projections):
         """KV-cache bytes one token occupies over all layers, whole model: 2·L·kv·d·b,
         b from ``kv_dtype``, L the attention layers (per GPU:
         :attr:`Shard.kv_bytes_per_token`); with MLA one
-        latent per layer, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b."""
+        latent per layer, L·(``kv_lora_rank`` + ``qk_rope_head_dim``)·b, and with sparse
+        attention the indexer's key beside it (:attr:`index_key_bytes`)."""
         if self.mla:
-            return self.layers * self.latent_dim * self.kv_dtype_bytes
+            return self.layers * (self.latent_dim * self.kv_dtype_bytes + self.index_key_bytes)
         return 2 * self.attention_layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
 
 
@@ -519,7 +585,8 @@ class ModelSpec(_Projections):
 NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate",
                 "shared_experts", "dense_layers", "expert_dtype", "sliding_window",
                 "sliding_layers", "attention_sinks", "kv_lora_rank", "q_lora_rank",
-                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "layer_qk_norm",
+                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_topk",
+                "index_n_heads", "index_head_dim", "layer_qk_norm",
                 "linear_layers", "linear_key_heads", "linear_value_heads", "linear_key_dim",
                 "linear_value_dim", "linear_conv", "attn_output_gate", "linear_state_dtype",
                 "qkv_dtype")
@@ -608,6 +675,9 @@ class Shard(_Projections):
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    index_topk: int = 0  # sparse attention's indexer: whole on every GPU
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     # Gated DeltaNet layers: this GPU's key and value heads (their heads split by tp).
     linear_layers: int = 0
     linear_key_heads: int = 0
@@ -654,9 +724,10 @@ class Shard(_Projections):
         """KV-cache bytes one token occupies on one GPU, all attention layers (L):
         2·L·kv_heads·d·b with this GPU's (possibly replicated) KV heads and b =
         ``kv_bytes``; with MLA the whole latent, L·(``kv_lora_rank`` +
-        ``qk_rope_head_dim``)·b, on every GPU."""
+        ``qk_rope_head_dim``)·b, on every GPU, with sparse attention's indexer key
+        beside it (:attr:`index_key_bytes`)."""
         if self.mla:
-            return self.layers * self.latent_dim * self.kv_bytes
+            return self.layers * (self.latent_dim * self.kv_bytes + self.index_key_bytes)
         return 2 * self.attention_layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
@@ -721,7 +792,8 @@ def shard(spec: ModelSpec, tp: int, where: str = "tp", ep: int = 1,
                  kv_lora_rank=spec.kv_lora_rank, q_lora_rank=spec.q_lora_rank,
                  qk_rope_head_dim=spec.qk_rope_head_dim,
                  qk_nope_head_dim=spec.qk_nope_head_dim, v_head_dim=spec.v_head_dim,
-                 linear_layers=spec.linear_layers,
+                 index_topk=spec.index_topk, index_n_heads=spec.index_n_heads,
+                 index_head_dim=spec.index_head_dim, linear_layers=spec.linear_layers,
                  linear_key_heads=spec.linear_key_heads // tp,
                  linear_value_heads=spec.linear_value_heads // tp,
                  linear_key_dim=spec.linear_key_dim, linear_value_dim=spec.linear_value_dim,
@@ -865,6 +937,20 @@ MODELS["deepseek-v3"] = _llama(
     shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
     qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
 MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
+# GLM-5 (sim/data/models/glm-5/config.json, Z.ai's FP8 release): DeepSeek-V3's layout
+# (latent attention, three dense layers first, 256 routed experts of width 2048 and a
+# shared one) at 78 layers, 64 heads of 192 + 64 (values 256) and a 2,048-wide query
+# latent, with DeepSeek sparse attention: each query attends to the 2,048 cached tokens
+# its indexer (32 heads of 128) ranks first. The FP8 release quantises the projections
+# in 128 x 128 blocks but the indexer's weights_proj (kept bf16: 15M weights, priced at
+# FP8 here). Its multi-token-prediction layer is left out, as DeepSeek-V3's.
+MODELS["glm-5"] = _llama(
+    name="glm-5", layers=78, hidden=6144, heads=64, kv_heads=64, head_dim=256,
+    intermediate=12288, vocab=154880, dtype="fp8-block", max_context=202752,
+    rope_theta=1000000.0, experts=256, experts_per_token=8, expert_intermediate=2048,
+    shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=2048,
+    qk_rope_head_dim=64, qk_nope_head_dim=192, v_head_dim=256, index_topk=2048,
+    index_n_heads=32, index_head_dim=128)
 # Kimi-K2.5 (sim/data/models/kimi-k2.5/config.json, its text_config): DeepSeek-V3's
 # layout at 64 heads and 384 routed experts, one dense layer first. Released with its
 # routed experts quantised to 4-bit integers (compressed-tensors, groups of 32) and

@@ -63,6 +63,7 @@ MODEL_PRESETS = {
     "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
     "moonshotai/Kimi-K2.5": "kimi-k2.5",
     "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
+    "zhipuai/GLM-5": "glm-5",
 }
 # Labels the sample gives rows of checkpoints released with 4-bit experts, by the
 # preset's expert dtype: gpt-oss (mxfp4 experts, the rest bf16) "fp4" (GEMM mode
@@ -90,7 +91,9 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
                      "deepseek-ai/DeepSeek-R1": "fp8-block",
                      "MiniMaxAI/MiniMax-M2.5": "fp8-block",
                      # Its rows give the experts' mode as fp8_block: Qwen's FP8 release.
-                     "Qwen/Qwen3.5-397B-A17B": "fp8-block"}
+                     "Qwen/Qwen3.5-397B-A17B": "fp8-block",
+                     # InferenceX's GLM-5 FP8 recipes serve zai-org/GLM-5-FP8 (128 x 128).
+                     "zhipuai/GLM-5": "fp8-block"}
 # Mixtures of experts whose FP4 rows' checkpoint is known, as (the other projections'
 # dtype, the experts' dtype, the KV cache's). InferenceX's MiniMax-M2.5 FP4 recipes
 # (minimaxm2.5_fp4_{b200,b300}.sh) serve nvidia/MiniMax-M2.5-NVFP4, quantised by ModelOpt's
@@ -115,7 +118,14 @@ NVFP4_MOE_CHECKPOINTS: dict[str, tuple[str, ExpertDtype, str]] = {
     # layer's dense MLP) NVFP4, an 8-bit float KV-cache scheme, which vLLM's
     # kv-cache-dtype auto takes as FP8 since vllm-project/vllm PR 29980 (December 2025;
     # these rows ran 0.17 and 0.19).
-    "moonshotai/Kimi-K2.5": ("bf16", "nvfp4", "fp8")}
+    "moonshotai/Kimi-K2.5": ("bf16", "nvfp4", "fp8"),
+    # nvidia/GLM-5-NVFP4 (its config.json and hf_quant_config.json ship in
+    # aiconfigurator-core 0.12.0; InferenceX's glm5_fp4_b200.sh serves it): every
+    # attention projection (the indexer's too) and the LM head excluded, so bf16; the
+    # experts and the first three layers' dense MLPs NVFP4 (servesim keeps those dense
+    # MLPs at the projections' bf16: 0.7B of 744B weights); an FP8 KV cache
+    # (kv_cache_quant_algo FP8, and the recipe's --kv-cache-dtype fp8_e4m3).
+    "zhipuai/GLM-5": ("bf16", "nvfp4", "fp8")}
 # The checkpoint InferenceX's DeepSeek FP4 recipes serve (dsr1_fp4_b200.sh,
 # dsr1_fp4_b200_trt.sh: nvidia/DeepSeek-R1-0528-NVFP4-v2; the sample's DeepSeek-V3 FP4
 # rows are taken to have run the same), by ModelOpt's NVFP4 recipe as NVIDIA's DeepSeek
@@ -134,7 +144,9 @@ QKV_BF16_CHECKPOINTS = {"deepseek-ai/DeepSeek-R1": "DeepSeek-R1-0528-NVFP4-v2",
 # under SGLang on B200 (`--kv-cache-dtype fp8_e4m3`); SGLang on H200 keeps bf16. The
 # sample's DeepSeek-V3 rows are taken to have run the same recipes. Its B300 recipes
 # (single_node/dsr1_fp8_b300.sh, minimaxm2.5_fp8_b300.sh) say they reuse the B200 ones
-# as they stood: B300 rows take the B200 rows' settings.
+# as they stood: B300 rows take the B200 rows' settings. Its GLM-5 FP8 recipes pass
+# --kv-cache-dtype fp8_e4m3 on B200 and B300 (glm5_fp8_{b200,b300}.sh) and leave SGLang's
+# default (the model's bf16) on H200 (glm5_fp8_h200.sh).
 INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
                                ("meta-llama/Llama-3.1-70B", "trtllm", None),
                                ("openai/gpt-oss-120b", "vllm", "b200_sxm"),
@@ -144,7 +156,9 @@ INFERENCEX_FP8_KV = frozenset({("meta-llama/Llama-3.1-70B", "vllm", None),
                                ("deepseek-ai/DeepSeek-R1", "sglang", "b200_sxm"),
                                ("deepseek-ai/DeepSeek-V3", "sglang", "b200_sxm"),
                                ("deepseek-ai/DeepSeek-R1", "sglang", "b300_sxm"),
-                               ("deepseek-ai/DeepSeek-V3", "sglang", "b300_sxm")})
+                               ("deepseek-ai/DeepSeek-V3", "sglang", "b300_sxm"),
+                               ("zhipuai/GLM-5", "sglang", "b200_sxm"),
+                               ("zhipuai/GLM-5", "sglang", "b300_sxm")})
 # The MoE kernel InferenceX's MiniMax-M2.5 recipes force on vLLM: Triton's fused MoE,
 # by VLLM_USE_FLASHINFER_MOE_FP8=0 and VLLM_MOE_USE_DEEP_GEMM=0 on B200
 # (minimaxm2.5_fp8_b200.sh) and by --moe-backend triton on H200 (minimaxm2.5_fp8_h200.sh);
@@ -576,6 +590,12 @@ LLAMA70_PATHS = ("meta-llama/Llama-3.1-70B",)
 # --max_num_tokens 20000 and set kv_cache_config.free_gpu_memory_fraction 0.85 and
 # stream_interval 20 on both GPUs.
 GPTOSS_PATHS = ("openai/gpt-oss-120b",)
+# Its GLM-5 SGLang recipes: on B200 and B300 FP8 (glm5_fp8_{b200,b300}.sh)
+# --chunked-prefill-size 32768, --mem-fraction-static 0.85, --stream-interval 30 and
+# --max-running-requests of the run's clients; on B200 FP4 (glm5_fp4_b200.sh) the same
+# chunk, 0.9 of memory, --stream-interval 30 and --scheduler-recv-interval 10; on H200
+# (glm5_fp8_h200.sh) SGLang's defaults but --mem-fraction-static 0.85.
+GLM5_PATHS = ("zhipuai/GLM-5",)
 # GPUs whose InferenceX recipes are the B200 ones (the B300 scripts reuse them as-is).
 BLACKWELL = frozenset({"b200", "b300"})
 
@@ -612,6 +632,8 @@ def recipe(case: Case) -> dict[str, float]:
         if (r.isl, r.osl) == (1024, 1024) and r.tp < 8:
             out.update(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)
         return out
+    if r.model_path in GLM5_PATHS and case.framework == "sglang":
+        return _glm5_recipe(case)
     if r.model_path in GPTOSS_PATHS and case.framework == "trtllm":
         return {"max_num_batched_tokens": 20000, "free_fraction": 0.85, "stream_interval": 20}
     if r.model_path not in DEEPSEEK_PATHS:
@@ -641,6 +663,17 @@ def recipe(case: Case) -> dict[str, float]:
             out.update(batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
         return out
     return {}
+
+
+def _glm5_recipe(case: Case) -> dict[str, float]:
+    """InferenceX's GLM-5 SGLang recipes as launched (:data:`GLM5_PATHS`)."""
+    if case.gpu not in BLACKWELL:
+        return {"static_fraction": 0.85}
+    if case.expert_dtype == "nvfp4":
+        return {"max_num_batched_tokens": 32768, "static_fraction": 0.9,
+                "stream_interval": 30, "scheduler_recv_interval": 10}
+    return {"max_num_batched_tokens": 32768, "static_fraction": 0.85, "stream_interval": 30,
+            "max_running": case.row.concurrency}
 
 
 def _trtllm_deepseek_tokens(r: Row) -> int:

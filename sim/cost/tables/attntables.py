@@ -132,7 +132,7 @@ def decode_grid(rows: AttentionRows, window: int = 0) -> Grid:
 
     def read(c: float) -> float:
         return min(c, window) if window else c
-    bs, cs, g = _raw_grid(rows)
+    bs, cs, g = raw_grid(rows)
     for i in range(len(bs)):
         have = np.flatnonzero(~np.isnan(g[i]))
         if not len(have):
@@ -147,7 +147,7 @@ def decode_grid(rows: AttentionRows, window: int = 0) -> Grid:
     return Grid(tuple(bs), tuple(cs), tuple(tuple(r) for r in g))
 
 
-def _raw_grid(rows: AttentionRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def raw_grid(rows: AttentionRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(entries axis, tokens axis, seconds with NaN where not measured)."""
     bs, cs = np.unique(rows.batch), np.unique(rows.tokens)
     g = np.full((len(bs), len(cs)), np.nan)
@@ -159,7 +159,7 @@ def grid_holdout_errors(rows: AttentionRows) -> np.ndarray:
     """|relative error| of each interior grid row and column predicted from its
     neighbours with it left out (twice the real spacing: an upper estimate), on
     measured cells only."""
-    bs, cs, v = _raw_grid(rows)
+    bs, cs, v = raw_grid(rows)
     errs = []
     for axis, coords in ((0, bs), (1, cs)):
         for i in range(1, len(coords) - 1):

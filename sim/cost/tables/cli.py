@@ -23,6 +23,7 @@ import yaml
 from sim.configtools import ArgParser, int_arg
 from sim.cost.measured import (
     SHIPPED_DP,
+    SHIPPED_DSA,
     SHIPPED_EP,
     SHIPPED_FP4,
     SHIPPED_FP8,
@@ -179,7 +180,7 @@ def shipped_specs() -> list[BuildSpec]:
     models += [dataclasses.replace(MODELS[name], dtype="fp8") for name in SHIPPED_FP8]
     # NVFP4 weights where the GPU has FP4 tensor cores (B200 and B300 of the shipped GPUs).
     models += [dataclasses.replace(MODELS[name], dtype="nvfp4") for name in SHIPPED_FP4]
-    models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA + SHIPPED_HYBRID]
+    models += [MODELS[name] for name in SHIPPED_MOE + SHIPPED_MLA + SHIPPED_HYBRID + SHIPPED_DSA]
     for model in models:
         for gpu in [*GPU_DIRS, *HELD_OUT_DIRS]:
             if model.dtype != "bf16" and not GPUS[gpu].fp8_flops:
@@ -194,7 +195,9 @@ def shipped_specs() -> list[BuildSpec]:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
                            if (not model.experts or _moe_measured(model, gpu, fw, tp))
-                           and (not model.mla or _mla_measured(model, gpu, fw, tp))
+                           and (not model.mla or model.sparse
+                                or _mla_measured(model, gpu, fw, tp))
+                           and (not model.sparse or _dsa_measured(model, gpu, fw, tp))
                            and (not model.linear_layers or _gdn_measured(model, gpu, fw, tp)))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", 1, ep=dp, dp=dp)
@@ -227,6 +230,16 @@ def _gdn_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
     except ServesimError:
         return False
     return True
+
+
+def _dsa_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
+    """Whether ``framework`` (SGLang only, :data:`SHIPPED_DSA`) has sparse-attention module
+    rows of ``model``'s architecture on ``gpu`` at the version its profile is built from."""
+    from sim.cost.tables.dsaattn import has_rows
+
+    if framework != "sglang":
+        return False
+    return has_rows(gpu, framework, resolve_version(BuildSpec(model, gpu, framework, tp)), model)
 
 
 def _mla_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:

@@ -136,18 +136,15 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
     ``mla_generation_module_perf``: the block's projections, kv_b or the absorbed
     batched GEMMs, and the kernel, timed together at the checkpoint's projection dtype):
     each row less ``projections`` priced from ``gemm`` at its tokens, so that a step of
-    prefills only, or of decodes only, costs the module exactly. A remainder below the
-    GEMM table's smallest time is raised to it, and counted in the note; more than
-    :data:`MAX_RAISED` of either phase's points so is an error (the tables disagree)."""
+    prefills only, or of decodes only, costs the module exactly (:func:`less_projections`)."""
     dtype = model.qkv_dtype or model.dtype  # the projections the rows less ``projections``
-    gemm_type = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}.get(dtype)
-    floor = float(gemm.cube.min())
+    gemm_type = MODULE_GEMM_TYPES.get(dtype)
     rows_gpu = MODULE_DONORS.get((framework, gpu), gpu)
     own_gemm = gemm  # the rows' own GPU's, which their projections ran on
     if rows_gpu != gpu:
         own_gemm = projection_gemms(rows_gpu, framework, version, dtype)[0].table
 
-    def rest(name: str, decode: bool) -> tuple[AttentionRows, int]:
+    def rows(name: str, decode: bool) -> AttentionRows:
         table = load_table(rows_gpu, "mla", framework, version, name)
         where = f"{table.name} ({table.path})"
         t = table.where(gemm_type=gemm_type, kv_cache_dtype=kv_dtype, mla_dtype="bfloat16",
@@ -157,26 +154,11 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
                                 f"{kv_dtype} KV cache; its projection dtypes: "
                                 f"{', '.join(map(str, table.values('gemm_type')))}")
         kernel = default_kernel(t)
-        rows = attention_rows(t.where(kernel_source=kernel), rank.heads, decode, kernel,
+        return attention_rows(t.where(kernel_source=kernel), rank.heads, decode, kernel,
                               f"{where}: no measured rows at {rank.heads} heads")
-        if not decode:
-            keep = rows.tokens > 1
-            rows = AttentionRows(rows.batch[keep], rows.tokens[keep], rows.seconds[keep],
-                                 kernel, rows.note)
-        tokens = rows.batch if decode else rows.batch * rows.tokens
-        proj = np.array([_projections_s(own_gemm, projections, float(m)) for m in tokens])
-        left = rows.seconds - proj
-        return (AttentionRows(rows.batch, rows.tokens, np.maximum(left, floor), kernel,
-                              rows.note), int((left < floor).sum()))
-    prefill, pre_low = rest("mla_context_module_perf", decode=False)
-    decode, dec_low = rest("mla_generation_module_perf", decode=True)
-    for low, rows, what in ((pre_low, prefill, "prefill"), (dec_low, decode, "decode")):
-        if low > MAX_RAISED * len(rows.seconds):
-            raise ServesimError(
-                f"{model.name} on {gpu}: {framework}'s whole-module MLA rows are faster than "
-                f"the block's projections priced from the GEMM table at {low} of "
-                f"{len(rows.seconds)} {what} points; the two tables disagree, so no "
-                f"attention term can be split from the modules here", where="--gpu")
+    prefill, decode, pre_low, dec_low = less_projections(
+        rows("mla_context_module_perf", False), rows("mla_generation_module_perf", True),
+        own_gemm, projections, model.name, gpu, framework, "whole-module MLA rows")
     borrowed = (f"; {gpu}'s module rows are inconsistent with its other tables "
                 f"(sim/cost/tables/mlaattn.py, MODULE_DONORS): {rows_gpu}'s rows of the same "
                 f"release, less their projections at {rows_gpu}'s GEMM prices"
@@ -188,6 +170,43 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
              f"prefill and {dec_low} of {len(decode.seconds)} decode points{borrowed}",)
     return ModelAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
                         notes, _kv_b_per_token(gemm, rank))
+
+
+# The module tables' names of the projections' dtypes.
+MODULE_GEMM_TYPES = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}
+
+
+def less_projections(prefill: AttentionRows, decode: AttentionRows, gemm: GemmTable,
+                     projections: list[tuple[int, int]], model: str, gpu: str,
+                     framework: str, what: str
+                     ) -> tuple[AttentionRows, AttentionRows, int, int]:
+    """Whole-module ``prefill`` and ``decode`` rows less the block's ``projections`` ((n,
+    k) GEMMs the linear stack prices) from ``gemm`` at each row's tokens, one-token
+    prefill rows dropped (a decode to the simulator), and how many remainders of each
+    were below the GEMM table's smallest time and raised to it. More than
+    :data:`MAX_RAISED` of either phase's points so is an error (the tables disagree)."""
+    floor = float(gemm.cube.min())
+
+    def rest(rows: AttentionRows, decode: bool) -> tuple[AttentionRows, int]:
+        if not decode:
+            keep = rows.tokens > 1
+            rows = AttentionRows(rows.batch[keep], rows.tokens[keep], rows.seconds[keep],
+                                 rows.kernel, rows.note)
+        tokens = rows.batch if decode else rows.batch * rows.tokens
+        proj = np.array([_projections_s(gemm, projections, float(m)) for m in tokens])
+        left = rows.seconds - proj
+        return (AttentionRows(rows.batch, rows.tokens, np.maximum(left, floor), rows.kernel,
+                              rows.note), int((left < floor).sum()))
+    pre, pre_low = rest(prefill, decode=False)
+    dec, dec_low = rest(decode, decode=True)
+    for low, rows, phase in ((pre_low, pre, "prefill"), (dec_low, dec, "decode")):
+        if low > MAX_RAISED * len(rows.seconds):
+            raise ServesimError(
+                f"{model} on {gpu}: {framework}'s {what} are faster than the block's "
+                f"projections priced from the GEMM table at {low} of {len(rows.seconds)} "
+                f"{phase} points; the two tables disagree, so no attention term can be "
+                f"split from the modules here", where="--gpu")
+    return pre, dec, pre_low, dec_low
 
 
 def _kernel_rows(table: Table, heads: int, kv_dtype: str,

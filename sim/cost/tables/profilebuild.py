@@ -60,6 +60,7 @@ from sim.cost.specs import (
     shard,
 )
 from sim.cost.tables.commtable import Collectives, load_collectives
+from sim.cost.tables.dsaattn import fit_sparse_prefill, sparse_attention
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers
 from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import (
@@ -140,14 +141,20 @@ def resolve_version(spec: BuildSpec) -> str:
 def attention_gemms(rank: Shard) -> list[tuple[int, int]]:
     """(n, k) of one layer's attention projections on one rank: fused QKV and the output;
     for latent attention the fused q_a/kv_a down-projection (whole on every rank), q_b
-    (a plain query projection from the hidden state where there is no query latent) and
-    the output (kv_b belongs to
+    (a plain query projection from the hidden state where there is no query latent),
+    with sparse attention its indexer's, and the output (kv_b belongs to
     attention: :mod:`sim.cost.tables.mlaattn`)."""
     if rank.kv_lora_rank:
         q_width = rank.heads * (rank.qk_nope_head_dim + rank.qk_rope_head_dim)
         down = rank.q_lora_rank + rank.kv_lora_rank + rank.qk_rope_head_dim
         q = [(q_width, rank.q_lora_rank or rank.hidden)]
-        return [(down, rank.hidden), *q, (rank.hidden, rank.heads * rank.v_head_dim)]
+        # Sparse attention's indexer, whole on every rank: its key rides the fused
+        # down-projection (as SGLang fuses it); its queries come from the query latent,
+        # its heads' weights from the hidden state.
+        index = [(rank.index_n_heads * rank.index_head_dim, rank.q_lora_rank),
+                 (rank.index_n_heads, rank.hidden)] if rank.sparse else []
+        return [(down + rank.index_head_dim * rank.sparse, rank.hidden), *q, *index,
+                (rank.hidden, rank.heads * rank.v_head_dim)]
     queries = rank.heads * (2 if rank.attn_output_gate else 1)  # a gate per head too
     return [((queries + 2 * rank.kv_heads) * rank.head_dim, rank.hidden),
             (rank.hidden, rank.heads * rank.head_dim)]
@@ -329,10 +336,13 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                      "fit": {"source": "none (tp=1)"}}
 
     # Attention at the rank's heads (a model with sliding layers: the layers' mean).
-    if m.mla:
-        att: ModelAttention = mla_attention(gpu, fw, version, m, rank,
-                                            KV_TABLE_DTYPES[m.kv_dtype], qkv_gemm,
-                                            attention_gemms(rank))
+    if m.sparse:
+        att: ModelAttention = sparse_attention(gpu, fw, version, m, rank,
+                                               KV_TABLE_DTYPES[m.kv_dtype], qkv_gemm,
+                                               attention_gemms(rank))
+    elif m.mla:
+        att = mla_attention(gpu, fw, version, m, rank, KV_TABLE_DTYPES[m.kv_dtype], qkv_gemm,
+                            attention_gemms(rank))
     else:
         att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
                               attention_table(gpu, fw, version, "context_attention_perf"), m,
@@ -345,7 +355,18 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     keep = pre_rows.tokens > 1
     pre_shapes = [StepShape(b, b * t, 0.0, b, b * t, b * t * (t + 1) / 2, 0.0)
                   for b, t in zip(pre_rows.batch[keep], pre_rows.tokens[keep], strict=True)]
-    pre = fit_component("prefill_attention", pre_shapes, list(pre_rows.seconds[keep]))
+    pre_s = list(pre_rows.seconds[keep])
+    sparse: dict[str, Any] = {}
+    if m.sparse:
+        # The dense form prices the prompts the top-k covers; the sparse path, a price
+        # per token of its own (sim.cost.tables.dsaattn.fit_sparse_prefill).
+        covered = [i for i, t in enumerate(pre_rows.tokens[keep]) if t <= m.index_topk]
+        pre = fit_component("prefill_attention", [pre_shapes[i] for i in covered],
+                            [pre_s[i] for i in covered])
+        sparse = {"sparse_prefill": fit_sparse_prefill(pre.coef, pre_shapes, pre_s,
+                                                       m.index_topk, pre_rows.kernel)}
+    else:
+        pre = fit_component("prefill_attention", pre_shapes, pre_s)
     cols = grid.cols
     per_kv = (grid.values[0][-1] - grid.values[0][-2]) / (cols[-1] - cols[-2])
     pre_coef = {**pre.coef, "per_context_pair_s": pre.coef["per_self_pair_s"],
@@ -372,6 +393,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                                       "mape_test": _g(pre.mape_test),
                                       "max_err_test": _g(pre.max_err_test),
                                       "n_train": pre.n_train, "n_test": pre.n_test}},
+        **sparse,
         "decode_attention": {"formula": "grid over (decode_seqs, decode_kv / decode_seqs)",
                              "per_layer": True,
                              "grid": {"seqs": [_g(x) for x in grid.rows],

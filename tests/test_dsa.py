@@ -33,6 +33,20 @@ def test_the_preset_is_the_shipped_config() -> None:
     assert (GLM5.index_topk, GLM5.index_n_heads, GLM5.index_head_dim) == (2048, 32, 128)
 
 
+def test_deepseek_v32_is_its_config_and_deepseek_v3_with_an_indexer() -> None:
+    v32 = MODELS["deepseek-v3.2"]
+    spec = from_hf_config(ROOT / "sim" / "data" / "models" / "deepseek-v3.2" / "config.json")
+    assert dataclasses.replace(spec, name="deepseek-v3.2") == v32
+    assert dataclasses.replace(v32, index_topk=0, index_n_heads=0, index_head_dim=0,
+                               name="deepseek-v3") == MODELS["deepseek-v3"]
+    # DeepSeek-V3's 671B and 37B a token (the card's, without embedding and LM head), and
+    # 61 indexers of 1536 x 64 x 128 + 7168 x (128 + 64) weights.
+    assert v32.params == pytest.approx(671e9, rel=0.01)
+    assert v32.active_params - 2 * v32.vocab * v32.hidden == pytest.approx(37e9, rel=0.02)
+    assert v32.params - MODELS["deepseek-v3"].params == 61 * (
+        1536 * 64 * 128 + 7168 * 192 + 2 * 128)
+
+
 def test_weights_and_cache_against_the_model_card_and_by_hand() -> None:
     # The indexer: wq_b 2048 x (32 x 128), wk 6144 x 128, weights_proj 6144 x 32.
     assert GLM5.indexer_params == 2048 * 32 * 128 + 6144 * 128 + 6144 * 32 == 9_371_648

@@ -43,7 +43,7 @@ def sizes() -> list[dict[str, Any]]:
     rows = []
     for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-235b-a22b-fp8",
                  "llama-3.3-70b-fp8", "llama-3.1-70b", "deepseek-v3", "kimi-k2.5",
-                 "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5"):
+                 "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5", "deepseek-v3.2"):
         m = MODELS[name]
         rows.append({"model": name, "params_b": m.params / 1e9,
                      "active_b": m.active_params / 1e9, "weights_gb": m.weight_bytes / 1e9,

@@ -57,7 +57,7 @@ SHIPPED_MLA = ("deepseek-v3", "kimi-k2.5")
 # its module rows change kernel at the top-k as its server does, and their prompts past
 # the top-k fit a price per token (3 to 14% left-one-out error) where vLLM's and
 # TensorRT-LLM's do not (37 and 56%: sim.cost.tables.dsaattn.fit_sparse_prefill).
-SHIPPED_DSA = ("glm-5",)
+SHIPPED_DSA = ("glm-5", "deepseek-v3.2")
 # Models with Gated DeltaNet layers (Qwen3.5, bf16 as released), on every GPU and tp whose
 # linear-attention tables measured their heads (and MoE tables their experts).
 SHIPPED_HYBRID = ("qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")

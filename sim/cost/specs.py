@@ -937,6 +937,12 @@ MODELS["deepseek-v3"] = _llama(
     shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
     qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
 MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
+# DeepSeek-V3.2 (sim/data/models/deepseek-v3.2/config.json): DeepSeek-V3's shape and
+# FP8 release with DeepSeek sparse attention, an indexer of 64 heads of 128 choosing the
+# 2,048 cached tokens each query attends to.
+MODELS["deepseek-v3.2"] = dataclasses.replace(
+    MODELS["deepseek-v3"], name="deepseek-v3.2", index_topk=2048, index_n_heads=64,
+    index_head_dim=128)
 # GLM-5 (sim/data/models/glm-5/config.json, Z.ai's FP8 release): DeepSeek-V3's layout
 # (latent attention, three dense layers first, 256 routed experts of width 2048 and a
 # shared one) at 78 layers, 64 heads of 192 + 64 (values 256) and a 2,048-wide query

@@ -150,17 +150,26 @@ def test_the_sparse_prefill_term_prices_only_entries_past_the_top_k() -> None:
 
 
 def test_the_sparse_price_per_token_is_recovered_exactly() -> None:
-    from sim.cost.tables.dsaattn import fit_sparse_prefill
+    from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill
 
     dense = {k: 0.0 for k in FORMS["prefill_attention"].coefs} | {"const_s": 1e-4}
     shapes = [shape_of([(t, 0)] * b) for b, t in ((1, 1024), (1, 4096), (2, 4096), (1, 8192))]
     seconds = [1e-4 + (3e-7 * b * t if t > 2048 else 0.0)
                for b, t in ((1, 1024), (1, 4096), (2, 4096), (1, 8192))]
-    fit = fit_sparse_prefill(dense, shapes, seconds, 2048, "k")
+    # The dense term: knots over the step's tokens from 1,024 to 8,192 (a launch floor
+    # falling from 2e-4 to 1e-4 s; the median of the batches making each total), the
+    # formula's 1e-4 s past them.
+    knots = dense_knots([shape_of([(1024, 0)]), shape_of([(2048, 0)] * 4),
+                         shape_of([(1024, 0)] * 8), shape_of([(512, 0)] * 16)],
+                        [2e-4, 1e-4, 0.9e-4, 5e-4])
+    assert (knots.xs, knots.ys) == ((1024.0, 8192.0), (2e-4, 1e-4))
+    # 4,096 tokens at once sit between the knots: 2e-4 - 1e-4 x 3,072 / 7,168.
+    seconds[1] += 1e-4 - 1e-4 * 3072 / 7168
+    fit = fit_sparse_prefill(dense, knots, shapes, seconds, 2048, "k")
     assert fit["coef"] == {"per_token_s": pytest.approx(3e-7), "topk_tokens": 2048.0}
     assert fit["fit"]["n_points"] == 3 and fit["fit"]["max_err_leave_one_out"] < 1e-9
     with pytest.raises(ServesimError, match="needs at least two"):
-        fit_sparse_prefill(dense, shapes[:2], seconds[:2], 2048, "k")
+        fit_sparse_prefill(dense, knots, shapes[:2], seconds[:2], 2048, "k")
 
 
 @needs_tables
@@ -184,6 +193,18 @@ def test_a_pure_step_costs_the_module_rows_exactly() -> None:
         proj = sum(gemm.at(float(b), n, k) for n, k in gemms)
         got = grid["s"][grid["seqs"].index(b)][grid["kv_per_seq"].index(cached + 1)]
         assert got + proj == pytest.approx(module, rel=1e-5), (b, cached)
+    # Within the top-k, prefill is the knots over the step's tokens: the module rows less
+    # their projections, the median of the batches making each total (8,192 tokens: 4 x
+    # 2,048, 8 x 1,024, ...), within 6% of each batch's own.
+    pre = data["components"]["prefill_attention"]
+    knots = dict(zip(pre["table_at"], pre["table_s"], strict=True))
+    ctx = load_table("h200", "sparse_attention", "sglang", "0.5.14",
+                     "dsa_context_module_perf").where(model="zai-org/GLM-5-FP8",
+                                                      kv_cache_dtype="fp8", num_heads=8, step=0)
+    for b, t in ((1, 1024), (2, 2048), (4, 2048), (8, 1024)):
+        module = float(ctx.where(batch_size=b, isl=t).columns["latency"][0]) / 1e3
+        own = module - sum(gemm.at(float(b * t), n, k) for n, k in gemms)
+        assert knots[b * t] == pytest.approx(own, rel=0.06), (b, t)
     # Prompts past the top-k pay the sparse path's price per token; the note names both
     # kernels SGLang chose by length.
     sparse = data["components"]["sparse_prefill"]
@@ -282,3 +303,16 @@ def test_untimed_decode_cells_grow_by_the_largest_batch_that_timed_the_context()
     assert grid.at(64, 8193) == pytest.approx(20 + 64 * (inside * 2047 + past * 6144))
     # Timed cells are kept as they are.
     assert grid.at(1, 8193) == 1.3 and grid.at(4, 4097) == 4.4
+
+
+def test_cost_measured_finds_the_sparse_presets_under_both_frameworks() -> None:
+    from sim.cost.measured import find
+
+    for name in ("glm-5", "deepseek-v3.2"):
+        for fw in ("vllm", "sglang"):
+            assert find(MODELS[name], "h200", 8, fw) == f"h200-{name}-tp8-{fw}"
+    # DeepSeek-V3's profiles are not DeepSeek-V3.2's: the indexer is part of the
+    # architecture a profile is matched on.
+    assert find(MODELS["deepseek-v3"], "h200", 8, "sglang") == "h200-deepseek-v3-tp8-sglang"
+    with pytest.raises(ServesimError, match=r"no measured profile for glm-5 at tp=4"):
+        find(MODELS["glm-5"], "h200", 4, "vllm")

@@ -246,7 +246,8 @@ def test_tabled_vectorised_matches_scalar(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("mutate", "where", "says"), [
     (lambda d: d["components"]["decode_attention"].update(table_s=[1e-4]),
-     "components.decode_attention.table_s", "components with one: linear, lm_head"),
+     "components.decode_attention.table_s",
+     "components with one: linear, prefill_attention, lm_head"),
     (lambda d: d["components"]["linear"].update(table_s=[1e-4, -2e-4]),
      "components.linear.table_s[1]", "> 0"),
     (lambda d: d["components"]["linear"].update(table_s=[]),

@@ -53,10 +53,8 @@ SHIPPED_FRAMEWORKS = ("vllm", "sglang")
 # Latent-attention models (their release's FP8 block-scaled weights), at the tps where
 # they fit.
 SHIPPED_MLA = ("deepseek-v3", "kimi-k2.5")
-# Sparse-attention models (DeepSeek sparse attention; FP8 as released), under SGLang only:
-# its module rows change kernel at the top-k as its server does, and their prompts past
-# the top-k fit a price per token (3 to 14% left-one-out error) where vLLM's and
-# TensorRT-LLM's do not (37 and 56%: sim.cost.tables.dsaattn.fit_sparse_prefill).
+# Sparse-attention models (DeepSeek sparse attention; FP8 as released), on every GPU and
+# tp whose sparse-attention module tables time their architecture.
 SHIPPED_DSA = ("glm-5", "deepseek-v3.2")
 # Models with Gated DeltaNet layers (Qwen3.5, bf16 as released), on every GPU and tp whose
 # linear-attention tables measured their heads (and MoE tables their experts).

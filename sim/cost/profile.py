@@ -195,6 +195,10 @@ class ComponentForm:
     # The StepShape count (e.g. "new_tokens") over which measured knots may replace the
     # formula inside their range (sim.cost.curves.Knots); "" when the component has none.
     table: str = ""
+    # Whether a calibration times the component at every count 1, 2, ... of ``table``
+    # (its knots then start there); False where only profiles built from kernel tables
+    # carry knots (a sparse-attention model's prefill).
+    counts_table: bool = True
     # Whether a measured grid over (decode entries, mean KV tokens per entry) may
     # replace the formula entirely (sim.cost.curves.Grid).
     grid: bool = False
@@ -230,6 +234,7 @@ FORMS: dict[str, ComponentForm] = {
                       " + per_block_pair_s*prefill_tokens*min(chunk, block_tokens)"
                       " + per_context_pair_s*context_pairs",
                       _prefill_attention, knees=("block_tokens",), gate="prefill_seqs",
+                      table="prefill_tokens", counts_table=False,
                       defaults={"const_s": 0.0, "per_block_pair_s": 0.0,
                                 "block_tokens": 0.0}),
         ComponentForm("sparse_prefill", ("per_token_s", "topk_tokens"), True, True,

@@ -209,7 +209,7 @@ def table_points(name: str, shapes: Sequence[StepShape], table_max: int) -> list
     """Indices of the points that form ``name``'s measured table: one per count 1, 2, ...
     up to ``table_max`` or the first count not measured, whichever comes first."""
     form = FORMS[name]
-    if not form.table or table_max < 1:
+    if not form.table or not form.counts_table or table_max < 1:
         return []
     first: dict[float, int] = {}
     for i, sh in enumerate(shapes):

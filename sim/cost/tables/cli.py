@@ -233,12 +233,10 @@ def _gdn_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
 
 
 def _dsa_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
-    """Whether ``framework`` (SGLang only, :data:`SHIPPED_DSA`) has sparse-attention module
-    rows of ``model``'s architecture on ``gpu`` at the version its profile is built from."""
+    """Whether ``framework`` has sparse-attention module rows of ``model``'s architecture
+    on ``gpu`` at the version its profile is built from."""
     from sim.cost.tables.dsaattn import has_rows
 
-    if framework != "sglang":
-        return False
     return has_rows(gpu, framework, resolve_version(BuildSpec(model, gpu, framework, tp)), model)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.cost.curves import Grid
+from sim.cost.curves import Grid, Knots
 from sim.cost.profile import FORMS
 from sim.cost.shape import StepShape
 from sim.cost.specs import ModelSpec, Shard
@@ -219,34 +219,55 @@ def _by_length(t: Table) -> list[str]:
     return [f"{k} to {kernels[k]} tokens" for k in names[:-1]] + names[-1:]
 
 
-def fit_sparse_prefill(dense: Mapping[str, float], shapes: Sequence[StepShape],
+def dense_knots(shapes: Sequence[StepShape], seconds: Sequence[float]) -> Knots:
+    """Knots over a prefill step's tokens of the module rows whose prompts the top-k
+    covers (``shapes``, one batch of equal prompts each, timed at ``seconds`` less
+    their projections): at each total of tokens, the median over the batches that make
+    it. SGLang's rows there are bound by the module's kernel launches (about 0.84 ms a
+    layer on H200 from 4 to 2,048 tokens), so the term left after the projections is a
+    function of the step's tokens (GLM-5 on H200: 0.65 ms at 2,048, 0.51 at 4,096, 0.21
+    at 8,192, whatever the batch) that falls as they grow; no formula of non-negative
+    terms follows it."""
+    by: dict[float, list[float]] = {}
+    for s, y in zip(shapes, seconds, strict=True):
+        by.setdefault(float(s.prefill_tokens), []).append(float(y))
+    xs = sorted(by)
+    return Knots(tuple(xs), tuple(float(np.median(by[x])) for x in xs))
+
+
+def fit_sparse_prefill(dense: Mapping[str, float], knots: Knots, shapes: Sequence[StepShape],
                        seconds: Sequence[float], topk: int, kernel: str) -> dict[str, Any]:
     """The ``sparse_prefill`` component of a profile (:data:`sim.cost.profile.FORMS`):
     its price per token of the prompts past the ``topk`` tokens, fitted (least squares on
     relative error) to what the prefill ``shapes`` (one entry each, no cached context)
-    measured (``seconds``) beyond the ``dense`` prefill formula's price, and the fit's
-    errors: over the points, and each point left out of the fit in turn."""
+    measured (``seconds``) beyond the dense term's price (``knots`` over the step's
+    tokens where they reach, the ``dense`` formula past them), and the fit's errors: over
+    the points, and each point left out of the fit in turn."""
     form = FORMS["prefill_attention"]
-    rows = [(s.prefill_tokens, float(y), float(form.evaluate(dense, s)))
+
+    def base(s: StepShape) -> float:
+        at = knots.at(float(s.prefill_tokens))
+        return float(form.evaluate(dense, s)) if at is None else at
+    rows = [(s.prefill_tokens, float(y), base(s))
             for s, y in zip(shapes, seconds, strict=True)
             if s.prefill_tokens / s.prefill_seqs > topk]
     if len(rows) < 2:
         raise ServesimError(f"the sparse-attention prefill rows ({kernel}) measured "
                             f"{len(rows)} prompt lengths past the top-k ({topk} tokens); "
                             "fitting and testing its price needs at least two")
-    n, y, base = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+    n, y, b = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
 
     def slope(keep: np.ndarray) -> float:
         w = n[keep] / y[keep]
-        return max(float(np.sum(w * (y[keep] - base[keep]) / y[keep]) / np.sum(w * w)), 0.0)
+        return max(float(np.sum(w * (y[keep] - b[keep]) / y[keep]) / np.sum(w * w)), 0.0)
     per = slope(np.ones(len(n), dtype=bool))
-    fit_err = np.abs((base + per * n) / y - 1.0)
-    left = np.array([abs((base[i] + slope(np.arange(len(n)) != i) * n[i]) / y[i] - 1.0)
+    fit_err = np.abs((b + per * n) / y - 1.0)
+    left = np.array([abs((b[i] + slope(np.arange(len(n)) != i) * n[i]) / y[i] - 1.0)
                      for i in range(len(n))])
     return {"formula": FORMS["sparse_prefill"].formula, "per_layer": True,
             "coef": {"per_token_s": float(f"{per:.6g}"), "topk_tokens": float(topk)},
             "fit": {"source": f"tables: {kernel}: prompts past the top-k less the dense "
-                              "prefill formula; topk_tokens: the model's index_topk",
+                              "prefill term; topk_tokens: the model's index_topk",
                     "mape_fit": float(f"{fit_err.mean():.6g}"),
                     "mape_leave_one_out": float(f"{left.mean():.6g}"),
                     "max_err_leave_one_out": float(f"{left.max():.6g}"),

@@ -60,7 +60,7 @@ from sim.cost.specs import (
     shard,
 )
 from sim.cost.tables.commtable import Collectives, load_collectives
-from sim.cost.tables.dsaattn import fit_sparse_prefill, sparse_attention
+from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_attention
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers
 from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import (
@@ -357,13 +357,18 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                   for b, t in zip(pre_rows.batch[keep], pre_rows.tokens[keep], strict=True)]
     pre_s = list(pre_rows.seconds[keep])
     sparse: dict[str, Any] = {}
+    pre_knots: dict[str, Any] = {}
     if m.sparse:
-        # The dense form prices the prompts the top-k covers; the sparse path, a price
-        # per token of its own (sim.cost.tables.dsaattn.fit_sparse_prefill).
+        # The prompts the top-k covers: measured knots over the step's tokens (the
+        # module rows' launch floor makes the term fall as they grow, which no formula
+        # follows), the formula past them; the sparse path, a price per token of its
+        # own (sim.cost.tables.dsaattn).
         covered = [i for i, t in enumerate(pre_rows.tokens[keep]) if t <= m.index_topk]
         pre = fit_component("prefill_attention", [pre_shapes[i] for i in covered],
                             [pre_s[i] for i in covered])
-        sparse = {"sparse_prefill": fit_sparse_prefill(pre.coef, pre_shapes, pre_s,
+        knots = dense_knots([pre_shapes[i] for i in covered], [pre_s[i] for i in covered])
+        pre_knots = _knots(np.array(knots.xs), np.array(knots.ys))
+        sparse = {"sparse_prefill": fit_sparse_prefill(pre.coef, knots, pre_shapes, pre_s,
                                                        m.index_topk, pre_rows.kernel)}
     else:
         pre = fit_component("prefill_attention", pre_shapes, pre_s)
@@ -387,7 +392,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                            "interpolation": _err_stats(interp),
                            "formula_past_knots": lin_fit["fit"]}},
         "prefill_attention": {**_entry("prefill_attention", {k: _g(v) for k, v in
-                                                             pre_coef.items()}),
+                                                             pre_coef.items()}), **pre_knots,
                               "fit": {"source": f"tables: {pre_rows.kernel} ({version}); "
                                                 "cached-context terms derived",
                                       "mape_test": _g(pre.mape_test),

@@ -19,6 +19,11 @@ KV-cache dtype, and of layers that run their own indexer (``op_name`` without
 Where several checkpoints of one architecture were timed, the one with the most rows is
 read. Prefill rows are those with no cached prefix (``step`` 0); query heads are matched
 per GPU as for the other attention tables (:func:`sim.cost.tables.attntables.rows_at_heads`).
+
+What the profile builder makes of the rows: the decode grid, its untimed cells grown by
+measured rates (:func:`sparse_decode_grid`); the prefill term within the top-k as knots
+over the step's tokens (:func:`dense_knots`: SGLang's rows there are launch-bound); and
+past it the ``sparse_prefill`` component's price per token (:func:`fit_sparse_prefill`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from sim.cost.tables.attntables import (
 )
 from sim.cost.tables.gemmtable import GemmTable, projection_gemms
 from sim.cost.tables.kerneltables import Table, load_table, versions
-from sim.cost.tables.mlaattn import MODULE_GEMM_TYPES, _kv_b_per_token, less_projections
+from sim.cost.tables.mlaattn import MODULE_GEMM_TYPES, kv_b_per_token, less_projections
 from sim.cost.tables.windowattn import ModelAttention
 from sim.errors import ServesimError
 
@@ -151,7 +156,7 @@ def _from_rows(gpu: str, framework: str, version: str, model: ModelSpec, rank: S
              f"the table's smallest time: {pre_low} of {len(prefill.seconds)} prefill and "
              f"{dec_low} of {len(decode.seconds)} decode points{why}",)
     return ModelAttention(decode, prefill, sparse_decode_grid(decode, model.index_topk),
-                          grid_holdout_errors(decode), notes, _kv_b_per_token(gemm, rank))
+                          grid_holdout_errors(decode), notes, kv_b_per_token(gemm, rank))
 
 
 def sparse_decode_grid(rows: AttentionRows, topk: int) -> Grid:

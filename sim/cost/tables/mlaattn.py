@@ -98,7 +98,7 @@ def mla_attention(gpu: str, framework: str, version: str, model: ModelSpec, rank
                                                         strict=True)])
     prefill = AttentionRows(pre_rows.batch, pre_rows.tokens, pre_rows.seconds + up,
                             pre_rows.kernel, pre_rows.note)
-    context_token_s = _kv_b_per_token(gemm, rank)
+    context_token_s = kv_b_per_token(gemm, rank)
 
     # kv_b's halves are absorbed in its own dtype, the query/key/value projections'.
     bmm_dtype = "fp8" if (model.qkv_dtype or model.dtype) in FP8_WEIGHTS else "bfloat16"
@@ -121,7 +121,7 @@ def _projections_s(gemm: GemmTable, projections: list[tuple[int, int]],
     return float(sum(gemm.at(tokens, n, k) for n, k in projections))
 
 
-def _kv_b_per_token(gemm: GemmTable, rank: Shard) -> float:
+def kv_b_per_token(gemm: GemmTable, rank: Shard) -> float:
     """kv_b's marginal seconds per token at the GEMM table's largest measured m: what
     re-expanding one cached latent costs a prefill chunk that attends to it."""
     n, k = kv_b_shape(rank)
@@ -169,7 +169,7 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
              f"raised to the table's smallest time: {pre_low} of {len(prefill.seconds)} "
              f"prefill and {dec_low} of {len(decode.seconds)} decode points{borrowed}",)
     return ModelAttention(decode, prefill, decode_grid(decode), grid_holdout_errors(decode),
-                        notes, _kv_b_per_token(gemm, rank))
+                        notes, kv_b_per_token(gemm, rank))
 
 
 # The module tables' names of the projections' dtypes.

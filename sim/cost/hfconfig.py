@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.configtools import is_number
-from sim.cost.specs import ModelSpec
+from sim.cost.specs import SPARSE_FIELDS, ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 
@@ -77,9 +77,9 @@ _WINDOW_IF_ASKED = ("qwen2", "qwen3", "qwen3_moe", *GDN_FAMILIES)
 # Families with multi-head latent attention: DeepSeek's config keys, read as they are named.
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-# Families whose latent attention is sparse (DeepSeek-V3.2, GLM-5): the indexer's keys.
+# Families whose latent attention is sparse (DeepSeek-V3.2, GLM-5): the indexer's keys
+# are specs.SPARSE_FIELDS, named as the ModelSpec fields.
 DSA_FAMILIES = ("deepseek_v32", "glm_moe_dsa")
-DSA_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
@@ -246,7 +246,7 @@ def _mla_fields(cfg: dict[str, Any], family: Any, count: Any) -> dict[str, int]:
     fields = {key: count(key) for key in MLA_KEYS if key != "q_lora_rank"}
     fields["q_lora_rank"] = count("q_lora_rank") if cfg.get("q_lora_rank") is not None else 0
     if family in DSA_FAMILIES:
-        fields.update({key: count(key, least=1) for key in DSA_KEYS})
+        fields.update({key: count(key, least=1) for key in SPARSE_FIELDS})
     return fields
 
 

@@ -59,6 +59,8 @@ def weight_bytes_per(dtype: str) -> float:
 
 # Elements of a sparse-attention indexer key that share one fp32 scale in its FP8 cache.
 INDEX_SCALE_BLOCK = 128
+# The ModelSpec fields (and config.json keys) of DeepSeek sparse attention's indexer.
+SPARSE_FIELDS = ("index_topk", "index_n_heads", "index_head_dim")
 
 
 def packed_bytes(elements: int, per: float) -> int:
@@ -466,7 +468,7 @@ class ModelSpec(_Projections):
         """Latent-attention fields: all set together, ``head_dim`` their query size."""
         keys = ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
         if not self.mla:
-            for key in (*keys, "index_topk", "index_n_heads", "index_head_dim"):
+            for key in (*keys, *SPARSE_FIELDS):
                 if getattr(self, key):
                     raise ServesimError(f"got {getattr(self, key)} without latent attention "
                                         f"(kv_lora_rank is 0); set kv_lora_rank too", where=key)
@@ -485,10 +487,9 @@ class ModelSpec(_Projections):
     def _check_sparse(self) -> None:
         """Sparse-attention fields: all set together, on MLA with a query latent (the
         indexer's queries are made from it)."""
-        keys = ("index_topk", "index_n_heads", "index_head_dim")
-        if not any(getattr(self, key) for key in keys):
+        if not any(getattr(self, key) for key in SPARSE_FIELDS):
             return
-        for key in keys:
+        for key in SPARSE_FIELDS:
             if getattr(self, key) < 1:
                 raise ServesimError("required for sparse attention (set index_topk, "
                                     "index_n_heads and index_head_dim together), at least 1",

@@ -25,7 +25,7 @@ from sim.core.engine import RunResult
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
-from sim.cost.specs import recorded_fields
+from sim.cost.specs import SPARSE_FIELDS, recorded_fields
 from sim.errors import ServesimError
 from sim.report.overload import saturation
 
@@ -377,8 +377,6 @@ MOE_KEYS = ("experts", "experts_per_token", "expert_intermediate", "shared_exper
             "dense_layers")
 # Latent attention (DeepSeek-V2/V3) adds these.
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-# Sparse attention (DeepSeek-V3.2, GLM-5) adds these.
-DSA_KEYS = ("index_topk", "index_n_heads", "index_head_dim")
 MODEL_KEYS = ("name", "dtype", "kv_dtype", "layers", "hidden", "heads", "kv_heads", "head_dim",
               "intermediate", "vocab", "max_context")
 
@@ -439,7 +437,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
         "model": {k: getattr(sc.model, k) for k in MODEL_KEYS + (MOE_KEYS if sc.model.experts
                                                                   else ())
                   + (MLA_KEYS if sc.model.mla else ())
-                  + (DSA_KEYS if sc.model.sparse else ())},
+                  + (SPARSE_FIELDS if sc.model.sparse else ())},
         "policy": sc.serving.policy,
         "pools": per_pool,
         "cost_source": cost_source,

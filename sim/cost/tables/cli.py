@@ -195,9 +195,7 @@ def shipped_specs() -> list[BuildSpec]:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
                            if (not model.experts or _moe_measured(model, gpu, fw, tp))
-                           and (not model.mla or model.sparse
-                                or _mla_measured(model, gpu, fw, tp))
-                           and (not model.sparse or _dsa_measured(model, gpu, fw, tp))
+                           and _attention_measured(model, gpu, fw, tp)
                            and (not model.linear_layers or _gdn_measured(model, gpu, fw, tp)))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", 1, ep=dp, dp=dp)
@@ -232,20 +230,18 @@ def _gdn_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
     return True
 
 
-def _dsa_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
-    """Whether ``framework`` has sparse-attention module rows of ``model``'s architecture
-    on ``gpu`` at the version its profile is built from."""
+def _attention_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
+    """Whether the installed tables hold the attention rows ``model`` needs beyond the
+    ordinary ones, on ``gpu`` at the version its ``framework`` profile is built from: a
+    sparse model's module rows of its architecture, a latent-attention model's MLA rows."""
     from sim.cost.tables.dsaattn import has_rows
-
-    return has_rows(gpu, framework, resolve_version(BuildSpec(model, gpu, framework, tp)), model)
-
-
-def _mla_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
-    """Whether the installed tables hold ``framework``'s latent-attention rows on ``gpu``
-    at the version its profile is built from."""
     from sim.cost.tables.kerneltables import versions
 
+    if not model.mla:
+        return True
     version = resolve_version(BuildSpec(model, gpu, framework, tp))
+    if model.sparse:
+        return has_rows(gpu, framework, version, model)
     return version in versions(gpu, "mla", framework)
 
 

@@ -46,7 +46,12 @@ from sim.cost.tables.attntables import (
 )
 from sim.cost.tables.gemmtable import GemmTable, projection_gemms
 from sim.cost.tables.kerneltables import Table, load_table, versions
-from sim.cost.tables.mlaattn import MODULE_GEMM_TYPES, kv_b_per_token, less_projections
+from sim.cost.tables.mlaattn import (
+    MODULE_GEMM_TYPES,
+    TablesDisagree,
+    kv_b_per_token,
+    less_projections,
+)
 from sim.cost.tables.windowattn import ModelAttention
 from sim.errors import ServesimError
 
@@ -103,8 +108,8 @@ def sparse_attention(gpu: str, framework: str, version: str, model: ModelSpec, r
     try:
         return _from_rows(gpu, framework, version, model, rank, kv_dtype, dtype, gemm,
                           projections, "")
-    except ServesimError as exc:
-        if dtype == "fp8-block" or "disagree" not in str(exc):
+    except TablesDisagree:
+        if dtype == "fp8-block":
             raise
         fp8 = projection_gemms(gpu, framework, version, "fp8-block")[0].table
         why = (f"; its {dtype} rows disagree with the {dtype} GEMM table (faster than the "

@@ -172,6 +172,11 @@ def _from_modules(gpu: str, framework: str, version: str, model: ModelSpec, rank
                         notes, kv_b_per_token(gemm, rank))
 
 
+class TablesDisagree(ServesimError):
+    """Whole-module rows faster than their block's projections priced from the GEMM table
+    at too many points (:func:`less_projections`): no attention term can be split off."""
+
+
 # The module tables' names of the projections' dtypes.
 MODULE_GEMM_TYPES = {"fp8-block": "fp8_block", "bf16": "bfloat16", "fp16": "bfloat16"}
 
@@ -201,7 +206,7 @@ def less_projections(prefill: AttentionRows, decode: AttentionRows, gemm: GemmTa
     dec, dec_low = rest(decode, decode=True)
     for low, rows, phase in ((pre_low, pre, "prefill"), (dec_low, dec, "decode")):
         if low > MAX_RAISED * len(rows.seconds):
-            raise ServesimError(
+            raise TablesDisagree(
                 f"{model} on {gpu}: {framework}'s {what} are faster than the block's "
                 f"projections priced from the GEMM table at {low} of {len(rows.seconds)} "
                 f"{phase} points; the two tables disagree, so no attention term can be "

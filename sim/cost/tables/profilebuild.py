@@ -364,9 +364,9 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         # follows), the formula past them; the sparse path, a price per token of its
         # own (sim.cost.tables.dsaattn).
         covered = [i for i, t in enumerate(pre_rows.tokens[keep]) if t <= m.index_topk]
-        pre = fit_component("prefill_attention", [pre_shapes[i] for i in covered],
-                            [pre_s[i] for i in covered])
-        knots = dense_knots([pre_shapes[i] for i in covered], [pre_s[i] for i in covered])
+        dense_shapes, dense_s = [pre_shapes[i] for i in covered], [pre_s[i] for i in covered]
+        pre = fit_component("prefill_attention", dense_shapes, dense_s)
+        knots = dense_knots(dense_shapes, dense_s)
         pre_knots = _knots(np.array(knots.xs), np.array(knots.ys))
         sparse = {"sparse_prefill": fit_sparse_prefill(pre.coef, knots, pre_shapes, pre_s,
                                                        m.index_topk, pre_rows.kernel)}

@@ -72,7 +72,8 @@ def test_weights_and_cache_against_the_model_card_and_by_hand() -> None:
 
 
 def test_sparse_fields_must_come_together_on_latent_attention() -> None:
-    with pytest.raises(ServesimError, match=r"index_n_heads: required for sparse attention"):
+    with pytest.raises(ServesimError, match=r"index_n_heads: required for sparse attention"
+                                            r".*at least 1; got 0"):
         dataclasses.replace(GLM5, index_n_heads=0)
     dense = MODELS["llama-3-8b"]
     with pytest.raises(ServesimError, match=r"index_topk: got 2048 without latent attention"):

@@ -492,8 +492,8 @@ class ModelSpec(_Projections):
         for key in SPARSE_FIELDS:
             if getattr(self, key) < 1:
                 raise ServesimError("required for sparse attention (set index_topk, "
-                                    "index_n_heads and index_head_dim together), at least 1",
-                                    where=key)
+                                    "index_n_heads and index_head_dim together), at least 1; "
+                                    f"got {getattr(self, key)}", where=key)
         if not self.q_lora_rank:
             raise ServesimError(f"got {self.index_topk}: sparse attention is modelled on "
                                 "latent attention with a query latent (kv_lora_rank and "

@@ -39,12 +39,18 @@ def test_compare_writes_a_side_by_side_table(tmp_path, capsys):
     assert (out / "compare_cdf.png").stat().st_size > 10_000
 
 
-def test_compare_unknown_policy_is_a_one_line_error(tmp_path, capsys):
+@pytest.mark.parametrize("policies, message", [
+    ("continuous,fifo", "unknown policy 'fifo'; valid: chunked"),
+    # Empty is not the default list, and a repeat would be silently one run.
+    ("", "unknown policy ''; valid: chunked"),
+    ("chunked,chunked", "got 'chunked,chunked': each policy once"),
+])
+def test_compare_unknown_policy_is_a_one_line_error(tmp_path, capsys, policies, message):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
-    assert main(["compare", str(path), "--policies", "continuous,fifo"]) == 2
+    assert main(["compare", str(path), "--policies", policies]) == 2
     err = capsys.readouterr().err
-    assert "unknown policy 'fifo'" in err and "chunked" in err and err.count("\n") == 1
+    assert f"--policies: {message}" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("key, value", [("serving.token_budget", 2),

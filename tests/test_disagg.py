@@ -192,3 +192,50 @@ def test_horizon_in_a_disaggregated_run_counts_backlog_and_not_arrived_apart():
     assert (s["requests"]["unfinished"], s["requests"]["not_arrived"]) == (1, 1)
     assert s["throughput"]["slo_attainment"] == 0.5  # no SLO set: A meets it, B is cut
     assert s["saturation"]["offered_rps"] == pytest.approx(1 / 0.01)
+
+
+PINNED = {"name": "pinned", "model": "tiny",
+          "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+          "serving": {"policy": "disaggregated", "block_size": 4},
+          "disaggregated": {"prefill": {"replicas": 1, "gpu": "h100-sxm", "tp": 1},
+                            "decode": {"replicas": 2, "gpu": "h100-sxm", "tp": 1},
+                            "link": LINK},
+          "workload": {"arrivals": {"process": "poisson", "rate": 20},
+                       "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                   "output": {"dist": "fixed", "value": 3}},
+                       "num_requests": 20, "seed": 1}}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["compare", "--gpus", "h200,b200"],
+     "--gpus: got h200,b200: the disaggregated pools set their own gpu "
+     "(disaggregated.prefill.gpu: h100-sxm, disaggregated.decode.gpu: h100-sxm), so the flag "
+     "would change no pool"),
+    (["sweep", "--rates", "5", "--tp", "1,2"],
+     "--tp: got 1,2: the disaggregated pools set their own tp"),
+    (["sweep", "--rates", "5", "--replicas", "1,2"],
+     "--replicas: got 1,2: the disaggregated pools set their own replicas "
+     "(disaggregated.prefill.replicas: 1, disaggregated.decode.replicas: 2)"),
+    (["capacity", "--slo", "ttft_p99=1", "--tp", "1,2"],
+     "--tp: got 1,2: the disaggregated pools set their own tp"),
+    (["capacity", "--slo", "ttft_p99=1", "--target-rate", "50"],
+     "--target-rate: got 50.0: the disaggregated pools set their own replicas"),
+])
+def test_axes_that_would_change_no_pool_are_refused(tmp_path, capsys, args, message):
+    # Every point would run the same pools under another label: a study that lies.
+    import yaml
+
+    from sim.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(PINNED))
+    cmd, *rest = args
+    assert main([cmd, str(path), "--no-plots", "--out", str(tmp_path / "o"), *rest]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    # A pool left to the scenario's value follows the flag: the decode pool's tp here.
+    loose = {**PINNED, "disaggregated": {**PINNED["disaggregated"],
+                                         "decode": {"replicas": 2, "gpu": "h100-sxm"}}}
+    path.write_text(yaml.safe_dump(loose))
+    if "--tp" in rest:
+        assert main([cmd, str(path), "--no-plots", "--out", str(tmp_path / "o2"), *rest]) == 0

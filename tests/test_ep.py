@@ -110,6 +110,8 @@ def test_imbalance_scales_the_busiest_gpus_expert_flops() -> None:
     ({"ep": 8}, "llama-3-70b", "hardware.ep", "model llama-3-70b is dense"),
     ({"tp": 4, "ep": 4}, "mixtral-8x7b", "hardware.ep", None),
     ({"ep_imbalance": 0.9}, "qwen3-235b-a22b", "hardware.ep_imbalance", "at least 1"),
+    ({"ep": 1, "ep_imbalance": 3}, "qwen3-235b-a22b", "hardware.ep_imbalance",
+     "got 3: the busiest GPU's share of routed tokens applies under expert parallelism"),
 ])
 def test_bad_ep_is_one_line(hardware: dict[str, Any], model: str, where: str,
                             text: str | None) -> None:

@@ -229,6 +229,13 @@ def test_hf_sliding_windows(tmp_path: Path) -> None:
                                use_sliding_window=True))
     with pytest.raises(ServesimError, match=r"layer_types: expected a list of 32 entries"):
         from_hf_config(_config(tmp_path, sliding_window=128, layer_types=["full_attention"]))
+    # gpt-oss-20b's sliding layers with no window would be priced as full attention.
+    shipped = Path(__file__).resolve().parent.parent / "sim" / "data" / "models"
+    cfg = json.loads((shipped / "gpt-oss-20b" / "config.json").read_text())
+    with pytest.raises(ServesimError, match=r"sliding_window: layer_types names 12 "
+                                            r"sliding_attention layers but sliding_window is "
+                                            r"null"):
+        from_hf_config(_config(tmp_path, **{**cfg, "sliding_window": None}))
 
 
 @pytest.mark.parametrize(("quant", "dtype"), [
@@ -247,9 +254,15 @@ def test_hf_four_bit_quantisation(tmp_path: Path, quant: object, dtype: str) -> 
 
 def test_hf_eight_bit_gptq_is_named(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"quantization_config\.quant_method: quantisation "
-                                            r"'gptq' is not modelled"):
+                                            r"'gptq' with bits 8 is not modelled"):
         from_hf_config(_config(tmp_path, quantization_config={"quant_method": "gptq",
                                                                "bits": 8}))
+    # A list where compressed-tensors names a type is a layout not modelled, not a crash.
+    with pytest.raises(ServesimError, match=r"quantisation 'compressed-tensors' is not "
+                                            r"modelled"):
+        from_hf_config(_config(tmp_path, quantization_config={
+            "quant_method": "compressed-tensors",
+            "config_groups": {"g": {"weights": {"type": ["float"], "num_bits": 8}}}}))
 
 
 def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:

@@ -50,6 +50,8 @@ def test_qwen3_moe_matches_its_preset_and_other_moe_layouts_are_named(tmp_path: 
     with pytest.raises(ServesimError, match=r"mlp_only_layers: got \[3\]: dense layers are "
                                             r"modelled only as the first ones"):
         from_hf_config(write(tmp_path, {**cfg, "mlp_only_layers": [3]}))
+    with pytest.raises(ServesimError, match=r"mlp_only_layers: got \['a', 1\]: dense layers"):
+        from_hf_config(write(tmp_path, {**cfg, "mlp_only_layers": ["a", 1]}))
     with pytest.raises(ServesimError, match="num_experts: mixture-of-experts layers in a qwen3 "
                                             "config are not modelled; MoE families: mixtral, "
                                             "qwen3_moe"):
@@ -93,4 +95,30 @@ def test_bad_dimensions_name_the_key(tmp_path: Path, change: dict, where: str,
                                      says: str) -> None:
     path = write(tmp_path, {**QWEN3, **change})
     with pytest.raises(ServesimError, match=f"config.json: {where}: {says}"):
+        from_hf_config(path)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"attention_bias": "false"}, r"attention_bias: got 'false', expected true or false"),
+    ({"tie_word_embeddings": 0}, r"tie_word_embeddings: got 0, expected true or false"),
+    ({"torch_dtype": "float8_e4m3fn"}, r"torch_dtype: got 'float8_e4m3fn'; read: bfloat16, "
+                                       r"float16, float32 \(quantised weights are read from "
+                                       r"quantization_config\)"),
+    ({"torch_dtype": None, "dtype": ["bfloat16"]}, r"dtype: got \['bfloat16'\]; read: "),
+])
+def test_flags_and_dtypes_are_read_by_type_not_truthiness(tmp_path: Path, change: dict,
+                                                          message: str) -> None:
+    # "false" is a true string: read by truthiness it would add a bias nobody asked for.
+    with pytest.raises(ServesimError, match=message):
+        from_hf_config(write(tmp_path, {**QWEN3, **change}))
+    assert from_hf_config(write(tmp_path, {**QWEN3, "attention_bias": False,
+                                           "torch_dtype": "float16"})).dtype == "fp16"
+
+
+def test_a_key_given_twice_is_named(tmp_path: Path) -> None:
+    # json keeps the last of two; a config that says both cannot say which it means.
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "qwen3", "hidden_size": 1, "hidden_size": 5120}')
+    with pytest.raises(ServesimError, match=r"config\.json: hidden_size: given twice in one "
+                                            r"object"):
         from_hf_config(path)

@@ -160,6 +160,9 @@ def test_bad_yaml_and_unknown_name(tmp_path: Path) -> None:
         load_profile("no-such-gpu")
     with pytest.raises(ServesimError, match="does not exist"):
         load_profile("missing.yaml", base_dir=tmp_path)
+    with pytest.raises(ServesimError, match=r"profile file '.*/sub' is a directory, not a file"):
+        (tmp_path / "sub").mkdir()
+        load_profile(str(tmp_path / "sub"))
     with pytest.raises(ServesimError, match="must be a YAML mapping"):
         parse_profile([1, 2], "x.yaml")
 
@@ -319,6 +322,12 @@ def test_wake_term_prices_the_step_after_an_idle_spell(tmp_path: Path) -> None:
      "needs schema 'servesim-profile/4'"),
     (lambda d: d["components"].update(lm_haed={"coef": {}}), "components.lm_haed",
      "unknown component; allowed: step, linear"),
+    (lambda d: d["components"]["step"].update(tables=[1e-3]), "components.step.tables",
+     "unknown key; allowed: coef, fit, formula, grid, per_layer, table_at, table_s"),
+    (lambda d: d.update(schema="servesim-profile/5") or d["components"].update(
+        frontend={"coef": {"request_s": 0.01, "per_prompt_token_s": 0.0, "response_s": 1e30,
+                           "jitter_s": 0.0}}),
+     "components.frontend.coef.response_s", "got 1e+30, must be at most 3600"),
 ])
 def test_bad_wake_or_component_names_file_key_and_rule(tmp_path: Path, mutate, where: str,
                                                       says: str) -> None:
@@ -375,6 +384,14 @@ def test_a_scenarios_profile_errors_name_the_key_once_or_the_profile_file(tmp_pa
     cut.write_text((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()[:1500])
     with pytest.raises(ServesimError, match=rf"^{cut}: line \d+: not valid YAML"):
         cost_of(str(cut))
+    # Another model's profile: the fields that differ, not two whole specs.
+    with pytest.raises(ServesimError) as exc:
+        cost_of("h100-sxm-qwen3-32b-tp2-vllm")
+    assert str(exc.value) == (
+        "<s>: cost.profile: profile h100-sxm-qwen3-32b-tp2-vllm was measured for another "
+        "setup: model (layers 64 != 32, hidden 5120 != 4096, heads 64 != 32, intermediate "
+        "25600 != 14336, vocab 151936 != 128256, max_context 40960 != 8192, and 2 more); "
+        "tp 2 != 1")
 
 
 def test_knots_of_unequal_length_name_table_s_and_both_counts() -> None:

@@ -138,6 +138,7 @@ def test_roofline_prices_the_recurrence_by_hand() -> None:
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("mamba_ssm_dtype", "float16", r"mamba_ssm_dtype: got 'float16'; modelled: float32, "
                                    r"bfloat16"),
+    ("mamba_ssm_dtype", ["float32"], r"mamba_ssm_dtype: got \['float32'\]; modelled: "),
     ("shared_expert_intermediate_size", 2048, r"shared_expert_intermediate_size: got 2048: "
                                               r"a shared expert is modelled at the routed "
                                               r"experts' width"),

@@ -125,6 +125,20 @@ def test_a_trace_too_short_for_its_stages_is_an_error() -> None:
                           ((0.0, 1.0),), "<t>")
 
 
+def test_a_stage_of_requests_at_one_instant_is_an_error() -> None:
+    # Stage 2's three requests and the one after them all arrive at 4 s: no gaps to
+    # scale, and spreading them evenly would be arrivals the trace never had. A stage
+    # of one request needs no gap (stage 1: row 0 at the window's start).
+    t = np.array([0.0, 4.0, 4.0, 4.0, 4.0])
+    stages = (StageConfig(1.0, 1.0), StageConfig(3.0, 1.0))
+    wins = windows(stages, 0.0)
+    with pytest.raises(ServesimError, match=r"stage 2 replays 3 requests that all arrive at "
+                                            r"4 s in the trace \(the next one too\)"):
+        stage_trace_times(t, stages, wins, "<t>")
+    out = stage_trace_times(np.array([0.0, 4.0, 4.0, 4.0, 5.0]), stages, wins, "<t>")
+    assert out.tolist() == pytest.approx([0.0, 1.0, 1.0, 1.0])
+
+
 @pytest.mark.parametrize("workload, key, message", [
     ({"stages": []}, "workload.stages", "give at least one"),
     ({"stages": [{"rate": 0, "duration_s": 5}]}, "workload.stages[0].rate", ""),

@@ -232,6 +232,13 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
     (HDR + "0,5,1,\n", r"line 2: 4 fields, expected 3"),
     ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1 x\n",
      r"line 2: prefix_hash_ids has 'x'"),
+    ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1\n1,5,1,2 "
+     "99999999999999999999\n",
+     r"line 3: prefix_hash_ids has '99999999999999999999'; expected integers from -2\*\*63"),
+    (HDR + "0,5,1\n1,5," + "9" * 200_000 + "\n",
+     r"line 3: not readable as CSV: field larger than field limit"),
+    ("arrival_s,prompt_tokens,output_tokens,class\n0,5,1,chat\n1,5,1, \n",
+     r"line 3: class is empty; every row names its class"),
     ("", r"t\.csv: line 1: the trace file is empty"),
     ("\n\n", r"the trace file is empty"),
     (HDR, r"t\.csv: the trace has no rows"),
@@ -250,6 +257,13 @@ def test_bad_servesim_input(tmp_path: Path, text: str, pattern: str) -> None:
     ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,5,1\n"
      "2023-11-16 18:17:02,5,1\n",
      r"line 3: arrival -1\.97 s after the first row's TIMESTAMP is earlier"),
+    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n1700000000,374,44\n",
+     r"line 2: TIMESTAMP = '1700000000' is not a date-time like '2023-11-16 18:17:03\.9799600' "
+     r"\(epoch numbers are not read\)"),
+    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,5,1\n20231116,5,1\n",
+     r"line 3: TIMESTAMP = '20231116' is not a date-time"),
+    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03+25:99,5,1\n",
+     r"line 2: TIMESTAMP = '2023-11-16 18:17:03\+25:99' has UTC offset \+25:99; offsets run"),
     ("azure", "TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:17:03,5,1\n",
      r"line 1: missing column\(s\) ContextTokens"),
     ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -262,6 +276,13 @@ def test_bad_servesim_input(tmp_path: Path, text: str, pattern: str) -> None:
      r"line 1: output_length = 0; must be a whole number >= 1"),
     ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": "a"}\n',
      r"line 1: hash_ids = 'a'; expected a list of integers"),
+    ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 1, '
+     '"hash_ids": [99999999999999999999]}\n',
+     r"line 1: hash_ids = '\[99999999999999999999\]'; expected a list of integers from"),
+    ("mooncake", '{"timestamp": [1, 2], "input_length": 5, "output_length": 1}\n',
+     r"line 1: timestamp = \[1, 2\] is not a number"),
+    ("mooncake", '{"timestamp": 0, "input_length": true, "output_length": 1}\n',
+     r"line 1: input_length = True is not a number"),
     ("lengths", "prompt_tokens,output_tokens\n5,1\n5,1.5\n",
      r"line 3: output_tokens = '1.5'; must be a whole number"),
 ])

@@ -102,6 +102,17 @@ class DisaggConfig:
     decode: PoolConfig = field(default_factory=PoolConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
 
+    def pinned(self, key: str) -> str | None:
+        """Where both pools set ``key`` (``replicas``, ``gpu`` or ``tp``) themselves, so
+        that the scenario's own value (``cluster`` or ``hardware``) reaches neither: the
+        two settings, for an error to name; None when either pool takes the scenario's."""
+        own = [getattr(self.prefill, key), getattr(self.decode, key)]
+        if any(v is None for v in own):
+            return None
+        shown = [v if isinstance(v, str | int) else v.name for v in own]
+        return (f"disaggregated.prefill.{key}: {shown[0]}, "
+                f"disaggregated.decode.{key}: {shown[1]}")
+
 
 @dataclass(frozen=True)
 class Pool:

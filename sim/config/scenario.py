@@ -75,6 +75,12 @@ class HardwareConfig:
             raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))} "
                                 "(or a mapping describing the GPU)", where="gpu")
         check_layout(self.gpu_spec, self.tp, self.pp)
+        if self.ep_imbalance != 1 and self.ep == 1:
+            # Without expert parallelism every GPU holds a share of every expert: an
+            # uneven routing loads them alike, and the setting would change nothing.
+            raise ServesimError(f"got {self.ep_imbalance:g}: the busiest GPU's share of "
+                                "routed tokens applies under expert parallelism (ep > 1)",
+                                where="ep_imbalance")
 
     @property
     def gpu_spec(self) -> GPUSpec:

@@ -19,6 +19,10 @@ from sim.configtools import bounded
 
 # The coefficients' names, in the order profiles and docs list them.
 FRONTEND_COEFS = ("request_s", "per_prompt_token_s", "response_s", "jitter_s")
+# The most each may be (s; s a token): past an hour a request, or a second a prompt
+# token, no server takes, and such sums with the clock lose a step's resolution.
+FRONTEND_LIMITS = {"request_s": 3600.0, "per_prompt_token_s": 1.0, "response_s": 3600.0,
+                   "jitter_s": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,10 @@ class Frontend:
     it schedules what has arrived when it next looks, so a burst splits over steps.
     """
 
-    request_s: float = bounded(0.0, ge=0)
-    per_prompt_token_s: float = bounded(0.0, ge=0)
-    response_s: float = bounded(0.0, ge=0)
-    jitter_s: float = bounded(0.0, ge=0)
+    request_s: float = bounded(0.0, ge=0, le=FRONTEND_LIMITS["request_s"])
+    per_prompt_token_s: float = bounded(0.0, ge=0, le=FRONTEND_LIMITS["per_prompt_token_s"])
+    response_s: float = bounded(0.0, ge=0, le=FRONTEND_LIMITS["response_s"])
+    jitter_s: float = bounded(0.0, ge=0, le=FRONTEND_LIMITS["jitter_s"])
 
     def request_delay(self, prompt_tokens: Any, jitter: Any = 0.0) -> Any:
         """Seconds from the client sending a request of ``prompt_tokens`` tokens to the

@@ -87,6 +87,20 @@ _QKV_BIAS_BY_DEFAULT = ("qwen2",)
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
+class _TwiceError(ValueError):
+    """A JSON object names a key twice (the key is the message)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's mapping, refusing a key given twice (json keeps the last)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _TwiceError(key)
+        out[key] = value
+    return out
+
+
 def from_hf_config(path: Path) -> ModelSpec:
     """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
     :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
@@ -95,9 +109,12 @@ def from_hf_config(path: Path) -> ModelSpec:
     src = str(path)
     text = read_text(path, "HuggingFace config.json")
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
+    except _TwiceError as exc:
+        raise ServesimError("given twice in one object (which value is meant?)", source=src,
+                            where=str(exc)) from None
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)
     if cfg.get("model_type") in WRAPPERS and not isinstance(cfg.get("text_config"), dict):
@@ -133,16 +150,16 @@ def from_hf_config(path: Path) -> ModelSpec:
 
     def count(key: str, default: Any = None, least: int = 0) -> int:
         value = get(key, default)
-        if not math.isfinite(value) or value != int(value) or value < least:
-            raise ServesimError(f"got {value!r}, expected a whole number of at least {least}",
-                                source=src, where=key)
+        # Past 2**53 no count of layers, heads or widths is real (and floats lose units).
+        if not math.isfinite(value) or value != int(value) or not least <= value <= 2**53:
+            raise ServesimError(f"got {value!r}, expected a whole number of at least {least} "
+                                "and at most 2**53", source=src, where=key)
         return int(value)
 
-    dtype = _weights_dtype(cfg.get("quantization_config"), src) or _TORCH_DTYPES.get(
-        str(cfg.get("torch_dtype") or cfg.get("dtype")), "bf16")
+    plain = _torch_dtype(cfg, src)
+    dtype = _weights_dtype(cfg.get("quantization_config"), src) or plain
     moe_fields: dict[str, Any] = _moe_fields(cfg, family, count, src)
     kept = _unquantised_attention(cfg.get("quantization_config"), src)
-    plain = _TORCH_DTYPES.get(str(cfg.get("torch_dtype")), "bf16")
     if moe_fields and kept == "all":
         # The 4-bit (or FP8) weights are the experts'; attention, router and tables stay
         # 16-bit.
@@ -163,11 +180,19 @@ def from_hf_config(path: Path) -> ModelSpec:
     head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
                 else count("head_dim", least=1) if cfg.get("head_dim")
                 else hidden // heads)
+    if head_dim < 1:
+        raise ServesimError(f"got {hidden} for {heads} heads (num_attention_heads) and no "
+                            "head_dim: a head would have no width", source=src,
+                            where="hidden_size")
     # Qwen3.5's and Qwen3-Next's MoE configs give no dense width (every layer is MoE).
     width = moe_fields.get("expert_intermediate") if "intermediate_size" not in cfg else None
     rope = cfg.get("rope_parameters")
     if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in cfg:
         cfg = {**cfg, "rope_theta": rope["rope_theta"]}
+    theta = float(get("rope_theta", 10000.0))
+    if not 0 < theta < math.inf:
+        raise ServesimError(f"got {theta!r}, must be a finite number above 0", source=src,
+                            where="rope_theta")
     try:
         return ModelSpec(
             layers=layers,
@@ -179,9 +204,9 @@ def from_hf_config(path: Path) -> ModelSpec:
             vocab=count("vocab_size", least=1),
             dtype=dtype,  # type: ignore[arg-type]
             max_context=count("max_position_embeddings", 8192, least=1),
-            rope_theta=float(get("rope_theta", 10000.0)),
-            qkv_bias=bool(cfg.get("attention_bias", family in _QKV_BIAS_BY_DEFAULT)),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            rope_theta=theta,
+            qkv_bias=_flag(cfg, "attention_bias", family in _QKV_BIAS_BY_DEFAULT, src),
+            tie_embeddings=_flag(cfg, "tie_word_embeddings", False, src),
             name=str(cfg.get("_name_or_path") or path.parent.name or family),
             **moe_fields,
             **kept_apart,
@@ -191,6 +216,31 @@ def from_hf_config(path: Path) -> ModelSpec:
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool, src: str) -> bool:
+    """A true/false key of the config (``default`` when absent or null); a string such
+    as "false", or a number, is an error rather than read by its truthiness."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ServesimError(f"got {value!r}, expected true or false", source=src, where=key)
+    return value
+
+
+def _torch_dtype(cfg: dict[str, Any], src: str) -> str:
+    """The unquantised weights' dtype (``torch_dtype``, or ``dtype`` as newer configs name
+    it; bf16 when neither is given); another value is an error, not a silent bf16."""
+    key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
+    value = cfg.get(key)
+    if value is None:
+        return "bf16"
+    if not isinstance(value, str) or value not in _TORCH_DTYPES:
+        raise ServesimError(f"got {value!r}; read: {', '.join(_TORCH_DTYPES)} (quantised "
+                            "weights are read from quantization_config)", source=src,
+                            where=key)
+    return _TORCH_DTYPES[value]
 
 
 def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[str, int]:
@@ -206,7 +256,9 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
             raise ServesimError(f"got {step!r}: only every layer a mixture of experts (1) is "
                                 "modelled", source=src, where="decoder_sparse_step")
         only = cfg.get("mlp_only_layers") or []
-        if not isinstance(only, list) or sorted(only) != list(range(len(only))):
+        if not isinstance(only, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in only) \
+                or sorted(only) != list(range(len(only))):
             raise ServesimError(f"got {only!r}: dense layers are modelled only as the first "
                                 "ones (0, 1, ...)", source=src, where="mlp_only_layers")
         dense = len(only)
@@ -224,14 +276,21 @@ def _moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[
                             "are not modelled (0)", source=src, where="shared_intermediate_size")
     if family in MLA_FAMILIES:
         freq = cfg.get("moe_layer_freq", 1)
-        if freq != 1:
+        if freq != 1 or isinstance(freq, bool):
             raise ServesimError(f"got {freq!r}: only every layer after the first dense ones a "
                                 "mixture of experts (1) is modelled", source=src,
                                 where="moe_layer_freq")
         dense = count("first_k_dense_replace", 0)
         shared = count("n_shared_experts", 0)
-    return {"experts": count(n_key), "experts_per_token": count(k_key),
-            "expert_intermediate": count(width_key), "dense_layers": dense,
+    # A MoE family's config has experts (a zero would make the spec dense, and its
+    # errors would name servesim's fields rather than these keys).
+    experts = count(n_key, least=1)
+    per_token = count(k_key, least=1)
+    if per_token > experts:
+        raise ServesimError(f"got {per_token}, at most {n_key} ({experts})", source=src,
+                            where=k_key)
+    return {"experts": experts, "experts_per_token": per_token,
+            "expert_intermediate": count(width_key, least=1), "dense_layers": dense,
             "shared_experts": shared}
 
 
@@ -258,12 +317,12 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
     MiniMax-M2 normalises queries and keys over all heads (``layer_qk_norm``)."""
     window = cfg.get("sliding_window")
     if family in _WINDOW_IF_ASKED:
-        if cfg.get("use_sliding_window"):
+        if _flag(cfg, "use_sliding_window", False, src):
             raise ServesimError("true: Qwen's sliding window (from layer max_window_layers "
                                 "on) is not modelled", source=src, where="use_sliding_window")
         window = None
     extra: dict[str, Any] = {"attention_sinks": True} if family == "gpt_oss" else {}
-    if family == "minimax_m2" and cfg.get("use_qk_norm"):
+    if family == "minimax_m2" and _flag(cfg, "use_qk_norm", False, src):
         norm = cfg.get("qk_norm_type", "per_layer")
         if norm not in ("per_layer", "per_head"):
             raise ServesimError(f"got {norm!r}; modelled: per_layer (over all heads: an "
@@ -279,6 +338,11 @@ def _attention_fields(cfg: dict[str, Any], family: Any, layers: int,
                                src).count("sliding_attention")
     else:
         sliding = layers if family in _WINDOW_ON_ALL or family == "gpt_oss" else 0
+    if sliding and window is None and types is not None and family not in _WINDOW_IF_ASKED:
+        # Named sliding layers with no window: full attention would price them wrongly.
+        raise ServesimError(f"layer_types names {sliding} sliding_attention layers but "
+                            "sliding_window is null; give the window (tokens)", source=src,
+                            where="sliding_window")
     if not sliding or window is None:
         return extra
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -314,12 +378,12 @@ def _gdn_fields(cfg: dict[str, Any], family: Any, layers: int, count: Any,
         every = count("full_attention_interval", least=1)
         linear = layers - layers // every
     state = cfg.get("mamba_ssm_dtype", "float32")
-    if state not in _STATE_DTYPES:
+    if not isinstance(state, str) or state not in _STATE_DTYPES:
         raise ServesimError(f"got {state!r}; modelled: {', '.join(_STATE_DTYPES)}",
                             source=src, where="mamba_ssm_dtype")
     fields: dict[str, Any] = {key: count(name, least=1) for key, name in GDN_KEYS.items()}
     return {"linear_layers": linear, **fields, "linear_state_dtype": _STATE_DTYPES[state],
-            "attn_output_gate": bool(cfg.get("attn_output_gate", True))}
+            "attn_output_gate": _flag(cfg, "attn_output_gate", True, src)}
 
 
 # Each layout's complete set of query/key/value projections, by module name: a list that
@@ -403,7 +467,8 @@ def _weights_dtype(quant: Any, src: str) -> str | None:
         found = _compressed_tensors_dtype(quant)
         if found:
             return found
-    what = f"{method!r}" + (f" ({quant.get('quant_algo')})" if "quant_algo" in quant else "")
+    what = f"{method!r}" + (f" ({quant.get('quant_algo')})" if "quant_algo" in quant else "") \
+        + (f" with bits {quant['bits']!r}" if "bits" in quant else "")
     raise ServesimError(f"quantisation {what} is not modelled; servesim models FP8 weights "
                         "(quant_method fp8, compressed-tensors float8, modelopt FP8), 4-bit "
                         "ones (mxfp4, modelopt NVFP4, compressed-tensors nvfp4 or int4, "
@@ -419,7 +484,9 @@ def _compressed_tensors_dtype(quant: dict[str, Any]) -> str | None:
     dicts = [w for w in weights if isinstance(w, dict)]
     if not dicts or len(dicts) != len(weights):
         return None
-    kinds = {(w.get("type"), w.get("num_bits")) for w in dicts}
+    # A malformed entry (a list, say) stands as its repr: hashable, and it matches no kind.
+    kinds = {tuple(v if isinstance(v, str | int | float | None) else repr(v)
+                   for v in (w.get("type"), w.get("num_bits"))) for w in dicts}
     if kinds == {("float", 8)}:
         return "fp8-block" if any(w.get("strategy") == "block" for w in dicts) else "fp8"
     if kinds == {("float", 4)}:

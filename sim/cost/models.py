@@ -12,7 +12,7 @@ Every model accepts numpy arrays in the shape's fields and then returns an array
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -568,11 +568,18 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
         raise exc.located(scenario.source, None if named else "cost.profile") from None
     mismatch = [
         f"{k} {a!r} != {b!r}"
-        for k, a, b in (("model", prof.model, scenario.model),
-                        ("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep),
+        for k, a, b in (("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep),
                         ("dp", prof.meta.get("dp", 1), scenario.hardware.dp))
         if a != b
     ]
+    if prof.model != scenario.model:
+        # The fields that differ, not two whole specs of some forty fields each.
+        diff = [f"{f.name} {getattr(prof.model, f.name)!r} != "
+                f"{getattr(scenario.model, f.name)!r}"
+                for f in fields(prof.model)
+                if getattr(prof.model, f.name) != getattr(scenario.model, f.name)]
+        mismatch.insert(0, f"model ({', '.join(diff[:6])}"
+                           f"{f', and {len(diff) - 6} more' if len(diff) > 6 else ''})")
     if mismatch:
         raise ServesimError(f"profile {c.profile} was measured for another setup: "
                             f"{'; '.join(mismatch)}", scenario.source, "cost.profile")

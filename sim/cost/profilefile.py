@@ -24,7 +24,7 @@ import yaml
 
 from sim.configtools import build, is_number
 from sim.cost.curves import Grid, Knots
-from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND, Frontend
+from sim.cost.frontend import FRONTEND_COEFS, FRONTEND_LIMITS, NO_FRONTEND, Frontend
 from sim.cost.profile import FORMS, WAKE_COEFS, ComponentForm
 from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
@@ -36,6 +36,10 @@ SCHEMA = "servesim-profile/5"
 # ``frontend``; /3 is /4 without ``wake``; /2 is /3 without measured tables.
 READS = ("servesim-profile/2", "servesim-profile/3", "servesim-profile/4", SCHEMA)
 EXTRA = ("wake", "frontend", "experts")
+# What a component may hold: its prices (coef, table_s at table_at, grid) and what they
+# are (formula and per_layer, said for the reader; fit, how well they were measured).
+COMPONENT_KEYS = frozenset({"formula", "per_layer", "coef", "fit", "table_s", "table_at",
+                            "grid"})
 PROFILE_DIR = Path(__file__).parents[1] / "data" / "profiles"
 
 
@@ -52,7 +56,8 @@ def resolve(ref: str, base_dir: Path | None = None) -> Path:
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         if not path.is_file():
-            raise ServesimError(f"profile file {str(path)!r} does not exist", where="cost.profile")
+            why = "is a directory, not a file" if path.is_dir() else "does not exist"
+            raise ServesimError(f"profile file {str(path)!r} {why}", where="cost.profile")
         return path
     path = PROFILE_DIR / f"{ref}.yaml"
     if not path.is_file():
@@ -117,6 +122,11 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
             if extra in comps and READS.index(schema) < READS.index(_SINCE[extra]):
                 raise ServesimError(f"the {extra} term needs schema {_SINCE[extra]!r} or later",
                                     where=f"components.{extra}")
+        for name, comp in comps.items():
+            odd = sorted(set(comp) - COMPONENT_KEYS) if isinstance(comp, dict) else []
+            if odd:  # a misspelt table_s would price by the formula without a word
+                raise ServesimError(f"unknown key; allowed: {', '.join(sorted(COMPONENT_KEYS))}",
+                                    where=f"components.{name}.{odd[0]}")
         wake = _wake(comps) if "wake" in comps else None
         frontend = _frontend(comps) if "frontend" in comps else NO_FRONTEND
         experts = _experts(comps["experts"]) if "experts" in comps else None
@@ -208,7 +218,12 @@ def _wake(comps: Mapping[str, Any]) -> dict[str, float]:
 
 def _frontend(comps: Mapping[str, Any]) -> Frontend:
     comp = _need(comps, "frontend", dict, "components.")
-    return Frontend(**_coefs(comp, FRONTEND_COEFS, "components.frontend"))
+    coefs = _coefs(comp, FRONTEND_COEFS, "components.frontend")
+    for key, most in FRONTEND_LIMITS.items():
+        if coefs[key] > most:
+            raise ServesimError(f"got {coefs[key]!r}, must be at most {most:g}",
+                                where=f"components.frontend.coef.{key}")
+    return Frontend(**coefs)
 
 
 def _seconds(raw: Any, where: str, what: str) -> tuple[float, ...]:

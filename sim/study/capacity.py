@@ -67,6 +67,7 @@ from sim.study.sweep import (
     ci95,
     grid_args,
     parse_ints,
+    refuse_pinned,
     to_csv,
 )
 from sim.study.sweeppoint import (
@@ -406,6 +407,13 @@ def main(argv: list[str]) -> int:
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "capacity")
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
+    if "disaggregated" in grid["policies"]:
+        from sim.config.scenario import from_dict
+
+        sc = from_dict(base, a.scenario)
+        refuse_pinned(sc, "--replicas", a.replicas, "replicas")
+        refuse_pinned(sc, "--target-rate", a.target_rate, "replicas",
+                      "the replica counts its search tries")
     name = str(base.get("name", "scenario"))
     out = a.out if a.out is not None else default_out(name, "-capacity", a.scenario)
     check_replaceable(out, CAPACITY_FILES, [a.scenario])

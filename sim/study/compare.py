@@ -90,6 +90,8 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
     :func:`run_variants` of ``serving.policy``; an unknown name lists the valid ones."""
     from sim.policies.registry import POLICIES
 
+    if len(set(policies)) < len(policies):
+        raise ServesimError(f"got {','.join(policies)!r}: each policy once", where="--policies")
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise ServesimError(f"unknown policy {unknown[0] if unknown else ''!r}; valid: "
@@ -105,7 +107,9 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     tensor-parallel degree too: a model may need fewer of a larger GPU), setting
     ``hardware.gpu`` (and ``hardware.tp``): {name: (RunResult, summary)}; an unknown
     GPU, a bad degree or a repeated name is refused in one line."""
+    from sim.config import scenario
     from sim.cost.specs import GPUS
+    from sim.study.sweep import refuse_pinned
 
     if not names:
         raise ServesimError(f"got no GPU; give one or more of {', '.join(sorted(GPUS))}",
@@ -123,6 +127,12 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
                                 "degree, a whole number from 1 (e.g. h100-sxm:2)",
                                 where="--gpus")
         variants[name] = [f"hardware.gpu={gpu}", *([f"hardware.tp={int(tp)}"] if tp else [])]
+    sc = scenario.load(path, overrides or [])
+    if sc.serving.policy == "disaggregated":
+        # Each GPU's run would otherwise be the same pools under another name.
+        tps = ",".join(n.partition(":")[2] for n in names if ":" in n)
+        refuse_pinned(sc, "--gpus", ",".join(names), "gpu")
+        refuse_pinned(sc, "--gpus", tps, "tp")
     return run_variants(path, variants, overrides, percentiles, force)
 
 
@@ -218,8 +228,8 @@ def main(argv: list[str]) -> int:
                             "thing (set the other with --set)", where="--gpus")
     by_gpu = a.gpus is not None
     label, key = ("gpu", "hardware.gpu[:hardware.tp]") if by_gpu else ("policy", "serving.policy")
-    values = [x.strip() for x in (a.gpus if by_gpu else a.policies or DEFAULT_POLICIES
-                                  ).split(",") if x.strip()]
+    given = a.gpus if by_gpu else DEFAULT_POLICIES if a.policies is None else a.policies
+    values = [x.strip() for x in given.split(",") if x.strip()]
     if a.out is not None:
         check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
     run = run_gpus if by_gpu else run_policies

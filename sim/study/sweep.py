@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.scenario import from_dict
+from sim.config.scenario import Scenario, from_dict
 from sim.configtools import ArgParser, comma_items, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header, internal_name
@@ -381,17 +381,34 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
                             a.scenario, "hardware.dp")
     if a.seeds < 1:
         raise ServesimError(f"{flag_seeds} {a.seeds}: must be at least 1")
+    policies = parse_names(a.policies, "--policies") if a.policies else [sc.serving.policy]
+    if "disaggregated" in policies:
+        for flag, given, key in (("--tp", a.tp, "tp"), ("--replicas", a.replicas, "replicas")):
+            refuse_pinned(sc, flag, given, key)
     if a.horizon_factor is not None and not a.horizon_factor > 0:
         raise ServesimError(f"--horizon-factor {a.horizon_factor}: must be greater than 0")
     return {
-        "policies": parse_names(a.policies, "--policies") if a.policies
-        else [sc.serving.policy],
+        "policies": policies,
         "replicas": parse_ints(a.replicas, "--replicas") if a.replicas
         else [sc.cluster.replicas],
         "tps": parse_ints(a.tp, "--tp") if a.tp else [sc.hardware.tp],
         "pps": parse_ints(a.pp, "--pp") if getattr(a, "pp", None) else [sc.hardware.pp],
         "seeds": [sc.workload.seed + i for i in range(a.seeds)],
     }
+
+
+def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,
+                  what: str = "the flag") -> None:
+    """Refuse an axis ``flag`` (given: not None) that varies ``hardware.key`` or
+    ``cluster.key`` where both disaggregated pools set ``key`` themselves: every point
+    would run the same pools under different labels. ``what`` varies the key, for the
+    message."""
+    pinned = sc.disaggregated.pinned(key)
+    if given and pinned is not None:
+        raise ServesimError(f"got {given}: the disaggregated pools set their own {key} "
+                            f"({pinned}), so {what} would change no pool; leave {key} out "
+                            "of one or both pools to let it, or vary the pools with --set",
+                            where=flag)
 
 
 def sweep_plan(base: dict[str, Any], path: Path, seeds: list[int],

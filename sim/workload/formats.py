@@ -83,6 +83,20 @@ def open_text(path: Path, src: str) -> IO[str]:
         raise ServesimError(f"cannot open trace file: {exc.strerror}", source=src) from None
 
 
+def bad_utf8(path: Path, src: str) -> ServesimError:
+    """The error for a trace whose text is not all UTF-8: the first such line, the byte
+    and its offset in the line (found by reading the file again, as bytes)."""
+    with gzip.open(path) if sniff_head(path, "trace", 2) == b"\x1f\x8b" else \
+            open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return _err(src, n, f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at byte "
+                            f"{exc.start + 1} of the line; save the trace file as UTF-8")
+    return ServesimError("not UTF-8 text; save the trace file as UTF-8", source=src)
+
+
 def first_line(path: Path, src: str) -> tuple[int, str]:
     """Return ``(line number, text)`` of the first non-blank line; an empty file is an error."""
     with open_text(path, src) as fh:
@@ -106,13 +120,25 @@ def _first_bad(values: Sequence[Any], conv: Any) -> int:
     return 0
 
 
+def _int64(text: Any) -> int:
+    """``text`` as an int that a signed 64-bit integer holds (ValueError otherwise)."""
+    v = int(text)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{v} is out of the int64 range")
+    return v
+
+
 def floats(values: Sequence[Any], lines: np.ndarray, name: str, src: str) -> np.ndarray:
     """Convert ``values`` to float64, naming the first non-number's line and value."""
     try:
-        return np.array(values, dtype=np.float64)
+        x = np.array(values, dtype=np.float64)
     except (ValueError, TypeError):
+        x = None
+    if x is None or x.ndim != 1:
+        # A JSON list where a number belongs can make a 2-D array instead of an error.
         i = _first_bad(values, float)
         raise _err(src, int(lines[i]), f"{name} = {values[i]!r} is not a number") from None
+    return x
 
 
 def whole(values: Sequence[Any], lines: np.ndarray, name: str, src: str,
@@ -181,10 +207,15 @@ class CsvFile:
                 try:
                     lines = list(islice(fh, CHUNK_ROWS))
                 except UnicodeDecodeError:
-                    raise _err(self.src, start, "not UTF-8 text (in this chunk of lines)") from None
+                    raise bad_utf8(self.path, self.src) from None
                 if not lines:
                     return
-                rows = list(csv.reader(lines))
+                reader = csv.reader(lines)
+                try:
+                    rows = list(reader)
+                except csv.Error as exc:  # e.g. a field past the csv module's size limit
+                    raise _err(self.src, start + reader.line_num - 1,
+                               f"not readable as CSV: {exc}") from None
                 if len(rows) != len(lines):
                     raise _err(self.src, start, "a quoted field spans lines; not supported")
                 keep: list[int] = []
@@ -202,6 +233,15 @@ class CsvFile:
                 start += len(lines)
 
 
+def labels(values: Sequence[str], lines: np.ndarray, name: str, src: str) -> np.ndarray:
+    """Non-empty names (stripped), naming the first empty cell's line."""
+    out = [v.strip() for v in values]
+    if not all(out):
+        i = out.index("")
+        raise _err(src, int(lines[i]), f"{name} is empty; every row names its {name}")
+    return np.array(out, dtype=np.str_)
+
+
 def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[np.ndarray]:
     """Parse ``prefix_hash_ids`` cells (ints separated by spaces or ``;``) into int64 arrays."""
     parts = [v.replace(";", " ").split() for v in values]
@@ -210,11 +250,13 @@ def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[n
         ids = np.array(flat, dtype=np.int64)
     except (ValueError, OverflowError):
         for i, ps in enumerate(parts):
-            if _first_bad(ps, int) < len(ps) and ps:
-                bad = ps[_first_bad(ps, int)]
-                raise _err(src, int(lines[i]),
-                           f"prefix_hash_ids has {bad!r}; expected integers separated by "
-                           "spaces or ';'") from None
+            for p in ps:
+                try:
+                    _int64(p)
+                except ValueError:
+                    raise _err(src, int(lines[i]),
+                               f"prefix_hash_ids has {p!r}; expected integers from -2**63 "
+                               "to 2**63 - 1, separated by spaces or ';'") from None
         raise
     bounds = np.cumsum([len(ps) for ps in parts])[:-1]
     return list(np.split(ids, bounds))
@@ -234,7 +276,7 @@ def read_servesim(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
             whole(cols[ip], lines, "prompt_tokens", src),
             whole(cols[io_], lines, "output_tokens", src),
             None if ipr is None else whole(cols[ipr], lines, "priority", src, minimum=None),
-            None if icl is None else np.array([c.strip() for c in cols[icl]], dtype=np.str_),
+            None if icl is None else labels(cols[icl], lines, "class", src),
             None if ihs is None else parse_hash_ids(cols[ihs], lines, src),
         )
 
@@ -268,9 +310,18 @@ def _timestamps_ns(values: Sequence[str], lines: np.ndarray, src: str) -> np.nda
             if m and m.group(1) != "Z":
                 hhmm = m.group(1).replace(":", "")
                 sign = -1 if hhmm[0] == "-" else 1
+                if int(hhmm[1:3]) > 14 or int(hhmm[3:5]) > 59:  # UTC-12:00 to UTC+14:00
+                    raise _err(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} has UTC "
+                               f"offset {m.group(1)}; offsets run from -12:00 to +14:00")
                 offsets[i] = sign * (int(hhmm[1:3]) * 3600 + int(hhmm[3:5]) * 60) * 10**9
             if m:
                 vals[i] = v[: m.start()]
+    # numpy reads a bare number as a year (1700000000 as the year 1,700,000,000), so a
+    # value must begin as a date does: YYYY-MM-DD.
+    for i, v in enumerate(vals):
+        if v[4:5] != "-" or v[7:8] != "-":
+            raise _err(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-time "
+                       "like '2023-11-16 18:17:03.9799600' (epoch numbers are not read)")
     try:
         ns = np.array(vals, dtype="datetime64[ns]")
     except ValueError:
@@ -364,6 +415,9 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 if not isinstance(rec, dict) or any(k not in rec for k in keys):
                     raise _err(src, i, f"expected an object with keys {', '.join(keys)} "
                                f"(and optional hash_ids), got {text.strip()[:60]!r}")
+                for k in keys:
+                    if isinstance(rec[k], bool):  # json's true would read as 1
+                        raise _err(src, i, f"{k} = {rec[k]!r} is not a number")
                 recs.append(rec)
                 nums.append(i)
             n += len(block)
@@ -379,10 +433,11 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 for r, ln, p in zip(recs, nums, prompts.tolist(), strict=True):
                     h = r.get("hash_ids", [])
                     if not isinstance(h, list) or not all(
-                        isinstance(x, int) and not isinstance(x, bool) for x in h
+                        isinstance(x, int) and not isinstance(x, bool)
+                        and -(2**63) <= x < 2**63 for x in h
                     ):
                         raise _err(src, ln, f"hash_ids = {str(h)[:60]!r}; expected a list of "
-                                   "integers")
+                                   "integers from -2**63 to 2**63 - 1")
                     if len(h) > -(-p // per_hash):  # more blocks than the prompt fills
                         raise _err(src, ln, f"hash_ids names {len(h)} blocks of {per_hash} "
                                    f"tokens for an input_length of {p}: at most "

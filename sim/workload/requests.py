@@ -277,7 +277,8 @@ class SharedPrefixConfig:
 
     # 2**24 tokens is past every model's context: a longer prefix changes nothing.
     tokens: int = bounded(ge=1, le=2**24)
-    groups: int = bounded(1, ge=1)
+    # Each group's block names start at group << 32: 2**31 groups keep them in int64.
+    groups: int = bounded(1, ge=1, le=2**31 - 1)
     block_tokens: int = bounded(16, ge=1)
 
     def apply(self, reqs: Requests, rng: np.random.Generator) -> Requests:

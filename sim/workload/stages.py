@@ -107,7 +107,7 @@ def stage_trace_times(t: np.ndarray, stages: Sequence[StageConfig],
                             "their rates", source, "workload.stages")
     out = np.empty(need)
     i = 0
-    for (lo, hi), k in zip(wins, counts, strict=True):
+    for n, ((lo, hi), k) in enumerate(zip(wins, counts, strict=True)):
         if k == 0:
             continue
         seg = t[i:i + k]
@@ -118,7 +118,13 @@ def stage_trace_times(t: np.ndarray, stages: Sequence[StageConfig],
             # Clipped below the end: a tie with the next request must not leave the stage.
             out[i:i + k] = np.minimum(lo + (seg - seg[0]) * ((hi - lo) / span),
                                       np.nextafter(hi, lo))
-        else:  # all at one instant in the trace: spread evenly
-            out[i:i + k] = lo + np.arange(k) * ((hi - lo) / k)
+        elif k == 1:
+            out[i] = lo
+        else:
+            # Their gaps have no proportions to keep: spreading them would invent arrivals.
+            raise ServesimError(f"stage {n + 1} replays {k} requests that all arrive at "
+                                f"{seg[0]:g} s in the trace (the next one too), so they have "
+                                "no rate to replay at; give the trace its arrival times",
+                                source, "workload.stages")
         i += k
     return out

@@ -224,9 +224,8 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
         _check_options(fmt, options, rng, src)
         spec = FORMATS[fmt]
         chunks = list(spec.reader(p, src, options, dropped))
-    except UnicodeDecodeError as exc:
-        raise ServesimError(f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x}; save the "
-                            "trace file as UTF-8", source=src) from None
+    except UnicodeDecodeError:
+        raise tf.bad_utf8(p, src) from None
     except (OSError, EOFError) as exc:  # a damaged gzip stream, a read error
         raise ServesimError(f"cannot read trace file: {exc}", source=src) from None
     dropped_out = {k: v for k, v in dropped.items() if v}

@@ -80,7 +80,7 @@ def trace_workload(ref: str, n: int, max_len: int, offset: int = 0) -> Workload:
         raise ServesimError(f"{ref} has no arrival times", where="--trace")
     if n < 2 or offset < 0 or offset + n > len(tr):
         raise ServesimError(f"cannot take {n} rows from {offset} of a {len(tr)}-row trace",
-                            where="--requests")
+                            where="--offset" if not 0 <= offset < len(tr) else "--requests")
     idx = np.arange(offset, offset + n)
     tr = dataclasses.replace(tr, arrival_s=tr.arrival_s[idx] - tr.arrival_s[offset],
                              prompt_tokens=tr.prompt_tokens[idx],
@@ -272,6 +272,13 @@ def check_args(args: argparse.Namespace) -> None:
     if args.rate:
         positive_list(args.rate, "--rate")
     positive_list(args.load, "--load")
+    # The trace and its rows too (a missing file, an --offset past its end): cheap to
+    # read, and found now rather than after a calibration.
+    from calibrate.arch import resolve_model
+
+    spec = resolve_model(args.model, args.hf_config)
+    trace_workload(args.trace, args.requests, min(args.max_len or spec.max_context,
+                                                  spec.max_context), args.offset)
 
 
 def positive_list(text: str, flag: str) -> list[float]:

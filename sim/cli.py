@@ -57,7 +57,7 @@ def _simulate(argv: list[str]) -> int:
     # Before simulating: a name that cannot be a folder, or an --out that is not ours to
     # replace, fails at once; so does a run that would not fit in memory.
     out = a.out if a.out is not None else report.default_out(sc.name, "", sc.source)
-    check_replaceable(out, report.RUN_FILES, [sc.source])
+    check_replaceable(out, report.RUN_FILES, scenario.input_files(sc))
     est = check(sc, a.force)
     show = a.progress if a.progress is not None else (not a.quiet and sys.stderr.isatty())
     if show and est.seconds > LONG_RUN_S:

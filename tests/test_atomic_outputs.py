@@ -175,7 +175,8 @@ def test_a_folder_servesim_did_not_write_is_never_replaced(tmp_path: Path,
     rc = cli_main(["simulate", str(QUICK), "--out", str(mine), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
-    assert err[0].startswith(f"servesim: error: --out {mine}: holds no servesim output")
+    assert err[0].startswith(f"servesim: error: --out {mine}: holds none of this command's "
+                             "outputs (summary.json, requests.csv)")
     assert snapshot(mine) == {"notes.txt": b"mine"}
     afile = tmp_path / "file"
     afile.write_text("x")
@@ -198,6 +199,55 @@ def test_a_scenario_kept_in_the_output_folder_survives(tmp_path: Path) -> None:
         assert sorted(p.name for p in out.iterdir()) == ["requests.csv",
                                                          "requests.csv.meta.json",
                                                          "scenario.yaml", "summary.json"]
+
+
+def test_a_trace_kept_in_the_output_folder_survives_or_is_refused(tmp_path: Path,
+                                                                  capsys: Any) -> None:
+    out = tmp_path / "exp"
+    out.mkdir()
+    rows = "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n"
+    (out / "t.csv").write_text(rows)
+    scen = out / "scenario.yaml"
+    scen.write_text("name: t\nmodel: tiny\ncost: {linear: {step_s: 0.01}}\n"
+                    "workload: {trace: {path: t.csv}}\n")
+    for _ in range(2):  # the trace is an input, not a stranger's file, and stays
+        assert cli_main(["simulate", str(scen), "--out", str(out), "--quiet",
+                         "--no-plots"]) == 0
+        assert (out / "t.csv").read_text() == rows
+    # A trace named as an output would be written over: refused, everything left as it was.
+    (out / "t.csv").rename(out / "requests.csv")
+    scen.write_text(scen.read_text().replace("t.csv", "requests.csv"))
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    assert cli_main(["simulate", str(scen), "--out", str(out), "--quiet", "--no-plots"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"servesim: error: --out {out}: holds requests.csv, which this run read, and an "
+        "output of that name would replace it; give another --out, or move the input")
+    assert snapshot(out) == before
+
+
+def test_sweep_and_capacity_never_replace_each_others_folders(tmp_path: Path,
+                                                              capsys: Any) -> None:
+    # Both keep a cache; another command's folder holding one is not theirs to replace.
+    md1 = ROOT / "scenarios" / "capacity-md1.yaml"
+    small = ["--set", "workload.num_requests=100", "--no-plots", "--quiet"]
+    sweep = ["sweep", str(md1), "--rates", "10", *small]
+    capacity = ["capacity", str(md1), "--slo", "ttft_mean=0.05", "--seeds", "1", *small]
+    def files(out: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    for first, second, own in ((sweep, capacity, "capacity.json"),
+                               (capacity, sweep, "sweep.json")):
+        out = tmp_path / first[0]
+        assert cli_main([*first, "--out", str(out)]) == 0
+        before = files(out)
+        assert cli_main([*second, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {out}: holds none of this command's outputs ({own}" in err
+        assert files(out) == before
+    # A folder an interrupted run left with its cache alone is resumed.
+    (tmp_path / "left" / "cache").mkdir(parents=True)
+    assert cli_main([*sweep, "--out", str(tmp_path / "left")]) == 0
 
 
 def test_an_interrupt_keeps_what_asks_to_be_salvaged(tmp_path: Path) -> None:

@@ -338,6 +338,12 @@ CLI_BAD: list[tuple[list[str], str, list[str]]] = [
     (["sweep", "S", "--rates", "1"], "--max-rejected-share", ["2", "nan"]),
     (["sweep", "S"], "--rates", ["0", "-1", "nan", "inf", "1:0:1", "x", "1e400",
                                 "1:1e9:1e-9", "1,,2"]),
+    # An empty list is refused, not read as "the scenario's own value".
+    (["sweep", "S", "--rates", "1"], "--policies", ["", ","]),
+    (["sweep", "S", "--rates", "1"], "--tp", ["", "0"]),
+    (["sweep", "S", "--rates", "1"], "--pp", [""]),
+    (["sweep", "S", "--rates", "1"], "--replicas", ["", "1,1"]),
+    (["capacity", "S", "--slo", "ttft_p99=1"], "--replicas", [""]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--seeds", ["0", "-3", "x"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--tol", ["0", "1", "-0.1", "nan", "x"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--target-rate", ["0", "-1", "inf", "nan"]),

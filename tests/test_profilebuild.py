@@ -172,3 +172,21 @@ def test_cli_builds_from_a_huggingface_config(tmp_path: Path) -> None:
     assert cost.source == "measured kernels: vLLM 0.24.0 on L40S"
     # 16 query heads and 4 KV heads per GPU were measured as such.
     assert "decode attention: 16 heads measured" in cost.meta["source"]["notes"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--out", "{file}"], "--out {file}: cannot make the folder: File exists"),
+    (["--check", "--out", "{missing}"], "--out {missing}: does not exist"),
+    (["--check", "--out", "{file}"], "--out {file}: is not a folder of profiles to check"),
+])
+def test_ship_refuses_a_bad_folder_before_building(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+        message: str) -> None:
+    # Checked first: --check of a missing folder had built all 728 profiles to say so.
+    from sim.cli import main
+
+    (tmp_path / "f").write_text("x")
+    paths = {"file": str(tmp_path / "f"), "missing": str(tmp_path / "none")}
+    assert main(["profile", "ship", *(a.format(**paths) for a in args)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"servesim: error: {message.format(**paths)}\n"

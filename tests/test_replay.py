@@ -306,6 +306,9 @@ def test_a_level_length_that_is_not_positive_is_one_clear_error(tmp_path: Path,
     ("--rate", "-1", "got '-1', each must be a finite number above 0"),
     ("--rate", "2,,3", "got '2,,3', expected a comma list of numbers above 0"),
     ("--load", "0.5,inf", "got '0.5,inf', each must be a finite number above 0"),
+    # The trace's rows too: read before the calibration, not after it.
+    ("--offset", "99999999", "cannot take 100 rows from 99999999 of a 19366-row trace"),
+    ("--requests", "20000", "cannot take 20000 rows from 0 of a 19366-row trace"),
 ])
 def test_rates_and_loads_are_refused_before_anything_runs(
         tmp_path: Path, capsys, flag: str, value: str, message: str) -> None:

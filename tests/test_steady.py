@@ -12,6 +12,7 @@ from sim.cli import main as cli_main
 from sim.report.slospec import parse_slos
 from sim.study.capacity import MaxRate, Search, run_capacity
 from sim.study.steady import (
+    MIN_KEPT,
     Measured,
     Steady,
     floor_stats,
@@ -84,26 +85,30 @@ def test_half_width_is_batch_means_by_hand():
 
 
 def test_warmup_and_drain_cut_by_fraction_and_by_lifetime():
-    n = 100
+    n = 1000
     arrival = np.arange(n, dtype=float)  # one a second
     lat = {m: np.full(n, 0.5) for m in ("ttft", "tpot", "queueing")}
     lat["e2e"] = np.full(n, 0.5)  # short lives: the 10% rule decides
     st = Steady(warmup=0.1, precision=0.1, columns=("ttft_p99",))
     m = steady_stats(lat, arrival, np.ones(n, bool), st)
-    assert m.discarded == 20 and m.settled
-    # Lives of 30 s: arrivals less than 30 s after the first or before the last go
-    # (t < 30 and t > 69: 30 each), 40 kept: under half, so not settled.
-    lat["e2e"] = np.full(n, 30.0)
+    assert m.discarded == 200 and m.settled and m.arrived == n
+    # Lives of 300 s: arrivals less than 300 s after the first or before the last go
+    # (t < 300 and t > 699: 300 each), 400 kept: under half, so not settled.
+    lat["e2e"] = np.full(n, 300.0)
     m = steady_stats(lat, arrival, np.ones(n, bool), st)
-    assert m.discarded == 60 and not m.settled
+    assert m.discarded == 600 and not m.settled
     # Lives longer than the run (overload): the 10% rule's figures, not settled.
-    lat["e2e"] = np.full(n, 200.0)
+    lat["e2e"] = np.full(n, 2000.0)
     m = steady_stats(lat, arrival, np.ones(n, bool), st)
-    assert m.discarded == 20 and not m.settled and m.cols["ttft_p99"] == 0.5
+    assert m.discarded == 200 and not m.settled and m.cols["ttft_p99"] == 0.5
     # Requests due after a horizon take no part; warmup 0 keeps everything.
-    came = np.arange(n) < 50
+    came = np.arange(n) < 500
     m = steady_stats(lat, arrival, came, Steady(warmup=0.0, columns=("ttft_p99",)))
-    assert m.discarded == 0 and m.settled
+    assert m.discarded == 0 and m.settled and m.arrived == 500
+    # Fewer kept than MIN_KEPT (batches of 20): not settled, however calm.
+    few = np.arange(n) < MIN_KEPT + 10
+    m = steady_stats({**lat, "e2e": np.full(n, 0.5)}, arrival, few, st)
+    assert m.discarded == 2 * ((MIN_KEPT + 10) // 10) and not m.settled
 
 
 def test_point_done_needs_settled_then_precision_or_a_clear_verdict():
@@ -111,8 +116,8 @@ def test_point_done_needs_settled_then_precision_or_a_clear_verdict():
                 targets=(("ttft_p99", 0.5), ("tpot_p99", 0.05)))
     row = {"ttft_p99": 0.3, "tpot_p99": 0.04, "saturated": 0.0}
 
-    def m(rt, rp, settled=True):
-        return Measured({}, {"ttft_p99": rt, "tpot_p99": rp}, 0, settled)
+    def m(rt, rp, settled=True, arrived=MIN_KEPT):
+        return Measured({}, {"ttft_p99": rt, "tpot_p99": rp}, 0, settled, arrived)
 
     assert point_done(row, m(0.05, 0.05), st)  # precise
     assert not point_done(row, m(0.05, 0.05, settled=False), st)
@@ -120,6 +125,8 @@ def test_point_done_needs_settled_then_precision_or_a_clear_verdict():
     assert not point_done(row, m(0.5, 0.3), st)  # tpot's interval holds 0.05: unclear
     assert point_done({**row, "tpot_p99": 0.07}, m(0.9, 0.2), st)  # tpot clearly missed
     assert point_done({**row, "saturated": 1.0}, m(None, None, False), st)
+    # Too few arrivals to call it saturated: the point runs again, larger.
+    assert not point_done({**row, "saturated": 1.0}, m(None, None, False, MIN_KEPT - 1), st)
 
 
 def test_skip_rows_keeps_gaps_from_the_first_arrival(tmp_path):

@@ -242,6 +242,16 @@ def test_cli_plot_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
+@pytest.mark.parametrize("ext", ["png", "pdf", "svg"])
+def test_cli_plot_is_the_same_bytes_twice(tmp_path: Path, ext: str) -> None:
+    # PDF and SVG carry a creation date (and SVG random ids) unless told not to.
+    outs = [tmp_path / f"{name}.{ext}" for name in ("a", "b")]
+    for out in outs:
+        assert main(["plot", "azure_2023_code", "--out", str(out)]) == 0
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    assert b"CreationDate" not in outs[0].read_bytes() and b"<dc:date>" not in outs[0].read_bytes()
+
+
 @pytest.mark.parametrize("argv,pattern", [
     (["stats", "no_such_trace"], "trace 'no_such_trace' not found"),
     (["stats"], "the following arguments are required: file"),

@@ -455,6 +455,26 @@ def _check_async(scenario: Scenario) -> None:
                             where="serving.async_scheduling")
 
 
+def input_files(sc: Scenario) -> list[Path]:
+    """The files the scenario reads beside itself, as they resolve (shipped names left
+    out): its trace, empirical lengths files (the workload's and its classes') and a cost
+    profile given as a path. A run's output folder keeps them (sim.report.folder)."""
+    w = sc.workload
+    refs = [w.trace.path if w.trace is not None else None,
+            w.lengths.empirical if w.lengths is not None else None,
+            *(c.lengths.empirical for c in (w.classes or {}).values() if c.lengths is not None),
+            sc.cost.profile]
+    out = [Path(sc.source)]
+    for ref in refs:
+        if ref:
+            path = Path(ref).expanduser()
+            if not path.is_absolute() and sc.base_dir is not None:
+                path = sc.base_dir / path
+            if path.is_file():
+                out.append(path)
+    return out
+
+
 def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None,
               overrides: tuple[str, ...] = ()) -> Scenario:
     """Validate a parsed scenario mapping; errors name ``source`` and the dotted key.

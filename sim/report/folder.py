@@ -86,10 +86,12 @@ def inputs_inside(out: Path, inputs: Iterable[str | Path]) -> tuple[str, ...]:
 
 
 def check_replaceable(out: Path, marks: tuple[str, ...],
-                      inputs: Iterable[str | Path] = ()) -> None:
+                      inputs: Iterable[str | Path] = (), alone: tuple[str, ...] = ()) -> None:
     """Refuse (one line naming ``--out``) to replace ``out`` when it is a file, or a
     folder holding something other than the run's ``inputs`` but none of ``marks``
-    (names or glob patterns of the command's own outputs)."""
+    (names or glob patterns of the command's own outputs). ``alone``: entries that make
+    the folder the command's only when nothing else is there (a cache that an
+    interrupted run left, and that another command's folder may hold too)."""
     out = Path(out)
     if not out.exists():
         return
@@ -101,8 +103,9 @@ def check_replaceable(out: Path, marks: tuple[str, ...],
         raise ServesimError(f"cannot read the folder: {exc.strerror}",
                             where=f"--out {out}") from None
     names = [n for n in names if n not in inputs_inside(out, inputs)]
-    if names and not any(fnmatch.fnmatchcase(n, m) for n in names for m in marks):
-        raise ServesimError(f"holds no servesim output (none of {', '.join(marks)}) and "
+    if names and not any(fnmatch.fnmatchcase(n, m) for n in names for m in marks) \
+            and not all(n in alone for n in names):
+        raise ServesimError(f"holds none of this command's outputs ({', '.join(marks)}) and "
                             "would be replaced whole; give a new or empty folder",
                             where=f"--out {out}")
 
@@ -175,7 +178,7 @@ def replaced_folder(out: Path, marks: tuple[str, ...], carry: tuple[str, ...] = 
     OSErrors become one-line :class:`ServesimError` naming ``--out``."""
     given = Path(out)
     inputs = list(inputs)
-    check_replaceable(given, marks, inputs)
+    check_replaceable(given, marks, inputs, carry)
     out = given.resolve()
     if out.parent == out:
         raise ServesimError("cannot replace a filesystem root", where=f"--out {given}")
@@ -192,7 +195,14 @@ def replaced_folder(out: Path, marks: tuple[str, ...], carry: tuple[str, ...] = 
         # mkdir must not leave it behind.
         stage.mkdir()
         yield stage
-        _swap(stage, out, (*carry, *inputs_inside(out, inputs)))
+        given_inside = inputs_inside(out, inputs)
+        clash = [name for name in given_inside if (stage / name).exists()]
+        if clash:
+            # Replacing it would lose a file the run was given (a trace named requests.csv).
+            raise ServesimError(f"holds {clash[0]}, which this run read, and an output of "
+                                "that name would replace it; give another --out, or move "
+                                "the input", where=f"--out {given}")
+        _swap(stage, out, (*carry, *given_inside))
     except OSError as exc:
         with signals_held():
             shutil.rmtree(stage, ignore_errors=True)

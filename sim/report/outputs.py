@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.config.scenario import input_files
 from sim.core.engine import RunResult
 from sim.core.request import STATUS_NAMES
 from sim.errors import ServesimError
@@ -330,7 +331,7 @@ def write_run(res: RunResult, summary: dict[str, Any], out_dir: Path,
     folder that then replaces ``out_dir`` whole (:mod:`sim.report.folder`; the scenario
     file, if it lies in ``out_dir``, is kept); return the final paths."""
     names = ["requests.csv", "summary.json"]
-    with replaced_folder(out_dir, RUN_FILES, inputs=[res.scenario.source]) as stage:
+    with replaced_folder(out_dir, RUN_FILES, inputs=input_files(res.scenario)) as stage:
         write_atomic(stage / names[0], requests_csv(res))
         names.append(write_meta(stage / names[0], REQUESTS_ROWS, list(CSV_COLUMNS),
                                 summary["simulated"]).name)

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sim.config.scenario import from_dict, input_files
 from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header
@@ -88,7 +89,7 @@ from sim.study.sweeppoint import (
 Row = dict[str, Any]
 MAX_BRACKET_STEPS = 40  # doublings before concluding the SLOs do not bound the load
 # What marks a folder as a capacity search's outputs (cache/ alone: one interrupted).
-CAPACITY_FILES = ("capacity.json", "capacity.csv", "search.csv", "cache")
+CAPACITY_FILES = ("capacity.json", "capacity.csv", "search.csv")
 MAX_HALVINGS = 16  # halvings (a factor 65,536 below the start) before calling it unreachable
 
 
@@ -123,8 +124,6 @@ class Search:
     def pp(self) -> int:
         """Pipeline stages per replica of the scenario searched (its ``hardware.pp``):
         the one candidate stage count when none are given."""
-        from sim.config.scenario import from_dict
-
         return from_dict(self.raw, self.source, self.base_dir).hardware.pp
 
     def run(self, keys: list[PointKey], desc: str) -> list[Row]:
@@ -403,21 +402,20 @@ def main(argv: list[str]) -> int:
         # one there is no configuration to add them to.
         raise ServesimError(f"--redundancy {a.redundancy}: needs --target-rate (the spares "
                             "go on the cheapest configuration that meets it)")
-    allowed = parse_ints(a.replicas, "--replicas") if a.replicas else None
+    allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "capacity")
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     if "disaggregated" in grid["policies"]:
-        from sim.config.scenario import from_dict
-
         sc = from_dict(base, a.scenario)
         refuse_pinned(sc, "--replicas", a.replicas, "replicas")
         refuse_pinned(sc, "--target-rate", a.target_rate, "replicas",
                       "the replica counts its search tries")
     name = str(base.get("name", "scenario"))
     out = a.out if a.out is not None else default_out(name, "-capacity", a.scenario)
-    check_replaceable(out, CAPACITY_FILES, [a.scenario])
     path = Path(a.scenario)
+    inputs = input_files(from_dict(base, a.scenario, path.parent.resolve()))
+    check_replaceable(out, CAPACITY_FILES, inputs, ("cache",))
     start = a.rate_start or default_start(base)
     steady = steady_from_args(a, slos, targets=True)
     plan = trace_plan(base, str(path), path.parent.resolve(), len(grid["seeds"]),
@@ -431,7 +429,7 @@ def main(argv: list[str]) -> int:
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour, grid["pps"])
     result.redundancy = a.redundancy
     result.notes = measurement_notes(steady, plan, result.search)
-    with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=[a.scenario]) as stage:
+    with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=inputs) as stage:
         names = [p.name for p in write_files(result, stage)]
         if not a.no_plots:
             from sim.report.plots import capacity_plot

@@ -230,8 +230,11 @@ def main(argv: list[str]) -> int:
     label, key = ("gpu", "hardware.gpu[:hardware.tp]") if by_gpu else ("policy", "serving.policy")
     given = a.gpus if by_gpu else DEFAULT_POLICIES if a.policies is None else a.policies
     values = [x.strip() for x in given.split(",") if x.strip()]
+    from sim.config import scenario
+
+    inputs = scenario.input_files(scenario.load(a.scenario, a.overrides))
     if a.out is not None:
-        check_replaceable(a.out, COMPARE_FILES, [a.scenario])  # before the runs
+        check_replaceable(a.out, COMPARE_FILES, inputs)  # before the runs
     run = run_gpus if by_gpu else run_policies
     runs = run(a.scenario, values, a.overrides, pcts, a.force)
     table_rows = rows(runs, pcts or TABLE_PERCENTILES, label)
@@ -245,7 +248,7 @@ def main(argv: list[str]) -> int:
     names = ["compare.csv", "compare.json"]
     summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
     blob = (json.dumps(summaries, indent=2) + "\n").encode()
-    with replaced_folder(out, COMPARE_FILES, inputs=[a.scenario]) as stage:
+    with replaced_folder(out, COMPARE_FILES, inputs=inputs) as stage:
         write_atomic(stage / names[0], buf.getvalue().encode())
         names.append(write_meta(
             stage / names[0], f"one row per {'GPU' if by_gpu else 'batching policy'}, every "

@@ -47,6 +47,11 @@ import numpy as np
 from sim.report.slospec import SLO
 
 BATCHES = 10  # batch-means batches per point
+# Requests a point keeps (and, for a saturation verdict, sees arrive) before its figures
+# end it: batches of 20 or more consecutive requests, as the batch-means method needs (a
+# 50-request point at 99% load had passed with 4 a batch; 8 requests were called
+# saturated). A smaller workload runs again with twice the requests until it has them.
+MIN_KEPT = 20 * BATCHES
 # Student's t 97.5% quantiles by degrees of freedom (no scipy import in each worker).
 T975 = {4: 2.7764451, 9: 2.2621572, 19: 2.0930241}
 # Latencies with a per-request record, so with a warm-up and batch means.
@@ -114,12 +119,14 @@ def half_width(values: np.ndarray, stat: str, batches: int = BATCHES) -> float |
 class Measured:
     """A run's steady-state figures: latency columns over the kept requests (seconds),
     each named column's relative 95% half-width (None: not measurable), the requests
-    left out at the two ends, and whether enough was kept to call it steady."""
+    left out at the two ends, whether enough was kept to call it steady, and how many
+    requests arrived."""
 
     cols: dict[str, float | None]
     rel: dict[str, float | None]
     discarded: int
     settled: bool
+    arrived: int
 
 
 def steady_stats(lat: dict[str, np.ndarray], arrival_s: np.ndarray, arrived: np.ndarray,
@@ -131,7 +138,8 @@ def steady_stats(lat: dict[str, np.ndarray], arrival_s: np.ndarray, arrived: np.
     take no part). Each end loses ``warmup`` of the arrivals, or, when more, those
     within one request lifetime (the p99 of E2E) of the first or last arrival: the
     batch fills for about one lifetime and drains for another. The run is settled when
-    at least half its arrivals are kept; when fewer than :data:`BATCHES` would be (lives
+    at least half its arrivals are kept, and no fewer than :data:`MIN_KEPT`; when fewer
+    than :data:`BATCHES` would be (lives
     as long as the run: an overloaded point), the figures are those of the fraction
     rule alone."""
     idx = np.flatnonzero(arrived)
@@ -145,7 +153,7 @@ def steady_stats(lat: dict[str, np.ndarray], arrival_s: np.ndarray, arrived: np.
         life = float(np.percentile(done, 99)) if done.size else 0.0
         lo = max(lo, int(np.searchsorted(t, t[0] + life, side="left")))
         hi = min(hi, int(np.searchsorted(t, t[-1] - life, side="right")))
-    settled = n > 0 and 2 * (hi - lo) >= n
+    settled = n > 0 and 2 * (hi - lo) >= n and hi - lo >= MIN_KEPT
     if hi - lo < BATCHES:
         # Lives as long as the run (an overloaded point): report what the fraction
         # rule keeps rather than nothing; the run is not settled either way.
@@ -161,14 +169,15 @@ def steady_stats(lat: dict[str, np.ndarray], arrival_s: np.ndarray, arrived: np.
         m, _, stat = c.rpartition("_")
         h, val = half_width(lat[m][keep], stat), cols.get(c)
         rel[c] = h / abs(val) if h is not None and val else None
-    return Measured(cols, rel, n - len(keep), settled)
+    return Measured(cols, rel, n - len(keep), settled, n)
 
 
 def point_done(row: dict[str, Any], m: Measured, steady: Steady) -> bool:
-    """Whether a point needs no more requests: saturated; or settled, and every named
-    statistic within the precision or (with targets) a clear verdict: one target's
-    interval wholly above it, or every target's wholly below it."""
-    if row.get("saturated") or steady.precision <= 0:
+    """Whether a point needs no more requests: saturated (on at least :data:`MIN_KEPT`
+    arrivals); or settled, and every named statistic within the precision or (with
+    targets) a clear verdict: one target's interval wholly above it, or every target's
+    wholly below it."""
+    if steady.precision <= 0 or row.get("saturated") and m.arrived >= MIN_KEPT:
         return True
     if not m.settled:
         return False

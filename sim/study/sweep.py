@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.scenario import Scenario, from_dict
+from sim.config.scenario import Scenario, from_dict, input_files
 from sim.configtools import ArgParser, comma_items, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header, internal_name
@@ -250,7 +250,7 @@ def csv_rows(text: str) -> list[Row]:
 
 POINT_COLUMNS = [*KEY_COLUMNS, *METRIC_COLUMNS]
 # What marks a folder as a sweep's outputs (one interrupted before writing holds cache/).
-SWEEP_FILES = ("sweep.json", "points.csv", "sweep.csv", "cache")
+SWEEP_FILES = ("sweep.json", "points.csv", "sweep.csv")
 SWEEP_COLUMNS = [*GROUP_COLUMNS, "seeds", *(c for m in METRIC_COLUMNS for c in (m, f"{m}_ci"))]
 
 
@@ -271,7 +271,8 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     folder that then replaces ``out`` whole; the cache, ``out/cache``, is written in
     place as points finish (so an interrupt keeps them) and moved into the new folder."""
     tasks = spec.tasks()
-    check_replaceable(out, SWEEP_FILES, [spec.source])
+    inputs = input_files(from_dict(spec.raw, spec.source, spec.base_dir))
+    check_replaceable(out, SWEEP_FILES, inputs, ("cache",))
     cache = PointCache(out / "cache" if use_cache else None)
     stats = RunStats()
     rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats,
@@ -304,7 +305,7 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     simulated = describe_base(spec.raw, spec.source, spec.base_dir, prices, spec.overrides)
     manifest["simulated"] = simulated
     varied = {k: manifest[k] for k in ("policies", "replicas", "tp", "pp", "rates", "seeds")}
-    with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=[spec.source]) as stage:
+    with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=inputs) as stage:
         write_atomic(stage / names[0], to_csv(points, cols))
         write_atomic(stage / names[1], to_csv(grid, SWEEP_COLUMNS))
         for csv_name, rows_are, columns in (
@@ -381,7 +382,9 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
                             a.scenario, "hardware.dp")
     if a.seeds < 1:
         raise ServesimError(f"{flag_seeds} {a.seeds}: must be at least 1")
-    policies = parse_names(a.policies, "--policies") if a.policies else [sc.serving.policy]
+    # An empty list is an error (parse_*), not the scenario's value.
+    policies = (parse_names(a.policies, "--policies") if a.policies is not None
+                else [sc.serving.policy])
     if "disaggregated" in policies:
         for flag, given, key in (("--tp", a.tp, "tp"), ("--replicas", a.replicas, "replicas")):
             refuse_pinned(sc, flag, given, key)
@@ -389,10 +392,11 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
         raise ServesimError(f"--horizon-factor {a.horizon_factor}: must be greater than 0")
     return {
         "policies": policies,
-        "replicas": parse_ints(a.replicas, "--replicas") if a.replicas
+        "replicas": parse_ints(a.replicas, "--replicas") if a.replicas is not None
         else [sc.cluster.replicas],
-        "tps": parse_ints(a.tp, "--tp") if a.tp else [sc.hardware.tp],
-        "pps": parse_ints(a.pp, "--pp") if getattr(a, "pp", None) else [sc.hardware.pp],
+        "tps": parse_ints(a.tp, "--tp") if a.tp is not None else [sc.hardware.tp],
+        "pps": parse_ints(a.pp, "--pp") if getattr(a, "pp", None) is not None
+        else [sc.hardware.pp],
         "seeds": [sc.workload.seed + i for i in range(a.seeds)],
     }
 

@@ -92,6 +92,14 @@ def rate_bins(arrival_s: np.ndarray, target_bin_s: float = 60.0, min_bins: int =
     return edges[:-1], counts / width, width
 
 
+# Per format, the metadata a plot leaves out (None drops a key matplotlib would write).
+_FIXED_METADATA: dict[str, dict[str, None]] = {
+    ".png": {"Software": None},
+    ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    ".svg": {"Creator": None, "Date": None},
+}
+
+
 def plot_trace(trace: Trace, out: str | Path, title: str | None = None) -> Path:
     """Write a PNG: arrival rate over time, and prompt / output length histograms."""
     import matplotlib
@@ -121,6 +129,8 @@ def plot_trace(trace: Trace, out: str | Path, title: str | None = None) -> Path:
     fig.suptitle(title or f"{Path(trace.source).name}: {len(trace):,} requests")
     fig.tight_layout()
     path = Path(out)
-    fig.savefig(path, dpi=100)
+    # No dates, versions or random ids in the file: the same trace gives the same bytes.
+    with plt.rc_context({"svg.hashsalt": "servesim"}):
+        fig.savefig(path, dpi=100, metadata=_FIXED_METADATA.get(path.suffix.lower()))
     plt.close(fig)
     return path

@@ -267,6 +267,16 @@ def _ship(argv: list[str]) -> int:
                    help="compare with the files there instead of writing; status 1 on a "
                         "difference")
     a = p.parse_args(argv)
+    # The folder first: a bad one is one line now, not after minutes of building.
+    if a.check and not a.out.is_dir():
+        raise ServesimError("is not a folder of profiles to check" if a.out.exists()
+                            else "does not exist", where=f"--out {a.out}")
+    if not a.check:
+        try:
+            a.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServesimError(f"cannot make the folder: {exc.strerror}",
+                                where=f"--out {a.out}") from None
     specs = shipped_specs()
     differ = []
     for spec in specs:
@@ -276,8 +286,11 @@ def _ship(argv: list[str]) -> int:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 differ.append(path.name)
         else:
-            a.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            try:
+                path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise ServesimError(f"cannot write {path.name}: {exc.strerror}",
+                                    where=f"--out {a.out}") from None
     if a.check:
         print(f"{len(specs) - len(differ)} of {len(specs)} shipped profiles equal a rebuild"
               + (f"; differ: {', '.join(differ)}" if differ else ""))

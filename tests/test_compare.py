@@ -39,6 +39,27 @@ def test_compare_writes_a_side_by_side_table(tmp_path, capsys):
     assert (out / "compare_cdf.png").stat().st_size > 10_000
 
 
+def test_compare_leaves_out_default_policies_the_scenario_refuses(tmp_path, capsys):
+    # Speculative decoding runs under continuous and chunked only: the default list's
+    # other three are left out, each named with its reason, and the two run.
+    spec = {**SCENARIO, "serving": {**SCENARIO["serving"], "speculative": {
+        "method": "ngram", "num_tokens": 2, "acceptance": {"rate": 0.5}}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--no-plots", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    for p in ("static", "orca", "disaggregated"):
+        assert (f"compare: left out {p}: speculative decoding is modelled for policies "
+                f"continuous and chunked, not '{p}'") in err
+    with open(out / "compare.csv") as f:
+        assert [r["policy"] for r in csv.DictReader(f)] == ["continuous", "chunked"]
+    # Asked for by name, a refused policy is the error it always was.
+    assert main(["compare", str(path), "--policies", "static,chunked", "--no-plots",
+                 "--out", str(tmp_path / "o2")]) == 2
+    assert "not 'static'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("policies, message", [
     ("continuous,fifo", "unknown policy 'fifo'; valid: chunked"),
     # Empty is not the default list, and a repeat would be silently one run.

@@ -136,6 +136,26 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     return run_variants(path, variants, overrides, percentiles, force)
 
 
+def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> list[str]:
+    """Those of ``policies`` the scenario at ``path`` accepts; each one left out is named
+    on stderr with the reason; none accepted is the first one's error."""
+    from sim.config import scenario
+
+    ok: list[str] = []
+    first: ServesimError | None = None
+    for p in policies:
+        try:
+            scenario.load(path, [*(overrides or []), f"serving.policy={p}"])
+        except ServesimError as exc:
+            first = first or exc
+            print(f"compare: left out {p}: {exc.message}", file=sys.stderr)
+        else:
+            ok.append(p)
+    if not ok and first is not None:
+        raise first
+    return ok
+
+
 def _cell(summary: dict[str, Any], keys: tuple[str, ...]) -> Any:
     v: Any = summary
     for k in keys:
@@ -233,6 +253,10 @@ def main(argv: list[str]) -> int:
     from sim.config import scenario
 
     inputs = scenario.input_files(scenario.load(a.scenario, a.overrides))
+    if not by_gpu and a.policies is None:
+        # The default list may hold policies the scenario's settings refuse (static with
+        # speculative decoding, say): those are left out, and said to be, not an error.
+        values = _runnable(a.scenario, a.overrides, values)
     if a.out is not None:
         check_replaceable(a.out, COMPARE_FILES, inputs)  # before the runs
     run = run_gpus if by_gpu else run_policies

@@ -95,6 +95,18 @@ def test_measured_profiles_of_other_frameworks_stay_synchronous() -> None:
     sc = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
                     "cost": {"measured": {"framework": "sglang"}}, "workload": WORKLOAD})
     assert not async_scheduling(sc)
+    # The same profile named by name or path: its framework read from the file.
+    named = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+                       "cost": {"profile": "h100-sxm-llama-3-8b-tp1-sglang"},
+                       "workload": WORKLOAD})
+    assert not isinstance(build_cost(named), HostOverlap)
+    assert build_cost(named).step_time(shape_of([(1, 100)])) == \
+        build_cost(sc).step_time(shape_of([(1, 100)]))
+    # Asked for, it is on whatever the profile's framework.
+    forced = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+                        "cost": {"profile": "h100-sxm-llama-3-8b-tp1-sglang"},
+                        "serving": {"async_scheduling": True}, "workload": WORKLOAD})
+    assert isinstance(build_cost(forced), HostOverlap)
     vllm = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
                       "cost": "measured", "workload": WORKLOAD})
     cost = build_cost(vllm)

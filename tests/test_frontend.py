@@ -182,3 +182,19 @@ def test_jitter_delays_each_request_by_its_own_seeded_draw() -> None:
     want[first] = seen[first]
     np.testing.assert_allclose(one.first_sched[:3], want, rtol=0, atol=1e-12)
     assert one.first_sched[3] == pytest.approx(seen[3], abs=1e-12)
+
+
+def test_a_partial_roofline_frontend_keeps_the_prior_it_leaves_out() -> None:
+    # Left out, request_s keeps vLLM's fitted 15.9 ms, as an efficiency left out keeps
+    # its default: a jitter setting does not silently zero the prior.
+    from sim.cost.models import VLLM_FRONTEND
+
+    wl = {"arrivals": {"process": "poisson", "rate": 1}, "num_requests": 1,
+          "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                      "output": {"dist": "fixed", "value": 2}}}
+    fe = from_dict({"model": "tiny", "cost": {"roofline": {"frontend": {"jitter_s": 0.002}}},
+                    "workload": wl}).cost.roofline.frontend
+    assert fe.request_s == VLLM_FRONTEND.request_s > 0 and fe.jitter_s == 0.002
+    zero = from_dict({"model": "tiny", "cost": {"roofline": {"frontend": {"request_s": 0}}},
+                      "workload": wl}).cost.roofline.frontend
+    assert zero.request_s == 0 and not zero.active

@@ -131,6 +131,11 @@ def test_model_that_does_not_fit_names_every_term() -> None:
     for term in ("44.52 GiB x memory_utilization 0.9", "weights 131.42", "activation 1.22",
                  "non-torch 0.16", "CUDA graphs 0.73"):
         assert term in text, term
+    # What lowers the terms that are settings: the batch limits (a shipped profile at
+    # tp 2 fits Llama-3-70B on H100s at 256 sequences, not at the default 1,024).
+    assert text.endswith("raise tp or memory_utilization, lower serving.max_num_seqs or "
+                         "max_num_batched_tokens (the activation and CUDA-graph terms grow "
+                         "with them), or choose a larger GPU")
     assert "\n" not in text
 
 

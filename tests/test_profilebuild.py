@@ -190,3 +190,13 @@ def test_ship_refuses_a_bad_folder_before_building(
     assert main(["profile", "ship", *(a.format(**paths) for a in args)]) == 2
     err = capsys.readouterr().err
     assert err == f"servesim: error: {message.format(**paths)}\n"
+
+
+def test_list_names_each_profiles_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    # A profile of 8 data-parallel ranks with expert parallelism is not one of tp 1.
+    from sim.cli import main
+
+    assert main(["profile", "list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.split()[:2] == ["qwen3-235b-a22b", "h200"])
+    assert "tp1 ep8 dp8 vllm" in line and "tp8 ep8 vllm" in line and "tp8 vllm" in line

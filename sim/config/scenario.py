@@ -30,6 +30,7 @@ from sim.configtools import (
     resolve_alias,
     yaml_error,
 )
+from sim.cost.frontend import FRONTEND_COEFS
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
 from sim.cost.pipeline import check_layout
@@ -394,6 +395,15 @@ def _cost(value: Any) -> CostConfig:
         # `roofline:` or `measured:` with nothing under it takes the defaults.
         value = {k: {} if k in ("roofline", "measured") and v is None else v
                  for k, v in value.items()}
+        roof = value.get("roofline")
+        if isinstance(roof, dict) and isinstance(roof.get("frontend"), dict):
+            # The figures a frontend leaves out keep the roofline's own (vLLM's prior),
+            # as its other knobs do: `frontend: {jitter_s: 0.001}` adds jitter to vLLM's
+            # 15.9 ms, it does not set that to zero.
+            default = RooflineParams().frontend
+            given = roof["frontend"]
+            value = {**value, "roofline": {**roof, "frontend": {
+                **{k: getattr(default, k) for k in FRONTEND_COEFS}, **given}}}
     return build(CostConfig, value, "cost")
 
 

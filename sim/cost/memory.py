@@ -145,7 +145,9 @@ class MemoryBudget:
                else "")
             + f"leaves "
             f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); raise tp or "
-            f"memory_utilization, or choose a larger GPU", where="hardware")
+            f"memory_utilization, lower serving.max_num_seqs or max_num_batched_tokens (the "
+            f"activation and CUDA-graph terms grow with them), or choose a larger GPU",
+            where="hardware")
 
     def summary(self, blocks: int | None = None) -> dict[str, Any]:
         """The terms in GiB, and the replica's KV blocks and tokens (``blocks`` when a

@@ -530,8 +530,19 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
     and ``tp`` when given; its host work overlapped with the device where the replicas
     run vLLM's async scheduling (:mod:`sim.cost.overlap`)."""
     cost = _build_cost(scenario, pool_gpu, tp)
-    return HostOverlap(cost) if async_scheduling(scenario) and hasattr(cost, "host_terms") \
-        else cost
+    if not async_scheduling(scenario) or not hasattr(cost, "host_terms"):
+        return cost
+    if scenario.serving.async_scheduling is None and _framework(cost) not in (None, "vllm"):
+        # An SGLang or TensorRT-LLM profile named by path prices its own framework's
+        # steps, as `cost: measured` with that framework does.
+        return cost
+    return HostOverlap(cost)
+
+
+def _framework(cost: Any) -> str | None:
+    """The serving framework a profile's kernels were measured under (None: not said)."""
+    source = getattr(cost, "meta", {}).get("source")
+    return source.get("framework") if isinstance(source, dict) else None
 
 
 def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,

@@ -308,7 +308,11 @@ def _list(argv: list[str]) -> int:
     by: dict[tuple[str, str], list[str]] = {}
     for s in rows:
         quant = f" {s.dtype}" if s.dtype else ""
-        by.setdefault((s.model, s.gpu), []).append(f"tp{s.tp} {s.framework}{quant}")
+        kv = " fp8-kv" if s.kv_dtype == "fp8" else ""
+        # The layout as hardware.tp / ep / dp select it: dp8 ep8 is not tp1.
+        layout = f"tp{s.tp}" + (f" ep{s.ep}" if s.ep > 1 else "") \
+            + (f" dp{s.dp}" if s.dp > 1 else "")
+        by.setdefault((s.model, s.gpu), []).append(f"{layout} {s.framework}{quant}{kv}")
     for (model, gpu), what in sorted(by.items()):
         print(f"  {model:<15} {gpu:<10} {', '.join(what)}")
     try:

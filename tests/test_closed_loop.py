@@ -301,3 +301,19 @@ def test_rate_sweeps_and_capacity_refuse_a_closed_loop(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match="closed loop"):
         capacity.main([str(path), "--slo", "ttft_p99=0.5", "--quiet",
                        "--out", str(tmp_path / "c")])
+
+
+def test_rate_sweeps_refuse_classes_whose_arrivals_are_their_own(tmp_path: Path) -> None:
+    # No shared workload.arrivals to vary: said so, not "arrivals.process: required".
+    from sim.study import capacity, sweep
+
+    own = {"arrivals": {"process": "poisson", "rate": 5}, "lengths": fixed(8, 2)}
+    path = tmp_path / "k.yaml"
+    path.write_text(json.dumps({"model": "tiny", "workload": {
+        "num_requests": 20, "classes": {"a": own, "b": own}}}))
+    for run, args in ((sweep.main, ["--rates", "1,2"]),
+                      (capacity.main, ["--slo", "ttft_p99=0.5"])):
+        with pytest.raises(ServesimError) as err:
+            run([str(path), *args, "--quiet", "--out", str(tmp_path / "o")])
+        assert err.value.where == "workload.classes.a.arrivals"
+        assert "class 'a' has an arrival process of its own" in err.value.message

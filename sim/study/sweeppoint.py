@@ -119,13 +119,26 @@ def _expected_span_s(raw: dict[str, Any], rate: float) -> float | None:
 
 def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
     """Sweeps and capacity searches vary the arrival rate: a closed loop
-    (``workload.concurrency``) has none, its load is set by its clients."""
+    (``workload.concurrency``) has none, its load is set by its clients; nor do classes
+    with arrival processes of their own where no shared one is given."""
     w = raw.get("workload")
     if isinstance(w, dict) and w.get("concurrency") is not None:
         raise ServesimError(f"{flag} varies the arrival rate, but this workload is closed loop "
                             f"({w['concurrency']} clients send as their requests end); vary "
                             "workload.concurrency with --set instead, one run each",
                             source, "workload.concurrency")
+    if not isinstance(w, dict):
+        return
+    classes = w.get("classes")
+    own = [name for name, c in classes.items() if isinstance(c, dict) and c.get("arrivals")] \
+        if isinstance(classes, dict) else []
+    if own and not w.get("arrivals"):
+        # There is no one rate to vary: each class's process has its own.
+        raise ServesimError(f"{flag} varies workload.arrivals.rate, but class {own[0]!r} "
+                            "has an arrival process of its own and there is no shared one; "
+                            "give the classes weights under one workload.arrivals, or vary "
+                            "each class's rate with --set, one run each", source,
+                            f"workload.classes.{own[0]}.arrivals")
 
 
 def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None,

@@ -183,6 +183,9 @@ CASES = [
      r"sweep\.csv: line 3: .*column seeds is '', expected a finite number;"),
     ("sweep", csv_edit(set_cell(2, "ttft_p99_s", "n/a")),
      r"sweep\.csv: line 2: .*column ttft_p99_s is 'n/a', expected a number or empty;"),
+    # A damaged plot would be embedded as a broken image without a word.
+    ("simulate", write("ttft_tpot_cdf.png", "x"),
+     r"ttft_tpot_cdf\.png: not a PNG image \(it starts b'x'\); run the command again"),
 ]
 
 

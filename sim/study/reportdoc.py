@@ -62,6 +62,9 @@ CAPTIONS = {
 }
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
 def kind_of(folder: Path) -> tuple[str, dict[str, Any]]:
     """The command that wrote ``folder`` and its main JSON file, parsed."""
     for kind, name in KINDS:
@@ -91,6 +94,13 @@ def collect(folder: Path) -> Doc:
         # lacks) still ends as one line naming the file, not a traceback.
         raise shapes.unreadable(exc, kind, source) from None
     doc["plots"] = [(p, CAPTIONS.get(p, p)) for p in doc["plots"] if (folder / p).is_file()]
+    for p, _ in doc["plots"]:
+        with open(folder / p, "rb") as fh:
+            head = fh.read(8)
+        if head != PNG_SIGNATURE:  # a broken image would be embedded without a word
+            raise ServesimError(f"not a PNG image (it starts {head!r}); run the command "
+                                "again, or delete the file to report without it",
+                                str(folder / p))
     return doc
 
 

@@ -62,6 +62,15 @@ def test_outage_loses_in_flight_and_misrouted_requests_which_retry_elsewhere() -
     assert f["requests_lost"] == 2 and f["requests_retried"] == 2 and f["requests_failed"] == 0
     assert f["latency_s"]["affected"]["e2e"]["max"] == pytest.approx(0.131)
     assert f["latency_s"]["unaffected"]["e2e"]["max"] == pytest.approx(0.031)
+    # A planned outage after the last request finished (at 1.529 s) took nothing down:
+    # not counted, and downtime is that within the run's span.
+    late = {**OUTAGE, "outages": [*OUTAGE["outages"],
+                                  {"replica": 1, "at_s": 5.0, "duration_s": 300.0}]}
+    res = both(tiny_scenario(cluster={"replicas": 2}, faults=late),
+               [0.0, 0.01, 0.04, 1.5], [20, 10, 8, 8], [3, 2, 2, 2])
+    s = summarize(res)
+    assert s["span_s"] == pytest.approx(1.529)
+    assert s["faults"]["outages"] == 1 and s["faults"]["downtime_s"] == pytest.approx(1.0)
 
 
 def test_on_failure_fail_ends_lost_requests_failed() -> None:

@@ -258,20 +258,25 @@ def scenario_digest(scenario: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def fault_summary(res: RunResult, lat: dict[str, np.ndarray]) -> dict[str, Any]:
+def fault_summary(res: RunResult, lat: dict[str, np.ndarray],
+                  window: tuple[float, float] | None = None) -> dict[str, Any]:
     """The ``faults`` section of the summary (present only when faults are configured):
     outages, downtime (s), requests lost (losses, counting each attempt), retried and
     failed, and TTFT/E2E distributions (s) of affected requests (placed again at least
-    once) next to the unaffected ones: the latency impact of the faults."""
+    once) next to the unaffected ones: the latency impact of the faults. Outages and
+    downtime are those within ``window`` (s, the run's span: first arrival to its end),
+    when given: a planned outage after the last request finished took nothing down."""
     if not res.scenario.faults.active:
         return {}
+    lo, hi = window if window is not None else (-math.inf, math.inf)
+    overlap = [min(up, hi) - max(down, lo) for _, down, up in res.outages]
     status = res.status
     retries = res.retries if res.retries is not None else np.zeros(len(status), np.int64)
     failed = status == FAILED
     hit = retries > 0
     return {"faults": {
-        "outages": len(res.outages),
-        "downtime_s": float(sum(up - down for _, down, up in res.outages)),
+        "outages": sum(1 for x in overlap if x > 0),
+        "downtime_s": float(sum(x for x in overlap if x > 0)),
         # Each loss either scheduled a retry or failed the request on the spot.
         "requests_lost": int(retries.sum()) + int((res.reason[failed] == "replica_failure").sum()),
         "requests_retried": int(hit.sum()),
@@ -539,7 +544,7 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
         "busy_fraction": (sum(s.busy_s for s in stats) / (len(stats) * span)
                           if span > 0 else None),
         "saturation": saturation(res),
-        **fault_summary(res, lat),
+        **fault_summary(res, lat, (first, end)),
         "simulated": simulated(res),
     }
     if res.requests.klass is not None:

@@ -406,15 +406,15 @@ def main(argv: list[str]) -> int:
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "capacity")
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
+    path = Path(a.scenario)
+    sc = from_dict(base, a.scenario, path.parent.resolve())
     if "disaggregated" in grid["policies"]:
-        sc = from_dict(base, a.scenario)
         refuse_pinned(sc, "--replicas", a.replicas, "replicas")
         refuse_pinned(sc, "--target-rate", a.target_rate, "replicas",
                       "the replica counts its search tries")
     name = str(base.get("name", "scenario"))
     out = a.out if a.out is not None else default_out(name, "-capacity", a.scenario)
-    path = Path(a.scenario)
-    inputs = input_files(from_dict(base, a.scenario, path.parent.resolve()))
+    inputs = input_files(sc)
     check_replaceable(out, CAPACITY_FILES, inputs, ("cache",))
     start = a.rate_start or default_start(base)
     steady = steady_from_args(a, slos, targets=True)

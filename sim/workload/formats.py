@@ -120,10 +120,15 @@ def _first_bad(values: Sequence[Any], conv: Any) -> int:
     return 0
 
 
+def _in_int64(v: int) -> bool:
+    """Whether the int ``v`` fits a signed 64-bit integer (hash ids are stored so)."""
+    return -(2**63) <= v < 2**63
+
+
 def _int64(text: Any) -> int:
     """``text`` as an int that a signed 64-bit integer holds (ValueError otherwise)."""
     v = int(text)
-    if not -(2**63) <= v < 2**63:
+    if not _in_int64(v):
         raise ValueError(f"{v} is out of the int64 range")
     return v
 
@@ -433,8 +438,8 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 for r, ln, p in zip(recs, nums, prompts.tolist(), strict=True):
                     h = r.get("hash_ids", [])
                     if not isinstance(h, list) or not all(
-                        isinstance(x, int) and not isinstance(x, bool)
-                        and -(2**63) <= x < 2**63 for x in h
+                        isinstance(x, int) and not isinstance(x, bool) and _in_int64(x)
+                        for x in h
                     ):
                         raise _err(src, ln, f"hash_ids = {str(h)[:60]!r}; expected a list of "
                                    "integers from -2**63 to 2**63 - 1")

@@ -356,6 +356,18 @@ def test_cli_sweep_end_to_end(tmp_path, capsys):
         "--set workload.arrivals.rate=3: the sweep sets each point's rate (--rates)\n")
 
 
+def test_sweep_draws_no_progress_bar_into_a_log(tmp_path, capsys):
+    """Without --quiet, a stderr that is not a terminal (a log file, CI) gets no tqdm
+    carriage-return lines; the table still goes to stdout."""
+    rc = cli_main(["sweep", str(MD1), "--rates", "10,20", "--seeds", "1", "--set",
+                   "workload.num_requests=100", "--slo", "ttft_p99=0.1", "--workers", "1",
+                   "--out", str(tmp_path / "o"), "--no-plots"])
+    assert rc == 0
+    cap = capsys.readouterr()
+    assert "\r" not in cap.err and "pt/s" not in cap.err and "pt]" not in cap.err
+    assert "sweep.csv" in cap.out
+
+
 def _ray():
     """Ray, or a skip; `make test` (SERVESIM_REQUIRE_RAY=1) fails instead of skipping."""
     if os.environ.get("SERVESIM_REQUIRE_RAY"):

@@ -84,6 +84,7 @@ from sim.study.sweeppoint import (
     read_raw,
     refuse_closed_loop,
     run_points,
+    show_progress,
 )
 
 Row = dict[str, Any]
@@ -423,7 +424,7 @@ def main(argv: list[str]) -> int:
     seeds = grid["seeds"][:plan.replications] if plan is not None else grid["seeds"]
     s = Search(base, str(path), path.parent.resolve(), slos, seeds,
                PointCache(None if a.no_cache else out / "cache"), a.horizon_factor, a.backend,
-               a.workers, a.ray_address, progress=not a.quiet, steady=steady, plan=plan,
+               a.workers, a.ray_address, progress=show_progress(a.quiet), steady=steady, plan=plan,
                overrides=a.overrides, max_rejected_share=max_share(a), force=a.force)
     result = run_capacity(s, grid["policies"], grid["tps"], start,
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour, grid["pps"])

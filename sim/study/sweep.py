@@ -63,6 +63,7 @@ from sim.study.sweeppoint import (
     read_raw,
     refuse_closed_loop,
     run_points,
+    show_progress,
 )
 
 GROUP_COLUMNS = ("policy", "replicas", "tp", "pp", "rate")
@@ -475,7 +476,7 @@ def main(argv: list[str]) -> int:
     out = (a.out if a.out is not None
            else default_out(str(base.get("name", "scenario")), "-sweep", a.scenario))
     limit = max_share(a)
-    res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=not a.quiet,
+    res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=show_progress(a.quiet),
                     plots=not a.no_plots, use_cache=not a.no_cache, force=a.force)
     if a.json:  # the manifest and the grid (CSV column names) alone on stdout
         from sim.report.metrics import clean

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,12 @@ class PointTask:
     digest: str
     steady: Steady | None = None  # measured in steady state (sim/study/steady.py)
     grow_horizon: float | None = None  # horizon factor, when the horizon follows the size
+
+
+def show_progress(quiet: bool) -> bool:
+    """Whether a study draws its progress bar: not with ``--quiet``, and only on a
+    terminal (as ``simulate`` does), so a log file gets no carriage-return lines."""
+    return not quiet and sys.stderr.isatty()
 
 
 def read_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:

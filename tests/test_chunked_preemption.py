@@ -119,3 +119,24 @@ def test_long_prefill_token_threshold_caps_each_request_per_iteration():
     ]
     np.testing.assert_allclose(res.first_token, [0.031, 0.043], atol=1e-12)
     np.testing.assert_allclose(res.finish, [0.043, 0.054], atol=1e-12)
+
+
+def test_threshold_lets_a_later_prompt_decode_before_an_earlier_one_finishes():
+    # Budget 16, threshold 4; A (12 tokens, 2 out), B (3, 4), C (12, 2), D (5, 3) arrive
+    # together; 10 ms a step + 1 ms a token. 0 ms: A 4, B 3 (first token), C 4, D 4: 25 ms.
+    # 25 ms: A 4, B decodes, C 4, D its last 1 (first token): 20 ms. 45 ms: A and C their
+    # last 4 (first tokens), B and D decode: 20 ms. 65 ms: all four decode; each has its
+    # last token at 79 ms. At 45 ms the running list is A, B, C, D with B and D decoding
+    # and A and C still prefilling: decodes no longer lead it (a decode set reading B and
+    # D as its leading members had scheduled D twice and skipped A).
+    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 16,
+                                "long_prefill_token_threshold": 4})
+    res = run_both_ways(sc, [0.0] * 4, [12, 3, 12, 5], [2, 4, 2, 3])
+    assert steps(res) == [
+        (0, 0.0, 0.025, ((0, 4, 0), (1, 3, 0), (2, 4, 0), (3, 4, 0))),
+        (0, 0.025, 0.045, ((0, 4, 4), (1, 1, 3), (2, 4, 4), (3, 1, 4))),
+        (0, 0.045, 0.065, ((0, 4, 8), (1, 1, 4), (2, 4, 8), (3, 1, 5))),
+        (0, 0.065, 0.079, ((0, 1, 12), (1, 1, 5), (2, 1, 12), (3, 1, 6))),
+    ]
+    np.testing.assert_allclose(res.first_token, [0.065, 0.025, 0.065, 0.045], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.079] * 4, atol=1e-12)

@@ -34,16 +34,18 @@ LAZY_POLICIES = ("continuous", "chunked", "static", "orca")
 @given(st.sampled_from(LAZY_POLICIES), st.integers(1, 8),
        st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
                 min_size=1, max_size=14),
-       st.integers(8, 60), st.booleans(), st.integers(2, 24))
+       st.integers(8, 60), st.booleans(), st.integers(2, 24), st.integers(0, 12))
 def test_lazy_decodes_equal_eager_on_random_workloads(
         policy: str, block: int, rows: list[tuple], blocks: int, swap: bool,
-        budget: int) -> None:
+        budget: int, threshold: int) -> None:
     # Small KV caches force preemptions (the set flushes); small chunk budgets leave
-    # decodes out of a batch (the set holds only the running list's leading entries).
+    # decodes out of a batch (the set holds only the running list's leading entries);
+    # under chunked, a long_prefill_token_threshold lets several prompts run part-way.
     rows = sorted(rows)
+    extra = {"long_prefill_token_threshold": threshold} if policy == "chunked" else {}
     sc = tiny_scenario(serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
                                 "max_num_seqs": 5, "token_budget": max(budget, block),
-                                "preemption": "swap" if swap else "recompute"})
+                                "preemption": "swap" if swap else "recompute", **extra})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                    np.array([r[2] for r in rows]))
     lazy, eager = lazy_and_eager(sc, req)

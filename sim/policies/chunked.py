@@ -37,7 +37,8 @@ class Chunked:
     """
 
     # A request's running entry is a steady decode once its last chunk emitted, and
-    # those lead the running list (later admissions follow them).
+    # those lead the running list (later admissions follow them), unless a
+    # long_prefill_token_threshold below the budget lets several prompts run part-way.
     lazy_decodes = True
     reserves_kv = False
 
@@ -46,6 +47,11 @@ class Chunked:
         self.max_seqs = cfg.max_num_seqs
         # 0 (no cap) is the same as a cap no chunk can reach.
         self.cap = cfg.long_prefill_token_threshold or cfg.chunk_budget
+        if self.cap < self.budget:
+            # Several prompts can be part-way at once, and one admitted earlier can still
+            # be prefilling when a later one starts decoding: steady decodes no longer
+            # lead the running list, so the replica decodes request by request.
+            self.lazy_decodes = False
         # Tokens a steady decode computes: 1, or with speculative decoding k + 1 (its
         # pending token and the drafted ones), all counted against the budget as vLLM does.
         self.width = cfg.decode_width

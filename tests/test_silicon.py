@@ -84,13 +84,21 @@ def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
 
 def test_malformed_rows_name_the_file_line_and_column(tmp_path: Path) -> None:
     bad = ROWS[0].replace(",1024,", ",many,")
-    with pytest.raises(ServesimError, match=r"s\.csv: line 2, isl: got 'many', expected a number"):
+    with pytest.raises(ServesimError,
+                       match=r"s\.csv: line 2, isl: got 'many', expected a whole number"):
         read_rows(csv(tmp_path, bad))
     # A row cut short after tp_size: no latencies, so it is kept out, with the reason.
     short = read_rows(csv(tmp_path, ",".join(ROWS[0].split(",")[:12])))[0]
     assert math.isnan(short.ttft_ms) and classify(short).startswith("incomplete row")
-    with pytest.raises(ServesimError, match=r"line 2, tp_size: got '2.5', expected a number"):
+    with pytest.raises(ServesimError, match=r"line 2, tp_size: got '2.5', expected a whole number"):
         read_rows(csv(tmp_path, ROWS[0].replace(",8,2,1,,", ",8,2.5,1,,")))
+    # inf in a count and a zero latency had been tracebacks (OverflowError, division).
+    with pytest.raises(ServesimError, match=r"line 2, isl: got 'inf', expected a whole number"):
+        read_rows(csv(tmp_path, ROWS[0].replace(",1024,", ",inf,", 1)))
+    cells = ROWS[0].split(",")
+    cells[-2] = "0"  # the last two cells: measured TTFT and TPOT (ms)
+    with pytest.raises(ServesimError, match=r"silicon_ttft_ms: got '0', expected a positive"):
+        read_rows(csv(tmp_path, ",".join(cells)))
     (tmp_path / "t.csv").write_text("id,backend\nx,vllm\n")
     with pytest.raises(ServesimError, match="t.csv: missing column 'backend_version'"):
         read_rows(tmp_path / "t.csv")

@@ -248,7 +248,7 @@ def _int(value: str | None, default: int) -> int:
     if value is None or value.strip() in ("", "nan"):
         return default
     x = float(value)
-    if x != int(x):
+    if not math.isfinite(x) or x != int(x):  # int(inf) would raise OverflowError
         raise ValueError(value)
     return int(x)
 
@@ -288,8 +288,13 @@ def read_rows(path: Path) -> list[Row]:
             col = "silicon_tpot_ms"
             tpot = float(r["silicon_tpot_ms"] or "nan")
         except (TypeError, ValueError):
-            raise ServesimError(f"got {r.get(col)!r}, expected a number",
+            what = "a number" if col.startswith("silicon_") else "a whole number"
+            raise ServesimError(f"got {r.get(col)!r}, expected {what}",
                                 source=str(path), where=f"line {line}, {col}") from None
+        for col, ms in (("silicon_ttft_ms", ttft), ("silicon_tpot_ms", tpot)):
+            if not (ms > 0) and not math.isnan(ms):  # a missing one is an incomplete row
+                raise ServesimError(f"got {r.get(col)!r}, expected a positive time (ms)",
+                                    source=str(path), where=f"line {line}, {col}")
         text = {k: str(r.get(k) or "") for k in (
             "id", "backend", "backend_version", "model_path", "system", "precision",
             "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty

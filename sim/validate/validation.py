@@ -395,7 +395,33 @@ def read_replay(record: dict[str, Any], source: str) -> tuple[Requests, dict[str
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ServesimError(f"malformed replay record ({type(exc).__name__}: {exc})",
                             source=source) from None
+    _check_requests(requests, rq["status"], source)
     return requests, cols, steps
+
+
+STATUSES = ("finished", "rejected", "unfinished")
+
+
+def _check_requests(requests: Requests, status: list[Any], source: str) -> None:
+    """Refuse, naming the column and row, what the simulation cannot replay: arrivals
+    that are not finite, negative or out of order (a NaN one had hung the run), lengths
+    below one token, and a status other than :data:`STATUSES`."""
+    arr = requests.arrival_s
+    checks = (("arrival_s", ~np.isfinite(arr) | (arr < 0), "a finite time >= 0 (s)"),
+              ("arrival_s", np.r_[False, arr[1:] < arr[:-1]],
+               "arrivals in order (not before the row above)"),
+              ("prompt_tokens", requests.prompt_tokens < 1, "a whole number >= 1"),
+              ("output_tokens", requests.output_tokens < 1, "a whole number >= 1"))
+    for col, bad, want in checks:
+        if bad.any():
+            i = int(np.argmax(bad))
+            value = (arr if col == "arrival_s" else getattr(requests, col))[i]
+            raise ServesimError(f"requests.{col}[{i}]: got {value}, expected {want}",
+                                source=source)
+    for i, s in enumerate(status):
+        if s not in STATUSES:
+            raise ServesimError(f"requests.status[{i}]: got {s!r}, expected one of "
+                                f"{', '.join(STATUSES)}", source=source)
 
 
 def _check_columns(table: dict[str, Any], names: tuple[str, ...], part: str) -> None:

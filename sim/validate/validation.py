@@ -415,8 +415,8 @@ def _check_requests(requests: Requests, status: list[Any], source: str) -> None:
     for col, bad, want in checks:
         if bad.any():
             i = int(np.argmax(bad))
-            value = (arr if col == "arrival_s" else getattr(requests, col))[i]
-            raise ServesimError(f"requests.{col}[{i}]: got {value}, expected {want}",
+            raise ServesimError(f"requests.{col}[{i}]: got {getattr(requests, col)[i]}, "
+                                f"expected {want}",
                                 source=source)
     for i, s in enumerate(status):
         if s not in STATUSES:

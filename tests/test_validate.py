@@ -235,3 +235,23 @@ def test_validate_real_path_on_cpu(profile: Path, tmp_path: Path,
     assert lv["verdict"]["passed"] is None
     assert lv["verdict"]["why"] == "the real run was interrupted with 5 of 16 requests unfinished"
     assert "not judged (the real run was interrupted" in capsys.readouterr().out
+
+
+def test_vllm_run_of_one_token_outputs_is_not_judged(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """One output token per request: no TPOT on either side, so no verdict; it had been
+    written as ``passed: false`` with no worst error."""
+    data = json.loads(FIXTURE.read_text())
+    data.update(output_lens=[1, 1, 1, 0], itls=[[], [], [], []])
+    result = tmp_path / "one.json"
+    result.write_text(json.dumps(data))
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "out"
+    assert main(["--vllm-result", str(result), "--scenario", str(sc), "--out", str(out),
+                 "--no-plots"]) == 0
+    verdict = json.loads((out / "validation.json").read_text())["levels"][0]["verdict"]
+    assert verdict["passed"] is None and verdict["worst"] is None
+    assert verdict["why"].startswith("no compared request has a TPOT")
+    assert "TTFT/TPOT p50+p90: not judged (no compared request has a TPOT" in \
+        capsys.readouterr().out

@@ -35,7 +35,7 @@ VALID: dict[str, Any] = {
     "errors": ["", "", "", "request timed out"],
 }
 TOKENS = "expected a whole number of tokens, 0 or more and below 2**53"
-SECONDS = "expected a finite number of seconds, 0 or more"
+SECONDS = "expected a finite number of seconds, 0 or more and below 1e9"
 
 
 DROP = object()  # as an edit: the key is left out of the file
@@ -111,6 +111,13 @@ BAD = [
     (dict(input_lens=[]), "input_lens: the result holds no requests"),
     (dict(input_lens__1=0), "input_lens[1]: got 0 for a request that completed, expected "
                             "at least 1 prompt token"),
+    (dict(itls__0=[1e308, 1e308, 0.01, 0.01]), f"itls[0][0]: got 1e+308, {SECONDS}"),
+    (dict(start_times=[0.0, 1e300, 2e300, 3e300]),
+     "start_times: the requests' send times span 3e+300 s, expected less than 1e+09 s (a "
+     "float second no longer resolves a latency there)"),
+    (dict(request_rate=1e-300, **NO_STARTS),
+     "request_rate: the requests' send times span 1.72e+300 s, expected less than 1e+09 s "
+     "(a float second no longer resolves a latency there)"),
     # run facts
     (dict(request_rate=0, **NO_STARTS),
      'request_rate: got 0, expected a number of requests per second above 0, or "inf"'),
@@ -252,3 +259,19 @@ def test_every_request_rejected_by_the_scenario_is_an_error(
     assert ("result.json: scenario vllm-check rejected all 3 requests that completed in "
             "vLLM (exceeds_context 3; longest prompt 1000000000000 tokens, prompt + output "
             "1000000000005): nothing to compare") in line, line
+
+
+def test_start_times_out_of_order_are_taken_in_send_order_and_said() -> None:
+    """Sends stamped out of order had been clamped to the previous time without a word
+    (a request sent 10 s early was simulated 10 s late); now each request arrives at its
+    own send time, the requests reordered with everything measured about them."""
+    run = vllm_results.parse(changed(start_times=[100.0, 120.0, 110.0, 125.0]), "<t>")
+    np.testing.assert_allclose(run.arrival_s, [0.0, 10.0, 20.0, 25.0])
+    assert run.prompt_tokens.tolist() == [100, 200, 50, 80]
+    assert run.output_tokens.tolist() == [5, 2, 3, 0]
+    np.testing.assert_allclose(run.ttft_s[:3], [0.15, 0.3, 0.05])
+    assert run.itls_s[1] == [0.013] and run.failed.tolist() == [False, False, False, True]
+    assert "1 start_times earlier than the one before (at most 1e+04 ms): requests taken " \
+           "in the order they were sent" in run.notes
+    in_order = vllm_results.parse(changed(), "<t>")
+    assert not any("earlier than" in n for n in in_order.notes)

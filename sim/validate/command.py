@@ -40,6 +40,7 @@ from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.folder import replaced_folder
 from sim.report.metrics import clean
+from sim.validate.replayfile import read_record
 from sim.validate.validation import (
     BARS,
     VALIDATE_FILES,
@@ -47,7 +48,6 @@ from sim.validate.validation import (
     compare,
     model_mismatch,
     probe_report,
-    read_replay,
     real_result,
     replay_run,
     scenario_for,
@@ -91,21 +91,24 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
     the speed-matched prediction or None for a record without steps)."""
     from sim.cost.profilefile import load_profile, resolve
 
-    requests, cols, steps = read_replay(record, source)
+    rec = read_record(record, source)
+    requests, cols, steps = rec.requests, rec.cols, rec.steps
     path = resolve(profile, Path.cwd()).resolve()
     prof = load_profile(str(path))
-    why = model_mismatch(prof, dict(record.get("model") or {}))
+    why = model_mismatch(prof, rec.model)
     if why:
         raise ServesimError(f"profile {profile}: {why}", where="--profile")
-    label = str(record.get("label", "level"))
-    sc = scenario_for(dataclasses.asdict(prof.model), record["serving"],
-                      {"profile": str(path)}, label)
+    label = rec.label
+    try:
+        sc = scenario_for(dataclasses.asdict(prof.model), rec.serving, {"profile": str(path)},
+                          label)
+    except ServesimError as exc:  # the record's serving limits: name the record
+        raise ServesimError(exc.message, source, exc.where) from None
     real = replay_run(sc, requests, cols, steps)
     cost = build_cost(sc)
     pred = simulate_requests(sc, requests, cost=cost)
     cmp = compare(real, pred)
-    device = (record.get("device") or {}).get("type", "cpu")
-    bar = BARS.get(device, 0.15) if bar is None else bar
+    bar = BARS.get(str(rec.device.get("type", "cpu")), 0.15) if bar is None else bar
     summary = step_errors(steps, prof)
     judged = verdict(cmp, bar)
     left = cmp["real"]["unfinished"]
@@ -115,11 +118,10 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
         judged = {**judged, "passed": None,
                   "why": f"the real run was interrupted with {left} of {cmp['requests']} "
                          "requests unfinished"}
-    level = {"label": label, "level": record.get("level"), "rate_rps": record.get("rate_rps"),
-             "load": record.get("load"), "device": record.get("device"),
-             "profile": str(path), "policy": sc.serving.policy, "notes": record.get("notes", []),
-             "comparison": cmp, "verdict": judged, "steps": summary,
-             "probe": probe_report(record.get("probe"), prof)}
+    level = {"label": label, "level": rec.level, "rate_rps": rec.rate_rps, "load": rec.load,
+             "device": rec.device, "profile": str(path), "policy": sc.serving.policy,
+             "notes": rec.notes, "comparison": cmp, "verdict": judged, "steps": summary,
+             "probe": probe_report(rec.probe, prof)}
     matched = None
     if summary:
         level["speed_matched"], matched = speed_matched(sc, requests, real, cost, summary, bar)
@@ -132,7 +134,9 @@ def _title(level: dict[str, Any]) -> str:
     where = {"below": "below saturation", "near": "near saturation"}.get(
         str(level.get("level")), "at a given rate")
     dev = level.get("device") or {}
-    return (f"== {level['label']}: {where}, {level['rate_rps']:.3g} req/s"
+    rate = level.get("rate_rps")
+    return (f"== {level['label']}: {where}, "
+            f"{'rate not recorded' if rate is None else f'{rate:.3g} req/s'}"
             f"{f' (load {load:.2f} of predicted saturation)' if load is not None else ''}, "
             f"policy {level['policy']}, {dev.get('name', '?')} ({dev.get('type', '?')}, "
             f"threads {dev.get('threads', '?')})")
@@ -211,7 +215,7 @@ def _replay_main(argv: list[str]) -> int:
     p.add_argument("--profile", required=True, help="the cost profile to predict with")
     _common(p)
     a = p.parse_args(argv)
-    levels = []
+    levels: list[dict[str, Any]] = []
     with replaced_folder(a.out, VALIDATE_FILES, inputs=[*a.replay, a.profile]) as stage:
         for f in a.replay:
             text = read_text(f, "replay")
@@ -220,6 +224,10 @@ def _replay_main(argv: list[str]) -> int:
             except json.JSONDecodeError as exc:
                 raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
             level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
+            taken = {lv["label"] for lv in levels}
+            if level["label"] in taken:  # two runs of one level: keep both files' outputs
+                level["label"] = next(f"{level['label']}~{k}" for k in range(2, len(taken) + 2)
+                                      if f"{level['label']}~{k}" not in taken)
             level["files"] = _write_level(stage, a.out, level["label"], real, pred,
                                           not a.no_plots, matched)
             _print_level(level)
@@ -376,6 +384,8 @@ def _vllm_main(argv: list[str]) -> int:
     v = level["verdict"]
     if v["worst"] is not None:
         print(f"TTFT/TPOT p50+p90 worst |error| {v['worst']:.1%}")
+    else:
+        print(f"TTFT/TPOT p50+p90: not judged ({v['why']})")
     with replaced_folder(a.out, VALIDATE_FILES,
                          inputs=[a.vllm_result, a.scenario]) as stage:
         level["files"] = _write_level(stage, a.out, "vllm", real, pred, not a.no_plots)

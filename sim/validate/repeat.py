@@ -30,13 +30,13 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.metrics import clean
+from sim.validate.replayfile import ReplayRecord, read_record
 from sim.validate.validation import (
     BARS,
     bar_value,
     compare,
     counts_text,
     model_mismatch,
-    read_replay,
     replay_run,
     rows_text,
     scenario_for,
@@ -44,14 +44,13 @@ from sim.validate.validation import (
     step_errors,
     verdict,
 )
-from sim.workload.requests import Requests
 
 # The scenario of a recorded run needs a cost section; nothing is simulated here.
 _UNUSED_COST = {"linear": {"step_s": 1.0}}
 
 
 def load_record(path: Path) -> Any:
-    """A replay file's JSON (:func:`sim.validate.validation.read_replay` checks its shape);
+    """A replay file's JSON (:func:`sim.validate.replayfile.read_record` checks it);
     unreadable files are errors."""
     text = read_text(path, "replay")
     try:
@@ -60,24 +59,22 @@ def load_record(path: Path) -> Any:
         raise ServesimError(f"cannot read replay: {exc}", source=str(path)) from None
 
 
-def recorded_run(record: dict[str, Any], source: str
-                 ) -> tuple[RunResult, Requests, dict[str, np.ndarray]]:
-    """A replay record as a :class:`RunResult`: (run, its requests, its step columns)."""
-    requests, cols, steps = read_replay(record, source)
-    label = str(record.get("label", "level"))
+def recorded_run(record: Any, source: str) -> tuple[RunResult, ReplayRecord]:
+    """A replay record as a :class:`RunResult`, with the checked record
+    (:func:`sim.validate.replayfile.read_record`)."""
+    rec = read_record(record, source)
     try:
-        sc = scenario_for(dict(record.get("model") or {}), record.get("serving") or {},
-                          _UNUSED_COST, label)
+        sc = scenario_for(dict(rec.model), rec.serving, _UNUSED_COST, rec.label)
     except ServesimError as exc:  # name the record, not the scenario built from it
         raise ServesimError(exc.message, source, exc.where) from None
-    return replay_run(sc, requests, cols, steps), requests, steps
+    return replay_run(sc, rec.requests, rec.cols, rec.steps), rec
 
 
-def check_same(first: dict[str, Any], second: dict[str, Any], a: Requests, b: Requests,
-               names: tuple[str, str]) -> None:
+def check_same(first: ReplayRecord, second: ReplayRecord, names: tuple[str, str]) -> None:
     """Raise unless both records ran the same requests on the same model under the same
     serving limits."""
     where = f"{names[0]} and {names[1]}"
+    a, b = first.requests, second.requests
     if len(a) != len(b):
         raise ServesimError(f"{where} hold {len(a)} and {len(b)} requests; --against needs "
                             "two runs of the same requests", where="--against")
@@ -90,7 +87,7 @@ def check_same(first: dict[str, Any], second: dict[str, Any], a: Requests, b: Re
                                 f"{y[i]}); --against needs two runs of the same requests",
                                 where="--against")
     for part in ("model", "serving"):
-        sa, sb = first.get(part) or {}, second.get(part) or {}
+        sa, sb = getattr(first, part), getattr(second, part)
         for key in sorted(set(sa) | set(sb)):
             if sa.get(key) != sb.get(key):
                 raise ServesimError(f"{where} ran under different {part}.{key} "
@@ -160,21 +157,20 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
     first record's label (numbered when ``taken`` already has it) into ``stage`` (the
     temporary folder that becomes ``out``; ``out`` itself when None), print the table;
     the level's entry for validation.json."""
-    ra, rb = load_record(fa), load_record(fb)
-    first, qa, sa = recorded_run(ra, str(fa))
-    second, qb, sb = recorded_run(rb, str(fb))
-    check_same(ra, rb, qa, qb, (str(fa), str(fb)))
-    label = str(ra.get("label", "level"))
+    first, ra = recorded_run(load_record(fa), str(fa))
+    second, rb = recorded_run(load_record(fb), str(fb))
+    check_same(ra, rb, (str(fa), str(fb)))
+    label = ra.label
     if label in taken:  # one first run against several second runs: keep every pair's files
         label = next(f"{label}~{k}" for k in range(2, len(taken) + 2)
                      if f"{label}~{k}" not in taken)
     if prof is not None:
-        why = model_mismatch(prof, dict(ra.get("model") or {}))
+        why = model_mismatch(prof, ra.model)
         if why:
             raise ServesimError(f"profile: {why}", where="--profile")
-    bar = BARS.get((ra.get("device") or {}).get("type", "cpu"), 0.15) if bar is None else bar
+    bar = BARS.get(str(ra.device.get("type", "cpu")), 0.15) if bar is None else bar
     cmp = against(first, second)
-    factors = speeds([sa, sb], prof) if prof is not None else []
+    factors = speeds([ra.steps, rb.steps], prof) if prof is not None else []
     # Two runs of one level are usually files of one name in two folders.
     curves = {f"first run ({fa.parent.name}/{fa.name})": first,
               f"second run ({fb.parent.name}/{fb.name})": second}
@@ -187,7 +183,7 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
                                  f"steps at {f['decode_factor']:.3f}x the profile's price"))
     within, line = judge(cmp, bar)
     print(line)
-    return {"label": label, "level": ra.get("level"), "rate_rps": ra.get("rate_rps"),
+    return {"label": label, "level": ra.level, "rate_rps": ra.rate_rps,
             "first": str(fa), "second": str(fb), "comparison": cmp, "bar": bar,
             "within": within, "speeds": factors, "files": [str(out / f.name) for f in files]}
 

@@ -26,7 +26,6 @@ from sim.core.replicastats import ReplicaStats
 from sim.core.request import FINISHED, REJECTED, UNFINISHED
 from sim.cost.frontend import Frontend
 from sim.cost.shape import StepShape, shape_of
-from sim.errors import ServesimError
 from sim.report.metrics import per_request
 from sim.workload.requests import Requests
 
@@ -35,13 +34,8 @@ QUANTILES = (50, 90, 99)
 # Percentiles and metrics the bars apply to (docs/validation.md).
 BAR_METRICS = ("ttft", "tpot")
 BAR_QUANTILES = (50, 90)
-REPLAY_SCHEMA = "servesim-replay/1"
 # Relative-error bars (fractions) by the real run's device type (docs/validation.md).
 BARS = {"cpu": 0.15, "cuda": 0.10}
-# Columns every recorded step has (seconds, then the step's shape).
-STEP_COLUMNS = ("start_s", "end_s", "exec_s") + StepShape._fields
-REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "first_scheduled_s",
-                   "first_token_s", "finish_s", "preemptions", "status", "reason")
 # What marks a folder as ``servesim validate``'s outputs, in any mode (its ``--out`` is
 # replaced whole only when it holds one of these, or nothing).
 VALIDATE_FILES = ("validation.json", "silicon.json", "replay-*.json", "real-*.csv",
@@ -160,10 +154,22 @@ def bar_value(text: str) -> float:
 
 
 def verdict(cmp: dict[str, Any], bar: float) -> dict[str, Any]:
-    """Worst |relative error| over the bar's metrics and percentiles, and pass or fail."""
+    """Worst |relative error| over the bar's metrics and percentiles, and pass or fail;
+    ``passed`` None, with ``why``, where there is nothing to judge (no request finished
+    in both runs, or a real percentile of zero, against which no error is relative)."""
+    if not cmp["compared"]:
+        return {"bar": bar, "worst": None, "passed": None,
+                "why": "no request finished in both runs"}
+    for m in BAR_METRICS:
+        for q in BAR_QUANTILES:
+            row = cmp["metrics"][m][f"p{q}"]
+            if row["rel_err"] is None:
+                why = (f"the real {m.upper()} p{q} is 0, no error is relative to it"
+                       if row["real"] is not None else
+                       f"no compared request has a {m.upper()} (a TPOT needs two output "
+                       "tokens or more)")
+                return {"bar": bar, "worst": None, "passed": None, "why": why}
     errs = [cmp["metrics"][m][f"p{q}"]["rel_err"] for m in BAR_METRICS for q in BAR_QUANTILES]
-    if any(e is None for e in errs):
-        return {"bar": bar, "worst": None, "passed": False}
     worst = max(abs(e) for e in errs)
     return {"bar": bar, "worst": worst, "passed": worst <= bar}
 
@@ -365,83 +371,16 @@ def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str,
     return out
 
 
-def read_replay(record: dict[str, Any], source: str) -> tuple[Requests, dict[str, np.ndarray],
-                                                              dict[str, np.ndarray]]:
-    """(requests, measured per-request columns, step columns) of a replay record; a
-    missing or ragged column is an error naming it."""
-    if not isinstance(record, dict):
-        raise ServesimError(f"not a replay file (a JSON {type(record).__name__}, expected "
-                            "an object)", source=source)
-    if record.get("schema") != REPLAY_SCHEMA:
-        raise ServesimError(f"not a replay file (schema {record.get('schema')!r}, expected "
-                            f"{REPLAY_SCHEMA!r})", source=source)
-    try:
-        rq, st = record["requests"], record["steps"]
-        _check_columns(rq, REQUEST_COLUMNS, "requests")
-        if st.get("start_s"):
-            _check_columns(st, STEP_COLUMNS, "steps")
-
-        def arr(xs: list[Any]) -> np.ndarray:
-            return np.array([np.nan if x is None else x for x in xs], dtype=float)
-        requests = Requests(arr(rq["arrival_s"]), np.asarray(rq["prompt_tokens"], np.int64),
-                            np.asarray(rq["output_tokens"], np.int64))
-        status = np.array([FINISHED if s == "finished" else REJECTED if s == "rejected"
-                           else UNFINISHED for s in rq["status"]], dtype=np.int8)
-        cols = {"first_sched": arr(rq["first_scheduled_s"]),
-                "first_token": arr(rq["first_token_s"]), "finish": arr(rq["finish_s"]),
-                "preemptions": np.asarray(rq["preemptions"], np.int64), "status": status,
-                "reason": np.array(rq["reason"], dtype=object)}
-        steps = {k: arr(v) for k, v in st.items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ServesimError(f"malformed replay record ({type(exc).__name__}: {exc})",
-                            source=source) from None
-    _check_requests(requests, rq["status"], source)
-    return requests, cols, steps
-
-
-STATUSES = ("finished", "rejected", "unfinished")
-
-
-def _check_requests(requests: Requests, status: list[Any], source: str) -> None:
-    """Refuse, naming the column and row, what the simulation cannot replay: arrivals
-    that are not finite, negative or out of order (a NaN one had hung the run), lengths
-    below one token, and a status other than :data:`STATUSES`."""
-    arr = requests.arrival_s
-    checks = (("arrival_s", ~np.isfinite(arr) | (arr < 0), "a finite time >= 0 (s)"),
-              ("arrival_s", np.r_[False, arr[1:] < arr[:-1]],
-               "arrivals in order (not before the row above)"),
-              ("prompt_tokens", requests.prompt_tokens < 1, "a whole number >= 1"),
-              ("output_tokens", requests.output_tokens < 1, "a whole number >= 1"))
-    for col, bad, want in checks:
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ServesimError(f"requests.{col}[{i}]: got {getattr(requests, col)[i]}, "
-                                f"expected {want}",
-                                source=source)
-    for i, s in enumerate(status):
-        if s not in STATUSES:
-            raise ServesimError(f"requests.status[{i}]: got {s!r}, expected one of "
-                                f"{', '.join(STATUSES)}", source=source)
-
-
-def _check_columns(table: dict[str, Any], names: tuple[str, ...], part: str) -> None:
-    """Raise ValueError unless ``table`` has every column in ``names``, all one length."""
-    missing = [k for k in names if k not in table]
-    if missing:
-        raise ValueError(f"{part}.{missing[0]} is missing")
-    lengths = {k: len(table[k]) for k in names}
-    if len(set(lengths.values())) > 1:
-        k = next(k for k in names if lengths[k] != lengths[names[0]])
-        raise ValueError(f"{part}.{k} has {lengths[k]} rows, {part}.{names[0]} "
-                         f"{lengths[names[0]]}")
-
-
 def model_mismatch(profile: Any, model: dict[str, Any]) -> str | None:
     """Why a profile (:class:`sim.cost.profile.ProfileCost`) cannot price a run of ``model``
     (a record's ModelSpec fields), or None when it can: every dimension but the dtype
     must agree."""
     theirs = {k: v for k, v in dataclasses.asdict(profile.model).items() if k != "dtype"}
-    if {k: model.get(k) for k in theirs} == theirs:
+    differ = [k for k in theirs if model.get(k) != theirs[k]]
+    if not differ:
         return None
+    shown = "; ".join(f"{k} {theirs[k]!r} in the profile, {model.get(k)!r} in the replay"
+                      for k in differ[:3])
     return (f"it was measured for model {profile.model.name!r}, the replay ran "
-            f"{model.get('name')!r} with other dimensions")
+            f"{model.get('name')!r}, which differs in " + shown
+            + (f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""))

@@ -43,8 +43,9 @@ RULES = {
     # vLLM counts tokens in whole numbers; a failed request's output is written as 0.
     # Past 2**53 a count is no real length and would overflow the int64 arrays.
     "tokens": "a whole number of tokens, 0 or more and below 2**53",
-    # Client-side perf_counter differences: never negative, never NaN.
-    "seconds": "a finite number of seconds, 0 or more",
+    # Client-side perf_counter differences: never negative, never NaN; a latency of
+    # years is no measurement (and a sum of such overflows).
+    "seconds": "a finite number of seconds, 0 or more and below 1e9",
     # perf_counter readings: only their differences mean anything, so any finite value.
     "clock": "a finite number (a send time in seconds)",
     "ms": "a finite number of milliseconds, 0 or more",
@@ -96,10 +97,17 @@ def _whole(x: Any, where: str, src: str | None, rule: str = "tokens") -> int:
     return int(x)
 
 
+# The longest span of send times (s) a run may have: past it a float second no longer
+# resolves the microseconds a latency is measured in (and no benchmark runs 30 years).
+MAX_SPAN_S = 1e9
+
+
 def _seconds(x: Any, where: str, src: str | None, rule: str = "seconds",
              hint: str = "") -> float:
-    """A latency (or, with ``rule="ms"``, an aggregate): finite and 0 or more."""
-    if not is_number(x) or not math.isfinite(x) or x < 0:
+    """A latency (or, with ``rule="ms"``, an aggregate): finite and 0 or more (a latency
+    below :data:`MAX_SPAN_S` too)."""
+    limit = MAX_SPAN_S if rule == "seconds" else math.inf
+    if not is_number(x) or not math.isfinite(x) or not 0 <= x < limit:
         raise _refuse(x, rule, where, src, hint)
     return float(x)
 
@@ -234,9 +242,9 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     starts = _per_request(data, "start_times", n, source)
     if starts is not None:
         raw = np.array([_clock(x, f"start_times[{i}]", source) for i, x in enumerate(starts)])
-        # Concurrent sends can stamp a few microseconds out of order; keep send order.
-        t = np.maximum.accumulate(raw) - raw.min()
+        t = raw - raw.min()
         how = "arrivals from the saved start_times"
+        where = "start_times"
     elif data.get("ramp_up_strategy") is not None:
         # vLLM then writes request_rate "inf" while the rate climbed: no process to redraw.
         raise ServesimError(f"got {data['ramp_up_strategy']!r} and no start_times: the "
@@ -249,6 +257,22 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
                             where="request_rate")
     else:
         t, how = arrivals(n, rate, shape, seed)
+        where = "request_rate"
+    if t.max() >= MAX_SPAN_S:
+        raise ServesimError(f"the requests' send times span {t.max():.3g} s, expected less "
+                            f"than {MAX_SPAN_S:g} s (a float second no longer resolves a "
+                            "latency there)", source=source, where=where)
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        # Concurrent sends stamp a few microseconds out of order (more when a client's
+        # concurrency cap held them): simulate them in the order they were sent.
+        worst = float(np.max(np.maximum.accumulate(t)[:-1][back] - t[1:][back]))
+        notes.append(f"{back.size} start_times earlier than the one before (at most "
+                     f"{worst * 1e3:.3g} ms): requests taken in the order they were sent")
+        order = np.argsort(t, kind="stable")
+        t, prompt, output, ttft, failed = t[order], prompt[order], output[order], \
+            ttft[order], failed[order]
+        itls = [itls[i] for i in order]
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "num_prompts",
                                      "duration", "completed")}
     # As the file gave them (validated), but vLLM's way for inf: strict JSON has none.

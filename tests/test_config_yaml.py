@@ -152,3 +152,23 @@ def test_batch_waiting_is_tensorrt_llms_and_needs_policy_orca(tmp_path: Path, se
         "serving: {policy: orca, batch_wait_max_tokens_ratio: 1.5}\n"
     with pytest.raises(ServesimError, match="serving.batch_wait_max_tokens_ratio: got 1.5"):
         load(write(tmp_path, bad))
+
+
+@pytest.mark.parametrize("serving, message", [
+    ("{policy: orca, batch_wait_timeout_iters: 20}",
+     r"serving.batch_wait_timeout_iters: got 20 with batch_wait_max_tokens_ratio 0, which "
+     r"waits never: .* set batch_wait_max_tokens_ratio above 0 as well, or both to 0"),
+    ("{policy: orca, batch_wait_max_tokens_ratio: 0.9}",
+     r"serving.batch_wait_max_tokens_ratio: got 0.9 with batch_wait_timeout_iters 0, which "
+     r"waits never"),
+])
+def test_batch_waiting_with_one_limit_alone_is_refused(tmp_path: Path, serving: str,
+                                                       message: str) -> None:
+    """Either limit reached ends the wait, and a 0 limit is reached at once: one alone had
+    been accepted and held nothing back, without a word."""
+    text = SCENARIO.format(name="w", rate=1) + f"serving: {serving}\n"
+    with pytest.raises(ServesimError, match=message):
+        load(write(tmp_path, text))
+    both = SCENARIO.format(name="w", rate=1) + \
+        "serving: {policy: orca, batch_wait_timeout_iters: 20, batch_wait_max_tokens_ratio: 0.9}\n"
+    assert load(write(tmp_path, both)).serving.batch_wait_timeout_iters == 20

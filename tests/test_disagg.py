@@ -121,6 +121,14 @@ def test_bad_layouts_are_one_line_errors_naming_the_key(section, where):
     assert "\n" not in str(err.value)
 
 
+def test_receive_interval_with_pools_is_refused():
+    """The interval counts decode steps, which a prefill pool never runs, and the decode
+    pool's intake is not gated: a run with 30 had been identical to one with 1."""
+    with pytest.raises(ServesimError, match=r"^<.*serving.scheduler_recv_interval: got 30 "
+                                            r"with policy 'disaggregated'"):
+        tiny_scenario(serving={"policy": "disaggregated", "scheduler_recv_interval": 30})
+
+
 def test_model_that_does_not_fit_a_pool_names_the_pool():
     with pytest.raises(ServesimError) as err:
         tiny_scenario(model="llama-3-70b", cost="roofline", serving={"policy": "disaggregated"},

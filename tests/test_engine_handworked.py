@@ -177,6 +177,10 @@ def test_requests_due_after_the_horizon_are_counted_apart_and_judged_in_nothing(
     assert sat["queue_growth_rps"] == 0.0 and sat["peak_waiting"] == 0
     assert sat["saturated"] is False
     assert requests_csv(res).decode().splitlines()[3].split(",")[12] == "not_arrived"
+    # Busy: A's 52 ms, B's prefill (20 ms), first decode (11 ms) and the 9 ms of its
+    # second decode before the horizon (it would end at 102 ms): 92 ms of the 100 ms
+    # span. Counting that iteration whole (94%) had put overloaded runs above 1.
+    assert s["busy_fraction"] == pytest.approx(0.92, abs=1e-12)
     assert ("1 finished, 0 rejected, 1 unfinished, 2 not arrived by the horizon"
             in table(s))
 

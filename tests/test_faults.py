@@ -114,6 +114,8 @@ def test_lone_replica_down_refuses_arrivals_once_detected() -> None:
         "failed", "failed", "rejected", "finished"]
     assert set(res.reason.tolist()[:3]) == {"no_replica_up"}
     assert res.retries.tolist() == [1, 1, 0, 0]
+    # Only C was refused; A and B were lost to the outage (their reason reads the same).
+    assert summarize(res)["saturation"]["refused_fraction"] == pytest.approx(0.25)
 
 
 def test_retry_after_the_client_deadline_times_out() -> None:

@@ -188,6 +188,13 @@ def check_pools(scenario: Scenario) -> None:
         raise ServesimError(f"got {scenario.hardware.ep} with policy 'disaggregated': expert "
                             "parallelism is modelled for co-located replicas so far; use ep 1",
                             where="hardware.ep")
+    recv = scenario.serving.scheduler_recv_interval
+    if recv > 1 and scenario.serving.policy == "disaggregated":
+        # The gate counts decode steps between reads; a prefill pool runs none, and the
+        # decode pool's intake of transferred requests is not gated: it would change nothing.
+        raise ServesimError(f"got {recv} with policy 'disaggregated': SGLang's receive "
+                            "interval is modelled for co-located replicas so far; use 1",
+                            where="serving.scheduler_recv_interval")
     for pool in pools(scenario):
         pc = getattr(scenario.disaggregated, pool.role, None)
         prefix = "hardware" if pc is None else f"disaggregated.{pool.role}"

@@ -226,6 +226,16 @@ class ServingConfig:
                    else "batch_wait_max_tokens_ratio")
             raise ServesimError(f"TensorRT-LLM's batch waiting applies to policy orca (its "
                                 f"in-flight batching), not {self.policy!r}", where=key)
+        if bool(self.batch_wait_timeout_iters) != bool(self.batch_wait_max_tokens_ratio):
+            # TensorRT-LLM stops holding prompts once either limit is reached, and a limit
+            # of 0 is reached at once: one set alone holds nothing back, there as here.
+            key, other = (("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+                          if self.batch_wait_timeout_iters else
+                          ("batch_wait_max_tokens_ratio", "batch_wait_timeout_iters"))
+            raise ServesimError(f"got {getattr(self, key)} with {other} 0, which waits "
+                                f"never: batch waiting ends when either limit is reached and "
+                                f"a 0 limit is reached at once (in TensorRT-LLM too); set "
+                                f"{other} above 0 as well, or both to 0", where=key)
         if self.policy == "chunked":
             # A budget below one block could never grow a prefill by a whole block, and
             # one above the per-iteration cap would break that cap.

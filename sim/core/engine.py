@@ -330,6 +330,7 @@ class Engine(Outcomes):
                       horizon, None if self.timeouts is None else self.timeouts.timeout_s)
         itl = LogHistogram()
         for rep in self.replicas:
+            rep.stats.clip(end)
             if rep.first_chunk is not None and rep.group is not None:
                 rep.group.flush(rep.running)  # chunks sent by the end set first tokens
             if rep.prefix is not None:

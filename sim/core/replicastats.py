@@ -14,7 +14,7 @@ class ReplicaStats:
                  "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
                  "prefix_evictions", "block_bytes", "host_total", "host_hit_tokens",
                  "host_io_s", "host_stored", "host_loaded", "host_dropped", "spec_verifies",
-                 "spec_tokens")
+                 "spec_tokens", "until", "until_used")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
@@ -42,10 +42,17 @@ class ReplicaStats:
         self.kv_block_s = 0.0
         self.kv_peak = 0
         self.preemptions = 0
+        # When the last iteration booked ahead of its end ends (s), and the KV blocks it
+        # held: a horizon that falls inside it counts only the part before (clip).
+        self.until = 0.0
+        self.until_used = 0
 
-    def book(self, dt: float, seqs: int, tokens: int, used: int) -> None:
+    def book(self, dt: float, seqs: int, tokens: int, used: int, until: float = 0.0) -> None:
         """Count one iteration of ``dt`` seconds over ``seqs`` sequences computing
-        ``tokens`` tokens with ``used`` KV blocks held."""
+        ``tokens`` tokens with ``used`` KV blocks held; ``until`` is when it ends (s)
+        where it is booked as it starts (0 where booked once it ran)."""
+        self.until = until
+        self.until_used = used
         self.iterations += 1
         self.busy_s += dt
         self.batch_seqs += seqs
@@ -65,3 +72,10 @@ class ReplicaStats:
         ``used`` KV blocks: only the part that ran was busy."""
         self.busy_s -= cut
         self.kv_block_s -= used * cut
+        self.until -= cut
+
+    def clip(self, end: float) -> None:
+        """The run stopped at ``end`` seconds (a horizon), perhaps inside the iteration
+        booked last: count only its part before ``end`` as busy."""
+        if self.until > end:
+            self.cut_short(self.until - end, self.until_used)

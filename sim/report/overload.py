@@ -11,8 +11,10 @@ so the hot path pays nothing:
 - ``queue_growth_rps``: the least-squares slope of ``waiting`` sampled at 201 evenly
   spaced times from the first to the last arrival (requests/s).
 - ``offered_rps``: (arrivals - 1) / (last arrival - first arrival).
-- ``refused_fraction``: share of the requests that arrived refused by admission control
-  (``rate_limited``, ``queue_full``, ``no_replica_up``) or abandoned (``timed_out``).
+- ``refused_fraction``: share of the requests that arrived refused at arrival by
+  admission control (``rate_limited``, ``queue_full``, ``no_replica_up``: status
+  ``rejected``) or abandoned (``timed_out``). A retry that finds no replica up ends
+  ``failed``: lost to an outage, not refused, so not counted.
 
 Only requests that arrived count: with ``horizon_s``, one due at or after the horizon
 (status ``not_arrived``) is not part of the run, so it neither offers load nor waits.
@@ -67,9 +69,10 @@ def saturation(res: RunResult) -> dict[str, Any]:
     came = res.status != NOT_ARRIVED
     arr = res.requests.arrival_s[came]
     n = len(arr)
-    refused = int((res.status == TIMED_OUT).sum())
-    if n:
-        refused += int(np.isin(res.reason, REFUSALS).sum())
+    # Refused at arrival only: a lost request whose retry found no replica up failed
+    # (an outage, not overload) though its reason reads like a refusal.
+    refused = int((res.status == TIMED_OUT).sum()
+                  + ((res.status == REJECTED) & np.isin(res.reason, REFUSALS)).sum())
     frac = refused / n if n else 0.0
     growth = offered = None
     peak = 0

@@ -222,6 +222,25 @@ def test_valid_folders_still_report(folders: dict[str, Path], tmp_path: Path,
     assert (folder / "report.html").read_text().startswith("<!doctype html>")
 
 
+@pytest.mark.parametrize("name", ["summary.json", "requests.csv"])
+def test_report_out_onto_a_file_of_the_run_is_refused(folders: dict[str, Path],
+                                                      tmp_path: Path, capsys: Any,
+                                                      name: str) -> None:
+    """``--out DIR/summary.json`` had replaced the summary with the report's HTML; a new
+    name in the folder, or a report written before, is still fine."""
+    folder = broken(folders, tmp_path, "simulate", lambda folder: None)
+    before = (folder / name).read_bytes()
+    assert cli_main(["report", str(folder), "--out", str(folder / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out: got {folder / name}, one of the run's own " \
+        "files" in err, err
+    assert (folder / name).read_bytes() == before
+    assert cli_main(["report", str(folder), "--out", str(folder / "mine.html")]) == 0
+    assert cli_main(["report", str(folder), "--out", str(folder / "mine.html")]) == 0
+    assert cli_main(["report", str(folder), "--out", str(folder)]) == 2
+    assert "a folder; expected a report file" in capsys.readouterr().err
+
+
 def test_a_sweep_table_saved_with_a_byte_order_mark_reports_as_without(
         folders: dict[str, Path], tmp_path: Path) -> None:
     # A spreadsheet's "save as UTF-8 CSV" adds the mark; the report reads the text it

@@ -80,6 +80,24 @@ def to_markdown(doc: dict[str, Any], folder: Path, out: Path) -> str:
     return "\n".join(parts).rstrip("\n") + "\n"
 
 
+def _check_out(out: Path, folder: Path) -> None:
+    """Refuse a report path that is one of the run's own files (a summary, a CSV, a
+    plot) in ``folder`` or below: writing there would destroy what the report reads.
+    A report written before (.html, .md) may be replaced."""
+    try:
+        target, root = out.resolve(), folder.resolve()
+    except OSError as exc:
+        raise ServesimError(f"cannot resolve the path: {exc.strerror}", where="--out") from None
+    if target.is_dir():
+        raise ServesimError(f"got {out}, a folder; expected a report file (.html or .md)",
+                            where="--out")
+    if (root == target.parent or root in target.parents) and target.exists() \
+            and target.suffix not in (".html", ".md"):
+        raise ServesimError(f"got {out}, one of the run's own files in {folder}: the report "
+                            "would overwrite what it reads; name a new file (.html or .md)",
+                            where="--out")
+
+
 def main(argv: list[str]) -> int:
     """``servesim report DIR [--format html|md] [--out FILE]``."""
     p = ArgParser(prog="servesim report", description=__doc__.split("\n")[0])
@@ -94,6 +112,7 @@ def main(argv: list[str]) -> int:
         raise ServesimError("not a folder", str(a.folder))
     doc = collect(a.folder)
     out = a.out if a.out is not None else a.folder / f"report.{a.format}"
+    _check_out(out, a.folder)
     text = to_html(a.folder, doc) if a.format == "html" else to_markdown(doc, a.folder, out)
     try:
         write_atomic(out, text.encode())

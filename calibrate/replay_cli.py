@@ -277,8 +277,19 @@ def check_args(args: argparse.Namespace) -> None:
     from calibrate.arch import resolve_model
 
     spec = resolve_model(args.model, args.hf_config)
-    trace_workload(args.trace, args.requests, min(args.max_len or spec.max_context,
-                                                  spec.max_context), args.offset)
+    if args.max_len is not None and args.max_len > spec.max_context:
+        raise ServesimError(f"got {args.max_len}, above model {spec.name}'s context of "
+                            f"{spec.max_context} tokens; give at most that", where="--max-len")
+    trace_workload(args.trace, args.requests, args.max_len or spec.max_context, args.offset)
+    if args.profile:
+        # A profile of another model would be found out only after the real run.
+        from sim.cost.profilefile import load_profile
+        from sim.validate.replayfile import model_mismatch
+
+        why = model_mismatch(load_profile(args.profile, Path.cwd()), dataclasses.asdict(spec),
+                             "run")
+        if why:
+            raise ServesimError(f"profile {args.profile}: {why}", where="--profile")
 
 
 def positive_list(text: str, flag: str) -> list[float]:
@@ -301,7 +312,7 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
 
     spec = resolve_model(args.model, args.hf_config)
     prof = load_profile(args.profile, Path.cwd()) if args.profile else None
-    max_len = min(args.max_len or spec.max_context, spec.max_context)
+    max_len = args.max_len or spec.max_context  # check_args refused one above the context
     w = trace_workload(args.trace, args.requests, max_len, args.offset)
     blocks = args.num_kv_blocks or args.max_num_seqs * -(-max_len // args.block_size)
     serving = serving_config({

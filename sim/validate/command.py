@@ -40,13 +40,12 @@ from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.folder import replaced_folder
 from sim.report.metrics import clean
-from sim.validate.replayfile import read_record
+from sim.validate.replayfile import model_mismatch, read_record
 from sim.validate.validation import (
     BARS,
     VALIDATE_FILES,
     bar_value,
     compare,
-    model_mismatch,
     probe_report,
     real_result,
     replay_run,

@@ -30,13 +30,12 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.metrics import clean
-from sim.validate.replayfile import ReplayRecord, read_record
+from sim.validate.replayfile import ReplayRecord, model_mismatch, read_record
 from sim.validate.validation import (
     BARS,
     bar_value,
     compare,
     counts_text,
-    model_mismatch,
     replay_run,
     rows_text,
     scenario_for,

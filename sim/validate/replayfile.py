@@ -305,3 +305,18 @@ def read_replay(record: Any, source: str) -> tuple[Requests, dict[str, np.ndarra
     (:func:`read_record`)."""
     rec = read_record(record, source)
     return rec.requests, rec.cols, rec.steps
+
+
+def model_mismatch(profile: Any, model: dict[str, Any], side: str = "replay") -> str | None:
+    """Why a profile (:class:`sim.cost.profile.ProfileCost`) cannot price a run of ``model``
+    (ModelSpec fields: a record's, or those of a replay about to run), or None when it
+    can: every dimension but the dtype must agree. ``side`` names the run in the text."""
+    theirs = {k: v for k, v in dataclasses.asdict(profile.model).items() if k != "dtype"}
+    differ = [k for k in theirs if model.get(k) != theirs[k]]
+    if not differ:
+        return None
+    shown = "; ".join(f"{k} {theirs[k]!r} in the profile, {model.get(k)!r} in the {side}"
+                      for k in differ[:3])
+    return (f"it was measured for model {profile.model.name!r}, the {side}'s model is "
+            f"{model.get('name')!r}, which differs in " + shown
+            + (f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""))

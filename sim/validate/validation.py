@@ -369,18 +369,3 @@ def probe_report(probe: dict[str, Any] | None, cost: Any) -> dict[str, dict[str,
                       "after_s": float(probe["after_s"][label]),
                       "predicted_s": float(_device_time(cost, shape))}
     return out
-
-
-def model_mismatch(profile: Any, model: dict[str, Any]) -> str | None:
-    """Why a profile (:class:`sim.cost.profile.ProfileCost`) cannot price a run of ``model``
-    (a record's ModelSpec fields), or None when it can: every dimension but the dtype
-    must agree."""
-    theirs = {k: v for k, v in dataclasses.asdict(profile.model).items() if k != "dtype"}
-    differ = [k for k in theirs if model.get(k) != theirs[k]]
-    if not differ:
-        return None
-    shown = "; ".join(f"{k} {theirs[k]!r} in the profile, {model.get(k)!r} in the replay"
-                      for k in differ[:3])
-    return (f"it was measured for model {profile.model.name!r}, the replay ran "
-            f"{model.get('name')!r}, which differs in " + shown
-            + (f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""))

@@ -199,8 +199,8 @@ def test_profile_gives_each_runs_speed(tmp_path: Path, capsys: pytest.CaptureFix
     other["model"]["layers"] = 4
     prof.write_text(yaml.safe_dump(other))
     with pytest.raises(ServesimError, match="profile: it was measured for model 'tiny', the "
-                                            "replay's model is 'tiny', which differs in layers 4 in "
-                                            "the profile, 2 in the replay"):
+                                            "replay's model is 'tiny', which differs in "
+                                            "layers 4 in the profile, 2 in the replay"):
         main(["--replay", str(runs[0]), "--against", str(runs[1]), "--profile", str(prof),
               "--out", str(tmp_path / "o"), "--no-plots"])
 

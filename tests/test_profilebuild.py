@@ -178,15 +178,25 @@ def test_cli_builds_from_a_huggingface_config(tmp_path: Path) -> None:
     (["--out", "{file}"], "--out {file}: cannot make the folder: File exists"),
     (["--check", "--out", "{missing}"], "--out {missing}: does not exist"),
     (["--check", "--out", "{file}"], "--out {file}: is not a folder of profiles to check"),
+    # An empty folder had built all the profiles to say that every one was missing.
+    (["--check", "--out", "{empty}"], "--out {empty}: holds none of the {n} shipped "
+                                      "profiles (e.g. {first}): not a folder of shipped "
+                                      "profiles"),
 ])
 def test_ship_refuses_a_bad_folder_before_building(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
         message: str) -> None:
     # Checked first: --check of a missing folder had built all 728 profiles to say so.
     from sim.cli import main
+    from sim.cost.tables.cli import shipped_specs
+    from sim.cost.tables.profilebuild import profile_name
 
     (tmp_path / "f").write_text("x")
-    paths = {"file": str(tmp_path / "f"), "missing": str(tmp_path / "none")}
+    (tmp_path / "e").mkdir()
+    specs = shipped_specs()
+    paths = {"file": str(tmp_path / "f"), "missing": str(tmp_path / "none"),
+             "empty": str(tmp_path / "e"), "n": str(len(specs)),
+             "first": f"{profile_name(specs[0])}.yaml"}
     assert main(["profile", "ship", *(a.format(**paths) for a in args)]) == 2
     err = capsys.readouterr().err
     assert err == f"servesim: error: {message.format(**paths)}\n"

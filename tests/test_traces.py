@@ -158,7 +158,9 @@ def test_chunk_borders_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert len(t) == 10 and t.prompt_tokens[-1] == 10
     # Out-of-order row at the start of the third chunk (file line 8).
     bad = rows.replace("6,7,1\n", "1,7,1\n")
-    with pytest.raises(ServesimError, match=r"line 8: arrival 1\.0 s is earlier than .* 5\.0"):
+    with pytest.raises(ServesimError, match=r"line 8: arrival 1\.0 s is earlier than .* 5\.0 "
+                                            r"s; .* \(a scenario's workload\.trace\.sort: true; "
+                                            r"--sort on servesim trace\)$"):
         load_trace(write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n" + bad))
 
 

@@ -174,7 +174,8 @@ def _assemble(chunks: list[tf.Chunk], src: str, sort: bool, fmt: str) -> dict[st
                     raise ServesimError(
                         f"arrival {float(a[i])!r} s{unit} is earlier than the previous row's "
                         f"{float(before)!r} s; "
-                        "rows must be in time order (or load with sort: true)",
+                        "rows must be in time order, or sorted on loading (a scenario's "
+                        "workload.trace.sort: true; --sort on servesim trace)",
                         source=src, where=f"line {int(c.lines[i])}")
             prev = a[-1]
         cols["arrival_s"] = np.concatenate(arr)  # type: ignore[arg-type]

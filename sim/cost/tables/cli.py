@@ -278,12 +278,21 @@ def _ship(argv: list[str]) -> int:
             raise ServesimError(f"cannot make the folder: {exc.strerror}",
                                 where=f"--out {a.out}") from None
     specs = shipped_specs()
+    paths = [a.out / f"{profile_name(spec)}.yaml" for spec in specs]
+    missing = [p.name for p in paths if not p.is_file()]
+    if a.check and len(missing) == len(paths):
+        # Found before the minutes a rebuild of every profile takes.
+        raise ServesimError(f"holds none of the {len(paths)} shipped profiles (e.g. "
+                            f"{missing[0]}): not a folder of shipped profiles",
+                            where=f"--out {a.out}")
     differ = []
-    for spec in specs:
-        path = a.out / f"{profile_name(spec)}.yaml"
+    for spec, path in zip(specs, paths, strict=True):
+        if a.check and path.name in missing:
+            differ.append(f"{path.name} (missing)")
+            continue
         text = profile_text(build_profile(spec))
         if a.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            if path.read_text(encoding="utf-8") != text:
                 differ.append(path.name)
         else:
             try:

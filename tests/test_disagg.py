@@ -247,3 +247,36 @@ def test_axes_that_would_change_no_pool_are_refused(tmp_path, capsys, args, mess
     path.write_text(yaml.safe_dump(loose))
     if "--tp" in rest:
         assert main([cmd, str(path), "--no-plots", "--out", str(tmp_path / "o2"), *rest]) == 0
+
+
+def test_a_chunked_pool_takes_vllm_v1_defaults():
+    """A chunked pool is a vLLM v1 server: its GPU's sequence limit and no watermark
+    unless the pool or serving sets them (it had taken the disaggregated policy's v0
+    defaults, 256 sequences and a 1% watermark); a continuous pool keeps v0's. (The
+    tiny scenario's serving sets a 256-token budget, which every pool takes, and a
+    watermark, unset here.)"""
+    from sim.config.disagg import pools
+
+    unset = {"policy": "disaggregated", "watermark": None}
+    sc = tiny_scenario(hardware={"gpu": "h100-sxm"}, serving=unset,
+                       disaggregated={"prefill": {"policy": "chunked"},
+                                      "decode": {"policy": "continuous"}})
+    pre, dec = (p.serving for p in pools(sc))
+    assert (pre.policy, pre.max_num_seqs, pre.max_num_batched_tokens, pre.watermark) == \
+        ("chunked", 1024, 256, 0.0)
+    assert (dec.policy, dec.max_num_seqs, dec.max_num_batched_tokens, dec.watermark) == \
+        ("continuous", 256, 256, 0.01)
+    # A pool on an A100 gets that GPU's limit; what serving or the pool sets wins.
+    sc = tiny_scenario(hardware={"gpu": "h100-sxm"}, serving=unset,
+                       disaggregated={"prefill": {"policy": "chunked", "gpu": "a100-80gb"},
+                                      "decode": {"policy": "chunked", "watermark": 0.05,
+                                                 "max_num_batched_tokens": 128}})
+    pre, dec = (p.serving for p in pools(sc))
+    assert (pre.max_num_seqs, pre.watermark) == (256, 0.0)
+    assert (dec.max_num_seqs, dec.max_num_batched_tokens, dec.watermark) == (1024, 128, 0.05)
+    sc = tiny_scenario(hardware={"gpu": "h100-sxm"},
+                       serving={"policy": "disaggregated", "max_num_seqs": 64,
+                                "watermark": 0.02},
+                       disaggregated={"prefill": {"policy": "chunked"}})
+    pre, _ = (p.serving for p in pools(sc))
+    assert (pre.max_num_seqs, pre.watermark) == (64, 0.02)

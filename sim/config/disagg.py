@@ -67,7 +67,9 @@ class LinkConfig:
 class PoolConfig:
     """One pool of identical replicas. Unset keys take the scenario's values:
     ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
-    ``memory_utilization`` from ``hardware``, the limits from ``serving``.
+    ``memory_utilization`` from ``hardware``, the limits and ``watermark`` from
+    ``serving`` (a ``chunked`` pool's unset ones from vLLM v1's defaults for its GPU:
+    :func:`sim.config.vllmflags.pool_defaults`).
     ``gpu_memory_utilization`` and ``num_kv_blocks`` are accepted aliases of
     ``memory_utilization`` and ``num_gpu_blocks``. ``gpu`` is a table GPU's name or an
     inline GPU (:class:`sim.config.gpu.InlineGPU`)."""
@@ -84,6 +86,7 @@ class PoolConfig:
     token_budget: int | None = bounded(None, ge=1)
     num_gpu_blocks: int | None = bounded(None, ge=1)
     num_kv_blocks: int | None = bounded(None, ge=1)
+    watermark: float | None = bounded(None, ge=0, lt=1)
 
     def __post_init__(self) -> None:
         resolve_alias(self, "memory_utilization", "gpu_memory_utilization")
@@ -147,7 +150,7 @@ def pools(scenario: Scenario) -> list[Pool]:
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
         limits = {k: getattr(pc, k) for k in ("max_num_seqs", "max_num_batched_tokens",
-                                               "token_budget", "num_gpu_blocks")
+                                               "token_budget", "num_gpu_blocks", "watermark")
                   if getattr(pc, k) is not None}
         try:
             serving = dataclasses.replace(sv, policy=pc.policy, **limits)

@@ -20,7 +20,7 @@ from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
 from sim.config.speculative import SpeculativeConfig, check_speculative
-from sim.config.vllmflags import apply_vllm, section_mapping, serving_defaults
+from sim.config.vllmflags import apply_vllm, pool_defaults, section_mapping, serving_defaults
 from sim.configtools import (
     bounded,
     build,
@@ -529,7 +529,10 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                           "serving"),
             cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
-            disaggregated=build(DisaggConfig, raw.get("disaggregated") or {}, "disaggregated"),
+            disaggregated=build(DisaggConfig,
+                                pool_defaults(raw.get("disaggregated") or {},
+                                              raw.get("serving") or {}, hardware.gpu_spec),
+                                "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
             admission=build(AdmissionConfig, raw.get("admission") or {}, "admission"),
             faults=build(FaultsConfig, raw.get("faults") or {}, "faults"),

@@ -142,6 +142,29 @@ def batch_defaults(gpu: str | GPUSpec) -> tuple[int, int]:
     return (8192, 1024) if big else (2048, 256)
 
 
+def pool_defaults(disagg: Any, serving: Any, gpu: str | GPUSpec) -> Any:
+    """The ``disaggregated`` section with vLLM v1's defaults filled into each pool whose
+    policy is ``chunked``, where neither the pool nor ``serving`` sets them: the batch
+    limits ``vllm serve`` picks for the pool's GPU (``gpu``, the scenario's, unless the
+    pool names its own) and v1's watermark of 0. Otherwise such a pool took the
+    defaults of ``serving.policy: disaggregated`` (vLLM v0's: 256 sequences, a 1%
+    watermark). Sections that are not mappings are left for validation to refuse."""
+    if not isinstance(disagg, dict) or not isinstance(serving, dict) or \
+            serving.get("policy") != "disaggregated":
+        return disagg
+    out = dict(disagg)
+    for role in ("prefill", "decode"):
+        pool = out.get(role)
+        if not isinstance(pool, dict) or pool.get("policy") != "chunked":
+            continue
+        tokens, seqs = batch_defaults(_raw_gpu(pool["gpu"]) if pool.get("gpu") else gpu)
+        given = {k: serving[k] for k in ("max_num_batched_tokens", "max_num_seqs", "watermark")
+                 if serving.get(k) is not None}
+        out[role] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "watermark": 0.0,
+                     **given, **pool}
+    return out
+
+
 def _raw_gpu(value: Any) -> str | GPUSpec:
     """``hardware.gpu`` as the file gives it, before validation: a name, or an inline
     mapping's figures (a bad mapping counts as an unknown GPU here; validation then

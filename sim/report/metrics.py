@@ -245,6 +245,10 @@ def scenario_digest(scenario: Any) -> str:
                                 ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
         if fields[section].get(key) == unset:
             fields[section].pop(key)
+    for role in ("prefill", "decode"):
+        pool = fields["disaggregated"][role]
+        if pool.get("watermark") is None:
+            pool.pop("watermark", None)  # a pool key added later: hashed only when set
     trace = fields["workload"].get("trace")
     if isinstance(trace, dict) and trace.get("start_row") == 0:
         trace.pop("start_row")  # replaying from the first row, as before the key existed

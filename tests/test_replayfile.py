@@ -149,6 +149,19 @@ def test_a_fault_in_a_replay_record_is_one_error_naming_it(path: str, value: Any
         read_record(rec, "r.json")
 
 
+def test_a_long_prompts_step_counts_read() -> None:
+    """A 64k-token prompt's causal pairs pass 2**31: a step's counts are bounded only by
+    what a float holds exactly."""
+    rec = record()
+    rec["steps"]["prefill_pairs"][0] = 65536 * 65537 // 2
+    assert read_record(rec, "r.json").steps["prefill_pairs"][0] == 65536 * 65537 // 2
+    rec["steps"]["prefill_pairs"][0] = 2**53
+    with pytest.raises(ServesimError, match=r"steps\.prefill_pairs\[0\]: got 9007199254740992, "
+                                            r"expected a whole number from 0 to "
+                                            r"9007199254740991"):
+        read_record(rec, "r.json")
+
+
 def test_a_record_without_steps_or_probe_reads() -> None:
     """Steps and the probe are optional: {} or null is a record without them, and
     nothing downstream asks for a step column that is not there."""

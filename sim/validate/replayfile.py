@@ -34,6 +34,9 @@ STATUSES = ("finished", "rejected", "unfinished")
 _CODES = {"finished": FINISHED, "rejected": REJECTED, "unfinished": UNFINISHED}
 # Token counts above this cannot be a real request (and overflow the arrays they go in).
 MAX_TOKENS = 2**31 - 1
+# A step's aggregates can pass that (a 64k-token prompt's causal pairs are 2**31): any
+# count a float holds exactly.
+MAX_STEP_COUNT = 2**53 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +81,9 @@ def _finite(x: Any) -> bool:
         return False
 
 
-def _whole(x: Any, low: int) -> bool:
-    """A whole number from ``low`` to :data:`MAX_TOKENS` (an integral float is one)."""
-    return _finite(x) and x == int(x) and low <= x <= MAX_TOKENS
+def _whole(x: Any, low: int, high: int = MAX_TOKENS) -> bool:
+    """A whole number from ``low`` to ``high`` (an integral float is one)."""
+    return _finite(x) and x == int(x) and low <= x <= high
 
 
 def _opt_number(rec: dict[str, Any], key: str, low: float, strict: bool) -> float | None:
@@ -133,13 +136,13 @@ def _times(where: str, xs: list[Any], nullable: bool) -> np.ndarray:
     return out
 
 
-def _counts(where: str, xs: list[Any], low: int) -> np.ndarray:
-    """Whole numbers from ``low`` to :data:`MAX_TOKENS` (an integral float is one)."""
+def _counts(where: str, xs: list[Any], low: int, high: int = MAX_TOKENS) -> np.ndarray:
+    """Whole numbers from ``low`` to ``high`` (an integral float is one)."""
     out = np.empty(len(xs), dtype=np.int64)
     for i, x in enumerate(xs):
-        if not _whole(x, low):
+        if not _whole(x, low, high):
             raise _Fault(f"{where}[{i}]", f"got {_shown(x)}, expected a whole number from "
-                                          f"{low} to {MAX_TOKENS}")
+                                          f"{low} to {high}")
         out[i] = int(x)
     return out
 
@@ -221,7 +224,7 @@ def _steps(st: Any) -> dict[str, np.ndarray]:
     out = {k: _times(f"steps.{k}", st[k], nullable=False)
            for k in ("start_s", "end_s", "exec_s", *OPTIONAL_STEP_COLUMNS) if k in st}
     for k in StepShape._fields:
-        out[k] = _counts(f"steps.{k}", st[k], 0).astype(float)
+        out[k] = _counts(f"steps.{k}", st[k], 0, MAX_STEP_COUNT).astype(float)
     if n == 0:
         return out
     checks = (("start_s", out["start_s"] < 0, "a time >= 0 (s)"),

@@ -83,6 +83,23 @@ def test_on_failure_fail_ends_lost_requests_failed() -> None:
     assert s["throughput"]["slo_attainment"] == pytest.approx(0.5)
 
 
+def test_the_span_reaches_the_last_failure() -> None:
+    # A (prompt 20) and B (prompt 8, 2 tokens) prefill together (28 tokens: 0-38 ms) and
+    # decode together (38-50 ms: B's last token). A's next decode (50-61 ms) is cut at
+    # 55 ms by the outage, which fails it. The replica was busy 55 ms; the span had ended
+    # at B's finish (50 ms), giving a busy share of 1.1, and the outage, after that end,
+    # was not counted although it failed A.
+    sc = tiny_scenario(faults={"outages": [{"replica": 0, "at_s": 0.055, "duration_s": 1.0}],
+                               "on_failure": "fail"})
+    res = both(sc, [0.0, 0.0], [20, 8], [30, 2])
+    assert res.status.tolist() == [FAILED, FINISHED]
+    s = summarize(res)
+    assert s["span_s"] == pytest.approx(0.055, abs=1e-12)
+    assert s["busy_fraction"] == pytest.approx(1.0, abs=1e-12)
+    assert s["faults"]["outages"] == 1 and s["faults"]["downtime_s"] == 0.0
+    assert s["faults"]["requests_failed"] == 1
+
+
 def test_retries_are_bounded_then_fail() -> None:
     # A is lost on replica 0 at 20 ms and retried at once (no detection delay) on
     # replica 1, whose prefill of it ends at 50 ms: exactly when replica 1 fails. The

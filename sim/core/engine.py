@@ -251,6 +251,7 @@ class Engine(Outcomes):
                 self._reject(i, "no_replica_up")
                 if retry_s is not None:
                     self.status[i] = FAILED
+                    self.faults.failed_s = self.env.now
                 return
         rep = self.entry[k]
         why = rep.fits_ever(prompt, output)
@@ -356,6 +357,7 @@ class Engine(Outcomes):
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             retries=None if self.faults is None else self.faults.retries,
             outages=() if self.faults is None else tuple(self.faults.log),
+            failed_s=None if self.faults is None else self.faults.failed_s,
             frontend=self.frontend, clients=stats, cost_source=self.cost_source,
             draft_source=next((r.spec.drafter.source for r in self.replicas if r.spec), ""),
             memory=self.memory, seen_s=seen,

@@ -75,6 +75,9 @@ class Faults:
         self.retry_heap: list[tuple[float, int]] = []  # (time_s, request id)
         self.retries = np.zeros(len(arrivals), dtype=np.int64)
         self.lost = 0
+        # When a request last failed (s; None: none has): the run's span reaches it, as
+        # the work spent on the request did.
+        self.failed_s: float | None = None
         self.log: list[tuple[int, float, float]] = []
         for k, ws in enumerate(self.plan):
             if ws:
@@ -117,6 +120,7 @@ class Faults:
         else:
             eng.status[i] = FAILED
             eng.reason[i] = "replica_failure"
+            self.failed_s = eng.env.now
             eng.ended(i, eng.env.now + eng.response_s)
 
     # -- the outage process ----------------------------------------------------------------

@@ -58,6 +58,8 @@ class RunResult:
     # every outage (sim/core/faults.py).
     retries: np.ndarray | None = None
     outages: tuple[tuple[int, float, float], ...] = ()
+    # When a request last failed (s; None: none did): a run's span reaches it.
+    failed_s: float | None = None
     # The API server's latency outside the steps (zero: none), and a closed loop's
     # clients (None: open loop).
     frontend: Frontend = NO_FRONTEND

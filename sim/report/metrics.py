@@ -273,14 +273,17 @@ def fault_summary(res: RunResult, lat: dict[str, np.ndarray],
     if not res.scenario.faults.active:
         return {}
     lo, hi = window if window is not None else (-math.inf, math.inf)
-    overlap = [min(up, hi) - max(down, lo) for _, down, up in res.outages]
+    # An outage that begins at the span's very end (failing the requests that end it)
+    # took something down though none of its downtime is inside the span.
+    overlap = [min(up, hi) - max(down, lo) for _, down, up in res.outages
+               if down <= hi and up > lo]
     status = res.status
     retries = res.retries if res.retries is not None else np.zeros(len(status), np.int64)
     failed = status == FAILED
     hit = retries > 0
     return {"faults": {
-        "outages": sum(1 for x in overlap if x > 0),
-        "downtime_s": float(sum(x for x in overlap if x > 0)),
+        "outages": len(overlap),
+        "downtime_s": float(sum(max(x, 0.0) for x in overlap)),
         # Each loss either scheduled a retry or failed the request on the spot.
         "requests_lost": int(retries.sum()) + int((res.reason[failed] == "replica_failure").sum()),
         "requests_retried": int(hit.sum()),
@@ -474,6 +477,10 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
     end = float(done_t.max()) if done_t.size else first
     if (status == UNFINISHED).any():
         end = max(end, res.end_s)
+    if res.failed_s is not None:
+        # The work spent on requests that failed counts in the busy time: the span must
+        # reach their failure too, or busy shares pass 1 and outages fall outside it.
+        end = max(end, res.failed_s)
     span = end - first
     reasons: dict[str, int] = {}
     for why in res.reason[status == REJECTED]:

@@ -202,6 +202,23 @@ def test_saturated_point_is_cut_at_the_horizon_and_marked():
     assert ok["saturated"] == 0.0 and ok["unfinished"] == 0
 
 
+def test_a_point_an_outage_left_behind_is_saturated():
+    # Two M/D/1 replicas serve 100 req/s; offered 90, one is down from 10 to 25 s: the
+    # queue grows by 40 req/s for 15 s and drains at 10 req/s after, beyond the last
+    # arrival (~44 s). The second quarter's delays exceed the last's, so the quarters'
+    # rule alone had called it unsaturated (TTFT p99 12 s); the run's own verdict, its
+    # waiting queue's trend, says it never caught up. Without the outage, or at 40 req/s
+    # (under one replica's 50), it is not saturated.
+    fault = "faults={outages: [{replica: 0, at_s: 10, duration_s: 15}]}"
+    raw = read_raw(MD1, ["cluster.replicas=2", fault])
+    row = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 2, 1, 90.0, 0)))
+    assert row["saturated"] == 1.0 and row["queue_growth_s"] < 0 and row["unfinished"] == 0
+    calm = sp.run_task(make_task(read_raw(MD1, ["cluster.replicas=2"]), str(MD1), MD1.parent,
+                                 PointKey("continuous", 2, 1, 90.0, 0)))
+    slow = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 2, 1, 40.0, 0)))
+    assert calm["saturated"] == 0.0 and slow["saturated"] == 0.0
+
+
 def test_a_point_cut_by_the_scenario_horizon_judges_only_what_arrived():
     from sim.config.scenario import from_dict
     from sim.workload.build import build_requests

@@ -77,3 +77,37 @@ def test_version_falls_back_to_unknown(monkeypatch: Any) -> None:
     monkeypatch.setattr(metadata, "version", missing)
     res = simulate(scenario.load(QUICK, ["workload.duration_s=5"]))
     assert simulated(res)["servesim_version"] == "unknown"
+
+
+def test_features_beyond_plain_batching_are_said_only_when_set() -> None:
+    """Speculative decoding, swap preemption, priority, admission limits and faults
+    change what is simulated; the section and the report's setup table had left them
+    out. A scenario without them has no such keys (the golden summary is unchanged)."""
+    from sim.study.reportdoc import setup_table
+
+    sets = ["workload.duration_s=5", "serving.preemption=swap", "serving.priority=true",
+            "serving.speculative={method: eagle, num_tokens: 3, acceptance: {rate: 0.7}}",
+            "admission.timeout_s=30",
+            "faults={outages: [{replica: 0, at_s: 2, duration_s: 1}], on_failure: fail}"]
+    got = describe(scenario.load(QUICK, sets))
+    pool = got["pools"]["both"]
+    assert pool["speculative"] == {"method": "eagle", "num_tokens": 3,
+                                   "acceptance": {"rate": 0.7}}
+    assert pool["preemption"] == "swap" and pool["priority"] is True
+    assert "prefix_caching" not in pool and "kv_offload" not in pool
+    assert got["admission"] == {"timeout_s": 30.0}
+    assert got["faults"]["outages"] == [{"replica": 0, "at_s": 2.0, "duration_s": 1.0}]
+    assert got["faults"]["on_failure"] == "fail" and got["faults"]["detection_s"] == 5.0
+    rows = dict(setup_table(got)[1])
+    assert rows["serving features"] == ("speculative method eagle, acceptance {rate 0.7}, "
+                                        "num_tokens 3; preemption swap; priority")
+    assert rows["admission"] == "timeout_s 30"
+    plain = describe(scenario.load(QUICK, ["workload.duration_s=5"]))
+    assert "admission" not in plain and "faults" not in plain
+    assert not {"speculative", "preemption", "priority"} & set(plain["pools"]["both"])
+
+
+def describe(sc: Any) -> dict[str, Any]:
+    from sim.report.metrics import describe_scenario
+
+    return describe_scenario(sc, "x")

@@ -29,7 +29,7 @@ from sim.core.faults import Faults
 from sim.core.histogram import LogHistogram
 from sim.core.prefix import block_hashes
 from sim.core.progress import Tick, run_clock
-from sim.core.request import FAILED, PENDING, REJECTED, TIMED_OUT, Request
+from sim.core.request import PENDING, REJECTED, TIMED_OUT, Request
 from sim.core.result import Outcomes, RunResult, close_pending
 from sim.core.runchecks import check_acceptance_classes, within_clock
 from sim.cost.frontend import Frontend
@@ -250,8 +250,7 @@ class Engine(Outcomes):
                 # Nowhere to go: a new arrival is refused; a retry (accepted once) fails.
                 self._reject(i, "no_replica_up")
                 if retry_s is not None:
-                    self.status[i] = FAILED
-                    self.faults.failed_s = self.env.now
+                    self.faults.fail_retry(i)
                 return
         rep = self.entry[k]
         why = rep.fits_ever(prompt, output)
@@ -355,9 +354,7 @@ class Engine(Outcomes):
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
             replica_stats=[r.stats for r in self.replicas],
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
-            retries=None if self.faults is None else self.faults.retries,
-            outages=() if self.faults is None else tuple(self.faults.log),
-            failed_s=None if self.faults is None else self.faults.failed_s,
+            **({} if self.faults is None else self.faults.outcome()),
             frontend=self.frontend, clients=stats, cost_source=self.cost_source,
             draft_source=next((r.spec.drafter.source for r in self.replicas if r.spec), ""),
             memory=self.memory, seen_s=seen,

@@ -123,6 +123,15 @@ class Faults:
             self.failed_s = eng.env.now
             eng.ended(i, eng.env.now + eng.response_s)
 
+    def fail_retry(self, i: int) -> None:
+        """Request ``i``'s retry found no replica up (it was refused): it failed now."""
+        self.engine.status[i] = FAILED
+        self.failed_s = self.engine.env.now
+
+    def outcome(self) -> dict[str, Any]:
+        """The run result's fault fields: ``retries``, ``outages``, ``failed_s``."""
+        return {"retries": self.retries, "outages": tuple(self.log), "failed_s": self.failed_s}
+
     # -- the outage process ----------------------------------------------------------------
     def _outages(self, k: int, windows: list[tuple[float, float]]) -> Any:
         eng = self.engine

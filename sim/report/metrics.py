@@ -435,6 +435,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
             "long_prefill_token_threshold": sv.long_prefill_token_threshold,
             "block_size": sv.block_size, "watermark": sv.kv_watermark,
             **({"stream_interval": sv.stream_interval} if sv.stream_interval > 1 else {}),
+            **_serving_features(sv),
         }
         if kv_blocks is not None:
             # A data-parallel replica's ranks each keep their own blocks: one entry a rank.
@@ -455,7 +456,50 @@ def describe_scenario(sc: Scenario, cost_source: str,
         "cost_source": cost_source,
         "seed": sc.workload.seed,
         "horizon_s": sc.horizon_s,
+        # Sections that change what is simulated, present only when set.
+        **({"admission": _set_fields(sc.admission)}
+           if _set_fields(sc.admission) else {}),
+        **({"faults": clean(_plain(sc.faults))} if sc.faults.active else {}),
     }
+
+
+def _set_fields(cfg: Any) -> dict[str, Any]:
+    """A config dataclass's fields that differ from its defaults (JSON-ready)."""
+    default = type(cfg)()
+    return {f.name: clean(_plain(getattr(cfg, f.name))) for f in dataclasses.fields(cfg)
+            if getattr(cfg, f.name) != getattr(default, f.name)}
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses and tuples as plain mappings and lists, for JSON."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _serving_features(sv: Any) -> dict[str, Any]:
+    """The serving features a pool runs with beyond plain batching, only those set:
+    speculative decoding, prefix caching, swap preemption, priority admission, a host
+    KV tier, SGLang's receive interval."""
+    out: dict[str, Any] = {}
+    if sv.speculative is not None:
+        spec = {k: v for k, v in _plain(sv.speculative).items()
+                if v is not None and v != {}}
+        spec["acceptance"] = {k: v for k, v in spec["acceptance"].items() if v is not None}
+        out["speculative"] = spec
+    if sv.prefix_caching:
+        out["prefix_caching"] = True
+    if sv.preemption != "recompute":
+        out["preemption"] = sv.preemption
+    if sv.priority:
+        out["priority"] = True
+    if sv.kv_offload is not None:
+        out["kv_offload"] = _plain(sv.kv_offload)
+    if sv.scheduler_recv_interval > 1:
+        out["scheduler_recv_interval"] = sv.scheduler_recv_interval
+    return out
 
 
 def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, Any]:

@@ -475,6 +475,32 @@ def _capacity(folder: Path, blob: dict[str, Any]) -> Doc:
 
 
 # ---------------------------------------------------------------------- setup
+def _settings(section: dict[str, Any]) -> str:
+    """A section's settings as ``key value`` pairs; nested ones in braces."""
+    def one(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} {one(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + "; ".join(one(x) for x in v) + "]"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+    return ", ".join(f"{k} {one(v)}" for k, v in section.items())
+
+
+def _features(pool: dict[str, Any]) -> str:
+    """A pool's serving features beyond plain batching (a ``simulated`` pool's optional
+    keys), in words; "" when it has none."""
+    keys = ("speculative", "prefix_caching", "preemption", "priority", "kv_offload",
+            "scheduler_recv_interval")
+    parts = []
+    for k in keys:
+        if k not in pool:
+            continue
+        v = pool[k]
+        parts.append(k.replace("_", " ") if v is True else
+                     f"{k.replace('_', ' ')} {_settings(v) if isinstance(v, dict) else v}")
+    return "; ".join(parts)
+
+
 def setup_table(sim: dict[str, Any]) -> Table:
     """The resolved scenario (a ``simulated`` section) as rows of setting and value."""
     m = sim["model"]
@@ -495,9 +521,15 @@ def setup_table(sim: dict[str, Any]) -> Table:
         rows.append([f"cluster{pool}", f"{p['replicas']} replica(s) × tp {p['tp']} on "
                                        f"{h.gpu_name(str(p['gpu']))}, router {p['router']}"])
         rows.append([f"serving{pool}", f"{p['policy']}: {limits}"])
+        features = _features(p)
+        if features:
+            rows.append([f"serving features{pool}", features])
         if p.get("kv_blocks_per_replica"):
             blocks = sorted(set(p["kv_blocks_per_replica"]))
             rows.append([f"KV blocks per replica{pool}", ", ".join(h.count(b) for b in blocks)])
+    for key in ("admission", "faults"):
+        if sim.get(key):
+            rows.append([key, _settings(sim[key])])
     rows += [["cost source", h.cost_phrase(sim)],
              ["workload seed", str(sim.get("seed"))],
              ["horizon", "none" if sim.get("horizon_s") is None

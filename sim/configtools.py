@@ -137,7 +137,9 @@ def _check_bounds(f: dataclasses.Field[Any], value: Any, where: str) -> None:
         ("le", lambda v, b: v <= b, "at most"),
     ):
         if key in meta and not ok(value, meta[key]):
-            raise ServesimError(f"got {value!r}, must be {text} {meta[key]}", where=where)
+            b = meta[key]
+            raise ServesimError(f"got {value!r}, must be {text} "
+                                f"{f'{b:g}' if isinstance(b, float) else b}", where=where)
 
 
 def build(cls: type[T], data: dict[str, Any], where: str = "") -> T:

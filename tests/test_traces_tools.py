@@ -214,6 +214,10 @@ def test_rate_bins_counts_all_rows() -> None:
     assert w == 60.0 and (r * w).sum() == pytest.approx(5000)
     _, r2, w2 = rate_bins(np.array([0.0, 1.0, 2.0]))
     assert w2 == pytest.approx(0.1) and (r2 * w2).sum() == pytest.approx(3)
+    # A trace spanning 1e308 s had asked numpy for 1.7e306 one-minute bins (a traceback,
+    # or gigabytes for 1e12 s): the span is split into at most 5,000.
+    t3, r3, w3 = rate_bins(np.array([0.0, 1.0, 1e308]))
+    assert len(t3) == 5000 and w3 == pytest.approx(1e308 / 5000) and (r3 * w3).sum() == 3
 
 
 # ---- CLI -------------------------------------------------------------------------------

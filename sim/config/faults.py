@@ -21,8 +21,9 @@ class OutageConfig:
     length in seconds."""
 
     replica: int = bounded(ge=0)
-    at_s: float = bounded(ge=0)
-    duration_s: float = bounded(gt=0)
+    # Times are held below 1e9 s (31 years), where the clock stops resolving a step.
+    at_s: float = bounded(ge=0, le=1e9)
+    duration_s: float = bounded(gt=0, le=1e9)
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class FaultsConfig:
 
     outages: tuple[OutageConfig, ...] = ()
     failures_per_hour: float = bounded(0.0, ge=0)  # per replica
-    repair_s: float = bounded(300.0, gt=0)
-    detection_s: float = bounded(5.0, ge=0)
+    repair_s: float = bounded(300.0, gt=0, le=1e9)
+    detection_s: float = bounded(5.0, ge=0, le=1e9)
     on_failure: Literal["retry", "fail"] = "retry"
     max_retries: int = bounded(3, ge=0)
 

@@ -120,7 +120,10 @@ def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 
 
 def _gib(b: float) -> str:
-    return f"{b / 2**30:.1f} GiB" if math.isfinite(b) else "unbounded"
+    if not math.isfinite(b):
+        return "unbounded"
+    # Past a petabyte the figure is a sign of a runaway setting, not a size to read.
+    return f"{b / 2**30:.1f} GiB" if b < 2**50 else f"{b / 2**30:.3g} GiB"
 
 
 def check(sc: Scenario, force: bool, free: int | None = None) -> Estimate:
@@ -130,7 +133,8 @@ def check(sc: Scenario, force: bool, free: int | None = None) -> Estimate:
     free = available_bytes() if free is None else free
     if force or free is None or est.peak_bytes <= free:
         return est
-    n = f"{est.requests:,.0f}" if math.isfinite(est.requests) else "unbounded"
+    n = (("unbounded" if not math.isfinite(est.requests) else f"{est.requests:.3g}")
+         if not est.requests < 1e15 else f"{est.requests:,.0f}")
     req_bytes, reps_bytes = est.requests * BYTES_PER_REQUEST, est.replicas * BYTES_PER_REPLICA
     raise ServesimError(
         f"this run needs about {_gib(est.peak_bytes)} of memory ({n} requests x "

@@ -14,6 +14,7 @@ import numpy as np
 
 from sim.errors import ServesimError
 from sim.workload.requests import (
+    MAX_TIME_S,
     Requests,
     WorkloadConfig,
     located,
@@ -26,7 +27,49 @@ from sim.workload.stages import stage_trace_times, windows
 def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
                    source: str = "<scenario>", max_context: int | None = None) -> Requests:
     """Materialise the workload's requests (arrays), reading trace files if it names any.
-    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies."""
+    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies. Arrival
+    times that are not finite or pass :data:`MAX_TIME_S` are an error naming the key
+    that made them (a NaN arrival would never be reached: the run would hang)."""
+    try:
+        reqs = _build(cfg, base_dir, rng, source, max_context)
+    except ServesimError as exc:
+        raise exc.located(source) from None  # name the scenario where nothing else is
+    if cfg.concurrency is None and len(reqs.arrival_s):
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.abs(reqs.arrival_s) <= MAX_TIME_S)
+        if bad.any():
+            t = float(reqs.arrival_s[int(np.argmax(bad))])
+            raise ServesimError(f"arrival times reach {t:.3g} s, expected finite times below "
+                                f"{MAX_TIME_S:.0e} s (31 years), where the clock stops "
+                                f"resolving a step: {_time_cause(cfg)}", source, _time_key(cfg))
+    return reqs
+
+
+def _time_key(cfg: WorkloadConfig) -> str:
+    """The key whose value set the arrival times."""
+    if cfg.trace is not None:
+        tc = cfg.trace
+        return ("workload.stages" if cfg.stages is not None else
+                "workload.trace.target_rate" if tc.target_rate is not None else
+                "workload.trace.time_scale" if tc.time_scale != 1.0 else "workload.trace")
+    return "workload.stages" if cfg.stages is not None else "workload.arrivals"
+
+
+def _time_cause(cfg: WorkloadConfig) -> str:
+    """What to change, in words, for :func:`_time_key`'s key."""
+    key = _time_key(cfg)
+    if key == "workload.trace":
+        return ("the trace's own arrival times are that late (times from an epoch? rebase "
+                "them to start near 0)")
+    return {"workload.trace.target_rate": "the target rate is too low for the trace",
+            "workload.trace.time_scale": "the time scale stretches the trace that far",
+            "workload.stages": "a stage's rate or duration is out of range"}.get(
+        key, "the arrival rate is too low or start_s too late")
+
+
+def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
+           source: str, max_context: int | None) -> Requests:
+    """:func:`build_requests` without its check of the arrival times."""
     from sim.workload import traces  # lazy: only trace workloads need the loaders
 
     if cfg.trace is not None:

@@ -29,6 +29,7 @@ from sim.workload.requests import (
     Requests,
     WorkloadConfig,
     arrival_times,
+    probabilities,
     sample_lengths,
     workload_arrivals,
 )
@@ -61,8 +62,8 @@ def draw_by_weight(cfg: WorkloadConfig, n: int, rng: np.random.Generator,
     assert cfg.classes is not None
     names = tuple(cfg.classes)
     configs = list(cfg.classes.values())
-    w = np.array([c.weight for c in configs], dtype=float)
-    klass = rng.choice(len(names), size=n, p=w / w.sum()).astype(np.int64)
+    p = probabilities([c.weight for c in configs])
+    klass = rng.choice(len(names), size=n, p=p).astype(np.int64)
     prompt = np.empty(n, dtype=np.int64)
     output = np.empty(n, dtype=np.int64)
     for i in range(len(names)):

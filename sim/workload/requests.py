@@ -26,6 +26,13 @@ from sim.errors import ServesimError
 from sim.workload.checks import check_classes, check_closed
 from sim.workload.stages import StageConfig, check_stages, windows
 
+# No run holds more requests than this (about 200 GiB of per-request arrays): a process
+# expected to send more is a runaway rate or duration, refused even under --force.
+MAX_ARRIVALS = 2**31 - 1
+# Arrival times past this (s, 31 years) stop resolving a step's duration; the engine's
+# clock is held to the same bound (sim.core.runchecks).
+MAX_TIME_S = 1e9
+
 
 @dataclass(frozen=True)
 class ArrivalsConfig:
@@ -36,7 +43,7 @@ class ArrivalsConfig:
     rate: float | None = bounded(None, gt=0)
     # Past 1000 the gamma shape (1/cv^2) is below 1e-6: nearly all gaps zero.
     cv: float | None = bounded(None, gt=0, le=1000)
-    start_s: float = bounded(0.0, ge=0)
+    start_s: float = bounded(0.0, ge=0, le=MAX_TIME_S)
 
     def __post_init__(self) -> None:
         if self.process == "gamma" and self.cv is None:
@@ -188,11 +195,20 @@ class PriorityConfig:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` priority classes (int64)."""
-        p = None
-        if self.weights is not None:
-            w = np.asarray(self.weights, dtype=float)
-            p = w / w.sum()
+        p = None if self.weights is None else probabilities(self.weights)
         return rng.choice(np.asarray(self.classes, dtype=np.int64), size=n, p=p)
+
+
+def probabilities(weights: Any) -> np.ndarray:
+    """Relative weights (finite, >= 0, a positive sum) as probabilities summing to 1,
+    also where the weights' sum overflows (two weights of 1e308)."""
+    w = np.asarray(weights, dtype=float)
+    with np.errstate(over="ignore"):
+        total = w.sum()
+    if not np.isfinite(total):
+        w = w / w.max()
+        total = w.sum()
+    return w / total
 
 
 @dataclass(frozen=True)
@@ -233,13 +249,13 @@ class WorkloadConfig:
     arrivals: ArrivalsConfig | None = None
     lengths: LengthsConfig | None = None
     num_requests: int | None = bounded(None, ge=1)
-    duration_s: float | None = bounded(None, gt=0)
+    duration_s: float | None = bounded(None, gt=0, le=MAX_TIME_S)
     seed: int = bounded(0, ge=0)  # numpy seeds are non-negative
     priority: PriorityConfig | None = None
     classes: dict[str, ClassConfig] | None = None
     shared_prefix: SharedPrefixConfig | None = None
     concurrency: int | None = bounded(None, ge=1)
-    think_time_s: float | None = bounded(None, ge=0)
+    think_time_s: float | None = bounded(None, ge=0, le=MAX_TIME_S)
     stages: tuple[StageConfig, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -348,6 +364,11 @@ def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
         t = cfg.start_s + np.concatenate(([0.0], np.cumsum(gaps(n_max - 1))))
         return t[t < horizon] if horizon is not None else t
     assert horizon is not None
+    if limit is None and not rate * (horizon - cfg.start_s) <= MAX_ARRIVALS:
+        raise ServesimError(f"rate {rate:g} req/s from {cfg.start_s:g} to {horizon:g} s would "
+                            f"send about {rate * (horizon - cfg.start_s):.3g} requests, more "
+                            f"than any run holds ({MAX_ARRIVALS:,}); lower the rate or the "
+                            "duration")
     expected = rate * (horizon - cfg.start_s) * 1.2
     long_span = expected >= SPAN_CHUNK
     chunk = SPAN_CHUNK if long_span else max(16, int(expected))
@@ -374,15 +395,22 @@ def workload_arrivals(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarr
     a = cfg.arrivals
     assert a is not None
     if cfg.stages is None:
-        return arrival_times(a, cfg.num_requests, cfg.duration_s, rng)
+        try:
+            return arrival_times(a, cfg.num_requests, cfg.duration_s, rng)
+        except ServesimError as exc:
+            raise exc.located(prefix="workload.arrivals.rate") from None
     import dataclasses
 
     cap = cfg.num_requests
     parts: list[np.ndarray] = []
-    for s, (lo, hi) in zip(cfg.stages, windows(cfg.stages, a.start_s), strict=True):
+    for i, (s, (lo, hi)) in enumerate(zip(cfg.stages, windows(cfg.stages, a.start_s),
+                                          strict=True)):
         left = None if cap is None else cap - sum(len(x) for x in parts)
-        parts.append(arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None, hi,
-                                   rng, limit=left))
+        try:
+            parts.append(arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None,
+                                       hi, rng, limit=left))
+        except ServesimError as exc:
+            raise exc.located(prefix=f"workload.stages[{i}].rate") from None
     t = np.concatenate(parts)
     return t if cap is None else t[:cap]
 

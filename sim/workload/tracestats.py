@@ -77,16 +77,19 @@ def format_stats(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rate_bins(arrival_s: np.ndarray, target_bin_s: float = 60.0, min_bins: int = 20
-              ) -> tuple[np.ndarray, np.ndarray, float]:
+def rate_bins(arrival_s: np.ndarray, target_bin_s: float = 60.0, min_bins: int = 20,
+              max_bins: int = 5000) -> tuple[np.ndarray, np.ndarray, float]:
     """Arrival rate over time: ``(bin starts s, rate req/s, bin width s)``.
 
     Bins are ``target_bin_s`` wide unless that would give fewer than ``min_bins`` bins
-    over the span, in which case the span is split into ``min_bins`` bins.
+    over the span, in which case the span is split into ``min_bins`` bins, or more than
+    ``max_bins`` (a plot shows no more; a trace spanning years would need billions),
+    in which case it is split into ``max_bins``.
     """
     start = float(arrival_s[0])
     span = float(arrival_s[-1]) - start
     width = target_bin_s if span >= target_bin_s * min_bins else max(span / min_bins, 1e-9)
+    width = max(width, span / max_bins)
     nbins = max(1, int(np.ceil(span / width)) or 1)
     counts, edges = np.histogram(arrival_s, bins=nbins, range=(start, start + nbins * width))
     return edges[:-1], counts / width, width

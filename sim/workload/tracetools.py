@@ -82,7 +82,8 @@ def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
     a = _arrivals(trace, "time_scale")
     if not factor > 0 or not np.isfinite(factor):
         raise ServesimError(f"time_scale = {factor!r}; must be a number > 0")
-    new = a * factor
+    with np.errstate(over="ignore"):  # an overflow is refused once the arrivals are built
+        new = a * factor
     text = (f"time_scale x{factor:g}: span {a[-1] - a[0]:.1f} s -> {new[-1] - new[0]:.1f} s, "
             f"mean rate {mean_rate(a):.3f} -> {mean_rate(new):.3f} req/s")
     return dataclasses.replace(trace, arrival_s=new), Change("time_scale", text, len(trace))
@@ -136,8 +137,10 @@ def rate_window(arrival_s: np.ndarray, rate_rps: float, duration_s: float | None
                             "time, so they have no rate to rescale")
     length = k / rate_rps
     factor = length / (end - t0) if end > t0 else 1.0
-    # Clipped below the window's end: a tie with the next request must not leave it.
-    new = np.minimum(t0 + (a[:k] - t0) * factor, np.nextafter(t0 + length, -np.inf))
+    # Clipped below the window's end: a tie with the next request must not leave it. (A
+    # rate so low that the times overflow is refused once the arrivals are built.)
+    with np.errstate(over="ignore", invalid="ignore"):
+        new = np.minimum(t0 + (a[:k] - t0) * factor, np.nextafter(t0 + length, -np.inf))
     new[0] = t0
     text = (f"target_rate {rate_rps:g} req/s: the first {k} of {n} requests, gaps "
             f"x{factor:.4g}, arrive over {length:.1f} s")

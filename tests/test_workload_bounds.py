@@ -1,0 +1,82 @@
+"""Workload settings far outside any real range: each is one error line naming the key,
+never a hang, a traceback or a run that quietly mis-simulates.
+
+An audit found a NaN arrival time from a target rate of 1e-308 (the arrival loop never
+reached it: the run hung), a staged rate of 1e20 req/s that never finished drawing its
+arrivals under --force, a think time of 1e308 s that ended in an IndexError, and two
+class weights of 1e308 whose probabilities came out NaN.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sim.cli import main
+
+TRACE = Path(__file__).parent / "fixtures" / "traces" / "servesim_full.csv"
+LENGTHS = {"prompt": {"dist": "fixed", "value": 16}, "output": {"dist": "fixed", "value": 2}}
+COST = {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}}
+
+
+def run(tmp_path: Path, workload: dict[str, Any], *args: str) -> int:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"model": "tiny", "cost": COST, "workload": workload}))
+    return main(["simulate", str(path), "--quiet", "--no-plots", "--out", str(tmp_path / "o"),
+                 *args])
+
+
+CASES = [
+    ({"trace": {"path": str(TRACE), "target_rate": 1e-308}},
+     r"workload\.trace\.target_rate: arrival times reach nan s, expected finite times below "
+     r"1e\+09 s .*: the target rate is too low for the trace"),
+    ({"trace": {"path": str(TRACE), "time_scale": 1e308}},
+     r"workload\.trace\.time_scale: arrival times reach 5e\+307 s, .*: the time scale "
+     r"stretches the trace that far"),
+    ({"arrivals": {"process": "poisson", "rate": 1e-300}, "lengths": LENGTHS,
+      "num_requests": 5},
+     r"workload\.arrivals: arrival times reach .* s, expected finite times below 1e\+09 s"),
+    ({"arrivals": {"process": "poisson"}, "lengths": LENGTHS,
+      "stages": [{"rate": 1e20, "duration_s": 1}]},
+     r"workload\.stages\[0\]\.rate: rate 1e\+20 req/s from 0 to 1 s would send about "
+     r"1e\+20 requests, more than any run holds"),
+    ({"concurrency": 2, "think_time_s": 1e308, "lengths": LENGTHS, "num_requests": 4},
+     r"workload\.think_time_s: got 1e\+308, must be at most 1e\+09"),
+]
+
+
+@pytest.mark.parametrize(("workload", "message"), CASES)
+def test_an_out_of_range_workload_is_one_error_line(tmp_path: Path, capsys: Any,
+                                                    workload: dict[str, Any],
+                                                    message: str) -> None:
+    # --force: the memory estimate must not be what stops a runaway rate.
+    assert run(tmp_path, workload, "--force") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"servesim: error: {tmp_path}/s.yaml: "), err
+    assert re.search(message, err), err
+
+
+def test_a_trace_of_epoch_times_is_told_to_rebase(tmp_path: Path, capsys: Any) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n1700000000.0,10,2\n"
+                     "1700000001.5,20,2\n")
+    assert run(tmp_path, {"trace": {"path": str(trace)}}) == 2
+    assert "workload.trace: arrival times reach 1.7e+09 s" in capsys.readouterr().err
+    # The same trace rebased runs.
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,10,2\n1.5,20,2\n")
+    assert run(tmp_path, {"trace": {"path": str(trace)}}) == 0
+
+
+def test_class_weights_whose_sum_overflows_still_draw(tmp_path: Path) -> None:
+    from sim.workload.requests import probabilities
+
+    assert probabilities([1e308, 1e308, 0.0]).tolist() == [0.5, 0.5, 0.0]
+    assert probabilities([3.0, 1.0]).tolist() == [0.75, 0.25]
+    classes = {"a": {"weight": 1e308, "lengths": LENGTHS},
+               "b": {"weight": 1e308, "lengths": LENGTHS}}
+    assert run(tmp_path, {"arrivals": {"process": "poisson", "rate": 4.0}, "num_requests": 20,
+                          "classes": classes}) == 0

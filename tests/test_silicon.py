@@ -157,8 +157,10 @@ def test_a_fit_of_some_priors_holds_the_others(tmp_path: Path) -> None:
     case = classify(rows[7])
     assert isinstance(case, Case)
     held = Priors(step_const_s=1e-3, step_per_seq_s=2e-5, request_s=0.5)
-    p, n = fit_priors([case], "vllm", keys=("request_s",), held=held)
+    p, n = fit_priors([case], "vllm", "s.csv", keys=("request_s",), held=held)
     assert n == 1 and (p.step_const_s, p.step_per_seq_s) == (1e-3, 2e-5)
+    # The source names the CSV fitted on (it had said silicon_sample.csv whatever it was).
+    assert p.source == "fitted on 1 vllm rows of s.csv"
     # One row, one unknown: the fit lands on the row's TTFT (73 ms) less what the
     # engine takes, a few tens of milliseconds at most, nowhere near the 0.5 s held.
     assert 0 <= p.request_s < 0.073

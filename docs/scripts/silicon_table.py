@@ -20,11 +20,15 @@ def main(path: Path) -> None:
           "measured | predicted | error | TPOT ms measured | predicted | error |")
     print("|---:|---|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
     key = ("framework", "model", "gpu", "tp", "isl", "osl", "concurrency", "line")
+    def num(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)  # null: the row finished no request
+
     for r in sorted(doc["records"], key=lambda r: tuple(r[k] for k in key)):
         print(f"| {r['line']} | {r['framework']} {r['version']} | {r['model']} | {r['gpu']} "
               f"| {r['tp']} | {r['isl']}/{r['osl']} | {r['concurrency']} | {r['split']} "
-              f"| {r['ttft_ms']:.1f} | {r['ttft_pred_ms']:.1f} | {r['ttft_err']:+.1%} "
-              f"| {r['tpot_ms']:.2f} | {r['tpot_pred_ms']:.2f} | {r['tpot_err']:+.1%} |")
+              f"| {num(r['ttft_ms'], '.1f')} | {num(r['ttft_pred_ms'], '.1f')} "
+              f"| {num(r['ttft_err'], '+.1%')} | {num(r['tpot_ms'], '.2f')} "
+              f"| {num(r['tpot_pred_ms'], '.2f')} | {num(r['tpot_err'], '+.1%')} |")
 
 
 if __name__ == "__main__":

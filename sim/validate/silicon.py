@@ -214,6 +214,7 @@ class Row:
     gemm_quant_mode: str = ""
     moe_tp: int = 0  # 0: not given
     moe_ep: int = 0
+    file: str = ""  # the CSV it was read from
 
     @property
     def collection(self) -> str:
@@ -243,67 +244,128 @@ def default_path() -> Path:
     return systems_dir() / "silicon_sample.csv"
 
 
-def _int(value: str | None, default: int) -> int:
-    """A whole number from a CSV cell ("" or nan: ``default``); ValueError otherwise."""
+# What a row's counts may be: far above any public run (the sample's largest: prompts
+# of 15,000 tokens, 8,192 clients, 72 GPUs), so that a mistyped cell is refused rather
+# than simulated as 10^8-token prompts, or 10^9 requests that never end. Prompt and
+# output lengths: four times the longest context of any preset (262,144 tokens); a row
+# longer than its model's own context is skipped (:func:`fits_context`). Clients: the
+# row's batch_size times its attention_dp_size. 0 or an empty cell: not given.
+MAX_TOKENS = 1 << 20
+MAX_CLIENTS = 1 << 16
+MAX_GPUS = 1024
+# Each count column: (its value when not given, its bound).
+COUNTS = {"isl": (0, MAX_TOKENS), "osl": (0, MAX_TOKENS), "batch_size": (0, MAX_CLIENTS),
+          "tp_size": (0, MAX_GPUS), "pp_size": (1, MAX_GPUS),
+          "attention_dp_size": (1, MAX_GPUS), "moe_tp_size": (0, MAX_GPUS),
+          "moe_ep_size": (0, MAX_GPUS)}
+COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode",
+           "isl", "osl", "batch_size", "tp_size", "pp_size", "silicon_ttft_ms",
+           "silicon_tpot_ms")
+
+
+def _int(value: str | None, default: int, top: int) -> int:
+    """A whole number in [0, ``top``] from a CSV cell ("" or nan: ``default``);
+    ValueError otherwise."""
     if value is None or value.strip() in ("", "nan"):
         return default
     x = float(value)
-    if not math.isfinite(x) or x != int(x):  # int(inf) would raise OverflowError
+    if not math.isfinite(x) or x != int(x) or not 0 <= x <= top:  # int(inf) would overflow
         raise ValueError(value)
     return int(x)
 
 
-def read_rows(path: Path) -> list[Row]:
-    """Every row of a silicon CSV; a malformed one is an error naming file, line and column."""
-    need = ("id", "backend", "backend_version", "model_path", "system", "precision", "mode",
-            "isl", "osl", "batch_size", "tp_size", "pp_size", "silicon_ttft_ms",
-            "silicon_tpot_ms")
-    text_all = read_text(path, "silicon CSV")
-    reader = csv.DictReader(io.StringIO(text_all, newline=""))
-    missing = [c for c in need if c not in (reader.fieldnames or [])]
+def _records(path: Path) -> list[tuple[int, dict[str, str]]]:
+    """Each record of a silicon CSV, with the line it starts on and its cells by column.
+    A header that lacks a column or names one twice, a quote left open, a cell that runs
+    over lines, or a row with more cells than the header: an error naming the line."""
+    reader = csv.reader(io.StringIO(read_text(path, "silicon CSV"), newline=""), strict=True)
+    header: list[str] = []
+    out: list[tuple[int, dict[str, str]]] = []
+    start = 1
+    try:
+        for cells in reader:
+            if reader.line_num > start:
+                # No field of the format holds a line break: a quote opened here was
+                # closed lines later, and the lines between were read as one cell.
+                raise ServesimError(
+                    f"malformed CSV line: a quoted cell runs on to line {reader.line_num} "
+                    "(a quote left open?); no cell of a silicon CSV spans lines",
+                    source=str(path), where=f"line {start}")
+            if cells and not header:
+                header = _header(cells, path, start)
+            elif len(cells) > len(header) and any(c.strip() for c in cells[len(header):]):
+                raise ServesimError(
+                    f"malformed CSV line: {len(cells)} cells where the header names "
+                    f"{len(header)} columns (a comma in a cell not quoted?)",
+                    source=str(path), where=f"line {start}")
+            elif cells:  # a blank line is no row
+                out.append((start, dict(zip(header, cells, strict=False))))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        why = ("a quote opened here is never closed" if "end of data" in str(exc)
+               else str(exc))
+        raise ServesimError(f"malformed CSV line: {why}", source=str(path),
+                            where=f"line {start}") from None
+    if not header:
+        _header([], path, 1)  # an empty file: no column at all
+    return out
+
+
+def _header(cells: list[str], path: Path, line: int) -> list[str]:
+    """``cells`` (on ``line``) as the header: every column of :data:`COLUMNS`, none named
+    twice."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(cells, start=1):
+        if name and name in seen:
+            raise ServesimError(f"column {name!r} is named twice (columns {seen[name]} and "
+                                f"{i}); which one holds the data is not clear",
+                                source=str(path), where=f"line {line}")
+        seen[name] = i
+    missing = [c for c in COLUMNS if c not in seen]
     if missing:
         raise ServesimError(f"missing column {missing[0]!r}", source=str(path))
-    rows = []
-    for line, r in enumerate(reader, start=2):
-        col = ""
-        try:
-            col = "isl"
-            isl = _int(r["isl"], 0)
-            col = "osl"
-            osl = _int(r["osl"], 0)
-            col = "batch_size"
-            conc = _int(r["batch_size"], 0)
-            col = "tp_size"
-            tp = _int(r["tp_size"], 0)
-            col = "pp_size"
-            pp = _int(r["pp_size"], 1)
-            col = "attention_dp_size"
-            dp = _int(r.get("attention_dp_size") or "", 1)
-            col = "moe_tp_size"
-            moe_tp = _int(r.get("moe_tp_size") or "", 0)
-            col = "moe_ep_size"
-            moe_ep = _int(r.get("moe_ep_size") or "", 0)
-            col = "silicon_ttft_ms"
-            ttft = float(r["silicon_ttft_ms"] or "nan")
-            col = "silicon_tpot_ms"
-            tpot = float(r["silicon_tpot_ms"] or "nan")
-        except (TypeError, ValueError):
-            what = "a number" if col.startswith("silicon_") else "a whole number"
-            raise ServesimError(f"got {r.get(col)!r}, expected {what}",
-                                source=str(path), where=f"line {line}, {col}") from None
-        for col, ms in (("silicon_ttft_ms", ttft), ("silicon_tpot_ms", tpot)):
-            if not (ms > 0) and not math.isnan(ms):  # a missing one is an incomplete row
-                raise ServesimError(f"got {r.get(col)!r}, expected a positive time (ms)",
-                                    source=str(path), where=f"line {line}, {col}")
-        text = {k: str(r.get(k) or "") for k in (
-            "id", "backend", "backend_version", "model_path", "system", "precision",
-            "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty
-        rows.append(Row(text["id"], line, text["backend"], text["backend_version"],
-                        text["model_path"], text["system"], text["precision"],
-                        text["mode"], isl, osl, conc, tp, pp, max(dp, 1), ttft, tpot,
-                        text["silicon_data_source"], text["gemm_quant_mode"],
-                        moe_tp, moe_ep))
-    return rows
+    return cells
+
+
+def read_rows(path: Path) -> list[Row]:
+    """Every row of a silicon CSV; a malformed one is an error naming file, line and column."""
+    return [_row(r, line, path) for line, r in _records(path)]
+
+
+def _row(r: dict[str, str], line: int, path: Path) -> Row:
+    """The :class:`Row` of the cells ``r`` on ``line`` (a cell the row lacks: empty)."""
+    col = ""
+    try:
+        n = {}
+        for col, (default, top) in COUNTS.items():
+            n[col] = _int(r.get(col), default, top)
+        col = "silicon_ttft_ms"
+        ttft = float(r.get(col) or "nan")
+        col = "silicon_tpot_ms"
+        tpot = float(r.get(col) or "nan")
+    except (TypeError, ValueError):
+        what = "a number" if col.startswith("silicon_") else \
+            f"a whole number from 0 to {COUNTS[col][1]:,}"
+        raise ServesimError(f"got {r.get(col)!r}, expected {what}",
+                            source=str(path), where=f"line {line}, {col}") from None
+    clients = n["batch_size"] * max(n["attention_dp_size"], 1)
+    if clients > MAX_CLIENTS:
+        raise ServesimError(
+            f"got {r.get('batch_size')!r} clients per attention-data-parallel rank, times "
+            f"{n['attention_dp_size']} ranks: {clients:,} clients, expected at most "
+            f"{MAX_CLIENTS:,}", source=str(path), where=f"line {line}, batch_size")
+    for col, ms in (("silicon_ttft_ms", ttft), ("silicon_tpot_ms", tpot)):
+        if not (ms > 0) and not math.isnan(ms):  # a missing one is an incomplete row
+            raise ServesimError(f"got {r.get(col)!r}, expected a positive time (ms)",
+                                source=str(path), where=f"line {line}, {col}")
+    text = {k: str(r.get(k) or "") for k in (
+        "id", "backend", "backend_version", "model_path", "system", "precision",
+        "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty
+    return Row(text["id"], line, text["backend"], text["backend_version"],
+               text["model_path"], text["system"], text["precision"], text["mode"],
+               n["isl"], n["osl"], n["batch_size"], n["tp_size"], n["pp_size"],
+               max(n["attention_dp_size"], 1), ttft, tpot, text["silicon_data_source"],
+               text["gemm_quant_mode"], n["moe_tp_size"], n["moe_ep_size"], str(path))
 
 
 @dataclass(frozen=True)
@@ -521,6 +583,17 @@ def tables_cover(case: Case) -> Case | str:
         kernel = "" if case.moe_backend == "auto" else f" (its recipe's {case.moe_backend} kernel)"
         return (f"{case.model}'s MoE layer{kernel} is not in the {case.framework} {version} "
                 f"tables at tp {case.row.tp}{split}")
+    return case
+
+
+def fits_context(case: Case) -> Case | str:
+    """``case``, or why not: its longest prompt plus output exceeds its model's context,
+    so the simulated server would refuse those requests (and with all refused, there is
+    no latency to compare)."""
+    longest, context = case.row.isl + case.row.osl, case.spec.max_context
+    if longest > context:
+        return (f"prompt plus output longer than the model's context ({case.model}: "
+                f"{context:,} tokens)")
     return case
 
 

@@ -36,15 +36,19 @@ from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import FOUR_BIT_WEIGHTS, ModelSpec
 from sim.errors import ServesimError
 from sim.validate.silicon import (
+    SCHEDULERS,
     Case,
     Row,
     classify,
     default_path,
+    fits_context,
     predict,
     read_rows,
     tables_cover,
 )
 
+# How fitted priors name the installed sample (another CSV: the path it was given as).
+DATA = "silicon_sample.csv"
 # The priors fitted, and the step each is moved by for the linear model (seconds).
 FITTED = ("step_const_s", "step_per_seq_s", "request_s")
 STEPS = {"step_const_s": 1e-3, "step_per_seq_s": 1e-5, "request_s": 1e-2}
@@ -98,25 +102,41 @@ def _cost(case: Case, p: Priors) -> Any:
     return cost
 
 
-def fit_priors(cases: list[Case], framework: str, keys: tuple[str, ...] = FITTED,
+def _predict(case: Case, p: Priors) -> tuple[float, float, str]:
+    """:func:`predict` of ``case`` at the priors ``p``; an error naming the row's file and
+    line where the row cannot be simulated (a tp its model's heads do not split over)."""
+    try:
+        return predict(case, _cost(case, p))
+    except ServesimError as exc:
+        raise ServesimError(f"cannot simulate the row: {exc}", source=case.row.file or None,
+                            where=f"line {case.row.line}") from None
+
+
+def fit_priors(cases: list[Case], framework: str, data: str, keys: tuple[str, ...] = FITTED,
                held: Priors | None = None) -> tuple[Priors, int]:
-    """Priors of ``framework`` fitted on ``cases`` (see the module doc); and the number
-    of rows used. Only ``keys`` are fitted; the others keep ``held``'s values (zeros)."""
+    """Priors of ``framework`` fitted on ``cases`` (see the module doc), rows of the CSV
+    named ``data``; and the number of rows used. Only ``keys`` are fitted; the others
+    keep ``held``'s values (zeros)."""
     zeros: dict[str, Any] = dict.fromkeys(keys, 0.0)
     zero = dataclasses.replace(held or Priors(), **zeros)
     y0, cols, meas = [], [], []
     for c in cases:
-        t0 = np.array(predict(c, _cost(c, zero))[:2])
+        t0 = np.array(_predict(c, zero)[:2])
         jac = []
         for key in keys:
             step: dict[str, Any] = {key: STEPS[key]}
-            moved = predict(c, _cost(c, dataclasses.replace(zero, **step)))[:2]
+            moved = _predict(c, dataclasses.replace(zero, **step))[:2]
             jac.append((np.array(moved) - t0) / STEPS[key])
         y0.append(t0)
         cols.append(np.stack(jac, axis=1))
         meas.append([c.row.ttft_ms, c.row.tpot_ms])
     base, jacobian, truth = np.concatenate(y0), np.concatenate(cols), np.concatenate(meas)
     ok = np.isfinite(base) & np.isfinite(truth) & np.all(np.isfinite(jacobian), axis=1)
+    if not ok.any():
+        # A simulation that finished no request has no latency to fit to.
+        raise ServesimError(f"none of the {len(cases)} {framework} rows to fit on finished a "
+                            "request when simulated: nothing to fit the priors to",
+                            source=data, where="--fit-priors")
     scale = np.array([STEPS[k] for k in keys])
 
     # Each prior in units of its step, so all move the errors by similar amounts.
@@ -131,7 +151,7 @@ def fit_priors(cases: list[Case], framework: str, keys: tuple[str, ...] = FITTED
     values: dict[str, Any] = {k: float(v) if v > 1e-6 * STEPS[k] else 0.0
                               for k, v in zip(keys, res.x * scale, strict=True)}
     return dataclasses.replace(zero, **values, source=f"fitted on {len(cases)} {framework} "
-                                                      "rows of silicon_sample.csv"), len(cases)
+                                                      f"rows of {data}"), len(cases)
 
 
 def with_lengths(cases: list[Case], lengths: str) -> list[Case]:
@@ -147,9 +167,9 @@ def _score(records: list[dict[str, Any]]) -> float:
                           for m in ("ttft", "tpot")]))
 
 
-def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
+def fit_framework(cases: list[Case], framework: str, data: str) -> tuple[Priors, int, str]:
     """Priors of ``framework`` and how its AIConfigurator-collected clients drew lengths,
-    fitted on ``cases`` (the rows not held out), in two parts:
+    fitted on ``cases`` (the rows not held out of the CSV named ``data``), in two parts:
 
     - the engine's step priors, with the per-request latency of AIConfigurator's own
       harness, on AIConfigurator's rows: fitted under each length model, and the one
@@ -165,7 +185,7 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
     best: tuple[float, Priors, str] | None = None
     for lengths in LENGTHS if aic else ():
         trial = with_lengths(aic, lengths)
-        p, _ = fit_priors(trial, framework)
+        p, _ = fit_priors(trial, framework, data)
         score = _score(evaluate(trial, {framework: p}))
         if best is None or score < best[0]:
             best = (score, dataclasses.replace(p, aic_client_lengths=lengths), lengths)
@@ -178,27 +198,27 @@ def fit_framework(cases: list[Case], framework: str) -> tuple[Priors, int, str]:
         # four times vLLM's and TensorRT-LLM's. With nothing to fit the server's on, it is
         # left at zero, and the source says so.
         source = (f"step priors and AIConfigurator's harness latency fitted on {len(aic)} "
-                  f"{framework} rows of silicon_sample.csv; no plain-server rows, so the "
+                  f"{framework} rows of {data}; no plain-server rows, so the "
                   "server's own per-request latency is not fitted (0)")
         return dataclasses.replace(engine, request_s=0.0, aic_request_s=engine.request_s,
                                    source=source), len(cases), lengths
-    q, _ = fit_priors(with_lengths(plain, lengths), framework, keys=("request_s",),
+    q, _ = fit_priors(with_lengths(plain, lengths), framework, data, keys=("request_s",),
                       held=engine)
     source = (f"step priors fitted on {len(aic)} AIConfigurator {framework} rows, the "
-              f"server's per-request latency on {len(plain)} InferenceX rows of "
-              "silicon_sample.csv")
+              f"server's per-request latency on {len(plain)} InferenceX rows of {data}")
     return dataclasses.replace(engine, request_s=q.request_s, aic_request_s=engine.request_s,
                                source=source), len(cases), lengths
 
 
 def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
-                 errors: dict[str, Any]) -> None:
+                 errors: dict[str, Any], data: str) -> None:
     """Write ``fitted`` (framework: priors, rows used, AIConfigurator clients' lengths)
-    and the errors."""
+    and the errors, fitted on rows of the CSV named ``data``."""
     frameworks: dict[str, Any] = {}
-    doc = {"note": "fitted by `servesim validate --silicon --fit-priors` on rows of NVIDIA "
-                   "AIConfigurator's silicon_sample.csv (aiconfigurator-core, Apache-2.0; see "
-                   "NOTICE); docs/validation.md says how", "frameworks": frameworks}
+    whose = ("NVIDIA AIConfigurator's silicon_sample.csv (aiconfigurator-core, Apache-2.0; "
+             "see NOTICE)" if data == DATA else data)
+    doc = {"note": f"fitted by `servesim validate --silicon --fit-priors` on rows of {whose}; "
+                   "docs/validation.md says how", "frameworks": frameworks}
 
     def rounded(x: Any) -> Any:
         if isinstance(x, dict):
@@ -211,7 +231,13 @@ def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
         frameworks[fw] = {"source": p.source, "rows": n, "values": values,
                           "aic_client_lengths": lengths,
                           "errors": rounded(errors.get(fw, {}))}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
+    from sim.report.outputs import write_atomic
+
+    try:
+        write_atomic(path, yaml.safe_dump(doc, sort_keys=False, width=100).encode())
+    except OSError as exc:
+        raise ServesimError(f"cannot write the priors: {exc.strerror}",
+                            where=f"--fit-priors {path}") from None
 
 
 def _stats(errs: list[float]) -> dict[str, float | int | None]:
@@ -226,7 +252,7 @@ def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any
     """Every case simulated at ``priors`` (by framework): one record each."""
     out = []
     for c in cases:
-        ttft, tpot, note = predict(c, _cost(c, priors[c.framework]))
+        ttft, tpot, note = _predict(c, priors[c.framework])
         r = c.row
         out.append({"line": r.line, "id": r.id, "framework": c.framework,
                     "version": r.version, "model": c.model, "dtype": c.dtype, "gpu": c.gpu,
@@ -305,14 +331,14 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of ``servesim validate --silicon``."""
+def _parser() -> ArgParser:
+    """The options of ``servesim validate --silicon``."""
     p = ArgParser(prog="servesim validate --silicon",
-                                description="Simulate public end-to-end serving runs and "
-                                            "compare with their measurements.")
+                  description="Simulate public end-to-end serving runs and compare with their "
+                              "measurements.")
     p.add_argument("--silicon", nargs="?", const="", default="", metavar="CSV",
                    help="silicon_sample.csv (default: the installed aiconfigurator-core's)")
-    p.add_argument("--framework", action="append", default=None,
+    p.add_argument("--framework", action="append", default=None, choices=sorted(SCHEDULERS),
                    help="only these frameworks (repeatable)")
     p.add_argument("--fit-priors", type=Path, default=None, metavar="YAML",
                    help=f"fit the priors on the rows not held out and write them here "
@@ -323,30 +349,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--weights", choices=("all", "bf16", "fp8", "4bit"), default="all",
                    help="only rows with bf16 or FP8 weights, or with 4-bit experts or "
                         "projections (default: all)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``servesim validate --silicon``."""
+    a = _parser().parse_args(argv)
     path = Path(a.silicon) if a.silicon else default_path()
+    data = str(path) if a.silicon else DATA
+    check_priors_path(a.fit_priors, path, a.out)
     rows = read_rows(path)
-    cases: list[Case] = []
-    skipped: dict[str, int] = {}
-    for r in rows:
-        got = classify(r)
-        if isinstance(got, Case) and (a.framework is None or got.framework in a.framework) \
-                and a.weights in ("all", weights(got)):
-            got = tables_cover(got)
-        if isinstance(got, str):
-            skipped[got] = skipped.get(got, 0) + 1
-        elif (a.framework is None or got.framework in a.framework) and a.weights in (
-                "all", weights(got)):
-            cases.append(got)
+    cases, skipped = select(rows, a.framework, a.weights, path)
     if a.limit is not None:
         cases = [c for fw in sorted({c.framework for c in cases})
                  for c in [c for c in cases if c.framework == fw][:a.limit]]
-    if not cases:
-        raise ServesimError(f"no row of {path} can be simulated; skipped: {skipped}")
     fws = sorted({c.framework for c in cases})
     if a.fit_priors is not None:
+        check_fit_rows(cases, path, a.fit_priors)
         fitted = {fw: fit_framework([c for c in cases
-                                     if c.framework == fw and not c.held_out], fw)
+                                     if c.framework == fw and not c.held_out], fw, data)
                   for fw in fws}
         priors = {fw: fitted[fw][0] for fw in fws}
         lengths = {fw: fitted[fw][2] for fw in fws}
@@ -358,21 +379,113 @@ def main(argv: list[str]) -> int:
     records = evaluate(cases, priors)
     stats = summary(records)
     from sim.report.folder import replaced_folder
+    from sim.report.metrics import clean
     from sim.report.outputs import write_atomic
     from sim.validate.validation import VALIDATE_FILES
 
     with replaced_folder(a.out, VALIDATE_FILES, inputs=[path]) as stage:
-        write_atomic(stage / "silicon.json", (json.dumps(
+        # A row none of whose requests finished has no mean: null, not NaN (not JSON).
+        write_atomic(stage / "silicon.json", (json.dumps(clean(
             {"source": str(path), "rows": len(rows), "simulated": len(cases),
              "skipped": skipped, "priors": {fw: dataclasses.asdict(p)
                                             for fw, p in priors.items()},
              "aic_client_lengths": lengths,
-             "errors": stats, "records": records}, indent=1, allow_nan=True) + "\n").encode())
-    if a.fit_priors is not None:
-        write_priors(a.fit_priors, fitted, {fw: stats[fw] for fw in fws})
+             "errors": stats, "records": records}), indent=1, allow_nan=False) + "\n").encode())
+        if a.fit_priors is not None:  # inside: a failed write leaves --out as it was
+            write_priors(a.fit_priors, fitted, {fw: stats.get(fw, {}) for fw in fws}, data)
     _print(records, stats, skipped, len(rows), path)
     print(f"wrote {a.out / 'silicon.json'}" + (f" and {a.fit_priors}" if a.fit_priors else ""))
     return 0
+
+
+def check_priors_path(target: Path | None, csv_path: Path, out: Path) -> None:
+    """Refuse, before any work, a ``--fit-priors`` path that cannot take the priors: a
+    folder, a file in a folder that does not exist (but ``out``, which the run makes), or
+    the CSV the priors are fitted on."""
+    if target is None:
+        return
+    where = f"--fit-priors {target}"
+    if target.is_dir():
+        raise ServesimError("is a folder; give the path of a YAML file to write the "
+                            "fitted priors to", where=where)
+    folder = target.parent
+    if not folder.is_dir() and folder.resolve() != out.resolve():
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise ServesimError(f"its folder {folder} {why}; the priors are written to a file "
+                            "in an existing folder", where=where)
+    if target.exists() and csv_path.exists() and target.samefile(csv_path):
+        raise ServesimError("is the input CSV; writing the priors there would overwrite the "
+                            "measurements they are fitted on", where=where)
+
+
+def select(rows: list[Row], frameworks: list[str] | None, weight: str,
+           path: Path) -> tuple[list[Case], dict[str, int]]:
+    """The cases of ``rows`` of the ``frameworks`` (None: all) and ``--weights`` selection
+    ``weight`` that fit their model's context and the installed tables price, and how many
+    rows each reason kept out. None is one error: naming the filters and what rows the
+    file holds where they match none, the reasons otherwise."""
+    modelled: list[Case] = []
+    skipped: dict[str, int] = {}
+    for r in rows:
+        got = classify(r)
+        if isinstance(got, str):
+            skipped[got] = skipped.get(got, 0) + 1
+        else:
+            modelled.append(got)
+    kept = [c for c in modelled if (frameworks is None or c.framework in frameworks)
+            and weight in ("all", weights(c))]
+    if modelled and not kept:
+        raise ServesimError(f"no row matches {_filters(frameworks, weight)}; the rows "
+                            f"servesim can simulate here are {_kinds(modelled)}",
+                            source=str(path))
+    cases = []
+    for c in kept:
+        got = fits_context(c)
+        got = tables_cover(got) if isinstance(got, Case) else got
+        if isinstance(got, str):
+            skipped[got] = skipped.get(got, 0) + 1
+        else:
+            cases.append(got)
+    if not cases:
+        which = f" matching {_filters(frameworks, weight)}" if kept and (
+            frameworks or weight != "all") else ""
+        raise ServesimError(f"no row{which} can be simulated; skipped: " + "; ".join(
+            f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda x: -x[1])),
+            source=str(path))
+    return cases, skipped
+
+
+def _filters(frameworks: list[str] | None, weight: str) -> str:
+    """The filters given, as typed."""
+    given = [f"--framework {f}" for f in frameworks or ()]
+    return " ".join(given + ([f"--weights {weight}"] if weight != "all" else []))
+
+
+def _kinds(cases: list[Case]) -> str:
+    """How many of ``cases`` each framework has, by ``--weights`` selection."""
+    count: dict[str, dict[str, int]] = {}
+    for c in cases:
+        by = count.setdefault(c.framework, {})
+        by[weights(c)] = by.get(weights(c), 0) + 1
+    return "; ".join(f"{fw} (" + ", ".join(f"{n} {w}" for w, n in sorted(by.items())) + ")"
+                     for fw, by in sorted(count.items()))
+
+
+def check_fit_rows(cases: list[Case], path: Path, target: Path) -> None:
+    """Refuse a fit, before any simulation, where a framework of ``cases`` has no row
+    to fit its priors on (all held out, :attr:`sim.validate.silicon.Case.held_out`)."""
+    fws = sorted({c.framework for c in cases})
+    bare = {fw: sum(c.framework == fw for c in cases) for fw in fws
+            if all(c.held_out for c in cases if c.framework == fw)}
+    if bare:
+        what = " and ".join(f"{fw} ({n} row{'s' * (n != 1)})" for fw, n in bare.items())
+        raise ServesimError(
+            f"nothing to fit the priors of {what} on: all {'its' if len(bare) == 1 else 'their'} "
+            "rows are held out (mixtures of experts, FP8 weights outside InferenceX's dense "
+            "rows, InferenceX rows on B200 and B300, and the hash's test half of the rest); "
+            f"leave {'it' if len(bare) == 1 else 'them'} out with --framework, or give rows "
+            "to fit",
+            source=str(path), where=f"--fit-priors {target}")
 
 
 def _print(records: list[dict[str, Any]], stats: dict[str, Any], skipped: dict[str, int],

@@ -202,6 +202,28 @@ def test_ship_refuses_a_bad_folder_before_building(
     assert err == f"servesim: error: {message.format(**paths)}\n"
 
 
+def test_build_refuses_an_out_that_would_lose_an_input(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """--out equal to --hf-config had replaced the config.json with the profile; --model
+    with --hf-config had used one without a word."""
+    from sim.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text("{}")
+    base = ["profile", "build", "--gpu", "h100-sxm", "--tp", "1"]
+    for args, message in (
+            (["--hf-config", str(cfg), "--out", str(cfg)],
+             f"--out: got {cfg}, expected a .yaml or .yml file name"),
+            (["--model", "llama-3-8b", "--hf-config", str(cfg), "--out",
+              str(tmp_path / "p.yaml")],
+             f"--model: got --model llama-3-8b and --hf-config {cfg}; give one"),
+            (["--model", "llama-3-8b", "--out", str(tmp_path)],
+             f"--out: got {tmp_path}, expected a .yaml or .yml file name")):
+        assert main([*base, *args]) == 2
+        assert capsys.readouterr().err.startswith(f"servesim: error: {message}")
+    assert cfg.read_text() == "{}"
+
+
 def test_list_names_each_profiles_layout(capsys: pytest.CaptureFixture[str]) -> None:
     # A profile of 8 data-parallel ranks with expert parallelism is not one of tp 1.
     from sim.cli import main

@@ -239,6 +239,12 @@ def test_report_out_onto_a_file_of_the_run_is_refused(folders: dict[str, Path],
     assert cli_main(["report", str(folder), "--out", str(folder / "mine.html")]) == 0
     assert cli_main(["report", str(folder), "--out", str(folder)]) == 2
     assert "a folder; expected a report file" in capsys.readouterr().err
+    # Outside the folder too: a name that is no report's (a scenario's, say) is refused.
+    scenario = tmp_path / "base.yaml"
+    scenario.write_text("name: x\n")
+    assert cli_main(["report", str(folder), "--out", str(scenario)]) == 2
+    assert "expected a report file name ending .html or .md" in capsys.readouterr().err
+    assert scenario.read_text() == "name: x\n"
 
 
 def test_a_sweep_table_saved_with_a_byte_order_mark_reports_as_without(

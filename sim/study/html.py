@@ -96,6 +96,10 @@ def _check_out(out: Path, folder: Path) -> None:
         raise ServesimError(f"got {out}, one of the run's own files in {folder}: the report "
                             "would overwrite what it reads; name a new file (.html or .md)",
                             where="--out")
+    if out.suffix.lower() not in (".html", ".htm", ".md"):
+        # An HTML page written over base.yaml (a scenario) had been accepted.
+        raise ServesimError(f"got {out}, expected a report file name ending .html or .md",
+                            where="--out")
 
 
 def main(argv: list[str]) -> int:

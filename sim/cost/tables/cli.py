@@ -63,6 +63,10 @@ def profile_text(data: dict[str, Any]) -> str:
 
 
 def _model(args: argparse.Namespace) -> ModelSpec:
+    if args.hf_config is not None and args.model is not None:
+        raise ServesimError(f"got --model {args.model} and --hf-config {args.hf_config}; "
+                            "give one (the model's dimensions come from either)",
+                            where="--model")
     if args.hf_config is not None:
         from sim.cost.hfconfig import from_hf_config
 
@@ -70,6 +74,21 @@ def _model(args: argparse.Namespace) -> ModelSpec:
     if args.model is None:
         raise ServesimError("give --model PRESET or --hf-config FILE")
     return model_preset(args.model)
+
+
+def _check_out(out: Path, hf_config: Path | None) -> None:
+    """Refuse, before building, an ``--out`` that is not a YAML file's name, is a folder,
+    or is the ``--hf-config`` being read (the build had replaced it with the profile)."""
+    if out.suffix not in (".yaml", ".yml"):
+        raise ServesimError(f"got {out}, expected a .yaml or .yml file name (a profile is "
+                            "YAML)", where="--out")
+    if out.is_dir():
+        raise ServesimError(f"got {out}, a folder; expected the profile's file name",
+                            where="--out")
+    if hf_config is not None and out.exists() and hf_config.exists() and \
+            out.resolve() == hf_config.resolve():
+        raise ServesimError(f"got {out}, the --hf-config being read: the profile would "
+                            "replace it", where="--out")
 
 
 def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,
@@ -148,6 +167,7 @@ def _build(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.tp < 1:
         raise ServesimError(f"got {a.tp}, must be at least 1", where="--tp")
+    _check_out(a.out, a.hf_config)
     model = with_dtypes(_model(a), a.dtype, a.kv_dtype, a.expert_dtype, a.qkv_dtype)
     for flag, value in (("--routing", a.routing), ("--moe-backend", a.moe_backend)):
         if value != "auto" and not model.experts:

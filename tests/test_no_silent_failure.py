@@ -86,6 +86,12 @@ def test_run_rejecting_over_the_share_names_the_limit_and_the_value_needed(
     share = n_rej / 12
     assert simulate_cli(path, tmp_path, "--max-rejected-share", f"{share:.6f}") == 0
     assert simulate_cli(path, tmp_path, "--max-rejected-share", f"{share - 0.01:.6f}") == 2
+    capsys.readouterr()
+    # Both at once had let the share be ignored without a word.
+    assert simulate_cli(path, tmp_path, "--max-rejected-share", "0.5",
+                        "--allow-rejections") == 2
+    assert "--allow-rejections: not allowed with argument --max-rejected-share" in \
+        one_line(capsys)
 
 
 def test_all_rejected_run_exits_non_zero(tmp_path: Path,

@@ -104,6 +104,10 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"speculative-config": "{}"}, {}, "vllm.speculative-config", "needs method"),
     ({"speculative-config": "{method: eagle}"}, {}, "vllm.speculative-config",
      "not a JSON object"),
+    # json keeps the last of two keys; it had run ngram where eagle3 was written first.
+    ({"speculative-config": '{"method": "eagle3", "num_speculative_tokens": 3, '
+                            '"method": "ngram"}'}, {}, "vllm.speculative-config",
+     "key 'method' given twice"),
     ({"speculative-config": {"method": "medusa", "num_speculative_tokens": 2}}, {},
      "vllm.speculative-config.method", "servesim models eagle, eagle3, ngram"),
     ({"speculative-config": {"method": "eagle", "num_speculative_tokens": 2}}, {},

@@ -80,3 +80,23 @@ def test_class_weights_whose_sum_overflows_still_draw(tmp_path: Path) -> None:
                "b": {"weight": 1e308, "lengths": LENGTHS}}
     assert run(tmp_path, {"arrivals": {"process": "poisson", "rate": 4.0}, "num_requests": 20,
                           "classes": classes}) == 0
+
+
+def test_prefix_hashes_past_the_prompt_are_refused(tmp_path: Path, capsys: Any) -> None:
+    """A servesim trace's prefix_hash_ids naming more blocks than the prompt fills had
+    been accepted (the extra ids dropped); a Mooncake trace's were already refused."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n"
+                     "0,40,2,1 2\n1,10,2,1 2 3 4 5 6 7 8 9\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"model": "tiny", "cost": COST,
+                                    "serving": {"prefix_caching": True, "block_size": 4},
+                                    "workload": {"trace": {"path": str(trace)}}}))
+    assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
+                 str(tmp_path / "o")]) == 2
+    assert ("workload.trace: request 1 (row 2 of the workload) names 9 prefix blocks of 4 "
+            "tokens, more than its 10-token prompt fills (3)") in capsys.readouterr().err
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n"
+                     "0,40,2,1 2\n1,10,2,1 2 3\n")
+    assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
+                 str(tmp_path / "o")]) == 0

@@ -37,8 +37,14 @@ ONLY: dict[str, tuple[Any, ...]] = {"disable_by_batch_size": (None,),
 def _parsed(value: Any, where: str) -> dict[str, Any]:
     """The flag's object: a mapping as given, or the JSON text the command line takes."""
     if isinstance(value, str):
+        def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+            seen = [k for k, _ in pairs]
+            twice = next((k for i, k in enumerate(seen) if k in seen[:i]), None)
+            if twice is not None:  # json would keep the last without a word
+                raise ServesimError(f"key {twice!r} given twice in {value!r}", where=where)
+            return dict(pairs)
         try:
-            value = json.loads(value)
+            value = json.loads(value, object_pairs_hook=unique)
         except json.JSONDecodeError as e:
             raise ServesimError(f"not a JSON object ({e.msg} at character {e.pos}): "
                                 f"{value!r}", where=where) from None

@@ -31,7 +31,7 @@ from sim.core.prefix import block_hashes
 from sim.core.progress import Tick, run_clock
 from sim.core.request import PENDING, REJECTED, TIMED_OUT, Request
 from sim.core.result import Outcomes, RunResult, close_pending
-from sim.core.runchecks import check_acceptance_classes, within_clock
+from sim.core.runchecks import check_acceptance_classes, check_hash_counts, within_clock
 from sim.cost.frontend import Frontend
 from sim.cost.models import CostModel, build_cost
 from sim.errors import ServesimError
@@ -130,6 +130,7 @@ class Engine(Outcomes):
             # The cache hashes KV blocks, as vLLM's does; coarser trace hashes are split.
             bs = scenario.serving.block_size
             hash_tokens = requests.prefix_block_tokens or bs
+            check_hash_counts(requests, hash_tokens, scenario.source)
             for rep in self.entry:
                 rep.kv.enable_prefix_caching(bs)
             return [block_hashes(h, hash_tokens, bs, scenario.source)

@@ -1,14 +1,18 @@
 """Checks on a run that need its requests or its end: classes a speculative acceptance
 names that no request carries (a trace's class column is known only once it is read),
-and a simulated clock run past the range where float64 seconds resolve a step."""
+prefix hashes naming more blocks than a prompt fills (the block size is known only at
+run time), and a simulated clock run past the range where float64 seconds resolve a
+step."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sim.errors import ServesimError
-from sim.workload.requests import MAX_TIME_S
+from sim.workload.requests import MAX_TIME_S, Requests
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
@@ -49,3 +53,21 @@ def within_clock(res: RunResult) -> RunResult:
                         f"(31 years), where time stops resolving a step ({why}): an arrival "
                         "time (start_s, think_time_s, a trace's arrival_s), a GPU figure or a "
                         "cost coefficient is out of range", res.scenario.source)
+
+
+def check_hash_counts(requests: Requests, hash_tokens: int, source: str) -> None:
+    """Refuse a request whose prefix hashes name more blocks of ``hash_tokens`` tokens
+    than its prompt fills (a servesim trace's ``prefix_hash_ids``, blocks of the KV
+    block size unless the trace says): the extra ids would be dropped without a word."""
+    hashes = requests.prefix_hashes
+    assert hashes is not None
+    counts = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=len(hashes))
+    room = -(-requests.prompt_tokens // hash_tokens)
+    over = np.flatnonzero(counts > room)
+    if over.size:
+        i = int(over[0])
+        raise ServesimError(f"request {i} (row {i + 1} of the workload) names {counts[i]} "
+                            f"prefix blocks of {hash_tokens} tokens, more than its "
+                            f"{requests.prompt_tokens[i]}-token prompt fills "
+                            f"({room[i]}); a trace's prefix_hash_ids lists the prompt's "
+                            "leading blocks", source, "workload.trace")

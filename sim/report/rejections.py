@@ -48,11 +48,13 @@ _LIMITS: dict[str, tuple[str, str]] = {
 
 def add_rejection_args(p: argparse.ArgumentParser) -> None:
     """``--max-rejected-share`` and ``--allow-rejections`` on a command that runs scenarios."""
-    p.add_argument("--max-rejected-share", type=float_arg(ge=0, le=1), default=DEFAULT_MAX_SHARE,
+    # One or the other: a share with --allow-rejections would be silently ignored.
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--max-rejected-share", type=float_arg(ge=0, le=1), default=DEFAULT_MAX_SHARE,
                    metavar="SHARE",
                    help="refuse a run that rejected more than this share of its arrived "
                         f"requests, 0 to 1 (default {DEFAULT_MAX_SHARE:g}: 1%%)")
-    p.add_argument("--allow-rejections", action="store_true",
+    g.add_argument("--allow-rejections", action="store_true",
                    help="accept runs whatever share of requests they rejected")
 
 

@@ -81,6 +81,12 @@ def _simulate(argv: list[str]) -> int:
     if refused is not None:
         raise refused
     nothing = report.nothing_finished(summary)
+    if nothing and not summary["requests"]["total"]:
+        # Say what left the workload empty: a trace window's or a rate's notes.
+        notes = "; ".join(res.requests.notes)
+        raise ServesimError(f"{nothing}{f' ({notes})' if notes else ''}: raise num_requests, "
+                            "duration_s or the rate (a rate x duration below one request "
+                            "sends none)", sc.source, "workload")
     if nothing:
         raise ServesimError(nothing, sc.source)
     return 0

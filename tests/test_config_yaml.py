@@ -66,7 +66,7 @@ def test_numbers_with_an_exponent_are_numbers(tmp_path: Path) -> None:
     assert sc.slo.ttft_s == 0.5
 
 
-@pytest.mark.parametrize("name", ["../../tmp/evil", "a/b", "..", "a\\b"])
+@pytest.mark.parametrize("name", ["../../tmp/evil", "a/b", "..", "a\\b", " ", " a"])
 def test_a_name_that_is_not_one_folder_cannot_choose_where_outputs_go(
         tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ServesimError, match="cannot name a folder under out/"):

@@ -388,3 +388,18 @@ def test_no_broken_images(folders: dict[str, Path], rendered: dict[str, tuple[Pa
     body = re.search(r"<body ([^>]*)>", rendered[kind][1])
     assert body, rendered[kind][1][:500]
     assert f'data-images="{len(images)}"' in body[1] and 'data-broken="0"' in body[1], body[1]
+
+
+def test_percentiles_keep_their_digits() -> None:
+    """99.99999 had been labelled p100 (six significant digits), and 99.99999 with
+    99.999999 refused as "given twice"; labels keep ten digits, and two values that still
+    share one are named."""
+    from sim.errors import ServesimError
+    from sim.report.metrics import parse_percentiles, stat_key
+
+    assert [stat_key(p) for p in (50, 99.9, 99.99999, 100)] == ["p50", "p99.9", "p99.99999",
+                                                                 "p100"]
+    assert parse_percentiles("99.99999,99.999999") == (99.99999, 99.999999)
+    with pytest.raises(ServesimError, match=r"percentile 99\.99999999 is given as "
+                                            r"99\.999999991 and 99\.999999994, which round"):
+        parse_percentiles("99.999999991,99.999999994")

@@ -100,3 +100,13 @@ def test_prefix_hashes_past_the_prompt_are_refused(tmp_path: Path, capsys: Any) 
                      "0,40,2,1 2\n1,10,2,1 2 3\n")
     assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
                  str(tmp_path / "o")]) == 0
+
+
+def test_an_empty_workload_says_what_left_it_empty(tmp_path: Path, capsys: Any) -> None:
+    """"the workload sent no request" had named no key and no cause."""
+    assert run(tmp_path, {"trace": {"path": str(TRACE), "target_rate": 0.01},
+                          "duration_s": 30}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"servesim: error: {tmp_path}/s.yaml: workload: the workload sent "
+                          "no request (target_rate 0.01 req/s: no request arrives before "
+                          "duration_s): raise num_requests, duration_s or the rate"), err

@@ -56,7 +56,9 @@ def resolve(ref: str, base_dir: Path | None = None) -> Path:
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         if not path.is_file():
-            why = "is a directory, not a file" if path.is_dir() else "does not exist"
+            why = ("is a directory, not a file" if path.is_dir() else
+                   "is not a regular file (a device or pipe)" if path.exists() else
+                   "does not exist")
             raise ServesimError(f"profile file {str(path)!r} {why}", where="cost.profile")
         return path
     path = PROFILE_DIR / f"{ref}.yaml"

@@ -57,14 +57,21 @@ def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ..
         raise ServesimError(f"{flag} {text}: expected {allowed}") from None
     if not vals or any(not (math.isfinite(v) and 0 < v <= 100) for v in vals):
         raise ServesimError(f"{flag} {text}: expected {allowed}")
-    if len({stat_key(v) for v in vals}) != len(vals):
-        raise ServesimError(f"{flag} {text}: a percentile is given twice; expected {allowed}")
+    keys = [stat_key(v) for v in vals]
+    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:
+        same = [f"{v!r}" for v, k in zip(vals, keys, strict=True) if k == twice]
+        why = ("is given twice" if len(set(same)) == 1 else
+               f"is given as {' and '.join(same)}, which round to the same label (10 "
+               "significant digits)")
+        raise ServesimError(f"{flag} {text}: percentile {twice[1:]} {why}; expected {allowed}")
     return tuple(sorted(vals))
 
 
 def stat_key(p: float) -> str:
-    """The summary key of percentile ``p`` (0-100): ``p50``, ``p99.9``."""
-    return f"p{p:g}"
+    """The summary key of percentile ``p`` (0-100): ``p50``, ``p99.9`` (ten significant
+    digits: ``:g``'s six had labelled 99.99999 ``p100``)."""
+    return f"p{p:.10g}"
 
 
 def distribution(values: np.ndarray, percentiles: tuple[float, ...] = PERCENTILES,

@@ -40,11 +40,12 @@ def default_out(name: str, suffix: str = "", source: str | None = None) -> Path:
     error when the scenario's name is not one plain folder name (a ``/``, ``..``), which
     would put the outputs somewhere else."""
     folder = f"{name}{suffix}"
-    if (not name or folder in (".", "..") or "/" in folder or "\\" in folder
-            or "\0" in folder):
+    # Blank or space-edged names make folders a shell listing hides ("out/ ").
+    if (not name.strip() or name != name.strip() or folder in (".", "..") or "/" in folder
+            or "\\" in folder or any(ord(c) < 32 for c in folder)):
         raise ServesimError(f"scenario name {name!r} cannot name a folder under out/ (no '/', "
-                            "'\\' or '..'); rename the scenario or give --out DIR",
-                            source, "name")
+                            "'\\', '..', control characters, or spaces at either end); "
+                            "rename the scenario or give --out DIR", source, "name")
     return Path("out") / folder
 
 

@@ -133,8 +133,10 @@ def check(sc: Scenario, force: bool, free: int | None = None) -> Estimate:
     free = available_bytes() if free is None else free
     if force or free is None or est.peak_bytes <= free:
         return est
-    n = (("unbounded" if not math.isfinite(est.requests) else f"{est.requests:.3g}")
-         if not est.requests < 1e15 else f"{est.requests:,.0f}")
+    if not math.isfinite(est.requests):
+        n = "unbounded"
+    else:  # past 10^15 the figure is a runaway setting's: a short form reads better
+        n = f"{est.requests:,.0f}" if est.requests < 1e15 else f"{est.requests:.3g}"
     req_bytes, reps_bytes = est.requests * BYTES_PER_REQUEST, est.replicas * BYTES_PER_REPLICA
     raise ServesimError(
         f"this run needs about {_gib(est.peak_bytes)} of memory ({n} requests x "

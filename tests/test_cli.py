@@ -163,9 +163,10 @@ def test_closed_pipe_shared_with_stderr_exits_quietly() -> None:
 
 
 def test_a_forced_run_past_memory_ends_in_one_line(tmp_path: Path) -> None:
-    # --force skips the memory check; under a 3 GiB address-space limit, drawing 4e15
-    # arrival gaps then fails at once, and the command says so in one line instead of
-    # a traceback. (Without a limit, an overcommitting kernel would kill it instead.)
+    # --force skips the memory check; under a 3 GiB address-space limit, drawing 1.8e9
+    # arrival gaps then fails, and the command says so in one line instead of a
+    # traceback. (Without a limit, an overcommitting kernel would kill it instead.) Past
+    # 2**31 - 1 expected requests the run is refused before drawing (test_workload_bounds).
     import resource
 
     def limit() -> None:
@@ -173,7 +174,7 @@ def test_a_forced_run_past_memory_ends_in_one_line(tmp_path: Path) -> None:
 
     out = subprocess.run(
         [sys.executable, "-m", "sim.cli", "simulate", "scenarios/overload-10x.yaml",
-         "--set", "workload.arrivals.rate=1e12", "--force", "--out", str(tmp_path)],
+         "--set", "workload.arrivals.rate=5e5", "--force", "--out", str(tmp_path)],
         capture_output=True, text=True, cwd=ROOT, timeout=300, preexec_fn=limit,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2, out.stderr

@@ -70,9 +70,13 @@ def test_prefix_caching_with_eviction_lazy_equal_eager() -> None:
                        cluster={"replicas": 2, "router": "prefix_affinity"})
     rng = np.random.default_rng(5)
     n = 80
-    hashes = tuple(np.arange(6, dtype=np.int64) + 100 * int(g) for g in rng.integers(0, 5, n))
-    req = Requests(np.sort(rng.uniform(0, 3, n)), rng.integers(8, 40, n),
-                   rng.integers(1, 30, n), prefix_hashes=hashes, prefix_block_tokens=4)
+    groups = rng.integers(0, 5, n)
+    arrival, prompt, output = np.sort(rng.uniform(0, 3, n)), rng.integers(8, 40, n), \
+        rng.integers(1, 30, n)
+    # Up to 6 shared leading blocks of 4 tokens, no more than each prompt fills.
+    hashes = tuple(np.arange(min(6, -(-int(p) // 4)), dtype=np.int64) + 100 * int(g)
+                   for g, p in zip(groups, prompt, strict=True))
+    req = Requests(arrival, prompt, output, prefix_hashes=hashes, prefix_block_tokens=4)
     lazy, eager = lazy_and_eager(sc, req)
     assert_equivalent(lazy, eager)
     assert summarize(lazy)["prefix_cache"]["evictions"] > 0

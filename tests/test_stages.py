@@ -177,7 +177,8 @@ def test_a_sweep_rate_on_a_staged_scenario_is_refused(tmp_path: Path) -> None:
                     "  lengths: {prompt: {dist: fixed, value: 8},\n"
                     "            output: {dist: fixed, value: 2}}\n"
                     "  stages: [{rate: 1, duration_s: 5}]\n")
-    with pytest.raises(ServesimError, match="runs no staged workload"):
+    with pytest.raises(ServesimError, match="workload.arrivals.rate: workload.stages gives "
+                                            "each stage's rate; remove arrivals.rate"):
         load(path, ["workload.arrivals.rate=4"])
 
 

@@ -39,6 +39,8 @@ import argparse
 import json
 import math
 import sys
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,15 @@ from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.rejections import max_share, row_share
 from sim.report.slospec import SLO, all_met, parse_slos
+from sim.study.rates import (
+    MAX_RATE,
+    MIN_RATE,
+    arrived,
+    check_rate,
+    empty_point_error,
+    rate_arg,
+    rate_floor,
+)
 from sim.study.steady import (
     STEADY_COLUMNS,
     Steady,
@@ -65,6 +76,7 @@ from sim.study.sweep import (
     MAX_SEEDS,
     add_execution_args,
     aggregate,
+    check_execution,
     ci95,
     grid_args,
     parse_ints,
@@ -81,6 +93,7 @@ from sim.study.sweeppoint import (
     make_task,
     point_raw,
     point_sets,
+    point_words,
     read_raw,
     refuse_closed_loop,
     run_points,
@@ -92,6 +105,10 @@ MAX_BRACKET_STEPS = 40  # doublings before concluding the SLOs do not bound the 
 # What marks a folder as a capacity search's outputs (cache/ alone: one interrupted).
 CAPACITY_FILES = ("capacity.json", "capacity.csv", "search.csv")
 MAX_HALVINGS = 16  # halvings (a factor 65,536 below the start) before calling it unreachable
+# The narrowest relative bracket the rate search bisects to: 0.01% of the rate is beyond
+# the 4 significant figures printed and the noise of any point, and rates are rounded
+# to 9 digits, so a far finer one would bisect until the search's step cap instead.
+MIN_TOL = 1e-4
 
 
 @dataclass
@@ -118,7 +135,7 @@ class Search:
     steady: Steady | None = None  # steady-state measurement of every point
     plan: TracePlan | None = None  # a trace's replications: each seed its own stretch
     pruned: list[str] = field(default_factory=list)  # what was skipped, and why
-
+    notes: list[str] = field(default_factory=list)  # how a search ended, where unusual
     overrides: list[str] = field(default_factory=list)  # --set, already applied to raw
 
     @property
@@ -219,38 +236,65 @@ def shape_name(policy: str, tp: int, pp: int) -> str:
 
 def max_rate(s: Search, policy: str, tp: int, start: float, tol: float,
              pp: int = 1) -> MaxRate:
-    """Bracket then bisect, per seed in lock step, the highest passing rate on one replica."""
+    """Bracket then bisect, per seed in lock step, the highest passing rate on one replica
+    (:func:`_next_rate` says how each point moves its seed's bracket)."""
+    floor = rate_floor(s.raw, None if s.steady is None else s.steady.max_requests).rate
     lo: dict[int, float] = {seed: 0.0 for seed in s.seeds}
     hi: dict[int, float | None] = {seed: None for seed in s.seeds}
     nxt: dict[int, float] = {seed: start for seed in s.seeds}
+    name = shape_name(policy, tp, pp)
     for _ in range(MAX_BRACKET_STEPS + 200):
         active = [seed for seed in s.seeds if _open(lo[seed], hi[seed], tol)]
         if not active:
             break
         keys = [PointKey(policy, 1, tp, _round_rate(nxt[seed]), seed, pp) for seed in active]
-        rows = s.run(keys, shape_name(policy, tp, pp))
+        rows = s.run(keys, name)
         for seed, row in zip(active, rows, strict=True):
-            r = row["rate"]
-            if row["pass"]:
-                lo[seed] = max(lo[seed], r)
-            else:
-                hi[seed] = r if hi[seed] is None else min(hi[seed], r)
-            h = hi[seed]
-            if h is None:
-                nxt[seed] = r * 2
-            elif lo[seed] == 0.0:
-                nxt[seed] = r / 2
-                if r < start * 2.0 ** -MAX_HALVINGS:
-                    lo[seed], hi[seed] = 0.0, 0.0  # nothing passes: the SLO is unreachable
-            else:
-                nxt[seed] = (lo[seed] + h) / 2
-            if h is None and r > start * 2.0 ** MAX_BRACKET_STEPS:
-                raise ServesimError(f"--slo: still met at {r:g} requests/s; the targets do "
-                                    "not bound the load (is the workload bounded?)")
+            b: list[Any] = [lo[seed], hi[seed]]
+            nxt[seed] = _next_rate(s, f"{name}, seed {seed}", row, b, start, floor)
+            lo[seed], hi[seed] = float(b[0]), b[1]
     per_seed = [lo[seed] for seed in s.seeds]
     mean, ci = ci95(per_seed)
     assert mean is not None
     return MaxRate(policy, tp, per_seed, [(lo[x], hi[x]) for x in s.seeds], mean, ci, pp)
+
+
+def _next_rate(s: Search, who: str, row: Row, b: list[Any], start: float,
+               floor: float) -> float:
+    """The next rate for one seed after its point ``row``, with ``b`` = [lo, hi], its
+    bracket, updated in place: [0, 0] when nothing passes. A point none of whose requests
+    arrived is no verdict: below any failure it moves the search up (its rate was below
+    the workload's window), and below a failure it ends the search there (no rate the
+    workload can measure lies lower)."""
+    r = row["rate"]
+    if not arrived(row):
+        if b[1] is None and r < MAX_RATE:
+            return min(r * 2, MAX_RATE)
+        if b[1] is None or b[0] > 0.0:  # empty above a rate that had requests: no rule fits
+            raise empty_point_error(s.raw, r, point_words(PointKey.of(row),
+                                                          s._start_row(row["seed"])))
+        b[1] = 0.0
+        s.notes.append(f"{who}: every rate tried failed, and at {r:g} requests/s no request "
+                       "arrived in the point's window, so no lower rate can be measured")
+        return r
+    if row["pass"]:
+        b[0] = max(b[0], r)
+    else:
+        b[1] = r if b[1] is None else min(b[1], r)
+    if b[1] is None:
+        if r >= MAX_RATE or r > start * 2.0 ** MAX_BRACKET_STEPS:
+            raise ServesimError(f"--slo: still met at {r:g} requests/s; the targets do "
+                                "not bound the load (is the workload bounded?)")
+        return min(r * 2, MAX_RATE)
+    if b[0] > 0.0:
+        return (b[0] + b[1]) / 2
+    if r <= floor * (1 + 1e-9):
+        b[1] = 0.0  # nothing passes, down to the lowest rate the workload measures
+        s.notes.append(f"{who}: every rate tried failed, down to {r:g} requests/s, the "
+                       "lowest this workload measures")
+    elif r < start * 2.0 ** -MAX_HALVINGS:
+        b[1] = 0.0  # nothing passes: the SLO is unreachable
+    return max(r / 2, floor)
 
 
 def _open(lo: float, hi: float | None, tol: float) -> bool:
@@ -282,6 +326,10 @@ def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float,
     """Simulate the whole cluster at ``rate`` over every seed; mean must meet every SLO."""
     rows = s.run([PointKey(policy, replicas, tp, _round_rate(rate), seed, pp)
                   for seed in s.seeds], f"{replicas}x {shape_name(policy, tp, pp)}")
+    for r in rows:
+        if not arrived(r):
+            raise empty_point_error(s.raw, r["rate"], point_words(PointKey.of(r),
+                                                                  s._start_row(r["seed"])))
     agg = aggregate(rows)[0]
     ok = not any(r["saturated"] for r in rows) and all_met(s.slos, agg)
     return Config(policy, replicas, tp, ok, agg, pp)
@@ -296,10 +344,12 @@ def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
     if mr.mean <= 0:
         return None, []
     guess = max(1, math.ceil(target / mr.mean - 1e-9))
-    counts = sorted(allowed) if allowed else list(range(1, guess + max_steps + 1))
+    # A range, not a list: a target far above one replica's rate makes the guess huge.
+    counts: Sequence[int] = sorted(allowed) if allowed else range(1, guess + max_steps + 1)
     name = mr.name
     if limit_gpus is not None:
-        fit = [n for n in counts if n * mr.gpus <= limit_gpus]
+        fit = (counts[:limit_gpus // mr.gpus] if isinstance(counts, range)
+               else [n for n in counts if n * mr.gpus <= limit_gpus])
         if not fit:
             s.pruned.append(f"{name}: not checked at {target:g} requests/s; even "
                             f"{counts[0]} replica(s) use {counts[0] * mr.gpus} GPUs, more than "
@@ -311,7 +361,7 @@ def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
                             "of the best configuration found")
         counts = fit
     # Start at the estimate (or the allowed count nearest below it) and walk.
-    i = max([j for j, n in enumerate(counts) if n <= guess], default=0)
+    i = max(0, bisect_right(counts, guess) - 1)
     tried: dict[int, Config] = {}
 
     def check(j: int) -> Config:
@@ -320,13 +370,29 @@ def size_for(s: Search, mr: MaxRate, target: float, allowed: list[int] | None,
         return tried[j]
 
     if check(i).passed:
-        while i > 0 and check(i - 1).passed:
-            i -= 1
+        i = fewest_passing(lambda j: check(j).passed, i)
         return tried[i], [tried[j] for j in sorted(tried)]
     for j in range(i + 1, min(len(counts), i + 1 + max_steps)):
         if check(j).passed:
             return tried[j], [tried[k] for k in sorted(tried)]
     return None, [tried[j] for j in sorted(tried)]
+
+
+def fewest_passing(passed: Callable[[int], bool], i: int) -> int:
+    """The lowest index at or below ``i`` (which passes) whose count still passes, taking
+    pass to hold from some index up. Steps down by 1, 2, 4, ... and bisects the last
+    step: a right estimate costs one check below it, as a walk one at a time would, and
+    one far too high (a tiny workload at a huge target) a few dozen, not one a replica."""
+    step = 1
+    while i > 0:
+        j = max(0, i - step)
+        if not passed(j):
+            while i - j > 1:  # j fails and i passes: bisect between them
+                mid = (i + j) // 2
+                i, j = (mid, j) if passed(mid) else (i, mid)
+            return i
+        i, step = j, step * 2
+    return i
 
 
 def cost_row(c: Config, gpu_cost: float | None) -> Row:
@@ -353,13 +419,25 @@ def default_start(raw: dict[str, Any]) -> float:
     return 1.0
 
 
-def main(argv: list[str]) -> int:
-    """``servesim capacity FILE --slo ttft_p99=0.5 [--target-rate R] [...]``."""
+def check_tol(tol: float) -> None:
+    """Refuse a ``--tol`` the search cannot honour: outside (0, 1), or finer than
+    :data:`MIN_TOL`."""
+    if not 0 < tol < 1:
+        raise ServesimError(f"--tol {tol}: must be between 0 and 1 (a fraction of the rate)")
+    if tol < MIN_TOL:
+        raise ServesimError(f"--tol {tol:g}: at least {MIN_TOL:g}; a finer bracket is below "
+                            "the 4 significant figures the answer is printed with and the "
+                            "noise of any simulated point, and each halving costs one more "
+                            "simulation per seed")
+
+
+def capacity_parser() -> ArgParser:
+    """The ``servesim capacity`` command line."""
     p = ArgParser(prog="servesim capacity", description=__doc__.split("\n")[0])
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
                    help="target, e.g. ttft_p99=0.5 or ttft_mean=200ms (repeatable; required)")
-    p.add_argument("--target-rate", type=float_arg(gt=0), default=None,
+    p.add_argument("--target-rate", type=rate_arg, default=None,
                    help="requests/s the cluster must serve: find the cheapest configuration")
     p.add_argument("--gpu-cost-per-hour", type=float_arg(gt=0), default=None,
                    help="$ per GPU-hour, for the cost per million output tokens")
@@ -372,11 +450,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", type=int_arg(ge=1, le=MAX_SEEDS), default=3,
                    help="replications per rate (default 3)")
     p.add_argument("--tol", type=float_arg(gt=0, lt=1), default=0.02,
-                   help="relative width at which the rate search stops (default 0.02)")
+                   help="relative width at which the rate search stops, from "
+                        f"{MIN_TOL:g} (default 0.02)")
     # The search doubles the rate until it fails; from far above any server's rate the
     # doubling overflows before a verdict.
-    p.add_argument("--rate-start", type=float_arg(gt=0, le=1e6), default=None,
-                   help="first rate tried, req/s, at most 1e6 (default: the scenario's rate)")
+    p.add_argument("--rate-start", type=rate_arg, default=None,
+                   help=f"first rate tried, req/s, {MIN_RATE:g} to {MAX_RATE:g} (default: "
+                        "the scenario's rate)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default out/<scenario name>-capacity)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plot")
@@ -385,17 +465,20 @@ def main(argv: list[str]) -> int:
                         "N replicas meet the target; K more keep it met with K down")
     add_execution_args(p)
     add_steady_args(p, precision=0.1, warmup=0.1)
-    a = p.parse_args(argv)
+    return p
 
+
+def check_flags(a: argparse.Namespace) -> list[SLO]:
+    """The ``--slo`` targets, once every flag that needs no scenario is checked."""
     if not a.slo:
         raise ServesimError("--slo: give at least one target, e.g. --slo ttft_p99=0.5")
     slos = parse_slos(a.slo)
-    for flag, v in (("--target-rate", a.target_rate), ("--gpu-cost-per-hour",
-                    a.gpu_cost_per_hour), ("--rate-start", a.rate_start)):
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ServesimError(f"{flag} {v}: must be a positive number")
-    if not 0 < a.tol < 1:
-        raise ServesimError(f"--tol {a.tol}: must be between 0 and 1 (a fraction of the rate)")
+    check_execution(a)
+    if a.gpu_cost_per_hour is not None and not (math.isfinite(a.gpu_cost_per_hour)
+                                                and a.gpu_cost_per_hour > 0):
+        raise ServesimError(f"--gpu-cost-per-hour {a.gpu_cost_per_hour}: must be a positive "
+                            "number")
+    check_tol(a.tol)
     if a.redundancy < 0:
         raise ServesimError(f"--redundancy {a.redundancy}: must be 0 or more spare replicas")
     if a.redundancy and a.target_rate is None:
@@ -403,6 +486,25 @@ def main(argv: list[str]) -> int:
         # one there is no configuration to add them to.
         raise ServesimError(f"--redundancy {a.redundancy}: needs --target-rate (the spares "
                             "go on the cheapest configuration that meets it)")
+    return slos
+
+
+def check_rates(a: argparse.Namespace, base: dict[str, Any], start: float,
+                steady: Steady | None) -> None:
+    """Refuse a first rate or target below what the workload measures
+    (:func:`sim.study.rates.check_rate`), naming the flag, or the default it came from."""
+    grow_to = None if steady is None else steady.max_requests
+    check_rate(base, start, f"--rate-start {a.rate_start:g}" if a.rate_start else
+               f"the search's first rate, {start:g} (the scenario's own rate, or 1; "
+               "--rate-start sets it)", grow_to)
+    if a.target_rate is not None:
+        check_rate(base, a.target_rate, f"--target-rate {a.target_rate:g}", grow_to)
+
+
+def main(argv: list[str]) -> int:
+    """``servesim capacity FILE --slo ttft_p99=0.5 [--target-rate R] [...]``."""
+    a = capacity_parser().parse_args(argv)
+    slos = check_flags(a)
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "capacity")
@@ -419,6 +521,7 @@ def main(argv: list[str]) -> int:
     check_replaceable(out, CAPACITY_FILES, inputs, ("cache",))
     start = a.rate_start or default_start(base)
     steady = steady_from_args(a, slos, targets=True)
+    check_rates(a, base, start, steady)
     plan = trace_plan(base, str(path), path.parent.resolve(), len(grid["seeds"]),
                       window_requests(base, start))
     seeds = grid["seeds"][:plan.replications] if plan is not None else grid["seeds"]
@@ -429,16 +532,8 @@ def main(argv: list[str]) -> int:
     result = run_capacity(s, grid["policies"], grid["tps"], start,
                           a.tol, a.target_rate, allowed, a.gpu_cost_per_hour, grid["pps"])
     result.redundancy = a.redundancy
-    result.notes = measurement_notes(steady, plan, result.search)
-    with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=inputs) as stage:
-        names = [p.name for p in write_files(result, stage)]
-        if not a.no_plots:
-            from sim.report.plots import capacity_plot
-
-            names.append("capacity_search.png")
-            capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
-                          stage / names[-1])
-    paths = [out / n for n in names]
+    result.notes = measurement_notes(steady, plan, result.search) + s.notes
+    paths = write_outputs(result, out, inputs, not a.no_plots)
     if a.json:  # capacity.json alone on stdout
         sys.stdout.write(result_json(result).decode())
     elif not a.quiet:
@@ -447,6 +542,21 @@ def main(argv: list[str]) -> int:
               f"{s.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in paths))
     return rejections_verdict(result.search, s)
+
+
+def write_outputs(result: CapacityResult, out: Path, inputs: list[Path],
+                  plots: bool) -> list[Path]:
+    """The result's files (:func:`write_files`, and its plot) in a folder that replaces
+    ``out`` whole, its cache carried across; the paths they have there."""
+    with replaced_folder(out, CAPACITY_FILES, carry=("cache",), inputs=inputs) as stage:
+        names = [p.name for p in write_files(result, stage)]
+        if plots:
+            from sim.report.plots import capacity_plot
+
+            names.append("capacity_search.png")
+            capacity_plot(result.search, result.slos, [m.row() for m in result.max_rates],
+                          stage / names[-1])
+    return [out / n for n in names]
 
 
 def rejections_verdict(search: list[Row], s: Search) -> int:

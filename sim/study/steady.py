@@ -306,8 +306,9 @@ def trace_plan(raw: dict[str, Any], source: str, base_dir: Path | None, asked: i
                                     if k not in ("num_requests", "duration_s", "stages")},
                                  "trace": trace}}
     sc = from_dict(whole, source, base_dir)
-    rows = len(build_requests(sc.workload, sc.base_dir, np.random.default_rng(sc.workload.seed),
-                              sc.source))
+    reqs = build_requests(sc.workload, sc.base_dir, np.random.default_rng(sc.workload.seed),
+                          sc.source)
+    rows = len(reqs)
     window = rows if window is None else window
     fit = max(1, rows // max(1, window))
     r = min(asked, fit)
@@ -317,7 +318,40 @@ def trace_plan(raw: dict[str, Any], source: str, base_dir: Path | None, asked: i
                 f"do not overlap: {r} independent replication(s), not {asked}")
         if r == 1:
             note += "; no interval (one replication says nothing about its spread)"
-    return TracePlan(r, rows // r, rows, note)
+    plan = TracePlan(r, rows // r, rows, note)
+    check_classes(plan, list(w.get("classes") or {}), reqs.klass, reqs.class_names, asked,
+                  source)
+    return plan
+
+
+def check_classes(plan: TracePlan, declared: list[str], klass: np.ndarray | None,
+                  names: tuple[str, ...], asked: int, source: str | None = None) -> None:
+    """Refuse replications of which one starts past a declared class's last row: the
+    trace has the class, but that replication's stretch (and all after it) would not.
+    The error names the replication, its start row, and how many replications keep
+    every declared class in reach."""
+    from sim.errors import ServesimError
+
+    if klass is None or plan.replications < 2:
+        return
+    for name in declared:
+        rows_of = (np.flatnonzero(klass == names.index(name)) if name in names
+                   else np.zeros(0, dtype=np.int64))
+        if not rows_of.size:
+            continue  # the trace lacks it altogether: the scenario's own check says so
+        last = int(rows_of[-1])
+        i = last // plan.segment + 1  # the first replication starting after it (0-based)
+        if i >= plan.replications:
+            continue
+        keep = max(k for k in range(1, plan.replications + 1)
+                   if (k - 1) * (plan.rows // k) <= last)
+        raise ServesimError(
+            f"--seeds {asked}: replication {i + 1} of {plan.replications} replays the trace "
+            f"from row {plan.start_row(i)} (workload.trace.start_row; each replication its "
+            f"own stretch of {plan.segment} rows), but the trace's last row of class "
+            f"{name!r} is row {last}, so that replication has none of it; --seeds {keep} "
+            "keeps the class within every replication's reach, or spread its rows through "
+            "the trace", source, f"workload.classes.{name}")
 
 
 def add_steady_args(p: Any, precision: float, warmup: float) -> None:

@@ -41,6 +41,13 @@ from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.rejections import add_rejection_args, max_share, row_share
 from sim.report.slospec import SLO, parse_slos
+from sim.study.rates import (
+    RATE_RANGE,
+    arrived,
+    check_rate,
+    empty_point_error,
+    rate_problem,
+)
 from sim.study.steady import (
     STEADY_COLUMNS,
     Steady,
@@ -60,6 +67,7 @@ from sim.study.sweeppoint import (
     describe_base,
     make_task,
     point_sets,
+    point_words,
     read_raw,
     refuse_closed_loop,
     run_points,
@@ -82,33 +90,50 @@ RATES_ALLOWED = ("START:STOP:STEP or a comma list of rates in requests/s, e.g. 1
 
 
 def parse_rates(text: str, flag: str = "--rates") -> list[float]:
-    """``START:STOP:STEP`` (inclusive of STOP) or a comma list, in requests/s, ascending."""
+    """``START:STOP:STEP`` (inclusive of STOP) or a comma list, in requests/s, ascending;
+    every rate within [:data:`~sim.study.rates.MIN_RATE`, :data:`~sim.study.rates.MAX_RATE`]."""
     try:
         if ":" in text:
-            parts = [float(x) for x in text.split(":")]
-            if len(parts) != 3:
-                raise ValueError
-            start, stop, step = parts
-            if not all(map(math.isfinite, parts)) or step <= 0 or start <= 0 or stop < start:
-                raise ServesimError(f"{flag} {text}: need START:STOP:STEP with 0 < START <= "
-                                    "STOP and STEP > 0 (requests/s)")
-            n = math.floor((stop - start) / step + 1e-9) + 1
-            if n > MAX_RATES:
-                raise ServesimError(f"{flag} {text}: {n:.4g} rates; at most {MAX_RATES:,} "
-                                    "(a larger STEP, or fewer points)")
-            # Rounding keeps 0.1-steps from drifting into 0.30000000000000004.
-            rates = [round(start + i * step, 9) for i in range(n)]
+            rates = _range_rates(text, flag)
         else:
             rates = [float(x) for x in comma_items(text, flag, RATES_ALLOWED)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected {RATES_ALLOWED}") from None
-    if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
-        raise ServesimError(f"{flag} {text}: rates must be positive requests/s")
+    for r in rates:
+        why = rate_problem(r)
+        if why is not None:
+            raise ServesimError(f"{flag} {text}: rate {r:g} {why}; {RATE_RANGE}")
     if len(set(rates)) != len(rates):
         raise ServesimError(f"{flag} {text}: a rate is given twice")
     if len(rates) > MAX_RATES:
         raise ServesimError(f"{flag}: {len(rates):,} rates; at most {MAX_RATES:,}")
     return sorted(rates)
+
+
+def _range_rates(text: str, flag: str) -> list[float]:
+    """The rates of ``START:STOP:STEP``; each part's fault named on its own."""
+    parts = [float(x) for x in text.split(":")]
+    if len(parts) != 3:
+        raise ValueError
+    start, stop, step = parts
+    for name, v in zip(("START", "STOP", "STEP"), parts, strict=True):
+        if not math.isfinite(v):
+            raise ServesimError(f"{flag} {text}: {name} must be a finite number of "
+                                "requests/s")
+    for name, v in (("START", start), ("STOP", stop)):
+        why = rate_problem(v)
+        if why is not None:
+            raise ServesimError(f"{flag} {text}: {name} {v:g} {why}; {RATE_RANGE}")
+    if stop < start:
+        raise ServesimError(f"{flag} {text}: STOP {stop:g} is below START {start:g}")
+    if step <= 0:
+        raise ServesimError(f"{flag} {text}: STEP must be greater than 0 requests/s")
+    n = math.floor((stop - start) / step + 1e-9) + 1
+    if n > MAX_RATES:
+        raise ServesimError(f"{flag} {text}: {n:.4g} rates; at most {MAX_RATES:,} "
+                            "(a larger STEP, or fewer points)")
+    # Rounding keeps 0.1-steps from drifting into 0.30000000000000004.
+    return [round(start + i * step, 9) for i in range(n)]
 
 
 def parse_ints(text: str, flag: str) -> list[int]:
@@ -170,8 +195,7 @@ class SweepSpec:
                 out.append(make_task(self.raw, self.source, self.base_dir, k,
                                      self.horizon_factor, steady, start))
             except ServesimError as exc:
-                raise ServesimError(f"{exc} (point policy={k.policy} replicas={k.replicas} "
-                                    f"tp={k.tp} pp={k.pp} rate={k.rate:g})") from None
+                raise ServesimError(f"{exc} ({point_words(k, start)})") from None
         return out
 
     def start_row(self, seed: int) -> int:
@@ -278,30 +302,14 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     stats = RunStats()
     rows = run_points(tasks, cache, backend, workers, address, progress, "sweep", stats,
                       force)
+    refuse_empty(spec, tasks, rows)
     points = [{**dict(zip(KEY_COLUMNS, t.key.values(), strict=True)), **rows[t.digest]}
               for t in tasks]
     grid = aggregate(points)
     names = ["points.csv", "sweep.csv", "sweep.json"]
-    name = str(spec.raw.get("name", "scenario"))
-    scenario_slo = {k: v for k, v in (spec.raw.get("slo") or {}).items() if v is not None}
     prices = cost_source(spec.raw, spec.source, spec.base_dir)
-    manifest = {
-        "kind": "sweep", "scenario": name, "source": spec.source, "rates": spec.rates,
-        "policies": spec.policies, "replicas": spec.replicas, "tp": spec.tps,
-        "pp": spec.pps, "seeds": spec.seeds, "horizon_factor": spec.horizon_factor,
-        "slo_targets": [{"metric": s.metric, "stat": s.stat, "limit_s": s.limit_s}
-                        for s in spec.slos],
-        "scenario_slo": scenario_slo,
-        "cost_source": prices,
-    }
-    if spec.steady is not None:
-        manifest["steady"] = {"warmup": spec.steady.warmup, "precision": spec.steady.precision,
-                              "max_requests": spec.steady.max_requests,
-                              "columns": list(spec.steady.columns)}
-    if spec.plan is not None:
-        manifest["trace_replications"] = {"replications": spec.plan.replications,
-                                          "segment_rows": spec.plan.segment,
-                                          "rows": spec.plan.rows, "note": spec.plan.note}
+    manifest = sweep_manifest(spec, prices)
+    scenario_slo = manifest["scenario_slo"]
     cols = POINT_COLUMNS + list(STEADY_COLUMNS if spec.steady is not None else ())
     simulated = describe_base(spec.raw, spec.source, spec.base_dir, prices, spec.overrides)
     manifest["simulated"] = simulated
@@ -324,6 +332,41 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
         write_atomic(stage / names[2],
                      (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return SweepResult(points, grid, [out / n for n in names], stats)
+
+
+def refuse_empty(spec: SweepSpec, tasks: list[PointTask],
+                 rows: dict[str, dict[str, float | None]]) -> None:
+    """Refuse a grid with a point none of whose requests arrived: its row would pass for
+    a measurement. (The rate check made before the run cannot see every such window: a
+    trace whose first arrival comes late, a Poisson draw with none in it.)"""
+    for t in tasks:
+        if not arrived(rows[t.digest]):
+            raise empty_point_error(spec.raw, t.key.rate,
+                                    point_words(t.key, spec.start_row(t.key.seed)))
+
+
+def sweep_manifest(spec: SweepSpec, prices: str) -> dict[str, Any]:
+    """``sweep.json`` but for its ``simulated`` scenario and its plots: what was swept."""
+    manifest: dict[str, Any] = {
+        "kind": "sweep", "scenario": str(spec.raw.get("name", "scenario")),
+        "source": spec.source, "rates": spec.rates,
+        "policies": spec.policies, "replicas": spec.replicas, "tp": spec.tps,
+        "pp": spec.pps, "seeds": spec.seeds, "horizon_factor": spec.horizon_factor,
+        "slo_targets": [{"metric": s.metric, "stat": s.stat, "limit_s": s.limit_s}
+                        for s in spec.slos],
+        "scenario_slo": {k: v for k, v in (spec.raw.get("slo") or {}).items()
+                         if v is not None},
+        "cost_source": prices,
+    }
+    if spec.steady is not None:
+        manifest["steady"] = {"warmup": spec.steady.warmup, "precision": spec.steady.precision,
+                              "max_requests": spec.steady.max_requests,
+                              "columns": list(spec.steady.columns)}
+    if spec.plan is not None:
+        manifest["trace_replications"] = {"replications": spec.plan.replications,
+                                          "segment_rows": spec.plan.segment,
+                                          "rows": spec.plan.rows, "note": spec.plan.note}
+    return manifest
 
 
 def summary_table(grid: list[Row]) -> str:
@@ -357,7 +400,8 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="Ray cluster address (ray://host:10001 or auto); default: local Ray")
     p.add_argument("--workers", type=int_arg(ge=1, le=MAX_WORKERS), default=None,
                    help="parallel simulations (default: all cores)")
-    p.add_argument("--horizon-factor", type=float_arg(gt=0), default=4.0,
+    # Past a million spans the cut only ever falls at the simulated clock's limit.
+    p.add_argument("--horizon-factor", type=float_arg(gt=0, le=1e6), default=4.0,
                    help="cut each simulation at this many times its arrival span (+60 s) "
                         "unless the scenario sets horizon_s (default 4)")
     p.add_argument("--no-cache", action="store_true",
@@ -369,6 +413,14 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
                    help="run points even when their estimated memory is over what this "
                         "machine has free")
     add_rejection_args(p)
+
+
+def check_execution(a: argparse.Namespace) -> None:
+    """Refuse execution flags that would be ignored: a Ray address is only for Ray."""
+    if a.ray_address is not None and a.backend != "ray":
+        raise ServesimError(f"--ray-address {a.ray_address}: only --backend ray joins a Ray "
+                            f"cluster, and this run's backend is {a.backend}; add --backend "
+                            "ray, or drop --ray-address")
 
 
 def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
@@ -430,8 +482,8 @@ def sweep_plan(base: dict[str, Any], path: Path, seeds: list[int],
     return trace_plan(base, str(path), path.parent.resolve(), len(seeds), min(sizes, default=None))
 
 
-def main(argv: list[str]) -> int:
-    """``servesim sweep FILE --rates A:B:S [...]``."""
+def sweep_parser() -> ArgParser:
+    """The ``servesim sweep`` command line."""
     p = ArgParser(prog="servesim sweep", description=__doc__.split("\n")[0])
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--rates", required=True,
@@ -450,9 +502,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     add_execution_args(p)
     add_steady_args(p, precision=0.0, warmup=0.0)
-    a = p.parse_args(argv)
+    return p
 
+
+def main(argv: list[str]) -> int:
+    """``servesim sweep FILE --rates A:B:S [...]``."""
+    a = sweep_parser().parse_args(argv)
     rates = parse_rates(a.rates)
+    check_execution(a)
     slos = parse_slos(a.slo)
     steady = steady_from_args(a, slos, targets=False)
     for o in a.overrides:
@@ -463,6 +520,8 @@ def main(argv: list[str]) -> int:
             raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)")
     base = read_raw(a.scenario, a.overrides)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
+    check_rate(base, rates[0], f"--rates {a.rates}",
+               None if steady is None else steady.max_requests)
     grid = grid_args(a, base)
     path = Path(a.scenario)
     plan = sweep_plan(base, path, grid["seeds"], rates)

@@ -37,6 +37,7 @@ from sim.files import read_text
 from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import Steady, point_done, steady_stats
+from sim.workload.requests import MAX_TIME_S
 
 KEY_COLUMNS = ("policy", "replicas", "tp", "pp", "rate", "seed")
 LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)
@@ -136,6 +137,15 @@ def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
                             source, "workload.concurrency")
     if not isinstance(w, dict):
         return
+    if w.get("stages") is not None:
+        # Each point runs the whole workload at the one rate it varies; a staged load's
+        # rates are the stages' own, and no single rate stands for them.
+        raise ServesimError(f"{flag} runs each point at one arrival rate, but this workload "
+                            "is staged (workload.stages gives each stage its own rate); "
+                            "simulate the staged load as it is (servesim simulate), or drop "
+                            "the stages and bound the workload by time to study one rate at "
+                            "a time (--set workload.stages=null --set "
+                            "workload.duration_s=SECONDS)", source, "workload.stages")
     classes = w.get("classes")
     own = [name for name, c in classes.items() if isinstance(c, dict) and c.get("arrivals")] \
         if isinstance(classes, dict) else []
@@ -171,9 +181,15 @@ def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None
     if base.get("horizon_s") is None and horizon_factor is not None:
         span = _expected_span_s(apply_overrides(base, sets), key.rate)
         if span is not None:
-            # A little slack beyond the arrivals lets a point near capacity drain its queue.
-            sets.append(f"horizon_s={float(f'{horizon_factor * span + 60.0:.6g}')!r}")
+            sets.append(f"horizon_s={_horizon(horizon_factor, span)!r}")
     return sets
+
+
+def _horizon(horizon_factor: float, span: float) -> float:
+    """Where a point of arrival span ``span`` (s) is cut: a little slack beyond the
+    arrivals lets a point near capacity drain its queue; never past the range the
+    simulated clock resolves, which a cut beyond would only let a saturated run reach."""
+    return min(float(f"{horizon_factor * span + 60.0:.6g}"), MAX_TIME_S)
 
 
 def _pp_key(base: dict[str, Any]) -> tuple[str, int]:
@@ -199,8 +215,7 @@ def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,
 def _set_horizon(raw: dict[str, Any], rate: float, horizon_factor: float) -> None:
     span = _expected_span_s(raw, rate)
     if span is not None:
-        # A little slack beyond the arrivals lets a point near capacity drain its queue.
-        raw["horizon_s"] = float(f"{horizon_factor * span + 60.0:.6g}")
+        raw["horizon_s"] = _horizon(horizon_factor, span)
 
 
 def resized(raw: dict[str, Any], factor: float, rate: float,
@@ -376,7 +391,11 @@ def _simulated_row(scenario: Scenario) -> tuple[dict[str, float | None],
     admitted = res.status[came] != REJECTED
     lat = per_request(res)
     growth = queue_growth_s(arr[admitted], lat["queueing"][came][admitted])
-    return row_of(summarize(res), span, growth), lat, came, res.requests.arrival_s
+    row = row_of(summarize(res), span, growth)
+    # Kept beside the metric columns (in the cache, not the CSVs): a point none of whose
+    # requests arrived measured nothing, which its studies refuse to report as a row.
+    row["arrived"] = float(came.sum())
+    return row, lat, came, res.requests.arrival_s
 
 
 def run_scenario(scenario: Scenario) -> dict[str, float | None]:
@@ -413,11 +432,32 @@ def run_steady(task: PointTask) -> dict[str, float | None]:
 
 
 def run_task(task: PointTask) -> dict[str, float | None]:
-    """Worker entry point (top level, so it pickles): validate, simulate, summarise."""
-    if task.steady is not None:
-        return run_steady(task)
-    bd = Path(task.base_dir) if task.base_dir is not None else None
-    return run_scenario(from_dict(task.raw, task.source, bd))
+    """Worker entry point (top level, so it pickles): validate, simulate, summarise. An
+    error names the point it came from, so that a grid's many runs say which one."""
+    try:
+        if task.steady is not None:
+            return run_steady(task)
+        bd = Path(task.base_dir) if task.base_dir is not None else None
+        return run_scenario(from_dict(task.raw, task.source, bd))
+    except ServesimError as exc:
+        raise ServesimError(f"{exc.message} ({point_words(task.key, _start_row(task.raw))})",
+                            exc.source, exc.where) from None
+
+
+def point_words(key: PointKey, start_row: int = 0) -> str:
+    """A point in words for an error: its policy, shape, rate and seed, and the trace
+    row its replication replays from when that is not the first."""
+    text = (f"point policy={key.policy} replicas={key.replicas} tp={key.tp} pp={key.pp} "
+            f"rate={key.rate:g} seed={key.seed}")
+    if start_row:
+        text += (f", its replication replaying the trace from row {start_row} "
+                 "(workload.trace.start_row)")
+    return text
+
+
+def _start_row(raw: dict[str, Any]) -> int:
+    trace = (raw.get("workload") or {}).get("trace")
+    return int(trace.get("start_row") or 0) if isinstance(trace, dict) else 0
 
 
 class PointCache:

@@ -76,9 +76,8 @@ def check_stages(cfg: WorkloadConfig) -> None:
         raise ServesimError("the stages set the duration (the sum of their duration_s); "
                             "remove duration_s", where="duration_s")
     if cfg.arrivals is not None and cfg.arrivals.rate is not None:
-        raise ServesimError("workload.stages gives each stage's rate; remove arrivals.rate "
-                            "(a sweep or capacity search sets one rate, so it runs no "
-                            "staged workload)", where="arrivals.rate")
+        raise ServesimError("workload.stages gives each stage's rate; remove arrivals.rate",
+                            where="arrivals.rate")
     for name, c in (cfg.classes or {}).items():
         if c.arrivals is not None:
             raise ServesimError("stages apply to workload.arrivals shared by weight (or a "

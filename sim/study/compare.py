@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import ArgParser
+from sim.configtools import ArgParser, comma_items
 from sim.errors import ServesimError
 from sim.report.rejections import add_rejection_args, max_share, verdict
 
@@ -128,6 +128,15 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
                                 where="--gpus")
         variants[name] = [f"hardware.gpu={gpu}", *([f"hardware.tp={int(tp)}"] if tp else [])]
     sc = scenario.load(path, overrides or [])
+    # h100-sxm and h100-sxm:1 are one configuration when the scenario's tp is 1.
+    seen: dict[tuple[str, int], str] = {}
+    for name in names:
+        gpu, _, tp = name.partition(":")
+        key = (gpu, int(tp) if tp else sc.hardware.tp)
+        if key in seen:
+            raise ServesimError(f"got {seen[key]!r} and {name!r}: both run {gpu} at tp "
+                                f"{key[1]}; each configuration once", where="--gpus")
+        seen[key] = name
     if sc.serving.policy == "disaggregated":
         # Each GPU's run would otherwise be the same pools under another name.
         tps = ",".join(n.partition(":")[2] for n in names if ":" in n)
@@ -249,7 +258,10 @@ def main(argv: list[str]) -> int:
     by_gpu = a.gpus is not None
     label, key = ("gpu", "hardware.gpu[:hardware.tp]") if by_gpu else ("policy", "serving.policy")
     given = a.gpus if by_gpu else DEFAULT_POLICIES if a.policies is None else a.policies
-    values = [x.strip() for x in given.split(",") if x.strip()]
+    # An empty item is a value left out, not one to skip (as --rates and --tp say).
+    values = comma_items(given, f"--{label}s" if by_gpu else "--policies",
+                         "a comma list of GPUs (GPU or GPU:TP)" if by_gpu else
+                         "a comma list of policies")
     from sim.config import scenario
 
     inputs = scenario.input_files(scenario.load(a.scenario, a.overrides))

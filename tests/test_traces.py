@@ -409,3 +409,15 @@ def test_mooncake_hash_ids_cannot_name_more_blocks_than_the_prompt_fills(
     with pytest.raises(ServesimError, match="line 2: hash_ids names 2 blocks of 512 tokens for "
                                             "an input_length of 10: at most 1"):
         load_trace(p)
+
+
+def test_the_first_bad_row_is_named_whatever_its_fault(tmp_path: Path) -> None:
+    # A fractional priority on line 2 and a word on line 3: line 3 had been named first
+    # (numbers are parsed before they are judged whole).
+    head = "arrival_s,prompt_tokens,output_tokens,priority\n"
+    with pytest.raises(ServesimError, match=r"line 2: priority = '1\.5'; must be a whole"):
+        load_trace(write(tmp_path, head + "0,10,2,1.5\n1,10,2,x\n"))
+    with pytest.raises(ServesimError, match=r"line 2: arrival_s = '-1'; must be a finite"):
+        load_trace(write(tmp_path, head + "-1,10,2,0\nx,10,2,0\n"))
+    with pytest.raises(ServesimError, match=r"line 3: priority = 'x' is not a number"):
+        load_trace(write(tmp_path, head + "0,10,2,1\n1,10,2,x\n"))

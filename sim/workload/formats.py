@@ -149,7 +149,13 @@ def floats(values: Sequence[Any], lines: np.ndarray, name: str, src: str) -> np.
 def whole(values: Sequence[Any], lines: np.ndarray, name: str, src: str,
           minimum: int | None = 1) -> np.ndarray:
     """Convert ``values`` to int64; each must be a finite whole number >= ``minimum``."""
-    x = floats(values, lines, name, src)
+    try:
+        x = floats(values, lines, name, src)
+    except ServesimError:
+        # The rows before the first non-number: a bad one among them comes first.
+        i = _first_bad(values, float)
+        whole(values[:i], lines[:i], name, src, minimum)
+        raise
     # Whole-valued floats such as "12.0" are accepted; anything else is named.
     rule = ("a whole number" + (f" >= {minimum}" if minimum is not None else "")
             + " and at most 2**53")
@@ -164,7 +170,12 @@ def whole(values: Sequence[Any], lines: np.ndarray, name: str, src: str,
 
 def seconds(values: Sequence[Any], lines: np.ndarray, name: str, src: str) -> np.ndarray:
     """Convert ``values`` to float64 seconds; each must be finite and >= 0."""
-    x = floats(values, lines, name, src)
+    try:
+        x = floats(values, lines, name, src)
+    except ServesimError:
+        i = _first_bad(values, float)
+        seconds(values[:i], lines[:i], name, src)  # an earlier bad time comes first
+        raise
     bad = ~np.isfinite(x) | (x < 0)
     if bad.any():
         i = int(np.argmax(bad))

@@ -27,6 +27,26 @@ T = TypeVar("T")
 MAX_INT = 2**53  # the largest integer a scenario may give (exact as a float too)
 
 
+# Simulated times are held below this (s, 31 years): float64 seconds keep
+# sub-microsecond resolution there (spacing 1.2e-7 s), past it a 10 ms step rounds away.
+MAX_TIME_S = 1e9
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names a key twice (the key is the message)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: an object's mapping, refusing a key given
+    twice (json alone keeps the last) with :class:`DuplicateKeyError`."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
 def is_number(x: object) -> TypeGuard[int | float]:
     """Whether ``x`` is an int or a float (NaN and infinities included) but not a bool:
     YAML and JSON true/false load as bool, which Python counts as an int, and no count,

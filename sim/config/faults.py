@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from sim.configtools import bounded
+from sim.configtools import MAX_TIME_S, bounded
 from sim.errors import ServesimError
 
 
@@ -21,9 +21,9 @@ class OutageConfig:
     length in seconds."""
 
     replica: int = bounded(ge=0)
-    # Times are held below 1e9 s (31 years), where the clock stops resolving a step.
-    at_s: float = bounded(ge=0, le=1e9)
-    duration_s: float = bounded(gt=0, le=1e9)
+    # Times are held below MAX_TIME_S (31 years), where the clock stops resolving a step.
+    at_s: float = bounded(ge=0, le=MAX_TIME_S)
+    duration_s: float = bounded(gt=0, le=MAX_TIME_S)
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class FaultsConfig:
 
     outages: tuple[OutageConfig, ...] = ()
     failures_per_hour: float = bounded(0.0, ge=0)  # per replica
-    repair_s: float = bounded(300.0, gt=0, le=1e9)
-    detection_s: float = bounded(5.0, ge=0, le=1e9)
+    repair_s: float = bounded(300.0, gt=0, le=MAX_TIME_S)
+    detection_s: float = bounded(5.0, ge=0, le=MAX_TIME_S)
     on_failure: Literal["retry", "fail"] = "retry"
     max_retries: int = bounded(3, ge=0)
 

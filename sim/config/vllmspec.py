@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sim.configtools import DuplicateKeyError, unique_keys
 from sim.errors import ServesimError
 
 # vLLM's method -> servesim's (names ending in "mtp" are matched apart).
@@ -37,17 +38,14 @@ ONLY: dict[str, tuple[Any, ...]] = {"disable_by_batch_size": (None,),
 def _parsed(value: Any, where: str) -> dict[str, Any]:
     """The flag's object: a mapping as given, or the JSON text the command line takes."""
     if isinstance(value, str):
-        def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-            seen = [k for k, _ in pairs]
-            twice = next((k for i, k in enumerate(seen) if k in seen[:i]), None)
-            if twice is not None:  # json would keep the last without a word
-                raise ServesimError(f"key {twice!r} given twice in {value!r}", where=where)
-            return dict(pairs)
         try:
-            value = json.loads(value, object_pairs_hook=unique)
+            value = json.loads(value, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as e:
             raise ServesimError(f"not a JSON object ({e.msg} at character {e.pos}): "
                                 f"{value!r}", where=where) from None
+        except DuplicateKeyError as e:  # json alone would keep the last without a word
+            raise ServesimError(f"key {str(e)!r} given twice in {value!r}",
+                                where=where) from None
     if not isinstance(value, dict):
         raise ServesimError(f"got {value!r}, expected a mapping (or its JSON text) with "
                             "method and num_speculative_tokens", where=where)

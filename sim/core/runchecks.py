@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
-from sim.workload.requests import MAX_TIME_S, Requests
+from sim.workload.requests import Requests
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
@@ -37,7 +38,7 @@ def check_acceptance_classes(scenario: Scenario, names: tuple[str, ...]) -> None
 # Simulated seconds below which float64 times keep sub-microsecond resolution (its spacing
 # at 1e9 s is 1.2e-7 s): about 31 years. Past it, a 10 ms step added to the clock rounds
 # away, and latencies would come out as zero rather than wrong by a visible amount.
-CLOCK_LIMIT_S = MAX_TIME_S  # 1e9 s: the bound arrival times are held to at load
+CLOCK_LIMIT_S = MAX_TIME_S  # 1e9 s: the bound workload times are held to at load
 
 
 def within_clock(res: RunResult) -> RunResult:

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import is_number
+from sim.configtools import DuplicateKeyError, is_number, unique_keys
 from sim.cost.specs import SPARSE_FIELDS, ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -87,20 +87,6 @@ _QKV_BIAS_BY_DEFAULT = ("qwen2",)
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
-class _TwiceError(ValueError):
-    """A JSON object names a key twice (the key is the message)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's mapping, refusing a key given twice (json keeps the last)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _TwiceError(key)
-        out[key] = value
-    return out
-
-
 def from_hf_config(path: Path) -> ModelSpec:
     """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
     :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
@@ -109,10 +95,10 @@ def from_hf_config(path: Path) -> ModelSpec:
     src = str(path)
     text = read_text(path, "HuggingFace config.json")
     try:
-        cfg = json.loads(text, object_pairs_hook=_unique_keys)
+        cfg = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
-    except _TwiceError as exc:
+    except DuplicateKeyError as exc:
         raise ServesimError("given twice in one object (which value is meant?)", source=src,
                             where=str(exc)) from None
     if not isinstance(cfg, dict):

@@ -464,8 +464,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
         "seed": sc.workload.seed,
         "horizon_s": sc.horizon_s,
         # Sections that change what is simulated, present only when set.
-        **({"admission": _set_fields(sc.admission)}
-           if _set_fields(sc.admission) else {}),
+        **({"admission": admission} if (admission := _set_fields(sc.admission)) else {}),
         **({"faults": clean(_plain(sc.faults))} if sc.faults.active else {}),
     }
 

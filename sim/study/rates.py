@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
-from sim.workload.requests import MAX_TIME_S
 
 MIN_RATE = 1e-6  # requests/s: one every 11.6 days
 MAX_RATE = 1e6  # requests/s

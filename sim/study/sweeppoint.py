@@ -31,13 +31,12 @@ import yaml
 
 from sim.config.scenario import Scenario, apply_overrides, from_dict
 from sim.config.vllmflags import flag_name
-from sim.configtools import parse_yaml, yaml_error
+from sim.configtools import MAX_TIME_S, parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import Steady, point_done, steady_stats
-from sim.workload.requests import MAX_TIME_S
 
 KEY_COLUMNS = ("policy", "replicas", "tp", "pp", "rate", "seed")
 LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)

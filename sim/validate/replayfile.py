@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.configtools import is_number
 from sim.core.request import FINISHED, REJECTED, UNFINISHED
 from sim.cost.shape import StepShape
 from sim.errors import ServesimError
@@ -67,13 +68,9 @@ class _Fault(Exception):
         super().__init__(f"{where}: {message}")
 
 
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _finite(x: Any) -> bool:
     """A JSON number that is a finite float (an integer too large for one is not)."""
-    if not _number(x):
+    if not is_number(x):
         return False
     try:
         return math.isfinite(float(x))

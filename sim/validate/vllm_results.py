@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import MAX_INT, is_number
+from sim.configtools import MAX_INT, MAX_TIME_S, is_number
 from sim.errors import ServesimError
 from sim.files import read_text
 
@@ -97,9 +97,9 @@ def _whole(x: Any, where: str, src: str | None, rule: str = "tokens") -> int:
     return int(x)
 
 
-# The longest span of send times (s) a run may have: past it a float second no longer
-# resolves the microseconds a latency is measured in (and no benchmark runs 30 years).
-MAX_SPAN_S = 1e9
+# The longest span of send times (s) a run may have: the simulated clock's bound, past
+# which a float second no longer resolves a latency (and no benchmark runs 30 years).
+MAX_SPAN_S = MAX_TIME_S
 
 
 def _seconds(x: Any, where: str, src: str | None, rule: str = "seconds",

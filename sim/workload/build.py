@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
 from sim.workload.requests import (
-    MAX_TIME_S,
     Requests,
     WorkloadConfig,
     located,

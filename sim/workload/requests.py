@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sim.configtools import bounded
+from sim.configtools import MAX_TIME_S, bounded
 from sim.errors import ServesimError
 from sim.workload.checks import check_classes, check_closed
 from sim.workload.stages import StageConfig, check_stages, windows
@@ -29,9 +29,8 @@ from sim.workload.stages import StageConfig, check_stages, windows
 # No run holds more requests than this (about 200 GiB of per-request arrays): a process
 # expected to send more is a runaway rate or duration, refused even under --force.
 MAX_ARRIVALS = 2**31 - 1
-# Arrival times past this (s, 31 years) stop resolving a step's duration; the engine's
-# clock is held to the same bound (sim.core.runchecks).
-MAX_TIME_S = 1e9
+# Arrival times are held below MAX_TIME_S (sim.configtools), as the engine's clock is
+# (sim.core.runchecks).
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,12 @@
 # usage: PYTHONPATH=. scripts/gpu_check.sh OUTDIR
 #
 # Needs only python with torch, numpy, scipy and pyyaml (no simpy, no network).
-# Writes to OUTDIR, flat: one profile .yaml and one measurements .csv per model, and
-# gpu_check.log; at most 8 files. llama-3-8b gets the full grid and mistral-7b, which
-# also fits on one GPU, the quick grid; the whole script stays under 8 minutes. A run
-# that fails is logged and the script goes on to the next. The log is also printed.
+# Writes to OUTDIR, flat: one profile .yaml and one measurements .csv per model, the
+# validation archive, kernels-DEVICE.csv and gpu_check.log; at most 8 files. llama-3-8b
+# gets the full grid and mistral-7b, which also fits on one GPU, the quick grid;
+# calibration and validation stay under 8 minutes, and the kernel check after them ends
+# by 550 s (inside one 10-minute device call). A run that fails is logged and the script
+# goes on to the next. The log is also printed.
 #
 # On a GPU it starts with a smoke test (under a minute): the tiny model calibrated and
 # replayed on the device. This code has never run on a GPU before its first lent
@@ -141,6 +143,30 @@ else
     [ "$rc" -eq 0 ] || status=1
 fi
 # ---- end of validation block ----------------------------------------------------------
+
+# ---- kernels against the public tables ------------------------------------------------
+# scripts/kernel_check.py times bf16 and fp8 GEMMs at Llama-3-8B's shapes and at grid
+# shapes, and prefill attention, on this device (rows written as they are timed, so a
+# timeout keeps what ran); compare them elsewhere, where the tables are installed, with
+#   docs/scripts/kernel_compare.py OUTDIR/kernels-DEVICE.csv
+# It runs after everything above and ends by 550 s, inside a 10-minute device call.
+kleft=$(( 550 - SECONDS ))
+[ "$kleft" -gt 75 ] && kleft=75
+kflag=""
+[ "$device" = cpu ] && kflag="--quick"
+if [ "$kleft" -lt 15 ]; then
+    echo "== kernels: skipped, only ${kleft}s left" >>"$log"
+else
+    echo "== kernels $device: up to ${kleft}s" >>"$log"
+    # shellcheck disable=SC2086  # $kflag is empty or one word
+    timeout --signal=INT --kill-after=5 "$kleft" "$py" "$(dirname "$0")/kernel_check.py" \
+        "$out/kernels-$device.csv" --device "$device" $kflag >"$out/kernels.tmp" 2>&1
+    rc=$?
+    tail -n 3 "$out/kernels.tmp" >>"$log"
+    rm -f "$out/kernels.tmp"
+    echo "== kernels: exit $rc at ${SECONDS}s" >>"$log"
+    [ "$rc" -eq 0 ] || status=1
+fi
 echo "done, exit $status" >>"$log"
 cat "$log"
 exit "$status"

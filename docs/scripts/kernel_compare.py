@@ -1,0 +1,146 @@
+"""Kernel times measured on a GPU at hand against the public kernel tables.
+
+Run from the repository root, with the `measured` extra installed, on the CSV that
+`scripts/kernel_check.py` wrote on the GPU (scripts/gpu_check.sh runs it last):
+    .venv/bin/python docs/scripts/kernel_compare.py OUT/kernels-cuda.csv \
+        [--gpu h200] [--framework vllm] [--version 0.24.0]
+It prints two Markdown tables and a summary:
+
+* each GEMM row against the table's time for the same (m, n, k) and dtype, read the
+  way measured profiles read it (:meth:`sim.cost.tables.gemmtable.GemmTable.at`:
+  bilinear in n and k off the grid, the table's own m rows), and the measured and
+  tabled fp8 speed-up over bf16 at each shape and m;
+* each prefill-attention row (batch 1, 32 query and 8 KV heads of 128, causal, bf16)
+  against the table's full-attention row of the same prompt length. The tables time
+  vLLM's FlashAttention-3 kernel; the GPU side times torch's scaled-dot-product
+  attention, another kernel, so that row compares kernel families, not one kernel.
+
+Errors are (measured - table) / table. The GEMM rows of the tables are vLLM's
+``torch.nn.functional.linear`` (cuBLAS, as the check's ``torch.matmul``) for bf16 and
+vLLM's CUTLASS kernel for per-tensor fp8 (the check's ``torch._scaled_mm`` is cuBLASLt's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from sim.cost.tables.gemmtable import gemm_table  # noqa: E402
+from sim.cost.tables.kerneltables import coverage, load_table  # noqa: E402
+from sim.errors import ServesimError  # noqa: E402
+
+GPU_NAMES = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm",
+             "NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA B200": "b200", "NVIDIA L40S": "l40s"}
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a kernel_check CSV; a clear error when it is not one."""
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    need = {"device", "op", "dtype", "m", "n", "k", "ms", "how", "error"}
+    if not rows or not need <= set(rows[0]):
+        raise ServesimError(f"not a kernel_check CSV: expected columns "
+                            f"{', '.join(sorted(need))}", source=str(path))
+    return rows
+
+
+def gemm_lines(rows: list[dict[str, str]], gpu: str, framework: str, version: str
+               ) -> tuple[list[str], dict[str, list[float]]]:
+    """Markdown rows comparing each timed GEMM with the table, and |errors| per dtype."""
+    tables = {d: gemm_table(gpu, framework, version, d).table for d in ("bf16", "fp8")}
+    timed = {(r["op"], r["dtype"], int(r["m"]), int(r["n"]), int(r["k"])): float(r["ms"])
+             for r in rows if r["op"] not in ("memory_total_bytes", "prefill_attention")
+             and r["ms"]}
+    out: list[str] = []
+    errors: dict[str, list[float]] = {"bf16": [], "fp8": []}
+    for (op, dtype, m, n, k), ms in timed.items():
+        table_ms = tables[dtype].at(m, n, k) * 1e3
+        err = (ms - table_ms) / table_ms
+        errors[dtype].append(abs(err))
+        speed = ""
+        if dtype == "fp8" and (op, "bf16", m, n, k) in timed:
+            measured_x = timed[(op, "bf16", m, n, k)] / ms
+            table_x = tables["bf16"].at(m, n, k) / tables["fp8"].at(m, n, k)
+            speed = f"{measured_x:.2f}x | {table_x:.2f}x"
+        else:
+            speed = "- | -"
+        out.append(f"| {op} | {dtype} | {m} | {n} | {k} | {ms:.4f} | {table_ms:.4f} "
+                   f"| {err:+.1%} | {speed} |")
+    return out, errors
+
+
+def attention_lines(rows: list[dict[str, str]], gpu: str, framework: str, version: str
+                    ) -> list[str]:
+    """Markdown rows comparing the timed prefill attention with the table's."""
+    table = load_table(gpu, "attention", framework, version, "context_attention_perf")
+    full = table.where(batch_size=1, num_heads=32, num_key_value_heads=8, head_dim=128,
+                       kv_cache_dtype="bfloat16", window_size=0)
+    by_isl = dict(zip(full.columns["isl"].tolist(), full.columns["latency"].tolist(),
+                      strict=True))
+    out = []
+    for r in rows:
+        if r["op"] != "prefill_attention" or not r["ms"]:
+            continue
+        isl, ms = int(r["m"]), float(r["ms"])
+        t = by_isl.get(isl)
+        if t is None:
+            out.append(f"| {isl} | {ms:.4f} | - | - |")
+        else:
+            out.append(f"| {isl} | {ms:.4f} | {t:.4f} | {(ms - t) / t:+.1%} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("csv", type=Path)
+    p.add_argument("--gpu", help="servesim GPU name (default: from the CSV's device)")
+    p.add_argument("--framework", default="vllm")
+    p.add_argument("--version", help="table version (default: the newest installed)")
+    a = p.parse_args(argv)
+    try:
+        rows = read_rows(a.csv)
+        device = rows[0]["device"]
+        gpu = a.gpu or GPU_NAMES.get(device)
+        if gpu is None:
+            raise ServesimError(f"device {device!r} is not one servesim names; pass --gpu "
+                                f"({', '.join(sorted(set(GPU_NAMES.values())))})")
+        have = coverage().get(gpu, {}).get(a.framework, [])
+        version = a.version or (have[-1] if have else None)
+        if version is None:
+            raise ServesimError(f"no {a.framework} tables for {gpu}")
+        refused = [r for r in rows if r["error"]]
+        gemms, errors = gemm_lines(rows, gpu, a.framework, version)
+        attention = attention_lines(rows, gpu, a.framework, version)
+    except ServesimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    memory = [r for r in rows if r["op"] == "memory_total_bytes"]
+    print(f"device {device} (torch {rows[0]['torch']}), tables: {a.framework} {version} "
+          f"on {gpu}")
+    if memory:
+        print(f"memory the device reports: {int(float(memory[0]['ms'])):,} bytes "
+              f"({float(memory[0]['ms']) / 2**20:,.0f} MiB)")
+    print("\n| GEMM | dtype | m | n | k | measured ms | table ms | error | fp8 speed-up "
+          "measured | table |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(gemms))
+    print("\n| prefill attention tokens | measured ms | table ms | error |")
+    print("|---:|---:|---:|---:|")
+    print("\n".join(attention))
+    for dtype, errs in errors.items():
+        if errs:
+            print(f"{dtype} GEMMs: median |error| {statistics.median(errs):.1%}, "
+                  f"worst {max(errs):.1%} over {len(errs)} rows")
+    for r in refused:
+        print(f"refused on the device: {r['op']} {r['dtype']} m={r['m']}: {r['error']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

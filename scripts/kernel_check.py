@@ -1,0 +1,166 @@
+"""Time the kernels a measured profile prices, on this machine's GPU, for a cross-check.
+
+usage: python3 scripts/kernel_check.py OUT.csv [--device cuda|cpu] [--quick]
+
+Measured profiles are composed from public kernel tables (docs/cost-model.md); this
+script times the same operations with torch on the GPU at hand so the tables can be
+checked against a GPU we ran ourselves (docs/scripts/kernel_compare.py does the
+comparison, with no GPU and with the tables installed):
+
+* GEMMs at Llama-3-8B's tensor-parallel-1 shapes (fused QKV, attention output, gate+up,
+  down, LM head) and at three shapes that lie on the tables' own (n, k) grid, in bf16 and
+  in fp8 with per-tensor scales (``torch._scaled_mm``, the kernel family vLLM uses for
+  per-tensor fp8 on Hopper), at m from 1 to 8192 tokens;
+* causal prefill attention (``scaled_dot_product_attention``) with 32 query heads and 8
+  KV heads of 128, batch 1, at 512 to 8192 tokens, bf16;
+* the memory the device reports to torch (bytes).
+
+Each GEMM reads its weight from one of several copies in turn, together several times
+the GPU's L2 cache, so a repeat does not find its weight cached; a sequence of calls is
+captured in a CUDA graph so launch overhead is not counted (vLLM's decode steps run from
+CUDA graphs too; calibrate/timing.py does the timing); where capture fails the calls are
+timed eagerly and the row says so. Rows are medians of several replays, in milliseconds.
+A shape the device refuses is written with its error, never dropped. Needs torch and
+this repository (no simulator). On the CPU (``--device cpu``, a smoke test of this
+script) fp8 rows are written as refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from calibrate.timing import Timer, TimingConfig  # noqa: E402
+
+# Llama-3-8B at tp 1: hidden 4096, 32 query heads and 8 KV heads of 128, MLP 14336,
+# vocabulary 128256. (name, n, k): the GEMM reads an (m, k) activation and a (k, n) weight.
+MODEL_GEMMS = [("qkv", 6144, 4096), ("attn_out", 4096, 4096), ("gate_up", 28672, 4096),
+               ("down", 4096, 14336), ("lm_head", 128256, 4096)]
+GRID_GEMMS = [("grid", 8192, 8192), ("grid", 16384, 4096), ("grid", 4096, 16384)]
+TOKENS = [1, 16, 64, 256, 1024, 4096, 8192]
+PREFILL = [512, 1024, 2048, 4096, 8192]
+L2_FLUSH_BYTES = 256 * 2**20   # H200's L2 is 60 MiB: copies add up to over four times it
+CALLS = 16                     # GEMM calls per captured graph
+# Warm-up, then 7 timed replays of the graph (or of the eager calls).
+TIMING = TimingConfig(warmup=2, min_repeats=7, max_repeats=7)
+
+
+def _per_call_ms(body: Callable[[], object], device: torch.device, calls: int
+                 ) -> tuple[float, str]:
+    """Median time of one of the ``calls`` calls ``body`` makes, in ms, timed from a CUDA
+    graph where ``body`` can be captured (:meth:`calibrate.timing.Timer.measure`)."""
+    timing = Timer(device, TIMING).measure(body, graph=True)
+    return timing.median_s * 1e3 / calls, "graph" if timing.graph else "eager"
+
+
+def time_gemm(m: int, n: int, k: int, dtype: str, device: torch.device, quick: bool
+              ) -> tuple[float, str]:
+    """Median time of one (m, k) x (k, n) GEMM in ms, and how it was timed."""
+    copies = max(1, min(8, -(-L2_FLUSH_BYTES // (n * k * (1 if dtype == "fp8" else 2)))))
+    if quick:
+        copies = 1
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    # Weights stored (n, k) row-major, as checkpoints store them; the GEMM reads w.t().
+    ws = [torch.randn(n, k, device=device, dtype=torch.bfloat16) / k**0.5 for _ in range(copies)]
+    if dtype == "fp8":
+        if device.type != "cuda":
+            raise RuntimeError("fp8 GEMMs are timed on CUDA only")
+        xq = x.to(torch.float8_e4m3fn)
+        wq = [w.to(torch.float8_e4m3fn) for w in ws]
+        one = torch.ones((), device=device, dtype=torch.float32)
+
+        def body() -> None:
+            for i in range(CALLS):
+                torch._scaled_mm(xq, wq[i % copies].t(), scale_a=one, scale_b=one,
+                                 out_dtype=torch.bfloat16)
+    else:
+        def body() -> None:
+            for i in range(CALLS):
+                torch.matmul(x, ws[i % copies].t())
+    return _per_call_ms(body, device, CALLS)
+
+
+def time_prefill(isl: int, device: torch.device) -> tuple[float, str]:
+    """Median time of one causal prefill attention of ``isl`` tokens in ms (32 q heads
+    and 8 KV heads of 128, the KV heads repeated to 32 outside the timed call)."""
+    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
+    q = torch.randn(1, 32, isl, 128, device=device, dtype=dt)
+    kv = [torch.randn(1, 8, isl, 128, device=device, dtype=dt).repeat_interleave(4, dim=1)
+          for _ in range(2)]
+    calls = 4
+
+    def body() -> None:
+        for _ in range(calls):
+            torch.nn.functional.scaled_dot_product_attention(q, kv[0], kv[1], is_causal=True)
+    return _per_call_ms(body, device, calls)
+
+
+def _brief(exc: BaseException) -> str:
+    """One line naming an exception, for a refused row."""
+    lines = str(exc).splitlines() or [""]
+    return f"{type(exc).__name__}: {lines[0][:200]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out", help="CSV file to write")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--quick", action="store_true", help="few small shapes (a smoke test)")
+    a = p.parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("kernel_check: no CUDA device", file=sys.stderr)
+        return 2
+    device = torch.device(a.device)
+    torch.manual_seed(0)
+    gemms = MODEL_GEMMS + GRID_GEMMS
+    tokens, prefill = TOKENS, PREFILL
+    if a.quick:
+        gemms, tokens, prefill = [("small", 256, 512)], [1, 16], [64]
+    name = torch.cuda.get_device_name(device) if a.device == "cuda" else "cpu"
+    total = torch.cuda.mem_get_info(device)[1] if a.device == "cuda" else 0
+    meta = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda}
+    fields = [*meta, "op", "dtype", "m", "n", "k", "ms", "how", "error"]
+    # Rows are written as they are timed, so a run stopped by a timeout keeps its rows.
+    with open(a.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+
+        def put(row: dict[str, object], label: str) -> None:
+            w.writerow(row)
+            f.flush()
+            print(label, row["ms"], row["how"], row["error"], flush=True)
+
+        put({**meta, "op": "memory_total_bytes", "dtype": "", "m": "", "n": "", "k": "",
+             "ms": total, "how": "mem_get_info", "error": ""}, "memory_total_bytes")
+        for op, n, k in gemms:
+            for dtype in ("bf16", "fp8"):
+                for m in tokens:
+                    row: dict[str, object] = {**meta, "op": op, "dtype": dtype, "m": m,
+                                              "n": n, "k": k, "ms": "", "how": "", "error": ""}
+                    try:
+                        ms, how = time_gemm(m, n, k, dtype, device, a.quick)
+                        row.update(ms=f"{ms:.6f}", how=how)
+                    except Exception as exc:  # noqa: BLE001 - recorded in the row
+                        row.update(error=_brief(exc))
+                    put(row, f"{op} {dtype} m={m} n={n} k={k}")
+        for isl in prefill:
+            row = {**meta, "op": "prefill_attention",
+                   "dtype": "bf16" if a.device == "cuda" else "fp32", "m": isl, "n": 32,
+                   "k": 8, "ms": "", "how": "", "error": ""}
+            try:
+                ms, how = time_prefill(isl, device)
+                row.update(ms=f"{ms:.6f}", how=how)
+            except Exception as exc:  # noqa: BLE001 - recorded in the row
+                row.update(error=_brief(exc))
+            put(row, f"prefill_attention isl={isl}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The kernel cross-check: scripts/kernel_check.py (torch, run on a GPU by
+scripts/gpu_check.sh) and docs/scripts/kernel_compare.py (its rows against the public
+kernel tables)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from conftest import needs_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK = ROOT / "scripts" / "kernel_check.py"
+COMPARE = ROOT / "docs" / "scripts" / "kernel_compare.py"
+FIELDS = ["device", "torch", "cuda", "op", "dtype", "m", "n", "k", "ms", "how", "error"]
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_kernel_check_cpu_rows(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "k.csv"
+    proc = subprocess.run([sys.executable, str(CHECK), str(out), "--device", "cpu", "--quick"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert list(rows[0]) == FIELDS
+    ops = [(r["op"], r["dtype"], r["m"]) for r in rows]
+    # Every shape is written, the refused ones with their reason: none is dropped.
+    assert ops == [("memory_total_bytes", "", ""), ("small", "bf16", "1"),
+                   ("small", "bf16", "16"), ("small", "fp8", "1"), ("small", "fp8", "16"),
+                   ("prefill_attention", "fp32", "64")]
+    for r in rows[1:]:
+        if r["dtype"] == "fp8":
+            assert r["ms"] == "" and "CUDA only" in r["error"]
+        else:
+            assert float(r["ms"]) > 0 and r["how"] == "eager" and r["error"] == ""
+
+
+def _row(**kw: object) -> dict[str, object]:
+    base: dict[str, object] = {"device": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0",
+                               "op": "grid", "dtype": "bf16", "m": 1024, "n": 4096,
+                               "k": 4096, "ms": "", "how": "graph", "error": ""}
+    return {**base, **kw}
+
+
+@needs_tables
+def test_kernel_compare_against_the_tables(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cost.tables.gemmtable import gemm_table
+    bf16 = gemm_table("h200", "vllm", "0.24.0", "bf16").table.at(1024, 4096, 4096) * 1e3
+    fp8 = gemm_table("h200", "vllm", "0.24.0", "fp8").table.at(1024, 4096, 4096) * 1e3
+    rows = [_row(op="memory_total_bytes", dtype="", m="", n="", k="", ms=150_106_652_672,
+                 how="mem_get_info"),
+            # 10% over the table in bf16, and an fp8 row twice as fast as the bf16 one.
+            _row(ms=f"{bf16 * 1.1:.6f}"),
+            _row(dtype="fp8", ms=f"{bf16 * 1.1 / 2:.6f}"),
+            _row(dtype="fp8", m=16, error="RuntimeError: refused"),
+            _row(op="prefill_attention", m=4096, n=32, k=8, ms="0.5")]
+    path = tmp_path / "k.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    assert _load(COMPARE).main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "tables: vllm 0.24.0 on h200" in out
+    assert "150,106,652,672 bytes" in out
+    lines = [ln for ln in out.splitlines() if ln.startswith("| grid |")]
+    assert len(lines) == 2
+    assert "| bf16 | 1024 | 4096 | 4096 |" in lines[0] and "| +10.0% |" in lines[0]
+    cells = [c.strip() for c in lines[1].split("|")]
+    assert cells[-3] == "2.00x" and cells[-2] == f"{bf16 / fp8:.2f}x"
+    assert "bf16 GEMMs: median |error| 10.0%, worst 10.0% over 1 rows" in out
+    assert "refused on the device: grid fp8 m=16: RuntimeError: refused" in out
+    # The table's full-attention (window 0) bf16 row at 4,096 tokens.
+    assert "| 4096 | 0.5000 | 0.2677 | +86.8% |" in out
+
+
+def test_kernel_compare_refuses_other_files(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "x.csv"
+    path.write_text("a,b\n1,2\n")
+    assert _load(COMPARE).main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "not a kernel_check CSV" in err and "x.csv" in err
+    assert len(err.splitlines()) == 1

@@ -39,9 +39,10 @@ import torch  # noqa: E402
 from calibrate.model import build_decoder, prepare  # noqa: E402
 from calibrate.run import CalibrationConfig, calibrate  # noqa: E402
 from calibrate.timing import pin_cores  # noqa: E402
+from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.profilefile import load_profile  # noqa: E402
 from sim.cost.shape import shape_of  # noqa: E402
-from sim.cost.specs import MODELS, shard  # noqa: E402
+from sim.cost.shard import shard  # noqa: E402
 
 #: The directly timed step: (cache slot, new tokens, context before).
 STEP = [(0, 96, 0)] + [(1 + i, 1, 150 + 40 * i) for i in range(6)]

@@ -33,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.cost.specs import MODELS, ModelSpec  # noqa: E402
+from sim.cost.presets import MODELS  # noqa: E402
+from sim.cost.specs import ModelSpec  # noqa: E402
 
 #: Decode steps timed on every model: label -> [(slot, new tokens, context)].
 STEPS: dict[str, list[tuple[int, int, int]]] = {

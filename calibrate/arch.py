@@ -2,7 +2,7 @@
 
 Both routes yield the same :class:`sim.cost.specs.ModelSpec` (the config reader is
 :func:`sim.cost.hfconfig.from_hf_config`), so the simulator and the calibrator describe a model
-with one table; the per-GPU shard of tensor parallelism is :func:`sim.cost.specs.shard`.
+with one table; the per-GPU shard of tensor parallelism is :func:`sim.cost.shard.shard`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.specs import ModelSpec, model_preset
+from sim.cost.presets import model_preset
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 

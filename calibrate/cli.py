@@ -17,7 +17,7 @@ def parser() -> argparse.ArgumentParser:
         description="Time prefill and decode on this device with torch, fit the cost model, "
                     "and write a profile the simulator reads with cost: {profile: FILE}.")
     p.add_argument("--model", default=None,
-                   help="model preset (see sim/cost/specs.py), e.g. llama-3-8b")
+                   help="model preset (see sim/cost/presets.py), e.g. llama-3-8b")
     p.add_argument("--hf-config", type=Path, default=None,
                    help="HuggingFace config.json (llama, mistral, qwen2, qwen3, mixtral, "
                         "qwen3_moe); overrides --model")

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sim.cost.specs import Shard
+from sim.cost.shard import Shard
 
 # A decode group is padded to its longest context; start a new group once the longest
 # would exceed the shortest by this factor, bounding wasted KV reads to ~25%.

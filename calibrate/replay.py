@@ -41,8 +41,10 @@ from sim.core.batch import advance
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.request import Request
 from sim.core.result import Outcomes, finish_requests
+from sim.cost.dtypes import FP8_WEIGHTS
 from sim.cost.shape import StepShape, shape_of
-from sim.cost.specs import FP8_WEIGHTS, ModelSpec, shard
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.policies.registry import make_policy
 

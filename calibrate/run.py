@@ -35,6 +35,7 @@ from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.cost.curves import Knots
+from sim.cost.gpus import GPUS
 from sim.cost.profile import FORMS, SCALAR
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefit import (
@@ -45,7 +46,8 @@ from sim.cost.profilefit import (
     fit_in_situ,
     relative_errors,
 )
-from sim.cost.specs import GPUS, ModelSpec, shard
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 # Held-out component MAPE and whole-step error bars (fractions) by device type.

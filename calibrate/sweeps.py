@@ -30,7 +30,7 @@ from calibrate.grids import DENSE_LINEAR, WHOLE_STEP, Point
 from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare, spread_ids
 from calibrate.timing import Timer, Timing, is_oom
 from sim.cost.shape import StepShape, shape_of
-from sim.cost.specs import Shard
+from sim.cost.shard import Shard
 
 ROTATE_BYTES = 64e6
 

@@ -146,7 +146,7 @@ def cpu_calibration(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from calibrate import sweeps
     from calibrate.rounds import RoundsConfig
     from calibrate.run import CalibrationConfig, calibrate
-    from sim.cost.specs import MODELS
+    from sim.cost.presets import MODELS
 
     out = tmp_path_factory.mktemp("cal") / "cpu-tiny.yaml"
     real = sweeps.Bench._callable

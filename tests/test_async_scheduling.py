@@ -13,10 +13,11 @@ import pytest
 
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
+from sim.cost.gpus import GPUS
 from sim.cost.models import RooflineCost, RooflineParams, build_cost
 from sim.cost.overlap import HostOverlap, async_scheduling
+from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS
 from sim.errors import ServesimError
 
 HOST_S, PER_SEQ_S = 0.00114194, 5.00589e-05

@@ -30,10 +30,11 @@ from calibrate.run import (
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timer, Timing, TimingConfig
 from calibrate.wake import IDLE_S
+from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS, wake_curve
 from sim.cost.profilefile import SCHEMA, load_profile
 from sim.cost.shape import StepShape, shape_of
-from sim.cost.specs import MODELS, shard
+from sim.cost.shard import shard
 
 ROOT = Path(__file__).parents[1]
 

@@ -179,8 +179,8 @@ def test_every_grid_leaves_each_operator_enough_points_to_fit(device: str, quick
     """A GPU calibration cannot be run here, so its grids are checked on paper: every
     count 1..table_max is timed, and each component keeps enough points past its table."""
     from calibrate.grids import OPERATORS, grid_for, operator_points
+    from sim.cost.presets import MODELS
     from sim.cost.profilefit import table_points as tabled
-    from sim.cost.specs import MODELS
 
     g = grid_for(device, quick)
     model = MODELS["llama-3-8b" if device == "cuda" else "tiny"]

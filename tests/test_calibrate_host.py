@@ -8,7 +8,8 @@ import torch
 from calibrate.host import STEPS_PER_SIZE, HostTimes, time_host, workload
 from calibrate.model import build_decoder
 from calibrate.replay import ModelExecutor
-from sim.cost.specs import MODELS, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 
 
 def test_workload_shrinks_the_batch_by_one_every_few_steps() -> None:

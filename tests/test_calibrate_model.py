@@ -12,7 +12,8 @@ from calibrate.arch import resolve_model
 from calibrate.model import build_decoder, prepare, unfold_heads
 from calibrate.sweeps import slotted
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.specs import MODELS, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 from sim.errors import ServesimError
 
 CPU = torch.device("cpu")

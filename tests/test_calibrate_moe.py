@@ -29,10 +29,11 @@ from calibrate.run import (
 )
 from calibrate.sweeps import Bench, Measurement
 from calibrate.timing import Timer, Timing, TimingConfig
+from sim.cost.presets import MODELS
 from sim.cost.profilefile import load_profile
 from sim.cost.profilefit import FitResult
 from sim.cost.shape import shape_of
-from sim.cost.specs import MODELS, shard
+from sim.cost.shard import shard
 from sim.errors import ServesimError
 
 CPU = torch.device("cpu")

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
 from sim.core.request import FINISHED, REJECTED
+from sim.cost.gpus import GPUS
 from sim.cost.memory import weight_bytes
 from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
 from sim.report.outputs import table

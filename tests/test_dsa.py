@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from conftest import needs_tables, silicon_csv
 
+from sim.cost.gpus import gpu
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import MODELS, gpu, shard
+from sim.cost.shard import shard
 from sim.cost.tables.profilebuild import attention_gemms
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw

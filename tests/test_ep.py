@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 
 from sim.config.scenario import from_dict
+from sim.cost.gpus import GPUS
 from sim.cost.memory import activation_bytes, memory_budget, weight_bytes
 from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.shape import StepShape, decode_shape
-from sim.cost.specs import GPUS, MODELS, ModelSpec, expert_shard, shard
+from sim.cost.shard import expert_shard, shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 Q235 = MODELS["qwen3-235b-a22b"]

@@ -13,8 +13,8 @@ from conftest import needs_tables, silicon_csv
 
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost
+from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import MODELS
 from sim.errors import ServesimError
 
 

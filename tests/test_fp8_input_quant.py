@@ -50,7 +50,7 @@ def test_the_input_quantisation_is_the_fp8_rows_intercept_over_the_bf16_rows() -
 
 @needs_tables
 def test_tensorrt_llm_fp8_projections_are_priced_without_their_input_quantisation() -> None:
-    from sim.cost.specs import MODELS
+    from sim.cost.presets import MODELS
     from sim.cost.tables.gemmtable import gemm_table, projection_gemms
     from sim.cost.tables.kerneltables import coverage
     from sim.cost.tables.profilebuild import BuildSpec, build_profile

@@ -14,11 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.config.scenario import from_dict
+from sim.cost.gpus import GPUS
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.memory import memory_budget
 from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS, recorded_fields, shard
+from sim.cost.shard import shard
+from sim.cost.specs import recorded_fields
 from sim.errors import ServesimError
 
 GIB = 2**30

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from conftest import needs_tables, silicon_csv
 
-from sim.cost.specs import MODELS, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 from sim.cost.tables.attntables import AttentionRows, decode_grid
 from sim.cost.tables.windowattn import _capped, _mean_rows
 from sim.errors import ServesimError

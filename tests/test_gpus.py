@@ -14,7 +14,8 @@ from conftest import needs_tables
 
 from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost
-from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, weight_only
+from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB, weight_only
+from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.workload.requests import Requests
 

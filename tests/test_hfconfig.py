@@ -10,7 +10,7 @@ import pytest
 
 from sim.config.scenario import load
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.specs import MODELS
+from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 
 # Qwen/Qwen3-32B's config.json (the keys servesim reads).

@@ -11,7 +11,8 @@ import pytest
 from conftest import needs_tables, silicon_csv
 
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.specs import MODELS, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 from sim.validate.silicon import Case, classify, read_rows
 from sim.validate.siliconfit import weights
 

@@ -23,8 +23,8 @@ from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import FINISHED, REJECTED, Request
+from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
 from sim.cost.memory import blocks_for
-from sim.cost.specs import GPUS, NODE_HOST_MEMORY_GIB
 from sim.errors import ServesimError
 from sim.report.metrics import scenario_digest, summarize
 from sim.workload.requests import Requests

@@ -18,7 +18,7 @@ from conftest import needs_tables
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
 from sim.cost.measured import find, shipped
-from sim.cost.specs import MODELS
+from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
 from sim.report.outputs import table

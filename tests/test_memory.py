@@ -13,6 +13,7 @@ import pytest
 from conftest import tiny_scenario
 
 from sim.config.scenario import from_dict
+from sim.cost.gpus import GPUS
 from sim.cost.memory import (
     CUDA_GRAPH_BYTES,
     GIB,
@@ -23,7 +24,7 @@ from sim.cost.memory import (
     memory_budget,
     weight_bytes,
 )
-from sim.cost.specs import GPUS, MODELS
+from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 
 NON_TORCH = 171_798_691  # int(0.16 GiB)

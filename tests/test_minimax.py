@@ -11,7 +11,8 @@ import pytest
 from conftest import needs_tables, silicon_csv
 
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.specs import MODELS, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
 
@@ -139,9 +140,9 @@ def test_qk_norm_type_sets_the_layer_wide_norm(tmp_path: Path, norm: str,
 def test_roofline_adds_the_norms_all_reduce_by_hand(tp: int) -> None:
     """Per layer under tp: one ring all-reduce of 8 bytes a token (latency plus
     2(tp-1)/tp of the bytes over the link) and one more kernel floor; nothing at tp 1."""
+    from sim.cost.gpus import GPUS
     from sim.cost.models import RooflineCost, RooflineParams
     from sim.cost.shape import decode_shape
-    from sim.cost.specs import GPUS
 
     gpu, params = GPUS["h200"], RooflineParams()
     shape = decode_shape(16, 16 * 1000)
@@ -206,7 +207,7 @@ def test_a_row_whose_forced_kernel_no_table_times_says_so(tmp_path: Path) -> Non
 def test_a_triton_moe_layer_comes_from_the_newest_tables_that_time_it() -> None:
     # vLLM 0.24.0's B200 tables time MiniMax-M2.5's block-FP8 experts only with
     # FlashInfer's TensorRT-LLM kernels; its 0.22.0 tables time vLLM's Triton fused MoE.
-    from sim.cost.specs import MODELS
+    from sim.cost.presets import MODELS
     from sim.cost.tables.moetable import moe_times
 
     m = MODELS["minimax-m2.5"]

@@ -13,11 +13,14 @@ import pytest
 from sim.cli import main
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
+from sim.cost.gpus import GPUS
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.memory import GIB, memory_budget, weight_bytes
 from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS, ModelSpec, recorded_fields, shard
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec, recorded_fields
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
 

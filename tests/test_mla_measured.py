@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import needs_tables, silicon_csv
 
-from sim.cost.specs import MODELS, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 from sim.cost.tables.profilebuild import attention_gemms
 from sim.validate.silicon import Case, classify, read_rows, recipe, running_cap, scenario_raw
 

@@ -25,10 +25,11 @@ from sim.cli import main
 from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost
 from sim.core.request import FINISHED, REJECTED
+from sim.cost.gpus import GPUS
 from sim.cost.memory import memory_budget, stage_weight_bytes, weight_bytes
 from sim.cost.pipeline import StageCost, stage_layers, stage_links
+from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS
 from sim.errors import ServesimError
 from sim.report.metrics import summarize
 from sim.workload.requests import Requests

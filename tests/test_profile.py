@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
+from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS, wake_curve
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import PROFILE_DIR, SCHEMA, load_profile, parse_profile
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import MODELS
 from sim.errors import ServesimError
 
 COEFS = {

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import needs_tables
 
-from sim.cost.specs import MODELS
+from sim.cost.presets import MODELS
 from sim.cost.tables.gemmtable import GemmTable
 from sim.cost.tables.kerneltables import Table
 from sim.errors import ServesimError
@@ -76,7 +76,7 @@ def test_tables_list_what_exists_and_follow_reuse() -> None:
 def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
     """A model whose four projections lie on the measured grid: each knot of the linear
     component is the four table rows at that m plus the documented elementwise term."""
-    from sim.cost.specs import MODELS
+    from sim.cost.presets import MODELS
     from sim.cost.tables.kerneltables import load_table
     from sim.cost.tables.profilebuild import LAYER_ELEMENTWISE_KERNELS, BuildSpec, build_profile
 
@@ -108,9 +108,9 @@ def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
 
 @needs_tables
 def test_built_profile_loads_and_prices_a_step() -> None:
+    from sim.cost.presets import MODELS
     from sim.cost.profilefile import parse_profile
     from sim.cost.shape import decode_shape, shape_of
-    from sim.cost.specs import MODELS
     from sim.cost.tables.cli import profile_text
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
 

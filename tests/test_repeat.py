@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sim.cost.specs import MODELS
+from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.validate.command import main
 

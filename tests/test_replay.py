@@ -27,7 +27,7 @@ from calibrate.replay_cli import saturation_rate, serving_config, to_record, tra
 from sim.core.engine import Engine
 from sim.core.request import FINISHED
 from sim.cost.models import LinearCost
-from sim.cost.specs import MODELS
+from sim.cost.presets import MODELS
 from sim.validate.replayfile import read_replay
 from sim.validate.validation import scenario_for
 from sim.workload.requests import Requests

@@ -8,10 +8,12 @@ import dataclasses
 import pytest
 from conftest import needs_tables
 
+from sim.cost.gpus import GPUS
 from sim.cost.models import LINEAR_KERNELS, RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.priors import framework_priors
 from sim.cost.shape import decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS, shard
+from sim.cost.shard import shard
 
 
 def test_roofline_terms_by_hand() -> None:

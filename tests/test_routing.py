@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import needs_tables
 
-from sim.cost.specs import MODELS
+from sim.cost.presets import MODELS
 from sim.cost.tables.moetable import DISTRIBUTIONS, family_routing, routing_order
 from sim.errors import ServesimError
 

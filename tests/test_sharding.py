@@ -1,4 +1,4 @@
-"""Tensor-parallel sharding (sim.cost.specs.shard) and what it prices: per-GPU KV bytes with
+"""Tensor-parallel sharding (sim.cost.shard.shard) and what it prices: per-GPU KV bytes with
 replicated KV heads, the roofline's decode KV read, and all-reduces across nodes."""
 
 from __future__ import annotations
@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_scenario
 
+from sim.cost.gpus import GPUS
 from sim.cost.memory import memory_budget
 from sim.cost.models import RooflineCost, RooflineParams
-from sim.cost.specs import GPUS, MODELS, ModelSpec, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 

@@ -274,8 +274,8 @@ def test_a_vllm_row_with_an_fp8_kv_cache_sizes_its_cache_in_fp8(tmp_path: Path) 
     from conftest import silicon_csv
 
     from sim.config.scenario import from_dict
+    from sim.cost.gpus import GPUS
     from sim.cost.memory import memory_budget
-    from sim.cost.specs import GPUS
     from sim.validate.silicon import Case, classify, read_rows, scenario_raw
 
     line = ("x,source_file=2026-01-10.csv; model=Llama-3.1-70B,vllm,,meta-llama/Llama-3.1-70B,"

@@ -27,8 +27,8 @@ from sim.core.engine import simulate
 from sim.core.request import Request
 from sim.core.speculation import Speculation
 from sim.cost.drafter import Drafter
+from sim.cost.gpus import gpu
 from sim.cost.models import RooflineCost, RooflineParams
-from sim.cost.specs import gpu
 from sim.report.metrics import per_request, summarize
 from sim.report.outputs import requests_csv
 from sim.workload.requests import Requests
@@ -232,7 +232,7 @@ def test_draft_model_prices_its_own_decode_steps() -> None:
 
 
 def _model(name: str) -> Any:
-    from sim.cost.specs import model_preset
+    from sim.cost.presets import model_preset
 
     return model_preset(name)
 

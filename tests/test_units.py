@@ -11,10 +11,11 @@ from sim.configtools import build
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
+from sim.cost.gpus import GPUS
 from sim.cost.memory import blocks_for, kv_capacity_blocks
 from sim.cost.models import LinearCost, RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS
 from sim.errors import ServesimError
 from sim.workload.build import build_requests
 from sim.workload.requests import WorkloadConfig

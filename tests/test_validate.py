@@ -90,10 +90,10 @@ def test_vllm_comparison_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_step_diagnostics_split_device_and_host_time() -> None:
     """Executor seconds are priced without the profile's host part; the loop's recorded
     host seconds are set against that part."""
+    from sim.cost.presets import MODELS
     from sim.cost.profile import FORMS
     from sim.cost.profilecost import ProfileCost
     from sim.cost.shape import StepShape, decode_shape, shape_of
-    from sim.cost.specs import MODELS
     from sim.validate.validation import step_errors
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
@@ -120,10 +120,10 @@ def test_speed_matched_cost_scales_the_device_part_by_kind() -> None:
     """Prefill steps (and waking) by one factor, decode-only steps by another, host as
     priced; scalar and array shapes alike; a level without one kind of step keeps that
     factor at 1."""
+    from sim.cost.presets import MODELS
     from sim.cost.profile import FORMS
     from sim.cost.profilecost import ProfileCost
     from sim.cost.shape import StepShape, decode_shape, shape_of
-    from sim.cost.specs import MODELS
     from sim.validate.validation import SpeedMatched, speed_factors
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}

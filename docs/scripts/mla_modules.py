@@ -22,7 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost.specs import MODELS, shard  # noqa: E402
+from sim.cost.presets import MODELS  # noqa: E402
+from sim.cost.shard import shard  # noqa: E402
 from sim.cost.tables.mlaattn import module_errors  # noqa: E402
 from sim.cost.tables.profilebuild import attention_gemms  # noqa: E402
 

@@ -22,9 +22,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from sim.cost.gpus import GPUS  # noqa: E402
 from sim.cost.models import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.priors import framework_priors  # noqa: E402
-from sim.cost.specs import GPUS  # noqa: E402
 from sim.validate.silicon import (  # noqa: E402
     Case,
     classify,

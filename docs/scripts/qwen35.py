@@ -16,11 +16,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from sim.cost.gpus import GPUS  # noqa: E402
 from sim.cost.measured import find  # noqa: E402
 from sim.cost.memory import GIB, memory_budget  # noqa: E402
+from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.profilefile import load_profile  # noqa: E402
 from sim.cost.shape import decode_shape  # noqa: E402
-from sim.cost.specs import GPUS, MODELS, shard  # noqa: E402
+from sim.cost.shard import shard  # noqa: E402
 
 NAMES = ("qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")
 BIG = "qwen3.5-397b-a17b"

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Literal
 from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
+from sim.cost.gpus import GPUS, GPUSpec, check_dtype
 from sim.cost.memory import MemoryBudget, memory_budget
 from sim.cost.pipeline import stage_layers
-from sim.cost.specs import GPUS, GPUSpec, ModelSpec, check_dtype, shard
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -309,6 +311,6 @@ def transfer_link(scenario: Scenario, prefill: Pool, decode: Pool) -> LinkConfig
 def transfer_bytes_per_token(model: ModelSpec, prefill: Pool, decode: Pool) -> int:
     """KV bytes per prompt token one GPU link carries: every prefill GPU sends its shard
     while every decode GPU receives its own, in parallel, so the larger per-GPU share
-    (:attr:`sim.cost.specs.Shard.kv_bytes_per_token`) sets the time."""
+    (:attr:`sim.cost.shard.Shard.kv_bytes_per_token`) sets the time."""
     return max(shard(model, prefill.tp).kv_bytes_per_token,
                shard(model, decode.tp).kv_bytes_per_token)

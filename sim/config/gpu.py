@@ -1,6 +1,6 @@
 """A GPU a scenario names from the table (``hardware.gpu: h200``) or describes inline.
 
-An inline GPU is a mapping with :class:`sim.cost.specs.GPUSpec`'s fields, in the same SI
+An inline GPU is a mapping with :class:`sim.cost.gpus.GPUSpec`'s fields, in the same SI
 units (FLOP/s, bytes/s, seconds), plus ``mem_gb`` as another way to give the memory:
 docs/scenarios.md shows one. :func:`resolve_gpu` turns either form into the ``GPUSpec``
 everything downstream prices with; :func:`gpu_label` gives the name outputs print.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.configtools import bounded
-from sim.cost.specs import GPUS, GPUSpec, gpu
+from sim.cost.gpus import GPUS, GPUSpec, gpu
 from sim.errors import ServesimError
 
 _GIB = 2**30

@@ -31,10 +31,12 @@ from sim.configtools import (
     yaml_error,
 )
 from sim.cost.frontend import FRONTEND_COEFS
+from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB, GPUSpec
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost, RooflineParams
 from sim.cost.pipeline import check_layout
-from sim.cost.specs import GPUS, MODELS, NODE_HOST_MEMORY_GIB, GPUSpec, ModelSpec, model_preset
+from sim.cost.presets import MODELS, model_preset
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
@@ -49,10 +51,10 @@ class HardwareConfig:
     (the replica has ``tp × pp`` GPUs; docs/policies.md, "Pipeline parallelism"), the
     fraction of each GPU's reported memory vLLM may use (``gpu_memory_utilization``; that
     name is accepted in the file too), and the GiB of a node's host memory a KV tier may
-    take. ``gpu`` is a name from :data:`sim.cost.specs.GPUS` or a GPU described inline
+    take. ``gpu`` is a name from :data:`sim.cost.gpus.GPUS` or a GPU described inline
     (:class:`sim.config.gpu.InlineGPU`). ``ep`` > 1 is expert parallelism (vLLM's
     ``--enable-expert-parallel``): a mixture of experts' routed experts dealt out whole,
-    E/ep to a GPU; it must equal ``tp`` (:func:`sim.cost.specs.expert_shard`).
+    E/ep to a GPU; it must equal ``tp`` (:func:`sim.cost.shard.expert_shard`).
     ``ep_imbalance`` (at least 1) is how many times the mean share of routed tokens the
     busiest GPU's experts get under expert parallelism (the roofline prices that GPU; 1:
     balanced routing). ``dp`` > 1 is data-parallel attention (vLLM's
@@ -64,7 +66,7 @@ class HardwareConfig:
     gpu: str | InlineGPU = DEFAULT_GPU
     tp: int = bounded(1, ge=1)
     memory_utilization: float = bounded(0.9, gt=0, le=1)
-    # None: the node's installed memory (sim.cost.specs.NODE_HOST_MEMORY_GIB).
+    # None: the node's installed memory (sim.cost.gpus.NODE_HOST_MEMORY_GIB).
     host_memory_gb: float | None = bounded(None, gt=0)
     pp: int = bounded(1, ge=1)
     ep: int = bounded(1, ge=1)

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from sim.configtools import bounded
-from sim.cost.specs import MODELS, ModelSpec, shard
+from sim.cost.presets import MODELS
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:

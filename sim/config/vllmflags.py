@@ -32,7 +32,7 @@ from typing import Any
 from sim.config.gpu import InlineGPU
 from sim.config.vllmspec import merge_speculative, speculative_keys
 from sim.configtools import build
-from sim.cost.specs import GPUS, GPUSpec
+from sim.cost.gpus import GPUS, GPUSpec
 from sim.errors import ServesimError
 
 # vLLM flag (underscored) -> (scenario section, key).

@@ -25,13 +25,14 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.replica import Replica
 from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
+from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
 from sim.cost.models import CostModel, RooflineParams, build_cost
 from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import load_profile
-from sim.cost.specs import GPUSpec, ModelSpec
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS

@@ -6,7 +6,7 @@ prompt and emits the first token; then its prompt KV is sent to a decode replica
 by the decode pool's router. Every GPU of the prefill replica sends its own shard of the
 KV over its own link, all at once, so a transfer takes one rank's bytes over one GPU's
 link: ``prompt x`` the larger of the two sides' per-GPU KV bytes per token
-(:func:`sim.cost.specs.shard`; a decode replica of lower tp receives more per GPU) ``/
+(:func:`sim.cost.shard.shard`; a decode replica of lower tp receives more per GPU) ``/
 bandwidth``. ``link`` gives that per-GPU bandwidth; the default, NVLink, is impossible
 when either pool's tp exceeds one node's GPUs, and then the GPU's inter-node network
 (``GPUSpec.net_bw``, ``net_latency_s``) prices it instead, unless the link's figures are

@@ -39,9 +39,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from sim.cost.gpus import GPUSpec
 from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape
-from sim.cost.specs import GPUSpec, ModelSpec
+from sim.cost.specs import ModelSpec
 
 if TYPE_CHECKING:
     from sim.cost.profilecost import ProfileCost

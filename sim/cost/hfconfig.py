@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from sim.configtools import DuplicateKeyError, is_number, unique_keys
-from sim.cost.specs import SPARSE_FIELDS, ModelSpec
+from sim.cost.dtypes import SPARSE_FIELDS
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from sim.cost.dtypes import FP8_WEIGHTS
+from sim.cost.gpus import GPUS, weight_only
+from sim.cost.presets import MODELS
 from sim.cost.profilefile import PROFILE_DIR
-from sim.cost.specs import FP8_WEIGHTS, GPUS, MODELS, ModelSpec, weight_only
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 # What `servesim profile ship` builds: one preset per distinct architecture.

@@ -11,8 +11,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from sim.cost.gpus import GPUSpec
 from sim.cost.pipeline import stage_layers
-from sim.cost.specs import GPUSpec, ModelSpec, shard
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 
@@ -173,12 +175,12 @@ class MemoryBudget:
 
 def weight_bytes(model: ModelSpec, tp: int, ep: int = 1, dp: int = 1) -> int:
     """Bytes vLLM's "Model loading took" counts on one GPU: the shard's weights
-    (:attr:`sim.cost.specs.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
+    (:attr:`sim.cost.shard.Shard.weight_bytes`) plus the rotary cos/sin table, max_context ×
     rotary_dim elements (the head size; with MLA the rotary key's) at the activations'
     dtype, which every GPU keeps whole. The table is why
     Llama-3.1-8B (131,072 positions) loads 14.99 GiB where Llama-3-8B (8,192) loads 14.96.
     ``ep``: expert parallelism, over ``dp`` data-parallel attention ranks
-    (:func:`sim.cost.specs.expert_shard`)."""
+    (:func:`sim.cost.shard.expert_shard`)."""
     d = shard(model, tp, ep=ep, dp=dp)
     return d.weight_bytes + model.max_context * model.rotary_dim * model.act_bytes
 
@@ -211,7 +213,7 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 
     With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
     element size (2 bytes; 4 for fp32 models), h hidden, and per-GPU heads Hq, KV heads
-    Hkv, head size d, MLP width I (all from :func:`sim.cost.specs.shard`; in a mixture
+    Hkv, head size d, MLP width I (all from :func:`sim.cost.shard.shard`; in a mixture
     of experts, the experts per token times the expert width, when that is wider):
 
     - layers: T·a·max(3h + 3I, 3h + 2(Hq + Hkv)d). In the MLP the residual, the normed
@@ -255,7 +257,7 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
     sizes every stage's cache to the smallest: :func:`stage_budget`). ``ep`` > 1:
-    expert parallelism (:func:`sim.cost.specs.expert_shard`), over ``dp`` data-parallel
+    expert parallelism (:func:`sim.cost.shard.expert_shard`), over ``dp`` data-parallel
     attention ranks (each holding the whole attention and its own KV blocks, which
     ``blocks`` then counts: one rank's)."""
     if pp > 1:
@@ -320,7 +322,7 @@ def linear_state_seqs(state_bytes: int, max_num_seqs: int, room: float) -> int:
     GPU whose room holds less than one state and one KV block does not fit the model,
     and :meth:`MemoryBudget.fitted` says so with every term.
 
-    A sequence's state (``state_bytes`` on one GPU: :attr:`sim.cost.specs.Shard.
+    A sequence's state (``state_bytes`` on one GPU: :attr:`sim.cost.shard.Shard.
     linear_state_bytes`) is fixed in size and held while it runs. SGLang keeps the states
     in a pool of their own beside the KV pool; vLLM V1 gives each running request one
     page a group of linear layers from the pool its KV blocks come from. servesim sets

@@ -18,23 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from sim.configtools import bounded
+from sim.cost.dtypes import FOUR_BIT_WEIGHTS, FP4_WEIGHTS, FP8_WEIGHTS
 from sim.cost.frontend import NO_FRONTEND, Frontend
+from sim.cost.gpus import GPUSpec, check_dtype, dtype_weight_only, gpu, weight_only
 from sim.cost.overlap import HostOverlap, async_scheduling
 from sim.cost.shape import StepShape
-from sim.cost.specs import (
-    FOUR_BIT_WEIGHTS,
-    FP4_WEIGHTS,
-    FP8_WEIGHTS,
-    QK_NORM_BYTES,
-    GPUSpec,
-    ModelSpec,
-    check_dtype,
-    dtype_weight_only,
-    gpu,
-    qk_norm_allreduces,
-    shard,
-    weight_only,
-)
+from sim.cost.shard import shard
+from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -205,14 +195,14 @@ class RooflineCost:
     """Analytic step time for ``model`` on ``tp`` GPUs of type ``gpu``.
 
     Per step (all terms in seconds; FLOPs and bytes are one GPU's, from
-    :func:`sim.cost.specs.shard`: P_lin its projection weights, H its query heads, V its
+    :func:`sim.cost.shard.shard`: P_lin its projection weights, H its query heads, V its
     padded vocabulary share, kv_bytes_per_token its KV bytes, replicated KV heads counted):
     linear = max(2·P_lin·new / (F·e_f), P_lin·b / (B·e_b));
     attention = max(4·L·H·d·pairs / (F·e_a), kv_bytes_per_token·kv_tokens / (B·e_b));
     lm head = max(2·V·h·seqs / (F·e_f), V·h·b / (B·e_b));
     all-reduce = 2·L·(latency + 2·(tp−1)/tp · new·h·b / link_bw) when tp > 1, on the
     slowest link of the ring: the node's fast link, or the network when tp exceeds the
-    node's GPUs (:meth:`sim.cost.specs.GPUSpec.tp_link`); a model that normalises
+    node's GPUs (:meth:`sim.cost.gpus.GPUSpec.tp_link`); a model that normalises
     queries and keys over all heads (``layer_qk_norm``) adds one more a layer, of 8 bytes
     a token, and the norm's split into two kernels;
     plus step and per-sequence overheads (scheduling, sampling, kernel launches), and
@@ -226,7 +216,7 @@ class RooflineCost:
 
     FP8 and FP4 weights (projections' or experts') run at the GPU's FP8 or FP4 peak times
     the FP8 efficiency (no public table times FP4 GEMMs on enough GPUs to fit their own),
-    or weight-only at bf16 FLOP/s (:func:`sim.cost.specs.dtype_weight_only`); their bytes
+    or weight-only at bf16 FLOP/s (:func:`sim.cost.gpus.dtype_weight_only`); their bytes
     are the packed ones, scales counted.
 
     Sliding-window layers (``sliding_layers`` of L, window W) attend to at most W keys a
@@ -245,7 +235,7 @@ class RooflineCost:
     GPU has one, as its FP8 logits kernel runs), and reads every cached token's indexer key
     (:attr:`sim.cost.specs.ModelSpec.index_key_bytes`).
 
-    Expert parallelism (``ep`` = tp > 1, :func:`sim.cost.specs.expert_shard`): a GPU
+    Expert parallelism (``ep`` = tp > 1, :func:`sim.cost.shard.expert_shard`): a GPU
     holds E/ep whole experts, so it reads (E/ep)·(1 − (1 − k/E)^new) of them and runs
     the new·k/ep token-expert pairs routed to it on average, times ``ep_imbalance`` for
     the busiest GPU, which sets the step (1: balanced). Every GPU already holds every
@@ -257,7 +247,7 @@ class RooflineCost:
     pairs: each new token costs 6·dk·dv FLOPs a value head (the recurrence's products
     with the head's dk x dv state), a prefill token 2·C·(dk + dv) more (the chunked
     kernel's in-chunk products, C = 64), at attention's efficiency; each sequence of the
-    step reads and writes its state (:attr:`sim.cost.specs.Shard.linear_state_bytes`)
+    step reads and writes its state (:attr:`sim.cost.shard.Shard.linear_state_bytes`)
     once. The layers' projections are in P_lin; the attention terms count the
     attention layers only.
 

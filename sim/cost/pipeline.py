@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.cost.gpus import GPUSpec
 from sim.cost.shape import StepShape
-from sim.cost.specs import GPUSpec, ModelSpec
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 

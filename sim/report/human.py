@@ -88,7 +88,7 @@ _UPPER_PART = re.compile(r"(\d+x)?[a-z]?\d+(\.\d+)?[bmt]|fp\d+|awq|gptq|[vr]\d+"
 def model_name(name: str) -> str:
     """A preset model's name as its maker writes it (``llama-3-8b`` -> ``Llama-3-8B``,
     ``qwen3-30b-a3b`` -> ``Qwen3-30B-A3B``); any other name unchanged."""
-    from sim.cost.specs import MODELS
+    from sim.cost.presets import MODELS
 
     if name not in MODELS or name in ("tiny", "tiny-moe"):
         return name

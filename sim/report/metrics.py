@@ -24,8 +24,9 @@ from sim.configtools import comma_items
 from sim.core.engine import RunResult
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
+from sim.cost.dtypes import SPARSE_FIELDS
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
-from sim.cost.specs import SPARSE_FIELDS, recorded_fields
+from sim.cost.specs import recorded_fields
 from sim.errors import ServesimError
 from sim.report.overload import saturation
 

@@ -108,7 +108,7 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     ``hardware.gpu`` (and ``hardware.tp``): {name: (RunResult, summary)}; an unknown
     GPU, a bad degree or a repeated name is refused in one line."""
     from sim.config import scenario
-    from sim.cost.specs import GPUS
+    from sim.cost.gpus import GPUS
     from sim.study.sweep import refuse_pinned
 
     if not names:

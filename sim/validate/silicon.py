@@ -39,7 +39,10 @@ from typing import Any
 import numpy as np
 
 from sim.core.request import FINISHED
-from sim.cost.specs import GPUS, MODELS, ExpertDtype, KVDtype, ModelSpec, StateDtype
+from sim.cost.dtypes import ExpertDtype, KVDtype, StateDtype
+from sim.cost.gpus import GPUS
+from sim.cost.presets import MODELS
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.metrics import per_request
@@ -848,8 +851,9 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
     run's recipe ``settings``, :func:`recipe`); None for vLLM (servesim's memory model
     sizes it). At least one block, so a row that ran for real still runs (and shows the
     starvation it had)."""
+    from sim.cost.gpus import GPUS
     from sim.cost.memory import memory_budget
-    from sim.cost.specs import GPUS, shard
+    from sim.cost.shard import shard
 
     if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
         return None

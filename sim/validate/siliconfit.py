@@ -29,11 +29,12 @@ import yaml
 from scipy.optimize import least_squares
 
 from sim.configtools import ArgParser, int_arg
+from sim.cost.dtypes import FOUR_BIT_WEIGHTS
 from sim.cost.frontend import Frontend
 from sim.cost.overlap import HostOverlap
 from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.cost.profilecost import ProfileCost
-from sim.cost.specs import FOUR_BIT_WEIGHTS, ModelSpec
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.validate.silicon import (
     SCHEDULERS,

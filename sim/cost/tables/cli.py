@@ -21,6 +21,8 @@ from typing import Any, get_args
 import yaml
 
 from sim.configtools import ArgParser, int_arg
+from sim.cost.dtypes import Dtype, ExpertDtype, KVDtype
+from sim.cost.gpus import GPUS
 from sim.cost.measured import (
     SHIPPED_DP,
     SHIPPED_DSA,
@@ -38,17 +40,10 @@ from sim.cost.measured import (
     shipped,
 )
 from sim.cost.memory import kv_capacity_blocks
+from sim.cost.presets import MODELS, model_preset
 from sim.cost.profilefile import PROFILE_DIR, parse_profile
-from sim.cost.specs import (
-    GPUS,
-    MODELS,
-    Dtype,
-    ExpertDtype,
-    KVDtype,
-    ModelSpec,
-    model_preset,
-    shard,
-)
+from sim.cost.shard import shard
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.moetable import MOE_BACKENDS, ROUTINGS
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError

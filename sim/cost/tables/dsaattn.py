@@ -36,7 +36,8 @@ import numpy as np
 from sim.cost.curves import Grid, Knots
 from sim.cost.profile import FORMS
 from sim.cost.shape import StepShape
-from sim.cost.specs import ModelSpec, Shard
+from sim.cost.shard import Shard
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import (
     AttentionRows,
     attention_rows,

@@ -33,7 +33,8 @@ from functools import lru_cache
 import numpy as np
 
 from sim.cost.curves import Grid
-from sim.cost.specs import ModelSpec, Shard
+from sim.cost.shard import Shard
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import AttentionRows, grid_holdout_errors
 from sim.cost.tables.kerneltables import Table, load_table, versions
 from sim.cost.tables.windowattn import ModelAttention

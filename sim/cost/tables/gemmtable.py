@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from sim.cost.specs import weight_bytes_per
+from sim.cost.dtypes import weight_bytes_per
 from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, coverage, load_table
 from sim.errors import ServesimError

@@ -30,7 +30,7 @@ from sim.errors import ServesimError
 PACKAGE = "aiconfigurator_core"
 DISTRIBUTION = "aiconfigurator-core"
 INSTALL_HINT = "pip install 'servesim[measured]' (aiconfigurator-core and pyarrow)"
-# servesim's GPU names (sim.cost.specs.GPUS) and the tables' folder for the same part.
+# servesim's GPU names (sim.cost.gpus.GPUS) and the tables' folder for the same part.
 GPU_DIRS: dict[str, str] = {
     "a100-80gb": "a100_sxm",
     "h100-sxm": "h100_sxm",

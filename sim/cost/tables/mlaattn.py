@@ -42,7 +42,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.cost.specs import FP8_WEIGHTS, ModelSpec, Shard
+from sim.cost.dtypes import FP8_WEIGHTS
+from sim.cost.shard import Shard
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import (
     AttentionRows,
     attention_rows,

@@ -56,7 +56,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from sim.cost.specs import GPUS, ModelSpec
+from sim.cost.gpus import GPUS
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import default_kernel
 from sim.cost.tables.kerneltables import TABLE_DTYPES, Table, load_table, version_key, versions
 from sim.errors import ServesimError

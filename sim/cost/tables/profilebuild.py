@@ -42,23 +42,17 @@ from typing import Any
 
 import numpy as np
 
+from sim.cost.gpus import GPUS
 from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.models import dtype_note, ep_note
+from sim.cost.presets import MODELS
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import (
-    GPUS,
-    MODELS,
-    QK_NORM_BYTES,
-    ModelSpec,
-    Shard,
-    qk_norm_allreduces,
-    recorded_fields,
-    shard,
-)
+from sim.cost.shard import Shard, shard
+from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces, recorded_fields
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_attention
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers

@@ -29,9 +29,11 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from sim.configtools import ArgParser
+from sim.cost.gpus import GPUS
 from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.presets import MODELS
 from sim.cost.shape import StepShape, decode_shape, shape_of
-from sim.cost.specs import GPUS, MODELS, shard
+from sim.cost.shard import shard
 from sim.cost.tables.attntables import decode_grid, select
 from sim.cost.tables.gemmtable import gemm_table
 from sim.cost.tables.kerneltables import GPU_DIRS, HELD_OUT_DIRS, coverage

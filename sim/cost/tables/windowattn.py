@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.cost.curves import Grid
-from sim.cost.specs import ModelSpec, Shard
+from sim.cost.shard import Shard
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.attntables import (
     AttentionRows,
     decode_grid,

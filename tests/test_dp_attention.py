@@ -225,7 +225,9 @@ def test_a_profile_without_its_shared_experts_is_refused(tmp_path: Any) -> None:
 def test_silicon_rows_of_data_parallel_attention(tmp_path: Any) -> None:
     from conftest import silicon_csv
 
-    from sim.validate.silicon import Case, classify, read_rows, scenario_raw
+    from sim.validate.silicon import Case, classify
+    from sim.validate.siliconrecipes import scenario_raw
+    from sim.validate.siliconrows import read_rows
 
     # InferenceX's vLLM MiniMax-M2.5 runs labelled dp-attn on 2 B200s: batch_size is one
     # rank's clients. Its NVFP4 script launches 2 ranks of one GPU; its FP8 script

@@ -22,7 +22,9 @@ from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.tables.profilebuild import attention_gemms
 from sim.errors import ServesimError
-from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+from sim.validate.silicon import Case, classify
+from sim.validate.siliconrecipes import recipe, scenario_raw
+from sim.validate.siliconrows import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 GLM5 = MODELS["glm-5"]

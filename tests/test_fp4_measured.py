@@ -87,8 +87,10 @@ def test_profile_build_reads_the_nvfp4_gemm_rows(tmp_path: Path) -> None:
 
 
 def test_silicon_fp4_rows_of_dense_models_and_minimax_are_simulated(tmp_path: Path) -> None:
-    from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+    from sim.validate.silicon import Case, classify
     from sim.validate.siliconfit import group, weights
+    from sim.validate.siliconrecipes import recipe, scenario_raw
+    from sim.validate.siliconrows import read_rows
 
     rows = ["a,source_file=2026-01-10.csv; model=Llama-3.1-70B,trtllm,,meta-llama/Llama-3.1-70B,"
             "b200_sxm,fp4,agg,1024,1024,8,2,1,1,90,20,nvfp4",

@@ -183,7 +183,9 @@ def test_hf_quantisation_not_modelled_is_named(tmp_path: Path) -> None:
 
 
 def test_silicon_fp8_rows_are_simulated_and_always_held_out(tmp_path: Path) -> None:
-    from sim.validate.silicon import Case, classify, read_rows, scenario_raw
+    from sim.validate.silicon import Case, classify
+    from sim.validate.siliconrecipes import scenario_raw
+    from sim.validate.siliconrows import read_rows
 
     rows = ["a,x,vllm,,meta-llama/Llama-3.1-70B,h200_sxm,fp8,agg,1024,128,8,2,1,,90,20,fp8",
             "b,x,sglang,0.5,meta-llama/Llama-3.1-8B-Instruct,h200_sxm,fp8,agg,1024,128,8,1,1,,"

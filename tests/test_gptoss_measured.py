@@ -202,7 +202,8 @@ def test_a_decode_step_prices_half_its_layers_at_the_window() -> None:
 
 
 def test_silicon_gpt_oss_rows_are_held_out_and_others_named(tmp_path: Path) -> None:
-    from sim.validate.silicon import Case, classify, read_rows
+    from sim.validate.silicon import Case, classify
+    from sim.validate.siliconrows import read_rows
 
     path = silicon_csv(tmp_path, [
         "a,x,vllm,0.18.0,openai/gpt-oss-120b,h200_sxm,fp4,agg,1024,1024,4,2,1,1,90,5,nvfp4,2,1",
@@ -224,7 +225,8 @@ def test_silicon_gpt_oss_rows_are_held_out_and_others_named(tmp_path: Path) -> N
 @needs_tables
 def test_silicon_rows_the_moe_tables_lack_are_named(tmp_path: Path) -> None:
     from sim.cost.tables.kerneltables import coverage
-    from sim.validate.silicon import Case, Row, tables_cover
+    from sim.validate.silicon import Case, tables_cover
+    from sim.validate.siliconrows import Row
 
     row = Row("x", 2, "trtllm", "1.2", "openai/gpt-oss-120b", "h200_sxm", "fp4", "agg", 1024,
               1024, 4, 2, 1, 1, 90.0, 5.0)
@@ -297,7 +299,9 @@ def _moe_ms(gpu: str, framework: str, version: str, dtype: str, tokens: int) -> 
 
 
 def test_silicon_gpt_oss_tensorrt_llm_rows_take_their_recipe(tmp_path: Path) -> None:
-    from sim.validate.silicon import classify, read_rows, recipe, scenario_raw
+    from sim.validate.silicon import classify
+    from sim.validate.siliconrecipes import recipe, scenario_raw
+    from sim.validate.siliconrows import read_rows
 
     path = silicon_csv(tmp_path, [
         "a,db-dump,trtllm,1.2.0rc2,openai/gpt-oss-120b,b200_sxm,fp4,agg,8192,1024,64,1,1,1,90,5,"

@@ -13,8 +13,9 @@ from conftest import needs_tables, silicon_csv
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
-from sim.validate.silicon import Case, classify, read_rows
+from sim.validate.silicon import Case, classify
 from sim.validate.siliconfit import weights
+from sim.validate.siliconrows import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "sim" / "data" / "models" / "kimi-k2.5" / "config.json"

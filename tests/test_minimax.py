@@ -14,7 +14,9 @@ from sim.cost.hfconfig import from_hf_config
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
 from sim.errors import ServesimError
-from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+from sim.validate.silicon import Case, classify
+from sim.validate.siliconrecipes import recipe, scenario_raw
+from sim.validate.siliconrows import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "sim" / "data" / "models" / "minimax-m2.5" / "config.json"

@@ -128,7 +128,8 @@ def test_moe_shapes_the_tables_did_not_measure_are_named(tmp_path: Path) -> None
 
 
 def test_silicon_moe_rows_split_by_tp_are_simulated_others_named(tmp_path: Path) -> None:
-    from sim.validate.silicon import Case, classify, read_rows
+    from sim.validate.silicon import Case, classify
+    from sim.validate.siliconrows import read_rows
 
     path = silicon_csv(tmp_path, [
         "a,x,vllm,0.12.0,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,fp8,agg,1000,100,8,4,1,,90,20,fp8,4,1",

@@ -20,7 +20,9 @@ from sim.cost.models import RooflineCost, RooflineParams, dtype_note
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
 from sim.errors import ServesimError
-from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+from sim.validate.silicon import Case, classify
+from sim.validate.siliconrecipes import recipe, scenario_raw
+from sim.validate.siliconrows import read_rows
 
 V3 = MODELS["deepseek-v3"]
 FP4 = dataclasses.replace(V3, dtype="nvfp4", kv_dtype="fp8")

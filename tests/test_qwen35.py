@@ -282,7 +282,8 @@ def _row(tmp_path: Path, system: str = "b200_sxm", label: str = "bf16", conc: in
          ) -> object:
     from conftest import silicon_csv
 
-    from sim.validate.silicon import classify, read_rows
+    from sim.validate.silicon import classify
+    from sim.validate.siliconrows import read_rows
 
     mode = {"fp4": "nvfp4", "fp8": "fp8"}.get(label, "")
     line = QROW.format(source=source, system=system, label=label, conc=conc, mode=mode)
@@ -290,7 +291,8 @@ def _row(tmp_path: Path, system: str = "b200_sxm", label: str = "bf16", conc: in
 
 
 def test_public_rows_run_as_their_scripts_launched_them(tmp_path: Path) -> None:
-    from sim.validate.silicon import Case, recipe, scenario_raw
+    from sim.validate.silicon import Case
+    from sim.validate.siliconrecipes import recipe, scenario_raw
 
     # AIConfigurator's gap-analysis file copies InferenceX's runs: priced as those.
     case = _row(tmp_path)
@@ -345,7 +347,7 @@ def test_sglang_state_pool_by_hand() -> None:
 
 
 def test_sglang_builds_before_0_5_10_hold_the_first_token() -> None:
-    from sim.validate.silicon import sglang_first_token_waits
+    from sim.validate.siliconrecipes import sglang_first_token_waits
 
     assert [sglang_first_token_waits(v) for v in (
         "0.5.6.post2", "0.5.9", "nightly-dev", "nightly-dev-20260402-d7256eb6",

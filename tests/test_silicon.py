@@ -15,7 +15,9 @@ from conftest import needs_tables, silicon_csv
 from sim.config.scenario import from_dict
 from sim.cost.priors import framework_priors
 from sim.errors import ServesimError
-from sim.validate.silicon import Case, classify, read_rows, scenario_raw
+from sim.validate.silicon import Case, classify
+from sim.validate.siliconrecipes import scenario_raw
+from sim.validate.siliconrows import read_rows
 
 
 def csv(tmp_path: Path, *rows: str) -> Path:
@@ -256,7 +258,9 @@ def test_tensorrt_llm_llama70b_rows_run_as_their_recipe_launched_them(
         tmp_path: Path, system: str, isl: int, osl: int, tp: int, want: dict) -> None:
     from conftest import silicon_csv
 
-    from sim.validate.silicon import Case, classify, read_rows, recipe, scenario_raw
+    from sim.validate.silicon import Case, classify
+    from sim.validate.siliconrecipes import recipe, scenario_raw
+    from sim.validate.siliconrows import read_rows
 
     line = LLAMA70_TRT.format(system=system, isl=isl, osl=osl, tp=tp)
     case = classify(read_rows(silicon_csv(tmp_path, [line]))[0])
@@ -276,7 +280,9 @@ def test_a_vllm_row_with_an_fp8_kv_cache_sizes_its_cache_in_fp8(tmp_path: Path) 
     from sim.config.scenario import from_dict
     from sim.cost.gpus import GPUS
     from sim.cost.memory import memory_budget
-    from sim.validate.silicon import Case, classify, read_rows, scenario_raw
+    from sim.validate.silicon import Case, classify
+    from sim.validate.siliconrecipes import scenario_raw
+    from sim.validate.siliconrows import read_rows
 
     line = ("x,source_file=2026-01-10.csv; model=Llama-3.1-70B,vllm,,meta-llama/Llama-3.1-70B,"
             "h200_sxm,fp8,agg,1024,8192,32,1,1,1,300,10")

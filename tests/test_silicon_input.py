@@ -14,7 +14,8 @@ from conftest import SILICON_HEAD, needs_tables, one_line, silicon_csv
 
 from sim.cli import main
 from sim.errors import ServesimError
-from sim.validate.silicon import Case, classify, fits_context, read_rows
+from sim.validate.silicon import Case, classify, fits_context
+from sim.validate.siliconrows import read_rows
 
 # AIConfigurator's Qwen3-32B bf16 runs: the id "fit" hashes into the fit half, "test" out.
 FIT = "fit,source_file=x.csv,vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,8,2,1,,154.2,18.0"

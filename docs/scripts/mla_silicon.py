@@ -25,15 +25,10 @@ sys.path.insert(0, str(ROOT))
 from sim.cost.gpus import GPUS  # noqa: E402
 from sim.cost.models import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.priors import framework_priors  # noqa: E402
-from sim.validate.silicon import (  # noqa: E402
-    Case,
-    classify,
-    default_path,
-    predict,
-    read_rows,
-    tables_cover,
-)
+from sim.validate.silicon import Case, classify, tables_cover  # noqa: E402
 from sim.validate.siliconfit import _cost, with_lengths  # noqa: E402
+from sim.validate.siliconrecipes import predict  # noqa: E402
+from sim.validate.siliconrows import default_path, read_rows  # noqa: E402
 
 
 def _cell(errs: np.ndarray) -> str:

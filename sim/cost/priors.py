@@ -53,7 +53,7 @@ class Priors:
 
     def for_collection(self, collection: str) -> Priors:
         """The priors for a run measured by ``collection`` (``aic`` or ``inferencex``,
-        :attr:`sim.validate.silicon.Row.collection`): AIConfigurator's own harness has
+        :attr:`sim.validate.siliconrows.Row.collection`): AIConfigurator's own harness has
         its own per-request latency (``aic_request_s``, when fitted apart)."""
         if collection == "aic" and self.aic_request_s is not None:
             return dataclasses.replace(self, request_s=self.aic_request_s)

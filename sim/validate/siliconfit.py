@@ -36,17 +36,9 @@ from sim.cost.priors import KEYS, LENGTHS, PRIORS_FILE, Priors, framework_priors
 from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
-from sim.validate.silicon import (
-    SCHEDULERS,
-    Case,
-    Row,
-    classify,
-    default_path,
-    fits_context,
-    predict,
-    read_rows,
-    tables_cover,
-)
+from sim.validate.silicon import Case, classify, fits_context, tables_cover
+from sim.validate.siliconrecipes import SCHEDULERS, predict
+from sim.validate.siliconrows import Row, default_path, read_rows
 
 # How fitted priors name the installed sample (another CSV: the path it was given as).
 DATA = "silicon_sample.csv"

@@ -137,7 +137,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
     "compare": ("sim.study.compare:main",
                 "run one workload through several batching policies, or on several GPUs"),
     "sweep": ("sim.study.sweep:main", "grid of simulations over rates, policies, cluster shapes"),
-    "capacity": ("sim.study.capacity:main", "highest load meeting SLOs; cheapest configuration"),
+    "capacity": ("sim.study.capacitycli:main", "highest load meeting SLOs; cheapest configuration"),
     "report": ("sim.study.html:main",
                "self-contained report of a simulate, compare, sweep or capacity folder"),
     "calibrate": (_calibrate, "time a model on this machine's device and write a cost profile"),

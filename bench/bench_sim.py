@@ -65,7 +65,7 @@ def child(spec: str) -> None:
     args = json.loads(spec)
     from sim.config.scenario import from_dict
     from sim.core.engine import simulate
-    from sim.report.metrics import summarize
+    from sim.report.summary import summarize
 
     sc = from_dict(args["scenario"], "<bench>", ROOT)
     import simpy

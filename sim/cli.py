@@ -50,7 +50,8 @@ def _simulate(argv: list[str]) -> int:
     from sim.core.engine import simulate
     from sim.report import outputs as report
     from sim.report.folder import check_replaceable
-    from sim.report.metrics import PERCENTILES, parse_percentiles, summarize
+    from sim.report.metrics import PERCENTILES, parse_percentiles
+    from sim.report.summary import summarize
 
     pcts = PERCENTILES if a.percentiles is None else parse_percentiles(a.percentiles)
     sc = scenario.load(a.scenario, a.overrides)

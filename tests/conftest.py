@@ -84,8 +84,8 @@ def eager_run(sc: Any) -> RunResult:
 
 def assert_equivalent(a: Any, b: Any) -> None:
     """Two runs of the same requests wrote the same logs, records and summary."""
-    from sim.report.metrics import summarize
     from sim.report.outputs import requests_csv
+    from sim.report.summary import summarize
 
     assert a.step_log == b.step_log
     assert requests_csv(a) == requests_csv(b)

@@ -18,7 +18,7 @@ from conftest import tiny_scenario
 from sim.core.request import FINISHED, REJECTED, TIMED_OUT
 from sim.errors import ServesimError
 from sim.policies.admission import RateLimitConfig, TokenBucket
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 
 def test_token_bucket_refills_at_its_rate_and_caps_at_burst() -> None:

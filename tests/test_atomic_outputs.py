@@ -25,7 +25,7 @@ from sim.core.engine import simulate
 from sim.errors import ServesimError
 from sim.report import outputs as report
 from sim.report.folder import remove_stale, replaced_folder
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "scenarios" / "quickstart.yaml"

@@ -18,8 +18,9 @@ from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost, simulate
 from sim.core.request import FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
-from sim.report.metrics import per_request, summarize
+from sim.report.metrics import per_request
 from sim.report.outputs import requests_csv, summary_json, table
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
 from sim.core.result import Outcomes, finish_requests
 from sim.errors import ServesimError
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 ROOT = Path(__file__).resolve().parent.parent

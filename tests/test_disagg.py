@@ -186,7 +186,7 @@ def test_transfer_leaves_the_node_when_a_pool_spans_nodes():
 
 def test_horizon_in_a_disaggregated_run_counts_backlog_and_not_arrived_apart():
     from sim.core.request import NOT_ARRIVED, UNFINISHED
-    from sim.report.metrics import summarize
+    from sim.report.summary import summarize
 
     # Prefill replica 0: A 0-18 ms, B (sent at 10 ms) 18-36 ms. A's KV lands at 28 ms and
     # decodes 28-39-50 ms: finished. B's lands at 46 ms and joins at 50 ms; its decode

@@ -25,8 +25,8 @@ from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
 from sim.errors import ServesimError
-from sim.report.metrics import summarize
 from sim.report.outputs import table
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 MOE = MODELS["qwen3-30b-a3b"]

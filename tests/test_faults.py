@@ -20,7 +20,7 @@ from sim.config.faults import FaultsConfig, OutageConfig, outage_plan
 from sim.core.request import FAILED, FINISHED, REJECTED, STATUS_NAMES, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
 from sim.policies.registry import POLICIES
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:

@@ -21,7 +21,8 @@ from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.errors import ServesimError
-from sim.report.metrics import scenario_digest, summarize
+from sim.report.setup import scenario_digest
+from sim.report.summary import summarize
 
 GIB = 2**30
 

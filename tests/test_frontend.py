@@ -16,8 +16,9 @@ from conftest import tiny_scenario
 from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost, simulate
 from sim.core.request import FINISHED, TIMED_OUT
-from sim.report.metrics import per_request, summarize
+from sim.report.metrics import per_request
 from sim.report.outputs import requests_csv
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 

@@ -20,7 +20,7 @@ from sim.core.engine import simulate
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
 from sim.policies.registry import POLICIES
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,

@@ -14,7 +14,8 @@ import pytest
 
 from sim.config import scenario
 from sim.core.engine import simulate
-from sim.report.metrics import clean, summarize
+from sim.report.metrics import clean
+from sim.report.summary import summarize
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +70,6 @@ DIGESTS = {
 
 @pytest.mark.parametrize("name", sorted(DIGESTS))
 def test_scenario_digests_survive_new_optional_keys(name: str) -> None:
-    from sim.report.metrics import scenario_digest
+    from sim.report.setup import scenario_digest
 
     assert scenario_digest(scenario.load(ROOT / "scenarios" / f"{name}.yaml")) == DIGESTS[name]

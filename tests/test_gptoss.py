@@ -270,7 +270,7 @@ def test_hf_eight_bit_gptq_is_named(tmp_path: Path) -> None:
 
 def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:
     from sim.core.engine import simulate
-    from sim.report.metrics import summarize
+    from sim.report.summary import summarize
 
     sc = from_dict(_scenario("gpt-oss-20b", "h100-sxm"))
     s = summarize(simulate(sc))

@@ -164,7 +164,7 @@ def test_cost_measured_picks_the_gpt_oss_profile_and_sliding_is_cheaper() -> Non
     from sim.core.engine import build_cost, simulate
     from sim.cost.measured import find, shipped
     from sim.cost.shape import decode_shape
-    from sim.report.metrics import summarize
+    from sim.report.summary import summarize
 
     names = {s.stem for s in shipped() if s.model.startswith("gpt-oss")}
     assert len(names) == 36 and "b200-gpt-oss-20b-tp2-sglang" in names

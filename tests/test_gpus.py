@@ -117,7 +117,7 @@ def test_an_inline_gpu_prices_as_the_table_gpu_with_its_figures() -> None:
 
 def test_the_summary_names_the_inline_gpu() -> None:
     from sim.report.human import setup_phrase
-    from sim.report.metrics import describe_scenario
+    from sim.report.setup import describe_scenario
 
     sc = scenario(as_inline("l4", "my-l4"))
     sim = describe_scenario(sc, "roofline")

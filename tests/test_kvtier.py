@@ -26,7 +26,8 @@ from sim.core.request import FINISHED, REJECTED, Request
 from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
 from sim.cost.memory import blocks_for
 from sim.errors import ServesimError
-from sim.report.metrics import scenario_digest, summarize
+from sim.report.setup import scenario_digest
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))

@@ -22,7 +22,7 @@ from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec, recorded_fields
 from sim.errors import ServesimError
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 V3_CONFIG = ROOT / "sim" / "data" / "models" / "deepseek-v3" / "config.json"

@@ -19,7 +19,7 @@ from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 
 @pytest.mark.parametrize(("name", "total", "active", "kv_per_token"), [

@@ -31,7 +31,7 @@ from sim.cost.pipeline import StageCost, stage_layers, stage_links
 from sim.cost.presets import MODELS
 from sim.cost.shape import decode_shape, shape_of
 from sim.errors import ServesimError
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 H100 = GPUS["h100-sxm"]

@@ -15,7 +15,8 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.prefix import block_hashes
 from sim.core.request import Request
 from sim.errors import ServesimError
-from sim.report.metrics import per_request, summarize
+from sim.report.metrics import per_request
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 

@@ -18,7 +18,8 @@ import pytest
 from conftest import run_both_ways, run_requests, tiny_scenario
 
 from sim.core.engine import simulate
-from sim.report.metrics import per_request, summarize
+from sim.report.metrics import per_request
+from sim.report.summary import summarize
 
 D = 0.01 + 100 * 0.001  # seconds: 10 ms per step + 1 ms per token x 100 prompt tokens
 

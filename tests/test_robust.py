@@ -21,7 +21,7 @@ from sim.core.request import FINISHED, REJECTED, UNFINISHED, Request
 from sim.cost.frontend import Frontend
 from sim.policies.registry import POLICIES
 from sim.report import outputs as report
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 from sim.study.sweep import SweepSpec, run_sweep
 from sim.study.sweeppoint import read_raw
 

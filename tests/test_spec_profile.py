@@ -20,7 +20,7 @@ from sim.cost.presets import MODELS
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import load_profile
 from sim.cost.shape import StepShape
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,8 +29,9 @@ from sim.core.speculation import Speculation
 from sim.cost.drafter import Drafter
 from sim.cost.gpus import gpu
 from sim.cost.models import RooflineCost, RooflineParams
-from sim.report.metrics import per_request, summarize
+from sim.report.metrics import per_request
 from sim.report.outputs import requests_csv
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 

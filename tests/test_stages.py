@@ -16,8 +16,8 @@ from conftest import tiny_scenario
 from sim.config.scenario import load
 from sim.core.engine import simulate
 from sim.errors import ServesimError
-from sim.report.metrics import summarize
 from sim.report.outputs import table, write_run
+from sim.report.summary import summarize
 from sim.workload.build import build_requests
 from sim.workload.stages import StageConfig, stage_trace_times, windows
 

@@ -21,7 +21,8 @@ from sim.config.scenario import from_dict
 from sim.core.engine import simulate
 from sim.core.request import FINISHED, UNFINISHED
 from sim.errors import ServesimError
-from sim.report.metrics import per_request, summarize
+from sim.report.metrics import per_request
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from typing import Any
 from sim.cli import main as cli_main
 from sim.config import scenario
 from sim.core.engine import simulate
-from sim.report.metrics import scenario_digest, simulated
+from sim.report.setup import scenario_digest, simulated
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
@@ -108,6 +108,6 @@ def test_features_beyond_plain_batching_are_said_only_when_set() -> None:
 
 
 def describe(sc: Any) -> dict[str, Any]:
-    from sim.report.metrics import describe_scenario
+    from sim.report.setup import describe_scenario
 
     return describe_scenario(sc, "x")

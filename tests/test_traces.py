@@ -376,7 +376,7 @@ def test_a_scenarios_trace_sets_the_tokens_each_prefix_hash_covers(tmp_path: Pat
     both blocks of a 32-token prefix; left unset, each hash is one 16-token block."""
     from sim.config.scenario import from_dict
     from sim.core.engine import simulate
-    from sim.report.metrics import summarize
+    from sim.report.summary import summarize
 
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n"

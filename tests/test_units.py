@@ -203,7 +203,7 @@ def test_summary_of_arrivals_nanoseconds_apart_is_finite() -> None:
     # Found by hypothesis: a queue-growth fit over a span of 1e-174 s failed to converge.
     from conftest import run_requests, tiny_scenario
 
-    from sim.report.metrics import summarize
+    from sim.report.summary import summarize
 
     res = run_requests(tiny_scenario(), [0.0, 1.874959363376289e-174], [1, 1], [1, 1])
     sat = summarize(res)["saturation"]

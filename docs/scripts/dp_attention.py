@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.config.scenario import from_dict  # noqa: E402
 from sim.core.engine import simulate  # noqa: E402
-from sim.report.metrics import summarize  # noqa: E402
+from sim.report.summary import summarize  # noqa: E402
 
 # (model, GPU, GPUs, clients, layouts as (label, hardware keys)); every layout has a
 # shipped profile (sim/cost/measured.py: SHIPPED_EP, SHIPPED_DP).

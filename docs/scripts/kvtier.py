@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.config.scenario import load  # noqa: E402
 from sim.core.engine import simulate  # noqa: E402
-from sim.report.metrics import summarize  # noqa: E402
+from sim.report.summary import summarize  # noqa: E402
 
 CASES = (
     ("GPU only", ["serving.kv_offload=null"]),

@@ -21,7 +21,7 @@ from sim.cost.gpus import GPUS  # noqa: E402
 from sim.cost.models import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.shape import decode_shape, shape_of  # noqa: E402
-from sim.report.metrics import summarize  # noqa: E402
+from sim.report.summary import summarize  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

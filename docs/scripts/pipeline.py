@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.config.scenario import from_dict  # noqa: E402
 from sim.core.engine import simulate  # noqa: E402
-from sim.report.metrics import summarize  # noqa: E402
+from sim.report.summary import summarize  # noqa: E402
 
 
 def scenario(model: str, tp: int, pp: int, replicas: int, workload: dict[str, Any],

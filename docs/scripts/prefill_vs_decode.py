@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 from sim.config.scenario import from_dict  # noqa: E402
 from sim.core.engine import build_cost, simulate  # noqa: E402
 from sim.cost.shape import decode_shape  # noqa: E402
-from sim.report.metrics import per_request, summarize  # noqa: E402
+from sim.report.metrics import per_request  # noqa: E402
+from sim.report.summary import summarize  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 

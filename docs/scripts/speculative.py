@@ -24,7 +24,7 @@ from sim.config.speculative import mean_for_rate  # noqa: E402
 from sim.core.cluster import speculation  # noqa: E402
 from sim.core.engine import build_cost, simulate  # noqa: E402
 from sim.cost.shape import decode_shape, shape_of  # noqa: E402
-from sim.report.metrics import summarize  # noqa: E402
+from sim.report.summary import summarize  # noqa: E402
 
 K = 3
 CONTEXT = 1024

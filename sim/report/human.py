@@ -5,7 +5,7 @@ size deserves (367 ms, 34.7 ms, 8.53 ms); token and request rates get thousands
 separators (2,432 tok/s) and never scientific notation. Preset model and GPU names are
 written as their makers write them (Llama-3-8B, H100-SXM); a model the user named is
 left as given. The setup phrase (model, GPUs, tp, cost source) is built from a
-summary's ``simulated`` section (:func:`sim.report.metrics.simulated`).
+summary's ``simulated`` section (:func:`sim.report.setup.simulated`).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ POOL = {
     "block_size": ANY, "watermark": NUMBER, "long_prefill_token_threshold": May(ANY),
     "kv_blocks_per_replica": May(ListOf(NUMBER, "block counts"), null=False),
 }
-# The resolved scenario every command records (sim.report.metrics.simulated).
+# The resolved scenario every command records (sim.report.setup.simulated).
 SIMULATED = {
     "file": ANY,
     "model": {"name": ANY, "max_context": May(NUMBER_OR_NULL, null=False)},

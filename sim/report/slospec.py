@@ -2,7 +2,7 @@
 
 A target reads ``METRIC_STAT=SECONDS``: ``ttft_p99=0.5`` asks for a 99th-percentile TTFT
 of at most 0.5 s, ``ttft_mean=0.2`` for a mean TTFT of at most 0.2 s. Metrics are the
-latencies :func:`sim.report.metrics.summarize` reports (ttft, tpot, itl, e2e, queueing) and
+latencies :func:`sim.report.summary.summarize` reports (ttft, tpot, itl, e2e, queueing) and
 statistics are its p50/p90/p95/p99, mean and max. A value may carry an ``ms`` or ``s``
 suffix (``500ms``); a bare number is seconds.
 

@@ -70,7 +70,8 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
     from sim.config import scenario
     from sim.core.budget import check
     from sim.core.engine import simulate
-    from sim.report.metrics import PERCENTILES, summarize
+    from sim.report.metrics import PERCENTILES
+    from sim.report.summary import summarize
 
     out = {}
     for label, settings in variants.items():

@@ -286,10 +286,10 @@ def cost_source(base: dict[str, Any], source: str, base_dir: Path | None) -> str
 
 def describe_base(base: dict[str, Any], source: str, base_dir: Path | None, prices: str,
                   overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """What a study's base scenario simulates (:func:`sim.report.metrics.describe_scenario`:
+    """What a study's base scenario simulates (:func:`sim.report.setup.describe_scenario`:
     model, GPU, tp, serving limits, seed, the ``--set`` ``overrides`` already applied to
     ``base``...), its prices from ``prices``; the study's own grid varies some of it."""
-    from sim.report.metrics import describe_scenario
+    from sim.report.setup import describe_scenario
 
     return describe_scenario(from_dict(base, source, base_dir, tuple(overrides)), prices)
 
@@ -333,7 +333,7 @@ def queue_growth_s(arrival_s: np.ndarray, queueing_s: np.ndarray) -> float | Non
 
 def row_of(summary: dict[str, Any], arrival_span_s: float,
            growth_s: float | None = None) -> dict[str, float | None]:
-    """The flat metric row of one run's :func:`sim.report.metrics.summarize` output;
+    """The flat metric row of one run's :func:`sim.report.summary.summarize` output;
     ``arrival_span_s`` is the span of the arrivals the run had, ``growth_s``
     :func:`queue_growth_s` of the run. ``offered_rps`` is the rate the run was offered, as
     simulated: the summary's (requests that arrived - 1) / their span."""
@@ -381,7 +381,8 @@ def _simulated_row(scenario: Scenario) -> tuple[dict[str, float | None],
     arrival times (s)."""
     from sim.core.engine import simulate
     from sim.core.request import NOT_ARRIVED, REJECTED
-    from sim.report.metrics import per_request, summarize
+    from sim.report.metrics import per_request
+    from sim.report.summary import summarize
 
     res = simulate(scenario)
     came = res.status != NOT_ARRIVED  # due after a horizon: not part of the run

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sim.config import scenario
 from sim.core.engine import simulate
-from sim.report.metrics import summarize
 from sim.report.outputs import summary_json
+from sim.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 # Relative to the repository root, so that summary.json's simulated.file is the same in

@@ -1,0 +1,122 @@
+"""Summary blocks of a run's serving features: faults and their outages, the prefix
+cache, the host KV tier and speculative decoding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from sim.core.engine import RunResult
+from sim.core.replicastats import ReplicaStats
+from sim.core.request import FAILED
+from sim.report.metrics import distribution
+
+
+def fault_summary(res: RunResult, lat: dict[str, np.ndarray],
+                  window: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The ``faults`` section of the summary (present only when faults are configured):
+    outages, downtime (s), requests lost (losses, counting each attempt), retried and
+    failed, and TTFT/E2E distributions (s) of affected requests (placed again at least
+    once) next to the unaffected ones: the latency impact of the faults. Outages and
+    downtime are those within ``window`` (s, the run's span: first arrival to its end),
+    when given: a planned outage after the last request finished took nothing down."""
+    if not res.scenario.faults.active:
+        return {}
+    lo, hi = window if window is not None else (-math.inf, math.inf)
+    # An outage that begins at the span's very end (failing the requests that end it)
+    # took something down though none of its downtime is inside the span.
+    overlap = [min(up, hi) - max(down, lo) for _, down, up in res.outages
+               if down <= hi and up > lo]
+    status = res.status
+    retries = res.retries if res.retries is not None else np.zeros(len(status), np.int64)
+    failed = status == FAILED
+    hit = retries > 0
+    return {"faults": {
+        "outages": len(overlap),
+        "downtime_s": float(sum(max(x, 0.0) for x in overlap)),
+        # Each loss either scheduled a retry or failed the request on the spot.
+        "requests_lost": int(retries.sum()) + int((res.reason[failed] == "replica_failure").sum()),
+        "requests_retried": int(hit.sum()),
+        "requests_failed": int(failed.sum()),
+        "latency_s": {
+            group: {k: distribution(lat[k][mask]) for k in ("ttft", "e2e")}
+            for group, mask in (("affected", hit), ("unaffected", ~hit))
+        },
+    }}
+
+
+def prefix_summary(res: RunResult) -> dict[str, Any]:
+    """Prefix-cache figures (tokens), present only when the scenario enables caching."""
+    if not res.scenario.serving.prefix_caching:
+        return {}
+    stats = res.replica_stats
+    query = sum(s.prefix_query_tokens for s in stats)
+    hit = sum(s.prefix_hit_tokens for s in stats)
+    return {"prefix_cache": {
+        "prefill_tokens": query,
+        "hit_tokens": hit,
+        "hit_rate": hit / query if query else None,
+        "evictions": sum(s.prefix_evictions for s in stats),
+    }}
+
+
+def tier_summary(res: RunResult) -> dict[str, Any]:
+    """``kv_tiers``, present only with a ``kv_offload`` host tier: each tier's size per
+    replica (blocks, and GiB per GPU), the prompt tokens hit in it and their share of
+    prefill tokens, the host tier's traffic (blocks and GiB per GPU stored to it and
+    loaded from it, entries dropped) and the seconds iterations spent on it."""
+    from sim.config.disagg import pools
+
+    if all(p.serving.kv_offload is None for p in pools(res.scenario)):
+        return {}
+    stats = res.replica_stats
+    query = sum(s.prefix_query_tokens for s in stats)
+    host_hit = sum(s.host_hit_tokens for s in stats)
+    gpu_hit = sum(s.prefix_hit_tokens for s in stats) - host_hit
+
+    def gib(blocks: int, s: ReplicaStats) -> float:
+        return blocks * s.block_bytes / 2**30
+
+    return {"kv_tiers": {
+        "gpu": {"blocks_per_replica": [s.kv_total for s in stats],
+                "gib_per_gpu": [gib(s.kv_total, s) for s in stats],
+                "hit_tokens": gpu_hit, "hit_rate": gpu_hit / query if query else None},
+        "host": {"blocks_per_replica": [s.host_total for s in stats],
+                 "gib_per_gpu": [gib(s.host_total, s) for s in stats],
+                 "hit_tokens": host_hit, "hit_rate": host_hit / query if query else None,
+                 "stored_blocks": sum(s.host_stored for s in stats),
+                 "loaded_blocks": sum(s.host_loaded for s in stats),
+                 "stored_gib_per_gpu": sum(gib(s.host_stored, s) for s in stats),
+                 "loaded_gib_per_gpu": sum(gib(s.host_loaded, s) for s in stats),
+                 "dropped_entries": sum(s.host_dropped for s in stats)},
+        "transfer_s": sum(s.host_io_s for s in stats),
+    }}
+
+
+def spec_summary(res: RunResult) -> dict[str, Any]:
+    """Speculative decoding (present only when the scenario sets it): the setting, the
+    expected tokens per verify its acceptance gives, and the run's verifies (one per
+    sequence and iteration) with the tokens they emitted and their mean, capped where a
+    request's output ran out."""
+    spec = res.scenario.serving.speculative
+    if spec is None:
+        return {}
+    from sim.config.speculative import drafter_model
+
+    stats = res.replica_stats
+    verifies = sum(s.spec_verifies for s in stats)
+    tokens = sum(s.spec_tokens for s in stats)
+    drafter = drafter_model(spec, res.scenario.model)
+    # The run's own drafter says where its price came from (the roofline, or the
+    # target's profile for a head); a result without it was priced by the roofline.
+    source = res.draft_source.removeprefix("drafting: ")
+    return {"speculative": {
+        **spec.describe(),
+        "draft_cost": ("none (n-gram lookup)" if drafter is None else source or
+                       f"{spec.num_tokens} roofline decode steps of {drafter.name} a verify"),
+        "verifies": verifies,
+        "verify_tokens": tokens,
+        "mean_tokens_per_verify": tokens / verifies if verifies else None,
+    }}

@@ -1,0 +1,203 @@
+"""What a run simulated, as its summary records it: the scenario's digest, the
+resolved set-up (model, hardware, serving features, cost source: :func:`simulated`,
+:func:`describe_scenario`) and the closed loop's and frontend's blocks."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from sim.config.scenario import Scenario
+from sim.core.engine import RunResult
+from sim.cost.dtypes import SPARSE_FIELDS
+from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
+from sim.cost.specs import recorded_fields
+from sim.report.metrics import clean
+
+
+def scenario_digest(scenario: Any) -> str:
+    """SHA-256 (hex) of the validated scenario's settings, file locations excluded: two
+    runs with equal digests simulated the same configuration (trace files' contents are
+    not hashed)."""
+    fields = dataclasses.asdict(scenario)
+    fields.pop("base_dir", None)
+    fields.pop("source", None)
+    fields.pop("overrides", None)  # the input, not the settings: already applied above
+    # A setting since removed (it never changed results), hashed at its old default so
+    # digests of earlier runs stay valid.
+    fields["event_skipping"] = True
+    # Sections added later are hashed only when set, so older digests stay valid.
+    from sim.config.faults import FaultsConfig
+    from sim.policies.admission import AdmissionConfig
+
+    for key, default in (("admission", AdmissionConfig()), ("faults", FaultsConfig())):
+        if fields.get(key) == dataclasses.asdict(default):
+            fields.pop(key)
+    if fields["serving"].get("speculative", 0) is None:
+        fields["serving"].pop("speculative")
+    fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
+    for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
+                         ("workload", "stages"), ("serving", "kv_offload"),
+                         ("serving", "async_scheduling"), ("hardware", "host_memory_gb")):
+        if fields[section].get(key) is None:
+            fields[section].pop(key, None)
+    # Keys added later, hashed only when they differ from their old, implicit value.
+    for section, key, unset in (("serving", "long_prefill_token_threshold", 0),
+                                ("serving", "max_num_partial_prefills", 1),
+                                ("serving", "batch_wait_timeout_iters", 0),
+                                ("serving", "batch_wait_max_tokens_ratio", 0.0),
+                                ("serving", "scheduler_recv_interval", 1),
+                                ("serving", "stream_interval", 1),
+                                ("serving", "stream_first_token", True),
+                                ("hardware", "pp", 1), ("hardware", "ep", 1),
+                                ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
+        if fields[section].get(key) == unset:
+            fields[section].pop(key)
+    for role in ("prefill", "decode"):
+        pool = fields["disaggregated"][role]
+        if pool.get("watermark") is None:
+            pool.pop("watermark", None)  # a pool key added later: hashed only when set
+    trace = fields["workload"].get("trace")
+    if isinstance(trace, dict) and trace.get("start_row") == 0:
+        trace.pop("start_row")  # replaying from the first row, as before the key existed
+    if isinstance(trace, dict) and trace.get("prefix_block_tokens") is None:
+        trace.pop("prefix_block_tokens", None)  # the format's own, as before the key
+    for params in fields["cost"].values():
+        if isinstance(params, dict) and params.get("frontend") == dataclasses.asdict(
+                NO_FRONTEND):
+            params.pop("frontend")
+    blob = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def setup_summary(res: RunResult) -> dict[str, Any]:
+    """``workload`` for a closed loop (clients, think time in s, requests sent and not
+    sent) and ``frontend`` (seconds) when the cost model prices one; empty otherwise."""
+    out: dict[str, Any] = {}
+    c = res.clients
+    if c is not None:
+        out["workload"] = {"kind": "closed_loop", "concurrency": c.concurrency,
+                           "think_time_s": c.think_time_s, "requests_sent": c.sent,
+                           "requests_not_sent": c.not_sent}
+    if res.frontend.active:
+        out["frontend"] = {k: getattr(res.frontend, k) for k in FRONTEND_COEFS}
+    return out
+
+
+# A mixture of experts adds these (a dense model's summary has none of them).
+MOE_KEYS = ("experts", "experts_per_token", "expert_intermediate", "shared_experts",
+            "dense_layers")
+# Latent attention (DeepSeek-V2/V3) adds these.
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+MODEL_KEYS = ("name", "dtype", "kv_dtype", "layers", "hidden", "heads", "kv_heads", "head_dim",
+              "intermediate", "vocab", "max_context")
+
+
+def package_version() -> str:
+    """servesim's installed version (package metadata), or ``unknown`` when not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("servesim")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def simulated(res: RunResult) -> dict[str, Any]:
+    """The ``simulated`` section of the summary: what was run, resolved — the scenario
+    file as given, its digest and ``--set`` overrides, the model's dimensions and
+    dtypes, each pool's GPU, tp, replicas and serving limits (with its KV blocks per
+    replica), where the prices come from, the workload seed and servesim's version.
+    Nothing in it depends on the machine or the time of the run."""
+    blocks = [s.kv_total for s in res.replica_stats]
+    return describe_scenario(res.scenario, res.cost_source, blocks)
+
+
+def describe_scenario(sc: Scenario, cost_source: str,
+                      kv_blocks: list[int] | None = None) -> dict[str, Any]:
+    """What :func:`simulated` says of a validated scenario ``sc`` before (or without) a
+    run: ``kv_blocks`` (each replica's KV blocks, in pool order) is known only after
+    one, and its per-pool entry is left out when None."""
+    from sim.config.disagg import pools
+
+    per_pool: dict[str, Any] = {}
+    start = 0
+    for pool in pools(sc):
+        sv = pool.serving
+        per_pool[pool.role] = {
+            "gpu": pool.gpu, "tp": pool.tp, **({"pp": pool.pp} if pool.pp > 1 else {}),
+            **({"ep": pool.ep} if pool.ep > 1 else {}),
+            **({"dp": pool.dp} if pool.dp > 1 else {}),
+            "replicas": pool.replicas, "router": pool.router,
+            "policy": sv.policy, "max_num_seqs": sv.max_num_seqs,
+            "max_num_batched_tokens": sv.max_num_batched_tokens,
+            "token_budget": sv.chunk_budget if sv.policy == "chunked" else sv.token_budget,
+            "long_prefill_token_threshold": sv.long_prefill_token_threshold,
+            "block_size": sv.block_size, "watermark": sv.kv_watermark,
+            **({"stream_interval": sv.stream_interval} if sv.stream_interval > 1 else {}),
+            **_serving_features(sv),
+        }
+        if kv_blocks is not None:
+            # A data-parallel replica's ranks each keep their own blocks: one entry a rank.
+            ranks = pool.replicas * pool.dp
+            per_pool[pool.role]["kv_blocks_per_replica"] = kv_blocks[start:start + ranks]
+        start += pool.replicas * pool.dp
+    return {
+        "file": sc.source,
+        "sha256": scenario_digest(sc),
+        "overrides": list(sc.overrides),
+        "servesim_version": package_version(),
+        "model": {k: getattr(sc.model, k) for k in MODEL_KEYS + (MOE_KEYS if sc.model.experts
+                                                                  else ())
+                  + (MLA_KEYS if sc.model.mla else ())
+                  + (SPARSE_FIELDS if sc.model.sparse else ())},
+        "policy": sc.serving.policy,
+        "pools": per_pool,
+        "cost_source": cost_source,
+        "seed": sc.workload.seed,
+        "horizon_s": sc.horizon_s,
+        # Sections that change what is simulated, present only when set.
+        **({"admission": admission} if (admission := _set_fields(sc.admission)) else {}),
+        **({"faults": clean(_plain(sc.faults))} if sc.faults.active else {}),
+    }
+
+
+def _set_fields(cfg: Any) -> dict[str, Any]:
+    """A config dataclass's fields that differ from its defaults (JSON-ready)."""
+    default = type(cfg)()
+    return {f.name: clean(_plain(getattr(cfg, f.name))) for f in dataclasses.fields(cfg)
+            if getattr(cfg, f.name) != getattr(default, f.name)}
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses and tuples as plain mappings and lists, for JSON."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _serving_features(sv: Any) -> dict[str, Any]:
+    """The serving features a pool runs with beyond plain batching, only those set:
+    speculative decoding, prefix caching, swap preemption, priority admission, a host
+    KV tier, SGLang's receive interval."""
+    out: dict[str, Any] = {}
+    if sv.speculative is not None:
+        spec = {k: v for k, v in _plain(sv.speculative).items()
+                if v is not None and v != {}}
+        spec["acceptance"] = {k: v for k, v in spec["acceptance"].items() if v is not None}
+        out["speculative"] = spec
+    if sv.prefix_caching:
+        out["prefix_caching"] = True
+    if sv.preemption != "recompute":
+        out["preemption"] = sv.preemption
+    if sv.priority:
+        out["priority"] = True
+    if sv.kv_offload is not None:
+        out["kv_offload"] = _plain(sv.kv_offload)
+    if sv.scheduler_recv_interval > 1:
+        out["scheduler_recv_interval"] = sv.scheduler_recv_interval
+    return out

@@ -33,7 +33,7 @@ from calibrate.replay import STEP_FIELDS, ModelExecutor, VirtualClock, run_loop
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing, is_oom
 from calibrate.wake import fit_wake, time_wake_on
-from sim.config.scenario import ServingConfig
+from sim.config.serving import ServingConfig
 from sim.cost.memory import blocks_for
 
 # Distinct batch sizes need this many intervals each to make a point.

@@ -184,7 +184,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
              max_context: int, executor: Executor, clock: WallClock | VirtualClock,
              vocab: int = 2, interruptible: bool = False) -> ReplayResult:
     """Serve the requests (arrivals in seconds, ascending; token counts) under ``serving``
-    (a ``sim.config.scenario.ServingConfig``: policy, limits, ``num_gpu_blocks`` required).
+    (a ``sim.config.serving.ServingConfig``: policy, limits, ``num_gpu_blocks`` required).
     ``interruptible``: a SIGINT ends the loop with what it served (``interrupted``),
     instead of propagating; for a replay, whose partial record is worth keeping, not
     for calibration's uses of the loop, which must stop when asked."""

@@ -93,8 +93,8 @@ def trace_workload(ref: str, n: int, max_len: int, offset: int = 0) -> Workload:
 
 
 def serving_config(values: dict[str, Any]) -> Any:
-    """A validated ``sim.config.scenario.ServingConfig`` from plain values."""
-    from sim.config.scenario import ServingConfig
+    """A validated ``sim.config.serving.ServingConfig`` from plain values."""
+    from sim.config.serving import ServingConfig
     from sim.configtools import build
 
     return build(ServingConfig, {k: v for k, v in values.items() if v is not None}, "serving")

@@ -14,9 +14,10 @@ import pytest
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
 from sim.cost.gpus import GPUS
-from sim.cost.models import RooflineCost, RooflineParams, build_cost
+from sim.cost.models import build_cost
 from sim.cost.overlap import HostOverlap, async_scheduling
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.errors import ServesimError
 

@@ -21,8 +21,8 @@ from sim.core.engine import simulate
 from sim.core.request import FINISHED, REJECTED
 from sim.cost.gpus import GPUS
 from sim.cost.memory import weight_bytes
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.errors import ServesimError
 from sim.report.outputs import table

@@ -15,9 +15,9 @@ from conftest import needs_tables, silicon_csv
 
 from sim.cost.gpus import gpu
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.tables.profilebuild import attention_gemms

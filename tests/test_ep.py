@@ -11,8 +11,8 @@ import pytest
 from sim.config.scenario import from_dict
 from sim.cost.gpus import GPUS
 from sim.cost.memory import activation_bytes, memory_budget, weight_bytes
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape
 from sim.cost.shard import expert_shard, shard
 from sim.cost.specs import ModelSpec

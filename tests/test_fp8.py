@@ -16,8 +16,8 @@ from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
 from sim.cost.gpus import GPUS
 from sim.cost.memory import kv_capacity_blocks, memory_budget, weight_bytes
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.errors import ServesimError

@@ -17,8 +17,8 @@ from sim.config.scenario import from_dict
 from sim.cost.gpus import GPUS
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.memory import memory_budget
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.specs import recorded_fields

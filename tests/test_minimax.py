@@ -143,7 +143,7 @@ def test_roofline_adds_the_norms_all_reduce_by_hand(tp: int) -> None:
     """Per layer under tp: one ring all-reduce of 8 bytes a token (latency plus
     2(tp-1)/tp of the bytes over the link) and one more kernel floor; nothing at tp 1."""
     from sim.cost.gpus import GPUS
-    from sim.cost.models import RooflineCost, RooflineParams
+    from sim.cost.roofline import RooflineCost, RooflineParams
     from sim.cost.shape import decode_shape
 
     gpu, params = GPUS["h200"], RooflineParams()

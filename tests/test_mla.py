@@ -16,8 +16,8 @@ from sim.core.engine import simulate
 from sim.cost.gpus import GPUS
 from sim.cost.hfconfig import from_hf_config
 from sim.cost.memory import GIB, memory_budget, weight_bytes
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec, recorded_fields

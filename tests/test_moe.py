@@ -13,8 +13,8 @@ from conftest import needs_tables, silicon_csv
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
 from sim.cost.gpus import GPUS
-from sim.cost.models import MOE_KERNELS, RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import MOE_KERNELS, RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec

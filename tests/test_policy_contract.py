@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import run_requests, tiny_scenario
 
-from sim.config.scenario import ServingConfig
+from sim.config.serving import ServingConfig
 from sim.errors import ServesimError
 from sim.policies.base import Batch, ReplicaState, decode_all
 from sim.policies.registry import POLICIES, register

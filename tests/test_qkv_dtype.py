@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from conftest import needs_tables, silicon_csv
 
-from sim.cost.gpus import GPUS
-from sim.cost.models import RooflineCost, RooflineParams, dtype_note
+from sim.cost.gpus import GPUS, dtype_note
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shard import shard
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, classify

@@ -9,9 +9,9 @@ import pytest
 from conftest import needs_tables
 
 from sim.cost.gpus import GPUS
-from sim.cost.models import LINEAR_KERNELS, RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
 from sim.cost.priors import framework_priors
+from sim.cost.roofline import LINEAR_KERNELS, RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.cost.shard import shard
 

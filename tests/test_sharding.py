@@ -8,8 +8,8 @@ from conftest import tiny_scenario
 
 from sim.cost.gpus import GPUS
 from sim.cost.memory import memory_budget
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError

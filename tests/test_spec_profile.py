@@ -15,10 +15,10 @@ from sim.config.scenario import from_dict
 from sim.core.engine import build_cost
 from sim.cost.drafter import Drafter
 from sim.cost.gpus import GPUS
-from sim.cost.models import RooflineParams
 from sim.cost.presets import MODELS
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import load_profile
+from sim.cost.roofline import RooflineParams
 from sim.cost.shape import StepShape
 from sim.report.summary import summarize
 

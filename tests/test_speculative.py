@@ -28,7 +28,7 @@ from sim.core.request import Request
 from sim.core.speculation import Speculation
 from sim.cost.drafter import Drafter
 from sim.cost.gpus import gpu
-from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.report.metrics import per_request
 from sim.report.outputs import requests_csv
 from sim.report.summary import summarize

@@ -13,8 +13,9 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
 from sim.cost.gpus import GPUS
 from sim.cost.memory import blocks_for, kv_capacity_blocks
-from sim.cost.models import LinearCost, RooflineCost, RooflineParams
+from sim.cost.models import LinearCost
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.errors import ServesimError
 from sim.workload.build import build_requests

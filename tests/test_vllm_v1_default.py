@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from sim.cli import main
-from sim.config.scenario import ServingConfig, from_dict, load
+from sim.config.scenario import from_dict, load
+from sim.config.serving import ServingConfig
 from sim.errors import ServesimError
 
 ROOT = Path(__file__).resolve().parents[1]

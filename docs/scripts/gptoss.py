@@ -16,10 +16,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost.gpus import GPUS  # noqa: E402
+from sim.cost.gpus import GPUS, gemm_peak  # noqa: E402
 from sim.cost.memory import memory_budget  # noqa: E402
-from sim.cost.models import RooflineCost, RooflineParams, gemm_peak  # noqa: E402
 from sim.cost.presets import MODELS  # noqa: E402
+from sim.cost.roofline import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.shape import decode_shape  # noqa: E402
 from sim.cost.shard import shard  # noqa: E402
 from sim.errors import ServesimError  # noqa: E402

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sim.cost.gpus import GPUS  # noqa: E402
-from sim.cost.models import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.priors import framework_priors  # noqa: E402
+from sim.cost.roofline import RooflineCost, RooflineParams  # noqa: E402
 from sim.validate.silicon import Case, classify, tables_cover  # noqa: E402
 from sim.validate.siliconfit import _cost, with_lengths  # noqa: E402
 from sim.validate.siliconrecipes import predict  # noqa: E402

@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 from sim.config.scenario import from_dict  # noqa: E402
 from sim.core.engine import build_cost, simulate  # noqa: E402
 from sim.cost.gpus import GPUS  # noqa: E402
-from sim.cost.models import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.presets import MODELS  # noqa: E402
+from sim.cost.roofline import RooflineCost, RooflineParams  # noqa: E402
 from sim.cost.shape import decode_shape, shape_of  # noqa: E402
 from sim.report.summary import summarize  # noqa: E402
 

@@ -22,7 +22,8 @@ from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
-    from sim.config.scenario import Scenario, ServingConfig
+    from sim.config.scenario import Scenario
+    from sim.config.serving import ServingConfig
 
 RouterName = Literal["round_robin", "least_outstanding", "random", "power_of_two"]
 

@@ -19,7 +19,8 @@ import yaml
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
-from sim.config.speculative import SpeculativeConfig, check_speculative
+from sim.config.serving import ServingConfig
+from sim.config.speculative import check_speculative
 from sim.config.vllmflags import apply_vllm, pool_defaults, section_mapping, serving_defaults
 from sim.configtools import (
     bounded,
@@ -27,15 +28,15 @@ from sim.configtools import (
     convert,
     parse_yaml,
     rename_alias,
-    resolve_alias,
     yaml_error,
 )
 from sim.cost.frontend import FRONTEND_COEFS
 from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB, GPUSpec
 from sim.cost.measured import MeasuredConfig
-from sim.cost.models import LinearCost, RooflineParams
+from sim.cost.models import LinearCost
 from sim.cost.pipeline import check_layout
 from sim.cost.presets import MODELS, model_preset
+from sim.cost.roofline import RooflineParams
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -116,200 +117,6 @@ class CostConfig:
 COST_KINDS = ("measured", "roofline", "linear", "profile")
 
 
-@dataclass(frozen=True)
-class KVOffloadConfig:
-    """A host-memory KV tier (docs/policies.md): ``cpu_gb`` GiB of host memory per GPU
-    holding the prefix-cache entries the GPU evicts and preempted requests' swapped KV
-    (it replaces ``swap_space_gib``); blocks move at ``bandwidth_gb_s`` (1e9 bytes/s per
-    GPU, each way; default the GPU's host link, PCIe). ``overlap``: an iteration's
-    transfers run under its compute (step time = the longer of the two, as SGLang
-    HiCache loads layer by layer) instead of before it (added, as vLLM v0 swaps)."""
-
-    cpu_gb: float = bounded(ge=0)
-    bandwidth_gb_s: float | None = bounded(None, gt=0)
-    overlap: bool = False
-
-
-SWAP_SPACE_GIB = 4.0  # vLLM v0's default --swap-space
-
-
-@dataclass(frozen=True)
-class ServingConfig:
-    """Batching policy and its limits (sequences, tokens per iteration, KV blocks).
-
-    The default policy is ``chunked``, vLLM v1's scheduler. A scenario file that leaves
-    ``max_num_seqs`` or ``max_num_batched_tokens`` unset under ``chunked`` gets the values
-    ``vllm serve`` picks for the scenario's GPU (:func:`sim.config.vllmflags.serving_defaults`);
-    the field defaults below are what other policies, and code building this class
-    directly, get. ``watermark`` unset is 0 for ``chunked`` (v1's KV manager keeps no
-    admission reserve) and 0.01 for the others (vLLM v0's default).
-    """
-
-    policy: str = "chunked"
-    max_num_seqs: int = bounded(256, ge=1)
-    max_num_batched_tokens: int = bounded(8192, ge=1)
-    block_size: int = bounded(16, ge=1)
-    watermark: float | None = bounded(None, ge=0, lt=1)
-    preemption: Literal["recompute", "swap"] = "recompute"
-    # vLLM's --num-gpu-blocks-override: KV blocks per replica instead of the memory-derived
-    # count (the "GPU blocks" / "KV cache size" a vLLM log prints); num_kv_blocks is an alias.
-    num_gpu_blocks: int | None = bounded(None, ge=1)
-    num_kv_blocks: int | None = bounded(None, ge=1)
-    # Host memory per GPU for swapped KV (GiB), when no kv_offload tier is given; a PiB
-    # is beyond any host.
-    swap_space_gib: float = bounded(SWAP_SPACE_GIB, ge=0, le=2**20)
-    # chunked: a per-iteration token budget below max_num_batched_tokens (a Sarathi-style
-    # chunk size); unset, the budget is max_num_batched_tokens, as in vLLM v1.
-    token_budget: int | None = bounded(None, ge=1)
-    # chunked: vLLM's --long-prefill-token-threshold, the most prompt tokens one request
-    # computes in an iteration (0: no cap beyond the budget).
-    long_prefill_token_threshold: int = bounded(0, ge=0)
-    # vLLM's --max-num-partial-prefills; vLLM v1 refuses to start with any value but 1.
-    max_num_partial_prefills: int = bounded(1, ge=1)
-    # orca: TensorRT-LLM's batch waiting. While decodes run, new prompts are held back up
-    # to this many iterations, unless the step's tokens would reach
-    # batch_wait_max_tokens_ratio of max_num_batched_tokens (0, 0: no waiting).
-    batch_wait_timeout_iters: int = bounded(0, ge=0, le=10_000)
-    batch_wait_max_tokens_ratio: float = bounded(0.0, ge=0, le=1)
-    # SGLang's --scheduler-recv-interval: new requests are read only once this many decode
-    # steps have ended since the last read, or after a step with a prompt in it (1: every
-    # iteration, as vLLM does; sim/core/recvgate.py).
-    scheduler_recv_interval: int = bounded(1, ge=1, le=10_000)
-    static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
-    priority: bool = False  # admit by (priority class, arrival) instead of arrival
-    prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
-    kv_offload: KVOffloadConfig | None = None  # a host-memory KV tier
-    speculative: SpeculativeConfig | None = None  # speculative decoding (docs/policies.md)
-    # vLLM's --async-scheduling: the host schedules step n+1 while the device runs step n,
-    # so a step costs the longer of its host and device work (sim/cost/overlap.py).
-    # Unset: vLLM's own default (on for policy chunked since vLLM 0.14; the module says
-    # when it is off).
-    async_scheduling: bool | None = None
-    # vLLM's --stream-interval: the server sends the first token at once, then the output
-    # in chunks of this many tokens (and what is left when the request finishes). Client
-    # ITL is one gap a chunk; TTFT, TPOT and E2E do not move (sim/core/streaming.py).
-    stream_interval: int = bounded(1, ge=1, le=100_000)
-    # Whether the first token goes out at once (vLLM) or waits to fill the first chunk of
-    # stream_interval tokens (false: SGLang's --stream-interval, which sends whenever the
-    # output's length is a multiple of it, so TTFT includes stream_interval - 1 steps).
-    stream_first_token: bool = True
-
-    def __post_init__(self) -> None:
-        from sim.policies.registry import POLICIES
-
-        resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
-        if self.policy not in POLICIES:
-            raise ServesimError(
-                f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",
-                where="policy",
-            )
-        if self.watermark is None:
-            object.__setattr__(self, "watermark", 0.0 if self.policy == "chunked" else 0.01)
-        # Swapped KV and evicted prefixes share one host tier only when kv_offload sizes it.
-        if self.prefix_caching and (self.policy not in ("continuous", "chunked")
-                                    or (self.preemption != "recompute"
-                                        and self.kv_offload is None)):
-            raise ServesimError(
-                f"prefix caching is modelled for policies continuous and chunked with "
-                f"preemption recompute (vLLM's automatic prefix caching), or swap with a "
-                f"kv_offload tier, not policy {self.policy!r} with preemption "
-                f"{self.preemption!r}", where="prefix_caching")
-        if self.kv_offload is not None:
-            self._check_offload()
-        if self.max_num_partial_prefills != 1:
-            raise ServesimError(
-                f"got {self.max_num_partial_prefills}; vLLM v1 runs only 1 (it refuses to start "
-                "with more), and servesim models v1", where="max_num_partial_prefills")
-        if self.speculative is not None:
-            self._check_speculative(self.speculative)
-        if (self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio) and \
-                self.policy != "orca":
-            key = ("batch_wait_timeout_iters" if self.batch_wait_timeout_iters
-                   else "batch_wait_max_tokens_ratio")
-            raise ServesimError(f"TensorRT-LLM's batch waiting applies to policy orca (its "
-                                f"in-flight batching), not {self.policy!r}", where=key)
-        if bool(self.batch_wait_timeout_iters) != bool(self.batch_wait_max_tokens_ratio):
-            # TensorRT-LLM stops holding prompts once either limit is reached, and a limit
-            # of 0 is reached at once: one set alone holds nothing back, there as here.
-            key, other = (("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
-                          if self.batch_wait_timeout_iters else
-                          ("batch_wait_max_tokens_ratio", "batch_wait_timeout_iters"))
-            raise ServesimError(f"got {getattr(self, key)} with {other} 0, which waits "
-                                f"never: batch waiting ends when either limit is reached and "
-                                f"a 0 limit is reached at once (in TensorRT-LLM too); set "
-                                f"{other} above 0 as well, or both to 0", where=key)
-        if self.policy == "chunked":
-            # A budget below one block could never grow a prefill by a whole block, and
-            # one above the per-iteration cap would break that cap.
-            if self.chunk_budget < self.block_size:
-                # Name the key the budget came from: token_budget when given, else
-                # max_num_batched_tokens (a block_size raised past it reads the same).
-                key = "token_budget" if self.token_budget is not None else \
-                    "max_num_batched_tokens"
-                raise ServesimError(f"got {self.chunk_budget}: chunked's per-iteration token "
-                                    f"budget must be at least block_size {self.block_size}",
-                                    where=key)
-            if self.token_budget is not None and self.token_budget > self.max_num_batched_tokens:
-                raise ServesimError(f"got {self.token_budget}, must be at most "
-                                    f"max_num_batched_tokens {self.max_num_batched_tokens}",
-                                    where="token_budget")
-        elif self.long_prefill_token_threshold:
-            raise ServesimError(f"got {self.long_prefill_token_threshold}; the cap on one "
-                                "request's prompt tokens per iteration applies to policy "
-                                f"chunked only, not {self.policy!r}",
-                                where="long_prefill_token_threshold")
-
-    def _check_offload(self) -> None:
-        """A host tier needs something to hold, and is sized by kv_offload alone."""
-        if not self.prefix_caching and self.preemption != "swap":
-            raise ServesimError("the host tier holds evicted prefix-cache entries "
-                                "(prefix_caching: true) and swapped KV (preemption: swap); "
-                                "with neither it would stay empty", where="kv_offload")
-        if self.swap_space_gib != SWAP_SPACE_GIB:
-            raise ServesimError(f"got {self.swap_space_gib} with kv_offload, whose cpu_gb "
-                                f"sizes the one host tier swapped KV goes to; give only "
-                                f"kv_offload.cpu_gb", where="swap_space_gib")
-
-    def _check_speculative(self, spec: SpeculativeConfig) -> None:
-        """Speculation runs under the iteration-level policies, and a chunked budget
-        must hold one whole verify (the pending token and every drafted one)."""
-        if self.policy not in SPECULATIVE_POLICIES:
-            raise ServesimError(
-                f"speculative decoding is modelled for policies "
-                f"{' and '.join(SPECULATIVE_POLICIES)}, not {self.policy!r}",
-                where="speculative")
-        if self.policy == "chunked" and self.chunk_budget < spec.num_tokens + 1:
-            raise ServesimError(f"got num_tokens {spec.num_tokens}: a verify of "
-                                f"{spec.num_tokens + 1} tokens exceeds the token budget "
-                                f"{self.chunk_budget}", where="speculative.num_tokens")
-        cap = self.long_prefill_token_threshold
-        if cap and cap < spec.num_tokens + 1:
-            # The decode set verifies k + 1 tokens a sequence, uncapped.
-            raise ServesimError(f"got {cap}: below a verify of {spec.num_tokens + 1} tokens "
-                                f"(num_tokens {spec.num_tokens} + 1); give at least that",
-                                where="long_prefill_token_threshold")
-
-    @property
-    def decode_width(self) -> int:
-        """Tokens a steady decode computes in one iteration: 1, or with speculation its
-        pending token plus the drafted ones."""
-        return 1 if self.speculative is None else self.speculative.num_tokens + 1
-
-    @property
-    def chunk_budget(self) -> int:
-        """The chunked policy's tokens per iteration: ``token_budget`` if given, else
-        ``max_num_batched_tokens`` (vLLM v1)."""
-        if self.token_budget is not None:
-            return self.token_budget
-        return self.max_num_batched_tokens
-
-    @property
-    def kv_watermark(self) -> float:
-        """Share of KV blocks kept free when admitting new work (resolved ``watermark``)."""
-        return 0.0 if self.watermark is None else self.watermark
-
-
-SPECULATIVE_POLICIES = ("continuous", "chunked")
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,20 @@ from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
 from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
-from sim.cost.models import CostModel, RooflineParams, build_cost
+from sim.cost.models import CostModel, build_cost
 from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import load_profile
+from sim.cost.roofline import RooflineParams
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.policies.registry import make_policy
 from sim.policies.router import ROUTERS
 
 if TYPE_CHECKING:
-    from sim.config.scenario import Scenario, ServingConfig
+    from sim.config.scenario import Scenario
+    from sim.config.serving import ServingConfig
     from sim.core.engine import Engine
 
 

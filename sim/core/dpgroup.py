@@ -38,7 +38,7 @@ class DPGroup:
     """The lockstep process of ``ranks`` (grouped replicas of one data-parallel group),
     priced by ``cost``: a cost model with ``experts_time(tokens)`` (seconds of the
     shared experts for the group's new tokens) whose ``step_time`` is one rank's own
-    work: :class:`sim.cost.models.RooflineCost` with ``dp`` > 1, a
+    work: :class:`sim.cost.roofline.RooflineCost` with ``dp`` > 1, a
     :class:`sim.cost.profilecost.ProfileCost` built for the ranks (``components.experts``),
     or either under async scheduling's :class:`sim.cost.overlap.HostOverlap`."""
 

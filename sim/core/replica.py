@@ -46,7 +46,7 @@ from sim.cost.pipeline import StageCost
 from sim.cost.shape import StepShape
 
 if TYPE_CHECKING:
-    from sim.config.scenario import ServingConfig
+    from sim.config.serving import ServingConfig
     from sim.core.engine import Engine
     from sim.policies.base import Policy
 

@@ -4,7 +4,7 @@ verifying sequences and the tokens they hold in the KV cache.
 The target's verify is priced by the scenario's own cost model, from the iteration's
 step shape (each verifying sequence an entry of k + 1 new tokens after its context).
 Drafting is priced here, as ``k`` sequential decode steps of the drafter over the same
-sequences, by the roofline (:class:`sim.cost.models.RooflineCost`) of the drafter's
+sequences, by the roofline (:class:`sim.cost.roofline.RooflineCost`) of the drafter's
 model on the replica's GPUs:
 
 - ``draft``: the draft model itself, on the same GPU type and tp as the target (vLLM
@@ -40,7 +40,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from sim.cost.gpus import GPUSpec
-from sim.cost.models import RooflineCost, RooflineParams
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape
 from sim.cost.specs import ModelSpec
 

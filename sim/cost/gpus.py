@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost.dtypes import FOUR_BIT_WEIGHTS, FP8_WEIGHTS
+from sim.cost.dtypes import FOUR_BIT_WEIGHTS, FP4_WEIGHTS, FP8_WEIGHTS
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
@@ -248,6 +248,57 @@ def check_dtype(model: ModelSpec, gpu: GPUSpec) -> None:
                 f"got 'nvfp4': {gpu.name} has no FP4 tensor cores and vLLM's weight-only FP4 "
                 "(Marlin) kernels are CUDA-only; use mxfp4, int4 or fp8 weights there, or an "
                 "NVIDIA GPU", where=f"model.{key}")
+
+
+def dtype_note(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> str:
+    """What a cost source adds about the model's dtypes: FP8 weights (weight-only on a GPU
+    without FP8 tensor cores), query/key/value projections kept at a dtype of their own,
+    and an FP8 KV cache; empty for a plain 16-bit model.
+    ``mxfp8_experts``: mxfp4 experts run with MXFP8 activations (a framework's measured
+    MoE kernel on Blackwell), not weight-only."""
+    parts = []
+    if model.dtype in FP8_WEIGHTS:
+        parts.append(f"{model.dtype} weights, weight-only on {gpu.name} (no FP8 tensor cores)"
+                     if weight_only(model, gpu) else f"{model.dtype} weights")
+    parts += four_bit_notes(model, gpu, mxfp8_experts)
+    if model.own_qkv_dtype:
+        parts.append(f"{model.own_qkv_dtype} query/key/value projections")
+    if model.kv_dtype == "fp8":
+        parts.append("fp8 KV cache")
+    return f"; {', '.join(parts)}" if parts else ""
+
+
+def four_bit_notes(model: ModelSpec, gpu: GPUSpec, mxfp8_experts: bool = False) -> list[str]:
+    """How ``model``'s 4-bit projections and experts run on ``gpu``, one phrase each:
+    on FP4 tensor cores, or weight-only (4-bit weights read, bf16 FLOP/s), or for mxfp4
+    experts with MXFP8 activations where ``mxfp8_experts``; the experts' FP8 too where
+    they differ from the projections'."""
+    out = []
+    for what, dtype in (("weights", model.dtype), ("experts", model.expert_dtype)):
+        if dtype in FP8_WEIGHTS and what == "experts":
+            out.append(f"{dtype} experts" + (f", weight-only on {gpu.name} (no FP8 tensor "
+                                             "cores)" if not gpu.fp8_flops else ""))
+        if dtype not in FOUR_BIT_WEIGHTS:
+            continue
+        if dtype == "mxfp4" and what == "experts" and mxfp8_experts:
+            out.append("mxfp4 experts, mxfp8 activations (w4a8)")
+        elif dtype in ("int4", "mxfp4"):
+            out.append(f"{dtype} {what}, weight-only (w4a16)")
+
+        elif dtype_weight_only(dtype, gpu):
+            out.append(f"{dtype} {what}, weight-only on {gpu.name} (no FP4 tensor cores)")
+        else:
+            out.append(f"{dtype} {what} on FP4 tensor cores")
+    return out
+
+
+def gemm_peak(dtype: str, gpu: GPUSpec) -> tuple[float, bool]:
+    """(FLOP/s, low precision) a GEMM on ``dtype`` weights runs at on ``gpu``: the FP8 or
+    FP4 peak where it has tensor cores for them, else the bf16 one (16-bit weights, and
+    weight-only FP8/FP4/int4, which dequantise to bf16)."""
+    if dtype_weight_only(dtype, gpu) or dtype not in FP8_WEIGHTS + FP4_WEIGHTS:
+        return gpu.flops, False
+    return (gpu.fp4_flops if dtype in FP4_WEIGHTS else gpu.fp8_flops), True
 
 
 def gpu(name: str) -> GPUSpec:

@@ -14,7 +14,7 @@ from sim.core.request import Request
 from sim.policies.base import Batch, ReplicaState, grow
 
 if TYPE_CHECKING:
-    from sim.config.scenario import ServingConfig
+    from sim.config.serving import ServingConfig
 
 
 class Chunked:

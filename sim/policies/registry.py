@@ -29,7 +29,7 @@ from sim.policies.chunked import Chunked
 from sim.policies.static import Orca, Static
 
 if TYPE_CHECKING:
-    from sim.config.scenario import ServingConfig
+    from sim.config.serving import ServingConfig
 
 __all__ = ["POLICIES", "Batch", "Chunked", "Continuous", "Disaggregated", "Orca", "Policy",
            "Static", "decode_all", "make_policy", "register", "resume"]

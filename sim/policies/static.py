@@ -18,7 +18,7 @@ from sim.policies.base import (
 )
 
 if TYPE_CHECKING:
-    from sim.config.scenario import ServingConfig
+    from sim.config.serving import ServingConfig
 
 
 def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs: int) -> Batch:

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.scenario import Scenario, ServingConfig, from_dict
+from sim.config.scenario import Scenario, from_dict
+from sim.config.serving import ServingConfig
 from sim.core.engine import Engine, RunResult, build_cost
 from sim.core.histogram import LogHistogram
 from sim.core.replicastats import ReplicaStats

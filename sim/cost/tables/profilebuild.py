@@ -42,14 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from sim.cost.gpus import GPUS
+from sim.cost.gpus import GPUS, dtype_note
 from sim.cost.measured import QUANT_VARIANTS
-from sim.cost.models import dtype_note, ep_note
 from sim.cost.presets import MODELS
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
 from sim.cost.profilefit import fit_component
+from sim.cost.roofline import ep_note
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.shard import Shard, shard
 from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces, recorded_fields

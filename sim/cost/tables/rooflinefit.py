@@ -1,7 +1,7 @@
 """The roofline's efficiency factors and kernel floor, fitted on public kernel tables.
 
 ``cost: roofline`` prices a step from datasheet FLOP/s and bandwidth times efficiency
-factors (:class:`sim.cost.models.RooflineParams`). Its defaults come from here: the same
+factors (:class:`sim.cost.roofline.RooflineParams`). Its defaults come from here: the same
 components measured in NVIDIA AIConfigurator's tables (:mod:`sim.cost.tables.profilebuild`'s
 sources) for a few models and tensor-parallel degrees on every GPU the tables cover —
 
@@ -10,7 +10,7 @@ sources) for a few models and tensor-parallel degrees on every GPU the tables co
 - prefill attention of one sequence of 16 ... 4,096 tokens, and decode attention of
   1 ... 128 sequences at 128 ... 4,096 cached tokens (the attention tables) —
 
-are fitted by the roofline's own formulas (:meth:`sim.cost.models.RooflineCost.parts`)
+are fitted by the roofline's own formulas (:meth:`sim.cost.roofline.RooflineCost.parts`)
 minimising squared log-ratios. ``servesim profile fit-roofline`` fits on all GPUs but
 one and reports the error on the one left out, for each GPU in turn (how well the
 roofline predicts a GPU nobody measured), then fits on all of them: those are the
@@ -30,8 +30,8 @@ from scipy.optimize import least_squares
 
 from sim.configtools import ArgParser
 from sim.cost.gpus import GPUS
-from sim.cost.models import RooflineCost, RooflineParams
 from sim.cost.presets import MODELS
+from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.tables.attntables import decode_grid, select

@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.study.sweep import SweepSpec, parse_ints, parse_rates, run_sweep  # noqa: E402
+from sim.study.studyargs import parse_ints, parse_rates  # noqa: E402
+from sim.study.sweep import SweepSpec, run_sweep  # noqa: E402
 from sim.study.sweeppoint import read_raw  # noqa: E402
 
 

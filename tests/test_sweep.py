@@ -16,15 +16,8 @@ import sim.study.sweeppoint as sp
 from sim.cli import main as cli_main
 from sim.errors import ServesimError
 from sim.report.slospec import parse_slo, parse_slos
-from sim.study.sweep import (
-    SweepSpec,
-    aggregate,
-    parse_ints,
-    parse_names,
-    parse_rates,
-    read_csv,
-    run_sweep,
-)
+from sim.study.studyargs import parse_ints, parse_names, parse_rates
+from sim.study.sweep import SweepSpec, aggregate, read_csv, run_sweep
 from sim.study.sweeppoint import PointKey, make_task, point_raw, read_raw
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -54,10 +54,7 @@ from sim.study.steady import (
     floor_stats,
     floor_violations,
 )
-from sim.study.sweep import (
-    aggregate,
-    ci95,
-)
+from sim.study.sweep import aggregate, ci95
 from sim.study.sweeppoint import (
     PointCache,
     PointKey,

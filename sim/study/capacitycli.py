@@ -50,15 +50,15 @@ from sim.study.steady import (
     steady_from_args,
     trace_plan,
 )
-from sim.study.sweep import (
+from sim.study.studyargs import (
     MAX_SEEDS,
     add_execution_args,
     check_execution,
     grid_args,
     parse_ints,
     refuse_pinned,
-    to_csv,
 )
+from sim.study.sweep import to_csv
 from sim.study.sweeppoint import (
     METRIC_COLUMNS,
     PointCache,

@@ -110,7 +110,7 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     GPU, a bad degree or a repeated name is refused in one line."""
     from sim.config import scenario
     from sim.cost.gpus import GPUS
-    from sim.study.sweep import refuse_pinned
+    from sim.study.studyargs import refuse_pinned
 
     if not names:
         raise ServesimError(f"got no GPU; give one or more of {', '.join(sorted(GPUS))}",

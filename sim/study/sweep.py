@@ -24,7 +24,6 @@ byte-identical files whatever the number of workers or the order points finished
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -33,20 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.scenario import Scenario, from_dict, input_files
-from sim.configtools import ArgParser, comma_items, float_arg, int_arg
+from sim.config.scenario import from_dict, input_files
+from sim.configtools import ArgParser, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header, internal_name
 from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
-from sim.report.rejections import add_rejection_args, max_share, row_share
+from sim.report.rejections import max_share, row_share
 from sim.report.slospec import SLO, parse_slos
 from sim.study.rates import (
-    RATE_RANGE,
     arrived,
     check_rate,
     empty_point_error,
-    rate_problem,
 )
 from sim.study.steady import (
     STEADY_COLUMNS,
@@ -55,6 +52,13 @@ from sim.study.steady import (
     add_steady_args,
     steady_from_args,
     trace_plan,
+)
+from sim.study.studyargs import (
+    MAX_SEEDS,
+    add_execution_args,
+    check_execution,
+    grid_args,
+    parse_rates,
 )
 from sim.study.sweeppoint import (
     KEY_COLUMNS,
@@ -75,86 +79,7 @@ from sim.study.sweeppoint import (
 )
 
 GROUP_COLUMNS = ("policy", "replicas", "tp", "pp", "rate")
-# Replications beyond a few hundred narrow a 95% interval by little (it shrinks as
-# 1/sqrt(seeds)); the caps keep a mistyped count from queueing millions of points.
-MAX_SEEDS = 10_000
-MAX_WORKERS = 4096
-# A rate grid of more points than this is a typo (a step of 1e-9), not a study: each
-# point is a whole simulation.
-MAX_RATES = 10_000
 Row = dict[str, Any]
-
-
-RATES_ALLOWED = ("START:STOP:STEP or a comma list of rates in requests/s, e.g. 1:20:1 or "
-                 "2,4,8")
-
-
-def parse_rates(text: str, flag: str = "--rates") -> list[float]:
-    """``START:STOP:STEP`` (inclusive of STOP) or a comma list, in requests/s, ascending;
-    every rate within [:data:`~sim.study.rates.MIN_RATE`, :data:`~sim.study.rates.MAX_RATE`]."""
-    try:
-        if ":" in text:
-            rates = _range_rates(text, flag)
-        else:
-            rates = [float(x) for x in comma_items(text, flag, RATES_ALLOWED)]
-    except ValueError:
-        raise ServesimError(f"{flag} {text}: expected {RATES_ALLOWED}") from None
-    for r in rates:
-        why = rate_problem(r)
-        if why is not None:
-            raise ServesimError(f"{flag} {text}: rate {r:g} {why}; {RATE_RANGE}")
-    if len(set(rates)) != len(rates):
-        raise ServesimError(f"{flag} {text}: a rate is given twice")
-    if len(rates) > MAX_RATES:
-        raise ServesimError(f"{flag}: {len(rates):,} rates; at most {MAX_RATES:,}")
-    return sorted(rates)
-
-
-def _range_rates(text: str, flag: str) -> list[float]:
-    """The rates of ``START:STOP:STEP``; each part's fault named on its own."""
-    parts = [float(x) for x in text.split(":")]
-    if len(parts) != 3:
-        raise ValueError
-    start, stop, step = parts
-    for name, v in zip(("START", "STOP", "STEP"), parts, strict=True):
-        if not math.isfinite(v):
-            raise ServesimError(f"{flag} {text}: {name} must be a finite number of "
-                                "requests/s")
-    for name, v in (("START", start), ("STOP", stop)):
-        why = rate_problem(v)
-        if why is not None:
-            raise ServesimError(f"{flag} {text}: {name} {v:g} {why}; {RATE_RANGE}")
-    if stop < start:
-        raise ServesimError(f"{flag} {text}: STOP {stop:g} is below START {start:g}")
-    if step <= 0:
-        raise ServesimError(f"{flag} {text}: STEP must be greater than 0 requests/s")
-    n = math.floor((stop - start) / step + 1e-9) + 1
-    if n > MAX_RATES:
-        raise ServesimError(f"{flag} {text}: {n:.4g} rates; at most {MAX_RATES:,} "
-                            "(a larger STEP, or fewer points)")
-    # Rounding keeps 0.1-steps from drifting into 0.30000000000000004.
-    return [round(start + i * step, 9) for i in range(n)]
-
-
-def parse_ints(text: str, flag: str) -> list[int]:
-    """A comma list of positive integers (replicas, tp degrees)."""
-    allowed = "a comma list of positive integers, e.g. 1,2,4"
-    try:
-        vals = [int(x) for x in comma_items(text, flag, allowed)]
-    except ValueError:
-        raise ServesimError(f"{flag} {text}: expected {allowed}") from None
-    if not vals or any(v < 1 for v in vals) or len(set(vals)) != len(vals):
-        raise ServesimError(f"{flag} {text}: expected distinct positive integers, e.g. 1,2,4")
-    return vals
-
-
-def parse_names(text: str, flag: str) -> list[str]:
-    """A comma list of names (policies); checked against the registry when points are built."""
-    allowed = "distinct names separated by commas"
-    vals = comma_items(text, flag, allowed)
-    if not vals or len(set(vals)) != len(vals):
-        raise ServesimError(f"{flag} {text}: expected {allowed}")
-    return vals
 
 
 @dataclass
@@ -388,84 +313,6 @@ def summary_table(grid: list[Row]) -> str:
                      f"{ms(g['ttft_p99'])}{ms(g['tpot_p99'])}{ms(g['e2e_p99'])}"
                      f"{num(g['throughput_rps'])}{num(g['goodput_rps'])}  {sat}")
     return "\n".join(lines)
-
-
-def add_execution_args(p: argparse.ArgumentParser) -> None:
-    """Flags shared by ``sweep`` and ``capacity``: scenario overrides and where points run."""
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario key, e.g. --set workload.num_requests=2000")
-    p.add_argument("--backend", default="local", choices=("local", "ray"),
-                   help="local process pool (default) or a Ray cluster")
-    p.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="Ray cluster address (ray://host:10001 or auto); default: local Ray")
-    p.add_argument("--workers", type=int_arg(ge=1, le=MAX_WORKERS), default=None,
-                   help="parallel simulations (default: all cores)")
-    # Past a million spans the cut only ever falls at the simulated clock's limit.
-    p.add_argument("--horizon-factor", type=float_arg(gt=0, le=1e6), default=4.0,
-                   help="cut each simulation at this many times its arrival span (+60 s) "
-                        "unless the scenario sets horizon_s (default 4)")
-    p.add_argument("--no-cache", action="store_true",
-                   help="recompute every point instead of reusing cached results")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    p.add_argument("--json", action="store_true",
-                   help="print the result as JSON on stdout instead of the table")
-    p.add_argument("--force", action="store_true",
-                   help="run points even when their estimated memory is over what this "
-                        "machine has free")
-    add_rejection_args(p)
-
-
-def check_execution(a: argparse.Namespace) -> None:
-    """Refuse execution flags that would be ignored: a Ray address is only for Ray."""
-    if a.ray_address is not None and a.backend != "ray":
-        raise ServesimError(f"--ray-address {a.ray_address}: only --backend ray joins a Ray "
-                            f"cluster, and this run's backend is {a.backend}; add --backend "
-                            "ray, or drop --ray-address")
-
-
-def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
-    """Policies, replicas, tp degrees and seeds from flags, defaulting to the scenario's own."""
-    sc = from_dict(base, a.scenario)
-    if sc.hardware.dp > 1:
-        # Their GPU counts and tp grid are per replica of tp x pp GPUs; a group of ranks
-        # would need ep to follow each tp as well.
-        raise ServesimError(f"got hardware.dp {sc.hardware.dp}: sweep and capacity vary "
-                            "tp, pp and replicas, not data-parallel attention ranks yet; "
-                            "simulate each layout (servesim simulate, or compare)",
-                            a.scenario, "hardware.dp")
-    if a.seeds < 1:
-        raise ServesimError(f"{flag_seeds} {a.seeds}: must be at least 1")
-    # An empty list is an error (parse_*), not the scenario's value.
-    policies = (parse_names(a.policies, "--policies") if a.policies is not None
-                else [sc.serving.policy])
-    if "disaggregated" in policies:
-        for flag, given, key in (("--tp", a.tp, "tp"), ("--replicas", a.replicas, "replicas")):
-            refuse_pinned(sc, flag, given, key)
-    if a.horizon_factor is not None and not a.horizon_factor > 0:
-        raise ServesimError(f"--horizon-factor {a.horizon_factor}: must be greater than 0")
-    return {
-        "policies": policies,
-        "replicas": parse_ints(a.replicas, "--replicas") if a.replicas is not None
-        else [sc.cluster.replicas],
-        "tps": parse_ints(a.tp, "--tp") if a.tp is not None else [sc.hardware.tp],
-        "pps": parse_ints(a.pp, "--pp") if getattr(a, "pp", None) is not None
-        else [sc.hardware.pp],
-        "seeds": [sc.workload.seed + i for i in range(a.seeds)],
-    }
-
-
-def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,
-                  what: str = "the flag") -> None:
-    """Refuse an axis ``flag`` (given: not None) that varies ``hardware.key`` or
-    ``cluster.key`` where both disaggregated pools set ``key`` themselves: every point
-    would run the same pools under different labels. ``what`` varies the key, for the
-    message."""
-    pinned = sc.disaggregated.pinned(key)
-    if given and pinned is not None:
-        raise ServesimError(f"got {given}: the disaggregated pools set their own {key} "
-                            f"({pinned}), so {what} would change no pool; leave {key} out "
-                            "of one or both pools to let it, or vary the pools with --set",
-                            where=flag)
 
 
 def sweep_plan(base: dict[str, Any], path: Path, seeds: list[int],

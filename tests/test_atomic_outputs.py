@@ -278,7 +278,7 @@ def test_same_scenario_and_seed_give_byte_identical_outputs(tmp_path: Path) -> N
 
 def test_an_interrupted_sweep_keeps_the_old_results_and_grows_the_cache(
         tmp_path: Path, monkeypatch: Any) -> None:
-    from sim.study import sweeppoint as sp
+    from sim.study import pointrun as sp
     from sim.study.sweep import SweepSpec, run_sweep
     from sim.study.sweeppoint import read_raw
 

@@ -12,8 +12,9 @@ from sim.cli import main as cli_main
 from sim.errors import ServesimError
 from sim.report.slospec import parse_slos
 from sim.study.capacity import Search, default_start, passes, run_capacity
+from sim.study.pointrun import PointCache
 from sim.study.sweep import SweepSpec, read_csv, run_sweep
-from sim.study.sweeppoint import PointCache, read_raw
+from sim.study.sweeppoint import read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 MD1 = ROOT / "scenarios" / "capacity-md1.yaml"

@@ -12,8 +12,9 @@ import yaml
 from sim.cli import main as cli_main
 from sim.report.slospec import parse_slos
 from sim.study.capacity import Search, run_capacity
+from sim.study.pointrun import PointCache
 from sim.study.sweep import read_csv
-from sim.study.sweeppoint import PointCache, PointKey, point_sets, read_raw
+from sim.study.sweeppoint import PointKey, point_sets, read_raw
 
 SCENARIO = {
     "name": "pp-capacity",

@@ -11,6 +11,7 @@ import pytest
 from sim.cli import main as cli_main
 from sim.report.slospec import parse_slos
 from sim.study.capacity import MaxRate, Search, run_capacity
+from sim.study.pointrun import PointCache
 from sim.study.steady import (
     MIN_KEPT,
     Measured,
@@ -23,7 +24,7 @@ from sim.study.steady import (
     trace_plan,
 )
 from sim.study.sweep import read_csv
-from sim.study.sweeppoint import PointCache, PointKey, point_raw, read_raw
+from sim.study.sweeppoint import PointKey, point_raw, read_raw
 from sim.workload.traces import load_trace
 from sim.workload.tracetools import skip_rows
 

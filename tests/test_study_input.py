@@ -15,8 +15,9 @@ from sim.cli import main as cli_main
 from sim.errors import ServesimError
 from sim.report.slospec import parse_slos
 from sim.study.capacity import MaxRate, Search, max_rate, size_for
+from sim.study.pointrun import PointCache, run_task
 from sim.study.sweep import SweepSpec, run_sweep
-from sim.study.sweeppoint import PointCache, PointKey, make_task, point_raw, read_raw, run_task
+from sim.study.sweeppoint import PointKey, make_task, point_raw, read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 MD1 = ROOT / "scenarios" / "capacity-md1.yaml"

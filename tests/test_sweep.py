@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import t as student_t
 
+import sim.study.pointrun as pr
 import sim.study.sweeppoint as sp
 from sim.cli import main as cli_main
 from sim.errors import ServesimError
@@ -116,7 +117,7 @@ def test_point_overrides_trace_workload(tmp_path):
     task = make_task(raw, str(scen), tmp_path, PointKey("continuous", 1, 1, 20.0, 0))
     assert task.raw["workload"]["trace"]["target_rate"] == 20.0
     assert task.raw["workload"]["trace"]["time_scale"] == 1.0
-    row = sp.run_task(task)
+    row = pr.run_task(task)
     assert row["offered_rps"] == pytest.approx(20.0, rel=0.01)
     assert row["finished"] == 200
 
@@ -154,7 +155,7 @@ def test_every_shipped_trace_scenario_is_offered_the_rate_asked():
             assert len(arr) == min(int(rate * wl.duration_s), rows)
             assert arr[-1] < wl.duration_s
         # The point's row records the rate as simulated (the run's own offered rate).
-        row = sp.run_task(make_task(raw, str(path), path.parent,
+        row = pr.run_task(make_task(raw, str(path), path.parent,
                                     PointKey(policy, 1, 1, 2.0, 0)))
         assert row["offered_rps"] == pytest.approx(2.0, rel=0.01) and row["finished"] == 1800
 
@@ -169,7 +170,7 @@ def test_a_trace_without_gaps_to_rescale_names_target_rate(tmp_path):
                  "    output: {dist: fixed, value: 1}\n", ""))
     task = make_task(read_raw(scen), str(scen), tmp_path, PointKey("continuous", 1, 1, 2.0, 0))
     with pytest.raises(ServesimError) as e:
-        sp.run_task(task)
+        pr.run_task(task)
     assert "\n" not in str(e.value) and "workload.trace.target_rate" in str(e.value)
     assert "same time" in str(e.value)
 
@@ -187,11 +188,11 @@ def test_saturated_point_is_cut_at_the_horizon_and_marked():
     # arrivals span 10 s, so horizon factor 1 cuts the run at 10 + 60 s: 3,500 served.
     task = make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 500.0, 0), 1.0)
     assert task.raw["horizon_s"] == pytest.approx(5000 / 500 + 60)
-    row = sp.run_task(task)
+    row = pr.run_task(task)
     assert row["saturated"] == 1.0
     assert row["finished"] == pytest.approx(3500, abs=2)
     assert row["finished"] + row["unfinished"] == 5000
-    ok = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 20.0, 0)))
+    ok = pr.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 1, 1, 20.0, 0)))
     assert ok["saturated"] == 0.0 and ok["unfinished"] == 0
 
 
@@ -204,11 +205,11 @@ def test_a_point_an_outage_left_behind_is_saturated():
     # (under one replica's 50), it is not saturated.
     fault = "faults={outages: [{replica: 0, at_s: 10, duration_s: 15}]}"
     raw = read_raw(MD1, ["cluster.replicas=2", fault])
-    row = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 2, 1, 90.0, 0)))
+    row = pr.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 2, 1, 90.0, 0)))
     assert row["saturated"] == 1.0 and row["queue_growth_s"] < 0 and row["unfinished"] == 0
-    calm = sp.run_task(make_task(read_raw(MD1, ["cluster.replicas=2"]), str(MD1), MD1.parent,
+    calm = pr.run_task(make_task(read_raw(MD1, ["cluster.replicas=2"]), str(MD1), MD1.parent,
                                  PointKey("continuous", 2, 1, 90.0, 0)))
-    slow = sp.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 2, 1, 40.0, 0)))
+    slow = pr.run_task(make_task(raw, str(MD1), MD1.parent, PointKey("continuous", 2, 1, 40.0, 0)))
     assert calm["saturated"] == 0.0 and slow["saturated"] == 0.0
 
 
@@ -225,7 +226,7 @@ def test_a_point_cut_by_the_scenario_horizon_judges_only_what_arrived():
     rng = np.random.default_rng(np.random.SeedSequence(sc.workload.seed).spawn(3)[0])
     arr = build_requests(sc.workload, sc.base_dir, rng, sc.source).arrival_s
     came = arr[arr < 50.0]
-    row = sp.run_task(task)
+    row = pr.run_task(task)
     assert row["saturated"] == 0.0 and row["unfinished"] <= 1
     assert row["finished"] + row["unfinished"] == len(came)
     assert 800 < len(came) < 1200 and len(arr) == 4000
@@ -233,7 +234,7 @@ def test_a_point_cut_by_the_scenario_horizon_judges_only_what_arrived():
     # At 100 req/s, twice the capacity (1 / 20 ms), the queue of what arrived by 20 s
     # grows: saturated, though 2,000 requests never arrived.
     raw = read_raw(MD1, ["horizon_s=20"])
-    over = sp.run_task(make_task(raw, str(MD1), MD1.parent,
+    over = pr.run_task(make_task(raw, str(MD1), MD1.parent,
                                  PointKey("continuous", 1, 1, 100.0, 0)))
     assert over["saturated"] == 1.0 and over["finished"] == pytest.approx(1000, abs=2)
     assert 800 < over["unfinished"] < 1200
@@ -277,7 +278,7 @@ def test_sweep_csv_identical_for_one_and_two_workers(tmp_path):
 
 def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     spec = md1_spec([5.0, 10.0, 15.0, 20.0, 25.0], seeds=2)
-    real = sp.run_task
+    real = pr.run_task
     first: list[str] = []
 
     def interrupt_after_three(task):
@@ -286,7 +287,7 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
         first.append(task.digest)
         return real(task)
 
-    monkeypatch.setattr(sp, "run_task", interrupt_after_three)
+    monkeypatch.setattr(pr, "run_task", interrupt_after_three)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec, tmp_path, workers=1, plots=False)
     assert not (tmp_path / "sweep.csv").exists()
@@ -298,13 +299,13 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
         second.append(task.digest)
         return real(task)
 
-    monkeypatch.setattr(sp, "run_task", record)
+    monkeypatch.setattr(pr, "run_task", record)
     res = run_sweep(spec, tmp_path, workers=1, plots=False)
     assert len(second) == 7 and not set(second) & set(first)
     assert (res.stats.cached, res.stats.computed) == (3, 7)
 
     # A third run (in a process pool) and a wider grid run only what is new.
-    monkeypatch.setattr(sp, "run_task", real)
+    monkeypatch.setattr(pr, "run_task", real)
     again = run_sweep(spec, tmp_path, workers=2, plots=False)
     assert again.stats.computed == 0
     wider = md1_spec([5.0, 10.0, 15.0, 20.0, 25.0, 30.0], seeds=2)
@@ -314,7 +315,7 @@ def test_interrupted_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
 
 def test_fresh_run_equals_resumed_run(tmp_path, monkeypatch):
     spec = md1_spec([10.0, 30.0], seeds=2)
-    real = sp.run_task
+    real = pr.run_task
     calls: list[int] = []
 
     def flaky(task):
@@ -323,10 +324,10 @@ def test_fresh_run_equals_resumed_run(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(task)
 
-    monkeypatch.setattr(sp, "run_task", flaky)
+    monkeypatch.setattr(pr, "run_task", flaky)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec, tmp_path / "resumed", workers=1, plots=False)
-    monkeypatch.setattr(sp, "run_task", real)
+    monkeypatch.setattr(pr, "run_task", real)
     run_sweep(spec, tmp_path / "resumed", workers=1, plots=False)
     run_sweep(spec, tmp_path / "fresh", workers=1, plots=False, use_cache=False)
     assert not (tmp_path / "fresh" / "cache").exists()

@@ -42,6 +42,7 @@ from sim.config.scenario import from_dict
 from sim.errors import ServesimError
 from sim.report.rejections import row_share
 from sim.report.slospec import SLO, all_met
+from sim.study.pointrun import PointCache, RunStats, point_words, run_points
 from sim.study.rates import (
     MAX_RATE,
     arrived,
@@ -55,17 +56,7 @@ from sim.study.steady import (
     floor_violations,
 )
 from sim.study.sweep import aggregate, ci95
-from sim.study.sweeppoint import (
-    PointCache,
-    PointKey,
-    RunStats,
-    cost_source,
-    describe_base,
-    make_task,
-    point_raw,
-    point_words,
-    run_points,
-)
+from sim.study.sweeppoint import PointKey, cost_source, describe_base, make_task, point_raw
 
 Row = dict[str, Any]
 MAX_BRACKET_STEPS = 40  # doublings before concluding the SLOs do not bound the load

@@ -36,6 +36,7 @@ from sim.study.capacity import (
     default_start,
     run_capacity,
 )
+from sim.study.pointrun import PointCache
 from sim.study.rates import (
     MAX_RATE,
     MIN_RATE,
@@ -61,7 +62,6 @@ from sim.study.studyargs import (
 from sim.study.sweep import to_csv
 from sim.study.sweeppoint import (
     METRIC_COLUMNS,
-    PointCache,
     PointKey,
     point_sets,
     read_raw,

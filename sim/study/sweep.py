@@ -40,6 +40,7 @@ from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.rejections import max_share, row_share
 from sim.report.slospec import SLO, parse_slos
+from sim.study.pointrun import PointCache, RunStats, point_words, run_points
 from sim.study.rates import (
     arrived,
     check_rate,
@@ -63,18 +64,14 @@ from sim.study.studyargs import (
 from sim.study.sweeppoint import (
     KEY_COLUMNS,
     METRIC_COLUMNS,
-    PointCache,
     PointKey,
     PointTask,
-    RunStats,
     cost_source,
     describe_base,
     make_task,
     point_sets,
-    point_words,
     read_raw,
     refuse_closed_loop,
-    run_points,
     show_progress,
 )
 

@@ -170,7 +170,7 @@ def test_a_fit_of_some_priors_holds_the_others(tmp_path: Path) -> None:
 
 @needs_tables
 def test_held_out_vllm_rows_stay_within_their_documented_errors(tmp_path: Path) -> None:
-    from sim.validate.siliconfit import main
+    from sim.validate.siliconcli import main
 
     assert main(["--silicon", "--framework", "vllm", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "silicon.json").read_text())

@@ -70,7 +70,7 @@ def test_a_row_longer_than_its_models_context_is_skipped_with_the_reason(
 
 @needs_tables
 def test_a_row_that_finishes_nothing_is_null_in_the_json(tmp_path: Path) -> None:
-    from sim.validate.siliconfit import main as silicon
+    from sim.validate.siliconcli import main as silicon
 
     # Llama-3.1-70B's 140 GB of weights on one 80 GB A100 under SGLang: one KV block,
     # no request finishes, no mean latency: null, where NaN (not JSON) was written.
@@ -156,7 +156,7 @@ def test_a_priors_path_that_cannot_take_them_is_refused_before_any_work(
 
 
 def test_a_priors_file_may_go_in_the_out_folder_the_run_makes(tmp_path: Path) -> None:
-    from sim.validate.siliconfit import check_priors_path
+    from sim.validate.siliconcli import check_priors_path
 
     csv = silicon_csv(tmp_path, [FIT])
     check_priors_path(tmp_path / "o" / "p.yaml", csv, tmp_path / "o")
@@ -168,7 +168,7 @@ def test_a_priors_file_may_go_in_the_out_folder_the_run_makes(tmp_path: Path) ->
 def test_fitted_priors_name_the_csv_they_were_fitted_on(tmp_path: Path) -> None:
     import yaml
 
-    from sim.validate.siliconfit import main as silicon
+    from sim.validate.siliconcli import main as silicon
 
     csv, priors = silicon_csv(tmp_path, [PLAIN]), tmp_path / "p.yaml"
     assert silicon(["--silicon", str(csv), "--out", str(tmp_path / "o"),

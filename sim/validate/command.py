@@ -395,9 +395,9 @@ def _vllm_main(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     """Dispatch on the mode; a :class:`ServesimError` propagates to ``sim.cli`` (exit 2)."""
     if any(x == "--silicon" or x.startswith("--silicon=") for x in argv):
-        from sim.validate import siliconfit
+        from sim.validate import siliconcli
 
-        return siliconfit.main(argv)
+        return siliconcli.main(argv)
     if any(x == "--vllm-result" or x.startswith("--vllm-result=") for x in argv):
         return _vllm_main(argv)
     if any(x == "--against" or x.startswith("--against=") for x in argv):

@@ -26,8 +26,6 @@ from sim.validate.siliconfit import (
 from sim.validate.siliconrecipes import SCHEDULERS
 from sim.validate.siliconrows import Row, default_path, read_rows
 
-# How fitted priors name the installed sample (another CSV: the path it was given as).
-
 
 def _parser() -> ArgParser:
     """The options of ``servesim validate --silicon``."""

@@ -1,0 +1,119 @@
+"""A checkpoint's ``quantization_config`` (HuggingFace ``config.json``), read as servesim's
+weight dtype, the attention projections it leaves unquantised, and whether it ships an
+FP8 KV cache: FP8 per tensor or in 128 x 128 blocks, compressed-tensors, ModelOpt and
+gpt-oss's mxfp4 (:func:`sim.cost.hfconfig.from_hf_config` reads the rest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.errors import ServesimError
+
+# Each layout's complete set of query/key/value projections, by module name: a list that
+# leaves one of these sets unquantised (and the output projection not) keeps them apart.
+_QKV_SETS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"qkv_proj"}),
+             frozenset({"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"}),
+             frozenset({"q_proj", "kv_a_proj_with_mqa", "kv_b_proj"}))
+
+
+def unquantised_attention(quant: Any, src: str) -> str:
+    """What of attention a ``quantization_config`` leaves unquantised: ``"all"`` (gpt-oss's
+    mxfp4, whose ``modules_to_not_convert`` names the self-attention, and ModelOpt's
+    experts-only exports, whose ``exclude_modules`` or ``ignore`` list each layer's
+    ``self_attn*``), ``"qkv"`` (its query, key and value projections, by name, the output
+    projection quantised: NVIDIA's NVFP4 DeepSeek checkpoints), or ``""`` (none). Any
+    other subset of attention's projections is an error naming one of them. A list naming
+    every projection one by one, the output's too, is ``"all"``."""
+    if not isinstance(quant, dict):
+        return ""
+    keep = (quant.get("modules_to_not_convert") or quant.get("exclude_modules")
+            or quant.get("ignore") or [])
+    if not isinstance(keep, list):
+        return ""
+    # A sparse-attention indexer's small projections (DeepSeek-V3.2's and GLM-5's
+    # indexer*, weights_proj named indexers_proj) are kept 16-bit whatever the rest is:
+    # they say nothing of the attention projections.
+    attention = [str(k) for k in keep if "self_attn" in str(k)
+                 and "indexer" not in str(k).partition("self_attn")[2]]
+    whole = [k for k in attention if k.partition("self_attn")[2] in ("", "*", ".*")]
+    if whole:
+        return "all"
+    names = {k.rpartition(".")[2] for k in attention}
+    projections = {n for n in names if n.endswith("_proj") or n.endswith("_with_mqa")}
+    if not projections:
+        return ""  # norms only (GLM-5's FP8 release lists its latents' norms)
+    if any(projections == qkv | {"o_proj"} for qkv in _QKV_SETS):
+        return "all"  # every projection by name (NVIDIA's NVFP4 GLM-5)
+    if not any(projections == qkv for qkv in _QKV_SETS):
+        raise ServesimError(f"keeps {attention[0]!r} and other single attention projections "
+                            "unquantised, the rest at its dtype; servesim models attention "
+                            "unquantised whole, or its query/key/value projections "
+                            f"({'; '.join(', '.join(sorted(q)) for q in _QKV_SETS)}) "
+                            "apart from the output", source=src, where="quantization_config")
+    return "qkv"
+
+
+def checkpoint_fp8_kv(quant: Any) -> bool:
+    """Whether a ``quantization_config`` calibrates an FP8 KV cache: ModelOpt's
+    ``kv_cache_quant_algo: FP8``, or an 8-bit float ``kv_cache_scheme`` (compressed-tensors,
+    and ModelOpt exports in its layout). vLLM's ``--kv-cache-dtype auto`` takes the
+    checkpoint's FP8 cache since vllm-project/vllm PR 29980 (December 2025); before, auto
+    meant the activations' dtype."""
+    if not isinstance(quant, dict):
+        return False
+    if str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8":
+        return True
+    scheme = quant.get("kv_cache_scheme")
+    return isinstance(scheme, dict) and scheme.get("type") == "float" and \
+        scheme.get("num_bits") == 8
+
+
+def weights_dtype(quant: Any, src: str) -> str | None:
+    """The weights' dtype a ``quantization_config`` gives (None when there is none); a
+    quantisation servesim does not model is an error naming its method."""
+    if quant is None:
+        return None
+    where = "quantization_config"
+    if not isinstance(quant, dict):
+        raise ServesimError(f"got {quant!r}, expected a mapping", source=src, where=where)
+    method = quant.get("quant_method")
+    if method == "fp8":
+        return "fp8-block" if quant.get("weight_block_size") else "fp8"
+    algo = str(quant.get("quant_algo", "")).upper()
+    if method == "modelopt" and algo in ("FP8", "NVFP4"):
+        return algo.lower()
+    if method == "mxfp4":
+        return "mxfp4"
+    if method in ("awq", "gptq") and quant.get("bits", 4) == 4:
+        return "int4"
+    if method == "compressed-tensors":
+        found = _compressed_tensors_dtype(quant)
+        if found:
+            return found
+    what = f"{method!r}" + (f" ({quant.get('quant_algo')})" if "quant_algo" in quant else "") \
+        + (f" with bits {quant['bits']!r}" if "bits" in quant else "")
+    raise ServesimError(f"quantisation {what} is not modelled; servesim models FP8 weights "
+                        "(quant_method fp8, compressed-tensors float8, modelopt FP8), 4-bit "
+                        "ones (mxfp4, modelopt NVFP4, compressed-tensors nvfp4 or int4, "
+                        "4-bit awq and gptq)", source=src, where=f"{where}.quant_method")
+
+
+def _compressed_tensors_dtype(quant: dict[str, Any]) -> str | None:
+    """The weights' dtype of a compressed-tensors config whose every group agrees: FP8
+    (per block or not), NVFP4 (4-bit floats, groups of 16) or int4 (4-bit integers)."""
+    groups = quant.get("config_groups")
+    weights = [g.get("weights") for g in groups.values()
+               if isinstance(g, dict)] if isinstance(groups, dict) else []
+    dicts = [w for w in weights if isinstance(w, dict)]
+    if not dicts or len(dicts) != len(weights):
+        return None
+    # A malformed entry (a list, say) stands as its repr: hashable, and it matches no kind.
+    kinds = {tuple(v if isinstance(v, str | int | float | None) else repr(v)
+                   for v in (w.get("type"), w.get("num_bits"))) for w in dicts}
+    if kinds == {("float", 8)}:
+        return "fp8-block" if any(w.get("strategy") == "block" for w in dicts) else "fp8"
+    if kinds == {("float", 4)}:
+        return "nvfp4"
+    if kinds == {("int", 4)}:
+        return "int4"
+    return None

@@ -49,8 +49,9 @@ class GridConfig:
     scale: int                         # whole steps: multiplier on the base mixes
     long: tuple[tuple[int, int], ...] = ()  # prefill attention: (chunk, context) past the grid
     # Linear stack and LM head are also timed at every count 1..table_max (tokens,
-    # sequences), kept as a measured table (sim.cost.profile.tabled): small matrix products
-    # are not a smooth function of their rows (CPU: multiples of four fastest).
+    # sequences), kept as a measured table (a component's table_s at table_at:
+    # sim.cost.profilefile): small matrix products are not a smooth function of their rows
+    # (CPU: multiples of four fastest).
     table_max: int = 0
 
 

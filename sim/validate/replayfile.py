@@ -308,7 +308,7 @@ def read_replay(record: Any, source: str) -> tuple[Requests, dict[str, np.ndarra
 
 
 def model_mismatch(profile: Any, model: dict[str, Any], side: str = "replay") -> str | None:
-    """Why a profile (:class:`sim.cost.profile.ProfileCost`) cannot price a run of ``model``
+    """Why a profile (:class:`sim.cost.profilecost.ProfileCost`) cannot price a run of ``model``
     (ModelSpec fields: a record's, or those of a replay about to run), or None when it
     can: every dimension but the dtype must agree. ``side`` names the run in the text."""
     theirs = {k: v for k, v in dataclasses.asdict(profile.model).items() if k != "dtype"}

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.errors import ServesimError
-from sim.workload import formats as trace_formats
+from sim.workload import traceio
 from sim.workload.traces import (
     FORMATS,
     find_trace,
@@ -152,7 +152,7 @@ def test_crlf_and_bom(tmp_path: Path) -> None:
 
 
 def test_chunk_borders_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_formats, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(traceio, "CHUNK_ROWS", 3)
     rows = "".join(f"{i},{i + 1},1\n" for i in range(10))
     t = load_trace(write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n" + rows))
     assert len(t) == 10 and t.prompt_tokens[-1] == 10

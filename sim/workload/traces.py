@@ -25,6 +25,7 @@ import numpy as np
 
 from sim.errors import ServesimError
 from sim.workload import formats as tf
+from sim.workload import traceio
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "traces"
 MOONCAKE_BLOCK_TOKENS = tf.MOONCAKE_BLOCK_TOKENS
@@ -54,7 +55,7 @@ class Trace:
         return len(self.prompt_tokens)
 
 
-Reader = Callable[[Path, str, dict[str, Any], Counter[str]], Iterator[tf.Chunk]]
+Reader = Callable[[Path, str, dict[str, Any], Counter[str]], Iterator[traceio.Chunk]]
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def find_trace(ref: str, base_dir: Path | None) -> Path:
 def sniff_format(path: str | Path) -> str:
     """Tell the format from the first non-blank line (a JSON object, or a CSV header)."""
     src = str(path)
-    line_no, text = tf.first_line(Path(path), src)
+    line_no, text = traceio.first_line(Path(path), src)
     if text.startswith("{"):
         return "mooncake"
     cols = {c.strip() for c in text.split(",")}
@@ -156,7 +157,7 @@ def spread_buckets(arrival_s: np.ndarray, rng: np.random.Generator) -> np.ndarra
     return np.sort(raw)
 
 
-def _assemble(chunks: list[tf.Chunk], src: str, sort: bool, fmt: str) -> dict[str, Any]:
+def _assemble(chunks: list[traceio.Chunk], src: str, sort: bool, fmt: str) -> dict[str, Any]:
     """Concatenate chunks, checking time order across chunk borders unless sorting."""
     unit = " after the first row's TIMESTAMP" if fmt == "azure" else ""
     cols: dict[str, Any] = {}
@@ -226,7 +227,7 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
         spec = FORMATS[fmt]
         chunks = list(spec.reader(p, src, options, dropped))
     except UnicodeDecodeError:
-        raise tf.bad_utf8(p, src) from None
+        raise traceio.bad_utf8(p, src) from None
     except (OSError, EOFError) as exc:  # a damaged gzip stream, a read error
         raise ServesimError(f"cannot read trace file: {exc}", source=src) from None
     dropped_out = {k: v for k, v in dropped.items() if v}

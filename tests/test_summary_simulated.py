@@ -83,7 +83,7 @@ def test_features_beyond_plain_batching_are_said_only_when_set() -> None:
     """Speculative decoding, swap preemption, priority, admission limits and faults
     change what is simulated; the section and the report's setup table had left them
     out. A scenario without them has no such keys (the golden summary is unchanged)."""
-    from sim.study.reportdoc import setup_table
+    from sim.study.docparts import setup_table
 
     sets = ["workload.duration_s=5", "serving.preemption=swap", "serving.priority=true",
             "serving.speculative={method: eagle, num_tokens: 3, acceptance: {rate: 0.7}}",

@@ -233,10 +233,27 @@ def _seqs_shape(n: int) -> StepShape:
     return decode_shape(n, 0)
 
 
-def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
-    """The profile of ``spec`` as a plain mapping in schema order (see the module doc)."""
-    version = resolve_version(spec)
-    m, fw, gpu = spec.model, spec.framework, spec.gpu
+@dataclass(frozen=True)
+class _Gemms:
+    """The GEMM tables one build prices from: bf16 (the LM head, and the projections of a
+    16-bit model), the projections' own (``lin``: FP8 or NVFP4 rows, perhaps of another
+    framework), the query/key/value projections', and what the bf16 table gives: the
+    launch floor (s) and the weight-bound bandwidth (bytes/s)."""
+
+    source: Any  # the bf16 GemmSource
+    lin: GemmTable
+    lin_kernel: str
+    lin_fw: str
+    lin_version: str
+    qkv: GemmTable
+    floor_s: float
+    bandwidth: float
+
+
+def _check_spec(spec: BuildSpec) -> None:
+    """Refuse what the tables cannot build: a dtype they do not time, NVFP4 on a GPU
+    without FP4 tensor cores, data-parallel attention for a dense model."""
+    m, gpu = spec.model, spec.gpu
     if m.dtype not in TABLE_DTYPES:
         raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
                             f"{', '.join(TABLE_DTYPES)}", where="--dtype")
@@ -250,12 +267,15 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
         raise ServesimError(f"got {spec.dp}, but model {m.name} is dense: data-parallel "
                             "attention ranks share a mixture of experts' experts",
                             where="--dp")
-    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep", dp=spec.dp)
-    priors = priors if priors is not None else framework_priors(fw)
-    notes: list[str] = []
+
+
+def _gemms(spec: BuildSpec, version: str, notes: list[str]) -> _Gemms:
+    """The GEMM tables of a build (:class:`_Gemms`); what their choice means goes to
+    ``notes``."""
+    m, fw, gpu = spec.model, spec.framework, spec.gpu
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
     source = gemm_table(gpu, fw, version, "bf16")
-    gemm, gemm_kernel = source.table, source.kernel
+    gemm = source.table
     # FP8 and NVFP4 projections are priced from their own GEMM rows, the rest from bf16's.
     lin_source, lin_fw, lin_version = (projection_gemms(gpu, fw, version, m.dtype)
                                        if m.dtype in QUANT_VARIANTS else (source, fw, version))
@@ -275,20 +295,25 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                      f"its other tables (sim/cost/tables/gemmtable.py): the projections are "
                      f"priced from {lin_fw} {lin_version}'s rows of the same library")
     qkv_gemm = _qkv_gemm(m, gpu, fw, version, lin_gemm, notes)
-    ms = gemm.ms
-    lin_ms = lin_gemm.ms  # an FP8 table may time other token counts than the bf16 one
-    floor_s = float(gemm.cube.min())
     big = float(gemm.ns[gemm.ns <= 16384][-1])
     bandwidth = big * big * 2 / float(gemm.times(big, big)[0])  # m = 1: weight-bound
+    return _Gemms(source, lin_gemm, lin_kernel, lin_fw, lin_version, qkv_gemm,
+                  float(gemm.cube.min()), bandwidth)
 
-    # Linear stack, per layer.
+
+def _linear_stack(spec: BuildSpec, version: str, rank: Shard, g: _Gemms, notes: list[str]
+                  ) -> tuple[np.ndarray, np.ndarray, MoeTimes | None, dict[str, Any] | None]:
+    """One layer's linear stack at every token count of the projections' table (s), with
+    its elementwise kernels; the interpolation errors of the GEMMs priced; the MoE
+    layer's times and its ``experts`` component (None for a dense model)."""
+    m, lin_gemm = spec.model, g.lin
     shapes = layer_gemms(rank)
     moe, experts = None, None
     if m.experts:
-        linear, width, shapes, moe, experts = _moe_stack(spec, version, rank, lin_gemm, gemm,
-                                                         qkv_gemm, notes)
+        linear, width, shapes, moe, experts = _moe_stack(spec, version, rank, lin_gemm,
+                                                         g.source.table, g.qkv, notes)
     else:
-        dense: np.ndarray = mixer_times(rank, lin_gemm, qkv_gemm) + sum(
+        dense: np.ndarray = mixer_times(rank, lin_gemm, g.qkv) + sum(
             lin_gemm.times(n, k) for n, k in mlp_gemms(rank))
         linear, width = dense, rank.intermediate
     for n, k in shapes:  # the GEMMs priced
@@ -299,43 +324,56 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                              + 4 * rank.kv_heads * rank.head_dim + 3 * width)
     # A layer-wide query/key norm under tp splits into a sums-of-squares kernel and a
     # scaling one around its all-reduce.
-    qk_norm = qk_norm_allreduces(m, spec.tp)
-    kernels = LAYER_ELEMENTWISE_KERNELS + qk_norm
-    linear = linear + kernels * floor_s + lin_ms * elementwise_bytes / bandwidth
-    interp = lin_gemm.holdout_errors(shapes)
+    kernels = LAYER_ELEMENTWISE_KERNELS + qk_norm_allreduces(m, spec.tp)
+    linear = linear + kernels * g.floor_s + lin_gemm.ms * elementwise_bytes / g.bandwidth
+    return linear, lin_gemm.holdout_errors(shapes), moe, experts
 
-    # LM head, sampler and (under tp) the logits all-gather, per step.
+
+def _head_and_allreduce(spec: BuildSpec, version: str, rank: Shard, g: _Gemms,
+                        notes: list[str]
+                        ) -> tuple[np.ndarray, dict[str, Any], Collectives | None]:
+    """The LM head, sampler and (under tp) logits all-gather per step at every count of
+    the bf16 table (s); the ``allreduce`` component; the collective tables read (None at
+    tp 1)."""
+    m, fw, gpu = spec.model, spec.framework, spec.gpu
+    gemm, floor_s, bandwidth = g.source.table, g.floor_s, g.bandwidth
+    ms = gemm.ms
     head_n = rank.vocab
     if head_n > gemm.ns[-1]:
         notes.append(f"LM head n={head_n} past the measured n={gemm.ns[-1]:g}: scaled in "
                      "proportion (measured on the grid: 4x n=16384 against n=65536)")
     head = (gemm.times(head_n, rank.hidden) + floor_s + ms * 4 * rank.hidden / bandwidth
             + SAMPLER_KERNELS * floor_s + ms * m.vocab * 4 * SAMPLER_PASSES / bandwidth)
-    comm: Collectives | None = None
-    if spec.tp > 1:
-        comm = load_collectives(gpu, fw, version, spec.tp)
-        head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
-        graphed = ms <= GRAPH_TOKENS[fw]
-        reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2, graphed)
-        if qk_norm:
-            # Each layer's query/key norm over all heads waits for the sums of squares of
-            # every GPU's heads: a small all-reduce of its own.
-            reduce = reduce + m.layers * comm.allreduce(ms * QK_NORM_BYTES, graphed)
-        ar_fit = _formula_fit("allreduce", ms, reduce, _tokens_shape)
-        allreduce = {**_entry("allreduce", ar_fit["coef"]), **_knots(ms, reduce),
-                     "fit": {"source": f"tables: {comm.sources['custom_allreduce']}, "
-                                       f"{comm.sources['nccl']}", **ar_fit["fit"]}}
-    else:
-        allreduce = {**_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs, 0.0)),
-                     "fit": {"source": "none (tp=1)"}}
+    if spec.tp == 1:
+        return head, {**_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs, 0.0)),
+                      "fit": {"source": "none (tp=1)"}}, None
+    comm = load_collectives(gpu, fw, version, spec.tp)
+    head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
+    graphed = ms <= GRAPH_TOKENS[fw]
+    reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2, graphed)
+    if qk_norm_allreduces(m, spec.tp):
+        # Each layer's query/key norm over all heads waits for the sums of squares of
+        # every GPU's heads: a small all-reduce of its own.
+        reduce = reduce + m.layers * comm.allreduce(ms * QK_NORM_BYTES, graphed)
+    ar_fit = _formula_fit("allreduce", ms, reduce, _tokens_shape)
+    allreduce = {**_entry("allreduce", ar_fit["coef"]), **_knots(ms, reduce),
+                 "fit": {"source": f"tables: {comm.sources['custom_allreduce']}, "
+                                   f"{comm.sources['nccl']}", **ar_fit["fit"]}}
+    return head, allreduce, comm
 
-    # Attention at the rank's heads (a model with sliding layers: the layers' mean).
+
+def _attention(spec: BuildSpec, version: str, rank: Shard, g: _Gemms, notes: list[str]
+               ) -> tuple[dict[str, Any], str, str]:
+    """The attention components (``prefill_attention``, ``sparse_prefill`` where the
+    model has it, ``decode_attention``) at the rank's heads (a model with sliding layers:
+    the layers' mean), and the prefill and decode kernels they were timed with."""
+    m, fw, gpu = spec.model, spec.framework, spec.gpu
     if m.sparse:
         att: ModelAttention = sparse_attention(gpu, fw, version, m, rank,
-                                               KV_TABLE_DTYPES[m.kv_dtype], qkv_gemm,
+                                               KV_TABLE_DTYPES[m.kv_dtype], g.qkv,
                                                attention_gemms(rank))
     elif m.mla:
-        att = mla_attention(gpu, fw, version, m, rank, KV_TABLE_DTYPES[m.kv_dtype], qkv_gemm,
+        att = mla_attention(gpu, fw, version, m, rank, KV_TABLE_DTYPES[m.kv_dtype], g.qkv,
                             attention_gemms(rank))
     else:
         att = model_attention(attention_table(gpu, fw, version, "generation_attention_perf"),
@@ -370,21 +408,7 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
     per_kv = (grid.values[0][-1] - grid.values[0][-2]) / (cols[-1] - cols[-2])
     pre_coef = {**pre.coef, "per_context_pair_s": pre.coef["per_self_pair_s"],
                 "per_context_token_s": max(per_kv, 0.0) + att.context_token_s}
-
-    lin_fit = _formula_fit("linear", lin_ms, linear, _tokens_shape)
-    head_fit = _formula_fit("lm_head", ms, head, _seqs_shape)
     comps = {
-        "step": {**_entry("step", {"const_s": priors.step_const_s,
-                                   "per_seq_s": priors.step_per_seq_s,
-                                   "per_new_token_s": _g(rank.hidden * 2 / bandwidth),
-                                   "per_group_s": 0.0, "group_seqs": 0.0}),
-                 "fit": {"source": f"prior: {priors.source}; per_new_token_s: the embedding "
-                                   "read at the GEMM table's bandwidth"}},
-        "linear": {**_entry("linear", lin_fit["coef"]), **_knots(lin_ms, linear),
-                   "fit": {"source": f"tables: gemm {lin_kernel} ({lin_fw} {lin_version})"
-                                     if lin_fw != fw else f"tables: gemm {lin_kernel} ({version})",
-                           "interpolation": _err_stats(interp),
-                           "formula_past_knots": lin_fit["fit"]}},
         "prefill_attention": {**_entry("prefill_attention", {k: _g(v) for k, v in
                                                              pre_coef.items()}), **pre_knots,
                               "fit": {"source": f"tables: {pre_rows.kernel} ({version}); "
@@ -400,6 +424,40 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                                       "s": [[_g(x) for x in row] for row in grid.values]},
                              "fit": {"source": f"tables: {dec_rows.kernel} ({version})",
                                      "interpolation": _err_stats(att.decode_errors)}},
+    }
+    return comps, pre_rows.kernel, dec_rows.kernel
+
+
+def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, Any]:
+    """The profile of ``spec`` as a plain mapping in schema order (see the module doc)."""
+    version = resolve_version(spec)
+    m, fw, gpu = spec.model, spec.framework, spec.gpu
+    _check_spec(spec)
+    rank = shard(m, spec.tp, where="--tp", ep=spec.ep, ep_where="--ep", dp=spec.dp)
+    priors = priors if priors is not None else framework_priors(fw)
+    notes: list[str] = []
+    g = _gemms(spec, version, notes)
+    gemm_kernel = g.source.kernel
+    linear, interp, moe, experts = _linear_stack(spec, version, rank, g, notes)
+    head, allreduce, comm = _head_and_allreduce(spec, version, rank, g, notes)
+    attention, pre_kernel, dec_kernel = _attention(spec, version, rank, g, notes)
+    ms, lin_ms = g.source.table.ms, g.lin.ms  # an FP8 table may time other token counts
+    lin_fit = _formula_fit("linear", lin_ms, linear, _tokens_shape)
+    head_fit = _formula_fit("lm_head", ms, head, _seqs_shape)
+    comps = {
+        "step": {**_entry("step", {"const_s": priors.step_const_s,
+                                   "per_seq_s": priors.step_per_seq_s,
+                                   "per_new_token_s": _g(rank.hidden * 2 / g.bandwidth),
+                                   "per_group_s": 0.0, "group_seqs": 0.0}),
+                 "fit": {"source": f"prior: {priors.source}; per_new_token_s: the embedding "
+                                   "read at the GEMM table's bandwidth"}},
+        "linear": {**_entry("linear", lin_fit["coef"]), **_knots(lin_ms, linear),
+                   "fit": {"source": f"tables: gemm {g.lin_kernel} ({g.lin_fw} {g.lin_version})"
+                                     if g.lin_fw != fw
+                                     else f"tables: gemm {g.lin_kernel} ({version})",
+                           "interpolation": _err_stats(interp),
+                           "formula_past_knots": lin_fit["fit"]}},
+        **attention,
         "lm_head": {**_entry("lm_head", head_fit["coef"]), **_knots(ms, head),
                     "fit": {"source": f"tables: gemm {gemm_kernel} ({version}); norm and "
                                       "sampler at the table's bandwidth",
@@ -427,16 +485,17 @@ def build_profile(spec: BuildSpec, priors: Priors | None = None) -> dict[str, An
                       f"{wheel_version()} (Apache-2.0)",
             "framework": fw, "version": version, "gpu": gpu,
             "kernels": {"gemm": gemm_kernel,
-                        **({"linear_gemm": lin_kernel} if lin_kernel != gemm_kernel else {}),
+                        **({"linear_gemm": g.lin_kernel} if g.lin_kernel != gemm_kernel
+                           else {}),
                         **({"moe": moe.kernel} if moe else {}),
-                        "prefill_attention": pre_rows.kernel,
-                        "decode_attention": dec_rows.kernel, **(comm.sources if comm else {})},
-            "derived": {"kernel_floor_s": _g(floor_s), "bandwidth_bytes_s": _g(bandwidth)},
+                        "prefill_attention": pre_kernel,
+                        "decode_attention": dec_kernel, **(comm.sources if comm else {})},
+            "derived": {"kernel_floor_s": _g(g.floor_s), "bandwidth_bytes_s": _g(g.bandwidth)},
             "not_in_tables": "per-step scheduling, input preparation and host overhead; the "
                              "API server's per-request work (step and frontend priors)",
             "notes": notes,
         },
-        "device": {"name": gpu, "reported": source.device},
+        "device": {"name": gpu, "reported": g.source.device},
         "dtype": m.dtype,
         "tp": spec.tp,
         **({"ep": spec.ep} if spec.ep > 1 else {}),

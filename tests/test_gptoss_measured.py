@@ -64,7 +64,7 @@ def h200_120b() -> dict:
 def _table_ms(name: str, window: int, batch: int, col: str, value: int) -> float:
     """One measured latency (ms) of the H200 vLLM 0.24.0 attention tables at gpt-oss's
     64 query and 8 KV heads of 64, bf16 KV cache."""
-    from sim.cost.tables.profilebuild import attention_table
+    from sim.cost.tables.profileparts import attention_table
 
     t = attention_table("h200", "vllm", "0.24.0", name).where(
         num_heads=64, num_key_value_heads=8, head_dim=64, kv_cache_dtype="bfloat16",

@@ -101,7 +101,7 @@ def test_vllm_b300_latent_attention_reads_b200s_module_rows() -> None:
     # rows less B200's projection prices, so its attention terms equal B200's.
     from sim.cost.tables.gemmtable import gemm_table
     from sim.cost.tables.mlaattn import mla_attention
-    from sim.cost.tables.profilebuild import attention_gemms
+    from sim.cost.tables.profileparts import attention_gemms
 
     rank = shard(K, 4)
     att = {g: mla_attention(g, "vllm", "0.24.0", K, rank, "fp8",

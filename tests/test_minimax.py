@@ -99,12 +99,8 @@ def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
 
     from sim.cost.tables.gemmtable import gemm_table, projection_gemms
     from sim.cost.tables.moetable import moe_times
-    from sim.cost.tables.profilebuild import (
-        LAYER_ELEMENTWISE_KERNELS,
-        BuildSpec,
-        attention_gemms,
-        build_profile,
-    )
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+    from sim.cost.tables.profileparts import LAYER_ELEMENTWISE_KERNELS, attention_gemms
 
     data = build_profile(BuildSpec(M, "b200", "vllm", 4))
     rank = shard(M, 4)
@@ -167,7 +163,8 @@ def test_measured_profile_adds_the_norms_all_reduce_from_the_tables() -> None:
     import numpy as np
 
     from sim.cost.tables.commtable import load_collectives
-    from sim.cost.tables.profilebuild import GRAPH_TOKENS, BuildSpec, build_profile
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+    from sim.cost.tables.profileparts import GRAPH_TOKENS
 
     def knots(model: object) -> tuple[np.ndarray, np.ndarray]:
         ar = build_profile(BuildSpec(model, "b200", "vllm", 4))["components"]["allreduce"]

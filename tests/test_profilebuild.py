@@ -78,7 +78,8 @@ def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
     component is the four table rows at that m plus the documented elementwise term."""
     from sim.cost.presets import MODELS
     from sim.cost.tables.kerneltables import load_table
-    from sim.cost.tables.profilebuild import LAYER_ELEMENTWISE_KERNELS, BuildSpec, build_profile
+    from sim.cost.tables.profilebuild import BuildSpec, build_profile
+    from sim.cost.tables.profileparts import LAYER_ELEMENTWISE_KERNELS
 
     # QKV n = (32 + 2*8)*128 = 6144, o n = k = 4096, gate+up n = 16384, down k = 8192.
     model = dataclasses.replace(MODELS["llama-3-8b"], intermediate=8192, name="grid-model")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -184,3 +186,14 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     return lines[0]
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of the repository (scripts/, docs/scripts/) imported as a module named
+    after its file; registered first, as dataclasses defined in it need."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod
+    spec.loader.exec_module(mod)
+    return mod

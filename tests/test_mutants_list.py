@@ -4,27 +4,16 @@ fault mutates must re-point the fault, or the fault checker stops before running
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _mutants() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mutants", ROOT / "scripts" / "mutants.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    # Its dataclasses look their module up by name while the class is built.
-    sys.modules.setdefault("mutants", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_every_fault_applies_once_and_names_existing_tests() -> None:
-    m = _mutants()
+    m = load_script(ROOT / "scripts" / "mutants.py")
     assert m.check_snippets(ROOT, list(m.FAULTS)) == []
     names = [f.name for f in m.FAULTS]
     assert len(names) == len(set(names))

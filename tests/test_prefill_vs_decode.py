@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "scripts" / "prefill_vs_decode.py"
 
 
 @pytest.fixture(scope="module")
 def pvd():
-    spec = importlib.util.spec_from_file_location("prefill_vs_decode", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 def test_a_ttft_grows_with_prompt_while_tpot_barely_moves(pvd):

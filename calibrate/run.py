@@ -35,7 +35,7 @@ from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.cost.curves import Knots
-from sim.cost.gpus import GPUS
+from sim.cost.gpus import GPUS, gpu_of_device
 from sim.cost.profile import FORMS, SCALAR
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefit import (
@@ -112,23 +112,7 @@ def _gpu_entry(cfg: CalibrationConfig, device_name: str) -> str | None:
             raise ServesimError(f"unknown gpu {cfg.gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="--gpu")
         return cfg.gpu
-    lowered = device_name.lower().replace(" ", "")
-
-    def named(part: str) -> bool:
-        # A Grace-Blackwell superchip's GPU ("NVIDIA GB300") is not its B-series namesake
-        # (b300): other memory and links. Only a "gb" entry names it.
-        at = lowered.find(part)
-        return at >= 0 and (part.startswith("g") or not lowered[:at].endswith("g"))
-
-    # The most specific name first: "NVIDIA H100 NVL" is h100-nvl, "NVIDIA GB200" gb200
-    # (not b200), "NVIDIA L40S" l40s (not l4); then a family's first entry (h100-sxm).
-    for key in sorted(GPUS, key=len, reverse=True):
-        if named(key.replace("-", "")):
-            return key
-    for key in GPUS:
-        if named(key.split("-")[0]):
-            return key
-    return None
+    return gpu_of_device(device_name)
 
 
 def _timing(quick: bool) -> TimingConfig:

@@ -13,7 +13,7 @@ comparison, with no GPU and with the tables installed):
   per-tensor fp8 on Hopper), at m from 1 to 8192 tokens;
 * causal prefill attention (``scaled_dot_product_attention``) with 32 query heads and 8
   KV heads of 128, batch 1, at 512 to 8192 tokens, bf16;
-* the memory the device reports to torch (bytes).
+* the memory the device reports to torch (bytes), a column of every row.
 
 Each GEMM reads its weight from one of several copies in turn, together several times
 the GPU's L2 cache, so a repeat does not find its weight cached; a sequence of calls is
@@ -31,6 +31,7 @@ import argparse
 import csv
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -65,12 +66,12 @@ def time_gemm(m: int, n: int, k: int, dtype: str, device: torch.device, quick: b
     copies = max(1, min(8, -(-L2_FLUSH_BYTES // (n * k * (1 if dtype == "fp8" else 2)))))
     if quick:
         copies = 1
+    if dtype == "fp8" and device.type != "cuda":
+        raise RuntimeError("fp8 GEMMs are timed on CUDA only")
     x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
     # Weights stored (n, k) row-major, as checkpoints store them; the GEMM reads w.t().
     ws = [torch.randn(n, k, device=device, dtype=torch.bfloat16) / k**0.5 for _ in range(copies)]
     if dtype == "fp8":
-        if device.type != "cuda":
-            raise RuntimeError("fp8 GEMMs are timed on CUDA only")
         xq = x.to(torch.float8_e4m3fn)
         wq = [w.to(torch.float8_e4m3fn) for w in ws]
         one = torch.ones((), device=device, dtype=torch.float32)
@@ -101,10 +102,16 @@ def time_prefill(isl: int, device: torch.device) -> tuple[float, str]:
     return _per_call_ms(body, device, calls)
 
 
-def _brief(exc: BaseException) -> str:
-    """One line naming an exception, for a refused row."""
-    lines = str(exc).splitlines() or [""]
-    return f"{type(exc).__name__}: {lines[0][:200]}"
+def _timed(row: dict[str, object], run: Callable[[], tuple[float, str]]) -> dict[str, object]:
+    """``row`` with ``run``'s time (ms) and how it was timed, or with the one line of the
+    error the device raised instead: a refused shape is written, never dropped."""
+    try:
+        ms, how = run()
+        row.update(ms=f"{ms:.6f}", how=how)
+    except Exception as exc:  # noqa: BLE001 - recorded in the row
+        lines = str(exc).splitlines() or [""]
+        row.update(error=f"{type(exc).__name__}: {lines[0][:200]}")
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     tokens, prefill = TOKENS, PREFILL
     if a.quick:
         gemms, tokens, prefill = [("small", 256, 512)], [1, 16], [64]
-    name = torch.cuda.get_device_name(device) if a.device == "cuda" else "cpu"
-    total = torch.cuda.mem_get_info(device)[1] if a.device == "cuda" else 0
-    meta = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda}
+    cuda = a.device == "cuda"
+    # The device's own figures go on every row: the memory it reports to torch (bytes).
+    meta = {"device": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "memory_bytes": torch.cuda.mem_get_info(device)[1] if cuda else 0}
     fields = [*meta, "op", "dtype", "m", "n", "k", "ms", "how", "error"]
     # Rows are written as they are timed, so a run stopped by a timeout keeps its rows.
     with open(a.out, "w", newline="") as f:
@@ -136,29 +145,17 @@ def main(argv: list[str] | None = None) -> int:
             f.flush()
             print(label, row["ms"], row["how"], row["error"], flush=True)
 
-        put({**meta, "op": "memory_total_bytes", "dtype": "", "m": "", "n": "", "k": "",
-             "ms": total, "how": "mem_get_info", "error": ""}, "memory_total_bytes")
         for op, n, k in gemms:
             for dtype in ("bf16", "fp8"):
                 for m in tokens:
                     row: dict[str, object] = {**meta, "op": op, "dtype": dtype, "m": m,
                                               "n": n, "k": k, "ms": "", "how": "", "error": ""}
-                    try:
-                        ms, how = time_gemm(m, n, k, dtype, device, a.quick)
-                        row.update(ms=f"{ms:.6f}", how=how)
-                    except Exception as exc:  # noqa: BLE001 - recorded in the row
-                        row.update(error=_brief(exc))
-                    put(row, f"{op} {dtype} m={m} n={n} k={k}")
+                    put(_timed(row, partial(time_gemm, m, n, k, dtype, device, a.quick)),
+                        f"{op} {dtype} m={m} n={n} k={k}")
         for isl in prefill:
-            row = {**meta, "op": "prefill_attention",
-                   "dtype": "bf16" if a.device == "cuda" else "fp32", "m": isl, "n": 32,
-                   "k": 8, "ms": "", "how": "", "error": ""}
-            try:
-                ms, how = time_prefill(isl, device)
-                row.update(ms=f"{ms:.6f}", how=how)
-            except Exception as exc:  # noqa: BLE001 - recorded in the row
-                row.update(error=_brief(exc))
-            put(row, f"prefill_attention isl={isl}")
+            row = {**meta, "op": "prefill_attention", "dtype": "bf16" if cuda else "fp32",
+                   "m": isl, "n": 32, "k": 8, "ms": "", "how": "", "error": ""}
+            put(_timed(row, partial(time_prefill, isl, device)), f"prefill_attention isl={isl}")
     return 0
 
 

@@ -5,27 +5,18 @@ kernel tables)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from conftest import needs_tables
+from conftest import load_script, needs_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "scripts" / "kernel_check.py"
 COMPARE = ROOT / "docs" / "scripts" / "kernel_compare.py"
-FIELDS = ["device", "torch", "cuda", "op", "dtype", "m", "n", "k", "ms", "how", "error"]
-
-
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+FIELDS = ["device", "torch", "cuda", "memory_bytes", "op", "dtype", "m", "n", "k", "ms", "how",
+          "error"]
 
 
 def test_kernel_check_cpu_rows(tmp_path: Path) -> None:
@@ -38,10 +29,10 @@ def test_kernel_check_cpu_rows(tmp_path: Path) -> None:
     assert list(rows[0]) == FIELDS
     ops = [(r["op"], r["dtype"], r["m"]) for r in rows]
     # Every shape is written, the refused ones with their reason: none is dropped.
-    assert ops == [("memory_total_bytes", "", ""), ("small", "bf16", "1"),
-                   ("small", "bf16", "16"), ("small", "fp8", "1"), ("small", "fp8", "16"),
-                   ("prefill_attention", "fp32", "64")]
-    for r in rows[1:]:
+    assert ops == [("small", "bf16", "1"), ("small", "bf16", "16"), ("small", "fp8", "1"),
+                   ("small", "fp8", "16"), ("prefill_attention", "fp32", "64")]
+    assert {r["memory_bytes"] for r in rows} == {"0"}  # no device memory on the CPU
+    for r in rows:
         if r["dtype"] == "fp8":
             assert r["ms"] == "" and "CUDA only" in r["error"]
         else:
@@ -50,8 +41,9 @@ def test_kernel_check_cpu_rows(tmp_path: Path) -> None:
 
 def _row(**kw: object) -> dict[str, object]:
     base: dict[str, object] = {"device": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0",
-                               "op": "grid", "dtype": "bf16", "m": 1024, "n": 4096,
-                               "k": 4096, "ms": "", "how": "graph", "error": ""}
+                               "memory_bytes": 150_106_652_672, "op": "grid", "dtype": "bf16",
+                               "m": 1024, "n": 4096, "k": 4096, "ms": "", "how": "graph",
+                               "error": ""}
     return {**base, **kw}
 
 
@@ -61,10 +53,8 @@ def test_kernel_compare_against_the_tables(tmp_path: Path,
     from sim.cost.tables.gemmtable import gemm_table
     bf16 = gemm_table("h200", "vllm", "0.24.0", "bf16").table.at(1024, 4096, 4096) * 1e3
     fp8 = gemm_table("h200", "vllm", "0.24.0", "fp8").table.at(1024, 4096, 4096) * 1e3
-    rows = [_row(op="memory_total_bytes", dtype="", m="", n="", k="", ms=150_106_652_672,
-                 how="mem_get_info"),
-            # 10% over the table in bf16, and an fp8 row twice as fast as the bf16 one.
-            _row(ms=f"{bf16 * 1.1:.6f}"),
+    # 10% over the table in bf16, and an fp8 row twice as fast as the bf16 one.
+    rows = [_row(ms=f"{bf16 * 1.1:.6f}"),
             _row(dtype="fp8", ms=f"{bf16 * 1.1 / 2:.6f}"),
             _row(dtype="fp8", m=16, error="RuntimeError: refused"),
             _row(op="prefill_attention", m=4096, n=32, k=8, ms="0.5")]
@@ -73,7 +63,7 @@ def test_kernel_compare_against_the_tables(tmp_path: Path,
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    assert _load(COMPARE).main([str(path)]) == 0
+    assert load_script(COMPARE).main([str(path)]) == 0
     out = capsys.readouterr().out
     assert "tables: vllm 0.24.0 on h200" in out
     assert "150,106,652,672 bytes" in out
@@ -92,7 +82,24 @@ def test_kernel_compare_refuses_other_files(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "x.csv"
     path.write_text("a,b\n1,2\n")
-    assert _load(COMPARE).main([str(path)]) == 2
+    assert load_script(COMPARE).main([str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "not a kernel_check CSV" in err and "x.csv" in err
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("col", "value", "expected"), [
+    ("ms", "fast", "a number"), ("m", "1.5", "a whole number"),
+    ("memory_bytes", "", "a whole number")])
+def test_kernel_compare_names_a_bad_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         col: str, value: str, expected: str) -> None:
+    path = tmp_path / "k.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows([_row(ms="0.1"), _row(**{col: value})])
+    assert load_script(COMPARE).main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "k.csv" in err and "line 3" in err
+    assert f"column {col}: got {value!r}, expected {expected}" in err

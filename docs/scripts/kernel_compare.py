@@ -31,22 +31,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from sim.cost.gpus import GPUS, gpu_of_device  # noqa: E402
+from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.tables.gemmtable import gemm_table  # noqa: E402
-from sim.cost.tables.kerneltables import coverage, load_table  # noqa: E402
+from sim.cost.tables.kerneltables import load_table  # noqa: E402
+from sim.cost.tables.profilebuild import BuildSpec, resolve_version  # noqa: E402
 from sim.errors import ServesimError  # noqa: E402
-
-GPU_NAMES = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm",
-             "NVIDIA A100-SXM4-80GB": "a100-80gb", "NVIDIA B200": "b200", "NVIDIA L40S": "l40s"}
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a kernel_check CSV; a clear error when it is not one."""
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    need = {"device", "op", "dtype", "m", "n", "k", "ms", "how", "error"}
+    need = {"device", "memory_bytes", "op", "dtype", "m", "n", "k", "ms", "how", "error"}
     if not rows or not need <= set(rows[0]):
         raise ServesimError(f"not a kernel_check CSV: expected columns "
                             f"{', '.join(sorted(need))}", source=str(path))
+    for line, r in enumerate(rows, start=2):
+        for col, kind in (("memory_bytes", int), ("m", int), ("n", int), ("k", int),
+                          ("ms", float)):
+            try:
+                if r[col] or col == "memory_bytes":
+                    kind(r[col])
+            except (TypeError, ValueError):
+                raise ServesimError(f"column {col}: got {r[col]!r}, expected "
+                                    f"{'a whole number' if kind is int else 'a number'}",
+                                    source=str(path), where=f"line {line}") from None
     return rows
 
 
@@ -55,19 +65,17 @@ def gemm_lines(rows: list[dict[str, str]], gpu: str, framework: str, version: st
     """Markdown rows comparing each timed GEMM with the table, and |errors| per dtype."""
     tables = {d: gemm_table(gpu, framework, version, d).table for d in ("bf16", "fp8")}
     timed = {(r["op"], r["dtype"], int(r["m"]), int(r["n"]), int(r["k"])): float(r["ms"])
-             for r in rows if r["op"] not in ("memory_total_bytes", "prefill_attention")
-             and r["ms"]}
+             for r in rows if r["op"] != "prefill_attention" and r["ms"]}
     out: list[str] = []
     errors: dict[str, list[float]] = {"bf16": [], "fp8": []}
     for (op, dtype, m, n, k), ms in timed.items():
         table_ms = tables[dtype].at(m, n, k) * 1e3
         err = (ms - table_ms) / table_ms
         errors[dtype].append(abs(err))
-        speed = ""
-        if dtype == "fp8" and (op, "bf16", m, n, k) in timed:
-            measured_x = timed[(op, "bf16", m, n, k)] / ms
-            table_x = tables["bf16"].at(m, n, k) / tables["fp8"].at(m, n, k)
-            speed = f"{measured_x:.2f}x | {table_x:.2f}x"
+        bf16 = (op, "bf16", m, n, k)
+        if dtype == "fp8" and bf16 in timed:
+            table_x = tables["bf16"].at(m, n, k) * 1e3 / table_ms
+            speed = f"{timed[bf16] / ms:.2f}x | {table_x:.2f}x"
         else:
             speed = "- | -"
         out.append(f"| {op} | {dtype} | {m} | {n} | {k} | {ms:.4f} | {table_ms:.4f} "
@@ -106,26 +114,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = read_rows(a.csv)
         device = rows[0]["device"]
-        gpu = a.gpu or GPU_NAMES.get(device)
+        gpu = a.gpu or gpu_of_device(device)
         if gpu is None:
-            raise ServesimError(f"device {device!r} is not one servesim names; pass --gpu "
-                                f"({', '.join(sorted(set(GPU_NAMES.values())))})")
-        have = coverage().get(gpu, {}).get(a.framework, [])
-        version = a.version or (have[-1] if have else None)
-        if version is None:
-            raise ServesimError(f"no {a.framework} tables for {gpu}")
+            raise ServesimError(f"device {device!r} is not in the GPU table; pass --gpu "
+                                f"({', '.join(sorted(GPUS))})")
+        # The check times Llama-3-8B's GEMMs: the model only names the build.
+        version = resolve_version(BuildSpec(MODELS["llama-3-8b"], gpu, a.framework,
+                                            version=a.version))
         refused = [r for r in rows if r["error"]]
         gemms, errors = gemm_lines(rows, gpu, a.framework, version)
         attention = attention_lines(rows, gpu, a.framework, version)
     except ServesimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    memory = [r for r in rows if r["op"] == "memory_total_bytes"]
+    memory = int(rows[0]["memory_bytes"])
     print(f"device {device} (torch {rows[0]['torch']}), tables: {a.framework} {version} "
           f"on {gpu}")
-    if memory:
-        print(f"memory the device reports: {int(float(memory[0]['ms'])):,} bytes "
-              f"({float(memory[0]['ms']) / 2**20:,.0f} MiB)")
+    print(f"memory the device reports: {memory:,} bytes ({memory / 2**20:,.0f} MiB)")
     print("\n| GEMM | dtype | m | n | k | measured ms | table ms | error | fp8 speed-up "
           "measured | table |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -301,6 +301,28 @@ def gemm_peak(dtype: str, gpu: GPUSpec) -> tuple[float, bool]:
     return (gpu.fp4_flops if dtype in FP4_WEIGHTS else gpu.fp8_flops), True
 
 
+def gpu_of_device(device_name: str) -> str | None:
+    """The GPU table's name for the device a driver reports (``torch.cuda.get_device_name``:
+    "NVIDIA H100 80GB HBM3" is h100-sxm); None for a device the table lacks."""
+    lowered = device_name.lower().replace(" ", "")
+
+    def named(part: str) -> bool:
+        # A Grace-Blackwell superchip's GPU ("NVIDIA GB300") is not its B-series namesake
+        # (b300): other memory and links. Only a "gb" entry names it.
+        at = lowered.find(part)
+        return at >= 0 and (part.startswith("g") or not lowered[:at].endswith("g"))
+
+    # The most specific name first: "NVIDIA H100 NVL" is h100-nvl, "NVIDIA GB200" gb200
+    # (not b200), "NVIDIA L40S" l40s (not l4); then a family's first entry (h100-sxm).
+    for key in sorted(GPUS, key=len, reverse=True):
+        if named(key.replace("-", "")):
+            return key
+    for key in GPUS:
+        if named(key.split("-")[0]):
+            return key
+    return None
+
+
 def gpu(name: str) -> GPUSpec:
     """The GPU called ``name``; an unknown name is an error listing the valid ones."""
     try:

@@ -21,7 +21,7 @@ from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_attention
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers
-from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
+from sim.cost.tables.gemmtable import GemmSource, GemmTable, gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import (
     TABLE_DTYPES,
     load_table,
@@ -153,7 +153,7 @@ class Gemms:
     framework), the query/key/value projections', and what the bf16 table gives: the
     launch floor (s) and the weight-bound bandwidth (bytes/s)."""
 
-    source: Any  # the bf16 GemmSource
+    source: GemmSource  # the bf16 table
     lin: GemmTable
     lin_kernel: str
     lin_fw: str

@@ -68,7 +68,7 @@ def measure(phase_s: float, rounds: int, device: str) -> dict[str, np.ndarray]:
     """Phase medians, seconds: name -> array [round, step]."""
     import torch
 
-    from calibrate.replay import device_executor
+    from calibrate.executor import device_executor
 
     exs = {name: device_executor(spec, device, None, 1, 8, 1024, 16)[0]
            for name, spec in variants().items()}

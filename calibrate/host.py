@@ -28,8 +28,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from calibrate.executor import ModelExecutor
 from calibrate.grids import Point
-from calibrate.replay import STEP_FIELDS, ModelExecutor, VirtualClock, run_loop
+from calibrate.replay import STEP_FIELDS, VirtualClock, run_loop
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing, is_oom
 from calibrate.wake import fit_wake, time_wake_on

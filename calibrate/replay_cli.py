@@ -3,7 +3,7 @@
 Chooses the requests (the first ``--requests`` rows of a trace, rebased to 0 s,
 rescaled to each ``--rate`` in req/s, capped at the model's context), chooses the
 rates when given as ``--load`` fractions of the saturation rate a cost profile
-predicts, runs :func:`calibrate.replay.replay_on_device` per level and writes one
+predicts, runs :func:`calibrate.executor.replay_on_device` per level and writes one
 ``servesim-replay/1`` JSON per level (schema in docs/validation.md). ``servesim
 validate`` calls :func:`run_levels` in-process; on a machine without the simulator
 (a GPU box with torch only) this command writes the files and ``servesim validate
@@ -26,16 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from calibrate.replay import (
-    SCHEMA,
-    STEP_FIELDS,
-    CostExecutor,
-    ReplayResult,
-    VirtualClock,
-    device_executor,
-    replay_on_device,
-    run_loop,
-)
+from calibrate.executor import device_executor, replay_on_device
+from calibrate.replay import SCHEMA, STEP_FIELDS, CostExecutor, ReplayResult, VirtualClock, run_loop
 from sim.configtools import ArgParser, float_arg, int_arg
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError

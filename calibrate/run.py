@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from calibrate.executor import ModelExecutor, check_timeable
+from calibrate.fitsteps import fit_steps_in_situ, knots_note, layer_mean, sweep_knots
 from calibrate.grids import (
-    DENSE_LINEAR,
     OPERATORS,
     Point,
     grid_for,
@@ -30,21 +31,18 @@ from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
 from calibrate.output import device_info, write_csv, write_profile
 from calibrate.progress import bar as progress_bar
-from calibrate.replay import ModelExecutor, check_timeable
 from calibrate.rounds import RoundsConfig, time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
 from sim.cost.curves import Knots
 from sim.cost.gpus import GPUS, gpu_of_device
-from sim.cost.profile import FORMS, SCALAR
+from sim.cost.profile import FORMS
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefit import (
     MIN_TEST,
     FitResult,
     allreduce_coefs,
     fit_component,
-    fit_in_situ,
-    relative_errors,
 )
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
@@ -296,13 +294,13 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                 good = [m for m in ops if m.point.component == name and m.status == "ok"]
                 if name == "host" and not good:
                     continue
-                good, ys = _layer_mean(model, good, ops) if name == "linear" else (
+                good, ys = layer_mean(model, good, ops) if name == "linear" else (
                     good, [m.timing.median_s for m in good if m.timing])
                 fits[name] = fit_component(name, [m.shape for m in good], ys, grid.table_max)
                 if name == "linear" and model.experts:
                     formula = fits[name]
-                    fits[name] = _sweep_knots(formula, good, ys)
-                    notes.append(_knots_note(fits[name], formula))
+                    fits[name] = sweep_knots(formula, good, ys)
+                    notes.append(knots_note(fits[name], formula))
                 for m, role in zip(good, fits[name].roles, strict=True):
                     m.split = role
         except ServesimError as exc:
@@ -329,7 +327,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         write_csv(csv_path, ops + steps)
         raise ServesimError(f"only {len(done)} whole steps timed, need {2 * MIN_TEST}; "
                             f"raise --budget-s; measurements kept in {csv_path}")
-    fits["in_situ"], errs, base_errs = _fit_in_situ(cost, layers, done)
+    fits["in_situ"], errs, base_errs = fit_steps_in_situ(cost, layers, done)
     # A cost picks the components it prices when it is built: rebuilt, it prices the
     # in_situ term just fitted, as the profile written below will.
     cost = cost.replace(coefs=cost.coefs)
@@ -344,103 +342,6 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     write_csv(csv_path, result.measurements)
     write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
     return result
-
-
-def _layer_mean(model: ModelSpec, good: list[Measurement], ops: list[Measurement]
-                ) -> tuple[list[Measurement], list[float]]:
-    """The linear stack's points and their seconds as the mean layer of ``model``.
-
-    A dense model's and a mixture of experts without dense layers' are their medians. A
-    mixture with ``dense_layers`` has each point's expert-layer time and the dense
-    layer's at the same count (:data:`DENSE_LINEAR`) averaged over the layers, as the
-    profile builder averages its tables' layers; a count whose dense point is missing
-    (an early stop, a failure) is left out."""
-    if not (model.experts and model.dense_layers):
-        return good, [m.timing.median_s for m in good if m.timing]
-    dense = {m.point.entries: m.timing.median_s for m in ops
-             if m.point.component == DENSE_LINEAR and m.status == "ok" and m.timing}
-    share = model.dense_layers / model.layers
-    kept = [m for m in good if m.timing and m.point.entries in dense]
-    return kept, [(1 - share) * m.timing.median_s + share * dense[m.point.entries]
-                  for m in kept if m.timing]
-
-
-def _sweep_knots(fit: FitResult, good: list[Measurement], ys: list[float]) -> FitResult:
-    """A mixture of experts' linear stack as the public-table profiles price it: knots at
-    every measured count, the formula past the last.
-
-    Each expert the step's tokens touch runs (and reads its weights) once, and the
-    touched experts grow with the tokens until all are, so the time rises steeply,
-    bends, then grows with the FLOPs: no one ``max(weight, slope)`` line follows that
-    bend. The knots are the table and training points (the formula's held-out points
-    are not knots), joined linearly, and the held-out error reported is the knots'
-    own at those held-out points."""
-    form = FORMS["linear"]
-    roles = fit.roles
-    knots = sorted((m.shape.new_tokens, y) for m, y, r in zip(good, ys, roles, strict=True)
-                   if r in ("table", "train"))
-    curve = Knots(tuple(x for x, _ in knots), tuple(y for _, y in knots))
-    held = [(m.shape, y) for m, y, r in zip(good, ys, roles, strict=True) if r == "test"]
-    pred = [curve.at(s.new_tokens) for s, _ in held]
-    errs = relative_errors(np.array([form.evaluate(fit.coef, s, SCALAR) if p is None else p
-                                     for (s, _), p in zip(held, pred, strict=True)]),
-                           np.array([y for _, y in held]))
-    nan = float("nan")
-    return dataclasses.replace(fit, mape_train=0.0,
-                               mape_test=float(errs.mean()) if len(errs) else nan,
-                               max_err_test=float(errs.max()) if len(errs) else nan,
-                               table=curve.ys, table_at=curve.xs)
-
-
-def _knots_note(fit: FitResult, formula: FitResult) -> str:
-    """What the profile says of a mixture of experts' linear knots (``fit``), beside
-    the held-out error its formula alone (``formula``) would have had."""
-    return (f"linear (mixture of experts): priced by {len(fit.table)} measured knots at "
-            f"{fit.table_at[0]:g}-{fit.table_at[-1]:g} tokens, its formula past them; its "
-            f"held-out error is the knots' at {fit.n_test} points left out of them "
-            f"(mean {fit.mape_test:.1%}, worst {fit.max_err_test:.1%}; the formula alone "
-            f"past the table: mean {formula.mape_test:.1%}, worst {formula.max_err_test:.1%})")
-
-
-def _fit_in_situ(cost: ProfileCost, layers: int, done: list[Measurement]
-                 ) -> tuple[FitResult, np.ndarray, np.ndarray]:
-    """Fit ``in_situ`` on the whole steps; (its fit, out-of-fold errors with and without).
-
-    Two-fold cross-validation: steps are split alternately in order of size (folds
-    ``cv-a`` and ``cv-b``, both spanning the range), each fold is predicted by the term
-    fitted on the other, and those out-of-fold errors are what the profile reports. The
-    coefficients kept are then fitted on every step: a handful of small steps whose
-    times move by 10-20% with what ran before them leave an 8-coefficient fit on half
-    of them noticeably noisier. Each step records its out-of-fold prediction. The
-    all-reduce term is left out (one GPU cannot run it), and so is the host work
-    between steps (a whole step is timed alone, not in a serving loop).
-    """
-    check = cost.with_layers(layers)
-    y = np.array([m.timing.mean_s for m in done if m.timing])
-    base = np.array([sum(float(v) for k, v in check.breakdown(m.shape).items()
-                         if k not in ("allreduce", "in_situ", "host")) for m in done])
-    order = np.argsort(y, kind="stable")
-    fold_b = np.zeros(len(done), dtype=bool)
-    fold_b[order[1::2]] = True
-    shapes = [m.shape for m in done]
-    form = FORMS["in_situ"]
-    pred = base.copy()
-    train_errs = []
-    for held in (fold_b, ~fold_b):
-        coef, fitted = fit_in_situ([s for s, h in zip(shapes, held, strict=True) if not h],
-                                   y[~held], base[~held], layers)
-        extra = np.array([float(form.evaluate(coef, s)) * layers for s in shapes])
-        pred[held] = base[held] + extra[held]
-        train_errs.append(relative_errors(base[~held] + fitted, y[~held]))
-    coef, _ = fit_in_situ(shapes, y, base, layers)
-    cost.coefs["in_situ"] = coef
-    for m, p, b in zip(done, pred, fold_b, strict=True):
-        m.split = "cv-b" if b else "cv-a"
-        m.predicted_s = float(p)
-    errs = relative_errors(pred, y)
-    fit = FitResult("in_situ", coef, float(np.concatenate(train_errs).mean()),
-                    float(errs.mean()), float(errs.max()), len(done), len(done))
-    return fit, errs, relative_errors(base, y)
 
 
 def grid_name(cfg: CalibrationConfig) -> str:

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import curve_fit
 
+from calibrate.executor import ModelExecutor
 from calibrate.grids import Point
 from calibrate.model import spread_ids
-from calibrate.replay import ModelExecutor
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
 from sim.cost.profile import wake_curve

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from calibrate.executor import ModelExecutor
 from calibrate.host import STEPS_PER_SIZE, HostTimes, time_host, workload
 from calibrate.model import build_decoder
-from calibrate.replay import ModelExecutor
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
 

@@ -16,17 +16,12 @@ import yaml
 from conftest import e2e
 
 from calibrate.cli import main as calibrate_main
+from calibrate.executor import check_timeable
+from calibrate.fitsteps import layer_mean, sweep_knots
 from calibrate.grids import DENSE_LINEAR, Point, grid_for, operator_points, whole_step_points
 from calibrate.model import MoE, SwiGLU, build_decoder, spread_ids
-from calibrate.replay import check_timeable
 from calibrate.rounds import RoundsConfig
-from calibrate.run import (
-    CalibrationConfig,
-    _layer_mean,
-    _step_layer_bytes,
-    _sweep_knots,
-    calibrate,
-)
+from calibrate.run import CalibrationConfig, _step_layer_bytes, calibrate
 from calibrate.sweeps import Bench, Measurement
 from calibrate.timing import Timer, Timing, TimingConfig
 from sim.cost.presets import MODELS
@@ -134,11 +129,11 @@ def test_layer_mean_weighs_expert_and_dense_layers() -> None:
     spec = dataclasses.replace(TINY_MOE, layers=4, dense_layers=1)
     moe = [timed("linear", n, t) for n, t in ((1, 4e-3), (2, 8e-3), (3, 6e-3))]
     dense = [timed(DENSE_LINEAR, n, t) for n, t in ((1, 2e-3), (3, 10e-3))]  # none at 2
-    kept, ys = _layer_mean(spec, moe, moe + dense)
+    kept, ys = layer_mean(spec, moe, moe + dense)
     assert [m.point.entries for m in kept] == [((1, 0),), ((3, 0),)]
     # 3/4 of the layers are MoE: 0.75·4 + 0.25·2 = 3.5 ms; 0.75·6 + 0.25·10 = 7 ms.
     assert ys == pytest.approx([3.5e-3, 7e-3], rel=1e-12)
-    same, plain = _layer_mean(TINY_MOE, moe, moe + dense)
+    same, plain = layer_mean(TINY_MOE, moe, moe + dense)
     assert same == moe and plain == [4e-3, 8e-3, 6e-3]
 
 
@@ -149,7 +144,7 @@ def test_moe_linear_knots_leave_out_the_held_out_points_and_score_them() -> None
     fit = FitResult("linear", {"const_s": 0.0, "weight_s": 1.0, "per_token_s": 0.0}, 0.1,
                     0.1, 0.1, 3, 1, table=(1e-3, 2e-3),
                     roles=("table", "table", "train", "test", "train", "train"))
-    out = _sweep_knots(fit, good, ys)
+    out = sweep_knots(fit, good, ys)
     assert out.table_at == (1.0, 2.0, 10.0, 30.0, 40.0)
     assert out.table == (1e-3, 2e-3, 5e-3, 6e-3, 8e-3)
     # n=20 between the knots at 10 (5 ms) and 30 (6 ms): 5.5 ms against 5 measured.

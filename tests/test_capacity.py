@@ -11,8 +11,9 @@ import pytest
 from sim.cli import main as cli_main
 from sim.errors import ServesimError
 from sim.report.slospec import parse_slos
-from sim.study.capacity import Search, default_start, passes, run_capacity
+from sim.study.capacity import default_start, run_capacity
 from sim.study.pointrun import PointCache
+from sim.study.ratesearch import Search, passes
 from sim.study.sweep import SweepSpec, read_csv, run_sweep
 from sim.study.sweeppoint import read_raw
 

@@ -11,8 +11,9 @@ import yaml
 
 from sim.cli import main as cli_main
 from sim.report.slospec import parse_slos
-from sim.study.capacity import Search, run_capacity
+from sim.study.capacity import run_capacity
 from sim.study.pointrun import PointCache
+from sim.study.ratesearch import Search
 from sim.study.sweep import read_csv
 from sim.study.sweeppoint import PointKey, point_sets, read_raw
 

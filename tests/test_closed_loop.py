@@ -291,13 +291,13 @@ def test_random_failures_need_an_end() -> None:
 
 
 def test_rate_sweeps_and_capacity_refuse_a_closed_loop(tmp_path: Path) -> None:
-    from sim.study import capacitycli, sweep
+    from sim.study import capacitycli, sweepcli
 
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"model": "tiny", "workload": {
         "concurrency": 2, "num_requests": 5, "lengths": fixed(8, 2)}}))
     with pytest.raises(ServesimError, match="closed loop") as err:
-        sweep.main([str(path), "--rates", "1,2", "--quiet", "--out", str(tmp_path / "o")])
+        sweepcli.main([str(path), "--rates", "1,2", "--quiet", "--out", str(tmp_path / "o")])
     assert "workload.concurrency" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ServesimError, match="closed loop"):
         capacitycli.main([str(path), "--slo", "ttft_p99=0.5", "--quiet",
@@ -306,13 +306,13 @@ def test_rate_sweeps_and_capacity_refuse_a_closed_loop(tmp_path: Path) -> None:
 
 def test_rate_sweeps_refuse_classes_whose_arrivals_are_their_own(tmp_path: Path) -> None:
     # No shared workload.arrivals to vary: said so, not "arrivals.process: required".
-    from sim.study import capacitycli, sweep
+    from sim.study import capacitycli, sweepcli
 
     own = {"arrivals": {"process": "poisson", "rate": 5}, "lengths": fixed(8, 2)}
     path = tmp_path / "k.yaml"
     path.write_text(json.dumps({"model": "tiny", "workload": {
         "num_requests": 20, "classes": {"a": own, "b": own}}}))
-    for run, args in ((sweep.main, ["--rates", "1,2"]),
+    for run, args in ((sweepcli.main, ["--rates", "1,2"]),
                       (capacitycli.main, ["--slo", "ttft_p99=0.5"])):
         with pytest.raises(ServesimError) as err:
             run([str(path), *args, "--quiet", "--out", str(tmp_path / "o")])

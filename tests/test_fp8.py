@@ -203,7 +203,7 @@ def test_silicon_fp8_rows_are_simulated_and_always_held_out(tmp_path: Path) -> N
 
 def test_calibrate_refuses_fp8_in_one_line() -> None:
     pytest.importorskip("torch")
-    from calibrate.replay import check_timeable
+    from calibrate.executor import check_timeable
 
     check_timeable(MODELS["tiny"])
     with pytest.raises(ServesimError, match=r"model\.dtype: calibrate times bf16, fp16 and "

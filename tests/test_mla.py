@@ -223,7 +223,7 @@ def test_deepseek_on_h100s_is_one_clear_line(tmp_path: Path,
 
 def test_calibrate_refuses_mla_in_one_line() -> None:
     pytest.importorskip("torch")
-    from calibrate.replay import check_timeable
+    from calibrate.executor import check_timeable
 
     with pytest.raises(ServesimError, match=r"model\.kv_lora_rank: calibrate's torch model "
                                             r"has no latent-attention"):

@@ -172,7 +172,7 @@ def sc_raw_dense() -> dict:
 def test_calibrate_times_moe_models() -> None:
     # calibrate's torch model has a MoE layer (tests/test_calibrate_moe.py): no refusal.
     pytest.importorskip("torch")
-    from calibrate.replay import check_timeable
+    from calibrate.executor import check_timeable
 
     for name in ("mixtral-8x7b", "qwen3-30b-a3b", "tiny-moe"):
         check_timeable(MODELS[name])

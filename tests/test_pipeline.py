@@ -269,8 +269,9 @@ def test_pipeline_invariants(pp: int, blocks: int, seqs: int, budget: int,
 
 def test_capacity_counts_every_stage_gpu() -> None:
     from sim.report.slospec import parse_slos
-    from sim.study.capacity import Config, Search, run_capacity
+    from sim.study.capacity import Config, run_capacity
     from sim.study.pointrun import PointCache
+    from sim.study.ratesearch import Search
     from sim.study.sweeppoint import read_raw
 
     md1 = Path(__file__).resolve().parents[1] / "scenarios" / "capacity-md1.yaml"

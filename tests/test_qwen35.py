@@ -250,7 +250,7 @@ def test_tables_price_the_layer_as_measured() -> None:
 
 
 def test_calibrate_refuses_gated_deltanet_in_one_line() -> None:
-    from calibrate.replay import check_timeable
+    from calibrate.executor import check_timeable
 
     with pytest.raises(ServesimError, match=r"model.linear_layers: calibrate's torch model "
                                             r"has no linear-attention \(Gated DeltaNet\)"):

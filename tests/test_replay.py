@@ -14,14 +14,8 @@ import pytest
 import torch
 from conftest import e2e
 
-from calibrate.replay import (
-    STEP_FIELDS,
-    CostExecutor,
-    VirtualClock,
-    WallClock,
-    replay_on_device,
-    run_loop,
-)
+from calibrate.executor import replay_on_device
+from calibrate.replay import STEP_FIELDS, CostExecutor, VirtualClock, WallClock, run_loop
 from calibrate.replay_cli import main as replay_main
 from calibrate.replay_cli import saturation_rate, serving_config, to_record, trace_workload
 from sim.core.engine import Engine

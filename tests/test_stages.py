@@ -227,7 +227,8 @@ def test_a_capped_stage_far_longer_than_the_cap_draws_only_what_the_cap_keeps() 
 def test_a_long_capped_span_keeps_its_earliest_arrivals_exact() -> None:
     # A span expecting more than SPAN_CHUNK arrivals stops drawing at the cap; the arrivals
     # it keeps are the first of what the uncapped span draws from the same seed.
-    from sim.workload.requests import SPAN_CHUNK, ArrivalsConfig, arrival_times
+    from sim.workload.draw import SPAN_CHUNK, arrival_times
+    from sim.workload.requests import ArrivalsConfig
 
     a = ArrivalsConfig(process="poisson", rate=1000.0)
     horizon = 2.0 * SPAN_CHUNK / 1000.0  # about 2 SPAN_CHUNK arrivals expected

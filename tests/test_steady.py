@@ -10,8 +10,9 @@ import pytest
 
 from sim.cli import main as cli_main
 from sim.report.slospec import parse_slos
-from sim.study.capacity import MaxRate, Search, run_capacity
+from sim.study.capacity import run_capacity
 from sim.study.pointrun import PointCache
+from sim.study.ratesearch import MaxRate, Search
 from sim.study.steady import (
     MIN_KEPT,
     Measured,

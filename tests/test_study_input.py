@@ -14,8 +14,9 @@ import sim.study.capacity as capacity
 from sim.cli import main as cli_main
 from sim.errors import ServesimError
 from sim.report.slospec import parse_slos
-from sim.study.capacity import MaxRate, Search, max_rate, size_for
+from sim.study.capacity import size_for
 from sim.study.pointrun import PointCache, run_task
+from sim.study.ratesearch import MaxRate, Search, max_rate
 from sim.study.sweep import SweepSpec, run_sweep
 from sim.study.sweeppoint import PointKey, make_task, point_raw, read_raw
 

@@ -18,7 +18,7 @@ import yaml
 
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
-from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
+from sim.config.gpu import DEFAULT_GPU, HardwareConfig
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
 from sim.config.vllmflags import apply_vllm, pool_defaults, section_mapping, serving_defaults
@@ -31,10 +31,9 @@ from sim.configtools import (
     yaml_error,
 )
 from sim.cost.frontend import FRONTEND_COEFS
-from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB, GPUSpec
+from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost
-from sim.cost.pipeline import check_layout
 from sim.cost.presets import MODELS, model_preset
 from sim.cost.roofline import RooflineParams
 from sim.cost.specs import ModelSpec
@@ -42,59 +41,6 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
 from sim.workload.requests import WorkloadConfig
-
-DEFAULT_GPU = "h100-sxm"  # hardware.gpu when the scenario names none
-
-
-@dataclass(frozen=True)
-class HardwareConfig:
-    """One replica's GPUs: type, tensor-parallel degree ``tp``, pipeline stages ``pp``
-    (the replica has ``tp × pp`` GPUs; docs/policies.md, "Pipeline parallelism"), the
-    fraction of each GPU's reported memory vLLM may use (``gpu_memory_utilization``; that
-    name is accepted in the file too), and the GiB of a node's host memory a KV tier may
-    take. ``gpu`` is a name from :data:`sim.cost.gpus.GPUS` or a GPU described inline
-    (:class:`sim.config.gpu.InlineGPU`). ``ep`` > 1 is expert parallelism (vLLM's
-    ``--enable-expert-parallel``): a mixture of experts' routed experts dealt out whole,
-    E/ep to a GPU; it must equal ``tp`` (:func:`sim.cost.shard.expert_shard`).
-    ``ep_imbalance`` (at least 1) is how many times the mean share of routed tokens the
-    busiest GPU's experts get under expert parallelism (the roofline prices that GPU; 1:
-    balanced routing). ``dp`` > 1 is data-parallel attention (vLLM's
-    ``--data-parallel-size`` with ``--enable-expert-parallel``): the replica is ``dp``
-    ranks of ``tp`` GPUs, each with the whole attention, its own scheduler, batch and KV
-    cache, sharing a mixture of experts' routed experts dealt out over all dp × tp GPUs
-    (``ep`` = dp × tp), every rank stepping with the others (:mod:`sim.core.dpgroup`)."""
-
-    gpu: str | InlineGPU = DEFAULT_GPU
-    tp: int = bounded(1, ge=1)
-    memory_utilization: float = bounded(0.9, gt=0, le=1)
-    # None: the node's installed memory (sim.cost.gpus.NODE_HOST_MEMORY_GIB).
-    host_memory_gb: float | None = bounded(None, gt=0)
-    pp: int = bounded(1, ge=1)
-    ep: int = bounded(1, ge=1)
-    ep_imbalance: float = bounded(1.0, ge=1)
-    dp: int = bounded(1, ge=1)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.gpu, str) and self.gpu not in GPUS:
-            raise ServesimError(f"unknown gpu {self.gpu!r}; valid: {', '.join(sorted(GPUS))} "
-                                "(or a mapping describing the GPU)", where="gpu")
-        check_layout(self.gpu_spec, self.tp, self.pp)
-        if self.ep_imbalance != 1 and self.ep == 1:
-            # Without expert parallelism every GPU holds a share of every expert: an
-            # uneven routing loads them alike, and the setting would change nothing.
-            raise ServesimError(f"got {self.ep_imbalance:g}: the busiest GPU's share of "
-                                "routed tokens applies under expert parallelism (ep > 1)",
-                                where="ep_imbalance")
-
-    @property
-    def gpu_spec(self) -> GPUSpec:
-        """The GPU's figures: the table's entry, or the inline description's."""
-        return resolve_gpu(self.gpu)
-
-    @property
-    def gpu_name(self) -> str:
-        """The GPU's name as outputs print it."""
-        return gpu_label(self.gpu)
 
 
 @dataclass(frozen=True)
@@ -115,8 +61,6 @@ class CostConfig:
 
 
 COST_KINDS = ("measured", "roofline", "linear", "profile")
-
-
 
 
 @dataclass(frozen=True)

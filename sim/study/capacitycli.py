@@ -27,15 +27,7 @@ from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.outputs import default_out, write_atomic, write_meta
 from sim.report.rejections import max_share, row_share
 from sim.report.slospec import SLO, parse_slos
-from sim.study.capacity import (
-    MIN_TOL,
-    CapacityResult,
-    Search,
-    check_tol,
-    cost_row,
-    default_start,
-    run_capacity,
-)
+from sim.study.capacity import CapacityResult, cost_row, default_start, run_capacity
 from sim.study.pointrun import PointCache
 from sim.study.rates import (
     MAX_RATE,
@@ -43,6 +35,7 @@ from sim.study.rates import (
     check_rate,
     rate_arg,
 )
+from sim.study.ratesearch import MIN_TOL, Search, check_tol
 from sim.study.steady import (
     STEADY_COLUMNS,
     Steady,

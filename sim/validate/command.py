@@ -39,12 +39,11 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.folder import replaced_folder
-from sim.report.metrics import clean
+from sim.validate.levelio import common_args, finish_levels, print_level, write_level, wrote
 from sim.validate.replayfile import model_mismatch, read_record
 from sim.validate.validation import (
     BARS,
     VALIDATE_FILES,
-    bar_value,
     compare,
     probe_report,
     real_result,
@@ -58,30 +57,7 @@ from sim.validate.validation import (
     verdict,
 )
 
-# Below this share of a core during the steps, a CPU replay was slowed by other processes.
-BUSY_SHARE = 0.9
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=Path("out") / "validate", help="output folder")
-    p.add_argument("--bar", type=bar_value, default=None,
-                   help="relative-error bar for TTFT and TPOT at p50 and p90 "
-                        "(default 0.15 on CPU, 0.10 on GPU)")
-    p.add_argument("--no-plots", action="store_true", help="skip the CDF plots")
-
-
 INTERRUPTED = ".interrupted"  # where an interrupted real run's records are kept
-
-
-def _write_level(stage: Path, out: Path, label: str, real: Any, pred: Any, plots: bool,
-                 matched: Any = None) -> list[str]:
-    """Write a level's CSVs (and plot) into ``stage``; their paths once it is ``out``."""
-    runs = {"real": real, "predicted": pred}
-    curves = dict(runs)
-    if matched is not None:
-        curves["predicted at the level's measured speed"] = matched
-    return [str(out / p.name)
-            for p in report.write_compared(stage, label, runs, curves if plots else None)]
 
 
 def evaluate_replay(record: dict[str, Any], source: str, profile: str,
@@ -128,91 +104,13 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
     return level, real, pred, matched
 
 
-def _title(level: dict[str, Any]) -> str:
-    load = level.get("load")
-    where = {"below": "below saturation", "near": "near saturation"}.get(
-        str(level.get("level")), "at a given rate")
-    dev = level.get("device") or {}
-    rate = level.get("rate_rps")
-    return (f"== {level['label']}: {where}, "
-            f"{'rate not recorded' if rate is None else f'{rate:.3g} req/s'}"
-            f"{f' (load {load:.2f} of predicted saturation)' if load is not None else ''}, "
-            f"policy {level['policy']}, {dev.get('name', '?')} ({dev.get('type', '?')}, "
-            f"threads {dev.get('threads', '?')})")
-
-
-def _print_level(level: dict[str, Any]) -> None:
-    print(table(level["comparison"], _title(level)))
-    st = level.get("steps") or {}
-    if st:
-        parts = [f"{k.replace('_', ' ')} {v['iterations']} steps: {v['real_s']:.2f} s real, "
-                 f"{v['predicted_s']:.2f} s predicted" for k in ("with_prefill", "decode_only")
-                 if (v := st[k])["iterations"]]
-        if st.get("wake"):
-            parts.append(f"waking from idle priced on {st['wake']['steps']} steps "
-                         f"({st['wake']['predicted_s']:.3f} s, included above)")
-        if st.get("host"):
-            parts.append(f"host work between steps {st['host']['real_s']:.3f} s real, "
-                         f"{st['host']['predicted_s']:.3f} s predicted")
-        print("iterations: " + "; ".join(parts))
-        share = st.get("cpu_share")
-        if (level.get("device") or {}).get("type") == "cpu" and share is not None:
-            busy = share < BUSY_SHARE
-            print(f"replay thread on a core {share:.0%} of its step time"
-                  + (": the machine was busy, real times are inflated" if busy else ""))
-    probes = level.get("probe") or {}
-    if probes:
-        print("probe steps, median ms before / after the level, profile's price: " + "; ".join(
-            f"{k} {p['before_s'] * 1e3:.2f} / {p['after_s'] * 1e3:.2f}, "
-            f"{p['predicted_s'] * 1e3:.2f}" for k, p in probes.items()))
-    v = level["verdict"]
-    worst = "-" if v["worst"] is None else f"{v['worst']:.1%}"
-    if v["passed"] is None:
-        print(f"TTFT/TPOT p50+p90 worst |error| {worst} over the requests finished in both: "
-              f"not judged ({v['why']})")
-    else:
-        print(f"TTFT/TPOT p50+p90 worst |error| {worst}: "
-              f"{'within' if v['passed'] else 'OVER'} the {v['bar']:.0%} bar")
-    sens = level.get("sensitivity")
-    if sens:
-        lo, hi = sens["factors"]
-        cmp = level["comparison"]["metrics"]
-
-        def ms(x: float | None) -> str:
-            return "-" if x is None else f"{x * 1e3:.3g}"
-        print(f"sensitivity: device prices x{lo:g} / x{hi:g} give " + "; ".join(
-            f"{m.upper()} {q} {ms(v[0])} / {ms(v[1])} ms (real {ms(cmp[m][q]['real'])})"
-            for m, rows in sens["metrics"].items() for q, v in rows.items()))
-    sm = level.get("speed_matched")
-    if sm:
-        errs = ", ".join(
-            f"{m.upper()} p{q} " + ("-" if (e := sm["comparison"]["metrics"][m][f"p{q}"]
-                                         ["rel_err"]) is None else f"{e:+.1%}")
-            for m in ("ttft", "tpot") for q in (50, 90))
-        w = sm["verdict"]["worst"]
-        print(f"speed-matched (diagnostic, not the verdict): the level ran prefill steps at "
-              f"{sm['prefill_factor']:.3f}x and decode-only steps at {sm['decode_factor']:.3f}x "
-              f"the profile's price; priced so: {errs}; worst "
-              f"{'-' if w is None else f'{w:.1%}'}")
-
-
-def _finish(levels: list[dict[str, Any]], stage: Path, extra: dict[str, Any]) -> None:
-    report.write_atomic(stage / "validation.json", (json.dumps(
-        clean({**extra, "levels": levels}), indent=2, allow_nan=False) + "\n").encode())
-
-
-def _wrote(out: Path) -> int:
-    print(f"wrote {out / 'validation.json'} and per-level CSVs and plots in {out}")
-    return 0
-
-
 def _replay_main(argv: list[str]) -> int:
     p = ArgParser(prog="servesim validate --replay",
                                 description="Compare recorded replays with the simulator.")
     p.add_argument("--replay", nargs="+", type=Path, required=True,
                    help="servesim-replay/1 JSON files (python -m calibrate.replay_cli)")
     p.add_argument("--profile", required=True, help="the cost profile to predict with")
-    _common(p)
+    common_args(p)
     a = p.parse_args(argv)
     levels: list[dict[str, Any]] = []
     with replaced_folder(a.out, VALIDATE_FILES, inputs=[*a.replay, a.profile]) as stage:
@@ -227,12 +125,12 @@ def _replay_main(argv: list[str]) -> int:
             if level["label"] in taken:  # two runs of one level: keep both files' outputs
                 level["label"] = next(f"{level['label']}~{k}" for k in range(2, len(taken) + 2)
                                       if f"{level['label']}~{k}" not in taken)
-            level["files"] = _write_level(stage, a.out, level["label"], real, pred,
+            level["files"] = write_level(stage, a.out, level["label"], real, pred,
                                           not a.no_plots, matched)
-            _print_level(level)
+            print_level(level)
             levels.append(level)
-        _finish(levels, stage, {"mode": "replay"})
-    return _wrote(a.out)
+        finish_levels(levels, stage, {"mode": "replay"})
+    return wrote(a.out)
 
 
 def _real_main(argv: list[str]) -> int:
@@ -249,7 +147,7 @@ def _real_main(argv: list[str]) -> int:
                "--vllm-result FILE --scenario S (compare a vLLM benchmark result); "
                "--silicon [CSV] (public end-to-end runs: AIConfigurator's silicon_sample.csv).")
     add_replay_args(p)
-    _common(p)
+    common_args(p)
     a = p.parse_args(argv)
 
     def log(text: str) -> None:
@@ -265,7 +163,7 @@ def _real_main(argv: list[str]) -> int:
             log(f"interrupted: what was recorded ({', '.join(kept)}) is in "
                 f"{a.out}{INTERRUPTED}; compare its replay-LABEL.json with --replay")
         raise
-    return _wrote(a.out)
+    return wrote(a.out)
 
 
 def _real_levels(a: argparse.Namespace, stage: Path, log: Any, kept: list[str],
@@ -295,9 +193,9 @@ def _real_levels(a: argparse.Namespace, stage: Path, log: Any, kept: list[str],
         level, real, pred, matched = evaluate_replay(rec, str(raw), a.profile, a.bar)
         if shown_profile is not None:  # where the profile will be, not where it is now
             level["profile"] = str(shown_profile.resolve())
-        level["files"] = [str(raw), *_write_level(stage, a.out, level["label"], real, pred,
+        level["files"] = [str(raw), *write_level(stage, a.out, level["label"], real, pred,
                                                   not a.no_plots, matched)]
-        _print_level(level)
+        print_level(level)
         levels.append(level)
     if any(lv["verdict"]["passed"] is False and lv["verdict"]["worst"] is not None
            for lv in levels):
@@ -305,7 +203,7 @@ def _real_levels(a: argparse.Namespace, stage: Path, log: Any, kept: list[str],
               f"{shown_profile or a.profile} and another --out, then compare the two runs' "
               "replay-LABEL.json with --replay FIRST --against SECOND to see how far this "
               "machine repeats itself at that load (docs/validation.md, Repeatability)")
-    _finish(levels, stage, {"mode": "real", "trace": a.trace, "requests": a.requests})
+    finish_levels(levels, stage, {"mode": "real", "trace": a.trace, "requests": a.requests})
 
 
 def _calibrate(a: argparse.Namespace, stage: Path, log: Any) -> Path:
@@ -339,7 +237,7 @@ def _vllm_main(argv: list[str]) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario key")
     p.add_argument("--seed", type=int_arg(ge=0), default=0, help="seed of reconstructed arrivals")
-    _common(p)
+    common_args(p)
     a = p.parse_args(argv)
     run = vllm_results.load(a.vllm_result, a.seed)
     sc = scenario_mod.load(a.scenario, a.overrides)
@@ -387,9 +285,9 @@ def _vllm_main(argv: list[str]) -> int:
         print(f"TTFT/TPOT p50+p90: not judged ({v['why']})")
     with replaced_folder(a.out, VALIDATE_FILES,
                          inputs=[a.vllm_result, a.scenario]) as stage:
-        level["files"] = _write_level(stage, a.out, "vllm", real, pred, not a.no_plots)
-        _finish([level], stage, {"mode": "vllm"})
-    return _wrote(a.out)
+        level["files"] = write_level(stage, a.out, "vllm", real, pred, not a.no_plots)
+        finish_levels([level], stage, {"mode": "vllm"})
+    return wrote(a.out)
 
 
 def main(argv: list[str]) -> int:

@@ -14,13 +14,8 @@ import numpy as np
 
 from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
-from sim.workload.requests import (
-    Requests,
-    WorkloadConfig,
-    located,
-    sample_lengths,
-    workload_arrivals,
-)
+from sim.workload.draw import located, sample_lengths, workload_arrivals
+from sim.workload.requests import Requests, WorkloadConfig
 from sim.workload.stages import stage_trace_times, windows
 
 

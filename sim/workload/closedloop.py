@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.workload.requests import Requests, WorkloadConfig, sample_lengths
+from sim.workload.draw import sample_lengths
+from sim.workload.requests import Requests, WorkloadConfig
 
 CHUNK = 4096  # requests drawn at a time when only duration_s bounds a closed loop
 

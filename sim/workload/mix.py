@@ -24,15 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ServesimError
-from sim.workload.requests import (
-    ClassConfig,
-    Requests,
-    WorkloadConfig,
-    arrival_times,
-    probabilities,
-    sample_lengths,
-    workload_arrivals,
-)
+from sim.workload.draw import arrival_times, sample_lengths, workload_arrivals
+from sim.workload.requests import ClassConfig, Requests, WorkloadConfig, probabilities
 
 
 def _priorities(classes: list[ClassConfig | None], klass: np.ndarray) -> np.ndarray | None:

@@ -55,19 +55,21 @@ from sim.cost.tables.kerneltables import (
     describe_coverage,
     wheel_version,
 )
-from sim.cost.tables.profileparts import (
-    FRAMEWORK_NAMES,
-    attention_components,
+from sim.cost.tables.profilefmt import (
     component_entry,
     err_stats,
     formula_fit,
-    gemm_tables,
-    head_and_allreduce,
     knot_lists,
-    linear_stack,
     seqs_shape,
     sig6,
     tokens_shape,
+)
+from sim.cost.tables.profileparts import (
+    FRAMEWORK_NAMES,
+    attention_components,
+    gemm_tables,
+    head_and_allreduce,
+    linear_stack,
 )
 from sim.errors import ServesimError
 

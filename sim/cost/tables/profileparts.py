@@ -15,7 +15,7 @@ import numpy as np
 from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.profile import FORMS
 from sim.cost.profilefit import fit_component
-from sim.cost.shape import StepShape, decode_shape, shape_of
+from sim.cost.shape import StepShape
 from sim.cost.shard import Shard
 from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 from sim.cost.tables.commtable import Collectives, load_collectives
@@ -28,6 +28,14 @@ from sim.cost.tables.kerneltables import (
 )
 from sim.cost.tables.mlaattn import mla_attention
 from sim.cost.tables.moetable import MoeTimes, moe_times
+from sim.cost.tables.profilefmt import (
+    component_entry,
+    err_stats,
+    formula_fit,
+    knot_lists,
+    sig6,
+    tokens_shape,
+)
 from sim.cost.tables.windowattn import ModelAttention, model_attention
 from sim.errors import ServesimError
 
@@ -42,7 +50,6 @@ KV_TABLE_DTYPES = {"auto": "bfloat16", "fp8": "fp8"}
 LAYER_ELEMENTWISE_KERNELS = 5
 SAMPLER_PASSES = 3  # fp32 logits read by softmax, top-k/p and sampling
 SAMPLER_KERNELS = 2
-FORMULA_FROM_TOKENS = 1024  # the formula past the knots is fitted on knots from here up
 
 
 def attention_gemms(rank: Shard) -> list[tuple[int, int]]:
@@ -112,38 +119,6 @@ def layer_gemms(rank: Shard) -> list[tuple[int, int]]:
 def attention_table(gpu: str, framework: str, version: str, name: str) -> Any:
     """Attention table ``name`` (prefill or decode), read once per process."""
     return load_table(gpu, "attention", framework, version, name)
-
-
-def sig6(x: float) -> float:
-    """Six significant digits: what a profile keeps of a number."""
-    return float(f"{x:.6g}")
-
-
-def err_stats(errs: np.ndarray) -> dict[str, float | int]:
-    e = np.asarray(errs, dtype=float)
-    if not e.size:
-        return {"points": 0}
-    return {"median": sig6(float(np.median(e))), "p90": sig6(float(np.percentile(e, 90))),
-            "max": sig6(float(e.max())), "points": int(e.size)}
-
-
-def formula_fit(name: str, xs: np.ndarray, ys: np.ndarray, shape_at: Any) -> dict[str, Any]:
-    """Fit ``name``'s formula to the knots at counts >= FORMULA_FROM_TOKENS (for prices
-    past the last knot; at least the last 8); coefficients and held-out error."""
-    # At least the last 8 knots: a coarse grid (A100's stops at 8,192) has few past 1,024.
-    keep = (xs >= FORMULA_FROM_TOKENS) | (np.arange(len(xs)) >= len(xs) - 8)
-    fit = fit_component(name, [shape_at(int(x)) for x in xs[keep]], list(ys[keep]))
-    return {"coef": {k: sig6(v) for k, v in fit.coef.items()},
-            "fit": {"mape_test": sig6(fit.mape_test), "max_err_test": sig6(fit.max_err_test),
-                    "n_train": fit.n_train, "n_test": fit.n_test}}
-
-
-def tokens_shape(n: int) -> StepShape:
-    return shape_of([(n, 0)])
-
-
-def seqs_shape(n: int) -> StepShape:
-    return decode_shape(n, 0)
 
 
 @dataclass(frozen=True)
@@ -414,14 +389,3 @@ def shared_expert_times(spec: BuildSpec, version: str, rank: Shard, moe: Any,
                               f"and reduce_scatter over {group} GPUs"}}
 
 
-def component_entry(name: str, coef: dict[str, float]) -> dict[str, Any]:
-    form = FORMS[name]
-    return {"formula": form.formula, "per_layer": form.per_layer,
-            "coef": {k: sig6(float(coef[k])) for k in form.coefs}}
-
-
-def knot_lists(xs: np.ndarray, ys: np.ndarray) -> dict[str, list[float]]:
-    if not np.all(np.isfinite(ys)) or np.any(ys <= 0):
-        raise ServesimError("a measured curve came out non-positive or not finite")
-    return {"table_at": [int(x) if float(x).is_integer() else sig6(x) for x in xs],
-            "table_s": [sig6(float(y)) for y in ys]}

@@ -1,0 +1,125 @@
+"""Drawing a generated workload: arrival times from an arrival process (bounded by a
+request count or a span, or stage by stage at each stage's rate) and token lengths from
+a length distribution or an empirical file. Every draw comes from the one Generator
+passed in, so a seed fixes the requests.
+
+The configurations are :mod:`sim.workload.requests`'; :mod:`sim.workload.build` and
+:mod:`sim.workload.mix` put the draws together into a run's requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import ServesimError
+from sim.workload.requests import ArrivalsConfig, LengthsConfig, WorkloadConfig
+from sim.workload.stages import windows
+
+# No run holds more requests than this (about 200 GiB of per-request arrays): a process
+# expected to send more is a runaway rate or duration, refused even under --force.
+MAX_ARRIVALS = 2**31 - 1
+
+
+# Gaps drawn at once while filling a span: the expected count plus a fifth, or this many
+# when that is more. Such a long span is drawn piece by piece and, when the run's
+# num_requests caps it, no further than the cap (a shorter span is drawn as it always
+# was, so its seed gives the same requests).
+SPAN_CHUNK = 1 << 20
+
+
+def arrival_times(cfg: ArrivalsConfig, n_max: int | None, horizon: float | None,
+                   rng: np.random.Generator, limit: int | None = None) -> np.ndarray:
+    """Arrival times in seconds: first at start_s, then gaps from the process; at most
+    ``n_max`` of them, those before ``horizon`` (s). Filling a span of more than
+    :data:`SPAN_CHUNK` expected arrivals up to ``horizon`` (``n_max`` None) stops once
+    ``limit`` arrivals are in it: the earliest ``limit`` are exact, later ones missing."""
+    rate = cfg.rate
+    assert rate is not None  # checked at load (sim/workload/stages.py)
+
+    def gaps(k: int) -> np.ndarray:
+        if cfg.process == "poisson":
+            return rng.exponential(1.0 / rate, size=k)
+        if cfg.process == "gamma":
+            shape = 1.0 / cfg.cv**2  # type: ignore[operator]
+            return rng.gamma(shape, 1.0 / (rate * shape), size=k)
+        return np.full(k, 1.0 / rate)
+
+    if n_max is not None:
+        t = cfg.start_s + np.concatenate(([0.0], np.cumsum(gaps(n_max - 1))))
+        return t[t < horizon] if horizon is not None else t
+    assert horizon is not None
+    if limit is None and not rate * (horizon - cfg.start_s) <= MAX_ARRIVALS:
+        raise ServesimError(f"rate {rate:g} req/s from {cfg.start_s:g} to {horizon:g} s would "
+                            f"send about {rate * (horizon - cfg.start_s):.3g} requests, more "
+                            f"than any run holds ({MAX_ARRIVALS:,}); lower the rate or the "
+                            "duration")
+    expected = rate * (horizon - cfg.start_s) * 1.2
+    long_span = expected >= SPAN_CHUNK
+    chunk = SPAN_CHUNK if long_span else max(16, int(expected))
+    if not long_span:
+        limit = None
+    chunks, t0, have = [], cfg.start_s, 0
+    first = True
+    while t0 < horizon and (limit is None or have < limit):
+        g = gaps(chunk)
+        if first:
+            g[0], first = 0.0, False
+        t = t0 + np.cumsum(g)
+        kept = t[t < horizon]
+        chunks.append(kept)
+        have += len(kept)
+        t0 = float(t[-1])
+    return np.concatenate(chunks) if chunks else np.empty(0)
+
+
+def workload_arrivals(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s) of ``cfg.arrivals``: one process bounded by ``num_requests`` and
+    ``duration_s``, or, with ``stages``, the process run afresh in each stage at its rate
+    (then capped at ``num_requests``)."""
+    a = cfg.arrivals
+    assert a is not None
+    if cfg.stages is None:
+        try:
+            return arrival_times(a, cfg.num_requests, cfg.duration_s, rng)
+        except ServesimError as exc:
+            raise exc.located(prefix="workload.arrivals.rate") from None
+    import dataclasses
+
+    cap = cfg.num_requests
+    parts: list[np.ndarray] = []
+    for i, (s, (lo, hi)) in enumerate(zip(cfg.stages, windows(cfg.stages, a.start_s),
+                                          strict=True)):
+        left = None if cap is None else cap - sum(len(x) for x in parts)
+        try:
+            parts.append(arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None,
+                                       hi, rng, limit=left))
+        except ServesimError as exc:
+            raise exc.located(prefix=f"workload.stages[{i}].rate") from None
+    t = np.concatenate(parts)
+    return t if cap is None else t[:cap]
+
+
+def located(exc: ServesimError, source: str, key: str) -> ServesimError:
+    """``exc`` placed at ``key`` of the scenario file ``source``."""
+    # An error inside a trace file already names that file and line: keep it as it is.
+    return exc if exc.source else exc.located(source, key)
+
+
+def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,
+                   base_dir: Path | None, source: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) token counts (int64 arrays) drawn as ``lc`` says; ``key`` is
+    the dotted key of ``lc``, named by errors in an empirical file."""
+    from sim.workload import traces
+
+    if lc.empirical is not None:
+        try:
+            tr = traces.load_trace(traces.find_trace(lc.empirical, base_dir))
+        except ServesimError as exc:
+            raise located(exc, source, f"{key}.empirical") from None
+        idx = rng.integers(0, len(tr.prompt_tokens), size=n)
+        return (np.asarray(tr.prompt_tokens, dtype=np.int64)[idx],
+                np.asarray(tr.output_tokens, dtype=np.int64)[idx])
+    assert lc.prompt is not None and lc.output is not None
+    return lc.prompt.sample(n, rng), lc.output.sample(n, rng)

@@ -86,6 +86,54 @@ def test_each_end_sends_the_next_request_at_its_time() -> None:
     assert (res.status == FINISHED).all()
 
 
+def test_paced_clients_send_when_due_and_a_client_is_free() -> None:
+    # One client; requests due at 0, 10 ms and 100 ms (vLLM's benchmark client with a
+    # request rate and --max-concurrency 1). Each takes 18 + 11 ms. Request 1 is due
+    # before request 0 ends, so it waits for the client (29 ms); request 2 is due after
+    # request 1 ends (58 ms), so it waits for its time.
+    sc = closed({"concurrency": 1, "num_requests": 3})
+    req = Requests(np.array([0.0, 0.01, 0.1]), np.array([8, 8, 8], dtype=np.int64),
+                   np.array([2, 2, 2], dtype=np.int64))
+    res = Engine(sc, req, build_cost(sc), np.random.default_rng(0)).run()
+    np.testing.assert_allclose(res.requests.arrival_s, [0.0, 0.029, 0.1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.029, 0.058, 0.129], rtol=0, atol=1e-12)
+    assert res.requests.arrival_s[1] == res.finish[0]
+    # Without due times (+inf: a plain closed loop) each goes the moment the client frees.
+    res = run_lengths(sc, [8, 8, 8], [2, 2, 2])
+    np.testing.assert_allclose(res.requests.arrival_s, [0.0, 0.029, 0.058], rtol=0,
+                               atol=1e-12)
+
+
+def test_paced_scenario_draws_the_open_loop_requests_and_reports_the_wait() -> None:
+    # workload.arrivals beside concurrency (vllm bench serve --request-rate 50
+    # --max-concurrency 1): requests due at 0, 20 and 40 ms, each 29 ms alone, so the
+    # second waits 9 ms for the client and the third 18 ms.
+    sc = closed({"concurrency": 1, "num_requests": 3,
+                 "arrivals": {"process": "constant", "rate": 50.0}})
+    res = simulate(sc)
+    np.testing.assert_allclose(res.requests.arrival_s, [0.0, 0.029, 0.058], rtol=0,
+                               atol=1e-12)
+    w = summarize(res)["workload"]
+    assert w["paced"] is True and w["requests_held"] == 2 and w["requests_sent"] == 3
+    assert w["client_wait_mean_s"] == pytest.approx(0.009)
+    assert w["client_wait_max_s"] == pytest.approx(0.018)
+    assert "paced clients: 2 requests waited for a free client past their due time " \
+           "(mean 9.00 ms, max 18.0 ms" in table(summarize(res))
+    # The requests are the open loop's of the same seed: its arrivals are their due times.
+    wl = {"arrivals": {"process": "poisson", "rate": 5.0}, "num_requests": 50,
+          "lengths": {"prompt": {"dist": "uniform", "low": 4, "high": 40},
+                      "output": {"dist": "uniform", "low": 2, "high": 9}}}
+    open_sc = closed(wl)  # no concurrency: the open loop
+    from sim.workload.build import build_requests
+
+    paced = build_requests(closed({"concurrency": 3, **wl}).workload, None,
+                           np.random.default_rng(0))
+    plain = build_requests(open_sc.workload, None, np.random.default_rng(0))
+    np.testing.assert_array_equal(paced.arrival_s, plain.arrival_s)
+    np.testing.assert_array_equal(paced.prompt_tokens, plain.prompt_tokens)
+    np.testing.assert_array_equal(paced.output_tokens, plain.output_tokens)
+
+
 def test_think_time_delays_each_next_request() -> None:
     # One client, think time 100 ms: prefill 18 ms + one decode of 11 ms, then a pause.
     sc = closed({"concurrency": 1, "num_requests": 3, "think_time_s": 0.1})
@@ -257,7 +305,10 @@ def test_classes_and_traces_feed_a_closed_loop(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("workload", "key"), [
-    ({"concurrency": 4, "arrivals": {"process": "poisson", "rate": 1.0}}, "workload.arrivals"),
+    ({"concurrency": 2, "lengths": None, "trace": {"path": "t.csv"},
+      "arrivals": {"process": "poisson", "rate": 1.0}}, "workload.arrivals"),
+    ({"concurrency": 2, "num_requests": None, "arrivals": {"process": "poisson"},
+      "stages": [{"rate": 1.0, "duration_s": 10.0}]}, "workload.stages"),
     ({"concurrency": 0}, "workload.concurrency"),
     ({"concurrency": 2, "think_time_s": -1.0}, "workload.think_time_s"),
     ({"think_time_s": 1.0, "arrivals": {"process": "poisson", "rate": 1.0}},

@@ -87,6 +87,70 @@ def test_vllm_comparison_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "failed in vLLM: 1" in text and "-26.7%" in text
 
 
+def _predicted(tmp_path: Path, edits: dict[str, object], name: str) -> list[dict[str, str]]:
+    """predicted-vllm.csv of the fixture with ``edits`` (None removes a key)."""
+    data = json.loads(FIXTURE.read_text())
+    for k, v in edits.items():
+        if v is None:
+            data.pop(k)
+        else:
+            data[k] = v
+    result = tmp_path / f"{name}.json"
+    result.write_text(json.dumps(data))
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / name
+    assert main(["--vllm-result", str(result), "--scenario", str(sc), "--out", str(out),
+                 "--no-plots"]) == 0
+    return list(csv.DictReader((out / "predicted-vllm.csv").open()))
+
+
+def test_vllm_concurrency_cap_is_simulated_as_the_benchmark_client(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-concurrency 1 --request-rate inf``: one client sends each request when the
+    one before has ended. Alone, each takes its prefill (10 ms + 1 ms a token) and then
+    11 ms a token: request 0 (100/5) ends at 154 ms, request 1 (50/3) is sent then and
+    ends at 236 ms, request 2 (200/2) is sent then."""
+    rows = _predicted(tmp_path, {"request_rate": "inf", "start_times": None,
+                                 "max_concurrency": 1}, "capped")
+    assert [float(r["arrival_s"]) for r in rows] == pytest.approx([0.0, 0.154, 0.236])
+    assert [float(r["ttft_s"]) for r in rows] == pytest.approx([0.110, 0.060, 0.210])
+    text = capsys.readouterr().out
+    assert "max_concurrency 1: predicted with 1 client, each request sent when it is due " \
+           "(0 s, request_rate inf) and a client is free" in text
+    assert "request_rate inf: every request due at 0 s" in text
+    # Uncapped, all three are sent at 0 s and share the 256-token budget: 100 + 50 + 106
+    # tokens (266 ms), then two decodes and the last 94 (106 ms).
+    rows = _predicted(tmp_path, {"request_rate": "inf", "start_times": None}, "open")
+    assert [float(r["arrival_s"]) for r in rows] == [0.0, 0.0, 0.0]
+    assert [float(r["ttft_s"]) for r in rows] == pytest.approx([0.266, 0.266, 0.372])
+    # Paced at a rate and capped: due at the file's send times (0, 50, 100 ms), each
+    # waits for the client, which the request before holds until 154 and 236 ms.
+    rows = _predicted(tmp_path, {"start_times": [100.0, 100.05, 100.1, 125.0],
+                                 "max_concurrency": 1}, "paced")
+    assert [float(r["arrival_s"]) for r in rows] == pytest.approx([0.0, 0.154, 0.236])
+    assert "due (its send time in the file)" in capsys.readouterr().out
+
+
+def test_vllm_result_client_replaces_a_closed_loop_scenario(tmp_path: Path) -> None:
+    """The file's client decides when requests go, not the scenario's workload: a
+    scenario of one closed-loop client still predicts the uncapped run's requests at
+    their send times (0, 50 and 100 ms; one client would hold them to 154 and 236 ms)."""
+    data = json.loads(FIXTURE.read_text())
+    data["start_times"] = [100.0, 100.05, 100.1, 125.0]
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps(data))
+    sc = {**SCENARIO, "workload": {"concurrency": 1, "num_requests": 4,
+                                   "lengths": SCENARIO["workload"]["lengths"]}}
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    out = tmp_path / "o"
+    assert main(["--vllm-result", str(result), "--scenario", str(path), "--out", str(out),
+                 "--no-plots"]) == 0
+    rows = list(csv.DictReader((out / "predicted-vllm.csv").open()))
+    assert [float(r["arrival_s"]) for r in rows] == pytest.approx([0.0, 0.05, 0.1])
+
+
 def test_step_diagnostics_split_device_and_host_time() -> None:
     """Executor seconds are priced without the profile's host part; the loop's recorded
     host seconds are set against that part."""

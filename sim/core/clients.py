@@ -10,6 +10,12 @@ workload order ``think_time_s`` later, so request N+k goes out when the k-th req
 to end has ended, and send times never decrease. The engine sees a request sent at s at
 ``s + frontend.request_delay(prompt)``, in (that time, id) order (:meth:`Clients.head`).
 
+Paced clients. A request may also carry the earliest time it may be sent (``earliest``,
+from a finite arrival time): it then goes at the later of that time and the moment a
+client is free for it, in workload order. That is vLLM's benchmark client with both a
+request rate and ``--max-concurrency``: requests come due at the rate and wait, first
+come first served, for one of the capped slots.
+
 Same-instant causality. A request sent and due at the engine at the very instant t of
 the end that caused it (no think time, no frontend) is routed after every other event
 at t (a :class:`_Late` event): busy replicas see it at their next iteration boundary and
@@ -76,17 +82,25 @@ def delay_at_least(now: float, target: float) -> float:
 @dataclass(frozen=True)
 class ClientStats:
     """A closed loop's figures for the summary: clients, think time (s), requests sent
-    and, when the run had a fixed number to send, how many it did not send."""
+    and, when the run had a fixed number to send, how many it did not send. Paced clients
+    (requests with due times) add how many sent requests waited for a free client past
+    their due time, and that wait's mean and maximum (s) over the requests sent."""
 
     concurrency: int
     think_time_s: float
     sent: int
     not_sent: int | None
+    paced: bool = False
+    held: int = 0
+    wait_mean_s: float = 0.0
+    wait_max_s: float = 0.0
 
 
 class Clients:
     """The clients of one closed-loop run; ``engine._send`` and ``engine._arrival``
-    hold each request's send time and engine arrival time (s, +inf until sent).
+    hold each request's send time and engine arrival time (s, +inf until sent);
+    ``earliest`` the time before which each may not be sent (s; None: any time), from
+    the requests' finite arrival times.
 
     ``supply`` draws more requests when the ones known are all sent (only
     ``duration_s`` bounds the run); None: the requests known are all there are.
@@ -95,6 +109,11 @@ class Clients:
     def __init__(self, engine: Engine, concurrency: int, think_s: float,
                  stop_s: float | None, supply: Callable[[], Requests] | None):
         self.engine = engine
+        # Per request, the earliest send time (s): its arrival time where finite (paced
+        # clients); None when none is (every request goes when a client is free).
+        due = engine.requests.arrival_s
+        self.earliest: list[float] | None = (
+            np.where(np.isfinite(due), due, 0.0).tolist() if np.isfinite(due).any() else None)
         self.env = engine.env
         fe = engine.frontend
         self.delay = fe.request_delay if fe.delays else None
@@ -126,8 +145,11 @@ class Clients:
             return
         eng = self.engine
         s = t if initial else t + self.think
-        # Ends are handled in time order, so s only falls below the last send by rounding.
+        # Ends are handled in time order, so s only falls below the last send by rounding
+        # (or by a request held back to its earliest time, which later ones wait behind).
         s = max(s, self.last_send)
+        if self.earliest is not None and self.sent < len(self.earliest):
+            s = max(s, self.earliest[self.sent])
         if self.stop_s is not None and not s < self.stop_s:
             self.done = self.stopped = True
             return
@@ -244,7 +266,14 @@ class Clients:
         note = ""
         if not_sent:
             note = f"closed loop: {not_sent} of {planned} requests not sent ({'; '.join(why)})"
-        return sent, ClientStats(self.concurrency, self.think, sent, not_sent), note
+        figures = ClientStats(self.concurrency, self.think, sent, not_sent)
+        if self.earliest is not None:
+            wait = np.array(self.engine._send[:sent]) - np.array(self.earliest[:sent])
+            figures = dataclasses.replace(
+                figures, paced=True, held=int((wait > 0).sum()),
+                wait_mean_s=float(wait.mean()) if sent else 0.0,
+                wait_max_s=float(wait.max()) if sent else 0.0)
+        return sent, figures, note
 
 
 # The engine's per-request arrays (None where a run does not keep one).

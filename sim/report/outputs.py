@@ -24,7 +24,7 @@ from sim.errors import ServesimError
 from sim.report.cdfplot import plot_cdfs
 from sim.report.csvmeta import meta_json, meta_path
 from sim.report.folder import replaced_folder
-from sim.report.human import cost_phrase, setup_phrase
+from sim.report.human import cost_phrase, ms, setup_phrase
 from sim.report.metrics import clean, per_request
 from sim.report.stagereport import plot_over_time, stage_table
 
@@ -230,6 +230,11 @@ def setup_lines(summary: dict[str, Any]) -> list[str]:
         n = w["concurrency"]
         out.append(f"closed loop: {n} client{'s' if n != 1 else ''}, think time "
                    f"{w['think_time_s']:g} s; {w['requests_sent']} requests sent{unsent}")
+        if w.get("paced"):
+            out.append(f"paced clients: {w['requests_held']} requests waited for a free "
+                       f"client past their due time (mean {ms(w['client_wait_mean_s'])}, "
+                       f"max {ms(w['client_wait_max_s'])}; not in the latencies, which "
+                       "start at the send)")
     f = summary.get("frontend")
     if f:
         out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "

@@ -74,13 +74,20 @@ def scenario_digest(scenario: Any) -> str:
 
 def setup_summary(res: RunResult) -> dict[str, Any]:
     """``workload`` for a closed loop (clients, think time in s, requests sent and not
-    sent) and ``frontend`` (seconds) when the cost model prices one; empty otherwise."""
+    sent; for paced clients the requests held past their due time and the wait, s) and
+    ``frontend`` (seconds) when the cost model prices one; empty otherwise."""
     out: dict[str, Any] = {}
     c = res.clients
     if c is not None:
         out["workload"] = {"kind": "closed_loop", "concurrency": c.concurrency,
                            "think_time_s": c.think_time_s, "requests_sent": c.sent,
                            "requests_not_sent": c.not_sent}
+        if c.paced:
+            # Time requests spent due but waiting for a free client: before their send,
+            # so in no latency (vLLM's benchmark measures from the send too).
+            out["workload"].update(paced=True, requests_held=c.held,
+                                   client_wait_mean_s=c.wait_mean_s,
+                                   client_wait_max_s=c.wait_max_s)
     if res.frontend.active:
         out["frontend"] = {k: getattr(res.frontend, k) for k in FRONTEND_COEFS}
     return out

@@ -55,6 +55,7 @@ from sim.validate.validation import (
     step_errors,
     table,
     verdict,
+    with_clients,
 )
 
 INTERRUPTED = ".interrupted"  # where an interrupted real run's records are kept
@@ -243,8 +244,12 @@ def _vllm_main(argv: list[str]) -> int:
     sc = scenario_mod.load(a.scenario, a.overrides)
     ok = ~run.failed
     reqs = Requests(run.arrival_s[ok], run.prompt_tokens[ok], run.output_tokens[ok])
-    pred = simulate_requests(sc, reqs, sc.workload.seed)
     n = int(ok.sum())
+    # The benchmark's client: its requests at their send times, or under a concurrency
+    # cap each when it was due and a slot was free (the predicted server's, not vLLM's).
+    sent = reqs if run.earliest_s is None else dataclasses.replace(
+        reqs, arrival_s=run.earliest_s[ok])
+    pred = simulate_requests(with_clients(sc, run.concurrency, n), sent, sc.workload.seed)
     if (pred.status == REJECTED).all():
         # Nothing would be compared: an empty table is no validation.
         reasons, counts = np.unique(pred.reason.astype(str), return_counts=True)

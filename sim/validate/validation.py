@@ -28,7 +28,13 @@ from sim.core.request import FINISHED, REJECTED, UNFINISHED
 from sim.cost.frontend import Frontend
 from sim.cost.shape import StepShape, shape_of
 from sim.report.metrics import per_request
-from sim.workload.requests import Requests
+from sim.workload.requests import (
+    ArrivalsConfig,
+    DistConfig,
+    LengthsConfig,
+    Requests,
+    WorkloadConfig,
+)
 
 METRICS = ("ttft", "tpot", "e2e")
 QUANTILES = (50, 90, 99)
@@ -67,6 +73,26 @@ def simulate_requests(scenario: Scenario, requests: Requests, seed: int = 0,
     priced by ``cost`` when given, else by the scenario's own cost model."""
     return Engine(scenario, requests, build_cost(scenario) if cost is None else cost,
                   np.random.default_rng(seed)).run()
+
+
+def with_clients(scenario: Scenario, concurrency: int | None, n: int) -> Scenario:
+    """``scenario`` with a measured run's client in place of its own workload, for
+    :func:`simulate_requests` over that run's ``n`` requests: ``concurrency`` clients
+    without think time, each sending the next request when one is free and not before
+    the request's arrival time (:mod:`sim.core.clients`); None: every request sent at its
+    arrival time. The lengths written here are never drawn: the run's requests are given."""
+    wl = scenario.workload
+    if concurrency is None and wl.concurrency is None:
+        return scenario
+    one = DistConfig("fixed", value=1)
+    lengths = LengthsConfig(prompt=one, output=one)
+    if concurrency is None:
+        new = WorkloadConfig(arrivals=ArrivalsConfig("constant", rate=1.0), lengths=lengths,
+                             num_requests=n, seed=wl.seed)
+    else:
+        new = WorkloadConfig(lengths=lengths, num_requests=n, seed=wl.seed,
+                             concurrency=concurrency)
+    return dataclasses.replace(scenario, workload=new)
 
 
 def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,

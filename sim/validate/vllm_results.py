@@ -11,8 +11,9 @@ Send times are saved only by some versions (``start_times``). Without them the a
 are reconstructed: a gamma process of shape ``burstiness`` (1 = Poisson, Infinity =
 even gaps) at ``request_rate`` req/s, seeded here (vLLM's own draws cannot be
 recovered), or all at 0 s for ``"inf"``; a ramped-up run (``ramp_up_strategy``) cannot
-be rebuilt and is refused. Failed requests (an error, or no output) are counted and kept out
-of both sides of the comparison.
+be rebuilt and is refused. Under ``max_concurrency`` those are the times requests fell
+due; each was sent when due and one of the client's slots was free. Failed requests (an
+error, or no output) are counted and kept out of both sides of the comparison.
 
 What vLLM writes for a failed request, and so what stays accepted: ``output_lens`` 0
 (whatever was streamed), ``ttfts`` 0.0 (its default; the time of the first chunk if one
@@ -64,7 +65,9 @@ class VllmRun:
     """One vLLM benchmark's requests (all, in send order) and how arrivals were obtained.
 
     ``failed[i]`` marks requests with an error or no output; their latencies are NaN.
-    Times are seconds; ``arrival_s`` starts at 0.
+    Times are seconds; ``arrival_s`` starts at 0. Under a ``max_concurrency`` cap
+    (``concurrency``) the client sent each request when it was due (``earliest_s``) and
+    one of its slots was free: servesim's paced closed loop (:mod:`sim.core.clients`).
     """
 
     arrival_s: np.ndarray
@@ -76,6 +79,11 @@ class VllmRun:
     arrivals_note: str
     notes: tuple[str, ...]
     meta: dict[str, Any]
+    # The client's cap on requests in flight (``max_concurrency``; None: none), and then
+    # the earliest time each request could go (s, from 0): 0 under ``"inf"``, else its
+    # send time in the file or its arrival at the reconstructed rate.
+    concurrency: int | None = None
+    earliest_s: np.ndarray | None = None
 
     @property
     def e2e_s(self) -> np.ndarray:
@@ -233,10 +241,6 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     conc = data.get("max_concurrency")
     if conc is not None:
         conc = _whole(conc, "max_concurrency", source, rule="concurrency")
-    if conc:
-        notes.append(f"max_concurrency {conc}: the client capped "
-                     "requests in flight, which servesim does not model; near saturation "
-                     "the predicted queueing is too long")
     rate = _rate(data.get("request_rate"), source)
     shape = _burstiness(data.get("burstiness"), source)
     starts = _per_request(data, "start_times", n, source)
@@ -273,13 +277,31 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         t, prompt, output, ttft, failed = t[order], prompt[order], output[order], \
             ttft[order], failed[order]
         itls = [itls[i] for i in order]
+    earliest = None
+    if conc:
+        # vLLM's client makes each request due at the rate, then holds it until one of its
+        # max_concurrency slots is free, first come first served.
+        paced = (rate is not None and not math.isinf(rate)
+                 or data.get("ramp_up_strategy") is not None)
+        earliest = t.copy() if paced else np.zeros(n)
+        due = (("its send time in the file" if where == "start_times" else "the rebuilt rate")
+               if paced else "0 s, request_rate inf")
+        note = (f"max_concurrency {conc}: predicted with {conc} client{'s' if conc > 1 else ''}"
+                f", each request sent when it is due ({due}) and a client is free")
+        if where != "start_times":
+            note += ("; the file has no send times, so the real side shows each request at "
+                     "its due time (vLLM measures its latencies from the send)")
+            if not paced:
+                how = "request_rate inf: every request due at 0 s"
+        notes.append(note)
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "num_prompts",
                                      "duration", "completed")}
     # As the file gave them (validated), but vLLM's way for inf: strict JSON has none.
     meta.update(request_rate=data.get("request_rate"), max_concurrency=conc,
                 burstiness="inf" if math.isinf(shape) else data.get("burstiness"))
     meta["aggregates_ms"] = vllm_aggregates(data, source)
-    return VllmRun(t, prompt, output, ttft, itls, failed, how, tuple(notes), meta)
+    return VllmRun(t, prompt, output, ttft, itls, failed, how, tuple(notes), meta,
+                   conc or None, earliest)
 
 
 def _clock(x: Any, where: str, src: str | None) -> float:

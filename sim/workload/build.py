@@ -29,7 +29,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         reqs = _build(cfg, base_dir, rng, source, max_context)
     except ServesimError as exc:
         raise exc.located(source) from None  # name the scenario where nothing else is
-    if cfg.concurrency is None and len(reqs.arrival_s):
+    if (cfg.concurrency is None or cfg.arrivals is not None) and len(reqs.arrival_s):
         with np.errstate(invalid="ignore"):
             bad = ~(np.abs(reqs.arrival_s) <= MAX_TIME_S)
         if bad.any():

@@ -86,12 +86,12 @@ def check_closed(cfg: WorkloadConfig) -> None:
     if n is None:
         raise ServesimError("think_time_s applies to closed-loop clients; give "
                             "workload.concurrency too", where="think_time_s")
-    if cfg.arrivals is not None:
-        raise ServesimError(f"closed-loop clients (concurrency {n}) send each request when "
-                            "their previous one ends; remove arrivals (or concurrency, for "
-                            "open-loop arrivals)", where="arrivals")
     tc = cfg.trace
     if tc is not None:
+        if cfg.arrivals is not None:
+            raise ServesimError("the trace's requests go in file order as clients free up; "
+                                "remove arrivals (paced clients take generated lengths)",
+                                where="arrivals")
         for key, neutral in (("time_scale", 1.0), ("target_rate", None)):
             if getattr(tc, key) != neutral:
                 raise ServesimError("a closed loop ignores the trace's arrival times, so "

@@ -8,6 +8,12 @@ drawn here exactly as for open loop, only their send times are left +inf:
 :mod:`sim.core.clients` assigns them while the simulation runs, request i going to the next
 client that is free.
 
+Paced clients (``workload.arrivals`` beside ``concurrency``, as ``vllm bench serve
+--request-rate R --max-concurrency N`` runs): the arrival process is drawn first, as an
+open loop draws it, and each request keeps its arrival as the time it falls due; it is
+sent when due and a client is free, first come first served (:mod:`sim.core.clients`).
+The number of requests is then the arrival process's (``num_requests``, ``duration_s``).
+
 Lengths come from ``workload.lengths`` (or classes drawn by weight), or from a
 ``workload.trace`` in file order (its arrival times ignored). ``num_requests`` bounds
 the requests sent; ``duration_s`` stops the clients: none sends at or after it. With
@@ -24,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.workload.draw import sample_lengths
+from sim.workload.draw import sample_lengths, workload_arrivals
 from sim.workload.requests import Requests, WorkloadConfig
 
 CHUNK = 4096  # requests drawn at a time when only duration_s bounds a closed loop
@@ -46,7 +52,12 @@ def unsent(n: int, notes: list[str]) -> np.ndarray:
 def closed_requests(cfg: WorkloadConfig, n: int, base_dir: Path | None,
                     rng: np.random.Generator, source: str) -> Requests:
     """``n`` generated requests (lengths in tokens, class, priority, prefix hashes) with
-    arrival times +inf, drawn in the same order as an open-loop workload's."""
+    arrival times +inf, drawn in the same order as an open-loop workload's; for paced
+    clients as many as ``workload.arrivals`` sends, each with its due time (s)."""
+    due = None
+    if cfg.arrivals is not None:
+        due = workload_arrivals(cfg, rng)
+        n = len(due)
     if cfg.classes is not None:
         from sim.workload.mix import draw_by_weight
 
@@ -57,6 +68,8 @@ def closed_requests(cfg: WorkloadConfig, n: int, base_dir: Path | None,
                                         "workload.lengths")
         prio = None if cfg.priority is None else cfg.priority.sample(n, rng)
         reqs = Requests(np.full(n, np.inf), prompt, output, priority=prio)
+    if due is not None:
+        reqs = dataclasses.replace(reqs, arrival_s=due)
     if cfg.shared_prefix is not None:
         reqs = cfg.shared_prefix.apply(reqs, rng)
     return reqs
@@ -66,8 +79,9 @@ def supply(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
            source: str) -> Callable[[], Requests] | None:
     """More requests for clients bounded only by ``duration_s`` (a chunk per call, from
     ``rng`` continuing where the first chunk stopped); None when the requests are all
-    known before the run (``num_requests``, or a trace)."""
-    if cfg.concurrency is None or cfg.num_requests is not None or cfg.trace is not None:
+    known before the run (``num_requests``, a trace, or an arrival process)."""
+    if (cfg.concurrency is None or cfg.num_requests is not None or cfg.trace is not None
+            or cfg.arrivals is not None):
         return None
     return lambda: closed_requests(cfg, CHUNK, base_dir, rng, source)
 

@@ -69,9 +69,9 @@ def check_stages(cfg: WorkloadConfig) -> None:
         raise ServesimError("got an empty list; give at least one {rate, duration_s}",
                             where="stages")
     if cfg.concurrency is not None:
-        raise ServesimError("closed-loop clients send each request when their previous one "
-                            "ends, so they take no rate; remove stages (or concurrency)",
-                            where="stages")
+        raise ServesimError("closed-loop clients send each request when a client is free, "
+                            "paced at most by one arrival process (workload.arrivals), not "
+                            "by stages; remove stages (or concurrency)", where="stages")
     if cfg.duration_s is not None:
         raise ServesimError("the stages set the duration (the sum of their duration_s); "
                             "remove duration_s", where="duration_s")

@@ -134,6 +134,23 @@ def test_paced_scenario_draws_the_open_loop_requests_and_reports_the_wait() -> N
     np.testing.assert_array_equal(paced.output_tokens, plain.output_tokens)
 
 
+def test_paced_clients_that_fall_behind_are_saturated() -> None:
+    # One client, 29 ms a request (34.5 req/s at most). Due at 5 req/s it keeps up; at
+    # 200 req/s the requests held at the client grow at 200 - 34.5 req/s.
+    def run(rate: float) -> dict[str, Any]:
+        sc = closed({"concurrency": 1, "num_requests": 200,
+                     "arrivals": {"process": "constant", "rate": rate}})
+        return summarize(simulate(sc))["saturation"]
+
+    calm, behind = run(5.0), run(200.0)
+    assert calm["saturated"] is False and calm["due_rps"] == pytest.approx(5.0)
+    assert abs(calm["client_backlog_growth_rps"]) < 0.05
+    assert behind["saturated"] is True and behind["due_rps"] == pytest.approx(200.0)
+    assert behind["client_backlog_growth_rps"] == pytest.approx(200.0 - 1 / 0.029, rel=0.02)
+    # The engine's own queue never grows: the client holds the backlog.
+    assert behind["queue_growth_rps"] < 0.05 * behind["offered_rps"]
+
+
 def test_think_time_delays_each_next_request() -> None:
     # One client, think time 100 ms: prefill 18 ms + one decode of 11 ms, then a pause.
     sc = closed({"concurrency": 1, "num_requests": 3, "think_time_s": 0.1})

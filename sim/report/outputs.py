@@ -276,6 +276,10 @@ def reliability_lines(summary: dict[str, Any]) -> list[str]:
         o = "-" if offered is None else f"{offered:.2f}"
         out.append(f"SATURATED: waiting queue grows {g} req/s at {o} req/s offered; "
                    f"{sat['refused_fraction']:.1%} refused or abandoned")
+        held = sat.get("client_backlog_growth_rps")
+        if held is not None:
+            out[-1] += (f"; requests held at the clients grow {held:.2f} req/s at "
+                        f"{sat['due_rps']:.2f} req/s due")
     f = summary.get("faults")
     if f:
         lat = f["latency_s"]

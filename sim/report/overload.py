@@ -22,7 +22,9 @@ One that arrived and was not done by the horizon (``unfinished``) is backlog and
 
 ``saturated`` is true when the queue grows by more than :data:`SATURATION_SHARE` of the
 offered rate (the cluster serves under ~95% of what arrives) or more than that share of
-requests were refused or abandoned. A stable system's queue fluctuates around a
+requests were refused or abandoned; with paced closed-loop clients, also when the
+requests due but held at the clients grow by more than that share of the rate they fall
+due at (``due_rps``, ``client_backlog_growth_rps``). A stable system's queue fluctuates around a
 constant length, so its fitted slope is a small fraction of the offered rate; at 10x
 overload it is about 0.9 of it.
 """
@@ -87,10 +89,19 @@ def saturation(res: RunResult) -> dict[str, Any]:
         offered = (n - 1) / (t1 - t0)
         peak = int(queue.max())
     grows = growth is not None and offered is not None and growth > SATURATION_SHARE * offered
-    return {
+    out: dict[str, Any] = {
         "offered_rps": offered,
         "queue_growth_rps": growth,
         "peak_waiting": peak,
         "refused_fraction": frac,
         "saturated": bool(grows or frac > SATURATION_SHARE),
     }
+    c = res.clients
+    if c is not None and c.paced:
+        # Paced clients cap what the engine queues: falling behind shows as requests due
+        # and not yet sent, held at the clients.
+        behind = (c.backlog_growth_rps is not None and c.due_rps is not None
+                  and c.backlog_growth_rps > SATURATION_SHARE * c.due_rps)
+        out.update(due_rps=c.due_rps, client_backlog_growth_rps=c.backlog_growth_rps,
+                   saturated=bool(out["saturated"] or behind))
+    return out

@@ -372,6 +372,33 @@ def test_rate_sweeps_and_capacity_refuse_a_closed_loop(tmp_path: Path) -> None:
                        "--out", str(tmp_path / "c")])
 
 
+def test_a_sweep_varies_paced_clients_rate_and_capacity_refuses_them(tmp_path: Path) -> None:
+    # One client at 29 ms a request: it keeps up with 5 req/s and not with 200 (the
+    # engine's queue stays empty either way; the backlog is the client's).
+    from sim.study import capacitycli, sweepcli
+
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps({
+        "model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+        "serving": {"policy": "continuous", "block_size": 4, "watermark": 0.0},
+        "workload": {"concurrency": 1, "arrivals": {"process": "constant", "rate": 1.0},
+                     "num_requests": 200, "lengths": fixed(8, 2)}}))
+    out = tmp_path / "s"
+    assert sweepcli.main([str(path), "--rates", "5,200", "--quiet", "--no-plots",
+                          "--out", str(out)]) == 0
+    rows = (out / "sweep.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    sat = [r.split(",")[head.index("saturated")] for r in rows[1:]]
+    served = [float(r.split(",")[head.index("throughput_rps")]) for r in rows[1:]]
+    assert sat == ["0.0", "1.0"]
+    assert served[1] == pytest.approx(1 / 0.029)
+    with pytest.raises(ServesimError, match="paced clients cap the requests in flight at 1 "
+                                            "for the whole cluster") as err:
+        capacitycli.main([str(path), "--slo", "ttft_p99=0.5", "--quiet",
+                          "--out", str(tmp_path / "c")])
+    assert err.value.where == "workload.concurrency"
+
+
 def test_rate_sweeps_refuse_classes_whose_arrivals_are_their_own(tmp_path: Path) -> None:
     # No shared workload.arrivals to vary: said so, not "arrivals.process: required".
     from sim.study import capacitycli, sweepcli

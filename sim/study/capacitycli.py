@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
     slos = check_flags(a)
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
     base = read_raw(a.scenario, a.overrides)
-    refuse_closed_loop(base, a.scenario, "capacity")
+    refuse_closed_loop(base, a.scenario, "capacity", paced=False)
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     path = Path(a.scenario)
     sc = from_dict(base, a.scenario, path.parent.resolve())

@@ -67,10 +67,11 @@ def row_of(summary: dict[str, Any], arrival_span_s: float,
                else rq["unfinished"] > 0)
     saturated = backlog or (
         growth_s is not None and growth_s > SATURATION_GROWTH * arrival_span_s)
-    if "faults" in summary:
+    if "faults" in summary or (summary.get("workload") or {}).get("paced"):
         # An outage breaks the quarters' comparison: a queue built while a replica was
         # down can leave the second quarter's delays above the last's though the run
-        # never caught up. The run's own verdict (its waiting queue's trend) counts too.
+        # never caught up; paced clients hold their backlog before the engine sees it.
+        # The run's own verdict (its queues' trends) counts too.
         saturated = saturated or bool(summary["saturation"]["saturated"])
     row.update({
         "throughput_rps": served,

@@ -123,16 +123,30 @@ def _expected_span_s(raw: dict[str, Any], rate: float) -> float | None:
     return min(spans) if spans else None
 
 
-def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str) -> None:
+def refuse_closed_loop(raw: dict[str, Any], source: str, flag: str,
+                       paced: bool = True) -> None:
     """Sweeps and capacity searches vary the arrival rate: a closed loop
     (``workload.concurrency``) has none, its load is set by its clients; nor do classes
-    with arrival processes of their own where no shared one is given."""
+    with arrival processes of their own where no shared one is given. Paced clients
+    (``workload.arrivals`` beside ``concurrency``) have one, which a sweep may vary
+    (``paced``); a capacity search may not, as their cap on requests in flight is the
+    whole cluster's and more replicas cannot carry more than the clients send."""
     w = raw.get("workload")
     if isinstance(w, dict) and w.get("concurrency") is not None:
-        raise ServesimError(f"{flag} varies the arrival rate, but this workload is closed loop "
-                            f"({w['concurrency']} clients send as their requests end); vary "
-                            "workload.concurrency with --set instead, one run each",
-                            source, "workload.concurrency")
+        n = w["concurrency"]
+        if w.get("arrivals") is None:
+            raise ServesimError(f"{flag} varies the arrival rate, but this workload is closed "
+                                f"loop ({n} clients send as their requests end); vary "
+                                "workload.concurrency with --set instead, one run each, or "
+                                "pace the clients with workload.arrivals to vary its rate",
+                                source, "workload.concurrency")
+        if not paced:
+            raise ServesimError(f"{flag} sizes a cluster for an offered rate, but these "
+                                f"paced clients cap the requests in flight at {n} for the "
+                                "whole cluster, so more replicas cannot carry more than "
+                                "they send; remove workload.concurrency (an open loop at the "
+                                "same arrivals) to size a cluster", source,
+                                "workload.concurrency")
     if not isinstance(w, dict):
         return
     if w.get("stages") is not None:

@@ -24,9 +24,9 @@ One that arrived and was not done by the horizon (``unfinished``) is backlog and
 offered rate (the cluster serves under ~95% of what arrives) or more than that share of
 requests were refused or abandoned; with paced closed-loop clients, also when the
 requests due but held at the clients grow by more than that share of the rate they fall
-due at (``due_rps``, ``client_backlog_growth_rps``). A stable system's queue fluctuates around a
-constant length, so its fitted slope is a small fraction of the offered rate; at 10x
-overload it is about 0.9 of it.
+due at (``due_rps``, ``client_backlog_growth_rps``). A stable system's queue fluctuates
+around a constant length, so its fitted slope is a small fraction of the offered rate;
+at 10x overload it is about 0.9 of it.
 """
 
 from __future__ import annotations

@@ -19,13 +19,11 @@ from sim.configtools import bounded
 from sim.cost.frontend import Frontend
 from sim.cost.gpus import GPUSpec, check_dtype, dtype_note, gemm_peak
 from sim.cost.shape import StepShape
-from sim.cost.shard import shard
+from sim.cost.shard import ep_note, shard
 from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 
 if TYPE_CHECKING:
     pass
-
-
 
 
 # The roofline's defaults are fitted, never guessed:
@@ -53,14 +51,6 @@ class RooflineParams:
     kernel_floor_s: float = bounded(4.76e-6, ge=0)
     attention_floor_s: float = bounded(1.173e-5, ge=0)
     frontend: Frontend = VLLM_FRONTEND
-
-
-def ep_note(ep: int, imbalance: float = 1.0) -> str:
-    """What a cost source adds about expert parallelism; empty without it."""
-    if ep == 1:
-        return ""
-    skew = f", busiest GPU {imbalance:g}x the mean tokens" if imbalance != 1 else ""
-    return f"; expert parallelism ep={ep}{skew}"
 
 
 # Kernels a layer's projections launch (QKV, output, gate+up, down): each costs at

@@ -240,3 +240,11 @@ def expert_shard(spec: ModelSpec, tp: int, ep: int, where: str = "tp",
     d = shard(sliced, tp, where)
     return dataclasses.replace(d, experts=spec.experts // ep,
                                expert_intermediate=spec.expert_intermediate, ep=ep)
+
+
+def ep_note(ep: int, imbalance: float = 1.0) -> str:
+    """What a cost source adds about expert parallelism; empty without it."""
+    if ep == 1:
+        return ""
+    skew = f", busiest GPU {imbalance:g}x the mean tokens" if imbalance != 1 else ""
+    return f"; expert parallelism ep={ep}{skew}"

@@ -45,8 +45,7 @@ from sim.cost.presets import MODELS
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
 from sim.cost.profilefile import SCHEMA
-from sim.cost.roofline import ep_note
-from sim.cost.shard import shard
+from sim.cost.shard import ep_note, shard
 from sim.cost.specs import ModelSpec, recorded_fields
 from sim.cost.tables.kerneltables import (
     FRAMEWORKS,

@@ -11,7 +11,7 @@ arrays in the shape's fields and then returns an array.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,12 +19,8 @@ from sim.configtools import bounded
 from sim.cost.frontend import Frontend
 from sim.cost.gpus import GPUSpec, check_dtype, dtype_note, gemm_peak
 from sim.cost.shape import StepShape
-from sim.cost.shard import ep_note, shard
+from sim.cost.shard import Shard, ep_note, shard
 from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
-
-if TYPE_CHECKING:
-    pass
-
 
 # The roofline's defaults are fitted, never guessed:
 # - efficiencies and kernel floors on NVIDIA AIConfigurator's kernel tables of every GPU
@@ -167,46 +163,8 @@ class RooflineCost:
         # Seconds per unit of each shape quantity, precomputed so a step costs a few flops.
         self._moe_q: float | None = None
         if m.experts:
-            # Always read: attention, dense MLPs, shared experts, routers (bf16). Per token:
-            # those FLOPs and its experts_per_token routed experts'. Routed experts' weights
-            # are read once for each expert the step's tokens touch (below).
-            always = (d.mixer_params
-                      + m.dense_layers * 3 * m.hidden * d.intermediate
-                      + d.moe_layers * d.shared_experts * d.shared_expert_params)
-            router = d.moe_layers * m.hidden * m.experts
-            routed: float = d.moe_layers * m.experts_per_token * d.expert_params
-            if ep > 1:  # whole experts, a 1/ep share of the pairs (the busiest GPU's)
-                routed = routed * ep_imbalance / ep
-            # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
-            moe_flops = gemm_peak(m.expert_dtype or m.dtype, gpu)[0] * p.moe_flops_efficiency
-            self._exp_flop_s = 2 * routed / moe_flops
-            self._lin_flop_s = (2 * (always - qkv) / lin_flops + qkv_flop_s
-                                + 2 * router / flops
-                                + (self._exp_flop_s if dp == 1 else 0.0))
-            if m.expert_dtype_bytes == m.dtype_bytes:
-                self._lin_mem_s = ((always - qkv) * m.dtype_bytes + router * b) / bw
-            else:
-                # Shared experts are read at the experts' dtype, the rest at the weights'.
-                shared = d.moe_layers * d.shared_experts * d.shared_expert_params
-                self._lin_mem_s = ((always - shared - qkv) * m.dtype_bytes
-                                   + shared * m.expert_dtype_bytes + router * b) / bw
-            self._lin_mem_s += qkv_mem_s
-            self._moe_mem_s = (d.moe_layers * d.experts * d.expert_params
-                               * m.expert_dtype_bytes / bw)
-            # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
-            # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
-            self._moe_q = 1.0 - m.experts_per_token / m.experts
-            # Data-parallel ranks: dispatch (all-gather) and combine (reduce-scatter) of
-            # every rank's tokens over the dp x tp GPUs, a MoE layer each.
-            self._dc_fixed_s = self._dc_token_s = 0.0
-            if dp > 1:
-                group = dp * tp
-                link_bw, link_s = gpu.tp_link(group)
-                self._dc_fixed_s = 2 * d.moe_layers * link_s
-                self._dc_token_s = (2 * d.moe_layers * (group - 1) / group * m.hidden * b
-                                    / link_bw)
-            kernels = (d.layers * attn_kernels + d.dense_layers * 2
-                       + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
+            kernels = self._moe_terms(d, flops, lin_flops, qkv, qkv_flop_s, qkv_mem_s, bw,
+                                      attn_kernels)
         else:
             lin = d.stack_params
             self._lin_flop_s = 2 * (lin - qkv) / lin_flops + qkv_flop_s
@@ -215,6 +173,79 @@ class RooflineCost:
         self._head_flop_s = 2 * head / flops
         self._head_mem_s = head * b / bw
         self._attn_flop_s = 4 * m.attention_layers * d.heads * m.head_dim / attn_flops
+        kernels += self._attention_terms(d, attn_flops, lin_flops, bw)
+
+        # Queries and keys normalised over all heads wait for one more all-reduce a layer
+        # under tp (each token's two sums of squares, fp32), between two norm kernels.
+        qk_norm = qk_norm_allreduces(m, tp)
+        kernels += qk_norm * m.layers
+        self._lin_floor_s = kernels * p.kernel_floor_s
+        self._attn_floor_s = (m.layers + m.linear_layers) * p.attention_floor_s
+        if tp > 1:
+            link_bw, link_s = gpu.tp_link(tp)
+            self._ar_fixed_s = (2 + qk_norm) * m.layers * link_s
+            self._ar_token_s = (m.layers * 2 * (tp - 1) / tp
+                                * (2 * m.hidden * b + qk_norm * QK_NORM_BYTES) / link_bw)
+        else:
+            self._ar_fixed_s = self._ar_token_s = 0.0
+
+    def _moe_terms(self, d: Shard, flops: float, lin_flops: float, qkv: int,
+                   qkv_flop_s: float, qkv_mem_s: float, bw: float, attn_kernels: int) -> int:
+        """A mixture of experts' linear-stack terms (the class docstring), from one GPU's
+        shard ``d``, the dense and projection FLOP/s, the query/key/value projections
+        kept at a dtype of their own (``qkv`` weights, their seconds per token and per
+        step) and the bandwidth (bytes/s); the kernels the layers launch."""
+        m, p, gpu, ep, dp = self.model, self.params, self.gpu, self.ep, self.dp
+        b = m.act_bytes
+        # Always read: attention, dense MLPs, shared experts, routers (bf16). Per token:
+        # those FLOPs and its experts_per_token routed experts'. Routed experts' weights
+        # are read once for each expert the step's tokens touch (below).
+        always = (d.mixer_params
+                  + m.dense_layers * 3 * m.hidden * d.intermediate
+                  + d.moe_layers * d.shared_experts * d.shared_expert_params)
+        router = d.moe_layers * m.hidden * m.experts
+        routed: float = d.moe_layers * m.experts_per_token * d.expert_params
+        if ep > 1:  # whole experts, a 1/ep share of the pairs (the busiest GPU's)
+            routed = routed * self.ep_imbalance / ep
+        # Grouped expert GEMMs reach a smaller share of the peak than dense ones.
+        moe_flops = gemm_peak(m.expert_dtype or m.dtype, gpu)[0] * p.moe_flops_efficiency
+        self._exp_flop_s = 2 * routed / moe_flops
+        self._lin_flop_s = (2 * (always - qkv) / lin_flops + qkv_flop_s
+                            + 2 * router / flops
+                            + (self._exp_flop_s if dp == 1 else 0.0))
+        if m.expert_dtype_bytes == m.dtype_bytes:
+            self._lin_mem_s = ((always - qkv) * m.dtype_bytes + router * b) / bw
+        else:
+            # Shared experts are read at the experts' dtype, the rest at the weights'.
+            shared = d.moe_layers * d.shared_experts * d.shared_expert_params
+            self._lin_mem_s = ((always - shared - qkv) * m.dtype_bytes
+                               + shared * m.expert_dtype_bytes + router * b) / bw
+        self._lin_mem_s += qkv_mem_s
+        self._moe_mem_s = (d.moe_layers * d.experts * d.expert_params
+                           * m.expert_dtype_bytes / bw)
+        # Uniform routing: a token leaves a given expert out with probability 1 - k/E,
+        # so n tokens touch E·(1 - (1 - k/E)^n) distinct experts on average.
+        self._moe_q = 1.0 - m.experts_per_token / m.experts
+        # Data-parallel ranks: dispatch (all-gather) and combine (reduce-scatter) of
+        # every rank's tokens over the dp x tp GPUs, a MoE layer each.
+        self._dc_fixed_s = self._dc_token_s = 0.0
+        if dp > 1:
+            group = dp * self.tp
+            link_bw, link_s = gpu.tp_link(group)
+            self._dc_fixed_s = 2 * d.moe_layers * link_s
+            self._dc_token_s = (2 * d.moe_layers * (group - 1) / group * m.hidden * b
+                                / link_bw)
+        return (d.layers * attn_kernels + d.dense_layers * 2
+                + d.moe_layers * (MOE_KERNELS + 2 * bool(d.shared_experts)))
+
+    def _attention_terms(self, d: Shard, attn_flops: float, lin_flops: float,
+                         bw: float) -> int:
+        """The attention terms a model's own kind of layer adds (the class docstring):
+        Gated DeltaNet, latent attention, sparse attention and sliding windows, from one
+        GPU's shard ``d``, the attention and projection FLOP/s and the bandwidth
+        (bytes/s); the kernels they add."""
+        m, p, gpu = self.model, self.params, self.gpu
+        kernels = 0
         # Gated DeltaNet layers: FLOPs per new token (the recurrence's three products with
         # each value head's state, and the chunked form's in-chunk products for prefill
         # tokens), and every sequence's state read and written once a step.
@@ -258,20 +289,7 @@ class RooflineCost:
             self._kv_mem_s = layer_mem_s * m.full_layers
             self._swa_flop_s = layer_flop_s * m.sliding_layers
             self._swa_mem_s = layer_mem_s * m.sliding_layers
-
-        # Queries and keys normalised over all heads wait for one more all-reduce a layer
-        # under tp (each token's two sums of squares, fp32), between two norm kernels.
-        qk_norm = qk_norm_allreduces(m, tp)
-        kernels += qk_norm * m.layers
-        self._lin_floor_s = kernels * p.kernel_floor_s
-        self._attn_floor_s = (m.layers + m.linear_layers) * p.attention_floor_s
-        if tp > 1:
-            link_bw, link_s = gpu.tp_link(tp)
-            self._ar_fixed_s = (2 + qk_norm) * m.layers * link_s
-            self._ar_token_s = (m.layers * 2 * (tp - 1) / tp
-                                * (2 * m.hidden * b + qk_norm * QK_NORM_BYTES) / link_bw)
-        else:
-            self._ar_fixed_s = self._ar_token_s = 0.0
+        return kernels
 
     @property
     def source(self) -> str:
@@ -361,7 +379,6 @@ class RooflineCost:
                   self._kv_mem_s * kv_tokens + self._swa_mem_s * win_kv)
 
     def parts(self, shape: StepShape) -> dict[str, Any]:
-
         """Seconds of each term for ``shape`` (numbers or arrays): ``linear``,
         ``attention``, ``lm_head``, ``allreduce``, ``overhead``."""
         mx: Any = max if type(shape.new_tokens) is int else np.maximum

@@ -279,20 +279,8 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         itls = [itls[i] for i in order]
     earliest = None
     if conc:
-        # vLLM's client makes each request due at the rate, then holds it until one of its
-        # max_concurrency slots is free, first come first served.
-        paced = (rate is not None and not math.isinf(rate)
-                 or data.get("ramp_up_strategy") is not None)
-        earliest = t.copy() if paced else np.zeros(n)
-        due = (("its send time in the file" if where == "start_times" else "the rebuilt rate")
-               if paced else "0 s, request_rate inf")
-        note = (f"max_concurrency {conc}: predicted with {conc} client{'s' if conc > 1 else ''}"
-                f", each request sent when it is due ({due}) and a client is free")
-        if where != "start_times":
-            note += ("; the file has no send times, so the real side shows each request at "
-                     "its due time (vLLM measures its latencies from the send)")
-            if not paced:
-                how = "request_rate inf: every request due at 0 s"
+        earliest, note, how = _capped(conc, t, rate, data.get("ramp_up_strategy") is not None,
+                                      where == "start_times", how)
         notes.append(note)
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "num_prompts",
                                      "duration", "completed")}
@@ -302,6 +290,27 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     meta["aggregates_ms"] = vllm_aggregates(data, source)
     return VllmRun(t, prompt, output, ttft, itls, failed, how, tuple(notes), meta,
                    conc or None, earliest)
+
+
+def _capped(conc: int, t: np.ndarray, rate: float | None, ramped: bool, saved: bool,
+            how: str) -> tuple[np.ndarray, str, str]:
+    """Under a client cap of ``conc`` requests in flight: when each request fell due (s,
+    from 0: ``t``, the send times or the rebuilt arrivals, when the client paced them at
+    a rate or a ramp; else 0), the note saying so, and ``how`` the arrivals were
+    obtained, reworded where the file has no send times and every request was due at
+    once. vLLM's client makes each request due at its rate, then holds it until one of
+    its ``max_concurrency`` slots is free, first come first served."""
+    paced = rate is not None and not math.isinf(rate) or ramped
+    due = (("its send time in the file" if saved else "the rebuilt rate")
+           if paced else "0 s, request_rate inf")
+    note = (f"max_concurrency {conc}: predicted with {conc} client{'s' if conc > 1 else ''}, "
+            f"each request sent when it is due ({due}) and a client is free")
+    if not saved:
+        note += ("; the file has no send times, so the real side shows each request at its "
+                 "due time (vLLM measures its latencies from the send)")
+        if not paced:
+            how = "request_rate inf: every request due at 0 s"
+    return (t.copy() if paced else np.zeros(len(t))), note, how
 
 
 def _clock(x: Any, where: str, src: str | None) -> float:

@@ -89,11 +89,11 @@ _QKV_BIAS_BY_DEFAULT = ("qwen2",)
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
-def from_hf_config(path: Path) -> ModelSpec:
-    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
-    :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
-    family, is an error."""
-
+def _read(path: Path) -> tuple[dict[str, Any], str, str]:
+    """The language model's config in the ``config.json`` at ``path`` (unwrapped from a
+    multimodal wrapper, its quantisation config kept), the path as errors name it, and
+    its ``model_type``, checked to be a family (and, with experts, a MoE family) servesim
+    models."""
     src = str(path)
     text = read_text(path, "HuggingFace config.json")
     try:
@@ -127,6 +127,14 @@ def from_hf_config(path: Path) -> ModelSpec:
         raise ServesimError(f"mixture-of-experts layers in a {family} config are not "
                             f"modelled; MoE families: {', '.join(MOE_KEYS)}", source=src,
                             where=moe[0])
+    return cfg, src, family
+
+
+def from_hf_config(path: Path) -> ModelSpec:
+    """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
+    :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
+    family, is an error."""
+    cfg, src, family = _read(path)
 
     def get(key: str, default: Any = None) -> Any:
         value = cfg.get(key, default)

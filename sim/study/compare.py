@@ -213,8 +213,8 @@ def table(table_rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    """``servesim compare FILE --policies a,b,c`` (or ``--gpus g,h``)."""
+def compare_parser() -> ArgParser:
+    """The ``servesim compare`` command line."""
     p = ArgParser(prog="servesim compare",
                   description="Run one workload through several batching policies, or on "
                               "several GPUs, and compare latencies side by side.")
@@ -238,19 +238,54 @@ def main(argv: list[str]) -> int:
     p.add_argument("--force", action="store_true",
                    help="run even when the estimated memory is over what this machine has free")
     add_rejection_args(p)
-    a = p.parse_args(argv)
+    return p
+
+
+def _write(out: Path, inputs: list[Path], runs: dict[str, Any], table_rows: list[dict[str, Any]],
+           values: list[str], label: str, key: str, plots: bool) -> tuple[list[str], bytes]:
+    """Write compare.csv (with its description), compare.json and the CDF plot into
+    ``out`` (replaced whole); the names written and compare.json's bytes."""
+    from sim.report.folder import replaced_folder
+    from sim.report.human import cost_phrase, setup_phrase
+    from sim.report.outputs import plot_cdfs, summary_json, write_atomic, write_meta
+
+    by_gpu = label == "gpu"
+    first = next(iter(runs.values()))[1]
+    name = first["scenario"]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(table_rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table_rows)
+    names = ["compare.csv", "compare.json"]
+    summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
+    blob = (json.dumps(summaries, indent=2) + "\n").encode()
+    with replaced_folder(out, COMPARE_FILES, inputs=inputs) as stage:
+        write_atomic(stage / names[0], buf.getvalue().encode())
+        names.append(write_meta(
+            stage / names[0], f"one row per {'GPU' if by_gpu else 'batching policy'}, every "
+            "run on the same requests", list(table_rows[0]), first["simulated"],
+            {key: values,
+             "note": f"simulated describes the first {label}'s run; compare.json holds each "
+                     "run's own"}).name)
+        write_atomic(stage / names[1], blob)
+        if plots:
+            names.append("compare_cdf.png")
+            title = (f"{name}: {len(runs)} GPUs ({', '.join(values)}), policy "
+                     f"{first['simulated']['policy']}" if by_gpu else
+                     f"{name}: {setup_phrase(first['simulated'])}, {len(runs)} policies; "
+                     f"cost: {cost_phrase(first['simulated'])}")
+            plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1], title)
+    return names, blob
+
+
+def main(argv: list[str]) -> int:
+    """``servesim compare FILE --policies a,b,c`` (or ``--gpus g,h``)."""
+    a = compare_parser().parse_args(argv)
     limit = max_share(a)
 
-    from sim.report.folder import check_replaceable, replaced_folder
-    from sim.report.human import cost_phrase, setup_phrase
+    from sim.report.folder import check_replaceable
     from sim.report.metrics import parse_percentiles
-    from sim.report.outputs import (
-        default_out,
-        plot_cdfs,
-        summary_json,
-        write_atomic,
-        write_meta,
-    )
+    from sim.report.outputs import default_out
 
     pcts = None if a.percentiles is None else parse_percentiles(a.percentiles)
     if a.gpus is not None and a.policies is not None:
@@ -278,29 +313,7 @@ def main(argv: list[str]) -> int:
     first = next(iter(runs.values()))[1]
     name = first["scenario"]
     out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(table_rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(table_rows)
-    names = ["compare.csv", "compare.json"]
-    summaries = {k: json.loads(summary_json(s)) for k, (_, s) in runs.items()}
-    blob = (json.dumps(summaries, indent=2) + "\n").encode()
-    with replaced_folder(out, COMPARE_FILES, inputs=inputs) as stage:
-        write_atomic(stage / names[0], buf.getvalue().encode())
-        names.append(write_meta(
-            stage / names[0], f"one row per {'GPU' if by_gpu else 'batching policy'}, every "
-            "run on the same requests", list(table_rows[0]), first["simulated"],
-            {key: values,
-             "note": f"simulated describes the first {label}'s run; compare.json holds each "
-                     "run's own"}).name)
-        write_atomic(stage / names[1], blob)
-        if not a.no_plots:
-            names.append("compare_cdf.png")
-            title = (f"{name}: {len(runs)} GPUs ({', '.join(values)}), policy "
-                     f"{first['simulated']['policy']}" if by_gpu else
-                     f"{name}: {setup_phrase(first['simulated'])}, {len(runs)} policies; "
-                     f"cost: {cost_phrase(first['simulated'])}")
-            plot_cdfs({k: r for k, (r, _) in runs.items()}, stage / names[-1], title)
+    names, blob = _write(out, inputs, runs, table_rows, values, label, key, not a.no_plots)
     if a.json:  # every run's summary alone on stdout, for a program to read
         sys.stdout.write(blob.decode())
     else:

@@ -151,6 +151,23 @@ def test_paced_clients_that_fall_behind_are_saturated() -> None:
     assert behind["queue_growth_rps"] < 0.05 * behind["offered_rps"]
 
 
+def test_reports_name_the_paced_clients_backlog(tmp_path: Path) -> None:
+    from sim.cli import main
+
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps({
+        "model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+        "serving": {"policy": "continuous", "block_size": 4, "watermark": 0.0},
+        "workload": {"concurrency": 1, "arrivals": {"process": "constant", "rate": 200.0},
+                     "num_requests": 200, "lengths": fixed(8, 2)}}))
+    out = tmp_path / "o"
+    assert main(["simulate", str(path), "--out", str(out), "--no-plots", "--quiet"]) == 0
+    assert main(["report", str(out), "--format", "md", "--out", str(tmp_path / "r.md")]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "saturated: the requests held at the clients grew by 167 req/s at 200 req/s due" \
+        in text
+
+
 def test_think_time_delays_each_next_request() -> None:
     # One client, think time 100 ms: prefill 18 ms + one decode of 11 ms, then a pause.
     sc = closed({"concurrency": 1, "num_requests": 3, "think_time_s": 0.1})

@@ -20,6 +20,7 @@ from typing import Any
 from sim.errors import ServesimError
 from sim.report import human as h
 from sim.report import shapes
+from sim.report.overload import SATURATION_SHARE
 from sim.study.docparts import Doc, Table, heading, pick, setup_table, slo_text
 from sim.study.studydocs import capacity_doc, sweep_doc
 
@@ -120,9 +121,18 @@ def simulate_answer(s: dict[str, Any]) -> str:
             f"TTFT {hi} {h.ms(lat['ttft'][hi])} and TPOT {hi} {h.ms(lat['tpot'][hi])}; "
             f"{meets}")
     if sat.get("saturated"):
-        text += (f"; saturated: the waiting queue grew by "
-                 f"{h.req_s(sat.get('queue_growth_rps'))}")
+        text += f"; saturated: {_backlog(sat)}"
     return text + "."
+
+
+def _backlog(sat: dict[str, Any]) -> str:
+    """What grew in a saturated run, in words: the requests paced clients held (when they
+    fell behind their due rate) or the engine's waiting queue."""
+    held, due = sat.get("client_backlog_growth_rps"), sat.get("due_rps")
+    if held is not None and due and held > SATURATION_SHARE * due:
+        return (f"the requests held at the clients grew by {h.req_s(held)} at "
+                f"{h.req_s(due)} due")
+    return f"the waiting queue grew by {h.req_s(sat.get('queue_growth_rps'))}"
 
 
 def _latency_table(lat: dict[str, Any]) -> Table:
@@ -156,8 +166,7 @@ def _run_table(s: dict[str, Any]) -> Table:
         ["simulated span", f"{h.number(s['span_s'])} s"],
     ]
     sat = s.get("saturation") or {}
-    rows.append(["saturated", "yes: the waiting queue kept growing" if sat.get("saturated")
-                 else "no"])
+    rows.append(["saturated", f"yes: {_backlog(sat)}" if sat.get("saturated") else "no"])
     return ["", "value"], rows, {len(rows) - 1} if sat.get("saturated") else set()
 
 

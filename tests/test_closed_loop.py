@@ -45,6 +45,17 @@ def closed(workload: dict[str, Any], **sections: Any) -> Any:
     return from_dict(raw)
 
 
+def paced_file(tmp_path: Path, rate: float) -> Path:
+    """A scenario file: one client, 200 requests due at ``rate`` req/s, 29 ms each."""
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps({
+        "model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+        "serving": {"policy": "continuous", "block_size": 4, "watermark": 0.0},
+        "workload": {"concurrency": 1, "arrivals": {"process": "constant", "rate": rate},
+                     "num_requests": 200, "lengths": fixed(8, 2)}}))
+    return path
+
+
 def run_lengths(sc: Any, prompts: list[int], outputs: list[int]) -> Any:
     """Run ``sc``'s clients over exactly these requests (arrival times ignored)."""
     n = len(prompts)
@@ -154,12 +165,7 @@ def test_paced_clients_that_fall_behind_are_saturated() -> None:
 def test_reports_name_the_paced_clients_backlog(tmp_path: Path) -> None:
     from sim.cli import main
 
-    path = tmp_path / "p.yaml"
-    path.write_text(json.dumps({
-        "model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
-        "serving": {"policy": "continuous", "block_size": 4, "watermark": 0.0},
-        "workload": {"concurrency": 1, "arrivals": {"process": "constant", "rate": 200.0},
-                     "num_requests": 200, "lengths": fixed(8, 2)}}))
+    path = paced_file(tmp_path, 200.0)
     out = tmp_path / "o"
     assert main(["simulate", str(path), "--out", str(out), "--no-plots", "--quiet"]) == 0
     assert main(["report", str(out), "--format", "md", "--out", str(tmp_path / "r.md")]) == 0
@@ -394,12 +400,7 @@ def test_a_sweep_varies_paced_clients_rate_and_capacity_refuses_them(tmp_path: P
     # engine's queue stays empty either way; the backlog is the client's).
     from sim.study import capacitycli, sweepcli
 
-    path = tmp_path / "p.yaml"
-    path.write_text(json.dumps({
-        "model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
-        "serving": {"policy": "continuous", "block_size": 4, "watermark": 0.0},
-        "workload": {"concurrency": 1, "arrivals": {"process": "constant", "rate": 1.0},
-                     "num_requests": 200, "lengths": fixed(8, 2)}}))
+    path = paced_file(tmp_path, 1.0)
     out = tmp_path / "s"
     assert sweepcli.main([str(path), "--rates", "5,200", "--quiet", "--no-plots",
                           "--out", str(out)]) == 0

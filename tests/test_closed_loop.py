@@ -162,6 +162,23 @@ def test_paced_clients_that_fall_behind_are_saturated() -> None:
     assert behind["queue_growth_rps"] < 0.05 * behind["offered_rps"]
 
 
+@pytest.mark.parametrize("policy", ["continuous", "chunked", "orca", "static"])
+def test_paced_clients_never_short_of_a_client_are_the_open_loop(policy: str) -> None:
+    # As many clients as requests: none is ever held, so the run is the open loop's to
+    # the bit (same requests, send times and every timestamp), frontend delays included.
+    wl = {"arrivals": {"process": "gamma", "rate": 30.0, "cv": 3.0}, "num_requests": 300,
+          "lengths": {"prompt": {"dist": "uniform", "low": 10, "high": 900},
+                      "output": {"dist": "uniform", "low": 1, "high": 60}}, "seed": 3}
+    base = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "cost": "measured",
+            "serving": {"policy": policy}}
+    plain = simulate(from_dict({**base, "workload": wl}))
+    paced = simulate(from_dict({**base, "workload": {**wl, "concurrency": 300}}))
+    for name in ("first_sched", "first_token", "finish", "preemptions", "status"):
+        np.testing.assert_array_equal(getattr(paced, name), getattr(plain, name))
+    np.testing.assert_array_equal(paced.requests.arrival_s, plain.requests.arrival_s)
+    assert summarize(paced)["workload"]["requests_held"] == 0
+
+
 def test_reports_name_the_paced_clients_backlog(tmp_path: Path) -> None:
     from sim.cli import main
 

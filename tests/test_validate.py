@@ -132,6 +132,33 @@ def test_vllm_concurrency_cap_is_simulated_as_the_benchmark_client(
     assert "due (its send time in the file)" in capsys.readouterr().out
 
 
+def test_several_vllm_results_are_a_level_each(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep's files, one level each, named after the files (a name given twice gets
+    ~2), every one predicted as its own client sent it; the levels' files all written."""
+    data = json.loads(FIXTURE.read_text())
+    capped = {**data, "request_rate": "inf", "max_concurrency": 1}
+    del capped["start_times"]
+    (tmp_path / "a").mkdir()
+    paths = [tmp_path / "c1.json", tmp_path / "open.json", tmp_path / "a" / "open.json"]
+    for path, blob in zip(paths, (capped, data, data), strict=True):
+        path.write_text(json.dumps(blob))
+    sc = tmp_path / "s.yaml"
+    sc.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "out"
+    assert main(["--vllm-result", *map(str, paths), "--scenario", str(sc), "--out", str(out),
+                 "--no-plots"]) == 0
+    levels = json.loads((out / "validation.json").read_text())["levels"]
+    assert [lv["label"] for lv in levels] == ["vllm-c1", "vllm-open", "vllm-open~2"]
+    assert [lv["source"] for lv in levels] == list(map(str, paths))
+    pred = list(csv.DictReader((out / "predicted-vllm-c1.csv").open()))
+    assert [float(r["arrival_s"]) for r in pred] == pytest.approx([0.0, 0.154, 0.236])
+    for label in ("vllm-open", "vllm-open~2"):
+        pred = list(csv.DictReader((out / f"predicted-{label}.csv").open()))
+        assert [float(r["arrival_s"]) for r in pred] == [0.0, 10.0, 20.0]
+    assert capsys.readouterr().out.count("== vLLM vllm hand-made/tiny") == 3
+
+
 def test_vllm_result_client_replaces_a_closed_loop_scenario(tmp_path: Path) -> None:
     """The file's client decides when requests go, not the scenario's workload: a
     scenario of one closed-loop client still predicts the uncapped run's requests at

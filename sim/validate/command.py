@@ -31,9 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from sim.configtools import ArgParser, int_arg
+from sim.configtools import ArgParser
 from sim.core.engine import build_cost
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -46,16 +44,13 @@ from sim.validate.validation import (
     VALIDATE_FILES,
     compare,
     probe_report,
-    real_result,
     replay_run,
     scenario_for,
     sensitivity,
     simulate_requests,
     speed_matched,
     step_errors,
-    table,
     verdict,
-    with_clients,
 )
 
 INTERRUPTED = ".interrupted"  # where an interrupted real run's records are kept
@@ -222,79 +217,6 @@ def _calibrate(a: argparse.Namespace, stage: Path, log: Any) -> Path:
     return out
 
 
-def _vllm_main(argv: list[str]) -> int:
-    from sim.config import scenario as scenario_mod
-    from sim.core.request import FINISHED, REJECTED
-    from sim.report.metrics import distribution
-    from sim.validate import vllm_results
-    from sim.workload.requests import Requests
-
-    p = ArgParser(prog="servesim validate --vllm-result",
-                                description="Compare a vLLM benchmark result with servesim.")
-    p.add_argument("--vllm-result", type=Path, required=True,
-                   help="JSON of vllm bench serve --save-result --save-detailed")
-    p.add_argument("--scenario", required=True,
-                   help="scenario YAML: model, hardware, cost and serving of that server")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="KEY=VALUE", help="override a scenario key")
-    p.add_argument("--seed", type=int_arg(ge=0), default=0, help="seed of reconstructed arrivals")
-    common_args(p)
-    a = p.parse_args(argv)
-    run = vllm_results.load(a.vllm_result, a.seed)
-    sc = scenario_mod.load(a.scenario, a.overrides)
-    ok = ~run.failed
-    reqs = Requests(run.arrival_s[ok], run.prompt_tokens[ok], run.output_tokens[ok])
-    n = int(ok.sum())
-    # The benchmark's client: its requests at their send times, or under a concurrency
-    # cap each when it was due and a slot was free (the predicted server's, not vLLM's).
-    sent = reqs if run.earliest_s is None else dataclasses.replace(
-        reqs, arrival_s=run.earliest_s[ok])
-    pred = simulate_requests(with_clients(sc, run.concurrency, n), sent, sc.workload.seed)
-    if (pred.status == REJECTED).all():
-        # Nothing would be compared: an empty table is no validation.
-        reasons, counts = np.unique(pred.reason.astype(str), return_counts=True)
-        raise ServesimError(
-            f"scenario {sc.name} rejected all {n} requests that completed in vLLM "
-            f"({', '.join(f'{r} {c}' for r, c in zip(reasons, counts, strict=True))}; longest "
-            f"prompt {int(reqs.prompt_tokens.max())} tokens, prompt + output "
-            f"{int((reqs.prompt_tokens + reqs.output_tokens).max())}): nothing to compare; "
-            "check input_lens and output_lens against the scenario's model.max_context and "
-            "serving limits", source=str(a.vllm_result))
-    real = real_result(sc, reqs, reqs.arrival_s + run.ttft_s[ok],
-                       reqs.arrival_s + run.e2e_s[ok], np.full(n, FINISHED, np.int8),
-                       itls=[g for g, f in zip(run.itls_s, ok, strict=True) if f])
-    cmp = compare(real, pred)
-    cmp["failed_in_vllm"] = int(run.failed.sum())
-    # Cross-check: our TTFT median from the per-request list against vLLM's own.
-    ours = distribution(real.first_token - reqs.arrival_s)["p50"]
-    agg = run.meta.get("aggregates_ms", {})
-    check = {"median_ttft_ms": {"vllm": agg.get("median_ttft_ms"),
-                                "from_requests": None if ours is None else ours * 1e3}}
-    level: dict[str, Any] = {"label": "vllm", "source": str(a.vllm_result), "scenario": sc.name,
-             "arrivals": run.arrivals_note, "notes": list(run.notes), "vllm": run.meta,
-             "comparison": cmp, "verdict": verdict(cmp, BARS["cuda"] if a.bar is None else a.bar),
-             "cross_check": check}
-    if (pred.status == REJECTED).any():
-        level["notes"].append(f"{int((pred.status == REJECTED).sum())} requests rejected by "
-                              "the scenario's limits (see predicted-vllm.csv)")
-    rate = run.meta.get("request_rate")
-    print(table(cmp, f"== vLLM {run.meta.get('backend') or ''} {run.meta.get('model_id') or ''}"
-                     f" at request_rate {rate} vs scenario {sc.name}"))
-    print(f"failed in vLLM: {cmp['failed_in_vllm']} (kept out of both sides)")
-    for note in [run.arrivals_note, *level["notes"]]:
-        print(f"note: {note}")
-    v = level["verdict"]
-    if v["worst"] is not None:
-        print(f"TTFT/TPOT p50+p90 worst |error| {v['worst']:.1%}")
-    else:
-        print(f"TTFT/TPOT p50+p90: not judged ({v['why']})")
-    with replaced_folder(a.out, VALIDATE_FILES,
-                         inputs=[a.vllm_result, a.scenario]) as stage:
-        level["files"] = write_level(stage, a.out, "vllm", real, pred, not a.no_plots)
-        finish_levels([level], stage, {"mode": "vllm"})
-    return wrote(a.out)
-
-
 def main(argv: list[str]) -> int:
     """Dispatch on the mode; a :class:`ServesimError` propagates to ``sim.cli`` (exit 2)."""
     if any(x == "--silicon" or x.startswith("--silicon=") for x in argv):
@@ -302,7 +224,9 @@ def main(argv: list[str]) -> int:
 
         return siliconcli.main(argv)
     if any(x == "--vllm-result" or x.startswith("--vllm-result=") for x in argv):
-        return _vllm_main(argv)
+        from sim.validate import vllmcli
+
+        return vllmcli.main(argv)
     if any(x == "--against" or x.startswith("--against=") for x in argv):
         from sim.validate import repeat
 

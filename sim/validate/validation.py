@@ -69,8 +69,9 @@ def scenario_for(model: dict[str, Any], serving: dict[str, Any], cost: dict[str,
 
 def simulate_requests(scenario: Scenario, requests: Requests, seed: int = 0,
                       cost: Any = None) -> RunResult:
-    """The simulator's run of exactly ``requests`` under ``scenario`` (its workload unused),
-    priced by ``cost`` when given, else by the scenario's own cost model."""
+    """The simulator's run of exactly ``requests`` under ``scenario`` (of its workload only
+    the clients count: :func:`with_clients`), priced by ``cost`` when given, else by the
+    scenario's own cost model."""
     return Engine(scenario, requests, build_cost(scenario) if cost is None else cost,
                   np.random.default_rng(seed)).run()
 

@@ -1,0 +1,150 @@
+"""``servesim validate --vllm-result FILE... --scenario S``: vLLM benchmark results
+(``vllm bench serve --save-result --save-detailed``) against the scenario's prediction
+for the same requests, one level per file (docs/validation.md, "vLLM benchmark results").
+
+A file's requests are predicted as its client sent them (:func:`vllm_level`): at their
+send times, or under a ``max_concurrency`` cap each when it fell due and a client was
+free on the predicted server. One file is level ``vllm``; several (a sweep of rates or
+caps) are ``vllm-STEM`` each, after the file's name, in the order given, and
+``validation.json`` holds them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.config.scenario import Scenario
+from sim.configtools import ArgParser, int_arg
+from sim.core.engine import RunResult
+from sim.core.request import FINISHED, REJECTED
+from sim.errors import ServesimError
+from sim.report.folder import replaced_folder
+from sim.report.metrics import distribution
+from sim.validate import vllm_results
+from sim.validate.levelio import common_args, finish_levels, write_level, wrote
+from sim.validate.validation import (
+    BARS,
+    VALIDATE_FILES,
+    compare,
+    real_result,
+    simulate_requests,
+    table,
+    verdict,
+    with_clients,
+)
+from sim.workload.requests import Requests
+
+
+def vllm_parser() -> ArgParser:
+    """The ``servesim validate --vllm-result`` command line."""
+    p = ArgParser(prog="servesim validate --vllm-result",
+                  description="Compare vLLM benchmark results with servesim.")
+    p.add_argument("--vllm-result", type=Path, nargs="+", required=True,
+                   help="JSON of vllm bench serve --save-result --save-detailed (one or more: "
+                        "a level each)")
+    p.add_argument("--scenario", required=True,
+                   help="scenario YAML: model, hardware, cost and serving of that server")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="override a scenario key")
+    p.add_argument("--seed", type=int_arg(ge=0), default=0, help="seed of reconstructed arrivals")
+    common_args(p)
+    return p
+
+
+def labels(paths: list[Path]) -> list[str]:
+    """Each file's level label: ``vllm`` for one file; ``vllm-STEM`` for several (the
+    file's name without ``.json``), ``~2``, ``~3``... after a name already taken."""
+    if len(paths) == 1:
+        return ["vllm"]
+    out: list[str] = []
+    for p in paths:
+        base = f"vllm-{p.name.removesuffix('.json')}"
+        label, k = base, 2
+        while label in out:
+            label, k = f"{base}~{k}", k + 1
+        out.append(label)
+    return out
+
+
+def vllm_level(path: Path, sc: Scenario, seed: int, bar: float | None, label: str
+               ) -> tuple[dict[str, Any], RunResult, RunResult, vllm_results.VllmRun]:
+    """Read one result file and predict its requests as its client sent them; (level
+    summary, real run, predicted run, the file as read)."""
+    run = vllm_results.load(path, seed)
+    ok = ~run.failed
+    reqs = Requests(run.arrival_s[ok], run.prompt_tokens[ok], run.output_tokens[ok])
+    n = int(ok.sum())
+    # The benchmark's client: its requests at their send times, or under a concurrency
+    # cap each when it was due and a slot was free (the predicted server's, not vLLM's).
+    sent = reqs if run.earliest_s is None else dataclasses.replace(
+        reqs, arrival_s=run.earliest_s[ok])
+    pred = simulate_requests(with_clients(sc, run.concurrency, n), sent, sc.workload.seed)
+    if (pred.status == REJECTED).all():
+        # Nothing would be compared: an empty table is no validation.
+        reasons, counts = np.unique(pred.reason.astype(str), return_counts=True)
+        raise ServesimError(
+            f"scenario {sc.name} rejected all {n} requests that completed in vLLM "
+            f"({', '.join(f'{r} {c}' for r, c in zip(reasons, counts, strict=True))}; longest "
+            f"prompt {int(reqs.prompt_tokens.max())} tokens, prompt + output "
+            f"{int((reqs.prompt_tokens + reqs.output_tokens).max())}): nothing to compare; "
+            "check input_lens and output_lens against the scenario's model.max_context and "
+            "serving limits", source=str(path))
+    real = real_result(sc, reqs, reqs.arrival_s + run.ttft_s[ok],
+                       reqs.arrival_s + run.e2e_s[ok], np.full(n, FINISHED, np.int8),
+                       itls=[g for g, f in zip(run.itls_s, ok, strict=True) if f])
+    cmp = compare(real, pred)
+    cmp["failed_in_vllm"] = int(run.failed.sum())
+    # Cross-check: our TTFT median from the per-request list against vLLM's own.
+    ours = distribution(real.first_token - reqs.arrival_s)["p50"]
+    agg = run.meta.get("aggregates_ms", {})
+    check = {"median_ttft_ms": {"vllm": agg.get("median_ttft_ms"),
+                                "from_requests": None if ours is None else ours * 1e3}}
+    level: dict[str, Any] = {
+        "label": label, "source": str(path), "scenario": sc.name,
+        "arrivals": run.arrivals_note, "notes": list(run.notes), "vllm": run.meta,
+        "comparison": cmp, "verdict": verdict(cmp, BARS["cuda"] if bar is None else bar),
+        "cross_check": check}
+    if (pred.status == REJECTED).any():
+        level["notes"].append(f"{int((pred.status == REJECTED).sum())} requests rejected by "
+                              f"the scenario's limits (see predicted-{label}.csv)")
+    return level, real, pred, run
+
+
+def print_vllm_level(level: dict[str, Any], run: vllm_results.VllmRun) -> None:
+    """A level's comparison table, counts, notes and verdict, as printed."""
+    cmp = level["comparison"]
+    rate = run.meta.get("request_rate")
+    print(table(cmp, f"== vLLM {run.meta.get('backend') or ''} {run.meta.get('model_id') or ''}"
+                     f" at request_rate {rate} vs scenario {level['scenario']}"))
+    print(f"failed in vLLM: {cmp['failed_in_vllm']} (kept out of both sides)")
+    for note in [run.arrivals_note, *level["notes"]]:
+        print(f"note: {note}")
+    v = level["verdict"]
+    if v["worst"] is not None:
+        print(f"TTFT/TPOT p50+p90 worst |error| {v['worst']:.1%}")
+    else:
+        print(f"TTFT/TPOT p50+p90: not judged ({v['why']})")
+
+
+def main(argv: list[str]) -> int:
+    """``servesim validate --vllm-result FILE... --scenario S``."""
+    from sim.config import scenario as scenario_mod
+
+    a = vllm_parser().parse_args(argv)
+    sc = scenario_mod.load(a.scenario, a.overrides)
+    files: list[Path] = a.vllm_result
+    # Every file is read and predicted before anything is written.
+    done = [vllm_level(f, sc, a.seed, a.bar, label)
+            for f, label in zip(files, labels(files), strict=True)]
+    for level, _, _, run in done:
+        print_vllm_level(level, run)
+    with replaced_folder(a.out, VALIDATE_FILES, inputs=[*files, a.scenario]) as stage:
+        for level, real, pred, _ in done:
+            level["files"] = write_level(stage, a.out, level["label"], real, pred,
+                                         not a.no_plots)
+        finish_levels([lv for lv, _, _, _ in done], stage, {"mode": "vllm"})
+    return wrote(a.out)

@@ -156,7 +156,13 @@ def test_several_vllm_results_are_a_level_each(tmp_path: Path,
     for label in ("vllm-open", "vllm-open~2"):
         pred = list(csv.DictReader((out / f"predicted-{label}.csv").open()))
         assert [float(r["arrival_s"]) for r in pred] == [0.0, 10.0, 20.0]
-    assert capsys.readouterr().out.count("== vLLM vllm hand-made/tiny") == 3
+    text = capsys.readouterr().out
+    assert text.count("== vLLM vllm hand-made/tiny") == 3
+    # The sweep at a glance: one line a level, real / predicted p50s (ms), the verdict.
+    rows = text.split("levels (real / predicted, ms):\n")[1].splitlines()
+    assert rows[2].split() == ["vllm-c1", "inf", "1", "150.0", "/", "110.0", "13.0", "/",
+                               "11.0", "29.6%", "OVER", "the", "10%", "bar"]
+    assert rows[3].split()[:3] == ["vllm-open", "0.2", "-"]
 
 
 def test_vllm_result_client_replaces_a_closed_loop_scenario(tmp_path: Path) -> None:

@@ -130,6 +130,30 @@ def print_vllm_level(level: dict[str, Any], run: vllm_results.VllmRun) -> None:
         print(f"TTFT/TPOT p50+p90: not judged ({v['why']})")
 
 
+def sweep_table(levels: list[dict[str, Any]]) -> str:
+    """One line per level of several: its label, the client's rate and cap, TTFT and
+    TPOT p50 (real and predicted, ms) and the verdict, for a sweep read at a glance."""
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.1f}"
+
+    head = (f"{'level':<24}{'rate':>8}{'cap':>6}{'ttft p50':>18}{'tpot p50':>16}"
+            f"{'worst':>8}  verdict")
+    lines = ["levels (real / predicted, ms):", head, "-" * len(head)]
+    for lv in levels:
+        m = lv["comparison"]["metrics"]
+        v = lv["verdict"]
+        judged = ("not judged" if v["passed"] is None else
+                  "within" if v["passed"] else "OVER") + f" the {v['bar']:.0%} bar"
+        rate, cap = lv["vllm"].get("request_rate"), lv["vllm"].get("max_concurrency")
+        lines.append(
+            f"{lv['label']:<24}{rate if rate is not None else '-':>8}"
+            f"{cap if cap else '-':>6}"
+            f"{ms(m['ttft']['p50']['real']) + ' / ' + ms(m['ttft']['p50']['predicted']):>18}"
+            f"{ms(m['tpot']['p50']['real']) + ' / ' + ms(m['tpot']['p50']['predicted']):>16}"
+            f"{'-' if v['worst'] is None else format(v['worst'], '.1%'):>8}  {judged}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     """``servesim validate --vllm-result FILE... --scenario S``."""
     from sim.config import scenario as scenario_mod
@@ -142,6 +166,8 @@ def main(argv: list[str]) -> int:
             for f, label in zip(files, labels(files), strict=True)]
     for level, _, _, run in done:
         print_vllm_level(level, run)
+    if len(done) > 1:
+        print(sweep_table([lv for lv, _, _, _ in done]))
     with replaced_folder(a.out, VALIDATE_FILES, inputs=[*files, a.scenario]) as stage:
         for level, real, pred, _ in done:
             level["files"] = write_level(stage, a.out, level["label"], real, pred,

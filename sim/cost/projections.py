@@ -184,6 +184,13 @@ class Projections:
                 + (packed_bytes(experts, expert_per) if experts else 0)
                 + (packed_bytes(qkv, qkv_per) if qkv else 0))
 
+    def weights_bytes(self, params: int, per: float, expert_per: float, qkv_per: float,
+                      act: int) -> int:
+        """Bytes of ``params`` weights whose projections (:attr:`stack_params`) are priced
+        by :meth:`stack_bytes` and the rest (biases, sinks, norms, routers, embedding and
+        LM head) at ``act`` bytes each."""
+        return self.stack_bytes(per, expert_per, qkv_per) + (params - self.stack_params) * act
+
     @property
     def stack_params(self) -> int:
         """Projection weights of every layer: token mixers (attention or Gated DeltaNet),

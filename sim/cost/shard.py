@@ -114,10 +114,8 @@ class Shard(Projections):
         """Bytes of the weights one GPU holds: projections at ``dtype_bytes`` (experts at
         ``expert_dtype_bytes``, query/key/value projections at ``qkv_dtype_bytes``), QKV
         bias, sinks, norms, routers, embedding and LM head at ``act_bytes``."""
-        linear = self.stack_params
-        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes,
-                                 self.qkv_dtype_bytes)
-                + (self.params - linear) * self.act_bytes)
+        return self.weights_bytes(self.params, self.dtype_bytes, self.expert_dtype_bytes,
+                                  self.qkv_dtype_bytes, self.act_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:

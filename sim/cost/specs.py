@@ -334,10 +334,8 @@ class ModelSpec(Projections):
         """Bytes of all projection and embedding weights, whole model: projections at
         ``dtype``, embedding and LM head at the activations' dtype (per-GPU figures, with
         norms and tensor-parallel sharding, come from :func:`sim.cost.shard.shard`)."""
-        linear = self.stack_params
-        return (self.stack_bytes(self.dtype_bytes, self.expert_dtype_bytes,
-                                 self.qkv_dtype_bytes)
-                + (self.params - linear) * self.act_bytes)
+        return self.weights_bytes(self.params, self.dtype_bytes, self.expert_dtype_bytes,
+                                  self.qkv_dtype_bytes, self.act_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 from sim.config.scenario import Scenario, from_dict
 from sim.config.serving import ServingConfig
+from sim.configtools import build
 from sim.core.engine import Engine, RunResult, build_cost
 from sim.core.histogram import LogHistogram
 from sim.core.replicastats import ReplicaStats
@@ -28,13 +29,7 @@ from sim.core.request import FINISHED, REJECTED, UNFINISHED
 from sim.cost.frontend import Frontend
 from sim.cost.shape import StepShape, shape_of
 from sim.report.metrics import per_request
-from sim.workload.requests import (
-    ArrivalsConfig,
-    DistConfig,
-    LengthsConfig,
-    Requests,
-    WorkloadConfig,
-)
+from sim.workload.requests import Requests, WorkloadConfig
 
 METRICS = ("ttft", "tpot", "e2e")
 QUANTILES = (50, 90, 99)
@@ -85,15 +80,11 @@ def with_clients(scenario: Scenario, concurrency: int | None, n: int) -> Scenari
     wl = scenario.workload
     if concurrency is None and wl.concurrency is None:
         return scenario
-    one = DistConfig("fixed", value=1)
-    lengths = LengthsConfig(prompt=one, output=one)
-    if concurrency is None:
-        new = WorkloadConfig(arrivals=ArrivalsConfig("constant", rate=1.0), lengths=lengths,
-                             num_requests=n, seed=wl.seed)
-    else:
-        new = WorkloadConfig(lengths=lengths, num_requests=n, seed=wl.seed,
-                             concurrency=concurrency)
-    return dataclasses.replace(scenario, workload=new)
+    raw = {**_NO_WORKLOAD, "num_requests": n, "seed": wl.seed}
+    if concurrency is not None:
+        del raw["arrivals"]  # clients send, not an arrival process
+        raw["concurrency"] = concurrency
+    return dataclasses.replace(scenario, workload=build(WorkloadConfig, raw, "workload"))
 
 
 def real_result(scenario: Scenario, requests: Requests, first_token: np.ndarray,

@@ -94,11 +94,10 @@ class ClientStats:
     held: int = 0
     wait_mean_s: float = 0.0
     wait_max_s: float = 0.0
-    # Paced clients: the rate requests fell due at and the growth of those due but not
-    # yet sent (requests/s; None without two distinct due times), whose ratio says
-    # whether the clients kept up (sim.report.overload).
-    due_rps: float | None = None
-    backlog_growth_rps: float | None = None
+    # Paced clients: each request's due and send times (s; +inf: not sent within the
+    # run), from which sim.report.overload judges whether the clients kept up.
+    due_s: np.ndarray | None = None
+    sent_s: np.ndarray | None = None
 
 
 class Clients:
@@ -277,32 +276,11 @@ class Clients:
             sends = np.array(self.engine._send)
             sends[sent:] = np.inf  # not sent within the run
             wait = sends[:sent] - due[:sent]
-            rates = backlog_growth(due, sends)
             figures = dataclasses.replace(
                 figures, paced=True, held=int((wait > 0).sum()),
                 wait_mean_s=float(wait.mean()) if sent else 0.0,
-                wait_max_s=float(wait.max()) if sent else 0.0,
-                due_rps=None if rates is None else rates[0],
-                backlog_growth_rps=None if rates is None else rates[1])
+                wait_max_s=float(wait.max()) if sent else 0.0, due_s=due, sent_s=sends)
         return sent, figures, note
-
-
-def backlog_growth(due: np.ndarray, sent: np.ndarray) -> tuple[float, float] | None:
-    """(the rate requests fell due at, the least-squares growth of those due and not yet
-    sent), both requests/s, sampled at 201 evenly spaced times from the first to the
-    last due time (``sent``: +inf for a request never sent); None when the due times do
-    not span an interval. A client pool that keeps up holds a bounded backlog; one that
-    does not holds a backlog growing at the rate it falls behind."""
-    if len(due) < 2 or not due.max() > due.min():
-        return None
-    t0, t1 = float(due.min()), float(due.max())
-    times = np.linspace(t0, t1, 201)
-    backlog = (np.searchsorted(np.sort(due), times, side="right")
-               - np.searchsorted(np.sort(sent), times, side="right"))
-    # Time normalised to [0, 1] for a well-conditioned fit, then back to per second.
-    x = (times - t0) / (t1 - t0)
-    growth = float(np.polyfit(x, backlog.astype(float), 1)[0]) / (t1 - t0)
-    return (len(due) - 1) / (t1 - t0), growth
 
 
 # The engine's per-request arrays (None where a run does not keep one).

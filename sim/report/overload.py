@@ -31,6 +31,7 @@ at 10x overload it is about 0.9 of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -80,14 +81,8 @@ def saturation(res: RunResult) -> dict[str, Any]:
     peak = 0
     if n >= 2 and arr[-1] > arr[0]:
         t0, t1 = float(arr[0]), float(arr[-1])
-        times = np.linspace(t0, t1, SAMPLES)
-        queue = waiting_curve(res, times)
-        # Fit on time normalised to [0, 1]: well conditioned whatever the span (a trace
-        # may put all arrivals within nanoseconds), then back to requests per second.
-        x = (times - t0) / (t1 - t0)
-        growth = float(np.polyfit(x, queue.astype(float), 1)[0]) / (t1 - t0)
+        growth, peak = trend(t0, t1, lambda times: waiting_curve(res, times))
         offered = (n - 1) / (t1 - t0)
-        peak = int(queue.max())
     grows = growth is not None and offered is not None and growth > SATURATION_SHARE * offered
     out: dict[str, Any] = {
         "offered_rps": offered,
@@ -97,11 +92,40 @@ def saturation(res: RunResult) -> dict[str, Any]:
         "saturated": bool(grows or frac > SATURATION_SHARE),
     }
     c = res.clients
-    if c is not None and c.paced:
+    if c is not None and c.due_s is not None and c.sent_s is not None:
         # Paced clients cap what the engine queues: falling behind shows as requests due
         # and not yet sent, held at the clients.
-        behind = (c.backlog_growth_rps is not None and c.due_rps is not None
-                  and c.backlog_growth_rps > SATURATION_SHARE * c.due_rps)
-        out.update(due_rps=c.due_rps, client_backlog_growth_rps=c.backlog_growth_rps,
+        due_rps, held = client_backlog(c.due_s, c.sent_s)
+        behind = held is not None and due_rps is not None and held > SATURATION_SHARE * due_rps
+        out.update(due_rps=due_rps, client_backlog_growth_rps=held,
                    saturated=bool(out["saturated"] or behind))
     return out
+
+
+def trend(t0: float, t1: float, count: Callable[[np.ndarray], np.ndarray]) -> tuple[float, int]:
+    """The least-squares slope (per second) of ``count`` (a count at each of an array of
+    times) sampled at :data:`SAMPLES` evenly spaced times from ``t0`` to ``t1`` (s, t0 <
+    t1), and its largest sample."""
+    times = np.linspace(t0, t1, SAMPLES)
+    curve = count(times)
+    # Fit on time normalised to [0, 1]: well conditioned whatever the span (a trace may
+    # put all arrivals within nanoseconds), then back to per second.
+    x = (times - t0) / (t1 - t0)
+    return float(np.polyfit(x, curve.astype(float), 1)[0]) / (t1 - t0), int(curve.max())
+
+
+def client_backlog(due: np.ndarray, sent: np.ndarray) -> tuple[float | None, float | None]:
+    """Paced clients' (rate requests fell due at, growth of those due and not yet sent),
+    both requests/s, from the first to the last due time (``sent``: +inf for a request
+    never sent); (None, None) when the due times do not span an interval. Clients that
+    keep up hold a bounded backlog; ones that do not, one growing as they fall behind."""
+    if len(due) < 2 or not due.max() > due.min():
+        return None, None
+    t0, t1 = float(due.min()), float(due.max())
+    by_due, by_send = np.sort(due), np.sort(sent)
+
+    def held(times: np.ndarray) -> np.ndarray:
+        return (np.searchsorted(by_due, times, side="right")
+                - np.searchsorted(by_send, times, side="right"))
+
+    return (len(due) - 1) / (t1 - t0), trend(t0, t1, held)[0]

@@ -155,6 +155,7 @@ def test_paced_clients_that_fall_behind_are_saturated() -> None:
 
     calm, behind = run(5.0), run(200.0)
     assert calm["saturated"] is False and calm["due_rps"] == pytest.approx(5.0)
+    assert calm["clients_behind"] is False and behind["clients_behind"] is True
     assert abs(calm["client_backlog_growth_rps"]) < 0.05
     assert behind["saturated"] is True and behind["due_rps"] == pytest.approx(200.0)
     assert behind["client_backlog_growth_rps"] == pytest.approx(200.0 - 1 / 0.029, rel=0.02)

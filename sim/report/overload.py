@@ -24,9 +24,10 @@ One that arrived and was not done by the horizon (``unfinished``) is backlog and
 offered rate (the cluster serves under ~95% of what arrives) or more than that share of
 requests were refused or abandoned; with paced closed-loop clients, also when the
 requests due but held at the clients grow by more than that share of the rate they fall
-due at (``due_rps``, ``client_backlog_growth_rps``). A stable system's queue fluctuates
-around a constant length, so its fitted slope is a small fraction of the offered rate;
-at 10x overload it is about 0.9 of it.
+due at (``due_rps``, ``client_backlog_growth_rps``; the verdict on them alone is
+``clients_behind``). A stable system's queue fluctuates around a constant length, so its
+fitted slope is a small fraction of the offered rate; at 10x overload it is about 0.9 of
+it.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def saturation(res: RunResult) -> dict[str, Any]:
         # and not yet sent, held at the clients.
         due_rps, held = client_backlog(c.due_s, c.sent_s)
         behind = held is not None and due_rps is not None and held > SATURATION_SHARE * due_rps
-        out.update(due_rps=due_rps, client_backlog_growth_rps=held,
+        out.update(due_rps=due_rps, client_backlog_growth_rps=held, clients_behind=behind,
                    saturated=bool(out["saturated"] or behind))
     return out
 

@@ -20,7 +20,6 @@ from typing import Any
 from sim.errors import ServesimError
 from sim.report import human as h
 from sim.report import shapes
-from sim.report.overload import SATURATION_SHARE
 from sim.study.docparts import Doc, Table, heading, pick, setup_table, slo_text
 from sim.study.studydocs import capacity_doc, sweep_doc
 
@@ -128,10 +127,9 @@ def simulate_answer(s: dict[str, Any]) -> str:
 def _backlog(sat: dict[str, Any]) -> str:
     """What grew in a saturated run, in words: the requests paced clients held (when they
     fell behind their due rate) or the engine's waiting queue."""
-    held, due = sat.get("client_backlog_growth_rps"), sat.get("due_rps")
-    if held is not None and due and held > SATURATION_SHARE * due:
-        return (f"the requests held at the clients grew by {h.req_s(held)} at "
-                f"{h.req_s(due)} due")
+    if sat.get("clients_behind"):
+        return (f"the requests held at the clients grew by "
+                f"{h.req_s(sat['client_backlog_growth_rps'])} at {h.req_s(sat['due_rps'])} due")
     return f"the waiting queue grew by {h.req_s(sat.get('queue_growth_rps'))}"
 
 

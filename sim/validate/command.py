@@ -37,7 +37,14 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.folder import replaced_folder
-from sim.validate.levelio import common_args, finish_levels, print_level, write_level, wrote
+from sim.validate.levelio import (
+    common_args,
+    finish_levels,
+    print_level,
+    unique_label,
+    write_level,
+    wrote,
+)
 from sim.validate.replayfile import model_mismatch, read_record
 from sim.validate.validation import (
     BARS,
@@ -117,10 +124,8 @@ def _replay_main(argv: list[str]) -> int:
             except json.JSONDecodeError as exc:
                 raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
             level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
-            taken = {lv["label"] for lv in levels}
-            if level["label"] in taken:  # two runs of one level: keep both files' outputs
-                level["label"] = next(f"{level['label']}~{k}" for k in range(2, len(taken) + 2)
-                                      if f"{level['label']}~{k}" not in taken)
+            # Two runs of one level: keep both files' outputs.
+            level["label"] = unique_label(level["label"], {lv["label"] for lv in levels})
             level["files"] = write_level(stage, a.out, level["label"], real, pred,
                                           not a.no_plots, matched)
             print_level(level)

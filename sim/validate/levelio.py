@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,16 @@ from sim.validate.validation import bar_value, table
 
 # Below this share of a core during the steps, a CPU replay was slowed by other processes.
 BUSY_SHARE = 0.9
+
+
+def unique_label(label: str, taken: Collection[str]) -> str:
+    """``label``, or where a level already has it ``label~2``, ``label~3``... (the first
+    free), so two levels of one name keep both their files."""
+    k = 2
+    free = label
+    while free in taken:
+        free, k = f"{label}~{k}", k + 1
+    return free
 
 
 def common_args(p: argparse.ArgumentParser) -> None:

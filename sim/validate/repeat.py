@@ -30,6 +30,7 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.metrics import clean
+from sim.validate.levelio import unique_label
 from sim.validate.replayfile import ReplayRecord, model_mismatch, read_record
 from sim.validate.validation import (
     BARS,
@@ -159,10 +160,8 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
     first, ra = recorded_run(load_record(fa), str(fa))
     second, rb = recorded_run(load_record(fb), str(fb))
     check_same(ra, rb, (str(fa), str(fb)))
-    label = ra.label
-    if label in taken:  # one first run against several second runs: keep every pair's files
-        label = next(f"{label}~{k}" for k in range(2, len(taken) + 2)
-                     if f"{label}~{k}" not in taken)
+    # One first run against several second runs: keep every pair's files.
+    label = unique_label(ra.label, taken)
     if prof is not None:
         why = model_mismatch(prof, ra.model)
         if why:

@@ -25,7 +25,7 @@ from sim.errors import ServesimError
 from sim.report.folder import replaced_folder
 from sim.report.metrics import distribution
 from sim.validate import vllm_results
-from sim.validate.levelio import common_args, finish_levels, write_level, wrote
+from sim.validate.levelio import common_args, finish_levels, unique_label, write_level, wrote
 from sim.validate.validation import (
     BARS,
     VALIDATE_FILES,
@@ -62,11 +62,7 @@ def labels(paths: list[Path]) -> list[str]:
         return ["vllm"]
     out: list[str] = []
     for p in paths:
-        base = f"vllm-{p.name.removesuffix('.json')}"
-        label, k = base, 2
-        while label in out:
-            label, k = f"{base}~{k}", k + 1
-        out.append(label)
+        out.append(unique_label(f"vllm-{p.name.removesuffix('.json')}", out))
     return out
 
 

@@ -116,8 +116,9 @@ class Clients:
         # Per request, the earliest send time (s): its arrival time where finite (paced
         # clients); None when none is (every request goes when a client is free).
         due = engine.requests.arrival_s
+        finite = np.isfinite(due)
         self.earliest: list[float] | None = (
-            np.where(np.isfinite(due), due, 0.0).tolist() if np.isfinite(due).any() else None)
+            np.where(finite, due, 0.0).tolist() if finite.any() else None)
         self.env = engine.env
         fe = engine.frontend
         self.delay = fe.request_delay if fe.delays else None

@@ -19,10 +19,19 @@ loop of its own (there it took a quarter of the time).
 
 :func:`time_loop_terms` runs it together with the other term the loop alone shows,
 the price of waking from idle (:mod:`calibrate.wake`), and hands calibrate.run both.
+
+Both keep to a window of the calibration's budget. The loop's length grows with the
+square of its slot count and, on a device whose kernel launches are slow, a full-depth
+decode step with many scattered slots can take a large fraction of a second: Llama-3-8B on
+a lent H200 ran its 64-slot loop (512 decode steps) for over two minutes and overran a
+90 s budget by more than 100 s. So the loop first times a decode step of one sequence
+and of every slot, runs on as many slots as those two say fit the window
+(:func:`fitting_slots`), and stops at the window's end whatever the estimate said.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,6 +53,14 @@ MIN_SAMPLES = 3
 # needs several of the others beside it: at four per size, held-out MAPE reached 10%
 # on a noisy day.
 STEPS_PER_SIZE = 8
+# Share of its window the loop's estimated decode steps may fill: its prefills, the host
+# work itself and the estimate's error have the rest before the hard stop.
+WINDOW_FILL = 0.7
+# Fewest slots the loop runs on, however short its window: sizes 1-4 still give the
+# ``host`` form its slope.
+MIN_SLOTS = 4
+# Share of the loop terms' window the host loop has; waking has the rest.
+HOST_SHARE = 2 / 3
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,9 @@ class HostTimes:
 
     seqs: tuple[int, ...]
     host_s: tuple[float, ...]
+    slots: int = 0      # slots the loop ran on (0: not recorded)
+    of_slots: int = 0   # slots the executor had
+    cut: bool = False   # the loop reached its window's end before its last finish
 
     def measurements(self) -> list[Measurement]:
         """One ``host`` point per batch size seen at least ``MIN_SAMPLES`` times, with
@@ -81,22 +101,55 @@ def workload(slots: int, capacity: int, rng: np.random.Generator
     return np.zeros(slots), prompt, output
 
 
-def time_host(ex: ModelExecutor, max_context: int, seed: int = 0) -> HostTimes:
+def fitting_slots(slots: int, one_s: float, full_s: float, window_s: float,
+                  k: int = STEPS_PER_SIZE) -> int:
+    """The most slots, from ``min(slots, MIN_SLOTS)`` up to ``slots``, whose
+    :func:`workload` has its decode steps fit :data:`WINDOW_FILL` of ``window_s``
+    seconds: ``k`` steps at each batch size b from S down to 1, a step of b sequences
+    taking ``one_s + (full_s - one_s) (b - 1) / (slots - 1)`` seconds (straight between
+    the two timed steps, of one sequence and of ``slots``)."""
+    slope = (full_s - one_s) / max(1, slots - 1)
+    best = min(slots, MIN_SLOTS)
+    for s in range(best + 1, slots + 1):
+        if k * (s * one_s + slope * s * (s - 1) / 2) > WINDOW_FILL * window_s:
+            break
+        best = s
+    return best
+
+
+def _decode_s(ex: ModelExecutor, seqs: int) -> float:
+    """Seconds of one decode step of ``seqs`` sequences at a short context on ``ex``,
+    the second of two (the first warms the shape); the cache's contents do not matter."""
+    ctx = min(32, ex.capacity - 1)
+    entries = [(i, 1, ctx) for i in range(seqs)]
+    ex.step(entries, [1] * seqs)
+    return ex.step(entries, [1] * seqs)[1]
+
+
+def time_host(ex: ModelExecutor, max_context: int, seed: int = 0,
+              window_s: float | None = None) -> HostTimes:
     """Run the reference loop (``continuous``, one sequence per cache slot, enough KV
     blocks for all) over the full-depth model of ``ex`` on :func:`workload`; the host
     intervals it recorded (``host_s``), every step's but the first (timed from the
-    loop's start, not from a previous step)."""
-    arrival, prompt, output = workload(ex.slots, ex.capacity, np.random.default_rng(seed))
-    serving = ServingConfig(policy="continuous", max_num_seqs=ex.slots,
+    loop's start, not from a previous step). With ``window_s`` the loop runs on the
+    slots :func:`fitting_slots` finds from two timed decode steps, and no step starts
+    ``window_s`` seconds after the timing began."""
+    slots, stop_at = ex.slots, None
+    if window_s is not None:
+        stop_at = time.perf_counter() + window_s
+        slots = fitting_slots(ex.slots, _decode_s(ex, 1), _decode_s(ex, ex.slots), window_s)
+    arrival, prompt, output = workload(slots, ex.capacity, np.random.default_rng(seed))
+    serving = ServingConfig(policy="continuous", max_num_seqs=slots,
                             max_num_batched_tokens=max(2048, int(prompt.sum())),
-                            num_gpu_blocks=ex.slots * blocks_for(ex.capacity, 16))
+                            num_gpu_blocks=slots * blocks_for(ex.capacity, 16))
     # Virtual time never sleeps: every request is already there, and the loop times its
     # host work by the wall clock whatever clock drives it.
     res = run_loop(arrival, prompt, output, serving, max_context, ex, VirtualClock(),
-                   vocab=ex.model.d.vocab)
+                   vocab=ex.model.d.vocab, stop_at=stop_at)
     seqs, host = STEP_FIELDS.index("seqs"), STEP_FIELDS.index("host_s")
     return HostTimes(tuple(int(r[seqs]) for r in res.steps[1:]),
-                     tuple(float(r[host]) for r in res.steps[1:]))
+                     tuple(float(r[host]) for r in res.steps[1:]), slots, ex.slots,
+                     res.interrupted)
 
 
 # Rounds of the wake timing (calibrate.wake), quick grid and full: about 4 and 7 s on
@@ -120,19 +173,29 @@ class LoopTerms(NamedTuple):
                             "measured (priced 0)")
 
 
-def time_loop_terms(loop: ModelExecutor, max_context: int, quick: bool, seed: int
-                    ) -> LoopTerms:
+def time_loop_terms(loop: ModelExecutor, max_context: int, quick: bool, seed: int,
+                    window_s: float | None = None) -> LoopTerms:
     """Host work between steps (:func:`time_host`) and the price of waking from idle
-    (:mod:`calibrate.wake`, fitted) on ``loop``; running out of memory gives
-    :meth:`LoopTerms.unmeasured`, any other failure is raised."""
+    (:mod:`calibrate.wake`, fitted) on ``loop``, within ``window_s`` seconds if given
+    (:data:`HOST_SHARE` of it for the host loop; waking runs at least one round);
+    running out of memory gives :meth:`LoopTerms.unmeasured`, any other failure is
+    raised. The note says when the window made the loop smaller or cut it."""
+    start = time.perf_counter()
     try:
-        ms = time_host(loop, max_context, seed).measurements()
-        woken = time_wake_on(loop, WAKE_ROUNDS[quick], seed)
+        times = time_host(loop, max_context, seed,
+                          None if window_s is None else HOST_SHARE * window_s)
+        woken = time_wake_on(loop, WAKE_ROUNDS[quick], seed,
+                             None if window_s is None else start + window_s)
     except Exception as exc:  # noqa: BLE001 - out of memory is recorded; anything else raised
         if not is_oom(exc):
             raise
         return LoopTerms.unmeasured("out of memory timing them")
     points = woken.excess()
     wake, err = fit_wake(points)
-    return LoopTerms(ms + woken.measurements(), wake,
-                     {"points": len(points), "mean_abs_err_s": err})
+    note = None
+    if times.slots < times.of_slots or times.cut:
+        note = (f"host work timed on a loop of {times.slots} of {times.of_slots} slots"
+                + (", stopped at the end of its window" if times.cut else "")
+                + f" ({window_s:.0f} s for host work and waking)")
+    return LoopTerms(times.measurements() + woken.measurements(), wake,
+                     {"points": len(points), "mean_abs_err_s": err}, note)

@@ -174,17 +174,27 @@ class ReplayResult:
     reason: list[str]
     steps: list[tuple[float, ...]] = field(default_factory=list)
     wall_s: float = 0.0
-    interrupted: bool = False  # stopped by SIGINT (a timeout, say) before the last finish
+    interrupted: bool = False  # stopped (SIGINT, or run_loop's stop_at) before the last finish
+
+    def cut(self) -> None:
+        """Mark the loop stopped early: requests admitted or due but never finished are
+        ``unfinished``; what was served is kept."""
+        self.interrupted = True
+        self.status = ["unfinished" if st == "finished" and not np.isfinite(f) else st
+                       for st, f in zip(self.status, self.finish, strict=True)]
 
 
 def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serving: Any,
              max_context: int, executor: Executor, clock: WallClock | VirtualClock,
-             vocab: int = 2, interruptible: bool = False) -> ReplayResult:
+             vocab: int = 2, interruptible: bool = False, stop_at: float | None = None
+             ) -> ReplayResult:
     """Serve the requests (arrivals in seconds, ascending; token counts) under ``serving``
     (a ``sim.config.serving.ServingConfig``: policy, limits, ``num_gpu_blocks`` required).
     ``interruptible``: a SIGINT ends the loop with what it served (``interrupted``),
     instead of propagating; for a replay, whose partial record is worth keeping, not
-    for calibration's uses of the loop, which must stop when asked."""
+    for calibration's uses of the loop, which must stop when asked. ``stop_at``
+    (``time.perf_counter`` seconds): no step starts after it, and the loop ends as an
+    interrupted one does (calibration's host-work loop keeps to its share of the budget)."""
     if serving.policy not in ("continuous", "chunked"):
         raise ServesimError(f"replay runs continuous or chunked, not {serving.policy!r}",
                             where="policy")
@@ -214,6 +224,9 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
     # inside steps: what was served is kept and the rest is marked unfinished.
     try:
         while True:
+            if stop_at is not None and time.perf_counter() >= stop_at:
+                res.cut()
+                break
             now = clock.now()
             while nxt < n and arrivals[nxt] <= now:
                 why = _reject_reason(int(prompt[nxt]), int(output[nxt]), max_context, kv,
@@ -271,9 +284,7 @@ def run_loop(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray, serv
     except KeyboardInterrupt:
         if not interruptible:
             raise
-        res.interrupted = True
-        res.status = ["unfinished" if st == "finished" and not np.isfinite(f) else st
-                      for st, f in zip(res.status, res.finish, strict=True)]
+        res.cut()
     res.wall_s = time.perf_counter() - t_start
     return res
 

@@ -52,6 +52,9 @@ from sim.errors import ServesimError
 BARS = {"cpu": 0.10, "cuda": 0.05}
 # Share of the budget kept back for timing whole steps after the sweep.
 STEP_SHARE = 0.2
+# Least share of the budget the host-work and wake timing has, even when the whole
+# steps' first round ran to the budget's end (a slow device's does).
+LOOP_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,12 @@ def _best(runs: list[list[Measurement]], points: list[Point]) -> list[Measuremen
     return out
 
 
+def _say(t0: float, text: str) -> None:
+    """One line on stdout, as it happens, of where the budget went (seconds since ``t0``):
+    a run stopped by a hard time limit writes no profile, but its log shows the phase."""
+    print(f"calibrate: {time.perf_counter() - t0:.0f} s: {text}", flush=True)
+
+
 def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: CalibrationConfig
                      ) -> tuple[list[Measurement], bool]:
     """Operators in ``cfg.passes`` sweeps: (the best of each point, whether the first
@@ -210,8 +219,8 @@ def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: Calib
     return _best(op_runs, op_points), stopped
 
 
-def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline: float,
-                device: torch.device) -> LoopTerms:
+def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, start_by: float,
+                end_by: float, device: torch.device) -> LoopTerms:
     """Time the serving loop's host work and the price of waking from idle on the
     full-depth model the whole steps run on.
 
@@ -220,13 +229,19 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, deadline
     they would find the budget spent whenever the rounds run to the deadline (a large
     model's always do), and the profile would price them at their defaults; timed
     before any, they could leave the whole steps no time. They start only before
-    ``deadline``.
+    ``start_by`` and end by ``end_by`` or :data:`LOOP_SHARE` of the budget after they
+    start, whichever is later (``time.perf_counter`` seconds).
     """
     full = bench.reserved()
-    if full is None or time.perf_counter() >= deadline:
+    now = time.perf_counter()
+    if full is None or now >= start_by:
         return LoopTerms.unmeasured("budget exhausted")
+    window = max(end_by, now + LOOP_SHARE * cfg.budget_s) - now
+    _say(end_by - cfg.budget_s, f"whole steps' first round timed; host work and waking "
+                                f"within {window:.0f} s")
     # Through the replay's own executor: the loop validation runs is the one priced.
-    return time_loop_terms(ModelExecutor(*full, device), model.max_context, cfg.quick, cfg.seed)
+    return time_loop_terms(ModelExecutor(*full, device), model.max_context, cfg.quick, cfg.seed,
+                           window)
 
 
 def calibrate(cfg: CalibrationConfig) -> CalibrationResult:
@@ -271,6 +286,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         csv_path = cfg.out.with_suffix(".csv")
         ops, stopped = _operator_passes(operator_points(model, grid, cfg.seed), bench, t0, cfg)
         write_csv(csv_path, ops)  # kept whatever happens next (an interrupt, say)
+        _say(t0, f"operators timed ({len(ops)} points)")
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
                          "fitted on what was measured")
@@ -278,12 +294,14 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
 
         def loop_terms() -> None:
             # Host and wake start only while half the whole steps' share of the budget
-            # is left, so that they overrun it by little if at all.
-            loop.append(_loop_terms(bench, model, cfg,
-                                    t0 + cfg.budget_s * (1 - STEP_SHARE / 2), device))
+            # is left, and keep to what is left of it (LOOP_SHARE of it at least).
+            loop.append(_loop_terms(bench, model, cfg, t0 + cfg.budget_s * (1 - STEP_SHARE / 2),
+                                    t0 + cfg.budget_s, device))
             write_csv(csv_path, ops + loop[0].measurements)
+            _say(t0, "host work and waking timed")
         steps, stopped_steps = time_in_rounds(step_points, bench, t0 + cfg.budget_s, cfg.rounds,
                                               cfg.progress, between=loop_terms)
+        _say(t0, f"whole steps timed ({len(steps)} shapes)")
         terms = loop[0] if loop else LoopTerms.unmeasured(
             "no full-depth model for the whole steps (see their notes)")
         ops += terms.measurements

@@ -76,8 +76,10 @@ class WakeTimes:
 
 def time_wake(step: Callable[[int], float], prompts: Sequence[int], rounds: int,
               rng: np.random.Generator, idles: Sequence[float] = IDLE_S,
-              sleep: Callable[[float], None] = time.sleep) -> WakeTimes:
-    """Time a prefill of each prompt length after each idle spell, ``rounds`` times.
+              sleep: Callable[[float], None] = time.sleep, stop_at: float | None = None,
+              clock: Callable[[], float] = time.perf_counter) -> WakeTimes:
+    """Time a prefill of each prompt length after each idle spell, ``rounds`` times, or
+    fewer: no round after the first starts once ``clock()`` reaches ``stop_at``.
 
     ``step(n)`` runs one prefill of ``n`` tokens and returns its seconds. Each timed
     step follows the same step run just before it (the device busy and warm), then the
@@ -86,7 +88,9 @@ def time_wake(step: Callable[[int], float], prompts: Sequence[int], rounds: int,
     """
     rows: list[tuple[int, float, float]] = []
     pairs = [(n, i) for n in prompts for i in idles]
-    for _ in range(rounds):
+    for r in range(rounds):
+        if r > 0 and stop_at is not None and clock() >= stop_at:
+            break
         for k in rng.permutation(len(pairs)):
             n, idle = pairs[int(k)]
             step(n)
@@ -117,11 +121,13 @@ def fit_wake(points: Sequence[tuple[int, float, float]]) -> tuple[dict[str, floa
     return {"max_s": float(top) / 1e3, "tau_s": float(tau) / 1e3}, err
 
 
-def time_wake_on(ex: ModelExecutor, rounds: int, seed: int = 0) -> WakeTimes:
+def time_wake_on(ex: ModelExecutor, rounds: int, seed: int = 0, stop_at: float | None = None
+                 ) -> WakeTimes:
     """:func:`time_wake` on the full-depth model of the replay's executor ``ex`` (cache
-    slot 0), so the steps are timed as a serving loop times them."""
+    slot 0), so the steps are timed as a serving loop times them; no round after the
+    first starts past ``stop_at`` (``time.perf_counter`` seconds)."""
     prompts = sorted({max(1, min(n, ex.capacity - 1)) for n in PROMPTS})
 
     def step(n: int) -> float:
         return ex.step([(0, n, 0)], spread_ids(n, ex.model.d.vocab))[1]
-    return time_wake(step, prompts, rounds, np.random.default_rng(seed))
+    return time_wake(step, prompts, rounds, np.random.default_rng(seed), stop_at=stop_at)

@@ -6,10 +6,15 @@
 # Needs only python with torch, numpy, scipy and pyyaml (no simpy, no network).
 # Writes to OUTDIR, flat: one profile .yaml and one measurements .csv per model, the
 # validation archive, kernels-DEVICE.csv and gpu_check.log; at most 8 files. llama-3-8b
-# gets the full grid and mistral-7b, which also fits on one GPU, the quick grid;
-# calibration and validation stay under 8 minutes, and the kernel check after them ends
-# by 550 s (inside one 10-minute device call). A run that fails is logged and the script
-# goes on to the next. The log is also printed.
+# gets the full grid; calibration and validation stay under 8 minutes, and the kernel
+# check after them ends by 550 s (inside one 10-minute device call). A run that fails is
+# logged and the script goes on to the next. The log is also printed.
+#
+# The first GPU run (an H200, 2026-12-04; docs/data/h200-2026-12-04) also calibrated
+# mistral-7b on the quick grid before the validation. Both calibrations overran their
+# hard limits there (the host-work loop had no deadline then; calibrate/host.py), and
+# even on time the two together leave the validation under its 120 s, so the replay,
+# which checks the simulator against the GPU, comes before any second model.
 #
 # On a GPU it starts with a smoke test (under a minute): the tiny model calibrated and
 # replayed on the device. This code has never run on a GPU before its first lent
@@ -41,7 +46,7 @@ if [ "$device" = cpu ]; then
     runs=("tiny --quick 35 400")
     extra="--passes 1"
 else
-    runs=("llama-3-8b - 170 230" "mistral-7b --quick 60 100")
+    runs=("llama-3-8b - 170 230")
 fi
 smoke=${SERVESIM_CHECK_SMOKE:-$([ "$device" = cuda ] && echo 1 || echo 0)}
 

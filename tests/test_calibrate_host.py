@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
 from calibrate.executor import ModelExecutor
-from calibrate.host import STEPS_PER_SIZE, HostTimes, time_host, workload
+from calibrate.host import (
+    MIN_SLOTS,
+    STEPS_PER_SIZE,
+    HostTimes,
+    fitting_slots,
+    time_host,
+    time_loop_terms,
+    workload,
+)
 from calibrate.model import build_decoder
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
@@ -52,3 +62,60 @@ def test_measurements_keep_each_sizes_intervals_in_order() -> None:
     assert [p.point.label for p in points] == ["loop seqs=2"]  # sizes 1, 3: too few
     assert points[0].timing is not None
     assert points[0].timing.samples == (1e-5, 3e-5, 4e-5)
+
+
+def test_fitting_slots_hand_worked() -> None:
+    """16 slots, a decode of 1 sequence 11 ms and of 16 sequences 26 ms: 1 ms more per
+    sequence, so S slots' 8 steps per size cost 8 (11 S + S (S - 1) / 2) ms: 1.24 s at
+    S = 10, 1.408 s at 11. 70% of a 1.9 s window (1.33 s) holds 10 slots."""
+    assert STEPS_PER_SIZE == 8
+    assert fitting_slots(16, 0.011, 0.026, 1.9) == 10
+    assert fitting_slots(16, 0.011, 0.026, 1.24 / 0.7 + 1e-9) == 10
+    assert fitting_slots(16, 0.011, 0.026, 1.24 / 0.7 - 1e-6) == 9
+    # A window that holds every slot runs them all; none too short runs fewer than 4.
+    assert fitting_slots(16, 0.011, 0.026, 100.0) == 16
+    assert fitting_slots(16, 0.011, 0.026, 1e-6) == MIN_SLOTS == 4
+    assert fitting_slots(3, 0.011, 0.026, 1e-6) == 3
+
+
+class StandIn:
+    """An executor whose step of b sequences reports 10 ms + 1 ms per sequence (and
+    takes no time): the host loop's sizing sees fixed device times."""
+
+    def __init__(self, slots: int, capacity: int = 1000) -> None:
+        self.slots, self.capacity = slots, capacity
+        self.model = SimpleNamespace(d=SimpleNamespace(vocab=32))
+        self.calls: list[int] = []
+
+    def step(self, entries: list[tuple[int, int, int]], tokens: list[int]
+             ) -> tuple[list[int], float]:
+        self.calls.append(len(entries))
+        return [1] * len(entries), 0.010 + 0.001 * len(entries)
+
+
+def test_a_host_window_runs_the_loop_on_the_slots_that_fit() -> None:
+    """16 slots, steps of 11 and 26 ms at 1 and 16 sequences: a 1.9 s window holds 10
+    slots (:func:`fitting_slots`), so the loop is the 10-slot loop: after the prefill of
+    all ten (whose interval is not recorded), 10 sequences once, then 9 down to 1 eight
+    times each."""
+    ex = StandIn(16)
+    times = time_host(ex, 4096, seed=0, window_s=1.9)  # type: ignore[arg-type]
+    k = STEPS_PER_SIZE
+    assert ex.calls[:4] == [1, 1, 16, 16]  # the two timed decodes, each after a warm one
+    assert (times.slots, times.of_slots, times.cut) == (10, 16, False)
+    assert list(times.seqs) == [10] + [b for b in range(9, 0, -1) for _ in range(k)]
+    # Without a window the loop runs on every slot, untimed beforehand.
+    whole = time_host(StandIn(16), 4096, seed=0)  # type: ignore[arg-type]
+    assert (whole.slots, whole.of_slots) == (16, 16)
+    assert list(whole.seqs) == [16] + [b for b in range(15, 0, -1) for _ in range(k)]
+
+
+def test_loop_terms_say_when_the_window_shrank_the_loop() -> None:
+    """Two thirds of a 2.85 s window (1.9 s) go to the host loop: 10 of 16 slots, and
+    the note says so; with no window there is no note."""
+    terms = time_loop_terms(StandIn(16), 4096, True, 0, window_s=2.85)  # type: ignore[arg-type]
+    assert terms.note == ("host work timed on a loop of 10 of 16 slots "
+                          "(3 s for host work and waking)")
+    assert [m.point.label for m in terms.measurements if m.point.component == "host"] == \
+        [f"loop seqs={b}" for b in range(1, 10)]
+    assert time_loop_terms(StandIn(4), 4096, True, 0).note is None  # type: ignore[arg-type]

@@ -51,6 +51,20 @@ def test_each_timed_step_follows_the_same_step_then_its_idle_spell() -> None:
     assert times.idle_s[:n] != times.idle_s[n:2 * n] or times.prompt[:n] != times.prompt[n:2 * n]
 
 
+def test_no_round_after_the_first_starts_past_the_stop_time() -> None:
+    """On the stand-in's virtual clock a round of 10 (prompt, idle) pairs takes 10 x 2
+    steps (1.64 ms at 64 tokens, 3.56 ms at 256, plus under 0.7 ms of waking each) and
+    2 x 262 ms of idle spells, 0.576-0.583 s: a stop time 0.6 s in lets the second
+    round start and no third; one 0.5 s in, none after the first; one already past
+    still runs the first."""
+    pairs = 2 * len(IDLE_S)
+    for stop_at, rounds in ((0.6, 2), (0.5, 1), (-1.0, 1), (float("inf"), 5)):
+        dev = FakeDevice()
+        times = time_wake(dev.step, (64, 256), 5, np.random.default_rng(0), sleep=dev.sleep,
+                          stop_at=stop_at, clock=lambda d=dev: d.now)
+        assert len(times.step_s) == rounds * pairs, stop_at
+
+
 def test_excess_and_fit_recover_the_wake_curve() -> None:
     dev = FakeDevice()
     times = time_wake(dev.step, (64, 256), 2, np.random.default_rng(1), sleep=dev.sleep)

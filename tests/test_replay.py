@@ -174,6 +174,29 @@ def test_an_interrupted_replay_keeps_what_it_served() -> None:
     assert all(s == "finished" for s, d in zip(part.status, done, strict=True) if d)
 
 
+def test_a_loop_past_its_stop_time_starts_no_step() -> None:
+    """``stop_at`` (calibration's host-work window): no step starts once it has passed;
+    the loop ends as an interrupted one, every request unfinished. A stop time that
+    never comes changes nothing."""
+    w = trace_workload("azure_2023_conv", 20, 2048)
+    sv = serving_config({"policy": "continuous", "max_num_seqs": 8,
+                         "max_num_batched_tokens": 2048, "num_kv_blocks": 8 * 128})
+    ex = CostExecutor(LinearCost(**COST))
+    arrival = np.zeros(20)
+    whole = run_loop(arrival, w.prompt, w.output, sv, 4096, ex, VirtualClock())
+    late = run_loop(arrival, w.prompt, w.output, sv, 4096, ex, VirtualClock(),
+                    stop_at=float("inf"))
+    # Columns 3 and 4 are the wall clock's (CPU and host seconds); the rest are the run's.
+    assert [r[:3] + r[5:] for r in late.steps] == [r[:3] + r[5:] for r in whole.steps]
+    assert not late.interrupted and late.status == whole.status
+    np.testing.assert_array_equal(late.finish, whole.finish)
+    gone = run_loop(arrival, w.prompt, w.output, sv, 4096, ex, VirtualClock(),
+                    stop_at=float("-inf"))
+    assert gone.interrupted and gone.steps == []
+    assert gone.status == ["unfinished"] * 20
+    assert not np.isfinite(gone.finish).any()
+
+
 def test_a_level_cut_short_runs_at_its_rate() -> None:
     """--level-s keeps the first n requests; their own span sets the rate, whatever the
     rest of the trace does (its first rows are sparser than the whole)."""

@@ -78,6 +78,26 @@ def test_kernel_compare_against_the_tables(tmp_path: Path,
     assert "| 4096 | 0.5000 | 0.2677 | +86.8% |" in out
 
 
+@needs_tables
+def test_the_lent_h200s_kernels_against_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """The kernel check of the first GPU run (an H200, docs/data/h200-2026-12-04) set
+    against the H200 tables: the figures docs/measured-profiles.md quotes. The memory it
+    reports is the H200 entry of the GPU table, to the byte."""
+    from sim.cost.gpus import GPUS
+    path = ROOT / "docs" / "data" / "h200-2026-12-04" / "kernels-cuda.csv"
+    assert load_script(COMPARE).main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("device NVIDIA H200 (torch 2.11.0+cu130), tables: vllm 0.24.0 on h200")
+    assert f"memory the device reports: {GPUS['h200'].mem_bytes:,} bytes (143,156 MiB)" in out
+    assert "bf16 GEMMs: median |error| 7.8%, worst 34.4% over 56 rows" in out
+    assert "fp8 GEMMs: median |error| 14.7%, worst 40.8% over 56 rows" in out
+    assert "refused on the device" not in out
+    # gate+up at 8,192 tokens: 1.85x faster in fp8 on the device, 2.12x in the tables.
+    assert ("| gate_up | fp8 | 8192 | 28672 | 4096 | 1.5850 | 1.3471 | +17.7% | 1.85x "
+            "| 2.12x |") in out
+    assert "| 8192 | 0.9015 | 0.9383 | -3.9% |" in out
+
+
 def test_kernel_compare_refuses_other_files(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "x.csv"

@@ -65,8 +65,10 @@ _MIB = 2**20
 #   (same repository, nvsim/H100SXMx8_deviceQuery.py); nvidia-smi: 81559MiB. vLLM's own
 #   log on an H100 says "total_gpu_memory 79.22GiB" (vllm-project/vllm PR 10511): the
 #   driver's share moves by a few tens of MiB between driver versions.
-# - h200: 143,156 MiB, torch.cuda.get_device_properties() "total_memory=143156MB" (torch
-#   prints MiB as "MB") in a public vLLM-on-Modal script; nvidia-smi: 143771MiB.
+# - h200: 150,109,880,320 B (143,155.9 MiB), read with torch 2.11 (driver 580.159.04) on
+#   an H200 lent to this project, 2026-12-04 (docs/data/h200-2026-12-04); a public
+#   vLLM-on-Modal script's torch.cuda.get_device_properties() prints it rounded,
+#   "total_memory=143156MB" (torch prints MiB as "MB"); nvidia-smi: 143771MiB.
 # - l40s: 47,803,596,800 B (45,589 MiB), deviceQuery, driver 12.4 (thamada/nvidia-smi,
 #   nvsim/L40S_deviceQuery.py), the same as torch's "total_memory=45589MB"; nvidia-smi: 46068MiB.
 # - b200: 182,642 MiB, torch "total_memory=182642MB" (same script as the H200; another
@@ -153,7 +155,7 @@ GPUS: dict[str, GPUSpec] = {
                          8, 25e9, 20e-6),
     "h100-sxm": GPUSpec("h100-sxm", 989e12, 3.35e12, 85_045_477_376, 450e9, 8e-6, 64e9,
                         8, 50e9, 20e-6, 1979e12),
-    "h200": GPUSpec("h200", 989e12, 4.8e12, 143_156 * _MIB, 450e9, 8e-6, 64e9, 8, 50e9, 20e-6,
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 150_109_880_320, 450e9, 8e-6, 64e9, 8, 50e9, 20e-6,
                     1979e12),
     "l40s": GPUSpec("l40s", 362e12, 0.864e12, 47_803_596_800, 32e9, 20e-6, 32e9,
                     8, 12.5e9, 20e-6, 733e12),

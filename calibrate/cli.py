@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         print("servesim calibrate: interrupted", file=sys.stderr)
         return 130
     print(summary(res))
+    if res.interrupted:
+        print("servesim calibrate: interrupted; the profile is fitted on what was measured",
+              file=sys.stderr)
+        return 130
     return 0
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from calibrate.grids import Point
 from calibrate.progress import bar as progress_bar
@@ -42,26 +43,36 @@ class RoundsConfig:
     max_per_round: int = 40  # samples per shape per round, at most
 
 
+class Rounds(NamedTuple):
+    """What :func:`time_in_rounds` timed: one measurement per point reached, whether the
+    first round was cut short, and whether a SIGINT ended the rounds."""
+
+    measurements: list[Measurement]
+    stopped: bool
+    interrupted: bool = False
+
+
 def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: RoundsConfig,
                    progress: bool = False, between: Callable[[], object] | None = None
-                   ) -> tuple[list[Measurement], bool]:
+                   ) -> Rounds:
     """Time ``points`` (whole steps) in rounds until ``cfg.rounds`` or ``deadline``
-    (``perf_counter`` seconds); (one measurement per point reached, whether the first
-    round was cut short). A point that fails (out of memory, say) is recorded once and
-    left out of later rounds; points the first round did not reach are absent.
+    (``perf_counter`` seconds). A point that fails (out of memory, say) is recorded once
+    and left out of later rounds; points the first round did not reach are absent.
     ``between`` runs once, after the first round: other work on the full-depth model
     (calibrate.run times the serving loop's host work and waking there), which then
-    cannot leave the whole steps unmeasured however long it takes."""
+    cannot leave the whole steps unmeasured however long it takes. A SIGINT (a hard time
+    limit's, say) ends the rounds, inside ``between`` too, with what they had timed:
+    the samples are kept, so calibration can still fit and write its profile."""
     try:
         bench.reserve(points)
     except Exception as exc:  # noqa: BLE001 - out of memory, say: every step records it
-        return [bench.failure(p, exc) for p in points], False
+        return Rounds([bench.failure(p, exc) for p in points], False)
     fns: dict[int, Callable[[], object]] = {}
     per_round: dict[int, int] = {}
     samples: dict[int, list[float]] = {}
     failed: dict[int, Measurement] = {}
     bar = progress_bar(len(points) * cfg.rounds, "whole steps (rounds)", progress)
-    stopped = False
+    stopped = interrupted = False
     try:
         for r in range(cfg.rounds):
             for i, p in enumerate(points):
@@ -88,6 +99,9 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
                 between()
             if time.perf_counter() >= deadline:
                 break
+    except KeyboardInterrupt:
+        interrupted = True
+        stopped = len(samples) + len(failed) < len(points)  # the first round unfinished
     finally:
         bar.close()
     out: list[Measurement] = []
@@ -99,4 +113,4 @@ def time_in_rounds(points: list[Point], bench: Bench, deadline: float, cfg: Roun
             out.append(Measurement(p, "ok", t, note=(
                 f"{len(t.samples) // per_round[i]} rounds x {per_round[i]}; mean {t.mean_s:.4g} s, "
                 f"median {t.median_s:.4g} s")))
-    return out, stopped
+    return Rounds(out, stopped, interrupted)

@@ -93,6 +93,7 @@ class CalibrationResult:
     notes: list[str] = field(default_factory=list)
     # The wake term's fit: points (prompt x idle spell) and mean absolute error, seconds.
     wake_fit: dict[str, float] | None = None
+    interrupted: bool = False  # a SIGINT ended the whole steps; fitted on what was timed
 
 
 def _device(cfg: CalibrationConfig) -> torch.device:
@@ -299,10 +300,16 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                                     t0 + cfg.budget_s, device))
             write_csv(csv_path, ops + loop[0].measurements)
             _say(t0, "host work and waking timed")
-        steps, stopped_steps = time_in_rounds(step_points, bench, t0 + cfg.budget_s, cfg.rounds,
-                                              cfg.progress, between=loop_terms)
-        _say(t0, f"whole steps timed ({len(steps)} shapes)")
+        steps, stopped_steps, interrupted = time_in_rounds(
+            step_points, bench, t0 + cfg.budget_s, cfg.rounds, cfg.progress, between=loop_terms)
+        _say(t0, f"whole steps timed ({len(steps)} shapes)" + (
+            "; interrupted, fitting what was measured (interrupt again to abort)"
+            if interrupted else ""))
+        if interrupted:
+            notes.append(f"interrupted while timing whole steps: fitted on the {len(steps)} "
+                         "reached")
         terms = loop[0] if loop else LoopTerms.unmeasured(
+            "interrupted" if interrupted else
             "no full-depth model for the whole steps (see their notes)")
         ops += terms.measurements
         notes += [terms.note] if terms.note else []
@@ -355,8 +362,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
                  f"{base_errs.mean():.1%}, worst {base_errs.max():.1%}")
     result = CalibrationResult(cfg.out, csv_path, cost, fits, ops + steps, float(errs.mean()),
                                float(errs.max()), time.perf_counter() - t0,
-                               stopped or stopped_steps, BARS[device.type], notes,
-                               terms.wake_fit)
+                               stopped or stopped_steps or interrupted, BARS[device.type],
+                               notes, terms.wake_fit, interrupted)
     write_csv(csv_path, result.measurements)
     write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
     return result

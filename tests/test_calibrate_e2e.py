@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -315,3 +316,34 @@ def test_whole_step_memory_estimate_is_what_reserve_builds() -> None:
     big = dataclasses.replace(MODELS["mistral-7b"], dtype="bf16")
     per_layer = _step_layer_bytes(big, 1, whole_step_points(big, grid_for("cuda", False)))
     assert 4.0 < per_layer / 2**30 < 4.3
+
+
+@e2e
+def test_an_interrupted_calibration_writes_the_profile_it_measured(tmp_path: Path) -> None:
+    """A hard time limit's SIGINT while the whole steps are timed (they run to the end of
+    a 300 s budget, so it lands there): the calibration fits what it measured, writes the
+    profile with a note saying so, and exits 130. SIGINT is reset to its default in the
+    child, whatever the test runner's own handling of it."""
+    out = tmp_path / "p.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "calibrate", "--model", "tiny", "--device", "cpu",
+         "--quick", "--passes", "1", "--budget-s", "300", "--no-progress", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "host work and waking timed" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=600)
+    text = "".join(lines) + rest
+    assert proc.returncode == 130, text + err
+    assert "interrupted, fitting what was measured" in text
+    assert err.strip().endswith("interrupted; the profile is fitted on what was measured")
+    profile = yaml.safe_load(out.read_text())
+    assert profile["calibration"]["stopped_early"] is True
+    assert any(n.startswith("interrupted while timing whole steps: fitted on the 44 reached")
+               for n in profile["calibration"]["notes"])

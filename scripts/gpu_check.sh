@@ -151,7 +151,8 @@ fi
 
 # ---- kernels against the public tables ------------------------------------------------
 # scripts/kernel_check.py times bf16 and fp8 GEMMs at Llama-3-8B's shapes and at grid
-# shapes, and prefill attention, on this device (rows written as they are timed, so a
+# shapes, prefill attention and decode attention (the last added after the first GPU
+# run), on this device (rows written as they are timed, so a
 # timeout keeps what ran); compare them elsewhere, where the tables are installed, with
 #   docs/scripts/kernel_compare.py OUTDIR/kernels-DEVICE.csv
 # It runs after everything above and ends by 550 s, inside a 10-minute device call.

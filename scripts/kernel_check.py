@@ -13,6 +13,10 @@ comparison, with no GPU and with the tables installed):
   per-tensor fp8 on Hopper), at m from 1 to 8192 tokens;
 * causal prefill attention (``scaled_dot_product_attention``) with 32 query heads and 8
   KV heads of 128, batch 1, at 512 to 8192 tokens, bf16;
+* decode attention, one new token per sequence over a contiguous KV cache (the same
+  function, the 8 KV heads shared by groups of 4 query heads in the call), at 1 to 128
+  sequences of 512 to 8192 cached tokens, bf16; its rows give the batch as ``m``, the
+  KV tokens per sequence as ``n`` and the KV heads as ``k``;
 * the memory the device reports to torch (bytes), a column of every row.
 
 Each GEMM reads its weight from one of several copies in turn, together several times
@@ -46,6 +50,8 @@ MODEL_GEMMS = [("qkv", 6144, 4096), ("attn_out", 4096, 4096), ("gate_up", 28672,
 GRID_GEMMS = [("grid", 8192, 8192), ("grid", 16384, 4096), ("grid", 4096, 16384)]
 TOKENS = [1, 16, 64, 256, 1024, 4096, 8192]
 PREFILL = [512, 1024, 2048, 4096, 8192]
+# (sequences, KV tokens each) of the decode-attention rows.
+DECODE = [(b, c) for b in (1, 8, 32, 128) for c in (512, 2048, 8192)]
 L2_FLUSH_BYTES = 256 * 2**20   # H200's L2 is 60 MiB: copies add up to over four times it
 CALLS = 16                     # GEMM calls per captured graph
 # Warm-up, then 7 timed replays of the graph (or of the eager calls).
@@ -102,6 +108,25 @@ def time_prefill(isl: int, device: torch.device) -> tuple[float, str]:
     return _per_call_ms(body, device, calls)
 
 
+def time_decode(batch: int, context: int, device: torch.device) -> tuple[float, str]:
+    """Median time of one decode attention step in ms: ``batch`` sequences, each one new
+    query token over ``context`` cached tokens, 32 query and 8 KV heads of 128. Each
+    call reads another copy of the cache, the copies together over four times the L2
+    cache (at most 64 of them), so small caches are read from memory as in serving."""
+    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
+    q = torch.randn(batch, 32, 1, 128, device=device, dtype=dt)
+    cache_bytes = 2 * batch * 8 * context * 128 * q.element_size()
+    copies = max(1, min(64, -(-L2_FLUSH_BYTES // cache_bytes)))
+    caches = [(torch.randn(batch, 8, context, 128, device=device, dtype=dt),
+               torch.randn(batch, 8, context, 128, device=device, dtype=dt))
+              for _ in range(copies)]
+
+    def body() -> None:
+        for k, v in caches:
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return _per_call_ms(body, device, copies)
+
+
 def _timed(row: dict[str, object], run: Callable[[], tuple[float, str]]) -> dict[str, object]:
     """``row`` with ``run``'s time (ms) and how it was timed, or with the one line of the
     error the device raised instead: a refused shape is written, never dropped."""
@@ -126,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(a.device)
     torch.manual_seed(0)
     gemms = MODEL_GEMMS + GRID_GEMMS
-    tokens, prefill = TOKENS, PREFILL
+    tokens, prefill, decode = TOKENS, PREFILL, DECODE
     if a.quick:
-        gemms, tokens, prefill = [("small", 256, 512)], [1, 16], [64]
+        gemms, tokens, prefill, decode = [("small", 256, 512)], [1, 16], [64], [(2, 64)]
     cuda = a.device == "cuda"
     # The device's own figures go on every row: the memory it reports to torch (bytes).
     meta = {"device": torch.cuda.get_device_name(device) if cuda else "cpu",
@@ -156,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
             row = {**meta, "op": "prefill_attention", "dtype": "bf16" if cuda else "fp32",
                    "m": isl, "n": 32, "k": 8, "ms": "", "how": "", "error": ""}
             put(_timed(row, partial(time_prefill, isl, device)), f"prefill_attention isl={isl}")
+        for b, c in decode:
+            row = {**meta, "op": "decode_attention", "dtype": "bf16" if cuda else "fp32",
+                   "m": b, "n": c, "k": 8, "ms": "", "how": "", "error": ""}
+            put(_timed(row, partial(time_decode, b, c, device)),
+                f"decode_attention b={b} ctx={c}")
     return 0
 
 

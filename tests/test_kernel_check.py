@@ -30,7 +30,9 @@ def test_kernel_check_cpu_rows(tmp_path: Path) -> None:
     ops = [(r["op"], r["dtype"], r["m"]) for r in rows]
     # Every shape is written, the refused ones with their reason: none is dropped.
     assert ops == [("small", "bf16", "1"), ("small", "bf16", "16"), ("small", "fp8", "1"),
-                   ("small", "fp8", "16"), ("prefill_attention", "fp32", "64")]
+                   ("small", "fp8", "16"), ("prefill_attention", "fp32", "64"),
+                   ("decode_attention", "fp32", "2")]
+    assert (rows[-1]["n"], rows[-1]["k"]) == ("64", "8")  # KV tokens, KV heads
     assert {r["memory_bytes"] for r in rows} == {"0"}  # no device memory on the CPU
     for r in rows:
         if r["dtype"] == "fp8":
@@ -51,13 +53,21 @@ def _row(**kw: object) -> dict[str, object]:
 def test_kernel_compare_against_the_tables(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     from sim.cost.tables.gemmtable import gemm_table
+    from sim.cost.tables.kerneltables import load_table
     bf16 = gemm_table("h200", "vllm", "0.24.0", "bf16").table.at(1024, 4096, 4096) * 1e3
     fp8 = gemm_table("h200", "vllm", "0.24.0", "fp8").table.at(1024, 4096, 4096) * 1e3
+    # The generation row of 32 sequences at step 2047: 2,048 KV tokens each.
+    gen = load_table("h200", "attention", "vllm", "0.24.0", "generation_attention_perf").where(
+        batch_size=32, step=2047, num_heads=32, num_key_value_heads=8, head_dim=128,
+        kv_cache_dtype="bfloat16", window_size=0)
+    decode = float(gen.columns["latency"][0])
     # 10% over the table in bf16, and an fp8 row twice as fast as the bf16 one.
     rows = [_row(ms=f"{bf16 * 1.1:.6f}"),
             _row(dtype="fp8", ms=f"{bf16 * 1.1 / 2:.6f}"),
             _row(dtype="fp8", m=16, error="RuntimeError: refused"),
-            _row(op="prefill_attention", m=4096, n=32, k=8, ms="0.5")]
+            _row(op="prefill_attention", m=4096, n=32, k=8, ms="0.5"),
+            _row(op="decode_attention", m=32, n=2048, k=8, ms=f"{decode * 1.2:.6f}"),
+            _row(op="decode_attention", m=3, n=2048, k=8, ms="0.1")]
     path = tmp_path / "k.csv"
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
@@ -76,6 +86,12 @@ def test_kernel_compare_against_the_tables(tmp_path: Path,
     assert "refused on the device: grid fp8 m=16: RuntimeError: refused" in out
     # The table's full-attention (window 0) bf16 row at 4,096 tokens.
     assert "| 4096 | 0.5000 | 0.2677 | +86.8% |" in out
+    # Decode: 20% over the table's row; a batch the table did not time has no figure.
+    assert f"| 32 | 2048 | {decode * 1.2:.4f} | {decode:.4f} | +20.0% |" in out
+    assert "| 3 | 2048 | 0.1000 | - | - |" in out
+    assert "decode attention: median |error| 20.0%, worst 20.0% over 1 rows" in out
+    # Decode rows are not GEMMs: the bf16 summary still counts the one GEMM row.
+    assert "bf16 GEMMs: median |error| 10.0%, worst 10.0% over 1 rows" in out
 
 
 @needs_tables

@@ -13,7 +13,11 @@ It prints two Markdown tables and a summary:
 * each prefill-attention row (batch 1, 32 query and 8 KV heads of 128, causal, bf16)
   against the table's full-attention row of the same prompt length. The tables time
   vLLM's FlashAttention-3 kernel; the GPU side times torch's scaled-dot-product
-  attention, another kernel, so that row compares kernel families, not one kernel.
+  attention, another kernel, so that row compares kernel families, not one kernel;
+* each decode-attention row (``m`` sequences of ``n`` KV tokens, the same heads) against
+  the table's generation row of that batch at ``step`` = n − 1 (the step counts the
+  cached tokens before the new one), again kernel families: vLLM's paged FA3 kernel
+  against torch's over a contiguous cache.
 
 Errors are (measured - table) / table. The GEMM rows of the tables are vLLM's
 ``torch.nn.functional.linear`` (cuBLAS, as the check's ``torch.matmul``) for bf16 and
@@ -65,7 +69,7 @@ def gemm_lines(rows: list[dict[str, str]], gpu: str, framework: str, version: st
     """Markdown rows comparing each timed GEMM with the table, and |errors| per dtype."""
     tables = {d: gemm_table(gpu, framework, version, d).table for d in ("bf16", "fp8")}
     timed = {(r["op"], r["dtype"], int(r["m"]), int(r["n"]), int(r["k"])): float(r["ms"])
-             for r in rows if r["op"] != "prefill_attention" and r["ms"]}
+             for r in rows if not r["op"].endswith("_attention") and r["ms"]}
     out: list[str] = []
     errors: dict[str, list[float]] = {"bf16": [], "fp8": []}
     for (op, dtype, m, n, k), ms in timed.items():
@@ -104,6 +108,31 @@ def attention_lines(rows: list[dict[str, str]], gpu: str, framework: str, versio
     return out
 
 
+def decode_lines(rows: list[dict[str, str]], gpu: str, framework: str, version: str
+                 ) -> tuple[list[str], list[float]]:
+    """Markdown rows comparing the timed decode attention with the table's generation
+    rows (32 query, 8 KV heads of 128, bf16 cache, dense), and their |errors|."""
+    table = load_table(gpu, "attention", framework, version, "generation_attention_perf")
+    dense = table.where(num_heads=32, num_key_value_heads=8, head_dim=128,
+                        kv_cache_dtype="bfloat16", window_size=0, beam_width=1,
+                        optional=("window_size", "beam_width"))
+    by_shape = {(int(b), int(st) + 1): float(ms) for b, st, ms in zip(
+        dense.columns["batch_size"].tolist(), dense.columns["step"].tolist(),
+        dense.columns["latency"].tolist(), strict=True)}
+    out, errors = [], []
+    for r in rows:
+        if r["op"] != "decode_attention" or not r["ms"]:
+            continue
+        b, ctx, ms = int(r["m"]), int(r["n"]), float(r["ms"])
+        t = by_shape.get((b, ctx))
+        if t is None:
+            out.append(f"| {b} | {ctx} | {ms:.4f} | - | - |")
+        else:
+            errors.append(abs(ms - t) / t)
+            out.append(f"| {b} | {ctx} | {ms:.4f} | {t:.4f} | {(ms - t) / t:+.1%} |")
+    return out, errors
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("csv", type=Path)
@@ -124,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         refused = [r for r in rows if r["error"]]
         gemms, errors = gemm_lines(rows, gpu, a.framework, version)
         attention = attention_lines(rows, gpu, a.framework, version)
+        decode, decode_errors = decode_lines(rows, gpu, a.framework, version)
     except ServesimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -138,10 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| prefill attention tokens | measured ms | table ms | error |")
     print("|---:|---:|---:|---:|")
     print("\n".join(attention))
+    if decode:
+        print("\n| decode attention sequences | KV tokens | measured ms | table ms | error |")
+        print("|---:|---:|---:|---:|---:|")
+        print("\n".join(decode))
     for dtype, errs in errors.items():
         if errs:
             print(f"{dtype} GEMMs: median |error| {statistics.median(errs):.1%}, "
                   f"worst {max(errs):.1%} over {len(errs)} rows")
+    if decode_errors:
+        print(f"decode attention: median |error| {statistics.median(decode_errors):.1%}, "
+              f"worst {max(decode_errors):.1%} over {len(decode_errors)} rows")
     for r in refused:
         print(f"refused on the device: {r['op']} {r['dtype']} m={r['m']}: {r['error']}")
     return 0

@@ -24,9 +24,11 @@ Both keep to a window of the calibration's budget. The loop's length grows with 
 square of its slot count and, on a device whose kernel launches are slow, a full-depth
 decode step with many scattered slots can take a large fraction of a second: Llama-3-8B on
 a lent H200 ran its 64-slot loop (512 decode steps) for over two minutes and overran a
-90 s budget by more than 100 s. So the loop first times a decode step of one sequence
-and of every slot, runs on as many slots as those two say fit the window
-(:func:`fitting_slots`), and stops at the window's end whatever the estimate said.
+90 s budget by more than 100 s. So the loop first times a decode step of one sequence,
+of every slot, and of half the slots scattered (the loop's slots scatter as requests
+finish, and each run of consecutive slots costs launches of its own), runs on as many
+slots as those say fit the window (:func:`fitting_slots`), and stops at the window's
+end whatever the estimate said.
 """
 
 from __future__ import annotations
@@ -101,29 +103,41 @@ def workload(slots: int, capacity: int, rng: np.random.Generator
     return np.zeros(slots), prompt, output
 
 
-def fitting_slots(slots: int, one_s: float, full_s: float, window_s: float,
-                  k: int = STEPS_PER_SIZE) -> int:
+def fitting_slots(slots: int, one_s: float, full_s: float, scattered_s: float,
+                  window_s: float, k: int = STEPS_PER_SIZE) -> int:
     """The most slots, from ``min(slots, MIN_SLOTS)`` up to ``slots``, whose
     :func:`workload` has its decode steps fit :data:`WINDOW_FILL` of ``window_s``
-    seconds: ``k`` steps at each batch size b from S down to 1, a step of b sequences
-    taking ``one_s + (full_s - one_s) (b - 1) / (slots - 1)`` seconds (straight between
-    the two timed steps, of one sequence and of ``slots``)."""
+    seconds: ``k`` steps at each batch size b from S down to 1.
+
+    A step of b sequences among S slots is priced ``base(b) + run_s (runs - 1)``: base
+    straight between ``one_s`` (one sequence) and ``full_s`` (every slot, one run of
+    consecutive slots); runs = b (S - b + 1) / S, the runs of consecutive slots that b
+    sequences left at random among S make on average (the model attends to each run
+    apart, calibrate.model.prepare); ``run_s``, the price of a run past the first, from
+    ``scattered_s``: a step of h = ``slots // 2`` sequences on every other slot (h runs).
+    """
     slope = (full_s - one_s) / max(1, slots - 1)
+    h = slots // 2
+    base_h = one_s + slope * (h - 1)
+    run_s = max(0.0, scattered_s - base_h) / (h - 1) if h > 1 else 0.0
     best = min(slots, MIN_SLOTS)
     for s in range(best + 1, slots + 1):
-        if k * (s * one_s + slope * s * (s - 1) / 2) > WINDOW_FILL * window_s:
+        b = np.arange(1, s + 1, dtype=float)
+        step_s = one_s + slope * (b - 1) + run_s * (b * (s - b + 1) / s - 1)
+        if k * float(step_s.sum()) > WINDOW_FILL * window_s:
             break
         best = s
     return best
 
 
-def _decode_s(ex: ModelExecutor, seqs: int) -> float:
-    """Seconds of one decode step of ``seqs`` sequences at a short context on ``ex``,
-    the second of two (the first warms the shape); the cache's contents do not matter."""
+def _decode_s(ex: ModelExecutor, slots: list[int]) -> float:
+    """Seconds of one decode step of a sequence in each of ``slots`` at a short context
+    on ``ex``, the second of two (the first warms the shape); the cache's contents do
+    not matter."""
     ctx = min(32, ex.capacity - 1)
-    entries = [(i, 1, ctx) for i in range(seqs)]
-    ex.step(entries, [1] * seqs)
-    return ex.step(entries, [1] * seqs)[1]
+    entries = [(i, 1, ctx) for i in slots]
+    ex.step(entries, [1] * len(slots))
+    return ex.step(entries, [1] * len(slots))[1]
 
 
 def time_host(ex: ModelExecutor, max_context: int, seed: int = 0,
@@ -132,12 +146,15 @@ def time_host(ex: ModelExecutor, max_context: int, seed: int = 0,
     blocks for all) over the full-depth model of ``ex`` on :func:`workload`; the host
     intervals it recorded (``host_s``), every step's but the first (timed from the
     loop's start, not from a previous step). With ``window_s`` the loop runs on the
-    slots :func:`fitting_slots` finds from two timed decode steps, and no step starts
-    ``window_s`` seconds after the timing began."""
+    slots :func:`fitting_slots` finds from three timed decode steps (one sequence, every
+    slot, half the slots scattered), and no step starts ``window_s`` seconds after the
+    timing began."""
     slots, stop_at = ex.slots, None
     if window_s is not None:
         stop_at = time.perf_counter() + window_s
-        slots = fitting_slots(ex.slots, _decode_s(ex, 1), _decode_s(ex, ex.slots), window_s)
+        every = list(range(ex.slots))
+        slots = fitting_slots(ex.slots, _decode_s(ex, [0]), _decode_s(ex, every),
+                              _decode_s(ex, every[: 2 * (ex.slots // 2): 2] or [0]), window_s)
     arrival, prompt, output = workload(slots, ex.capacity, np.random.default_rng(seed))
     serving = ServingConfig(policy="continuous", max_num_seqs=slots,
                             max_num_batched_tokens=max(2048, int(prompt.sum())),

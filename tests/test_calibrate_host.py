@@ -65,17 +65,32 @@ def test_measurements_keep_each_sizes_intervals_in_order() -> None:
 
 
 def test_fitting_slots_hand_worked() -> None:
-    """16 slots, a decode of 1 sequence 11 ms and of 16 sequences 26 ms: 1 ms more per
-    sequence, so S slots' 8 steps per size cost 8 (11 S + S (S - 1) / 2) ms: 1.24 s at
-    S = 10, 1.408 s at 11. 70% of a 1.9 s window (1.33 s) holds 10 slots."""
+    """16 slots, a decode of 1 sequence 11 ms and of 16 sequences (one run) 26 ms: 1 ms
+    more per sequence. With 8 sequences on every other slot at 18 ms, the straight
+    line's own price, a run costs nothing more, and S slots' 8 steps per size cost
+    8 (11 S + S (S - 1) / 2) ms: 1.24 s at S = 10, 1.408 s at 11. 70% of a 1.9 s
+    window (1.33 s) holds 10 slots."""
     assert STEPS_PER_SIZE == 8
-    assert fitting_slots(16, 0.011, 0.026, 1.9) == 10
-    assert fitting_slots(16, 0.011, 0.026, 1.24 / 0.7 + 1e-9) == 10
-    assert fitting_slots(16, 0.011, 0.026, 1.24 / 0.7 - 1e-6) == 9
+    assert fitting_slots(16, 0.011, 0.026, 0.018, 1.9) == 10
+    assert fitting_slots(16, 0.011, 0.026, 0.018, 1.24 / 0.7 + 1e-9) == 10
+    assert fitting_slots(16, 0.011, 0.026, 0.018, 1.24 / 0.7 - 1e-6) == 9
     # A window that holds every slot runs them all; none too short runs fewer than 4.
-    assert fitting_slots(16, 0.011, 0.026, 100.0) == 16
-    assert fitting_slots(16, 0.011, 0.026, 1e-6) == MIN_SLOTS == 4
-    assert fitting_slots(3, 0.011, 0.026, 1e-6) == 3
+    assert fitting_slots(16, 0.011, 0.026, 0.018, 100.0) == 16
+    assert fitting_slots(16, 0.011, 0.026, 0.018, 1e-6) == MIN_SLOTS == 4
+    assert fitting_slots(3, 0.011, 0.026, 0.011, 1e-6) == 3
+
+
+def test_scattered_slots_price_their_runs_hand_worked() -> None:
+    """The same line, but 8 scattered sequences take 32 ms: 14 ms over the line's 18 for
+    7 runs past the first, 2 ms a run. b sequences among S slots make b (S - b + 1) / S
+    runs on average, which summed over b = 1..S is (S + 1)(S + 2) / 6, so S slots cost
+    8 (11 S + S (S - 1) / 2 + 2 ((S + 1)(S + 2) / 6 - S)) ms: 0.552 s at 5, 0.7013 s at
+    6, 0.864 s at 7. 70% of 1.1 s (0.77 s) holds 6 slots. A window whose 70% is
+    0.784 s holds 7 contiguous slots (8 (77 + 21) ms) but still 6 scattered ones."""
+    assert fitting_slots(16, 0.011, 0.026, 0.032, 1.1) == 6
+    assert fitting_slots(16, 0.011, 0.026, 0.032, 0.7013 / 0.7 - 1e-4) == 5
+    assert fitting_slots(16, 0.011, 0.026, 0.018, 0.784 / 0.7 + 1e-6) == 7
+    assert fitting_slots(16, 0.011, 0.026, 0.032, 0.784 / 0.7 + 1e-6) == 6
 
 
 class StandIn:
@@ -94,14 +109,16 @@ class StandIn:
 
 
 def test_a_host_window_runs_the_loop_on_the_slots_that_fit() -> None:
-    """16 slots, steps of 11 and 26 ms at 1 and 16 sequences: a 1.9 s window holds 10
-    slots (:func:`fitting_slots`), so the loop is the 10-slot loop: after the prefill of
+    """16 slots, steps of 11, 26 and 18 ms at 1, 16 and 8 sequences (the stand-in's
+    steps do not depend on where the slots lie): a 1.9 s window holds 10 slots
+    (:func:`fitting_slots`), so the loop is the 10-slot loop: after the prefill of
     all ten (whose interval is not recorded), 10 sequences once, then 9 down to 1 eight
     times each."""
     ex = StandIn(16)
     times = time_host(ex, 4096, seed=0, window_s=1.9)  # type: ignore[arg-type]
     k = STEPS_PER_SIZE
-    assert ex.calls[:4] == [1, 1, 16, 16]  # the two timed decodes, each after a warm one
+    # The three timed decodes (one, every slot, every other slot), each after a warm one.
+    assert ex.calls[:6] == [1, 1, 16, 16, 8, 8]
     assert (times.slots, times.of_slots, times.cut) == (10, 16, False)
     assert list(times.seqs) == [10] + [b for b in range(9, 0, -1) for _ in range(k)]
     # Without a window the loop runs on every slot, untimed beforehand.

@@ -139,3 +139,29 @@ def test_kernel_compare_names_a_bad_cell(tmp_path: Path, capsys: pytest.CaptureF
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert "k.csv" in err and "line 3" in err
     assert f"column {col}: got {value!r}, expected {expected}" in err
+
+
+def test_own_operators_against_the_h200_table_profile(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """docs/scripts/own_vs_tables.py on the first GPU run's llama-3-8b operators against
+    the shipped H200 vLLM profile: the figures docs/validation.md ("GPU") quotes."""
+    script = load_script(ROOT / "docs" / "scripts" / "own_vs_tables.py")
+    path = ROOT / "docs" / "data" / "h200-2026-12-04" / "cuda-llama-3-8b.csv"
+    assert script.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "linear: median |error| 60.4%, signed median +60.4% over 33 points" in out
+    assert "prefill_attention: median |error| 394.8%, signed median +394.8% over 33 points" in out
+    assert "decode_attention: median |error| 407.3%, signed median +407.3% over 53 points" in out
+    assert "lm_head: median |error| 23.7%, signed median +23.7% over 23 points" in out
+    # One point by hand: 8,192 tokens through a layer's linear stack, 6.7369 ms timed.
+    assert "| n=8192 | 6.7369 | 5.3086 | +26.9% |" in out
+
+
+def test_own_vs_tables_names_a_file_that_is_not_a_calibration(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    bad = tmp_path / "k.csv"
+    bad.write_text("component,label,status,median_s\nlinear,n=1,ok,0.001\n")
+    assert load_script(ROOT / "docs" / "scripts" / "own_vs_tables.py").main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "line 2" in err and "entries" in err and "\n" not in err

@@ -149,6 +149,8 @@ def test_own_operators_against_the_h200_table_profile(capsys: pytest.CaptureFixt
     path = ROOT / "docs" / "data" / "h200-2026-12-04" / "cuda-llama-3-8b.csv"
     assert script.main([str(path)]) == 0
     out = capsys.readouterr().out
+    assert out.startswith(f"{path}: its operators against profile h200-llama-3-8b-tp1-vllm: "
+                          "llama-3-8b at tp 1, measured kernels: vLLM 0.24.0 on H200")
     assert "linear: median |error| 60.4%, signed median +60.4% over 33 points" in out
     assert "prefill_attention: median |error| 394.8%, signed median +394.8% over 33 points" in out
     assert "decode_attention: median |error| 407.3%, signed median +407.3% over 53 points" in out

@@ -44,10 +44,14 @@ def entries_of(cell: str) -> list[tuple[int, int]]:
     return out
 
 
-def compare(csv_path: Path, profile: str) -> dict[str, list[tuple[str, float, float]]]:
-    """Per component, (label, own seconds, profile seconds) for every timed point (per
-    layer for per-layer components, as the CSV records them)."""
+def compare(csv_path: Path, profile: str
+            ) -> tuple[str, dict[str, list[tuple[str, float, float]]]]:
+    """What the profile is (its model, tp and cost source), and per component (label, own
+    seconds, profile seconds) for every timed point (per layer for per-layer components,
+    as the CSV records them). The CSV does not name its model: the header line is there
+    for the reader to check the two are the same model."""
     cost = load_profile(profile)
+    what = f"profile {profile}: {cost.model.name} at tp {cost.tp}, {cost.source}"
     layers = cost.model.layers
     out: dict[str, list[tuple[str, float, float]]] = {c: [] for c in COMPONENTS}
     with csv_path.open(newline="", encoding="utf-8") as f:
@@ -65,7 +69,7 @@ def compare(csv_path: Path, profile: str) -> dict[str, list[tuple[str, float, fl
             priced = cost.breakdown(shape)[name]
             out[name].append((row["label"], own,
                               priced / layers if FORMS[name].per_layer else priced))
-    return out
+    return what, out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,10 +79,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="a profile's path or shipped name (default: %(default)s)")
     a = p.parse_args(argv)
     try:
-        rows = compare(a.csv, a.profile)
+        what, rows = compare(a.csv, a.profile)
     except (ServesimError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"{a.csv}: its operators against {what}")
     summary = []
     for name, points in rows.items():
         if not points:

@@ -197,22 +197,33 @@ def _say(t0: float, text: str) -> None:
     print(f"calibrate: {time.perf_counter() - t0:.0f} s: {text}", flush=True)
 
 
-def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: CalibrationConfig
-                     ) -> tuple[list[Measurement], bool]:
+def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: CalibrationConfig,
+                     csv_path: Path) -> tuple[list[Measurement], bool]:
     """Operators in ``cfg.passes`` sweeps: (the best of each point, whether the first
     pass was cut short).
 
     The first pass may run until 1 − STEP_SHARE of the budget; later passes use what is
     left under the same deadline, and an incomplete one still improves what it reached
     (only the first decides whether the sweep was cut short). Host work, waking and the
-    whole steps then have the rest of the budget.
+    whole steps then have the rest of the budget. A SIGINT during the sweep writes the
+    points measured so far to ``csv_path`` before it ends the calibration.
     """
     op_deadline = t0 + cfg.budget_s * (1 - STEP_SHARE)
     op_runs: list[list[Measurement]] = []
     stopped = False
+    _say(t0, f"timing {len(op_points)} operator points")
     for k in range(cfg.passes):
         tag = f" (pass {k + 1}/{cfg.passes})" if cfg.passes > 1 else ""
-        ops, cut = _sweep(op_points, bench, op_deadline, "operators" + tag, cfg.progress)
+        reached: list[Measurement] = []
+        try:
+            ops, cut = _sweep(op_points, bench, op_deadline, "operators" + tag, cfg.progress,
+                              on_point=reached.append)
+        except KeyboardInterrupt:
+            kept = _best(op_runs + [reached], op_points) if op_runs or reached else []
+            write_csv(csv_path, kept)
+            _say(t0, f"interrupted during the operator sweep: {len(kept)} points kept in "
+                     f"{csv_path}")
+            raise
         op_runs.append(ops)
         stopped = stopped or (cut and k == 0)
         if cut:
@@ -285,7 +296,8 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         layers = _validation_layers(model, _step_layer_bytes(model, cfg.tp, step_points), device)
         bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
         csv_path = cfg.out.with_suffix(".csv")
-        ops, stopped = _operator_passes(operator_points(model, grid, cfg.seed), bench, t0, cfg)
+        ops, stopped = _operator_passes(operator_points(model, grid, cfg.seed), bench, t0, cfg,
+                                        csv_path)
         write_csv(csv_path, ops)  # kept whatever happens next (an interrupt, say)
         _say(t0, f"operators timed ({len(ops)} points)")
         if stopped:

@@ -347,3 +347,31 @@ def test_an_interrupted_calibration_writes_the_profile_it_measured(tmp_path: Pat
     assert profile["calibration"]["stopped_early"] is True
     assert any(n.startswith("interrupted while timing whole steps: fitted on the 44 reached")
                for n in profile["calibration"]["notes"])
+
+
+@e2e
+def test_an_interrupt_during_the_operator_sweep_keeps_its_points(tmp_path: Path) -> None:
+    """A SIGINT once the operator sweep has begun (its first line printed; tiny's quick
+    sweep takes seconds): the points measured so far are written to the CSV, no profile
+    is, and the command exits 130 saying where they are."""
+    out = tmp_path / "p.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "calibrate", "--model", "tiny", "--device", "cpu",
+         "--quick", "--passes", "1", "--budget-s", "300", "--no-progress", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert "timing" in first and "operator points" in first, first
+    total = int(first.split("timing ")[1].split()[0])
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, first + rest + err
+    assert "interrupted during the operator sweep" in rest
+    assert err.strip() == "servesim calibrate: interrupted"
+    assert not out.exists()
+    with (tmp_path / "p.csv").open() as f:
+        kept = list(csv.DictReader(f))
+    assert 0 < len(kept) < total, (len(kept), total)
+    assert f"{len(kept)} points kept in {tmp_path / 'p.csv'}" in rest

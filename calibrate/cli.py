@@ -9,6 +9,10 @@ from pathlib import Path
 from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 
+# The flags that set what a run measures; a refit takes them from the run's settings.
+MEASURING = ("model", "hf_config", "device", "dtype", "tp", "gpu", "budget_s", "quick",
+             "threads", "passes")
+
 
 def parser() -> argparse.ArgumentParser:
     """The calibrate argument parser."""
@@ -39,6 +43,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", type=Path, required=True,
                    help="profile YAML to write; the measurements CSV goes beside it")
+    p.add_argument("--refit", type=Path, default=None, metavar="CSV",
+                   help="fit a profile again, without a device, from a calibration's "
+                        "measurements CSV and the CSV.meta.json beside it (the model and "
+                        "settings are the run's own)")
     return p
 
 
@@ -59,6 +67,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.out.suffix not in (".yaml", ".yml"):
             raise ServesimError(f"got {str(args.out)!r}, expected a .yaml file", where="--out")
         _check_writable(args.out)
+        if args.refit is not None:
+            # Every measuring flag a refit would ignore is refused, not dropped in silence.
+            defaults = parser().parse_args(["--out", "x.yaml"])
+            given = [f"--{k.replace('_', '-')}" for k in MEASURING
+                     if getattr(args, k) != getattr(defaults, k)]
+            if given:
+                raise ServesimError(f"{', '.join(given)}: a refit takes the model and the "
+                                    "run's settings from CSV.meta.json", where="--refit")
+            from calibrate.refit import refit
+            print(summary(refit(args.refit, args.out)))
+            return 0
         cfg = CalibrationConfig(
             model=resolve_model(args.model, args.hf_config), out=args.out, device=args.device,
             dtype=args.dtype, tp=args.tp, budget_s=args.budget_s, quick=args.quick, gpu=args.gpu,
@@ -100,7 +119,9 @@ def summary(res: object) -> str:
                      f"{fit['mean_abs_err_s'] * 1e6:.0f} us on average over "
                      f"{int(fit['points'])} points)")
     lines += [f"note: {n}" for n in res.notes]
-    lines.append(f"wrote {res.profile_path} and {res.csv_path.name} in {res.elapsed_s:.1f} s")
+    lines.append(f"wrote {res.profile_path} and {res.csv_path.name} " + (
+        f"(refitted from {res.refit_of})"
+        if res.refit_of else f"in {res.elapsed_s:.1f} s"))
     return "\n".join(lines)
 
 

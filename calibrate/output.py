@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime
+import json
 import math
 import platform
 from pathlib import Path
@@ -17,12 +18,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 import yaml
 
+from calibrate.grids import Point
+from calibrate.sweeps import Measurement
+from calibrate.timing import Timing
 from sim.cost.profile import FORMS, WAKE_FORMULA
 from sim.cost.profilefile import SCHEMA
+from sim.errors import ServesimError
 
 if TYPE_CHECKING:
-    from calibrate.run import CalibrationConfig, CalibrationResult
-    from calibrate.sweeps import Measurement
+    from calibrate.calresult import CalibrationConfig, CalibrationResult
 
 CSV_COLUMNS = ("component", "label", "status", "split", "graph", "seqs", "new_tokens",
                "context_tokens", "prefill_seqs", "prefill_tokens", "prefill_pairs", "decode_kv",
@@ -71,8 +75,73 @@ def write_csv(path: Path, rows: list[Measurement]) -> None:
                 _g(t.quantile(0.9)) if t else "", len(t.samples) if t else 0,
                 _g(m.predicted_s) if m.predicted_s is not None else "", m.note,
                 " ".join(f"{n}:{c}" for n, c in m.point.entries),
-                " ".join(_g(s) for s in t.samples) if t else "",
+                # Every digit: a refit from this file (calibrate.refit) fits the same numbers.
+                " ".join(repr(s) for s in t.samples) if t else "",
             ])
+
+
+def read_csv(path: Path) -> list[Measurement]:
+    """The measurements :func:`write_csv` wrote to ``path`` (status, note, split and
+    every sample; the summary columns are recomputed from the samples); a file that is
+    not one is a one-line error naming it and the line."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServesimError(f"cannot read it: {exc}", source=str(path)) from None
+    if not rows or tuple(rows[0]) != CSV_COLUMNS:
+        raise ServesimError(f"not a calibration CSV: expected the columns "
+                            f"{', '.join(CSV_COLUMNS)}", source=str(path))
+    col = {name: i for i, name in enumerate(CSV_COLUMNS)}
+    out: list[Measurement] = []
+    for line, r in enumerate(rows[1:], start=2):
+        try:
+            if len(r) != len(CSV_COLUMNS):
+                raise ValueError(f"{len(r)} cells, expected {len(CSV_COLUMNS)}")
+            entries = tuple((int(n), int(c)) for n, c in
+                            (pair.split(":") for pair in r[col["entries"]].split()))
+            samples = tuple(float(x) for x in r[col["samples_s"]].split())
+            graph = r[col["graph"]] == "1"
+        except ValueError as exc:
+            raise ServesimError(f"not a measurement row ({exc})", source=str(path),
+                                where=f"line {line}") from None
+        point = Point(r[col["component"]], entries, r[col["label"]])
+        out.append(Measurement(point, r[col["status"]],
+                               Timing(samples, graph) if samples else None,
+                               r[col["note"]], r[col["split"]]))
+    return out
+
+
+META_SCHEMA = "servesim-calibration-meta/1"
+
+
+def meta_path(csv_path: Path) -> Path:
+    """Where a calibration CSV's settings are kept: ``NAME.csv.meta.json`` beside it."""
+    return csv_path.with_name(csv_path.name + ".meta.json")
+
+
+def write_meta(csv_path: Path, meta: dict[str, Any]) -> None:
+    """Write the run's settings and how far it got beside its CSV (JSON, sorted keys)."""
+    meta_path(csv_path).write_text(
+        json.dumps({"schema": META_SCHEMA, **meta}, indent=1, sort_keys=True) + "\n",
+        encoding="utf-8")
+
+
+def read_meta(csv_path: Path) -> dict[str, Any]:
+    """The settings :func:`write_meta` kept beside ``csv_path``; one-line errors."""
+    path = meta_path(csv_path)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ServesimError(f"no {path.name} beside it: a refit needs the run's settings, "
+                            "which calibrations write there since 2026-12-04",
+                            source=str(csv_path)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ServesimError(f"cannot read it: {exc}", source=str(path)) from None
+    if not isinstance(meta, dict) or meta.get("schema") != META_SCHEMA:
+        raise ServesimError(f"not a calibration's settings: expected schema {META_SCHEMA!r}",
+                            source=str(path))
+    return meta
 
 
 def _num(x: float) -> float | None:

@@ -12,16 +12,15 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from calibrate.calresult import CalibrationConfig, CalibrationResult
 from calibrate.executor import ModelExecutor, check_timeable
-from calibrate.fitsteps import fit_steps_in_situ, knots_note, layer_mean, sweep_knots
+from calibrate.fitprofile import Measured, fit_profile, run_meta
 from calibrate.grids import (
-    OPERATORS,
     Point,
     grid_for,
     operator_points,
@@ -29,71 +28,21 @@ from calibrate.grids import (
 )
 from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
-from calibrate.output import device_info, write_csv, write_profile
+from calibrate.output import device_info, write_csv, write_meta
 from calibrate.progress import bar as progress_bar
-from calibrate.rounds import RoundsConfig, time_in_rounds
+from calibrate.rounds import time_in_rounds
 from calibrate.sweeps import Bench, Measurement, step_cache_size
 from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
-from sim.cost.curves import Knots
 from sim.cost.gpus import GPUS, gpu_of_device
-from sim.cost.profile import FORMS
-from sim.cost.profilecost import ProfileCost
-from sim.cost.profilefit import (
-    MIN_TEST,
-    FitResult,
-    allreduce_coefs,
-    fit_component,
-)
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
-# Held-out component MAPE and whole-step error bars (fractions) by device type.
-BARS = {"cpu": 0.10, "cuda": 0.05}
 # Share of the budget kept back for timing whole steps after the sweep.
 STEP_SHARE = 0.2
 # Least share of the budget the host-work and wake timing has, even when the whole
 # steps' first round ran to the budget's end (a slow device's does).
 LOOP_SHARE = 0.1
-
-
-@dataclass(frozen=True)
-class CalibrationConfig:
-    """Everything one calibration needs; ``budget_s`` is wall-clock seconds for the run."""
-
-    model: ModelSpec
-    out: Path
-    device: str = "cpu"
-    dtype: str | None = None       # default: the model's dtype on CUDA, fp32 on CPU
-    tp: int = 1
-    budget_s: float = 600.0
-    quick: bool = False
-    gpu: str | None = None         # hardware-table entry for all-reduce figures when tp > 1
-    threads: int = 1               # CPU only; see DESIGN.md on why 1
-    progress: bool = True
-    seed: int = 0
-    passes: int = 2                # sweeps over every operator point; each keeps its fastest
-    rounds: RoundsConfig = RoundsConfig()  # how whole steps are timed (calibrate.rounds)
-
-
-@dataclass
-class CalibrationResult:
-    """What a run produced: the profile, its measurements, fits and whole-step errors."""
-
-    profile_path: Path
-    csv_path: Path
-    cost: ProfileCost
-    fits: dict[str, FitResult]
-    measurements: list[Measurement]
-    step_mape: float
-    step_max_err: float
-    elapsed_s: float
-    stopped_early: bool
-    bar: float = BARS["cpu"]
-    notes: list[str] = field(default_factory=list)
-    # The wake term's fit: points (prompt x idle spell) and mean absolute error, seconds.
-    wake_fit: dict[str, float] | None = None
-    interrupted: bool = False  # a SIGINT ended the whole steps; fitted on what was timed
 
 
 def _device(cfg: CalibrationConfig) -> torch.device:
@@ -296,9 +245,14 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         layers = _validation_layers(model, _step_layer_bytes(model, cfg.tp, step_points), device)
         bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
         csv_path = cfg.out.with_suffix(".csv")
+        # The settings first, so that whatever the CSV ends up holding can be refitted.
+        so_far = Measured(model, info, gpu_key, layers, grid.table_max, [], [], notes=notes)
+        write_meta(csv_path, run_meta(cfg, so_far))
         ops, stopped = _operator_passes(operator_points(model, grid, cfg.seed), bench, t0, cfg,
                                         csv_path)
         write_csv(csv_path, ops)  # kept whatever happens next (an interrupt, say)
+        so_far.stopped = stopped
+        write_meta(csv_path, run_meta(cfg, so_far))
         _say(t0, f"operators timed ({len(ops)} points)")
         if stopped:
             notes.append(f"budget exhausted: operator sweep stopped after {len(ops)} points; "
@@ -323,64 +277,10 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         terms = loop[0] if loop else LoopTerms.unmeasured(
             "interrupted" if interrupted else
             "no full-depth model for the whole steps (see their notes)")
-        ops += terms.measurements
         notes += [terms.note] if terms.note else []
-        fits: dict[str, FitResult] = {}
-        try:
-            for name in OPERATORS + ("host",):
-                good = [m for m in ops if m.point.component == name and m.status == "ok"]
-                if name == "host" and not good:
-                    continue
-                good, ys = layer_mean(model, good, ops) if name == "linear" else (
-                    good, [m.timing.median_s for m in good if m.timing])
-                fits[name] = fit_component(name, [m.shape for m in good], ys, grid.table_max)
-                if name == "linear" and model.experts:
-                    formula = fits[name]
-                    fits[name] = sweep_knots(formula, good, ys)
-                    notes.append(knots_note(fits[name], formula))
-                for m, role in zip(good, fits[name].roles, strict=True):
-                    m.split = role
-        except ServesimError as exc:
-            write_csv(csv_path, ops)
-            raise ServesimError(f"{exc}; measurements kept in {csv_path}") from None
-        coefs: dict[str, dict[str, float]] = {n: f.coef for n, f in fits.items()}
-        # A ring of more GPUs than one node holds crosses the network (GPUSpec.tp_link).
-        link_bw, link_s = GPUS[gpu_key].tp_link(cfg.tp) if gpu_key else (1.0, 0.0)
-        coefs["allreduce"] = allreduce_coefs(model.layers, model.hidden, model.act_bytes, cfg.tp,
-                                             link_bw, link_s)
-        coefs["in_situ"] = dict.fromkeys(FORMS["in_situ"].coefs, 0.0)
-        coefs.setdefault("host", dict(FORMS["host"].defaults))
-        cost = ProfileCost(model, cfg.tp, info["name"], dtype, coefs,
-                           knots={n: Knots(f.table_at, f.table) if f.table_at else f.table
-                                  for n, f in fits.items() if f.table},
-                           wake=terms.wake)
-
-        if layers < model.layers:
-            notes.append(f"whole steps timed at {layers} of {model.layers} layers (memory)")
-        if stopped_steps:
-            notes.append(f"budget exhausted: {len(steps)} whole steps timed")
-    done = [m for m in steps if m.status == "ok" and m.timing]
-    if len(done) < 2 * MIN_TEST:
-        write_csv(csv_path, ops + steps)
-        raise ServesimError(f"only {len(done)} whole steps timed, need {2 * MIN_TEST}; "
-                            f"raise --budget-s; measurements kept in {csv_path}")
-    fits["in_situ"], errs, base_errs = fit_steps_in_situ(cost, layers, done)
-    # A cost picks the components it prices when it is built: rebuilt, it prices the
-    # in_situ term just fitted, as the profile written below will.
-    cost = cost.replace(coefs=cost.coefs)
-    skipped = [m for m in ops + steps if m.status != "ok"]
-    notes += [f"skipped {m.point.component} {m.point.label}: {m.note}" for m in skipped]
-    notes.append(f"operators alone (no in_situ term) on the whole steps: mean error "
-                 f"{base_errs.mean():.1%}, worst {base_errs.max():.1%}")
-    result = CalibrationResult(cfg.out, csv_path, cost, fits, ops + steps, float(errs.mean()),
-                               float(errs.max()), time.perf_counter() - t0,
-                               stopped or stopped_steps or interrupted, BARS[device.type],
-                               notes, terms.wake_fit, interrupted)
-    write_csv(csv_path, result.measurements)
-    write_profile(cfg, result, info, layers, BARS[device.type], grid_name(cfg))
-    return result
+    return fit_profile(cfg, Measured(
+        model, info, gpu_key, layers, grid.table_max, ops + terms.measurements, steps,
+        terms.wake, terms.wake_fit, notes, stopped, stopped_steps, interrupted,
+        time.perf_counter() - t0))
 
 
-def grid_name(cfg: CalibrationConfig) -> str:
-    """Name of the grid used, recorded in the profile."""
-    return f"{cfg.device}-{'quick' if cfg.quick else 'full'}"

@@ -286,7 +286,8 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     names = sorted(p.name for p in out.iterdir())
     # The script's validation block (calibrate/replay.py's owner) may add its archive.
     names = [n for n in names if n != "validate-cpu-tiny.tar.gz"]
-    assert names == ["cpu-tiny.csv", "cpu-tiny.yaml", "gpu_check.log", "kernels-cpu.csv"]
+    assert names == ["cpu-tiny.csv", "cpu-tiny.csv.meta.json", "cpu-tiny.yaml", "gpu_check.log",
+                     "kernels-cpu.csv"]
     assert all(p.is_file() for p in out.iterdir())
     assert "whole steps: mean error" in log
     assert "== kernels: exit 0" in log

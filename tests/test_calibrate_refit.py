@@ -1,0 +1,89 @@
+"""calibrate --refit: a profile fitted again from a calibration's CSV and settings."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import e2e
+
+from calibrate.cli import main, summary
+from calibrate.grids import Point
+from calibrate.output import meta_path, read_csv, write_csv
+from calibrate.refit import refit
+from calibrate.sweeps import Measurement
+from calibrate.timing import Timing
+
+
+def test_the_csv_reads_back_every_sample_to_the_last_digit(tmp_path: Path) -> None:
+    rows = [Measurement(Point("linear", ((7, 0),), "n=7"), "ok",
+                        Timing((1 / 3, 2.718281828459045e-05, 0.1 + 0.2), True), split="train"),
+            Measurement(Point("decode_attention", ((1, 128), (1, 130)), "b=2 c~129"), "oom",
+                        note="out of memory"),
+            Measurement(Point("whole_step", ((64, 0), (1, 17)), "prefill 64 + 1"), "ok",
+                        Timing((0.5,), False), note="1 rounds x 1; a, b", split="cv-a")]
+    path = tmp_path / "m.csv"
+    write_csv(path, rows)
+    back = read_csv(path)
+    assert [(m.point, m.status, m.timing, m.note, m.split) for m in back] == \
+        [(m.point, m.status, m.timing, m.note, m.split) for m in rows]
+
+
+@pytest.fixture(scope="module")
+def calibrated(cpu_calibration):
+    """The suite's one quick CPU calibration (tests/conftest.py)."""
+    return cpu_calibration[0]
+
+
+@e2e
+def test_a_refit_writes_the_runs_profile(calibrated, tmp_path: Path) -> None:
+    """Refitted from the run's CSV and settings, the profile has the run's components,
+    fits, whole-step errors, device and model, and the notes one line more; the CSV and
+    the settings it writes are the run's, byte for byte (the same splits recomputed)."""
+    res = calibrated
+    again = refit(res.csv_path, tmp_path / "again.yaml")
+    a = yaml.safe_load(res.profile_path.read_text())
+    b = yaml.safe_load(again.profile_path.read_text())
+    for key in ("components", "validation", "device", "model", "dtype", "tp", "source"):
+        assert a.get(key) == b.get(key), key
+    assert b["measurements"] == "again.csv"
+    assert again.refit_of == "cpu-tiny.csv" and res.refit_of is None
+    assert summary(again).endswith(f"wrote {tmp_path / 'again.yaml'} and again.csv "
+                                   "(refitted from cpu-tiny.csv)")
+    notes_a, notes_b = a["calibration"]["notes"], b["calibration"]["notes"]
+    assert [n for n in notes_b if n not in notes_a] == [
+        "refitted without a device from cpu-tiny.csv"]
+    assert [n for n in notes_b if n in notes_a] == notes_a
+    assert any(n.startswith("skipped decode_attention") for n in notes_b)  # the oom point
+    assert (tmp_path / "again.csv").read_bytes() == res.csv_path.read_bytes()
+    assert meta_path(tmp_path / "again.csv").read_bytes() == meta_path(res.csv_path).read_bytes()
+
+
+@e2e
+def test_refit_refuses_what_it_cannot_fit_in_one_line(calibrated, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    def run(*argv: str) -> str:
+        assert main([*argv, "--out", str(tmp_path / "out" / "p.yaml")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "Traceback" not in err
+        return err
+
+    lone = tmp_path / "lone.csv"
+    shutil.copy(calibrated.csv_path, lone)
+    assert "no lone.csv.meta.json beside it" in run("--refit", str(lone))
+    assert "--refit: --model: a refit takes the model" in run("--refit", str(lone),
+                                                              "--model", "tiny")
+    assert "--refit: --tp, --quick: a refit takes" in run("--refit", str(lone), "--quick",
+                                                          "--tp", "2")
+    meta_path(lone).write_text('{"schema": "something else"}')
+    assert "not a calibration's settings" in run("--refit", str(lone))
+    shutil.copy(meta_path(calibrated.csv_path), meta_path(lone))
+    lines = lone.read_text().splitlines()
+    lines[3] = lines[3].rsplit(",", 1)[0] + ",0.1 abc"
+    lone.write_text("\n".join(lines) + "\n")
+    err = run("--refit", str(lone))
+    assert "lone.csv" in err and "line 4" in err and "not a measurement row" in err
+    lone.write_text("a,b\n1,2\n")
+    assert "not a calibration CSV" in run("--refit", str(lone))

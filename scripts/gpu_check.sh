@@ -26,6 +26,9 @@
 # script goes on. A real MoE shape (qwen3-30b-a3b: 61 GB in bf16, 128 experts a layer
 # run one by one) does not fit the 8 minutes beside the dense runs.
 #
+# Back on a machine with the simulator and the tables, `scripts/gpu_report.sh OUTDIR
+# REPORTDIR [GPU]` runs every comparison below on what came back, into one report.
+#
 # SERVESIM_CHECK_DEVICE=cpu runs the same path on the CPU with the tiny model (to test
 # the script where there is no GPU), without the smoke test unless
 # SERVESIM_CHECK_SMOKE=1; PYTHON overrides the interpreter.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -197,3 +198,13 @@ def load_script(path: Path) -> ModuleType:
     sys.modules[path.stem] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def gpu_report(out: Path, rep: Path) -> tuple[int, str]:
+    """scripts/gpu_report.sh on ``out`` into ``rep``, with this interpreter: (its exit
+    status, the report it wrote)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu_report.sh"), str(out), str(rep)],
+                          env={**os.environ, "PYTHON": sys.executable}, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    return proc.returncode, (rep / "report.md").read_text()

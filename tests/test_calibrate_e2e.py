@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import E2E_OOM_LABEL, E2E_ROUNDS, e2e
+from conftest import E2E_OOM_LABEL, E2E_ROUNDS, e2e, gpu_report
 
 from calibrate import sweeps
 from calibrate.cli import main
@@ -292,6 +292,16 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     assert "whole steps: mean error" in log
     assert "== kernels: exit 0" in log
     load_profile(str(out / "cpu-tiny.yaml"))
+    # What is run here on those files (scripts/gpu_report.sh): the replays validated
+    # against the profile; the GPU-only comparisons skipped, each saying so.
+    rep = tmp_path / "report"
+    rc, md = gpu_report(out, rep)
+    assert rc == 0, md
+    assert "skipped: no " + str(out / "kernels-cuda.csv") in md
+    assert "skipped: no " + str(out / "cuda-*.csv") in md
+    # The verdict is printed; which way it goes is the loaded machine's (docs/validation.md).
+    assert f"--profile {out / 'cpu-tiny.yaml'}" in md and "the 15% bar" in md
+    assert (rep / "validate" / "validation.json").is_file()
 
 
 def test_whole_step_memory_estimate_is_what_reserve_builds() -> None:

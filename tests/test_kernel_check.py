@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_script, needs_tables
+from conftest import gpu_report, load_script, needs_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "scripts" / "kernel_check.py"
@@ -167,3 +167,27 @@ def test_own_vs_tables_names_a_file_that_is_not_a_calibration(tmp_path: Path,
     assert load_script(ROOT / "docs" / "scripts" / "own_vs_tables.py").main([str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "line 2" in err and "entries" in err and "\n" not in err
+
+
+@needs_tables
+def test_gpu_report_on_the_lent_h200s_files(tmp_path: Path) -> None:
+    """scripts/gpu_report.sh on the first GPU run's files (no profile or replays came
+    back): the log, both comparisons with the figures the docs quote, the validation
+    skipped with its reason, exit 0."""
+    out = tmp_path / "out"
+    out.mkdir()
+    data = ROOT / "docs" / "data" / "h200-2026-12-04"
+    for name in ("gpu_check.log", "kernels-cuda.csv", "cuda-llama-3-8b.csv"):
+        (out / name).write_bytes((data / name).read_bytes())
+    rep = tmp_path / "rep"
+    rc, md = gpu_report(out, rep)
+    assert rc == 0, md
+    assert "== validate: skipped, no profile" in md  # the device's own log
+    assert "bf16 GEMMs: median |error| 7.8%, worst 34.4% over 56 rows" in md
+    assert "## llama-3-8b's operators against h200-llama-3-8b-tp1-vllm" in md
+    assert "linear: median |error| 60.4%" in md
+    assert f"skipped: no {out}/validate-*.tar.gz" in md
+    # A step that fails is reported and makes the exit 1; the rest still run.
+    (out / "kernels-cuda.csv").write_text("not,a,kernel,file\n")
+    rc, md = gpu_report(out, rep)
+    assert rc == 1 and "exit 2" in md and "linear: median |error| 60.4%" in md

@@ -20,6 +20,7 @@ from calibrate.executor import check_timeable
 from calibrate.fitsteps import layer_mean, sweep_knots
 from calibrate.grids import DENSE_LINEAR, Point, grid_for, operator_points, whole_step_points
 from calibrate.model import MoE, SwiGLU, build_decoder, spread_ids
+from calibrate.refit import refit
 from calibrate.rounds import RoundsConfig
 from calibrate.run import CalibrationConfig, _step_layer_bytes, calibrate
 from calibrate.sweeps import Bench, Measurement
@@ -206,6 +207,10 @@ def test_quick_cpu_calibration_of_tiny_moe_is_simulated(tmp_path: Path) -> None:
     assert sorted(n for n, (split, _) in rows.items() if split in ("table", "train")) == at
     assert [rows[n][1] for n in at] == pytest.approx(secs, rel=1e-5)
     assert any("mixture of experts" in n for n in data["calibration"]["notes"])
+    # Fitted again from its CSV and settings (calibrate --refit), with its knots and any
+    # dense layers' points: the same components.
+    again = refit(res.csv_path, tmp_path / "again.yaml")
+    assert yaml.safe_load(again.profile_path.read_text())["components"] == data["components"]
     # The profile prices a step inside the knots with them: 40 tokens, per layer.
     shape_40 = cost.breakdown(shape_of([(40, 0)]))
     want = float(np.interp(40, at, secs)) * TINY_MOE.layers

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from calibrate.calresult import CalibrationConfig, CalibrationResult
 from calibrate.fitprofile import Measured, fit_profile
 from calibrate.grids import WHOLE_STEP
-from calibrate.output import read_csv, read_meta
+from calibrate.output import meta_path, read_csv, read_meta
 from calibrate.sweeps import Measurement
 from calibrate.wake import WakeTimes, fit_wake
 from sim.configtools import build
+from sim.cost.gpus import GPUS
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
@@ -28,6 +30,39 @@ from sim.errors import ServesimError
 WAKE_LABEL = re.compile(r"prefill (\d+) after ([0-9.e+-]+) ms idle")
 KEYS = ("model", "device", "tp", "gpu", "quick", "budget_s", "seed", "passes", "gpu_key",
         "info", "layers", "table_max")
+
+
+def _check(meta: dict[str, Any], where: str) -> None:
+    """Each setting of the right kind, or a one-line error naming the key and value."""
+    def bad(key: str, want: str) -> ServesimError:
+        return ServesimError(f"{key}: got {meta.get(key)!r}, expected {want}", source=where)
+
+    missing = [k for k in KEYS if k not in meta]
+    if missing:
+        raise ServesimError(f"the run's settings lack {', '.join(missing)}", source=where)
+    for key in ("tp", "layers", "table_max", "passes"):
+        if type(meta[key]) is not int or meta[key] < 1:
+            raise bad(key, "a whole number of at least 1")
+    if type(meta["seed"]) is not int:
+        raise bad("seed", "a whole number")
+    if meta["device"] not in ("cpu", "cuda"):
+        raise bad("device", "cpu or cuda")
+    if type(meta["quick"]) is not bool:
+        raise bad("quick", "true or false")
+    if type(meta["budget_s"]) not in (int, float) or not meta["budget_s"] > 0:
+        raise bad("budget_s", "seconds greater than 0")
+    if meta["gpu"] is not None and not isinstance(meta["gpu"], str):
+        raise bad("gpu", "a GPU name or null")
+    if meta["gpu_key"] is not None and (not isinstance(meta["gpu_key"], str)
+                                        or meta["gpu_key"] not in GPUS):
+        raise bad("gpu_key", f"null or one of {', '.join(sorted(GPUS))}")
+    if not isinstance(meta["info"], dict) or not isinstance(meta["info"].get("name"), str):
+        raise bad("info", "the device's figures, with its name")
+    notes = meta.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise bad("notes", "a list of strings")
+    if type(meta.get("elapsed_s", 0.0)) not in (int, float):
+        raise bad("elapsed_s", "seconds")
 
 
 def wake_of(rows: list[Measurement]) -> tuple[dict[str, float] | None, dict[str, float] | None]:
@@ -57,12 +92,13 @@ def refit(csv_path: Path, out: Path) -> CalibrationResult:
     """Fit ``csv_path``'s measurements (with the settings beside it) into the profile
     ``out``; its CSV and settings go beside it. One-line errors name the file."""
     meta = read_meta(csv_path)
-    missing = [k for k in KEYS if k not in meta]
-    if missing:
-        raise ServesimError(f"the run's settings lack {', '.join(missing)}",
-                            source=str(csv_path) + ".meta.json")
+    where = str(meta_path(csv_path))
+    _check(meta, where)
     rows = read_csv(csv_path)
-    model = build(ModelSpec, meta["model"], "model")
+    try:
+        model = build(ModelSpec, meta["model"], "model")
+    except ServesimError as exc:
+        raise ServesimError(str(exc), source=where) from None
     cfg = CalibrationConfig(model=model, out=out, device=meta["device"], dtype=model.dtype,
                             tp=meta["tp"], budget_s=meta["budget_s"], quick=meta["quick"],
                             gpu=meta["gpu"], progress=False, seed=meta["seed"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -87,3 +88,27 @@ def test_refit_refuses_what_it_cannot_fit_in_one_line(calibrated, tmp_path: Path
     assert "lone.csv" in err and "line 4" in err and "not a measurement row" in err
     lone.write_text("a,b\n1,2\n")
     assert "not a calibration CSV" in run("--refit", str(lone))
+
+
+@e2e
+def test_refit_names_a_bad_setting_and_its_value(calibrated, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A settings file edited by hand or cut short: each bad value is one line naming the
+    settings file, the key, the value and what is allowed (never a traceback)."""
+    good = json.loads(meta_path(calibrated.csv_path).read_text())
+    lone = tmp_path / "lone.csv"
+    shutil.copy(calibrated.csv_path, lone)
+    cases = [("layers", "abc", "layers: got 'abc', expected a whole number of at least 1"),
+             ("gpu_key", [], "gpu_key: got [], expected null or one of"),
+             ("device", "tpu", "device: got 'tpu', expected cpu or cuda"),
+             ("quick", 1, "quick: got 1, expected true or false"),
+             ("model", {**good["model"], "layers": "x"}, "model.layers")]
+    for key, value, want in cases:
+        meta_path(lone).write_text(json.dumps({**good, key: value}))
+        assert main(["--refit", str(lone), "--out", str(tmp_path / "o" / "p.yaml")]) == 2, key
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and want in err and "lone.csv.meta.json" in err, err
+    del good["layers"]
+    meta_path(lone).write_text(json.dumps(good))
+    assert main(["--refit", str(lone), "--out", str(tmp_path / "o" / "p.yaml")]) == 2
+    assert "the run's settings lack layers" in capsys.readouterr().err

@@ -11,7 +11,6 @@ it is a refit), because it fits the same numbers with the same code
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,6 @@ from sim.cost.gpus import GPUS
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
-# A wake row's label, as calibrate.wake.WakeTimes.measurements writes it.
-WAKE_LABEL = re.compile(r"prefill (\d+) after ([0-9.e+-]+) ms idle")
 KEYS = ("model", "device", "tp", "gpu", "quick", "budget_s", "seed", "passes", "gpu_key",
         "info", "layers", "table_max")
 
@@ -67,23 +64,10 @@ def _check(meta: dict[str, Any], where: str) -> None:
 
 def wake_of(rows: list[Measurement]) -> tuple[dict[str, float] | None, dict[str, float] | None]:
     """The wake term and its fit from the CSV's ``wake`` rows (None, None without any)."""
-    prompt: list[int] = []
-    idle: list[float] = []
-    step: list[float] = []
-    for m in rows:
-        if m.point.component != "wake" or m.timing is None:
-            continue
-        got = WAKE_LABEL.fullmatch(m.point.label)
-        if got is None:
-            raise ServesimError(f"a wake row's label {m.point.label!r} is not "
-                                "'prefill N after T ms idle'")
-        for s in m.timing.samples:
-            prompt.append(int(got[1]))
-            idle.append(float(got[2]) / 1e3)
-            step.append(s)
-    if not step:
+    times = WakeTimes.from_measurements(rows)
+    if not times.step_s:
         return None, None
-    points = WakeTimes(tuple(prompt), tuple(idle), tuple(step)).excess()
+    points = times.excess()
     wake, err = fit_wake(points)
     return wake, {"points": len(points), "mean_abs_err_s": err}
 

@@ -180,8 +180,8 @@ def _operator_passes(op_points: list[Point], bench: Bench, t0: float, cfg: Calib
     return _best(op_runs, op_points), stopped
 
 
-def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, start_by: float,
-                end_by: float, device: torch.device) -> LoopTerms:
+def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, t0: float,
+                device: torch.device) -> LoopTerms:
     """Time the serving loop's host work and the price of waking from idle on the
     full-depth model the whole steps run on.
 
@@ -189,17 +189,17 @@ def _loop_terms(bench: Bench, model: ModelSpec, cfg: CalibrationConfig, start_by
     (:func:`calibrate.rounds.time_in_rounds`, ``between``): timed after every round,
     they would find the budget spent whenever the rounds run to the deadline (a large
     model's always do), and the profile would price them at their defaults; timed
-    before any, they could leave the whole steps no time. They start only before
-    ``start_by`` and end by ``end_by`` or :data:`LOOP_SHARE` of the budget after they
-    start, whichever is later (``time.perf_counter`` seconds).
+    before any, they could leave the whole steps no time. They start only while half
+    the whole steps' share of the budget is left (from ``t0``, ``time.perf_counter``
+    seconds) and end with the budget, or :data:`LOOP_SHARE` of it after they start,
+    whichever is later.
     """
     full = bench.reserved()
     now = time.perf_counter()
-    if full is None or now >= start_by:
+    if full is None or now >= t0 + cfg.budget_s * (1 - STEP_SHARE / 2):
         return LoopTerms.unmeasured("budget exhausted")
-    window = max(end_by, now + LOOP_SHARE * cfg.budget_s) - now
-    _say(end_by - cfg.budget_s, f"whole steps' first round timed; host work and waking "
-                                f"within {window:.0f} s")
+    window = max(t0 + cfg.budget_s, now + LOOP_SHARE * cfg.budget_s) - now
+    _say(t0, f"whole steps' first round timed; host work and waking within {window:.0f} s")
     # Through the replay's own executor: the loop validation runs is the one priced.
     return time_loop_terms(ModelExecutor(*full, device), model.max_context, cfg.quick, cfg.seed,
                            window)
@@ -260,10 +260,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         loop: list[LoopTerms] = []  # filled between the whole steps' rounds
 
         def loop_terms() -> None:
-            # Host and wake start only while half the whole steps' share of the budget
-            # is left, and keep to what is left of it (LOOP_SHARE of it at least).
-            loop.append(_loop_terms(bench, model, cfg, t0 + cfg.budget_s * (1 - STEP_SHARE / 2),
-                                    t0 + cfg.budget_s, device))
+            loop.append(_loop_terms(bench, model, cfg, t0, device))
             write_csv(csv_path, ops + loop[0].measurements)
             _say(t0, "host work and waking timed")
         steps, stopped_steps, interrupted = time_in_rounds(

@@ -20,6 +20,7 @@ the back-to-back step.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -34,11 +35,14 @@ from calibrate.model import spread_ids
 from calibrate.sweeps import Measurement
 from calibrate.timing import Timing
 from sim.cost.profile import wake_curve
+from sim.errors import ServesimError
 
 # Idle spells before the timed step, seconds (0: back to back, the reference).
 IDLE_S = (0.0, 0.002, 0.01, 0.05, 0.2)
 # Prompt lengths of the timed prefill steps, tokens (capped by the cache).
 PROMPTS = (64, 256)
+# The label :meth:`WakeTimes.measurements` gives a row, read back by from_measurements.
+_IDLE_LABEL = re.compile(r"prefill \d+ after ([0-9.e+-]+) ms idle")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,26 @@ class WakeTimes:
             out += [(n, i, statistics.median(self._samples(n, i)) - base)
                     for i in sorted(set(self.idle_s)) if i > 0]
         return out
+
+    @classmethod
+    def from_measurements(cls, rows: Sequence[Measurement]) -> WakeTimes:
+        """The timed steps back from :meth:`measurements`' rows (others are ignored): the
+        prompt from each row's entry, the idle spell from its label."""
+        prompt: list[int] = []
+        idle: list[float] = []
+        step: list[float] = []
+        for m in rows:
+            if m.point.component != "wake" or m.timing is None:
+                continue
+            got = _IDLE_LABEL.fullmatch(m.point.label)
+            if got is None:
+                raise ServesimError(f"a wake row's label {m.point.label!r} is not "
+                                    "'prefill N after T ms idle'")
+            n = m.point.entries[0][0]
+            prompt += [n] * len(m.timing.samples)
+            idle += [float(got[1]) / 1e3] * len(m.timing.samples)
+            step += m.timing.samples
+        return cls(tuple(prompt), tuple(idle), tuple(step))
 
     def measurements(self) -> list[Measurement]:
         """One ``wake`` row per prompt and idle spell for the CSV (all samples kept)."""

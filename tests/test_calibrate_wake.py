@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.wake import IDLE_S, fit_wake, time_wake
+from calibrate.wake import IDLE_S, WakeTimes, fit_wake, time_wake
 
 MAX_S, TAU_S = 7e-4, 0.012
 
@@ -88,3 +88,16 @@ def test_no_excess_fits_no_wake_and_rows_keep_every_sample() -> None:
                                              for i in IDLE_S]
     assert all(m.point.component == "wake" and m.timing and len(m.timing.samples) == 4
                for m in rows)
+
+
+def test_the_rows_read_back_into_the_same_steps() -> None:
+    """:meth:`WakeTimes.from_measurements` inverts :meth:`measurements` (a refit's path):
+    the same excess over back to back, and rows of other components are ignored."""
+    dev = FakeDevice()
+    times = time_wake(dev.step, (64, 256), 3, np.random.default_rng(0), sleep=dev.sleep)
+    rows = times.measurements()
+    back = WakeTimes.from_measurements(rows)
+    assert back.excess() == times.excess()
+    assert sorted(zip(back.prompt, back.idle_s, back.step_s, strict=True)) == \
+        sorted(zip(times.prompt, times.idle_s, times.step_s, strict=True))
+    assert WakeTimes.from_measurements([]).step_s == ()

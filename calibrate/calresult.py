@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from calibrate.records import Measurement
 from calibrate.rounds import RoundsConfig
-from calibrate.sweeps import Measurement
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefit import FitResult
 from sim.cost.specs import ModelSpec

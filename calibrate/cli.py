@@ -54,12 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; a :class:`ServesimError` prints one line on stderr and returns 2."""
     try:
         args = parser().parse_args(argv)
-        # torch is imported only now, so that --help works and a missing torch is one line.
-        try:
-            from calibrate.arch import resolve_model
-            from calibrate.run import CalibrationConfig, calibrate
-        except ImportError as exc:
-            raise ServesimError(f"calibrate needs torch, numpy, scipy and pyyaml ({exc})") from None
         if args.budget_s <= 0:
             raise ServesimError(f"got {args.budget_s}, must be greater than 0", where="--budget-s")
         if args.passes < 1:
@@ -75,9 +69,19 @@ def main(argv: list[str] | None = None) -> int:
             if given:
                 raise ServesimError(f"{', '.join(given)}: a refit takes the model and the "
                                     "run's settings from CSV.meta.json", where="--refit")
+            # Fitting needs numpy and scipy only: a CSV timed on a GPU machine can be
+            # fitted again on any machine with servesim installed, torch or not.
             from calibrate.refit import refit
             print(summary(refit(args.refit, args.out)))
             return 0
+        # torch is imported only now, so that --help and --refit work without it and a
+        # missing torch is one line.
+        try:
+            from calibrate.arch import resolve_model
+            from calibrate.run import CalibrationConfig, calibrate
+        except ImportError as exc:
+            raise ServesimError(f"timing on a device needs torch: install servesim[calibrate] "
+                                f"({exc}); --refit of a saved CSV does not") from None
         cfg = CalibrationConfig(
             model=resolve_model(args.model, args.hf_config), out=args.out, device=args.device,
             dtype=args.dtype, tp=args.tp, budget_s=args.budget_s, quick=args.quick, gpu=args.gpu,
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def summary(res: object) -> str:
     """Human-readable lines: per-component held-out error, whole-step error, files written."""
-    from calibrate.run import CalibrationResult
+    from calibrate.calresult import CalibrationResult
 
     assert isinstance(res, CalibrationResult)
     bar = res.bar

@@ -120,7 +120,7 @@ def device_executor(spec: ModelSpec, device: str, dtype: str | None, threads: in
                     log: Callable[[str], None] | None = None) -> tuple[ModelExecutor, dict]:
     """Build and warm up the model for ``slots`` sequences of up to ``capacity`` tokens;
     (executor, facts for the record: device, dtype, threads, cache size)."""
-    from calibrate.output import device_info
+    from calibrate.timing import device_info
 
     check_timeable(spec, device)
     if device == "cuda" and not torch.cuda.is_available():

@@ -17,7 +17,7 @@ from calibrate.calresult import BARS, CalibrationConfig, CalibrationResult
 from calibrate.fitsteps import fit_steps_in_situ, knots_note, layer_mean, sweep_knots
 from calibrate.grids import OPERATORS
 from calibrate.output import write_csv, write_meta, write_profile
-from calibrate.sweeps import Measurement
+from calibrate.records import Measurement
 from sim.cost.curves import Knots
 from sim.cost.gpus import GPUS
 from sim.cost.profile import FORMS

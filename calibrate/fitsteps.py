@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 
 from calibrate.grids import DENSE_LINEAR
-from calibrate.sweeps import Measurement
+from calibrate.records import Measurement
 from sim.cost.curves import Knots
 from sim.cost.profile import FORMS, SCALAR
 from sim.cost.profilecost import ProfileCost

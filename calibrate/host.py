@@ -41,10 +41,11 @@ import numpy as np
 
 from calibrate.executor import ModelExecutor
 from calibrate.grids import Point
+from calibrate.records import Measurement, Timing
 from calibrate.replay import STEP_FIELDS, VirtualClock, run_loop
-from calibrate.sweeps import Measurement
-from calibrate.timing import Timing, is_oom
-from calibrate.wake import fit_wake, time_wake_on
+from calibrate.timing import is_oom
+from calibrate.wake import time_wake_on
+from calibrate.wakefit import fit_wake
 from sim.config.serving import ServingConfig
 from sim.cost.memory import blocks_for
 

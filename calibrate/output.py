@@ -11,16 +11,13 @@ import dataclasses
 import datetime
 import json
 import math
-import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
 
 from calibrate.grids import Point
-from calibrate.sweeps import Measurement
-from calibrate.timing import Timing
+from calibrate.records import Measurement, Timing
 from sim.cost.profile import FORMS, WAKE_FORMULA
 from sim.cost.profilefile import SCHEMA
 from sim.errors import ServesimError
@@ -32,27 +29,6 @@ CSV_COLUMNS = ("component", "label", "status", "split", "graph", "seqs", "new_to
                "context_tokens", "prefill_seqs", "prefill_tokens", "prefill_pairs", "decode_kv",
                "median_s", "mean_s", "p10_s", "p90_s", "repeats", "predicted_s", "note", "entries",
                "samples_s")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def device_info(device: torch.device) -> dict[str, Any]:
-    """Device type and name, torch and CUDA versions (recorded in the profile)."""
-    cuda = device.type == "cuda"
-    return {
-        "type": device.type,
-        "name": torch.cuda.get_device_name(device) if cuda else _cpu_name(),
-        "torch": str(torch.__version__),
-        "cuda": torch.version.cuda if cuda else None,
-    }
 
 
 def _g(x: float) -> str:

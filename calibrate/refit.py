@@ -18,8 +18,8 @@ from calibrate.calresult import CalibrationConfig, CalibrationResult
 from calibrate.fitprofile import Measured, fit_profile
 from calibrate.grids import WHOLE_STEP
 from calibrate.output import meta_path, read_csv, read_meta
-from calibrate.sweeps import Measurement
-from calibrate.wake import WakeTimes, fit_wake
+from calibrate.records import Measurement
+from calibrate.wakefit import WakeTimes, fit_wake
 from sim.configtools import build
 from sim.cost.gpus import GPUS
 from sim.cost.specs import ModelSpec

@@ -25,12 +25,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from calibrate.grids import Point
 from calibrate.progress import bar as progress_bar
-from calibrate.sweeps import Bench, Measurement
-from calibrate.timing import Timing
+from calibrate.records import Measurement, Timing
+
+if TYPE_CHECKING:  # the timing needs torch; a refit reads RoundsConfig without it
+    from calibrate.sweeps import Bench
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,12 @@ from calibrate.grids import (
 )
 from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
-from calibrate.output import device_info, write_csv, write_meta
+from calibrate.output import write_csv, write_meta
 from calibrate.progress import bar as progress_bar
+from calibrate.records import Measurement
 from calibrate.rounds import time_in_rounds
-from calibrate.sweeps import Bench, Measurement, step_cache_size
-from calibrate.timing import Timer, TimingConfig, keep_host_memory, pin_cores
+from calibrate.sweeps import Bench, step_cache_size
+from calibrate.timing import Timer, TimingConfig, device_info, keep_host_memory, pin_cores
 from sim.cost.gpus import GPUS, gpu_of_device
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec

@@ -21,35 +21,17 @@ import dataclasses
 import itertools
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from calibrate.grids import DENSE_LINEAR, WHOLE_STEP, Point
 from calibrate.model import Decoder, DecoderLayer, KVCache, build_decoder, prepare, spread_ids
-from calibrate.timing import Timer, Timing, is_oom
-from sim.cost.shape import StepShape, shape_of
+from calibrate.records import Measurement
+from calibrate.timing import Timer, is_oom
 from sim.cost.shard import Shard
 
 ROTATE_BYTES = 64e6
-
-
-@dataclass
-class Measurement:
-    """A point's outcome: ``status`` is ``ok``, ``oom`` or ``error`` (then ``note`` says why)."""
-
-    point: Point
-    status: str
-    timing: Timing | None = None
-    note: str = ""
-    split: str = ""          # train / test for operators, validate for whole steps
-    predicted_s: float | None = None
-
-    @property
-    def shape(self) -> StepShape:
-        """The point's batch as the simulator sees it."""
-        return shape_of(self.point.entries)
 
 
 def slotted(entries: tuple[tuple[int, int], ...], scatter: bool = False

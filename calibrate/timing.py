@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
 import os
-import statistics
+import platform
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
+
+from calibrate.records import Timing
 
 # glibc mallopt parameters: M_TRIM_THRESHOLD, M_MMAP_THRESHOLD (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -79,29 +82,6 @@ class TimingConfig:
     min_repeats: int = 5
     max_repeats: int = 50
     target_s: float = 0.05  # aim to spend about this long on a point's repeats
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Result of timing one callable: all in seconds."""
-
-    samples: tuple[float, ...]
-    graph: bool
-
-    @property
-    def median_s(self) -> float:
-        """Median of the samples."""
-        return statistics.median(self.samples)
-
-    @property
-    def mean_s(self) -> float:
-        """Mean of the samples."""
-        return statistics.fmean(self.samples)
-
-    def quantile(self, q: float) -> float:
-        """The ``q`` quantile (0..1) of the samples, nearest-rank."""
-        s = sorted(self.samples)
-        return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -191,3 +171,24 @@ class Timer:
         t0 = clock()
         run()
         return clock() - t0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    """Device type and name, torch and CUDA versions (recorded in the profile)."""
+    cuda = device.type == "cuda"
+    return {
+        "type": device.type,
+        "name": torch.cuda.get_device_name(device) if cuda else _cpu_name(),
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda if cuda else None,
+    }

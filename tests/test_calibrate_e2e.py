@@ -23,13 +23,13 @@ from calibrate.cli import main
 from calibrate.grids import Point, grid_for, whole_step_points
 from calibrate.host import WAKE_ROUNDS
 from calibrate.model import build_decoder, prepare
+from calibrate.records import Measurement, Timing
 from calibrate.run import (
     _best,
     _step_layer_bytes,
     _sweep,
 )
-from calibrate.sweeps import Measurement
-from calibrate.timing import Timer, Timing, TimingConfig
+from calibrate.timing import Timer, TimingConfig
 from calibrate.wake import IDLE_S
 from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS, wake_curve

@@ -20,11 +20,12 @@ from calibrate.executor import check_timeable
 from calibrate.fitsteps import layer_mean, sweep_knots
 from calibrate.grids import DENSE_LINEAR, Point, grid_for, operator_points, whole_step_points
 from calibrate.model import MoE, SwiGLU, build_decoder, spread_ids
+from calibrate.records import Measurement, Timing
 from calibrate.refit import refit
 from calibrate.rounds import RoundsConfig
 from calibrate.run import CalibrationConfig, _step_layer_bytes, calibrate
-from calibrate.sweeps import Bench, Measurement
-from calibrate.timing import Timer, Timing, TimingConfig
+from calibrate.sweeps import Bench
+from calibrate.timing import Timer, TimingConfig
 from sim.cost.presets import MODELS
 from sim.cost.profilefile import load_profile
 from sim.cost.profilefit import FitResult

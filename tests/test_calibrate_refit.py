@@ -13,9 +13,8 @@ from conftest import e2e
 from calibrate.cli import main, summary
 from calibrate.grids import Point
 from calibrate.output import meta_path, read_csv, write_csv
+from calibrate.records import Measurement, Timing
 from calibrate.refit import refit
-from calibrate.sweeps import Measurement
-from calibrate.timing import Timing
 
 
 def test_the_csv_reads_back_every_sample_to_the_last_digit(tmp_path: Path) -> None:
@@ -112,3 +111,51 @@ def test_refit_names_a_bad_setting_and_its_value(calibrated, tmp_path: Path,
     meta_path(lone).write_text(json.dumps(good))
     assert main(["--refit", str(lone), "--out", str(tmp_path / "o" / "p.yaml")]) == 2
     assert "the run's settings lack layers" in capsys.readouterr().err
+
+
+# Run as a script in a fresh interpreter: importing torch or simpy fails there, as on a
+# machine with only the base install.
+_WITHOUT_TORCH = """
+import sys
+
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "simpy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Absent())
+from calibrate.cli import main
+code = main(sys.argv[1:])
+assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "simpy")]
+sys.exit(code)
+"""
+
+
+@e2e
+def test_a_refit_needs_neither_torch_nor_simpy(calibrated, tmp_path: Path) -> None:
+    """A CSV timed on a GPU machine is fitted again where torch is not installed: the
+    refit imports neither torch nor simpy and writes what it writes with them; asking
+    such a machine to time gives one line naming the extra to install."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, *argv], cwd=root,
+                              capture_output=True, text=True, timeout=300)
+
+    done = run("--refit", str(calibrated.csv_path), "--out", str(tmp_path / "bare.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert "refitted from cpu-tiny.csv" in done.stdout
+    with_torch = refit(calibrated.csv_path, tmp_path / "full.yaml")
+    bare = yaml.safe_load((tmp_path / "bare.yaml").read_text())
+    full = yaml.safe_load(with_torch.profile_path.read_text())
+    for key in ("components", "validation", "device", "model", "dtype", "tp", "source"):
+        assert bare.get(key) == full.get(key), key
+    assert (tmp_path / "bare.csv").read_bytes() == calibrated.csv_path.read_bytes()
+
+    timing = run("--model", "tiny", "--device", "cpu", "--out", str(tmp_path / "t.yaml"))
+    assert timing.returncode == 2 and "Traceback" not in timing.stderr
+    err = timing.stderr.strip()
+    assert "\n" not in err and "needs torch: install servesim[calibrate]" in err, err

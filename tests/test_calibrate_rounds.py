@@ -7,8 +7,8 @@ import time
 import torch
 
 from calibrate.grids import WHOLE_STEP, Point
+from calibrate.records import Measurement
 from calibrate.rounds import RoundsConfig, time_in_rounds
-from calibrate.sweeps import Measurement
 from calibrate.timing import Timer, TimingConfig
 
 

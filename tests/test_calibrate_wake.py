@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from calibrate.wake import IDLE_S, WakeTimes, fit_wake, time_wake
+from calibrate.wake import IDLE_S, time_wake
+from calibrate.wakefit import WakeTimes, fit_wake
 
 MAX_S, TAU_S = 7e-4, 0.012
 

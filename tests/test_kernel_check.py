@@ -162,11 +162,22 @@ def test_own_operators_against_the_h200_table_profile(capsys: pytest.CaptureFixt
 def test_own_vs_tables_names_a_file_that_is_not_a_calibration(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]
                                                               ) -> None:
+    """A file without a calibration's columns, or with a row that is not a measurement,
+    is one line naming the file (and the line), as ``calibrate --refit`` says it."""
+    script = load_script(ROOT / "docs" / "scripts" / "own_vs_tables.py")
     bad = tmp_path / "k.csv"
     bad.write_text("component,label,status,median_s\nlinear,n=1,ok,0.001\n")
-    assert load_script(ROOT / "docs" / "scripts" / "own_vs_tables.py").main([str(bad)]) == 2
+    assert script.main([str(bad)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and "line 2" in err and "entries" in err and "\n" not in err
+    assert err.startswith("error: ") and "k.csv" in err and "not a calibration CSV" in err
+    assert "\n" not in err
+    real = ROOT / "docs" / "data" / "h200-2026-12-04" / "cuda-llama-3-8b.csv"
+    head, first, *_ = real.read_text().splitlines()
+    bad.write_text(f"{head}\n{first}\n{first.replace(',1:128,', ',1;128,')}\n")
+    assert script.main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "k.csv" in err and "line 3" in err and "not a measurement row" in err, err
+    assert "\n" not in err
 
 
 @needs_tables

@@ -19,7 +19,6 @@ calibrated on servesim's model would carry over to a vLLM server.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -27,21 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from calibrate.output import read_csv  # noqa: E402
 from sim.cost.profile import FORMS  # noqa: E402
 from sim.cost.profilefile import load_profile  # noqa: E402
-from sim.cost.shape import shape_of  # noqa: E402
 from sim.errors import ServesimError  # noqa: E402
 
 COMPONENTS = ("linear", "prefill_attention", "decode_attention", "lm_head")
-
-
-def entries_of(cell: str) -> list[tuple[int, int]]:
-    """The (new tokens, cached tokens) pairs of a CSV ``entries`` cell ("4096:0 1:27")."""
-    out = []
-    for pair in cell.split():
-        new, ctx = pair.split(":")
-        out.append((int(new), int(ctx)))
-    return out
 
 
 def compare(csv_path: Path, profile: str
@@ -54,21 +44,13 @@ def compare(csv_path: Path, profile: str
     what = f"profile {profile}: {cost.model.name} at tp {cost.tp}, {cost.source}"
     layers = cost.model.layers
     out: dict[str, list[tuple[str, float, float]]] = {c: [] for c in COMPONENTS}
-    with csv_path.open(newline="", encoding="utf-8") as f:
-        for line, row in enumerate(csv.DictReader(f), start=2):
-            name = row.get("component")
-            if name not in out or row.get("status") != "ok":
-                continue
-            try:
-                own = float(row["median_s"])
-                shape = shape_of(entries_of(row["entries"]))
-            except (KeyError, ValueError):
-                raise ServesimError(f"row {row.get('label')!r} is not a calibration "
-                                    "measurement (median_s, entries)", source=str(csv_path),
-                                    where=f"line {line}") from None
-            priced = cost.breakdown(shape)[name]
-            out[name].append((row["label"], own,
-                              priced / layers if FORMS[name].per_layer else priced))
+    for m in read_csv(csv_path):
+        name = m.point.component
+        if name not in out or m.status != "ok" or m.timing is None:
+            continue
+        priced = cost.breakdown(m.shape)[name]
+        out[name].append((m.point.label, m.timing.median_s,
+                          priced / layers if FORMS[name].per_layer else priced))
     return what, out
 
 

@@ -36,6 +36,28 @@ def test_simulate_writes_reports(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert counted == summary["requests"]["total"]
 
 
+
+def test_the_printed_summary_says_what_the_workload_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace's dropped rows (here BurstGPT's two failed requests) and its transforms are
+    on screen, not only in summary.json: a request left out is never silent."""
+    scenario = tmp_path / "s.yaml"
+    trace = ROOT / "tests" / "fixtures" / "traces" / "burstgpt_sample.csv"
+    scenario.write_text(
+        "name: dropped\nmodel: llama-3-8b\nhardware: {gpu: h100-sxm}\ncost: measured\n"
+        f"workload: {{trace: {{path: {trace}, time_scale: 0.5}}}}\n")
+    assert main(["simulate", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    notes = json.loads((tmp_path / "out" / "summary.json").read_text())["workload_notes"]
+    assert len(notes) == 2 and "dropped 2 rows (failed (0 response tokens))" in notes[0]
+    assert notes[1].startswith("time_scale x0.5")
+    at = next(i for i, line in enumerate(printed) if line.startswith("requests: 6 total"))
+    assert printed[at + 1:at + 3] == [f"workload: {n}" for n in notes]
+    # And in the folder's HTML report, beside the request counts.
+    assert main(["report", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "dropped 2 rows (failed (0 response tokens))" in page and "time_scale x0.5" in page
+
 def test_same_seed_gives_byte_identical_outputs_across_hash_seeds(tmp_path: Path) -> None:
     outs = []
     for i, hash_seed in enumerate(("0", "12345")):

@@ -149,6 +149,9 @@ def _run_table(s: dict[str, Any]) -> Table:
     rows = [
         ["requests", f"{h.count(rq['total'])} sent, {h.count(rq['finished'])} finished"
                      + (f"; {ended}" if ended else "")],
+        # What building the workload left out or changed (a trace's dropped rows, a
+        # transform), as the printed summary says it.
+        *(["workload", note] for note in s.get("workload_notes", ())),
         ["throughput", f"{h.req_s(tp['requests_per_s'])}, "
                        f"{h.tok_s(tp['output_tokens_per_s'])} output"],
         ["goodput", f"{h.req_s(tp['goodput_requests_per_s'])} "

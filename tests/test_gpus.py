@@ -24,7 +24,7 @@ GIB = 2**30
 MARKETING_GIB = {"a100-80gb": 80, "h100-sxm": 80, "h200": 141, "l40s": 48, "b200": 180,
                  "mi300x": 192, "h100-pcie": 80, "h100-nvl": 94, "h20": 96, "gb200": 186,
                  "mi325x": 256, "l4": 24, "a10g": 24, "b300": 288,
-                 "gb300": 288}
+                 "gb300": 288, "a100-40gb": 40}
 
 @pytest.mark.parametrize("name", sorted(GPUS))
 def test_every_gpu_has_consistent_figures(name: str) -> None:
@@ -57,6 +57,10 @@ def test_datasheet_figures_spot_checked() -> None:
     assert GPUS["h100-nvl"].mem_bytes == 99_861_594_112
     assert GPUS["l4"].mem_bytes == 23_570_219_008
     assert (GPUS["h20"].mem_bytes, GPUS["a10g"].mem_bytes) == (97_285 * 2**20, 22_587 * 2**20)
+    # A100 40GB SXM: HBM2 at 1,555 GB/s, Paddle's print of the device's 40,536 MiB.
+    a40 = GPUS["a100-40gb"]
+    assert (a40.mem_bw, a40.mem_bytes, a40.flops, a40.fp8_flops) == (1.555e12, 40_536 * 2**20,
+                                                                     312e12, 0.0)
     # Links, per GPU and direction: NVLink bridges pair H100 NVLs; NVL72 is one domain.
     assert (GPUS["h100-nvl"].link_bw, GPUS["h100-nvl"].node_gpus) == (300e9, 2)
     assert (GPUS["h20"].link_bw, GPUS["h100-pcie"].link_bw) == (450e9, 64e9)
@@ -168,7 +172,8 @@ GOOD = {"name": "x", "flops": 1e15, "mem_bw": 4e12, "mem_bytes": 10**11, "link_b
      r"mem_bytes \(bytes\) or mem_gb \(GiB\)"),
     ({**GOOD, "name": "h200"}, {}, r"^<test>: hardware\.gpu\.name: got 'h200', the name of "
      r"a GPU of the table"),
-    ("h999", {}, r"^<test>: hardware\.gpu: unknown gpu 'h999'; valid: a100-80gb, a10g, "),
+    ("h999", {}, r"^<test>: hardware\.gpu: unknown gpu 'h999'; valid: a100-40gb, a100-80gb, "
+                 r"a10g, "),
     (7, {}, r"^<test>: hardware\.gpu: got 7, expected a string or a mapping$"),
     (GOOD, {"cost": {"measured": {}}}, r"^<test>: cost\.measured: the inline GPU 'x' has no "
      r"measured kernel tables; use cost: roofline"),
@@ -218,6 +223,9 @@ def test_the_command_line_runs_an_inline_gpu(tmp_path: Path, capsys: Any) -> Non
     ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", "l40s"),
     ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB300", "gb300"),
     ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+    # A family's part named by its memory: the 40 GB A100 is not the 80 GB one.
+    ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-80gb"),
     ("AMD Instinct MI325X", "mi325x"), ("NVIDIA GeForce RTX 4090", None),
 ])
 def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | None) -> None:

@@ -61,6 +61,9 @@ _MIB = 2**20
 # mem_bytes, as the device reports it (see GPUSpec). Sources, newest driver we found:
 # - a100-80gb: 85,100,068,864 B (81,158 MiB), CUDA deviceQuery on A100-SXM4-80GB, driver
 #   12.5 (github.com/thamada/nvidia-smi, gls/A100SXMx4_deviceQuery.py); nvidia-smi: 81920MiB.
+# - a100-40gb: 40,536 MiB, "total_memory=40536MB" for an "A100-SXM4-40GB" as printed by
+#   PaddlePaddle's get_device_properties() in its own documentation (MiB written "MB", as
+#   torch does); nvidia-smi: 40960MiB.
 # - h100-sxm: 85,045,477,376 B (81,106 MiB), deviceQuery on H100 80GB HBM3, driver 12.7
 #   (same repository, nvsim/H100SXMx8_deviceQuery.py); nvidia-smi: 81559MiB. vLLM's own
 #   log on an H100 says "total_gpu_memory 79.22GiB" (vllm-project/vllm PR 10511): the
@@ -122,6 +125,8 @@ _MIB = 2**20
 #   6 TB/s, 256 GB; Infinity Fabric as the MI300X's (896 GB/s peer to peer); no FP4.
 # - l4 (L4 datasheet): 121 BF16 and 242.5 FP8 (242 / 485 with sparsity), GDDR6 300 GB/s,
 #   24 GB, PCIe Gen4 x16 (64 GB/s both ways), no NVLink.
+# - a100-40gb (A100 datasheet, 40GB SXM column): 312 TFLOP/s BF16 dense as the 80GB part,
+#   HBM2 1,555 GB/s, NVLink 600 GB/s both ways; no FP8 tensor cores.
 # - a10g: NVIDIA publishes no A10G datasheet; 600 GB/s GDDR6 and 24 GB as the A10's, and
 #   70 TFLOP/s BF16 tensor (the A10's is 125) from Baseten's A10 vs A10G comparison.
 #   No FP8 tensor cores (Ampere): FP8 weights run weight-only there.
@@ -136,6 +141,8 @@ _MIB = 2**20
 # - h100-nvl: NVLink bridges join the cards in pairs only (600 GB/s both ways, 300 each),
 #   so node_gpus is the pair; a ring over more GPUs crosses PCIe and is priced at the
 #   network's figure, as the L40S server's (no reference system).
+# - a100-40gb: 8 per DGX A100 (its first, 320 GB version) or HGX A100 board, NVLink
+#   300 GB/s each way, a 200 Gb/s HDR NIC per GPU, as the 80GB part.
 # - h20: 8 per HGX H20 board, NVLink 450 GB/s each way, a 400 Gb/s NIC per GPU.
 # - gb200: the NVL72 rack's 72 GPUs share NVLink 5 (900 GB/s each way); a 400 Gb/s
 #   ConnectX-7 NIC per GPU (4 per 4-GPU compute tray). host_bw is NVLink-C2C (450 GB/s
@@ -181,6 +188,8 @@ GPUS: dict[str, GPUSpec] = {
                   242.5e12),
     "a10g": GPUSpec("a10g", 70e12, 0.6e12, 22_587 * _MIB, 32e9, 20e-6, 32e9, 8, 1.5625e9,
                     20e-6),
+    "a100-40gb": GPUSpec("a100-40gb", 312e12, 1.555e12, 40_536 * _MIB, 300e9, 8e-6, 32e9,
+                         8, 25e9, 20e-6),
 }
 
 
@@ -199,13 +208,14 @@ GPUS: dict[str, GPUSpec] = {
 # - gb200: 480 GB of LPDDR5X per Grace CPU (GB200 NVL72 datasheet), one Grace per two
 #   GPUs: 36 x 480 = 17,280 GiB per 72-GPU rack (a GPU's own Grace holds 240 GiB of it).
 # - l4: 384 GB on a g2-standard-96; a10g: 768 GiB on a g5.48xlarge (cloud machine pages).
+# - a100-40gb: 1 TB in the DGX A100 320 GB system (its user guide; the 640 GB one has 2).
 # The operating system and the serving process need some of it; set host_memory_gb to
 # what a tier may really take.
 NODE_HOST_MEMORY_GIB: dict[str, float] = {
     "a100-80gb": 2048.0, "h100-sxm": 2048.0, "h200": 2048.0, "b200": 2048.0,
     "mi300x": 2048.0, "l40s": 1024.0, "h100-pcie": 1024.0, "h100-nvl": 256.0, "h20": 2048.0,
     "gb200": 17280.0, "mi325x": 2048.0, "l4": 384.0, "a10g": 768.0, "b300": 2048.0,
-    "gb300": 17280.0,
+    "gb300": 17280.0, "a100-40gb": 1024.0,
 }
 
 
@@ -315,14 +325,17 @@ def gpu_of_device(device_name: str) -> str | None:
         return at >= 0 and (part.startswith("g") or not lowered[:at].endswith("g"))
 
     # The most specific name first: "NVIDIA H100 NVL" is h100-nvl, "NVIDIA GB200" gb200
-    # (not b200), "NVIDIA L40S" l40s (not l4); then a family's first entry (h100-sxm).
+    # (not b200), "NVIDIA L40S" l40s (not l4); then within a family the entry whose size
+    # the name gives ("NVIDIA A100-SXM4-40GB" is a100-40gb: half the memory of a100-80gb),
+    # else the family's first entry (h100-sxm).
     for key in sorted(GPUS, key=len, reverse=True):
         if named(key.replace("-", "")):
             return key
-    for key in GPUS:
-        if named(key.split("-")[0]):
-            return key
-    return None
+    family = [key for key in GPUS if named(key.split("-")[0])]
+    sized = [key for key in family if "-" in key and key.split("-", 1)[1] in lowered]
+    if sized:
+        return sized[0]
+    return family[0] if family else None
 
 
 def gpu(name: str) -> GPUSpec:

@@ -226,6 +226,8 @@ def test_the_command_line_runs_an_inline_gpu(tmp_path: Path, capsys: Any) -> Non
     # A family's part named by its memory: the 40 GB A100 is not the 80 GB one.
     ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
     ("NVIDIA A100 80GB PCIe", "a100-80gb"),
+    # A name that goes on in digits is another part: the L40 (48 GB) is not the L4.
+    ("NVIDIA L40", None), ("NVIDIA GH200 480GB", None), ("AMD Instinct MI300X", "mi300x"),
     ("AMD Instinct MI325X", "mi325x"), ("NVIDIA GeForce RTX 4090", None),
 ])
 def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | None) -> None:

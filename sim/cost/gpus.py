@@ -316,20 +316,23 @@ def gemm_peak(dtype: str, gpu: GPUSpec) -> tuple[float, bool]:
 def gpu_of_device(device_name: str) -> str | None:
     """The GPU table's name for the device a driver reports (``torch.cuda.get_device_name``:
     "NVIDIA H100 80GB HBM3" is h100-sxm); None for a device the table lacks."""
-    lowered = device_name.lower().replace(" ", "")
+    lowered = "-".join(device_name.lower().split())  # "nvidia-h100-80gb-hbm3"
 
     def named(part: str) -> bool:
         # A Grace-Blackwell superchip's GPU ("NVIDIA GB300") is not its B-series namesake
-        # (b300): other memory and links. Only a "gb" entry names it.
+        # (b300): other memory and links. Only a "gb" entry names it. Nor is a name that
+        # goes on in digits the part's ("NVIDIA L40" is not l4: twice its memory).
         at = lowered.find(part)
-        return at >= 0 and (part.startswith("g") or not lowered[:at].endswith("g"))
+        end = at + len(part)
+        return (at >= 0 and (part.startswith("g") or not lowered[:at].endswith("g"))
+                and not lowered[end:end + 1].isdigit())
 
     # The most specific name first: "NVIDIA H100 NVL" is h100-nvl, "NVIDIA GB200" gb200
     # (not b200), "NVIDIA L40S" l40s (not l4); then within a family the entry whose size
     # the name gives ("NVIDIA A100-SXM4-40GB" is a100-40gb: half the memory of a100-80gb),
     # else the family's first entry (h100-sxm).
     for key in sorted(GPUS, key=len, reverse=True):
-        if named(key.replace("-", "")):
+        if named(key):
             return key
     family = [key for key in GPUS if named(key.split("-")[0])]
     sized = [key for key in family if "-" in key and key.split("-", 1)[1] in lowered]

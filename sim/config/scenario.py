@@ -162,7 +162,7 @@ def _cost(value: Any) -> CostConfig:
         if isinstance(roof, dict) and isinstance(roof.get("frontend"), dict):
             # The figures a frontend leaves out keep the roofline's own (vLLM's prior),
             # as its other knobs do: `frontend: {jitter_s: 0.001}` adds jitter to vLLM's
-            # 15.9 ms, it does not set that to zero.
+            # fitted latency, it does not set that to zero.
             default = RooflineParams().frontend
             given = roof["frontend"]
             value = {**value, "roofline": {**roof, "frontend": {

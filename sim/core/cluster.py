@@ -93,6 +93,9 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp)
         spec = speculation(scenario, pool.gpu_spec, pool.tp, pool_cost)
+        # vLLM's async scheduling (its host work overlapped: sim/cost/models.py build_cost)
+        # also delays a request reaching a busy replica by an iteration.
+        overlapped = isinstance(pool_cost, HostOverlap)
         if pool.pp > 1:
             # A replica of pp stages prices each stage of a micro-batch (sim/core/pipeline.py).
             pool_cost = StageCost(pool_cost, model, pool.gpu_spec, pool.tp, pool.pp)
@@ -102,7 +105,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload),
-                    sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1)
+                    sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1,
+                    async_sched=overlapped)
             for i in range(pool.replicas * pool.dp)
         ]
         for g in range(0, len(members) if pool.dp > 1 else 0, pool.dp):

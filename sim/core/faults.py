@@ -169,8 +169,7 @@ def crash(rep: Replica) -> list[Request]:
         rep.group.flush(rep.running)
     lost = [*rep.running, *held, *rep.waiting, *(x[2] for x in rep.inbox)]
     if rep.gate is not None:
-        lost += rep.gate.held
-        rep.gate.held = []
+        lost += rep.gate.drain()
     rep.running = []
     rep.waiting = deque()
     rep.inbox = []

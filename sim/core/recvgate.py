@@ -43,6 +43,14 @@ class RecvGate:
         self.weight = 0  # weight of the iteration now running (added when it ends)
         self.held: list[Request] = []  # routed here, not yet read, in routing order
 
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def drain(self) -> list[Request]:
+        """Every request the gate holds, in routing order, and none left (a crash)."""
+        out, self.held = self.held, []
+        return out
+
     def tick(self, rep: Replica) -> None:
         """The top of ``rep``'s scheduler loop: count the iteration that ended, and read
         the held requests into its waiting queue when the counter reaches the interval

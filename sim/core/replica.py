@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from sim.core.asyncgate import intake_gate
 from sim.core.batch import Batch, Emission, advance
 from sim.core.decodeset import DecodeSet
 from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.pipeline import Pipeline
 from sim.core.prefix import PrefixCache
-from sim.core.recvgate import RecvGate
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
@@ -64,13 +64,15 @@ class Replica:
     the host-link time (s) to move one block (per-GPU shard) between GPU and host, which
     matters when ``serving.preemption`` is ``swap`` or a ``kv_offload`` tier holds
     prefix entries. ``spec``: the run's speculative decoding (None: none), which draws
-    each routed request's acceptance and prices drafting.
+    each routed request's acceptance and prices drafting. ``async_sched``: vLLM's async
+    scheduling, under which a request reaching a busy replica joins the iteration after
+    next (sim/core/asyncgate.py; entry replicas, as SGLang's recv interval).
     """
 
     def __init__(self, index: int, engine: Engine, policy: Policy, cost: Any,
                  kv: KVCacheManager, serving: ServingConfig | None = None, role: str = "both",
                  swap_block_s: float = 0.0, spec: Speculation | None = None,
-                 grouped: bool = False):
+                 grouped: bool = False, async_sched: bool = False):
         self.index, self.engine, self.env, self.policy = index, engine, engine.env, policy
         self.cost, self.kv, self.block_size, self.role = cost, kv, kv.block_size, role
         self.entry = role != "decode"  # receives arrivals from the router
@@ -105,10 +107,8 @@ class Replica:
             self.group = (DecodeSet(kv, policy.reserves_kv, n, self.itl, self.first_chunk)
                           if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats, n,
                                                              self.itl, self.first_chunk))
-        # SGLang's --scheduler-recv-interval: new requests are read every so many decode
-        # steps (None: every iteration). Entry replicas only; checked against pp at load.
         recv = serving.scheduler_recv_interval if serving is not None else 1
-        self.gate = RecvGate(recv) if recv > 1 and self.entry else None
+        self.gate = intake_gate(recv, async_sched) if self.entry else None
         # A profile's price for the first step after an idle spell (sim.cost.profile).
         self._wake_time: Callable[[float], float] | None = getattr(cost, "wake_time", None)
         # Sequences in micro-batches in flight (pipeline stages: sim/core/pipeline.py);
@@ -129,7 +129,8 @@ class Replica:
     # -- what the router and policies call -------------------------------------------
     def enqueue(self, r: Request) -> None:
         """Accept a routed request into the waiting queue (or, while busy behind a recv
-        interval, the gate's held list: sim/core/recvgate.py); wake the process if idle."""
+        interval or async scheduling, the gate's held list: sim/core/recvgate.py,
+        sim/core/asyncgate.py); wake the process if idle."""
         if self.gate is not None and not self.idle:
             self.gate.held.append(r)
         else:
@@ -150,7 +151,7 @@ class Replica:
     @property
     def queued(self) -> int:
         """Requests waiting to be admitted, the gate's held ones included."""
-        return len(self.waiting) + (len(self.gate.held) if self.gate is not None else 0)
+        return len(self.waiting) + (len(self.gate) if self.gate is not None else 0)
 
     def _wake(self) -> None:
         if self.dp is not None:

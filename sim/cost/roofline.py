@@ -29,7 +29,7 @@ from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 # - step overheads and the frontend: vLLM's priors, fitted on public end-to-end runs
 #   (sim/data/priors.yaml, `servesim validate --silicon --fit-priors`).
 # tests/test_roofline_fit.py checks both against a fresh fit.
-VLLM_FRONTEND = Frontend(request_s=0.0159181)
+VLLM_FRONTEND = Frontend(request_s=0.00567536)
 
 
 @dataclass(frozen=True)

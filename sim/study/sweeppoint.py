@@ -252,8 +252,9 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # Bumped when what a cached point holds stops matching what the code would compute
 # for reasons no scenario key shows (2: measured costs, fitted roofline defaults; 3:
 # requests due after the horizon left out of every figure, a trace's target_rate applied
-# to the window simulated, offered_rps counting refused arrivals).
-CACHE_SCHEMA = 3
+# to the window simulated, offered_rps counting refused arrivals; 4: async scheduling's
+# one-iteration wait for a request reaching a busy replica).
+CACHE_SCHEMA = 4
 
 
 def cost_fingerprint(sc: Scenario) -> str:

@@ -1,0 +1,80 @@
+"""vLLM's async scheduling seen from a request: a request that reaches a busy engine
+joins the step after next, not the next one.
+
+With async scheduling (vLLM's default since 0.14) the engine core keeps two steps in
+flight (its batch queue): it schedules step n + 1 and hands it to the workers before
+it waits for step n to end. New requests are read from the input queue just before a
+step is scheduled, so a request that arrives while step n runs was not there when
+step n + 1 was scheduled: it is read once step n ends and scheduled into step n + 2,
+which runs after step n + 1. It waits the rest of step n and all of step n + 1, one
+step more than under a synchronous loop, which schedules step n + 1 only once step n
+has ended. An idle engine blocks on its input queue and schedules a request the
+moment it comes, so one that reaches an idle replica is not held; nor is one when
+the replica has nothing else to run (no step n + 1 was scheduled ahead).
+
+:class:`AsyncGate` holds the requests routed to a replica while an iteration runs and
+hands them to its waiting queue one iteration later. Held requests count as the
+replica's, as a :class:`sim.core.recvgate.RecvGate`'s do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sim.core.batch import Batch
+from sim.core.recvgate import RecvGate
+from sim.core.request import Request
+
+if TYPE_CHECKING:
+    from sim.core.replica import Replica
+
+
+class AsyncGate:
+    """The intake of a replica under vLLM's async scheduling (module docstring):
+    ``held`` arrived while the current iteration ran, ``late`` while the one before it
+    ran (read at the next scheduling)."""
+
+    __slots__ = ("held", "late")
+
+    def __init__(self) -> None:
+        self.held: list[Request] = []
+        self.late: list[Request] = []
+
+    def __len__(self) -> int:
+        return len(self.held) + len(self.late)
+
+    def drain(self) -> list[Request]:
+        """Every request the gate holds, in arrival order, and none left (a crash)."""
+        out, self.late, self.held = self.late + self.held, [], []
+        return out
+
+    def tick(self, rep: Replica) -> None:
+        """The top of ``rep``'s scheduler loop, the iteration before it just ended: read
+        the requests that arrived during the iteration before that one (all of them when
+        the replica has nothing else to run), and keep those that arrived during the
+        one that ended for the next scheduling."""
+        late, held = self.late, self.held
+        if not (rep.running or rep.waiting):
+            late, held = late + held, []
+        for r in late:
+            rep.queue(r)
+        self.late, self.held = held, []
+
+    def schedule(self, rep: Replica) -> Batch:
+        """:meth:`sim.core.replica.Replica.schedule` behind the gate: read what is due,
+        let client timeouts expire, ask the policy."""
+        self.tick(rep)
+        timeouts = rep.engine.timeouts
+        if timeouts is not None:
+            timeouts.expire(rep, rep.env.now)
+        return rep.policy.schedule(rep)
+
+
+def intake_gate(recv_interval: int, async_sched: bool) -> RecvGate | AsyncGate | None:
+    """The gate in front of an entry replica's waiting queue: SGLang's
+    ``--scheduler-recv-interval`` above 1 (new requests read every so many decode steps;
+    checked against pp at load), vLLM's async scheduling, or none (every request read
+    at the next iteration)."""
+    if recv_interval > 1:
+        return RecvGate(recv_interval)
+    return AsyncGate() if async_sched else None

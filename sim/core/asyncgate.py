@@ -63,7 +63,8 @@ class AsyncGate:
     def schedule(self, rep: Replica) -> Batch:
         """:meth:`sim.core.replica.Replica.schedule` behind the gate: read what is due,
         let client timeouts expire, ask the policy."""
-        self.tick(rep)
+        if self.late or self.held:  # most iterations nothing arrived: no call, no lists
+            self.tick(rep)
         timeouts = rep.engine.timeouts
         if timeouts is not None:
             timeouts.expire(rep, rep.env.now)

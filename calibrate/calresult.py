@@ -18,6 +18,7 @@ from sim.cost.specs import ModelSpec
 # Held-out component MAPE and whole-step error bars (fractions) by device type.
 BARS = {"cpu": 0.10, "cuda": 0.05}
 
+
 @dataclass(frozen=True)
 class CalibrationConfig:
     """Everything one calibration needs; ``budget_s`` is wall-clock seconds for the run."""

@@ -280,5 +280,3 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         model, info, gpu_key, layers, grid.table_max, ops + terms.measurements, steps,
         terms.wake, terms.wake_fit, notes, stopped, stopped_steps, interrupted,
         time.perf_counter() - t0))
-
-

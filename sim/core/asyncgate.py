@@ -21,23 +21,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sim.core.batch import Batch
-from sim.core.recvgate import RecvGate
+from sim.core.recvgate import Gate, RecvGate
 from sim.core.request import Request
 
 if TYPE_CHECKING:
     from sim.core.replica import Replica
 
 
-class AsyncGate:
+class AsyncGate(Gate):
     """The intake of a replica under vLLM's async scheduling (module docstring):
     ``held`` arrived while the current iteration ran, ``late`` while the one before it
     ran (read at the next scheduling)."""
 
-    __slots__ = ("held", "late")
+    __slots__ = ("late",)
 
     def __init__(self) -> None:
-        self.held: list[Request] = []
+        super().__init__()
         self.late: list[Request] = []
 
     def __len__(self) -> int:
@@ -54,24 +53,16 @@ class AsyncGate:
         the replica has nothing else to run), and keep those that arrived during the
         one that ended for the next scheduling."""
         late, held = self.late, self.held
+        if not (late or held):
+            return  # most iterations: nothing arrived (no lists made)
         if not (rep.running or rep.waiting):
             late, held = late + held, []
         for r in late:
             rep.queue(r)
         self.late, self.held = held, []
 
-    def schedule(self, rep: Replica) -> Batch:
-        """:meth:`sim.core.replica.Replica.schedule` behind the gate: read what is due,
-        let client timeouts expire, ask the policy."""
-        if self.late or self.held:  # most iterations nothing arrived: no call, no lists
-            self.tick(rep)
-        timeouts = rep.engine.timeouts
-        if timeouts is not None:
-            timeouts.expire(rep, rep.env.now)
-        return rep.policy.schedule(rep)
 
-
-def intake_gate(recv_interval: int, async_sched: bool) -> RecvGate | AsyncGate | None:
+def intake_gate(recv_interval: int, async_sched: bool) -> Gate | None:
     """The gate in front of an entry replica's waiting queue: SGLang's
     ``--scheduler-recv-interval`` above 1 (new requests read every so many decode steps;
     checked against pp at load), vLLM's async scheduling, or none (every request read

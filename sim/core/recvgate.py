@@ -31,17 +31,17 @@ if TYPE_CHECKING:
 PROMPT_STEP_WEIGHT = 1000
 
 
-class RecvGate:
-    """The intake of a replica whose scheduler reads new requests every ``interval``
-    decode steps (see the module docstring)."""
+class Gate:
+    """What an entry replica's scheduler reads of the requests routed to it: those it
+    has not read yet are ``held`` (routed here while it was busy, in routing order)
+    and count as the replica's; :meth:`tick`, at the top of each iteration, reads
+    what is due into the waiting queue, and :meth:`note` sees the iteration chosen.
+    :class:`RecvGate` here and :class:`sim.core.asyncgate.AsyncGate` decide what is due."""
 
-    __slots__ = ("interval", "count", "weight", "held")
+    __slots__ = ("held",)
 
-    def __init__(self, interval: int) -> None:
-        self.interval = interval
-        self.count = 0  # weight of the iterations since the last read
-        self.weight = 0  # weight of the iteration now running (added when it ends)
-        self.held: list[Request] = []  # routed here, not yet read, in routing order
+    def __init__(self) -> None:
+        self.held: list[Request] = []
 
     def __len__(self) -> int:
         return len(self.held)
@@ -50,6 +50,37 @@ class RecvGate:
         """Every request the gate holds, in routing order, and none left (a crash)."""
         out, self.held = self.held, []
         return out
+
+    def tick(self, rep: Replica) -> None:
+        """The top of ``rep``'s scheduler loop: read what is due into its waiting queue."""
+        raise NotImplementedError
+
+    def note(self, batch: Batch) -> None:
+        """The iteration about to run is ``batch`` (nothing to count unless a gate does)."""
+
+    def schedule(self, rep: Replica) -> Batch:
+        """:meth:`sim.core.replica.Replica.schedule` behind the gate: read what is due,
+        let client timeouts expire, ask the policy, and note the iteration it chose."""
+        self.tick(rep)
+        timeouts = rep.engine.timeouts
+        if timeouts is not None:
+            timeouts.expire(rep, rep.env.now)
+        batch = rep.policy.schedule(rep)
+        self.note(batch)
+        return batch
+
+
+class RecvGate(Gate):
+    """The intake of a replica whose scheduler reads new requests every ``interval``
+    decode steps (see the module docstring)."""
+
+    __slots__ = ("interval", "count", "weight")
+
+    def __init__(self, interval: int) -> None:
+        super().__init__()
+        self.interval = interval
+        self.count = 0  # weight of the iterations since the last read
+        self.weight = 0  # weight of the iteration now running (added when it ends)
 
     def tick(self, rep: Replica) -> None:
         """The top of ``rep``'s scheduler loop: count the iteration that ended, and read
@@ -63,17 +94,6 @@ class RecvGate:
                 held, self.held = self.held, []
                 for r in held:
                     rep.queue(r)
-
-    def schedule(self, rep: Replica) -> Batch:
-        """:meth:`sim.core.replica.Replica.schedule` behind the gate: read (or not), let
-        client timeouts expire, ask the policy, and weigh the iteration it chose."""
-        self.tick(rep)
-        timeouts = rep.engine.timeouts
-        if timeouts is not None:
-            timeouts.expire(rep, rep.env.now)
-        batch = rep.policy.schedule(rep)
-        self.note(batch)
-        return batch
 
     def note(self, batch: Batch) -> None:
         """The iteration about to run is ``batch``: its weight is 1 unless a listed entry

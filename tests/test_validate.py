@@ -50,7 +50,7 @@ def test_vllm_arrivals_are_reconstructed_when_not_saved() -> None:
     b = vllm_results.parse(data, "<t>", seed=3)
     assert a.arrival_s[0] == 0.0 and np.all(np.diff(a.arrival_s) > 0)
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
-    assert "Poisson at 0.2 req/s, seed 3" in a.arrivals_note
+    assert "with --seed 3 (Poisson at 0.2 req/s" in a.arrivals_note
     data["request_rate"] = "inf"
     assert vllm_results.parse(data, "<t>").arrival_s.tolist() == [0.0] * 4
     del data["itls"]

@@ -116,8 +116,13 @@ BAD = [
      "start_times: the requests' send times span 3e+300 s, expected less than 1e+09 s (a "
      "float second no longer resolves a latency there)"),
     (dict(request_rate=1e-300, **NO_STARTS),
-     "request_rate: the requests' send times span 1.72e+300 s, expected less than 1e+09 s "
+     "request_rate: the requests' send times span 2.98e+300 s, expected less than 1e+09 s "
      "(a float second no longer resolves a latency there)"),
+    (dict(request_rate=1e-308, **NO_STARTS),
+     "request_rate: the requests' send times span inf s, expected less than 1e+09 s "
+     "(a float second no longer resolves a latency there)"),
+    (dict(duration=math.nan, **NO_STARTS), f"duration: got nan, {SECONDS}"),
+    (dict(duration="25 s", **NO_STARTS), f"duration: got '25 s', {SECONDS}"),
     # run facts
     (dict(request_rate=0, **NO_STARTS),
      'request_rate: got 0, expected a number of requests per second above 0, or "inf"'),
@@ -142,9 +147,24 @@ BAD = [
     (dict(max_concurrency=-1),
      "max_concurrency: got -1, expected null or a whole number of requests, 0 (no cap) "
      "or more"),
-    (dict(ramp_up_strategy="linear", request_rate="inf", **NO_STARTS),
-     "ramp_up_strategy: got 'linear' and no start_times: the arrivals of a ramped-up run "
-     "cannot be rebuilt; save it with a vLLM that writes start_times"),
+    (dict(ramp_up_strategy="steep", request_rate="inf", **NO_STARTS),
+     "ramp_up_strategy: got 'steep', expected one of linear, exponential (vLLM's "
+     "--ramp-up-strategy)"),
+    (dict(ramp_up_strategy="linear", request_rate="inf", ramp_up_end_rps=8, **NO_STARTS),
+     "ramp_up_start_rps: got None, expected a number of requests per second, 0 or more "
+     "(a linear ramp-up needs it)"),
+    (dict(ramp_up_strategy="linear", request_rate="inf", ramp_up_start_rps=1,
+          ramp_up_end_rps=math.inf, **NO_STARTS),
+     "ramp_up_end_rps: got inf, expected a number of requests per second, 0 or more "
+     "(a linear ramp-up needs it)"),
+    (dict(ramp_up_strategy="exponential", request_rate="inf", ramp_up_start_rps=0,
+          ramp_up_end_rps=8, **NO_STARTS),
+     "ramp_up_start_rps: got 0 with exponential ramp-up, expected a start above 0 "
+     "(vLLM's client cannot pace request 0 at 0 req/s)"),
+    (dict(ramp_up_strategy="linear", request_rate="inf", ramp_up_start_rps=8,
+          ramp_up_end_rps=8, **NO_STARTS),
+     "ramp_up_end_rps: got 8 with a start of 8 req/s, expected an end above the start, "
+     "as vLLM's client requires"),
     (dict(median_ttft_ms=-1.0),
      "median_ttft_ms: got -1.0, expected a finite number of milliseconds, 0 or more"),
     (dict(p99_e2el_ms=math.nan),

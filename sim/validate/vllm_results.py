@@ -7,13 +7,13 @@ and ``itls`` (seconds between streamed chunks), plus ``errors``; run facts such 
 (``median_ttft_ms`` ...). From these: E2E = TTFT + Σ ITL, and TPOT = Σ ITL / (output − 1),
 vLLM's own definitions.
 
-Send times are saved only by some versions (``start_times``). Without them the arrivals
-are reconstructed: a gamma process of shape ``burstiness`` (1 = Poisson, Infinity =
-even gaps) at ``request_rate`` req/s, seeded here (vLLM's own draws cannot be
-recovered), or all at 0 s for ``"inf"``; a ramped-up run (``ramp_up_strategy``) cannot
-be rebuilt and is refused. Under ``max_concurrency`` those are the times requests fell
-due; each was sent when due and one of the client's slots was free. Failed requests (an
-error, or no output) are counted and kept out of both sides of the comparison.
+Send times are saved only from vLLM 0.16 (``start_times``). Without them the arrivals
+are rebuilt as vLLM's client drew them from its seed (:mod:`sim.validate.vllmclient`):
+gamma gaps of shape ``burstiness`` (1 = Poisson, Infinity = even gaps) at
+``request_rate`` req/s or along a ramp-up (``ramp_up_strategy``), or all at 0 s for
+``"inf"``. Under ``max_concurrency`` those are the times requests fell due; each was
+sent when due and one of the client's slots was free. Failed requests (an error, or no
+output) are counted and kept out of both sides of the comparison.
 
 What vLLM writes for a failed request, and so what stays accepted: ``output_lens`` 0
 (whatever was streamed), ``ttfts`` 0.0 (its default; the time of the first chunk if one
@@ -36,6 +36,7 @@ import numpy as np
 from sim.configtools import MAX_INT, MAX_TIME_S, is_number
 from sim.errors import ServesimError
 from sim.files import read_text
+from sim.validate import vllmclient
 
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
 
@@ -151,24 +152,39 @@ def _burstiness(x: Any, src: str | None) -> float:
     return float(x)
 
 
-def arrivals(n: int, rate: float, burstiness: float, seed: int) -> tuple[np.ndarray, str]:
-    """Reconstructed send times (s) of ``n`` requests at ``rate`` req/s (> 0, inf: all
-    at once) with gamma shape ``burstiness`` (> 0, inf: even gaps), and a sentence
-    saying how."""
-    if math.isinf(rate):
-        return np.zeros(n), "request_rate inf: every request sent at 0 s"
-    if math.isinf(burstiness):
-        # vLLM's own limit: the gamma gaps tend to the constant 1 / rate.
-        t = np.arange(n) / rate
-        return t, (f"arrivals reconstructed (evenly spaced at {rate:g} req/s, burstiness "
-                   "inf): vLLM saves no per-request send times")
-    rng = np.random.default_rng(seed)
-    gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
-    t = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
-    kind = "Poisson" if burstiness == 1.0 else f"gamma (burstiness {burstiness:g})"
-    return t, (f"arrivals reconstructed ({kind} at {rate:g} req/s, seed {seed}): vLLM saves "
-               "no per-request send times, so the predicted side sees a different draw of "
-               "the same process")
+# vLLM's ramp-up strategies (``--ramp-up-strategy``).
+RAMPS = ("linear", "exponential")
+
+
+def _pacing(data: dict[str, Any], rate: float, shape: float, src: str) -> vllmclient.Pacing:
+    """How the client paced the requests: ``request_rate`` and ``burstiness``, or the
+    ramp-up that vLLM writes with ``request_rate`` "inf" (its strategy and start and end
+    rates, checked as vLLM's client checks them)."""
+    kind = data.get("ramp_up_strategy")
+    if kind is None:
+        return vllmclient.Pacing(rate, shape)
+    if kind not in RAMPS:
+        raise ServesimError(f"got {kind!r}, expected one of {', '.join(RAMPS)} (vLLM's "
+                            "--ramp-up-strategy)", source=src, where="ramp_up_strategy")
+    ends = []
+    for key in ("ramp_up_start_rps", "ramp_up_end_rps"):
+        x = data.get(key)
+        if not is_number(x) or not math.isfinite(x) or x < 0:
+            raise ServesimError(f"got {x!r}, expected a number of requests per second, 0 "
+                                f"or more (a {kind} ramp-up needs it)", source=src, where=key)
+        ends.append(float(x))
+    start, end = ends
+    # vLLM's client refuses both before it sends anything (a ramp from 0 would give
+    # request 0 no rate), so no run of it has them.
+    if start == 0:
+        raise ServesimError(f"got 0 with {kind} ramp-up, expected a start above 0 "
+                            "(vLLM's client cannot pace request 0 at 0 req/s)",
+                            source=src, where="ramp_up_start_rps")
+    if not end > start:
+        raise ServesimError(f"got {end:g} with a start of {start:g} req/s, expected an end "
+                            "above the start, as vLLM's client requires",
+                            source=src, where="ramp_up_end_rps")
+    return vllmclient.Pacing(math.inf, shape, (str(kind), start, end))
 
 
 def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
@@ -249,21 +265,22 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         t = raw - raw.min()
         how = "arrivals from the saved start_times"
         where = "start_times"
-    elif data.get("ramp_up_strategy") is not None:
-        # vLLM then writes request_rate "inf" while the rate climbed: no process to redraw.
-        raise ServesimError(f"got {data['ramp_up_strategy']!r} and no start_times: the "
-                            "arrivals of a ramped-up run cannot be rebuilt; save it with a "
-                            "vLLM that writes start_times", source=source,
-                            where="ramp_up_strategy")
     elif rate is None:
         raise ServesimError("missing, and so are start_times: the arrivals cannot be "
                             f"rebuilt; expected {RULES['rate']}", source=source,
                             where="request_rate")
     else:
-        t, how = arrivals(n, rate, shape, seed)
+        pacing = _pacing(data, rate, shape, source)
+        took = ttft + np.array([math.fsum(g) for g in itls])
+        duration = data.get("duration")
+        if duration is not None:
+            duration = _seconds(duration, "duration", source)
+        t, how = vllmclient.rebuild(n, pacing, seed, np.where(failed, 0.0, took),
+                                    conc or None, duration)
         where = "request_rate"
-    if t.max() >= MAX_SPAN_S:
-        raise ServesimError(f"the requests' send times span {t.max():.3g} s, expected less "
+    if not np.isfinite(t).all() or t.max() >= MAX_SPAN_S:
+        span = float(t.max()) if np.isfinite(t).all() else math.inf
+        raise ServesimError(f"the requests' send times span {span:.3g} s, expected less "
                             f"than {MAX_SPAN_S:g} s (a float second no longer resolves a "
                             "latency there)", source=source, where=where)
     back = np.flatnonzero(np.diff(t) < 0)

@@ -50,7 +50,9 @@ def vllm_parser() -> ArgParser:
                    help="scenario YAML: model, hardware, cost and serving of that server")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a scenario key")
-    p.add_argument("--seed", type=int_arg(ge=0), default=0, help="seed of reconstructed arrivals")
+    p.add_argument("--seed", type=int_arg(ge=0), default=0,
+                   help="the benchmark's --seed (vLLM's default 0), to rebuild its send "
+                        "times when the file has none")
     common_args(p)
     return p
 

@@ -150,6 +150,9 @@ BAD = [
     (dict(ramp_up_strategy="steep", request_rate="inf", **NO_STARTS),
      "ramp_up_strategy: got 'steep', expected one of linear, exponential (vLLM's "
      "--ramp-up-strategy)"),
+    (dict(ramp_up_strategy="linear", ramp_up_start_rps=1, ramp_up_end_rps=8, **NO_STARTS),
+     'request_rate: got 0.2 with a linear ramp-up, expected "inf": vLLM\'s client refuses a '
+     "request rate beside a ramp-up"),
     (dict(ramp_up_strategy="linear", request_rate="inf", ramp_up_end_rps=8, **NO_STARTS),
      "ramp_up_start_rps: got None, expected a number of requests per second, 0 or more "
      "(a linear ramp-up needs it)"),

@@ -166,6 +166,10 @@ def _pacing(data: dict[str, Any], rate: float, shape: float, src: str) -> vllmcl
     if kind not in RAMPS:
         raise ServesimError(f"got {kind!r}, expected one of {', '.join(RAMPS)} (vLLM's "
                             "--ramp-up-strategy)", source=src, where="ramp_up_strategy")
+    if not math.isinf(rate):
+        raise ServesimError(f"got {rate:g} with a {kind} ramp-up, expected \"inf\": vLLM's "
+                            "client refuses a request rate beside a ramp-up",
+                            source=src, where="request_rate")
     ends = []
     for key in ("ramp_up_start_rps", "ramp_up_end_rps"):
         x = data.get(key)

@@ -10,7 +10,7 @@ import pytest
 
 from sim.cli import main as cli_main
 from sim.errors import ServesimError
-from sim.report.slospec import parse_slos
+from sim.report.slospec import parse_slos, unmet
 from sim.study.capacity import default_start, run_capacity
 from sim.study.pointrun import PointCache
 from sim.study.ratesearch import Search, passes
@@ -72,6 +72,14 @@ def test_unreachable_slo_is_refused_with_its_zero_load_floor():
                                             "10 ms"):
         run_capacity(s, ["continuous"], [1], start=5.0, tol=0.05, target=10.0)
     assert s.log == []  # refused before any rate was simulated
+
+
+def test_missed_targets_are_named_with_their_values():
+    slos = parse_slos(["ttft_p99=1", "tpot_mean=50ms", "e2e_max=20"])
+    row = {"ttft_p99": 1.0834, "tpot_mean": math.nan, "e2e_max": 19.0}
+    assert unmet(slos, row) == ["ttft_p99 1.08 s over 1 s",
+                                "tpot_mean undefined (target 0.05 s)"]
+    assert unmet(slos, {**row, "ttft_p99": 1.0, "tpot_mean": 0.01}) == []
 
 
 def test_cheapest_configuration_for_a_target_rate(tmp_path):

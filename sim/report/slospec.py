@@ -91,3 +91,18 @@ def parse_slos(items: list[str], flag: str = "--slo") -> list[SLO]:
 def all_met(slos: list[SLO], row: dict[str, float | None]) -> bool:
     """Whether one point (a row of metric columns in seconds) meets every target."""
     return all(s.met(row.get(s.column)) for s in slos)
+
+
+def unmet(slos: list[SLO], row: dict[str, float | None]) -> list[str]:
+    """The targets one point misses, each with its value: "ttft_p99 1.08 s over 1 s", or
+    "ttft_p99 undefined (target 1 s)" where no request gave the statistic."""
+    out = []
+    for s in slos:
+        v = row.get(s.column)
+        if s.met(v):
+            continue
+        if v is None or not math.isfinite(v):
+            out.append(f"{s.column} undefined (target {s.limit_s:g} s)")
+        else:
+            out.append(f"{s.column} {v:.3g} s over {s.limit_s:g} s")
+    return out

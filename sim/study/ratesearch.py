@@ -13,7 +13,7 @@ from typing import Any
 from sim.config.scenario import from_dict
 from sim.errors import ServesimError
 from sim.report.rejections import row_share
-from sim.report.slospec import SLO, all_met
+from sim.report.slospec import SLO, all_met, unmet
 from sim.study.pointrun import PointCache, RunStats, point_words, run_points
 from sim.study.rates import MAX_RATE, arrived, empty_point_error, rate_floor
 from sim.study.steady import Steady, TracePlan
@@ -216,10 +216,25 @@ def _next_rate(s: Search, who: str, row: Row, b: list[Any], start: float,
     if r <= floor * (1 + 1e-9):
         b[1] = 0.0  # nothing passes, down to the lowest rate the workload measures
         s.notes.append(f"{who}: every rate tried failed, down to {r:g} requests/s, the "
-                       "lowest this workload measures")
+                       f"lowest this workload measures; there {_misses(s, row)}")
     elif r < start * 2.0 ** -MAX_HALVINGS:
         b[1] = 0.0  # nothing passes: the SLO is unreachable
+        s.notes.append(f"{who}: every rate tried failed, down to {r:g} requests/s "
+                       f"({MAX_HALVINGS} halvings below the start); there {_misses(s, row)}")
     return max(r / 2, floor)
+
+
+def _misses(s: Search, row: Row) -> str:
+    """Why a point failed, in words: the targets it missed with their values, a
+    saturated queue, too many rejections."""
+    why = unmet(s.slos, row)
+    if row.get("saturated"):
+        why.append("the waiting queue kept growing")
+    share = row_share(row)
+    if share > s.max_rejected_share:
+        why.append(f"{share:.1%} of requests rejected (at most "
+                   f"{s.max_rejected_share:.1%} allowed)")
+    return ", ".join(why) or "no target was missed"
 
 
 def _open(lo: float, hi: float | None, tol: float) -> bool:

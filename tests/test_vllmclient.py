@@ -114,6 +114,9 @@ def test_the_recorded_duration_picks_the_schedule(style: str) -> None:
     _, note = rebuild(n, pacing, seed, took, None, duration + 3 * AGREE_S)
     assert "neither schedule ends within 250 ms of it" in note
     assert "another draw of the same process" in note
+    # Every request at once (request_rate inf): no draws, no schedule to choose.
+    got, note = rebuild(n, Pacing(math.inf), seed, took, None, duration)
+    assert got.tolist() == [0.0] * n and note == "request_rate inf: every request sent at 0 s"
     # No duration in the file: vLLM 0.10's schedule, and said so.
     got, note = rebuild(n, pacing, seed, took, None, None)
     t0, _ = schedule(n, pacing, seed, "precomputed")

@@ -193,3 +193,26 @@ def test_fuzzed_faults_and_admission_keep_lazy_decodes_exact_and_every_request_c
     assert (res.first_sched[done] <= res.first_token[done]).all()
     assert (res.first_token[done] <= res.finish[done]).all()
     assert all(bool(res.reason[i]) == (res.status[i] != FINISHED) for i in range(len(rows)))
+
+
+def test_reliability_table_script_runs_a_case_end_to_end() -> None:
+    # docs/scripts/reliability.py makes docs/reliability.md's table: its child program
+    # (one case, run as the table runs it) must still import and run, and account for
+    # every request of the shipped N+1 scenario.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import load_script
+
+    root = Path(__file__).resolve().parents[1]
+    script = load_script(root / "docs" / "scripts" / "reliability.py")
+    out = subprocess.run([sys.executable, "-c", script.CHILD, "faults-n-plus-1.yaml"],
+                         capture_output=True, text=True, cwd=root, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    rq, f = s["requests"], s["faults"]
+    assert rq["finished"] == rq["total"] > 0
+    assert f["outages"] == 2 and f["requests_lost"] == f["requests_retried"] > 0

@@ -24,7 +24,7 @@ CHILD = """
 import json, resource, sys, time
 from sim.config import scenario
 from sim.core.engine import simulate
-from sim.report.metrics import summarize
+from sim.report.summary import summarize
 sc = scenario.load("scenarios/" + sys.argv[1], sys.argv[2:])
 t = time.perf_counter()
 s = summarize(simulate(sc))

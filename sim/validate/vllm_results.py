@@ -279,7 +279,7 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         duration = data.get("duration")
         if duration is not None:
             duration = _seconds(duration, "duration", source)
-        t, how = vllmclient.rebuild(n, pacing, seed, np.where(failed, 0.0, took),
+        t, how = vllmclient.rebuild(n, pacing, seed, np.where(failed, np.nan, took),
                                     conc or None, duration)
         where = "request_rate"
     if not np.isfinite(t).all() or t.max() >= MAX_SPAN_S:

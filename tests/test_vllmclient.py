@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sim.errors import ServesimError
 from sim.validate import vllm_results
 from sim.validate.vllmclient import AGREE_S, Pacing, gaps, rebuild, run_end, schedule
 
@@ -149,3 +154,45 @@ def test_result_without_send_times_is_rebuilt_from_the_seed() -> None:
     t, _ = schedule(4, Pacing(math.inf, 1.0, ("exponential", 1.0, 8.0)), 5, "precomputed")
     np.testing.assert_allclose(run.arrival_s, t - t[0], rtol=0, atol=1e-12)
     assert "Poisson, ramped exponentially from 1 to 8 req/s" in run.arrivals_note
+
+
+# Run facts as vLLM writes them, with a sprinkling of what it never writes.
+_junk = st.one_of(st.none(), st.booleans(), st.text(max_size=4), st.floats(allow_nan=True),
+                  st.integers(-3, 3), st.lists(st.integers(), max_size=2))
+
+
+def _maybe(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(valid, valid, valid, _junk)
+
+
+_rate = st.one_of(st.just("inf"), st.floats(1e-3, 1e4))
+_facts = st.fixed_dictionaries({
+    "request_rate": _maybe(_rate),
+    "burstiness": _maybe(st.one_of(st.floats(0.05, 20.0), st.just(math.inf))),
+    "max_concurrency": _maybe(st.one_of(st.none(), st.integers(0, 6))),
+    "duration": _maybe(st.floats(0.0, 1e4)),
+}, optional={
+    "ramp_up_strategy": _maybe(st.sampled_from(["linear", "exponential"])),
+    "ramp_up_start_rps": _maybe(st.integers(0, 20)),
+    "ramp_up_end_rps": _maybe(st.integers(0, 40)),
+})
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None)
+@given(facts=_facts, seed=st.integers(0, 2**31 - 1))
+def test_any_run_facts_give_send_times_or_one_error(facts: dict[str, Any], seed: int) -> None:
+    # Whatever the pacing keys hold, a file without start_times is rebuilt into finite,
+    # ordered send times from 0 for every request, or refused with one ServesimError
+    # naming a key; never another exception.
+    data = json.loads(FIXTURE.read_text())
+    del data["start_times"]
+    data.update(facts)
+    try:
+        run = vllm_results.parse(data, "<t>", seed=seed)
+    except ServesimError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<t>: ")
+        return
+    t = run.arrival_s
+    assert len(t) == 4 and np.isfinite(t).all() and t[0] == 0.0
+    assert (np.diff(t) >= 0).all()
+    assert run.arrivals_note

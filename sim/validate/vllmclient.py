@@ -87,8 +87,11 @@ def gaps(n: int, pacing: Pacing, seed: int) -> np.ndarray | None:
         return 1.0 / r
     b = pacing.burstiness
     # The client's generator is numpy's module-level RandomState; a private one seeded
-    # alike gives the same stream, one draw per request in order.
-    return np.random.RandomState(seed).gamma(b, 1.0 / (r * b))
+    # alike gives the same stream, one draw per request in order. (A burstiness near the
+    # float limit makes the scale 0: gaps of 0, as the client's own would be.)
+    with np.errstate(over="ignore"):
+        scale = 1.0 / (r * b)
+    return np.random.RandomState(seed).gamma(b, scale)
 
 
 def schedule(n: int, pacing: Pacing, seed: int, style: str) -> tuple[np.ndarray, float]:

@@ -126,8 +126,8 @@ def test_the_recorded_duration_picks_the_schedule(style: str) -> None:
     ends = [run_end(t, np.nan_to_num(failed), None, stop)
             for t, stop in (schedule(n, pacing, seed, s) for s in ("precomputed", "paced"))]
     _, note = rebuild(n, pacing, seed, failed, None, max(ends) + 5.0)
-    assert "(its 1 failed request may have ended later: the file keeps no time for them)" \
-        in note and "neither" not in note
+    assert ("(the run's 1 failed request may have ended later: the file keeps no time for "
+            "them)") in note and "neither" not in note
     # Every request at once (request_rate inf): no draws, no schedule to choose.
     got, note = rebuild(n, Pacing(math.inf), seed, took, None, duration)
     assert got.tolist() == [0.0] * n and note == "request_rate inf: every request sent at 0 s"

@@ -151,8 +151,8 @@ def rebuild(n: int, pacing: Pacing, seed: int, e2e: np.ndarray, cap: int | None,
                  "duration")
         if off > AGREE_S and lost:
             # A failed request's time is not kept: it may have been the last to end.
-            check += (f" (its {lost} failed request{'s' if lost > 1 else ''} may have "
-                      "ended later: the file keeps no time for them)")
+            check += (f" (the run's {lost} failed request{'s' if lost > 1 else ''} may "
+                      "have ended later: the file keeps no time for them)")
         elif abs(off) > AGREE_S:
             check += (f", and neither schedule ends within {AGREE_S * 1e3:.0f} ms of it: "
                       "the run had another seed, a dataset that draws from numpy's "

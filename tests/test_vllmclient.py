@@ -180,7 +180,7 @@ _facts = st.fixed_dictionaries({
 
 @settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None)
 @given(facts=_facts, seed=st.integers(0, 2**31 - 1))
-def test_any_run_facts_give_send_times_or_one_error(facts: dict[str, Any], seed: int) -> None:
+def test_fuzz_run_facts_give_send_times_or_one_error(facts: dict[str, Any], seed: int) -> None:
     # Whatever the pacing keys hold, a file without start_times is rebuilt into finite,
     # ordered send times from 0 for every request, or refused with one ServesimError
     # naming a key; never another exception.

@@ -196,3 +196,22 @@ def test_fuzz_run_facts_give_send_times_or_one_error(facts: dict[str, Any], seed
     assert len(t) == 4 and np.isfinite(t).all() and t[0] == 0.0
     assert (np.diff(t) >= 0).all()
     assert run.arrivals_note
+
+
+def test_saved_send_times_are_checked_against_the_seed() -> None:
+    # A file from vLLM 0.16+ keeps its send times and is predicted from them; where its
+    # client paced at a rate without a cap, they also say whether the seed was the one
+    # a file without them would be rebuilt from.
+    data = json.loads(FIXTURE.read_text())
+    t, _ = schedule(4, Pacing(0.2), 0, "precomputed")
+    data["start_times"] = (5000.0 + t + [0.0, 0.002, 0.001, 0.004]).tolist()
+    run = vllm_results.parse(data, "<t>")
+    assert run.arrivals_note == ("arrivals from the saved start_times; they are vLLM's "
+                                 "schedule from --seed 0 (1.5 ms late at the median, 4.0 ms "
+                                 "at most)")
+    np.testing.assert_allclose(run.arrival_s, data["start_times"] - np.min(data["start_times"]))
+    other = vllm_results.parse(data, "<t>", seed=1).arrivals_note
+    assert "they are not vLLM's schedule from --seed 1" in other
+    # Held by a cap, sends are no schedule's: nothing is claimed.
+    data["max_concurrency"] = 1
+    assert "schedule" not in vllm_results.parse(data, "<t>").arrivals_note

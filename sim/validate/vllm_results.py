@@ -269,6 +269,11 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         t = raw - raw.min()
         how = "arrivals from the saved start_times"
         where = "start_times"
+        if rate is not None and not conc and data.get("ramp_up_strategy") is None:
+            # Sent as they fell due: a check of the seed a file without them would need.
+            said = vllmclient.agreement(t, vllmclient.Pacing(rate, shape), seed)
+            if said is not None:
+                how += f"; {said}"
     elif rate is None:
         raise ServesimError("missing, and so are start_times: the arrivals cannot be "
                             f"rebuilt; expected {RULES['rate']}", source=source,

@@ -164,6 +164,31 @@ def rebuild(n: int, pacing: Pacing, seed: int, e2e: np.ndarray, cap: int | None,
                       f"no per-request send times): {check}")
 
 
+# Saved send times match a rebuilt schedule when their median lag behind it is within
+# this (s): the client's own delay between a request falling due and its clock starting.
+MATCH_S = 0.01
+
+
+def agreement(saved: np.ndarray, pacing: Pacing, seed: int) -> str | None:
+    """How a result's saved send times (s, any origin, in request order; sent as they
+    fell due, no cap holding them) compare with vLLM 0.10's schedule rebuilt from
+    ``seed``: a phrase, or None where nothing was drawn (every request due at once)."""
+    if gaps(len(saved), pacing, seed) is None:
+        return None
+    t, _ = schedule(len(saved), pacing, seed, "precomputed")
+    lag = saved - t
+    lag -= lag.min()  # the run's own origin: the request sent soonest after falling due
+    if not np.isfinite(lag).all():
+        return None  # a rate so low its sums overflow: nothing to compare
+    med, worst = float(np.median(lag)), float(lag.max())
+    if med <= MATCH_S:
+        return (f"they are vLLM's schedule from --seed {seed} ({_span(med)} late at the "
+                f"median, {_span(worst)} at most)")
+    return (f"they are not vLLM's schedule from --seed {seed} ({_span(med)} apart at the "
+            "median): the run had another seed, which the rebuild of a file without "
+            "start_times would need")
+
+
 def _kind(p: Pacing) -> str:
     """The process in words: "Poisson at 4 req/s", "Poisson, ramped linearly from 1 to 8
     req/s"..."""
@@ -179,7 +204,11 @@ def _kind(p: Pacing) -> str:
     return f"gamma (burstiness {p.burstiness:g}) at {p.rate:g} req/s"
 
 
+def _span(x: float) -> str:
+    """``|x|`` seconds as "12.3 ms" or "5.40 s"."""
+    return f"{abs(x) * 1e3:.1f} ms" if abs(x) < 1 else f"{abs(x):.3g} s"
+
+
 def _ms(off: float) -> str:
     """``off`` seconds as "12.3 ms before", "4.0 ms after", "5.40 s before"."""
-    size = f"{abs(off) * 1e3:.1f} ms" if abs(off) < 1 else f"{abs(off):.3g} s"
-    return f"{size} {'before' if off >= 0 else 'after'}"
+    return f"{_span(off)} {'before' if off >= 0 else 'after'}"

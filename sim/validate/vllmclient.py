@@ -31,7 +31,8 @@ The result file does not say which schedule its client ran, but its ``duration``
 the run ended when its last request did, so the schedule whose sends plus the recorded
 latencies end at the recorded duration is the one (:func:`rebuild`). That check tells the
 schedules apart; it cannot tell seeds apart, as a rescaled schedule ends at n / rate
-whatever the seed.
+whatever the seed. A file that keeps its send times can: :func:`agreement` says whether
+they are the schedule drawn from a seed.
 """
 
 from __future__ import annotations

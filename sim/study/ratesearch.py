@@ -226,7 +226,8 @@ def _next_rate(s: Search, who: str, row: Row, b: list[Any], start: float,
 
 def _misses(s: Search, row: Row) -> str:
     """Why a point failed, in words: the targets it missed with their values, a
-    saturated queue, too many rejections."""
+    saturated queue, too many rejections (one of them at least: :meth:`Search.run`'s
+    ``pass``)."""
     why = unmet(s.slos, row)
     if row.get("saturated"):
         why.append("the waiting queue kept growing")
@@ -234,7 +235,7 @@ def _misses(s: Search, row: Row) -> str:
     if share > s.max_rejected_share:
         why.append(f"{share:.1%} of requests rejected (at most "
                    f"{s.max_rejected_share:.1%} allowed)")
-    return ", ".join(why) or "no target was missed"
+    return ", ".join(why)
 
 
 def _open(lo: float, hi: float | None, tol: float) -> bool:

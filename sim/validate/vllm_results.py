@@ -89,8 +89,14 @@ class VllmRun:
     @property
     def e2e_s(self) -> np.ndarray:
         """TTFT plus the sum of the inter-token gaps (NaN for failed requests)."""
-        total = np.array([math.fsum(g) for g in self.itls_s], dtype=float)
-        return np.where(self.failed, np.nan, self.ttft_s + total)
+        return e2e_of(self.ttft_s, self.itls_s, self.failed)
+
+
+def e2e_of(ttft_s: np.ndarray, itls_s: list[list[float]], failed: np.ndarray) -> np.ndarray:
+    """Each request's E2E (s): its TTFT plus the sum of its inter-token gaps, vLLM's
+    definition; NaN for failed requests."""
+    total = np.array([math.fsum(g) for g in itls_s], dtype=float)
+    return np.where(failed, np.nan, ttft_s + total)
 
 
 def _refuse(x: Any, rule: str, where: str, src: str | None, hint: str = "") -> ServesimError:
@@ -280,11 +286,10 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
                             where="request_rate")
     else:
         pacing = _pacing(data, rate, shape, source)
-        took = ttft + np.array([math.fsum(g) for g in itls])
         duration = data.get("duration")
         if duration is not None:
             duration = _seconds(duration, "duration", source)
-        t, how = vllmclient.rebuild(n, pacing, seed, np.where(failed, np.nan, took),
+        t, how = vllmclient.rebuild(n, pacing, seed, e2e_of(ttft, itls, failed),
                                     conc or None, duration)
         where = "request_rate"
     if not np.isfinite(t).all() or t.max() >= MAX_SPAN_S:

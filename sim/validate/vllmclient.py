@@ -99,7 +99,12 @@ def schedule(n: int, pacing: Pacing, seed: int, style: str) -> tuple[np.ndarray,
     """Send times (s from the run's start) of ``n`` requests under ``style`` (one of
     :data:`STYLES`), and when the client's own pacing ends (s): the last send, or for
     ``paced`` the end of the gap slept after it."""
-    g = gaps(n, pacing, seed)
+    return _sends(gaps(n, pacing, seed), n, pacing, style)
+
+
+def _sends(g: np.ndarray | None, n: int, pacing: Pacing, style: str
+           ) -> tuple[np.ndarray, float]:
+    """:func:`schedule` from the client's drawn gaps ``g`` (None: none drawn)."""
     if g is None:
         return np.zeros(n), 0.0
     # A rate near 0 can overflow the sums: the caller refuses such spans by name.
@@ -136,11 +141,12 @@ def rebuild(n: int, pacing: Pacing, seed: int, e2e: np.ndarray, cap: int | None,
     saying how they were rebuilt. ``e2e`` (s; NaN for a failed request, whose time the
     file does not keep) and the recorded ``duration`` (s, None when absent) choose the
     schedule: the one whose end is nearer the duration, ``precomputed`` without one."""
-    if gaps(n, pacing, seed) is None:
+    g = gaps(n, pacing, seed)
+    if g is None:
         return np.zeros(n), "request_rate inf: every request sent at 0 s"
     lost = int(np.isnan(e2e).sum())
     took = np.nan_to_num(e2e, nan=0.0)
-    cands = {s: schedule(n, pacing, seed, s) for s in STYLES}
+    cands = {s: _sends(g, n, pacing, s) for s in STYLES}
     ends = {s: run_end(t, took, cap, stop) for s, (t, stop) in cands.items()}
     if duration is None:
         style = STYLES[0]
@@ -174,9 +180,10 @@ def agreement(saved: np.ndarray, pacing: Pacing, seed: int) -> str | None:
     """How a result's saved send times (s, any origin, in request order; sent as they
     fell due, no cap holding them) compare with vLLM 0.10's schedule rebuilt from
     ``seed``: a phrase, or None where nothing was drawn (every request due at once)."""
-    if gaps(len(saved), pacing, seed) is None:
+    g = gaps(len(saved), pacing, seed)
+    if g is None:
         return None
-    t, _ = schedule(len(saved), pacing, seed, "precomputed")
+    t, _ = _sends(g, len(saved), pacing, "precomputed")
     lag = saved - t
     lag -= lag.min()  # the run's own origin: the request sent soonest after falling due
     if not np.isfinite(lag).all():

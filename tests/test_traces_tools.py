@@ -271,3 +271,30 @@ def test_cli_errors_one_line_exit_2(argv: list[str], pattern: str,
     import re
 
     assert re.search(pattern, err), err
+
+
+@pytest.mark.parametrize(("bounds", "note"), [
+    ({"duration_s": 2.5}, "replayed the first 3 of 5 rows (those arriving before "
+                          "duration_s = 2.5 s)"),
+    ({"num_requests": 2}, "replayed the first 2 of 5 rows (num_requests = 2)"),
+    ({"duration_s": 2.5, "num_requests": 4},
+     "replayed the first 3 of 5 rows (those arriving before duration_s = 2.5 s)"),
+    ({"duration_s": 3.5, "num_requests": 2}, "replayed the first 2 of 5 rows "
+                                             "(num_requests = 2)"),
+    ({"num_requests": 5}, None),
+    ({"duration_s": 9}, None),
+])
+def test_a_trace_cut_short_says_how_many_rows_it_replays(tmp_path: Path, bounds: dict,
+                                                         note: str | None) -> None:
+    from sim.config.scenario import from_dict
+    from sim.workload.build import build_requests
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{t},8,2\n" for t in range(5)))
+    sc = from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace)}, **bounds}},
+                   "<test>")
+    req = build_requests(sc.workload, None, np.random.default_rng(0))
+    cut = [n for n in req.notes if n.startswith("replayed the first")]
+    assert cut == ([] if note is None else [note])
+    assert len(req.arrival_s) == (int(note.split()[3]) if note else 5)

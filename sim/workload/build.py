@@ -108,10 +108,16 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
             if windowed:
                 t = _rate_window(t, cfg, source, notes)
         n = len(t)
+        why = ""
         if cfg.duration_s is not None and cfg.concurrency is None:
             n = int(np.searchsorted(t, cfg.duration_s, side="left"))
-        if cfg.num_requests is not None:
-            n = min(n, cfg.num_requests)
+            why = f"those arriving before duration_s = {cfg.duration_s:g} s"
+        if cfg.num_requests is not None and cfg.num_requests < n:
+            n = cfg.num_requests
+            why = f"num_requests = {n}"
+        if n < len(t):
+            # Said, so that a replay of part of a trace is never mistaken for all of it.
+            notes.append(f"replayed the first {n} of {len(t)} rows ({why})")
         prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
         klass, names, prio = trace_classes(cfg, tr.klass, n, prio, source)
         hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])

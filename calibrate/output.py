@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from calibrate.grids import Point
+from calibrate.grids import DENSE_LINEAR, OPERATORS, WHOLE_STEP, Point
 from calibrate.records import Measurement, Timing
 from sim.cost.profile import FORMS, WAKE_FORMULA
 from sim.cost.profilefile import SCHEMA
@@ -78,6 +78,7 @@ def read_csv(path: Path) -> list[Measurement]:
                             (pair.split(":") for pair in r[col["entries"]].split()))
             samples = tuple(float(x) for x in r[col["samples_s"]].split())
             graph = r[col["graph"]] == "1"
+            _check_row(r[col["component"]], r[col["status"]], samples)
         except ValueError as exc:
             raise ServesimError(f"not a measurement row ({exc})", source=str(path),
                                 where=f"line {line}") from None
@@ -86,6 +87,25 @@ def read_csv(path: Path) -> list[Measurement]:
                                Timing(samples, graph) if samples else None,
                                r[col["note"]], r[col["split"]]))
     return out
+
+
+# What a calibration writes in the component and status columns.
+COMPONENTS = (*OPERATORS, DENSE_LINEAR, WHOLE_STEP, "host", "wake")
+STATUSES = ("ok", "oom", "error")
+
+
+def _check_row(component: str, status: str, samples: tuple[float, ...]) -> None:
+    """Raise ValueError (the reason) unless the row is one a calibration writes: a known
+    component and status, and, when ``ok``, timings that are seconds above zero."""
+    if component not in COMPONENTS:
+        raise ValueError(f"component {component!r}, expected one of {', '.join(COMPONENTS)}")
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r}, expected one of {', '.join(STATUSES)}")
+    if status == "ok" and not samples:
+        raise ValueError("status ok but no samples_s")
+    bad = next((x for x in samples if not (math.isfinite(x) and x > 0)), None)
+    if bad is not None:
+        raise ValueError(f"samples_s holds {bad!r}, expected seconds above 0")
 
 
 META_SCHEMA = "servesim-calibration-meta/1"

@@ -286,8 +286,13 @@ ScenarioLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def parse_yaml(text: str) -> Any:
-    """``text`` parsed with :class:`ScenarioLoader` (raises ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=ScenarioLoader)  # noqa: S506 - a SafeLoader subclass
+    """``text`` parsed with :class:`ScenarioLoader` (raises ``yaml.YAMLError``, also for
+    text nested deeper than the parser's recursion can follow)."""
+    try:
+        return yaml.load(text, Loader=ScenarioLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.MarkedYAMLError(problem="lists or mappings nested about 1,000 levels "
+                                   "deep, more than a scenario ever needs") from None
 
 
 def yaml_error(exc: yaml.YAMLError, source: str) -> ServesimError:

@@ -9,6 +9,7 @@ the ``UnicodeDecodeError`` or ``IsADirectoryError`` Python would show.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from sim.errors import ServesimError
@@ -41,6 +42,11 @@ def check_readable(path: Path, what: str) -> None:
         raise ServesimError(f"no such {what} file (cannot read it)", src)
     if path.is_dir():
         raise ServesimError(f"is a directory, expected a {what} file", src)
+    mode = path.stat().st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        # /dev/zero and the like never end: reading one would fill memory. Pipes are
+        # files here (a shell's <(...) or /dev/stdin from a pipe).
+        raise ServesimError(f"is a device or socket, not a {what} file", src)
     try:
         with open(path, "rb"):
             pass
@@ -94,3 +100,10 @@ def sniff_head(path: Path, what: str, n: int = 8) -> bytes:
             return fh.read(n)
     except OSError as exc:
         raise ServesimError(f"cannot read {what} file: {exc.strerror}", str(path)) from None
+
+
+def too_deep(src: str, what: str) -> ServesimError:
+    """The error for a ``what`` file at ``src`` whose lists or mappings nest deeper than
+    the parser can follow (Python's recursion limit, about 1,000 levels)."""
+    return ServesimError(f"nested too deeply to read (lists or mappings about 1,000 levels "
+                         f"deep); no {what} file needs more than a few levels", src)

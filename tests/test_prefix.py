@@ -13,7 +13,7 @@ from conftest import tiny_scenario
 from sim.core.engine import Engine, build_cost, simulate
 from sim.core.kvmanager import KVCacheManager
 from sim.core.prefix import block_hashes
-from sim.core.request import Request
+from sim.core.request import FINISHED, Request
 from sim.errors import ServesimError
 from sim.report.metrics import per_request
 from sim.report.summary import summarize
@@ -169,3 +169,24 @@ def test_a_partly_filled_coarse_block_still_shares_its_full_kv_blocks() -> None:
     prefills = [e for s in res.step_log for e in s[3] if e[1] > 1]
     assert prefills == [(0, 14, 0), (1, 2, 12)]
     assert summarize(res)["prefix_cache"]["hit_tokens"] == 12
+
+
+def test_a_prompt_shorter_than_the_shared_prefix_shares_the_blocks_it_covers() -> None:
+    # Prefix 40 tokens in blocks of 8 (5 blocks); prompts of 12, 16, 41 and 7 tokens
+    # cover 1, 2, 5 and 0 whole blocks of it.
+    from sim.workload.requests import Requests, SharedPrefixConfig
+
+    reqs = Requests(np.zeros(4), np.array([12, 16, 41, 7]), np.ones(4, dtype=np.int64))
+    got = SharedPrefixConfig(tokens=40, groups=1, block_tokens=8).apply(
+        reqs, np.random.default_rng(0))
+    assert [h.tolist() for h in got.prefix_hashes] == [[0], [0, 1], [0, 1, 2, 3, 4], []]
+    # And a whole run with prompts shorter than the prefix goes through.
+    from sim.config.scenario import from_dict
+
+    res = simulate(from_dict({
+        "model": "tiny", "serving": {"prefix_caching": True, "block_size": 8},
+        "workload": {"arrivals": {"process": "poisson", "rate": 5.0}, "num_requests": 20,
+                     "lengths": {"prompt": {"dist": "uniform", "low": 4, "high": 64},
+                                 "output": {"dist": "fixed", "value": 2}},
+                     "shared_prefix": {"tokens": 48, "groups": 2, "block_tokens": 8}}}))
+    assert (res.status == FINISHED).all()

@@ -283,6 +283,8 @@ def test_cli_errors_one_line_exit_2(argv: list[str], pattern: str,
                                              "(num_requests = 2)"),
     ({"num_requests": 5}, None),
     ({"duration_s": 9}, None),
+    ({"num_requests": 1000}, "num_requests = 1000, but the trace holds 5 rows to replay: "
+                             "all 5 replayed"),
 ])
 def test_a_trace_cut_short_says_how_many_rows_it_replays(tmp_path: Path, bounds: dict,
                                                          note: str | None) -> None:
@@ -295,6 +297,6 @@ def test_a_trace_cut_short_says_how_many_rows_it_replays(tmp_path: Path, bounds:
     sc = from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace)}, **bounds}},
                    "<test>")
     req = build_requests(sc.workload, None, np.random.default_rng(0))
-    cut = [n for n in req.notes if n.startswith("replayed the first")]
+    cut = [n for n in req.notes if n.startswith(("replayed the first", "num_requests"))]
     assert cut == ([] if note is None else [note])
-    assert len(req.arrival_s) == (int(note.split()[3]) if note else 5)
+    assert len(req.arrival_s) == (int(note.split()[3]) if note and "first" in note else 5)

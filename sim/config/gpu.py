@@ -20,6 +20,16 @@ from sim.errors import ServesimError
 _GIB = 2**30
 
 
+# An inline GPU's rates, their units and a real figure of each (an H100 SXM's); below the
+# floors no accelerator runs (1 GFLOP/s, 1 MB/s): a figure written in TFLOP/s or GB/s.
+RATE_FIELDS = (("flops", "FLOP/s", "989e12"), ("fp8_flops", "FLOP/s", "1979e12"),
+               ("fp4_flops", "FLOP/s", "9000e12 on a B200"), ("mem_bw", "bytes/s", "3.35e12"),
+               ("link_bw", "bytes/s", "450e9"), ("host_bw", "bytes/s", "55e9"),
+               ("net_bw", "bytes/s", "50e9"))
+RATE_FLOOR = {"FLOP/s": 1e9, "bytes/s": 1e6}
+OPTIONAL_RATES = ("fp8_flops", "fp4_flops")  # 0: no such tensor cores
+
+
 @dataclass(frozen=True)
 class InlineGPU:
     """A GPU described in the scenario. Required: ``name``, dense ``flops`` (bf16
@@ -58,6 +68,14 @@ class InlineGPU:
             raise ServesimError("give exactly one of mem_bytes (bytes) or mem_gb (GiB): the "
                                 "memory the device reports to programs",
                                 where="mem_gb" if self.mem_gb is not None else "mem_bytes")
+        for key, unit, example in RATE_FIELDS:
+            value = getattr(self, key)
+            if 0 < value < RATE_FLOOR[unit] or value == 0 and key not in OPTIONAL_RATES:
+                # Most likely a figure in TFLOP/s or GB/s: the run would crawl silently.
+                none = ", or 0 for none" if key in OPTIONAL_RATES else ""
+                raise ServesimError(f"got {value:g}; {key} is in {unit} (for example "
+                                    f"{example}), at least {RATE_FLOOR[unit]:g}{none}",
+                                    where=key)
 
     @property
     def spec(self) -> GPUSpec:
@@ -130,6 +148,12 @@ class HardwareConfig:
             raise ServesimError(f"got {self.ep_imbalance:g}: the busiest GPU's share of "
                                 "routed tokens applies under expert parallelism (ep > 1)",
                                 where="ep_imbalance")
+        if self.ep_imbalance > self.ep:
+            # All of the routed tokens on one GPU is ep times the mean share, the most
+            # there can be.
+            raise ServesimError(f"got {self.ep_imbalance:g}: the busiest of ep = {self.ep} "
+                                f"GPUs gets at most every routed token, {self.ep} times the "
+                                f"mean share; expected 1 to {self.ep}", where="ep_imbalance")
 
     @property
     def gpu_spec(self) -> GPUSpec:

@@ -188,8 +188,11 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         done.append((path, item))
         try:
             val = parse_yaml(text)
-        except yaml.YAMLError:
-            raise ServesimError(f"cannot parse value {text!r}", where=key) from None
+        except yaml.YAMLError as exc:
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            why = getattr(exc, "problem", None)
+            raise ServesimError(f"cannot parse value {shown!r}" + (f": {why}" if why else ""),
+                                where=key) from None
         node = out
         parts = key.strip().split(".")
         for p in parts[:-1]:

@@ -43,6 +43,9 @@ def _parsed(value: Any, where: str) -> dict[str, Any]:
         except json.JSONDecodeError as e:
             raise ServesimError(f"not a JSON object ({e.msg} at character {e.pos}): "
                                 f"{value!r}", where=where) from None
+        except RecursionError:
+            raise ServesimError("nested too deeply to read (about 1,000 levels), expected "
+                                "one flat JSON object", where=where) from None
         except DuplicateKeyError as e:  # json alone would keep the last without a word
             raise ServesimError(f"key {str(e)!r} given twice in {value!r}",
                                 where=where) from None

@@ -32,7 +32,7 @@ from sim.cost.dtypes import SPARSE_FIELDS
 from sim.cost.hfquant import checkpoint_fp8_kv, unquantised_attention, weights_dtype
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
-from sim.files import read_text
+from sim.files import read_text, too_deep
 
 # HuggingFace model_type values whose layers are the dense Llama shape servesim models.
 # qwen3 is dense Qwen3 (Qwen3ForCausalLM): no QKV bias, an explicit head_dim, attention
@@ -100,6 +100,8 @@ def _read(path: Path) -> tuple[dict[str, Any], str, str]:
         cfg = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
+    except RecursionError:
+        raise too_deep(src, "HuggingFace config.json") from None
     except DuplicateKeyError as exc:
         raise ServesimError("given twice in one object (which value is meant?)", source=src,
                             where=str(exc)) from None
@@ -171,10 +173,11 @@ def from_hf_config(path: Path) -> ModelSpec:
     hidden = count("hidden_size", least=1)
     heads = count("num_attention_heads", least=1)
     mla = _mla_fields(cfg, family, count)
-    # Qwen3 (and some Mistral configs) give head_dim; otherwise it is hidden / heads. With
-    # latent attention it is the query/key head size, no-rope plus rotary part.
+    # Qwen3 (and some Mistral configs) give head_dim; otherwise (absent or null) it is
+    # hidden / heads. With latent attention it is the query/key head size, no-rope plus
+    # rotary part.
     head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
-                else count("head_dim", least=1) if cfg.get("head_dim")
+                else count("head_dim", least=1) if cfg.get("head_dim") is not None
                 else hidden // heads)
     if head_dim < 1:
         raise ServesimError(f"got {hidden} for {heads} heads (num_attention_heads) and no "

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -93,9 +94,16 @@ def check_replaceable(out: Path, marks: tuple[str, ...],
     the folder the command's only when nothing else is there (a cache that an
     interrupted run left, and that another command's folder may hold too)."""
     out = Path(out)
-    if not out.exists():
+    try:
+        mode = out.stat().st_mode
+    except FileNotFoundError:
         return
-    if not out.is_dir():
+    except NotADirectoryError:
+        raise ServesimError("a folder on its path is a file", where=f"--out {out}") from None
+    except OSError as exc:  # a name longer than the file system takes, a loop of links
+        raise ServesimError(f"cannot be used as a folder: {exc.strerror}",
+                            where=f"--out {out}") from None
+    if not stat.S_ISDIR(mode):
         raise ServesimError("exists and is not a folder", where=f"--out {out}")
     try:
         names = [p.name for p in out.iterdir()]

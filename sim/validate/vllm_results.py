@@ -35,7 +35,7 @@ import numpy as np
 
 from sim.configtools import MAX_INT, MAX_TIME_S, is_number
 from sim.errors import ServesimError
-from sim.files import read_text
+from sim.files import read_text, too_deep
 from sim.validate import vllmclient
 
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
@@ -264,9 +264,14 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
                      f"{output[k]} tokens): ITL compares per chunk, as vLLM measures it "
                      "(a server's --stream-interval is the scenario's "
                      "serving.stream_interval)")
-    conc = data.get("max_concurrency")
+    given = conc = data.get("max_concurrency")
     if conc is not None:
-        conc = _whole(conc, "max_concurrency", source, rule="concurrency")
+        conc = given = _whole(conc, "max_concurrency", source, rule="concurrency")
+        if conc > n:
+            # More clients than requests: the cap never holds one back, as with n clients.
+            notes.append(f"max_concurrency {conc} is more than the {n} requests: it never "
+                         f"holds one back, so the run is predicted with {n} clients")
+            conc = n
     rate = _rate(data.get("request_rate"), source)
     shape = _burstiness(data.get("burstiness"), source)
     starts = _per_request(data, "start_times", n, source)
@@ -316,7 +321,7 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "num_prompts",
                                      "duration", "completed")}
     # As the file gave them (validated), but vLLM's way for inf: strict JSON has none.
-    meta.update(request_rate=data.get("request_rate"), max_concurrency=conc,
+    meta.update(request_rate=data.get("request_rate"), max_concurrency=given,
                 burstiness="inf" if math.isinf(shape) else data.get("burstiness"))
     meta["aggregates_ms"] = vllm_aggregates(data, source)
     return VllmRun(t, prompt, output, ttft, itls, failed, how, tuple(notes), meta,
@@ -366,6 +371,8 @@ def load(path: str | Path, seed: int = 0) -> VllmRun:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=str(p)) from None
+    except RecursionError:
+        raise too_deep(str(p), "vLLM benchmark result") from None
     return parse(data, str(p), seed)
 
 

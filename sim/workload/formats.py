@@ -204,6 +204,9 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 except json.JSONDecodeError as exc:
                     raise line_error(src, i, f"not a JSON object ({exc.msg}): {text.strip()[:60]!r}"
                                ) from None
+                except RecursionError:
+                    raise line_error(src, i, "nested too deeply to read (about 1,000 levels); "
+                                     "a row is one flat JSON object") from None
                 if not isinstance(rec, dict) or any(k not in rec for k in keys):
                     raise line_error(src, i, f"expected an object with keys {', '.join(keys)} "
                                f"(and optional hash_ids), got {text.strip()[:60]!r}")

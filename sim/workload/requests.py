@@ -304,7 +304,10 @@ class SharedPrefixConfig:
         # Only the groups drawn get a chain: many more groups than requests cost nothing.
         chains = {g: np.arange(per, dtype=np.int64) + (g << 32)
                   for g in np.unique(group).tolist()}
-        hashes = tuple(chains[g] for g in group.tolist())
+        # A prompt shorter than the prefix shares the whole blocks it covers, no more.
+        cover = np.minimum(reqs.prompt_tokens // self.block_tokens, per).tolist()
+        hashes = tuple(chains[g] if n == per else chains[g][:n]
+                       for g, n in zip(group.tolist(), cover, strict=True))
         return dataclasses.replace(reqs, prefix_hashes=hashes,
                                    prefix_block_tokens=self.block_tokens)
 

@@ -77,6 +77,13 @@ def test_rate_window_scales_the_window_it_replays_by_hand() -> None:
     assert "ends before duration_s 100" in ch.text
 
 
+def test_rate_window_refuses_a_one_row_trace() -> None:
+    # Every rate would replay the same lone request: a sweep's points came out equal.
+    with pytest.raises(ServesimError, match="the trace has one row, and one request has no "
+                                            "rate to rescale"):
+        rate_window(np.array([5.0]), 2.0)
+
+
 def test_rate_window_keeps_the_first_arrival_and_every_request_before_the_end() -> None:
     # A trace starting at 100 s keeps its start; 1.5 s of room holds 1 request at 1 req/s.
     assert rate_window(np.array([100.0, 101.0, 103.0]), 1.0, 101.5)[0].tolist() == [100.0]

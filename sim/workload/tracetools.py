@@ -119,6 +119,10 @@ def rate_window(arrival_s: np.ndarray, rate_rps: float, duration_s: float | None
     n = len(a)
     if not rate_rps > 0 or not np.isfinite(rate_rps):
         raise ServesimError(f"target_rate = {rate_rps!r}; must be a number of req/s > 0")
+    if n == 1:
+        # Every rate would replay the same lone request (as target_rate refuses too).
+        raise ServesimError("target_rate: the trace has one row, and one request has no "
+                            "rate to rescale; give a trace of at least 2 rows")
     k = n if max_rows is None else min(n, max_rows)
     if duration_s is not None and k:
         room = duration_s - float(a[0])

@@ -285,6 +285,8 @@ def test_bad_servesim_input(tmp_path: Path, text: str, pattern: str) -> None:
      r"line 1: timestamp = \[1, 2\] is not a number"),
     ("mooncake", '{"timestamp": 0, "input_length": true, "output_length": 1}\n',
      r"line 1: input_length = True is not a number"),
+    ("mooncake", '{"timestamp": "5", "input_length": 8, "output_length": 1}\n',
+     r"line 1: timestamp = '5' is not a number"),
     ("lengths", "prompt_tokens,output_tokens\n5,1\n5,1.5\n",
      r"line 3: output_tokens = '1.5'; must be a whole number"),
 ])

@@ -211,7 +211,8 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                     raise line_error(src, i, f"expected an object with keys {', '.join(keys)} "
                                f"(and optional hash_ids), got {text.strip()[:60]!r}")
                 for k in keys:
-                    if isinstance(rec[k], bool):  # json's true would read as 1
+                    # json's true would read as 1, and "5" as 5: neither is a number.
+                    if isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)):
                         raise line_error(src, i, f"{k} = {rec[k]!r} is not a number")
                 recs.append(rec)
                 nums.append(i)

@@ -292,6 +292,8 @@ def test_cli_errors_one_line_exit_2(argv: list[str], pattern: str,
     ({"duration_s": 9}, None),
     ({"num_requests": 1000}, "num_requests = 1000, but the trace holds 5 rows to replay: "
                              "all 5 replayed"),
+    # A rate window says itself which rows it replays (here 2, to arrive before 2.5 s).
+    ({"num_requests": 1000, "duration_s": 2.5, "trace": {"target_rate": 1.0}}, None),
 ])
 def test_a_trace_cut_short_says_how_many_rows_it_replays(tmp_path: Path, bounds: dict,
                                                          note: str | None) -> None:
@@ -301,9 +303,12 @@ def test_a_trace_cut_short_says_how_many_rows_it_replays(tmp_path: Path, bounds:
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
                      + "".join(f"{t},8,2\n" for t in range(5)))
-    sc = from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace)}, **bounds}},
-                   "<test>")
+    bounds = dict(bounds)
+    extra = bounds.pop("trace", {})
+    sc = from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace), **extra},
+                                                  **bounds}}, "<test>")
     req = build_requests(sc.workload, None, np.random.default_rng(0))
     cut = [n for n in req.notes if n.startswith(("replayed the first", "num_requests"))]
     assert cut == ([] if note is None else [note])
-    assert len(req.arrival_s) == (int(note.split()[3]) if note and "first" in note else 5)
+    assert len(req.arrival_s) == (int(note.split()[3]) if note and "first" in note
+                                  else 2 if extra else 5)

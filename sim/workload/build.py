@@ -118,7 +118,9 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
         if n < len(t):
             # Said, so that a replay of part of a trace is never mistaken for all of it.
             notes.append(f"replayed the first {n} of {len(t)} rows ({why})")
-        elif cfg.num_requests is not None and cfg.num_requests > n:
+        elif cfg.num_requests is not None and cfg.num_requests > n and not (
+                windowed or cfg.stages is not None):
+            # (A rate window's or the stages' own note says which rows they took.)
             notes.append(f"num_requests = {cfg.num_requests}, but the trace holds {n} "
                          f"rows to replay: all {n} replayed")
         prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)

@@ -83,7 +83,7 @@ def test_a_prefix_evicted_to_host_is_loaded_back_instead_of_recomputed(policy: s
     assert (t["gpu"]["blocks_per_replica"], t["host"]["blocks_per_replica"]) == ([6], [4])
     assert t["host"]["gib_per_gpu"] == [4 * 8192 / 2**30]
     assert (t["host"]["stored_blocks"], t["host"]["loaded_blocks"]) == (1, 1)
-    assert t["host"]["loaded_gib_per_gpu"] == 8192 / 2**30
+    assert t["host"]["loaded_gib_per_gpu"] == [8192 / 2**30]
     assert t["transfer_s"] == pytest.approx(0.002)
     assert summarize(res)["prefix_cache"]["hit_tokens"] == 8  # both tiers together
     assert "kv_tiers" not in summarize(off)
@@ -399,3 +399,23 @@ def test_the_command_line_says_it_in_one_line(tmp_path: Any, capsys: Any) -> Non
     assert err == (f"servesim: error: {path}: serving.kv_offload.cpu_gb: got 512 GiB per GPU "
                    f"x 8 GPUs on a node = 4096 GiB, more than the 2048 GiB of the installed "
                    f"memory of a h200 node; lower cpu_gb, or set hardware.host_memory_gb\n")
+
+
+def test_the_host_tiers_traffic_per_gpu_is_one_figure_a_replica() -> None:
+    # Two replicas under the shipped tier scenario's load: the GiB a GPU stored and loaded
+    # are each replica's (their sum, reported before as "per GPU", was the cluster's).
+    from pathlib import Path
+
+    from sim.config.scenario import load
+    from sim.core.engine import simulate
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "host-kv-tier.yaml"
+    res = simulate(load(path, ["workload.num_requests=1200", "cluster.replicas=2",
+                               "workload.arrivals.rate=14"]))
+    host = summarize(res)["kv_tiers"]["host"]
+    per_block = host["gib_per_gpu"][0] / host["blocks_per_replica"][0]
+    stored, loaded = host["stored_gib_per_gpu"], host["loaded_gib_per_gpu"]
+    assert len(stored) == len(loaded) == 2 and min(stored) > 0
+    assert sum(stored) == pytest.approx(host["stored_blocks"] * per_block)
+    assert sum(loaded) == pytest.approx(host["loaded_blocks"] * per_block)
+    assert [s.host_stored * per_block for s in res.replica_stats] == pytest.approx(stored)

@@ -40,7 +40,8 @@ def main() -> None:
         else:
             gpu_rate, h = tiers["gpu"]["hit_rate"], tiers["host"]
             host = f"{h['hit_rate']:.1%}"
-            traffic = f"{h['loaded_gib_per_gpu']:.0f} / {h['stored_gib_per_gpu']:.0f}"
+            # One replica: its GPU's figures.
+            traffic = f"{h['loaded_gib_per_gpu'][0]:.0f} / {h['stored_gib_per_gpu'][0]:.0f}"
             transfer = f"{tiers['transfer_s']:.1f}"
         print(f"| {name} | {gpu_rate:.1%} | {host} | {ttft['p50'] * 1e3:.1f} / "
               f"{ttft['p90'] * 1e3:.1f} / {ttft['p99'] * 1e3:.1f} | "

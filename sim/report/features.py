@@ -88,8 +88,9 @@ def tier_summary(res: RunResult) -> dict[str, Any]:
                  "hit_tokens": host_hit, "hit_rate": host_hit / query if query else None,
                  "stored_blocks": sum(s.host_stored for s in stats),
                  "loaded_blocks": sum(s.host_loaded for s in stats),
-                 "stored_gib_per_gpu": sum(gib(s.host_stored, s) for s in stats),
-                 "loaded_gib_per_gpu": sum(gib(s.host_loaded, s) for s in stats),
+                 # Per GPU, so one figure a replica (a sum would be the cluster's).
+                 "stored_gib_per_gpu": [gib(s.host_stored, s) for s in stats],
+                 "loaded_gib_per_gpu": [gib(s.host_loaded, s) for s in stats],
                  "dropped_entries": sum(s.host_dropped for s in stats)},
         "transfer_s": sum(s.host_io_s for s in stats),
     }}

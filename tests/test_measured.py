@@ -176,3 +176,28 @@ def test_disaggregated_pools_each_price_with_their_own_measured_profile() -> Non
         ("prefill", 4, "measured kernels: vLLM 0.24.0 on H100-SXM"),
         ("decode", 2, "measured kernels: vLLM 0.24.0 on H200-SXM")]
     assert res.cost_source == "measured kernels: vLLM 0.24.0 on H100-SXM"
+
+
+def test_sweep_cache_key_follows_an_input_file_edited_in_place(tmp_path: Path) -> None:
+    """A trace (and an hf_config) edited in place changes a point's cache key, with the
+    scenario unchanged: a sweep rerun after the edit simulates the new file."""
+    from sim.study.sweeppoint import PointKey, make_task
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n1,8,2\n2,8,2\n")
+    raw = {"model": "tiny", "cost": "roofline",
+           "workload": {"trace": {"path": "t.csv"}}}
+    key = PointKey("continuous", 1, 1, 2.0, 0)
+    one = make_task(raw, "s.yaml", tmp_path, key).digest
+    assert make_task(raw, "s.yaml", tmp_path, key).digest == one
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n1,80,2\n2,8,2\n")
+    assert make_task(raw, "s.yaml", tmp_path, key).digest != one
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+           "vocab_size": 1000, "max_position_embeddings": 4096}
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps(cfg))
+    raw = {**raw, "model": {"hf_config": "config.json"}}
+    two = make_task(raw, "s.yaml", tmp_path, key).digest
+    hf.write_text(json.dumps({**cfg, "num_hidden_layers": 4}))
+    assert make_task(raw, "s.yaml", tmp_path, key).digest != two

@@ -24,12 +24,13 @@ import json
 import math
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from sim.config.scenario import Scenario, apply_overrides, from_dict
+from sim.config.scenario import Scenario, apply_overrides, from_dict, input_files
 from sim.config.vllmflags import flag_name
 from sim.configtools import MAX_TIME_S, parse_yaml, yaml_error
 from sim.errors import ServesimError
@@ -278,6 +279,23 @@ def cost_fingerprint(sc: Scenario) -> str:
     return f"{prices}|{sc.hardware.gpu_spec!r}"
 
 
+@lru_cache(maxsize=32)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    # Keyed on size and mtime too, so a file edited in place is read again.
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def inputs_fingerprint(sc: Scenario) -> str:
+    """What the files a scenario reads beside itself hold (:func:`input_files`: its trace,
+    lengths files, a profile given as a path) and the model an ``hf_config`` resolves to,
+    so a cache filled before one of them was edited in place is not served."""
+    parts = [repr(sc.model)]
+    for path in input_files(sc)[1:]:  # [0] is the scenario, whose keys the hash covers
+        st = path.stat()
+        parts.append(f"{path}:{_file_sha256(str(path), st.st_size, st.st_mtime_ns)}")
+    return "|".join(parts)
+
+
 def digest(raw: dict[str, Any], base_dir: str | None, prices: str = "") -> str:
     """A stable hash of a point's scenario and what its prices resolve to
     (:func:`cost_fingerprint`): the cache key (hex, 20 characters)."""
@@ -316,7 +334,7 @@ def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: Poi
     raw = point_raw(base, key, horizon_factor, start_row)
     bd = str(base_dir) if base_dir is not None else None
     sc = from_dict(raw, source, base_dir)
-    prices = cost_fingerprint(sc)
+    prices = f"{cost_fingerprint(sc)}|{inputs_fingerprint(sc)}"
     if steady is None:
         return PointTask(key, raw, source, bd, digest(raw, bd, prices))
     grow = horizon_factor if base.get("horizon_s") is None else None

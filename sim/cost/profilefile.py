@@ -87,10 +87,6 @@ TOP_KEYS = ("schema", "source", "created", "device", "dtype", "tp", "ep", "dp", 
             "components", "validation", "calibration", "measurements")
 
 
-def _loader() -> Any:
-    return _ProfileLoader
-
-
 def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:
         raise ServesimError("required key is missing", where=f"{where}{key}")
@@ -299,7 +295,7 @@ def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
     path = resolve(ref, base_dir)
     text = read_text(path, "cost profile")
     try:
-        data = yaml.load(text, Loader=_loader())
+        data = yaml.load(text, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None

@@ -107,22 +107,7 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
             t = np.asarray(tr.arrival_s, dtype=np.float64)
             if windowed:
                 t = _rate_window(t, cfg, source, notes)
-        n = len(t)
-        why = ""
-        if cfg.duration_s is not None and cfg.concurrency is None:
-            n = int(np.searchsorted(t, cfg.duration_s, side="left"))
-            why = f"those arriving before duration_s = {cfg.duration_s:g} s"
-        if cfg.num_requests is not None and cfg.num_requests < n:
-            n = cfg.num_requests
-            why = f"num_requests = {n}"
-        if n < len(t):
-            # Said, so that a replay of part of a trace is never mistaken for all of it.
-            notes.append(f"replayed the first {n} of {len(t)} rows ({why})")
-        elif cfg.num_requests is not None and cfg.num_requests > n and not (
-                windowed or cfg.stages is not None):
-            # (A rate window's or the stages' own note says which rows they took.)
-            notes.append(f"num_requests = {cfg.num_requests}, but the trace holds {n} "
-                         f"rows to replay: all {n} replayed")
+        n = _rows_replayed(t, cfg, windowed or cfg.stages is not None, notes)
         prio = None if tr.priority is None else np.asarray(tr.priority[:n], dtype=np.int64)
         klass, names, prio = trace_classes(cfg, tr.klass, n, prio, source)
         hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])
@@ -152,6 +137,28 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
         # Drawn last, so adding a shared prefix leaves every other draw unchanged.
         reqs = cfg.shared_prefix.apply(reqs, rng)
     return reqs
+
+
+def _rows_replayed(t: np.ndarray, cfg: WorkloadConfig, told: bool, notes: list[str]) -> int:
+    """How many of a trace's rows (arrival times ``t``, s) a run replays: those arriving
+    before ``duration_s`` (open loop), at most ``num_requests``. A cut, or a
+    ``num_requests`` the rows fall short of, is said in ``notes``, so that part of a trace
+    is never mistaken for all of it; ``told``: a rate window's or the stages' own note
+    already says which rows were taken."""
+    n = len(t)
+    why = ""
+    if cfg.duration_s is not None and cfg.concurrency is None:
+        n = int(np.searchsorted(t, cfg.duration_s, side="left"))
+        why = f"those arriving before duration_s = {cfg.duration_s:g} s"
+    if cfg.num_requests is not None and cfg.num_requests < n:
+        n = cfg.num_requests
+        why = f"num_requests = {n}"
+    if n < len(t):
+        notes.append(f"replayed the first {n} of {len(t)} rows ({why})")
+    elif cfg.num_requests is not None and cfg.num_requests > n and not told:
+        notes.append(f"num_requests = {cfg.num_requests}, but the trace holds {n} rows to "
+                     f"replay: all {n} replayed")
+    return n
 
 
 def _rate_window(t: np.ndarray, cfg: WorkloadConfig, source: str, notes: list[str]) -> np.ndarray:

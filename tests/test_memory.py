@@ -132,12 +132,27 @@ def test_model_that_does_not_fit_names_every_term() -> None:
     for term in ("44.52 GiB x memory_utilization 0.9", "weights 131.42", "activation 1.22",
                  "non-torch 0.16", "CUDA graphs 0.73"):
         assert term in text, term
-    # What lowers the terms that are settings: the batch limits (a shipped profile at
-    # tp 2 fits Llama-3-70B on H100s at 256 sequences, not at the default 1,024).
+    # The weights alone are over the budget: the batch limits cannot help.
+    assert text.endswith("the weights alone take more than the 40.07 GiB: raise tp (or pp, "
+                         "ep) or memory_utilization, or choose a larger GPU")
+    assert "\n" not in text
+
+
+def test_model_that_fits_but_for_its_batch_terms_names_the_limits() -> None:
+    # Llama-3-70B on two H100s: 65.71 GiB of weights and 1.95 non-torch fit the 71.28, the
+    # activation peak of 8,192 tokens and 1,024 sequences' CUDA graphs do not; what lowers
+    # them are the batch limits (256 sequences fit).
+    with pytest.raises(ServesimError) as err:
+        from_dict({"model": "llama-3-70b", "hardware": {"gpu": "h100-sxm", "tp": 2},
+                   "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
+                                "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                            "output": {"dist": "fixed", "value": 2}},
+                                "num_requests": 1}})
+    text = str(err.value)
+    assert "weights 65.71, activation 4.90, non-torch 1.95, CUDA graphs 0.73 GiB" in text
     assert text.endswith("raise tp or memory_utilization, lower serving.max_num_seqs or "
                          "max_num_batched_tokens (the activation and CUDA-graph terms grow "
                          "with them), or choose a larger GPU")
-    assert "\n" not in text
 
 
 def test_num_gpu_blocks_and_its_alias() -> None:

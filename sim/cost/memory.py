@@ -146,9 +146,13 @@ class MemoryBudget:
             + (f"linear-attention states {g(self.linear_state)} GiB, " if self.linear_state
                else "")
             + f"leaves "
-            f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); raise tp or "
-            f"memory_utilization, lower serving.max_num_seqs or max_num_batched_tokens (the "
-            f"activation and CUDA-graph terms grow with them), or choose a larger GPU",
+            f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); "
+            + (f"the weights alone take more than the {g(self.budget)} GiB: raise tp (or pp, "
+               "ep) or memory_utilization, or choose a larger GPU"
+               if self.weights + self.non_torch >= self.budget else
+               "raise tp or memory_utilization, lower serving.max_num_seqs or "
+               "max_num_batched_tokens (the activation and CUDA-graph terms grow with "
+               "them), or choose a larger GPU"),
             where="hardware")
 
     def summary(self, blocks: int | None = None) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from sim.study.studyargs import (
     add_execution_args,
     check_execution,
     grid_args,
+    grid_overrides,
     parse_ints,
     refuse_pinned,
 )
@@ -143,7 +144,7 @@ def main(argv: list[str]) -> int:
     a = capacity_parser().parse_args(argv)
     slos = check_flags(a)
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
-    base = read_raw(a.scenario, a.overrides)
+    base = read_raw(a.scenario, grid_overrides(a))
     refuse_closed_loop(base, a.scenario, "capacity", paced=False)
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     path = Path(a.scenario)

@@ -62,10 +62,11 @@ def gpus(scenario: Any) -> int:
 def run_variants(path: str | Path, variants: dict[str, list[str]],
                  overrides: list[str] | None = None,
                  percentiles: tuple[float, ...] | None = None, force: bool = False,
-                 ) -> dict[str, tuple[Any, dict[str, Any]]]:
+                 flag: str = "--policies") -> dict[str, tuple[Any, dict[str, Any]]]:
     """Run the scenario at ``path`` once per variant, its ``KEY=VALUE`` settings applied
-    after the ``overrides``: {label: (RunResult, summary)}; ``percentiles`` those of
-    each summary's latencies (default: the summary's own); each run's memory estimate is
+    after the ``overrides`` (:func:`variant_overrides`; ``flag`` names the option the
+    variants come from): {label: (RunResult, summary)}; ``percentiles`` those of each
+    summary's latencies (default: the summary's own); each run's memory estimate is
     checked first (``force``: not refused)."""
     from sim.config import scenario
     from sim.core.budget import check
@@ -75,13 +76,34 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
 
     out = {}
     for label, settings in variants.items():
-        sc = scenario.load(path, [*(overrides or []), *settings])
+        sc = scenario.load(path, variant_overrides(overrides or [], settings, flag))
         check(sc, force)
         res = simulate(sc)
         summary = summarize(res, percentiles or PERCENTILES)
         summary["gpus"] = gpus(sc)
         out[label] = (res, summary)
     return out
+
+
+def variant_overrides(overrides: list[str], settings: list[str], flag: str) -> list[str]:
+    """The ``--set`` ``overrides`` followed by one variant's ``settings`` (from
+    ``flag``): a key the variant sets replaces the same key of an override (``--gpus
+    h100-sxm:8`` runs tp 8 whatever ``--set hardware.tp`` says; a GPU given without its
+    tp keeps it), and an override of a key inside one the variant sets is refused, as
+    the variant would drop it."""
+    keys = [s.split("=", 1)[0].strip() for s in settings]
+    kept = []
+    for o in overrides:
+        key = o.split("=", 1)[0].strip()
+        if key in keys:
+            continue
+        inside = next((k for k in keys if key.startswith(k + ".")), None)
+        if inside is not None:
+            raise ServesimError(f"--set {o} sets a key inside {inside}, which {flag} "
+                                "replaces whole in each run, so it would be dropped; leave "
+                                "it out", where=flag)
+        kept.append(o)
+    return [*kept, *settings]
 
 
 def run_policies(path: str | Path, policies: list[str], overrides: list[str] | None = None,
@@ -98,19 +120,14 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
         raise ServesimError(f"unknown policy {unknown[0] if unknown else ''!r}; valid: "
                             f"{', '.join(sorted(POLICIES))}", where="--policies")
     return run_variants(path, {p: [f"serving.policy={p}"] for p in policies}, overrides,
-                        percentiles, force)
+                        percentiles, force, "--policies")
 
 
-def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = None,
-             percentiles: tuple[float, ...] | None = None, force: bool = False,
-             ) -> dict[str, tuple[Any, dict[str, Any]]]:
-    """Run the scenario at ``path`` once per ``GPU`` of the table or ``GPU:TP`` (its
-    tensor-parallel degree too: a model may need fewer of a larger GPU), setting
-    ``hardware.gpu`` (and ``hardware.tp``): {name: (RunResult, summary)}; an unknown
-    GPU, a bad degree or a repeated name is refused in one line."""
-    from sim.config import scenario
+def gpu_variants(names: list[str]) -> dict[str, list[str]]:
+    """Each ``GPU`` of the table or ``GPU:TP`` of ``--gpus`` as the settings of its run
+    (``hardware.gpu``, and ``hardware.tp`` when given); an unknown GPU, a bad degree or a
+    repeated name is refused in one line."""
     from sim.cost.gpus import GPUS
-    from sim.study.studyargs import refuse_pinned
 
     if not names:
         raise ServesimError(f"got no GPU; give one or more of {', '.join(sorted(GPUS))}",
@@ -128,22 +145,39 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
                                 "degree, a whole number from 1 (e.g. h100-sxm:2)",
                                 where="--gpus")
         variants[name] = [f"hardware.gpu={gpu}", *([f"hardware.tp={int(tp)}"] if tp else [])]
-    sc = scenario.load(path, overrides or [])
+    return variants
+
+
+def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = None,
+             percentiles: tuple[float, ...] | None = None, force: bool = False,
+             ) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Run the scenario at ``path`` once per ``GPU`` of the table or ``GPU:TP`` (its
+    tensor-parallel degree too: a model may need fewer of a larger GPU), setting
+    ``hardware.gpu`` (and ``hardware.tp``): {name: (RunResult, summary)}. Each
+    configuration is checked before any runs (the scenario's own GPU and tp need not
+    fit: a 70B model may name ``h100-sxm:4`` in a scenario of one GPU); two names that
+    run the same GPU at the same tp are refused."""
+    from sim.config import scenario
+    from sim.study.studyargs import refuse_pinned
+
+    variants = gpu_variants(names)
+    loaded = {name: scenario.load(path, variant_overrides(overrides or [], settings, "--gpus"))
+              for name, settings in variants.items()}
     # h100-sxm and h100-sxm:1 are one configuration when the scenario's tp is 1.
     seen: dict[tuple[str, int], str] = {}
-    for name in names:
-        gpu, _, tp = name.partition(":")
-        key = (gpu, int(tp) if tp else sc.hardware.tp)
+    for name, sc in loaded.items():
+        key = (name.partition(":")[0], sc.hardware.tp)
         if key in seen:
-            raise ServesimError(f"got {seen[key]!r} and {name!r}: both run {gpu} at tp "
+            raise ServesimError(f"got {seen[key]!r} and {name!r}: both run {key[0]} at tp "
                                 f"{key[1]}; each configuration once", where="--gpus")
         seen[key] = name
+    sc = next(iter(loaded.values()))
     if sc.serving.policy == "disaggregated":
         # Each GPU's run would otherwise be the same pools under another name.
         tps = ",".join(n.partition(":")[2] for n in names if ":" in n)
         refuse_pinned(sc, "--gpus", ",".join(names), "gpu")
         refuse_pinned(sc, "--gpus", tps, "tp")
-    return run_variants(path, variants, overrides, percentiles, force)
+    return run_variants(path, variants, overrides, percentiles, force, "--gpus")
 
 
 def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> list[str]:
@@ -300,7 +334,10 @@ def main(argv: list[str]) -> int:
                          "a comma list of policies")
     from sim.config import scenario
 
-    inputs = scenario.input_files(scenario.load(a.scenario, a.overrides))
+    # The scenario as the first GPU runs it: its own GPU and tp need not fit.
+    as_run = (variant_overrides(a.overrides, gpu_variants(values)[values[0]], "--gpus")
+              if by_gpu else a.overrides)
+    inputs = scenario.input_files(scenario.load(a.scenario, as_run))
     if not by_gpu and a.policies is None:
         # The default list may hold policies the scenario's settings refuse (static with
         # speculative decoding, say): those are left out, and said to be, not an error.

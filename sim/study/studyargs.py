@@ -162,6 +162,19 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
     }
 
 
+def grid_overrides(a: argparse.Namespace) -> list[str]:
+    """The ``--set`` overrides a sweep or capacity search reads its base scenario with:
+    with ``--tp`` or ``--pp``, ``hardware.tp`` and ``hardware.pp`` set to the first of
+    each (replacing a ``--set`` of the same key), so that the base is the scenario as the
+    grid runs it and its own tp need not fit (a 70B model at ``--tp 4,8`` from a
+    scenario of one GPU)."""
+    sets = {f"hardware.{key}": f"hardware.{key}={parse_ints(given, flag)[0]}"
+            for key, flag, given in (("tp", "--tp", a.tp), ("pp", "--pp", getattr(a, "pp", None)))
+            if given is not None}
+    kept = [o for o in a.overrides if o.split("=", 1)[0].strip() not in sets]
+    return [*kept, *sets.values()]
+
+
 def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,
                   what: str = "the flag") -> None:
     """Refuse an axis ``flag`` (given: not None) that varies ``hardware.key`` or

@@ -25,6 +25,7 @@ from sim.study.studyargs import (
     add_execution_args,
     check_execution,
     grid_args,
+    grid_overrides,
     parse_rates,
 )
 from sim.study.sweep import Row, SweepSpec, run_sweep
@@ -102,7 +103,7 @@ def main(argv: list[str]) -> int:
         if o.split("=", 1)[0].strip() in ("workload.arrivals.rate",
                                           "workload.trace.target_rate"):
             raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)")
-    base = read_raw(a.scenario, a.overrides)
+    base = read_raw(a.scenario, grid_overrides(a))
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     check_rate(base, rates[0], f"--rates {a.rates}",
                None if steady is None else steady.max_requests)

@@ -1,0 +1,99 @@
+"""Studies that vary tp (``compare --gpus GPU:TP``, ``sweep --tp``, ``capacity --tp``)
+from a scenario whose own tp does not fit its model: each runs the model at the tp the
+study gives, and a ``--set hardware.tp`` beside them is replaced, not a conflict."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.study.sweep import read_csv
+
+# Llama-3-70B's 131 GiB of weights need at least two H200s or four H100s: the file's own
+# GPU (an H100, tp 1) does not hold them.
+SCENARIO = {
+    "name": "seventy",
+    "model": "llama-3-70b",
+    "hardware": {"gpu": "h100-sxm"},
+    "cost": "roofline",
+    "serving": {"policy": "chunked", "max_num_seqs": 64, "max_num_batched_tokens": 2048},
+    "workload": {"arrivals": {"process": "poisson", "rate": 2.0},
+                 "lengths": {"prompt": {"dist": "fixed", "value": 256},
+                             "output": {"dist": "fixed", "value": 8}},
+                 "num_requests": 12, "seed": 1},
+}
+
+
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    return path
+
+
+def pools(out: Path) -> dict[str, tuple[str, int]]:
+    runs = json.loads((out / "compare.json").read_text())
+    return {g: (s["simulated"]["pools"]["both"]["gpu"], s["simulated"]["pools"]["both"]["tp"])
+            for g, s in runs.items()}
+
+
+def test_compare_gpus_runs_each_tp_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    path, out = scenario(tmp_path), tmp_path / "out"
+    assert main(["compare", str(path), "--gpus", "h100-sxm:4,h200:2", "--no-plots",
+                 "--out", str(out)]) == 0
+    assert pools(out) == {"h100-sxm:4": ("h100-sxm", 4), "h200:2": ("h200", 2)}
+    with open(out / "compare.csv") as f:
+        assert {r["gpu"]: r["finished"] for r in csv.DictReader(f)} == {
+            "h100-sxm:4": "12", "h200:2": "12"}
+
+
+def test_compare_gpu_tp_replaces_a_set_tp(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:
+    # GPU:TP runs its own tp; a GPU without one runs --set's.
+    path, out = scenario(tmp_path), tmp_path / "out"
+    assert main(["compare", str(path), "--gpus", "h100-sxm:8,h200", "--set", "hardware.tp=4",
+                 "--no-plots", "--out", str(out)]) == 0
+    assert pools(out) == {"h100-sxm:8": ("h100-sxm", 8), "h200": ("h200", 4)}
+    # The same configuration twice, once through --set, is still refused.
+    assert main(["compare", str(path), "--gpus", "h200:4,h200", "--set", "hardware.tp=4",
+                 "--no-plots", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus: got 'h200:4' and 'h200': both run h200 at tp 4" in err
+
+
+def test_compare_refuses_a_set_inside_what_gpus_replaces(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(scenario(tmp_path)), "--gpus", "h200:2",
+                 "--set", "hardware.gpu.flops=1e15", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert ("--gpus: --set hardware.gpu.flops=1e15 sets a key inside hardware.gpu, which "
+            "--gpus replaces whole in each run, so it would be dropped") in err
+
+
+def test_sweep_tp_checks_the_scenario_at_the_grid_s_tp(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(scenario(tmp_path)), "--tp", "4,8", "--rates", "1",
+                 "--no-plots", "--quiet", "--workers", "1", "--out", str(out)]) == 0
+    rows = read_csv(out / "points.csv")
+    assert sorted(r["tp"] for r in rows) == [4, 8]
+    assert all(r["finished"] == 12 for r in rows)
+    # A tp of the grid that does not fit is the error, naming it.
+    assert main(["sweep", str(scenario(tmp_path)), "--tp", "1,8", "--rates", "1",
+                 "--no-plots", "--quiet", "--workers", "1", "--out", str(out)]) == 2
+    assert "does not fit on h100-sxm with tp=1" in capsys.readouterr().err
+
+
+def test_capacity_tp_checks_the_scenario_at_the_grid_s_tp(tmp_path: Path) -> None:
+    out = tmp_path / "cap"
+    assert main(["capacity", str(scenario(tmp_path)), "--tp", "4", "--slo", "ttft_p99=5",
+                 "--seeds", "1", "--tol", "0.5", "--max-requests", "40", "--no-plots",
+                 "--quiet", "--workers", "1", "--set", "hardware.tp=1",
+                 "--out", str(out)]) == 0
+    assert {r["tp"] for r in read_csv(out / "search.csv")} == {4}

@@ -183,6 +183,8 @@ def test_requests_due_after_the_horizon_are_counted_apart_and_judged_in_nothing(
     assert s["busy_fraction"] == pytest.approx(0.92, abs=1e-12)
     assert ("1 finished, 0 rejected, 1 unfinished, 2 not arrived by the horizon"
             in table(s))
+    # The printed throughput stands beside the rate offered, not a trace's whole rate.
+    assert "throughput: 10.000 req/s (offered 16.667), " in table(s)
 
 
 class _Waking:

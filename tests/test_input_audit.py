@@ -185,3 +185,18 @@ def test_a_client_cap_above_the_request_count_is_the_request_count() -> None:
             "one back, so the run is predicted with 4 clients") in run.notes
     same = vllm_results.parse({**VALID, "max_concurrency": 4}, "r.json")
     np.testing.assert_array_equal(run.arrival_s, same.arrival_s)
+
+
+@pytest.mark.parametrize("key", ["arrivals", "lengths"])
+def test_a_partial_arrivals_beside_a_trace_names_the_trace(tmp_path: Path, capsys: Any,
+                                                           key: str) -> None:
+    # --set workload.arrivals.rate=10 on a trace scenario (a user changing its rate) was
+    # "workload.arrivals.process: required key is missing".
+    quick = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+    rc = main(["simulate", str(quick), "--set", f"workload.{key}.rate=10",
+               "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert (f"workload.{key}: a trace brings its own {key}; remove workload.{key} or the "
+            "trace (a trace replays faster or slower with workload.trace.time_scale, or at a "
+            "rate with workload.trace.target_rate)") in err

@@ -72,6 +72,8 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
         "--model llama-3-8b --tp 1 --framework vllm --out FILE` (the measured extra) and set "
         "cost: {profile: FILE}")),
     ({"model": "tiny"}, "no measured profile for model tiny: measured profiles cover"),
+    ({"model": {"preset": "llama-3-8b", "kv_dtype": "fp8"}}, "KV cache fp8: FP8 profiles "
+     "ship for .*; build one with `servesim profile build`, or use cost: roofline$"),
     ({"model": {"preset": "llama-3-8b", "layers": 7, "dtype": "int4"}},
      r"cost.measured: no measured profile for llama-3-8b with layers 7 \(the preset's 32\), "
      r"dtype 'int4' \(the preset's 'bf16'\): the shipped llama-3-8b profiles price the preset"),
@@ -87,7 +89,8 @@ def test_measured_errors_say_what_exists(over: dict, match: str) -> None:
 
 def test_measured_tp_lists_the_degrees_shipped() -> None:
     with pytest.raises(ServesimError, match=r"tp=16 under vllm on h100-sxm; shipped on "
-                                            r"h100-sxm: vllm tp 2, 4, 8; sglang tp 2, 4, 8$"):
+                                            r"h100-sxm: vllm tp 2, 4, 8; sglang tp 2, 4, 8; or use "
+                                            r"cost: roofline$"):
         find(MODELS["llama-3-70b"], "h100-sxm", 16, "vllm")
 
 

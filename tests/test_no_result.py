@@ -35,7 +35,8 @@ def test_a_run_that_rejects_every_request_fails_after_writing(
     # 64-token prompts can never fit a 32-token iteration under continuous batching.
     rc, err = run(tmp_path, 32, capsys)
     assert rc == 2  # first for the share rejected, naming the limit to raise
-    assert "raise serving.max_num_batched_tokens (now 32) to at least 64" in err
+    assert ("raise serving.max_num_batched_tokens (now 32; vLLM's --max-num-batched-tokens) "
+            "to at least 64" in err)
     rc, err = run(tmp_path, 32, capsys, "--allow-rejections")
     assert rc == 2  # allowed, but still no result
     assert ("no request finished: 3 of 3 rejected (prompt_exceeds_max_num_batched_tokens 3)"

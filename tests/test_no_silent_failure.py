@@ -78,7 +78,8 @@ def test_run_rejecting_over_the_share_names_the_limit_and_the_value_needed(
     line = one_line(capsys)
     assert line.startswith(f"servesim: error: {path}: model.max_context: {n_rej} of 12 "
                            "arrived requests rejected")
-    assert f"raise model.max_context (now 30) to at least {need} " in line
+    assert (f"raise model.max_context (now 30; vLLM's --max-model-len) to at least {need} "
+            in line)
     assert "exceeds_context" in line and "--allow-rejections" in line
     assert (tmp_path / "out" / "requests.csv").is_file()
     # The flag accepts the run; a share at or above the one rejected does too.
@@ -128,14 +129,16 @@ def test_kv_and_token_budget_limits_are_named(tmp_path: Path,
     assert simulate_cli(write(tmp_path, raw), tmp_path, "--max-rejected-share", "0.5") == 2
     line = one_line(capsys)
     assert "exceeds_kv_capacity 12" in line
-    assert "raise serving.num_gpu_blocks (now 10) to at least 12 blocks of 4 tokens" in line
+    assert ("raise serving.num_gpu_blocks (now 10; vLLM's --num-gpu-blocks-override) to at "
+            "least 12 blocks of 4 tokens" in line)
     raw = tiny(serving={"policy": "chunked", "block_size": 4, "max_num_batched_tokens": 16})
     raw["workload"]["lengths"]["prompt"] = {"dist": "fixed", "value": 20}
     raw["serving"]["policy"] = "continuous"
     assert simulate_cli(write(tmp_path, raw), tmp_path) == 2
     line = one_line(capsys)
     assert "serving.max_num_batched_tokens: 12 of 12" in line
-    assert "raise serving.max_num_batched_tokens (now 16) to at least 20" in line
+    assert ("raise serving.max_num_batched_tokens (now 16; vLLM's --max-num-batched-tokens) "
+            "to at least 20" in line)
 
 
 def test_sweep_flags_rejecting_points_after_writing_them_all(

@@ -144,9 +144,31 @@ def test_unsupported_combinations_are_errors(serving: dict, needle: str) -> None
     assert needle in str(info.value)
 
 
-def test_caching_without_hashes_is_an_error() -> None:
-    with pytest.raises(ServesimError, match="prefix hashes"):
-        simulate(tiny_scenario(serving={"prefix_caching": True}))
+def test_caching_without_hashes_shares_nothing_and_says_so() -> None:
+    # A pasted vLLM flag set turns caching on whatever the workload: requests without
+    # hashes are unique prompts, so the run is the run without caching, every request
+    # alike, and the summary says why nothing hit.
+    on = simulate(tiny_scenario(serving={"prefix_caching": True}))
+    off = simulate(tiny_scenario(serving={"prefix_caching": False}))
+    assert on.step_log == off.step_log
+    for key in ("ttft", "e2e"):
+        assert np.array_equal(per_request(on)[key], per_request(off)[key], equal_nan=True)
+    pc = summarize(on)["prefix_cache"]
+    assert pc["hit_tokens"] == 0 and pc["hit_rate"] == 0.0
+    assert pc["prefill_tokens"] == int(on.requests.prompt_tokens.sum())
+    assert pc["note"].startswith("the requests carry no prefix hashes")
+    assert summarize(on)["kv"] == summarize(off)["kv"]
+    assert "note" not in summarize(run({}, [0.0], [12], [2], [[7, 8]])[1])["prefix_cache"]
+
+
+def test_kv_use_counts_blocks_requests_hold_not_idle_cached_ones() -> None:
+    # A (12 prompt tokens, 2 outputs) peaks at 4 blocks, then leaves its 2 hashed blocks
+    # cached, unreferenced. B, unrelated, peaks at 4 blocks of its own: the use is 4, as
+    # vLLM's KV-cache usage counts unreferenced cached blocks free, not 6.
+    _, res = run({}, [0.0, 1.0], [12, 12], [2, 2], [[7, 8], [9, 10]])
+    assert res.replica_stats[0].kv_peak == 4
+    # Busy 22 + 11 ms twice, holding 3 then 4 blocks each time: (3·22 + 4·11)·2 block-ms.
+    assert res.replica_stats[0].kv_block_s == pytest.approx(2 * (3 * 0.022 + 4 * 0.011))
 
 
 def test_coarse_trace_hashes_are_split_into_kv_blocks() -> None:

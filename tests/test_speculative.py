@@ -97,6 +97,9 @@ def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: floa
     assert sp["expected_tokens_per_verify"] == pytest.approx(expected, rel=1e-12)
     assert sp["mean_tokens_per_verify"] == pytest.approx(expected, rel=0.01)
     assert sp["verify_tokens"] == n * 1999  # every token after the first, none beyond
+    from sim.report.outputs import table
+
+    assert f"(acceptance rate {a:g} expects {expected:.3f})" in table(summarize(res))
 
 
 # -- verifies request by request equal the aggregate ---------------------------------------

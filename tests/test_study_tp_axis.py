@@ -97,3 +97,16 @@ def test_capacity_tp_checks_the_scenario_at_the_grid_s_tp(tmp_path: Path) -> Non
                  "--quiet", "--workers", "1", "--set", "hardware.tp=1",
                  "--out", str(out)]) == 0
     assert {r["tp"] for r in read_csv(out / "search.csv")} == {4}
+
+
+def test_the_printed_sweep_table_names_its_units() -> None:
+    from sim.study.sweepcli import summary_table
+
+    row = {"policy": "chunked", "replicas": 1, "tp": 4, "pp": 1, "rate": 2.0,
+           "ttft_p99": 0.3021, "tpot_p99": 0.0269, "e2e_p99": 4.9832, "throughput_rps": 1.9,
+           "goodput_rps": 1.8, "saturated": 0}
+    head, _, line = summary_table([row]).splitlines()
+    assert head.split() == ["policy", "rep", "tp", "pp", "rate", "ttft", "p99", "ms", "tpot",
+                            "p99", "ms", "e2e", "p99", "ms", "req/s", "goodput", "sat"]
+    assert line.split() == ["chunked", "1", "4", "1", "2", "302.1", "26.9", "4983.2", "1.90",
+                            "1.80"]

@@ -88,6 +88,25 @@ def test_parse_slo():
         parse_slos(["ttft_p99=1", "ttft_p99=2"])
 
 
+@pytest.mark.parametrize("item, seconds", [
+    ("ttft_p99=500", None), ("ttft_p99=500s", 500.0), ("ttft_p99=500ms", 0.5),
+    ("ttft_p99=60", 60.0), ("queueing_max=61", None), ("tpot_p99=50", None),
+    ("tpot_p99=1", 1.0), ("itl_p99=2", None), ("e2e_p99=3600", 3600.0),
+    ("e2e_p99=4e3", None), ("tpot_p99=2S", 2.0),
+])
+def test_a_bare_slo_number_past_its_metric_s_range_needs_a_unit(item: str,
+                                                                 seconds: float | None):
+    # ttft_p99=500 is milliseconds meant far more often than eight minutes.
+    if seconds is not None:
+        assert parse_slo(item).limit_s == pytest.approx(seconds)
+        return
+    with pytest.raises(ServesimError) as err:
+        parse_slo(item)
+    value = item.split("=")[1]
+    assert str(err.value).startswith(f"--slo {item}: ")
+    assert f"write {value}ms for milliseconds, or {value}s if seconds are meant" in str(err.value)
+
+
 # -- one point ----------------------------------------------------------------------------
 def test_point_overrides_generated_workload():
     raw = read_raw(MD1)

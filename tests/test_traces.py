@@ -231,6 +231,10 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
     ("arrival,prompt,output\n0,5,1\n", r"line 1: cannot tell the trace format from 'arrival,"),
     ("arrival_s,prompt_tokens,output_tokens,priorty\n0,5,1,1\n", r"unknown column 'priorty'"),
     ("prompt_tokens,output_tokens,arival\n5,1,0\n", r"unknown column 'arival'"),
+    # Arrivals in another unit or name make the file one of lengths alone: say so.
+    ("arrival_ms,prompt_tokens,output_tokens\n0,5,1\n",
+     r"unknown column 'arrival_ms'; allowed: prompt_tokens, output_tokens \(a file of "
+     r"lengths alone; a trace with arrival times gives them as arrival_s, in seconds"),
     (HDR + "0,5,1,\n", r"line 2: 4 fields, expected 3"),
     ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1 x\n",
      r"line 2: prefix_hash_ids has 'x'"),

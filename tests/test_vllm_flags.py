@@ -188,3 +188,31 @@ def test_a_recipes_api_server_flags_change_nothing() -> None:
                                 "no-disable-custom-all-reduce": True, "load-format": "auto",
                                 "stream-interval": 1, "max-cudagraph-capture-size": None}))
     assert pasted.first_token.tolist() == plain.first_token.tolist()
+
+
+def test_prefix_caching_is_on_as_in_v1_where_modelled() -> None:
+    # Unset, caching is on (V1's default) for the policies that cache; requests that
+    # carry hashes share them, as a server with the same flags would.
+    shared = {**WORKLOAD, "shared_prefix": {"tokens": 32, "groups": 1}}
+    on = scenario({}, workload=shared)
+    assert on.serving.prefix_caching is True
+    assert simulate(on).replica_stats[0].prefix_hit_tokens == 5 * 32  # all but the first
+    assert scenario({"enable-prefix-caching": False}).serving.prefix_caching is False
+    # Where servesim does not model a cache: swap preemption without a host tier, or a
+    # policy that does not cache (given in the scenario beside the flags).
+    assert scenario({"preemption-mode": "swap"}).serving.prefix_caching is False
+    assert scenario({}, serving={"policy": "orca"}).serving.prefix_caching is False
+    # The servesim key's own default stays off; null asks for vLLM's.
+    plain = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+             "workload": WORKLOAD}
+    assert from_dict(plain).serving.prefix_caching is False
+    assert from_dict({**plain, "serving": {"prefix_caching": None}}).serving.prefix_caching
+
+
+def test_enable_prefix_caching_on_unique_prompts_runs_and_says_so() -> None:
+    from sim.report.summary import summarize
+
+    res = simulate(scenario({"enable-prefix-caching": True}))
+    pc = summarize(res)["prefix_cache"]
+    assert (pc["hit_tokens"], pc["prefill_tokens"]) == (0, 6 * 64)
+    assert "no prefix hashes" in pc["note"]

@@ -40,6 +40,7 @@ from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
+from sim.workload.checks import check_trace_keys
 from sim.workload.requests import WorkloadConfig
 
 
@@ -274,15 +275,17 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         hardware = build(HardwareConfig, hw_raw, "hardware")
         # Files written for older versions may set it; it must still be a boolean.
         convert(bool, raw.get("event_skipping", True), "event_skipping")
+        check_trace_keys(raw["workload"])
+        model = _model(raw["model"], base_dir)
+        serving = build(ServingConfig, serving_defaults(raw.get("serving") or {},
+                                                        hardware.gpu_spec), "serving")
         scenario = Scenario(
-            model=_model(raw["model"], base_dir),
+            model=model,
             workload=build(WorkloadConfig, raw["workload"], "workload"),
             name=convert(str, raw.get("name", "scenario"), "name"),
             hardware=hardware,
             cost=_cost(raw.get("cost")),
-            serving=build(ServingConfig,
-                          serving_defaults(raw.get("serving") or {}, hardware.gpu_spec),
-                          "serving"),
+            serving=serving.resolved_caching(model.linear_layers),
             cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
             disaggregated=build(DisaggConfig,

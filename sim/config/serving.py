@@ -5,6 +5,7 @@ waiting)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,7 +78,10 @@ class ServingConfig:
     scheduler_recv_interval: int = bounded(1, ge=1, le=10_000)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
-    prefix_caching: bool = False  # share KV of equal prompt prefixes (needs prefix hashes)
+    # Share the KV of equal prompt prefixes (of requests that carry prefix hashes). None:
+    # vLLM v1's default, on where the policy, preemption and model allow it; a scenario
+    # loads with it resolved to true or false (:meth:`resolved_caching`).
+    prefix_caching: bool | None = False
     kv_offload: KVOffloadConfig | None = None  # a host-memory KV tier
     speculative: SpeculativeConfig | None = None  # speculative decoding (docs/policies.md)
     # vLLM's --async-scheduling: the host schedules step n+1 while the device runs step n,
@@ -159,9 +163,20 @@ class ServingConfig:
                                 f"chunked only, not {self.policy!r}",
                                 where="long_prefill_token_threshold")
 
+    def resolved_caching(self, linear_layers: int) -> ServingConfig:
+        """This config with ``prefix_caching: null`` (vLLM's default) made true where
+        caching is modelled (policy continuous or chunked, preemption by recompute or a
+        host tier, a model with no linear-attention layers: ``linear_layers``), else
+        false; itself when it is already true or false."""
+        if self.prefix_caching is not None:
+            return self
+        on = (self.policy in ("continuous", "chunked") and not linear_layers
+              and (self.preemption == "recompute" or self.kv_offload is not None))
+        return dataclasses.replace(self, prefix_caching=on)
+
     def _check_offload(self) -> None:
         """A host tier needs something to hold, and is sized by kv_offload alone."""
-        if not self.prefix_caching and self.preemption != "swap":
+        if self.prefix_caching is False and self.preemption != "swap":
             raise ServesimError("the host tier holds evicted prefix-cache entries "
                                 "(prefix_caching: true) and swapped KV (preemption: swap); "
                                 "with neither it would stay empty", where="kv_offload")

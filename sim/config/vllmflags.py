@@ -10,7 +10,11 @@ takes the value ``vllm serve`` (the V1 engine, the OpenAI API server) would:
   token budget is ``max_num_batched_tokens``;
 - ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on a GPU reporting at least
   70 GiB that is not an A100, else 2048 and 256 (vLLM's ``get_batch_defaults``);
-- no admission watermark (V1's KV-cache manager keeps none).
+- no admission watermark (V1's KV-cache manager keeps none);
+- prefix caching on (V1's default) where servesim models it (not for models with
+  linear-attention layers, nor with swap preemption and no host tier): requests that
+  carry prefix hashes share their cached blocks, and requests without them, unique
+  prompts, share none.
 
 ``enable-expert-parallel`` sets ``hardware.ep`` to the tensor-parallel size times the
 data-parallel size (vLLM's expert-parallel group); with it, ``data-parallel-size`` N is
@@ -289,12 +293,15 @@ def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],
 
 def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:
     """What ``vllm serve`` (V1) uses where neither the flags nor the scenario say: its
-    batch limits for the GPU even when chunked prefill is turned off, and no watermark."""
+    batch limits for the GPU even when chunked prefill is turned off, no watermark, and
+    prefix caching on where servesim models it (``None``:
+    :meth:`sim.config.serving.ServingConfig.resolved_caching`)."""
     tokens, seqs = batch_defaults(gpu_name)
     serving.setdefault("policy", "chunked")
     serving.setdefault("max_num_batched_tokens", tokens)
     serving.setdefault("max_num_seqs", seqs)
     serving.setdefault("watermark", 0.0)
+    serving.setdefault("prefix_caching", None)
 
 
 def serving_defaults(serving: Any, gpu_name: str | GPUSpec) -> Any:

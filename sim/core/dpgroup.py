@@ -106,7 +106,7 @@ class DPGroup:
                 if r.swap_s:
                     r.stats.host_io_s += r.swap_s
                     r.swap_s = 0.0
-                r.stats.book(dt, shape.seqs, shape.new_tokens, r.kv.used, end)
+                r.stats.book(dt, shape.seqs, shape.new_tokens, r.kv.in_use, end)
                 if log is not None:
                     log.append((r.index, now, end, tuple(batches[i].log_entries(r.running))))
             yield env.timeout(dt)

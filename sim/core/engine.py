@@ -120,19 +120,18 @@ class Engine(Outcomes):
     def _prefix_hashes(self, scenario: Scenario, requests: Requests
                        ) -> list[tuple[int, ...]] | None:
         """Turn on the entry replicas' prefix caches when the scenario asks; the
-        requests' prefix hashes as tuples (None when caching is off)."""
-        if scenario.serving.prefix_caching and requests.prefix_hashes is None:
-            raise ServesimError(
-                "prefix_caching needs requests with prefix hashes: a trace with hash_ids "
-                "(mooncake) or a prefix_hash_ids column, or workload.shared_prefix",
-                scenario.source, "serving.prefix_caching")
-        if scenario.serving.prefix_caching and requests.prefix_hashes is not None:
+        requests' prefix hashes as tuples (None when caching is off, or when the
+        requests carry none: every prompt is then its own, and the caches, on, find
+        nothing to share, as a server's do on unique prompts; the summary says so)."""
+        if not scenario.serving.prefix_caching:
+            return None
+        bs = scenario.serving.block_size
+        for rep in self.entry:
+            rep.kv.enable_prefix_caching(bs)
+        if requests.prefix_hashes is not None:
             # The cache hashes KV blocks, as vLLM's does; coarser trace hashes are split.
-            bs = scenario.serving.block_size
             hash_tokens = requests.prefix_block_tokens or bs
             check_hash_counts(requests, hash_tokens, scenario.source)
-            for rep in self.entry:
-                rep.kv.enable_prefix_caching(bs)
             return [block_hashes(h, hash_tokens, bs, scenario.source)
                     for h in requests.prefix_hashes]
         return None

@@ -101,6 +101,13 @@ class KVCacheManager:
         return self.total - self.used
 
     @property
+    def in_use(self) -> int:
+        """Blocks requests hold: cached entries no request references are free for the
+        taking and not counted (vLLM's KV-cache usage counts them free too)."""
+        pc = self.prefix
+        return self.used - pc.evictable if pc is not None else self.used
+
+    @property
     def available(self) -> int:
         """Free blocks plus blocks of unreferenced cached entries (evictable)."""
         pc = self.prefix

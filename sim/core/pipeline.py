@@ -185,7 +185,7 @@ class Pipeline:
             log.append((rep.index, now, t, tuple(batch.log_entries(members)), spans))
         rep.running = [] if everyone else [r for r in running[n:] if r not in batch]
         rep.in_flight += seqs
-        self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.used,
+        self.flight.append((t, batch, members, sum(times) / self.pp, rep.kv.in_use,
                             seqs, shape.new_tokens))
 
     def _enter(self, times: list[float], now: float) -> tuple[float, list[float] | None]:
@@ -253,7 +253,7 @@ class Pipeline:
         if log is not None:
             spans = tuple(zip(starts or (), self.free, strict=True))
             log.append((rep.index, now, t, tuple(batch.log_entries(rep.running)), spans))
-        self.flight.append((t, batch, rep.running, sum(times) / self.pp, rep.kv.used,
+        self.flight.append((t, batch, rep.running, sum(times) / self.pp, rep.kv.in_use,
                             n, shape.new_tokens))
         rep.running = []
         rep.in_flight += n

@@ -194,8 +194,8 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1,
         raise ServesimError(f"no measured profile for model {model.name}{dtypes}"
                             f"{'; ' if dtypes else ': '}measured "
                             f"profiles cover {', '.join(names) or 'nothing'} (or the same "
-                            f"architectures); build one with `servesim profile build`",
-                            where="cost.measured")
+                            f"architectures); build one with `servesim profile build`, or "
+                            "use cost: roofline", where="cost.measured")
     tps: dict[str, list[int]] = {}
     for s in same:
         if s.gpu == gpu:
@@ -220,4 +220,4 @@ def find(model: ModelSpec, gpu: str, tp: int, framework: str, ep: int = 1,
                  f"{framework} --out FILE` (the measured extra) and set cost: "
                  "{profile: FILE}")
     raise ServesimError(f"no measured profile for {model.name} at tp={tp} under {framework} "
-                        f"on {gpu}; {have}", where="cost.measured")
+                        f"on {gpu}; {have}; or use cost: roofline", where="cost.measured")

@@ -54,12 +54,19 @@ def prefix_summary(res: RunResult) -> dict[str, Any]:
     stats = res.replica_stats
     query = sum(s.prefix_query_tokens for s in stats)
     hit = sum(s.prefix_hit_tokens for s in stats)
-    return {"prefix_cache": {
+    out: dict[str, Any] = {
         "prefill_tokens": query,
         "hit_tokens": hit,
         "hit_rate": hit / query if query else None,
         "evictions": sum(s.prefix_evictions for s in stats),
-    }}
+    }
+    if res.requests.prefix_hashes is None:
+        out["note"] = NO_HASHES
+    return {"prefix_cache": out}
+
+
+NO_HASHES = ("the requests carry no prefix hashes (a trace's hash_ids or prefix_hash_ids, "
+             "or workload.shared_prefix), so every prompt is its own and nothing is shared")
 
 
 def tier_summary(res: RunResult) -> dict[str, Any]:

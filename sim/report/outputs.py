@@ -181,7 +181,9 @@ def table(summary: dict[str, Any]) -> str:
     slo_txt = ", ".join(f"{k}<={v}" for k, v in slo.items() if v is not None) or "none set"
     if "classes" in summary:
         slo_txt = "per class, below"
-    lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s, "
+    offered = summary.get("saturation", {}).get("offered_rps")
+    lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s"
+                 + (f" (offered {offered:.3f})" if offered is not None else "") + ", "
                  f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s; goodput "
                  f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
                  f"attainment {num(tp['slo_attainment'], '.1%')})")
@@ -192,11 +194,17 @@ def table(summary: dict[str, Any]) -> str:
                  f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/{unit}, mean use {num(kv['mean_utilization'], '.1%')}, peak "
                  f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    pc = summary.get("prefix_cache")
+    if pc is not None:
+        lines.append(f"prefix cache: {pc['hit_tokens']} of {pc['prefill_tokens']} prefill "
+                     f"tokens hit ({num(pc['hit_rate'], '.1%')}), {pc['evictions']} "
+                     "evictions" + (f"; {pc['note']}" if "note" in pc else ""))
     sp = summary.get("speculative")
     if sp is not None:
         lines.append(f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "
                      f"{num(sp['mean_tokens_per_verify'], '.3f')} tokens a verify over "
-                     f"{sp['verifies']} verifies (acceptance {sp['acceptance']} expects "
+                     f"{sp['verifies']} verifies (acceptance {_phrase(sp['acceptance'])} "
+                     "expects "
                      f"{sp['expected_tokens_per_verify']:.3f}); drafting: {sp['draft_cost']}")
     lines.extend(memory_lines(summary.get("memory", {})))
     lines.extend(reliability_lines(summary))
@@ -205,6 +213,14 @@ def table(summary: dict[str, Any]) -> str:
     if summary.get("stages"):
         lines.extend(stage_table(summary["stages"]))
     return "\n".join(lines)
+
+
+def _phrase(given: dict[str, Any]) -> str:
+    """A setting's keys and values as words (``rate 0.7``), lists comma-joined."""
+    return ", ".join(f"{k.replace('_', ' ')} "
+                     + (", ".join(f"{x:g}" for x in v) if isinstance(v, list | tuple)
+                        else f"{v:g}" if isinstance(v, float) else str(v))
+                     for k, v in given.items())
 
 
 def nothing_finished(summary: dict[str, Any]) -> str | None:
@@ -240,9 +256,10 @@ def setup_lines(summary: dict[str, Any]) -> list[str]:
                        "start at the send)")
     f = summary.get("frontend")
     if f:
-        out.append(f"frontend: {f['request_s'] * 1e3:g} ms + {f['per_prompt_token_s'] * 1e3:g} "
-                   f"ms per prompt token + {f.get('jitter_s', 0) * 1e3:g} ms mean jitter in, "
-                   f"{f['response_s'] * 1e3:g} ms out")
+        out.append(f"frontend: {f['request_s'] * 1e3:.3g} ms + "
+                   f"{f['per_prompt_token_s'] * 1e3:.3g} ms per prompt token + "
+                   f"{f.get('jitter_s', 0) * 1e3:.3g} ms mean jitter in, "
+                   f"{f['response_s'] * 1e3:.3g} ms out")
     return out
 
 

@@ -109,7 +109,8 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
     prompt = res.requests.prompt_tokens[pick]
     output = res.requests.output_tokens[pick]
     by = ", ".join(f"{reasons[i]} {counts[i]}" for i in order)
-    now = _current(res, key)
+    said = [x for x in (_current(res, key), _vllm_flag(key)) if x]
+    now = f" ({'; '.join(said)})" if said else ""
     fix = f"raise {key}{now} {_need(kind, prompt, output, res)}" if key else "see requests.csv"
     return ServesimError(
         f"{n_rej} of {n_arr} arrived requests rejected ({s:.1%}; {by}), over the "
@@ -117,11 +118,19 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
         "--allow-rejections accepts the run", res.scenario.source, key or None)
 
 
+def _vllm_flag(key: str) -> str:
+    """``vLLM's --FLAG`` for a scenario key a ``vllm`` section's flag sets, else empty."""
+    from sim.config.vllmflags import MAPPED
+
+    names = {f"{sect}.{k}": flag for flag, (sect, k) in MAPPED.items()}
+    return f"vLLM's --{names[key].replace('_', '-')}" if key in names else ""
+
+
 def _current(res: RunResult, key: str) -> str:
-    """`` (now V)`` for a scenario key that has a value, else empty."""
+    """``now V`` for a scenario key that has a value, else empty."""
     node: Any = res.scenario
     for part in key.split("."):
         node = getattr(node, part, None)
         if node is None:
             return ""
-    return f" (now {node})"
+    return f"now {node}"

@@ -4,7 +4,9 @@ A target reads ``METRIC_STAT=SECONDS``: ``ttft_p99=0.5`` asks for a 99th-percent
 of at most 0.5 s, ``ttft_mean=0.2`` for a mean TTFT of at most 0.2 s. Metrics are the
 latencies :func:`sim.report.summary.summarize` reports (ttft, tpot, itl, e2e, queueing) and
 statistics are its p50/p90/p95/p99, mean and max. A value may carry an ``ms`` or ``s``
-suffix (``500ms``); a bare number is seconds.
+suffix (``500ms``); a bare number is seconds, up to :data:`BARE_MAX_S` of its metric
+(a minute of TTFT, a second a token): past that the unit must be written (``500s``),
+since ``ttft_p99=500`` is far more often milliseconds meant than seconds.
 
 These are *aggregate* targets, checked against one point's statistic; the scenario's
 own ``slo:`` block stays a *per-request* target that defines goodput.
@@ -19,6 +21,8 @@ from sim.errors import ServesimError
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queueing")
 STATS = ("p50", "p90", "p95", "p99", "mean", "max")
+# The largest bare number (no unit) a target of each metric takes, in seconds.
+BARE_MAX_S = {"ttft": 60.0, "queueing": 60.0, "tpot": 1.0, "itl": 1.0, "e2e": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,13 @@ def parse_slo(item: str, flag: str = "--slo") -> SLO:
     metric, _, stat = name.strip().rpartition("_")
     if metric not in METRICS or stat not in STATS:
         raise ServesimError(f"{flag} {item}: unknown target {name.strip()!r}; expected {allowed}")
-    return SLO(metric, stat, parse_seconds(value, flag, item))
+    limit = parse_seconds(value, flag, item)
+    bare = value.strip().lower().rstrip("0123456789.e+-") == ""
+    if bare and limit > BARE_MAX_S[metric]:
+        raise ServesimError(f"{flag} {item}: {limit:g} s is more than a bare {metric} target "
+                            f"takes ({BARE_MAX_S[metric]:g} s); write {value.strip()}ms for "
+                            f"milliseconds, or {value.strip()}s if seconds are meant")
+    return SLO(metric, stat, limit)
 
 
 def parse_slos(items: list[str], flag: str = "--slo") -> list[SLO]:

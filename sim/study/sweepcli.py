@@ -34,12 +34,12 @@ from sim.study.sweeppoint import PointKey, point_sets, read_raw, refuse_closed_l
 
 def summary_table(grid: list[Row]) -> str:
     """A short text table of the grid (latencies in ms)."""
-    head = (f"{'policy':<14}{'rep':>4}{'tp':>4}{'pp':>4}{'rate':>8}{'ttft p99':>11}{'tpot p99':>11}"
-            f"{'e2e p99':>11}{'req/s':>9}{'goodput':>9}  sat")
+    head = (f"{'policy':<14}{'rep':>4}{'tp':>4}{'pp':>4}{'rate':>8}{'ttft p99 ms':>13}"
+            f"{'tpot p99 ms':>13}{'e2e p99 ms':>13}{'req/s':>9}{'goodput':>9}  sat")
     lines = [head, "-" * len(head)]
 
     def ms(v: float | None) -> str:
-        return f"{'-':>11}" if v is None else f"{v * 1e3:>11.1f}"
+        return f"{'-':>13}" if v is None else f"{v * 1e3:>13.1f}"
 
     def num(v: float | None) -> str:
         return f"{'-':>9}" if v is None else f"{v:>9.2f}"

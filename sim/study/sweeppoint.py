@@ -254,8 +254,9 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # for reasons no scenario key shows (2: measured costs, fitted roofline defaults; 3:
 # requests due after the horizon left out of every figure, a trace's target_rate applied
 # to the window simulated, offered_rps counting refused arrivals; 4: async scheduling's
-# one-iteration wait for a request reaching a busy replica).
-CACHE_SCHEMA = 4
+# one-iteration wait for a request reaching a busy replica; 5: KV use counting only the
+# blocks requests hold, and a vllm section's prefix caching on by default).
+CACHE_SCHEMA = 5
 
 
 def cost_fingerprint(sc: Scenario) -> str:

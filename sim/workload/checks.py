@@ -9,7 +9,7 @@ validating a configuration never imports its builders.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import ServesimError
 
@@ -18,6 +18,20 @@ if TYPE_CHECKING:
 
 NAME = re.compile(r"[A-Za-z0-9_.-]+")
 """Class names a scenario may declare (they become CSV cells and JSON keys)."""
+
+
+def check_trace_keys(raw: Any) -> None:
+    """A parsed ``workload`` mapping with a trace and ``arrivals`` or ``lengths`` beside
+    it, refused before either is built (a partial ``arrivals`` set to change a trace's
+    rate would otherwise be reported as missing its process)."""
+    if not isinstance(raw, dict) or raw.get("trace") is None:
+        return
+    for key in ("arrivals", "lengths"):
+        if raw.get(key) is not None:
+            raise ServesimError(f"a trace brings its own {key}; remove workload.{key} or the "
+                                "trace (a trace replays faster or slower with "
+                                "workload.trace.time_scale, or at a rate with "
+                                "workload.trace.target_rate)", where=f"workload.{key}")
 
 
 def check_classes(cfg: WorkloadConfig) -> None:

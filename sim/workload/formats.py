@@ -79,7 +79,10 @@ def read_lengths(path: Path, src: str, opts: dict[str, Any], dropped: Counter[st
     f = CsvFile(path, src)
     names = next((n for n in LENGTH_NAMES if all(c in f.index for c in n)), LENGTH_NAMES[0])
     if names == LENGTH_NAMES[0]:
-        f.only(names)  # our own schema: an unknown column is probably a typo
+        # Our own schema: an unknown column is probably a typo, or arrivals misnamed
+        # (without arrival_s the file is read as lengths alone).
+        f.only(names, " (a file of lengths alone; a trace with arrival times gives them "
+                      f"as arrival_s, in seconds: columns {', '.join(SERVESIM_COLUMNS)})")
     ip, io_ = f.require(names)
     for lines, cols in f.chunks():
         yield Chunk(lines, None, whole(cols[ip], lines, names[0], src),

@@ -181,12 +181,13 @@ class CsvFile:
                        f"{','.join(self.header)!r}, required: {', '.join(names)}")
         return [self.index[n] for n in names]
 
-    def only(self, allowed: Sequence[str]) -> None:
-        """Reject header columns not in ``allowed`` (catches typos such as ``arival_s``)."""
+    def only(self, allowed: Sequence[str], hint: str = "") -> None:
+        """Reject header columns not in ``allowed`` (catches typos such as ``arival_s``);
+        ``hint`` ends the message."""
         extra = [h for h in self.header if h not in allowed]
         if extra:
             raise line_error(self.src, self.header_line,
-                       f"unknown column {extra[0]!r}; allowed: {', '.join(allowed)}")
+                       f"unknown column {extra[0]!r}; allowed: {', '.join(allowed)}{hint}")
 
     def chunks(self) -> Iterator[tuple[np.ndarray, list[tuple[str, ...]]]]:
         """Yield ``(line numbers, columns)`` per chunk; blank lines are skipped."""

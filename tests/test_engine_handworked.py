@@ -168,8 +168,11 @@ def test_requests_due_after_the_horizon_are_counted_apart_and_judged_in_nothing(
     # A met the 50 ms TTFT; B, cut unfinished, did not: 1 of the 2 that arrived (the old
     # accounting divided by all 4: 25%).
     assert tp["slo_attainment"] == 0.5
-    # One finish over the span from the first arrival to the horizon.
+    # One finish over the span from the first arrival to the horizon; its 20 prompt and
+    # 3 output tokens (on the run's one GPU) over the same span.
     assert tp["requests_per_s"] == pytest.approx(1 / 0.1)
+    assert tp["prompt_tokens_per_s"] == pytest.approx(20 / 0.1)
+    assert tp["output_tokens_per_s"] == tp["output_tokens_per_s_per_gpu"] == pytest.approx(30)
     # Offered: the 2 that arrived, 60 ms apart (all 4 would give 3 / 0.5 s = 6 req/s).
     # Each was scheduled on arrival, so nothing waited: no queue growth, not saturated
     # (C and D, never scheduled, would have made the queue grow through 0.1-0.5 s).
@@ -184,7 +187,8 @@ def test_requests_due_after_the_horizon_are_counted_apart_and_judged_in_nothing(
     assert ("1 finished, 0 rejected, 1 unfinished, 2 not arrived by the horizon"
             in table(s))
     # The printed throughput stands beside the rate offered, not a trace's whole rate.
-    assert "throughput: 10.000 req/s (offered 16.667), " in table(s)
+    assert ("throughput: 10.000 req/s (offered 16.667), 30.0 output tok/s, 200.0 prompt "
+            "tok/s; goodput ") in table(s)
 
 
 class _Waking:

@@ -47,6 +47,11 @@ def test_compare_gpus_runs_each_tp_given(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["compare", str(path), "--gpus", "h100-sxm:4,h200:2", "--no-plots",
                  "--out", str(out)]) == 0
     assert pools(out) == {"h100-sxm:4": ("h100-sxm", 4), "h200:2": ("h200", 2)}
+    runs = json.loads((out / "compare.json").read_text())
+    for name, gpus in (("h100-sxm:4", 4), ("h200:2", 2)):
+        tp = runs[name]["throughput"]
+        assert tp["output_tokens_per_s_per_gpu"] == pytest.approx(tp["output_tokens_per_s"]
+                                                                  / gpus)
     with open(out / "compare.csv") as f:
         assert {r["gpu"]: r["finished"] for r in csv.DictReader(f)} == {
             "h100-sxm:4": "12", "h200:2": "12"}

@@ -71,6 +71,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "unfinished": ("count", "requests still in service when the run ended"),
     "throughput_rps": ("req/s", "requests finished per second of the run"),
     "output_tps": ("tok/s", "output tokens per second of the run"),
+    "output_tps_per_gpu": ("tok/s", "output tokens per second of the run over its GPUs "
+                                    "(every pool's)"),
     "goodput_rps": ("req/s", "requests finished within the scenario's per-request SLO, "
                     "per second"),
     "slo_attainment": ("fraction", "share of arrived requests within the per-request SLO"),

@@ -184,7 +184,11 @@ def table(summary: dict[str, Any]) -> str:
     offered = summary.get("saturation", {}).get("offered_rps")
     lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s"
                  + (f" (offered {offered:.3f})" if offered is not None else "") + ", "
-                 f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s; goodput "
+                 f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s"
+                 + (f" ({tp['output_tokens_per_s_per_gpu']:.1f} a GPU)"
+                    if summary["gpus"] > 1 and tp.get("output_tokens_per_s_per_gpu") else "")
+                 + (f", {tp['prompt_tokens_per_s']:.1f} prompt tok/s"
+                    if tp.get("prompt_tokens_per_s") is not None else "") + "; goodput "
                  f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
                  f"attainment {num(tp['slo_attainment'], '.1%')})")
     b, kv = summary["batch"], summary["kv"]

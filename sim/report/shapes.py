@@ -105,6 +105,8 @@ SUMMARY = {
                  **{k: May(NUMBER_OR_NULL) for k in ("unfinished", "timed_out", "failed",
                                                      "not_arrived")}},
     "throughput": {"requests_per_s": NUMBER_OR_NULL, "output_tokens_per_s": NUMBER_OR_NULL,
+                   "output_tokens_per_s_per_gpu": May(NUMBER_OR_NULL),
+                   "prompt_tokens_per_s": May(NUMBER_OR_NULL),
                    "goodput_requests_per_s": NUMBER_OR_NULL,
                    "slo_attainment": NUMBER_OR_NULL, "slo": SLO_LIMITS},
     "batch": {"iterations": NUMBER_OR_NULL, "mean_seqs": NUMBER_OR_NULL,

@@ -52,6 +52,7 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
         reasons[str(why)] = reasons.get(str(why), 0) + 1
     good = meets_slo(res, lat)
     out_tokens = int(res.requests.output_tokens[finished].sum())
+    in_tokens = int(res.requests.prompt_tokens[finished].sum())
     stats = res.replica_stats
     iters = sum(s.iterations for s in stats)
     kv_total = sum(s.kv_total for s in stats)
@@ -95,6 +96,9 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
         "throughput": {
             "requests_per_s": rate(float(finished.sum())),
             "output_tokens_per_s": rate(float(out_tokens)),
+            # Per GPU of every pool: what a capacity plan compares across set-ups.
+            "output_tokens_per_s_per_gpu": rate(out_tokens / gpus),
+            "prompt_tokens_per_s": rate(float(in_tokens)),
             "goodput_requests_per_s": rate(float(good.sum())),
             "slo_attainment": float(good.sum() / arrived) if arrived else None,
             "slo": {"ttft_s": sc.slo.ttft_s, "tpot_s": sc.slo.tpot_s},

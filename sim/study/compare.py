@@ -47,6 +47,7 @@ def columns(percentiles: tuple[float, ...] = TABLE_PERCENTILES,
     cols += [(f"{m}_{k}_s", ("latency_s", m, k)) for m in ("ttft", "tpot") for k in keys]
     cols += [(f"{m}_{keys[-1]}_s", ("latency_s", m, keys[-1])) for m in ("itl", "e2e")]
     cols += [("output_tps", ("throughput", "output_tokens_per_s")),
+             ("output_tps_per_gpu", ("throughput", "output_tokens_per_s_per_gpu")),
              ("goodput_rps", ("throughput", "goodput_requests_per_s")),
              ("preemptions", ("preemptions",))]
     return cols

@@ -214,6 +214,28 @@ def test_head_drafting_is_k_steps_of_one_target_layer() -> None:
         assert draft > 0
 
 
+@pytest.mark.parametrize("cost", ["roofline", "measured"])
+def test_a_head_on_a_sliding_window_model_attends_to_the_whole_context(cost: str) -> None:
+    # gpt-oss alternates sliding-window and full layers; its EAGLE-3 heads are one
+    # full-attention layer. Cutting the target to one layer kept its 12 sliding layers
+    # ("sliding_layers: got 12, must be at most layers (1)"): no gpt-oss run could speculate.
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+
+    sc = from_dict({"model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"}, "cost": cost,
+                    "serving": {"speculative": {"method": "eagle", "num_tokens": 3,
+                                                "acceptance": {"rate": 0.7}}},
+                    "workload": {"arrivals": {"process": "poisson", "rate": 2.0},
+                                 "lengths": {"prompt": {"dist": "fixed", "value": 256},
+                                             "output": {"dist": "fixed", "value": 32}},
+                                 "num_requests": 10, "seed": 0}})
+    assert sc.model.sliding_layers == 12
+    head = drafter_model(sc.serving.speculative, sc.model)
+    assert head is not None and (head.layers, head.sliding_layers) == (1, 0)
+    sp = summarize(simulate(sc))["speculative"]
+    assert sp["verifies"] > 0 and sp["draft_cost"].startswith("3 ")
+
+
 def decode(seqs: int, ctx: int) -> Any:
     from sim.cost.shape import decode_shape
 

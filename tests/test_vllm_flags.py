@@ -134,8 +134,22 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"stream-interval": 20}, {"serving": {"stream_interval": 5}}, "vllm.stream-interval",
      "sets serving.stream_interval, which the scenario sets"),
     ({"api-server-count": 4}, {}, "vllm.api-server-count", "servesim models only 1"),
-    ({"max-cudagraph-capture-size": 2048}, {}, "vllm.max-cudagraph-capture-size",
-     "servesim models only null"),
+    ({"disable-hybrid-kv-cache-manager": True}, {}, "vllm.disable-hybrid-kv-cache-manager",
+     "servesim models only False"),
+    ({"hf-overrides": '{"rope_scaling": {"factor": 4}}'}, {}, "vllm.hf-overrides",
+     "changes the model's own config"),
+    ({"speculative_config.method": "eagle"}, {}, "vllm.speculative_config.method",
+     "dotted form of 'speculative_config' is read for kernel settings only"),
+    ({"max-model-len": "2.5K"}, {}, "vllm.max-model-len", "a binary suffix (K) takes a whole"),
+    ({"kv-offloading-size": 0}, {}, "vllm.kv-offloading-size", "expected GiB"),
+    ({"kv-offloading-backend": "disk"}, {}, "vllm.kv-offloading-backend",
+     "vLLM's backends are native, lmcache"),
+    ({"kv-offloading-size": 8}, {"serving": {"kv_offload": {"cpu_gb": 4}}},
+     "vllm.kv-offloading-size", "sets serving.kv_offload, which the scenario sets too"),
+    ({"config": "missing.yaml"}, {}, "vllm.config", "missing.yaml"),
+    ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
+     "vllm.kv-transfer-config", "KV connectors are not modelled; a host KV tier is "
+     "kv-offloading-size"),
     ({"scheduling-policy": "lifo"}, {}, "vllm.scheduling-policy", "fcfs and priority"),
     ({"enable-chunked-prefill": True}, {"serving": {"policy": "static"}},
      "vllm.enable-chunked-prefill", "sets serving.policy"),
@@ -216,3 +230,51 @@ def test_enable_prefix_caching_on_unique_prompts_runs_and_says_so() -> None:
     pc = summarize(res)["prefix_cache"]
     assert (pc["hit_tokens"], pc["prefill_tokens"]) == (0, 6 * 64)
     assert "no prefix hashes" in pc["note"]
+
+
+def test_real_flag_sets_run_whole() -> None:
+    # From public launch scripts (2025-2026): short spellings, launcher and API-server
+    # flags, the vision tower left out, human-readable lengths, a kernel setting (run at
+    # vLLM's default kernels, and said so), and a host KV tier of 64 GiB over 2 GPUs.
+    sc = scenario({"model": "org/m", "tp": 2, "distributed-executor-backend": "mp",
+                   "data-parallel-hybrid-lb": True, "dpl": 1, "enable-reasoning": True,
+                   "language-model-only": True, "no-disable-hybrid-kv-cache-manager": True,
+                   "max-model-len": "1K", "max-num-batched-tokens": "4k",
+                   "max-cudagraph-capture-size": 2048,
+                   "cc.pass_config.fuse_allreduce_rms": True,
+                   "kv_offloading_backend": "native", "kv_offloading_size": 64})
+    assert sc.hardware.tp == 2 and sc.model.max_context == 1024
+    assert sc.serving.max_num_batched_tokens == 4000
+    assert sc.serving.kv_offload is not None and sc.serving.kv_offload.cpu_gb == 32.0
+    assert sc.notes == tuple(
+        f"vllm.{f}: a kernel or compilation setting, not priced: steps cost what vLLM's "
+        "default kernels take" for f in ("max-cudagraph-capture-size",
+                                         "cc.pass_config.fuse_allreduce_rms"))
+    from sim.report.outputs import table
+    from sim.report.summary import summarize
+
+    s = summarize(simulate(sc))
+    assert s["setting_notes"] == list(sc.notes)
+    assert "\nnote: vllm.max-cudagraph-capture-size: a kernel" in table(s)
+    # auto (or -1): the model's own context, from which vLLM's fitting starts.
+    assert scenario({"max-model-len": "auto"}).model.max_context == scenario({}).model.max_context
+    assert "setting_notes" not in summarize(simulate(scenario({})))
+
+
+def test_a_vllm_config_file_under_the_section_s_own_flags(tmp_path) -> None:
+    (tmp_path / "serve.yaml").write_text("max-num-seqs: 32\nmax-model-len: 2048\nport: 8000\n")
+    raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+           "workload": WORKLOAD, "vllm": {"config": "serve.yaml", "max_model_len": 1024}}
+    sc = from_dict(raw, "<test>", tmp_path)
+    assert (sc.serving.max_num_seqs, sc.model.max_context) == (32, 1024)
+    (tmp_path / "bad.yaml").write_text("- 1\n")
+    with pytest.raises(ServesimError, match="vllm.config: .*expected a mapping of vLLM flags"):
+        from_dict({**raw, "vllm": {"config": "bad.yaml"}}, "<test>", tmp_path)
+
+
+def test_quantization_fp8_keeps_a_block_scaled_checkpoint_s_scheme() -> None:
+    raw = {"model": "qwen3-235b-a22b-fp8", "hardware": {"gpu": "h200", "tp": 8},
+           "workload": WORKLOAD}
+    assert from_dict({**raw, "vllm": {"quantization": "fp8"}}).model.dtype == "fp8-block"
+    assert from_dict({**raw, "model": "qwen3-235b-a22b",
+                      "vllm": {"quantization": "fp8"}}).model.dtype == "fp8"

@@ -102,6 +102,8 @@ class Scenario:
     # The ``--set`` overrides applied on loading, as given (already part of the fields
     # above; kept so that a summary can say what was asked).
     overrides: tuple[str, ...] = ()
+    # What loading accepted without pricing it (a vLLM kernel flag), for the summary.
+    notes: tuple[str, ...] = ()
 
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
@@ -266,7 +268,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
-        raw = apply_vllm(raw, DEFAULT_GPU)  # server flags, moved to their keys
+        raw, notes = apply_vllm(raw, DEFAULT_GPU, base_dir)  # server flags, moved to their keys
         try:
             hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
                                   "gpu_memory_utilization")
@@ -298,6 +300,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             base_dir=base_dir,
             source=source,
             overrides=tuple(overrides),
+            notes=notes,
         )
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.

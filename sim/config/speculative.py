@@ -173,14 +173,17 @@ class SpeculativeConfig:
 def drafter_model(spec: SpeculativeConfig, target: ModelSpec) -> ModelSpec | None:
     """The model whose decode steps draft: the draft preset; for EAGLE and MTP the
     target's shape cut to the head's layers (its LM head shared, as both share the
-    target's); None for n-gram lookup, which runs no model."""
+    target's), attending to the whole context (a target's sliding-window layers do
+    not carry into its head: gpt-oss's EAGLE-3 heads are full-attention Llama
+    layers); None for n-gram lookup, which runs no model."""
     if spec.method == "draft":
         assert spec.draft_model is not None
         return MODELS[spec.draft_model]
     if spec.method == "ngram":
         return None
     return dataclasses.replace(target, name=f"{target.name}-{spec.method}-head",
-                               layers=spec.head_layers, dense_layers=0)
+                               layers=spec.head_layers, dense_layers=0, sliding_layers=0,
+                               sliding_window=0)
 
 
 def draft_memory(spec: SpeculativeConfig, target: ModelSpec, tp: int) -> tuple[int, int]:

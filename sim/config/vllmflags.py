@@ -31,98 +31,32 @@ also sets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from sim.config.gpu import InlineGPU
-from sim.config.vllmspec import merge_speculative, speculative_keys
-from sim.configtools import build
-from sim.cost.gpus import GPUS, GPUSpec
-from sim.errors import ServesimError
+import yaml
 
-# vLLM flag (underscored) -> (scenario section, key).
-MAPPED: dict[str, tuple[str, str]] = {
-    "max_model_len": ("model", "max_context"),
-    "gpu_memory_utilization": ("hardware", "memory_utilization"),
-    "tensor_parallel_size": ("hardware", "tp"),
-    "pipeline_parallel_size": ("hardware", "pp"),
-    "data_parallel_size": ("cluster", "replicas"),
-    "max_num_seqs": ("serving", "max_num_seqs"),
-    "max_num_batched_tokens": ("serving", "max_num_batched_tokens"),
-    "block_size": ("serving", "block_size"),
-    "enable_prefix_caching": ("serving", "prefix_caching"),
-    "num_gpu_blocks_override": ("serving", "num_gpu_blocks"),
-    "swap_space": ("serving", "swap_space_gib"),
-    "preemption_mode": ("serving", "preemption"),
-    "long_prefill_token_threshold": ("serving", "long_prefill_token_threshold"),
-    "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
-    "async_scheduling": ("serving", "async_scheduling"),
-    "stream_interval": ("serving", "stream_interval"),
-}
-# Other spellings of a servesim key that count as setting it.
-_SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
-         ("serving", "num_gpu_blocks"): ("num_kv_blocks",)}
-# Flags accepted only at the value servesim models (vLLM's default).
-ONLY: dict[str, tuple[Any, ...]] = {
-    "dtype": ("auto", "bfloat16", "float16", "half"),
-    "enforce_eager": (False,),
-    "max_long_partial_prefills": (1,),
-    # Kernel-level settings the measured tables were not timed under: CUDA-graph capture
-    # sizes and compilation passes, NCCL in place of the custom all-reduce.
-    "max_cudagraph_capture_size": (None,),
-    "cuda_graph_sizes": (None,),
-    "compilation_config": (None,),
-    "disable_custom_all_reduce": (False,),
-    # More API-server processes: the frontend prior was fitted under one.
-    "api_server_count": (1,),
-    "enable_lora": (False,),
-    "kv_transfer_config": (None,),
-    # How data-parallel ranks dispatch tokens to the experts: an all-gather and a
-    # reduce-scatter (vLLM's default) is what servesim prices (sim/core/dpgroup.py).
-    "all2all_backend": ("allgather_reducescatter",),
-}
-# Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
-DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
-    "kv_cache_dtype": {"auto": None, "fp8": ("kv_dtype", "fp8"),
-                       "fp8_e4m3": ("kv_dtype", "fp8"), "fp8_e5m2": ("kv_dtype", "fp8")},
-    # A Gated DeltaNet model's recurrent state ("auto": the checkpoint's mamba_ssm_dtype).
-    "mamba_ssm_cache_dtype": {"auto": None, "float32": ("linear_state_dtype", "fp32"),
-                              "bfloat16": ("linear_state_dtype", "bf16")},
-    # fp8: online quantisation of a 16-bit checkpoint (per-tensor scales). The others name
-    # how a pre-quantised checkpoint's weights are stored: 4-bit integer groups (AWQ and
-    # GPTQ, with or without the Marlin kernels) and NVIDIA's FP4 (ModelOpt).
-    "quantization": {None: None, "fp8": ("dtype", "fp8"), "awq": ("dtype", "int4"),
-                     "awq_marlin": ("dtype", "int4"), "gptq": ("dtype", "int4"),
-                     "gptq_marlin": ("dtype", "int4"), "modelopt_fp4": ("dtype", "nvfp4")},
-}
-# Boolean flags vLLM also takes negated (``--no-enable-prefix-caching``, as argparse's
-# BooleanOptionalAction spells them, and as its --config files write them).
-NEGATABLE = frozenset((
-    "enable_prefix_caching", "async_scheduling", "enable_chunked_prefill",
-    "enable_expert_parallel", "enforce_eager", "trust_remote_code", "disable_log_requests",
-    "enable_log_requests", "disable_log_stats", "disable_uvicorn_access_log",
-    "disable_fastapi_docs", "enable_auto_tool_choice", "disable_custom_all_reduce",
-    "enable_lora", "enable_prompt_tokens_details", "enable_server_load_tracking",
-    "enable_force_include_usage", "enable_request_id_headers",
-))
-# Flags that change nothing a simulation prices.
-NO_EFFECT = frozenset((
-    "model", "served_model_name", "tokenizer", "revision", "host", "port", "api_key",
-    "trust_remote_code", "download_dir", "seed", "disable_log_requests", "enable_log_requests",
-    "disable_log_stats", "uvicorn_log_level", "disable_uvicorn_access_log", "chat_template",
-    "generation_config", "max_logprobs", "disable_fastapi_docs", "root_path",
-    # The API server's request and response formats, tool and reasoning parsing,
-    # TLS and CORS, and where and how the weights are loaded.
-    "enable_auto_tool_choice", "tool_call_parser", "tool_parser_plugin", "reasoning_parser",
-    "chat_template_content_format", "response_role", "return_tokens_as_token_ids",
-    "enable_prompt_tokens_details", "enable_server_load_tracking",
-    "enable_force_include_usage", "enable_request_id_headers", "max_log_len",
-    "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
-    "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "middleware",
-    "load_format", "tokenizer_mode", "tokenizer_revision", "code_revision", "config_format",
-    "hf_token", "ignore_patterns",
-    # Where data-parallel ranks meet and which launcher starts them.
-    "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend",
-))
+from sim.config.gpu import InlineGPU
+from sim.config.vllmnames import (
+    DTYPE_FLAGS,
+    HUMAN_INTS,
+    KERNEL,
+    MAPPED,
+    NEGATABLE,
+    NO_EFFECT,
+    OFFLOAD_BACKENDS,
+    ONLY,
+    SAME,
+    flag_name,
+    human_int,
+)
+from sim.config.vllmspec import merge_speculative, speculative_keys
+from sim.configtools import build, parse_yaml, yaml_error
+from sim.cost.gpus import GPUS, GPUSpec
+from sim.cost.presets import MODELS
+from sim.errors import ServesimError
+from sim.files import read_text
 
 
 def section_mapping(name: str, value: Any) -> dict[str, Any]:
@@ -131,11 +65,6 @@ def section_mapping(name: str, value: Any) -> dict[str, Any]:
     if name == "model" and isinstance(value, str):
         value = {"preset": value}
     return dict(value) if isinstance(value, dict) else {}
-
-
-def flag_name(flag: Any) -> str:
-    """A flag as vLLM's Python names spell it: ``--max-model-len`` -> ``max_model_len``."""
-    return str(flag).lstrip("-").replace("-", "_")
 
 
 def batch_defaults(gpu: str | GPUSpec) -> tuple[int, int]:
@@ -181,18 +110,24 @@ def _raw_gpu(value: Any) -> str | GPUSpec:
         return ""
 
 
-def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
+def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = None
+               ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``raw`` (a scenario mapping) with its ``vllm`` section moved into the scenario's
     own keys, vLLM's defaults filling what it leaves unset (for ``hardware.gpu``, or
-    ``default_gpu`` when the scenario names none); ``raw`` itself when it has no such
-    section. Errors name ``vllm.FLAG``."""
+    ``default_gpu`` when the scenario names none), and the notes the run's summary gives
+    of flags accepted but not priced; ``raw`` itself and no notes when it has no such
+    section. ``config: FILE`` reads vLLM's YAML config file (relative to ``base_dir``),
+    the section's own flags winning, as the command line does over it. Errors name
+    ``vllm.FLAG``."""
     if "vllm" not in raw:
-        return raw
+        return raw, ()
     flags = raw["vllm"]
     if not isinstance(flags, dict):
         raise ServesimError(f"got {flags!r}, expected a mapping of vLLM flags", where="vllm")
+    flags = _with_config_file(flags, base_dir)
     out = {k: v for k, v in raw.items() if k != "vllm"}
     sections: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
 
     def section(name: str) -> dict[str, Any]:
         if name not in sections:
@@ -215,11 +150,15 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     shared = given.get("enable_expert_parallel", ("", False))[1] is True
     for name, (flag, value) in given.items():
         where = f"vllm.{flag}"
+        if name in HUMAN_INTS:
+            value = human_int(value, where, auto=name == "max_model_len")
+            if value is None:
+                continue  # auto: the model's own context, as vLLM's fitting starts from
         if name in MAPPED:
             sect, key = (("hardware", "dp") if name == "data_parallel_size" and shared
                          else MAPPED[name])
             target = section(sect)
-            for k in (key, *_SAME.get((sect, key), ())):
+            for k in (key, *SAME.get((sect, key), ())):
                 if k in target:
                     raise ServesimError(f"sets {sect}.{k}, which the scenario sets too; give "
                                         "one of them", where=where)
@@ -242,25 +181,37 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
             tp = given.get("tensor_parallel_size", ("", section("hardware").get("tp")))[1]
             merge_speculative(section("serving"), speculative_keys(value, tp, where), where)
         elif name in DTYPE_FLAGS:
-            choices = DTYPE_FLAGS[name]
-            if value not in choices:
-                allowed = ", ".join("null" if v is None else str(v) for v in choices)
-                raise ServesimError(f"got {value!r}; servesim models {allowed}", where=where)
-            target_key = choices[value]
-            if target_key is not None:
-                model = section("model")
-                if target_key[0] in model:
-                    raise ServesimError(f"sets model.{target_key[0]}, which the scenario sets "
-                                        "too; give one of them", where=where)
-                model[target_key[0]] = target_key[1]
+            _dtype_flag(name, value, section("model"), where)
         elif name in ONLY:
             if value not in ONLY[name]:
                 allowed = " or ".join("null" if v is None else str(v) for v in ONLY[name])
                 raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
                                     "default) so far", where=where)
+        elif name in KERNEL or name.partition(".")[0] in KERNEL:
+            if value is not None:
+                notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
+                             "steps cost what vLLM's default kernels take")
+        elif name in ("kv_offloading_size", "kv_offloading_backend"):
+            _offload(name, value, given, section, where)
+        elif name == "kv_transfer_config":
+            if value is not None:
+                raise ServesimError(f"got {value!r}: KV connectors are not modelled; a host "
+                                    "KV tier is kv-offloading-size (serving.kv_offload), and "
+                                    "prefill and decode on pools of their own serving.policy: "
+                                    "disaggregated", where=where)
+        elif name == "hf_overrides":
+            raise ServesimError("changes the model's own config; give the config as it "
+                                "would read (model: {hf_config: FILE}, or the model's keys)",
+                                where=where)
+        elif "." in name:
+            raise ServesimError(f"vLLM's dotted form of {name.partition('.')[0]!r} is read for "
+                                "kernel settings only; give the flag whole (one JSON "
+                                "mapping)", where=where)
         elif name not in NO_EFFECT:
             known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
-                            *DTYPE_FLAGS, "enable_expert_parallel", "speculative_config"])
+                            *DTYPE_FLAGS, *KERNEL, "enable_expert_parallel",
+                            "speculative_config", "kv_offloading_size",
+                            "kv_offloading_backend", "kv_transfer_config"])
             raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                                 f"{', '.join(known)}; each boolean one also as no-FLAG "
                                 "(and flags with no effect on a simulation: "
@@ -268,7 +219,74 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str) -> dict[str, Any]:
     _v1_defaults(section("serving"), _raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
-    return out
+    return out, tuple(notes)
+
+
+def _with_config_file(flags: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """``flags`` with those of its ``config`` file (vLLM's ``--config``, a YAML mapping
+    of flags) beneath them: a flag given in both keeps the section's value."""
+    ref = next((k for k in flags if flag_name(k) == "config"), None)
+    if ref is None:
+        return flags
+    path = Path(str(flags[ref])).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    try:
+        loaded = parse_yaml(read_text(path, "vLLM config"))
+    except yaml.YAMLError as exc:
+        raise yaml_error(exc, str(path)) from None
+    except ServesimError as exc:
+        raise ServesimError(f"{str(path)!r}: {exc.message}", where=f"vllm.{ref}") from None
+    if not isinstance(loaded, dict):
+        raise ServesimError(f"{str(path)!r} holds {type(loaded).__name__}, expected a "
+                            "mapping of vLLM flags", where=f"vllm.{ref}")
+    own = {flag_name(k) for k in flags if k != ref}
+    return {**{k: v for k, v in loaded.items() if flag_name(k) not in own},
+            **{k: v for k, v in flags.items() if k != ref}}
+
+
+def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> None:
+    """A flag that sets one of the model's dtypes (:data:`DTYPE_FLAGS`). ``quantization
+    fp8`` on a preset whose weights are FP8 already keeps the checkpoint's scheme (vLLM
+    reads a block-scaled checkpoint's own scales)."""
+    choices = DTYPE_FLAGS[name]
+    if value not in choices:
+        allowed = ", ".join("null" if v is None else str(v) for v in choices)
+        raise ServesimError(f"got {value!r}; servesim models {allowed}", where=where)
+    target = choices[value]
+    if target is None:
+        return
+    preset = MODELS.get(str(model.get("preset")))
+    if (target == ("dtype", "fp8") and preset is not None and "dtype" not in model
+            and preset.dtype.startswith("fp8")):
+        return
+    if target[0] in model:
+        raise ServesimError(f"sets model.{target[0]}, which the scenario sets too; give one "
+                            "of them", where=where)
+    model[target[0]] = target[1]
+
+
+def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
+             section: Callable[[str], dict[str, Any]], where: str) -> None:
+    """``kv-offloading-size`` (GiB in all, over the tensor-parallel ranks) and
+    ``kv-offloading-backend``: a host KV tier, ``serving.kv_offload`` with ``cpu_gb``
+    per GPU. The backend alone turns nothing on, as in vLLM."""
+    if name == "kv_offloading_backend":
+        if value not in OFFLOAD_BACKENDS:
+            raise ServesimError(f"got {value!r}; vLLM's backends are "
+                                f"{', '.join(OFFLOAD_BACKENDS)}", where=where)
+        return
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ServesimError(f"got {value!r}, expected GiB (a number above 0)", where=where)
+    serving = section("serving")
+    if "kv_offload" in serving:
+        raise ServesimError("sets serving.kv_offload, which the scenario sets too; give one "
+                            "of them", where=where)
+    tp = given.get("tensor_parallel_size", ("", section("hardware").get("tp", 1)))[1]
+    tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
+    serving["kv_offload"] = {"cpu_gb": float(value) / tp}
 
 
 def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],

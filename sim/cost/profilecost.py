@@ -216,7 +216,11 @@ class ProfileCost:
         coefs["allreduce"] = {k: v * share for k, v in coefs["allreduce"].items()}
         knots = {k: Knots(v.xs, tuple(y * share for y in v.ys)) if k == "allreduce" else v
                  for k, v in self.knots.items() if k not in SHARED_PARTS}
-        return ProfileCost(dataclasses.replace(self.model, layers=layers, dense_layers=0), self.tp,
+        # A head attends to the whole context, whatever window the target's layers keep
+        # (sim.config.speculative.drafter_model).
+        head = dataclasses.replace(self.model, layers=layers, dense_layers=0, sliding_layers=0,
+                                   sliding_window=0)
+        return ProfileCost(head, self.tp,
                            self.device, self.dtype, coefs, self.meta, knots,
                            grids={k: v for k, v in self.grids.items() if k not in SHARED_PARTS})
 

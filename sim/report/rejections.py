@@ -120,7 +120,7 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
 
 def _vllm_flag(key: str) -> str:
     """``vLLM's --FLAG`` for a scenario key a ``vllm`` section's flag sets, else empty."""
-    from sim.config.vllmflags import MAPPED
+    from sim.config.vllmnames import MAPPED
 
     names = {f"{sect}.{k}": flag for flag, (sect, k) in MAPPED.items()}
     return f"vLLM's --{names[key].replace('_', '-')}" if key in names else ""

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from sim.config.scenario import Scenario, apply_overrides, from_dict, input_files
-from sim.config.vllmflags import flag_name
+from sim.config.vllmnames import flag_name
 from sim.configtools import MAX_TIME_S, parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.files import read_text

@@ -1,0 +1,157 @@
+"""The names a ``vllm`` section understands (:mod:`sim.config.vllmflags`): which
+servesim key each vLLM flag sets, the flags accepted only at vLLM's default, those that
+change nothing a simulation prices, kernel settings accepted with a note, short
+spellings, and vLLM's human-readable integers."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sim.errors import ServesimError
+
+# vLLM flag (underscored) -> (scenario section, key).
+MAPPED: dict[str, tuple[str, str]] = {
+    "max_model_len": ("model", "max_context"),
+    "gpu_memory_utilization": ("hardware", "memory_utilization"),
+    "tensor_parallel_size": ("hardware", "tp"),
+    "pipeline_parallel_size": ("hardware", "pp"),
+    "data_parallel_size": ("cluster", "replicas"),
+    "max_num_seqs": ("serving", "max_num_seqs"),
+    "max_num_batched_tokens": ("serving", "max_num_batched_tokens"),
+    "block_size": ("serving", "block_size"),
+    "enable_prefix_caching": ("serving", "prefix_caching"),
+    "num_gpu_blocks_override": ("serving", "num_gpu_blocks"),
+    "swap_space": ("serving", "swap_space_gib"),
+    "preemption_mode": ("serving", "preemption"),
+    "long_prefill_token_threshold": ("serving", "long_prefill_token_threshold"),
+    "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
+    "async_scheduling": ("serving", "async_scheduling"),
+    "stream_interval": ("serving", "stream_interval"),
+}
+# Other spellings of a servesim key that count as setting it.
+SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
+         ("serving", "num_gpu_blocks"): ("num_kv_blocks",)}
+# Flags accepted only at the value servesim models (vLLM's default).
+ONLY: dict[str, tuple[Any, ...]] = {
+    "dtype": ("auto", "bfloat16", "float16", "half"),
+    "enforce_eager": (False,),
+    "max_long_partial_prefills": (1,),
+    # NCCL in place of the custom all-reduce: slower collectives than the tables time.
+    "disable_custom_all_reduce": (False,),
+    # One KV-cache manager for all layers: sliding-window layers would keep full KV.
+    "disable_hybrid_kv_cache_manager": (False,),
+    # More API-server processes: the frontend prior was fitted under one.
+    "api_server_count": (1,),
+    "enable_lora": (False,),
+    # How data-parallel ranks dispatch tokens to the experts: an all-gather and a
+    # reduce-scatter (vLLM's default) is what servesim prices (sim/core/dpgroup.py).
+    "all2all_backend": ("allgather_reducescatter",),
+}
+# Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
+DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
+    "kv_cache_dtype": {"auto": None, "fp8": ("kv_dtype", "fp8"),
+                       "fp8_e4m3": ("kv_dtype", "fp8"), "fp8_e5m2": ("kv_dtype", "fp8")},
+    # A Gated DeltaNet model's recurrent state ("auto": the checkpoint's mamba_ssm_dtype).
+    "mamba_ssm_cache_dtype": {"auto": None, "float32": ("linear_state_dtype", "fp32"),
+                              "bfloat16": ("linear_state_dtype", "bf16")},
+    # fp8: online quantisation of a 16-bit checkpoint (per-tensor scales). The others name
+    # how a pre-quantised checkpoint's weights are stored: 4-bit integer groups (AWQ and
+    # GPTQ, with or without the Marlin kernels) and NVIDIA's FP4 (ModelOpt).
+    "quantization": {None: None, "fp8": ("dtype", "fp8"), "awq": ("dtype", "int4"),
+                     "awq_marlin": ("dtype", "int4"), "gptq": ("dtype", "int4"),
+                     "gptq_marlin": ("dtype", "int4"), "modelopt_fp4": ("dtype", "nvfp4")},
+}
+# Boolean flags vLLM also takes negated (``--no-enable-prefix-caching``, as argparse's
+# BooleanOptionalAction spells them, and as its --config files write them).
+NEGATABLE = frozenset((
+    "enable_prefix_caching", "async_scheduling", "enable_chunked_prefill",
+    "enable_expert_parallel", "enforce_eager", "trust_remote_code", "disable_log_requests",
+    "enable_log_requests", "disable_log_stats", "disable_uvicorn_access_log",
+    "disable_fastapi_docs", "enable_auto_tool_choice", "disable_custom_all_reduce",
+    "enable_lora", "enable_prompt_tokens_details", "enable_server_load_tracking",
+    "enable_force_include_usage", "enable_request_id_headers",
+    "disable_hybrid_kv_cache_manager", "enable_reasoning", "language_model_only",
+    "data_parallel_hybrid_lb", "data_parallel_external_lb",
+))
+# Flags that change nothing a simulation prices.
+NO_EFFECT = frozenset((
+    "model", "served_model_name", "tokenizer", "revision", "host", "port", "api_key",
+    "trust_remote_code", "download_dir", "seed", "disable_log_requests", "enable_log_requests",
+    "disable_log_stats", "uvicorn_log_level", "disable_uvicorn_access_log", "chat_template",
+    "generation_config", "max_logprobs", "disable_fastapi_docs", "root_path",
+    # The API server's request and response formats, tool and reasoning parsing,
+    # TLS and CORS, and where and how the weights are loaded.
+    "enable_auto_tool_choice", "tool_call_parser", "tool_parser_plugin", "reasoning_parser",
+    "chat_template_content_format", "response_role", "return_tokens_as_token_ids",
+    "enable_prompt_tokens_details", "enable_server_load_tracking",
+    "enable_force_include_usage", "enable_request_id_headers", "max_log_len",
+    "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
+    "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "middleware",
+    "load_format", "tokenizer_mode", "tokenizer_revision", "code_revision", "config_format",
+    "hf_token", "ignore_patterns",
+    # Where data-parallel ranks meet, which launcher starts them and how requests are
+    # balanced over them (the ranks themselves: data-parallel-size).
+    "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend",
+    "distributed_executor_backend", "data_parallel_hybrid_lb", "data_parallel_external_lb",
+    "data_parallel_size_local", "data_parallel_start_rank", "data_parallel_rank",
+    # Reasoning output parsed apart (vLLM 0.8's switch beside reasoning-parser), and a
+    # multimodal checkpoint served as text only, as servesim models every preset.
+    "enable_reasoning", "language_model_only",
+))
+# Kernel and compilation settings: CUDA-graph capture, compilation passes and fusions, the
+# attention kernel. Accepted, with a note that the run prices vLLM's default kernels
+# (the measured tables time those; servesim prices no fusion or capture setting).
+KERNEL = frozenset((
+    "max_cudagraph_capture_size", "cuda_graph_sizes", "cudagraph_capture_sizes",
+    "compilation_config", "optimization_level", "max_seq_len_to_capture",
+    "attention_backend",
+))
+# vLLM's short spellings of flags (-O was compilation-config, then optimization-level:
+# a compilation setting either way).
+ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
+           "dp": "data_parallel_size", "q": "quantization", "cc": "compilation_config",
+           "O": "optimization_level", "dpn": "data_parallel_rank",
+           "dpr": "data_parallel_start_rank", "dpl": "data_parallel_size_local",
+           "dpa": "data_parallel_address", "dpp": "data_parallel_rpc_port",
+           "dpb": "data_parallel_backend"}
+# Flags taking vLLM's human-readable integers (1k = 1,000, 1K = 1,024).
+HUMAN_INTS = frozenset(("max_model_len", "max_num_batched_tokens"))
+# Host KV offloading (vLLM's OffloadingConnector or LMCache): the backends it names.
+OFFLOAD_BACKENDS = ("native", "lmcache")
+
+
+def flag_name(flag: Any) -> str:
+    """A flag as vLLM's Python names spell it: ``--max-model-len`` -> ``max_model_len``,
+    ``-tp`` -> ``tensor_parallel_size``, ``-cc.pass_config.x`` ->
+    ``compilation_config.pass_config.x``."""
+    name = str(flag).lstrip("-").replace("-", "_")
+    head, dot, rest = name.partition(".")  # a JSON flag's dotted key: alias its head
+    return ALIASES.get(head, head) + dot + rest
+
+
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgG])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def human_int(value: Any, where: str, auto: bool = False) -> Any:
+    """``value`` as vLLM reads a human-readable integer: ``32k`` is 32,000 and ``32K``
+    32,768 (a decimal only before a lowercase suffix); with ``auto``, ``auto`` or -1 give
+    None (vLLM's automatic choice). Anything else is returned as given, for the key's own
+    validation to name."""
+    if auto and (value == -1 or (isinstance(value, str) and value.strip().lower() in
+                                 ("auto", "-1"))):
+        return None
+    if not isinstance(value, str):
+        return value
+    m = _HUMAN.fullmatch(value.strip())
+    if m is None:
+        return int(value) if value.strip().isdigit() else value
+    number, suffix = m.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    if "." in number:
+        raise ServesimError(f"got {value!r}: a binary suffix ({suffix}) takes a whole number; "
+                            f"{number}{suffix.lower()} is {number} x 1000", where=where)
+    return int(number) * _BINARY[suffix]

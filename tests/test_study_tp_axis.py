@@ -115,3 +115,99 @@ def test_the_printed_sweep_table_names_its_units() -> None:
                             "p99", "ms", "e2e", "p99", "ms", "req/s", "goodput", "sat"]
     assert line.split() == ["chunked", "1", "4", "1", "2", "302.1", "26.9", "4983.2", "1.90",
                             "1.80"]
+
+
+VLLM = {
+    "name": "flags",
+    "model": "llama-3-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "cost": "roofline",
+    "vllm": {"tp": 1, "pipeline-parallel-size": 1, "data-parallel-size": 1,
+             "max-num-seqs": 64, "O3": True},
+    "workload": {"arrivals": {"process": "poisson", "rate": 2.0},
+                 "lengths": {"prompt": {"dist": "fixed", "value": 256},
+                             "output": {"dist": "fixed", "value": 8}},
+                 "num_requests": 12, "seed": 1},
+}
+
+
+def test_studies_vary_the_degrees_a_pasted_flag_set_gives(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Setting hardware.tp beside the section's tp flag was refused as given twice: no
+    # pasted flag set naming its degrees could be swept, searched or compared by GPU.
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(VLLM))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--tp", "1,2", "--pp", "1,2", "--replicas", "1,2",
+                 "--rates", "1", "--no-plots", "--workers", "1", "--out", str(out)]) == 0
+    rows = read_csv(out / "points.csv")
+    assert sorted((r["tp"], r["pp"], r["replicas"]) for r in rows) == [
+        (tp, pp, n) for tp in (1, 2) for pp in (1, 2) for n in (1, 2)]
+    # The kernel flag's note, printed and in the manifest, and a report's "not priced" row.
+    note = ("vllm.O3: a kernel or compilation setting, not priced: steps cost what vLLM's "
+            "default kernels take")
+    assert f"note: {note}" in capsys.readouterr().out
+    assert json.loads((out / "sweep.json").read_text())["simulated"]["notes"] == [note]
+    assert main(["report", str(out), "--format", "md"]) == 0
+    assert f"| not priced | {note} |" in (out / "report.md").read_text()
+    cmp = tmp_path / "cmp"
+    assert main(["compare", str(path), "--gpus", "h100-sxm:2,h200", "--no-plots",
+                 "--out", str(cmp)]) == 0
+    assert pools(cmp) == {"h100-sxm:2": ("h100-sxm", 2), "h200": ("h200", 1)}
+    assert f"note: {note}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policies", "chunked,continuous", "--set", "serving.policy=static"],
+     "--policies: --set serving.policy=static: --policies sets serving.policy for each run"),
+    (["--gpus", "h100-sxm,h200", "--set", "hardware.gpu=b200"],
+     "--gpus: --set hardware.gpu=b200: --gpus sets hardware.gpu for each run"),
+])
+def test_compare_refuses_a_set_of_what_it_varies(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 args: list[str], message: str) -> None:
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(VLLM))
+    assert main(["compare", str(path), *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_grid_degree_that_does_not_split_the_model_names_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", str(scenario(tmp_path)), "--tp", "3,4", "--rates", "1",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("(tp must divide the heads) (the first of --tp 3,4)")
+
+
+def test_a_vllm_config_file_is_an_input_of_the_run_and_of_the_cache(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # An edited config file was served from a sweep's cache, and a run into the folder
+    # holding it deleted it.
+    from sim.config.scenario import input_files, load
+    from sim.study.sweeppoint import inputs_fingerprint
+
+    (tmp_path / "serve.yaml").write_text("max-num-seqs: 4\n")
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump({**VLLM, "vllm": {"config": "serve.yaml"}}))
+    sc = load(path)
+    assert input_files(sc) == [path, tmp_path / "serve.yaml"]
+    before = inputs_fingerprint(sc)
+    (tmp_path / "serve.yaml").write_text("max-num-seqs: 256\n")
+    assert inputs_fingerprint(load(path)) != before
+    out = tmp_path / "sweep"
+    for seqs, ran in ((4, 1), (256, 1), (256, 0)):
+        (tmp_path / "serve.yaml").write_text(f"max-num-seqs: {seqs}\n")
+        assert main(["sweep", str(path), "--rates", "1", "--no-plots", "--workers", "1",
+                     "--out", str(out)]) == 0
+        assert f"1 simulations: {ran} run, {1 - ran} from the cache" in capsys.readouterr().out
+    # A run's folder that holds the config file read keeps it, as it keeps a trace.
+    run = tmp_path / "run"
+    assert main(["simulate", str(path), "--no-plots", "--out", str(run)]) == 0
+    inner = run / "serve.yaml"
+    inner.write_text("max-num-seqs: 8\n")
+    path.write_text(yaml.safe_dump({**VLLM, "vllm": {"config": str(inner)}}))
+    assert main(["simulate", str(path), "--no-plots", "--out", str(run)]) == 0
+    assert inner.read_text() == "max-num-seqs: 8\n"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["simulated"]["pools"]["both"]["max_num_seqs"] == 8

@@ -92,7 +92,7 @@ def test_parse_slo():
     ("ttft_p99=500", None), ("ttft_p99=500s", 500.0), ("ttft_p99=500ms", 0.5),
     ("ttft_p99=60", 60.0), ("queueing_max=61", None), ("tpot_p99=50", None),
     ("tpot_p99=1", 1.0), ("itl_p99=2", None), ("e2e_p99=3600", 3600.0),
-    ("e2e_p99=4e3", None), ("tpot_p99=2S", 2.0),
+    ("e2e_p99=4e3", None), ("tpot_p99=2S", 2.0), ("ttft_p99=1_000", None),
 ])
 def test_a_bare_slo_number_past_its_metric_s_range_needs_a_unit(item: str,
                                                                  seconds: float | None):

@@ -147,6 +147,14 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"kv-offloading-size": 8}, {"serving": {"kv_offload": {"cpu_gb": 4}}},
      "vllm.kv-offloading-size", "sets serving.kv_offload, which the scenario sets too"),
     ({"config": "missing.yaml"}, {}, "vllm.config", "missing.yaml"),
+    ({"config": None}, {}, "vllm.config", "got None, expected the path of a vLLM YAML config"),
+    ({"max-model-len": "\u00b2"}, {}, "model.max_context", "expected an integer"),
+    ({"optimization-level": 0}, {}, "vllm.optimization-level",
+     "runs without CUDA graphs, as enforce-eager does"),
+    ({"O0": True}, {}, "vllm.O0", "runs without CUDA graphs"),
+    ({"compilation-config": '{"cudagraph_mode": "NONE"}'}, {}, "vllm.compilation-config",
+     "runs without CUDA graphs"),
+    ({"cc.cudagraph_mode": "none"}, {}, "vllm.cc.cudagraph_mode", "runs without CUDA graphs"),
     ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
      "vllm.kv-transfer-config", "KV connectors are not modelled; a host KV tier is "
      "kv-offloading-size"),
@@ -254,11 +262,11 @@ def test_real_flag_sets_run_whole() -> None:
     from sim.report.summary import summarize
 
     s = summarize(simulate(sc))
-    assert s["setting_notes"] == list(sc.notes)
+    assert s["simulated"]["notes"] == list(sc.notes)
     assert "\nnote: vllm.max-cudagraph-capture-size: a kernel" in table(s)
     # auto (or -1): the model's own context, from which vLLM's fitting starts.
     assert scenario({"max-model-len": "auto"}).model.max_context == scenario({}).model.max_context
-    assert "setting_notes" not in summarize(simulate(scenario({})))
+    assert "notes" not in summarize(simulate(scenario({})))["simulated"]
 
 
 def test_a_vllm_config_file_under_the_section_s_own_flags(tmp_path) -> None:
@@ -278,3 +286,40 @@ def test_quantization_fp8_keeps_a_block_scaled_checkpoint_s_scheme() -> None:
     assert from_dict({**raw, "vllm": {"quantization": "fp8"}}).model.dtype == "fp8-block"
     assert from_dict({**raw, "model": "qwen3-235b-a22b",
                       "vllm": {"quantization": "fp8"}}).model.dtype == "fp8"
+
+
+def test_config_files_yield_to_the_section_in_any_spelling(tmp_path) -> None:
+    (tmp_path / "a.yaml").write_text("enable-prefix-caching: true\nmax-num-seqs: 8\n")
+    (tmp_path / "b.yaml").write_text("config: a.yaml\n")
+    raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+           "workload": WORKLOAD}
+    sc = from_dict({**raw, "vllm": {"config": "a.yaml", "no-enable-prefix-caching": True}},
+                   "<test>", tmp_path)
+    assert (sc.serving.prefix_caching, sc.serving.max_num_seqs) == (False, 8)
+    with pytest.raises(ServesimError, match="b.yaml' names a config file of its own"):
+        from_dict({**raw, "vllm": {"config": "b.yaml"}}, "<test>", tmp_path)
+
+
+def test_short_spellings_and_a_level_in_the_flag() -> None:
+    sc = scenario({"tp": 2, "ep": True, "O3": True}, model="qwen3-30b-a3b",
+                  cost="roofline", hardware={"gpu": "h100-sxm"})
+    assert (sc.hardware.tp, sc.hardware.ep) == (2, 2)
+    assert sc.notes == ("vllm.O3: a kernel or compilation setting, not priced: steps cost "
+                        "what vLLM's default kernels take",)
+
+
+@pytest.mark.parametrize("more, why", [
+    ({"serving": {"policy": "static"}}, "policy static, preemption recompute"),
+    ({"vllm": {"preemption-mode": "swap"}}, "policy chunked, preemption swap"),
+])
+def test_vllm_s_default_caching_off_where_not_modelled_is_said(more: dict, why: str) -> None:
+    vllm = {"max-num-seqs": 8, **more.pop("vllm", {})}
+    sc = scenario(vllm, **more)
+    assert sc.serving.prefix_caching is False
+    assert sc.notes == (
+        "prefix caching (vLLM's default) is off: servesim models it under policies "
+        "continuous and chunked, preempting by recompute or with a host tier, for models "
+        f"without linear-attention layers (here: {why}, 0 linear-attention layers)",)
+    # The resolved default's own errors name the serving key.
+    with pytest.raises(ServesimError, match="serving.kv_offload: the host tier holds"):
+        scenario({}, serving={"policy": "static", "kv_offload": {"cpu_gb": 1}})

@@ -104,6 +104,9 @@ class Scenario:
     overrides: tuple[str, ...] = ()
     # What loading accepted without pricing it (a vLLM kernel flag), for the summary.
     notes: tuple[str, ...] = ()
+    # Files loading read beside those the keys name (a vLLM config file): an output
+    # folder keeps them, and a study's cache covers their bytes (input_files).
+    read: tuple[Path, ...] = ()
 
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
@@ -236,14 +239,15 @@ def _check_async(scenario: Scenario) -> None:
 
 def input_files(sc: Scenario) -> list[Path]:
     """The files the scenario reads beside itself, as they resolve (shipped names left
-    out): its trace, empirical lengths files (the workload's and its classes') and a cost
-    profile given as a path. A run's output folder keeps them (sim.report.folder)."""
+    out): its trace, empirical lengths files (the workload's and its classes'), a cost
+    profile given as a path and a vLLM config file its ``vllm`` section reads. A run's
+    output folder keeps them (sim.report.folder)."""
     w = sc.workload
     refs = [w.trace.path if w.trace is not None else None,
             w.lengths.empirical if w.lengths is not None else None,
             *(c.lengths.empirical for c in (w.classes or {}).values() if c.lengths is not None),
             sc.cost.profile]
-    out = [Path(sc.source)]
+    out = [Path(sc.source), *sc.read]
     for ref in refs:
         if ref:
             path = Path(ref).expanduser()
@@ -268,7 +272,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
-        raw, notes = apply_vllm(raw, DEFAULT_GPU, base_dir)  # server flags, moved to their keys
+        raw, notes, read = apply_vllm(raw, DEFAULT_GPU, base_dir)  # server flags, to their keys
         try:
             hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
                                   "gpu_memory_utilization")
@@ -281,13 +285,23 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         model = _model(raw["model"], base_dir)
         serving = build(ServingConfig, serving_defaults(raw.get("serving") or {},
                                                         hardware.gpu_spec), "serving")
+        try:
+            resolved = serving.resolved_caching(model.linear_layers)
+        except ServesimError as exc:
+            raise exc.located(prefix="serving") from None
+        if serving.prefix_caching is None and not resolved.prefix_caching:
+            notes += (f"prefix caching (vLLM's default) is off: servesim models it under "
+                      f"policies continuous and chunked, preempting by recompute or with a "
+                      f"host tier, for models without linear-attention layers (here: "
+                      f"policy {resolved.policy}, preemption {resolved.preemption}, "
+                      f"{model.linear_layers} linear-attention layers)",)
         scenario = Scenario(
             model=model,
             workload=build(WorkloadConfig, raw["workload"], "workload"),
             name=convert(str, raw.get("name", "scenario"), "name"),
             hardware=hardware,
             cost=_cost(raw.get("cost")),
-            serving=serving.resolved_caching(model.linear_layers),
+            serving=resolved,
             cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
             slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
             disaggregated=build(DisaggConfig,
@@ -301,6 +315,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             source=source,
             overrides=tuple(overrides),
             notes=notes,
+            read=read,
         )
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
@@ -362,8 +377,9 @@ def check_host_memory(scenario: Scenario) -> None:
                 f"lower cpu_gb, or set hardware.host_memory_gb", where="serving.kv_offload.cpu_gb")
 
 
-def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read and validate the scenario file at ``path``, applying ``--set`` overrides."""
+def load_raw(path: str | Path, overrides: list[str] | None = None) -> Any:
+    """The scenario file at ``path`` parsed, ``--set`` overrides applied, not validated
+    (a study reads where its axes are set before the scenario at them is checked)."""
     p = Path(path)
     text = read_text(p, "scenario")
     try:
@@ -377,4 +393,10 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
             raw = apply_overrides(raw, overrides)
         except ServesimError as exc:
             raise exc.located(str(p)) from None
-    return from_dict(raw, str(p), p.parent.resolve(), tuple(overrides or ()))
+    return raw
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate the scenario file at ``path``, applying ``--set`` overrides."""
+    p = Path(path)
+    return from_dict(load_raw(p, overrides), str(p), p.parent.resolve(), tuple(overrides or ()))

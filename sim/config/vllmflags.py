@@ -49,7 +49,9 @@ from sim.config.vllmnames import (
     ONLY,
     SAME,
     flag_name,
+    flag_value,
     human_int,
+    runs_eager,
 )
 from sim.config.vllmspec import merge_speculative, speculative_keys
 from sim.configtools import build, parse_yaml, yaml_error
@@ -111,20 +113,20 @@ def _raw_gpu(value: Any) -> str | GPUSpec:
 
 
 def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = None
-               ) -> tuple[dict[str, Any], tuple[str, ...]]:
+               ) -> tuple[dict[str, Any], tuple[str, ...], tuple[Path, ...]]:
     """``raw`` (a scenario mapping) with its ``vllm`` section moved into the scenario's
     own keys, vLLM's defaults filling what it leaves unset (for ``hardware.gpu``, or
-    ``default_gpu`` when the scenario names none), and the notes the run's summary gives
-    of flags accepted but not priced; ``raw`` itself and no notes when it has no such
-    section. ``config: FILE`` reads vLLM's YAML config file (relative to ``base_dir``),
-    the section's own flags winning, as the command line does over it. Errors name
-    ``vllm.FLAG``."""
+    ``default_gpu`` when the scenario names none); the notes the run's summary gives of
+    flags accepted but not priced; and the files read (a config file). ``raw`` itself,
+    no notes and no files when it has no such section. ``config: FILE`` reads vLLM's YAML
+    config file (relative to ``base_dir``), the section's own flags winning, as the
+    command line does over it. Errors name ``vllm.FLAG``."""
     if "vllm" not in raw:
-        return raw, ()
+        return raw, (), ()
     flags = raw["vllm"]
     if not isinstance(flags, dict):
         raise ServesimError(f"got {flags!r}, expected a mapping of vLLM flags", where="vllm")
-    flags = _with_config_file(flags, base_dir)
+    flags, files = _with_config_file(flags, base_dir)
     out = {k: v for k, v in raw.items() if k != "vllm"}
     sections: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -145,7 +147,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
         if name in given:
             raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                 where=f"vllm.{flag}")
-        given[name] = (str(flag), value)
+        given[name] = (str(flag), flag_value(flag, value))
     # Under expert parallelism data-parallel ranks share the experts: one replica of dp ranks.
     shared = given.get("enable_expert_parallel", ("", False))[1] is True
     for name, (flag, value) in given.items():
@@ -188,6 +190,10 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
                 raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
                                     "default) so far", where=where)
         elif name in KERNEL or name.partition(".")[0] in KERNEL:
+            if runs_eager(name, value):
+                raise ServesimError(f"got {value!r}: this runs without CUDA graphs, as "
+                                    "enforce-eager does, which servesim does not price (its "
+                                    "steps are the graph-captured kernels')", where=where)
             if value is not None:
                 notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
                              "steps cost what vLLM's default kernels take")
@@ -219,16 +225,49 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
     _v1_defaults(section("serving"), _raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
-    return out, tuple(notes)
+    return out, tuple(notes), files
 
 
-def _with_config_file(flags: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
+# What a study varies, where a scenario sets it: (section, key, the vLLM flag that sets it).
+AXES = {"tp": ("hardware", "tp", "tensor_parallel_size"),
+        "pp": ("hardware", "pp", "pipeline_parallel_size"),
+        "replicas": ("cluster", "replicas", "data_parallel_size")}
+
+
+def axis_key(raw: Any, axis: str) -> str:
+    """The dotted key a study sets to vary ``axis`` (``tp``, ``pp`` or ``replicas``) of
+    the raw scenario ``raw``: the ``vllm`` section's flag where the section gives it
+    (as written: ``vllm.tp``), or where the section reads a config file that may and the
+    scenario's own key is unset (the section's flag wins over the file's); else the
+    scenario's own key (``hardware.tp``). Setting the scenario's key beside the flag
+    would be refused as given twice."""
+    sect, key, flag = AXES[axis]
+    flags = raw.get("vllm") if isinstance(raw, dict) else None
+    if not isinstance(flags, dict):
+        return f"{sect}.{key}"
+    names = {flag_name(f): f for f in flags}
+    if axis == "replicas" and flags.get(names.get("enable_expert_parallel", "")) is True:
+        return f"{sect}.{key}"  # data-parallel ranks are then hardware.dp, not replicas
+    if flag in names:
+        return f"vllm.{names[flag]}"
+    own = raw.get(sect)
+    if "config" in names and not (isinstance(own, dict) and key in own):
+        return f"vllm.{flag}"
+    return f"{sect}.{key}"
+
+
+def _with_config_file(flags: dict[str, Any], base_dir: Path | None
+                      ) -> tuple[dict[str, Any], tuple[Path, ...]]:
     """``flags`` with those of its ``config`` file (vLLM's ``--config``, a YAML mapping
-    of flags) beneath them: a flag given in both keeps the section's value."""
+    of flags) beneath them, a flag given in both keeping the section's value; and the
+    file read (none without one)."""
     ref = next((k for k in flags if flag_name(k) == "config"), None)
     if ref is None:
-        return flags
-    path = Path(str(flags[ref])).expanduser()
+        return flags, ()
+    if not isinstance(flags[ref], str) or not flags[ref].strip():
+        raise ServesimError(f"got {flags[ref]!r}, expected the path of a vLLM YAML config "
+                            "file", where=f"vllm.{ref}")
+    path = Path(flags[ref]).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     try:
@@ -240,9 +279,19 @@ def _with_config_file(flags: dict[str, Any], base_dir: Path | None) -> dict[str,
     if not isinstance(loaded, dict):
         raise ServesimError(f"{str(path)!r} holds {type(loaded).__name__}, expected a "
                             "mapping of vLLM flags", where=f"vllm.{ref}")
-    own = {flag_name(k) for k in flags if k != ref}
-    return {**{k: v for k, v in loaded.items() if flag_name(k) not in own},
-            **{k: v for k, v in flags.items() if k != ref}}
+    if any(_plain(k) == "config" for k in loaded):
+        raise ServesimError(f"{str(path)!r} names a config file of its own; vLLM reads "
+                            "one, so merge them", where=f"vllm.{ref}")
+    own = {_plain(k) for k in flags if k != ref}
+    return {**{k: v for k, v in loaded.items() if _plain(k) not in own},
+            **{k: v for k, v in flags.items() if k != ref}}, (path,)
+
+
+def _plain(flag: Any) -> str:
+    """A flag's name without a negation (``no-enable-prefix-caching`` is the same flag as
+    ``enable-prefix-caching``)."""
+    name = flag_name(flag)
+    return name[3:] if name.startswith("no_") and name[3:] in NEGATABLE else name
 
 
 def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> None:

@@ -5,6 +5,7 @@ spellings, and vLLM's human-readable integers."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -111,7 +112,8 @@ KERNEL = frozenset((
 # a compilation setting either way).
 ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
            "dp": "data_parallel_size", "q": "quantization", "cc": "compilation_config",
-           "O": "optimization_level", "dpn": "data_parallel_rank",
+           "O": "optimization_level", "ep": "enable_expert_parallel",
+           "dpn": "data_parallel_rank",
            "dpr": "data_parallel_start_rank", "dpl": "data_parallel_size_local",
            "dpa": "data_parallel_address", "dpp": "data_parallel_rpc_port",
            "dpb": "data_parallel_backend"}
@@ -126,10 +128,40 @@ def flag_name(flag: Any) -> str:
     ``-tp`` -> ``tensor_parallel_size``, ``-cc.pass_config.x`` ->
     ``compilation_config.pass_config.x``."""
     name = str(flag).lstrip("-").replace("-", "_")
+    if _LEVEL.fullmatch(name):
+        return "optimization_level"  # -O3: the level written into the flag
     head, dot, rest = name.partition(".")  # a JSON flag's dotted key: alias its head
     return ALIASES.get(head, head) + dot + rest
 
 
+_LEVEL = re.compile(r"O\d")
+
+
+def flag_value(flag: Any, value: Any) -> Any:
+    """The value a flag carries: its own for all but ``-O<level>``, whose level is part
+    of the flag (``O3: true`` is level 3)."""
+    name = str(flag).lstrip("-")
+    return int(name[1:]) if _LEVEL.fullmatch(name) else value
+
+
+def runs_eager(name: str, value: Any) -> bool:
+    """Whether a kernel setting turns CUDA graphs off, as ``enforce-eager`` does:
+    optimization level 0, or a compilation config whose ``cudagraph_mode`` is NONE."""
+    if name == "optimization_level":
+        return str(value).strip() == "0"
+    if name.endswith(".cudagraph_mode"):
+        return str(value).strip().upper() == "NONE"
+    if name == "compilation_config":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return False
+        return isinstance(value, dict) and str(value.get("cudagraph_mode", "")).upper() == "NONE"
+    return False
+
+
+_DIGITS = re.compile(r"[0-9]+")
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgG])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
@@ -147,7 +179,7 @@ def human_int(value: Any, where: str, auto: bool = False) -> Any:
         return value
     m = _HUMAN.fullmatch(value.strip())
     if m is None:
-        return int(value) if value.strip().isdigit() else value
+        return int(value) if _DIGITS.fullmatch(value.strip()) else value
     number, suffix = m.groups()
     if suffix in _DECIMAL:
         return int(float(number) * _DECIMAL[suffix])

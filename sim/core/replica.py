@@ -347,7 +347,7 @@ class Replica:
                 self.swap_s = 0.0
             # SimPy's clock after the timeout: it adds the same two floats.
             end = now + dt
-            used = self.kv.in_use
+            used = self.kv.used if self.kv.prefix is None else self.kv.in_use
             stats.book(dt, shape.seqs, shape.new_tokens, used, end)
             if log is not None:
                 log.append((self.index, now, end, tuple(batch.log_entries(self.running))))

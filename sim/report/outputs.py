@@ -155,7 +155,7 @@ def table(summary: dict[str, Any]) -> str:
     # What building the workload changed or left out (a trace's dropped rows, a
     # transform, a closed loop's unsent requests): on screen too, not only in the JSON.
     lines.extend(f"workload: {note}" for note in summary.get("workload_notes", ()))
-    lines.extend(f"note: {note}" for note in summary.get("setting_notes", ()))
+    lines.extend(f"note: {note}" for note in summary.get("simulated", {}).get("notes", ()))
     stats = list(summary["latency_s"]["ttft"])  # the percentiles asked, mean and max
     head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in stats)
     lines.append(head)

@@ -27,6 +27,7 @@ def scenario_digest(scenario: Any) -> str:
     fields.pop("overrides", None)  # the input, not the settings: already applied above
     if not fields.get("notes"):
         fields.pop("notes", None)  # notes on accepted flags, hashed only when there are any
+    fields.pop("read", None)  # file locations, as base_dir and source
     # A setting since removed (it never changed results), hashed at its old default so
     # digests of earlier runs stay valid.
     fields["event_skipping"] = True
@@ -168,6 +169,8 @@ def describe_scenario(sc: Scenario, cost_source: str,
         "cost_source": cost_source,
         "seed": sc.workload.seed,
         "horizon_s": sc.horizon_s,
+        # Settings accepted without being priced (a vLLM kernel flag): absent when none.
+        **({"notes": list(sc.notes)} if sc.notes else {}),
         # Sections that change what is simulated, present only when set.
         **({"admission": admission} if (admission := _set_fields(sc.admission)) else {}),
         **({"faults": clean(_plain(sc.faults))} if sc.faults.active else {}),

@@ -89,6 +89,7 @@ SIMULATED = {
                   nonempty=True),
     "horizon_s": May(NUMBER_OR_NULL, null=False),
     "overrides": May(ListOf(TEXT, "--set overrides")),
+    "notes": May(ListOf(TEXT, "settings not priced")),
 }
 CLASS = {
     "latency_s": {"ttft": CLASS_STATS, "tpot": CLASS_STATS},

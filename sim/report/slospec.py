@@ -79,7 +79,7 @@ def parse_slo(item: str, flag: str = "--slo") -> SLO:
     if metric not in METRICS or stat not in STATS:
         raise ServesimError(f"{flag} {item}: unknown target {name.strip()!r}; expected {allowed}")
     limit = parse_seconds(value, flag, item)
-    bare = value.strip().lower().rstrip("0123456789.e+-") == ""
+    bare = value.strip().lower().rstrip("0123456789._e+-") == ""
     if bare and limit > BARE_MAX_S[metric]:
         raise ServesimError(f"{flag} {item}: {limit:g} s is more than a bare {metric} target "
                             f"takes ({BARE_MAX_S[metric]:g} s); write {value.strip()}ms for "

@@ -84,8 +84,6 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
             "rejected_by_reason": dict(sorted(reasons.items())),
         },
         "workload_notes": list(res.requests.notes),
-        # Settings accepted but not priced (a vLLM kernel flag): absent when none.
-        **({"setting_notes": list(sc.notes)} if sc.notes else {}),
         "span_s": span,
         "latency_s": {
             "ttft": distribution(lat["ttft"], percentiles),

@@ -49,7 +49,7 @@ from sim.study.studyargs import (
     add_execution_args,
     check_execution,
     grid_args,
-    grid_overrides,
+    grid_base,
     parse_ints,
     refuse_pinned,
 )
@@ -58,7 +58,6 @@ from sim.study.sweeppoint import (
     METRIC_COLUMNS,
     PointKey,
     point_sets,
-    read_raw,
     refuse_closed_loop,
     show_progress,
 )
@@ -144,7 +143,7 @@ def main(argv: list[str]) -> int:
     a = capacity_parser().parse_args(argv)
     slos = check_flags(a)
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
-    base = read_raw(a.scenario, grid_overrides(a))
+    base = grid_base(a)
     refuse_closed_loop(base, a.scenario, "capacity", paced=False)
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
     path = Path(a.scenario)
@@ -176,6 +175,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(result_json(result).decode())
     elif not a.quiet:
         print_summary(result)
+        for note in sc.notes:  # settings accepted without being priced
+            print(f"note: {note}")
         print(f"{s.stats.computed + s.stats.cached} simulations: {s.stats.computed} run, "
               f"{s.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in paths))

@@ -63,12 +63,14 @@ def gpus(scenario: Any) -> int:
 def run_variants(path: str | Path, variants: dict[str, list[str]],
                  overrides: list[str] | None = None,
                  percentiles: tuple[float, ...] | None = None, force: bool = False,
-                 flag: str = "--policies") -> dict[str, tuple[Any, dict[str, Any]]]:
+                 flag: str = "--policies", replaceable: frozenset[str] = frozenset(),
+                 ) -> dict[str, tuple[Any, dict[str, Any]]]:
     """Run the scenario at ``path`` once per variant, its ``KEY=VALUE`` settings applied
     after the ``overrides`` (:func:`variant_overrides`; ``flag`` names the option the
-    variants come from): {label: (RunResult, summary)}; ``percentiles`` those of each
-    summary's latencies (default: the summary's own); each run's memory estimate is
-    checked first (``force``: not refused)."""
+    variants come from, ``replaceable`` the keys a variant may take over from an
+    override): {label: (RunResult, summary)}; ``percentiles`` those of each summary's
+    latencies (default: the summary's own); each run's memory estimate is checked first
+    (``force``: not refused)."""
     from sim.config import scenario
     from sim.core.budget import check
     from sim.core.engine import simulate
@@ -77,7 +79,8 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
 
     out = {}
     for label, settings in variants.items():
-        sc = scenario.load(path, variant_overrides(overrides or [], settings, flag))
+        sc = scenario.load(path, variant_overrides(overrides or [], settings, flag,
+                                                   replaceable))
         check(sc, force)
         res = simulate(sc)
         summary = summarize(res, percentiles or PERCENTILES)
@@ -86,18 +89,22 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
     return out
 
 
-def variant_overrides(overrides: list[str], settings: list[str], flag: str) -> list[str]:
+def variant_overrides(overrides: list[str], settings: list[str], flag: str,
+                      replaceable: frozenset[str] = frozenset()) -> list[str]:
     """The ``--set`` ``overrides`` followed by one variant's ``settings`` (from
-    ``flag``): a key the variant sets replaces the same key of an override (``--gpus
-    h100-sxm:8`` runs tp 8 whatever ``--set hardware.tp`` says; a GPU given without its
-    tp keeps it), and an override of a key inside one the variant sets is refused, as
-    the variant would drop it."""
+    ``flag``). A key in ``replaceable`` that the variant sets replaces the override's
+    (``--gpus h100-sxm:8`` runs tp 8 whatever ``--set hardware.tp`` says; a GPU given
+    without its tp keeps it); any other key the variant sets, or a key inside one, is
+    refused in an override: the variant would drop it."""
     keys = [s.split("=", 1)[0].strip() for s in settings]
     kept = []
     for o in overrides:
         key = o.split("=", 1)[0].strip()
-        if key in keys:
+        if key in keys and key in replaceable:
             continue
+        if key in keys:
+            raise ServesimError(f"--set {o}: {flag} sets {key} for each run; leave it out",
+                                where=flag)
         inside = next((k for k in keys if key.startswith(k + ".")), None)
         if inside is not None:
             raise ServesimError(f"--set {o} sets a key inside {inside}, which {flag} "
@@ -124,12 +131,15 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
                         percentiles, force, "--policies")
 
 
-def gpu_variants(names: list[str]) -> dict[str, list[str]]:
+def gpu_variants(names: list[str], raw: Any) -> dict[str, list[str]]:
     """Each ``GPU`` of the table or ``GPU:TP`` of ``--gpus`` as the settings of its run
-    (``hardware.gpu``, and ``hardware.tp`` when given); an unknown GPU, a bad degree or a
+    (``hardware.gpu``, and the tp where the scenario ``raw`` gives it when a degree is
+    given: ``hardware.tp``, or a pasted vLLM flag); an unknown GPU, a bad degree or a
     repeated name is refused in one line."""
+    from sim.config.vllmflags import axis_key
     from sim.cost.gpus import GPUS
 
+    tp_key = axis_key(raw, "tp")
     if not names:
         raise ServesimError(f"got no GPU; give one or more of {', '.join(sorted(GPUS))}",
                             where="--gpus")
@@ -145,7 +155,7 @@ def gpu_variants(names: list[str]) -> dict[str, list[str]]:
             raise ServesimError(f"got {name!r}: after a GPU, ':' takes its tensor-parallel "
                                 "degree, a whole number from 1 (e.g. h100-sxm:2)",
                                 where="--gpus")
-        variants[name] = [f"hardware.gpu={gpu}", *([f"hardware.tp={int(tp)}"] if tp else [])]
+        variants[name] = [f"hardware.gpu={gpu}", *([f"{tp_key}={int(tp)}"] if tp else [])]
     return variants
 
 
@@ -161,8 +171,11 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     from sim.config import scenario
     from sim.study.studyargs import refuse_pinned
 
-    variants = gpu_variants(names)
-    loaded = {name: scenario.load(path, variant_overrides(overrides or [], settings, "--gpus"))
+    raw = scenario.load_raw(path, overrides)
+    variants = gpu_variants(names, raw)
+    tp = _tp_replaceable(raw)
+    loaded = {name: scenario.load(path, variant_overrides(overrides or [], settings, "--gpus",
+                                                          tp))
               for name, settings in variants.items()}
     # h100-sxm and h100-sxm:1 are one configuration when the scenario's tp is 1.
     seen: dict[tuple[str, int], str] = {}
@@ -178,7 +191,14 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
         tps = ",".join(n.partition(":")[2] for n in names if ":" in n)
         refuse_pinned(sc, "--gpus", ",".join(names), "gpu")
         refuse_pinned(sc, "--gpus", tps, "tp")
-    return run_variants(path, variants, overrides, percentiles, force, "--gpus")
+    return run_variants(path, variants, overrides, percentiles, force, "--gpus", tp)
+
+
+def _tp_replaceable(raw: Any) -> frozenset[str]:
+    """The tp key a ``GPU:TP`` takes over from a ``--set`` (:func:`variant_overrides`)."""
+    from sim.config.vllmflags import axis_key
+
+    return frozenset((axis_key(raw, "tp"),))
 
 
 def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> list[str]:
@@ -336,8 +356,11 @@ def main(argv: list[str]) -> int:
     from sim.config import scenario
 
     # The scenario as the first GPU runs it: its own GPU and tp need not fit.
-    as_run = (variant_overrides(a.overrides, gpu_variants(values)[values[0]], "--gpus")
-              if by_gpu else a.overrides)
+    raw = scenario.load_raw(a.scenario, a.overrides)
+    # An override of what the runs vary is refused before anything runs.
+    as_run = (variant_overrides(a.overrides, gpu_variants(values, raw)[values[0]], "--gpus",
+                                _tp_replaceable(raw)) if by_gpu else
+              variant_overrides(a.overrides, ["serving.policy=chunked"], "--policies")[:-1])
     inputs = scenario.input_files(scenario.load(a.scenario, as_run))
     if not by_gpu and a.policies is None:
         # The default list may hold policies the scenario's settings refuse (static with
@@ -362,6 +385,9 @@ def main(argv: list[str]) -> int:
         if by_gpu:  # each GPU is priced by its own cost model: say which
             for g, (_, s) in runs.items():
                 print(f"{g}: cost: {s['simulated']['cost_source']}")
+        for note in dict.fromkeys(n for _, s in runs.values()
+                                  for n in s["simulated"].get("notes", ())):
+            print(f"note: {note}")  # settings accepted without being priced
         print("wrote " + ", ".join(str(x) for x in paths))
     # Each run is judged as `simulate` judges it, once all are written.
     for value, (res, _) in runs.items():

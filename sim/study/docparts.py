@@ -93,6 +93,7 @@ def setup_table(sim: dict[str, Any]) -> Table:
     for key in ("admission", "faults"):
         if sim.get(key):
             rows.append([key, _settings(sim[key])])
+    rows += [["not priced", note] for note in sim.get("notes", ())]
     rows += [["cost source", h.cost_phrase(sim)],
              ["workload seed", str(sim.get("seed"))],
              ["horizon", "none" if sim.get("horizon_s") is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Any
 
 from sim.config.scenario import Scenario, from_dict
@@ -133,7 +134,7 @@ def check_execution(a: argparse.Namespace) -> None:
 
 def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
     """Policies, replicas, tp degrees and seeds from flags, defaulting to the scenario's own."""
-    sc = from_dict(base, a.scenario)
+    sc = from_dict(base, a.scenario, Path(a.scenario).parent.resolve())
     if sc.hardware.dp > 1:
         # Their GPU counts and tp grid are per replica of tp x pp GPUs; a group of ranks
         # would need ep to follow each tp as well.
@@ -162,17 +163,40 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
     }
 
 
-def grid_overrides(a: argparse.Namespace) -> list[str]:
+def grid_overrides(a: argparse.Namespace, raw: Any) -> list[str]:
     """The ``--set`` overrides a sweep or capacity search reads its base scenario with:
-    with ``--tp`` or ``--pp``, ``hardware.tp`` and ``hardware.pp`` set to the first of
-    each (replacing a ``--set`` of the same key), so that the base is the scenario as the
-    grid runs it and its own tp need not fit (a 70B model at ``--tp 4,8`` from a
-    scenario of one GPU)."""
-    sets = {f"hardware.{key}": f"hardware.{key}={parse_ints(given, flag)[0]}"
+    with ``--tp`` or ``--pp``, the first of each set where the scenario ``raw`` (parsed,
+    overrides applied) gives it (:func:`sim.config.vllmflags.axis_key`: ``hardware.tp``,
+    or a pasted vLLM flag), replacing a ``--set`` of that key, so that the base is the
+    scenario as the grid runs it and its own tp need not fit (a 70B model at ``--tp 4,8``
+    from a scenario of one GPU)."""
+    from sim.config.vllmflags import axis_key
+
+    sets = {axis_key(raw, key): f"{axis_key(raw, key)}={parse_ints(given, flag)[0]}"
             for key, flag, given in (("tp", "--tp", a.tp), ("pp", "--pp", getattr(a, "pp", None)))
             if given is not None}
     kept = [o for o in a.overrides if o.split("=", 1)[0].strip() not in sets]
     return [*kept, *sets.values()]
+
+
+def grid_base(a: argparse.Namespace) -> dict[str, Any]:
+    """The raw base scenario of a sweep or capacity search (:func:`grid_overrides`),
+    validated at the first of ``--tp`` and ``--pp``; an error there names the flag."""
+    from sim.config.scenario import load_raw
+    from sim.study.sweeppoint import read_raw
+
+    sets = grid_overrides(a, load_raw(a.scenario, a.overrides))
+    try:
+        return read_raw(a.scenario, sets)
+    except ServesimError as exc:
+        given = [f"{flag} {v}" for flag, v in (("--tp", a.tp), ("--pp", getattr(a, "pp", None)))
+                 if v is not None]
+        # Only what the degrees decide: the heads' split, the fit in memory, a pool.
+        if not given or sets == a.overrides or not str(exc.where or "").startswith(
+                ("hardware", "vllm", "disaggregated")):
+            raise
+        raise ServesimError(f"{exc.message} (the first of {' and '.join(given)})",
+                            exc.source, exc.where) from None
 
 
 def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,

@@ -25,11 +25,11 @@ from sim.study.studyargs import (
     add_execution_args,
     check_execution,
     grid_args,
-    grid_overrides,
+    grid_base,
     parse_rates,
 )
 from sim.study.sweep import Row, SweepSpec, run_sweep
-from sim.study.sweeppoint import PointKey, point_sets, read_raw, refuse_closed_loop, show_progress
+from sim.study.sweeppoint import PointKey, point_sets, refuse_closed_loop, show_progress
 
 
 def summary_table(grid: list[Row]) -> str:
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
         if o.split("=", 1)[0].strip() in ("workload.arrivals.rate",
                                           "workload.trace.target_rate"):
             raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)")
-    base = read_raw(a.scenario, grid_overrides(a))
+    base = grid_base(a)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     check_rate(base, rates[0], f"--rates {a.rates}",
                None if steady is None else steady.max_requests)
@@ -130,6 +130,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(clean(blob), indent=2, allow_nan=False))
     elif not a.quiet:
         print(summary_table(res.grid))
+        for note in json.loads((out / "sweep.json").read_text())["simulated"].get("notes", ()):
+            print(f"note: {note}")  # settings accepted without being priced
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in res.paths))

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from sim.config.scenario import Scenario, apply_overrides, from_dict, input_files
-from sim.config.vllmnames import flag_name
+from sim.config.vllmflags import axis_key
 from sim.configtools import MAX_TIME_S, parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -178,8 +178,8 @@ def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None
     when it is not 0, and the horizon that cuts it."""
     refuse_closed_loop(base, "<scenario>", "a rate point")
     w = base.get("workload") or {}
-    sets = [f"serving.policy={key.policy}", f"cluster.replicas={key.replicas}",
-            f"hardware.tp={key.tp}", f"workload.seed={key.seed}"]
+    sets = [f"serving.policy={key.policy}", f"{axis_key(base, 'replicas')}={key.replicas}",
+            f"{axis_key(base, 'tp')}={key.tp}", f"workload.seed={key.seed}"]
     where, pp = _pp_key(base)
     if key.pp != pp:
         # Set only when it differs, so points of scenarios without stages keep their digest.
@@ -206,16 +206,14 @@ def _horizon(horizon_factor: float, span: float) -> float:
 
 
 def _pp_key(base: dict[str, Any]) -> tuple[str, int]:
-    """Where the base scenario sets its pipeline stages (``hardware.pp``, or the
-    ``vllm`` block's ``pipeline_parallel_size`` flag) and the value; ``hardware.pp`` and
-    1 when it sets none."""
-    flags = base.get("vllm")
-    if isinstance(flags, dict):
-        for flag, value in flags.items():
-            if flag_name(flag) == "pipeline_parallel_size":
-                return f"vllm.{flag}", int(value)
-    hw = base.get("hardware")
-    return "hardware.pp", int(hw.get("pp", 1)) if isinstance(hw, dict) else 1
+    """Where the base scenario sets its pipeline stages (:func:`axis_key`) and the value
+    given there; 1 where it gives none (a config file's is set again whenever a point
+    differs from 1)."""
+    where = axis_key(base, "pp")
+    node: Any = base
+    for part in where.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return where, int(node) if isinstance(node, int) and not isinstance(node, bool) else 1
 
 
 def point_raw(base: dict[str, Any], key: PointKey, horizon_factor: float | None,

@@ -285,16 +285,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         model = _model(raw["model"], base_dir)
         serving = build(ServingConfig, serving_defaults(raw.get("serving") or {},
                                                         hardware.gpu_spec), "serving")
-        try:
-            resolved = serving.resolved_caching(model.linear_layers)
-        except ServesimError as exc:
-            raise exc.located(prefix="serving") from None
-        if serving.prefix_caching is None and not resolved.prefix_caching:
-            notes += (f"prefix caching (vLLM's default) is off: servesim models it under "
-                      f"policies continuous and chunked, preempting by recompute or with a "
-                      f"host tier, for models without linear-attention layers (here: "
-                      f"policy {resolved.policy}, preemption {resolved.preemption}, "
-                      f"{model.linear_layers} linear-attention layers)",)
+        resolved, said = serving.resolved_caching(model.linear_layers)
+        notes += said
         scenario = Scenario(
             model=model,
             workload=build(WorkloadConfig, raw["workload"], "workload"),

@@ -163,16 +163,27 @@ class ServingConfig:
                                 f"chunked only, not {self.policy!r}",
                                 where="long_prefill_token_threshold")
 
-    def resolved_caching(self, linear_layers: int) -> ServingConfig:
+    def resolved_caching(self, linear_layers: int) -> tuple[ServingConfig, tuple[str, ...]]:
         """This config with ``prefix_caching: null`` (vLLM's default) made true where
         caching is modelled (policy continuous or chunked, preemption by recompute or a
         host tier, a model with no linear-attention layers: ``linear_layers``), else
-        false; itself when it is already true or false."""
+        false, with a note saying so; itself when it is already true or false. Errors
+        name ``serving.KEY``."""
         if self.prefix_caching is not None:
-            return self
+            return self, ()
         on = (self.policy in ("continuous", "chunked") and not linear_layers
               and (self.preemption == "recompute" or self.kv_offload is not None))
-        return dataclasses.replace(self, prefix_caching=on)
+        try:
+            out = dataclasses.replace(self, prefix_caching=on)
+        except ServesimError as exc:
+            raise exc.located(prefix="serving") from None
+        if on:
+            return out, ()
+        return out, (f"prefix caching (vLLM's default) is off: servesim models it under "
+                     f"policies continuous and chunked, preempting by recompute or with a "
+                     f"host tier, for models without linear-attention layers (here: policy "
+                     f"{self.policy}, preemption {self.preemption}, {linear_layers} "
+                     "linear-attention layers)",)
 
     def _check_offload(self) -> None:
         """A host tier needs something to hold, and is sized by kv_offload alone."""

@@ -211,3 +211,26 @@ def test_a_vllm_config_file_is_an_input_of_the_run_and_of_the_cache(
     assert inner.read_text() == "max-num-seqs: 8\n"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["simulated"]["pools"]["both"]["max_num_seqs"] == 8
+
+
+def test_a_pasted_chunked_prefill_flag_carries_the_policy_axis(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # enable-chunked-prefill chooses the policy: sweeping or comparing policies set
+    # serving.policy beside it and was refused as given twice.
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump({**VLLM, "vllm": {"enable-chunked-prefill": True}}))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--policies", "chunked,continuous", "--rates", "1",
+                 "--no-plots", "--quiet", "--workers", "1", "--out", str(out)]) == 0
+    assert sorted(r["policy"] for r in read_csv(out / "points.csv")) == ["chunked",
+                                                                         "continuous"]
+    cmp = tmp_path / "cmp"
+    assert main(["compare", str(path), "--policies", "continuous,chunked", "--no-plots",
+                 "--out", str(cmp)]) == 0
+    runs = json.loads((cmp / "compare.json").read_text())
+    assert {p: s["simulated"]["policy"] for p, s in runs.items()} == {
+        "continuous": "continuous", "chunked": "chunked"}
+    assert main(["compare", str(path), "--policies", "chunked,static", "--no-plots",
+                 "--out", str(cmp)]) == 2
+    assert (f"{path}: vllm.enable-chunked-prefill: chooses the policy (chunked or "
+            "continuous), so static cannot run with it") in capsys.readouterr().err

@@ -228,34 +228,6 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
     return out, tuple(notes), files
 
 
-# What a study varies, where a scenario sets it: (section, key, the vLLM flag that sets it).
-AXES = {"tp": ("hardware", "tp", "tensor_parallel_size"),
-        "pp": ("hardware", "pp", "pipeline_parallel_size"),
-        "replicas": ("cluster", "replicas", "data_parallel_size")}
-
-
-def axis_key(raw: Any, axis: str) -> str:
-    """The dotted key a study sets to vary ``axis`` (``tp``, ``pp`` or ``replicas``) of
-    the raw scenario ``raw``: the ``vllm`` section's flag where the section gives it
-    (as written: ``vllm.tp``), or where the section reads a config file that may and the
-    scenario's own key is unset (the section's flag wins over the file's); else the
-    scenario's own key (``hardware.tp``). Setting the scenario's key beside the flag
-    would be refused as given twice."""
-    sect, key, flag = AXES[axis]
-    flags = raw.get("vllm") if isinstance(raw, dict) else None
-    if not isinstance(flags, dict):
-        return f"{sect}.{key}"
-    names = {flag_name(f): f for f in flags}
-    if axis == "replicas" and flags.get(names.get("enable_expert_parallel", "")) is True:
-        return f"{sect}.{key}"  # data-parallel ranks are then hardware.dp, not replicas
-    if flag in names:
-        return f"vllm.{names[flag]}"
-    own = raw.get(sect)
-    if "config" in names and not (isinstance(own, dict) and key in own):
-        return f"vllm.{flag}"
-    return f"{sect}.{key}"
-
-
 def _with_config_file(flags: dict[str, Any], base_dir: Path | None
                       ) -> tuple[dict[str, Any], tuple[Path, ...]]:
     """``flags`` with those of its ``config`` file (vLLM's ``--config``, a YAML mapping

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.config.flagaxes import axis_key as _axis_key
+from sim.config.flagaxes import policy_setting
 from sim.configtools import ArgParser, comma_items
 from sim.errors import ServesimError
 from sim.report.rejections import add_rejection_args, max_share, verdict
@@ -91,11 +93,10 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
 
 def variant_overrides(overrides: list[str], settings: list[str], flag: str,
                       replaceable: frozenset[str] = frozenset()) -> list[str]:
-    """The ``--set`` ``overrides`` followed by one variant's ``settings`` (from
-    ``flag``). A key in ``replaceable`` that the variant sets replaces the override's
-    (``--gpus h100-sxm:8`` runs tp 8 whatever ``--set hardware.tp`` says; a GPU given
-    without its tp keeps it); any other key the variant sets, or a key inside one, is
-    refused in an override: the variant would drop it."""
+    """The ``--set`` ``overrides``, then one variant's ``settings`` (from ``flag``): a key
+    in ``replaceable`` the variant sets replaces the override's (``--gpus h100-sxm:8``
+    runs tp 8 whatever ``--set hardware.tp`` says); another it sets, or one inside it,
+    is refused in an override, as the variant would drop it."""
     keys = [s.split("=", 1)[0].strip() for s in settings]
     kept = []
     for o in overrides:
@@ -127,7 +128,13 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
     if unknown or not policies:
         raise ServesimError(f"unknown policy {unknown[0] if unknown else ''!r}; valid: "
                             f"{', '.join(sorted(POLICIES))}", where="--policies")
-    return run_variants(path, {p: [f"serving.policy={p}"] for p in policies}, overrides,
+    from sim.config.scenario import load_raw
+
+    try:
+        sets = {p: [policy_setting(load_raw(path, overrides), p)] for p in policies}
+    except ServesimError as exc:
+        raise exc.located(str(path)) from None
+    return run_variants(path, sets, overrides,
                         percentiles, force, "--policies")
 
 
@@ -136,10 +143,9 @@ def gpu_variants(names: list[str], raw: Any) -> dict[str, list[str]]:
     (``hardware.gpu``, and the tp where the scenario ``raw`` gives it when a degree is
     given: ``hardware.tp``, or a pasted vLLM flag); an unknown GPU, a bad degree or a
     repeated name is refused in one line."""
-    from sim.config.vllmflags import axis_key
     from sim.cost.gpus import GPUS
 
-    tp_key = axis_key(raw, "tp")
+    tp_key = _axis_key(raw, "tp")
     if not names:
         raise ServesimError(f"got no GPU; give one or more of {', '.join(sorted(GPUS))}",
                             where="--gpus")
@@ -173,7 +179,7 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
 
     raw = scenario.load_raw(path, overrides)
     variants = gpu_variants(names, raw)
-    tp = _tp_replaceable(raw)
+    tp = frozenset((_axis_key(raw, "tp"),))
     loaded = {name: scenario.load(path, variant_overrides(overrides or [], settings, "--gpus",
                                                           tp))
               for name, settings in variants.items()}
@@ -194,12 +200,6 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
     return run_variants(path, variants, overrides, percentiles, force, "--gpus", tp)
 
 
-def _tp_replaceable(raw: Any) -> frozenset[str]:
-    """The tp key a ``GPU:TP`` takes over from a ``--set`` (:func:`variant_overrides`)."""
-    from sim.config.vllmflags import axis_key
-
-    return frozenset((axis_key(raw, "tp"),))
-
 
 def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> list[str]:
     """Those of ``policies`` the scenario at ``path`` accepts; each one left out is named
@@ -210,7 +210,8 @@ def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> li
     first: ServesimError | None = None
     for p in policies:
         try:
-            scenario.load(path, [*(overrides or []), f"serving.policy={p}"])
+            scenario.load(path, [*(overrides or []),
+                                 policy_setting(scenario.load_raw(path, overrides), p)])
         except ServesimError as exc:
             first = first or exc
             print(f"compare: left out {p}: {exc.message}", file=sys.stderr)
@@ -359,7 +360,7 @@ def main(argv: list[str]) -> int:
     raw = scenario.load_raw(a.scenario, a.overrides)
     # An override of what the runs vary is refused before anything runs.
     as_run = (variant_overrides(a.overrides, gpu_variants(values, raw)[values[0]], "--gpus",
-                                _tp_replaceable(raw)) if by_gpu else
+                                frozenset((_axis_key(raw, "tp"),))) if by_gpu else
               variant_overrides(a.overrides, ["serving.policy=chunked"], "--policies")[:-1])
     inputs = scenario.input_files(scenario.load(a.scenario, as_run))
     if not by_gpu and a.policies is None:

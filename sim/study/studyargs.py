@@ -166,11 +166,11 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
 def grid_overrides(a: argparse.Namespace, raw: Any) -> list[str]:
     """The ``--set`` overrides a sweep or capacity search reads its base scenario with:
     with ``--tp`` or ``--pp``, the first of each set where the scenario ``raw`` (parsed,
-    overrides applied) gives it (:func:`sim.config.vllmflags.axis_key`: ``hardware.tp``,
+    overrides applied) gives it (:func:`sim.config.flagaxes.axis_key`: ``hardware.tp``,
     or a pasted vLLM flag), replacing a ``--set`` of that key, so that the base is the
     scenario as the grid runs it and its own tp need not fit (a 70B model at ``--tp 4,8``
     from a scenario of one GPU)."""
-    from sim.config.vllmflags import axis_key
+    from sim.config.flagaxes import axis_key
 
     sets = {axis_key(raw, key): f"{axis_key(raw, key)}={parse_ints(given, flag)[0]}"
             for key, flag, given in (("tp", "--tp", a.tp), ("pp", "--pp", getattr(a, "pp", None)))

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
+from sim.config.flagaxes import axis_key, policy_setting
 from sim.config.scenario import Scenario, apply_overrides, from_dict, input_files
-from sim.config.vllmflags import axis_key
 from sim.configtools import MAX_TIME_S, parse_yaml, yaml_error
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -178,7 +178,7 @@ def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None
     when it is not 0, and the horizon that cuts it."""
     refuse_closed_loop(base, "<scenario>", "a rate point")
     w = base.get("workload") or {}
-    sets = [f"serving.policy={key.policy}", f"{axis_key(base, 'replicas')}={key.replicas}",
+    sets = [policy_setting(base, key.policy), f"{axis_key(base, 'replicas')}={key.replicas}",
             f"{axis_key(base, 'tp')}={key.tp}", f"workload.seed={key.seed}"]
     where, pp = _pp_key(base)
     if key.pp != pp:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.config.vllmnames import flag_name
+from sim.config.vllmnames import flag_name, plain_name
 from sim.errors import ServesimError
 
 # What a study varies, where a scenario sets it: (section, key, the vLLM flag that sets it).
@@ -44,8 +44,7 @@ def policy_setting(raw: Any, policy: str) -> str:
     policy, that flag (true for ``chunked``, false for ``continuous``: the two it can
     choose; another policy is an error naming the flag)."""
     flags = raw.get("vllm") if isinstance(raw, dict) else None
-    flag = next((f for f in flags if flag_name(f) in ("enable_chunked_prefill",
-                                                      "no_enable_chunked_prefill")),
+    flag = next((f for f in flags if plain_name(f) == "enable_chunked_prefill"),
                 None) if isinstance(flags, dict) else None
     if flag is None:
         return f"serving.policy={policy}"

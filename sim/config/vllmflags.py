@@ -43,7 +43,6 @@ from sim.config.vllmnames import (
     HUMAN_INTS,
     KERNEL,
     MAPPED,
-    NEGATABLE,
     NO_EFFECT,
     OFFLOAD_BACKENDS,
     ONLY,
@@ -51,6 +50,7 @@ from sim.config.vllmnames import (
     flag_name,
     flag_value,
     human_int,
+    plain_name,
     runs_eager,
 )
 from sim.config.vllmspec import merge_speculative, speculative_keys
@@ -138,12 +138,12 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
 
     given: dict[str, tuple[str, Any]] = {}
     for flag, value in flags.items():
-        name = flag_name(flag)
-        if name.startswith("no_") and name[3:] in NEGATABLE:
+        name = plain_name(flag)
+        if name != flag_name(flag):  # negated: no-FLAG true is FLAG false
             if not isinstance(value, bool):
                 raise ServesimError(f"got {value!r}, expected true or false",
                                     where=f"vllm.{flag}")
-            name, value = name[3:], not value
+            value = not value
         if name in given:
             raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                 where=f"vllm.{flag}")
@@ -251,19 +251,13 @@ def _with_config_file(flags: dict[str, Any], base_dir: Path | None
     if not isinstance(loaded, dict):
         raise ServesimError(f"{str(path)!r} holds {type(loaded).__name__}, expected a "
                             "mapping of vLLM flags", where=f"vllm.{ref}")
-    if any(_plain(k) == "config" for k in loaded):
+    if any(plain_name(k) == "config" for k in loaded):
         raise ServesimError(f"{str(path)!r} names a config file of its own; vLLM reads "
                             "one, so merge them", where=f"vllm.{ref}")
-    own = {_plain(k) for k in flags if k != ref}
-    return {**{k: v for k, v in loaded.items() if _plain(k) not in own},
+    own = {plain_name(k) for k in flags if k != ref}
+    return {**{k: v for k, v in loaded.items() if plain_name(k) not in own},
             **{k: v for k, v in flags.items() if k != ref}}, (path,)
 
-
-def _plain(flag: Any) -> str:
-    """A flag's name without a negation (``no-enable-prefix-caching`` is the same flag as
-    ``enable-prefix-caching``)."""
-    name = flag_name(flag)
-    return name[3:] if name.startswith("no_") and name[3:] in NEGATABLE else name
 
 
 def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> None:

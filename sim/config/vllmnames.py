@@ -137,6 +137,13 @@ def flag_name(flag: Any) -> str:
 _LEVEL = re.compile(r"O\d")
 
 
+def plain_name(flag: Any) -> str:
+    """A flag's name without a negation (``no-enable-prefix-caching`` is the same flag as
+    ``enable-prefix-caching``)."""
+    name = flag_name(flag)
+    return name[3:] if name.startswith("no_") and name[3:] in NEGATABLE else name
+
+
 def flag_value(flag: Any, value: Any) -> Any:
     """The value a flag carries: its own for all but ``-O<level>``, whose level is part
     of the flag (``O3: true`` is level 3)."""

@@ -130,8 +130,9 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
                             f"{', '.join(sorted(POLICIES))}", where="--policies")
     from sim.config.scenario import load_raw
 
+    raw = load_raw(path, overrides)
     try:
-        sets = {p: [policy_setting(load_raw(path, overrides), p)] for p in policies}
+        sets = {p: [policy_setting(raw, p)] for p in policies}
     except ServesimError as exc:
         raise exc.located(str(path)) from None
     return run_variants(path, sets, overrides,
@@ -208,10 +209,10 @@ def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> li
 
     ok: list[str] = []
     first: ServesimError | None = None
+    raw = scenario.load_raw(path, overrides)
     for p in policies:
         try:
-            scenario.load(path, [*(overrides or []),
-                                 policy_setting(scenario.load_raw(path, overrides), p)])
+            scenario.load(path, [*(overrides or []), policy_setting(raw, p)])
         except ServesimError as exc:
             first = first or exc
             print(f"compare: left out {p}: {exc.message}", file=sys.stderr)

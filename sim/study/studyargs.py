@@ -163,40 +163,43 @@ def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--
     }
 
 
-def grid_overrides(a: argparse.Namespace, raw: Any) -> list[str]:
-    """The ``--set`` overrides a sweep or capacity search reads its base scenario with:
-    with ``--tp`` or ``--pp``, the first of each set where the scenario ``raw`` (parsed,
-    overrides applied) gives it (:func:`sim.config.flagaxes.axis_key`: ``hardware.tp``,
-    or a pasted vLLM flag), replacing a ``--set`` of that key, so that the base is the
-    scenario as the grid runs it and its own tp need not fit (a 70B model at ``--tp 4,8``
-    from a scenario of one GPU)."""
+def grid_sets(a: argparse.Namespace, raw: Any) -> list[str]:
+    """The ``--set`` overrides that put a sweep's or capacity search's base scenario at
+    the first of ``--tp`` and ``--pp``, each where the scenario ``raw`` (parsed, overrides
+    applied) gives it (:func:`sim.config.flagaxes.axis_key`: ``hardware.tp``, or a pasted
+    vLLM flag), so that the base is the scenario as the grid runs it and its own tp need
+    not fit (a 70B model at ``--tp 4,8`` from a scenario of one GPU)."""
     from sim.config.flagaxes import axis_key
 
-    sets = {axis_key(raw, key): f"{axis_key(raw, key)}={parse_ints(given, flag)[0]}"
+    return [f"{axis_key(raw, key)}={parse_ints(given, flag)[0]}"
             for key, flag, given in (("tp", "--tp", a.tp), ("pp", "--pp", getattr(a, "pp", None)))
-            if given is not None}
-    kept = [o for o in a.overrides if o.split("=", 1)[0].strip() not in sets]
-    return [*kept, *sets.values()]
+            if given is not None]
 
 
 def grid_base(a: argparse.Namespace) -> dict[str, Any]:
-    """The raw base scenario of a sweep or capacity search (:func:`grid_overrides`),
-    validated at the first of ``--tp`` and ``--pp``; an error there names the flag."""
-    from sim.config.scenario import load_raw
-    from sim.study.sweeppoint import read_raw
+    """The raw base scenario of a sweep or capacity search, its ``--set`` overrides and
+    :func:`grid_sets` applied, validated; an error that the first of ``--tp`` or ``--pp``
+    decides names the flag."""
+    from sim.config.scenario import apply_overrides, load_raw
 
-    sets = grid_overrides(a, load_raw(a.scenario, a.overrides))
+    path = Path(a.scenario)
+    raw = load_raw(path, a.overrides)
+    if not isinstance(raw, dict):
+        raise ServesimError("expected a mapping at the top level", str(path))
+    sets = grid_sets(a, raw)
+    base = apply_overrides(raw, sets) if sets else raw
     try:
-        return read_raw(a.scenario, sets)
+        from_dict(base, str(path), path.parent.resolve())
     except ServesimError as exc:
         given = [f"{flag} {v}" for flag, v in (("--tp", a.tp), ("--pp", getattr(a, "pp", None)))
                  if v is not None]
         # Only what the degrees decide: the heads' split, the fit in memory, a pool.
-        if not given or sets == a.overrides or not str(exc.where or "").startswith(
+        if not sets or not str(exc.where or "").startswith(
                 ("hardware", "vllm", "disaggregated")):
             raise
         raise ServesimError(f"{exc.message} (the first of {' and '.join(given)})",
                             exc.source, exc.where) from None
+    return base
 
 
 def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,

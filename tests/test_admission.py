@@ -15,6 +15,8 @@ import pytest
 from conftest import run_both_ways as both
 from conftest import tiny_scenario
 
+from sim.config.scenario import from_dict
+from sim.core.engine import simulate
 from sim.core.request import FINISHED, REJECTED, TIMED_OUT
 from sim.errors import ServesimError
 from sim.policies.admission import RateLimitConfig, TokenBucket
@@ -110,3 +112,35 @@ def test_goodput_counts_only_served_requests() -> None:
     span = s["span_s"]
     assert s["throughput"]["goodput_requests_per_s"] == pytest.approx(2 / span)
     assert np.isnan(res.first_token[1])
+
+
+def test_a_request_held_for_async_scheduling_times_out_there() -> None:
+    # Async scheduling (roofline: it needs the host's share of a step) holds B, arrived at
+    # 1 ms while A's 2,000-token prefill runs, for the step after next. B's deadline
+    # (21 ms) passes before that prefill ends: B times out where it is held and is never
+    # served; C is served after A (one sequence at a time).
+    sc = tiny_scenario(model="llama-3-8b", cost="roofline", hardware={"gpu": "h100-sxm"},
+                       serving={"max_num_seqs": 1, "async_scheduling": True,
+                                "max_num_batched_tokens": 8192},
+                       admission={"timeout_s": 0.02})
+    res = both(sc, [0.0, 0.001, 0.5], [2000, 10, 8], [10, 2, 2])
+    assert res.first_token[0] > 0.021
+    assert res.status.tolist() == [FINISHED, TIMED_OUT, FINISHED]
+    assert math.isnan(res.first_sched[1]) and math.isnan(res.finish[1])
+    assert summarize(res)["requests"]["timed_out"] == 1
+
+
+def test_closed_loop_clients_time_out_under_async_scheduling() -> None:
+    # Three clients, one sequence at a time, 6 requests of 2,000 tokens (a prefill takes
+    # longer than the 10 ms patience): clients that give up send again while a prefill
+    # runs, so async scheduling holds their requests, and some time out there. Each
+    # request ends once (served or given up), and its client sends the next then.
+    sc = from_dict({"model": "llama-3-8b", "cost": "roofline", "hardware": {"gpu": "h100-sxm"},
+                    "serving": {"async_scheduling": True, "max_num_seqs": 1},
+                    "admission": {"timeout_s": 0.01},
+                    "workload": {"concurrency": 3, "num_requests": 6,
+                                 "lengths": {"prompt": {"dist": "fixed", "value": 2000},
+                                             "output": {"dist": "fixed", "value": 1}}}})
+    counts = summarize(simulate(sc))["requests"]
+    assert counts["timed_out"] >= 1
+    assert counts["finished"] + counts["timed_out"] == counts["total"] == 6

@@ -122,3 +122,21 @@ def test_a_key_given_twice_is_named(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"config\.json: hidden_size: given twice in one "
                                             r"object"):
         from_hf_config(path)
+
+
+@pytest.mark.parametrize("rope, positions", [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+    ({"type": "dynamic", "factor": 2.0}, 81920),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 40960),
+    ({"rope_type": "default"}, 40960),
+])
+def test_rope_scaling_sets_the_context(tmp_path: Path, rope: dict[str, object],
+                                       positions: int) -> None:
+    """The context vLLM derives: a YaRN or dynamic factor stretches the positions (YaRN's
+    from its original length); Llama 3's configs already give the stretched length."""
+    assert from_hf_config(write(tmp_path, {**QWEN3, "rope_scaling": rope})).max_context == positions
+
+
+def test_rope_scaling_factor_must_be_a_number(tmp_path: Path) -> None:
+    with pytest.raises(ServesimError, match=r"rope_scaling\.factor: got '4'"):
+        from_hf_config(write(tmp_path, {**QWEN3, "rope_scaling": {"type": "yarn", "factor": "4"}}))

@@ -323,3 +323,18 @@ def test_vllm_s_default_caching_off_where_not_modelled_is_said(more: dict, why: 
     # The resolved default's own errors name the serving key.
     with pytest.raises(ServesimError, match="serving.kv_offload: the host tier holds"):
         scenario({}, serving={"policy": "static", "kv_offload": {"cpu_gb": 1}})
+
+
+@pytest.mark.parametrize("raw", [{"vllm": {"max-model-len": 4097}},
+                                 {"model": {"preset": "tiny", "max_context": 8192}}])
+def test_context_past_the_models_positions_is_refused(raw: dict[str, Any]) -> None:
+    """vLLM refuses a --max-model-len above the checkpoint's positions (4,096 for tiny);
+    the same value is refused here, with the limit, not simulated as given."""
+    spec = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+            "workload": WORKLOAD, **raw}
+    with pytest.raises(ServesimError, match=r"model\.max_context: (4,097|8,192) tokens is more "
+                       r"than the 4,096 positions of the model \(preset tiny\).*give at most "
+                       r"4,096"):
+        from_dict(spec, "<test>")
+    # At the limit it runs.
+    assert scenario({"max-model-len": 4096}).model.max_context == 4096

@@ -143,9 +143,21 @@ def _model(value: Any, base_dir: Path | None) -> ModelSpec:
             base = from_hf_config(path if base_dir is None else base_dir / path)
         except ServesimError as exc:
             raise ServesimError(f"{exc}", where="model.hf_config") from None
-    if base is not None:
-        spec = {**{k: getattr(base, k) for k in base.__dataclass_fields__}, **spec}
-    return build(ModelSpec, spec, "model")
+    if base is None:
+        return build(ModelSpec, spec, "model")
+    model = build(ModelSpec, {**{k: getattr(base, k) for k in base.__dataclass_fields__},
+                              **spec}, "model")
+    if model.max_context > base.max_context:
+        # vLLM refuses a --max-model-len past the positions the checkpoint was trained
+        # for (its derived max_model_len) unless told to allow it at the user's risk.
+        where = "preset " + str(preset) if preset is not None else str(hf_config)
+        raise ServesimError(
+            f"{model.max_context:,} tokens is more than the {base.max_context:,} positions of "
+            f"the model ({where}); vLLM refuses such a max-model-len (unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, at the risk of wrong outputs): give at "
+            f"most {base.max_context:,}, or a long-context variant's config.json as "
+            "model.hf_config", where="model.max_context")
+    return model
 
 
 def _cost(value: Any) -> CostConfig:

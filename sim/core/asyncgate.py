@@ -47,6 +47,15 @@ class AsyncGate(Gate):
         out, self.late, self.held = self.late + self.held, [], []
         return out
 
+    def discard(self, ids: set[int]) -> int:
+        """As :meth:`sim.core.recvgate.Gate.discard`, from both lists."""
+        gone = super().discard(ids)
+        if self.late:
+            n = len(self.late)
+            self.late = [r for r in self.late if r.id not in ids]
+            gone += n - len(self.late)
+        return gone
+
     def tick(self, rep: Replica) -> None:
         """The top of ``rep``'s scheduler loop, the iteration before it just ended: read
         the requests that arrived during the iteration before that one (all of them when

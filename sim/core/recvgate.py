@@ -51,6 +51,14 @@ class Gate:
         out, self.held = self.held, []
         return out
 
+    def discard(self, ids: set[int]) -> int:
+        """Take the held requests ``ids`` out (their clients gave up before the scheduler
+        read them); how many were here."""
+        before = len(self)
+        if self.held:
+            self.held = [r for r in self.held if r.id not in ids]
+        return before - len(self)
+
     def tick(self, rep: Replica) -> None:
         """The top of ``rep``'s scheduler loop: read what is due into its waiting queue."""
         raise NotImplementedError

@@ -202,7 +202,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             intermediate=width or count("intermediate_size", least=1),
             vocab=count("vocab_size", least=1),
             dtype=dtype,  # type: ignore[arg-type]
-            max_context=count("max_position_embeddings", 8192, least=1),
+            max_context=_positions(cfg, count("max_position_embeddings", 8192, least=1), src),
             rope_theta=theta,
             qkv_bias=_flag(cfg, "attention_bias", family in _QKV_BIAS_BY_DEFAULT, src),
             tie_embeddings=_flag(cfg, "tie_word_embeddings", False, src),
@@ -215,6 +215,31 @@ def from_hf_config(path: Path) -> ModelSpec:
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
+
+
+def _positions(cfg: dict[str, Any], trained: int, src: str) -> int:
+    """The longest context (tokens) vLLM derives from a config: ``trained`` positions
+    (max_position_embeddings) stretched by a RoPE scaling factor, except for the
+    schemes whose configs already give the stretched length (Llama 3's, LongRoPE);
+    YaRN scales its ``original_max_position_embeddings``."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return trained
+    kind = rope.get("rope_type", rope.get("type"))
+    factor = rope.get("factor")
+    if kind in ("su", "longrope", "llama3") or factor is None:
+        return trained
+    if (isinstance(factor, bool) or not isinstance(factor, int | float)
+            or not 0 < factor < 2**20):
+        raise ServesimError(f"got {factor!r}, expected a number above 0 and below 2**20",
+                            source=src, where="rope_scaling.factor")
+    base = rope.get("original_max_position_embeddings") if kind == "yarn" else None
+    if base is None:
+        base = trained
+    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+        raise ServesimError(f"got {base!r}, expected a whole number of at least 1",
+                            source=src, where="rope_scaling.original_max_position_embeddings")
+    return max(1, int(base * factor))
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool, src: str) -> bool:

@@ -78,7 +78,15 @@ def weights_dtype(quant: Any, src: str) -> str | None:
         raise ServesimError(f"got {quant!r}, expected a mapping", source=src, where=where)
     method = quant.get("quant_method")
     if method == "fp8":
-        return "fp8-block" if quant.get("weight_block_size") else "fp8"
+        block = quant.get("weight_block_size")
+        if block is None or block == []:
+            return "fp8"
+        if block != [128, 128]:
+            # The kernel tables time block-scaled FP8 at DeepSeek's and Qwen's 128 x 128.
+            raise ServesimError(f"got {block!r}; servesim prices block-scaled FP8 with "
+                                "blocks of [128, 128]", source=src,
+                                where=f"{where}.weight_block_size")
+        return "fp8-block"
     algo = str(quant.get("quant_algo", "")).upper()
     if method == "modelopt" and algo in ("FP8", "NVFP4"):
         return algo.lower()

@@ -136,9 +136,12 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
             raise exc from None
         named = (exc.where or "").startswith("cost.profile")
         raise exc.located(scenario.source, None if named else "cost.profile") from None
+    measured_on = (prof.device if (prof.meta.get("source") or {}).get("kind")
+                   == "measured-kernels" else gpu_name)
     mismatch = [
         f"{k} {a!r} != {b!r}"
-        for k, a, b in (("tp", prof.tp, tp), ("ep", prof.meta.get("ep", 1), ep),
+        for k, a, b in (("gpu", measured_on, gpu_name), ("tp", prof.tp, tp),
+                        ("ep", prof.meta.get("ep", 1), ep),
                         ("dp", prof.meta.get("dp", 1), scenario.hardware.dp))
         if a != b
     ]

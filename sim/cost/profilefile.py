@@ -96,6 +96,34 @@ def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     return value
 
 
+# The serving frameworks whose kernels a measured profile may be built from (its
+# source.framework decides defaults such as async scheduling, so a misspelling matters).
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
+
+
+def _check_source(src: Any, device_name: str) -> None:
+    """A profile's ``source`` block, where it has one: a mapping whose ``framework`` is
+    one servesim knows and, for profiles built from kernel tables, whose GPU is in the
+    GPU table and the one ``device.name`` gives."""
+    from sim.cost.gpus import GPUS  # the GPU table imports nothing of profiles
+
+    if src is None:
+        return  # calibrated profiles say where they ran under device and calibration
+    if not isinstance(src, dict):
+        raise ServesimError(f"got {src!r}, expected a mapping", where="source")
+    fw = src.get("framework")
+    if fw is not None and fw not in FRAMEWORKS:
+        raise ServesimError(f"got {fw!r}; allowed: {', '.join(FRAMEWORKS)}",
+                            where="source.framework")
+    if src.get("kind") == "measured-kernels":
+        if device_name not in GPUS:
+            raise ServesimError(f"got {device_name!r}, not a GPU of the table; allowed: "
+                                f"{', '.join(sorted(GPUS))}", where="device.name")
+        if src.get("gpu", device_name) != device_name:
+            raise ServesimError(f"got {src.get('gpu')!r}, but device.name is "
+                                f"{device_name!r}", where="source.gpu")
+
+
 def parse_profile(data: Any, source: str) -> ProfileCost:
     """Check a parsed profile mapping against the schema and build its :class:`ProfileCost`."""
     try:
@@ -123,6 +151,10 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         device = _need(data, "device", dict, "")
         device_name = _need(device, "name", str, "device.")
         dtype = _need(data, "dtype", str, "")
+        if dtype != model.dtype:
+            raise ServesimError(f"got {dtype!r}, but the profile's model has dtype "
+                                f"{model.dtype!r}; the two are the same", where="dtype")
+        _check_source(data.get("source"), device_name)
         comps = _need(data, "components", dict, "")
         if (data.get("dp", 1) > 1) != ("experts" in comps):
             raise ServesimError("a profile of data-parallel ranks (dp > 1) prices their shared "

@@ -139,7 +139,8 @@ class Timeouts:
 
 
 def _remove(rep: Replica, ids: set[int]) -> None:
-    """Take the requests ``ids`` out of ``rep.waiting``, keeping the order of the rest.
+    """Take the requests ``ids`` out of ``rep``'s gate and ``rep.waiting``, keeping the
+    order of the rest.
 
     Under FCFS the queue is the scheduled (preempted) requests, then the unscheduled ones
     in routing order; the expired are the oldest unscheduled, right after that prefix,
@@ -147,6 +148,9 @@ def _remove(rep: Replica, ids: set[int]) -> None:
     """
     w = rep.waiting
     left = len(ids)
+    if rep.gate is not None and len(rep.gate):
+        # Routed while the replica was busy and not yet read by its scheduler.
+        left -= rep.gate.discard(ids)
     if not rep.priority:
         kept: list[Request] = []
         while w and left and (w[0].scheduled or w[0].id in ids):

@@ -65,6 +65,14 @@ def prefix_summary(res: RunResult) -> dict[str, Any]:
     return {"prefix_cache": out}
 
 
+def unused_hashes(res: RunResult) -> list[str]:
+    """A note when the requests carry prefix hashes that nothing reads (caching off)."""
+    if res.requests.prefix_hashes is None or res.scenario.serving.prefix_caching:
+        return []
+    return ["the requests' prefix hashes are not used: prefix caching is off "
+            "(serving.prefix_caching, vLLM's --enable-prefix-caching)"]
+
+
 NO_HASHES = ("the requests carry no prefix hashes (a trace's hash_ids or prefix_hash_ids, "
              "or workload.shared_prefix), so every prompt is its own and nothing is shared")
 

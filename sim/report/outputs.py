@@ -184,7 +184,8 @@ def table(summary: dict[str, Any]) -> str:
         slo_txt = "per class, below"
     offered = summary.get("saturation", {}).get("offered_rps")
     lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s"
-                 + (f" (offered {offered:.3f})" if offered is not None else "") + ", "
+                 + (f" (offered {offered:.3f})" if offered is not None and offered < 1e6
+                    else f" (offered {offered:.3g})" if offered is not None else "") + ", "
                  f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s"
                  + (f" ({tp['output_tokens_per_s_per_gpu']:.1f} a GPU)"
                     if summary["gpus"] > 1 and tp.get("output_tokens_per_s_per_gpu") else "")

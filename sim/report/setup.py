@@ -13,7 +13,7 @@ from sim.config.scenario import Scenario
 from sim.core.engine import RunResult
 from sim.cost.dtypes import SPARSE_FIELDS
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
-from sim.cost.specs import recorded_fields
+from sim.cost.specs import ModelSpec, recorded_fields
 from sim.report.metrics import clean
 
 
@@ -103,6 +103,26 @@ MOE_KEYS = ("experts", "experts_per_token", "expert_intermediate", "shared_exper
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 MODEL_KEYS = ("name", "dtype", "kv_dtype", "layers", "hidden", "heads", "kv_heads", "head_dim",
               "intermediate", "vocab", "max_context")
+# Listed where they differ from their default: sliding-window attention (gpt-oss,
+# Mistral), dtypes kept apart, Gated DeltaNet layers (Qwen3.5), and the norms and gates
+# some families add. Two models that differ in one of them are not recorded alike.
+OPTIONAL_KEYS = ("sliding_window", "sliding_layers", "attention_sinks", "expert_dtype",
+                 "qkv_dtype", "layer_qk_norm", "attn_output_gate", "linear_layers",
+                 "linear_key_heads", "linear_value_heads", "linear_key_dim",
+                 "linear_value_dim", "linear_conv", "linear_state_dtype")
+
+
+def model_keys(model: ModelSpec) -> dict[str, Any]:
+    """The ``simulated.model`` section: the model's dimensions and dtypes, with its mixture
+    of experts, latent or sparse attention where it has them and the optional fields
+    that differ from their defaults."""
+    keys = (MODEL_KEYS + (MOE_KEYS if model.experts else ()) + (MLA_KEYS if model.mla else ())
+            + (SPARSE_FIELDS if model.sparse else ()))
+    out = {k: getattr(model, k) for k in keys}
+    defaults = {f.name: f.default for f in dataclasses.fields(model)}
+    out.update({k: getattr(model, k) for k in OPTIONAL_KEYS
+                if getattr(model, k) != defaults[k]})
+    return out
 
 
 def package_version() -> str:
@@ -160,10 +180,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
         "sha256": scenario_digest(sc),
         "overrides": list(sc.overrides),
         "servesim_version": package_version(),
-        "model": {k: getattr(sc.model, k) for k in MODEL_KEYS + (MOE_KEYS if sc.model.experts
-                                                                  else ())
-                  + (MLA_KEYS if sc.model.mla else ())
-                  + (SPARSE_FIELDS if sc.model.sparse else ())},
+        "model": model_keys(sc.model),
         "policy": sc.serving.policy,
         "pools": per_pool,
         "cost_source": cost_source,

@@ -8,7 +8,13 @@ from typing import Any
 
 from sim.core.engine import RunResult
 from sim.core.request import FINISHED, NOT_ARRIVED, REJECTED, UNFINISHED
-from sim.report.features import fault_summary, prefix_summary, spec_summary, tier_summary
+from sim.report.features import (
+    fault_summary,
+    prefix_summary,
+    spec_summary,
+    tier_summary,
+    unused_hashes,
+)
 from sim.report.metrics import (
     PERCENTILES,
     class_summaries,
@@ -83,7 +89,7 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
             **status_counts(status),
             "rejected_by_reason": dict(sorted(reasons.items())),
         },
-        "workload_notes": list(res.requests.notes),
+        "workload_notes": [*res.requests.notes, *unused_hashes(res)],
         "span_s": span,
         "latency_s": {
             "ttft": distribution(lat["ttft"], percentiles),

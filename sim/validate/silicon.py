@@ -214,8 +214,10 @@ class Case:
 
 def classify(row: Row) -> Case | str:
     """The :class:`Case` of ``row``, or why servesim does not simulate it."""
-    if row.mode != "agg":
+    if row.mode == "disagg":
         return "disaggregated serving (prefill and decode pools of their own)"
+    if row.mode != "agg":
+        return f"mode {row.mode!r}: neither agg (one pool) nor disagg"
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
     dtype = "bf16"

@@ -145,9 +145,8 @@ def select(rows: list[Row], frameworks: list[str] | None, weight: str,
     if not cases:
         which = f" matching {_filters(frameworks, weight)}" if kept and (
             frameworks or weight != "all") else ""
-        raise ServesimError(f"no row{which} can be simulated; skipped: " + "; ".join(
-            f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda x: -x[1])),
-            source=str(path))
+        raise ServesimError(f"no row{which} can be simulated; skipped: {_skipped(skipped)}"
+                            if skipped else "the file has no rows", source=str(path))
     return cases, skipped
 
 
@@ -195,17 +194,32 @@ def _print(records: list[dict[str, Any]], stats: dict[str, Any], skipped: dict[s
             + (" nvfp4-exp" if r.get("expert_dtype") == "nvfp4" else "")
         print(f"{r['line']:>5} {r['framework']:<8} {model:<23} {r['gpu']:<9} {r['tp']:>2} "
               f"{r['isl']:>5} {r['osl']:>5} {r['concurrency']:>4} {r['split']:<4} "
-              f"{r['ttft_ms']:>9.1f} {r['ttft_pred_ms']:>9.1f} {r['ttft_err']:>+7.1%} "
-              f"{r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>8.2f} {r['tpot_err']:>+7.1%}"
+              f"{r['ttft_ms']:>9.1f} {_ms(r['ttft_pred_ms'], 9, 1)} {_err(r['ttft_err'])} "
+              f"{r['tpot_ms']:>8.2f} {_ms(r['tpot_pred_ms'], 8, 2)} {_err(r['tpot_err'])}"
               + (f"  ({r['note']})" if r["note"] else ""))
-    print(f"{len(records)} of {total} rows of {path} simulated; skipped: "
-          + "; ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda x: -x[1])))
+    print(f"{len(records)} of {total} rows of {path} simulated"
+          + (f"; skipped: {_skipped(skipped)}" if skipped else ""))
     for fw, by in stats.items():
         for split, m in by.items():
             if m["ttft"]["rows"]:
                 print(f"{fw:<7} {split:<4} rows {m['ttft']['rows']:>3}: median |err| TTFT "
                       f"{_pct(m['ttft']['median'])}, TPOT {_pct(m['tpot']['median'])}; p90 "
                       f"TTFT {_pct(m['ttft']['p90'])}, TPOT {_pct(m['tpot']['p90'])}")
+
+
+def _ms(x: float | None, width: int, places: int) -> str:
+    """A predicted time (ms) in its column; '-' where there is none (no request finished,
+    or a TPOT of one output token)."""
+    return f"{x:>{width}.{places}f}" if x is not None and math.isfinite(x) else f"{'-':>{width}}"
+
+
+def _err(x: float | None) -> str:
+    return f"{x:>+7.1%}" if x is not None and math.isfinite(x) else f"{'-':>7}"
+
+
+def _skipped(skipped: dict[str, int]) -> str:
+    """The rows left out, by reason, most first."""
+    return "; ".join(f"{n} {why}" for why, n in sorted(skipped.items(), key=lambda x: -x[1]))
 
 
 def _pct(x: float | None) -> str:

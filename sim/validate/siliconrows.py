@@ -198,8 +198,11 @@ def _row(r: dict[str, str], line: int, path: Path) -> Row:
             f"{n['attention_dp_size']} ranks: {clients:,} clients, expected at most "
             f"{MAX_CLIENTS:,}", source=str(path), where=f"line {line}, batch_size")
     for col, ms in (("silicon_ttft_ms", ttft), ("silicon_tpot_ms", tpot)):
-        if not (ms > 0) and not math.isnan(ms):  # a missing one is an incomplete row
-            raise ServesimError(f"got {r.get(col)!r}, expected a positive time (ms)",
+        # An empty cell is a latency not measured (an incomplete row); 'nan' or 'inf'
+        # written in one is not a time.
+        if (r.get(col) or "").strip() and not 0 < ms < math.inf:
+            raise ServesimError(f"got {r.get(col)!r}, expected a positive time (ms); leave "
+                                "the cell empty for one not measured",
                                 source=str(path), where=f"line {line}, {col}")
     text = {k: str(r.get(k) or "") for k in (
         "id", "backend", "backend_version", "model_path", "system", "precision",

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import MAX_INT, MAX_TIME_S, is_number
+from sim.configtools import MAX_INT, MAX_TIME_S, DuplicateKeyError, is_number, unique_keys
 from sim.errors import ServesimError
 from sim.files import read_text, too_deep
 from sim.validate import vllmclient
@@ -368,7 +368,9 @@ def load(path: str | Path, seed: int = 0) -> VllmRun:
     p = Path(path)
     text = read_text(p, "vLLM benchmark result")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
+        raise ServesimError(f"an object names {exc} twice", source=str(p)) from None
     except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=str(p)) from None
     except RecursionError:

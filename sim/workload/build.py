@@ -88,6 +88,9 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
             key = "workload.trace.start_row" if "start_row" in str(exc) else "workload.trace"
             raise located(exc, source, key) from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
+        if tc.prefix_block_tokens is not None and tr.prefix_hashes is None:
+            notes.append(f"workload.trace.prefix_block_tokens: {tr.source} has no prefix "
+                         "hashes for it to size")
         notes += [str(c) for c in changes]
         staged = None
         if cfg.concurrency is not None:
@@ -126,10 +129,11 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
     else:
         assert cfg.arrivals is not None and cfg.lengths is not None
         t = workload_arrivals(cfg, rng)
+        unused: list[str] = []
         prompt, output = sample_lengths(cfg.lengths, len(t), rng, base_dir, source,
-                                        "workload.lengths")
+                                        "workload.lengths", unused)
         prio = None if cfg.priority is None else cfg.priority.sample(len(t), rng)
-        reqs = Requests(t, prompt, output, priority=prio)
+        reqs = Requests(t, prompt, output, priority=prio, notes=tuple(unused))
     if cfg.stages is not None:
         assert cfg.arrivals is not None
         reqs = dataclasses.replace(reqs, stage_windows=windows(cfg.stages, cfg.arrivals.start_s))

@@ -64,10 +64,11 @@ def closed_requests(cfg: WorkloadConfig, n: int, base_dir: Path | None,
         reqs = draw_by_weight(cfg, n, rng, base_dir, source)
     else:
         assert cfg.lengths is not None
+        notes: list[str] = []
         prompt, output = sample_lengths(cfg.lengths, n, rng, base_dir, source,
-                                        "workload.lengths")
+                                        "workload.lengths", notes)
         prio = None if cfg.priority is None else cfg.priority.sample(n, rng)
-        reqs = Requests(np.full(n, np.inf), prompt, output, priority=prio)
+        reqs = Requests(np.full(n, np.inf), prompt, output, priority=prio, notes=tuple(notes))
     if due is not None:
         reqs = dataclasses.replace(reqs, arrival_s=due)
     if cfg.shared_prefix is not None:

@@ -108,9 +108,12 @@ def located(exc: ServesimError, source: str, key: str) -> ServesimError:
 
 
 def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,
-                   base_dir: Path | None, source: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+                   base_dir: Path | None, source: str, key: str,
+                   notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``n`` (prompt, output) token counts (int64 arrays) drawn as ``lc`` says; ``key`` is
-    the dotted key of ``lc``, named by errors in an empirical file."""
+    the dotted key of ``lc``, named by errors in an empirical file. What an empirical
+    file holds beyond its lengths (classes, priorities, prefix hashes: a draw of lengths
+    leaves them behind) is said in ``notes``."""
     from sim.workload import traces
 
     if lc.empirical is not None:
@@ -118,6 +121,13 @@ def sample_lengths(lc: LengthsConfig, n: int, rng: np.random.Generator,
             tr = traces.load_trace(traces.find_trace(lc.empirical, base_dir))
         except ServesimError as exc:
             raise located(exc, source, f"{key}.empirical") from None
+        unused = [what for what, col in (("classes", tr.klass), ("priorities", tr.priority),
+                                         ("prefix hashes", tr.prefix_hashes))
+                  if col is not None]
+        said = (f"{key}.empirical: {tr.source}'s {', '.join(unused)} are not used (lengths "
+                "are drawn from it); replay it as workload.trace to keep them")
+        if unused and notes is not None and said not in notes:
+            notes.append(said)
         idx = rng.integers(0, len(tr.prompt_tokens), size=n)
         return (np.asarray(tr.prompt_tokens, dtype=np.int64)[idx],
                 np.asarray(tr.output_tokens, dtype=np.int64)[idx])

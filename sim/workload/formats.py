@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.configtools import DuplicateKeyError, unique_keys
 from sim.errors import ServesimError
 from sim.workload import traceio
 from sim.workload.traceio import (
@@ -105,10 +106,11 @@ def _timestamps_ns(values: Sequence[str], lines: np.ndarray, src: str) -> np.nda
             if m and m.group(1) != "Z":
                 hhmm = m.group(1).replace(":", "")
                 sign = -1 if hhmm[0] == "-" else 1
-                if int(hhmm[1:3]) > 14 or int(hhmm[3:5]) > 59:  # UTC-12:00 to UTC+14:00
+                minutes = int(hhmm[1:3]) * 60 + int(hhmm[3:5])
+                if int(hhmm[3:5]) > 59 or minutes > (12 * 60 if sign < 0 else 14 * 60):
                     raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} has UTC "
                                f"offset {m.group(1)}; offsets run from -12:00 to +14:00")
-                offsets[i] = sign * (int(hhmm[1:3]) * 3600 + int(hhmm[3:5]) * 60) * 10**9
+                offsets[i] = sign * minutes * 60 * 10**9
             if m:
                 vals[i] = v[: m.start()]
     # numpy reads a bare number as a year (1700000000 as the year 1,700,000,000), so a
@@ -203,7 +205,9 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 if not text.strip():
                     continue
                 try:
-                    rec = json.loads(text)
+                    rec = json.loads(text, object_pairs_hook=unique_keys)
+                except DuplicateKeyError as exc:
+                    raise line_error(src, i, f"names {exc} twice") from None
                 except json.JSONDecodeError as exc:
                     raise line_error(src, i, f"not a JSON object ({exc.msg}): {text.strip()[:60]!r}"
                                ) from None
@@ -213,6 +217,10 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 if not isinstance(rec, dict) or any(k not in rec for k in keys):
                     raise line_error(src, i, f"expected an object with keys {', '.join(keys)} "
                                f"(and optional hash_ids), got {text.strip()[:60]!r}")
+                odd = sorted(set(rec) - {*keys, "hash_ids"})
+                if odd:  # a misspelt hash_ids would read as no prefix sharing at all
+                    raise line_error(src, i, f"unknown key {odd[0]!r}; allowed: "
+                                     f"{', '.join(keys)}, hash_ids")
                 for k in keys:
                     # json's true would read as 1, and "5" as 5: neither is a number.
                     if isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)):

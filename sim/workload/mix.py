@@ -38,14 +38,16 @@ def _priorities(classes: list[ClassConfig | None], klass: np.ndarray) -> np.ndar
 
 
 def _class_lengths(cfg: WorkloadConfig, i: int, n: int, rng: np.random.Generator,
-                   base_dir: Path | None, source: str) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` (prompt, output) lengths of class ``i``: its own, else ``workload.lengths``."""
+                   base_dir: Path | None, source: str, notes: list[str]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) lengths of class ``i``: its own, else ``workload.lengths``
+    (what their file leaves unused goes to ``notes``)."""
     assert cfg.classes is not None
     name, c = list(cfg.classes.items())[i]
     lc = c.lengths if c.lengths is not None else cfg.lengths
     key = f"workload.classes.{name}.lengths" if c.lengths is not None else "workload.lengths"
     assert lc is not None
-    return sample_lengths(lc, n, rng, base_dir, source, key)
+    return sample_lengths(lc, n, rng, base_dir, source, key, notes)
 
 
 def draw_by_weight(cfg: WorkloadConfig, n: int, rng: np.random.Generator,
@@ -59,12 +61,14 @@ def draw_by_weight(cfg: WorkloadConfig, n: int, rng: np.random.Generator,
     klass = rng.choice(len(names), size=n, p=p).astype(np.int64)
     prompt = np.empty(n, dtype=np.int64)
     output = np.empty(n, dtype=np.int64)
+    notes: list[str] = []
     for i in range(len(names)):
         idx = np.flatnonzero(klass == i)
-        prompt[idx], output[idx] = _class_lengths(cfg, i, len(idx), rng, base_dir, source)
+        prompt[idx], output[idx] = _class_lengths(cfg, i, len(idx), rng, base_dir, source,
+                                                  notes)
     return Requests(np.full(n, np.inf), prompt, output,
                     priority=_priorities(list(configs), klass), klass=klass,
-                    class_names=names)
+                    class_names=names, notes=tuple(notes))
 
 
 def build_mixed(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
@@ -80,16 +84,24 @@ def build_mixed(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Gener
                                    arrival_s=t)
     else:  # each class its own process, merged by time
         parts = []
+        notes: list[str] = []
         for i, c in enumerate(configs):
             assert c.arrivals is not None
             ti = arrival_times(c.arrivals, cfg.num_requests, cfg.duration_s, rng)
-            parts.append((ti, *_class_lengths(cfg, i, len(ti), rng, base_dir, source),
+            if not len(ti):
+                notes.append(f"workload.classes.{names[i]} sends no request: its arrivals "
+                             f"start at {c.arrivals.start_s:g} s, at or past "
+                             f"workload.duration_s ({cfg.duration_s:g} s)"
+                             if cfg.duration_s is not None
+                             and c.arrivals.start_s >= cfg.duration_s
+                             else f"workload.classes.{names[i]} sends no request")
+            parts.append((ti, *_class_lengths(cfg, i, len(ti), rng, base_dir, source, notes),
                           np.full(len(ti), i, dtype=np.int64)))
         t, prompt, output, klass = (np.concatenate([p[j] for p in parts]) for j in range(4))
         order = np.argsort(t, kind="stable")[:cfg.num_requests]
         t, prompt, output, klass = t[order], prompt[order], output[order], klass[order]
     return Requests(t, prompt, output, priority=_priorities(list(configs), klass),
-                    klass=klass, class_names=names)
+                    klass=klass, class_names=names, notes=tuple(notes))
 
 
 def trace_classes(cfg: WorkloadConfig, labels: np.ndarray | None, n: int,

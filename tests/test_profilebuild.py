@@ -95,7 +95,11 @@ def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
     lin = data["components"]["linear"]
     src = data["source"]["derived"]
     per_token_bytes = 2 * (8 * 4096 + 2 * (32 + 8) * 128 + 4 * 8 * 128 + 3 * 8192)
-    for m in (1, 17, 512, 4096):
+    # vLLM runs steps of up to 512 tokens padded to a multiple of 8: the rows one past
+    # an edge there (17, ..., 257) are not knots; past 512 they are.
+    assert not {9, 17, 33, 129, 257} & set(lin["table_at"])
+    assert {8, 16, 256, 512, 513, 4097} <= set(lin["table_at"])
+    for m in (1, 16, 512, 513, 4096):
         want = (ms(m, 6144, 4096) + ms(m, 4096, 4096) + ms(m, 16384, 4096)
                 + ms(m, 4096, 8192) + LAYER_ELEMENTWISE_KERNELS * src["kernel_floor_s"]
                 + m * per_token_bytes / src["bandwidth_bytes_s"])
@@ -233,3 +237,25 @@ def test_list_names_each_profiles_layout(capsys: pytest.CaptureFixture[str]) -> 
     line = next(x for x in capsys.readouterr().out.splitlines()
                 if x.split()[:2] == ["qwen3-235b-a22b", "h200"])
     assert "tp1 ep8 dp8 vllm" in line and "tp8 ep8 vllm" in line and "tp8 vllm" in line
+
+
+def test_an_isolated_spike_in_an_attention_table_is_screened() -> None:
+    """A cell over twice every neighbour, one of them a larger problem, is a glitch: set
+    to its neighbours' interpolation (mean over both axes), and said; a cell that is
+    twice its smaller neighbours with no larger one beside it (twice the work) stays."""
+    from sim.cost.tables.attntables import screen_spikes
+
+    us = 1e-6
+    rows = {(b, c): (10 + b + c / 100) * us for b in (1, 2, 4) for c in (256, 512, 1024)}
+    rows[(2, 512)] = 60 * us  # neighbours 16.12/19.12 (batch), 14.56/22.24 (tokens)
+    rows[(4, 1024)] *= 2  # 48.48 us in the corner: no larger neighbour
+    out, said = screen_spikes(rows, ("batch_size", "step"))
+    # Both axes interpolate the plane to 17.12 us at (2, 512).
+    assert out[(2, 512)] == pytest.approx(17.12 * us)
+    assert out[(4, 1024)] == rows[(4, 1024)]
+    assert {k: v for k, v in out.items() if k != (2, 512)} == {
+        k: v for k, v in rows.items() if k != (2, 512)}
+    assert said == ["a cell 2.7x its neighbours' largest (batch_size 2, step 512: 60.0 us) "
+                    "set to 17.1 us"]
+    # One key column (latent attention's token counts): nothing to screen.
+    assert screen_spikes({(1,): 1.0, (2,): 9.0, (4,): 1.0}, ("num_tokens",))[1] == []

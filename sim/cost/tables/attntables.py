@@ -17,6 +17,12 @@ one model shard:
 - KV heads or a head size the table lacks: an error listing what it has.
 - **window**: dense attention (``window_size`` 0) unless a sliding window is asked for;
   :func:`windows` lists the windows a table measured.
+- **isolated spikes**: a measured cell more than :data:`SPIKE` times every one of its
+  (up to four) grid neighbours, in batch and in tokens, at least one of them a larger
+  problem, is a glitch of the collection: a larger problem is not that much faster.
+  Its value is replaced by the neighbours' interpolation (the mean over the axes where
+  it has a neighbour on each side; else the largest neighbour), before heads are
+  matched, and the note says which cell.
 """
 
 from __future__ import annotations
@@ -53,34 +59,86 @@ class AttentionRows:
 Keyed = dict[tuple[int, ...], float]
 
 
-def _rows_at(table: Table, heads: int, cols: tuple[str, ...]) -> Keyed:
+# How many times every neighbour a cell must exceed to be taken for a glitch. The
+# tables' own neighbours differ by far less: attention over twice the batch or twice
+# the tokens costs at most about twice as much, and rarely much less than before.
+SPIKE = 2.0
+
+
+def _rows_at(table: Table, heads: int, cols: tuple[str, ...]) -> tuple[Keyed, list[str]]:
+    """Seconds of the rows at ``heads`` keyed by ``cols``, isolated spikes replaced, and
+    a description of each replaced cell."""
     t = table.where(num_heads=heads)
     c = t.columns
-    return {tuple(int(x) for x in key): float(s) / 1e3
+    rows = {tuple(int(x) for x in key): float(s) / 1e3
             for key, s in zip(zip(*(c[k] for k in cols), strict=True), c["latency"],
                               strict=True)}
+    return screen_spikes(rows, cols)
+
+
+def screen_spikes(rows: Keyed, cols: tuple[str, ...]) -> tuple[Keyed, list[str]]:
+    """``rows`` over a two-column grid with isolated spikes (the module doc) replaced,
+    and what was replaced (``cols`` name the key's columns); other keys unchanged."""
+    if len(cols) != 2 or not rows:
+        return rows, []
+    axes = [sorted({k[a] for k in rows}) for a in (0, 1)]
+    out, said = dict(rows), []
+    for key, v in rows.items():
+        near: list[float] = []
+        across: list[float] = []
+        larger = False
+        for a in (0, 1):
+            grid = axes[a]
+            i = grid.index(key[a])
+            side = [(grid[i + d], rows.get(_moved(key, a, grid[i + d])))
+                    for d in (-1, 1) if 0 <= i + d < len(grid)]
+            have = [(x, y) for x, y in side if y is not None]
+            near += [y for _, y in have]
+            larger = larger or any(x > key[a] for x, _ in have)
+            if len(have) == 2:
+                (x0, y0), (x1, y1) = have
+                across.append(y0 + (y1 - y0) * (key[a] - x0) / (x1 - x0))
+        # Twice the work may take twice the time: only a cell above a larger problem's
+        # time as well is out of line.
+        if len(near) < 2 or not larger or v <= SPIKE * max(near):
+            continue
+        out[key] = sum(across) / len(across) if across else max(near)
+        where = ", ".join(f"{n} {x}" for n, x in zip(cols, key, strict=True))
+        said.append(f"a cell {v / max(near):.1f}x its neighbours' largest ({where}: "
+                    f"{v * 1e6:.1f} us) set to {out[key] * 1e6:.1f} us")
+    return out, said
+
+
+def _moved(key: tuple[int, ...], axis: int, value: int) -> tuple[int, ...]:
+    return tuple(value if a == axis else k for a, k in enumerate(key))
 
 
 def rows_at_heads(t: Table, heads: int, cols: tuple[str, ...]) -> tuple[Keyed, str]:
     """Seconds of ``t``'s rows keyed by their values of ``cols`` (counts) at ``heads``
     query heads a GPU, matched as the module doc says, and a note of how."""
     measured = [int(h) for h in t.values("num_heads")]
-    if heads in measured:
-        return _rows_at(t, heads, cols), f"{heads} heads measured"
     below = [h for h in measured if h < heads]
     above = [h for h in measured if h > heads]
-    if below and above:
+    if heads in measured:
+        rows, said = _rows_at(t, heads, cols)
+        note = f"{heads} heads measured"
+    elif below and above:
         lo, hi = max(below), min(above)
-        a, b = _rows_at(t, lo, cols), _rows_at(t, hi, cols)
+        (a, said), (b, more) = _rows_at(t, lo, cols), _rows_at(t, hi, cols)
+        said = [f"at {lo} heads, {x}" for x in said] + [f"at {hi} heads, {x}" for x in more]
         w = (heads - lo) / (hi - lo)
-        return ({key: a[key] * (1 - w) + b[key] * w for key in a.keys() & b.keys()},
-                f"{heads} heads interpolated between measured {lo} and {hi}")
-    if below:
+        rows = {key: a[key] * (1 - w) + b[key] * w for key in a.keys() & b.keys()}
+        note = f"{heads} heads interpolated between measured {lo} and {hi}"
+    elif below:
         lo = max(below)
-        return ({key: v * heads / lo for key, v in _rows_at(t, lo, cols).items()},
-                f"{heads} heads scaled in proportion from measured {lo}")
-    hi = min(above)
-    return _rows_at(t, hi, cols), f"{heads} heads priced as measured {hi}"
+        rows, said = _rows_at(t, lo, cols)
+        rows = {key: v * heads / lo for key, v in rows.items()}
+        note = f"{heads} heads scaled in proportion from measured {lo}"
+    else:
+        hi = min(above)
+        rows, said = _rows_at(t, hi, cols)
+        note = f"{heads} heads priced as measured {hi}"
+    return rows, "; ".join([note, *said])
 
 
 def windows(table: Table) -> list[int]:

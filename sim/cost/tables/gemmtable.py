@@ -15,7 +15,11 @@ off that grid (14336, 28672, ...), so:
   time grows with its work); below the smallest (32): held at the smallest.
 - **m**: the table's own grid is kept; a profile joins those times with straight lines
   (:class:`sim.cost.curves.Knots`), which only ever interpolates between like points (a
-  tile edge and the next tile edge, one past an edge and the next edge).
+  tile edge and the next tile edge, one past an edge and the next edge). Under vLLM,
+  whose steps of up to 512 tokens run as CUDA graphs padded to a multiple of 8, the
+  rows one past an edge up to there are left out (:meth:`GemmTable.graph_padded`): the
+  server never runs them, and some kernels time them far above the next edge (FP8: 257
+  rows slower than 512).
 
 Missing cells (collections skip the largest n × k, some a few more) are filled in
 proportion from the nearest measured n at the same m and k (else k, else m), before
@@ -84,6 +88,13 @@ class GemmTable:
                 return float(line[near] * grid[idx] / grid[near])
         raise ServesimError(f"GEMM table has no measurement near m={ms[i]}, n={ns[j]}, "
                             f"k={ks[l]} to fill a hole from", source=str(table.path))
+
+    def graph_padded(self, limit: int) -> GemmTable:
+        """This table without the rows a CUDA-graph server never runs: token counts above
+        8 and up to ``limit`` that are not a multiple of 8 (such a server pads a step of
+        up to ``limit`` tokens to a captured size, a multiple of 8 past 8)."""
+        keep = (self.ms <= 8) | (self.ms > limit) | (self.ms % 8 == 0)
+        return GemmTable(self.ms[keep], self.ns, self.ks, self.cube[keep])
 
     def times(self, n: float, k: float) -> np.ndarray:
         """Seconds of an (m × k)·(k × n) product at every m of :attr:`ms`."""

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from sim.cost.tables.profilebuild import BuildSpec
 
 FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+# The most tokens a step runs as a CUDA graph under each framework's defaults.
 GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
 # The tables' KV-cache dtype for each of servesim's (``auto`` is the activations' bf16).
 KV_TABLE_DTYPES = {"auto": "bfloat16", "fp8": "fp8"}
@@ -164,6 +165,11 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
                      f"its other tables (sim/cost/tables/gemmtable.py): the projections are "
                      f"priced from {lin_fw} {lin_version}'s rows of the same library")
     qkv_gemm = qkv_table(m, gpu, fw, version, lin_gemm, notes)
+    if fw == "vllm":
+        # vLLM V1 pads every step of up to its largest CUDA-graph size to a captured size.
+        gemm, lin_gemm, qkv_gemm = (t.graph_padded(GRAPH_TOKENS[fw])
+                                    for t in (gemm, lin_gemm, qkv_gemm))
+        source = GemmSource(gemm, source.kernel, source.device, source.input_quant_s)
     big = float(gemm.ns[gemm.ns <= 16384][-1])
     bandwidth = big * big * 2 / float(gemm.times(big, big)[0])  # m = 1: weight-bound
     return Gemms(source, lin_gemm, lin_kernel, lin_fw, lin_version, qkv_gemm,

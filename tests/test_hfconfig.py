@@ -129,6 +129,7 @@ def test_a_key_given_twice_is_named(tmp_path: Path) -> None:
     ({"type": "dynamic", "factor": 2.0}, 81920),
     ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 40960),
     ({"rope_type": "default"}, 40960),
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768.0}, 131072),
 ])
 def test_rope_scaling_sets_the_context(tmp_path: Path, rope: dict[str, object],
                                        positions: int) -> None:
@@ -140,3 +141,7 @@ def test_rope_scaling_sets_the_context(tmp_path: Path, rope: dict[str, object],
 def test_rope_scaling_factor_must_be_a_number(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"rope_scaling\.factor: got '4'"):
         from_hf_config(write(tmp_path, {**QWEN3, "rope_scaling": {"type": "yarn", "factor": "4"}}))
+    # transformers v5 writes the same under rope_parameters: the error names that key.
+    with pytest.raises(ServesimError, match=r"rope_parameters\.factor: got '4'"):
+        from_hf_config(write(tmp_path, {**QWEN3, "rope_parameters": {"rope_type": "yarn",
+                                                                     "factor": "4"}}))

@@ -242,17 +242,19 @@ def test_list_names_each_profiles_layout(capsys: pytest.CaptureFixture[str]) -> 
 def test_an_isolated_spike_in_an_attention_table_is_screened() -> None:
     """A cell over twice every neighbour, one of them a larger problem, is a glitch: set
     to its neighbours' interpolation (mean over both axes), and said; a cell that is
-    twice its smaller neighbours with no larger one beside it (twice the work) stays."""
+    twice its smaller neighbours with no larger one beside it (twice the work) stays, as
+    does one at a corner (no neighbours across it to tell a trend from a glitch)."""
     from sim.cost.tables.attntables import screen_spikes
 
     us = 1e-6
     rows = {(b, c): (10 + b + c / 100) * us for b in (1, 2, 4) for c in (256, 512, 1024)}
     rows[(2, 512)] = 60 * us  # neighbours 16.12/19.12 (batch), 14.56/22.24 (tokens)
     rows[(4, 1024)] *= 2  # 48.48 us in the corner: no larger neighbour
+    rows[(1, 256)] *= 3  # 39.84 us in the other corner: larger neighbours, none across
     out, said = screen_spikes(rows, ("batch_size", "step"))
     # Both axes interpolate the plane to 17.12 us at (2, 512).
     assert out[(2, 512)] == pytest.approx(17.12 * us)
-    assert out[(4, 1024)] == rows[(4, 1024)]
+    assert out[(4, 1024)] == rows[(4, 1024)] and out[(1, 256)] == rows[(1, 256)]
     assert {k: v for k, v in out.items() if k != (2, 512)} == {
         k: v for k, v in rows.items() if k != (2, 512)}
     assert said == ["a cell 2.7x its neighbours' largest (batch_size 2, step 512: 60.0 us) "

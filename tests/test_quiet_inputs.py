@@ -11,7 +11,9 @@ disaggregated), a header with no rows ("skipped: " and nothing); an FP8
 weight_block_size other than 128 x 128 (priced as 128 x 128); an Azure UTC offset
 past +14:00 or -12:00 by its minutes; prefix hashes with caching off, a trace's
 prefix_block_tokens with no hashes to size, a class whose arrivals start after the run
-(no word on any); and a summary recording two models alike that differ in their
+or that num_requests cuts out (no word on any); AIPerf's extra mooncake fields (refused
+at first by the unknown-key rule above, now read past with a note); a calibrated
+profile of another GPU; and a summary recording two models alike that differ in their
 sliding window.
 """
 
@@ -81,7 +83,8 @@ def _profile(tmp_path: Path, **edits: Any) -> Path:
     # 'vLLM' had turned vLLM's async scheduling off without a word.
     ({"source__framework": "vLLM"}, "source.framework", "got 'vLLM'; allowed: vllm, "
                                                         "sglang, trtllm"),
-    ({"dtype": "banana"}, "dtype", "got 'banana', but the profile's model has dtype 'bf16'"),
+    ({"dtype": "banana"}, "dtype", "got 'banana', but the profile's model has dtype 'bf16'; "
+                                   "they must be the same"),
     ({"device__name": "h999"}, "device.name", "got 'h999', not a GPU of the table"),
     ({"source__gpu": "h200"}, "source.gpu", "got 'h200', but device.name is 'h100-sxm'"),
 ])
@@ -197,12 +200,21 @@ def test_inputs_that_change_nothing_say_so(tmp_path: Path) -> None:
     notes = _run(tmp_path, {"trace": {"path": "p.csv", "prefix_block_tokens": 64}})[
         "workload_notes"]
     assert len(notes) == 1 and "prefix_block_tokens" in notes[0] and "p.csv" in notes[0]
+
+
+@pytest.mark.parametrize(("bound", "start", "why"), [
+    ({"duration_s": 2.0}, 3.0, "its arrivals start at 3 s, at or past workload.duration_s "
+                               "(2 s)"),
+    ({"num_requests": 10}, 100.0, "num_requests (10) is reached before its first arrival "
+                                  "(100 s)"),
+])
+def test_a_class_that_sends_nothing_says_why(tmp_path: Path, bound: dict[str, float],
+                                             start: float, why: str) -> None:
     lengths = {"prompt": {"dist": "fixed", "value": 20}, "output": {"dist": "fixed", "value": 2}}
-    s = _run(tmp_path, {"lengths": lengths, "duration_s": 2.0, "classes": {
+    s = _run(tmp_path, {"lengths": lengths, **bound, "classes": {
         "a": {"arrivals": {"process": "poisson", "rate": 5.0}},
-        "b": {"arrivals": {"process": "poisson", "rate": 5.0, "start_s": 3.0}}}})
-    assert s["workload_notes"] == ["workload.classes.b sends no request: its arrivals start "
-                                   "at 3 s, at or past workload.duration_s (2 s)"]
+        "b": {"arrivals": {"process": "poisson", "rate": 5.0, "start_s": start}}}})
+    assert s["workload_notes"] == [f"workload.classes.b sends no request: {why}"]
 
 
 def test_models_differing_in_their_window_are_recorded_apart() -> None:
@@ -215,3 +227,35 @@ def test_models_differing_in_their_window_are_recorded_apart() -> None:
     assert "sliding_window" not in model_keys(dataclasses.replace(base, sliding_window=0,
                                                                   sliding_layers=0))
     assert model_keys(MODELS["gpt-oss-20b"])["expert_dtype"] == "mxfp4"
+
+
+def test_aiperf_mooncake_fields_are_read_past_with_a_note(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 100, "output_length": 5, "session_id": "a"}\n'
+        '{"timestamp": 9, "input_length": 100, "output_length": 5, "hash_ids": [1]}\n')
+    assert traces.load_trace(tmp_path / "t.jsonl", "mooncake").unused == {"session_id": 1}
+    notes = _run(tmp_path, {"trace": {"path": "t.jsonl", "format": "mooncake"}})[
+        "workload_notes"]
+    assert any("1 rows carry session_id, which servesim does not read" in n for n in notes)
+
+
+@pytest.mark.parametrize(("device", "refused"), [("NVIDIA A100-SXM4-80GB", True),
+                                                 ("cpu", False)])
+def test_a_calibrated_profile_of_another_gpu_is_refused(tmp_path: Path, device: str,
+                                                        refused: bool) -> None:
+    data = yaml.safe_load(SHIPPED.read_text())
+    del data["source"]  # as `servesim calibrate` writes it: the device torch reported
+    data["device"] = {"name": device}
+    (tmp_path / "cal.yaml").write_text(yaml.safe_dump(data))
+    raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+           "cost": {"profile": "cal.yaml"},
+           "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 2,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                    "output": {"dist": "fixed", "value": 2}}}}
+    sc = from_dict(raw, "<test>", tmp_path)
+    if refused:
+        with pytest.raises(ServesimError, match=r"gpu 'a100-80gb' != 'h100-sxm'$"):
+            build_cost(sc)
+    else:
+        # A CPU (or a GPU the table lacks) is not compared: the run is priced as asked.
+        assert build_cost(sc).source.startswith("calibrated profile: cpu")

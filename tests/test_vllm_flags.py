@@ -338,3 +338,18 @@ def test_context_past_the_models_positions_is_refused(raw: dict[str, Any]) -> No
         from_dict(spec, "<test>")
     # At the limit it runs.
     assert scenario({"max-model-len": 4096}).model.max_context == 4096
+
+
+def test_a_longer_context_names_the_preset_that_has_it() -> None:
+    raw = {"model": "llama-3-8b", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+           "workload": WORKLOAD, "vllm": {"max-model-len": "16K"}}
+    with pytest.raises(ServesimError, match=r"give at most 8,192, the preset llama-3\.1-8b \(the "
+                       r"same shape, 131,072 positions\), or a long-context"):
+        from_dict(raw, "<test>")
+
+
+def test_a_reshaped_preset_is_a_model_of_its_own_context() -> None:
+    """Past a preset's dimensions the model is a custom one: its context is its own."""
+    raw = {"model": {"preset": "tiny", "layers": 3, "max_context": 8192},
+           "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}}, "workload": WORKLOAD}
+    assert from_dict(raw, "<test>").model.max_context == 8192

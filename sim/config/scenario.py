@@ -147,16 +147,25 @@ def _model(value: Any, base_dir: Path | None) -> ModelSpec:
         return build(ModelSpec, spec, "model")
     model = build(ModelSpec, {**{k: getattr(base, k) for k in base.__dataclass_fields__},
                               **spec}, "model")
-    if model.max_context > base.max_context:
+    dims = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")
+    if model.max_context > base.max_context and all(
+            getattr(model, d) == getattr(base, d) for d in dims):
         # vLLM refuses a --max-model-len past the positions the checkpoint was trained
         # for (its derived max_model_len) unless told to allow it at the user's risk.
+        # (A model reshaped beyond its preset's dimensions is a custom one: its own.)
         where = "preset " + str(preset) if preset is not None else str(hf_config)
+        longer = sorted(name for name, m in MODELS.items()
+                        if m.max_context >= model.max_context
+                        and all(getattr(m, d) == getattr(base, d) for d in dims))
         raise ServesimError(
             f"{model.max_context:,} tokens is more than the {base.max_context:,} positions of "
             f"the model ({where}); vLLM refuses such a max-model-len (unless "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, at the risk of wrong outputs): give at "
-            f"most {base.max_context:,}, or a long-context variant's config.json as "
-            "model.hf_config", where="model.max_context")
+            f"most {base.max_context:,}, "
+            + (f"the preset {longer[0]} (the same shape, {MODELS[longer[0]].max_context:,} "
+               "positions), " if longer else "")
+            + "or a long-context variant's config.json as model.hf_config",
+            where="model.max_context")
     return model
 
 

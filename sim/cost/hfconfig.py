@@ -222,7 +222,8 @@ def _positions(cfg: dict[str, Any], trained: int, src: str) -> int:
     (max_position_embeddings) stretched by a RoPE scaling factor, except for the
     schemes whose configs already give the stretched length (Llama 3's, LongRoPE);
     YaRN scales its ``original_max_position_embeddings``."""
-    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+    rope = cfg.get(key)
     if not isinstance(rope, dict):
         return trained
     kind = rope.get("rope_type", rope.get("type"))
@@ -232,14 +233,15 @@ def _positions(cfg: dict[str, Any], trained: int, src: str) -> int:
     if (isinstance(factor, bool) or not isinstance(factor, int | float)
             or not 0 < factor < 2**20):
         raise ServesimError(f"got {factor!r}, expected a number above 0 and below 2**20",
-                            source=src, where="rope_scaling.factor")
+                            source=src, where=f"{key}.factor")
     base = rope.get("original_max_position_embeddings") if kind == "yarn" else None
     if base is None:
         base = trained
-    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+    if (isinstance(base, bool) or not isinstance(base, int | float) or not base >= 1
+            or base != int(base) or base > 2**53):
         raise ServesimError(f"got {base!r}, expected a whole number of at least 1",
-                            source=src, where="rope_scaling.original_max_position_embeddings")
-    return max(1, int(base * factor))
+                            source=src, where=f"{key}.original_max_position_embeddings")
+    return max(1, int(int(base) * factor))
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool, src: str) -> bool:

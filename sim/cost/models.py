@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sim.configtools import bounded
 from sim.cost.frontend import NO_FRONTEND, Frontend
-from sim.cost.gpus import GPUSpec, gpu
+from sim.cost.gpus import GPUS, GPUSpec, gpu, gpu_of_device
 from sim.cost.overlap import HostOverlap, async_scheduling
 from sim.cost.roofline import RooflineCost
 from sim.cost.shape import StepShape
@@ -136,8 +136,10 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
             raise exc from None
         named = (exc.where or "").startswith("cost.profile")
         raise exc.located(scenario.source, None if named else "cost.profile") from None
-    measured_on = (prof.device if (prof.meta.get("source") or {}).get("kind")
-                   == "measured-kernels" else gpu_name)
+    # A tables profile names its GPU; a calibrated one the device torch reported (a CPU
+    # or a GPU the table lacks: not compared).
+    tables = (prof.meta.get("source") or {}).get("kind") == "measured-kernels"
+    measured_on = prof.device if tables else gpu_of_device(prof.device) or gpu_name
     mismatch = [
         f"{k} {a!r} != {b!r}"
         for k, a, b in (("gpu", measured_on, gpu_name), ("tp", prof.tp, tp),
@@ -154,6 +156,11 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
         mismatch.insert(0, f"model ({', '.join(diff[:6])}"
                            f"{f', and {len(diff) - 6} more' if len(diff) > 6 else ''})")
     if mismatch:
+        hint = ("" if measured_on == gpu_name else
+                "; an inline GPU prices with cost: roofline or a profile calibrated on it"
+                if gpu_name not in GPUS else
+                "; cost: measured picks the shipped profile of each GPU and tp" if tables
+                else "")
         raise ServesimError(f"profile {c.profile} was measured for another setup: "
-                            f"{'; '.join(mismatch)}", scenario.source, "cost.profile")
+                            f"{'; '.join(mismatch)}{hint}", scenario.source, "cost.profile")
     return prof

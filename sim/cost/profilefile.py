@@ -153,7 +153,7 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         dtype = _need(data, "dtype", str, "")
         if dtype != model.dtype:
             raise ServesimError(f"got {dtype!r}, but the profile's model has dtype "
-                                f"{model.dtype!r}; the two are the same", where="dtype")
+                                f"{model.dtype!r}; they must be the same", where="dtype")
         _check_source(data.get("source"), device_name)
         comps = _need(data, "components", dict, "")
         if (data.get("dp", 1) > 1) != ("experts" in comps):

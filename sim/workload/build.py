@@ -88,6 +88,8 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
             key = "workload.trace.start_row" if "start_row" in str(exc) else "workload.trace"
             raise located(exc, source, key) from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
+        notes += [f"{tr.source}: {n} rows carry {name}, which servesim does not read (each "
+                  "row is one request at its timestamp)" for name, n in tr.unused.items()]
         if tc.prefix_block_tokens is not None and tr.prefix_hashes is None:
             notes.append(f"workload.trace.prefix_block_tokens: {tr.source} has no prefix "
                          "hashes for it to size")

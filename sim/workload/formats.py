@@ -189,6 +189,14 @@ def read_burstgpt(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                                 f"{', '.join(sorted(seen[key])) or 'no rows'}", source=src)
 
 
+# Where a reader counts a field it leaves unread (a key of its ``dropped`` counter).
+UNUSED = "unused:"
+# Fields AIPerf's mooncake_trace rows may carry besides the four servesim reads (its
+# multi-turn sessions and payloads): read past, and counted, not refused as misspelt.
+MOONCAKE_OTHER = ("session_id", "delay", "text_input", "input_text", "messages", "tools",
+                  "extra")
+
+
 def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]
                   ) -> Iterator[Chunk]:
     """Mooncake JSON lines: timestamp in ms, lengths in tokens, optional ``hash_ids``."""
@@ -217,10 +225,14 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 if not isinstance(rec, dict) or any(k not in rec for k in keys):
                     raise line_error(src, i, f"expected an object with keys {', '.join(keys)} "
                                f"(and optional hash_ids), got {text.strip()[:60]!r}")
-                odd = sorted(set(rec) - {*keys, "hash_ids"})
+                odd = sorted(set(rec) - {*keys, "hash_ids", *MOONCAKE_OTHER})
                 if odd:  # a misspelt hash_ids would read as no prefix sharing at all
                     raise line_error(src, i, f"unknown key {odd[0]!r}; allowed: "
-                                     f"{', '.join(keys)}, hash_ids")
+                                     f"{', '.join(keys)}, hash_ids (and, not read, "
+                                     f"{', '.join(MOONCAKE_OTHER)})")
+                for k in MOONCAKE_OTHER:
+                    if k in rec:
+                        dropped[UNUSED + k] += 1
                 for k in keys:
                     # json's true would read as 1, and "5" as 5: neither is a number.
                     if isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)):

@@ -66,6 +66,9 @@ def draw_by_weight(cfg: WorkloadConfig, n: int, rng: np.random.Generator,
         idx = np.flatnonzero(klass == i)
         prompt[idx], output[idx] = _class_lengths(cfg, i, len(idx), rng, base_dir, source,
                                                   notes)
+    notes += [f"workload.classes.{names[i]} sends no request: none of the {n:,} was drawn "
+              f"for it (its share {p[i]:.3g})"
+              for i in np.setdiff1d(np.arange(len(names)), klass)]
     return Requests(np.full(n, np.inf), prompt, output,
                     priority=_priorities(list(configs), klass), klass=klass,
                     class_names=names, notes=tuple(notes))
@@ -88,18 +91,20 @@ def build_mixed(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Gener
         for i, c in enumerate(configs):
             assert c.arrivals is not None
             ti = arrival_times(c.arrivals, cfg.num_requests, cfg.duration_s, rng)
-            if not len(ti):
-                notes.append(f"workload.classes.{names[i]} sends no request: its arrivals "
-                             f"start at {c.arrivals.start_s:g} s, at or past "
-                             f"workload.duration_s ({cfg.duration_s:g} s)"
-                             if cfg.duration_s is not None
-                             and c.arrivals.start_s >= cfg.duration_s
-                             else f"workload.classes.{names[i]} sends no request")
             parts.append((ti, *_class_lengths(cfg, i, len(ti), rng, base_dir, source, notes),
                           np.full(len(ti), i, dtype=np.int64)))
         t, prompt, output, klass = (np.concatenate([p[j] for p in parts]) for j in range(4))
         order = np.argsort(t, kind="stable")[:cfg.num_requests]
         t, prompt, output, klass = t[order], prompt[order], output[order], klass[order]
+        for i in np.setdiff1d(np.arange(len(names)), klass):
+            start = configs[i].arrivals.start_s
+            why = (f"its arrivals start at {start:g} s, at or past workload.duration_s "
+                   f"({cfg.duration_s:g} s)" if cfg.duration_s is not None
+                   and start >= cfg.duration_s else
+                   f"num_requests ({cfg.num_requests:,}) is reached before its first "
+                   f"arrival ({float(parts[i][0][0]):g} s)" if len(parts[i][0]) else
+                   "its process made no arrival")
+            notes.append(f"workload.classes.{names[i]} sends no request: {why}")
     return Requests(t, prompt, output, priority=_priorities(list(configs), klass),
                     klass=klass, class_names=names, notes=tuple(notes))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ class Trace:
 
     ``arrival_s`` is float64 seconds (None for length-only files); token counts are int64
     and >= 1; ``prefix_hashes[i]`` holds the int64 ids of request i's leading prefix blocks
-    of ``prefix_block_tokens`` tokens each. ``dropped`` maps a reason to a row count.
+    of ``prefix_block_tokens`` tokens each. ``dropped`` maps a reason to a row count;
+    ``unused`` a field the rows carry that servesim does not read to the rows with it.
     """
 
     arrival_s: np.ndarray | None
@@ -50,6 +51,7 @@ class Trace:
     source: str
     fmt: str
     dropped: dict[str, int]
+    unused: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -230,7 +232,10 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
         raise traceio.bad_utf8(p, src) from None
     except (OSError, EOFError) as exc:  # a damaged gzip stream, a read error
         raise ServesimError(f"cannot read trace file: {exc}", source=src) from None
-    dropped_out = {k: v for k, v in dropped.items() if v}
+    # Readers count fields they leave unread as "unused:NAME" beside the drop reasons.
+    unused = {k.removeprefix(tf.UNUSED): v for k, v in dropped.items()
+              if v and k.startswith(tf.UNUSED)}
+    dropped_out = {k: v for k, v in dropped.items() if v and not k.startswith(tf.UNUSED)}
     if not chunks:
         why = f" (dropped: {dropped_out})" if dropped_out else ""
         raise ServesimError(f"the trace has no rows{why}", source=src)
@@ -259,4 +264,5 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
         source=src,
         fmt=fmt,
         dropped=dropped_out,
+        unused=unused,
     )

@@ -19,10 +19,10 @@ one model shard:
   :func:`windows` lists the windows a table measured.
 - **isolated spikes**: a measured cell more than :data:`SPIKE` times every one of its
   (up to four) grid neighbours, in batch and in tokens, at least one of them a larger
-  problem, is a glitch of the collection: a larger problem is not that much faster.
-  Its value is replaced by the neighbours' interpolation (the mean over the axes where
-  it has a neighbour on each side; else the largest neighbour), before heads are
-  matched, and the note says which cell.
+  problem and two of them on either side of it, is a glitch of the collection: a larger
+  problem is not that much faster. Its value is replaced by the neighbours'
+  interpolation (the mean over the axes where it has a neighbour on each side), before
+  heads are matched, and the note says which cell. Cells at an edge are kept.
 """
 
 from __future__ import annotations
@@ -99,10 +99,11 @@ def screen_spikes(rows: Keyed, cols: tuple[str, ...]) -> tuple[Keyed, list[str]]
                 (x0, y0), (x1, y1) = have
                 across.append(y0 + (y1 - y0) * (key[a] - x0) / (x1 - x0))
         # Twice the work may take twice the time: only a cell above a larger problem's
-        # time as well is out of line.
-        if len(near) < 2 or not larger or v <= SPIKE * max(near):
+        # time as well is out of line, and only one with neighbours on both sides of an
+        # axis (at an edge a steep but real trend cannot be told from a glitch).
+        if not across or not larger or v <= SPIKE * max(near):
             continue
-        out[key] = sum(across) / len(across) if across else max(near)
+        out[key] = sum(across) / len(across)
         where = ", ".join(f"{n} {x}" for n, x in zip(cols, key, strict=True))
         said.append(f"a cell {v / max(near):.1f}x its neighbours' largest ({where}: "
                     f"{v * 1e6:.1f} us) set to {out[key] * 1e6:.1f} us")

@@ -19,7 +19,10 @@ off that grid (14336, 28672, ...), so:
   whose steps of up to 512 tokens run as CUDA graphs padded to a multiple of 8, the
   rows one past an edge up to there are left out (:meth:`GemmTable.graph_padded`): the
   server never runs them, and some kernels time them far above the next edge (FP8: 257
-  rows slower than 512).
+  rows slower than 512). That holds at vLLM's defaults; a server whose largest graph is
+  smaller (it is 2 x max_num_seqs when that is under 256) runs the steps between it and
+  512 tokens at their exact count, which a profile, built per GPU and not per
+  max_num_seqs, does not follow.
 
 Missing cells (collections skip the largest n × k, some a few more) are filled in
 proportion from the nearest measured n at the same m and k (else k, else m), before

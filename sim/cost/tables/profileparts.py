@@ -167,7 +167,10 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
     qkv_gemm = qkv_table(m, gpu, fw, version, lin_gemm, notes)
     if fw == "vllm":
         # vLLM V1 pads every step of up to its largest CUDA-graph size to a captured size.
-        gemm, lin_gemm, qkv_gemm = (t.graph_padded(GRAPH_TOKENS[fw])
+        # One padded table per table (the QKV table is often the projections' own, which
+        # mixer_times reads as a fast path).
+        padded: dict[int, GemmTable] = {}
+        gemm, lin_gemm, qkv_gemm = (padded.setdefault(id(t), t.graph_padded(GRAPH_TOKENS[fw]))
                                     for t in (gemm, lin_gemm, qkv_gemm))
         source = GemmSource(gemm, source.kernel, source.device, source.input_quant_s)
     big = float(gemm.ns[gemm.ns <= 16384][-1])

@@ -13,8 +13,8 @@ past +14:00 or -12:00 by its minutes; prefix hashes with caching off, a trace's
 prefix_block_tokens with no hashes to size, a class whose arrivals start after the run
 or that num_requests cuts out (no word on any); AIPerf's extra mooncake fields (refused
 at first by the unknown-key rule above, now read past with a note); a calibrated
-profile of another GPU; and a summary recording two models alike that differ in their
-sliding window.
+profile of another GPU; a summary recording two models alike that differ in their
+sliding window; and percentile labels wider than a table column running together.
 """
 
 from __future__ import annotations
@@ -259,3 +259,16 @@ def test_a_calibrated_profile_of_another_gpu_is_refused(tmp_path: Path, device: 
     else:
         # A CPU (or a GPU the table lacks) is not compared: the run is priced as asked.
         assert build_cost(sc).source.startswith("calibrated profile: cpu")
+
+
+def test_long_percentile_labels_keep_their_columns_apart(tmp_path: Path) -> None:
+    from sim.report.outputs import table
+
+    lengths = {"prompt": {"dist": "fixed", "value": 20}, "output": {"dist": "fixed", "value": 2}}
+    raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+           "workload": {"arrivals": {"process": "poisson", "rate": 5.0}, "num_requests": 20,
+                        "lengths": lengths}}
+    s = summarize(simulate(from_dict(raw, "<test>", tmp_path)),
+                  percentiles=(0.1, 33.333333333))
+    head = next(line for line in table(s).splitlines() if line.startswith("metric (ms)"))
+    assert head.split() == ["metric", "(ms)", "p0.1", "p33.33333333", "mean", "max"]

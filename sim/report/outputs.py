@@ -157,13 +157,15 @@ def table(summary: dict[str, Any]) -> str:
     lines.extend(f"workload: {note}" for note in summary.get("workload_notes", ()))
     lines.extend(f"note: {note}" for note in summary.get("simulated", {}).get("notes", ()))
     stats = list(summary["latency_s"]["ttft"])  # the percentiles asked, mean and max
-    head = f"{'metric (ms)':<14}" + "".join(f"{c:>10}" for c in stats)
+    # A column as wide as its label needs (p33.33333333 is wider than the usual 10).
+    width = {c: max(10, len(c) + 1) for c in stats}
+    head = f"{'metric (ms)':<14}" + "".join(f"{c:>{width[c]}}" for c in stats)
     lines.append(head)
     lines.append("-" * len(head))
     for name in ("ttft", "tpot", "itl", "e2e", "queueing"):
         d = summary["latency_s"][name]
         cells = "".join(
-            f"{'-':>10}" if d[k] is None else f"{d[k] * 1e3:>10.1f}"
+            f"{'-':>{width[k]}}" if d[k] is None else f"{d[k] * 1e3:>{width[k]}.1f}"
             for k in stats
         )
         lines.append(f"{name:<14}{cells}")

@@ -14,7 +14,8 @@ prefix_block_tokens with no hashes to size, a class whose arrivals start after t
 or that num_requests cuts out (no word on any); AIPerf's extra mooncake fields (refused
 at first by the unknown-key rule above, now read past with a note); a calibrated
 profile of another GPU; a summary recording two models alike that differ in their
-sliding window; and percentile labels wider than a table column running together.
+sliding window; percentile labels wider than a table column running together; and a
+device given as a trace reported "not found".
 """
 
 from __future__ import annotations
@@ -272,3 +273,9 @@ def test_long_percentile_labels_keep_their_columns_apart(tmp_path: Path) -> None
                   percentiles=(0.1, 33.333333333))
     head = next(line for line in table(s).splitlines() if line.startswith("metric (ms)"))
     assert head.split() == ["metric", "(ms)", "p0.1", "p33.33333333", "mean", "max"]
+
+
+def test_a_device_as_trace_is_named_as_one() -> None:
+    with pytest.raises(ServesimError, match=r"trace '/dev/null' \('/dev/null'\) is not a regular "
+                       r"file; name a trace file"):
+        traces.find_trace("/dev/null", None)

@@ -92,6 +92,9 @@ def find_trace(ref: str, base_dir: Path | None) -> Path:
         return p
     if p.is_dir():
         raise ServesimError(f"trace {ref!r} is a folder ({str(p)!r}); name a trace file in it")
+    if p.exists():  # a device, a pipe or a socket: no rows to read back
+        raise ServesimError(f"trace {ref!r} ({str(p)!r}) is not a regular file; name a trace "
+                            "file")
     for cand in (SHIPPED_DIR / ref, SHIPPED_DIR / f"{ref}.csv"):
         if "/" not in ref and "\\" not in ref and cand.is_file():
             return cand

@@ -259,7 +259,6 @@ def _with_config_file(flags: dict[str, Any], base_dir: Path | None
             **{k: v for k, v in flags.items() if k != ref}}, (path,)
 
 
-
 def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> None:
     """A flag that sets one of the model's dtypes (:data:`DTYPE_FLAGS`). ``quantization
     fp8`` on a preset whose weights are FP8 already keeps the checkpoint's scheme (vLLM

@@ -25,6 +25,7 @@ import yaml
 from sim.configtools import YAML12_FLOAT, build, is_number
 from sim.cost.curves import Grid, Knots
 from sim.cost.frontend import FRONTEND_COEFS, FRONTEND_LIMITS, NO_FRONTEND, Frontend
+from sim.cost.gpus import GPUS
 from sim.cost.profile import FORMS, WAKE_COEFS, ComponentForm
 from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
@@ -105,8 +106,6 @@ def _check_source(src: Any, device_name: str) -> None:
     """A profile's ``source`` block, where it has one: a mapping whose ``framework`` is
     one servesim knows and, for profiles built from kernel tables, whose GPU is in the
     GPU table and the one ``device.name`` gives."""
-    from sim.cost.gpus import GPUS  # the GPU table imports nothing of profiles
-
     if src is None:
         return  # calibrated profiles say where they ran under device and calibration
     if not isinstance(src, dict):

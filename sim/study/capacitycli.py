@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.config.scenario import from_dict, input_files
+from sim.config.scenario import input_files
 from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header
@@ -143,11 +143,10 @@ def main(argv: list[str]) -> int:
     a = capacity_parser().parse_args(argv)
     slos = check_flags(a)
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
-    base = grid_base(a)
+    base, sc = grid_base(a)
     refuse_closed_loop(base, a.scenario, "capacity", paced=False)
-    grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), base)
+    grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), sc)
     path = Path(a.scenario)
-    sc = from_dict(base, a.scenario, path.parent.resolve())
     if "disaggregated" in grid["policies"]:
         refuse_pinned(sc, "--replicas", a.replicas, "replicas")
         refuse_pinned(sc, "--target-rate", a.target_rate, "replicas",

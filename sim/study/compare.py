@@ -70,19 +70,26 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
     """Run the scenario at ``path`` once per variant, its ``KEY=VALUE`` settings applied
     after the ``overrides`` (:func:`variant_overrides`; ``flag`` names the option the
     variants come from, ``replaceable`` the keys a variant may take over from an
-    override): {label: (RunResult, summary)}; ``percentiles`` those of each summary's
-    latencies (default: the summary's own); each run's memory estimate is checked first
-    (``force``: not refused)."""
+    override), all loaded before any runs (:func:`_run_loaded`)."""
     from sim.config import scenario
+
+    return _run_loaded({label: scenario.load(path, variant_overrides(overrides or [], settings,
+                                                                     flag, replaceable))
+                        for label, settings in variants.items()}, percentiles, force)
+
+
+def _run_loaded(loaded: dict[str, Any], percentiles: tuple[float, ...] | None,
+                force: bool) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Run each loaded scenario, its memory estimate checked first (``force``: not
+    refused): {label: (RunResult, summary)}, ``percentiles`` those of each summary's
+    latencies (default: the summary's own)."""
     from sim.core.budget import check
     from sim.core.engine import simulate
     from sim.report.metrics import PERCENTILES
     from sim.report.summary import summarize
 
     out = {}
-    for label, settings in variants.items():
-        sc = scenario.load(path, variant_overrides(overrides or [], settings, flag,
-                                                   replaceable))
+    for label, sc in loaded.items():
         check(sc, force)
         res = simulate(sc)
         summary = summarize(res, percentiles or PERCENTILES)
@@ -170,20 +177,18 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
              percentiles: tuple[float, ...] | None = None, force: bool = False,
              ) -> dict[str, tuple[Any, dict[str, Any]]]:
     """Run the scenario at ``path`` once per ``GPU`` of the table or ``GPU:TP`` (its
-    tensor-parallel degree too: a model may need fewer of a larger GPU), setting
-    ``hardware.gpu`` (and ``hardware.tp``): {name: (RunResult, summary)}. Each
-    configuration is checked before any runs (the scenario's own GPU and tp need not
-    fit: a 70B model may name ``h100-sxm:4`` in a scenario of one GPU); two names that
-    run the same GPU at the same tp are refused."""
+    tensor-parallel degree too), setting ``hardware.gpu`` (and the tp): {name:
+    (RunResult, summary)}. Each configuration is loaded before any runs (the scenario's
+    own GPU and tp need not fit: ``h100-sxm:4`` for a 70B model in a scenario of one
+    GPU); two names that run the same GPU at the same tp are refused."""
     from sim.config import scenario
     from sim.study.studyargs import refuse_pinned
 
     raw = scenario.load_raw(path, overrides)
     variants = gpu_variants(names, raw)
     tp = frozenset((_axis_key(raw, "tp"),))
-    loaded = {name: scenario.load(path, variant_overrides(overrides or [], settings, "--gpus",
-                                                          tp))
-              for name, settings in variants.items()}
+    loaded = {name: scenario.load(path, variant_overrides(overrides or [], sets, "--gpus", tp))
+              for name, sets in variants.items()}
     # h100-sxm and h100-sxm:1 are one configuration when the scenario's tp is 1.
     seen: dict[tuple[str, int], str] = {}
     for name, sc in loaded.items():
@@ -198,8 +203,7 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
         tps = ",".join(n.partition(":")[2] for n in names if ":" in n)
         refuse_pinned(sc, "--gpus", ",".join(names), "gpu")
         refuse_pinned(sc, "--gpus", tps, "tp")
-    return run_variants(path, variants, overrides, percentiles, force, "--gpus", tp)
-
+    return _run_loaded(loaded, percentiles, force)
 
 
 def _runnable(path: str, overrides: list[str] | None, policies: list[str]) -> list[str]:

@@ -132,9 +132,9 @@ def check_execution(a: argparse.Namespace) -> None:
                             "ray, or drop --ray-address")
 
 
-def grid_args(a: argparse.Namespace, base: dict[str, Any], flag_seeds: str = "--seeds") -> dict:
-    """Policies, replicas, tp degrees and seeds from flags, defaulting to the scenario's own."""
-    sc = from_dict(base, a.scenario, Path(a.scenario).parent.resolve())
+def grid_args(a: argparse.Namespace, sc: Scenario, flag_seeds: str = "--seeds") -> dict:
+    """Policies, replicas, tp degrees and seeds from flags, defaulting to those of the
+    base scenario ``sc`` (:func:`grid_base`)."""
     if sc.hardware.dp > 1:
         # Their GPU counts and tp grid are per replica of tp x pp GPUs; a group of ranks
         # would need ep to follow each tp as well.
@@ -176,10 +176,10 @@ def grid_sets(a: argparse.Namespace, raw: Any) -> list[str]:
             if given is not None]
 
 
-def grid_base(a: argparse.Namespace) -> dict[str, Any]:
+def grid_base(a: argparse.Namespace) -> tuple[dict[str, Any], Scenario]:
     """The raw base scenario of a sweep or capacity search, its ``--set`` overrides and
-    :func:`grid_sets` applied, validated; an error that the first of ``--tp`` or ``--pp``
-    decides names the flag."""
+    :func:`grid_sets` applied, and the scenario it validates to; an error that the first
+    of ``--tp`` or ``--pp`` decides names the flag."""
     from sim.config.scenario import apply_overrides, load_raw
 
     path = Path(a.scenario)
@@ -189,7 +189,7 @@ def grid_base(a: argparse.Namespace) -> dict[str, Any]:
     sets = grid_sets(a, raw)
     base = apply_overrides(raw, sets) if sets else raw
     try:
-        from_dict(base, str(path), path.parent.resolve())
+        sc = from_dict(base, str(path), path.parent.resolve())
     except ServesimError as exc:
         given = [f"{flag} {v}" for flag, v in (("--tp", a.tp), ("--pp", getattr(a, "pp", None)))
                  if v is not None]
@@ -199,7 +199,7 @@ def grid_base(a: argparse.Namespace) -> dict[str, Any]:
             raise
         raise ServesimError(f"{exc.message} (the first of {' and '.join(given)})",
                             exc.source, exc.where) from None
-    return base
+    return base, sc
 
 
 def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,

@@ -103,11 +103,11 @@ def main(argv: list[str]) -> int:
         if o.split("=", 1)[0].strip() in ("workload.arrivals.rate",
                                           "workload.trace.target_rate"):
             raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)")
-    base = grid_base(a)
+    base, sc = grid_base(a)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     check_rate(base, rates[0], f"--rates {a.rates}",
                None if steady is None else steady.max_requests)
-    grid = grid_args(a, base)
+    grid = grid_args(a, sc)
     path = Path(a.scenario)
     plan = sweep_plan(base, path, grid["seeds"], rates)
     if plan is not None:
@@ -130,8 +130,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(clean(blob), indent=2, allow_nan=False))
     elif not a.quiet:
         print(summary_table(res.grid))
-        for note in json.loads((out / "sweep.json").read_text())["simulated"].get("notes", ()):
-            print(f"note: {note}")  # settings accepted without being priced
+        for note in sc.notes:  # settings accepted without being priced
+            print(f"note: {note}")
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in res.paths))

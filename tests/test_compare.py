@@ -155,7 +155,8 @@ def test_compare_gpus_takes_a_tensor_parallel_degree(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gpus", "b200", "--policies", "chunked"], "give --policies or --gpus, not both"),
+    (["--gpus", "b200", "--policies", "chunked"],
+     "give one of --policies, --gpus or --variant, not --policies and --gpus"),
     (["--gpus", "b200,x9"], "unknown gpu 'x9'; valid: a100-40gb, a100-80gb"),
     (["--gpus", "b200,b200"], "got 'b200,b200': each GPU once"),
     (["--gpus", "b200:x"], "got 'b200:x': after a GPU, ':' takes its tensor-parallel degree"),

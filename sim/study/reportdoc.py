@@ -211,12 +211,33 @@ def by_gpu(runs: dict[str, Any]) -> bool:
     return len(gpus) == len(sims) and len({sim["policy"] for sim in sims}) == 1
 
 
-def compare_answer(runs: dict[str, Any]) -> str:
-    """One sentence: which policy (or GPU) serves the most within the SLO, which
-    saturated."""
+def variants_of(folder: Path) -> dict[str, list[str]] | None:
+    """The named variants of a ``compare --variant`` folder ({name: KEY=VALUE settings},
+    from ``compare.csv.meta.json``), or None for a comparison of policies or GPUs."""
+    path = folder / "compare.csv.meta.json"
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ServesimError(f"cannot read it: {exc}", str(path)) from None
+    varied = meta.get("varied") if isinstance(meta, dict) else None
+    found = varied.get("variants") if isinstance(varied, dict) else None
+    if found is None:
+        return None
+    if not (isinstance(found, dict) and all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in found.values())):
+        raise ServesimError(f"varied.variants: got {found!r}, expected each variant's name "
+                            "with its list of KEY=VALUE settings", str(path))
+    return found
+
+
+def compare_answer(runs: dict[str, Any], variants: bool = False) -> str:
+    """One sentence: which policy (or GPU, or named variant) serves the most within the
+    SLO, which saturated."""
     first = next(iter(runs.values()))
     sim = first["simulated"]
-    gpu = by_gpu(runs)
+    gpu = by_gpu(runs) and not variants
     hi = pick(first["latency_s"]["ttft"], "p99", True)
     sat = [p for p, s in runs.items() if s["saturation"]["saturated"]]
     ok = {p: s for p, s in runs.items() if p not in sat} or runs
@@ -228,22 +249,24 @@ def compare_answer(runs: dict[str, Any]) -> str:
     b = ok[best]
     lead = (f"{h.model_name(str(sim['model']['name']))} under {sim['policy']} on "
             f"{len(runs)} GPUs, each priced by its own cost model," if gpu else
-            f"{h.setup_with_cost(sim)}, {len(runs)} policies")
+            f"{h.model_name(str(sim['model']['name']))} in {len(runs)} variants of the "
+            "scenario" if variants else f"{h.setup_with_cost(sim)}, {len(runs)} policies")
     text = (f"{lead} on the same {h.count(first['requests']['total'])} requests: {best} "
             f"serves the most within the SLO "
             f"({h.req_s(b['throughput']['goodput_requests_per_s'])}; TTFT {hi} "
             f"{h.ms(b['latency_s']['ttft'][hi])}, TPOT {hi} {h.ms(b['latency_s']['tpot'][hi])})")
     if len(sat) == len(runs):
-        text += f"; every {'GPU' if gpu else 'policy'} saturated (none kept up with the load)"
+        what = "GPU" if gpu else "variant" if variants else "policy"
+        text += f"; every {what} saturated (none kept up with the load)"
     elif sat:
         text += f"; saturated (did not keep up): {', '.join(sat)}"
     return text + "."
 
 
-def _compare_table(runs: dict[str, Any]) -> Table:
+def _compare_table(runs: dict[str, Any], label: str) -> Table:
     first = next(iter(runs.values()))["latency_s"]["ttft"]
     lo, hi = pick(first, "p50", False), pick(first, "p99", True)
-    head = ["GPU" if by_gpu(runs) else "policy", "GPUs", "finished", "rejected",
+    head = [label, "GPUs", "finished", "rejected",
             f"TTFT {lo}", f"TTFT {hi}",
             f"TPOT {lo}", f"TPOT {hi}", f"ITL {hi}", f"E2E {hi}", "output", "goodput",
             "preemptions", "saturated"]
@@ -268,17 +291,30 @@ def _compare(folder: Path, runs: dict[str, Any]) -> Doc:
     first = next(iter(runs.values()))
     sim = first.get("simulated")
     title, sub = heading("compare", first.get("scenario"), sim)
+    variants = variants_of(folder)
+    if variants is not None and sim:
+        title = (f"{first.get('scenario') or 'scenario'}: "
+                 f"{h.model_name(str(sim['model']['name']))} in {len(runs)} variants "
+                 f"({', '.join(runs)})")
+        settings = [[v, " ".join(variants.get(v, [])) or "the scenario as it is",
+                     h.cost_phrase(s["simulated"])] for v, s in runs.items()]
+        tables = [("Variants side by side", _compare_table(runs, "variant")),
+                  ("What each variant changed", (["variant", "settings", "cost source"],
+                                                 settings, set())),
+                  ("What was simulated (first variant's run)", setup_table(sim))]
+        return {"title": title, "subtitle": sub, "answer": compare_answer(runs, True),
+                "lines": [], "tables": tables, "plots": ["compare_cdf.png"]}
     if by_gpu(runs):
         title = (f"{first.get('scenario') or 'scenario'}: "
                  f"{h.model_name(str(sim['model']['name']))} on {', '.join(runs)}, "
                  f"policy {sim['policy']}")
         costs = [[g, h.cost_phrase(s["simulated"])] for g, s in runs.items()]
-        tables = [("GPUs side by side", _compare_table(runs)),
+        tables = [("GPUs side by side", _compare_table(runs, "GPU")),
                   ("Cost model of each GPU's run", (["GPU", "cost source"], costs, set())),
                   ("What was simulated (first GPU's run)", setup_table(sim))]
         return {"title": title, "subtitle": sub, "answer": compare_answer(runs),
                 "lines": [], "tables": tables, "plots": ["compare_cdf.png"]}
-    tables = [("Policies side by side", _compare_table(runs))]
+    tables = [("Policies side by side", _compare_table(runs, "policy"))]
     if sim:
         tables.append(("What was simulated (first policy's run)", setup_table(sim)))
     return {"title": title, "subtitle": sub, "answer": compare_answer(runs) if sim else "",

@@ -299,7 +299,8 @@ def test_what_is_not_built_or_run_is_one_line(tmp_path: Path,
                  "h200", "--out", str(tmp_path / "p.yaml")]) == 2
     assert capsys.readouterr().err.strip() == (
         "servesim: error: --dtype: nvfp4 projections run on FP4 tensor cores, which h200 "
-        "lacks, so its tables time no nvfp4 GEMM (GPUs with them: b200, gb200, b300, gb300); cost: "
+        "lacks, so its tables time no nvfp4 GEMM (GPUs with them: b200, gb200, b300, gb300, "
+        "rtx-pro-6000); cost: "
         "roofline prices nvfp4 weights there as weight-only")
     assert main(["profile", "build", "--model", "qwen3-32b", "--dtype", "int4", "--gpu",
                  "b200", "--out", str(tmp_path / "p.yaml")]) == 2

@@ -24,7 +24,7 @@ GIB = 2**30
 MARKETING_GIB = {"a100-80gb": 80, "h100-sxm": 80, "h200": 141, "l40s": 48, "b200": 180,
                  "mi300x": 192, "h100-pcie": 80, "h100-nvl": 94, "h20": 96, "gb200": 186,
                  "mi325x": 256, "l4": 24, "a10g": 24, "b300": 288,
-                 "gb300": 288, "a100-40gb": 40}
+                 "gb300": 288, "a100-40gb": 40, "rtx-pro-6000": 96}
 
 @pytest.mark.parametrize("name", sorted(GPUS))
 def test_every_gpu_has_consistent_figures(name: str) -> None:
@@ -79,6 +79,12 @@ def test_datasheet_figures_spot_checked() -> None:
     assert (g3.flops, g3.fp8_flops, g3.fp4_flops) == (2500e12, 5000e12, 15000e12)
     assert g3.mem_bytes == (284_208 - 717) * 2**20 and g3.mem_bw == 576e12 / 72
     assert (g3.node_gpus, g3.host_bw, g3.net_bw) == (72, 450e9, 100e9)
+    # RTX PRO 6000 Blackwell: 4,000 FP4 TOPS with sparsity, each wider dtype half; 96 GB of
+    # GDDR7 at 1,792 GB/s, torch's print of 97,250 MiB; no NVLink (PCIe Gen5 x16).
+    rtx = GPUS["rtx-pro-6000"]
+    assert (rtx.fp4_flops, rtx.fp8_flops, rtx.flops) == (4000e12 / 2, 4000e12 / 4, 4000e12 / 8)
+    assert (rtx.mem_bw, rtx.mem_bytes) == (1.792e12, 97_250 * 2**20)
+    assert (rtx.link_bw, rtx.host_bw, rtx.node_gpus) == (64e9, 64e9, 8)
 
 
 def test_fp8_weights_run_weight_only_where_there_are_no_fp8_tensor_cores() -> None:
@@ -229,6 +235,10 @@ def test_the_command_line_runs_an_inline_gpu(tmp_path: Path, capsys: Any) -> Non
     # A name that goes on in digits is another part: the L40 (48 GB) is not the L4.
     ("NVIDIA L40", None), ("NVIDIA GH200 480GB", None), ("AMD Instinct MI300X", "mi300x"),
     ("AMD Instinct MI325X", "mi325x"), ("NVIDIA GeForce RTX 4090", None),
+    # RTX PRO 6000 Blackwell in either edition; another RTX part is not one.
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
+    ("NVIDIA RTX PRO 4500 Blackwell", None), ("NVIDIA RTX 6000 Ada Generation", None),
 ])
 def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | None) -> None:
     pytest.importorskip("torch")
@@ -240,7 +250,8 @@ def test_calibration_matches_a_device_name_to_its_gpu(device: str, key: str | No
 @needs_tables
 @pytest.mark.parametrize(("gpu", "label", "reported"), [
     ("gb200", "GB200", "NVIDIA GB200"), ("b300", "B300-SXM", "NVIDIA B300 SXM6 AC"),
-    ("gb300", "GB300", "NVIDIA GB300")])
+    ("gb300", "GB300", "NVIDIA GB300"),
+    ("rtx-pro-6000", "RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition")])
 def test_a_newer_gpus_profile_builds_from_its_own_tables(gpu: str, label: str,
                                                         reported: str) -> None:
     import yaml
@@ -255,6 +266,6 @@ def test_a_newer_gpus_profile_builds_from_its_own_tables(gpu: str, label: str,
     assert cost.source == f"measured kernels: vLLM 0.24.0 on {label}"
     assert data["device"]["reported"] == reported
     assert 0 < cost.step_time(decode_shape(1, 1000)) < cost.step_time(decode_shape(64, 64000))
-    # gb200 builds, but nothing of it ships; b300's profiles ship (out of the roofline's
-    # fit: tests/test_roofline_fit.py).
-    assert any(s.gpu == gpu for s in shipped_specs()) == (gpu == "b300")
+    # gb200 builds, but nothing of it ships; b300's and rtx-pro-6000's profiles ship (out
+    # of the roofline's fit: tests/test_roofline_fit.py).
+    assert any(s.gpu == gpu for s in shipped_specs()) == (gpu in ("b300", "rtx-pro-6000"))

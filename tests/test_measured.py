@@ -40,7 +40,8 @@ def test_every_shipped_profile_loads_and_is_indexed() -> None:
     rows = shipped()
     assert len(rows) >= 200
     assert {r.framework for r in rows} == {"vllm", "sglang"}
-    assert {r.gpu for r in rows} == {"a100-80gb", "h100-sxm", "h200", "b200", "b300", "l40s"}
+    assert {r.gpu for r in rows} == {"a100-80gb", "h100-sxm", "h200", "b200", "b300", "l40s",
+                                      "rtx-pro-6000"}
     for r in rows[::17]:
         cost = load_profile(r.stem)
         assert cost.tp == r.tp and cost.model == r.spec
@@ -64,11 +65,11 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
 @pytest.mark.parametrize(("over", "match"), [
     ({"hardware": {"gpu": "mi300x"}},
      "cost.measured: no measured profile for llama-3-8b at tp=1 under vllm on mi300x; GPUs "
-     "with one: a100-80gb, b200, b300, h100-sxm, h200, l40s"),
+     "with one: a100-80gb, b200, b300, h100-sxm, h200, l40s, rtx-pro-6000"),
     # A GPU the public tables time, though none of its profiles ships: how to build one.
     ({"hardware": {"gpu": "gb200"}}, re.escape(
-        "on gb200; GPUs with one: a100-80gb, b200, b300, h100-sxm, h200, l40s; the public "
-        "kernel tables time gb200: build a profile with `servesim profile build --gpu gb200 "
+        "on gb200; GPUs with one: a100-80gb, b200, b300, h100-sxm, h200, l40s, rtx-pro-6000; the "
+        "public kernel tables time gb200: build a profile with `servesim profile build --gpu gb200 "
         "--model llama-3-8b --tp 1 --framework vllm --out FILE` (the measured extra) and set "
         "cost: {profile: FILE}")),
     ({"model": "tiny"}, "no measured profile for model tiny: measured profiles cover"),

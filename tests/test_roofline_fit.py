@@ -67,9 +67,10 @@ def test_roofline_defaults_are_a_fresh_fit_and_meet_the_bar_on_unseen_gpus() -> 
     # A GPU no fit ever saw (B300, held out of every fit): the roofline as it ships.
     from sim.cost.tables.kerneltables import HELD_OUT_DIRS
 
-    assert "b300" in HELD_OUT_DIRS and "b300" not in GPU_DIRS
-    unseen = errors(measured_points("b300"), base)["step"]
-    assert unseen["median"] <= 0.25 and unseen["p90"] <= 0.25, unseen
+    for g in ("b300", "rtx-pro-6000"):  # docs/measured-profiles.md: 8.2% / 13.2%, 3.7% / 11.1%
+        assert g in HELD_OUT_DIRS and g not in GPU_DIRS
+        unseen = errors(measured_points(g), base)["step"]
+        assert unseen["median"] <= 0.25 and unseen["p90"] <= 0.25, (g, unseen)
     # Moving an efficiency moves the errors: the check can fail.
     worse = dataclasses.replace(base, bandwidth_efficiency=0.4)
     assert errors(pts["h100-sxm"], worse)["step"]["median"] > 0.25

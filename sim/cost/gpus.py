@@ -101,6 +101,10 @@ _MIB = 2**20
 #   (thamada/nvidia-smi, gls/L4_deviceQuery.py); nvidia-smi: 23034MiB.
 # - a10g: 22,587 MiB, torch "total_memory=22587MB" on an "NVIDIA A10G" (80 SMs) in a
 #   public issue's environment print; nvidia-smi: 23028MiB on the A10.
+# - rtx-pro-6000: 97,250 MiB, torch "total_memory=97250MB" printed by
+#   get_device_properties() on an "NVIDIA RTX PRO 6000 Blackwell Server Edition" (188 SMs,
+#   torch 2.7.1) in a public install script's comments; nvidia-smi: 97887MiB (the figure
+#   AIConfigurator's rtx_pro_6000_server.yaml records).
 #
 # flops, fp8_flops and fp4_flops are dense (without sparsity; datasheets halve their
 # sparse headline figures): H100 SXM and H200 1,979 TFLOP/s FP8, L40S 733, B200 4,500
@@ -130,6 +134,10 @@ _MIB = 2**20
 # - a10g: NVIDIA publishes no A10G datasheet; 600 GB/s GDDR6 and 24 GB as the A10's, and
 #   70 TFLOP/s BF16 tensor (the A10's is 125) from Baseten's A10 vs A10G comparison.
 #   No FP8 tensor cores (Ampere): FP8 weights run weight-only there.
+# - rtx-pro-6000 (RTX PRO 6000 Blackwell, GB202, 188 SMs; the Server and Workstation
+#   Editions share the memory): 4,000 FP4 TOPS with sparsity, so 2,000 dense FP4, 1,000
+#   FP8 and 500 BF16 (each wider dtype half the rate, as on every Blackwell part above);
+#   96 GB GDDR7 on a 512-bit bus at 28 Gbps, 1,792 GB/s.
 #
 # node_gpus: 8 per HGX/DGX (SXM) board or MI300X platform; 8 per typical L40S PCIe server,
 # where the "fast" link is PCIe 4.0 x16 (no NVLink). net_bw: one 400 Gb/s InfiniBand NDR
@@ -157,6 +165,9 @@ _MIB = 2**20
 #   12.5e9 / 8 per GPU).
 # - a10g: 8 per AWS g5.48xlarge (PCIe Gen4, 100 Gb/s for the instance: 12.5e9 / 8 per
 #   GPU).
+# - rtx-pro-6000: 8 per RTX PRO server (the Server Edition has no NVLink: PCIe Gen5 x16,
+#   64 GB/s each way, between GPUs and to the host); a 400 Gb/s NIC per GPU (50e9 B/s),
+#   the figure AIConfigurator's system file uses for its collection host.
 GPUS: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec("a100-80gb", 312e12, 2.039e12, 85_100_068_864, 300e9, 8e-6, 32e9,
                          8, 25e9, 20e-6),
@@ -190,6 +201,8 @@ GPUS: dict[str, GPUSpec] = {
                     20e-6),
     "a100-40gb": GPUSpec("a100-40gb", 312e12, 1.555e12, 40_536 * _MIB, 300e9, 8e-6, 32e9,
                          8, 25e9, 20e-6),
+    "rtx-pro-6000": GPUSpec("rtx-pro-6000", 500e12, 1.792e12, 97_250 * _MIB, 64e9, 20e-6,
+                            64e9, 8, 50e9, 20e-6, 1000e12, fp4_flops=2000e12),
 }
 
 
@@ -209,13 +222,14 @@ GPUS: dict[str, GPUSpec] = {
 #   GPUs: 36 x 480 = 17,280 GiB per 72-GPU rack (a GPU's own Grace holds 240 GiB of it).
 # - l4: 384 GB on a g2-standard-96; a10g: 768 GiB on a g5.48xlarge (cloud machine pages).
 # - a100-40gb: 1 TB in the DGX A100 320 GB system (its user guide; the 640 GB one has 2).
+# - rtx-pro-6000: no reference system; 1 TB assumed, as the L40S server.
 # The operating system and the serving process need some of it; set host_memory_gb to
 # what a tier may really take.
 NODE_HOST_MEMORY_GIB: dict[str, float] = {
     "a100-80gb": 2048.0, "h100-sxm": 2048.0, "h200": 2048.0, "b200": 2048.0,
     "mi300x": 2048.0, "l40s": 1024.0, "h100-pcie": 1024.0, "h100-nvl": 256.0, "h20": 2048.0,
     "gb200": 17280.0, "mi325x": 2048.0, "l4": 384.0, "a10g": 768.0, "b300": 2048.0,
-    "gb300": 17280.0, "a100-40gb": 1024.0,
+    "gb300": 17280.0, "a100-40gb": 1024.0, "rtx-pro-6000": 1024.0,
 }
 
 
@@ -334,7 +348,10 @@ def gpu_of_device(device_name: str) -> str | None:
     for key in sorted(GPUS, key=len, reverse=True):
         if named(key):
             return key
-    family = [key for key in GPUS if named(key.split("-")[0])]
+    # A family is the name's first word ("h100" of h100-sxm), but an RTX PRO part's is its
+    # whole name: "NVIDIA GeForce RTX 4090" and "RTX PRO 4500" are not an RTX PRO 6000.
+    family = [key for key in GPUS
+              if named(key if key.startswith("rtx-") else key.split("-")[0])]
     sized = [key for key in family if "-" in key and key.split("-", 1)[1] in lowered]
     if sized:
         return sized[0]

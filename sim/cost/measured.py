@@ -64,10 +64,11 @@ SHIPPED_DSA = ("glm-5", "deepseek-v3.2")
 SHIPPED_HYBRID = ("qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")
 SHIPPED_TPS = (1, 2, 4, 8)
 # gpt-oss (mxfp4 experts, sliding-window layers) at the tps each is served at, on the
-# GPUs of the public end-to-end runs: 20b fits one GPU with room to spare.
+# GPUs of the public end-to-end runs, and the RTX PRO 6000 (120b fits one card): 20b fits
+# one GPU with room to spare.
 SHIPPED_GPTOSS: dict[str, tuple[int, ...]] = {"gpt-oss-20b": (1, 2),
                                               "gpt-oss-120b": (1, 2, 4, 8)}
-SHIPPED_GPTOSS_GPUS = ("h100-sxm", "h200", "b200")
+SHIPPED_GPTOSS_GPUS = ("h100-sxm", "h200", "b200", "rtx-pro-6000")
 _REST = re.compile(r"^(?P<model>.+)-tp(?P<tp>\d+)(?:-dp(?P<dp>\d+))?(?:-ep(?P<ep>\d+))?"
                    r"-(?P<fw>[a-z]+)"
                    r"(?:-(?P<dtype>" + "|".join(QUANT_VARIANTS) + r"))?(?P<kv>-kvfp8)?$")

@@ -209,7 +209,8 @@ def shipped_specs() -> list[BuildSpec]:
                 except ServesimError:
                     continue
                 out.extend(BuildSpec(model, gpu, fw, tp) for fw in SHIPPED_FRAMEWORKS
-                           if (not model.experts or _moe_measured(model, gpu, fw, tp))
+                           if _gemms_measured(model, gpu, fw, tp)
+                           and (not model.experts or _moe_measured(model, gpu, fw, tp))
                            and _attention_measured(model, gpu, fw, tp)
                            and (not model.linear_layers or _gdn_measured(model, gpu, fw, tp)))
     out.extend(BuildSpec(MODELS[name], gpu, "vllm", tp, ep=tp) for name, gpu, tp in SHIPPED_EP)
@@ -227,6 +228,20 @@ def _fits(model: ModelSpec, gpu: str, tp: int) -> bool:
     try:
         shard(model, tp)
         kv_capacity_blocks(model, GPUS[gpu], tp, 0.9, 16)
+    except ServesimError:
+        return False
+    return True
+
+
+def _gemms_measured(model: ModelSpec, gpu: str, framework: str, tp: int) -> bool:
+    """Whether the installed GEMM tables time ``model``'s projections (its weight dtype)
+    on ``gpu`` for ``framework``, its own rows or a donor's (RTX PRO 6000's time no
+    block-scaled FP8 under SGLang)."""
+    from sim.cost.tables.gemmtable import projection_gemms
+
+    try:
+        projection_gemms(gpu, framework, resolve_version(BuildSpec(model, gpu, framework, tp)),
+                         model.dtype)
     except ServesimError:
         return False
     return True

@@ -40,7 +40,7 @@ GPU_DIRS: dict[str, str] = {
 }
 # GPUs whose profiles ship but which stay out of the roofline's fit: `servesim profile
 # fit-roofline` reports the fitted roofline's error on them, GPUs it never saw.
-HELD_OUT_DIRS: dict[str, str] = {"b300": "b300_sxm"}
+HELD_OUT_DIRS: dict[str, str] = {"b300": "b300_sxm", "rtx-pro-6000": "rtx_pro_6000_server"}
 # GPUs whose tables a profile can be built from (`servesim profile build --gpu`) that
 # neither ship a profile nor enter the roofline's fit. The wheel's h100_pcie and l4
 # folders are empty, so those GPUs have no tables at all.

@@ -74,7 +74,7 @@ from sim.errors import ServesimError
 
 GPU_LABELS = {"a100-80gb": "A100-SXM-80GB", "h100-sxm": "H100-SXM", "h200": "H200-SXM",
               "b200": "B200-SXM", "l40s": "L40S", "gb200": "GB200", "b300": "B300-SXM",
-              "gb300": "GB300"}
+              "gb300": "GB300", "rtx-pro-6000": "RTX-PRO-6000"}
 # Tokens up to which a framework runs a step inside a CUDA graph by default (vLLM v1:
 # capture sizes to min(2·max_num_seqs, 512); SGLang: cuda_graph_max_bs 256 on 80 GB
 # parts; TensorRT-LLM's PyTorch backend: 128): its all-reduces then run graph-captured.

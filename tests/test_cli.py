@@ -108,7 +108,7 @@ BAD = {
                       ["workload.trace", "nowhere.csv"]),
     "does_not_fit": ("model: llama-3-70b\nhardware: {gpu: l40s}\n"
                      "workload: {trace: {path: azure_2023_conv}}\n",
-                     ["does not fit", "weights 131.42", "= 40.07 GiB", "l40s"]),
+                     ["does not fit", "weights 131.42", "= 40.96 GiB", "l40s"]),
     "yaml_syntax": ("model: tiny\nworkload: {trace: [\n", ["invalid YAML", "line"]),
 }
 

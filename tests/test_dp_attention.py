@@ -263,7 +263,7 @@ def test_latent_attention_ranks_each_cache_only_their_own_tokens() -> None:
     # the group holds 8 ranks' blocks, each GPU with less room beside its whole attention.
     assert dp8.weights > tp8.weights and dp8.blocks < tp8.blocks < 8 * dp8.blocks
     raw = {"model": "deepseek-v3", "cost": "measured",
-           "hardware": {"gpu": "h200", "tp": 1, "dp": 8, "ep": 8},
+           "hardware": {"gpu": "h200", "tp": 1, "dp": 8, "ep": 8, "memory_utilization": 0.9},
            "workload": {"concurrency": 16, "num_requests": 32,
                         "lengths": {"prompt": {"dist": "fixed", "value": 512},
                                     "output": {"dist": "fixed", "value": 4}}}}

@@ -167,7 +167,7 @@ def test_cost_measured_picks_the_gpt_oss_profile_and_sliding_is_cheaper() -> Non
     from sim.report.summary import summarize
 
     names = {s.stem for s in shipped() if s.model.startswith("gpt-oss")}
-    assert len(names) == 36 and "b200-gpt-oss-20b-tp2-sglang" in names
+    assert len(names) == 42 and "rtx-pro-6000-gpt-oss-120b-tp1-vllm" in names
     assert find(MODELS["gpt-oss-120b"], "h200", 4, "sglang") == "h200-gpt-oss-120b-tp4-sglang"
     sc = from_dict({"model": "gpt-oss-120b", "hardware": {"gpu": "h200"}, "cost": "measured",
                     "workload": {"arrivals": {"process": "poisson", "rate": 4.0},

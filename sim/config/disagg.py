@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
@@ -19,6 +20,7 @@ from sim.cost.memory import MemoryBudget, memory_budget
 from sim.cost.pipeline import stage_layers
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
+from sim.cost.vllmmemory import DEFAULT_VERSION, MemoryRules, memory_rules
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -136,6 +138,9 @@ class Pool:
     pp: int = 1  # pipeline stages per replica (co-located pool only)
     ep: int = 1  # expert parallelism (co-located pool only): E/ep whole experts a GPU
     dp: int = 1  # data-parallel attention ranks a replica (co-located pool only)
+    # How vLLM's profile sizes this pool's KV cache (sim.cost.vllmmemory); None: the
+    # default release's rules.
+    memory_rules: MemoryRules | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -143,12 +148,69 @@ class Pool:
         return self.tp * self.pp * self.dp
 
 
+def memory_version(scenario: Scenario, gpu: str) -> str:
+    """The vLLM release whose memory profile sizes a pool of ``gpu`` (a table GPU's name):
+    ``serving.vllm_version`` when given, else that of the vLLM kernel tables the
+    scenario's measured profile (or profile file) was built from, else
+    :data:`~sim.cost.vllmmemory.DEFAULT_VERSION` (the roofline, a calibrated profile,
+    SGLang's or TensorRT-LLM's tables)."""
+    given = scenario.serving.vllm_version
+    if given is not None:
+        return given
+    cost = scenario.cost
+    if cost.measured is not None and cost.measured.framework == "vllm":
+        from sim.cost.measured import shipped
+
+        stem = next((r.stem for r in shipped() if r.gpu == gpu and r.framework == "vllm"),
+                    None)
+        found = None if stem is None else _profile_version(stem, None)
+    elif cost.profile is not None:
+        base = scenario.base_dir
+        found = _profile_version(cost.profile, None if base is None else str(base))
+    else:
+        found = None
+    return found or DEFAULT_VERSION
+
+
+@lru_cache(maxsize=64)
+def _profile_version(ref: str, base_dir: str | None) -> str | None:
+    """The vLLM version a profile file's kernel tables came from (None: not vLLM's, or a
+    version whose memory profile servesim does not model, or a file it cannot read:
+    loading the cost model says what is wrong with it)."""
+    from pathlib import Path
+
+    import yaml
+
+    from sim.cost.profilefile import resolve
+    from sim.cost.vllmmemory import check_version
+
+    try:
+        data = yaml.safe_load(resolve(ref, None if base_dir is None else Path(base_dir))
+                              .read_text())
+        src = data["source"]
+        if src.get("framework") != "vllm":
+            return None
+        return check_version(str(src["version"]))
+    except (ServesimError, OSError, yaml.YAMLError, KeyError, TypeError, AttributeError,
+            RecursionError, UnicodeDecodeError):
+        return None
+
+
+def _memory(scenario: Scenario, gpu: str, utilization: float | None
+            ) -> tuple[float, MemoryRules]:
+    """A pool's memory utilization (the release's default unless one is given) and its
+    release's rules."""
+    rules = memory_rules(memory_version(scenario, gpu), scenario.model)
+    return (rules.utilization if utilization is None else utilization), rules
+
+
 def pools(scenario: Scenario) -> list[Pool]:
     """The scenario's pools: one co-located pool, or prefill then decode pools."""
     hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
     if sv.policy != "disaggregated":
-        return [Pool("both", cl.replicas, gpu_label(hw.gpu), hw.tp, hw.memory_utilization, sv,
-                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep, hw.dp)]
+        util, rules = _memory(scenario, gpu_label(hw.gpu), hw.memory_utilization)
+        return [Pool("both", cl.replicas, gpu_label(hw.gpu), hw.tp, util, sv,
+                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep, hw.dp, rules)]
     out = []
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
@@ -160,9 +222,11 @@ def pools(scenario: Scenario) -> list[Pool]:
         except ServesimError as exc:
             raise exc.located(prefix=f"disaggregated.{role}") from None
         choice = pc.gpu or hw.gpu
+        util, rules = _memory(scenario, gpu_label(choice),
+                              pc.memory_utilization or hw.memory_utilization)
         out.append(Pool(role, pc.replicas or cl.replicas, gpu_label(choice), pc.tp or hw.tp,
-                        pc.memory_utilization or hw.memory_utilization, serving,
-                        pc.router or cl.router, resolve_gpu(choice)))
+                        util, serving, pc.router or cl.router, resolve_gpu(choice),
+                        memory_rules=rules))
     return out
 
 
@@ -172,7 +236,7 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     sv = pool.serving
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
-                           pool.ep, pool.dp)
+                           pool.ep, pool.dp, pool.memory_rules)
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's

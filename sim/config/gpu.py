@@ -129,7 +129,9 @@ class HardwareConfig:
 
     gpu: str | InlineGPU = DEFAULT_GPU
     tp: int = bounded(1, ge=1)
-    memory_utilization: float = bounded(0.9, gt=0, le=1)
+    # None: the default of the vLLM release that sizes the memory (0.92 from 0.22, 0.9
+    # before: sim.cost.vllmmemory).
+    memory_utilization: float | None = bounded(None, gt=0, le=1)
     # None: the node's installed memory (sim.cost.gpus.NODE_HOST_MEMORY_GIB).
     host_memory_gb: float | None = bounded(None, gt=0)
     pp: int = bounded(1, ge=1)

@@ -97,11 +97,22 @@ class ServingConfig:
     # stream_interval tokens (false: SGLang's --stream-interval, which sends whenever the
     # output's length is a multiple of it, so TTFT includes stream_interval - 1 steps).
     stream_first_token: bool = True
+    # The vLLM release whose memory profile sizes the KV cache (sim/cost/vllmmemory.py:
+    # 0.11 to 0.26). Unset: the release of the measured profile's kernel tables, else
+    # vLLM 0.24.0.
+    vllm_version: str | None = None
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
 
         resolve_alias(self, "num_gpu_blocks", "num_kv_blocks")
+        if self.vllm_version is not None:
+            from sim.cost.vllmmemory import check_version
+
+            try:
+                check_version(self.vllm_version)
+            except ServesimError as exc:
+                raise exc.located(prefix="vllm_version") from None
         if self.policy not in POLICIES:
             raise ServesimError(
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",

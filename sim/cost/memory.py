@@ -15,6 +15,7 @@ from sim.cost.gpus import GPUSpec
 from sim.cost.pipeline import stage_layers
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
+from sim.cost.vllmmemory import DEFAULT_VERSION, MemoryRules, memory_rules
 from sim.errors import ServesimError
 
 
@@ -35,31 +36,31 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 GIB = 2**30
 
-# Bytes the sampler's profiling pass holds per logit (sequences × vocabulary): fp32 logits,
-# probabilities and log-probabilities, a sorted copy with int64 indices for top-k/top-p,
-# and temporaries. Fitted to vLLM PR 10511's Llama-3-8B log on an H100 (activation peak
-# 1.26 GiB at 8192 tokens and 256 sequences, where the sampler, not the layers, peaks).
-SAMPLER_BYTES_PER_LOGIT = 39
-
 # Non-torch memory the instance adds while it profiles: CUDA kernels loaded on first use
 # and library workspaces. 0.16 GiB on one H100 (vLLM PR 12126: "non_torch_memory takes
 # 0.16GiB"). vLLM V1 measures it over a snapshot taken once the CUDA context exists, so
 # the context itself stays in the 1 − utilization headroom.
 NON_TORCH_BYTES = int(0.16 * GIB)
 
-# What tensor parallelism adds to it: NCCL communicators and the custom all-reduce's
-# buffers. 1.79 GiB: the difference between vLLM PR 10511's tp=2 and tp=1 logs of the same
-# model on the same H100 (non_torch_memory 3.58 against 1.79 GiB). No public log gives
-# the figure at tp 4 or 8; ring communicators keep two neighbours whatever the size, so
-# the tp=2 figure is used for every tp > 1.
-NON_TORCH_TP_BYTES = int(1.79 * GIB)
+# What tensor parallelism adds to it. Since vLLM 0.11 (PR 25359) the NCCL communicators
+# and the custom all-reduce's buffers are set up before the baseline snapshot, outside
+# the budget (sim.cost.vllmmemory); what the profiling pass still adds is the channels
+# NCCL connects on its first collectives. 0.41 GiB: the difference between the tp=2 and
+# tp=1 "non-torch forward increase memory" of vLLM 0.11 logs on H100 (llm-d-benchmark's
+# table of them, config_explorer/empirical-vllm-memory-results.md: 0.54 and 0.55 GiB for
+# Qwen3-32B and Llama-3.3-70B-FP8 at tp 2, 0.13 and 0.14 at tp 1). It had been 1.79 GiB,
+# from a vLLM 0.6 log (PR 10511) taken before that change. No public log gives the figure
+# at tp 4 or 8; ring communicators keep two neighbours whatever the size, so the tp=2
+# figure is used for every tp > 1.
+NON_TORCH_TP_BYTES = int(0.41 * GIB)
 
 # vLLM's estimate of the CUDA-graph pool (one graph per captured batch size), subtracted
-# before sizing the KV cache since v0.21.0 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by
-# default; earlier versions captured the graphs afterwards, inside the 1 − utilization
-# headroom). 0.73 GiB: "Estimated CUDA graph memory: 0.73 GiB total" for the default
-# capture set (51 piecewise sizes up to 512, 35 full ones up to 256) in vllm-project/vllm
-# PR 39559's log; the pool is mostly per-graph overhead, so it barely depends on the model.
+# before sizing the KV cache since v0.21.0 by the V1 model runner (sim.cost.vllmmemory:
+# Model Runner V2 estimates none up to 0.28; before 0.21 the graphs are captured
+# afterwards, inside the 1 − utilization headroom). 0.73 GiB: "Estimated CUDA graph
+# memory: 0.73 GiB total" for the default capture set (51 piecewise sizes up to 512, 35
+# full ones up to 256) in vllm-project/vllm PR 39559's log; the pool is mostly per-graph
+# overhead, so it barely depends on the model.
 CUDA_GRAPH_BYTES = int(0.73 * GIB)
 # The most of the KV room a hybrid model's recurrent states take when not every
 # max_num_seqs sequence's fits: SGLang's default split, r / (1 + r) of it for
@@ -101,6 +102,8 @@ class MemoryBudget:
     # ``state_seqs`` sequences, the most that may run at once (see linear_state_seqs).
     linear_state: int = 0
     state_seqs: int = 0
+    # Whose profile set the activation and CUDA-graph terms, in words (sim.cost.vllmmemory).
+    rules: str = ""
 
     @property
     def budget(self) -> float:
@@ -174,7 +177,8 @@ class MemoryBudget:
                 "non_torch_gib": self.non_torch / GIB, "cuda_graph_gib": self.cuda_graph / GIB,
                 **reserved,
                 "kv_gib": kv / GIB, "kv_blocks": n, "kv_tokens": n * self.block_size,
-                "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks"}
+                "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks",
+                **({"sized": self.rules} if self.rules else {})}
 
 
 def weight_bytes(model: ModelSpec, tp: int, ep: int = 1, dp: int = 1) -> int:
@@ -212,7 +216,8 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) 
 
 
 def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
-                     max_num_seqs: int, sampler: bool = True, ep: int = 1, dp: int = 1) -> int:
+                     max_num_seqs: int, sampler: bool = True, ep: int = 1, dp: int = 1,
+                     rules: MemoryRules | None = None) -> int:
     """Peak bytes of one GPU's profiling pass above the weights (torch's peak increase).
 
     With T = ``max_num_batched_tokens``, S = min(``max_num_seqs``, T), a the activation
@@ -225,8 +230,14 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
       activation (I); in attention, with QKV ((Hq + 2Hkv)d) and the attention output (Hq·d).
       Checked against vLLM issue 10517's Llama-3.1-8B logs (2.07 and 2.99 GiB at 20,000
       and 29,000 tokens, where the layers peak; the formula gives 2.06 and 2.99 GiB).
-    - sampler: T·h·a (the last hidden states, still held) + S·V·39 for logits of S
-      sequences over the whole padded vocabulary V (gathered from every GPU).
+    - sampler: T·h·a (the last hidden states, still held) + S·V·b for logits of S
+      sequences over the whole padded vocabulary V (gathered from every GPU), b the bytes
+      a logit holds at the sampler's peak in the ``rules``' release
+      (:meth:`sim.cost.vllmmemory.MemoryRules.sampler_bytes_per_logit`: 39 where top-k
+      and top-p sort the logits, fitted to vLLM PR 10511's Llama-3-8B log on an H100, an
+      activation peak of 1.26 GiB at 8192 tokens and 256 sequences).
+
+    Model Runner V2 profiles the layers without attention: their term is the MLP's.
 
     The peak is the larger of the two, because the layers' temporaries are freed before
     the sampler runs. ``sampler=False``: a pipeline stage before the last, which runs
@@ -236,6 +247,8 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
     rank's tokens, but vLLM runs them through the MoE layer in chunks of a few hundred
     tokens a rank (``VLLM_MOE_DP_CHUNK_SIZE``), so the peak stays one rank's.
     """
+    if rules is None:
+        rules = memory_rules(DEFAULT_VERSION, model)
     d = shard(model, tp, ep=ep, dp=dp)
     a = model.act_bytes
     h = d.hidden
@@ -245,28 +258,33 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
         width = max(width, (d.experts_per_token + d.shared_experts) * d.expert_intermediate)
     mlp = 3 * h + 3 * width
     attention = 3 * h + 2 * (d.heads + d.kv_heads) * d.head_dim
-    layers = max_num_batched_tokens * a * max(mlp, attention)
+    layers = max_num_batched_tokens * a * (mlp if rules.v2_runner else max(mlp, attention))
     if not sampler:
         return layers
     seqs = min(max_num_seqs, max_num_batched_tokens)
     sampling = (max_num_batched_tokens * h * a
-                + seqs * d.vocab * d.tp * SAMPLER_BYTES_PER_LOGIT)
-    return max(layers, sampling)
+                + seqs * d.vocab * d.tp * rules.sampler_bytes_per_logit(tp))
+    return int(max(layers, sampling))
 
 
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                   block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
-                  pp: int = 1, ep: int = 1, dp: int = 1) -> MemoryBudget:
+                  pp: int = 1, ep: int = 1, dp: int = 1,
+                  rules: MemoryRules | None = None) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
     sizes every stage's cache to the smallest: :func:`stage_budget`). ``ep`` > 1:
     expert parallelism (:func:`sim.cost.shard.expert_shard`), over ``dp`` data-parallel
     attention ranks (each holding the whole attention and its own KV blocks, which
-    ``blocks`` then counts: one rank's)."""
+    ``blocks`` then counts: one rank's). ``rules``: the vLLM release whose profile sets
+    the activation and CUDA-graph terms (:mod:`sim.cost.vllmmemory`; default
+    :data:`~sim.cost.vllmmemory.DEFAULT_VERSION`'s)."""
+    if rules is None:
+        rules = memory_rules(DEFAULT_VERSION, model)
     if pp > 1:
         stages = [stage_budget(model, gpu, tp, memory_utilization, block_size,
-                               max_num_batched_tokens, max_num_seqs, pp, k, ep)
+                               max_num_batched_tokens, max_num_seqs, pp, k, ep, rules)
                   for k in range(pp)]
         return min(stages, key=lambda b: (b.blocks, b.kv))
     d = shard(model, tp, ep=ep, dp=dp)
@@ -274,11 +292,11 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
         utilization=memory_utilization, weights=weight_bytes(model, tp, ep, dp),
         activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs, ep=ep,
-                                    dp=dp),
+                                    dp=dp, rules=rules),
         # A GPU among others keeps communicators (tensor-parallel, or experts' dispatch).
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp * dp > 1 else 0),
-        cuda_graph=CUDA_GRAPH_BYTES, block_size=block_size,
-        block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp)
+        cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
+        block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp, rules=rules.phrase)
     if model.linear_layers:
         seqs = linear_state_seqs(d.linear_state_bytes, max_num_seqs, budget.kv)
         return dataclasses.replace(budget, linear_state=seqs * d.linear_state_bytes,
@@ -340,22 +358,24 @@ def linear_state_seqs(state_bytes: int, max_num_seqs: int, room: float) -> int:
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int, pp: int,
-                 k: int, ep: int = 1) -> MemoryBudget:
+                 k: int, ep: int = 1, rules: MemoryRules | None = None) -> MemoryBudget:
     """One GPU of pipeline stage ``k``: its own weights (:func:`stage_weight_bytes`), the
     layers' profiling peak (the sampler's only on the last stage), the non-torch memory
     with its communicators (NCCL's for the stage-to-stage sends as for tensor
     parallelism: no public log measures them apart) and KV blocks of its layers only."""
+    if rules is None:
+        rules = memory_rules(DEFAULT_VERSION, model)
     d = shard(model, tp, ep=ep)
     layers = stage_layers(model.layers, pp)[k]
     return MemoryBudget(
         model=model.name, gpu=gpu.name, tp=tp, total=gpu.mem_bytes,
         utilization=memory_utilization, weights=stage_weight_bytes(model, tp, pp, k, ep),
         activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs,
-                                    sampler=k == pp - 1, ep=ep),
-        non_torch=NON_TORCH_BYTES + NON_TORCH_TP_BYTES, cuda_graph=CUDA_GRAPH_BYTES,
-        block_size=block_size,
+                                    sampler=k == pp - 1, ep=ep, rules=rules),
+        non_torch=NON_TORCH_BYTES + NON_TORCH_TP_BYTES,
+        cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
         block_bytes=d.kv_bytes_per_token // d.layers * layers * block_size, pp=pp, stage=k,
-        ep=ep)
+        ep=ep, rules=rules.phrase)
 
 
 def kv_capacity_blocks(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

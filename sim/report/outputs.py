@@ -288,7 +288,8 @@ def memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
                    + (f" - linear-attention states {m['linear_state_gib']:.2f} "
                       f"({m['linear_state_seqs']} sequences, the most that run)"
                       if "linear_state_gib" in m else "")
-                   + f" -> {kv}, {m['kv_tokens']} tokens")
+                   + f" -> {kv}, {m['kv_tokens']} tokens"
+                   + (f"; {m['sized']}" if m.get("sized") else ""))
 
     return out
 

@@ -43,7 +43,8 @@ def scenario_digest(scenario: Any) -> str:
     fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
     for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
                          ("workload", "stages"), ("serving", "kv_offload"),
-                         ("serving", "async_scheduling"), ("hardware", "host_memory_gb")):
+                         ("serving", "async_scheduling"), ("hardware", "host_memory_gb"),
+                         ("serving", "vllm_version")):
         if fields[section].get(key) is None:
             fields[section].pop(key, None)
     # Keys added later, hashed only when they differ from their old, implicit value.

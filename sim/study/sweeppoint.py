@@ -253,8 +253,9 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # requests due after the horizon left out of every figure, a trace's target_rate applied
 # to the window simulated, offered_rps counting refused arrivals; 4: async scheduling's
 # one-iteration wait for a request reaching a busy replica; 5: KV use counting only the
-# blocks requests hold, and a vllm section's prefix caching on by default).
-CACHE_SCHEMA = 5
+# blocks requests hold, and a vllm section's prefix caching on by default; 6: KV capacity
+# sized by a vLLM release's memory profile, sim/cost/vllmmemory.py).
+CACHE_SCHEMA = 6
 
 
 def cost_fingerprint(sc: Scenario) -> str:

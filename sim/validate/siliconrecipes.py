@@ -14,6 +14,7 @@ import numpy as np
 
 from sim.core.request import FINISHED
 from sim.cost.presets import MODELS
+from sim.cost.vllmmemory import memory_rules, modelled_release
 from sim.report.metrics import per_request
 from sim.validate.hybridruns import QWEN35_PATHS, qwen35_recipe, sglang_state_pool
 from sim.validate.siliconrows import FP4_MODES, SYSTEM_GPUS, Row
@@ -294,9 +295,11 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
 
     if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
         return None
+    # Activation as vLLM's V1 runner before 0.17 charged it, what these rows were fitted with.
     b = memory_budget(case.spec, GPUS[case.gpu], case.tp, 0.9,
                       serving["block_size"], serving["max_num_batched_tokens"],
-                      serving["max_num_seqs"], ep=case.ep, dp=case.dp)
+                      serving["max_num_seqs"], ep=case.ep, dp=case.dp,
+                      rules=memory_rules("0.16.0", case.spec))
     if case.framework in STATIC_FRACTION:
         static = settings.get("static_fraction", STATIC_FRACTION[case.framework])
         kv = static * b.total - b.weights
@@ -339,6 +342,10 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     blocks = kv_blocks(case, serving, settings)
     if blocks is not None:
         serving["num_gpu_blocks"] = blocks
+    # A vLLM run of a release servesim models is sized as that release (sim/cost/vllmmemory.py).
+    release = modelled_release(r.version) if case.framework == "vllm" else None
+    if release is not None:
+        serving["vllm_version"] = release
 
     def lengths(n: int) -> dict[str, Any]:
         if case.lengths == "exact":
@@ -360,7 +367,9 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
             **({"linear_state_dtype": case.state_dtype} if case.state_dtype != "fp32"
                else {})},
         "hardware": {"gpu": case.gpu, "tp": case.tp,
-                     "memory_utilization": settings.get("memory_utilization", 0.9),
+                     # A vLLM row of a known release: that release's default, else 0.9.
+                     **({"memory_utilization": settings.get("memory_utilization", 0.9)}
+                        if release is None or "memory_utilization" in settings else {}),
                      **({"ep": case.ep} if case.ep > 1 else {}),
                      **({"dp": case.dp} if case.dp > 1 else {})},
         "cost": "roofline",  # replaced by the built profile when simulated

@@ -1,0 +1,109 @@
+"""Public `vllm bench serve` runs against servesim: the table of docs/validation.md,
+"Public vllm bench serve runs".
+
+Each run below is a published benchmark of a plain vLLM server with the random dataset
+(fixed prompt and output lengths, every prompt sent at once): its setup and its measured
+median TTFT, median TPOT and duration, as its page gives them (source in each entry).
+Each is simulated with the shipped measured profile, vLLM v1's scheduler and the run's
+own settings, its prompts as that many clients sending one request each; the KV cache
+sized as the run's vLLM release sizes it (`serving.vllm_version`) where servesim models
+that release, else from the block count the run's own server log printed. Nothing was
+fitted to these runs.
+
+Usage: python docs/scripts/public_bench.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+GPUSTACK = "github.com/gpustack/gpustack docs/performance-lab"
+DENNIS = "github.com/dennislee22/vLLM-benchmarking README"
+
+# (label, source, vLLM release, model preset, GPU, tp, prompt and output tokens (the
+# run's totals over its requests), requests, memory utilization (None: vLLM's default),
+# max_num_batched_tokens (None: the default), KV blocks of 16 tokens from the run's log
+# (None: sized by the release), measured median TTFT ms, median TPOT ms, duration s).
+RUNS: list[tuple[Any, ...]] = [
+    ("Qwen3-32B 4000/200", f"{GPUSTACK}/qwen3-32b/h100.md", "0.11.0", "qwen3-32b",
+     "h100-sxm", 1, 3996, 200, 500, None, None, None, 483375.28, 62.08, 976.29),
+    ("Qwen3-32B 2000/100", f"{GPUSTACK}/qwen3-32b/h100.md", "0.11.0", "qwen3-32b",
+     "h100-sxm", 1, 1996, 100, 500, None, None, None, 164148.38, 84.24, 328.04),
+    ("Qwen3-235B-A22B 32000/100", f"{GPUSTACK}/qwen3-235b-a22b/h100.md", "0.11.0",
+     "qwen3-235b-a22b", "h100-sxm", 8, 32000, 82, 100, None, None, None, 70737.29, 134.49,
+     141.6),
+    ("DeepSeek-R1 4000/200", f"{GPUSTACK}/deepseek-r1/h200.md", "0.11.0", "deepseek-r1",
+     "h200", 8, 3995, 200, 500, None, None, None, 61952.74, 177.37, 132.68),
+    # Qwen2-7B-Instruct (Qwen2.5-7B's architecture) on one A100 80GB, vLLM 0.10.1.1,
+    # 2,048 batched tokens; its log: 24.83 GiB of KV, 464,848 tokens, at 0.5 of memory,
+    # 5.01 GiB and 93,872 tokens at 0.25.
+    ("Qwen2-7B 1024/1024, 10", DENNIS, None, "qwen2.5-7b", "a100-80gb", 1, 1024, 1024, 10,
+     0.5, 2048, 29053, 511.95, 13.45, 14.3),
+    ("Qwen2-7B 1024/1024, 50", DENNIS, None, "qwen2.5-7b", "a100-80gb", 1, 1020, 1022, 50,
+     0.5, 2048, 29053, 2490.45, 18.57, 21.7),
+    ("Qwen2-7B 1024/1024, 100", DENNIS, None, "qwen2.5-7b", "a100-80gb", 1, 1021, 1016, 100,
+     0.5, 2048, 29053, 3896.62, 25.36, 30.31),
+    ("Qwen2-7B 1024/1024, 100, small cache", DENNIS, None, "qwen2.5-7b", "a100-80gb", 1,
+     1021, 1016, 100, 0.25, 2048, 5867, 4105.02, 24.73, 47.81),
+    ("Qwen2-7B 1024/1024, 200, small cache", DENNIS, None, "qwen2.5-7b", "a100-80gb", 1,
+     1020, 1000, 200, 0.25, 2048, 5867, 30624.81, 26.43, 97.25),
+    ("Qwen2-7B 1024/1024, 500, small cache", DENNIS, None, "qwen2.5-7b", "a100-80gb", 1,
+     1021, 1003, 500, 0.25, 2048, 5867, 88718.78, 26.23, 231.04),
+]
+
+
+def scenario(run: tuple[Any, ...], release: str | None) -> dict[str, Any]:
+    """The scenario of one run, its memory sized as ``release`` (or the log's blocks)."""
+    (label, _, _, model, gpu, tp, isl, osl, n, util, tokens, blocks, *_) = run
+    serving: dict[str, Any] = {"policy": "chunked"}
+    if release is not None:
+        serving["vllm_version"] = release
+    if tokens is not None:
+        serving["max_num_batched_tokens"] = tokens
+    if blocks is not None:
+        serving["num_gpu_blocks"] = blocks
+    return {"name": label, "model": model, "cost": "measured",
+            "hardware": {"gpu": gpu, "tp": tp,
+                         **({"memory_utilization": util} if util is not None else {})},
+            "serving": serving,
+            "workload": {"concurrency": n, "num_requests": n,
+                         "lengths": {"prompt": {"dist": "fixed", "value": isl},
+                                     "output": {"dist": "fixed", "value": osl}}}}
+
+
+def main() -> None:
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+    from sim.report.summary import summarize
+
+    print("| run | vLLM | sized as | GPUs | TTFT p50 ms: measured / simulated | TPOT p50 ms "
+          "| duration s | KV blocks | preemptions |")
+    print("|---|---|---|---|---|---|---|---:|---:|")
+    for run in RUNS:
+        label, _, version, _, gpu, tp = run[:6]
+        ttft, tpot, dur = run[-3:]
+        # The run's own release, and for the Qwen3-32B runs the default release too.
+        releases = [version] + (["0.24.0"] if label.startswith("Qwen3-32B") else [])
+        for release in releases:
+            res = simulate(from_dict(scenario(run, release), "<public bench>"))
+            s = summarize(res)
+            lat = s["latency_s"]
+            t, p = lat["ttft"]["p50"] * 1e3, lat["tpot"]["p50"] * 1e3
+            span = float(np.nanmax(res.finish))  # every request is sent at 0
+            sized = f"vLLM {release}" if release else "the log's blocks"
+            print(f"| {label} | {version or '0.10.1.1'} | {sized} | {tp}× {gpu} "
+                  f"| {ttft:,.0f} / {t:,.0f} ({t / ttft - 1:+.0%}) "
+                  f"| {tpot:.1f} / {p:.1f} ({p / tpot - 1:+.0%}) "
+                  f"| {dur:,.0f} / {span:,.0f} | {s['kv']['blocks_per_replica'][0]:,} "
+                  f"| {s['preemptions']:,} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -221,6 +221,19 @@ def test_a_scenario_takes_its_profiles_release_or_the_one_it_names() -> None:
     assert memory(cost="roofline")["sized"] == "as vLLM 0.24.0 sizes it (Model Runner V2)"
 
 
+
+def test_a_release_before_0_14_runs_without_async_scheduling() -> None:
+    from sim.cost.overlap import async_scheduling
+
+    def runs_async(**serving: object) -> bool:
+        return async_scheduling(tiny_scenario(cost="roofline",
+                                              serving={"policy": "chunked", **serving}))
+
+    assert runs_async() and runs_async(vllm_version="0.14.0")
+    assert not runs_async(vllm_version="0.13.0")
+    assert runs_async(vllm_version="0.12.0", async_scheduling=True)  # as a flag sets it
+
+
 def test_model_that_does_not_fit_names_every_term() -> None:
     with pytest.raises(ServesimError) as err:
         from_dict({"model": "llama-3-70b", "hardware": {"gpu": "l40s"},

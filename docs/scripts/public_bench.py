@@ -6,9 +6,10 @@ Each run below is a published benchmark of a plain vLLM server with the random d
 median TTFT, median TPOT and duration, as its page gives them (source in each entry).
 Each is simulated with the shipped measured profile, vLLM v1's scheduler and the run's
 own settings, its prompts as that many clients sending one request each; the KV cache
-sized as the run's vLLM release sizes it (`serving.vllm_version`) where servesim models
-that release, else from the block count the run's own server log printed. Nothing was
-fitted to these runs.
+sized as the run's vLLM release sizes it (`serving.vllm_version`, which also runs a
+release before 0.14 without async scheduling) where servesim models that release, else
+from the block count the run's own server log printed (and without async scheduling).
+Nothing was fitted to these runs.
 
 Usage: python docs/scripts/public_bench.py
 """
@@ -65,6 +66,10 @@ def scenario(run: tuple[Any, ...], release: str | None) -> dict[str, Any]:
     serving: dict[str, Any] = {"policy": "chunked"}
     if release is not None:
         serving["vllm_version"] = release
+    else:
+        # 0.10.1.1, outside the modelled releases: its loop without async scheduling
+        # (vLLM's default from 0.14), as a release named before 0.14 runs.
+        serving["async_scheduling"] = False
     if tokens is not None:
         serving["max_num_batched_tokens"] = tokens
     if blocks is not None:

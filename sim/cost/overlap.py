@@ -15,9 +15,10 @@ each step as ``max(step − host, host)``. Everything else is the wrapped model'
 :func:`async_scheduling` decides whether a scenario's replicas run so, with vLLM's own
 defaults: ``serving.async_scheduling`` when given; otherwise on for vLLM v1's
 scheduler (policy ``chunked``) unless pipeline stages or a speculative method other
-than EAGLE/MTP turn it off, as vLLM 0.14 does, and unless the cost is a measured
-profile of SGLang or TensorRT-LLM (their own loops overlap already, and their fitted
-priors are what is left after it).
+than EAGLE/MTP turn it off, as vLLM 0.14 does, unless ``serving.vllm_version`` names a
+release before 0.14, and unless the cost is a measured profile of SGLang or
+TensorRT-LLM (their own loops overlap already, and their fitted priors are what is left
+after it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.cost.shape import StepShape
+from sim.cost.vllmmemory import version_tuple
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
@@ -44,6 +46,8 @@ def async_scheduling(scenario: Scenario) -> bool:
         return False
     if s.speculative is not None and s.speculative.method not in ASYNC_SPECULATIVE:
         return False
+    if s.vllm_version is not None and version_tuple(s.vllm_version) < (0, 14):
+        return False  # a release before async scheduling was on by default
     measured = scenario.cost.measured
     return measured is None or measured.framework == "vllm"
 

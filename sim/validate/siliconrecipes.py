@@ -345,7 +345,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     # A vLLM run of a release servesim models is sized as that release (sim/cost/vllmmemory.py).
     release = modelled_release(r.version) if case.framework == "vllm" else None
     if release is not None:
-        serving["vllm_version"] = release
+        # The release sizes memory; the loop stays as the priors were fitted (overlapped).
+        serving.update(vllm_version=release, async_scheduling=serving["policy"] == "chunked")
 
     def lengths(n: int) -> dict[str, Any]:
         if case.lengths == "exact":

@@ -133,7 +133,7 @@ def _calibrate(argv: list[str]) -> int:
 COMMANDS: dict[str, tuple[Callable[[list[str]], int] | str, str]] = {
     "simulate": (_simulate, "simulate a scenario file"),
     "compare": ("sim.study.compare:main",
-                "run one workload through several batching policies, or on several GPUs"),
+                "run one workload through several batching policies, GPUs or named variants"),
     "sweep": ("sim.study.sweepcli:main",
               "grid of simulations over rates, policies, cluster shapes"),
     "capacity": ("sim.study.capacitycli:main", "highest load meeting SLOs; cheapest configuration"),

@@ -94,6 +94,11 @@ def test_a_variant_without_settings_is_the_scenario_as_simulate_runs_it(scenario
      "--variant: give one of --policies, --gpus or --variant, not --policies and --variant"),
     (["--variant", "a", "hardware.tp=2", "--gpus", "b200"],
      "--variant: give one of --policies, --gpus or --variant, not --gpus and --variant"),
+    # Every variant runs the scenario's requests: a workload key is not a variant's.
+    (["--variant", "a", "workload.seed=3"], "--variant: variant a: sets workload.seed; a "
+                                            "comparison runs every variant on the same "
+                                            "requests"),
+    (["--variant", "a", "horizon_s=5"], "--variant: variant a: sets horizon_s; a comparison"),
     # What the scenario refuses names the variant and the key.
     (["--variant", "a", "hardware.tp=3"], "hardware.tp: variant a: "),
     (["--variant", "dp", "hardware.dp=2", "hardware.ep=2"],
@@ -105,3 +110,13 @@ def test_bad_variants_are_one_line(scenario, tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert not out.exists()  # refused before anything ran
+
+
+def test_variants_of_other_models_are_titled_so(scenario, tmp_path):
+    out = tmp_path / "out"
+    assert main(["compare", str(scenario), "--no-plots", "--out", str(out),
+                 "--variant", "llama", "--variant", "mistral", "model=mistral-7b"]) == 0
+    assert main(["report", str(out), "--format", "md"]) == 0
+    doc = (out / "report.md").read_text()
+    assert doc.startswith("# var: several models in 2 variants (llama, mistral)")
+    assert "**several models in 2 variants of the scenario on the same 120 requests" in doc

@@ -167,8 +167,15 @@ def test_each_release_profiles_as_its_code_does() -> None:
     # greedy profile holds the bf16 logits (and the all-gather's buffers under tp).
     assert memory_rules("0.16.0", qwen25).sampler_bytes_per_logit(1) == 39
     assert memory_rules("0.17.0", qwen25).sampler_bytes_per_logit(1) == 14
+    # V2 up to 0.25 keeps its sampler's fp32 copy beside the bf16 logits; 0.26 works in place.
     v2 = memory_rules("0.24.0", qwen3)
-    assert (v2.sampler_bytes_per_logit(1), v2.sampler_bytes_per_logit(2)) == (2, 5)
+    assert (v2.sampler_bytes_per_logit(1), v2.sampler_bytes_per_logit(2)) == (6, 6)
+    v26 = memory_rules("0.26.0", qwen3)
+    assert (v26.sampler_bytes_per_logit(1), v26.sampler_bytes_per_logit(2)) == (2, 5)
+    # n-gram and draft-model speculation are features V2 lacks: the V1 runner profiles.
+    assert not uses_v2_runner("0.24.0", qwen3, "ngram")
+    assert uses_v2_runner("0.24.0", qwen3, "eagle") and not memory_rules(
+        "0.24.0", qwen3, "draft").v2_runner
     # CUDA-graph estimate: from 0.21, not under V2; utilization default 0.92 from 0.22.
     assert [memory_rules(v, qwen25).graph_estimate for v in ("0.19.0", "0.21.0")] == [
         False, True]
@@ -309,7 +316,8 @@ def test_override_keeps_the_terms_in_the_summary() -> None:
     assert mem["kv_gib"] == 9 * 8192 / GIB
     assert mem["total_gib"] == GPUS["h100-sxm"].mem_bytes / GIB
     assert "memory/GPU: 79.20 GiB x 0.92 - weights" in table(summarize(res))
-    assert table(summarize(res)).endswith("; as vLLM 0.24.0 sizes it (Model Runner V2)")
+    # The override, not a release's profile, set the blocks: no "sized as" phrase.
+    assert "sized" not in mem and "sizes it" not in table(summarize(res))
     free = summarize(run_requests(tiny_scenario(), [0.0], [8], [2]))["memory"]["both"]
     b = memory_budget(MODELS["tiny"], GPUS["h100-sxm"], 1, 0.92, 4, 256, 256)
     assert free == b.summary() and free["kv_blocks_from"] == "memory"

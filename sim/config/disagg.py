@@ -150,8 +150,8 @@ class Pool:
 
 def memory_version(scenario: Scenario, gpu: str) -> str:
     """The vLLM release whose memory profile sizes a pool of ``gpu`` (a table GPU's name):
-    ``serving.vllm_version`` when given, else that of the vLLM kernel tables the
-    scenario's measured profile (or profile file) was built from, else
+    ``serving.vllm_version`` when given, else that of the vLLM kernel tables of the GPU's
+    shipped vLLM profiles (one release a GPU) or of the scenario's profile file, else
     :data:`~sim.cost.vllmmemory.DEFAULT_VERSION` (the roofline, a calibrated profile,
     SGLang's or TensorRT-LLM's tables)."""
     given = scenario.serving.vllm_version
@@ -200,7 +200,9 @@ def _memory(scenario: Scenario, gpu: str, utilization: float | None
             ) -> tuple[float, MemoryRules]:
     """A pool's memory utilization (the release's default unless one is given) and its
     release's rules."""
-    rules = memory_rules(memory_version(scenario, gpu), scenario.model)
+    spec = scenario.serving.speculative
+    rules = memory_rules(memory_version(scenario, gpu), scenario.model,
+                         None if spec is None else spec.method)
     return (rules.utilization if utilization is None else utilization), rules
 
 

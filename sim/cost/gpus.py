@@ -137,7 +137,8 @@ _MIB = 2**20
 # - rtx-pro-6000 (RTX PRO 6000 Blackwell, GB202, 188 SMs; the Server and Workstation
 #   Editions share the memory): 4,000 FP4 TOPS with sparsity, so 2,000 dense FP4, 1,000
 #   FP8 and 500 BF16 (each wider dtype half the rate, as on every Blackwell part above);
-#   96 GB GDDR7 on a 512-bit bus at 28 Gbps, 1,792 GB/s.
+#   96 GB GDDR7 on a 512-bit bus at 28 Gbps, 1,792 GB/s. A device named "... Max-Q
+#   Workstation Edition" matches it too, though that 300 W part runs at lower clocks.
 #
 # node_gpus: 8 per HGX/DGX (SXM) board or MI300X platform; 8 per typical L40S PCIe server,
 # where the "fast" link is PCIe 4.0 x16 (no NVLink). net_bw: one 400 Gb/s InfiniBand NDR

@@ -178,7 +178,7 @@ class MemoryBudget:
                 **reserved,
                 "kv_gib": kv / GIB, "kv_blocks": n, "kv_tokens": n * self.block_size,
                 "kv_blocks_from": "memory" if blocks is None else "num_gpu_blocks",
-                **({"sized": self.rules} if self.rules else {})}
+                **({"sized": self.rules} if self.rules and blocks is None else {})}
 
 
 def weight_bytes(model: ModelSpec, tp: int, ep: int = 1, dp: int = 1) -> int:
@@ -237,8 +237,6 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
       and top-p sort the logits, fitted to vLLM PR 10511's Llama-3-8B log on an H100, an
       activation peak of 1.26 GiB at 8192 tokens and 256 sequences).
 
-    Model Runner V2 profiles the layers without attention: their term is the MLP's.
-
     The peak is the larger of the two, because the layers' temporaries are freed before
     the sampler runs. ``sampler=False``: a pipeline stage before the last, which runs
     no sampler. Under expert parallelism (``ep`` > 1) the experts' width is the whole
@@ -258,7 +256,7 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
         width = max(width, (d.experts_per_token + d.shared_experts) * d.expert_intermediate)
     mlp = 3 * h + 3 * width
     attention = 3 * h + 2 * (d.heads + d.kv_heads) * d.head_dim
-    layers = max_num_batched_tokens * a * (mlp if rules.v2_runner else max(mlp, attention))
+    layers = max_num_batched_tokens * a * max(mlp, attention)
     if not sampler:
         return layers
     seqs = min(max_num_seqs, max_num_batched_tokens)

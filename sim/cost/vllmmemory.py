@@ -15,8 +15,10 @@ and ``envs.py``, 0.11.0 to 0.26.0):
 - **Which model runner profiles the model.** Model Runner V2 is the default from 0.22 for
   some architectures (0.22: Qwen3 dense models, unquantised; 0.23: also Llama and
   Mistral; 0.24: Llama, Mistral, Qwen3, whatever their weights; 0.25 and 0.26: every
-  model without experts, and those of the list, but no hybrid one). The V1 runner serves
-  the rest.
+  model without experts, but no hybrid one; the lists also name a few mixtures of experts,
+  DeepSeek-V2's, Qwen2-MoE's and Granite-MoE's, which servesim has no preset of and prices
+  as the V1 runner's), unless a feature it lacks is on: speculative decoding other than
+  EAGLE or MTP (n-gram, a draft model). The V1 runner serves the rest.
 - **The sampler's share of the peak.** The profiling pass samples one token for each of
   S = min(max_num_seqs, max_num_batched_tokens) sequences over the whole vocabulary. V1
   runner, 0.11 to 0.16: top-k/top-p by a full sort of the logits, about 39 bytes a logit
@@ -24,10 +26,12 @@ and ``envs.py``, 0.11.0 to 0.26.0):
   top-k/top-p kernel (vLLM PR 33538) and FlashInfer's sampler, about 14 bytes a logit
   (bf16 logits, an fp32 copy, masked logits and probabilities). V2 runner: its profiling
   pass samples greedily and skips top-k/top-p and log-probabilities (a comment in its
-  ``_dummy_sampler_run`` says so), leaving the bf16 logits, 2 bytes a logit, and with
-  tensor parallelism the vocabulary-parallel all-gather's local shard, gather buffer and
-  reshaped copy, 4 + 2/tp. V2 also profiles the forward pass without attention
-  (``skip_attn``).
+  ``_dummy_sampler_run`` says so), leaving the bf16 logits and, up to 0.25, the fp32 copy
+  its sampler always makes (``apply_sampling_params``), 6 bytes a logit; 0.26 works in
+  place: 2, and with tensor parallelism the vocabulary-parallel all-gather's local shard,
+  gather buffer and reshaped copy, 4 + 2/tp. (Both runners profile the layers with
+  attention skipped, but its projections' tensors still stand: the layers' peak is the
+  same formula for both.)
 - **CUDA graphs.** The estimate is subtracted by default from 0.21
   (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``; opt-in in 0.18 and 0.19, absent before);
   Model Runner V2's ``profile_cudagraph_memory`` returns 0 up to 0.28, so a V2 model is
@@ -37,7 +41,8 @@ and ``envs.py``, 0.11.0 to 0.26.0):
 Releases after 0.26 change the accounting itself (0.27 charges all memory consumed since
 the snapshot, V2's persistent sampler tables among it; 0.34 sizes the cache after graph
 capture), and releases before 0.11 charge NCCL's buffers; neither is modelled: a version
-outside 0.11 to 0.26 is refused.
+outside 0.11 to 0.26 is refused. No wheel of 0.20 or 0.21 was read: they take 0.19's
+rules, with the graph estimate on from 0.21 (0.22's log says "default since v0.21.0").
 """
 
 from __future__ import annotations
@@ -60,14 +65,17 @@ class MemoryRules:
 
     version: str
     utilization: float  # default gpu_memory_utilization
-    v2_runner: bool  # Model Runner V2 profiles this model (no attention, greedy sampler)
+    v2_runner: bool  # Model Runner V2 profiles this model (greedy sampler, no graph estimate)
     graph_estimate: bool  # a CUDA-graph estimate is subtracted before the KV cache
 
     def sampler_bytes_per_logit(self, tp: int) -> float:
         """Bytes a logit of the profiling sampler pass holds at its peak on one GPU."""
+        v = version_tuple(self.version)
         if self.v2_runner:
+            if v < (0, 26):
+                return 6.0  # the bf16 logits and the sampler's fp32 copy
             return 2.0 if tp == 1 else 4.0 + 2.0 / tp
-        return 39.0 if version_tuple(self.version) < (0, 17) else 14.0
+        return 39.0 if v < (0, 17) else 14.0
 
     @property
     def phrase(self) -> str:
@@ -93,7 +101,8 @@ def check_version(text: str) -> str:
             f"got {text!r}: servesim sizes the KV cache as vLLM 0.11 to 0.26 do (from 0.27 "
             "vLLM charges all memory consumed since its start-up snapshot, and before 0.11 "
             "NCCL's buffers; neither is modelled); give a release in that range, or "
-            "serving.num_gpu_blocks from your server's log")
+            "serving.num_gpu_blocks from your server's log; a release is a quoted string, "
+            "e.g. \"0.24.0\"")
     return text.strip()
 
 
@@ -118,11 +127,16 @@ def _dense_family(model: ModelSpec) -> str:
     return "qwen3" if model.name.startswith("qwen3") else "llama"
 
 
-def uses_v2_runner(version: str, model: ModelSpec) -> bool:
+# Speculative methods Model Runner V2 runs (0.22 to 0.26); another falls back to V1.
+V2_SPECULATIVE = frozenset(("eagle", "mtp"))
+
+
+def uses_v2_runner(version: str, model: ModelSpec, speculative: str | None = None) -> bool:
     """Whether ``version`` profiles ``model`` with Model Runner V2 by default (the module
-    docstring); quantised means weights other than bf16 or fp16."""
+    docstring), with the ``speculative`` method (None: none); quantised means weights
+    other than bf16 or fp16."""
     v = version_tuple(version)
-    if v < (0, 22):
+    if v < (0, 22) or (speculative is not None and speculative not in V2_SPECULATIVE):
         return False
     family = _dense_family(model)
     quantised = model.dtype not in ("bf16", "fp16")
@@ -135,9 +149,11 @@ def uses_v2_runner(version: str, model: ModelSpec) -> bool:
     return not model.experts and not model.linear_layers  # 0.25, 0.26: no hybrid
 
 
-def memory_rules(version: str, model: ModelSpec) -> MemoryRules:
-    """The rules of vLLM ``version`` (0.11 to 0.26) for ``model``."""
+def memory_rules(version: str, model: ModelSpec, speculative: str | None = None
+                 ) -> MemoryRules:
+    """The rules of vLLM ``version`` (0.11 to 0.26) for ``model``, with the
+    ``speculative`` method (None: none)."""
     v = version_tuple(check_version(version))
-    v2 = uses_v2_runner(version, model)
+    v2 = uses_v2_runner(version, model, speculative)
     return MemoryRules(version=version, utilization=0.92 if v >= (0, 22) else 0.9,
                        v2_runner=v2, graph_estimate=v >= (0, 21) and not v2)

@@ -232,6 +232,12 @@ def variants_of(folder: Path) -> dict[str, list[str]] | None:
     return found
 
 
+def _models(runs: dict[str, Any]) -> str:
+    """The model the runs share, in words; "several models" when variants change it."""
+    names = {str(s["simulated"]["model"]["name"]) for s in runs.values()}
+    return h.model_name(names.pop()) if len(names) == 1 else "several models"
+
+
 def compare_answer(runs: dict[str, Any], variants: bool = False) -> str:
     """One sentence: which policy (or GPU, or named variant) serves the most within the
     SLO, which saturated."""
@@ -249,8 +255,8 @@ def compare_answer(runs: dict[str, Any], variants: bool = False) -> str:
     b = ok[best]
     lead = (f"{h.model_name(str(sim['model']['name']))} under {sim['policy']} on "
             f"{len(runs)} GPUs, each priced by its own cost model," if gpu else
-            f"{h.model_name(str(sim['model']['name']))} in {len(runs)} variants of the "
-            "scenario" if variants else f"{h.setup_with_cost(sim)}, {len(runs)} policies")
+            f"{_models(runs)} in {len(runs)} variants of the scenario" if variants
+            else f"{h.setup_with_cost(sim)}, {len(runs)} policies")
     text = (f"{lead} on the same {h.count(first['requests']['total'])} requests: {best} "
             f"serves the most within the SLO "
             f"({h.req_s(b['throughput']['goodput_requests_per_s'])}; TTFT {hi} "
@@ -293,9 +299,8 @@ def _compare(folder: Path, runs: dict[str, Any]) -> Doc:
     title, sub = heading("compare", first.get("scenario"), sim)
     variants = variants_of(folder)
     if variants is not None and sim:
-        title = (f"{first.get('scenario') or 'scenario'}: "
-                 f"{h.model_name(str(sim['model']['name']))} in {len(runs)} variants "
-                 f"({', '.join(runs)})")
+        title = (f"{first.get('scenario') or 'scenario'}: {_models(runs)} in {len(runs)} "
+                 f"variants ({', '.join(runs)})")
         settings = [[v, " ".join(variants.get(v, [])) or "the scenario as it is",
                      h.cost_phrase(s["simulated"])] for v, s in runs.items()]
         tables = [("Variants side by side", _compare_table(runs, "variant")),

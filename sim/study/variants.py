@@ -58,9 +58,10 @@ def run_loaded(loaded: dict[str, Any], percentiles: tuple[float, ...] | None,
     from sim.report.metrics import PERCENTILES
     from sim.report.summary import summarize
 
+    for sc in loaded.values():
+        check(sc, force)  # every memory estimate before any run
     out = {}
     for label, sc in loaded.items():
-        check(sc, force)
         res = simulate(sc)
         summary = summarize(res, percentiles or PERCENTILES)
         summary["gpus"] = gpus(sc)
@@ -203,8 +204,9 @@ def runnable(path: str, overrides: list[str] | None, policies: list[str]) -> lis
 def named_variants(items: list[list[str]]) -> dict[str, list[str]]:
     """``--variant NAME [KEY=VALUE ...]``, given once per variant (``items``, each as
     argparse collected it), as {name: settings}; a variant with no setting is the scenario
-    as it is. A bad name, a setting without ``=``, a key set twice in one variant or a
-    name used twice is refused in one line."""
+    as it is. A bad name, a setting without ``=``, a key set twice in one variant, a
+    workload key (every variant runs the same requests) or a name used twice is refused in
+    one line."""
     out: dict[str, list[str]] = {}
     for name, *settings in items:
         if "=" in name or not NAME.fullmatch(name):
@@ -224,6 +226,12 @@ def named_variants(items: list[list[str]]) -> dict[str, list[str]]:
                                     where="--variant")
             if key in keys:
                 raise ServesimError(f"variant {name}: sets {key} twice", where="--variant")
+            if key.split(".")[0] in ("workload", "horizon_s"):
+                # Every run of a comparison serves the same requests.
+                raise ServesimError(f"variant {name}: sets {key}; a comparison runs every "
+                                    "variant on the same requests, so its workload is the "
+                                    "scenario's (set it for all with --set; compare loads "
+                                    "with servesim sweep)", where="--variant")
             keys.add(key)
         out[name] = settings
     return out

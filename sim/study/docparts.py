@@ -64,8 +64,9 @@ def _features(pool: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def setup_table(sim: dict[str, Any]) -> Table:
-    """The resolved scenario (a ``simulated`` section) as rows of setting and value."""
+def setup_table(sim: dict[str, Any], memory: dict[str, Any] | None = None) -> Table:
+    """The resolved scenario (a ``simulated`` section) as rows of setting and value, with
+    each pool's GPU memory terms where a run's ``memory`` section is given."""
     m = sim["model"]
     dims = ", ".join(f"{k} {m[k]}" for k in ("layers", "hidden", "heads", "kv_heads",
                                              "head_dim", "intermediate", "vocab") if k in m)
@@ -90,6 +91,14 @@ def setup_table(sim: dict[str, Any]) -> Table:
         if p.get("kv_blocks_per_replica"):
             blocks = sorted(set(p["kv_blocks_per_replica"]))
             rows.append([f"KV blocks per replica{pool}", ", ".join(h.count(b) for b in blocks)])
+        m = (memory or {}).get(role)
+        if isinstance(m, dict) and "weights_gib" in m:
+            sized = f"; {m['sized']}" if m.get("sized") else ""
+            rows.append([f"GPU memory{pool}",
+                         f"{m['utilization']:g} of {m['total_gib']:.2f} GiB: weights "
+                         f"{m['weights_gib']:.2f}, activation {m['activation_gib']:.2f}, "
+                         f"non-torch {m['non_torch_gib']:.2f}, CUDA graphs "
+                         f"{m['cuda_graph_gib']:.2f}, KV {m['kv_gib']:.2f} GiB{sized}"])
     for key in ("admission", "faults"):
         if sim.get(key):
             rows.append([key, _settings(sim[key])])

@@ -193,7 +193,7 @@ def _simulate(folder: Path, s: dict[str, Any]) -> Doc:
     if "classes" in s:
         tables.append(("Per workload class", _class_table(s["classes"])))
     if sim:
-        tables.append(("What was simulated", setup_table(sim)))
+        tables.append(("What was simulated", setup_table(sim, s.get("memory"))))
     return {"title": title, "subtitle": sub,
             "answer": simulate_answer(s) if sim else "", "lines": [], "tables": tables,
             "plots": ["ttft_tpot_cdf.png", "latency_over_time.png"]}
@@ -306,7 +306,8 @@ def _compare(folder: Path, runs: dict[str, Any]) -> Doc:
         tables = [("Variants side by side", _compare_table(runs, "variant")),
                   ("What each variant changed", (["variant", "settings", "cost source"],
                                                  settings, set())),
-                  ("What was simulated (first variant's run)", setup_table(sim))]
+                  ("What was simulated (first variant's run)",
+                   setup_table(sim, first.get("memory")))]
         return {"title": title, "subtitle": sub, "answer": compare_answer(runs, True),
                 "lines": [], "tables": tables, "plots": ["compare_cdf.png"]}
     if by_gpu(runs):
@@ -316,11 +317,12 @@ def _compare(folder: Path, runs: dict[str, Any]) -> Doc:
         costs = [[g, h.cost_phrase(s["simulated"])] for g, s in runs.items()]
         tables = [("GPUs side by side", _compare_table(runs, "GPU")),
                   ("Cost model of each GPU's run", (["GPU", "cost source"], costs, set())),
-                  ("What was simulated (first GPU's run)", setup_table(sim))]
+                  ("What was simulated (first GPU's run)", setup_table(sim, first.get("memory")))]
         return {"title": title, "subtitle": sub, "answer": compare_answer(runs),
                 "lines": [], "tables": tables, "plots": ["compare_cdf.png"]}
     tables = [("Policies side by side", _compare_table(runs, "policy"))]
     if sim:
-        tables.append(("What was simulated (first policy's run)", setup_table(sim)))
+        tables.append(("What was simulated (first policy's run)",
+                       setup_table(sim, first.get("memory"))))
     return {"title": title, "subtitle": sub, "answer": compare_answer(runs) if sim else "",
             "lines": [], "tables": tables, "plots": ["compare_cdf.png"]}

@@ -61,10 +61,11 @@ def test_variants_run_side_by_side_with_their_settings(scenario, tmp_path, capsy
     assert "## Variants side by side" in doc and "| variant | GPUs |" in doc
     assert "| tp2 | hardware.tp=2 | analytic roofline" in doc
     assert "| one | the scenario as it is |" in doc
-    # The first run's memory terms, its utilization and the release that sized them.
-    assert ("| GPU memory | 0.92 of 79.20 GiB: weights 14.96, activation 0.84, non-torch "
-            "0.16, CUDA graphs 0.00, KV 56.91 GiB; as vLLM 0.24.0 sizes it (Model Runner V2) |"
-            ) in doc
+    # The first run's memory terms, its utilization and the release that sized them, as
+    # the printed summary's memory line gives them.
+    assert ("| GPU memory | 79.20 GiB x 0.92 - weights 14.96 - activation 0.84 - non-torch "
+            "0.16 - CUDA graphs 0.00 -> KV 56.91 GiB = 29135 blocks, 466160 tokens; as vLLM "
+            "0.24.0 sizes it (Model Runner V2) |") in doc
 
 
 def test_a_variant_without_settings_is_the_scenario_as_simulate_runs_it(scenario, tmp_path):

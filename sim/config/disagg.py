@@ -174,26 +174,21 @@ def memory_version(scenario: Scenario, gpu: str) -> str:
 
 @lru_cache(maxsize=64)
 def _profile_version(ref: str, base_dir: str | None) -> str | None:
-    """The vLLM version a profile file's kernel tables came from (None: not vLLM's, or a
-    version whose memory profile servesim does not model, or a file it cannot read:
-    loading the cost model says what is wrong with it)."""
+    """The vLLM version a profile file's kernel tables came from, read as the cost model
+    reads the file (None: not vLLM's, a version whose memory profile servesim does not
+    model, or a file it cannot read: loading the cost model says what is wrong with it)."""
     from pathlib import Path
 
-    import yaml
-
-    from sim.cost.profilefile import resolve
-    from sim.cost.vllmmemory import check_version
+    from sim.cost.profilefile import load_profile
+    from sim.cost.vllmmemory import modelled_release
 
     try:
-        data = yaml.safe_load(resolve(ref, None if base_dir is None else Path(base_dir))
-                              .read_text())
-        src = data["source"]
-        if src.get("framework") != "vllm":
-            return None
-        return check_version(str(src["version"]))
-    except (ServesimError, OSError, yaml.YAMLError, KeyError, TypeError, AttributeError,
-            RecursionError, UnicodeDecodeError):
+        src = load_profile(ref, None if base_dir is None else Path(base_dir)).meta["source"]
+    except ServesimError:
         return None
+    if not isinstance(src, dict) or src.get("framework") != "vllm":
+        return None
+    return modelled_release(str(src.get("version")))
 
 
 def _memory(scenario: Scenario, gpu: str, utilization: float | None

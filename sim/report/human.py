@@ -137,3 +137,21 @@ def setup_with_cost(simulated: dict[str, Any], tps: list[int] | None = None) -> 
 def cost_phrase(simulated: dict[str, Any]) -> str:
     """Where the step prices come from, as the run recorded it."""
     return str(simulated.get("cost_source") or "unknown cost model")
+
+
+def memory_terms(m: dict[str, Any]) -> str:
+    """One pool's memory as vLLM divides one GPU (GiB) and the KV capacity, in one line:
+    a ``memory`` entry of a summary (:meth:`sim.cost.memory.MemoryBudget.summary`)."""
+    kv = (f"KV {m['kv_gib']:.2f} GiB = {m['kv_blocks']} blocks"
+          if m["kv_blocks_from"] == "memory" else
+          f"KV set by num_gpu_blocks: {m['kv_blocks']} blocks ({m['kv_gib']:.2f} GiB)")
+    return (f"{m['total_gib']:.2f} GiB x {m['utilization']:g} - "
+            f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
+            f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs {m['cuda_graph_gib']:.2f}"
+            + (f" - sliding-window KV {m['sliding_window_kv_gib']:.2f}"
+               if "sliding_window_kv_gib" in m else "")
+            + (f" - linear-attention states {m['linear_state_gib']:.2f} "
+               f"({m['linear_state_seqs']} sequences, the most that run)"
+               if "linear_state_gib" in m else "")
+            + f" -> {kv}, {m['kv_tokens']} tokens"
+            + (f"; {m['sized']}" if m.get("sized") else ""))

@@ -24,7 +24,7 @@ from sim.errors import ServesimError
 from sim.report.cdfplot import plot_cdfs
 from sim.report.csvmeta import meta_json, meta_path
 from sim.report.folder import replaced_folder
-from sim.report.human import cost_phrase, ms, setup_phrase
+from sim.report.human import cost_phrase, memory_terms, ms, setup_phrase
 from sim.report.metrics import clean, per_request
 from sim.report.stagereport import plot_over_time, stage_table
 
@@ -273,25 +273,8 @@ def setup_lines(summary: dict[str, Any]) -> list[str]:
 
 def memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
     """One line per pool: a GPU's memory as vLLM divides it (GiB) and the KV capacity."""
-    out = []
-    for role, m in memory.items():
-        pool = "" if role == "both" else f" ({role})"
-        kv = (f"KV {m['kv_gib']:.2f} GiB = {m['kv_blocks']} blocks"
-              if m["kv_blocks_from"] == "memory" else
-              f"KV set by num_gpu_blocks: {m['kv_blocks']} blocks ({m['kv_gib']:.2f} GiB)")
-        out.append(f"memory/GPU{pool}: {m['total_gib']:.2f} GiB x {m['utilization']:g} - "
-                   f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
-                   f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs "
-                   f"{m['cuda_graph_gib']:.2f}"
-                   + (f" - sliding-window KV {m['sliding_window_kv_gib']:.2f}"
-                      if "sliding_window_kv_gib" in m else "")
-                   + (f" - linear-attention states {m['linear_state_gib']:.2f} "
-                      f"({m['linear_state_seqs']} sequences, the most that run)"
-                      if "linear_state_gib" in m else "")
-                   + f" -> {kv}, {m['kv_tokens']} tokens"
-                   + (f"; {m['sized']}" if m.get("sized") else ""))
-
-    return out
+    return [f"memory/GPU{'' if role == 'both' else f' ({role})'}: {memory_terms(m)}"
+            for role, m in memory.items()]
 
 
 def reliability_lines(summary: dict[str, Any]) -> list[str]:

@@ -93,12 +93,8 @@ def setup_table(sim: dict[str, Any], memory: dict[str, Any] | None = None) -> Ta
             rows.append([f"KV blocks per replica{pool}", ", ".join(h.count(b) for b in blocks)])
         m = (memory or {}).get(role)
         if isinstance(m, dict) and "weights_gib" in m:
-            sized = f"; {m['sized']}" if m.get("sized") else ""
-            rows.append([f"GPU memory{pool}",
-                         f"{m['utilization']:g} of {m['total_gib']:.2f} GiB: weights "
-                         f"{m['weights_gib']:.2f}, activation {m['activation_gib']:.2f}, "
-                         f"non-torch {m['non_torch_gib']:.2f}, CUDA graphs "
-                         f"{m['cuda_graph_gib']:.2f}, KV {m['kv_gib']:.2f} GiB{sized}"])
+            # The printed summary's own line, so the report shows every term it does.
+            rows.append([f"GPU memory{pool}", h.memory_terms(m)])
     for key in ("admission", "faults"):
         if sim.get(key):
             rows.append([key, _settings(sim[key])])

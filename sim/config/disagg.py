@@ -183,7 +183,8 @@ def _profile_version(ref: str, base_dir: str | None) -> str | None:
     from sim.cost.vllmmemory import modelled_release
 
     try:
-        src = load_profile(ref, None if base_dir is None else Path(base_dir)).meta["source"]
+        # A calibrated profile records no source (it was timed, not built from tables).
+        src = load_profile(ref, None if base_dir is None else Path(base_dir)).meta.get("source")
     except ServesimError:
         return None
     if not isinstance(src, dict) or src.get("framework") != "vllm":

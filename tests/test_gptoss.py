@@ -183,30 +183,59 @@ def test_windows_never_cost_more_and_bound_all_sliding_models(
         every.parts(shape_of(near))["attention"])
 
 
-def test_hybrid_kv_capacity_reserves_the_windows_hand_worked() -> None:
-    # gpt-oss-120b on one H200 at 0.9, 256 sequences: the blocks carry the 18 full
-    # layers (16 tokens x 18 x 2,048 bytes); each sequence's window takes ceil(128/16)
-    # + 1 = 9 blocks in each of the 18 sliding layers, set aside for all 256.
+def test_hybrid_kv_capacity_pools_both_kinds_of_layer_hand_worked() -> None:
+    # gpt-oss-120b on one H200 at 0.9, 256 sequences: vLLM groups its 18 full and 18
+    # sliding layers one group each, and a page of the one pool holds one group's KV of
+    # 16 tokens (16 x 18 x 2,048 bytes). Nothing is set aside: the pool is the whole
+    # room, and a request's window takes at most ceil(128 / 16) + 1 = 9 pages of it.
     m = MODELS["gpt-oss-120b"]
     b = memory_budget(m, GPUS["h200"], 1, 0.9, 16, 8192, 256)
     layer_block = 16 * 2 * 8 * 64 * 2
     assert b.block_bytes == 18 * layer_block
-    assert b.sliding == 256 * 9 * 18 * layer_block
     room = b.budget - b.weights - b.activation - b.non_torch - b.cuda_graph
-    assert b.blocks == int((room - b.sliding) // (18 * layer_block))
-    assert b.summary()["sliding_window_kv_gib"] == pytest.approx(b.sliding / GIB)
-    # Where 256 windows do not fit, only those that fit at a window's length are set
-    # aside, so the model still fits (an H100, 1,024 sequences).
+    assert b.blocks == int(room // (18 * layer_block))
+    assert (b.window_blocks, b.window_groups) == (9, (1, 1))
+    assert b.summary()["window_blocks_per_request"] == 9
+    # The pool no longer shrinks with max_num_seqs beyond the sampler's share (an H100,
+    # 1,024 sequences, where 3.48 GiB of windows had been set aside).
     tight = memory_budget(m, GPUS["h100-sxm"], 1, 0.9, 16, 8192, 1024)
     left = tight.budget - tight.weights - tight.activation - tight.non_torch - tight.cuda_graph
-    fit = int(left // (9 * layer_block * 36))
-    assert fit < 1024 and tight.sliding == fit * 9 * 18 * layer_block
-    assert tight.fitted().blocks > 0
-    # Every layer sliding (Mistral-7B v0.1): blocks carry every layer, nothing set aside.
+    assert tight.blocks == int(left // (18 * layer_block))
+    # Every layer sliding (Mistral-7B v0.1): blocks carry every layer, no window pages.
     every = memory_budget(_windowed(32, 4096), GPUS["h200"], 1, 0.9, 16, 8192, 256)
-    assert every.sliding == 0
+    assert every.window_blocks == 0
     assert every.blocks == memory_budget(MODELS["llama-3-8b"], GPUS["h200"], 1, 0.9, 16,
                                          8192, 256).blocks
+
+
+@pytest.mark.parametrize(("full", "sliding", "ratio", "groups"), [
+    (18, 18, 1.5, (18, 1, 1)),   # gpt-oss-120b
+    (10, 50, 1.5, (10, 1, 5)),   # an n:1 pattern (Gemma 3's 5:1): the "1" sets the size
+    (13, 12, 1.5, (13, 1, 1)),   # gpt-oss-20b with an EAGLE layer: one sliding layer padded
+    (12, 17, 1.5, (17, 1, 1)),   # under 1.5x apart: the larger count, 5 padding layers
+    (12, 17, 1.25, (12, 1, 2)),  # vLLM 0.12-0.17: 1.25x
+    (13, 12, 0.0, (12, 2, 1)),   # vLLM 0.11: always the smaller count
+])
+def test_hybrid_groups_as_vllm_pads_them(full: int, sliding: int, ratio: float,
+                                         groups: tuple[int, int, int]) -> None:
+    from sim.cost.memory import hybrid_groups
+
+    assert hybrid_groups(full, sliding, ratio) == groups
+
+
+def test_full_layers_in_two_groups_make_a_block_of_both_hand_worked() -> None:
+    # 26 full and 13 sliding layers under vLLM 0.11 (groups of 13): a block of tokens
+    # takes a page in each of two full groups, so servesim's block is 26 layers, and a
+    # window of 9 pages costs 9 / 2 blocks, rounded up: 5.
+    from sim.cost.vllmmemory import memory_rules
+
+    m = dataclasses.replace(MODELS["llama-3-8b"], layers=39, sliding_layers=13,
+                            sliding_window=128)
+    b = memory_budget(m, GPUS["h200"], 1, 0.9, 16, 8192, 256,
+                      rules=memory_rules("0.11.0", m))
+    layer_block = 16 * 2 * 8 * 128 * 2
+    assert b.block_bytes == 26 * layer_block
+    assert (b.window_blocks, b.window_groups, b.window_request_blocks) == (9, (1, 2), 5)
 
 
 def _config(tmp_path: Path, **over: object) -> Path:
@@ -277,7 +306,7 @@ def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:
     assert s["cost_source"].endswith("mxfp4 experts, weight-only (w4a16); async scheduling")
 
     assert s["requests"]["finished"] == 5
-    assert s["memory"]["both"]["sliding_window_kv_gib"] > 0
+    assert s["memory"]["both"]["window_blocks_per_request"] == 9
 
 
 def test_what_is_not_built_or_run_is_one_line(tmp_path: Path,

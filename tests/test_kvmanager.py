@@ -52,10 +52,17 @@ OP = st.tuples(st.sampled_from(["admit", "grow", "free", "swap", "resume", "publ
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(4, 40), st.sampled_from([1, 2, 4]), st.floats(0, 0.3), st.integers(0, 30),
-       st.booleans(), st.lists(OP, max_size=80))
+       st.booleans(), st.lists(OP, max_size=80),
+       st.sampled_from([(0, (1, 1)), (3, (1, 1)), (2, (5, 1)), (3, (1, 2))]))
 def test_manager_invariants_on_random_operations(total: int, bs: int, wm: float, swap: int,
-                                                 caching: bool, ops: list[tuple]) -> None:
-    kv = KVCacheManager(total, bs, int(wm * total), swap)
+                                                 caching: bool, ops: list[tuple],
+                                                 window: tuple[int, tuple[int, int]]) -> None:
+    # window: a sliding-window model's pages a request (sim.cost.memory.hybrid_groups).
+    kv = KVCacheManager(total, bs, int(wm * total), swap, window_blocks=window[0],
+                        window_groups=window[1])
+
+    def spans(r: Request, tokens: int) -> int:
+        return blocks_for(tokens, bs) + kv.window_share(blocks_for(r.prompt + 2, bs))
     if caching:
         kv.enable_prefix_caching(2 * bs)
     live: list[Request] = []  # holding GPU blocks
@@ -74,7 +81,7 @@ def test_manager_invariants_on_random_operations(total: int, bs: int, wm: float,
             if got is None:
                 assert snapshot(kv, [*live, r]) == before
             else:
-                assert r.blocks == blocks_for(tokens, bs)
+                assert r.blocks == spans(r, tokens)
                 r.computed = tokens
                 live.append(r)
                 if keep:
@@ -87,7 +94,7 @@ def test_manager_invariants_on_random_operations(total: int, bs: int, wm: float,
                 assert snapshot(kv, live) == before
             else:
                 r.computed += tokens % 9 + 1
-                assert r.blocks == blocks_for(r.computed, bs)
+                assert r.blocks == spans(r, r.computed)
         elif op == "free" and live:
             kv.free(live.pop(pick % len(live)))
         elif op == "swap" and live:

@@ -75,15 +75,17 @@ def moe_layer() -> None:
 
 def kv_capacity() -> None:
     """KV tokens of gpt-oss-120b on one GPU (0.9, 8,192 batched tokens): the hybrid
-    budget against one that counts every layer for every token."""
-    print("\n| GPU | max_num_seqs | windows set aside GiB | KV tokens | every layer counted |")
-    print("|---|---:|---:|---:|---:|")
+    pool against one that counts every layer for every token (vLLM with
+    --disable-hybrid-kv-cache-manager)."""
+    print("\n| GPU | max_num_seqs | KV blocks | tokens (full layers) | a request's window "
+          "blocks | every layer counted: tokens |")
+    print("|---|---:|---:|---:|---:|---:|")
     m = MODELS["gpt-oss-120b"]
-    flat = dataclasses.replace(m, sliding_window=0, sliding_layers=0)
     for gpu, seqs in (("h100-sxm", 256), ("h100-sxm", 1024), ("h200", 256), ("b200", 256)):
         b = memory_budget(m, GPUS[gpu], 1, 0.9, 16, 8192, seqs)
-        f = memory_budget(flat, GPUS[gpu], 1, 0.9, 16, 8192, seqs)
-        print(f"| {gpu} | {seqs} | {b.sliding / GIB:.2f} | {b.kv_tokens} | {f.kv_tokens} |")
+        f = memory_budget(m, GPUS[gpu], 1, 0.9, 16, 8192, seqs, hybrid=False)
+        print(f"| {gpu} | {seqs:,} | {b.blocks:,} | {b.kv_tokens:,} | "
+              f"{b.window_request_blocks} | {f.kv_tokens:,} |")
 
 
 def decode_attention() -> None:

@@ -234,7 +234,8 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     sv = pool.serving
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
-                           pool.ep, pool.dp, pool.memory_rules)
+                           pool.ep, pool.dp, pool.memory_rules,
+                           hybrid=not sv.disable_hybrid_kv_cache_manager)
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's

@@ -97,6 +97,10 @@ class ServingConfig:
     # stream_interval tokens (false: SGLang's --stream-interval, which sends whenever the
     # output's length is a multiple of it, so TTFT includes stream_interval - 1 steps).
     stream_first_token: bool = True
+    # vLLM's --disable-hybrid-kv-cache-manager: a model with sliding-window and full
+    # layers (gpt-oss) keeps every layer's KV for every token, as if none slid, instead
+    # of each request's window pages only (sim.cost.memory.hybrid_groups).
+    disable_hybrid_kv_cache_manager: bool = False
     # The vLLM release whose memory profile sizes the KV cache (sim/cost/vllmmemory.py:
     # 0.11 to 0.26). Unset: the release of the measured profile's kernel tables, else
     # vLLM 0.24.0.

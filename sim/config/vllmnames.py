@@ -29,6 +29,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
     "async_scheduling": ("serving", "async_scheduling"),
     "stream_interval": ("serving", "stream_interval"),
+    "disable_hybrid_kv_cache_manager": ("serving", "disable_hybrid_kv_cache_manager"),
 }
 # Other spellings of a servesim key that count as setting it.
 SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
@@ -40,8 +41,6 @@ ONLY: dict[str, tuple[Any, ...]] = {
     "max_long_partial_prefills": (1,),
     # NCCL in place of the custom all-reduce: slower collectives than the tables time.
     "disable_custom_all_reduce": (False,),
-    # One KV-cache manager for all layers: sliding-window layers would keep full KV.
-    "disable_hybrid_kv_cache_manager": (False,),
     # More API-server processes: the frontend prior was fitted under one.
     "api_server_count": (1,),
     "enable_lora": (False,),

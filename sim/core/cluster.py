@@ -27,6 +27,7 @@ from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter
 from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
+from sim.cost.memory import MemoryBudget
 from sim.cost.models import CostModel, build_cost
 from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
@@ -68,6 +69,15 @@ def host_tier(sv: ServingConfig, block_bytes: int, host_bw: float) -> tuple[int,
     return int(tier.cpu_gb * 2**30 // block_bytes), bw
 
 
+def pool_blocks(sv: ServingConfig, budget: MemoryBudget) -> int:
+    """KV blocks of each replica: those its memory holds, or vLLM's
+    --num-gpu-blocks-override (``num_gpu_blocks``), pages of its pool, of which a block
+    of a model with sliding-window layers takes one a full-attention group."""
+    if sv.num_gpu_blocks is None:
+        return budget.fitted().blocks
+    return max(1, sv.num_gpu_blocks // budget.window_groups[1])
+
+
 def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
                   rng: np.random.Generator) -> Cluster:
     """Build the replicas of every pool, their routers and, for a disaggregated
@@ -87,9 +97,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             # No more sequences run than have a linear-attention state set aside (a
             # num_gpu_blocks override sizes the KV pool alone; max_num_seqs then caps).
             sv = dataclasses.replace(sv, max_num_seqs=budget.state_seqs)
-        # vLLM's --num-gpu-blocks-override replaces the memory-derived count.
-        blocks = sv.num_gpu_blocks or budget.fitted().blocks
-        memory[pool.role] = budget.summary(sv.num_gpu_blocks)
+        blocks = pool_blocks(sv, budget)
+        memory[pool.role] = budget.summary(blocks if sv.num_gpu_blocks else None)
         watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp)
         spec = speculation(scenario, pool.gpu_spec, pool.tp, pool_cost)
@@ -104,7 +113,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         offload = sv.kv_offload is not None
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
-                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload),
+                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload,
+                                   budget.window_blocks, budget.window_groups),
                     sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1,
                     async_sched=overlapped)
             for i in range(pool.replicas * pool.dp)

@@ -4,7 +4,8 @@ brought up to date lazily.
 Under every batching policy the running requests are, between iterations, steady
 decodes (chunked: those past their last chunk, which lead the running list): one
 pending token, the first token out, KV blocks exactly covering the cached tokens
-(``blocks == ceil(computed / block_size)``; ``static`` and ``orca`` instead hold their
+(``blocks == ceil(computed / block_size)``, plus a sliding window's, which stays put:
+:meth:`sim.core.kvmanager.KVCacheManager.spans`; ``static`` and ``orca`` instead hold their
 whole life's blocks from admission: the set's ``reserved`` mode, where no member takes
 a block). A decode iteration of all of them moves every request one token on. Doing
 that request by request costs O(batch) Python work per iteration; here it costs a few
@@ -41,7 +42,6 @@ from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
 from sim.core.streaming import EndTimes, FirstTokens, member_sends
-from sim.cost.memory import blocks_for
 from sim.cost.shape import StepShape
 
 
@@ -86,7 +86,7 @@ class DecodeSet:
             return False
         if self.reserved:
             return r.blocks * self.bs >= r.prompt + r.output - 1
-        return r.blocks == blocks_for(c, self.bs)
+        return r.blocks == self.kv.spans(r, c)
 
     def join(self, r: Request) -> None:
         """Make ``r`` (a steady decode, fields exact now) a member from this tick on."""

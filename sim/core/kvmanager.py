@@ -10,10 +10,12 @@ and the replay loop never change a count themselves.
 
 Blocks are counted, not named: block identity changes no timing. A request's share is
 kept on the request itself (``blocks``: the blocks its tokens span, prefix-cache entries
-included; ``cached``: the leading prefix entries it references; ``swapped``: blocks of it
-in host memory), written only by this module. Guarantees: 0 <= ``used`` <= ``total``;
-an allocation that keeps the watermark leaves at least ``watermark`` blocks available
-(:attr:`~KVCacheManager.admit_low_water` records the fewest it left).
+included, and for a model with sliding-window layers its window's pages too
+(:meth:`KVCacheManager.window_share`); ``cached``: the leading prefix entries it
+references; ``swapped``: blocks of it in host memory), written only by this module.
+Guarantees: 0 <= ``used`` <= ``total``; an allocation that keeps the watermark leaves
+at least ``watermark`` blocks available (:attr:`~KVCacheManager.admit_low_water` records
+the fewest it left).
 
 Host memory is one more tier below the GPU (:class:`~sim.core.hosttier.HostTier`, owned
 here): it holds swapped-out requests' KV and, with ``serving.kv_offload``, the prefix
@@ -47,6 +49,9 @@ class PrefixHit(NamedTuple):
 
 
 NO_HIT = PrefixHit(0, 0)
+# Hashes of blocks only one request holds (see KVCacheManager.preempt): above every
+# 64-bit hash a trace or a generated prefix carries, 2**32 of them a request.
+OWN_HASHES = 1 << 64
 
 
 class KVCacheManager:
@@ -63,16 +68,23 @@ class KVCacheManager:
     """
 
     __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
-                 "admit_low_water", "pending_io")
+                 "admit_low_water", "pending_io", "window", "window_groups")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
-                 swap_blocks: int = 0, offload: bool = False) -> None:
-        if (total_blocks < 1 or block_size < 1 or swap_blocks < 0
-                or not 0 <= watermark_blocks <= total_blocks):
+                 swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
+                 window_groups: tuple[int, int] = (1, 1)) -> None:
+        if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
+                or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
             raise ValueError("bad KV cache sizes")
         self.total = total_blocks
         self.block_size = block_size
         self.watermark = watermark_blocks
+        # A model with sliding-window and full layers (sim.cost.memory.hybrid_groups):
+        # a block holds the full layers' KV of block_size tokens, and a request's
+        # sliding layers hold at most ``window`` pages of the same pool, each page
+        # window_groups[0] / window_groups[1] of a block (see window_share).
+        self.window = window_blocks
+        self.window_groups = window_groups
         self.used = 0  # blocks held by requests or by cached prefix entries
         self.host = HostTier(swap_blocks, offload)
         # Blocks of prefix entries moved between the tiers since the replica last priced
@@ -119,14 +131,42 @@ class KVCacheManager:
 
     def can_ever_hold(self, tokens: int) -> bool:
         """Whether one request spanning ``tokens`` tokens could ever be admitted: its
-        blocks fit the cache less the watermark."""
-        return blocks_for(tokens, self.block_size) <= self.total - self.watermark
+        blocks (its window's among them) fit the cache less the watermark."""
+        n = blocks_for(tokens, self.block_size)
+        return n + self.window_share(n) <= self.total - self.watermark
+
+    def window_share(self, blocks: int) -> int:
+        """Blocks the sliding-window layers of a request whose full layers span
+        ``blocks`` blocks at most hold: 0 without such layers.
+
+        vLLM's SlidingWindowManager keeps a request's pages from the last W tokens on,
+        ceil(W / block_size) + 1 at most, and frees those behind them; a request shorter
+        than its window keeps a page a block. servesim charges a request that peak, for
+        its whole life's length, from its first allocation to its last: exact while it
+        decodes past the window, a few blocks early before (its first ~W tokens), and it
+        leaves out the pages a prefill chunk holds for one step beyond the window before
+        vLLM frees them (at most the step's token budget in all)."""
+        if not self.window:
+            return 0
+        sliding, full = self.window_groups
+        return -(-sliding * min(self.window, blocks) // full)
+
+    def spans(self, r: Request, tokens: int) -> int:
+        """Blocks ``r`` holds once its first ``tokens`` tokens have slots: a block of
+        every ``block_size`` tokens, plus its window's share (:meth:`window_share`)."""
+        n = -(-tokens // self.block_size)
+        if self.window:
+            n += self.window_share(-(-(r.prompt + r.output - 1) // self.block_size))
+        return n
 
     def blocks_needed(self, r: Request, num_tokens: int) -> int:
         """Blocks ``r`` must take for ``num_tokens`` tokens past those it has computed
         (0 or less when the blocks it holds cover them): the count
         :meth:`allocate_slots` takes without a prefix hit."""
-        return -(-(r.computed + num_tokens) // self.block_size) - r.blocks
+        n = -(-(r.computed + num_tokens) // self.block_size) - r.blocks
+        if self.window:
+            n += self.window_share(-(-(r.prompt + r.output - 1) // self.block_size))
+        return n
 
     def computed_tokens(self, r: Request) -> PrefixHit:
         """The leading tokens of ``r``'s next prefill already in the prefix cache (never
@@ -204,9 +244,9 @@ class KVCacheManager:
         return True
 
     def settle(self, r: Request, tokens: int) -> None:
-        """Record that ``r`` spans the blocks of its first ``tokens`` tokens, taken for it
-        in bulk by :meth:`allocate_blocks`."""
-        r.blocks = blocks_for(tokens, self.block_size)
+        """Record that ``r`` spans the blocks of its first ``tokens`` tokens (and its
+        window's), taken for it in bulk by :meth:`allocate_blocks`."""
+        r.blocks = self.spans(r, tokens)
 
     def _evict(self, num_blocks: int) -> None:
         """Evict least recently used cached entries until ``num_blocks`` blocks are free;
@@ -247,7 +287,32 @@ class KVCacheManager:
         own copy is freed)."""
         pc = self.prefix
         assert pc is not None and r.hashes is not None
-        full = min(len(r.hashes), r.prompt // pc.hash_tokens)
+        self._publish(r, min(len(r.hashes), r.prompt // pc.hash_tokens))
+
+    def preempt(self, r: Request) -> int:
+        """Free ``r``, preempted to be recomputed later; returns the blocks it spanned.
+
+        With prefix caching its computed full blocks are cached first, as vLLM's
+        cache keeps every full block it computed (hashed by content) until an
+        allocation evicts it: when ``r`` is admitted again, :meth:`computed_tokens` finds
+        those still cached and its prefill resumes after them. Blocks whose content
+        ``r``'s prefix hashes do not name (its generated tokens, or a prompt without
+        hashes) get hashes of their own, unique to ``r``: no other request shares them."""
+        pc = self.prefix
+        if pc is not None:
+            full = r.computed // pc.hash_tokens
+            have = 0 if r.hashes is None else len(r.hashes)
+            if full > have:
+                base = OWN_HASHES + (r.id << 32)
+                r.hashes = (r.hashes or ()) + tuple(range(base + have, base + full))
+            if full > r.cached:
+                self._publish(r, full)
+        return self.free(r)
+
+    def _publish(self, r: Request, full: int) -> None:
+        """Cache ``r``'s first ``full`` entries (those after the ones it references)."""
+        pc = self.prefix
+        assert pc is not None and r.hashes is not None
         entries = self.host.entries
         for k in range(r.cached, full):
             if not pc.publish(r.hashes[k]):

@@ -212,7 +212,7 @@ class Replica:
         if self.swap and r.computed and self.kv.swap_out(r):
             self.swap_s += r.swapped * self.swap_block_s
         else:
-            self.kv.free(r)
+            self.kv.preempt(r)  # with prefix caching, its computed blocks stay cached
             r.computed = 0
         self.engine.preempted(r)
         self.stats.preemptions += 1

@@ -95,7 +95,9 @@ class SpecDecodeSet:
         if it still applies: one numpy call)."""
         t = self.tick
         r.sync = t
-        c0, b0, q, bs = r.computed, r.blocks, self.q, self.bs
+        # The path counts the blocks of its tokens; a sliding window's stay put.
+        c0, q, bs = r.computed, self.q, self.bs
+        b0 = r.blocks - self.kv.spans(r, 0)
         left = r.output - r.generated
         p = r.path
         if p is not None:
@@ -181,7 +183,7 @@ class SpecDecodeSet:
             r.generated += c - r.computed
             r.computed = c
             r.verifies += d
-            self.kv.settle(r, max(blocks_at, r.blocks * self.bs))
+            self.kv.settle(r, max(blocks_at, (r.blocks - self.kv.spans(r, 0)) * self.bs))
             if self.ends is None:
                 r.last_token = self.last_end
         del self.paths[r.id]

@@ -92,9 +92,14 @@ class MemoryBudget:
     # one with the fewest KV blocks, which sets the replica's count).
     pp: int = 1
     stage: int = 0
-    # Sliding-window layers' KV, set aside before the blocks are counted (see
-    # sliding_reserve_bytes); the blocks then hold the full-attention layers' KV only.
-    sliding: int = 0
+    # A model with full and sliding-window layers (gpt-oss): the blocks hold the full
+    # layers' KV (their groups, as vLLM pads them: hybrid_groups), and each request also
+    # holds its window's blocks of the sliding layers from the same pool, at most
+    # ``window_blocks`` (sim.core.kvmanager.KVCacheManager); 0 for any other model.
+    window_blocks: int = 0
+    # The sliding layers' groups over the full layers' (a block of the pool holds one
+    # group; the manager's blocks hold all full groups): a window costs this share.
+    window_groups: tuple[int, int] = (1, 1)
     ep: int = 1  # expert parallelism: routed experts dealt out whole, E/ep a GPU
     # Data-parallel attention ranks sharing those experts (each rank's blocks are its own).
     dp: int = 1
@@ -114,7 +119,7 @@ class MemoryBudget:
     def kv(self) -> float:
         """Bytes left for the KV cache on one GPU (negative when the model does not fit)."""
         kv = self.budget - self.weights - self.activation - self.non_torch - self.cuda_graph
-        return kv - self.sliding - self.linear_state
+        return kv - self.linear_state
 
     @property
     def blocks(self) -> int:
@@ -125,6 +130,12 @@ class MemoryBudget:
     def kv_tokens(self) -> int:
         """Tokens those blocks hold."""
         return self.blocks * self.block_size
+
+    @property
+    def window_request_blocks(self) -> int:
+        """The most blocks one request's sliding-window layers hold (0 without them)."""
+        ns, nf = self.window_groups
+        return -(-ns * self.window_blocks // nf)
 
     def fitted(self) -> MemoryBudget:
         """This budget, or a :class:`ServesimError` with every term if not one block fits."""
@@ -145,7 +156,6 @@ class MemoryBudget:
             f"{g(self.total)} GiB x memory_utilization {self.utilization} = {g(self.budget)} GiB"
             f", less weights {g(self.weights)}, activation {g(self.activation)}, non-torch "
             f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, "
-            + (f"sliding-window KV {g(self.sliding)} GiB, " if self.sliding else "")
             + (f"linear-attention states {g(self.linear_state)} GiB, " if self.linear_state
                else "")
             + f"leaves "
@@ -164,8 +174,10 @@ class MemoryBudget:
         n = self.blocks if blocks is None else blocks
         kv = self.kv if blocks is None else n * self.block_bytes
         stage = {} if self.pp == 1 else {"pp": self.pp, "stage": self.stage}
-        # What is set aside before the blocks: sliding windows' KV, or recurrent states.
-        reserved = ({"sliding_window_kv_gib": self.sliding / GIB} if self.sliding else
+        # Recurrent states are set aside before the blocks; sliding windows come out of
+        # them, a request's at most this many blocks.
+        reserved = ({"window_blocks_per_request": self.window_request_blocks}
+                    if self.window_blocks else
                     {"linear_state_gib": self.linear_state / GIB,
                      "linear_state_seqs": self.state_seqs} if self.state_seqs else {})
         if self.ep > 1:
@@ -268,7 +280,7 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                   block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
                   pp: int = 1, ep: int = 1, dp: int = 1,
-                  rules: MemoryRules | None = None) -> MemoryBudget:
+                  rules: MemoryRules | None = None, hybrid: bool = True) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
@@ -277,7 +289,9 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
     attention ranks (each holding the whole attention and its own KV blocks, which
     ``blocks`` then counts: one rank's). ``rules``: the vLLM release whose profile sets
     the activation and CUDA-graph terms (:mod:`sim.cost.vllmmemory`; default
-    :data:`~sim.cost.vllmmemory.DEFAULT_VERSION`'s)."""
+    :data:`~sim.cost.vllmmemory.DEFAULT_VERSION`'s). ``hybrid=False``: vLLM's
+    hybrid KV-cache manager turned off, so sliding-window layers keep every token's KV
+    in every block."""
     if rules is None:
         rules = memory_rules(DEFAULT_VERSION, model)
     if pp > 1:
@@ -299,40 +313,38 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         seqs = linear_state_seqs(d.linear_state_bytes, max_num_seqs, budget.kv)
         return dataclasses.replace(budget, linear_state=seqs * d.linear_state_bytes,
                                    state_seqs=seqs)
-    if not (model.sliding_layers and model.full_layers):
+    if not (hybrid and model.sliding_layers and model.full_layers):
         return budget
+    size, full, sliding = hybrid_groups(model.full_layers, model.sliding_layers,
+                                        rules.group_ratio)
     layer = d.kv_bytes_per_token // d.layers
     return dataclasses.replace(
-        budget, block_bytes=layer * model.full_layers * block_size,
-        sliding=sliding_reserve_bytes(model, tp, block_size, max_num_seqs, budget.kv))
+        budget, block_bytes=layer * full * size * block_size,
+        window_blocks=blocks_for(model.sliding_window, block_size) + 1,
+        window_groups=(sliding, full))
 
 
-def sliding_reserve_bytes(model: ModelSpec, tp: int, block_size: int, max_num_seqs: int,
-                          room: float) -> int:
-    """Bytes one GPU sets aside, out of the ``room`` left for the KV cache, for the
-    sliding-window layers' KV of a model that also has full-attention layers (gpt-oss).
+def hybrid_groups(full_layers: int, sliding_layers: int,
+                  ratio: float = 1.5) -> tuple[int, int, int]:
+    """(layers a group, full groups, sliding groups) of a model with both kinds of
+    attention layer, as vLLM V1's hybrid KV-cache manager groups them.
 
-    vLLM V1's hybrid KV-cache manager keeps one pool of blocks and gives the sliding
-    layers' group only the blocks a request's window covers, ceil(W / block_size) + 1
-    (SlidingWindowManager frees those that fall behind it): a long request holds
-    full-attention blocks for its whole length and sliding ones for its window only.
-    servesim keeps one KV manager, whose blocks then carry the full layers' KV, and sets
-    the sliding layers' windows aside beforehand for S sequences: ``max_num_seqs``, or,
-    when fewer fit, as many as fit at one window's length in every layer (room over a
-    window's bytes, all layers). So a model never fails to fit for the reserve, and the
-    pool is conservative: when fewer sequences run than S, their windows' unused bytes
-    stay idle; past the window each token costs the full layers only, as in vLLM.
+    Every group holds the same number of layers, so one pool of equal pages serves
+    them all; a page holds one group's KV of ``block_size`` tokens. The group size is
+    the smaller layer count (the "1" of an n:1 pattern), or the larger when the two
+    counts are less than ``ratio`` apart (:attr:`sim.cost.vllmmemory.MemoryRules.
+    group_ratio`: 1.5 from vLLM 0.18, 1.25 from 0.12, never in 0.11), the last group of
+    a kind padded with empty layers (kv_cache_utils, _get_kv_cache_groups_uniform_page_
+    size). gpt-oss (18 + 18 layers, or 12 + 12): one group of each kind.
 
-    A model whose every layer slides (Mistral-7B v0.1) gets no reserve (0): each block
-    carries all layers and a request holds blocks for its whole length, conservative
-    past the window."""
-    d = shard(model, tp)
-    layer = d.kv_bytes_per_token // d.layers
-    window = (blocks_for(model.sliding_window, block_size) + 1) * block_size * layer
-    fit = int(room // (window * model.layers)) if room > 0 else 0
-    return min(max_num_seqs, fit) * window * model.sliding_layers
-
-
+    A request's tokens then take, from the one pool, a page a block of tokens in each
+    full group and, in each sliding group, only the pages its window covers: at most
+    ceil(W / block_size) + 1, as SlidingWindowManager frees those that fall behind."""
+    size = min(full_layers, sliding_layers)
+    most = max(full_layers, sliding_layers)
+    if most < ratio * size:
+        size = most
+    return size, -(-full_layers // size), -(-sliding_layers // size)
 
 
 def linear_state_seqs(state_bytes: int, max_num_seqs: int, room: float) -> int:

@@ -78,6 +78,13 @@ class MemoryRules:
         return 39.0 if v < (0, 17) else 14.0
 
     @property
+    def group_ratio(self) -> float:
+        """How far apart (a ratio) a hybrid model's full and sliding layer counts may be
+        for the hybrid KV-cache manager to group them by the larger count (0: never)."""
+        v = version_tuple(self.version)
+        return 0.0 if v < (0, 12) else 1.25 if v < (0, 18) else 1.5
+
+    @property
     def phrase(self) -> str:
         """The rules in words, for a summary."""
         runner = "Model Runner V2" if self.v2_runner else "the V1 model runner"

@@ -61,7 +61,9 @@ def prefix_summary(res: RunResult) -> dict[str, Any]:
         "evictions": sum(s.prefix_evictions for s in stats),
     }
     if res.requests.prefix_hashes is None:
-        out["note"] = NO_HASHES
+        out["note"] = NO_HASHES + (
+            "; its hits are preempted requests' own computed blocks, found again when "
+            "they resumed" if hit else "")
     return {"prefix_cache": out}
 
 

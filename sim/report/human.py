@@ -148,10 +148,11 @@ def memory_terms(m: dict[str, Any]) -> str:
     return (f"{m['total_gib']:.2f} GiB x {m['utilization']:g} - "
             f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
             f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs {m['cuda_graph_gib']:.2f}"
-            + (f" - sliding-window KV {m['sliding_window_kv_gib']:.2f}"
-               if "sliding_window_kv_gib" in m else "")
             + (f" - linear-attention states {m['linear_state_gib']:.2f} "
                f"({m['linear_state_seqs']} sequences, the most that run)"
                if "linear_state_gib" in m else "")
             + f" -> {kv}, {m['kv_tokens']} tokens"
+            + (f" (and each request's sliding-window layers, up to "
+               f"{m['window_blocks_per_request']} blocks of them)"
+               if "window_blocks_per_request" in m else "")
             + (f"; {m['sized']}" if m.get("sized") else ""))

@@ -55,6 +55,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "scheduler_recv_interval", 1),
                                 ("serving", "stream_interval", 1),
                                 ("serving", "stream_first_token", True),
+                                ("serving", "disable_hybrid_kv_cache_manager", False),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
         if fields[section].get(key) == unset:

@@ -254,8 +254,9 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # to the window simulated, offered_rps counting refused arrivals; 4: async scheduling's
 # one-iteration wait for a request reaching a busy replica; 5: KV use counting only the
 # blocks requests hold, and a vllm section's prefix caching on by default; 6: KV capacity
-# sized by a vLLM release's memory profile, sim/cost/vllmmemory.py).
-CACHE_SCHEMA = 6
+# sized by a vLLM release's memory profile, sim/cost/vllmmemory.py; 7: a sliding-window
+# model's window pages taken per request from the one pool, not set aside beforehand).
+CACHE_SCHEMA = 7
 
 
 def cost_fingerprint(sc: Scenario) -> str:

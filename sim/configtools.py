@@ -140,6 +140,10 @@ def convert(tp: Any, value: Any, where: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # YAML reads 0.24 or 1e3 as a number: the text was meant.
+            raise ServesimError(f"got {value!r}, a number, expected a string: quote it "
+                                f"(\"{value}\")", where=where)
         raise bad
     if tp is Any:
         return value

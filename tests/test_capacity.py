@@ -122,6 +122,15 @@ def test_cli_capacity_writes_results(tmp_path, capsys):
     (mr,) = read_csv(out / "capacity.csv")
     assert mr["max_rate_per_replica"] == pytest.approx(blob["max_rate_per_replica"][0]
                                                        ["max_rate_per_replica"])
+    # Each candidate's KV cache as its runs sized it: the simulated summary's.
+    from sim.config.scenario import load
+    from sim.core.engine import simulate
+    from sim.report.summary import summarize
+
+    one = summarize(simulate(load(MD1, ["workload.num_requests=10"])))["memory"]["both"]
+    assert blob["max_rate_per_replica"][0]["memory"]["both"] == json.loads(json.dumps(one))
+    assert mr["kv_tokens_per_replica"] == one["kv_tokens"]
+    assert f"KV cache {one['kv_tokens']:,} tokens a replica" in text
     search_rows = read_csv(out / "search.csv")
     assert all(r["pass"] in (0.0, 1.0) for r in search_rows)
     assert (out / "capacity_search.png").stat().st_size > 10_000

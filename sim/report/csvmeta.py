@@ -99,6 +99,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "ci_low_rps": ("req/s", "lower end of its 95% confidence interval over seeds"),
     "ci_high_rps": ("req/s", "upper end of its 95% confidence interval over seeds"),
     "per_seed_rps": ("req/s", "each seed's highest passing rate, space-separated"),
+    "kv_tokens_per_replica": ("tokens", "tokens one replica's KV cache holds (its decode "
+                              "pool's when prefill and decode are split), as its memory "
+                              "sizes it (capacity.json's memory has every term)"),
     "gpu_hours_per_mtok": ("GPU-h", "GPU-hours per million output tokens"),
     "usd_per_mtok": ("$", "dollars per million output tokens at --gpu-cost-per-hour"),
 }

@@ -32,12 +32,16 @@ the files a run writes: :mod:`sim.study.capacitycli`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.config.disagg import pool_memory, pools
+from sim.config.scenario import from_dict
+from sim.core.cluster import pool_blocks
 from sim.errors import ServesimError
 from sim.report.slospec import SLO, all_met
 from sim.study.pointrun import point_words
@@ -192,7 +196,7 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
     lowest cost per token, then lowest p99 TTFT), candidates tried cheapest estimate first
     and configurations that cannot beat the best found skipped."""
     cands = feasible(s, policies, tps, start, pps or [s.pp])
-    rates = [max_rate(s, pol, tp, start, tol, pp) for pol, tp, pp in cands]
+    rates = [with_memory(s, max_rate(s, pol, tp, start, tol, pp)) for pol, tp, pp in cands]
     checked: list[Config] = []
     passing: list[Config] = []
 
@@ -217,6 +221,22 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
                           simulated=describe_base(s.raw, s.source, s.base_dir, prices,
                                                   s.overrides),
                           pruned=list(s.pruned))
+
+
+def with_memory(s: Search, mr: MaxRate) -> MaxRate:
+    """``mr`` with its candidate's memory: each pool's terms and KV blocks as the runs
+    sized them (:func:`sim.config.disagg.pool_memory`, or ``num_gpu_blocks``), and the
+    tokens a replica's cache holds (the decode pool's in a disaggregated candidate)."""
+    raw = point_raw(s.raw, PointKey(mr.policy, 1, mr.tp, round_rate(mr.mean or 1.0),
+                                    s.seeds[0], mr.pp), None)
+    sc = from_dict(raw, s.source, s.base_dir)
+    memory: dict[str, Any] = {}
+    for pool in pools(sc):
+        budget = pool_memory(sc.model, pool)
+        blocks = pool_blocks(pool.serving, budget)
+        memory[pool.role] = budget.summary(blocks if pool.serving.num_gpu_blocks else None)
+    last = memory.get("decode") or memory["both"]
+    return dataclasses.replace(mr, memory=memory, kv_tokens=int(last["kv_tokens"]))
 
 
 def feasible(s: Search, policies: list[str], tps: list[int], start: float,

@@ -259,7 +259,8 @@ def result_json(r: CapacityResult) -> bytes:
         "slo_targets": [{"metric": x.metric, "stat": x.stat, "limit_s": x.limit_s}
                         for x in r.slos],
         "seeds": r.seeds, "tol": r.tol,
-        "max_rate_per_replica": [m.row() | {"brackets": m.brackets} for m in r.max_rates],
+        "max_rate_per_replica": [m.row() | {"brackets": m.brackets, "memory": m.memory}
+                                 for m in r.max_rates],
         "target_rate": r.target_rate, "gpu_cost_per_hour": r.gpu_cost_per_hour,
         "checked": [cost_row(c, r.gpu_cost_per_hour) for c in r.checked],
         "best": cost_row(r.best, r.gpu_cost_per_hour) if r.best is not None else None,
@@ -300,7 +301,7 @@ def write_files(r: CapacityResult, out: Path) -> list[Path]:
              out / "search.csv"]
     write_atomic(paths[0], result_json(r))
     max_cols = ["policy", "tp", "pp", "max_rate_per_replica", "ci_low", "ci_high", "seeds",
-                "per_seed"]
+                "per_seed", "kv_tokens_per_replica"]
     write_atomic(paths[1], to_csv([m.row() for m in r.max_rates], max_cols))
     rows = [cost_row(c, r.gpu_cost_per_hour) for c in r.checked]
     config_cols = list(rows[0]) if rows else ["policy"]
@@ -329,7 +330,8 @@ def print_summary(r: CapacityResult) -> None:
         print(f"  {line}")
     for m in r.max_rates:
         print(f"  {m.name}: max {m.mean:.4g} requests/s per replica"
-              f"{m.interval_text()}")
+              f"{m.interval_text()}"
+              + (f"; KV cache {m.kv_tokens:,} tokens a replica" if m.kv_tokens else ""))
     for line in r.pruned:
         print(f"  pruned: {line}")
     if r.target_rate is None:

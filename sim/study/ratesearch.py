@@ -114,6 +114,10 @@ class MaxRate:
     mean: float
     ci: float | None
     pp: int = 1  # pipeline stages per replica
+    # Each pool's memory terms and KV blocks (sim.cost.memory.MemoryBudget.summary), by
+    # role; the tokens one replica's KV cache holds (its decode pool's when split).
+    memory: dict[str, Any] | None = None
+    kv_tokens: int | None = None
 
     @property
     def name(self) -> str:
@@ -151,7 +155,8 @@ class MaxRate:
         return {"policy": self.policy, "tp": self.tp, "pp": self.pp,
                 "max_rate_per_replica": self.mean,
                 "ci_low": lo, "ci_high": hi, "seeds": len(self.per_seed),
-                "per_seed": " ".join(f"{v:.6g}" for v in self.per_seed)}
+                "per_seed": " ".join(f"{v:.6g}" for v in self.per_seed),
+                "kv_tokens_per_replica": self.kv_tokens}
 
 
 def shape_name(policy: str, tp: int, pp: int) -> str:

@@ -140,11 +140,14 @@ def _tp(row: Row) -> str:
 def capacity_tables(blob: dict[str, Any]) -> list[tuple[str, Table]]:
     """Maximum rate per replica per candidate, and the configurations checked at the target."""
     out: list[tuple[str, Table]] = []
-    head = ["policy", "tp", "max rate per replica", "95% CI", "seeds", "per seed (req/s)"]
+    head = ["policy", "tp", "max rate per replica", "95% CI", "seeds", "per seed (req/s)",
+            "KV tokens per replica"]
+    # capacity.json files written before 2026-12-05 carry no KV figure: a dash.
     rows = [[str(m["policy"]), _tp(m), h.req_s(m["max_rate_per_replica"]),
              h.DASH if m["ci_low"] is None
              else f"{h.number(m['ci_low'])} – {h.number(m['ci_high'])} req/s",
-             str(m["seeds"]), str(m["per_seed"]).replace(" ", ", ")]
+             str(m["seeds"]), str(m["per_seed"]).replace(" ", ", "),
+             h.count(m.get("kv_tokens_per_replica"))]
             for m in blob["max_rate_per_replica"]]
     out.append(("Highest rate per replica meeting the targets", (head, rows, set())))
     if blob.get("target_rate") is not None:

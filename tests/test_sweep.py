@@ -426,3 +426,27 @@ def test_ray_backend_matches_local(tmp_path):
     for name in ("points.csv", "sweep.csv"):
         assert ((tmp_path / "local" / name).read_bytes()
                 == (tmp_path / "ray" / name).read_bytes())
+
+
+def test_sweep_json_gives_each_shape_its_memory(tmp_path):
+    # One entry a (policy, tp, pp): a replica's memory as a run of that shape sizes it
+    # (the rate and the seed change none of it); the report draws it as a table.
+    import json
+
+    from sim.config.scenario import load
+    from sim.core.engine import simulate
+    from sim.report.summary import summarize
+
+    out = tmp_path / "o"
+    assert cli_main(["sweep", str(MD1), "--rates", "10", "--tp", "1,2", "--set",
+                     "workload.num_requests=50", "--out", str(out), "--workers", "1",
+                     "--quiet", "--no-plots"]) == 0
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert [(e["policy"], e["tp"], e["pp"]) for e in manifest["memory"]] == [
+        ("continuous", 1, 1), ("continuous", 2, 1)]
+    for e in manifest["memory"]:
+        run = summarize(simulate(load(MD1, ["workload.num_requests=10",
+                                            f"hardware.tp={e['tp']}"])))
+        assert e["memory"] == json.loads(json.dumps(run["memory"]))
+    assert cli_main(["report", str(out)]) == 0
+    assert "GPU memory of each replica shape" in (out / "report.html").read_text()

@@ -39,9 +39,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config.disagg import pool_memory, pools
-from sim.config.scenario import from_dict
-from sim.core.cluster import pool_blocks
 from sim.errors import ServesimError
 from sim.report.slospec import SLO, all_met
 from sim.study.pointrun import point_words
@@ -49,7 +46,13 @@ from sim.study.rates import arrived, empty_point_error
 from sim.study.ratesearch import MaxRate, Row, Search, max_rate, round_rate, shape_name
 from sim.study.steady import floor_stats, floor_violations
 from sim.study.sweep import aggregate
-from sim.study.sweeppoint import PointKey, cost_source, describe_base, point_raw
+from sim.study.sweeppoint import (
+    PointKey,
+    cost_source,
+    describe_base,
+    point_raw,
+    shape_memory,
+)
 
 
 @dataclass
@@ -224,17 +227,10 @@ def run_capacity(s: Search, policies: list[str], tps: list[int], start: float, t
 
 
 def with_memory(s: Search, mr: MaxRate) -> MaxRate:
-    """``mr`` with its candidate's memory: each pool's terms and KV blocks as the runs
-    sized them (:func:`sim.config.disagg.pool_memory`, or ``num_gpu_blocks``), and the
-    tokens a replica's cache holds (the decode pool's in a disaggregated candidate)."""
-    raw = point_raw(s.raw, PointKey(mr.policy, 1, mr.tp, round_rate(mr.mean or 1.0),
-                                    s.seeds[0], mr.pp), None)
-    sc = from_dict(raw, s.source, s.base_dir)
-    memory: dict[str, Any] = {}
-    for pool in pools(sc):
-        budget = pool_memory(sc.model, pool)
-        blocks = pool_blocks(pool.serving, budget)
-        memory[pool.role] = budget.summary(blocks if pool.serving.num_gpu_blocks else None)
+    """``mr`` with its candidate's memory (:func:`sim.study.sweeppoint.shape_memory`) and
+    the tokens a replica's cache holds (the decode pool's in a disaggregated candidate)."""
+    key = PointKey(mr.policy, 1, mr.tp, round_rate(mr.mean or 1.0), s.seeds[0], mr.pp)
+    memory = shape_memory(s.raw, s.source, s.base_dir, key)
     last = memory.get("decode") or memory["both"]
     return dataclasses.replace(mr, memory=memory, kv_tokens=int(last["kv_tokens"]))
 

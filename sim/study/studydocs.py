@@ -84,6 +84,16 @@ def sweep_table(manifest: dict[str, Any], grid: list[Row]) -> Table:
     return head, rows, marked
 
 
+def memory_table(shapes_memory: list[dict[str, Any]]) -> Table:
+    """One row a (policy, tp, pp, pool) of a sweep: its GPU memory terms and KV cache, as
+    the printed summary's memory line gives them (sweep.json files written before
+    2026-12-05 carry none, and the table is left out)."""
+    rows = [[str(e["policy"]), str(e["tp"]), str(e.get("pp", 1)), role,
+             h.memory_terms(m)]
+            for e in shapes_memory for role, m in e["memory"].items()]
+    return (["policy", "tp", "pp", "pool", "GPU memory and KV cache"], rows, set())
+
+
 def sweep_doc(folder: Path, manifest: dict[str, Any]) -> Doc:
     from sim.study.sweep import csv_rows
 
@@ -99,6 +109,8 @@ def sweep_doc(folder: Path, manifest: dict[str, Any]) -> Doc:
              f"Seeds: {', '.join(map(str, manifest['seeds']))}; targets: {slos}. "
              "Latencies are means over seeds ± the 95% confidence half-width."]
     tables = [("Sweep results", sweep_table(manifest, grid))]
+    if manifest.get("memory"):
+        tables.append(("GPU memory of each replica shape", memory_table(manifest["memory"])))
     if sim:
         tables.append(("What was simulated (the base scenario; the sweep varies policy, "
                        "replicas, tp, rate and seed)", setup_table(sim)))

@@ -57,6 +57,7 @@ from sim.study.sweeppoint import (
     cost_source,
     describe_base,
     make_task,
+    shape_memory,
 )
 
 GROUP_COLUMNS = ("policy", "replicas", "tp", "pp", "rate")
@@ -219,6 +220,14 @@ def run_sweep(spec: SweepSpec, out: Path, backend: str = "local", workers: int |
     cols = POINT_COLUMNS + list(STEADY_COLUMNS if spec.steady is not None else ())
     simulated = describe_base(spec.raw, spec.source, spec.base_dir, prices, spec.overrides)
     manifest["simulated"] = simulated
+    # What each shape's replicas hold: the rate, seed and replica count change none of it
+    # (the grid's first count is one its scenario accepts: faults may name a replica).
+    manifest["memory"] = [
+        {"policy": p, "tp": t, "pp": pp,
+         "memory": shape_memory(spec.raw, spec.source, spec.base_dir,
+                                PointKey(p, spec.replicas[0], t, spec.rates[0], spec.seeds[0],
+                                         pp))}
+        for p in spec.policies for t in spec.tps for pp in spec.pps]
     varied = {k: manifest[k] for k in ("policies", "replicas", "tp", "pp", "rates", "seeds")}
     with replaced_folder(out, SWEEP_FILES, carry=("cache",), inputs=inputs) as stage:
         write_atomic(stage / names[0], to_csv(points, cols))

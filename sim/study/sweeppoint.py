@@ -327,6 +327,24 @@ def describe_base(base: dict[str, Any], source: str, base_dir: Path | None, pric
     return describe_scenario(from_dict(base, source, base_dir, tuple(overrides)), prices)
 
 
+def shape_memory(base: dict[str, Any], source: str, base_dir: Path | None,
+                 key: PointKey) -> dict[str, Any]:
+    """Each pool's memory terms and KV blocks, by role, of the point ``key`` (a
+    :meth:`sim.cost.memory.MemoryBudget.summary`, as a run's summary gives them: the
+    memory-derived blocks, or ``num_gpu_blocks``). A replica's memory depends on its
+    policy, tp and pp, not on the rate, the seed or how many replicas there are."""
+    from sim.config.disagg import pool_memory, pools
+    from sim.core.cluster import pool_blocks
+
+    sc = from_dict(point_raw(base, key, None), source, base_dir)
+    out: dict[str, Any] = {}
+    for pool in pools(sc):
+        budget = pool_memory(sc.model, pool)
+        blocks = pool_blocks(pool.serving, budget)
+        out[pool.role] = budget.summary(blocks if pool.serving.num_gpu_blocks else None)
+    return out
+
+
 def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,
               horizon_factor: float | None = 4.0, steady: Steady | None = None,
               start_row: int = 0) -> PointTask:

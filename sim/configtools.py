@@ -141,9 +141,10 @@ def convert(tp: Any, value: Any, where: str) -> Any:
         if isinstance(value, str):
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
-            # YAML reads 0.24 or 1e3 as a number: the text was meant.
-            raise ServesimError(f"got {value!r}, a number, expected a string: quote it "
-                                f"(\"{value}\")", where=where)
+            # YAML reads an unquoted 0.24 as a number (and 0.10 as 0.1): text was meant.
+            raise ServesimError(f"got {value!r}, a number, expected a string: quote the "
+                                "value as you mean it (YAML reads unquoted 0.10 as the "
+                                "number 0.1)", where=where)
         raise bad
     if tp is Any:
         return value

@@ -190,7 +190,7 @@ def test_each_release_profiles_as_its_code_does() -> None:
                "log"),
     ("0.10.2", "got '0.10.2': servesim sizes the KV cache as vLLM 0.11 to 0.26 do"),
     ("latest", "serving.vllm_version: got 'latest', expected a vLLM release such as 0.24.0"),
-    (0.24, "serving.vllm_version: got 0.24, a number, expected a string: quote it (\"0.24\")"),
+    (0.24, "serving.vllm_version: got 0.24, a number, expected a string: quote the value"),
 ])
 def test_a_release_outside_the_modelled_range_is_refused(version: object, message: str) -> None:
     with pytest.raises(ServesimError, match=re.escape(message)):

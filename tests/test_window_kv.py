@@ -102,18 +102,22 @@ def _requests(rows: list[tuple[float, int, int]]) -> Requests:
 @given(st.sampled_from(["continuous", "chunked", "static", "orca"]), st.integers(1, 8),
        st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
                 min_size=1, max_size=14),
-       st.integers(12, 60), st.booleans(), st.integers(2, 24), st.integers(1, 30))
+       st.integers(12, 60), st.sampled_from(["swap", "recompute", "cached"]),
+       st.integers(2, 24), st.integers(1, 30))
 def test_lazy_decodes_equal_eager_with_windows(policy: str, block: int,
                                                rows: list[tuple[float, int, int]],
-                                               blocks: int, swap: bool, budget: int,
+                                               blocks: int, preemption: str, budget: int,
                                                window: int) -> None:
     # Small caches force preemptions (the decode set flushes and members settle with
-    # their window pages); windows shorter and longer than the requests.
+    # their window pages); windows shorter and longer than the requests; with prefix
+    # caching, a preempted request's own blocks cached beside its window pages.
+    cached = preemption == "cached" and policy in ("continuous", "chunked")
     sc = tiny_scenario(
         model={**WINDOWED, "sliding_window": window},
         serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
                  "max_num_seqs": 5, "token_budget": max(budget, block),
-                 "preemption": "swap" if swap else "recompute"})
+                 "preemption": "swap" if preemption == "swap" else "recompute",
+                 "prefix_caching": cached})
     lazy, eager = lazy_and_eager(sc, _requests(rows))
     assert_equivalent(lazy, eager)
 
@@ -135,3 +139,57 @@ def test_lazy_verifies_equal_eager_with_windows(policy: str, k: int, a: float, b
                                  "acceptance": {"rate": a}}})
     lazy, eager = lazy_and_eager(sc, _requests(rows))
     assert_equivalent(lazy, eager)
+
+
+def test_a_prefill_replica_charges_the_window_of_the_prompt_it_holds() -> None:
+    # A disaggregated prefill pool of 3 blocks: a 4-token prompt spans 1 block and its
+    # window 1 page there (its 30 output tokens live on the decode pool), so it runs;
+    # charging the window of its whole life (3 pages) had left it waiting for ever.
+    link = {"kind": "pcie", "bandwidth_gb_s": 0.002048, "latency_s": 0.002}
+    sc = tiny_scenario(model=WINDOWED, serving={"policy": "disaggregated"},
+                       disaggregated={"link": link, "prefill": {"num_gpu_blocks": 3},
+                                      "decode": {"num_gpu_blocks": 100}})
+    res = run_both_ways(sc, [0.0, 0.1], [4, 4], [30, 2])
+    from sim.report.summary import summarize
+
+    assert summarize(res)["requests"]["finished"] == 2
+
+
+def test_override_blocks_are_pages_of_the_pool() -> None:
+    # 26 full and 13 sliding layers under vLLM 0.11 (groups of 13): a block of servesim's
+    # takes two pages, so vLLM's --num-gpu-blocks-override of 10 pages is 5 blocks.
+    import dataclasses
+
+    from sim.config.serving import ServingConfig
+    from sim.core.cluster import pool_blocks
+    from sim.cost.gpus import GPUS
+    from sim.cost.memory import memory_budget
+    from sim.cost.presets import MODELS
+    from sim.cost.vllmmemory import memory_rules
+
+    m = dataclasses.replace(MODELS["llama-3-8b"], layers=39, sliding_layers=13,
+                            sliding_window=128)
+    b = memory_budget(m, GPUS["h200"], 1, 0.9, 16, 8192, 256, rules=memory_rules("0.11.0", m))
+    assert pool_blocks(ServingConfig(num_gpu_blocks=10), b) == 5
+    assert pool_blocks(ServingConfig(), b) == b.blocks
+
+
+@pytest.mark.parametrize(("release", "hybrid"), [("0.19.0", False), ("0.22.0", True)])
+def test_disaggregated_pools_keep_the_hybrid_manager_from_0_22(release: str,
+                                                                hybrid: bool) -> None:
+    # vLLM turned its hybrid manager off for any KV connector up to 0.19; from 0.22 it
+    # keeps it for connectors that support it (NIXL's).
+    from sim.config.disagg import pool_memory, pools
+    from sim.config.scenario import from_dict
+
+    sc = from_dict({
+        "model": "gpt-oss-20b", "hardware": {"gpu": "h100-sxm"},
+        "serving": {"policy": "disaggregated", "vllm_version": release},
+        "disaggregated": {"link": {"kind": "nvlink"}},
+        "workload": {"arrivals": {"process": "constant", "rate": 1.0},
+                     "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                 "output": {"dist": "fixed", "value": 2}},
+                     "num_requests": 1}})
+    for pool in pools(sc):
+        summary = pool_memory(sc.model, pool).summary()
+        assert ("window_blocks_per_request" in summary) is hybrid

@@ -20,7 +20,7 @@ from sim.cost.memory import MemoryBudget, memory_budget
 from sim.cost.pipeline import stage_layers
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
-from sim.cost.vllmmemory import DEFAULT_VERSION, MemoryRules, memory_rules
+from sim.cost.vllmmemory import DEFAULT_VERSION, MemoryRules, memory_rules, version_tuple
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -228,14 +228,26 @@ def pools(scenario: Scenario) -> list[Pool]:
     return out
 
 
+def hybrid_kv(pool: Pool) -> bool:
+    """Whether ``pool``'s vLLM keeps its hybrid KV-cache manager (a sliding-window model's
+    windows apart from its full layers' KV): unless turned off, and, in a pool of a
+    disaggregated layout (whose KV moves through a KV connector), only from vLLM 0.22,
+    which keeps it for connectors that support it (NIXL's); up to 0.19 any connector
+    turned it off (config/vllm.py; 0.20 and 0.21 were not read)."""
+    if pool.serving.disable_hybrid_kv_cache_manager:
+        return False
+    if pool.role == "both" or pool.memory_rules is None:
+        return True
+    return version_tuple(pool.memory_rules.version) >= (0, 22)
+
+
 def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     """One GPU's memory terms and the KV blocks of each replica of ``pool``
     (:func:`sim.cost.memory.memory_budget`)."""
     sv = pool.serving
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
-                           pool.ep, pool.dp, pool.memory_rules,
-                           hybrid=not sv.disable_hybrid_kv_cache_manager)
+                           pool.ep, pool.dp, pool.memory_rules, hybrid=hybrid_kv(pool))
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's

@@ -28,6 +28,7 @@ Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from sim.core.hosttier import HostTier
@@ -49,9 +50,10 @@ class PrefixHit(NamedTuple):
 
 
 NO_HIT = PrefixHit(0, 0)
-# Hashes of blocks only one request holds (see KVCacheManager.preempt): above every
-# 64-bit hash a trace or a generated prefix carries, 2**32 of them a request.
-OWN_HASHES = 1 << 64
+# Hashes of blocks only one request holds (see KVCacheManager.preempt), 2**32 of them a
+# request: above every block hash a trace or a generated prefix gives, a 64-bit hash
+# split into at most 2**63 block hashes (sim.core.prefix.block_hashes) staying under 2**127.
+OWN_HASHES = 1 << 128
 
 
 class KVCacheManager:
@@ -68,11 +70,11 @@ class KVCacheManager:
     """
 
     __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
-                 "admit_low_water", "pending_io", "window", "window_groups")
+                 "admit_low_water", "pending_io", "window", "window_groups", "prompt_only")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
                  swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
-                 window_groups: tuple[int, int] = (1, 1)) -> None:
+                 window_groups: tuple[int, int] = (1, 1), prompt_only: bool = False) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
             raise ValueError("bad KV cache sizes")
@@ -85,6 +87,8 @@ class KVCacheManager:
         # window_groups[0] / window_groups[1] of a block (see window_share).
         self.window = window_blocks
         self.window_groups = window_groups
+        # A disaggregated prefill replica: its requests hold their prompts' KV only.
+        self.prompt_only = prompt_only
         self.used = 0  # blocks held by requests or by cached prefix entries
         self.host = HostTier(swap_blocks, offload)
         # Blocks of prefix entries moved between the tiers since the replica last priced
@@ -156,8 +160,14 @@ class KVCacheManager:
         every ``block_size`` tokens, plus its window's share (:meth:`window_share`)."""
         n = -(-tokens // self.block_size)
         if self.window:
-            n += self.window_share(-(-(r.prompt + r.output - 1) // self.block_size))
+            n += self._window_of(r)
         return n
+
+    def _window_of(self, r: Request) -> int:
+        """``r``'s window share: of its whole life's tokens, or of its prompt's on a
+        replica that only prefills (what :meth:`can_ever_hold` is asked for)."""
+        life = r.prompt if self.prompt_only else r.prompt + r.output - 1
+        return self.window_share(-(-life // self.block_size))
 
     def blocks_needed(self, r: Request, num_tokens: int) -> int:
         """Blocks ``r`` must take for ``num_tokens`` tokens past those it has computed
@@ -165,7 +175,7 @@ class KVCacheManager:
         :meth:`allocate_slots` takes without a prefix hit."""
         n = -(-(r.computed + num_tokens) // self.block_size) - r.blocks
         if self.window:
-            n += self.window_share(-(-(r.prompt + r.output - 1) // self.block_size))
+            n += self._window_of(r)
         return n
 
     def computed_tokens(self, r: Request) -> PrefixHit:
@@ -288,6 +298,15 @@ class KVCacheManager:
         pc = self.prefix
         assert pc is not None and r.hashes is not None
         self._publish(r, min(len(r.hashes), r.prompt // pc.hash_tokens))
+
+    def cache_computed(self, entries: Iterable[Request]) -> None:
+        """After an iteration: the requests among ``entries`` whose prompts are now
+        computed whole cache their prompt blocks (:meth:`cache_blocks`), whether or not
+        the iteration emitted their token: a resumed request's recomputed prompt is
+        cached before its next decode, which may run in a decode set."""
+        for r in entries:
+            if r.hashes is not None and r.computed >= r.prompt:
+                self.cache_blocks(r)
 
     def preempt(self, r: Request) -> int:
         """Free ``r``, preempted to be recomputed later; returns the blocks it spanned.

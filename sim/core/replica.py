@@ -194,11 +194,10 @@ class Replica:
         its first ``hit.tokens`` taken from the prefix cache. A swapped-out request's KV
         comes back over PCIe in the next iteration."""
         if self.kv.prefix is not None and not r.computed:
-            self.stats.prefix_query_tokens += r.prompt + r.generated
             if hit.tokens:
                 r.computed = hit.tokens
-                self.stats.prefix_hit_tokens += hit.tokens
-                self.stats.host_hit_tokens += hit.loaded
+            self.stats.count_prefix(r.prompt + r.generated, hit.tokens, hit.loaded,
+                                    bool(self.engine.preemptions[r.id]))
         r.admitted = self._admissions
         self._admissions += 1
         self.running.append(r)
@@ -279,6 +278,8 @@ class Replica:
             self.stats.spec_verifies += batch.verified
             self.stats.spec_tokens += batch.accepted
         emitted, finished = em
+        if self.kv.prefix is not None and batch:
+            self.kv.cache_computed(batch)  # before a finished request frees its blocks
         if emitted:
             self._stamp(emitted, now)
             if finished:
@@ -295,8 +296,7 @@ class Replica:
 
     def _stamp(self, emitted: Sequence[Request], now: float) -> None:
         """Record the tokens ``emitted`` (listed entries, in batch order) at ``now`` (s)."""
-        first_token, kv, interval = self.engine.first_token, self.kv, self.stream_interval
-        caching = kv.prefix is not None
+        first_token, interval = self.engine.first_token, self.stream_interval
         gaps: list[float] = []
         for r in emitted:
             if r.generated == 1:
@@ -309,8 +309,6 @@ class Replica:
                 if r.generated != 1:
                     gaps.append(now - r.last_token)
                 r.last_token = now
-            if caching and r.hashes is not None:
-                kv.cache_blocks(r)
         if gaps:
             self.itl.extend(gaps)
         self.outstanding -= len(emitted)

@@ -14,7 +14,8 @@ class ReplicaStats:
                  "preemptions", "kv_total", "role", "prefix_query_tokens", "prefix_hit_tokens",
                  "prefix_evictions", "block_bytes", "host_total", "host_hit_tokens",
                  "host_io_s", "host_stored", "host_loaded", "host_dropped", "spec_verifies",
-                 "spec_tokens", "until", "until_used")
+                 "spec_tokens", "until", "until_used", "resumed_query_tokens",
+                 "resumed_hit_tokens")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
@@ -22,6 +23,10 @@ class ReplicaStats:
         self.prefix_query_tokens = 0  # tokens of prefills admitted with prefix caching on
         self.prefix_hit_tokens = 0  # of which found in the prefix cache (either tier)
         self.prefix_evictions = 0  # cached prefix entries evicted for space
+        # The same two counts of requests admitted again after a preemption (kept out of
+        # the two above, as vLLM keeps them out of its hit rate).
+        self.resumed_query_tokens = 0
+        self.resumed_hit_tokens = 0
         # The host tier (sim/core/hosttier.py): its size and the bytes of one block's
         # per-GPU shard; hit tokens loaded from it; seconds iterations spent moving
         # blocks over the host link; blocks stored to and loaded from it, and entries
@@ -46,6 +51,19 @@ class ReplicaStats:
         # held: a horizon that falls inside it counts only the part before (clip).
         self.until = 0.0
         self.until_used = 0
+
+    def count_prefix(self, query: int, hit: int, loaded: int, resumed: bool) -> None:
+        """Count one admission with prefix caching on: ``query`` tokens to prefill, ``hit``
+        of them found cached (``loaded`` from the host tier). A request admitted again
+        after a preemption counts apart (``resumed``), as vLLM (from 0.14) keeps such
+        queries and hits out of its prefix-cache hit rate."""
+        if resumed:
+            self.resumed_query_tokens += query
+            self.resumed_hit_tokens += hit
+        else:
+            self.prefix_query_tokens += query
+            self.prefix_hit_tokens += hit
+            self.host_hit_tokens += loaded
 
     def book(self, dt: float, seqs: int, tokens: int, used: int, until: float = 0.0) -> None:
         """Count one iteration of ``dt`` seconds over ``seqs`` sequences computing

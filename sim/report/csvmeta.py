@@ -101,7 +101,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "per_seed_rps": ("req/s", "each seed's highest passing rate, space-separated"),
     "kv_tokens_per_replica": ("tokens", "tokens one replica's KV cache holds (its decode "
                               "pool's when prefill and decode are split), as its memory "
-                              "sizes it (capacity.json's memory has every term)"),
+                              "sizes it (capacity.json's memory has every term); for a "
+                              "sliding-window model, tokens of its full-attention layers, "
+                              "each request's window pages coming out of the same blocks"),
     "gpu_hours_per_mtok": ("GPU-h", "GPU-hours per million output tokens"),
     "usd_per_mtok": ("$", "dollars per million output tokens at --gpu-cost-per-hour"),
 }

@@ -60,10 +60,15 @@ def prefix_summary(res: RunResult) -> dict[str, Any]:
         "hit_rate": hit / query if query else None,
         "evictions": sum(s.prefix_evictions for s in stats),
     }
+    resumed = sum(s.resumed_query_tokens for s in stats)
+    if resumed:
+        # Requests admitted again after a preemption, apart from the hit rate as in vLLM.
+        out["resumed_prefill_tokens"] = resumed
+        out["resumed_hit_tokens"] = sum(s.resumed_hit_tokens for s in stats)
     if res.requests.prefix_hashes is None:
         out["note"] = NO_HASHES + (
-            "; its hits are preempted requests' own computed blocks, found again when "
-            "they resumed" if hit else "")
+            "; preempted requests found their own computed blocks again when they "
+            "resumed (resumed_hit_tokens)" if resumed and out["resumed_hit_tokens"] else "")
     return {"prefix_cache": out}
 
 

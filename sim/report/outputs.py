@@ -206,7 +206,11 @@ def table(summary: dict[str, Any]) -> str:
     if pc is not None:
         lines.append(f"prefix cache: {pc['hit_tokens']} of {pc['prefill_tokens']} prefill "
                      f"tokens hit ({num(pc['hit_rate'], '.1%')}), {pc['evictions']} "
-                     "evictions" + (f"; {pc['note']}" if "note" in pc else ""))
+                     "evictions"
+                     + (f"; resumed after preemption: {pc['resumed_hit_tokens']} of "
+                        f"{pc['resumed_prefill_tokens']} tokens found again"
+                        if "resumed_prefill_tokens" in pc else "")
+                     + (f"; {pc['note']}" if "note" in pc else ""))
     sp = summary.get("speculative")
     if sp is not None:
         lines.append(f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "

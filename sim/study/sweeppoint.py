@@ -255,8 +255,10 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # one-iteration wait for a request reaching a busy replica; 5: KV use counting only the
 # blocks requests hold, and a vllm section's prefix caching on by default; 6: KV capacity
 # sized by a vLLM release's memory profile, sim/cost/vllmmemory.py; 7: a sliding-window
-# model's window pages taken per request from the one pool, not set aside beforehand).
-CACHE_SCHEMA = 7
+# model's window pages taken per request from the one pool, not set aside beforehand;
+# 8: a resumed request's recomputed prompt cached as soon as it is computed, and its
+# prefix queries counted apart).
+CACHE_SCHEMA = 8
 
 
 def cost_fingerprint(sc: Scenario) -> str:

@@ -78,6 +78,13 @@ def pool_blocks(sv: ServingConfig, budget: MemoryBudget) -> int:
     return max(1, sv.num_gpu_blocks // budget.window_groups[1])
 
 
+def pool_kv(sv: ServingConfig, budget: MemoryBudget) -> tuple[int, dict[str, Any]]:
+    """(KV blocks of each replica, the memory summary a run reports for its pool):
+    :func:`pool_blocks` and :meth:`~sim.cost.memory.MemoryBudget.summary` of them."""
+    blocks = pool_blocks(sv, budget)
+    return blocks, budget.summary(blocks if sv.num_gpu_blocks else None)
+
+
 def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
                   rng: np.random.Generator) -> Cluster:
     """Build the replicas of every pool, their routers and, for a disaggregated
@@ -97,8 +104,7 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             # No more sequences run than have a linear-attention state set aside (a
             # num_gpu_blocks override sizes the KV pool alone; max_num_seqs then caps).
             sv = dataclasses.replace(sv, max_num_seqs=budget.state_seqs)
-        blocks = pool_blocks(sv, budget)
-        memory[pool.role] = budget.summary(blocks if sv.num_gpu_blocks else None)
+        blocks, memory[pool.role] = pool_kv(sv, budget)
         watermark = int(sv.kv_watermark * blocks)
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp)
         spec = speculation(scenario, pool.gpu_spec, pool.tp, pool_cost)

@@ -34,7 +34,7 @@ from typing import NamedTuple
 from sim.core.hosttier import HostTier
 from sim.core.prefix import PrefixCache
 from sim.core.request import Request
-from sim.cost.memory import blocks_for
+from sim.cost.memory import blocks_for, window_share
 
 
 class PrefixHit(NamedTuple):
@@ -152,20 +152,20 @@ class KVCacheManager:
         vLLM frees them (at most the step's token budget in all)."""
         if not self.window:
             return 0
-        sliding, full = self.window_groups
-        return -(-sliding * min(self.window, blocks) // full)
+        return window_share(self.window, self.window_groups, blocks)
 
     def spans(self, r: Request, tokens: int) -> int:
         """Blocks ``r`` holds once its first ``tokens`` tokens have slots: a block of
-        every ``block_size`` tokens, plus its window's share (:meth:`window_share`)."""
+        every ``block_size`` tokens, plus its window's share (:meth:`window_of`)."""
         n = -(-tokens // self.block_size)
         if self.window:
-            n += self._window_of(r)
+            n += self.window_of(r)
         return n
 
-    def _window_of(self, r: Request) -> int:
-        """``r``'s window share: of its whole life's tokens, or of its prompt's on a
-        replica that only prefills (what :meth:`can_ever_hold` is asked for)."""
+    def window_of(self, r: Request) -> int:
+        """``r``'s window share (:meth:`window_share`; 0 without sliding layers): of its
+        whole life's tokens, or of its prompt's on a replica that only prefills (what
+        :meth:`can_ever_hold` is asked for). It stays put while ``r`` decodes."""
         life = r.prompt if self.prompt_only else r.prompt + r.output - 1
         return self.window_share(-(-life // self.block_size))
 
@@ -175,7 +175,7 @@ class KVCacheManager:
         :meth:`allocate_slots` takes without a prefix hit."""
         n = -(-(r.computed + num_tokens) // self.block_size) - r.blocks
         if self.window:
-            n += self._window_of(r)
+            n += self.window_of(r)
         return n
 
     def computed_tokens(self, r: Request) -> PrefixHit:

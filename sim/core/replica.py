@@ -194,8 +194,7 @@ class Replica:
         its first ``hit.tokens`` taken from the prefix cache. A swapped-out request's KV
         comes back over PCIe in the next iteration."""
         if self.kv.prefix is not None and not r.computed:
-            if hit.tokens:
-                r.computed = hit.tokens
+            r.computed = hit.tokens
             self.stats.count_prefix(r.prompt + r.generated, hit.tokens, hit.loaded,
                                     bool(self.engine.preemptions[r.id]))
         r.admitted = self._admissions

@@ -97,7 +97,7 @@ class SpecDecodeSet:
         r.sync = t
         # The path counts the blocks of its tokens; a sliding window's stay put.
         c0, q, bs = r.computed, self.q, self.bs
-        b0 = r.blocks - self.kv.spans(r, 0)
+        b0 = r.blocks - self.kv.window_of(r)
         left = r.output - r.generated
         p = r.path
         if p is not None:
@@ -183,7 +183,7 @@ class SpecDecodeSet:
             r.generated += c - r.computed
             r.computed = c
             r.verifies += d
-            self.kv.settle(r, max(blocks_at, (r.blocks - self.kv.spans(r, 0)) * self.bs))
+            self.kv.settle(r, max(blocks_at, (r.blocks - self.kv.window_of(r)) * self.bs))
             if self.ends is None:
                 r.last_token = self.last_end
         del self.paths[r.id]

@@ -134,8 +134,7 @@ class MemoryBudget:
     @property
     def window_request_blocks(self) -> int:
         """The most blocks one request's sliding-window layers hold (0 without them)."""
-        ns, nf = self.window_groups
-        return -(-ns * self.window_blocks // nf)
+        return window_share(self.window_blocks, self.window_groups, self.window_blocks)
 
     def fitted(self) -> MemoryBudget:
         """This budget, or a :class:`ServesimError` with every term if not one block fits."""
@@ -322,6 +321,15 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         budget, block_bytes=layer * full * size * block_size,
         window_blocks=blocks_for(model.sliding_window, block_size) + 1,
         window_groups=(sliding, full))
+
+
+def window_share(window_blocks: int, window_groups: tuple[int, int], blocks: int) -> int:
+    """Blocks (of the full-attention groups' pages) the sliding-window layers of a request
+    whose full layers span ``blocks`` blocks hold: a page a sliding group for each block
+    up to the window's ``window_blocks``, ``window_groups`` = (sliding groups, full
+    groups) pages to a block, rounded up (:func:`hybrid_groups`)."""
+    sliding, full = window_groups
+    return -(-sliding * min(window_blocks, blocks) // full)
 
 
 def hybrid_groups(full_layers: int, sliding_layers: int,

@@ -336,15 +336,11 @@ def shape_memory(base: dict[str, Any], source: str, base_dir: Path | None,
     memory-derived blocks, or ``num_gpu_blocks``). A replica's memory depends on its
     policy, tp and pp, not on the rate, the seed or how many replicas there are."""
     from sim.config.disagg import pool_memory, pools
-    from sim.core.cluster import pool_blocks
+    from sim.core.cluster import pool_kv
 
     sc = from_dict(point_raw(base, key, None), source, base_dir)
-    out: dict[str, Any] = {}
-    for pool in pools(sc):
-        budget = pool_memory(sc.model, pool)
-        blocks = pool_blocks(pool.serving, budget)
-        out[pool.role] = budget.summary(blocks if pool.serving.num_gpu_blocks else None)
-    return out
+    return {pool.role: pool_kv(pool.serving, pool_memory(sc.model, pool))[1]
+            for pool in pools(sc)}
 
 
 def make_task(base: dict[str, Any], source: str, base_dir: Path | None, key: PointKey,

@@ -9,13 +9,17 @@ it just gave up.
 
 Cost in every case: 10 ms per step + 1 ms per new token (linear), block size 4 (see
 conftest.tiny_scenario), token budget 8. Step log entries: (replica, start_s, end_s,
-((request id, new tokens, context before), ...)).
+((request id, new tokens, context before), ...)). Prefix caching is off here, so a victim
+recomputes all it had (with the cache on, vLLM's default, it takes back the blocks still
+cached: tests/test_preempt_cache.py and tests/test_kv_handworked.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from conftest import run_both_ways, tiny_scenario
+
+NO_CACHE = {"policy": "chunked", "prefix_caching": False}
 
 
 def steps(res):
@@ -33,7 +37,7 @@ def test_no_admission_in_an_iteration_that_preempted():
     # 2 blocks are then free and 7 tokens of budget are left, enough for a 7-token chunk
     # of B's 11-token re-prefill, yet none is admitted: A decodes alone (11 ms). A's
     # 6th token finishes it at 83 ms; B re-prefills 8 + 3 tokens in two chunks.
-    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8, "num_kv_blocks": 6})
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 6})
     res = run_both_ways(sc, [0.0, 0.0], [8, 8], [6, 6])
     assert steps(res) == [
         (0, 0.0, 0.018, ((0, 8, 0),)),
@@ -62,7 +66,7 @@ def test_newest_request_preempts_itself_rather_than_shrinking_its_chunk():
     # freed) and A decodes alone (11 ms), its 3rd token finishing it at 47 ms. B then
     # re-prefills its 16 tokens in two 8-token chunks (18 ms each), its first token out
     # at 83 ms, and decodes once (11 ms).
-    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8, "num_kv_blocks": 5})
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 5})
     res = run_both_ways(sc, [0.0, 0.0], [4, 16], [3, 2])
     assert steps(res) == [
         (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
@@ -85,7 +89,7 @@ def test_a_request_preempted_twice_while_an_older_one_grows():
     # At 76 ms A takes its 3rd block (context 8) and B a fresh 7-token chunk (2 blocks);
     # A's 6th token finishes it at 94 ms. B computes its other 9 tokens (8 + 1), its
     # first token at 123 ms, and decodes once.
-    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8, "num_kv_blocks": 5})
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 5})
     res = run_both_ways(sc, [0.0, 0.0], [4, 16], [6, 2])
     assert steps(res) == [
         (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
@@ -108,7 +112,7 @@ def test_long_prefill_token_threshold_caps_each_request_per_iteration():
     # together. 0 ms: each takes 3 prompt tokens (6 tokens, 16 ms), 2 of the budget idle.
     # 16 ms: A its last 2 (first token), B 3 more (15 ms). 31 ms: A decodes, B its last
     # token (first token): 12 ms, A finished at 43 ms. 43 ms: B decodes (11 ms).
-    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 8,
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8,
                                 "long_prefill_token_threshold": 3})
     res = run_both_ways(sc, [0.0, 0.0], [5, 7], [2, 2])
     assert steps(res) == [
@@ -129,7 +133,7 @@ def test_threshold_lets_a_later_prompt_decode_before_an_earlier_one_finishes():
     # last token at 79 ms. At 45 ms the running list is A, B, C, D with B and D decoding
     # and A and C still prefilling: decodes no longer lead it (a decode set reading B and
     # D as its leading members had scheduled D twice and skipped A).
-    sc = tiny_scenario(serving={"policy": "chunked", "token_budget": 16,
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 16,
                                 "long_prefill_token_threshold": 4})
     res = run_both_ways(sc, [0.0] * 4, [12, 3, 12, 5], [2, 4, 2, 3])
     assert steps(res) == [

@@ -58,11 +58,12 @@ def test_shipped_scenario_matches_golden_summary(name: str) -> None:
 
 
 # Digests of shipped scenarios as of the commit that added workload.stages (equal to the
-# ones before it; the quickstart's as of its move to vLLM v1's scheduler, which changed
-# its settings). A sweep's cache and anyone comparing summary.json files rely on them,
-# so a config key added later must be hashed only when set (metrics.scenario_digest).
+# ones before it; the quickstart's as of prefix caching's default under chunked, on as
+# in vLLM v1, which changed its settings). A sweep's cache and anyone comparing
+# summary.json files rely on them, so a config key added later must be hashed only when
+# set (metrics.scenario_digest).
 DIGESTS = {
-    "quickstart": "7cf601f090052b1ae6493fe4c6bbfbbe11974b386de83e91d3b7f1aecc00e7b3",
+    "quickstart": "9f4bb9df7a9333643e29c13db047cb6c84a44d3b543b01e9fe149322474163b1",
     "capacity-llama8b": "2291098f2e456c06f056d4953267f3a821712f599c0ad892517b43b904acd8da",
     "closed-loop": "f708e43c47f75ad310490d58d4f9c4c3b6151b9b264d64f699746c635e030f33",
 }

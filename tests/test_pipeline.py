@@ -246,7 +246,8 @@ def test_pipeline_invariants(pp: int, blocks: int, seqs: int, budget: int,
     log = res[0].step_log
     assert set(res[0].status.tolist()) <= {FINISHED, REJECTED}
     rep = runs[0].replicas[0]
-    assert rep.kv.used == 0 and not rep.running and rep.in_flight == 0
+    assert rep.kv.in_use == 0 and rep.kv.available == rep.kv.total  # cached blocks are free
+    assert not rep.running and rep.in_flight == 0
     generated = [0] * len(prompts)
     for k in range(pp):  # each stage takes micro-batches one at a time, in order
         spans = [s[4][k] for s in log]

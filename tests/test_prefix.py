@@ -118,7 +118,7 @@ def test_shared_system_prompt_lowers_ttft() -> None:
     from sim.config.scenario import from_dict
 
     on = simulate(from_dict({**base, "serving": {"prefix_caching": True}}))
-    off = simulate(from_dict(base))
+    off = simulate(from_dict({**base, "serving": {"prefix_caching": False}}))
     t_on = np.median(per_request(on)["ttft"])
     t_off = np.median(per_request(off)["ttft"])
     assert t_on < 0.5 * t_off

@@ -32,8 +32,11 @@ COST = {"step_s": 0.004, "per_new_token_s": 2e-5, "per_context_token_s": 1e-6,
 
 
 def _engine(serving, w, arrival):
-    sc = scenario_for(dataclasses.asdict(MODELS["tiny"]), dataclasses.asdict(serving),
-                      {"linear": COST}, "eq")
+    # As a record written before serving.prefix_caching existed: chunked's default (on)
+    # must not give the simulation a cache the replay never had.
+    limits = {k: v for k, v in dataclasses.asdict(serving).items() if k != "prefix_caching"}
+    sc = scenario_for(dataclasses.asdict(MODELS["tiny"]), limits, {"linear": COST}, "eq")
+    assert sc.serving.prefix_caching is False
     req = Requests(arrival, w.prompt, w.output)
     return Engine(sc, req, LinearCost(**COST), np.random.default_rng(0)).run()
 

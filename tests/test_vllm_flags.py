@@ -226,11 +226,18 @@ def test_prefix_caching_is_on_as_in_v1_where_modelled() -> None:
     # policy that does not cache (given in the scenario beside the flags).
     assert scenario({"preemption-mode": "swap"}).serving.prefix_caching is False
     assert scenario({}, serving={"policy": "orca"}).serving.prefix_caching is False
-    # The servesim key's own default stays off; null asks for vLLM's.
+    # A plain serving section under chunked (vLLM v1's scheduler, the default) gets v1's
+    # default too; vLLM v0's continuous kept v0's (off), and null asks for vLLM's anywhere.
     plain = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
              "workload": WORKLOAD}
-    assert from_dict(plain).serving.prefix_caching is False
-    assert from_dict({**plain, "serving": {"prefix_caching": None}}).serving.prefix_caching
+    assert from_dict(plain).serving.prefix_caching is True
+    v0 = {**plain, "serving": {"policy": "continuous"}}
+    assert from_dict(v0).serving.prefix_caching is False
+    assert from_dict({**v0, "serving": {"policy": "continuous", "prefix_caching": None}}
+                     ).serving.prefix_caching is True
+    swap = {**plain, "serving": {"preemption": "swap"}}
+    assert from_dict(swap).serving.prefix_caching is False  # not modelled with swap alone
+    assert any("prefix caching (vLLM's default) is off" in n for n in from_dict(swap).notes)
 
 
 def test_enable_prefix_caching_on_unique_prompts_runs_and_says_so() -> None:

@@ -78,9 +78,11 @@ class ServingConfig:
     scheduler_recv_interval: int = bounded(1, ge=1, le=10_000)
     static_batch_size: int | None = bounded(None, ge=1)  # static: requests per batch
     priority: bool = False  # admit by (priority class, arrival) instead of arrival
-    # Share the KV of equal prompt prefixes (of requests that carry prefix hashes). None:
-    # vLLM v1's default, on where the policy, preemption and model allow it; a scenario
-    # loads with it resolved to true or false (:meth:`resolved_caching`).
+    # Share the KV of equal prompt prefixes (of requests that carry prefix hashes, and a
+    # preempted request's own computed blocks). None: vLLM v1's default, on where the
+    # policy, preemption and model allow it, what a scenario under policy chunked gets
+    # unless it says otherwise; a scenario loads with it resolved to true or false
+    # (:meth:`resolved_caching`). False here: what other policies get (vLLM v0's default).
     prefix_caching: bool | None = False
     kv_offload: KVOffloadConfig | None = None  # a host-memory KV tier
     speculative: SpeculativeConfig | None = None  # speculative decoding (docs/policies.md)

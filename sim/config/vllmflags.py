@@ -337,11 +337,15 @@ def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:
 
 
 def serving_defaults(serving: Any, gpu_name: str | GPUSpec) -> Any:
-    """The ``serving`` section with vLLM v1's batch limits for ``gpu_name`` filled in
-    where the section leaves them unset and its policy is ``chunked`` (the default);
-    ``serving`` itself otherwise (other policies keep the dataclass defaults, and a
-    section that is not a mapping is left for validation to refuse)."""
+    """The ``serving`` section with vLLM v1's defaults filled in where the section leaves
+    them unset and its policy is ``chunked`` (the default): the batch limits for
+    ``gpu_name``, and prefix caching on where servesim models it (``None``, resolved by
+    :meth:`sim.config.serving.ServingConfig.resolved_caching`), as ``vllm serve`` caches
+    by default. ``serving`` itself otherwise (other policies keep the dataclass defaults,
+    prefix caching off as vLLM v0's default was, and a section that is not a mapping is
+    left for validation to refuse)."""
     if not isinstance(serving, dict) or serving.get("policy", "chunked") != "chunked":
         return serving
     tokens, seqs = batch_defaults(gpu_name)
-    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, **serving}
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "prefix_caching": None,
+            **serving}

@@ -53,10 +53,13 @@ _NO_WORKLOAD = {"arrivals": {"process": "constant", "rate": 1.0},
 def scenario_for(model: dict[str, Any], serving: dict[str, Any], cost: dict[str, Any],
                  name: str, base_dir: Path | None = None,
                  hardware: dict[str, Any] | None = None) -> Scenario:
-    """A scenario of one replica with this model, serving limits and cost section."""
+    """A scenario of one replica with this model, serving limits and cost section, for
+    the requests of a replay (:mod:`calibrate.replay`), which keeps no prefix cache: nor
+    does the scenario, whatever a record written without the key would default to."""
     fields = {f.name for f in dataclasses.fields(ServingConfig)}
+    limits = {k: v for k, v in serving.items() if k in fields and v is not None}
     raw = {"name": name, "model": model, "cost": cost, "workload": _NO_WORKLOAD,
-           "serving": {k: v for k, v in serving.items() if k in fields and v is not None}}
+           "serving": {**limits, "prefix_caching": False}}
     if hardware:
         raw["hardware"] = hardware
     return from_dict(raw, f"<validate {name}>", base_dir)

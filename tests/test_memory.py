@@ -191,10 +191,24 @@ def test_each_release_profiles_as_its_code_does() -> None:
     ("0.10.2", "got '0.10.2': servesim sizes the KV cache as vLLM 0.11 to 0.26 do"),
     ("latest", "serving.vllm_version: got 'latest', expected a vLLM release such as 0.24.0"),
     (0.24, "serving.vllm_version: got 0.24, a number, expected a string: quote the value"),
+    ("0.024", "serving.vllm_version: got '0.024', expected a vLLM release such as 0.24.0"),
+    # A near-miss with a long run of word characters: refused at once (a parser that could
+    # split the run many ways took minutes on 30 characters and never returned on 60).
+    ("0.24.0-build_" + "a" * 60 + "!", "expected a vLLM release such as 0.24.0"),
 ])
 def test_a_release_outside_the_modelled_range_is_refused(version: object, message: str) -> None:
     with pytest.raises(ServesimError, match=re.escape(message)):
         from_dict(tiny_scenario(serving={"vllm_version": version}))
+
+
+@pytest.mark.parametrize(("name", "release"), [
+    ("0.24.0", (0, 24)), ("v0.11.2.post1", (0, 11)), ("0.12.0rc1", (0, 12)),
+    ("0.25.1.dev16+g8a8fc946231d6e.cu128", (0, 25)), ("0.10.1.1", (0, 10)), ("1.0.0", (1, 0)),
+])
+def test_release_names_as_builds_print_them(name: str, release: tuple[int, int]) -> None:
+    from sim.cost.vllmmemory import version_tuple
+
+    assert version_tuple(name) == release
 
 
 def test_a_scenario_takes_its_profiles_release_or_the_one_it_names() -> None:

@@ -164,6 +164,10 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"enable-chunked-prefill": True}, {"serving": {"policy": "static"}},
      "vllm.enable-chunked-prefill", "sets serving.policy"),
     ("--max-model-len 8", {}, "vllm", "expected a mapping"),
+    ({"---max-num-seqs": 8}, {}, "vllm.---max-num-seqs", "at most two dashes"),
+    # A section the flags add keys to must be a mapping, as it must be without them.
+    ({"max-num-seqs": 64}, {"serving": "static"}, "serving", "got 'static', expected a mapping"),
+    ({"data-parallel-size": 2}, {"cluster": 5}, "cluster", "got 5, expected a mapping"),
 ])
 def test_bad_flags_name_themselves(vllm: Any, more: dict, where: str, message: str) -> None:
     with pytest.raises(ServesimError) as exc:

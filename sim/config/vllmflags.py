@@ -63,10 +63,15 @@ from sim.files import read_text
 
 def section_mapping(name: str, value: Any) -> dict[str, Any]:
     """A copy of scenario section ``name`` as a mapping to add keys to: a ``model`` given
-    as a preset name is ``{preset: NAME}``; anything else not a mapping is empty."""
+    as a preset name is ``{preset: NAME}``, an absent or empty section is empty; any other
+    value is refused, as the section would be without keys added to it."""
     if name == "model" and isinstance(value, str):
         value = {"preset": value}
-    return dict(value) if isinstance(value, dict) else {}
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ServesimError(f"got {value!r}, expected a mapping", where=name)
+    return dict(value)
 
 
 def batch_defaults(gpu: str | GPUSpec) -> tuple[int, int]:
@@ -138,6 +143,9 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
 
     given: dict[str, tuple[str, Any]] = {}
     for flag, value in flags.items():
+        if str(flag).startswith("---"):  # vLLM's parser reads one or two dashes, no more
+            raise ServesimError(f"got {flag!r}: a flag starts with at most two dashes",
+                                where=f"vllm.{flag}")
         name = plain_name(flag)
         if name != flag_name(flag):  # negated: no-FLAG true is FLAG false
             if not isinstance(value, bool):

@@ -91,9 +91,18 @@ class MemoryRules:
         return f"as vLLM {self.version} sizes it ({runner})"
 
 
+# A release name: major.minor[.patch], then a suffix glued on (``rc1``) and any number of
+# parts each after a separator (``.post1``, ``+g8a8fc94``, ``-build``). Each repeated part
+# must start with its separator, which its characters cannot be, so the match never
+# backtracks over ways to split a run of characters (a free separator made a 30-character
+# near-miss take minutes). Numbers have no leading zero, as releases are written.
+RELEASE = re.compile(r"v?(0|[1-9]\d*)\.(0|[1-9]\d*)(?:\.\d+)?(?:[A-Za-z]\w*)?(?:[.+\-]\w+)*")
+
+
 def version_tuple(text: str) -> tuple[int, int]:
-    """(major, minor) of a release name such as ``0.24.0`` or ``0.12.0rc1``."""
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+\-]?\w+)*", text.strip())
+    """(major, minor) of a release name such as ``0.24.0``, ``0.12.0rc1`` or
+    ``0.25.1.dev16+g8a8fc94.cu128``."""
+    m = RELEASE.fullmatch(text.strip())
     if m is None:
         raise ServesimError(f"got {text!r}, expected a vLLM release such as 0.24.0")
     return int(m.group(1)), int(m.group(2))

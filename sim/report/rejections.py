@@ -75,7 +75,7 @@ def row_share(row: dict[str, Any]) -> float:
     return share(rej, rej + (row.get("finished") or 0.0) + (row.get("unfinished") or 0.0))
 
 
-def _need(kind: str, prompt: np.ndarray, output: np.ndarray, res: RunResult) -> str:
+def _need(kind: str, role: str, prompt: np.ndarray, output: np.ndarray, res: RunResult) -> str:
     """What the rejected requests need of the limit, in words with the number."""
     if kind == "context":
         return f"to at least {int((prompt + output).max())} (the longest prompt + output)"
@@ -85,11 +85,37 @@ def _need(kind: str, prompt: np.ndarray, output: np.ndarray, res: RunResult) -> 
         return f"to at least {int((prompt + output - 1).max())} (the longest prompt + output " \
                "- 1, which a preempted request prefills again)"
     if kind == "kv":
-        bs = res.scenario.serving.block_size
-        tokens = int((prompt + output - 1).max())
-        return (f"to at least {-(-tokens // bs)} blocks of {bs} tokens ({tokens} tokens, the "
-                "longest request; or raise hardware.memory_utilization or hardware.tp)")
+        return _kv_need(res, role, prompt, output)
     return "if this load was not meant to be shed"
+
+
+def _kv_need(res: RunResult, role: str, prompt: np.ndarray, output: np.ndarray) -> str:
+    """The fewest KV blocks of the ``role`` pool that admit the longest rejected request,
+    as its replicas count them (:meth:`sim.core.kvmanager.KVCacheManager.can_ever_hold`):
+    the blocks of the tokens it holds at its peak (a prefill replica its prompt, others
+    its prompt and output but the last token, plus a speculative verify's drafted slots),
+    its sliding-window pages, and the watermark kept free of them."""
+    from sim.config.disagg import pool_memory, pools
+    from sim.cost.memory import blocks_for, window_share
+
+    pool = next(p for p in pools(res.scenario) if p.role == role)
+    sv = pool.serving
+    spec = res.scenario.serving.speculative
+    if role == "prefill":
+        tokens, what = int(prompt.max()), "the longest prompt, all a prefill replica holds"
+    else:
+        ahead = 0 if spec is None else spec.num_tokens
+        tokens, what = int((prompt + output - 1).max()) + ahead, "the longest request"
+    budget = pool_memory(res.scenario.model, pool)
+    need = blocks_for(tokens, sv.block_size)
+    if budget.window_blocks:
+        need += window_share(budget.window_blocks, budget.window_groups, need)
+        what += ", with its sliding-window layers' pages"
+    total = need
+    while total - int(sv.kv_watermark * total) < need:
+        total += 1
+    return (f"to at least {total} blocks of {sv.block_size} tokens ({tokens} tokens, {what}; "
+            "or raise hardware.memory_utilization or hardware.tp)")
 
 
 def verdict(res: RunResult, limit: float) -> ServesimError | None:
@@ -105,13 +131,19 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
     order = sorted(range(len(reasons)), key=lambda i: (-counts[i], reasons[i]))
     top = str(reasons[order[0]])
     key, kind = _LIMITS.get(top, ("", "shed"))
+    role = "decode" if top.startswith("decode_") else "both"
+    if res.scenario.serving.policy == "disaggregated" and role == "both":
+        # The entry pool of a disaggregated scenario is its prefill pool.
+        role = "prefill"
+        key = key.replace("serving.", "disaggregated.prefill.")
     pick = rejected & (res.reason == top)
     prompt = res.requests.prompt_tokens[pick]
     output = res.requests.output_tokens[pick]
     by = ", ".join(f"{reasons[i]} {counts[i]}" for i in order)
     said = [x for x in (_current(res, key), _vllm_flag(key)) if x]
     now = f" ({'; '.join(said)})" if said else ""
-    fix = f"raise {key}{now} {_need(kind, prompt, output, res)}" if key else "see requests.csv"
+    fix = f"raise {key}{now} {_need(kind, role, prompt, output, res)}" if key else \
+        "see requests.csv"
     return ServesimError(
         f"{n_rej} of {n_arr} arrived requests rejected ({s:.1%}; {by}), over the "
         f"{limit:.1%} allowed (--max-rejected-share): {fix}; the outputs were written; "

@@ -189,7 +189,7 @@ def test_a_row_its_model_cannot_be_split_over_names_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     csv = silicon_csv(tmp_path, [FIT.replace(",8,2,1,", ",8,3,1,")])
     line = refused(capsys, str(csv), "--out", str(tmp_path / "o"))
-    assert f"{csv}: line 2: cannot simulate the row: " in line and "tp=3" in line
+    assert f"{csv}: line 2, tp_size: cannot simulate the row: " in line and "tp=3" in line
 
 
 def test_filters_matching_no_row_name_the_filters_and_the_rows_there(

@@ -87,6 +87,13 @@ _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 # Families whose config omits attention_bias and whose QKV projections carry a bias.
 _QKV_BIAS_BY_DEFAULT = ("qwen2",)
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+# head_dim where a family's HF config class has a default of its own for an absent key:
+# GptOssConfig's is 64 (hidden / heads would give 2880 / 64 = 45); null still means
+# hidden / heads there, as HF reads it.
+_HEAD_DIM_DEFAULTS = {"gpt_oss": 64}
+# RoPE types whose effect on the context is known (HF's rope types; "su" is LongRoPE's
+# old name). vLLM refuses a type it does not know, so servesim does too.
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "su", "llama3")
 
 
 def _read(path: Path) -> tuple[dict[str, Any], str, str]:
@@ -111,10 +118,12 @@ def _read(path: Path) -> tuple[dict[str, Any], str, str]:
         raise ServesimError(f"got {cfg.get('text_config')!r}: model_type "
                             f"{cfg.get('model_type')!r} wraps its language model's config "
                             "in text_config, a mapping", source=src, where="text_config")
+    inner = ""  # where the language model's keys are, as errors name them
     if cfg.get("model_type") in WRAPPERS:
         # A quantised release keeps its quantization_config beside the wrapper's configs.
         quant = cfg.get("quantization_config")
         cfg = dict(cfg["text_config"])
+        inner = "text_config."
         if quant is not None:
             cfg.setdefault("quantization_config", quant)
     family = cfg.get("model_type")
@@ -124,11 +133,11 @@ def _read(path: Path) -> tuple[dict[str, Any], str, str]:
             else ""
         raise ServesimError(
             f"unsupported model_type {family!r}{why}; supported: {', '.join(SUPPORTED_FAMILIES)}",
-            source=src, where="model_type")
+            source=src, where=f"{inner}model_type")
     if moe and family not in MOE_KEYS:
         raise ServesimError(f"mixture-of-experts layers in a {family} config are not "
                             f"modelled; MoE families: {', '.join(MOE_KEYS)}", source=src,
-                            where=moe[0])
+                            where=f"{inner}{moe[0]}")
     return cfg, src, family
 
 
@@ -173,9 +182,11 @@ def from_hf_config(path: Path) -> ModelSpec:
     hidden = count("hidden_size", least=1)
     heads = count("num_attention_heads", least=1)
     mla = _mla_fields(cfg, family, count)
-    # Qwen3 (and some Mistral configs) give head_dim; otherwise (absent or null) it is
-    # hidden / heads. With latent attention it is the query/key head size, no-rope plus
-    # rotary part.
+    # Qwen3 (and some Mistral configs) give head_dim; otherwise (null, or absent from a
+    # family without a default of its own) it is hidden / heads. With latent attention it
+    # is the query/key head size, no-rope plus rotary part.
+    if "head_dim" not in cfg and family in _HEAD_DIM_DEFAULTS:
+        cfg = {**cfg, "head_dim": _HEAD_DIM_DEFAULTS[family]}
     head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
                 else count("head_dim", least=1) if cfg.get("head_dim") is not None
                 else hidden // heads)
@@ -222,9 +233,9 @@ def _positions(cfg: dict[str, Any], trained: int, src: str) -> int:
     (max_position_embeddings) stretched by a RoPE scaling factor, except for the
     schemes whose configs already give the stretched length (Llama 3's, LongRoPE);
     YaRN scales its ``original_max_position_embeddings``."""
-    key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
-    rope = cfg.get(key)
-    if not isinstance(rope, dict):
+    found = [(key, _rope(cfg, key, src)) for key in ("rope_scaling", "rope_parameters")]
+    key, rope = next(((k, r) for k, r in found if r is not None), ("", None))
+    if rope is None:
         return trained
     kind = rope.get("rope_type", rope.get("type"))
     factor = rope.get("factor")
@@ -242,6 +253,27 @@ def _positions(cfg: dict[str, Any], trained: int, src: str) -> int:
         raise ServesimError(f"got {base!r}, expected a whole number of at least 1",
                             source=src, where=f"{key}.original_max_position_embeddings")
     return max(1, int(int(base) * factor))
+
+
+def _rope(cfg: dict[str, Any], key: str, src: str) -> dict[str, Any] | None:
+    """The RoPE mapping under ``key`` (rope_scaling, or rope_parameters as transformers
+    v5 writes it), None when absent or null. Anything else must be a mapping naming a
+    known ``rope_type`` (or its old name ``type``): a string, number, list, true or {}
+    would otherwise leave the context unstretched without a word, and vLLM refuses a
+    mapping without a type or with one it does not know."""
+    rope = cfg.get(key)
+    if rope is None:
+        return None
+    if not isinstance(rope, dict) or not ("rope_type" in rope or "type" in rope):
+        raise ServesimError(f"got {rope!r}, expected a mapping that names its rope_type "
+                            "(e.g. {'rope_type': 'yarn', 'factor': 4.0, "
+                            "'original_max_position_embeddings': 32768}) or null",
+                            source=src, where=key)
+    name = "rope_type" if "rope_type" in rope else "type"
+    if rope[name] not in ROPE_TYPES:
+        raise ServesimError(f"got {rope[name]!r}; known rope types: {', '.join(ROPE_TYPES)}",
+                            source=src, where=f"{key}.{name}")
+    return rope
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool, src: str) -> bool:

@@ -16,25 +16,47 @@ _QKV_SETS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"qkv_proj"}),
              frozenset({"q_proj", "kv_a_proj_with_mqa", "kv_b_proj"}))
 
 
+# The keys that list modules a checkpoint leaves unquantised: HF's and gpt-oss's, ModelOpt's,
+# compressed-tensors'.
+SKIP_KEYS = ("modules_to_not_convert", "exclude_modules", "ignore")
+
+
+def kept_modules(quant: dict[str, Any], src: str) -> list[str]:
+    """The module names a ``quantization_config`` keeps unquantised: the first non-empty
+    list of :data:`SKIP_KEYS`, or none. ``null`` is no list (HF writes an unset list as
+    null); any other value that is not a list of names is refused, as a number or one
+    bare name would otherwise match nothing and quantise attention unseen."""
+    for key in SKIP_KEYS:
+        value = quant.get(key)
+        if value is not None and (not isinstance(value, list)
+                                  or not all(isinstance(k, str) for k in value)):
+            raise ServesimError(f"got {value!r}, expected a list of module names (strings, "
+                                "e.g. ['model.layers.*.self_attn', 'lm_head']) or null",
+                                source=src, where=f"quantization_config.{key}")
+    return next((quant[k] for k in SKIP_KEYS if quant.get(k)), [])
+
+
 def unquantised_attention(quant: Any, src: str) -> str:
-    """What of attention a ``quantization_config`` leaves unquantised: ``"all"`` (gpt-oss's
-    mxfp4, whose ``modules_to_not_convert`` names the self-attention, and ModelOpt's
-    experts-only exports, whose ``exclude_modules`` or ``ignore`` list each layer's
+    """What of attention a ``quantization_config`` leaves unquantised: ``"all"`` (mxfp4,
+    whatever its ``modules_to_not_convert`` lists, as vLLM quantises only the experts;
+    ModelOpt's experts-only exports, whose ``exclude_modules`` or ``ignore`` list each layer's
     ``self_attn*``), ``"qkv"`` (its query, key and value projections, by name, the output
     projection quantised: NVIDIA's NVFP4 DeepSeek checkpoints), or ``""`` (none). Any
     other subset of attention's projections is an error naming one of them. A list naming
     every projection one by one, the output's too, is ``"all"``."""
     if not isinstance(quant, dict):
         return ""
-    keep = (quant.get("modules_to_not_convert") or quant.get("exclude_modules")
-            or quant.get("ignore") or [])
-    if not isinstance(keep, list):
-        return ""
+    keep = kept_modules(quant, src)
+    if quant.get("quant_method") == "mxfp4":
+        # vLLM's mxfp4 quantises fused-MoE experts alone and serves every linear layer
+        # unquantised, listed or not (HF's loader swaps in only the experts too), so an
+        # empty or missing list still leaves attention 16-bit.
+        return "all"
     # A sparse-attention indexer's small projections (DeepSeek-V3.2's and GLM-5's
     # indexer*, weights_proj named indexers_proj) are kept 16-bit whatever the rest is:
     # they say nothing of the attention projections.
-    attention = [str(k) for k in keep if "self_attn" in str(k)
-                 and "indexer" not in str(k).partition("self_attn")[2]]
+    attention = [k for k in keep if "self_attn" in k
+                 and "indexer" not in k.partition("self_attn")[2]]
     whole = [k for k in attention if k.partition("self_attn")[2] in ("", "*", ".*")]
     if whole:
         return "all"
@@ -92,6 +114,11 @@ def weights_dtype(quant: Any, src: str) -> str | None:
         return algo.lower()
     if method == "mxfp4":
         return "mxfp4"
+    if method == "gptq" and "bits" not in quant:
+        # HF's GPTQConfig has no default width and vLLM requires the key: 4 is a guess.
+        raise ServesimError("gptq without bits; give the weights' width (servesim models "
+                            "bits: 4)", source=src, where=f"{where}.bits")
+    # HF's AwqConfig takes 4 bits when none are given.
     if method in ("awq", "gptq") and quant.get("bits", 4) == 4:
         return "int4"
     if method == "compressed-tensors":

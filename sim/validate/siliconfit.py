@@ -92,14 +92,26 @@ def _cost(case: Case, p: Priors) -> Any:
     return cost
 
 
+# The silicon CSV column each ``servesim profile build`` flag of a row's profile comes
+# from: an error building it names the column, not a flag the user never gave.
+FLAG_COLUMNS = {"--tp": "tp_size", "--ep": "moe_ep_size", "--dp": "attention_dp_size",
+                "--gpu": "system", "--model": "model_path", "--version": "backend_version",
+                "--dtype": "precision", "--expert-dtype": "precision",
+                "--qkv-dtype": "precision"}
+
+
 def _predict(case: Case, p: Priors) -> tuple[float, float, str]:
-    """:func:`predict` of ``case`` at the priors ``p``; an error naming the row's file and
-    line where the row cannot be simulated (a tp its model's heads do not split over)."""
+    """:func:`predict` of ``case`` at the priors ``p``; an error naming the row's file,
+    line and column where the row cannot be simulated (a tp_size its model's heads do
+    not split over)."""
     try:
         return predict(case, _cost(case, p))
     except ServesimError as exc:
-        raise ServesimError(f"cannot simulate the row: {exc}", source=case.row.file or None,
-                            where=f"line {case.row.line}") from None
+        column = FLAG_COLUMNS.get(exc.where or "")
+        where = f"line {case.row.line}" + (f", {column}" if column else "")
+        why = exc.message if column or not exc.where else f"{exc.where}: {exc.message}"
+        raise ServesimError(f"cannot simulate the row: {why}", source=case.row.file or None,
+                            where=where) from None
 
 
 def fit_priors(cases: list[Case], framework: str, data: str, keys: tuple[str, ...] = FITTED,

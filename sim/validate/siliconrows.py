@@ -204,9 +204,11 @@ def _row(r: dict[str, str], line: int, path: Path) -> Row:
             raise ServesimError(f"got {r.get(col)!r}, expected a positive time (ms); leave "
                                 "the cell empty for one not measured",
                                 source=str(path), where=f"line {line}, {col}")
-    text = {k: str(r.get(k) or "") for k in (
+    # Missing cells: empty. Spaces around a cell are stripped, as the number cells'
+    # are: ' vllm ' is the backend vllm, and a model name is matched without them.
+    text = {k: str(r.get(k) or "").strip() for k in (
         "id", "backend", "backend_version", "model_path", "system", "precision",
-        "mode", "silicon_data_source", "gemm_quant_mode")}  # missing cells: empty
+        "mode", "silicon_data_source", "gemm_quant_mode")}
     return Row(text["id"], line, text["backend"], text["backend_version"],
                text["model_path"], text["system"], text["precision"], text["mode"],
                n["isl"], n["osl"], n["batch_size"], n["tp_size"], n["pp_size"],

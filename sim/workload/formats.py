@@ -23,6 +23,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -91,46 +92,97 @@ def read_lengths(path: Path, src: str, opts: dict[str, Any], dropped: Counter[st
 
 
 _TZ = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
+# Azure writes times in .NET's 100 ns ticks: 7 fractional digits in the 2023 traces, 6 in
+# the 2024 ones. A longer fraction is refused rather than cut to nanoseconds unseen.
+AZURE_FRACTION_DIGITS = 7
+_AZURE_EXAMPLE = "'2023-11-16 18:17:03.9799600'"
 
 
-def _timestamps_ns(values: Sequence[str], lines: np.ndarray, src: str) -> np.ndarray:
-    """Parse ``YYYY-MM-DD HH:MM:SS.fffffff`` (any number of fractional digits, optional
-    UTC offset) to int64 nanoseconds since the epoch, naming any unparsable value."""
-    vals = [v.strip() for v in values]
-    offsets = None
-    if any(_TZ.search(v) for v in vals):
-        # numpy drops offsets with a warning, so they are removed and applied here.
-        offsets = np.zeros(len(vals), dtype=np.int64)
-        for i, v in enumerate(vals):
-            m = _TZ.search(v)
-            if m and m.group(1) != "Z":
-                hhmm = m.group(1).replace(":", "")
-                sign = -1 if hhmm[0] == "-" else 1
-                minutes = int(hhmm[1:3]) * 60 + int(hhmm[3:5])
-                if int(hhmm[3:5]) > 59 or minutes > (12 * 60 if sign < 0 else 14 * 60):
-                    raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} has UTC "
-                               f"offset {m.group(1)}; offsets run from -12:00 to +14:00")
-                offsets[i] = sign * minutes * 60 * 10**9
-            if m:
-                vals[i] = v[: m.start()]
-    # numpy reads a bare number as a year (1700000000 as the year 1,700,000,000), so a
-    # value must begin as a date does: YYYY-MM-DD.
+@dataclass(frozen=True)
+class _Zone:
+    """How a file's first timestamp is written: with a UTC offset or not (its line, value)."""
+
+    labelled: bool
+    line: int
+    value: str
+
+
+def _offset_ns(m: re.Match[str], line: int, value: str, src: str) -> int:
+    """A matched UTC offset (``Z``, ``+HH:MM``, ``-HHMM``) in nanoseconds, -12:00..+14:00."""
+    if m.group(1) == "Z":
+        return 0
+    hhmm = m.group(1).replace(":", "")
+    sign = -1 if hhmm[0] == "-" else 1
+    minutes = int(hhmm[1:3]) * 60 + int(hhmm[3:5])
+    if int(hhmm[3:5]) > 59 or minutes > (12 * 60 if sign < 0 else 14 * 60):
+        raise line_error(src, line, f"TIMESTAMP = {value!r} has UTC offset {m.group(1)}; "
+                         "offsets run from -12:00 to +14:00")
+    return sign * minutes * 60 * 10**9
+
+
+def _strip_offsets(vals: list[str], values: Sequence[str], lines: np.ndarray, src: str,
+                   zone: _Zone | None) -> tuple[np.ndarray | None, _Zone]:
+    """Remove each value's UTC offset from ``vals`` (in place). Returns the offsets in ns
+    (None when the file's rows carry none) and the file's zone, set by its first row.
+
+    Every row must be written as the first is: a time without an offset has no zone to be
+    read in, and taking it as UTC beside offset rows moved it by hours without a word."""
+    found = [_TZ.search(v) for v in vals]
+    if zone is None:
+        zone = _Zone(found[0] is not None, int(lines[0]), values[0])
+    odd = next((i for i, m in enumerate(found) if (m is not None) != zone.labelled), None)
+    if odd is not None:
+        this, first = ("has a", "has none") if not zone.labelled else ("has no", "has one")
+        raise line_error(src, int(lines[odd]), f"TIMESTAMP = {values[odd]!r} {this} UTC "
+                         f"offset but line {zone.line} ({zone.value!r}) {first}; write "
+                         "every row with an offset (Z or +HH:MM) or every row without")
+    if not zone.labelled:
+        return None, zone
+    offsets = np.zeros(len(vals), dtype=np.int64)
+    for i, m in enumerate(found):
+        assert m is not None  # every row is labelled, checked above
+        offsets[i] = _offset_ns(m, int(lines[i]), values[i], src)
+        vals[i] = vals[i][: m.start()]
+    return offsets, zone
+
+
+def _check_shape(vals: Sequence[str], values: Sequence[str], lines: np.ndarray, src: str
+                 ) -> None:
+    """Refuse a value that does not begin as a date does, or has too fine a fraction."""
     for i, v in enumerate(vals):
+        # numpy reads a bare number as a year (1700000000 as the year 1,700,000,000).
         if v[4:5] != "-" or v[7:8] != "-":
-            raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-time "
-                       "like '2023-11-16 18:17:03.9799600' (epoch numbers are not read)")
+            raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-"
+                             f"time like {_AZURE_EXAMPLE} (epoch numbers are not read)")
+        dot = v.rfind(".")
+        if dot >= 0 and len(v) - dot - 1 > AZURE_FRACTION_DIGITS:
+            raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} has "
+                             f"{len(v) - dot - 1} fractional digits; at most "
+                             f"{AZURE_FRACTION_DIGITS} are allowed (100 ns ticks, as Azure "
+                             "writes times)")
+
+
+def _timestamps_ns(values: Sequence[str], lines: np.ndarray, src: str, zone: _Zone | None
+                   ) -> tuple[np.ndarray, _Zone]:
+    """Parse ``YYYY-MM-DD HH:MM:SS.fffffff`` (at most 7 fractional digits; a UTC offset on
+    every row or on none) to int64 nanoseconds since the epoch, naming any bad value.
+    ``zone`` is what the file's earlier chunks set (None for the first chunk)."""
+    vals = [v.strip() for v in values]
+    # numpy drops offsets with a warning, so they are removed and applied here.
+    offsets, zone = _strip_offsets(vals, values, lines, src, zone)
+    _check_shape(vals, values, lines, src)
     try:
         ns = np.array(vals, dtype="datetime64[ns]")
     except ValueError:
         i = first_bad(vals, lambda s: np.datetime64(s, "ns"))
-        raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-time like "
-                   "'2023-11-16 18:17:03.9799600'") from None
+        raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-time "
+                         f"like {_AZURE_EXAMPLE}") from None
     nat = np.isnat(ns)
     if nat.any():
         i = int(np.argmax(nat))
         raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-time")
     out = ns.astype(np.int64)
-    return out if offsets is None else out - offsets
+    return (out if offsets is None else out - offsets), zone
 
 
 def read_azure(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]
@@ -139,8 +191,9 @@ def read_azure(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]
     f = CsvFile(path, src)
     it, ip, io_ = f.require(AZURE_COLUMNS)
     first: int | None = None
+    zone: _Zone | None = None
     for lines, cols in f.chunks():
-        ns = _timestamps_ns(cols[it], lines, src)
+        ns, zone = _timestamps_ns(cols[it], lines, src, zone)
         if first is None:
             first = int(ns[0])
         # Subtracting in int64 keeps nanosecond precision over week-long files.

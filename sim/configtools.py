@@ -6,7 +6,7 @@ dataclasses, ``tuple[X, ...]``, ``dict[str, X]``) and ``field(metadata=...)`` ma
 bounds: ``gt``, ``ge``, ``lt``, ``le``. Cross-field rules live in ``__post_init__`` and
 raise :class:`ServesimError` with ``where`` set to the offending key; :func:`build`
 prefixes it with the section's dotted path. Unknown keys are errors; so are keys given
-twice (:func:`parse_yaml`). Nothing here touches the filesystem.
+twice (:func:`sim.yamlload.parse_yaml`). Nothing here touches the filesystem.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import argparse
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
 from typing import Any, Literal, TypeGuard, TypeVar, Union, get_args, get_origin
 
-import yaml
-
 from sim.errors import ServesimError
+
+# The scenario YAML loader lives in sim.yamlload; its parse_yaml was long imported from here.
+from sim.yamlload import parse_yaml as parse_yaml
 
 T = TypeVar("T")
 MAX_INT = 2**53  # the largest integer a scenario may give (exact as a float too)
@@ -62,21 +64,42 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _describe(tp: Any) -> str:
+def _alternatives(tp: Any) -> list[str]:
+    """What a value of type ``tp`` may be, one phrase a choice (``true``, ``false``,
+    ``null``, ``a finite number``...)."""
     origin = get_origin(tp)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+        return [repr(a) for a in get_args(tp)]
     if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None))
+        args = get_args(tp)
+        return [*(x for a in args if a is not type(None) for x in _alternatives(a)),
+                *(["null"] if type(None) in args else [])]
     if origin is tuple:
-        return f"a list of {_describe(get_args(tp)[0])}"
+        return [f"a list of {_plural(get_args(tp)[0])}"]
     if origin is dict:
-        return f"a mapping of {_describe(get_args(tp)[1])}"
+        return [f"a mapping of {_plural(get_args(tp)[1])}"]
     if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        tp, str(tp)
-    )
+        return ["a mapping"]
+    if tp is bool:
+        return ["true", "false"]
+    # inf and nan are numbers to Python; "finite" says why .inf is refused.
+    return [{int: "an integer", float: "a finite number", str: "a string"}.get(tp, str(tp))]
+
+
+def _plural(tp: Any) -> str:
+    """The items of a list or mapping of ``tp``: "finite numbers", not "a number"."""
+    words = {int: "integers", float: "finite numbers", str: "strings", bool: "true or false"}
+    return "mappings" if dataclasses.is_dataclass(tp) else words.get(tp) or _describe(tp)
+
+
+def _describe(tp: Any) -> str:
+    """What a value of type ``tp`` may be, in words: "true, false or null"."""
+    alts = _alternatives(tp)
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(alts)
+    text = alts[0] if len(alts) == 1 else ", ".join(alts[:-1]) + " or " + alts[-1]
+    literal = any(get_origin(a) is Literal for a in get_args(tp))
+    return f"one of {text}" if literal else text
 
 
 def convert(tp: Any, value: Any, where: str) -> Any:
@@ -96,9 +119,13 @@ def convert(tp: Any, value: Any, where: str) -> Any:
             except ServesimError as exc:
                 errors.append(exc)
         # A nested error (deeper key) is more useful than the generic type complaint, and
-        # so is the only candidate's own (an Optional's check of the value it was given).
+        # so is the only candidate's own check of the value it was given (a bound), but
+        # not its own type complaint, which would leave out that null is allowed too.
         deeper = [e for e in errors if e.where != where]
-        raise deeper[0] if deeper else errors[0] if len(errors) == 1 else bad
+        others = [a for a in args if a is not type(None)]
+        own = len(errors) == 1 and errors[0].message != (
+            f"got {value!r}, expected {_describe(others[0])}")
+        raise deeper[0] if deeper else errors[0] if own else bad
     if origin is Literal:
         if value in get_args(tp) and not isinstance(value, bool):
             return value
@@ -228,90 +255,15 @@ def rename_alias(section: Any, name: str, alias: str) -> Any:
     return {(name if k == alias else k): v for k, v in section.items()}
 
 
-class ScenarioLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with two corrections for scenario files: a key given twice
-    in one mapping is an error (PyYAML keeps the last silently), and numbers are read as
-    YAML 1.2 (and JSON) read them, not as PyYAML's YAML 1.1: ``1e9`` and ``5e-1`` are
-    floats (1.1 wants a dot and a signed exponent, and leaves them strings), ``010`` is
-    ten (not octal eight), ``0o17`` is octal, and ``1:30`` or ``0b101`` are strings.
-    Underscores between digits (``1_000``) still group them, as in Python."""
-
-    yaml_implicit_resolvers = {
-        k: [(tag, rx) for tag, rx in v
-            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                raise yaml.constructor.ConstructorError(
-                    None, None, "merge keys (<<) are not supported: write the keys out",
-                    key_node.start_mark)
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, typing.Hashable):
-                # A complex key (``? [a, b]``): no scenario key is a list or a mapping.
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is a {type(key).__name__}; keys are names",
-                    key_node.start_mark)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_DIGITS = r"[0-9](?:_?[0-9])*"
-YAML12_INT = re.compile(rf"^(?:[-+]?{_DIGITS}|0o[0-7]+|0x[0-9a-fA-F]+)$")
-YAML12_FLOAT = re.compile(
-    rf"^(?:[-+]?(?:\.{_DIGITS}|{_DIGITS}(?:\.(?:{_DIGITS})?)?)(?:[eE][-+]?[0-9]+)?"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    text = str(loader.construct_scalar(node)).replace("_", "")
-    if text.startswith(("0o", "0x")):
-        return int(text[2:], 8 if text[1] == "o" else 16)
-    return int(text)
-
-
-def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
-    text = str(loader.construct_scalar(node)).replace("_", "").lower()
-    if text.endswith(".inf"):
-        return -math.inf if text.startswith("-") else math.inf
-    return math.nan if text == ".nan" else float(text)
-
-
-ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:int", YAML12_INT,
-                                     list("-+0123456789"))
-ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT,
-                                     list("-+0123456789."))
-ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-ScenarioLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
-
-
-def parse_yaml(text: str) -> Any:
-    """``text`` parsed with :class:`ScenarioLoader` (raises ``yaml.YAMLError``, also for
-    text nested deeper than the parser's recursion can follow)."""
-    try:
-        return yaml.load(text, Loader=ScenarioLoader)  # noqa: S506 - a SafeLoader subclass
-    except RecursionError:
-        raise yaml.MarkedYAMLError(problem="lists or mappings nested about 1,000 levels "
-                                   "deep, more than a scenario ever needs") from None
-
-
-def yaml_error(exc: yaml.YAMLError, source: str) -> ServesimError:
-    """A one-line error for a file ``source`` that did not parse, naming its line."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f"line {mark.line + 1}" if mark is not None else None
-    problem = getattr(exc, "problem", None) or "invalid YAML"
-    return ServesimError(f"invalid YAML: {problem}", source, where)
-
-
 class ArgParser(argparse.ArgumentParser):
     """:class:`argparse.ArgumentParser` whose errors (a missing argument, a value of the
     wrong type or out of its bounds) raise one :class:`ServesimError` line instead of
     printing the usage block and exiting."""
+
+    # Any: argparse's own signature is a set of overloads on the namespace's type.
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)  # for error()'s hints
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> typing.NoReturn:
         # "argument --tol: got 2, must be ..." reads "--tol 2: must be ...", as the
@@ -319,7 +271,23 @@ class ArgParser(argparse.ArgumentParser):
         m = re.fullmatch(r"argument (\S+): got '?(.*?)'?, (.*)", message, re.S)
         if m is not None:
             message = f"{m[1]} {m[2]}: {m[3]}"
+        m = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if m is not None:
+            message = self._dash_value(m[1]) or message
         raise ServesimError(f"{message} (see {self.prog} --help)")
+
+    def _dash_value(self, flags: str) -> str | None:
+        """The hint for ``--rates -1,2``: argparse reads a value that begins with '-'
+        (and is not a plain negative number) as a flag, and says only that ``--rates``
+        (``flags``: its spellings, joined by '/') has no value. None when no such value
+        follows it."""
+        argv = getattr(self, "_argv", [])
+        names = flags.split("/")
+        for i, arg in enumerate(argv[:-1]):
+            if arg in names and argv[i + 1].startswith("-"):
+                return (f"{arg} {argv[i + 1]}: a value that begins with '-' reads as a "
+                        f"flag; write it {arg}={argv[i + 1]}")
+        return None
 
 
 def _bound_text(gt: float | None, ge: float | None, lt: float | None,

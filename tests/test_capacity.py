@@ -142,7 +142,7 @@ def test_cli_capacity_writes_results(tmp_path, capsys):
     (["--slo", "foo=1"], "--slo foo=1"),
     (["--slo", "ttft_p99=0.5", "--target-rate", "-1"], "--target-rate -1"),
     (["--slo", "ttft_p99=0.5", "--tol", "2"], "--tol 2"),
-    (["--slo", "ttft_p99=0.5", "--replicas", "0"], "--replicas 0"),
+    (["--slo", "ttft_p99=0.5", "--target-rate", "5", "--replicas", "0"], "--replicas 0"),
 ])
 def test_cli_capacity_errors(args, needle, capsys, tmp_path):
     assert cli_main(["capacity", str(MD1), "--out", str(tmp_path), *args]) == 2

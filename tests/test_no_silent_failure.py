@@ -352,7 +352,7 @@ CLI_BAD: list[tuple[list[str], str, list[str]]] = [
     (["sweep", "S", "--rates", "1"], "--tp", ["", "0"]),
     (["sweep", "S", "--rates", "1"], "--pp", [""]),
     (["sweep", "S", "--rates", "1"], "--replicas", ["", "1,1"]),
-    (["capacity", "S", "--slo", "ttft_p99=1"], "--replicas", [""]),
+    (["capacity", "S", "--slo", "ttft_p99=1", "--target-rate", "5"], "--replicas", [""]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--seeds", ["0", "-3", "x"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--tol", ["0", "1", "-0.1", "nan", "x"]),
     (["capacity", "S", "--slo", "ttft_p99=1"], "--target-rate", ["0", "-1", "inf", "nan"]),

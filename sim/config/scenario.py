@@ -9,26 +9,22 @@ once fused into one event, with the same results). docs/scenarios.md is the refe
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import DEFAULT_GPU, HardwareConfig
+from sim.config.overrides import load_raw
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
-from sim.config.vllmflags import apply_vllm, pool_defaults, section_mapping, serving_defaults
+from sim.config.vllmflags import apply_vllm, pool_defaults, serving_defaults
 from sim.configtools import (
     bounded,
     build,
     convert,
-    parse_yaml,
     rename_alias,
-    yaml_error,
 )
 from sim.cost.frontend import FRONTEND_COEFS
 from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
@@ -38,7 +34,6 @@ from sim.cost.presets import MODELS, model_preset
 from sim.cost.roofline import RooflineParams
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
-from sim.files import read_text
 from sim.policies.admission import AdmissionConfig
 from sim.workload.checks import check_trace_keys
 from sim.workload.requests import WorkloadConfig
@@ -195,40 +190,6 @@ def _cost(value: Any) -> CostConfig:
             value = {**value, "roofline": {**roof, "frontend": {
                 **{k: getattr(default, k) for k in FRONTEND_COEFS}, **given}}}
     return build(CostConfig, value, "cost")
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A copy of ``raw`` with each ``dotted.key=value`` set (value parsed as YAML)."""
-    out = copy.deepcopy(raw)
-    done: list[tuple[tuple[str, ...], str]] = []  # the keys set so far, and by which --set
-    for item in overrides:
-        if "=" not in item:
-            raise ServesimError(f"--set needs dotted.key=value, got {item!r}")
-        key, text = item.split("=", 1)
-        path = tuple(key.strip().split("."))
-        for earlier, what in done:
-            # A later --set of a whole section would silently drop an earlier one's key in
-            # it (and a later key inside a value set whole is merely order-dependent).
-            if earlier[:len(path)] == path:
-                raise ServesimError(f"--set {item} replaces {'.'.join(path)}, which --set "
-                                    f"{what} changed before it; set the keys one by one")
-        done.append((path, item))
-        try:
-            val = parse_yaml(text)
-        except yaml.YAMLError as exc:
-            shown = text if len(text) <= 80 else text[:77] + "..."
-            why = getattr(exc, "problem", None)
-            raise ServesimError(f"cannot parse value {shown!r}" + (f": {why}" if why else ""),
-                                where=key) from None
-        node = out
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
-            if not isinstance(node.get(p), dict):
-                # A preset name stays the model the keys are set on.
-                node[p] = section_mapping(p, node.get(p)) if node is out else {}
-            node = node[p]
-        node[parts[-1]] = val
-    return out
 
 
 def _check_recv(scenario: Scenario) -> None:
@@ -388,25 +349,6 @@ def check_host_memory(scenario: Scenario) -> None:
                 f"got {tier.cpu_gb:g} GiB per GPU x {on_node} GPUs on a node = "
                 f"{tier.cpu_gb * on_node:g} GiB, more than the {cap:g} GiB of {source}; "
                 f"lower cpu_gb, or set hardware.host_memory_gb", where="serving.kv_offload.cpu_gb")
-
-
-def load_raw(path: str | Path, overrides: list[str] | None = None) -> Any:
-    """The scenario file at ``path`` parsed, ``--set`` overrides applied, not validated
-    (a study reads where its axes are set before the scenario at them is checked)."""
-    p = Path(path)
-    text = read_text(p, "scenario")
-    try:
-        raw = parse_yaml(text)
-    except yaml.YAMLError as exc:
-        raise yaml_error(exc, str(p)) from None
-    if overrides:
-        if not isinstance(raw, dict):
-            raise ServesimError("expected a mapping at the top level", str(p))
-        try:
-            raw = apply_overrides(raw, overrides)
-        except ServesimError as exc:
-            raise exc.located(str(p)) from None
-    return raw
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:

@@ -30,6 +30,25 @@ class KVOffloadConfig:
     bandwidth_gb_s: float | None = bounded(None, gt=0)
     overlap: bool = False
 
+    def __post_init__(self) -> None:
+        bw = self.bandwidth_gb_s
+        if bw is not None and not OFFLOAD_GB_S[0] <= bw <= OFFLOAD_GB_S[1]:
+            # Above: a figure in bytes/s, as an inline GPU's host_bw is written. Below: a
+            # link so slow one block's move overflows the simulated clock.
+            raise ServesimError(f"got {bw:g}; bandwidth_gb_s is in GB/s of 1e9 bytes/s "
+                                "(for example 64, a PCIe 5.0 x16 link), from "
+                                f"{OFFLOAD_GB_S[0]:g} to {OFFLOAD_GB_S[1]:g}",
+                                where="bandwidth_gb_s")
+
+
+# The host-tier bandwidths a scenario may give (GB/s, 1e9 bytes/s). The floor is the
+# 1 MB/s an inline GPU's host_bw may not go under (sim.config.gpu.RATE_FLOOR): no host
+# link is that slow, yet hand-worked cases slow a tiny model's 8 KiB blocks to a
+# millisecond each (8 MB/s), so a tighter floor such as 0.1 GB/s would refuse them.
+# The ceiling is some 20 times the fastest host link (NVLink-C2C, 450 GB/s each way),
+# and any figure written in bytes/s (64e9) lies far above it.
+OFFLOAD_GB_S = (1e-3, 1e4)
+
 
 SWAP_SPACE_GIB = 4.0  # vLLM v0's default --swap-space
 

@@ -54,11 +54,12 @@ from sim.config.vllmnames import (
     runs_eager,
 )
 from sim.config.vllmspec import merge_speculative, speculative_keys
-from sim.configtools import build, parse_yaml, yaml_error
+from sim.configtools import build
 from sim.cost.gpus import GPUS, GPUSpec
 from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.files import read_text
+from sim.yamlload import parse_yaml, yaml_error
 
 
 def section_mapping(name: str, value: Any) -> dict[str, Any]:
@@ -125,13 +126,18 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
     flags accepted but not priced; and the files read (a config file). ``raw`` itself,
     no notes and no files when it has no such section. ``config: FILE`` reads vLLM's YAML
     config file (relative to ``base_dir``), the section's own flags winning, as the
-    command line does over it. Errors name ``vllm.FLAG``."""
+    command line does over it. Errors name ``vllm.FLAG``, or the config file and the
+    FLAG in it for a flag read from it."""
     if "vllm" not in raw:
         return raw, (), ()
     flags = raw["vllm"]
     if not isinstance(flags, dict):
         raise ServesimError(f"got {flags!r}, expected a mapping of vLLM flags", where="vllm")
-    flags, files = _with_config_file(flags, base_dir)
+    flags, files, in_file = _with_config_file(flags, base_dir)
+
+    def origin(flag: str) -> Path | None:  # the config file, for a flag read from it
+        return files[0] if flag in in_file else None
+
     out = {k: v for k, v in raw.items() if k != "vllm"}
     sections: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -143,107 +149,136 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
 
     given: dict[str, tuple[str, Any]] = {}
     for flag, value in flags.items():
-        if str(flag).startswith("---"):  # vLLM's parser reads one or two dashes, no more
-            raise ServesimError(f"got {flag!r}: a flag starts with at most two dashes",
-                                where=f"vllm.{flag}")
-        name = plain_name(flag)
-        if name != flag_name(flag):  # negated: no-FLAG true is FLAG false
-            if not isinstance(value, bool):
-                raise ServesimError(f"got {value!r}, expected true or false",
+        try:
+            name, value = _negated(flag, value)
+            if name in given:
+                raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                     where=f"vllm.{flag}")
-            value = not value
-        if name in given:
-            raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
-                                where=f"vllm.{flag}")
+        except ServesimError as exc:
+            raise _located(exc, flag, origin(flag)) from None
         given[name] = (str(flag), flag_value(flag, value))
-    # Under expert parallelism data-parallel ranks share the experts: one replica of dp ranks.
-    shared = given.get("enable_expert_parallel", ("", False))[1] is True
     for name, (flag, value) in given.items():
-        where = f"vllm.{flag}"
-        if name in HUMAN_INTS:
-            value = human_int(value, where, auto=name == "max_model_len")
-            if value is None:
-                continue  # auto: the model's own context, as vLLM's fitting starts from
-        if name in MAPPED:
-            sect, key = (("hardware", "dp") if name == "data_parallel_size" and shared
-                         else MAPPED[name])
-            target = section(sect)
-            for k in (key, *SAME.get((sect, key), ())):
-                if k in target:
-                    raise ServesimError(f"sets {sect}.{k}, which the scenario sets too; give "
-                                        "one of them", where=where)
-            target[key] = value
-        elif name == "scheduling_policy":
-            if value not in ("fcfs", "priority"):
-                raise ServesimError(f"got {value!r}; vLLM's policies are fcfs and priority",
-                                    where=where)
-            section("serving")["priority"] = value == "priority"
-        elif name == "enable_chunked_prefill":
-            if not isinstance(value, bool):
-                raise ServesimError(f"got {value!r}, expected true or false", where=where)
-            if "policy" in section("serving"):
-                raise ServesimError("sets serving.policy, which the scenario sets too; give "
-                                    "one of them", where=where)
-            section("serving")["policy"] = "chunked" if value else "continuous"
-        elif name == "enable_expert_parallel":
-            _expert_parallel(value, given, section("hardware"), where)
-        elif name == "speculative_config":
-            tp = given.get("tensor_parallel_size", ("", section("hardware").get("tp")))[1]
-            merge_speculative(section("serving"), speculative_keys(value, tp, where), where)
-        elif name in DTYPE_FLAGS:
-            _dtype_flag(name, value, section("model"), where)
-        elif name in ONLY:
-            if value not in ONLY[name]:
-                allowed = " or ".join("null" if v is None else str(v) for v in ONLY[name])
-                raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
-                                    "default) so far", where=where)
-        elif name in KERNEL or name.partition(".")[0] in KERNEL:
-            if runs_eager(name, value):
-                raise ServesimError(f"got {value!r}: this runs without CUDA graphs, as "
-                                    "enforce-eager does, which servesim does not price (its "
-                                    "steps are the graph-captured kernels')", where=where)
-            if value is not None:
-                notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
-                             "steps cost what vLLM's default kernels take")
-        elif name in ("kv_offloading_size", "kv_offloading_backend"):
-            _offload(name, value, given, section, where)
-        elif name == "kv_transfer_config":
-            if value is not None:
-                raise ServesimError(f"got {value!r}: KV connectors are not modelled; a host "
-                                    "KV tier is kv-offloading-size (serving.kv_offload), and "
-                                    "prefill and decode on pools of their own serving.policy: "
-                                    "disaggregated", where=where)
-        elif name == "hf_overrides":
-            raise ServesimError("changes the model's own config; give the config as it "
-                                "would read (model: {hf_config: FILE}, or the model's keys)",
-                                where=where)
-        elif "." in name:
-            raise ServesimError(f"vLLM's dotted form of {name.partition('.')[0]!r} is read for "
-                                "kernel settings only; give the flag whole (one JSON "
-                                "mapping)", where=where)
-        elif name not in NO_EFFECT:
-            known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
-                            *DTYPE_FLAGS, *KERNEL, "enable_expert_parallel",
-                            "speculative_config", "kv_offloading_size",
-                            "kv_offloading_backend", "kv_transfer_config"])
-            raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
-                                f"{', '.join(known)}; each boolean one also as no-FLAG "
-                                "(and flags with no effect on a simulation: "
-                                "docs/scenarios.md)", where=where)
+        try:
+            _apply_flag(name, flag, value, given, section, notes)
+        except ServesimError as exc:
+            raise _located(exc, flag, origin(flag)) from None
     _v1_defaults(section("serving"), _raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
     return out, tuple(notes), files
 
 
+def _negated(flag: str, value: Any) -> tuple[str, Any]:
+    """A flag's plain name and value: ``no-FLAG: true`` is ``FLAG: false``; a flag
+    written with three dashes is refused."""
+    if str(flag).startswith("---"):  # vLLM's parser reads one or two dashes, no more
+        raise ServesimError(f"got {flag!r}: a flag starts with at most two dashes",
+                            where=f"vllm.{flag}")
+    name = plain_name(flag)
+    if name != flag_name(flag):
+        if not isinstance(value, bool):
+            raise ServesimError(f"got {value!r}, expected true or false", where=f"vllm.{flag}")
+        value = not value
+    return name, value
+
+
+def _located(exc: ServesimError, flag: str, from_file: Path | None) -> ServesimError:
+    """``exc``, raised for ``vllm.FLAG``, named after the config file that gave the flag
+    (``from_file``, when that file gave it) and the flag as the file spells it: the
+    scenario does not hold it."""
+    if from_file is None or exc.where is None or not exc.where.startswith(f"vllm.{flag}"):
+        return exc
+    return ServesimError(exc.message, str(from_file), exc.where.removeprefix("vllm."))
+
+
+def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, Any]],
+                section: Callable[[str], dict[str, Any]], notes: list[str]) -> None:
+    """Move vLLM flag ``name`` (spelt ``flag``, its value ``value``) into the scenario
+    key it means, in the mapping ``section(NAME)`` returns; a flag accepted but not
+    priced adds a line to ``notes``. ``given``: every flag of the section, by name."""
+    where = f"vllm.{flag}"
+    # Under expert parallelism data-parallel ranks share the experts: one replica of dp ranks.
+    shared = given.get("enable_expert_parallel", ("", False))[1] is True
+    if name in HUMAN_INTS:
+        value = human_int(value, where, auto=name == "max_model_len")
+        if value is None:
+            return  # auto: the model's own context, as vLLM's fitting starts from
+    if name in MAPPED:
+        sect, key = (("hardware", "dp") if name == "data_parallel_size" and shared
+                     else MAPPED[name])
+        target = section(sect)
+        for k in (key, *SAME.get((sect, key), ())):
+            if k in target:
+                raise ServesimError(f"sets {sect}.{k}, which the scenario sets too; give "
+                                    "one of them", where=where)
+        target[key] = value
+    elif name == "scheduling_policy":
+        if value not in ("fcfs", "priority"):
+            raise ServesimError(f"got {value!r}; vLLM's policies are fcfs and priority",
+                                where=where)
+        section("serving")["priority"] = value == "priority"
+    elif name == "enable_chunked_prefill":
+        if not isinstance(value, bool):
+            raise ServesimError(f"got {value!r}, expected true or false", where=where)
+        if "policy" in section("serving"):
+            raise ServesimError("sets serving.policy, which the scenario sets too; give "
+                                "one of them", where=where)
+        section("serving")["policy"] = "chunked" if value else "continuous"
+    elif name == "enable_expert_parallel":
+        _expert_parallel(value, given, section("hardware"), where)
+    elif name == "speculative_config":
+        tp = given.get("tensor_parallel_size", ("", section("hardware").get("tp")))[1]
+        merge_speculative(section("serving"), speculative_keys(value, tp, where), where)
+    elif name in DTYPE_FLAGS:
+        _dtype_flag(name, value, section("model"), where)
+    elif name in ONLY:
+        if value not in ONLY[name]:
+            allowed = " or ".join("null" if v is None else str(v) for v in ONLY[name])
+            raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
+                                "default) so far", where=where)
+    elif name in KERNEL or name.partition(".")[0] in KERNEL:
+        if runs_eager(name, value):
+            raise ServesimError(f"got {value!r}: this runs without CUDA graphs, as "
+                                "enforce-eager does, which servesim does not price (its "
+                                "steps are the graph-captured kernels')", where=where)
+        if value is not None:
+            notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
+                         "steps cost what vLLM's default kernels take")
+    elif name in ("kv_offloading_size", "kv_offloading_backend"):
+        _offload(name, value, given, section, where)
+    elif name == "kv_transfer_config":
+        if value is not None:
+            raise ServesimError(f"got {value!r}: KV connectors are not modelled; a host "
+                                "KV tier is kv-offloading-size (serving.kv_offload), and "
+                                "prefill and decode on pools of their own serving.policy: "
+                                "disaggregated", where=where)
+    elif name == "hf_overrides":
+        raise ServesimError("changes the model's own config; give the config as it "
+                            "would read (model: {hf_config: FILE}, or the model's keys)",
+                            where=where)
+    elif "." in name:
+        raise ServesimError(f"vLLM's dotted form of {name.partition('.')[0]!r} is read for "
+                            "kernel settings only; give the flag whole (one JSON "
+                            "mapping)", where=where)
+    elif name not in NO_EFFECT:
+        known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
+                        *DTYPE_FLAGS, *KERNEL, "enable_expert_parallel",
+                        "speculative_config", "kv_offloading_size",
+                        "kv_offloading_backend", "kv_transfer_config"])
+        raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
+                            f"{', '.join(known)}; each boolean one also as no-FLAG "
+                            "(and flags with no effect on a simulation: "
+                            "docs/scenarios.md)", where=where)
+
+
 def _with_config_file(flags: dict[str, Any], base_dir: Path | None
-                      ) -> tuple[dict[str, Any], tuple[Path, ...]]:
+                      ) -> tuple[dict[str, Any], tuple[Path, ...], frozenset[Any]]:
     """``flags`` with those of its ``config`` file (vLLM's ``--config``, a YAML mapping
-    of flags) beneath them, a flag given in both keeping the section's value; and the
-    file read (none without one)."""
+    of flags) beneath them, a flag given in both keeping the section's value; the file
+    read (none without one); and the flags taken from it, so errors name the file."""
     ref = next((k for k in flags if flag_name(k) == "config"), None)
     if ref is None:
-        return flags, ()
+        return flags, (), frozenset()
     if not isinstance(flags[ref], str) or not flags[ref].strip():
         raise ServesimError(f"got {flags[ref]!r}, expected the path of a vLLM YAML config "
                             "file", where=f"vllm.{ref}")
@@ -263,8 +298,8 @@ def _with_config_file(flags: dict[str, Any], base_dir: Path | None
         raise ServesimError(f"{str(path)!r} names a config file of its own; vLLM reads "
                             "one, so merge them", where=f"vllm.{ref}")
     own = {plain_name(k) for k in flags if k != ref}
-    return {**{k: v for k, v in loaded.items() if plain_name(k) not in own},
-            **{k: v for k, v in flags.items() if k != ref}}, (path,)
+    taken = {k: v for k, v in loaded.items() if plain_name(k) not in own}
+    return {**taken, **{k: v for k, v in flags.items() if k != ref}}, (path,), frozenset(taken)
 
 
 def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sim.configtools import YAML12_FLOAT, build, is_number
+from sim.configtools import build, is_number
 from sim.cost.curves import Grid, Knots
 from sim.cost.frontend import FRONTEND_COEFS, FRONTEND_LIMITS, NO_FRONTEND, Frontend
 from sim.cost.gpus import GPUS
@@ -31,6 +31,7 @@ from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text, too_deep
+from sim.yamlload import YAML12_FLOAT, AliasExpansionError, check_aliases, yaml_error
 
 SCHEMA = "servesim-profile/5"
 # Schemas this module reads: /4 is /5 without knots at chosen counts, grids and
@@ -77,7 +78,12 @@ def resolve(ref: str, base_dir: Path | None = None) -> Path:
 
 class _ProfileLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The C loader (a shipped profile loads in about a millisecond), reading ``2e-5`` as
-    a number as scenarios do (YAML 1.1 wants ``2.0e-5``), not as text."""
+    a number as scenarios do (YAML 1.1 wants ``2.0e-5``), not as text. Aliases are
+    bounded as a scenario's are (:mod:`sim.yamlguard`)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        check_aliases(node)
+        return super().construct_document(node)
 
 
 _ProfileLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT,
@@ -327,6 +333,8 @@ def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
     text = read_text(path, "cost profile")
     try:
         data = yaml.load(text, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
+    except AliasExpansionError as exc:
+        raise yaml_error(exc, str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None

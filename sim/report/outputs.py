@@ -27,6 +27,7 @@ from sim.report.folder import replaced_folder
 from sim.report.human import cost_phrase, memory_terms, ms, setup_phrase
 from sim.report.metrics import clean, per_request
 from sim.report.stagereport import plot_over_time, stage_table
+from sim.report.texttable import left_width, right_columns
 
 __all__ = ["plot_cdfs"]  # compare and validate draw their CDFs through this module
 
@@ -157,18 +158,14 @@ def table(summary: dict[str, Any]) -> str:
     lines.extend(f"workload: {note}" for note in summary.get("workload_notes", ()))
     lines.extend(f"note: {note}" for note in summary.get("simulated", {}).get("notes", ()))
     stats = list(summary["latency_s"]["ttft"])  # the percentiles asked, mean and max
-    # A column as wide as its label needs (p33.33333333 is wider than the usual 10).
-    width = {c: max(10, len(c) + 1) for c in stats}
-    head = f"{'metric (ms)':<14}" + "".join(f"{c:>{width[c]}}" for c in stats)
-    lines.append(head)
-    lines.append("-" * len(head))
-    for name in ("ttft", "tpot", "itl", "e2e", "queueing"):
-        d = summary["latency_s"][name]
-        cells = "".join(
-            f"{'-':>{width[k]}}" if d[k] is None else f"{d[k] * 1e3:>{width[k]}.1f}"
-            for k in stats
-        )
-        lines.append(f"{name:<14}{cells}")
+    names = ("ttft", "tpot", "itl", "e2e", "queueing")
+    # A column as wide as its label (p33.33333333) or its widest value needs.
+    head, rows = right_columns(stats, [
+        ["-" if d[k] is None else f"{d[k] * 1e3:.1f}" for k in stats]
+        for d in (summary["latency_s"][name] for name in names)])
+    lines.append(f"{'metric (ms)':<14}{head}")
+    lines.append("-" * len(lines[-1]))
+    lines.extend(f"{name:<14}{row}" for name, row in zip(names, rows, strict=True))
     pools = summary.get("simulated", {}).get("pools", {})
     chunks = sorted({p["stream_interval"] for p in pools.values()
                      if "stream_interval" in p})
@@ -317,25 +314,29 @@ def class_table(classes: dict[str, Any]) -> list[str]:
     (req/s), SLO attainment and each class's targets."""
     cols = ("requests", "done", "ttft p50", "ttft p99", "tpot p50", "tpot p99", "e2e p99",
             "goodput", "attain")
-    width = max([12, *(len(n) + 2 for n in classes)])
-    head = f"{'class':<{width}}" + "".join(f"{c:>10}" for c in cols) + "  SLO (s)"
-    lines = [head, "-" * len(head)]
+    width = left_width(12, [f"{n} " for n in classes])
 
     def ms(d: dict[str, float | None], k: str) -> str:
         v = d[k]
-        return f"{'-':>10}" if v is None else f"{v * 1e3:>10.1f}"
+        return "-" if v is None else f"{v * 1e3:.1f}"
 
-    for name, c in classes.items():
+    def num(v: float | None, f: str) -> str:
+        return "-" if v is None else format(v, f)
+
+    cells, slos = [], []
+    for c in classes.values():
         lat, tp, rq = c["latency_s"], c["throughput"], c["requests"]
-        good = tp["goodput_requests_per_s"]
-        att = tp["slo_attainment"]
-        slo = ", ".join(f"{k[:-2]}<={v:g}" for k, v in tp["slo"].items() if v is not None)
-        lines.append(f"{name:<{width}}{rq['total']:>10}{rq['finished']:>10}"
-                     + ms(lat["ttft"], "p50") + ms(lat["ttft"], "p99")
-                     + ms(lat["tpot"], "p50") + ms(lat["tpot"], "p99") + ms(lat["e2e"], "p99")
-                     + (f"{'-':>10}" if good is None else f"{good:>10.3f}")
-                     + (f"{'-':>10}" if att is None else f"{att:>10.1%}")
-                     + f"  {slo or 'none set'}")
+        cells.append([str(rq["total"]), str(rq["finished"]), ms(lat["ttft"], "p50"),
+                      ms(lat["ttft"], "p99"), ms(lat["tpot"], "p50"), ms(lat["tpot"], "p99"),
+                      ms(lat["e2e"], "p99"), num(tp["goodput_requests_per_s"], ".3f"),
+                      num(tp["slo_attainment"], ".1%")])
+        slos.append(", ".join(f"{k[:-2]}<={v:g}" for k, v in tp["slo"].items()
+                              if v is not None) or "none set")
+    head, rows = right_columns(cols, cells)
+    lines = [f"{'class':<{width}}{head}  SLO (s)"]
+    lines.append("-" * len(lines[0]))
+    lines += [f"{name:<{width}}{row}  {slo}"
+              for name, row, slo in zip(classes, rows, slos, strict=True)]
     return lines
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from sim.core.result import RunResult
 from sim.report.metrics import per_request
 from sim.report.plots import save_png
+from sim.report.texttable import left_width, right_columns
 
 
 def stage_table(stages: list[dict[str, Any]]) -> list[str]:
@@ -21,25 +22,29 @@ def stage_table(stages: list[dict[str, Any]]) -> list[str]:
     (req/s), TTFT/TPOT percentiles (ms), SLO attainment and drain time (s)."""
     cols = ("from s", "to s", "asked", "offered", "finished", "ttft p50", "ttft p99",
             "tpot p50", "tpot p99", "attain", "drain s")
-    head = f"{'stage':<7}" + "".join(f"{c:>10}" for c in cols)
-    lines = [head, "-" * len(head)]
 
     def ms(d: dict[str, float | None], k: str) -> str:
         v = d[k]
-        return f"{'-':>10}" if v is None else f"{v * 1e3:>10.1f}"
+        return "-" if v is None else f"{v * 1e3:.1f}"
 
-    def rate(v: float | None) -> str:  # None: the horizon ended the run before the stage
-        return f"{'-':>10}" if v is None else f"{v:>10.3f}"
+    def num(v: float | None, f: str, none: str = "-") -> str:
+        # None: the horizon ended the run before the stage (or before it drained)
+        return none if v is None else format(v, f)
 
+    cells = []
     for s in stages:
         lat = s["latency_s"]
-        att, drain = s["slo_attainment"], s["drain_s"]
-        lines.append(f"{s['stage']:<7}{s['start_s']:>10.1f}{s['end_s']:>10.1f}"
-                     f"{s['rate_rps']:>10.3g}" + rate(s["offered_rps"]) + rate(s["finished_rps"])
-                     + ms(lat["ttft"], "p50") + ms(lat["ttft"], "p99")
-                     + ms(lat["tpot"], "p50") + ms(lat["tpot"], "p99")
-                     + (f"{'-':>10}" if att is None else f"{att:>10.1%}")
-                     + (f"{'never':>10}" if drain is None else f"{drain:>10.1f}"))
+        cells.append([f"{s['start_s']:.1f}", f"{s['end_s']:.1f}", f"{s['rate_rps']:.3g}",
+                      num(s["offered_rps"], ".3f"), num(s["finished_rps"], ".3f"),
+                      ms(lat["ttft"], "p50"), ms(lat["ttft"], "p99"), ms(lat["tpot"], "p50"),
+                      ms(lat["tpot"], "p99"), num(s["slo_attainment"], ".1%"),
+                      num(s["drain_s"], ".1f", "never")])
+    names = [str(s["stage"]) for s in stages]
+    width = left_width(7, names)
+    head, rows = right_columns(cols, cells)
+    lines = [f"{'stage':<{width}}{head}"]
+    lines.append("-" * len(lines[0]))
+    lines += [f"{name:<{width}}{row}" for name, row in zip(names, rows, strict=True)]
     return lines
 
 

@@ -123,6 +123,12 @@ def check_flags(a: argparse.Namespace) -> list[SLO]:
         # one there is no configuration to add them to.
         raise ServesimError(f"--redundancy {a.redundancy}: needs --target-rate (the spares "
                             "go on the cheapest configuration that meets it)")
+    if a.replicas is not None and a.target_rate is None:
+        # Without a target the search finds each candidate's rate for one replica; the
+        # replica counts would be dropped without a word.
+        raise ServesimError(f"--replicas {a.replicas}: needs --target-rate (it bounds the "
+                            "replica counts tried for the target; without one the search "
+                            "finds the rate of one replica)")
     return slos
 
 

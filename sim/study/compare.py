@@ -221,6 +221,10 @@ def main(argv: list[str]) -> int:
         values = comma_items(listed, f"--{label}s" if label == "gpu" else "--policies",
                              "a comma list of GPUs (GPU or GPU:TP)" if label == "gpu" else
                              "a comma list of policies")
+        if label == "gpu":
+            # A --set inside hardware.gpu, which each run replaces, is refused as such
+            # before reading the scenario with it (where a table GPU's figure is refused).
+            variant_overrides(a.overrides, ["hardware.gpu=-"], "--gpus")
         # The scenario as the first GPU runs it: its own GPU and tp need not fit.
         raw = scenario.load_raw(a.scenario, a.overrides)
         # An override of what the runs vary is refused before anything runs.

@@ -102,22 +102,43 @@ def _check_out(out: Path, folder: Path) -> None:
                             where="--out")
 
 
+# What each report file ending holds: ``--out``'s ending picks the format, and a
+# --format that says otherwise is refused (a .html file of Markdown opens as a wall of
+# text in a browser).
+SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "md"}
+FORMAT_WORDS = {"html": "an HTML page", "md": "Markdown"}
+
+
+def report_format(given: str | None, out: Path | None) -> str:
+    """The report's format: ``given`` (``--format``), else the one ``out``'s ending
+    names, else html. ``--format`` and an ending that disagree are an error."""
+    implied = SUFFIX_FORMATS.get(out.suffix.lower()) if out is not None else None
+    if given is not None and implied is not None and given != implied:
+        raise ServesimError(f"got {out}, a name for {FORMAT_WORDS[implied]}, with --format "
+                            f"{given} ({FORMAT_WORDS[given]}); name the file .{given}, or "
+                            "leave --format out and the ending picks it", where="--out")
+    return given or implied or "html"
+
+
 def main(argv: list[str]) -> int:
-    """``servesim report DIR [--format html|md] [--out FILE]``."""
+    """``servesim report DIR [--format html|md] [--out FILE]``; ``--out r.md`` alone
+    writes Markdown."""
     p = ArgParser(prog="servesim report", description=__doc__.split("\n")[0])
     p.add_argument("folder", type=Path,
                    help="the --out folder of servesim simulate, compare, sweep or capacity")
-    p.add_argument("--format", choices=("html", "md"), default="html",
-                   help="html (self-contained, default) or md")
+    p.add_argument("--format", choices=("html", "md"), default=None,
+                   help="html (self-contained) or md (default: what --out's ending says, "
+                        "else html)")
     p.add_argument("--out", type=Path, default=None,
                    help="report file (default: DIR/report.html or DIR/report.md)")
     a = p.parse_args(argv)
     if not a.folder.is_dir():
         raise ServesimError("not a folder", str(a.folder))
     doc = collect(a.folder)
-    out = a.out if a.out is not None else a.folder / f"report.{a.format}"
+    fmt = report_format(a.format, a.out)
+    out = a.out if a.out is not None else a.folder / f"report.{fmt}"
     _check_out(out, a.folder)
-    text = to_html(a.folder, doc) if a.format == "html" else to_markdown(doc, a.folder, out)
+    text = to_html(a.folder, doc) if fmt == "html" else to_markdown(doc, a.folder, out)
     try:
         write_atomic(out, text.encode())
     except OSError as exc:

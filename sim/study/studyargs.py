@@ -180,7 +180,7 @@ def grid_base(a: argparse.Namespace) -> tuple[dict[str, Any], Scenario]:
     """The raw base scenario of a sweep or capacity search, its ``--set`` overrides and
     :func:`grid_sets` applied, and the scenario it validates to; an error that the first
     of ``--tp`` or ``--pp`` decides names the flag."""
-    from sim.config.scenario import apply_overrides, load_raw
+    from sim.config.overrides import apply_overrides, load_raw
 
     path = Path(a.scenario)
     raw = load_raw(path, a.overrides)

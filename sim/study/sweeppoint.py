@@ -1,7 +1,7 @@
 """One point of a sweep: a scenario at one (policy, replicas, tp, rate, seed), run and cached.
 
 A point is the user's scenario with a few keys overridden through
-:func:`sim.config.scenario.apply_overrides`, so :func:`sim.config.scenario.from_dict` validates it
+:func:`sim.config.overrides.apply_overrides`, so :func:`sim.config.scenario.from_dict` validates it
 exactly as it validates a file. Its result is a flat *row* of numbers (seconds,
 requests/s, tokens/s, counts). Rows are cached as JSON files named by a hash of the
 point's whole scenario, so a sweep or capacity search run again, after an interrupt or
@@ -31,12 +31,14 @@ from typing import Any
 import yaml
 
 from sim.config.flagaxes import axis_key, policy_setting
-from sim.config.scenario import Scenario, apply_overrides, from_dict, input_files
-from sim.configtools import MAX_TIME_S, parse_yaml, yaml_error
+from sim.config.overrides import apply_overrides
+from sim.config.scenario import Scenario, from_dict, input_files
+from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import Steady
+from sim.yamlload import parse_yaml, yaml_error
 
 KEY_COLUMNS = ("policy", "replicas", "tp", "pp", "rate", "seed")
 LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)

@@ -77,6 +77,14 @@ def mean_rate(arrival_s: np.ndarray) -> float:
     return len(arrival_s) / span if span > 0 else float("nan")
 
 
+def readable(x: float, places: int) -> str:
+    """``x`` with ``places`` decimals, or to 4 significant digits with an exponent
+    where decimals would print hundreds of digits (a rate of 3e300 req/s) or only zeros."""
+    if x != 0 and math.isfinite(x) and not 1e-3 <= abs(x) < 1e9:
+        return f"{x:.4g}"
+    return f"{x:.{places}f}"
+
+
 def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
     """Multiply every arrival time (seconds) by ``factor`` > 0; > 1 slows the trace down."""
     a = _arrivals(trace, "time_scale")
@@ -84,8 +92,9 @@ def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
         raise ServesimError(f"time_scale = {factor!r}; must be a number > 0")
     with np.errstate(over="ignore"):  # an overflow is refused once the arrivals are built
         new = a * factor
-    text = (f"time_scale x{factor:g}: span {a[-1] - a[0]:.1f} s -> {new[-1] - new[0]:.1f} s, "
-            f"mean rate {mean_rate(a):.3f} -> {mean_rate(new):.3f} req/s")
+    text = (f"time_scale x{factor:g}: span {readable(a[-1] - a[0], 1)} s -> "
+            f"{readable(new[-1] - new[0], 1)} s, mean rate {readable(mean_rate(a), 3)} -> "
+            f"{readable(mean_rate(new), 3)} req/s")
     return dataclasses.replace(trace, arrival_s=new), Change("time_scale", text, len(trace))
 
 

@@ -313,3 +313,36 @@ def test_a_rate_list_that_starts_with_a_minus_says_how_to_write_it(tmp_path: Pat
     err = error_of(capsys, "sweep", path, "--out", str(tmp_path / "o"), "--rates")
     assert err == ("servesim: error: argument --rates: expected one argument (see servesim "
                    "sweep --help)\n")
+
+
+ROOF = {"model": "tiny", "cost": "roofline",
+        "workload": {"arrivals": {"process": "poisson", "rate": 5},
+                     "lengths": {"prompt": {"dist": "fixed", "value": 64},
+                                 "output": {"dist": "fixed", "value": 4}},
+                     "num_requests": 3}}
+
+
+def test_set_reaches_into_a_cost_given_as_its_kind() -> None:
+    from sim.config.overrides import apply_overrides
+
+    # `cost: roofline` is the roofline with its defaults: --set changes one of them.
+    sc = from_dict(apply_overrides(ROOF, ["cost.roofline.flops_efficiency=0.7"]))
+    assert sc.cost.roofline is not None and sc.cost.roofline.flops_efficiency == 0.7
+    # Setting another kind's key beside it is two cost models, refused as in a file.
+    with pytest.raises(ServesimError, match=r"cost: give exactly one cost model .*got "
+                                            r"measured, roofline"):
+        from_dict(apply_overrides(ROOF, ["cost.measured.framework=vllm"]))
+
+
+def test_set_into_a_gpu_given_as_a_list_is_one_error() -> None:
+    from sim.config.overrides import apply_overrides
+
+    raw = {**ROOF, "hardware": {"gpu": ["h100-sxm"]}}
+    with pytest.raises(ServesimError, match="hardware.gpu"):
+        from_dict(apply_overrides(raw, ["hardware.gpu.flops=1e15"]))
+
+
+def test_a_first_column_without_names_is_its_least_width() -> None:
+    from sim.report.texttable import left_width
+
+    assert left_width(7, []) == 7 and left_width(7, ["a-long-name"]) == 12

@@ -60,7 +60,7 @@ def _set(out: dict[str, Any], parts: list[str], val: Any, key: str) -> None:
         if not isinstance(node.get(p), dict):
             dotted = ".".join(parts[:i + 1])
             name = node.get(p, DEFAULT_GPU if dotted == "hardware.gpu" else None)
-            if p == "gpu" and i > 0 and name in GPUS:
+            if p == "gpu" and i > 0 and isinstance(name, str) and name in GPUS:
                 raise _table_gpu(dotted, name, p in node, key)
             # A preset name stays the model the keys are set on.
             node[p] = section_mapping(p, node.get(p)) if node is out else {}

@@ -64,10 +64,13 @@ from sim.yamlload import parse_yaml, yaml_error
 
 def section_mapping(name: str, value: Any) -> dict[str, Any]:
     """A copy of scenario section ``name`` as a mapping to add keys to: a ``model`` given
-    as a preset name is ``{preset: NAME}``, an absent or empty section is empty; any other
-    value is refused, as the section would be without keys added to it."""
+    as a preset name is ``{preset: NAME}``, a ``cost`` given as a kind (``measured``,
+    ``roofline``) is that kind with its defaults, an absent or empty section is empty;
+    any other value is refused, as the section would be without keys added to it."""
     if name == "model" and isinstance(value, str):
         value = {"preset": value}
+    if name == "cost" and isinstance(value, str):
+        value = {value: {}}  # `cost: roofline` is `roofline:` with its defaults
     if value is None:
         return {}
     if not isinstance(value, dict):

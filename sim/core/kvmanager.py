@@ -167,6 +167,8 @@ class KVCacheManager:
         """``r``'s window share (:meth:`window_share`; 0 without sliding layers): of its
         whole life's tokens, or of its prompt's on a replica that only prefills (what
         :meth:`can_ever_hold` is asked for). It stays put while ``r`` decodes."""
+        if not self.window:
+            return 0
         life = r.prompt if self.prompt_only else r.prompt + r.output - 1
         return self.window_share(-(-life // self.block_size))
 

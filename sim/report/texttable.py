@@ -25,4 +25,4 @@ def right_columns(labels: Sequence[str], rows: Sequence[Sequence[str]], least: i
 def left_width(least: int, names: Sequence[str]) -> int:
     """The width of a left-aligned first column: ``least``, or one more than its
     longest name."""
-    return max(least, *(len(n) + 1 for n in names))
+    return max([least, *(len(n) + 1 for n in names)])  # a list: no names is ``least``

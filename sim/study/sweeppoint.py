@@ -259,8 +259,9 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # sized by a vLLM release's memory profile, sim/cost/vllmmemory.py; 7: a sliding-window
 # model's window pages taken per request from the one pool, not set aside beforehand;
 # 8: a resumed request's recomputed prompt cached as soon as it is computed, and its
-# prefix queries counted apart).
-CACHE_SCHEMA = 8
+# prefix queries counted apart; 9: prefix caching on by default under chunked, so a
+# preempted request takes back the blocks the cache kept).
+CACHE_SCHEMA = 9
 
 
 def cost_fingerprint(sc: Scenario) -> str:

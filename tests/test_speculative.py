@@ -129,6 +129,36 @@ def test_lazy_verifies_equal_eager(policy: str, method: str, k: int, a: float, b
     assert s["speculative"]["verify_tokens"] <= int((req.output_tokens - 1).sum())
 
 
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["continuous", "chunked"]), st.integers(1, 4), st.floats(0, 1),
+       st.integers(1, 8),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
+                min_size=1, max_size=14),
+       st.integers(8, 40), st.integers(6, 24))
+def test_lazy_verifies_equal_eager_with_shared_prefixes(policy: str, k: int, a: float,
+                                                        block: int,
+                                                        rows: list[tuple[float, int, int]],
+                                                        blocks: int, budget: int) -> None:
+    # Prefix caching (chunked's default) under speculation: half the requests share
+    # leading blocks, small caches evict them and preempt verifying requests, which take
+    # back what the cache kept when they resume.
+    rows = sorted(rows)
+    sc = tiny_scenario(serving={
+        "policy": policy, "block_size": block, "num_kv_blocks": blocks, "max_num_seqs": 5,
+        "token_budget": max(budget, block, k + 1), "prefix_caching": True,
+        "speculative": {"method": "eagle", "num_tokens": k, "acceptance": {"rate": a}}})
+    prompts = np.array([r[1] for r in rows])
+    hashes = tuple(np.arange(-(-int(p) // block) // 2, dtype=np.int64) + 1000 * (i % 2)
+                   for i, p in enumerate(prompts))
+    req = Requests(np.array([r[0] for r in rows]), prompts, np.array([r[2] for r in rows]),
+                   prefix_hashes=hashes, prefix_block_tokens=block)
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+    counts = summarize(lazy)["requests"]
+    assert counts["finished"] + counts["rejected"] == len(rows)
+
+
 def test_shipped_scenario_lazy_equal_eager() -> None:
     from conftest import eager_run
 

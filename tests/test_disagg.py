@@ -108,6 +108,9 @@ def test_request_larger_than_the_decode_cache_is_rejected_with_its_reason():
 @pytest.mark.parametrize("section, where", [
     ({"prefill": {"replicas": 0}}, "disaggregated.prefill.replicas"),
     ({"link": {"bandwidth_gb_s": 0}}, "disaggregated.link.bandwidth_gb_s"),
+    # A figure in bytes/s where GB/s is meant, and a link too slow for the clock.
+    ({"link": {"bandwidth_gb_s": 50e9}}, "disaggregated.link.bandwidth_gb_s"),
+    ({"link": {"bandwidth_gb_s": 1e-300}}, "disaggregated.link.bandwidth_gb_s"),
     ({"link": {"kind": "ethernet"}}, "disaggregated.link.kind"),
     ({"decode": {"policy": "static"}}, "disaggregated.decode.policy"),
     ({"decode": {"gpu": "h900"}}, "disaggregated.decode.gpu"),

@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
+from sim.config.serving import check_gb_s
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.gpus import GPUS, GPUSpec, check_dtype
@@ -46,6 +47,9 @@ class LinkConfig:
     kind: Literal["nvlink", "infiniband", "pcie"] = "nvlink"
     bandwidth_gb_s: float | None = bounded(None, gt=0)  # 1e9 bytes per second
     latency_s: float | None = bounded(None, ge=0)
+
+    def __post_init__(self) -> None:
+        check_gb_s(self.bandwidth_gb_s, "50, a 400 Gb/s InfiniBand port")
 
     @property
     def bandwidth(self) -> float:

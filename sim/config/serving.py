@@ -31,23 +31,27 @@ class KVOffloadConfig:
     overlap: bool = False
 
     def __post_init__(self) -> None:
-        bw = self.bandwidth_gb_s
-        if bw is not None and not OFFLOAD_GB_S[0] <= bw <= OFFLOAD_GB_S[1]:
-            # Above: a figure in bytes/s, as an inline GPU's host_bw is written. Below: a
-            # link so slow one block's move overflows the simulated clock.
-            raise ServesimError(f"got {bw:g}; bandwidth_gb_s is in GB/s of 1e9 bytes/s "
-                                "(for example 64, a PCIe 5.0 x16 link), from "
-                                f"{OFFLOAD_GB_S[0]:g} to {OFFLOAD_GB_S[1]:g}",
-                                where="bandwidth_gb_s")
+        check_gb_s(self.bandwidth_gb_s, "64, a PCIe 5.0 x16 link")
 
 
-# The host-tier bandwidths a scenario may give (GB/s, 1e9 bytes/s). The floor is the
-# 1 MB/s an inline GPU's host_bw may not go under (sim.config.gpu.RATE_FLOOR): no host
-# link is that slow, yet hand-worked cases slow a tiny model's 8 KiB blocks to a
-# millisecond each (8 MB/s), so a tighter floor such as 0.1 GB/s would refuse them.
-# The ceiling is some 20 times the fastest host link (NVLink-C2C, 450 GB/s each way),
-# and any figure written in bytes/s (64e9) lies far above it.
-OFFLOAD_GB_S = (1e-3, 1e4)
+# The link bandwidths a scenario may give (GB/s, 1e9 bytes/s): a host tier's, and a
+# disaggregated layout's KV link. The floor is the 1 MB/s an inline GPU's host_bw may
+# not go under (sim.config.gpu.RATE_FLOOR): no link is that slow, yet hand-worked cases
+# slow a tiny model's 8 KiB blocks to a millisecond each (8 MB/s), so a tighter floor
+# such as 0.1 GB/s would refuse them. The ceiling is over ten times the fastest link a
+# GPU has (NVLink 5, 900 GB/s each way; NVLink-C2C, 450), and any figure written in
+# bytes/s (64e9) lies far above it.
+LINK_GB_S = (1e-3, 1e4)
+
+
+def check_gb_s(bw: float | None, example: str) -> None:
+    """Refuse a link bandwidth ``bw`` (GB/s; None: the default) outside
+    :data:`LINK_GB_S`: above it, a figure written in bytes/s; below it, a link so slow
+    one block's move would overflow the simulated clock. ``example`` names a real one."""
+    if bw is not None and not LINK_GB_S[0] <= bw <= LINK_GB_S[1]:
+        raise ServesimError(f"got {bw:g}; bandwidth_gb_s is in GB/s of 1e9 bytes/s (for "
+                            f"example {example}), from {LINK_GB_S[0]:g} to "
+                            f"{LINK_GB_S[1]:g}", where="bandwidth_gb_s")
 
 
 SWAP_SPACE_GIB = 4.0  # vLLM v0's default --swap-space

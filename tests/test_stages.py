@@ -38,9 +38,34 @@ def test_constant_stages_arrive_at_each_stage_rate_from_its_start() -> None:
     sc = tiny_scenario(workload=staged([{"rate": 2, "duration_s": 2},
                                         {"rate": 4, "duration_s": 1}]))
     rq = requests_of(sc)
-    # Stage 1: 0, 0.5, 1.0, 1.5; stage 2 starts afresh at 2.0: 2.0, 2.25, 2.5, 2.75.
+    # Stage 1: 0, 0.5, 1.0, 1.5; stage 2 from its start at 2.0 (rate x duration whole
+    # in stage 1, so the stream's next point is the boundary): 2.0, 2.25, 2.5, 2.75.
     assert rq.arrival_s.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.25, 2.5, 2.75]
     assert rq.stage_windows == ((0.0, 2.0), (2.0, 3.0))
+
+
+def test_a_constant_stream_keeps_its_phase_across_a_step() -> None:
+    # 2 req/s for 1.25 s, then 4 req/s: operational time runs 2.5 in the first stage, so
+    # its arrivals are at 0, 0.5, 1.0, and the next falls half a gap (0.5 of 1) into the
+    # second stage, at 1.25 + 0.5 / 4 = 1.375, then every 0.25 s while the stage lasts.
+    sc = tiny_scenario(workload=staged([{"rate": 2, "duration_s": 1.25},
+                                        {"rate": 4, "duration_s": 1}]))
+    assert requests_of(sc).arrival_s.tolist() == [0.0, 0.5, 1.0, 1.375, 1.625, 1.875, 2.125]
+
+
+@pytest.mark.parametrize("process", ["poisson", "gamma", "constant"])
+def test_a_profile_in_short_steps_offers_what_one_long_stage_does(process: str) -> None:
+    # Sixty 1-second stages at 0.5 req/s are one minute at 0.5 req/s: the same arrivals
+    # from the same seed (each stage had started with an arrival of its own: 91 requests
+    # in the minute where about 30 were asked).
+    more = {"cv": 2.0} if process == "gamma" else {}
+    steps = staged([{"rate": 0.5, "duration_s": 1}] * 60, process=process)
+    whole = staged([{"rate": 0.5, "duration_s": 60}], process=process)
+    steps["arrivals"].update(more)
+    whole["arrivals"].update(more)
+    a, b = (requests_of(tiny_scenario(workload=w)).arrival_s for w in (steps, whole))
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
+    assert len(a) < 60  # about 30
 
 
 def test_num_requests_caps_a_staged_workload() -> None:

@@ -9,13 +9,15 @@ The configurations are :mod:`sim.workload.requests`'; :mod:`sim.workload.build` 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import ServesimError
 from sim.workload.requests import ArrivalsConfig, LengthsConfig, WorkloadConfig
-from sim.workload.stages import windows
+from sim.workload.stages import StageConfig, windows
 
 # No run holds more requests than this (about 200 GiB of per-request arrays): a process
 # expected to send more is a runaway rate or duration, refused even under --force.
@@ -85,20 +87,41 @@ def workload_arrivals(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarr
             return arrival_times(a, cfg.num_requests, cfg.duration_s, rng)
         except ServesimError as exc:
             raise exc.located(prefix="workload.arrivals.rate") from None
-    import dataclasses
+    return staged_arrivals(a, cfg.stages, cfg.num_requests, rng)
 
-    cap = cfg.num_requests
-    parts: list[np.ndarray] = []
-    for i, (s, (lo, hi)) in enumerate(zip(cfg.stages, windows(cfg.stages, a.start_s),
-                                          strict=True)):
-        left = None if cap is None else cap - sum(len(x) for x in parts)
-        try:
-            parts.append(arrival_times(dataclasses.replace(a, rate=s.rate, start_s=lo), None,
-                                       hi, rng, limit=left))
-        except ServesimError as exc:
-            raise exc.located(prefix=f"workload.stages[{i}].rate") from None
-    t = np.concatenate(parts)
-    return t if cap is None else t[:cap]
+
+def staged_arrivals(a: ArrivalsConfig, stages: Sequence[StageConfig], cap: int | None,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Arrival times (s) of the process ``a`` whose rate steps from stage to stage: the
+    process is drawn at rate 1 in operational time (its first arrival at 0, as an
+    unstaged run's is at ``start_s``), and operational time u maps to the clock through
+    the stages' cumulative rate, so stage k's stretch of u, rate_k × duration_k long,
+    fills its window. A Poisson stream is then Poisson at each stage's rate, with no
+    arrival forced at a stage's start (a profile in short steps offers the rate asked,
+    as one long stage does); a constant stream keeps its spacing at 1/rate_k; a gamma
+    stream keeps its cv. At most ``cap`` arrivals (None: all the stages hold)."""
+    bounds = np.cumsum([0.0, *(s.rate * s.duration_s for s in stages)])
+    for i, load in enumerate(bounds[1:] - bounds[:-1]):
+        if cap is None and not load <= MAX_ARRIVALS:
+            raise ServesimError(f"rate {stages[i].rate:g} req/s for {stages[i].duration_s:g} s "
+                                f"would send about {load:.3g} requests, more than any run "
+                                f"holds ({MAX_ARRIVALS:,}); lower the rate or the duration",
+                                where=f"workload.stages[{i}].rate")
+    total = float(bounds[-1])
+    if cap is None and not total <= MAX_ARRIVALS:
+        raise ServesimError(f"the stages would send about {total:.3g} requests in all, more "
+                            f"than any run holds ({MAX_ARRIVALS:,}); shorten them or set "
+                            "num_requests", where="workload.stages")
+    unit = dataclasses.replace(a, rate=1.0, start_s=0.0)
+    u = arrival_times(unit, None, total, rng, limit=cap)
+    if cap is not None:
+        u = u[:cap]
+    # Stage of each point, and its clock time within that stage's window.
+    k = np.searchsorted(bounds, u, side="right") - 1
+    starts = np.array([lo for lo, _ in windows(stages, a.start_s)])
+    rates = np.array([s.rate for s in stages])
+    t = starts[k] + (u - bounds[k]) / rates[k]
+    return np.maximum.accumulate(t)  # rounding at a boundary never runs time backwards
 
 
 def located(exc: ServesimError, source: str, key: str) -> ServesimError:

@@ -2,9 +2,13 @@
 run one after the other (a step from 2.5 to 6 req/s, a burst and its recovery, a daily
 profile in hourly steps).
 
-Generated arrivals run their process (``workload.arrivals.process``) afresh in each
-stage at the stage's rate, from the stage's start (its first request arrives then), so a
-Poisson stream stays Poisson and a gamma stream keeps its burstiness. A trace replays
+Generated arrivals run their process (``workload.arrivals.process``) at rate 1 in
+operational time, mapped to the clock through the stages' cumulative rate
+(:func:`sim.workload.draw.staged_arrivals`): a Poisson stream is Poisson at each stage's
+rate, with no arrival forced at a stage's start, a constant stream keeps its phase across
+a step, and a gamma stream keeps its burstiness. (Until 2026-12-05 each stage ran the
+process afresh with an arrival at its start: a profile in short steps offered one
+request a stage more than asked.) A trace replays
 in stages too: stage k takes the trace's next ``round(rate × duration_s)`` requests in
 order and scales their arrival gaps to fill the stage exactly, so the rate asked is the
 rate offered while the trace's own burstiness within the stage is kept.

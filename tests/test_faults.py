@@ -216,3 +216,24 @@ def test_reliability_table_script_runs_a_case_end_to_end() -> None:
     rq, f = s["requests"], s["faults"]
     assert rq["finished"] == rq["total"] > 0
     assert f["outages"] == 2 and f["requests_lost"] == f["requests_retried"] > 0
+
+
+def test_a_failure_rate_that_would_draw_millions_of_outages_is_one_error() -> None:
+    # 10^12 failures an hour, repaired in a nanosecond: close to a billion outages over a run of a
+    # few seconds, which filled the memory before the run began. The count is bounded
+    # before any is drawn, and the error names the key, the figures and the unit.
+    from sim.core.engine import simulate
+
+    sc = tiny_scenario(faults={"failures_per_hour": 1e12, "repair_s": 1e-9},
+                       workload={"arrivals": {"process": "constant", "rate": 1.0},
+                                 "num_requests": 5})
+    with pytest.raises(ServesimError) as exc:
+        simulate(sc)
+    assert exc.value.where == "faults.failures_per_hour"
+    # 4 s / (3.6 ns up + 1 ns repair) = 8.7e8 outages.
+    assert "over the run's 4 s would fail about 8.7e+08 times, more than 1,000,000" in \
+        exc.value.message
+    # A rate a fault study uses draws its outages as before.
+    plan = outage_plan(FaultsConfig(failures_per_hour=2.0, repair_s=60.0), 2, 3600.0,
+                       np.random.SeedSequence(0))
+    assert all(all(up - down == 60.0 for down, up in ws) for ws in plan)

@@ -59,6 +59,11 @@ def check_faults(cfg: FaultsConfig, n_replicas: int, closed_end_s: float | None 
                                 where=f"faults.outages[{k}].replica")
 
 
+# Random outages a run may draw in all: far beyond any fault study (a replica failing
+# every minute for a year is half a million), far below what fills the memory.
+MAX_OUTAGES = 1_000_000
+
+
 def outage_plan(cfg: FaultsConfig, n_replicas: int, end_s: float,
                 seed: np.random.SeedSequence) -> list[list[tuple[float, float]]]:
     """Per replica, its outages as sorted, disjoint ``(down_s, up_s)`` windows: the
@@ -68,6 +73,16 @@ def outage_plan(cfg: FaultsConfig, n_replicas: int, end_s: float,
         windows[o.replica].append((o.at_s, o.at_s + o.duration_s))
     if cfg.failures_per_hour > 0:
         mean_up = 3600.0 / cfg.failures_per_hour
+        expected = n_replicas * end_s / (mean_up + cfg.repair_s)
+        if expected > MAX_OUTAGES:
+            # Each outage is a pair of events and a list entry: millions would fill the
+            # memory before the run began (a rate in failures per second, say).
+            raise ServesimError(
+                f"got {cfg.failures_per_hour:g} failures an hour with repair_s "
+                f"{cfg.repair_s:g}: {n_replicas} replica(s) over the run's {end_s:.4g} s "
+                f"would fail about {expected:.3g} times, more than {MAX_OUTAGES:,}; a "
+                "replica fails a few times a day to a few times an hour (failures_per_hour "
+                "counts per replica per hour)", where="faults.failures_per_hour")
         for k, child in enumerate(seed.spawn(n_replicas)):
             rng = np.random.default_rng(child)
             t = 0.0

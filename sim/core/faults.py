@@ -42,6 +42,7 @@ import numpy as np
 
 from sim.config.faults import FaultsConfig, outage_plan
 from sim.core.request import FAILED, Request
+from sim.errors import ServesimError
 
 if TYPE_CHECKING:
     from sim.core.engine import Engine
@@ -70,7 +71,10 @@ class Faults:
         else:
             end = float(arrivals[-1]) if len(arrivals) else 0.0
         n = len(engine.entry)
-        self.plan = outage_plan(cfg, n, end, seed)
+        try:
+            self.plan = outage_plan(cfg, n, end, seed)
+        except ServesimError as exc:
+            raise exc.located(engine.scenario.source) from None
         self.down_since: list[float | None] = [None] * n
         self.retry_heap: list[tuple[float, int]] = []  # (time_s, request id)
         self.retries = np.zeros(len(arrivals), dtype=np.int64)

@@ -283,3 +283,21 @@ def test_a_chunked_pool_takes_vllm_v1_defaults():
                        disaggregated={"prefill": {"policy": "chunked"}})
     pre, _ = (p.serving for p in pools(sc))
     assert (pre.max_num_seqs, pre.watermark) == (64, 0.02)
+
+
+def test_a_disaggregated_section_under_another_policy_is_noted() -> None:
+    # Without serving.policy: disaggregated the pools are not run: one co-located
+    # replica serves, and the summary says the section went unused.
+    from sim.core.engine import simulate
+    from sim.report.outputs import table
+    from sim.report.summary import summarize
+
+    sc = tiny_scenario(serving={"policy": "chunked"},
+                       disaggregated={"prefill": {"replicas": 2}, "decode": {"replicas": 3}})
+    assert sc.notes == ("disaggregated: not used under policy chunked; its pools run under "
+                        "serving.policy: disaggregated",)
+    res = simulate(sc)
+    assert len(res.replica_stats) == 1
+    assert "note: disaggregated: not used under policy chunked" in table(summarize(res))
+    assert tiny_scenario(serving={"policy": "disaggregated"},
+                         disaggregated={"prefill": {"replicas": 2}}).notes == ()

@@ -269,6 +269,10 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                                                         hardware.gpu_spec), "serving")
         resolved, said = serving.resolved_caching(model.linear_layers)
         notes += said
+        if raw.get("disaggregated") and resolved.policy != "disaggregated":
+            # Kept, not refused: compare --policies runs one file under several policies.
+            notes += (f"disaggregated: not used under policy {resolved.policy}; its pools "
+                      "run under serving.policy: disaggregated",)
         scenario = Scenario(
             model=model,
             workload=build(WorkloadConfig, raw["workload"], "workload"),

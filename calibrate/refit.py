@@ -75,6 +75,10 @@ def wake_of(rows: list[Measurement]) -> tuple[dict[str, float] | None, dict[str,
 def refit(csv_path: Path, out: Path) -> CalibrationResult:
     """Fit ``csv_path``'s measurements (with the settings beside it) into the profile
     ``out``; its CSV and settings go beside it. One-line errors name the file."""
+    if not csv_path.is_file():
+        what = "a folder" if csv_path.is_dir() else "no such file"
+        raise ServesimError(f"{what}: --refit takes the CSV a calibration wrote (its settings "
+                            f"in {csv_path.name}.meta.json beside it)", source=str(csv_path))
     meta = read_meta(csv_path)
     where = str(meta_path(csv_path))
     _check(meta, where)

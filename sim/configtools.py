@@ -34,6 +34,23 @@ MAX_INT = 2**53  # the largest integer a scenario may give (exact as a float too
 MAX_TIME_S = 1e9
 
 
+# The largest bare number (no unit) an SLO target of each metric takes, in seconds: a
+# minute of TTFT, a second a token. Past it ``ttft_s: 500`` is far more often
+# milliseconds meant than seconds (sim.report.slospec holds --slo to the same).
+SLO_BARE_MAX_S = {"ttft": 60.0, "queueing": 60.0, "tpot": 1.0, "itl": 1.0, "e2e": 3600.0}
+
+
+def check_slo_seconds(slo: Any) -> None:
+    """In an SLO section's ``__post_init__``: its ``ttft_s`` and ``tpot_s`` (seconds, or
+    None) within :data:`SLO_BARE_MAX_S`, else an error naming the key with a unit hint."""
+    for key in ("ttft_s", "tpot_s"):
+        value, most = getattr(slo, key), SLO_BARE_MAX_S[key[:-2]]
+        if value is not None and value > most:
+            raise ServesimError(f"got {value:g}, more than a {key[:-2]} target takes "
+                                f"({most:g} s): SLO targets are in seconds, so write "
+                                f"{value / 1000:g} for {value:g} ms", where=key)
+
+
 class DuplicateKeyError(ValueError):
     """A JSON object names a key twice (the key is the message)."""
 
@@ -139,7 +156,17 @@ def convert(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise bad
         val_tp = get_args(tp)[1]
-        return {str(k): convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
+        for k in value:
+            if not isinstance(k, str):
+                # YAML reads an unquoted null, true or 1e3 key as None, True or 1000.0:
+                # str() would rename it behind the writer's back.
+                spelt = "null" if k is None else str(k).lower() if isinstance(k, bool) else k
+                kind = ("no value" if k is None else "a boolean" if isinstance(k, bool)
+                        else "a number" if is_number(k) else f"a {type(k).__name__}")
+                raise ServesimError(f"got the key {spelt}, which YAML reads as {kind}, "
+                                    "expected a name (a string): quote the key as you mean "
+                                    "it", where=f"{where}.{spelt}")
+        return {k: convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise bad

@@ -23,6 +23,7 @@ from sim.config.vllmflags import apply_vllm, pool_defaults, serving_defaults
 from sim.configtools import (
     bounded,
     build,
+    check_slo_seconds,
     convert,
     rename_alias,
 )
@@ -35,7 +36,7 @@ from sim.cost.roofline import RooflineParams
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.policies.admission import AdmissionConfig
-from sim.workload.checks import check_trace_keys
+from sim.workload.checks import check_prefix_blocks, check_trace_keys
 from sim.workload.requests import WorkloadConfig
 
 
@@ -74,6 +75,9 @@ class SLOConfig:
 
     ttft_s: float | None = bounded(None, gt=0)
     tpot_s: float | None = bounded(None, gt=0)
+
+    def __post_init__(self) -> None:
+        check_slo_seconds(self)
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         check_pools(scenario)
         check_host_memory(scenario)
         wl = scenario.workload
+        if scenario.serving.prefix_caching:
+            check_prefix_blocks(wl, scenario.serving.block_size)
         check_faults(scenario.faults, pools(scenario)[0].replicas,
                      scenario.horizon_s if scenario.horizon_s is not None else wl.duration_s,
                      wl.concurrency is not None)

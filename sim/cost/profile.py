@@ -26,6 +26,8 @@ from sim.cost.shape import StepShape
 # The wake term's coefficients and formula (seconds; idle_s is the idle time before a step).
 WAKE_COEFS = ("max_s", "tau_s")
 WAKE_FORMULA = "max_s*(1 - exp(-idle_s/tau_s))"
+# How a component priced by a measured grid (decode attention) describes itself.
+GRID_FORMULA = "grid over (decode_seqs, decode_kv / decode_seqs)"
 
 
 def wake_curve(idle_s: Any, max_s: float, tau_s: float) -> Any:

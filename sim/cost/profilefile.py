@@ -26,7 +26,7 @@ from sim.configtools import build, is_number
 from sim.cost.curves import Grid, Knots
 from sim.cost.frontend import FRONTEND_COEFS, FRONTEND_LIMITS, NO_FRONTEND, Frontend
 from sim.cost.gpus import GPUS
-from sim.cost.profile import FORMS, WAKE_COEFS, ComponentForm
+from sim.cost.profile import FORMS, GRID_FORMULA, WAKE_COEFS, WAKE_FORMULA, ComponentForm
 from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
@@ -178,6 +178,8 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
             if odd:  # a misspelt table_s would price by the formula without a word
                 raise ServesimError(f"unknown key; allowed: {', '.join(sorted(COMPONENT_KEYS))}",
                                     where=f"components.{name}.{odd[0]}")
+            if isinstance(comp, dict):
+                _check_form(name, comp)
         wake = _wake(comps) if "wake" in comps else None
         frontend = _frontend(comps) if "frontend" in comps else NO_FRONTEND
         experts = _experts(comps["experts"]) if "experts" in comps else None
@@ -208,6 +210,34 @@ def parse_profile(data: Any, source: str) -> ProfileCost:
         raise exc.located(source=source) from None
     return ProfileCost(model, tp, device_name, dtype, coefs, meta, knots, wake, frontend, grids,
                        experts)
+
+
+def _check_form(name: str, comp: Mapping[str, Any]) -> None:
+    """A component's ``formula`` and ``per_layer``, when given, as servesim prices it: they
+    describe code, so an edited one would be accepted and ignored. A component written
+    before a coefficient with a default existed (it lacks one) may carry its older
+    formula text, which is not checked."""
+    where = f"components.{name}"
+    if name in FORMS:
+        form = FORMS[name]
+        texts = (form.formula, GRID_FORMULA) if form.grid else (form.formula,)
+        layered: bool | None = form.per_layer
+        raw = comp.get("coef")
+        older = isinstance(raw, dict) and any(k not in raw for k in form.defaults)
+    elif name == "wake":
+        texts, layered, older = (WAKE_FORMULA,), False, False
+    else:  # frontend and experts: their description is not read
+        return
+    if "per_layer" in comp and comp["per_layer"] is not layered:
+        raise ServesimError(f"got {comp['per_layer']!r}; servesim prices {name} "
+                            f"{'per layer' if layered else 'once a step'}, so it must be "
+                            f"{str(layered).lower()} (or left out)", where=f"{where}.per_layer")
+    formula = comp.get("formula")
+    if "formula" in comp and not older and formula not in texts:
+        raise ServesimError(f"got {formula!r}; servesim prices {name} by its own formula, "
+                            f"which a profile cannot change: give "
+                            f"{' or '.join(map(repr, texts))} (or leave it out)",
+                            where=f"{where}.formula")
 
 
 def _coefs(comp: Mapping[str, Any], names: Sequence[str], where: str,

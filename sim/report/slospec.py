@@ -17,12 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sim.configtools import SLO_BARE_MAX_S
 from sim.errors import ServesimError
 
 METRICS = ("ttft", "tpot", "itl", "e2e", "queueing")
 STATS = ("p50", "p90", "p95", "p99", "mean", "max")
-# The largest bare number (no unit) a target of each metric takes, in seconds.
-BARE_MAX_S = {"ttft": 60.0, "queueing": 60.0, "tpot": 1.0, "itl": 1.0, "e2e": 3600.0}
+# The largest bare number (no unit) a target of each metric takes, in seconds (the
+# scenario's slo keys are held to the same).
+BARE_MAX_S = SLO_BARE_MAX_S
 
 
 @dataclass(frozen=True)

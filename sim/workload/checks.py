@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:
@@ -123,5 +124,29 @@ def check_closed(cfg: WorkloadConfig) -> None:
         if cfg.classes is None and cfg.lengths is None:
             raise ServesimError("closed-loop clients draw their requests' lengths from here "
                                 "(or a trace)", where="lengths")
+    think = cfg.think_time_s or 0.0
+    if cfg.num_requests is not None and cfg.duration_s is None:
+        # Each client's k-th request is sent after k - 1 think times at least.
+        rounds = -(-cfg.num_requests // n) - 1
+        if think * rounds >= MAX_TIME_S:
+            raise ServesimError(
+                f"got {think:g} s: {n} clients sending {cfg.num_requests} requests wait "
+                f"{rounds} think times each, {think * rounds:.3g} s, past the {MAX_TIME_S:g} s "
+                "(31 years) a run's clock resolves; lower think_time_s or num_requests, or "
+                "give duration_s", where="think_time_s")
     if cfg.classes is not None:
         check_classes(cfg)
+
+
+def check_prefix_blocks(cfg: WorkloadConfig, block_size: int) -> None:
+    """The tokens a prefix hash names, where the workload sets them, a whole number of KV
+    blocks of ``block_size`` tokens (the prefix cache splits each hash into blocks); the
+    error names the workload's key (full dotted path), not ``serving.block_size``."""
+    for key, tokens in (("shared_prefix.block_tokens",
+                         cfg.shared_prefix.block_tokens if cfg.shared_prefix else None),
+                        ("trace.prefix_block_tokens",
+                         cfg.trace.prefix_block_tokens if cfg.trace else None)):
+        if tokens is not None and tokens % block_size:
+            raise ServesimError(f"got {tokens}: each prefix hash names a whole number of KV "
+                                f"blocks, so it must be a multiple of serving.block_size "
+                                f"({block_size})", where=f"workload.{key}")

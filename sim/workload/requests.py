@@ -17,15 +17,19 @@ and lengths.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from sim.configtools import MAX_TIME_S, bounded
+from sim.configtools import MAX_TIME_S, bounded, check_slo_seconds
 from sim.errors import ServesimError
 from sim.workload.checks import check_classes, check_closed
 from sim.workload.stages import StageConfig, check_stages
+
+# The largest log-space sigma of lognormal lengths (e**5: 148x per standard deviation).
+MAX_SIGMA = 5.0
 
 # Arrival times are held below MAX_TIME_S (sim.configtools), as the engine's clock is
 # (sim.core.runchecks).
@@ -77,8 +81,26 @@ class DistConfig:
                 )
         if self.dist == "uniform" and self.low > self.high:  # type: ignore[operator]
             raise ServesimError(f"low {self.low} > high {self.high}", where="low")
-        if self.dist == "lognormal" and self.min > self.max:  # type: ignore[operator]
-            raise ServesimError(f"min {self.min} > max {self.max}", where="min")
+        if self.dist == "lognormal":
+            self._check_lognormal()
+
+    def _check_lognormal(self) -> None:
+        """A median inside [min, max] and a sigma that keeps most draws off the bounds:
+        outside either, the clip at min and max would make nearly every length a bound."""
+        lo, hi, med = self.min, self.max, self.median
+        assert lo is not None and hi is not None and med is not None
+        if lo > hi:
+            raise ServesimError(f"min {lo} > max {hi}", where="min")
+        if not lo <= med <= hi:
+            raise ServesimError(f"got {med:g}, outside [min, max] = [{lo}, {hi}]: lengths "
+                                f"are clipped to that range, so nearly every one would be "
+                                f"{lo if med < lo else hi}; give a median in it", where="median")
+        if self.sigma is not None and self.sigma > MAX_SIGMA:
+            raise ServesimError(f"got {self.sigma:g}, must be at most {MAX_SIGMA:g} (log-space: "
+                                f"a sigma of {MAX_SIGMA:g} already spreads a length "
+                                f"{math.exp(MAX_SIGMA):.0f}x either side of the median in one "
+                                "standard deviation; past it most draws clip to min or max)",
+                                where="sigma")
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` lengths in tokens (int64)."""
@@ -216,6 +238,9 @@ class ClassSLO:
     ttft_s: float | None = bounded(None, gt=0)
     tpot_s: float | None = bounded(None, gt=0)
 
+    def __post_init__(self) -> None:
+        check_slo_seconds(self)
+
 
 @dataclass(frozen=True)
 class ClassConfig:
@@ -252,7 +277,7 @@ class WorkloadConfig:
     classes: dict[str, ClassConfig] | None = None
     shared_prefix: SharedPrefixConfig | None = None
     concurrency: int | None = bounded(None, ge=1)
-    think_time_s: float | None = bounded(None, ge=0, le=MAX_TIME_S)
+    think_time_s: float | None = bounded(None, ge=0, lt=MAX_TIME_S)
     stages: tuple[StageConfig, ...] | None = None
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.cost.measured import QUANT_VARIANTS
-from sim.cost.profile import FORMS
+from sim.cost.profile import FORMS, GRID_FORMULA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape
 from sim.cost.shard import Shard
@@ -295,7 +295,7 @@ def attention_components(spec: BuildSpec, version: str, rank: Shard, g: Gemms, n
                                       "max_err_test": sig6(pre.max_err_test),
                                       "n_train": pre.n_train, "n_test": pre.n_test}},
         **sparse,
-        "decode_attention": {"formula": "grid over (decode_seqs, decode_kv / decode_seqs)",
+        "decode_attention": {"formula": GRID_FORMULA,
                              "per_layer": True,
                              "grid": {"seqs": [sig6(x) for x in grid.rows],
                                       "kv_per_seq": [sig6(x) for x in grid.cols],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# Control characters as Python writes them in a string's repr (\n, \t, \x1b ...).
+_ESCAPES = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}
+
 
 class ServesimError(Exception):
     """An error in the user's input or environment, printed as one line without a traceback.
@@ -16,7 +19,10 @@ class ServesimError(Exception):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        parts = [p for p in (self.source, self.where) if p]
+        # A key as a file spells it may hold a line break or a tab: shown escaped, as the
+        # message's values are, so the error stays one line.
+        where = self.where.translate(_ESCAPES) if self.where else self.where
+        parts = [p for p in (self.source, where) if p]
         return ": ".join([*parts, self.message])
 
     def located(self, source: str | None = None, prefix: str | None = None) -> ServesimError:

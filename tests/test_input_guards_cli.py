@@ -346,3 +346,13 @@ def test_a_first_column_without_names_is_its_least_width() -> None:
     from sim.report.texttable import left_width
 
     assert left_width(7, []) == 7 and left_width(7, ["a-long-name"]) == 12
+
+
+def test_a_key_with_a_line_break_is_shown_escaped_on_one_line() -> None:
+    # A key as the file spells it ("\n" here, from a fuzzed inline GPU) is part of the
+    # error's location: escaped, the error stays one line.
+    raw = {**ROOF, "hardware": {"gpu": {"\n": 0}}}
+    with pytest.raises(ServesimError) as exc:
+        from_dict(raw)
+    text = str(exc.value)
+    assert "\n" not in text and "hardware.gpu.\\n: unknown key" in text

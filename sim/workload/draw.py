@@ -101,11 +101,13 @@ def staged_arrivals(a: ArrivalsConfig, stages: Sequence[StageConfig], cap: int |
     as one long stage does); a constant stream keeps its spacing at 1/rate_k; a gamma
     stream keeps its cv. At most ``cap`` arrivals (None: all the stages hold)."""
     bounds = np.cumsum([0.0, *(s.rate * s.duration_s for s in stages)])
+    spans = windows(stages, a.start_s)
     for i, load in enumerate(bounds[1:] - bounds[:-1]):
         if cap is None and not load <= MAX_ARRIVALS:
-            raise ServesimError(f"rate {stages[i].rate:g} req/s for {stages[i].duration_s:g} s "
-                                f"would send about {load:.3g} requests, more than any run "
-                                f"holds ({MAX_ARRIVALS:,}); lower the rate or the duration",
+            lo, hi = spans[i]
+            raise ServesimError(f"rate {stages[i].rate:g} req/s from {lo:g} to {hi:g} s would "
+                                f"send about {load:.3g} requests, more than any run holds "
+                                f"({MAX_ARRIVALS:,}); lower the rate or the duration",
                                 where=f"workload.stages[{i}].rate")
     total = float(bounds[-1])
     if cap is None and not total <= MAX_ARRIVALS:
@@ -118,7 +120,7 @@ def staged_arrivals(a: ArrivalsConfig, stages: Sequence[StageConfig], cap: int |
         u = u[:cap]
     # Stage of each point, and its clock time within that stage's window.
     k = np.searchsorted(bounds, u, side="right") - 1
-    starts = np.array([lo for lo, _ in windows(stages, a.start_s)])
+    starts = np.array([lo for lo, _ in spans])
     rates = np.array([s.rate for s in stages])
     t = starts[k] + (u - bounds[k]) / rates[k]
     return np.maximum.accumulate(t)  # rounding at a boundary never runs time backwards

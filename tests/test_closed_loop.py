@@ -449,3 +449,16 @@ def test_rate_sweeps_refuse_classes_whose_arrivals_are_their_own(tmp_path: Path)
             run([str(path), *args, "--quiet", "--out", str(tmp_path / "o")])
         assert err.value.where == "workload.classes.a.arrivals"
         assert "class 'a' has an arrival process of its own" in err.value.message
+
+
+def test_more_clients_than_requests_send_only_the_requests() -> None:
+    # A billion clients and 5 requests: 5 clients send, the others never do. The memory
+    # estimate counts the requests (it had counted a billion clients' and refused the run
+    # as needing 931 GiB), and the clients stop being started once every request is out.
+    from sim.core.budget import expected_requests
+
+    sc = closed({"concurrency": 10**9, "num_requests": 5})
+    assert expected_requests(sc) == 5
+    res = simulate(closed({"concurrency": 10**6, "num_requests": 5}))
+    assert (res.status == FINISHED).all() and len(res.status) == 5
+    assert res.requests.arrival_s.tolist() == [0.0] * 5  # all sent at once

@@ -78,8 +78,9 @@ def expected_requests(sc: Scenario) -> float:
             rows *= t.sample_fraction
         return min(cap, rows * t.repeat)
     if wl.concurrency is not None:
-        # Every client holds a request's state at once; more are drawn as they end.
-        return max(float(wl.concurrency), cap if math.isfinite(cap) else 0.0)
+        # Every client holds a request's state at once and more are drawn as they end,
+        # up to num_requests: clients past it never send.
+        return cap if math.isfinite(cap) else float(wl.concurrency)
     rates = [a.rate for a in ([wl.arrivals] if wl.arrivals is not None else [])
              + [c.arrivals for c in (wl.classes or {}).values() if c.arrivals is not None]
              if a.rate is not None]

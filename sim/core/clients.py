@@ -141,6 +141,8 @@ class Clients:
         self.last_send = 0.0
         self.burst = 0
         for _ in range(concurrency):
+            if self.done:
+                break  # more clients than requests: the rest never send
             self._send_next(0.0, initial=True)
 
     # -- sending ---------------------------------------------------------------------

@@ -52,7 +52,8 @@ def test_invariants_with_swap_priority_and_pools(policy: str, block_size: int, b
     n = len(prompts)
     assert set(res.status.tolist()) <= {FINISHED, REJECTED}
     for rep in eng.replicas:
-        assert rep.kv.used == 0 and not rep.waiting and not rep.running and not rep.inbox
+        assert rep.kv.in_use == 0 and rep.kv.available == rep.kv.total  # cached ones free
+        assert not rep.waiting and not rep.running and not rep.inbox
         assert rep.kv.swap_free == int(swap_gib * 2**30 // (2048 * block_size))
     generated = [0] * n
     last_end: dict[int, float] = {}

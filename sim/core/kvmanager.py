@@ -121,8 +121,7 @@ class KVCacheManager:
         """Blocks requests hold: cached entries no request references are free for the
         taking and not counted (vLLM's KV-cache usage counts them free too)."""
         pc = self.prefix
-        # pc.evictable, inlined: read every iteration.
-        return self.used - len(pc.lru) * pc.per_hash if pc is not None else self.used
+        return self.used - pc.evictable if pc is not None else self.used
 
     @property
     def available(self) -> int:
@@ -212,7 +211,7 @@ class KVCacheManager:
             return 0  # the common decode that stays inside its last block
         pc = self.prefix
         free = self.total - self.used
-        avail = free + len(pc.lru) * pc.per_hash - hit.pinned if pc is not None else free
+        avail = free + pc.evictable - hit.pinned if pc is not None else free
         if avail - need < (self.watermark if keep_watermark else 0):
             return None
         if cached:

@@ -97,8 +97,7 @@ class SpecDecodeSet:
         r.sync = t
         # The path counts the blocks of its tokens; a sliding window's stay put.
         c0, q, bs = r.computed, self.q, self.bs
-        kv = self.kv
-        b0 = r.blocks - kv.window_of(r) if kv.window else r.blocks  # no call without one
+        b0 = r.blocks - self.kv.window_of(r)
         left = r.output - r.generated
         p = r.path
         if p is not None:

@@ -79,7 +79,7 @@ def resolve(ref: str, base_dir: Path | None = None) -> Path:
 class _ProfileLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The C loader (a shipped profile loads in about a millisecond), reading ``2e-5`` as
     a number as scenarios do (YAML 1.1 wants ``2.0e-5``), not as text. Aliases are
-    bounded as a scenario's are (:mod:`sim.yamlguard`)."""
+    bounded as a scenario's are (:func:`sim.yamlload.check_aliases`)."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         check_aliases(node)

@@ -27,7 +27,7 @@ from sim.report.folder import replaced_folder
 from sim.report.human import cost_phrase, memory_terms, ms, setup_phrase
 from sim.report.metrics import clean, per_request
 from sim.report.stagereport import plot_over_time, stage_table
-from sim.report.texttable import left_width, right_columns
+from sim.report.texttable import cell, left_width, ms_cell, right_columns
 
 __all__ = ["plot_cdfs"]  # compare and validate draw their CDFs through this module
 
@@ -173,36 +173,32 @@ def table(summary: dict[str, Any]) -> str:
         lines.append(f"itl: one gap per streamed chunk of {'/'.join(map(str, chunks))} "
                      "tokens (stream_interval)")
     tp = summary["throughput"]
-
-    def num(v: float | None, f: str) -> str:
-        return "-" if v is None else format(v, f)
-
     slo = tp["slo"]
     slo_txt = ", ".join(f"{k}<={v}" for k, v in slo.items() if v is not None) or "none set"
     if "classes" in summary:
         slo_txt = "per class, below"
     offered = summary.get("saturation", {}).get("offered_rps")
-    lines.append(f"throughput: {num(tp['requests_per_s'], '.3f')} req/s"
+    lines.append(f"throughput: {cell(tp['requests_per_s'], '.3f')} req/s"
                  + (f" (offered {offered:.3f})" if offered is not None and offered < 1e6
                     else f" (offered {offered:.3g})" if offered is not None else "") + ", "
-                 f"{num(tp['output_tokens_per_s'], '.1f')} output tok/s"
+                 f"{cell(tp['output_tokens_per_s'], '.1f')} output tok/s"
                  + (f" ({tp['output_tokens_per_s_per_gpu']:.1f} a GPU)"
                     if summary["gpus"] > 1 and tp.get("output_tokens_per_s_per_gpu") else "")
                  + (f", {tp['prompt_tokens_per_s']:.1f} prompt tok/s"
                     if tp.get("prompt_tokens_per_s") is not None else "") + "; goodput "
-                 f"{num(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
-                 f"attainment {num(tp['slo_attainment'], '.1%')})")
+                 f"{cell(tp['goodput_requests_per_s'], '.3f')} req/s (SLO {slo_txt}; "
+                 f"attainment {cell(tp['slo_attainment'], '.1%')})")
     b, kv = summary["batch"], summary["kv"]
     blocks = "/".join(str(x) for x in dict.fromkeys(kv["blocks_per_replica"]))
     unit = "rank" if "data_parallel_ranks" in summary else "replica"  # a rank's own blocks
-    lines.append(f"batch: {b['iterations']} iterations, mean {num(b['mean_seqs'], '.1f')} seqs "
-                 f"/ {num(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
-                 f"blocks/{unit}, mean use {num(kv['mean_utilization'], '.1%')}, peak "
-                 f"{num(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    lines.append(f"batch: {b['iterations']} iterations, mean {cell(b['mean_seqs'], '.1f')} seqs "
+                 f"/ {cell(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
+                 f"blocks/{unit}, mean use {cell(kv['mean_utilization'], '.1%')}, peak "
+                 f"{cell(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
     pc = summary.get("prefix_cache")
     if pc is not None:
         lines.append(f"prefix cache: {pc['hit_tokens']} of {pc['prefill_tokens']} prefill "
-                     f"tokens hit ({num(pc['hit_rate'], '.1%')}), {pc['evictions']} "
+                     f"tokens hit ({cell(pc['hit_rate'], '.1%')}), {pc['evictions']} "
                      "evictions"
                      + (f"; resumed after preemption: {pc['resumed_hit_tokens']} of "
                         f"{pc['resumed_prefill_tokens']} tokens found again"
@@ -211,7 +207,7 @@ def table(summary: dict[str, Any]) -> str:
     sp = summary.get("speculative")
     if sp is not None:
         lines.append(f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "
-                     f"{num(sp['mean_tokens_per_verify'], '.3f')} tokens a verify over "
+                     f"{cell(sp['mean_tokens_per_verify'], '.3f')} tokens a verify over "
                      f"{sp['verifies']} verifies (acceptance {_phrase(sp['acceptance'])} "
                      "expects "
                      f"{sp['expected_tokens_per_verify']:.3f}); drafting: {sp['draft_cost']}")
@@ -315,21 +311,14 @@ def class_table(classes: dict[str, Any]) -> list[str]:
     cols = ("requests", "done", "ttft p50", "ttft p99", "tpot p50", "tpot p99", "e2e p99",
             "goodput", "attain")
     width = left_width(12, [f"{n} " for n in classes])
-
-    def ms(d: dict[str, float | None], k: str) -> str:
-        v = d[k]
-        return "-" if v is None else f"{v * 1e3:.1f}"
-
-    def num(v: float | None, f: str) -> str:
-        return "-" if v is None else format(v, f)
-
     cells, slos = [], []
     for c in classes.values():
         lat, tp, rq = c["latency_s"], c["throughput"], c["requests"]
-        cells.append([str(rq["total"]), str(rq["finished"]), ms(lat["ttft"], "p50"),
-                      ms(lat["ttft"], "p99"), ms(lat["tpot"], "p50"), ms(lat["tpot"], "p99"),
-                      ms(lat["e2e"], "p99"), num(tp["goodput_requests_per_s"], ".3f"),
-                      num(tp["slo_attainment"], ".1%")])
+        cells.append([str(rq["total"]), str(rq["finished"]), ms_cell(lat["ttft"], "p50"),
+                      ms_cell(lat["ttft"], "p99"), ms_cell(lat["tpot"], "p50"),
+                      ms_cell(lat["tpot"], "p99"), ms_cell(lat["e2e"], "p99"),
+                      cell(tp["goodput_requests_per_s"], ".3f"),
+                      cell(tp["slo_attainment"], ".1%")])
         slos.append(", ".join(f"{k[:-2]}<={v:g}" for k, v in tp["slo"].items()
                               if v is not None) or "none set")
     head, rows = right_columns(cols, cells)

@@ -14,7 +14,7 @@ import numpy as np
 from sim.core.result import RunResult
 from sim.report.metrics import per_request
 from sim.report.plots import save_png
-from sim.report.texttable import left_width, right_columns
+from sim.report.texttable import cell, left_width, ms_cell, right_columns
 
 
 def stage_table(stages: list[dict[str, Any]]) -> list[str]:
@@ -22,23 +22,15 @@ def stage_table(stages: list[dict[str, Any]]) -> list[str]:
     (req/s), TTFT/TPOT percentiles (ms), SLO attainment and drain time (s)."""
     cols = ("from s", "to s", "asked", "offered", "finished", "ttft p50", "ttft p99",
             "tpot p50", "tpot p99", "attain", "drain s")
-
-    def ms(d: dict[str, float | None], k: str) -> str:
-        v = d[k]
-        return "-" if v is None else f"{v * 1e3:.1f}"
-
-    def num(v: float | None, f: str, none: str = "-") -> str:
-        # None: the horizon ended the run before the stage (or before it drained)
-        return none if v is None else format(v, f)
-
+    # A missing rate: the horizon ended the run before the stage (or before it drained).
     cells = []
     for s in stages:
         lat = s["latency_s"]
         cells.append([f"{s['start_s']:.1f}", f"{s['end_s']:.1f}", f"{s['rate_rps']:.3g}",
-                      num(s["offered_rps"], ".3f"), num(s["finished_rps"], ".3f"),
-                      ms(lat["ttft"], "p50"), ms(lat["ttft"], "p99"), ms(lat["tpot"], "p50"),
-                      ms(lat["tpot"], "p99"), num(s["slo_attainment"], ".1%"),
-                      num(s["drain_s"], ".1f", "never")])
+                      cell(s["offered_rps"], ".3f"), cell(s["finished_rps"], ".3f"),
+                      ms_cell(lat["ttft"], "p50"), ms_cell(lat["ttft"], "p99"),
+                      ms_cell(lat["tpot"], "p50"), ms_cell(lat["tpot"], "p99"),
+                      cell(s["slo_attainment"], ".1%"), cell(s["drain_s"], ".1f", "never")])
     names = [str(s["stage"]) for s in stages]
     width = left_width(7, names)
     head, rows = right_columns(cols, cells)

@@ -8,7 +8,7 @@ the tables have always used, so ordinary runs print as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 def right_columns(labels: Sequence[str], rows: Sequence[Sequence[str]], least: int = 10
@@ -26,3 +26,14 @@ def left_width(least: int, names: Sequence[str]) -> int:
     """The width of a left-aligned first column: ``least``, or one more than its
     longest name."""
     return max([least, *(len(n) + 1 for n in names)])  # a list: no names is ``least``
+
+
+def cell(v: float | None, fmt: str, none: str = "-") -> str:
+    """A table cell: ``v`` formatted by ``fmt``, or ``none`` when there is no value."""
+    return none if v is None else format(v, fmt)
+
+
+def ms_cell(d: Mapping[str, float | None], k: str) -> str:
+    """The latency ``d[k]`` (s) as a cell in milliseconds, one decimal."""
+    v = d[k]
+    return "-" if v is None else f"{v * 1e3:.1f}"

@@ -221,6 +221,30 @@ OP = st.tuples(st.sampled_from(["admit", "grow", "free", "swap", "resume", "publ
                st.integers(0, 40), st.integers(1, 40), st.booleans())
 
 
+def move(kv: KVCacheManager, op: str, pick: int, tokens: int, keep: bool,
+         live: list[Request], swapped: list[Request]) -> None:
+    """Apply one of the ops "grow", "free", "swap" or "resume" to a live or swapped
+    request (``pick`` chooses which; nothing when there is none, or for another op)."""
+    if op == "grow" and live:
+        r = live[pick % len(live)]
+        if kv.allocate_slots(r, tokens % 9 + 1) is not None:
+            r.computed += tokens % 9 + 1
+    elif op == "free" and live:
+        kv.free(live.pop(pick % len(live)))
+    elif op == "swap" and live:
+        r = live[pick % len(live)]
+        if kv.swap_out(r):
+            live.remove(r)
+            swapped.append(r)
+    elif op == "resume" and swapped:
+        r = swapped[pick % len(swapped)]
+        if kv.allocate_slots(r, 1, keep_watermark=keep) is not None:
+            kv.swap_in(r)
+            r.computed += 1
+            swapped.remove(r)
+            live.append(r)
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(4, 24), st.sampled_from([1, 2, 4]), st.integers(0, 16),
        st.lists(OP, min_size=20, max_size=80))
@@ -256,24 +280,8 @@ def test_blocks_are_never_lost_or_duplicated_across_the_tiers(
                 # The loaded entries moved up a tier: counted as moved blocks.
                 assert kv.pending_io - io >= hit.loaded // bs
                 admitted = r
-        elif op == "grow" and live:
-            r = live[pick % len(live)]
-            if kv.allocate_slots(r, tokens % 9 + 1) is not None:
-                r.computed += tokens % 9 + 1
-        elif op == "free" and live:
-            kv.free(live.pop(pick % len(live)))
-        elif op == "swap" and live:
-            r = live[pick % len(live)]
-            if kv.swap_out(r):
-                live.remove(r)
-                swapped.append(r)
-        elif op == "resume" and swapped:
-            r = swapped[pick % len(swapped)]
-            if kv.allocate_slots(r, 1, keep_watermark=keep) is not None:
-                kv.swap_in(r)
-                r.computed += 1
-                swapped.remove(r)
-                live.append(r)
+        else:
+            move(kv, op, pick, tokens, keep, live, swapped)
         check(kv, live, swapped)
         moved(before, tiers(kv), set())
         if op == "publish" and live:
@@ -301,10 +309,21 @@ def test_runs_with_a_tier_end_with_every_block_home(
     # Requests sharing prefixes under tight GPU and host tiers, decodes advanced lazily
     # and one by one alike: the same logs and records, everything ends, the GPU ends
     # holding cached entries only and the host no swapped block, no entry in both tiers.
-    sc = tiny_scenario(serving={"policy": policy, "num_kv_blocks": blocks,
-                                "max_num_batched_tokens": 64, "prefix_caching": True,
-                                "preemption": preemption,
-                                "kv_offload": tier(host, overlap=overlap)})
+    kv = run_shared(tiny_scenario(serving={
+        "policy": policy, "num_kv_blocks": blocks, "max_num_batched_tokens": 64,
+        "prefix_caching": True, "preemption": preemption,
+        "kv_offload": tier(host, overlap=overlap)}), reqs)
+    assert kv.prefix is not None
+    assert kv.used == len(kv.prefix.refs) and kv.host.swapped == 0
+    assert not set(kv.prefix.refs) & set(kv.host.entries)
+    assert len(kv.host.entries) <= host
+
+
+def run_shared(sc: Any, reqs: list[tuple]) -> KVCacheManager:
+    """Run ``reqs`` (gap s, prompt tokens, output tokens, prefix group: groups share their
+    prompts' leading 4-token hashes) under ``sc``: lazy and eager decodes must agree, and
+    every request end (one whose whole context cannot fit the GPU is refused at arrival);
+    returns the replica's KV manager after the run."""
     gaps, prompts, outputs, group = (list(x) for x in zip(*reqs, strict=True))
     hashes = tuple(np.arange(p // 4, dtype=np.int64) + 100 * g for p, g in zip(prompts, group,
                                                                               strict=True))
@@ -315,13 +334,8 @@ def test_runs_with_a_tier_end_with_every_block_home(
     assert_equivalent(lazy, eager)
     eng = Engine(sc, req, build_cost(sc), np.random.default_rng(0))
     res = eng.run()
-    # A request whose whole context cannot fit the GPU is refused at arrival.
     assert set(res.status.tolist()) <= {FINISHED, REJECTED}
-    kv = eng.replicas[0].kv
-    assert kv.prefix is not None
-    assert kv.used == len(kv.prefix.refs) and kv.host.swapped == 0
-    assert not set(kv.prefix.refs) & set(kv.host.entries)
-    assert len(kv.host.entries) <= host
+    return eng.replicas[0].kv
 
 
 # -- configuration --------------------------------------------------------------------
@@ -353,7 +367,7 @@ def base(**serving: Any) -> dict[str, Any]:
     (base(kv_offload={}), "serving.kv_offload.cpu_gb", "required key is missing"),
     (base(kv_offload={"cpu_gb": 1, "size": 2}), "serving.kv_offload.size", "unknown key"),
     (base(kv_offload={"cpu_gb": 1}, prefix_caching=False), "serving.kv_offload",
-     "with neither it would stay empty"),
+     "with none of them it would stay empty"),
     (base(kv_offload={"cpu_gb": 1}, swap_space_gib=8), "serving.swap_space_gib",
      "give only kv_offload.cpu_gb"),
     ({**base(kv_offload={"cpu_gb": 1}), "hardware": {"host_memory_gb": 0}},

@@ -158,8 +158,33 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
      "runs without CUDA graphs"),
     ({"cc.cudagraph_mode": "none"}, {}, "vllm.cc.cudagraph_mode", "runs without CUDA graphs"),
     ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
-     "vllm.kv-transfer-config", "KV connectors are not modelled; a host KV tier is "
-     "kv-offloading-size"),
+     "vllm.kv-transfer-config.kv_connector", "prefill and decode on pools of their own are "
+     "serving.policy: disaggregated"),
+    ({"kv-transfer-config": '{"kv_connector": "LMCacheConnectorV1", "kv_role": '
+                            '"kv_producer"}'}, {},
+     "vllm.kv-transfer-config.kv_role", "a producer or consumer role"),
+    ({"kv-transfer-config": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"num_cpu_blocks": 1000}}}, {},
+     "vllm.kv-transfer-config.kv_connector_extra_config", "num_cpu_blocks, an older "
+     "release's size"),
+    ({"kv-transfer-config": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"cpu_bytes_to_use": 8e9,
+                                                           "spec_name": "TieringOffloadingSpec"}}},
+     {}, "vllm.kv-transfer-config.kv_connector_extra_config.spec_name", "not tiers below it"),
+    ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"lmcache.local_disk": "/nvme"}}},
+     {}, "vllm.kv-transfer-config.kv_connector_extra_config.lmcache.local_disk",
+     "a tier below host memory is not modelled"),
+    ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
+                             "kv_connector_module_path": "my.mod"}}, {},
+     "vllm.kv-transfer-config.kv_connector_module_path", "unknown or not modelled key"),
+    ({"kv-transfer-config": '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"',
+      }, {}, "vllm.kv-transfer-config", "not a JSON object"),
+    ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
+      "kv-offloading-size": 8}, {}, "vllm.kv-transfer-config", "give one of them"),
+    ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}},
+     {"serving": {"kv_offload": {"cpu_gb": 4}}}, "vllm.kv-transfer-config",
+     "sets serving.kv_offload, which the scenario sets too"),
     ({"scheduling-policy": "lifo"}, {}, "vllm.scheduling-policy", "fcfs and priority"),
     ({"enable-chunked-prefill": True}, {"serving": {"policy": "static"}},
      "vllm.enable-chunked-prefill", "sets serving.policy"),
@@ -280,6 +305,37 @@ def test_real_flag_sets_run_whole() -> None:
     # auto (or -1): the model's own context, from which vLLM's fitting starts.
     assert scenario({"max-model-len": "auto"}).model.max_context == scenario({}).model.max_context
     assert "notes" not in summarize(simulate(scenario({})))["simulated"]
+
+
+def test_host_memory_connectors_are_a_write_through_tier() -> None:
+    # vLLM's own offloading connector: cpu_bytes_to_use over the tp ranks; LMCache: its
+    # size a rank, or its default 5 GB with a note; --kv-offloading-size alike. Each is
+    # write-through, which also holds prefixes with the GPU's own cache off.
+    own = scenario({"tp": 2, "kv-transfer-config": json.dumps(
+        {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+         "kv_connector_extra_config": {"cpu_bytes_to_use": 16 * 2**30, "block_size": 64}})})
+    tier = own.serving.kv_offload
+    assert tier is not None and (tier.cpu_gb, tier.write_policy) == (8.0, "write_through")
+    assert own.notes == ("vllm.kv-transfer-config: block_size (64) is not priced: the host "
+                         "tier moves whole KV blocks and drops its least recently used "
+                         "entry",)
+    lm = scenario({"no-enable-prefix-caching": True,
+                   "kv-transfer-config": '{"kv_connector":"LMCacheConnectorV1", '
+                                         '"kv_role":"kv_both"}'})
+    tier = lm.serving.kv_offload
+    assert tier is not None and (tier.cpu_gb, tier.write_policy) == (5.0, "write_through")
+    assert not lm.serving.prefix_caching and lm.serving.caches_prefixes
+    assert lm.notes == ("vllm.kv-transfer-config: no lmcache.max_local_cpu_size: the host "
+                        "tier is LMCache's default, 5 GB a GPU (its config file or "
+                        "environment may set another; give the key to say which)",)
+    sized = scenario({"kv-transfer-config": {
+        "kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.local_cpu": True,
+                                      "lmcache.max_local_cpu_size": 40}}})
+    assert sized.serving.kv_offload is not None and sized.serving.kv_offload.cpu_gb == 40.0
+    assert sized.notes == ()
+    size = scenario({"kv-offloading-size": 64, "tp": 4}).serving.kv_offload
+    assert size is not None and (size.cpu_gb, size.write_policy) == (16.0, "write_through")
 
 
 def test_a_vllm_config_file_under_the_section_s_own_flags(tmp_path) -> None:

@@ -1,5 +1,7 @@
 """The measured table of docs/scenarios.md's host KV tier: scenarios/host-kv-tier.yaml with
-no tier, tiers of two sizes, and a tier whose transfers overlap the compute.
+no tier, tiers of two sizes, a tier whose transfers overlap the compute, and the same
+tiers written through (vLLM's CPU offloading, LMCache), also with the GPU's own prefix
+cache off.
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/kvtier.py
 It prints one Markdown row per case (simulated figures; nothing here is timed).
@@ -22,6 +24,11 @@ CASES = (
     ("64 GiB tier", ["serving.kv_offload.cpu_gb=64"]),
     ("256 GiB tier", []),
     ("256 GiB tier, overlapped", ["serving.kv_offload.overlap=true"]),
+    ("64 GiB tier, write-through", ["serving.kv_offload.cpu_gb=64",
+                                    "serving.kv_offload.write_policy=write_through"]),
+    ("256 GiB tier, write-through", ["serving.kv_offload.write_policy=write_through"]),
+    ("256 GiB tier, write-through, GPU cache off",
+     ["serving.kv_offload.write_policy=write_through", "serving.prefix_caching=false"]),
 )
 
 

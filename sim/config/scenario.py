@@ -307,7 +307,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         check_pools(scenario)
         check_host_memory(scenario)
         wl = scenario.workload
-        if scenario.serving.prefix_caching:
+        if scenario.serving.caches_prefixes:
             check_prefix_blocks(wl, scenario.serving.block_size)
         check_faults(scenario.faults, pools(scenario)[0].replicas,
                      scenario.horizon_s if scenario.horizon_s is not None else wl.duration_s,

@@ -20,15 +20,21 @@ from sim.errors import ServesimError
 @dataclass(frozen=True)
 class KVOffloadConfig:
     """A host-memory KV tier (docs/policies.md): ``cpu_gb`` GiB of host memory per GPU
-    holding the prefix-cache entries the GPU evicts and preempted requests' swapped KV
-    (it replaces ``swap_space_gib``); blocks move at ``bandwidth_gb_s`` (1e9 bytes/s per
-    GPU, each way; default the GPU's host link, PCIe). ``overlap``: an iteration's
-    transfers run under its compute (step time = the longer of the two, as SGLang
-    HiCache loads layer by layer) instead of before it (added, as vLLM v0 swaps)."""
+    holding prefix-cache entries and preempted requests' swapped KV (it replaces
+    ``swap_space_gib``); blocks move at ``bandwidth_gb_s`` (1e9 bytes/s per GPU, each
+    way; default the GPU's host link, PCIe). ``overlap``: an iteration's transfers run
+    under its compute (step time = the longer of the two, as SGLang HiCache loads layer
+    by layer) instead of before it (added, as vLLM v0 swaps). ``write_policy``: when
+    prefix entries reach the host: ``write_back`` when the GPU evicts them (SGLang
+    HiCache's write_back; an entry lives in one tier), ``write_through`` as soon as a
+    prompt's blocks are computed, copied in the background (vLLM's CPU offloading
+    connector and LMCache; the host keeps its copy when a hit loads it, and works even
+    with the GPU's own prefix cache off)."""
 
     cpu_gb: float = bounded(ge=0)
     bandwidth_gb_s: float | None = bounded(None, gt=0)
     overlap: bool = False
+    write_policy: Literal["write_back", "write_through"] = "write_back"
 
     def __post_init__(self) -> None:
         check_gb_s(self.bandwidth_gb_s, "64, a PCIe 5.0 x16 link")
@@ -225,12 +231,33 @@ class ServingConfig:
                      f"{self.policy}, preemption {self.preemption}, {linear_layers} "
                      "linear-attention layers)",)
 
+    @property
+    def host_prefixes(self) -> bool:
+        """Whether a write-through host tier keeps prompt blocks by content hash (with
+        the GPU's own prefix cache on or off, as LMCache does under vLLM)."""
+        tier = self.kv_offload
+        return tier is not None and tier.write_policy == "write_through"
+
+    @property
+    def caches_prefixes(self) -> bool:
+        """Whether some tier keeps prompt blocks by content hash: the GPU's prefix cache
+        (``prefix_caching``) or a write-through host tier."""
+        return bool(self.prefix_caching) or self.host_prefixes
+
     def _check_offload(self) -> None:
         """A host tier needs something to hold, and is sized by kv_offload alone."""
-        if self.prefix_caching is False and self.preemption != "swap":
-            raise ServesimError("the host tier holds evicted prefix-cache entries "
-                                "(prefix_caching: true) and swapped KV (preemption: swap); "
-                                "with neither it would stay empty", where="kv_offload")
+        if self.prefix_caching is False and self.preemption != "swap" \
+                and not self.host_prefixes:
+            raise ServesimError("the host tier holds prefix-cache entries (prefix_caching: "
+                                "true, or kv_offload.write_policy: write_through, which "
+                                "keeps prompts on the host with the GPU's cache off) and "
+                                "swapped KV (preemption: swap); with none of them it would "
+                                "stay empty", where="kv_offload")
+        if self.host_prefixes and self.policy not in ("continuous", "chunked"):
+            raise ServesimError(f"a write-through host tier keeps prompts for prefix hits, "
+                                f"which servesim models under policies continuous and "
+                                f"chunked, not {self.policy!r}",
+                                where="kv_offload.write_policy")
         if self.swap_space_gib != SWAP_SPACE_GIB:
             raise ServesimError(f"got {self.swap_space_gib} with kv_offload, whose cpu_gb "
                                 f"sizes the one host tier swapped KV goes to; give only "

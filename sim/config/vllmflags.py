@@ -22,7 +22,9 @@ data-parallel attention (``hardware.dp``: N ranks sharing the experts), and with
 N independent copies (``cluster.replicas``). ``kv-cache-dtype fp8`` and
 ``quantization fp8`` set the model's KV-cache and weight
 dtypes (:data:`DTYPE_FLAGS`); ``speculative-config`` sets ``serving.speculative``'s method
-and k (:mod:`sim.config.vllmspec`). Flags that change nothing a simulation prices (``port``,
+and k (:mod:`sim.config.vllmspec`); ``kv-offloading-size`` and the host-memory KV
+connectors of ``kv-transfer-config`` set a write-through ``serving.kv_offload``
+(:mod:`sim.config.vllmconnector`). Flags that change nothing a simulation prices (``port``,
 ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
 servesim does not model yet (other quantisations, eager mode, long partial prefills)
 is an error naming it, as is any other name and a flag whose servesim key the scenario
@@ -38,13 +40,13 @@ from typing import Any
 import yaml
 
 from sim.config.gpu import InlineGPU
+from sim.config.vllmconnector import HOST_TIER_FLAGS, host_tier_flag
 from sim.config.vllmnames import (
     DTYPE_FLAGS,
     HUMAN_INTS,
     KERNEL,
     MAPPED,
     NO_EFFECT,
-    OFFLOAD_BACKENDS,
     ONLY,
     SAME,
     flag_name,
@@ -247,14 +249,8 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
         if value is not None:
             notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
                          "steps cost what vLLM's default kernels take")
-    elif name in ("kv_offloading_size", "kv_offloading_backend"):
-        _offload(name, value, given, section, where)
-    elif name == "kv_transfer_config":
-        if value is not None:
-            raise ServesimError(f"got {value!r}: KV connectors are not modelled; a host "
-                                "KV tier is kv-offloading-size (serving.kv_offload), and "
-                                "prefill and decode on pools of their own serving.policy: "
-                                "disaggregated", where=where)
+    elif name in HOST_TIER_FLAGS:
+        host_tier_flag(name, flag, value, given, section, notes)
     elif name == "hf_overrides":
         raise ServesimError("changes the model's own config; give the config as it "
                             "would read (model: {hf_config: FILE}, or the model's keys)",
@@ -324,29 +320,6 @@ def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> Non
         raise ServesimError(f"sets model.{target[0]}, which the scenario sets too; give one "
                             "of them", where=where)
     model[target[0]] = target[1]
-
-
-def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
-             section: Callable[[str], dict[str, Any]], where: str) -> None:
-    """``kv-offloading-size`` (GiB in all, over the tensor-parallel ranks) and
-    ``kv-offloading-backend``: a host KV tier, ``serving.kv_offload`` with ``cpu_gb``
-    per GPU. The backend alone turns nothing on, as in vLLM."""
-    if name == "kv_offloading_backend":
-        if value not in OFFLOAD_BACKENDS:
-            raise ServesimError(f"got {value!r}; vLLM's backends are "
-                                f"{', '.join(OFFLOAD_BACKENDS)}", where=where)
-        return
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ServesimError(f"got {value!r}, expected GiB (a number above 0)", where=where)
-    serving = section("serving")
-    if "kv_offload" in serving:
-        raise ServesimError("sets serving.kv_offload, which the scenario sets too; give one "
-                            "of them", where=where)
-    tp = given.get("tensor_parallel_size", ("", section("hardware").get("tp", 1)))[1]
-    tp = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
-    serving["kv_offload"] = {"cpu_gb": float(value) / tp}
 
 
 def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],

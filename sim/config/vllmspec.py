@@ -35,8 +35,9 @@ ONLY: dict[str, tuple[Any, ...]] = {"disable_by_batch_size": (None,),
                                     "speculative_token_tree": (None,)}
 
 
-def _parsed(value: Any, where: str) -> dict[str, Any]:
-    """The flag's object: a mapping as given, or the JSON text the command line takes."""
+def json_object(value: Any, where: str, expected: str) -> dict[str, Any]:
+    """A JSON-valued flag's object: a mapping as given, or the JSON text the command line
+    takes; anything else is refused, naming ``where`` and the keys ``expected``."""
     if isinstance(value, str):
         try:
             value = json.loads(value, object_pairs_hook=unique_keys)
@@ -51,7 +52,7 @@ def _parsed(value: Any, where: str) -> dict[str, Any]:
                                 where=where) from None
     if not isinstance(value, dict):
         raise ServesimError(f"got {value!r}, expected a mapping (or its JSON text) with "
-                            "method and num_speculative_tokens", where=where)
+                            f"{expected}", where=where)
     return value
 
 
@@ -70,7 +71,7 @@ def speculative_keys(value: Any, tp: Any, where: str) -> dict[str, Any]:
     ``--speculative-config`` ``value`` (a mapping or its JSON text), for a target on
     ``tp`` GPUs (as the flags or the scenario set it; None: not set, 1). ``where`` names
     the flag in errors."""
-    spec = _parsed(value, where)
+    spec = json_object(value, where, "method and num_speculative_tokens")
     if "method" not in spec:
         raise ServesimError("needs method (servesim does not guess it from the drafter's "
                             "name, as vLLM does)", where=where)

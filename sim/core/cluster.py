@@ -121,7 +121,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload,
                                    budget.window_blocks, budget.window_groups,
-                                   prompt_only=pool.role == "prefill"),
+                                   prompt_only=pool.role == "prefill",
+                                   write_through=sv.host_prefixes),
                     sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1,
                     async_sched=overlapped)
             for i in range(pool.replicas * pool.dp)

@@ -123,11 +123,12 @@ class Engine(Outcomes):
         requests' prefix hashes as tuples (None when caching is off, or when the
         requests carry none: every prompt is then its own, and the caches, on, find
         nothing to share, as a server's do on unique prompts; the summary says so)."""
-        if not scenario.serving.prefix_caching:
+        sv = scenario.serving
+        if not sv.caches_prefixes:
             return None
-        bs = scenario.serving.block_size
-        for rep in self.entry:
-            rep.kv.enable_prefix_caching(bs)
+        bs = sv.block_size
+        for rep in self.entry:  # retain false: a write-through host tier alone keeps them
+            rep.kv.enable_prefix_caching(bs, retain=bool(sv.prefix_caching))
         if requests.prefix_hashes is not None:
             # The cache hashes KV blocks, as vLLM's does; coarser trace hashes are split.
             hash_tokens = requests.prefix_block_tokens or bs

@@ -4,11 +4,18 @@ Two kinds of blocks live here, sharing one capacity (``total`` blocks, each a bl
 per-GPU shard, so the tier of every GPU of a replica holds the same count):
 
 - a preempted request's KV, swapped out (``swapped`` blocks, pinned until it resumes);
-- with ``serving.kv_offload`` and prefix caching, prefix-cache entries the GPU evicted
-  (``entries``, by content hash, least recently stored first). The tier is written on
-  eviction (write-back, as SGLang HiCache's ``write_back`` policy), and an entry is in at
-  most one tier: loading it to the GPU for a hit takes it out of here, and a request
-  that computes a block whose hash is stored here makes the host copy redundant.
+- with ``serving.kv_offload``, prefix-cache entries (``entries``, by content hash,
+  least recently stored or used first), written one of two ways
+  (``kv_offload.write_policy``):
+
+  - write-back (SGLang HiCache's ``write_back``): an entry comes down when the GPU evicts
+    it, and is in at most one tier: loading it to the GPU for a hit takes it out of
+    here, and a request that computes a block whose hash is stored here makes the host
+    copy redundant;
+  - write-through (vLLM's CPU offloading connector, LMCache): a prompt's blocks are
+    copied here as soon as they are computed, in the background, so an eviction moves
+    nothing; a hit loads a copy and the host keeps its own. The GPU's own cache may be
+    off: the host tier is then the only place a prefix is found again.
 
 When room is needed, stored entries are dropped oldest first; swapped blocks never are
 (a swap-out that does not fit is refused, and the request is recomputed instead).
@@ -30,14 +37,16 @@ class HostTier:
     written from the GPU, ``loaded`` read back to it; ``dropped``: prefix entries lost
     (evicted from the host, or evicted from the GPU with no host room for them)."""
 
-    __slots__ = ("total", "keeps_prefixes", "per_hash", "swapped", "entries", "stored",
-                 "loaded", "dropped")
+    __slots__ = ("total", "keeps_prefixes", "through", "per_hash", "swapped", "entries",
+                 "stored", "loaded", "dropped")
 
-    def __init__(self, total_blocks: int, keeps_prefixes: bool = False) -> None:
-        if total_blocks < 0:
+    def __init__(self, total_blocks: int, keeps_prefixes: bool = False,
+                 through: bool = False) -> None:
+        if total_blocks < 0 or (through and not keeps_prefixes):
             raise ValueError("bad host tier size")
         self.total = total_blocks
         self.keeps_prefixes = keeps_prefixes
+        self.through = through  # write-through (else write-back); see the module docstring
         self.per_hash = 1  # blocks per prefix entry, set when prefix caching is enabled
         self.swapped = 0
         self.entries: OrderedDict[int, None] = OrderedDict()
@@ -89,15 +98,39 @@ class HostTier:
         self.stored += self.per_hash
         return True
 
-    def take(self, hashes: Sequence[int]) -> None:
-        """Move these stored entries to the GPU (a hit loads them)."""
-        for h in hashes:
-            del self.entries[h]
-        self.loaded += len(hashes) * self.per_hash
+    def evicted(self, h: int) -> int:
+        """The GPU evicted entry ``h``; returns the blocks that move down for it now:
+        under write-back the entry is stored (:meth:`put`; 0 when it is lost), under
+        write-through none (the host copied it when it was computed, or has dropped it)."""
+        if self.through or not self.put(h):
+            return 0
+        return self.per_hash
 
-    def discard(self, h: int) -> None:
-        """Forget ``h`` if stored: the GPU computed that block again (nothing moves)."""
-        self.entries.pop(h, None)
+    def computed(self, h: int) -> None:
+        """A request computed entry ``h``'s blocks on the GPU. Write-back: a stored copy is
+        now redundant and forgotten. Write-through: the host copies it in the background
+        (dropping older entries for room; nothing when even that leaves none), or, holding
+        it already, counts it as just used."""
+        entries = self.entries
+        if not self.through:
+            entries.pop(h, None)
+        elif h in entries:
+            entries.move_to_end(h)
+        elif self._make_room(self.per_hash):
+            entries[h] = None
+            self.stored += self.per_hash
+
+    def take(self, hashes: Sequence[int]) -> None:
+        """A hit loads these stored entries to the GPU: under write-back they leave the
+        host (an entry is in one tier), under write-through the host keeps them, now the
+        most recently used."""
+        entries = self.entries
+        for h in hashes:
+            if self.through:
+                entries.move_to_end(h)
+            else:
+                del entries[h]
+        self.loaded += len(hashes) * self.per_hash
 
     def can_swap(self, blocks: int) -> bool:
         """Whether a request's ``blocks`` could be swapped in (dropping entries)."""

@@ -18,10 +18,13 @@ at least ``watermark`` blocks available (:attr:`~KVCacheManager.admit_low_water`
 the fewest it left).
 
 Host memory is one more tier below the GPU (:class:`~sim.core.hosttier.HostTier`, owned
-here): it holds swapped-out requests' KV and, with ``serving.kv_offload``, the prefix
-entries the GPU evicts, which a later hit loads back instead of recomputing. A prefix
-entry is in one tier at most. Blocks moved for prefix entries accumulate in
-:attr:`~KVCacheManager.pending_io` for the replica to price.
+here): it holds swapped-out requests' KV and, with ``serving.kv_offload``, prefix
+entries, which a later hit loads back instead of recomputing: those the GPU evicts
+(write-back), or every prompt block once computed (write-through, which also serves a
+GPU whose own cache is off: :meth:`KVCacheManager.enable_prefix_caching` with ``retain``
+false). Blocks moved for evictions and hits accumulate in
+:attr:`~KVCacheManager.pending_io` for the replica to price; write-through's copies run
+in the background and are not priced.
 
 Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine.
 """
@@ -74,7 +77,8 @@ class KVCacheManager:
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
                  swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
-                 window_groups: tuple[int, int] = (1, 1), prompt_only: bool = False) -> None:
+                 window_groups: tuple[int, int] = (1, 1), prompt_only: bool = False,
+                 write_through: bool = False) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
             raise ValueError("bad KV cache sizes")
@@ -90,7 +94,7 @@ class KVCacheManager:
         # A disaggregated prefill replica: its requests hold their prompts' KV only.
         self.prompt_only = prompt_only
         self.used = 0  # blocks held by requests or by cached prefix entries
-        self.host = HostTier(swap_blocks, offload)
+        self.host = HostTier(swap_blocks, offload, write_through)
         # Blocks of prefix entries moved between the tiers since the replica last priced
         # an iteration (stores of evicted entries and loads of hits).
         self.pending_io = 0
@@ -98,10 +102,15 @@ class KVCacheManager:
         # The fewest available blocks an allocation keeping the watermark left behind.
         self.admit_low_water = total_blocks
 
-    def enable_prefix_caching(self, hash_tokens: int) -> PrefixCache:
+    def enable_prefix_caching(self, hash_tokens: int, retain: bool = True) -> PrefixCache:
         """Keep prompt blocks by content hash, each hash naming ``hash_tokens`` tokens (a
-        multiple of the block size); returns the cache (the router reads it)."""
-        self.prefix = PrefixCache(hash_tokens, self.block_size)
+        multiple of the block size); returns the cache (the router reads it).
+        ``retain`` false: the GPU keeps none (vLLM's own cache off) and a write-through
+        host tier holds them alone; a request's ``cached`` then counts its leading
+        entries known to be on the host, its blocks all its own."""
+        if not retain and not self.host.through:
+            raise ValueError("a prefix cache that keeps nothing needs a write-through tier")
+        self.prefix = PrefixCache(hash_tokens, self.block_size, retain)
         self.host.per_hash = self.prefix.per_hash
         return self.prefix
 
@@ -188,7 +197,7 @@ class KVCacheManager:
         pc = self.prefix
         if pc is None or r.hashes is None or r.computed:
             return NO_HIT
-        k, unref = pc.match(r.hashes, r.prompt + r.generated)
+        k, unref = pc.match(r.hashes, r.prompt + r.generated) if pc.retain else (0, 0)
         if self.host.entries:
             j = self.host.match(r.hashes, k, pc.limit(r.hashes, r.prompt + r.generated))
             if j:
@@ -239,8 +248,9 @@ class KVCacheManager:
         loaded = r.hashes[k:k + j]
         # Out of the host before any eviction below could push GPU entries into it.
         self.host.take(loaded)
-        for h in loaded:
-            pc.publish(h)
+        if pc.retain:
+            for h in loaded:
+                pc.publish(h)
         r.cached = k + j
         self.pending_io += j * pc.per_hash
 
@@ -269,8 +279,8 @@ class KVCacheManager:
         while self.total - self.used < num_blocks and pc.lru:
             h = pc.evict_oldest()
             self.used -= pc.per_hash
-            if host.keeps_prefixes and host.put(h):
-                self.pending_io += pc.per_hash
+            if host.keeps_prefixes:
+                self.pending_io += host.evicted(h)
         if self.total - self.used < num_blocks:
             raise AssertionError(f"KV over-allocation: {num_blocks} blocks with "
                                  f"{self.total - self.used} free")
@@ -284,8 +294,9 @@ class KVCacheManager:
         if r.cached:
             pc = self.prefix
             assert pc is not None and r.hashes is not None
-            own -= r.cached * pc.per_hash
-            pc.release(r.hashes[:r.cached])
+            if pc.retain:
+                own -= r.cached * pc.per_hash
+                pc.release(r.hashes[:r.cached])
             r.cached = 0
         if own < 0 or own > self.used:
             raise AssertionError(f"KV double free: freeing {own} of {self.used} used")
@@ -334,12 +345,19 @@ class KVCacheManager:
         """Cache ``r``'s first ``full`` entries (those after the ones it references)."""
         pc = self.prefix
         assert pc is not None and r.hashes is not None
-        entries = self.host.entries
-        for k in range(r.cached, full):
-            if not pc.publish(r.hashes[k]):
-                self.used -= pc.per_hash
-            elif entries:
-                self.host.discard(r.hashes[k])  # the GPU's fresh copy replaces it
+        host = self.host
+        if not pc.retain:  # the host alone keeps them (and the request its own blocks)
+            for k in range(r.cached, full):
+                host.computed(r.hashes[k])
+        else:
+            # Tell the host of each fresh entry: under write-back it replaces a stored
+            # copy, under write-through the host copies it.
+            tell = host.through or bool(host.entries)
+            for k in range(r.cached, full):
+                if not pc.publish(r.hashes[k]):
+                    self.used -= pc.per_hash
+                elif tell:
+                    host.computed(r.hashes[k])
         if full > r.cached:
             r.cached = full
 

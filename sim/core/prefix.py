@@ -33,9 +33,12 @@ class PrefixCache:
     ``hash_tokens`` tokens, blocks of ``block_size`` tokens. The block counts it implies
     are kept by its :class:`~sim.core.kvmanager.KVCacheManager`."""
 
-    def __init__(self, hash_tokens: int, block_size: int) -> None:
+    def __init__(self, hash_tokens: int, block_size: int, retain: bool = True) -> None:
         if hash_tokens % block_size:
             raise ValueError("hash_tokens must be a multiple of block_size")
+        # False: the GPU keeps no entry (vLLM's --no-enable-prefix-caching under a
+        # write-through host tier, which then holds every prefix; sim.core.kvmanager).
+        self.retain = retain
         self.hash_tokens = hash_tokens
         self.per_hash = hash_tokens // block_size  # KV blocks per cached entry
         self.refs: dict[int, int] = {}

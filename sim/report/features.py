@@ -49,7 +49,7 @@ def fault_summary(res: RunResult, lat: dict[str, np.ndarray],
 
 def prefix_summary(res: RunResult) -> dict[str, Any]:
     """Prefix-cache figures (tokens), present only when the scenario enables caching."""
-    if not res.scenario.serving.prefix_caching:
+    if not res.scenario.serving.caches_prefixes:
         return {}
     stats = res.replica_stats
     query = sum(s.prefix_query_tokens for s in stats)
@@ -74,7 +74,7 @@ def prefix_summary(res: RunResult) -> dict[str, Any]:
 
 def unused_hashes(res: RunResult) -> list[str]:
     """A note when the requests carry prefix hashes that nothing reads (caching off)."""
-    if res.requests.prefix_hashes is None or res.scenario.serving.prefix_caching:
+    if res.requests.prefix_hashes is None or res.scenario.serving.caches_prefixes:
         return []
     return ["the requests' prefix hashes are not used: prefix caching is off "
             "(serving.prefix_caching, vLLM's --enable-prefix-caching)"]

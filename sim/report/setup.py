@@ -40,6 +40,9 @@ def scenario_digest(scenario: Any) -> str:
             fields.pop(key)
     if fields["serving"].get("speculative", 0) is None:
         fields["serving"].pop("speculative")
+    offload = fields["serving"].get("kv_offload")
+    if isinstance(offload, dict) and offload.get("write_policy") == "write_back":
+        offload.pop("write_policy")  # a key added later: hashed only when not the default
     fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
     for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
                          ("workload", "stages"), ("serving", "kv_offload"),
@@ -230,6 +233,8 @@ def _serving_features(sv: Any) -> dict[str, Any]:
         out["priority"] = True
     if sv.kv_offload is not None:
         out["kv_offload"] = _plain(sv.kv_offload)
+        if sv.kv_offload.write_policy == "write_back":
+            out["kv_offload"].pop("write_policy")  # shown when not the default
     if sv.scheduler_recv_interval > 1:
         out["scheduler_recv_interval"] = sv.scheduler_recv_interval
     return out

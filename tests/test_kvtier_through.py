@@ -1,0 +1,246 @@
+"""A write-through host KV tier (serving.kv_offload.write_policy: write_through), as vLLM's
+CPU offloading connector and LMCache keep one: hand-worked step logs of a prefix found
+on the host after the GPU evicted it (no store at eviction, the host keeps its copy),
+of a GPU whose own cache is off (the host the only prefix cache), and of the host's LRU
+when full; hypothesis invariants on block accounting; load-time errors.
+
+Cost in every engine case: 10 ms per step + 1 ms per new token (linear), KV blocks of 4
+tokens, prefix hashes naming 4-token blocks, no watermark; a host link that moves one
+block in 1 ms (tests/test_kvtier.py gives the arithmetic).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from conftest import tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_kvtier import MS_PER_BLOCK, OP, move, run, run_shared, steps
+
+from sim.config.scenario import from_dict
+from sim.core.kvmanager import KVCacheManager
+from sim.core.request import Request
+from sim.errors import ServesimError
+from sim.report.setup import scenario_digest
+from sim.report.summary import summarize
+
+EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
+
+
+def through(blocks: int, **more: Any) -> dict[str, Any]:
+    """A write-through kv_offload section holding ``blocks`` tiny-model blocks."""
+    return {"cpu_gb": blocks / 131072, "bandwidth_gb_s": MS_PER_BLOCK,
+            "write_policy": "write_through", **more}
+
+
+# A (12 tokens, hashes 1 2, 2 out), B (20 tokens, no hashes, 1 out), C (12 tokens,
+# hashes 1 2, 1 out), 6 GPU blocks: the case tests/test_kvtier.py works under write-back.
+CASE = ([0.0, 1.0, 2.0], [12, 20, 12], [2, 1, 1], [[1, 2], [], [1, 2]])
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_the_host_copies_a_prompt_when_computed_and_keeps_it_when_a_hit_loads_it(
+        policy: str) -> None:
+    # A prefills (10 + 12 ms) and its 2 full blocks are copied to the host as they are
+    # computed, in the background (not priced); it decodes (11 ms) and leaves entries 1
+    # and 2 cached. B needs 5 blocks with 4 free: entry 2 is evicted from the GPU and,
+    # the host holding its copy already, nothing moves: 10 + 20 = 30 ms (write-back: 31,
+    # storing it then). C finds 1 on the GPU and 2 on the host: 4 tokens loaded (1 ms),
+    # 4 prefilled, 10 + 4 + 1 = 15 ms.
+    eng, res = run({"policy": policy, "num_kv_blocks": 6, "kv_offload": through(4)}, *CASE)
+    assert steps(res) == [
+        (0, 0.0, 0.022, ((0, 12, 0),)),
+        (0, 0.022, 0.033, ((0, 1, 12),)),
+        (0, 1.0, 1.03, ((1, 20, 0),)),
+        (0, 2.0, 2.015, ((2, 4, 8),)),
+    ]
+    t = summarize(res)["kv_tiers"]
+    assert (t["gpu"]["hit_tokens"], t["host"]["hit_tokens"]) == (4, 4)
+    assert (t["host"]["stored_blocks"], t["host"]["loaded_blocks"]) == (2, 1)
+    assert t["transfer_s"] == pytest.approx(0.001)  # the load alone: copies are not priced
+    kv = eng.replicas[0].kv
+    # Both entries are back on the GPU and still on the host, 2 the more recently used.
+    assert kv.prefix is not None and sorted(kv.prefix.refs) == [1, 2]
+    assert list(kv.host.entries) == [1, 2] and kv.host.dropped == 0
+    pool = summarize(res)["simulated"]["pools"]["both"]
+    assert pool["kv_offload"]["write_policy"] == "write_through"
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_with_the_gpus_own_cache_off_the_host_is_the_only_prefix_cache(policy: str) -> None:
+    # vLLM --no-enable-prefix-caching under LMCache. A prefills (22 ms), its blocks are
+    # copied to the host, and when it finishes the GPU keeps nothing. B's 5 blocks fit
+    # the 6 free (30 ms). C finds nothing on the GPU and both entries on the host: 8
+    # tokens loaded (2 ms), 4 prefilled: 10 + 4 + 2 = 16 ms, where without the tier it
+    # prefills all 12 (22 ms).
+    serving = {"policy": policy, "num_kv_blocks": 6, "prefix_caching": False}
+    eng, res = run({**serving, "kv_offload": through(4)}, *CASE)
+    assert steps(res) == [
+        (0, 0.0, 0.022, ((0, 12, 0),)),
+        (0, 0.022, 0.033, ((0, 1, 12),)),
+        (0, 1.0, 1.03, ((1, 20, 0),)),
+        (0, 2.0, 2.016, ((2, 4, 8),)),
+    ]
+    _, off = run(serving, *CASE)
+    assert steps(off)[3] == (0, 2.0, 2.022, ((2, 12, 0),))
+    s = summarize(res)
+    assert s["prefix_cache"]["hit_tokens"] == 8
+    assert (s["kv_tiers"]["gpu"]["hit_tokens"], s["kv_tiers"]["host"]["hit_tokens"]) == (0, 8)
+    assert "prefix_cache" not in summarize(off)
+    kv = eng.replicas[0].kv
+    # C's blocks were its own, not shared entries: every block is free again.
+    assert kv.prefix is not None and not kv.prefix.refs and kv.used == 0
+    assert kv.available == kv.total and list(kv.host.entries) == [1, 2]
+
+
+def test_the_host_drops_its_least_recently_used_copy_when_full() -> None:
+    # A 2-block tier, the GPU's own cache off. A (hashes 1 2) and B (hashes 3 4), 12
+    # tokens and 1 out each: A's copies fill the tier, B's push both out (3 and 4 are
+    # the newest). C (hashes 1 2) finds neither and prefills 12 tokens (22 ms); its
+    # copies push out 3 and 4. D (hashes 3 4) then prefills whole too.
+    serving = {"num_kv_blocks": 6, "prefix_caching": False, "kv_offload": through(2)}
+    eng, res = run(serving, [0.0, 1.0, 2.0, 3.0], [12] * 4, [1] * 4,
+                   [[1, 2], [3, 4], [1, 2], [3, 4]])
+    assert [s[3] for s in steps(res)] == [((i, 12, 0),) for i in range(4)]
+    host = eng.replicas[0].kv.host
+    assert (host.stored, host.loaded, host.dropped, list(host.entries)) == (8, 0, 6, [3, 4])
+
+
+def test_an_entry_the_host_dropped_is_lost_when_the_gpu_evicts_it() -> None:
+    # 6 GPU blocks, a 2-block tier. A (hashes 1 2) and B (hashes 3 4), 12 tokens and 1
+    # out: the host copies 1 and 2, then 3 and 4 in their place. D (20 tokens, no hashes)
+    # evicts GPU entries 2, 1 and 4, and nothing moves (write-back would store all three
+    # during D's step, 3 ms more): 10 + 20 = 30 ms. E (hashes 1 2) finds them nowhere and
+    # prefills 12 (22 ms); its copies push 3 and 4 out of the host. F (hashes 3 4) finds
+    # 3 on the GPU and 4 nowhere: 8 tokens prefilled, 18 ms.
+    eng, res = run({"num_kv_blocks": 6, "kv_offload": through(2)},
+                   [0.0, 1.0, 2.0, 3.0, 4.0], [12, 12, 20, 12, 12], [1] * 5,
+                   [[1, 2], [3, 4], [], [1, 2], [3, 4]])
+    assert steps(res) == [
+        (0, 0.0, 0.022, ((0, 12, 0),)),
+        (0, 1.0, 1.022, ((1, 12, 0),)),
+        (0, 2.0, 2.03, ((2, 20, 0),)),
+        (0, 3.0, 3.022, ((3, 12, 0),)),
+        (0, 4.0, 4.018, ((4, 8, 4),)),
+    ]
+    host = eng.replicas[0].kv.host
+    # F's copy of 4 pushed 1 out.
+    assert (host.stored, host.loaded, host.dropped, list(host.entries)) == (7, 0, 5, [2, 4])
+
+
+# -- invariants -----------------------------------------------------------------------
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(4, 24), st.sampled_from([1, 2, 4]), st.integers(0, 16), st.booleans(),
+       st.lists(OP, min_size=20, max_size=80))
+def test_write_through_never_loses_or_duplicates_a_block(
+        total: int, bs: int, host_blocks: int, retain: bool, ops: list[tuple]) -> None:
+    # The GPU's blocks are live requests' own and cached entries' (none when it keeps
+    # no entries); the host's entries are copies of blocks once computed, within its size
+    # beside the swapped blocks; a load moves what the hit found on the host.
+    kv = KVCacheManager(total, bs, 0, host_blocks, offload=True, write_through=True)
+    pc = kv.enable_prefix_caching(2 * bs, retain=retain)
+    live: list[Request] = []
+    swapped: list[Request] = []
+    published: set[int] = set()
+    made = 0
+
+    def check() -> None:
+        assert 0 <= kv.used <= kv.total
+        shared = sum(r.cached for r in live) if retain else 0
+        assert kv.used == sum(r.blocks for r in live) - shared * pc.per_hash + \
+            len(pc.refs) * pc.per_hash
+        assert retain or not pc.refs
+        host = kv.host
+        assert host.swapped == sum(r.swapped for r in swapped)
+        assert host.free >= 0 and host.swapped + host.entry_blocks + host.free == host.total
+        assert set(host.entries) <= published
+
+    for op, pick, tokens, keep in ops:
+        if op == "admit":
+            r = Request(made, 0.0, tokens, 3)
+            made += 1
+            r.hashes = tuple(range(pick % 2, pick % 2 + tokens // (2 * bs)))
+            hit = kv.computed_tokens(r)
+            assert hit.loaded <= hit.tokens < tokens
+            assert retain or hit.loaded == hit.tokens
+            io = kv.pending_io
+            if kv.allocate_slots(r, tokens - hit.tokens, hit, keep_watermark=keep) is not None:
+                assert kv.pending_io - io == hit.loaded // bs
+                r.computed = tokens
+                live.append(r)
+                if not keep:
+                    kv.cache_blocks(r)  # its prefill done, as the replica publishes at once
+                    published |= set(r.hashes[:tokens // (2 * bs)])
+        elif op == "publish" and live:
+            r = live[pick % len(live)]
+            assert r.hashes is not None
+            io = kv.pending_io
+            kv.cache_blocks(r)
+            assert kv.pending_io == io  # write-through copies are not priced
+            published |= set(r.hashes[:r.prompt // (2 * bs)])
+        else:
+            move(kv, op, pick, tokens, keep, live, swapped)
+        check()
+    for r in live:
+        kv.free(r)
+    for r in swapped:
+        kv.swap_in(r)
+    assert kv.host.swapped == 0 and kv.available == kv.total
+
+
+@settings(max_examples=EXAMPLES // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(policy=st.sampled_from(["continuous", "chunked"]),
+       preemption=st.sampled_from(["recompute", "swap"]), retain=st.booleans(),
+       blocks=st.integers(8, 40), host=st.integers(0, 24), overlap=st.booleans(),
+       reqs=st.lists(st.tuples(st.sampled_from([0.0, 0.005, 0.05]), st.integers(2, 40),
+                               st.integers(1, 12), st.integers(0, 3)), min_size=1, max_size=14))
+def test_write_through_runs_end_with_every_block_home(
+        policy: str, preemption: str, retain: bool, blocks: int, host: int, overlap: bool,
+        reqs: list[tuple]) -> None:
+    # Lazy and eager decodes give the same logs and records; every request ends; the GPU
+    # ends holding cached entries only (none when it keeps none), the host no swapped
+    # block and no more entries than it holds.
+    kv = run_shared(tiny_scenario(serving={
+        "policy": policy, "num_kv_blocks": blocks, "max_num_batched_tokens": 64,
+        "prefix_caching": retain, "preemption": preemption,
+        "kv_offload": through(host, overlap=overlap)}), reqs)
+    assert kv.prefix is not None and kv.host.swapped == 0
+    assert kv.used == len(kv.prefix.refs) and (retain or kv.used == 0)
+    assert len(kv.host.entries) <= host
+
+
+# -- configuration --------------------------------------------------------------------
+def base(**serving: Any) -> dict[str, Any]:
+    return {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+            "serving": {"policy": "chunked", **serving},
+            "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
+                         "lengths": {"prompt": {"dist": "fixed", "value": 64},
+                                     "output": {"dist": "fixed", "value": 8}},
+                         "num_requests": 4}}
+
+
+def test_a_write_through_tier_alone_is_a_prefix_cache_and_the_others_are_errors() -> None:
+    # With the GPU's own cache off and preemption by recompute a write-back tier would
+    # hold nothing; a write-through one keeps the prompts.
+    with pytest.raises(ServesimError, match="with none of them it would stay empty"):
+        from_dict(base(prefix_caching=False, kv_offload={"cpu_gb": 8}), "s.yaml")
+    sc = from_dict(base(prefix_caching=False,
+                        kv_offload={"cpu_gb": 8, "write_policy": "write_through"}), "s.yaml")
+    assert sc.serving.caches_prefixes and not sc.serving.prefix_caching
+    with pytest.raises(ServesimError, match=r"serving\.kv_offload\.write_policy.*"
+                                            r"continuous and chunked, not 'orca'"):
+        from_dict(base(policy="orca", kv_offload={"cpu_gb": 8,
+                                                  "write_policy": "write_through"}), "s.yaml")
+    with pytest.raises(ServesimError, match="write_policy"):
+        from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "through"}), "s.yaml")
+
+
+def test_the_write_policy_is_hashed_only_when_not_the_default() -> None:
+    back = from_dict(base(kv_offload={"cpu_gb": 8}))
+    same = from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "write_back"}))
+    other = from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "write_through"}))
+    assert scenario_digest(back) == scenario_digest(same) != scenario_digest(other)

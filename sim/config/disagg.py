@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
 from sim.config.serving import check_gb_s
@@ -177,14 +177,13 @@ def memory_version(scenario: Scenario, gpu: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def _profile_version(ref: str, base_dir: str | None) -> str | None:
-    """The vLLM version a profile file's kernel tables came from, read as the cost model
-    reads the file (None: not vLLM's, a version whose memory profile servesim does not
-    model, or a file it cannot read: loading the cost model says what is wrong with it)."""
+def profile_vllm_source(ref: str, base_dir: str | None) -> dict[str, Any] | None:
+    """The ``source`` section of a profile file built from vLLM's kernel tables, read as
+    the cost model reads the file (None: not vLLM's, or a file it cannot read: loading
+    the cost model says what is wrong with it). Cached and shared: read, never change."""
     from pathlib import Path
 
     from sim.cost.profilefile import load_profile
-    from sim.cost.vllmmemory import modelled_release
 
     try:
         # A calibrated profile records no source (it was timed, not built from tables).
@@ -193,7 +192,16 @@ def _profile_version(ref: str, base_dir: str | None) -> str | None:
         return None
     if not isinstance(src, dict) or src.get("framework") != "vllm":
         return None
-    return modelled_release(str(src.get("version")))
+    return src
+
+
+def _profile_version(ref: str, base_dir: str | None) -> str | None:
+    """The vLLM version a profile file's kernel tables came from (None: not vLLM's, a
+    version whose memory profile servesim does not model, or an unreadable file)."""
+    from sim.cost.vllmmemory import modelled_release
+
+    src = profile_vllm_source(ref, base_dir)
+    return None if src is None else modelled_release(str(src.get("version")))
 
 
 def _memory(scenario: Scenario, gpu: str, utilization: float | None

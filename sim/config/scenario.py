@@ -9,6 +9,7 @@ once fused into one event, with the same results). docs/scenarios.md is the refe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import DEFAULT_GPU, HardwareConfig
+from sim.config.loadnotes import settings_notes
 from sim.config.overrides import load_raw
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
@@ -101,7 +103,8 @@ class Scenario:
     # The ``--set`` overrides applied on loading, as given (already part of the fields
     # above; kept so that a summary can say what was asked).
     overrides: tuple[str, ...] = ()
-    # What loading accepted without pricing it (a vLLM kernel flag), for the summary.
+    # What loading accepted without pricing it (a vLLM kernel flag) or that changes less
+    # than it seems to (sim.config.loadnotes), for the summary.
     notes: tuple[str, ...] = ()
     # Files loading read beside those the keys name (a vLLM config file): an output
     # folder keeps them, and a study's cache covers their bytes (input_files).
@@ -331,7 +334,9 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         if scenario.horizon_s is not None and scenario.horizon_s <= 0:
             raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
                                 where="horizon_s")
-        return scenario
+        # Only a scenario that passed every check gets notes on its settings.
+        return dataclasses.replace(scenario,
+                                   notes=scenario.notes + settings_notes(scenario, raw))
     except ServesimError as exc:
         raise exc.located(source) from None
 

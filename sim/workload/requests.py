@@ -204,6 +204,15 @@ class PriorityConfig:
     def __post_init__(self) -> None:
         if not self.classes:
             raise ServesimError("give at least one priority class", where="classes")
+        # A class listed twice would silently add its weights together (or, without
+        # weights, double its share): most likely a typo for another class.
+        seen: set[int] = set()
+        for c in self.classes:
+            if c in seen:
+                raise ServesimError(f"got {list(self.classes)}: class {c} is listed twice; "
+                                    "give each priority class once (its share in weights)",
+                                    where="classes")
+            seen.add(c)
         if self.weights is not None:
             if len(self.weights) != len(self.classes):
                 raise ServesimError(f"{len(self.weights)} weights for {len(self.classes)} "
@@ -318,6 +327,21 @@ class SharedPrefixConfig:
     # Each group's block names start at group << 32: 2**31 groups keep them in int64.
     groups: int = bounded(1, ge=1, le=2**31 - 1)
     block_tokens: int = bounded(16, ge=1)
+
+    def __post_init__(self) -> None:
+        # A prefix shorter than one block names no whole block, so no request would
+        # share anything: refused rather than run as if the section were absent.
+        if self.block_tokens > self.tokens:
+            raise ServesimError(f"got {self.block_tokens}, more than tokens ({self.tokens}): "
+                                "only whole blocks are hashed, so no request would share "
+                                f"any; give at most {self.tokens}, or more tokens",
+                                where="block_tokens")
+
+    @property
+    def shared_tokens(self) -> int:
+        """Prompt tokens a full-length prompt shares with its group: the whole blocks of
+        ``block_tokens`` inside the first ``tokens`` (vLLM hashes full blocks only)."""
+        return self.tokens // self.block_tokens * self.block_tokens
 
     def apply(self, reqs: Requests, rng: np.random.Generator) -> Requests:
         """``reqs`` with per-request prefix hashes (prompts shorter than the prefix use

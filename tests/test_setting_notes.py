@@ -1,0 +1,182 @@
+"""Settings a fuzzing pass (2026-12, findings 4, 6 and 9) found accepted with no effect and
+no word: a shared prefix shorter than one block, a ``faults`` section with nothing to
+inject, priorities drawn while admission ignores them, duplicated priority classes, and a
+profile file's vLLM release outside the modelled ones. Each is now refused naming its key,
+or said in a ``note`` line of the summary while every simulated number stays as it was."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.config.disagg import pools
+from sim.config.scenario import Scenario, from_dict, load
+from sim.core.engine import simulate
+from sim.cost.profilefile import PROFILE_DIR
+from sim.cost.vllmmemory import DEFAULT_VERSION, FIRST, LAST
+from sim.errors import ServesimError
+
+FIXED = {"dist": "fixed", "value": 40}
+WORKLOAD: dict[str, Any] = {"arrivals": {"process": "poisson", "rate": 20.0},
+                            "num_requests": 12, "seed": 1,
+                            "lengths": {"prompt": dict(FIXED), "output": {"dist": "fixed",
+                                                                          "value": 4}}}
+TINY: dict[str, Any] = {"name": "tiny", "model": "tiny",
+                        "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
+                        "serving": {"block_size": 4}, "workload": WORKLOAD}
+
+
+def scenario(workload: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    """The tiny scenario with ``workload`` keys and top-level sections changed."""
+    raw = copy.deepcopy({**TINY, **top})
+    raw["workload"].update(copy.deepcopy(workload or {}))
+    return raw
+
+
+def notes(raw: dict[str, Any]) -> tuple[str, ...]:
+    return from_dict(raw, "s.yaml").notes
+
+
+def refused(raw: dict[str, Any]) -> ServesimError:
+    with pytest.raises(ServesimError) as info:
+        from_dict(raw, "s.yaml")
+    return info.value
+
+
+def printed(raw: dict[str, Any], tmp: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The summary ``simulate`` prints for ``raw``."""
+    path = tmp / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["simulate", str(path), "--out", str(tmp / "out"), "--no-plots"]) == 0
+    return capsys.readouterr().out
+
+
+def same_run(a: Scenario, b: Scenario) -> None:
+    """Two scenarios that differ in their notes only simulate the same requests."""
+    ra, rb = simulate(a), simulate(b)
+    assert ra.finish.tolist() == rb.finish.tolist()
+    assert ra.first_token.tolist() == rb.first_token.tolist()
+
+
+# 4: workload.shared_prefix
+
+
+def test_a_shared_prefix_shorter_than_one_block_is_refused_naming_block_tokens() -> None:
+    err = refused(scenario({"shared_prefix": {"tokens": 8, "groups": 2, "block_tokens": 16}}))
+    assert err.where == "workload.shared_prefix.block_tokens"
+    assert "got 16, more than tokens (8)" in err.message and "at most 8" in err.message
+    from_dict(scenario({"shared_prefix": {"tokens": 16, "groups": 2, "block_tokens": 16}}))
+
+
+def test_a_shared_prefix_off_whole_blocks_says_how_much_is_shared(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = scenario({"shared_prefix": {"tokens": 14, "groups": 2, "block_tokens": 4}})
+    said = ("workload.shared_prefix: tokens 14 is not a multiple of block_tokens 4: a group "
+            "shares its first 12 prompt tokens (3 whole blocks)")
+    assert any(n.startswith(said) for n in notes(raw))
+    assert f"note: {said}" in printed(raw, tmp_path, capsys)
+    whole = scenario({"shared_prefix": {"tokens": 12, "groups": 2, "block_tokens": 4}})
+    assert not any("shared_prefix" in n for n in notes(whole))
+    # 14 tokens hash as the 12 of whole blocks: the same run.
+    same_run(from_dict(raw), from_dict(whole))
+
+
+# 9: sections that change nothing
+
+
+def test_a_faults_section_with_nothing_to_inject_gets_a_note(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = scenario(faults={"repair_s": 600, "on_failure": "fail", "max_retries": 0})
+    said = ("faults: injects no fault (no outages, failures_per_hour 0); max_retries, "
+            "on_failure, repair_s act only when a replica fails")
+    assert any(n.startswith(said) for n in notes(raw))
+    assert f"note: {said}" in printed(raw, tmp_path, capsys)
+    same_run(from_dict(raw), from_dict(scenario()))
+    assert not any(n.startswith("faults:") for n in notes(scenario()))
+    active = scenario(faults={"outages": [{"replica": 0, "at_s": 0.1, "duration_s": 0.1}],
+                              "repair_s": 600})
+    assert not any(n.startswith("faults:") for n in notes(active))
+
+
+@pytest.mark.parametrize(("workload", "keys"), [
+    ({"priority": {"classes": [0, 1], "weights": [1, 1]}}, "workload.priority"),
+    ({"arrivals": None, "classes": {
+        "a": {"priority": 0, "arrivals": {"process": "poisson", "rate": 5.0}},
+        "b": {"arrivals": {"process": "poisson", "rate": 5.0}}}},
+     "workload.classes.a.priority"),
+])
+def test_priorities_no_scheduler_reads_get_a_note(workload: dict[str, Any], keys: str,
+                                                 tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    raw = scenario(workload)
+    if workload.get("arrivals", "") is None:
+        del raw["workload"]["arrivals"]
+    said = (f"{keys}: priorities are drawn but not used, as requests are admitted in "
+            "arrival order; set serving.priority: true to admit by priority")
+    assert said in notes(raw)
+    assert f"note: {said}" in printed(raw, tmp_path, capsys)
+    raw["serving"]["priority"] = True
+    assert not any("priorit" in n for n in notes(raw))
+
+
+def test_a_priority_class_listed_twice_is_refused() -> None:
+    err = refused(scenario({"priority": {"classes": [0, 1, 0], "weights": [1, 1, 1]}}))
+    assert err.where == "workload.priority.classes"
+    assert "got [0, 1, 0]: class 0 is listed twice" in err.message
+
+
+# 6: a profile file's source.version
+
+
+def profile_at(tmp: Path, version: Any) -> Path:
+    """The shipped H100 Llama-3-8B vLLM profile with its ``source.version`` replaced
+    (None: removed)."""
+    data = yaml.safe_load((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text())
+    if version is None:
+        del data["source"]["version"]
+    else:
+        data["source"]["version"] = version
+    path = tmp / "profile.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def profile_scenario(tmp: Path, version: Any, **serving: Any) -> Scenario:
+    raw = {"name": "p", "model": "llama-3-8b", "cost": {"profile": "profile.yaml"},
+           "serving": serving, "workload": copy.deepcopy(WORKLOAD)}
+    profile_at(tmp, version)
+    path = tmp / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load(path)
+
+
+@pytest.mark.parametrize(("version", "shown"), [
+    ("0.27.0", "gives source.version '0.27.0', outside"),
+    ("0.10.0", "gives source.version '0.10.0', outside"),
+    ("banana", "gives source.version 'banana', outside"),
+    (None, "gives no source.version, so it names none of"),
+])
+def test_a_profile_release_outside_the_modelled_ones_is_noted(
+        version: Any, shown: str, tmp_path: Path) -> None:
+    from sim.config import disagg
+
+    disagg.profile_vllm_source.cache_clear()  # each test writes its own file at one path
+    sc = profile_scenario(tmp_path, version)
+    said = (f"cost.profile: profile.yaml {shown} the vLLM releases whose memory rules "
+            f"servesim models ({FIRST[0]}.{FIRST[1]} to {LAST[0]}.{LAST[1]}); the KV cache "
+            f"is sized as vLLM {DEFAULT_VERSION} sizes it")
+    assert any(n.startswith(said) for n in sc.notes), sc.notes
+    # The note changes nothing: the default release still sizes the cache.
+    rules = pools(sc)[0].memory_rules
+    assert rules is not None and rules.version == DEFAULT_VERSION
+    disagg.profile_vllm_source.cache_clear()
+    for quiet in (profile_scenario(tmp_path, "0.24.0"),
+                  profile_scenario(tmp_path, version, vllm_version="0.24.0"),
+                  profile_scenario(tmp_path, version, num_gpu_blocks=1000)):
+        assert not any(n.startswith("cost.profile") for n in quiet.notes), quiet.notes
+    disagg.profile_vllm_source.cache_clear()

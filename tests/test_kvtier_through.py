@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_kvtier import MS_PER_BLOCK, OP, move, run, run_shared, steps
 
 from sim.config.scenario import from_dict
-from sim.core.kvmanager import KVCacheManager
+from sim.core.kvmanager import OWN_HASHES, KVCacheManager
 from sim.core.request import Request
 from sim.errors import ServesimError
 from sim.report.setup import scenario_digest
@@ -41,16 +41,25 @@ def through(blocks: int, **more: Any) -> dict[str, Any]:
 CASE = ([0.0, 1.0, 2.0], [12, 20, 12], [2, 1, 1], [[1, 2], [], [1, 2]])
 
 
+def own(host_keys: list[int]) -> list[object]:
+    """Host keys as written in the cases: a prefix hash, or ``(request, block)`` for a
+    block of a request's own (past its prompt's hashes)."""
+    return [h if h < OWN_HASHES else ((h - OWN_HASHES) >> 32, (h - OWN_HASHES) & 0xFFFFFFFF)
+            for h in host_keys]
+
+
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])
 def test_the_host_copies_a_prompt_when_computed_and_keeps_it_when_a_hit_loads_it(
         policy: str) -> None:
-    # A prefills (10 + 12 ms) and its 2 full blocks are copied to the host as they are
-    # computed, in the background (not priced); it decodes (11 ms) and leaves entries 1
-    # and 2 cached. B needs 5 blocks with 4 free: entry 2 is evicted from the GPU and,
-    # the host holding its copy already, nothing moves: 10 + 20 = 30 ms (write-back: 31,
-    # storing it then). C finds 1 on the GPU and 2 on the host: 4 tokens loaded (1 ms),
-    # 4 prefilled, 10 + 4 + 1 = 15 ms.
-    eng, res = run({"policy": policy, "num_kv_blocks": 6, "kv_offload": through(4)}, *CASE)
+    # An 8-block tier. A prefills (10 + 12 ms) and its 2 hashed blocks are copied to the
+    # host, in the background (not priced); it decodes (11 ms), leaves entries 1 and 2
+    # cached, and its third block (tokens 9-12, no hash) is copied as it leaves. B needs
+    # 5 blocks with 4 free: entry 2 is evicted from the GPU and, the host holding its
+    # copy, nothing moves: 10 + 20 = 30 ms (write-back: 31, storing it then); B's 5
+    # blocks are copied as it leaves (8 in all). C finds 1 on the GPU and 2 on the host:
+    # 4 tokens loaded (1 ms), 4 prefilled, 10 + 4 + 1 = 15 ms; its lookup made 1 and 2
+    # the most recent, so its own block pushes out A's, the least recently used.
+    eng, res = run({"policy": policy, "num_kv_blocks": 6, "kv_offload": through(8)}, *CASE)
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 0.022, 0.033, ((0, 1, 12),)),
@@ -59,12 +68,14 @@ def test_the_host_copies_a_prompt_when_computed_and_keeps_it_when_a_hit_loads_it
     ]
     t = summarize(res)["kv_tiers"]
     assert (t["gpu"]["hit_tokens"], t["host"]["hit_tokens"]) == (4, 4)
-    assert (t["host"]["stored_blocks"], t["host"]["loaded_blocks"]) == (2, 1)
+    assert (t["host"]["stored_blocks"], t["host"]["loaded_blocks"]) == (9, 1)
     assert t["transfer_s"] == pytest.approx(0.001)  # the load alone: copies are not priced
     kv = eng.replicas[0].kv
-    # Both entries are back on the GPU and still on the host, 2 the more recently used.
+    # Both entries are back on the GPU and still on the host.
     assert kv.prefix is not None and sorted(kv.prefix.refs) == [1, 2]
-    assert list(kv.host.entries) == [1, 2] and kv.host.dropped == 0
+    assert own(list(kv.host.entries)) == [(1, 4), (1, 3), (1, 2), (1, 1), (1, 0), 2, 1,
+                                          (2, 2)]
+    assert kv.host.dropped == 1
     pool = summarize(res)["simulated"]["pools"]["both"]
     assert pool["kv_offload"]["write_policy"] == "write_through"
 
@@ -77,7 +88,7 @@ def test_with_the_gpus_own_cache_off_the_host_is_the_only_prefix_cache(policy: s
     # tokens loaded (2 ms), 4 prefilled: 10 + 4 + 2 = 16 ms, where without the tier it
     # prefills all 12 (22 ms).
     serving = {"policy": policy, "num_kv_blocks": 6, "prefix_caching": False}
-    eng, res = run({**serving, "kv_offload": through(4)}, *CASE)
+    eng, res = run({**serving, "kv_offload": through(8)}, *CASE)
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 0.022, 0.033, ((0, 1, 12),)),
@@ -93,29 +104,32 @@ def test_with_the_gpus_own_cache_off_the_host_is_the_only_prefix_cache(policy: s
     kv = eng.replicas[0].kv
     # C's blocks were its own, not shared entries: every block is free again.
     assert kv.prefix is not None and not kv.prefix.refs and kv.used == 0
-    assert kv.available == kv.total and list(kv.host.entries) == [1, 2]
+    assert kv.available == kv.total and {1, 2} <= set(kv.host.entries)
+    assert (kv.host.stored, kv.host.loaded) == (9, 2)
 
 
 def test_the_host_drops_its_least_recently_used_copy_when_full() -> None:
-    # A 2-block tier, the GPU's own cache off. A (hashes 1 2) and B (hashes 3 4), 12
-    # tokens and 1 out each: A's copies fill the tier, B's push both out (3 and 4 are
-    # the newest). C (hashes 1 2) finds neither and prefills 12 tokens (22 ms); its
-    # copies push out 3 and 4. D (hashes 3 4) then prefills whole too.
+    # A 2-block tier, the GPU's own cache off; 8-token prompts, 1 out, every block
+    # hashed. A's copies (1 2) fill the tier; B's (3 4) push both out. C (hashes 1 2)
+    # finds nothing (its lookup may hit 1 alone, short of its last token) and prefills
+    # 8 tokens (18 ms); its copies push 3 and 4 out. D (hashes 3 4) prefills whole too,
+    # and its copies end the run, 3 (its head) the more recent.
     serving = {"num_kv_blocks": 6, "prefix_caching": False, "kv_offload": through(2)}
-    eng, res = run(serving, [0.0, 1.0, 2.0, 3.0], [12] * 4, [1] * 4,
+    eng, res = run(serving, [0.0, 1.0, 2.0, 3.0], [8] * 4, [1] * 4,
                    [[1, 2], [3, 4], [1, 2], [3, 4]])
-    assert [s[3] for s in steps(res)] == [((i, 12, 0),) for i in range(4)]
+    assert [s[2:] for s in steps(res)] == [(t + 0.018, ((i, 8, 0),))
+                                           for i, t in enumerate([0.0, 1.0, 2.0, 3.0])]
     host = eng.replicas[0].kv.host
-    assert (host.stored, host.loaded, host.dropped, list(host.entries)) == (8, 0, 6, [3, 4])
+    assert (host.stored, host.loaded, host.dropped, list(host.entries)) == (8, 0, 6, [4, 3])
 
 
 def test_an_entry_the_host_dropped_is_lost_when_the_gpu_evicts_it() -> None:
-    # 6 GPU blocks, a 2-block tier. A (hashes 1 2) and B (hashes 3 4), 12 tokens and 1
-    # out: the host copies 1 and 2, then 3 and 4 in their place. D (20 tokens, no hashes)
-    # evicts GPU entries 2, 1 and 4, and nothing moves (write-back would store all three
-    # during D's step, 3 ms more): 10 + 20 = 30 ms. E (hashes 1 2) finds them nowhere and
-    # prefills 12 (22 ms); its copies push 3 and 4 out of the host. F (hashes 3 4) finds
-    # 3 on the GPU and 4 nowhere: 8 tokens prefilled, 18 ms.
+    # 6 GPU blocks, a 2-block tier; 12-token prompts hash their first 8 tokens. A (1 2)
+    # and B (3 4), 1 out: the host copies each prompt's blocks, its own third block
+    # pushing the older copy out. D (20 tokens, no hashes) evicts GPU entries 2, 1 and
+    # 4, and nothing moves (write-back would store all three during D's step, 3 ms
+    # more): 10 + 20 = 30 ms. E (1 2) finds them nowhere and prefills 12 (22 ms); F (3
+    # 4) finds 3 on the GPU and 4 nowhere: 8 tokens prefilled, 18 ms.
     eng, res = run({"num_kv_blocks": 6, "kv_offload": through(2)},
                    [0.0, 1.0, 2.0, 3.0, 4.0], [12, 12, 20, 12, 12], [1] * 5,
                    [[1, 2], [3, 4], [], [1, 2], [3, 4]])
@@ -127,8 +141,21 @@ def test_an_entry_the_host_dropped_is_lost_when_the_gpu_evicts_it() -> None:
         (0, 4.0, 4.018, ((4, 8, 4),)),
     ]
     host = eng.replicas[0].kv.host
-    # F's copy of 4 pushed 1 out.
-    assert (host.stored, host.loaded, host.dropped, list(host.entries)) == (7, 0, 5, [2, 4])
+    # F copies 3 (a GPU hit the host lacks, as vLLM stores every block it does not
+    # hold) and 4, and its own third block pushes 4 out.
+    assert (host.stored, host.loaded, host.dropped) == (17, 0, 15)
+    assert own(list(host.entries)) == [3, (4, 2)]
+
+
+def test_an_lmcache_tier_keeps_prompts_and_vllms_own_keeps_outputs_too() -> None:
+    # A (8 tokens, hashes 1 2) writes 8 outputs: 15 tokens computed when it finishes.
+    # vLLM's connector copies every full block, so A's third (tokens 9-12) too; LMCache
+    # (store_outputs false) copies its prompt's 2 alone.
+    args = ([0.0], [8], [8], [[1, 2]])
+    eng, _ = run({"num_kv_blocks": 8, "kv_offload": through(8)}, *args)
+    assert own(list(eng.replicas[0].kv.host.entries)) == [2, 1, (0, 2)]
+    eng, _ = run({"num_kv_blocks": 8, "kv_offload": through(8, store_outputs=False)}, *args)
+    assert list(eng.replicas[0].kv.host.entries) == [2, 1]
 
 
 # -- invariants -----------------------------------------------------------------------
@@ -156,7 +183,7 @@ def test_write_through_never_loses_or_duplicates_a_block(
         host = kv.host
         assert host.swapped == sum(r.swapped for r in swapped)
         assert host.free >= 0 and host.swapped + host.entry_blocks + host.free == host.total
-        assert set(host.entries) <= published
+        assert {h for h in host.entries if h < OWN_HASHES} <= published
 
     for op, pick, tokens, keep in ops:
         if op == "admit":
@@ -237,6 +264,8 @@ def test_a_write_through_tier_alone_is_a_prefix_cache_and_the_others_are_errors(
                                                   "write_policy": "write_through"}), "s.yaml")
     with pytest.raises(ServesimError, match="write_policy"):
         from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "through"}), "s.yaml")
+    with pytest.raises(ServesimError, match=r"serving\.kv_offload\.store_outputs: got false"):
+        from_dict(base(kv_offload={"cpu_gb": 8, "store_outputs": False}), "s.yaml")
 
 
 def test_the_write_policy_is_hashed_only_when_not_the_default() -> None:
@@ -244,3 +273,6 @@ def test_the_write_policy_is_hashed_only_when_not_the_default() -> None:
     same = from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "write_back"}))
     other = from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "write_through"}))
     assert scenario_digest(back) == scenario_digest(same) != scenario_digest(other)
+    prompts = from_dict(base(kv_offload={"cpu_gb": 8, "write_policy": "write_through",
+                                         "store_outputs": False}))
+    assert scenario_digest(prompts) != scenario_digest(other)

@@ -176,6 +176,10 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
      {}, "vllm.kv-transfer-config.kv_connector_extra_config.lmcache.local_disk",
      "a tier below host memory is not modelled"),
     ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"lmcache.save_decode_cache": 1}}},
+     {}, "vllm.kv-transfer-config.kv_connector_extra_config.lmcache.save_decode_cache",
+     "expected true or false"),
+    ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
                              "kv_connector_module_path": "my.mod"}}, {},
      "vllm.kv-transfer-config.kv_connector_module_path", "unknown or not modelled key"),
     ({"kv-transfer-config": '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"',
@@ -315,7 +319,9 @@ def test_host_memory_connectors_are_a_write_through_tier() -> None:
         {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
          "kv_connector_extra_config": {"cpu_bytes_to_use": 16 * 2**30, "block_size": 64}})})
     tier = own.serving.kv_offload
-    assert tier is not None and (tier.cpu_gb, tier.write_policy) == (8.0, "write_through")
+    # vLLM's own: every full block copied, a hit loaded while the others run.
+    assert tier is not None and (tier.cpu_gb, tier.write_policy, tier.store_outputs,
+                                 tier.overlap) == (8.0, "write_through", True, True)
     assert own.notes == ("vllm.kv-transfer-config: block_size (64) is not priced: the host "
                          "tier moves whole KV blocks and drops its least recently used "
                          "entry",)
@@ -323,7 +329,9 @@ def test_host_memory_connectors_are_a_write_through_tier() -> None:
                    "kv-transfer-config": '{"kv_connector":"LMCacheConnectorV1", '
                                          '"kv_role":"kv_both"}'})
     tier = lm.serving.kv_offload
-    assert tier is not None and (tier.cpu_gb, tier.write_policy) == (5.0, "write_through")
+    # LMCache: the prompt's KV alone, a hit loaded before the step that needs it.
+    assert tier is not None and (tier.cpu_gb, tier.write_policy, tier.store_outputs,
+                                 tier.overlap) == (5.0, "write_through", False, False)
     assert not lm.serving.prefix_caching and lm.serving.caches_prefixes
     assert lm.notes == ("vllm.kv-transfer-config: no lmcache.max_local_cpu_size: the host "
                         "tier is LMCache's default, 5 GB a GPU (its config file or "
@@ -331,11 +339,16 @@ def test_host_memory_connectors_are_a_write_through_tier() -> None:
     sized = scenario({"kv-transfer-config": {
         "kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
         "kv_connector_extra_config": {"lmcache.local_cpu": True,
-                                      "lmcache.max_local_cpu_size": 40}}})
-    assert sized.serving.kv_offload is not None and sized.serving.kv_offload.cpu_gb == 40.0
+                                      "lmcache.max_local_cpu_size": 40,
+                                      "lmcache.save_decode_cache": True}}})
+    tier = sized.serving.kv_offload
+    assert tier is not None and (tier.cpu_gb, tier.store_outputs) == (40.0, True)
     assert sized.notes == ()
-    size = scenario({"kv-offloading-size": 64, "tp": 4}).serving.kv_offload
-    assert size is not None and (size.cpu_gb, size.write_policy) == (16.0, "write_through")
+    for backend, way in (("native", (True, True)), ("lmcache", (False, False))):
+        tier = scenario({"kv-offloading-size": 64, "tp": 4,
+                         "kv-offloading-backend": backend}).serving.kv_offload
+        assert tier is not None and (tier.cpu_gb, tier.write_policy) == (16.0, "write_through")
+        assert (tier.store_outputs, tier.overlap) == way
 
 
 def test_a_vllm_config_file_under_the_section_s_own_flags(tmp_path) -> None:

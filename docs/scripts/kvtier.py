@@ -1,7 +1,7 @@
 """The measured table of docs/scenarios.md's host KV tier: scenarios/host-kv-tier.yaml with
-no tier, tiers of two sizes, a tier whose transfers overlap the compute, and the same
-tiers written through (vLLM's CPU offloading, LMCache), also with the GPU's own prefix
-cache off.
+no tier, tiers of two sizes, a tier whose transfers overlap the compute, and tiers
+written through as vLLM's own CPU offloading connector and LMCache keep them (the latter
+also with the GPU's own prefix cache off).
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/kvtier.py
 It prints one Markdown row per case (simulated figures; nothing here is timed).
@@ -19,16 +19,21 @@ from sim.config.scenario import load  # noqa: E402
 from sim.core.engine import simulate  # noqa: E402
 from sim.report.summary import summarize  # noqa: E402
 
+NATIVE = ["serving.kv_offload.write_policy=write_through", "serving.kv_offload.overlap=true"]
+LMCACHE = ["serving.kv_offload.write_policy=write_through",
+           "serving.kv_offload.store_outputs=false"]
 CASES = (
     ("GPU only", ["serving.kv_offload=null"]),
     ("64 GiB tier", ["serving.kv_offload.cpu_gb=64"]),
     ("256 GiB tier", []),
     ("256 GiB tier, overlapped", ["serving.kv_offload.overlap=true"]),
-    ("64 GiB tier, write-through", ["serving.kv_offload.cpu_gb=64",
-                                    "serving.kv_offload.write_policy=write_through"]),
-    ("256 GiB tier, write-through", ["serving.kv_offload.write_policy=write_through"]),
-    ("256 GiB tier, write-through, GPU cache off",
-     ["serving.kv_offload.write_policy=write_through", "serving.prefix_caching=false"]),
+    # As the vllm section's flags map them (sim/config/vllmconnector.py): vLLM's own
+    # connector copies every full block and loads while the others run (overlapped);
+    # LMCache copies prompts alone and loads before the step.
+    ("64 GiB, vLLM's connector", ["serving.kv_offload.cpu_gb=64", *NATIVE]),
+    ("256 GiB, vLLM's connector", NATIVE),
+    ("256 GiB, LMCache", LMCACHE),
+    ("256 GiB, LMCache, GPU cache off", [*LMCACHE, "serving.prefix_caching=false"]),
 )
 
 

@@ -29,15 +29,22 @@ class KVOffloadConfig:
     HiCache's write_back; an entry lives in one tier), ``write_through`` as soon as a
     prompt's blocks are computed, copied in the background (vLLM's CPU offloading
     connector and LMCache; the host keeps its copy when a hit loads it, and works even
-    with the GPU's own prefix cache off)."""
+    with the GPU's own prefix cache off). ``store_outputs`` (write-through): the output's
+    full blocks are copied too, as vLLM's connector copies every full block; false:
+    the prompt's alone, as LMCache does by default."""
 
     cpu_gb: float = bounded(ge=0)
     bandwidth_gb_s: float | None = bounded(None, gt=0)
     overlap: bool = False
     write_policy: Literal["write_back", "write_through"] = "write_back"
+    store_outputs: bool = True
 
     def __post_init__(self) -> None:
         check_gb_s(self.bandwidth_gb_s, "64, a PCIe 5.0 x16 link")
+        if not self.store_outputs and self.write_policy != "write_through":
+            raise ServesimError("got false: which blocks are copied as they are computed "
+                                "is a write_through setting; write_back stores what the "
+                                "GPU evicts", where="store_outputs")
 
 
 # The link bandwidths a scenario may give (GB/s, 1e9 bytes/s): a host tier's, and a

@@ -1,9 +1,10 @@
 """vLLM's ``--kv-transfer-config`` in a scenario's ``vllm`` section: the KV connectors that
 keep prefix blocks in host memory become a write-through ``serving.kv_offload`` tier.
 
-Two connectors do that, both copying a prompt's KV blocks to CPU memory as they are
-computed and loading them back for a later request with the same prefix
-(:mod:`sim.core.hosttier`, ``write_policy: write_through``):
+Two connectors do that, both copying KV blocks to CPU memory as they are computed and
+loading them back for a later request with the same prefix (:mod:`sim.core.hosttier`,
+``write_policy: write_through``); how each writes and loads is :data:`NATIVE` and
+:data:`LMCACHE_WAY`:
 
 - ``OffloadingConnector``, vLLM's own CPU offloading (what ``--kv-offloading-size`` with
   the ``native`` backend sets up): ``kv_connector_extra_config.cpu_bytes_to_use`` bytes
@@ -33,6 +34,13 @@ from sim.config.vllmnames import OFFLOAD_BACKENDS
 from sim.config.vllmspec import json_object
 from sim.errors import ServesimError
 
+# How each connector writes and loads (serving.kv_offload's keys). vLLM's copies every
+# full block a request computes and loads a hit while the request waits and the others
+# run (its scheduler's asynchronous load), which overlapping the load with the step's
+# compute stands for; LMCache copies a prompt's KV alone (unless save_decode_cache) and
+# loads a hit before the step that needs it.
+NATIVE = {"write_policy": "write_through", "store_outputs": True, "overlap": True}
+LMCACHE_WAY = {"write_policy": "write_through", "store_outputs": False, "overlap": False}
 # The flags that set a host tier (serving.kv_offload).
 HOST_TIER_FLAGS = ("kv_offloading_size", "kv_offloading_backend", "kv_transfer_config")
 
@@ -110,7 +118,7 @@ def _offloading(extra: dict[str, Any], tp: int, where: str
             continue
         notes.append(f"{key} ({v!r}) is not priced: the host tier moves whole KV blocks "
                      "and drops its least recently used entry")
-    return {"cpu_gb": total / 2**30 / tp, "write_policy": "write_through"}, notes
+    return {"cpu_gb": total / 2**30 / tp, **NATIVE}, notes
 
 
 def _lmcache(extra: dict[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
@@ -133,12 +141,17 @@ def _lmcache(extra: dict[str, Any], where: str) -> tuple[dict[str, Any], list[st
         notes.append(f"no lmcache.max_local_cpu_size: the host tier is LMCache's default, "
                      f"{gb:g} GB a GPU (its config file or environment may set another; "
                      "give the key to say which)")
+    outputs = extra.get("lmcache.save_decode_cache", False)
+    if not isinstance(outputs, bool):
+        raise ServesimError(f"got {outputs!r}, expected true or false",
+                            where=f"{where}.lmcache.save_decode_cache")
     for key, v in extra.items():
-        if key in ("lmcache.local_cpu", "lmcache.max_local_cpu_size", *LMCACHE_TIERS):
+        if key in ("lmcache.local_cpu", "lmcache.max_local_cpu_size",
+                   "lmcache.save_decode_cache", *LMCACHE_TIERS):
             continue
         notes.append(f"{key} ({v!r}) is not priced: the host tier moves whole KV blocks, "
                      "copied as a prompt is computed")
-    return {"cpu_gb": gb, "write_policy": "write_through"}, notes
+    return {"cpu_gb": gb, **LMCACHE_WAY, "store_outputs": outputs}, notes
 
 
 def host_tier_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, Any]],
@@ -172,9 +185,10 @@ def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ServesimError(f"got {value!r}, expected GiB (a number above 0)", where=where)
-    # vLLM's own connector and LMCache both copy blocks to the host as they are computed.
-    _set_tier(section("serving"), {"cpu_gb": float(value) / _tp(given, section),
-                                   "write_policy": "write_through"}, where)
+    backend = given.get("kv_offloading_backend", ("", "native"))[1]
+    way = LMCACHE_WAY if backend == "lmcache" else NATIVE
+    _set_tier(section("serving"), {"cpu_gb": float(value) / _tp(given, section), **way},
+              where)
 
 
 def _tp(given: dict[str, tuple[str, Any]], section: Callable[[str], dict[str, Any]]) -> int:

@@ -116,13 +116,13 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             pool_cost = StageCost(pool_cost, model, pool.gpu_spec, pool.tp, pool.pp)
         # Swapping moves each GPU's KV shard over its own PCIe link to host memory.
         swap_blocks, host_bw = host_tier(sv, budget.block_bytes, pool.gpu_spec.host_bw)
-        offload = sv.kv_offload is not None
+        tier = sv.kv_offload
         members = [
             Replica(len(replicas) + i, engine, make_policy(sv), pool_cost,
-                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks, offload,
-                                   budget.window_blocks, budget.window_groups,
-                                   prompt_only=pool.role == "prefill",
-                                   write_through=sv.host_prefixes),
+                    KVCacheManager(blocks, sv.block_size, watermark, swap_blocks,
+                                   tier is not None, budget.window_blocks, budget.window_groups,
+                                   pool.role == "prefill", sv.host_prefixes,
+                                   tier is None or tier.store_outputs),
                     sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1,
                     async_sched=overlapped)
             for i in range(pool.replicas * pool.dp)

@@ -12,10 +12,15 @@ per-GPU shard, so the tier of every GPU of a replica holds the same count):
     it, and is in at most one tier: loading it to the GPU for a hit takes it out of
     here, and a request that computes a block whose hash is stored here makes the host
     copy redundant;
-  - write-through (vLLM's CPU offloading connector, LMCache): a prompt's blocks are
-    copied here as soon as they are computed, in the background, so an eviction moves
-    nothing; a hit loads a copy and the host keeps its own. The GPU's own cache may be
-    off: the host tier is then the only place a prefix is found again.
+  - write-through (vLLM's CPU offloading connector, LMCache): a request's full blocks
+    are copied here once computed, in the background (its prompt's, and with
+    ``outputs`` also those of its output, as vLLM's connector stores every full block
+    and LMCache by default the prompt's alone), so an eviction moves nothing; a hit
+    loads a copy and the host keeps its own. A block no other request can name (past
+    a prompt's hashes) still takes its room until dropped. The least recently used
+    entry goes first, a request's head counting as more recent than its tail (vLLM's
+    offloading LRU touches a request's blocks last to first). The GPU's own cache may
+    be off: the host tier is then the only place a prefix is found again.
 
 When room is needed, stored entries are dropped oldest first; swapped blocks never are
 (a swap-out that does not fit is refused, and the request is recomputed instead).
@@ -27,7 +32,7 @@ replica turns the blocks moved into seconds on the host link.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class HostTier:
@@ -37,16 +42,17 @@ class HostTier:
     written from the GPU, ``loaded`` read back to it; ``dropped``: prefix entries lost
     (evicted from the host, or evicted from the GPU with no host room for them)."""
 
-    __slots__ = ("total", "keeps_prefixes", "through", "per_hash", "swapped", "entries",
-                 "stored", "loaded", "dropped")
+    __slots__ = ("total", "keeps_prefixes", "through", "outputs", "per_hash", "swapped",
+                 "entries", "stored", "loaded", "dropped")
 
     def __init__(self, total_blocks: int, keeps_prefixes: bool = False,
-                 through: bool = False) -> None:
+                 through: bool = False, outputs: bool = True) -> None:
         if total_blocks < 0 or (through and not keeps_prefixes):
             raise ValueError("bad host tier size")
         self.total = total_blocks
         self.keeps_prefixes = keeps_prefixes
         self.through = through  # write-through (else write-back); see the module docstring
+        self.outputs = outputs  # write-through: output blocks are copied too
         self.per_hash = 1  # blocks per prefix entry, set when prefix caching is enabled
         self.swapped = 0
         self.entries: OrderedDict[int, None] = OrderedDict()
@@ -64,12 +70,14 @@ class HostTier:
         """Blocks holding evicted prefix entries."""
         return len(self.entries) * self.per_hash
 
-    def match(self, hashes: Sequence[int], start: int, limit: int) -> int:
+    def match(self, hashes: Sequence[int], start: int, limit: int,
+              gpu: Mapping[int, int]) -> int:
         """How many of ``hashes[start:limit]``, from ``start`` on without a gap, are
-        stored here."""
+        stored here and not cached on the GPU (``gpu``: a hit there is shared, not
+        loaded; only a write-through tier can hold both)."""
         entries = self.entries
         k = start
-        while k < limit and hashes[k] in entries:
+        while k < limit and hashes[k] in entries and hashes[k] not in gpu:
             k += 1
         return k - start
 
@@ -106,30 +114,37 @@ class HostTier:
             return 0
         return self.per_hash
 
-    def computed(self, h: int) -> None:
-        """A request computed entry ``h``'s blocks on the GPU. Write-back: a stored copy is
-        now redundant and forgotten. Write-through: the host copies it in the background
-        (dropping older entries for room; nothing when even that leaves none), or, holding
-        it already, counts it as just used."""
+    def discard(self, h: int) -> None:
+        """Write-back: forget ``h`` if stored, the GPU having computed that block again
+        (its fresh copy replaces this one; nothing moves)."""
+        self.entries.pop(h, None)
+
+    def copy(self, hashes: Sequence[int]) -> None:
+        """Write-through: copy the entries ``hashes`` a request just computed, those not
+        stored already, dropping the least recently used for room (one that finds none
+        even so is not copied), then count the request's ``hashes`` as just used."""
         entries = self.entries
-        if not self.through:
-            entries.pop(h, None)
-        elif h in entries:
-            entries.move_to_end(h)
-        elif self._make_room(self.per_hash):
-            entries[h] = None
-            self.stored += self.per_hash
+        for h in hashes:
+            if h not in entries and self._make_room(self.per_hash):
+                entries[h] = None
+                self.stored += self.per_hash
+        self.touch(hashes)
+
+    def touch(self, hashes: Sequence[int]) -> None:
+        """Write-through: a request's entries among ``hashes`` (its blocks in order) were
+        just looked up or stored: the most recently used now, its head the most recent."""
+        entries = self.entries
+        for h in reversed(hashes):
+            if h in entries:
+                entries.move_to_end(h)
 
     def take(self, hashes: Sequence[int]) -> None:
         """A hit loads these stored entries to the GPU: under write-back they leave the
-        host (an entry is in one tier), under write-through the host keeps them, now the
-        most recently used."""
-        entries = self.entries
-        for h in hashes:
-            if self.through:
-                entries.move_to_end(h)
-            else:
-                del entries[h]
+        host (an entry is in one tier); under write-through the host keeps them (the
+        lookup that found them counted them as used)."""
+        if not self.through:
+            for h in hashes:
+                del self.entries[h]
         self.loaded += len(hashes) * self.per_hash
 
     def can_swap(self, blocks: int) -> bool:

@@ -18,13 +18,11 @@ at least ``watermark`` blocks available (:attr:`~KVCacheManager.admit_low_water`
 the fewest it left).
 
 Host memory is one more tier below the GPU (:class:`~sim.core.hosttier.HostTier`, owned
-here): it holds swapped-out requests' KV and, with ``serving.kv_offload``, prefix
-entries, which a later hit loads back instead of recomputing: those the GPU evicts
-(write-back), or every prompt block once computed (write-through, which also serves a
-GPU whose own cache is off: :meth:`KVCacheManager.enable_prefix_caching` with ``retain``
-false). Blocks moved for evictions and hits accumulate in
-:attr:`~KVCacheManager.pending_io` for the replica to price; write-through's copies run
-in the background and are not priced.
+here): it holds swapped KV and, with ``serving.kv_offload``, prefix entries a later hit
+loads back: those the GPU evicts (write-back), or copies of blocks once computed
+(write-through, also under a GPU whose own cache is off: ``retain`` false). Blocks moved
+for evictions and hits accumulate in :attr:`~KVCacheManager.pending_io` for the replica
+to price; write-through's background copies are not priced.
 
 Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine.
 """
@@ -66,7 +64,8 @@ class KVCacheManager:
     when admitting new work (vLLM's watermark) so a freshly admitted prompt does not
     immediately force running requests out; ``swap_blocks`` is the host tier's size
     (blocks) for swapped-out KV and, when ``offload`` is set (``serving.kv_offload``),
-    for the prefix entries the GPU evicts too. With prefix caching on
+    for prefix entries too (``write_through``, ``store_outputs``: how they are written,
+    :mod:`sim.core.hosttier`). With prefix caching on
     (:meth:`enable_prefix_caching`) blocks of cached entries no request references count
     as available and are evicted, least recently used first, only when an allocation
     needs them.
@@ -78,7 +77,7 @@ class KVCacheManager:
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
                  swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
                  window_groups: tuple[int, int] = (1, 1), prompt_only: bool = False,
-                 write_through: bool = False) -> None:
+                 write_through: bool = False, store_outputs: bool = True) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
             raise ValueError("bad KV cache sizes")
@@ -94,7 +93,7 @@ class KVCacheManager:
         # A disaggregated prefill replica: its requests hold their prompts' KV only.
         self.prompt_only = prompt_only
         self.used = 0  # blocks held by requests or by cached prefix entries
-        self.host = HostTier(swap_blocks, offload, write_through)
+        self.host = HostTier(swap_blocks, offload, write_through, store_outputs)
         # Blocks of prefix entries moved between the tiers since the replica last priced
         # an iteration (stores of evicted entries and loads of hits).
         self.pending_io = 0
@@ -104,12 +103,9 @@ class KVCacheManager:
 
     def enable_prefix_caching(self, hash_tokens: int, retain: bool = True) -> PrefixCache:
         """Keep prompt blocks by content hash, each hash naming ``hash_tokens`` tokens (a
-        multiple of the block size); returns the cache (the router reads it).
-        ``retain`` false: the GPU keeps none (vLLM's own cache off) and a write-through
-        host tier holds them alone; a request's ``cached`` then counts its leading
-        entries known to be on the host, its blocks all its own."""
-        if not retain and not self.host.through:
-            raise ValueError("a prefix cache that keeps nothing needs a write-through tier")
+        multiple of the block size); returns the cache (the router reads it). ``retain``
+        false: the GPU keeps none, a write-through host tier holding them alone (the
+        engine's choice; a request's ``cached`` then counts its entries on the host)."""
         self.prefix = PrefixCache(hash_tokens, self.block_size, retain)
         self.host.per_hash = self.prefix.per_hash
         return self.prefix
@@ -198,8 +194,11 @@ class KVCacheManager:
         if pc is None or r.hashes is None or r.computed:
             return NO_HIT
         k, unref = pc.match(r.hashes, r.prompt + r.generated) if pc.retain else (0, 0)
+        if self.host.through:  # a lookup counts as a use, as vLLM's connector's does
+            self.host.touch(r.hashes)
         if self.host.entries:
-            j = self.host.match(r.hashes, k, pc.limit(r.hashes, r.prompt + r.generated))
+            j = self.host.match(r.hashes, k, pc.limit(r.hashes, r.prompt + r.generated),
+                                pc.refs)
             if j:
                 return PrefixHit((k + j) * pc.hash_tokens, unref, j * pc.hash_tokens)
         return PrefixHit(k * pc.hash_tokens, unref)
@@ -286,11 +285,13 @@ class KVCacheManager:
                                  f"{self.total - self.used} free")
 
     # -- release ----------------------------------------------------------------------
-    def free(self, r: Request) -> int:
+    def free(self, r: Request, copy: bool = True) -> int:
         """Return ``r``'s own blocks and drop its references to cached entries (which
-        stay cached); returns the blocks it spanned."""
+        stay cached; ``copy``: :meth:`_copy_rest` first); returns the blocks it spanned."""
         n = r.blocks
         own = n
+        if copy and self.host.through:
+            self._copy_rest(r)
         if r.cached:
             pc = self.prefix
             assert pc is not None and r.hashes is not None
@@ -346,20 +347,27 @@ class KVCacheManager:
         pc = self.prefix
         assert pc is not None and r.hashes is not None
         host = self.host
-        if not pc.retain:  # the host alone keeps them (and the request its own blocks)
-            for k in range(r.cached, full):
-                host.computed(r.hashes[k])
-        else:
-            # Tell the host of each fresh entry: under write-back it replaces a stored
-            # copy, under write-through the host copies it.
-            tell = host.through or bool(host.entries)
+        if pc.retain:
+            entries = host.entries
             for k in range(r.cached, full):
                 if not pc.publish(r.hashes[k]):
                     self.used -= pc.per_hash
-                elif tell:
-                    host.computed(r.hashes[k])
+                elif entries and not host.through:
+                    host.discard(r.hashes[k])  # the GPU's fresh copy replaces it
+        if host.through and full > r.cached:
+            host.copy(r.hashes[:full])
         if full > r.cached:
             r.cached = full
+
+    def _copy_rest(self, r: Request) -> None:
+        """Write-through, as ``r`` leaves the GPU: copy its full blocks past its prompt's
+        hashes (outputs' if the tier stores them) under keys of ``r``'s own (as
+        :meth:`preempt` gives them), which no other request names but take host room."""
+        pc = self.prefix
+        if pc is not None:
+            tokens = r.computed if self.host.outputs else min(r.computed, r.prompt)
+            base, have = OWN_HASHES + (r.id << 32), len(r.hashes or ())
+            self.host.copy(range(base + have, base + tokens // pc.hash_tokens))
 
     # -- swapping ---------------------------------------------------------------------
     def swap_out(self, r: Request) -> bool:
@@ -369,7 +377,7 @@ class KVCacheManager:
         n = r.blocks
         if not self.host.can_swap(n):
             return False
-        self.free(r)
+        self.free(r, copy=False)  # its KV goes to the host whole: no copies besides
         r.swapped = n
         self.host.swap_out(n)
         return True

@@ -265,6 +265,10 @@ class Replica:
         stamped, newly full prompt blocks registered with the prefix cache, requests that
         are done finished, finished prefills handed to the decode pool, and new steady
         decodes join the set."""
+        if self.kv.prefix is not None and batch:
+            # Before any request of the iteration frees its blocks, listed or in the decode
+            # set, so a write-through host copies in one order either way.
+            self.kv.cache_computed(batch)
         group = batch.group
         if group is not None:
             done = group.end_step(self.itl, now)
@@ -277,8 +281,6 @@ class Replica:
             self.stats.spec_verifies += batch.verified
             self.stats.spec_tokens += batch.accepted
         emitted, finished = em
-        if self.kv.prefix is not None and batch:
-            self.kv.cache_computed(batch)  # before a finished request frees its blocks
         if emitted:
             self._stamp(emitted, now)
             if finished:

@@ -16,6 +16,10 @@ from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.cost.specs import ModelSpec, recorded_fields
 from sim.report.metrics import clean
 
+# serving.kv_offload keys added after the section (key, default), left out where default.
+OFFLOAD_LATER: tuple[tuple[str, object], ...] = (("write_policy", "write_back"),
+                                                 ("store_outputs", True))
+
 
 def scenario_digest(scenario: Any) -> str:
     """SHA-256 (hex) of the validated scenario's settings, file locations excluded: two
@@ -41,8 +45,9 @@ def scenario_digest(scenario: Any) -> str:
     if fields["serving"].get("speculative", 0) is None:
         fields["serving"].pop("speculative")
     offload = fields["serving"].get("kv_offload")
-    if isinstance(offload, dict) and offload.get("write_policy") == "write_back":
-        offload.pop("write_policy")  # a key added later: hashed only when not the default
+    for key, later in OFFLOAD_LATER:
+        if isinstance(offload, dict) and offload.get(key) == later:
+            offload.pop(key)  # keys added later: hashed only when not the default
     fields["model"] = recorded_fields(scenario.model)  # later fields: hashed only when set
     for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
                          ("workload", "stages"), ("serving", "kv_offload"),
@@ -233,8 +238,9 @@ def _serving_features(sv: Any) -> dict[str, Any]:
         out["priority"] = True
     if sv.kv_offload is not None:
         out["kv_offload"] = _plain(sv.kv_offload)
-        if sv.kv_offload.write_policy == "write_back":
-            out["kv_offload"].pop("write_policy")  # shown when not the default
+        for key, later in OFFLOAD_LATER:
+            if out["kv_offload"][key] == later:
+                out["kv_offload"].pop(key)  # shown when not the default
     if sv.scheduler_recv_interval > 1:
         out["scheduler_recv_interval"] = sv.scheduler_recv_interval
     return out

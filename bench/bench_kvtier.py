@@ -1,5 +1,6 @@
 """What a host KV tier costs the simulator: scenarios/host-kv-tier.yaml (prefix-heavy,
-hundreds of thousands of evictions) with the GPU's cache only and with the tier.
+hundreds of thousands of evictions) with the GPU's cache only, with the tier, and with
+the tier written through (as vLLM's CPU offloading connector keeps it).
 
 Usage: python bench/bench_kvtier.py [--requests 1500] [--repeats 3]
 Prints a Markdown table: median wall seconds over the repeats (cases interleaved, so
@@ -21,7 +22,9 @@ sys.path.insert(0, str(ROOT))
 from sim.config.scenario import load  # noqa: E402
 from sim.core.engine import simulate  # noqa: E402
 
-CASES = (("GPU only", ["serving.kv_offload=null"]), ("256 GiB host tier", []))
+CASES = (("GPU only", ["serving.kv_offload=null"]), ("256 GiB host tier", []),
+         ("256 GiB, written through", ["serving.kv_offload.write_policy=write_through",
+                                       "serving.kv_offload.overlap=true"]))
 
 
 def main() -> None:

@@ -158,6 +158,54 @@ def test_an_lmcache_tier_keeps_prompts_and_vllms_own_keeps_outputs_too() -> None
     assert list(eng.replicas[0].kv.host.entries) == [2, 1]
 
 
+def manager(host_blocks: int, outputs: bool = True) -> KVCacheManager:
+    """A 16-block GPU of 4-token blocks, prefix caching on, a write-through host tier."""
+    kv = KVCacheManager(16, 4, 0, host_blocks, offload=True, write_through=True,
+                        store_outputs=outputs)
+    kv.enable_prefix_caching(4)
+    return kv
+
+
+def admitted(kv: KVCacheManager, rid: int, prompt: int, hashes: tuple[int, ...],
+             computed: int) -> Request:
+    """Request ``rid`` admitted (its prefix hit taken), computed up to ``computed``
+    tokens, its prompt's blocks cached."""
+    r = Request(rid, 0.0, prompt, 20)
+    r.hashes = hashes
+    hit = kv.computed_tokens(r)
+    assert kv.allocate_slots(r, computed - hit.tokens, hit) is not None
+    r.computed = computed
+    kv.cache_blocks(r)
+    return r
+
+
+@pytest.mark.parametrize("outputs", [True, False])
+def test_a_preempted_requests_output_blocks_reach_the_host_only_if_it_keeps_outputs(
+        outputs: bool) -> None:
+    # 8 prompt tokens (hashes 1 2) and 12 of output computed: preempted for recompute,
+    # its 3 output blocks are cached by keys of its own and copied to a host that
+    # stores outputs (vLLM's connector), not to one that keeps prompts alone (LMCache).
+    kv = manager(8, outputs)
+    r = admitted(kv, 0, 8, (1, 2), 20)
+    kv.preempt(r)
+    assert own(list(kv.host.entries)) == ([(0, 4), (0, 3), (0, 2), 2, 1] if outputs
+                                          else [2, 1])
+
+
+def test_a_gpu_hit_the_host_lacks_is_copied_when_it_is_taken() -> None:
+    # A 2-block tier. A (hashes 1 2) is copied; B (hashes 3 4) pushes its copies out;
+    # C (hashes 1 2, 12 tokens) hits both on the GPU and, as vLLM stores every block
+    # the host lacks, the host copies 1 and 2 again (none loaded).
+    kv = manager(2, outputs=False)
+    a = admitted(kv, 0, 8, (1, 2), 8)
+    kv.free(a)
+    b = admitted(kv, 1, 8, (3, 4), 8)
+    kv.free(b)
+    assert list(kv.host.entries) == [4, 3]
+    admitted(kv, 2, 12, (1, 2), 12)
+    assert list(kv.host.entries) == [2, 1] and (kv.host.stored, kv.host.loaded) == (6, 0)
+
+
 # -- invariants -----------------------------------------------------------------------
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(4, 24), st.sampled_from([1, 2, 4]), st.integers(0, 16), st.booleans(),

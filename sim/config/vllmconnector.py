@@ -27,6 +27,7 @@ prefill pool is ``serving.policy: disaggregated``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -58,9 +59,15 @@ LMCACHE_TIERS = {"lmcache.local_disk": (None, ""), "lmcache.max_local_disk_size"
 
 
 def _size(value: Any, what: str, where: str) -> float:
-    """A positive number of bytes or GB (``what`` says which), refused otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ServesimError(f"got {value!r}, expected {what} (a number above 0)",
+    """A positive finite number of bytes or GB (``what`` says which), refused otherwise
+    (an integer too large for a float too)."""
+    try:
+        ok = (not isinstance(value, bool) and isinstance(value, int | float)
+              and 0 < float(value) < math.inf)
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise ServesimError(f"got {value!r}, expected {what} (a finite number above 0)",
                             where=where)
     return float(value)
 
@@ -112,6 +119,10 @@ def _offloading(extra: dict[str, Any], tp: int, where: str
         raise ServesimError(f"gives no cpu_bytes_to_use{hint}; give the host memory in "
                             "bytes, or use --kv-offloading-size GiB", where=where)
     total = _size(extra["cpu_bytes_to_use"], "bytes", f"{where}.cpu_bytes_to_use")
+    policy = extra.get("eviction_policy", "lru")
+    if policy not in ("lru", "arc"):
+        raise ServesimError(f"got {policy!r}; vLLM's CPU offloading evicts by lru or arc",
+                            where=f"{where}.eviction_policy")
     notes = []
     for key, v in extra.items():
         if key in ("cpu_bytes_to_use", "spec_name") or (key, v) == ("eviction_policy", "lru"):
@@ -183,8 +194,7 @@ def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
         return
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ServesimError(f"got {value!r}, expected GiB (a number above 0)", where=where)
+    value = _size(value, "GiB", where)
     backend = given.get("kv_offloading_backend", ("", "native"))[1]
     way = LMCACHE_WAY if backend == "lmcache" else NATIVE
     _set_tier(section("serving"), {"cpu_gb": float(value) / _tp(given, section), **way},

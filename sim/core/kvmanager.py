@@ -39,11 +39,10 @@ from sim.cost.memory import blocks_for, window_share
 
 
 class PrefixHit(NamedTuple):
-    """A waiting request's leading tokens found in the prefix cache: ``tokens`` (a
-    multiple of the cache's hash size), ``pinned``, the GPU blocks among them no request
-    references now, which stop counting as available once it takes them, and
-    ``loaded``, the last of those tokens, found in the host tier (they need GPU blocks
-    and a load over the host link)."""
+    """A waiting request's leading tokens found cached: ``tokens`` (a multiple of the
+    hash size), ``pinned``, the GPU blocks among them no request references now (not
+    available once it takes them), and ``loaded``, the last of those tokens, found in
+    the host tier (they need GPU blocks and a load over the host link)."""
 
     tokens: int
     pinned: int
@@ -186,10 +185,9 @@ class KVCacheManager:
         return n
 
     def computed_tokens(self, r: Request) -> PrefixHit:
-        """The leading tokens of ``r``'s next prefill already in the prefix cache (never
-        its last token, whose logits are needed): on the GPU, then continuing in the host
-        tier; :data:`NO_HIT` without caching, or for a request whose KV is partly present
-        (swapped, or sent by a prefill replica)."""
+        """The leading tokens of ``r``'s next prefill already cached (never its last, whose
+        logits are needed): on the GPU, then on in the host tier; :data:`NO_HIT` without
+        caching, or for a request whose KV is partly present (swapped, or sent over)."""
         pc = self.prefix
         if pc is None or r.hashes is None or r.computed:
             return NO_HIT
@@ -226,6 +224,8 @@ class KVCacheManager:
             assert pc is not None and r.hashes is not None
             k = (cached - hit.loaded) // pc.hash_tokens
             pc.acquire(r.hashes[:k])  # before allocating, so they are not evicted
+            if self.host.through:  # vLLM copies GPU hits the host lacks too
+                self.host.copy(r.hashes[:k])
             r.cached = k
             r.blocks += k * pc.per_hash
             if hit.loaded:
@@ -240,8 +240,8 @@ class KVCacheManager:
         return need if need > 0 else 0
 
     def _load(self, r: Request, k: int, j: int) -> None:
-        """Move ``r``'s host-tier entries ``k`` to ``k + j`` to the GPU as cache entries it
-        references (their blocks are among those the caller takes now)."""
+        """Load ``r``'s host-tier entries ``k`` to ``k + j`` into blocks the caller takes
+        now, as GPU cache entries it references (with the GPU's cache on)."""
         pc = self.prefix
         assert pc is not None and r.hashes is not None
         loaded = r.hashes[k:k + j]
@@ -354,8 +354,8 @@ class KVCacheManager:
                     self.used -= pc.per_hash
                 elif entries and not host.through:
                     host.discard(r.hashes[k])  # the GPU's fresh copy replaces it
-        if host.through and full > r.cached:
-            host.copy(r.hashes[:full])
+        if host.through and full > r.cached:  # outputs' own blocks only if it keeps them
+            host.copy(r.hashes[:full if host.outputs else min(full, r.prompt // pc.hash_tokens)])
         if full > r.cached:
             r.cached = full
 

@@ -172,6 +172,25 @@ def test_shipped_scenario_lazy_equal_eager() -> None:
     assert summarize(ref)["speculative"]["verifies"] > 1000
 
 
+def test_a_crash_on_an_emptied_speculating_set_keeps_lazy_equal_eager() -> None:
+    # Replica 0's set verifies A (7 tokens, 2 out) and empties when A finishes; the
+    # outage at 0.1 s flushes it empty. B (14 tokens) reaches replica 0 after the repair
+    # and verifies there. The flush restarted the set's per-tick sums at its tick: kept
+    # as they were, A's past ticks were read as B's coming ones: B's verify counted 3
+    # tokens for the 1 it emitted, and the replica's KV peaked at 8 blocks against 5 (a
+    # review found it).
+    sc = tiny_scenario(serving={"policy": "continuous", "speculative": {
+        "method": "ngram", "num_tokens": 2, "acceptance": {"rate": 0.5}}},
+        cluster={"replicas": 2}, faults={"outages": [{"replica": 0, "at_s": 0.1,
+                                                      "duration_s": 0.2}], "detection_s": 0.02})
+    lazy, eager = lazy_and_eager(sc, Requests(np.array([0.0, 0.0, 0.45]), np.array([7, 7, 14]),
+                                              np.array([2, 2, 2])))
+    assert [s[3] for s in lazy.step_log if s[0] == 0] == [
+        ((0, 7, 0),), ((0, 3, 7),), ((2, 14, 0),), ((2, 3, 14),)]
+    assert_equivalent(lazy, eager)
+    assert summarize(lazy)["speculative"]["verify_tokens"] == 3
+
+
 def test_same_seed_same_bytes_other_seed_other_draws() -> None:
     sc = spec_scenario("chunked", acceptance={"rate": 0.5},
                        workload={"arrivals": {"process": "poisson", "rate": 20.0},

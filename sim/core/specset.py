@@ -199,6 +199,9 @@ class SpecDecodeSet:
                     self._settle(r, t, gaps)
             if gaps and self.itl is not None:
                 self.itl.extend(gaps)
+        if self.n or self.origin != self.tick:
+            # The sums restart at this tick: an empty set's past ticks would be read as
+            # coming ones (the set's members all gone, its origin may lag its tick).
             self.sums.fill(0)
         if self.ends is not None:
             self.ends.reset(self.tick)

@@ -84,6 +84,9 @@ def test_a_shared_prefix_off_whole_blocks_says_how_much_is_shared(
     assert not any("shared_prefix" in n for n in notes(whole))
     # 14 tokens hash as the 12 of whole blocks: the same run.
     same_run(from_dict(raw), from_dict(whole))
+    # With no tier caching prefixes, the note on unused hashes stands alone.
+    off = {**raw, "serving": {**raw.get("serving", {}), "prefix_caching": False}}
+    assert not any("shared_prefix" in n for n in notes(off))
 
 
 # 9: sections that change nothing

@@ -54,7 +54,8 @@ def _prefix_note(scenario: Scenario) -> str | None:
     """A shared prefix whose last tokens fall short of a whole block: vLLM hashes full
     blocks only, so those tokens are never shared (the run simulates exactly that)."""
     sp = scenario.workload.shared_prefix
-    if sp is None or sp.tokens % sp.block_tokens == 0:
+    # Without a tier that caches prefixes, the note on unused hashes says more.
+    if sp is None or sp.tokens % sp.block_tokens == 0 or not scenario.serving.caches_prefixes:
         return None
     return (f"workload.shared_prefix: tokens {sp.tokens} is not a multiple of block_tokens "
             f"{sp.block_tokens}: a group shares its first {sp.shared_tokens} prompt tokens "

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import assert_equivalent, lazy_and_eager, tiny_scenario
 from conftest import run_both_ways as both
-from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +21,7 @@ from sim.core.request import FAILED, FINISHED, REJECTED, STATUS_NAMES, TIMED_OUT
 from sim.errors import ServesimError
 from sim.policies.registry import POLICIES
 from sim.report.summary import summarize
+from sim.workload.requests import Requests
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:
@@ -193,6 +194,34 @@ def test_fuzzed_faults_and_admission_keep_lazy_decodes_exact_and_every_request_c
     assert (res.first_sched[done] <= res.first_token[done]).all()
     assert (res.first_token[done] <= res.finish[done]).all()
     assert all(bool(res.reason[i]) == (res.status[i] != FINISHED) for i in range(len(rows)))
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["continuous", "chunked"]), st.integers(1, 3), st.integers(6, 40),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40)),
+                min_size=1, max_size=14),
+       st.sampled_from(["retry", "fail"]), st.integers(1, 3), st.floats(0.1, 0.9))
+def test_fuzzed_faults_with_speculation_keep_lazy_decodes_exact_down_to_the_summary(
+        policy: str, replicas: int, blocks: int, rows: list[tuple[float, int, int]],
+        on_failure: str, k: int, rate: float) -> None:
+    # Replicas that crash while their speculating decode sets run, empty or not: lazy
+    # and eager runs must agree in every log, record and summary figure (verify counts,
+    # KV use), not only in the requests' timings.
+    rows = sorted(rows)
+    sc = tiny_scenario(
+        serving={"policy": policy, "num_kv_blocks": blocks, "max_num_seqs": 4,
+                 "speculative": {"method": "ngram", "num_tokens": k,
+                                 "acceptance": {"rate": rate}}},
+        cluster={"replicas": replicas, "router": "round_robin"},
+        faults={"failures_per_hour": 36000.0, "repair_s": 0.03, "detection_s": 0.01,
+                "on_failure": on_failure,
+                "outages": [{"replica": 0, "at_s": 0.05, "duration_s": 0.04}]},
+    )
+    req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                   np.array([r[2] for r in rows]))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
 
 
 def test_reliability_table_script_runs_a_case_end_to_end() -> None:

@@ -24,6 +24,7 @@ from sim.config.scenario import from_dict
 from sim.core.kvmanager import OWN_HASHES, KVCacheManager
 from sim.core.request import Request
 from sim.errors import ServesimError
+from sim.report.outputs import table
 from sim.report.setup import scenario_digest
 from sim.report.summary import summarize
 
@@ -78,6 +79,11 @@ def test_the_host_copies_a_prompt_when_computed_and_keeps_it_when_a_hit_loads_it
     assert kv.host.dropped == 1
     pool = summarize(res)["simulated"]["pools"]["both"]
     assert pool["kv_offload"]["write_policy"] == "write_through"
+    # The printed summary's line: 8 blocks of 8,192 B; 4 of 44 prefill tokens hit on each
+    # tier; 1 and 9 blocks a GPU moved; 1 ms of loading.
+    assert ("\nhost tier: 6.1e-05 GiB a GPU (write-through); 9.1% of prefill tokens hit "
+            "there, 9.1% on the GPU; 0.0 GiB loaded and 0.0 GiB stored a GPU; 1 entries "
+            "dropped; 0.001 s of iterations moving blocks\n") in table(summarize(res))
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])

@@ -204,6 +204,7 @@ def table(summary: dict[str, Any]) -> str:
                         f"{pc['resumed_prefill_tokens']} tokens found again"
                         if "resumed_prefill_tokens" in pc else "")
                      + (f"; {pc['note']}" if "note" in pc else ""))
+    lines.extend(tier_lines(summary))
     sp = summary.get("speculative")
     if sp is not None:
         lines.append(f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "
@@ -218,6 +219,31 @@ def table(summary: dict[str, Any]) -> str:
     if summary.get("stages"):
         lines.extend(stage_table(summary["stages"]))
     return "\n".join(lines)
+
+
+def tier_lines(summary: dict[str, Any]) -> list[str]:
+    """The host KV tier's line (none without one): its size a GPU and how it is written,
+    the prefill tokens hit on the host and on the GPU, its traffic a GPU (the mean over
+    replicas), entries dropped and the seconds iterations spent moving blocks."""
+    kt = summary.get("kv_tiers")
+    if kt is None:
+        return []
+    g, h = kt["gpu"], kt["host"]
+    pools = summary.get("simulated", {}).get("pools", {}).values()
+    ways = {p["kv_offload"].get("write_policy", "write_back") for p in pools
+            if p.get("kv_offload")}
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    size = "/".join(dict.fromkeys(f"{v:.3g}" for v in h["gib_per_gpu"]))
+    return [f"host tier: {size} GiB a GPU ({', '.join(sorted(ways)).replace('_', '-')}); "
+            f"{cell(h['hit_rate'], '.1%')} of prefill tokens hit there, "
+            f"{cell(g['hit_rate'], '.1%')} on the GPU; "
+            f"{mean(h['loaded_gib_per_gpu']):.1f} GiB loaded and "
+            f"{mean(h['stored_gib_per_gpu']):.1f} GiB stored a GPU; "
+            f"{h['dropped_entries']} entries dropped; {kt['transfer_s']:.3g} s of "
+            "iterations moving blocks"]
 
 
 def _phrase(given: dict[str, Any]) -> str:

@@ -37,18 +37,21 @@ from collections.abc import Mapping, Sequence
 
 class HostTier:
     """Host KV blocks of one replica: ``total`` blocks, of which ``swapped`` hold
-    swapped-out requests and ``per_hash`` blocks each of ``entries`` hold evicted prefix
-    entries (only when ``keeps_prefixes``). Counters over the run (blocks): ``stored``
-    written from the GPU, ``loaded`` read back to it; ``dropped``: prefix entries lost
-    (evicted from the host, or evicted from the GPU with no host room for them)."""
+    swapped-out requests and ``per_hash`` blocks each of ``entries`` hold prefix entries
+    (only when ``keeps_prefixes``: those the GPU evicted, or with ``through`` copies).
+    Counters over the run (blocks): ``stored`` written from the GPU, ``loaded`` read back
+    to it; ``dropped``: prefix entries lost (dropped from the host, or evicted from the
+    GPU with no host room for them)."""
 
     __slots__ = ("total", "keeps_prefixes", "through", "outputs", "per_hash", "swapped",
                  "entries", "stored", "loaded", "dropped")
 
     def __init__(self, total_blocks: int, keeps_prefixes: bool = False,
                  through: bool = False, outputs: bool = True) -> None:
-        if total_blocks < 0 or (through and not keeps_prefixes):
+        if total_blocks < 0:
             raise ValueError("bad host tier size")
+        if through and not keeps_prefixes:
+            raise ValueError("a write-through tier keeps prefixes")
         self.total = total_blocks
         self.keeps_prefixes = keeps_prefixes
         self.through = through  # write-through (else write-back); see the module docstring
@@ -67,7 +70,7 @@ class HostTier:
 
     @property
     def entry_blocks(self) -> int:
-        """Blocks holding evicted prefix entries."""
+        """Blocks holding prefix entries."""
         return len(self.entries) * self.per_hash
 
     def match(self, hashes: Sequence[int], start: int, limit: int,

@@ -353,6 +353,10 @@ def test_host_memory_connectors_are_a_write_through_tier() -> None:
     tier = sized.serving.kv_offload
     assert tier is not None and (tier.cpu_gb, tier.store_outputs) == (40.0, True)
     assert sized.notes == ()
+    alone = scenario({"kv-offloading-backend": "lmcache"})
+    assert alone.serving.kv_offload is None and alone.notes == (
+        "vllm.kv-offloading-backend: without kv-offloading-size it sets no host tier up "
+        "(as vLLM's earlier releases; newer ones refuse it)",)
     for backend, way in (("native", (True, True)), ("lmcache", (False, False))):
         tier = scenario({"kv-offloading-size": 64, "tp": 4,
                          "kv-offloading-backend": backend}).serving.kv_offload

@@ -173,6 +173,10 @@ def host_tier_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str,
     where = f"vllm.{flag}"
     if name != "kv_transfer_config":
         _offload(name, value, given, section, where)
+        if name == "kv_offloading_backend" and given.get("kv_offloading_size",
+                                                         ("", None))[1] is None:
+            notes.append(f"{where}: without kv-offloading-size it sets no host tier up (as "
+                         "vLLM's earlier releases; newer ones refuse it)")
     elif value is not None:
         if "kv_offloading_size" in given:
             raise ServesimError("kv-offloading-size sets the connector up too; give one of "
@@ -186,7 +190,7 @@ def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
              section: Callable[[str], dict[str, Any]], where: str) -> None:
     """``kv-offloading-size`` (GiB in all, over the tensor-parallel ranks) and
     ``kv-offloading-backend``: a host KV tier, ``serving.kv_offload`` with ``cpu_gb``
-    per GPU. The backend alone turns nothing on, as in vLLM."""
+    per GPU. The backend alone turns nothing on, as in vLLM's earlier releases."""
     if name == "kv_offloading_backend":
         if value not in OFFLOAD_BACKENDS:
             raise ServesimError(f"got {value!r}; vLLM's backends are "

@@ -153,6 +153,12 @@ def test_a_swap_out_pushes_stored_prefix_entries_out_of_the_tier() -> None:
 
 
 # -- 3. the tier full: least recently stored entries dropped first ------------------
+# A (hashes 1 2), B (3 4), D (20 tokens, no hashes), E (1 2), F (3 4), a second apart;
+# prompts of 12 tokens but D's, 1 output token each.
+FIVE = ([0.0, 1.0, 2.0, 3.0, 4.0], [12, 12, 20, 12, 12], [1] * 5,
+        [[1, 2], [3, 4], [], [1, 2], [3, 4]])
+
+
 def test_the_host_tier_drops_its_least_recently_stored_entry_when_full() -> None:
     # 6 GPU blocks, a 2-block tier. A (hashes 1 2) and B (hashes 3 4), 12 tokens and 1
     # out each, leave entries cached in LRU order 2 1 4 3 (used 4). D (20 tokens, no
@@ -161,9 +167,7 @@ def test_the_host_tier_drops_its_least_recently_stored_entry_when_full() -> None
     # (hashes 1 2) finds 1 in the tier and 2 nowhere: it loads 4 tokens (1 ms) and
     # prefills 8 (10 + 8 + 1 = 19 ms). F (hashes 3 4) finds 3 on the GPU and 4 in the
     # tier: 4 loaded, 4 prefilled (10 + 4 + 1 = 15 ms).
-    eng, res = run({"num_kv_blocks": 6, "kv_offload": tier(2)},
-                   [0.0, 1.0, 2.0, 3.0, 4.0], [12, 12, 20, 12, 12], [1, 1, 1, 1, 1],
-                   [[1, 2], [3, 4], [], [1, 2], [3, 4]])
+    eng, res = run({"num_kv_blocks": 6, "kv_offload": tier(2)}, *FIVE)
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 1.0, 1.022, ((1, 12, 0),)),

@@ -18,7 +18,7 @@ import pytest
 from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kvtier import MS_PER_BLOCK, OP, move, run, run_shared, steps
+from test_kvtier import FIVE, MS_PER_BLOCK, OP, move, run, run_shared, steps
 
 from sim.config.scenario import from_dict
 from sim.core.kvmanager import OWN_HASHES, KVCacheManager
@@ -136,9 +136,7 @@ def test_an_entry_the_host_dropped_is_lost_when_the_gpu_evicts_it() -> None:
     # 4, and nothing moves (write-back would store all three during D's step, 3 ms
     # more): 10 + 20 = 30 ms. E (1 2) finds them nowhere and prefills 12 (22 ms); F (3
     # 4) finds 3 on the GPU and 4 nowhere: 8 tokens prefilled, 18 ms.
-    eng, res = run({"num_kv_blocks": 6, "kv_offload": through(2)},
-                   [0.0, 1.0, 2.0, 3.0, 4.0], [12, 12, 20, 12, 12], [1] * 5,
-                   [[1, 2], [3, 4], [], [1, 2], [3, 4]])
+    eng, res = run({"num_kv_blocks": 6, "kv_offload": through(2)}, *FIVE)
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 1.0, 1.022, ((1, 12, 0),)),

@@ -201,8 +201,7 @@ def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
     value = _size(value, "GiB", where)
     backend = given.get("kv_offloading_backend", ("", "native"))[1]
     way = LMCACHE_WAY if backend == "lmcache" else NATIVE
-    _set_tier(section("serving"), {"cpu_gb": float(value) / _tp(given, section), **way},
-              where)
+    _set_tier(section("serving"), {"cpu_gb": value / _tp(given, section), **way}, where)
 
 
 def _tp(given: dict[str, tuple[str, Any]], section: Callable[[str], dict[str, Any]]) -> int:

@@ -24,16 +24,19 @@ EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 
 def snapshot(kv: KVCacheManager, reqs: list[Request]) -> tuple[Any, ...]:
     pc = kv.prefix
-    cache = None if pc is None else (dict(pc.refs), list(pc.lru), pc.evictions)
+    cache = None if pc is None else (dict(pc.refs), list(pc.lru), dict(pc.runs),
+                                     pc.evictable, pc.evictions)
     return (kv.used, kv.swap_free, kv.admit_low_water, cache,
             [(r.blocks, r.cached, r.swapped) for r in reqs])
 
 
 def check(kv: KVCacheManager, live: list[Request]) -> None:
-    """Counts agree: every used block belongs to a live request or a cached entry."""
+    """Counts agree: every used block belongs to a live request, a cached entry or a
+    freed request's retired run; the evictable ones are the unreferenced entries' and
+    the runs'."""
     assert 0 <= kv.used <= kv.total
     pc = kv.prefix
-    cached = 0 if pc is None else len(pc.refs) * pc.per_hash
+    cached = 0 if pc is None else len(pc.refs) * pc.per_hash + kept(pc)
     own = sum(r.blocks - (r.cached * pc.per_hash if pc is not None else 0) for r in live)
     assert kv.used == own + cached
     if pc is not None:
@@ -43,7 +46,16 @@ def check(kv: KVCacheManager, live: list[Request]) -> None:
             for h in (r.hashes or ())[:r.cached]:
                 refs[h] += 1
         assert refs == pc.refs
-        assert set(pc.lru) == {h for h, n in pc.refs.items() if n == 0}
+        unref = {h for h, n in pc.refs.items() if n == 0}
+        assert set(pc.lru) == unref | set(pc.runs) and not unref & set(pc.runs)
+        assert pc.evictable == len(unref) * pc.per_hash + kept(pc)
+        assert all(n > 0 and len(keys) * pc.per_hash <= n for n, keys in pc.runs.values())
+        assert pc.held == len(unref) + sum(bool(keys) for _, keys in pc.runs.values())
+
+
+def kept(pc: Any) -> int:
+    """Blocks of retired runs."""
+    return sum(n for n, _ in pc.runs.values())
 
 
 OP = st.tuples(st.sampled_from(["admit", "grow", "free", "swap", "resume", "publish"]),
@@ -125,7 +137,8 @@ def test_manager_invariants_on_random_operations(total: int, bs: int, wm: float,
         kv.swap_in(r)
     check(kv, [])
     assert kv.swap_free == swap
-    assert kv.used == (0 if kv.prefix is None else len(kv.prefix.refs) * kv.prefix.per_hash)
+    pc = kv.prefix
+    assert kv.used == (0 if pc is None else len(pc.refs) * pc.per_hash + kept(pc))
     assert kv.available == kv.total
 
 

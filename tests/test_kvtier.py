@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from sim.config.scenario import from_dict
 from sim.core.engine import Engine, build_cost
 from sim.core.kvmanager import KVCacheManager
+from sim.core.prefix import OWN_HASHES
 from sim.core.request import FINISHED, REJECTED, Request
 from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
 from sim.cost.memory import blocks_for
@@ -53,6 +54,13 @@ def steps(res):
     return [(s[0], round(s[1], 9), round(s[2], 9), s[3]) for s in res.step_log]
 
 
+def own(host_keys: list[int]) -> list[object]:
+    """Host keys as written in the cases: a prefix hash, or ``(request, block)`` for a
+    block of a request's own (past its prompt's hashes)."""
+    return [h if h < OWN_HASHES else ((h - OWN_HASHES) >> 32, (h - OWN_HASHES) & 0xFFFFFFFF)
+            for h in host_keys]
+
+
 # -- 1. a prefix evicted to host, hit there, loaded instead of recomputed -------------
 # 6 GPU blocks. A (12 tokens, hashes 1 2, 2 out) prefills (10 + 12 ms), publishes its 2
 # full hashed blocks, decodes at context 12 (a 4th block, 11 ms) and finishes: entries 1
@@ -63,38 +71,47 @@ def steps(res):
 def test_a_prefix_evicted_to_host_is_loaded_back_instead_of_recomputed(policy: str) -> None:
     args = ([0.0, 1.0, 2.0], [12, 20, 12], [2, 1, 1], [[1, 2], [], [1, 2]])
     eng, res = run({"policy": policy, "num_kv_blocks": 6, "kv_offload": tier(4)}, *args)
-    # (a) B's iteration also writes entry 2 to host: 10 + 20 + 1 ms. C hits 8 tokens (4 on
-    # the GPU, 4 loaded: 1 ms) and prefills its last 4: 10 + 4 + 1 = 15 ms of TTFT.
+    # A ends holding 4 blocks: entries 1, 2, its prompt's third block (full, keyed as
+    # its own) and its output's partial one; it retires the last two as a run ahead of
+    # its entries, head last: LRU [A's run, 2, 1]. (a) B's 5 blocks take the 2 free ones
+    # and evict 3: A's partial block (stores nothing), its full block and entry 2 (each
+    # written to host): 10 + 20 + 2 ms. B retires its 5 full blocks: LRU [1, B's run].
+    # C hits 8 tokens (entry 1 on the GPU, entry 2 loaded: 1 ms) and needs 2 blocks, the
+    # last 2 of B's run, written to host first (2 ms): 10 + 4 + 1 + 2 = 17 ms of TTFT.
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 0.022, 0.033, ((0, 1, 12),)),
-        (0, 1.0, 1.031, ((1, 20, 0),)),
-        (0, 2.0, 2.015, ((2, 4, 8),)),
+        (0, 1.0, 1.032, ((1, 20, 0),)),
+        (0, 2.0, 2.017, ((2, 4, 8),)),
     ]
-    assert res.first_token[2] - 2.0 == pytest.approx(0.015, abs=1e-12)
+    assert res.first_token[2] - 2.0 == pytest.approx(0.017, abs=1e-12)
     # (b) Without the tier B's iteration is 30 ms and C recomputes entry 2's 4 tokens:
-    # 10 + 8 = 18 ms. The tier saves 4 ms of prefill for 1 ms of loading: 3 ms.
+    # 10 + 8 = 18 ms. The tier saves 4 ms of prefill for 1 ms of loading and 2 of
+    # writing B's blocks back: 1 ms.
     _, off = run({"policy": policy, "num_kv_blocks": 6}, *args)
     assert steps(off)[2:] == [(0, 1.0, 1.03, ((1, 20, 0),)), (0, 2.0, 2.018, ((2, 8, 4),))]
-    assert (off.first_token[2] - res.first_token[2]) == pytest.approx(0.003, abs=1e-12)
+    assert (off.first_token[2] - res.first_token[2]) == pytest.approx(0.001, abs=1e-12)
     t = summarize(res)["kv_tiers"]
     assert (t["gpu"]["hit_tokens"], t["host"]["hit_tokens"]) == (4, 4)
     assert t["gpu"]["hit_rate"] == t["host"]["hit_rate"] == pytest.approx(4 / 44)
     assert (t["gpu"]["blocks_per_replica"], t["host"]["blocks_per_replica"]) == ([6], [4])
     assert t["host"]["gib_per_gpu"] == [4 * 8192 / 2**30]
-    assert (t["host"]["stored_blocks"], t["host"]["loaded_blocks"]) == (1, 1)
+    assert (t["host"]["stored_blocks"], t["host"]["loaded_blocks"]) == (4, 1)
     assert t["host"]["loaded_gib_per_gpu"] == [8192 / 2**30]
-    assert t["transfer_s"] == pytest.approx(0.002)
+    assert t["transfer_s"] == pytest.approx(0.005)
     assert summarize(res)["prefix_cache"]["hit_tokens"] == 8  # both tiers together
     assert "kv_tiers" not in summarize(off)
-    # C references both entries now, back on the GPU; the host holds none.
+    # C held both entries, back on the GPU, and retired its last block; the host holds
+    # A's block and B's last two, the tail written first.
     kv = eng.replicas[0].kv
-    assert kv.prefix is not None and sorted(kv.prefix.refs) == [1, 2]
-    assert not kv.host.entries and kv.used == 2
+    assert kv.prefix is not None and kv.prefix.refs == {1: 0, 2: 0}
+    assert own(kv.host.entries) == [(0, 2), (1, 4), (1, 3)]
+    assert (kv.used, kv.in_use) == (6, 0)
 
 
 def test_overlapped_loads_hide_under_the_compute() -> None:
-    # As above with overlap: B's 30 ms prefill hides its 1 ms store, C's 14 ms its load.
+    # As above with overlap: B's 30 ms prefill hides its 2 ms of stores, C's 14 ms its
+    # load and its 2 ms of stores.
     _, res = run({"num_kv_blocks": 6, "kv_offload": tier(4, overlap=True)},
                  [0.0, 1.0, 2.0], [12, 20, 12], [2, 1, 1], [[1, 2], [], [1, 2]])
     assert steps(res)[2:] == [(0, 1.0, 1.03, ((1, 20, 0),)), (0, 2.0, 2.014, ((2, 4, 8),))]
@@ -108,7 +125,11 @@ def test_a_preempted_request_resumes_from_the_host_tier(policy: str) -> None:
     # the newest, is preempted, its 3 blocks written to the host tier (3 ms) in the
     # iteration where A and B decode: 10 + 2 + 3 = 15 ms, and they finish at 101 ms. C
     # gets 4 blocks back, its 3 loaded (3 ms), and decodes at context 12: 10 + 1 + 3 =
-    # 14 ms, finishing at 115 ms (by recompute: 121 ms, a 13-token re-prefill).
+    # 14 ms, finishing at 115 ms (by recompute: 121 ms, a 13-token re-prefill). Under
+    # chunked, prefix caching is on (vLLM v1's default): A and B retired their 4 blocks
+    # each as runs, so C's 4 take the one free block and 3 of A's run, its partial block
+    # and its last two full ones, written back first (2 ms): 16 ms, finishing at 117 ms.
+    late = 0.002 if policy == "chunked" else 0.0
     sc = tiny_scenario(serving={"policy": policy, "num_kv_blocks": 9, "preemption": "swap",
                                 "kv_offload": tier(4)})
     res = run_both_ways(sc, [0.0, 0.0, 0.0], [8, 8, 8], [6, 6, 6])
@@ -118,12 +139,12 @@ def test_a_preempted_request_resumes_from_the_host_tier(policy: str) -> None:
         (0, 0.0, 0.034, ((0, 8, 0), (1, 8, 0), (2, 8, 0))),
         *decodes,
         (0, 0.086, 0.101, ((0, 1, 12), (1, 1, 12))),
-        (0, 0.101, 0.115, ((2, 1, 12),)),
+        (0, 0.101, round(0.115 + late, 9), ((2, 1, 12),)),
     ]
     assert res.preemptions.tolist() == [0, 0, 1]
-    np.testing.assert_allclose(res.finish, [0.101, 0.101, 0.115], atol=1e-12)
+    np.testing.assert_allclose(res.finish, [0.101, 0.101, 0.115 + late], atol=1e-12)
     t = summarize(res)["kv_tiers"]["host"]
-    assert (t["stored_blocks"], t["loaded_blocks"], t["hit_tokens"]) == (3, 3, 0)
+    assert (t["stored_blocks"], t["loaded_blocks"], t["hit_tokens"]) == (3 + 1000 * late, 3, 0)
 
 
 def test_a_swap_out_pushes_stored_prefix_entries_out_of_the_tier() -> None:
@@ -140,16 +161,22 @@ def test_a_swap_out_pushes_stored_prefix_entries_out_of_the_tier() -> None:
     assert list(kv.host.entries) == [3, 2, 1] and kv.pending_io == 3
     b.computed = 16
     c = Request(2, 0.0, 4, 1)
-    kv.free(b)
+    kv.free(b)  # its 4 full blocks stay on the GPU as a run, keyed as its own
+    # C's block is B's last, written back: the full tier drops its oldest entry.
     assert kv.allocate_slots(c, 4) == 1
+    assert own(kv.host.entries) == [2, 1, (1, 3)] and kv.host.dropped == 1
     c.computed = 4
     assert kv.swap_free == 3 and kv.swap_out(c)  # one block: the oldest entry goes
-    assert list(kv.host.entries) == [2, 1] and kv.host.dropped == 1 and kv.host.swapped == 1
+    assert own(kv.host.entries) == [1, (1, 3)] and kv.host.dropped == 2
+    assert kv.host.swapped == 1
+    # D's 3 blocks: C's, freed whole by its swap (no run), and B's next two, written
+    # back into the 2 blocks the swap leaves: entries 1 and B's last are dropped.
     d = Request(3, 0.0, 12, 1)
     assert kv.allocate_slots(d, 12) == 3
+    assert own(kv.host.entries) == [(1, 2), (1, 1)] and kv.host.dropped == 4
     d.computed = 12
     assert not kv.swap_out(d)  # 3 blocks > the 2 not swapped: refused, nothing changed
-    assert list(kv.host.entries) == [2, 1] and d.blocks == 3
+    assert own(kv.host.entries) == [(1, 2), (1, 1)] and d.blocks == 3
 
 
 # -- 3. the tier full: least recently stored entries dropped first ------------------
@@ -160,26 +187,29 @@ FIVE = ([0.0, 1.0, 2.0, 3.0, 4.0], [12, 12, 20, 12, 12], [1] * 5,
 
 
 def test_the_host_tier_drops_its_least_recently_stored_entry_when_full() -> None:
-    # 6 GPU blocks, a 2-block tier. A (hashes 1 2) and B (hashes 3 4), 12 tokens and 1
-    # out each, leave entries cached in LRU order 2 1 4 3 (used 4). D (20 tokens, no
-    # hashes) needs 5 with 2 free: entries 2, 1, 4 are evicted to the tier in that
-    # order; 4 arriving finds it full and drops 2. D's iteration: 10 + 20 + 3 ms. E
-    # (hashes 1 2) finds 1 in the tier and 2 nowhere: it loads 4 tokens (1 ms) and
-    # prefills 8 (10 + 8 + 1 = 19 ms). F (hashes 3 4) finds 3 on the GPU and 4 in the
-    # tier: 4 loaded, 4 prefilled (10 + 4 + 1 = 15 ms).
-    eng, res = run({"num_kv_blocks": 6, "kv_offload": tier(2)}, *FIVE)
+    # 6 GPU blocks, a 3-block tier. A (hashes 1 2) and B (3 4), 12 tokens and 1 out
+    # each, end holding their entries and their prompts' third blocks (keyed as their
+    # own, a, b), each retiring its own block ahead of its entries: LRU a 2 1 b 4 3 (used
+    # 6). D (20 tokens, no hashes) needs 5: a, 2, 1, b, 4 go down in that order, the
+    # tier keeping the last 3 (1 b 4; a and 2 dropped): 10 + 20 + 5 ms. D retires its
+    # 5 blocks (d0-d4): LRU 3 d. E (1 2) finds 1 in the tier (loaded, 1 ms) and 2
+    # nowhere, prefills 8 tokens, and evicts 3, d4 and d3 for its 3 blocks (3 stores;
+    # the tier keeps 3 d4 d3): 10 + 8 + 1 + 3 = 22 ms. F (3 4) finds 3 in the tier, 4
+    # dropped, and evicts d2 d1 d0 (E's own block and entries are younger): 22 ms.
+    eng, res = run({"num_kv_blocks": 6, "kv_offload": tier(3)}, *FIVE)
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 1.0, 1.022, ((1, 12, 0),)),
-        (0, 2.0, 2.033, ((2, 20, 0),)),
-        (0, 3.0, 3.019, ((3, 8, 4),)),
-        (0, 4.0, 4.015, ((4, 4, 8),)),
+        (0, 2.0, 2.035, ((2, 20, 0),)),
+        (0, 3.0, 3.022, ((3, 8, 4),)),
+        (0, 4.0, 4.022, ((4, 8, 4),)),
     ]
     host = eng.replicas[0].kv.host
-    assert (host.stored, host.loaded, host.dropped, list(host.entries)) == (3, 2, 1, [])
+    assert (host.stored, host.loaded, host.dropped) == (11, 2, 6)
+    assert own(host.entries) == [(2, 2), (2, 1), (2, 0)]
     t = summarize(res)["kv_tiers"]
-    assert (t["gpu"]["hit_tokens"], t["host"]["hit_tokens"]) == (4, 8)
-    assert t["host"]["dropped_entries"] == 1
+    assert (t["gpu"]["hit_tokens"], t["host"]["hit_tokens"]) == (0, 8)
+    assert t["host"]["dropped_entries"] == 6
 
 
 # -- invariants: no block lost or duplicated across the tiers ------------------------
@@ -192,6 +222,12 @@ def tiers(kv: KVCacheManager) -> Tiers:
     return set(kv.prefix.refs), set(kv.host.entries), kv.host.dropped
 
 
+def run_keys(kv: KVCacheManager) -> set[int]:
+    """Keys of the full blocks of retired runs on the GPU."""
+    assert kv.prefix is not None
+    return {h for _, keys in kv.prefix.runs.values() for h in keys}
+
+
 def check(kv: KVCacheManager, live: list[Request], swapped: list[Request]) -> None:
     """Every GPU block is a live request's own or a cached entry's; every host block a
     swapped request's, a stored entry's or free; no entry in both tiers."""
@@ -199,7 +235,7 @@ def check(kv: KVCacheManager, live: list[Request], swapped: list[Request]) -> No
     assert pc is not None
     assert 0 <= kv.used <= kv.total
     own = sum(r.blocks - r.cached * pc.per_hash for r in live)
-    assert kv.used == own + len(pc.refs) * pc.per_hash
+    assert kv.used == own + len(pc.refs) * pc.per_hash + sum(n for n, _ in pc.runs.values())
     refs = {h: 0 for h in pc.refs}
     for r in live:
         for h in (r.hashes or ())[:r.cached]:
@@ -208,13 +244,14 @@ def check(kv: KVCacheManager, live: list[Request], swapped: list[Request]) -> No
     assert host.swapped == sum(r.swapped for r in swapped)
     assert host.free >= 0
     assert host.swapped + host.entry_blocks + host.free == host.total
-    assert not set(pc.refs) & set(host.entries)
+    assert not (set(pc.refs) | run_keys(kv)) & set(host.entries)
 
 
 def moved(before: Tiers, after: Tiers, published: set[int]) -> None:
-    """Between two :func:`tiers` snapshots: what left both tiers was dropped, one entry
-    a count; nothing appeared from nowhere (only a publish makes an entry); what came
-    down to the host came from the GPU."""
+    """Between two :func:`tiers` snapshots (runs' keys with the GPU's entries): what
+    left both tiers was dropped, one entry a count; nothing appeared from nowhere (only
+    a publish makes an entry, and a free a run); what came down to the host came from
+    the GPU."""
     was, now = before[0] | before[1], after[0] | after[1]
     assert len(was - now) == after[2] - before[2]
     assert now - was <= published
@@ -267,8 +304,12 @@ def test_blocks_are_never_lost_or_duplicated_across_the_tiers(
         check(kv, live, swapped)
         moved(before, tiers(kv), set(r.hashes[:r.prompt // pc.hash_tokens]))
 
+    def tiers_and_runs() -> Tiers:
+        gpu, host, dropped = tiers(kv)
+        return gpu | run_keys(kv), host, dropped
+
     for op, pick, tokens, keep in ops:
-        before = tiers(kv)
+        before = tiers_and_runs()
         io = kv.pending_io
         admitted = None
         if op == "admit":
@@ -287,7 +328,9 @@ def test_blocks_are_never_lost_or_duplicated_across_the_tiers(
         else:
             move(kv, op, pick, tokens, keep, live, swapped)
         check(kv, live, swapped)
-        moved(before, tiers(kv), set())
+        after = tiers_and_runs()
+        # A free retires its request's run: keys of its own (or past its references).
+        moved(before, after, after[0] - before[0] if op == "free" else set())
         if op == "publish" and live:
             publish(live[pick % len(live)])
         elif admitted is not None and not keep:
@@ -312,14 +355,16 @@ def test_runs_with_a_tier_end_with_every_block_home(
         reqs: list[tuple]) -> None:
     # Requests sharing prefixes under tight GPU and host tiers, decodes advanced lazily
     # and one by one alike: the same logs and records, everything ends, the GPU ends
-    # holding cached entries only and the host no swapped block, no entry in both tiers.
+    # holding cached entries and runs only and the host no swapped block, no entry in
+    # both tiers.
     kv = run_shared(tiny_scenario(serving={
         "policy": policy, "num_kv_blocks": blocks, "max_num_batched_tokens": 64,
         "prefix_caching": True, "preemption": preemption,
         "kv_offload": tier(host, overlap=overlap)}), reqs)
     assert kv.prefix is not None
-    assert kv.used == len(kv.prefix.refs) and kv.host.swapped == 0
-    assert not set(kv.prefix.refs) & set(kv.host.entries)
+    assert kv.in_use == 0 and kv.host.swapped == 0
+    assert kv.used == len(kv.prefix.refs) + sum(n for n, _ in kv.prefix.runs.values())
+    assert not (set(kv.prefix.refs) | run_keys(kv)) & set(kv.host.entries)
     assert len(kv.host.entries) <= host
 
 

@@ -18,10 +18,11 @@ import pytest
 from conftest import tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kvtier import FIVE, MS_PER_BLOCK, OP, move, run, run_shared, steps
+from test_kvtier import FIVE, MS_PER_BLOCK, OP, move, own, run, run_shared, steps
 
 from sim.config.scenario import from_dict
-from sim.core.kvmanager import OWN_HASHES, KVCacheManager
+from sim.core.kvmanager import KVCacheManager
+from sim.core.prefix import OWN_HASHES
 from sim.core.request import Request
 from sim.errors import ServesimError
 from sim.report.outputs import table
@@ -40,13 +41,6 @@ def through(blocks: int, **more: Any) -> dict[str, Any]:
 # A (12 tokens, hashes 1 2, 2 out), B (20 tokens, no hashes, 1 out), C (12 tokens,
 # hashes 1 2, 1 out), 6 GPU blocks: the case tests/test_kvtier.py works under write-back.
 CASE = ([0.0, 1.0, 2.0], [12, 20, 12], [2, 1, 1], [[1, 2], [], [1, 2]])
-
-
-def own(host_keys: list[int]) -> list[object]:
-    """Host keys as written in the cases: a prefix hash, or ``(request, block)`` for a
-    block of a request's own (past its prompt's hashes)."""
-    return [h if h < OWN_HASHES else ((h - OWN_HASHES) >> 32, (h - OWN_HASHES) & 0xFFFFFFFF)
-            for h in host_keys]
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])
@@ -132,21 +126,21 @@ def test_the_host_drops_its_least_recently_used_copy_when_full() -> None:
 def test_an_entry_the_host_dropped_is_lost_when_the_gpu_evicts_it() -> None:
     # 6 GPU blocks, a 2-block tier; 12-token prompts hash their first 8 tokens. A (1 2)
     # and B (3 4), 1 out: the host copies each prompt's blocks, its own third block
-    # pushing the older copy out. D (20 tokens, no hashes) evicts GPU entries 2, 1 and
-    # 4, and nothing moves (write-back would store all three during D's step, 3 ms
-    # more): 10 + 20 = 30 ms. E (1 2) finds them nowhere and prefills 12 (22 ms); F (3
-    # 4) finds 3 on the GPU and 4 nowhere: 8 tokens prefilled, 18 ms.
+    # pushing the older copy out; on the GPU each retires its third block ahead of its
+    # entries: LRU a 2 1 b 4 3. D (20 tokens, no hashes) evicts a, 2, 1, b and 4, and
+    # nothing moves (write-back would store all five during D's step, 5 ms more): 10 +
+    # 20 = 30 ms. E (1 2) finds them nowhere and prefills 12 (22 ms), evicting entry 3,
+    # older than D's retired blocks; F (3 4) finds neither: 12 tokens, 22 ms.
     eng, res = run({"num_kv_blocks": 6, "kv_offload": through(2)}, *FIVE)
     assert steps(res) == [
         (0, 0.0, 0.022, ((0, 12, 0),)),
         (0, 1.0, 1.022, ((1, 12, 0),)),
         (0, 2.0, 2.03, ((2, 20, 0),)),
         (0, 3.0, 3.022, ((3, 12, 0),)),
-        (0, 4.0, 4.018, ((4, 8, 4),)),
+        (0, 4.0, 4.022, ((4, 12, 0),)),
     ]
     host = eng.replicas[0].kv.host
-    # F copies 3 (a GPU hit the host lacks, as vLLM stores every block it does not
-    # hold) and 4, and its own third block pushes 4 out.
+    # F copies 3 and 4, and its own third block pushes 4 out.
     assert (host.stored, host.loaded, host.dropped) == (17, 0, 15)
     assert own(list(host.entries)) == [3, (4, 2)]
 
@@ -229,9 +223,10 @@ def test_write_through_never_loses_or_duplicates_a_block(
     def check() -> None:
         assert 0 <= kv.used <= kv.total
         shared = sum(r.cached for r in live) if retain else 0
+        runs = sum(n for n, keys in pc.runs.values() if not keys)  # none stored: through
         assert kv.used == sum(r.blocks for r in live) - shared * pc.per_hash + \
-            len(pc.refs) * pc.per_hash
-        assert retain or not pc.refs
+            len(pc.refs) * pc.per_hash + runs and runs == sum(n for n, _ in pc.runs.values())
+        assert retain or not (pc.refs or pc.runs)
         host = kv.host
         assert host.swapped == sum(r.swapped for r in swapped)
         assert host.free >= 0 and host.swapped + host.entry_blocks + host.free == host.total
@@ -281,14 +276,15 @@ def test_write_through_runs_end_with_every_block_home(
         policy: str, preemption: str, retain: bool, blocks: int, host: int, overlap: bool,
         reqs: list[tuple]) -> None:
     # Lazy and eager decodes give the same logs and records; every request ends; the GPU
-    # ends holding cached entries only (none when it keeps none), the host no swapped
-    # block and no more entries than it holds.
+    # ends holding cached entries and runs only (none when it keeps none), the host no
+    # swapped block and no more entries than it holds.
     kv = run_shared(tiny_scenario(serving={
         "policy": policy, "num_kv_blocks": blocks, "max_num_batched_tokens": 64,
         "prefix_caching": retain, "preemption": preemption,
         "kv_offload": through(host, overlap=overlap)}), reqs)
     assert kv.prefix is not None and kv.host.swapped == 0
-    assert kv.used == len(kv.prefix.refs) and (retain or kv.used == 0)
+    assert kv.used == len(kv.prefix.refs) + sum(n for n, _ in kv.prefix.runs.values())
+    assert kv.in_use == 0 and (retain or kv.used == 0)
     assert len(kv.host.entries) <= host
 
 

@@ -12,7 +12,8 @@ from conftest import assert_equivalent, lazy_and_eager, run_both_ways, tiny_scen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.core.kvmanager import OWN_HASHES, KVCacheManager
+from sim.core.kvmanager import KVCacheManager
+from sim.core.prefix import OWN_HASHES
 from sim.core.request import Request
 from sim.report.summary import summarize
 from sim.workload.requests import Requests
@@ -26,11 +27,13 @@ def test_a_preempted_request_finds_its_own_blocks_hand_worked() -> None:
     r = Request(7, 0.0, 30, 5)
     assert kv.allocate_slots(r, 30) == 8
     r.computed = 30
-    # Its 7 full blocks are cached under hashes of its own; the partial eighth is freed.
+    # Its 7 full blocks are cached under hashes of its own; the partial eighth is freed
+    # (nothing cached waited in the LRU order: it would be taken first anyway).
     assert kv.preempt(r) == 8
     r.computed = 0
     assert r.hashes == tuple(range(OWN_HASHES + (7 << 32), OWN_HASHES + (7 << 32) + 7))
     assert (kv.used, kv.in_use, kv.available) == (7, 0, 20)
+    assert list(kv.prefix.lru) == list(reversed(r.hashes))  # type: ignore[union-attr]
     # Resumed: 28 tokens hit (never the last prompt token's block), 2 to prefill, 1 block.
     hit = kv.computed_tokens(r)
     assert (hit.tokens, hit.pinned) == (28, 7)

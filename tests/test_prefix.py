@@ -6,18 +6,24 @@ hashes name 4-token blocks.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from conftest import tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim.core.engine import Engine, build_cost, simulate
 from sim.core.kvmanager import KVCacheManager
-from sim.core.prefix import block_hashes
+from sim.core.prefix import PrefixCache, block_hashes
 from sim.core.request import FINISHED, Request
 from sim.errors import ServesimError
 from sim.report.metrics import per_request
 from sim.report.summary import summarize
 from sim.workload.requests import Requests
+
+EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
 
 
 def run(serving: dict, arrivals: list[float], prompts: list[int], outputs: list[int],
@@ -47,9 +53,14 @@ def test_second_request_skips_the_cached_prefix() -> None:
     s = summarize(res)["prefix_cache"]
     assert (s["prefill_tokens"], s["hit_tokens"]) == (24, 8)
     assert s["hit_rate"] == pytest.approx(1 / 3)
-    # The two cached blocks stay (unreferenced, evictable); everything else is free.
+    # The two cached blocks stay, unreferenced, the prefix's head last in LRU order. Each
+    # request's other two (13 tokens computed: 4 blocks) are free: when it ended no
+    # entry waited in that order (its own were still its), so they would be the first
+    # taken anyway, kept or not.
     rep = eng.replicas[0]
-    assert rep.kv.used == 2 and rep.prefix is not None and rep.prefix.evictable == 2
+    pc = rep.prefix
+    assert pc is not None and rep.kv.used == 2 and pc.evictable == 2
+    assert list(pc.lru) == [8, 7] and not pc.runs
 
 
 def test_hit_stops_at_the_first_missing_hash_and_before_the_last_token() -> None:
@@ -81,6 +92,79 @@ def test_unreferenced_entries_are_evicted_lru_when_space_is_needed() -> None:
     assert rep.stats.prefix_evictions == 1
     assert res.status.tolist() == [1, 1]
     assert rep.kv.used <= rep.kv.total
+
+
+def test_freed_blocks_no_hash_names_wait_their_turn_before_older_entries() -> None:
+    # 6 blocks, as vLLM's block pool orders them: A (hashes 1, 2; 9 tokens computed)
+    # ends and frees its partial block first, then its entries, head last: [A's 1, 2,
+    # 1]. C, hashless, takes the 3 blocks never used and frees them after: [A's 1, 2, 1,
+    # C's 3]. D, hashless too, takes A's partial block and entry 2 for its prompt and
+    # entry 1 to decode, though C's freed blocks are there: they are younger. B then
+    # finds nothing of 1, 2 and prefills its whole prompt. Reusing C's blocks first
+    # (as if freed blocks no hash names were never cached) would keep both entries
+    # for B to hit 8 tokens.
+    eng, res = run({"num_kv_blocks": 6}, [0.0, 1.0, 2.0, 3.0], [8, 8, 8, 12],
+                   [2, 2, 2, 2], [[1, 2], [], [], [1, 2]])
+    assert [e for s in res.step_log for e in s[3] if e[1] > 1] == [
+        (0, 8, 0), (1, 8, 0), (2, 8, 0), (3, 12, 0)]
+    rep = eng.replicas[0]
+    assert rep.stats.prefix_evictions == 2
+    assert summarize(res)["prefix_cache"]["hit_tokens"] == 0
+
+
+class KeepEveryRun(PrefixCache):
+    """The reference: every run retired, even with nothing cached for it to wait behind
+    (vLLM's free queue keeps each freed block in its place)."""
+
+    def retire(self, blocks: int, keys: tuple[int, ...] = ()) -> bool:
+        key = self._next_run
+        self._next_run += 1
+        self.lru[key] = None
+        self.runs[key] = (blocks, keys)
+        self.evictable += blocks
+        self.held += bool(keys)
+        return True
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(6, 40), st.sampled_from([1, 2, 4]),
+       st.lists(st.tuples(st.sampled_from(["admit", "grow", "free", "preempt"]),
+                          st.integers(0, 40), st.integers(1, 40)), max_size=80))
+def test_freeing_a_run_nothing_cached_waits_behind_changes_no_outcome(
+        total: int, bs: int, ops: list[tuple[str, int, int]]) -> None:
+    # Two managers, one keeping every freed request's run, one freeing a run outright
+    # when no entry (or stored run) waits in the LRU order: every allocation, hit and
+    # count agrees, as those blocks would be taken first either way.
+    pair = [KVCacheManager(total, bs), KVCacheManager(total, bs)]
+    pair[0].enable_prefix_caching(bs)
+    pair[1].prefix = KeepEveryRun(bs, bs)
+    live: list[list[Request]] = [[], []]
+    for n, (op, pick, tokens) in enumerate(ops):
+        seen = []
+        for kv, reqs in zip(pair, live, strict=True):
+            if op == "admit":
+                r = Request(n, 0.0, tokens, 4)
+                r.hashes = tuple(range(100 * (pick % 3), 100 * (pick % 3) + tokens // bs))
+                hit = kv.computed_tokens(r)
+                got = kv.allocate_slots(r, tokens - hit.tokens, hit)
+                if got is not None:
+                    r.computed = tokens
+                    kv.cache_blocks(r)
+                    reqs.append(r)
+                seen.append((hit, got))
+            elif op == "grow" and reqs:
+                r = reqs[pick % len(reqs)]
+                got = kv.allocate_slots(r, tokens % 5 + 1)
+                if got is not None:
+                    r.computed += tokens % 5 + 1
+                seen.append(got)
+            elif op in ("free", "preempt") and reqs:
+                r = reqs.pop(pick % len(reqs))
+                seen.append(kv.free(r) if op == "free" else kv.preempt(r))
+            pc = kv.prefix
+            assert pc is not None
+            seen.append((kv.available, kv.in_use, pc.evictions, dict(pc.refs)))
+        assert seen[:len(seen) // 2] == seen[len(seen) // 2:]
 
 
 def test_prefix_cache_unit_refcounts() -> None:

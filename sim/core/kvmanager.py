@@ -1,21 +1,18 @@
 """One replica's KV-cache manager: every change to its block counts goes through here.
 
-Modelled on vLLM's KV-cache manager: a scheduler asks :meth:`KVCacheManager.can_allocate`
-or calls :meth:`~KVCacheManager.allocate_slots` for a request's new tokens (None on a
-shortage, with nothing changed), :meth:`~KVCacheManager.free` when it finishes or is
-preempted, :meth:`~KVCacheManager.swap_out` / :meth:`~KVCacheManager.swap_in` to move its
-KV to host memory and back, and :meth:`~KVCacheManager.computed_tokens` /
-:meth:`~KVCacheManager.cache_blocks` for the prefix cache. Batching policies, replicas
-and the replay loop never change a count themselves.
+Modelled on vLLM's: a scheduler asks :meth:`KVCacheManager.can_allocate` or calls
+:meth:`~KVCacheManager.allocate_slots` for a request's new tokens (None on a shortage,
+nothing changed), :meth:`~KVCacheManager.free` when it finishes or is preempted,
+:meth:`~KVCacheManager.swap_out` / ``swap_in`` to move its KV to host memory and back,
+``computed_tokens`` / ``cache_blocks`` for the prefix cache. Nothing else changes a count.
 
 Blocks are counted, not named: block identity changes no timing. A request's share is
-kept on the request itself (``blocks``: the blocks its tokens span, prefix-cache entries
-included, and for a model with sliding-window layers its window's pages too
-(:meth:`KVCacheManager.window_share`); ``cached``: the leading prefix entries it
-references; ``swapped``: blocks of it in host memory), written only by this module.
-Guarantees: 0 <= ``used`` <= ``total``; an allocation that keeps the watermark leaves
-at least ``watermark`` blocks available (:attr:`~KVCacheManager.admit_low_water` records
-the fewest it left).
+kept on it (``blocks``: the blocks its tokens span, prefix-cache entries and a
+sliding-window model's window pages (:meth:`KVCacheManager.window_share`) included;
+``cached``: the leading prefix entries it references; ``swapped``: blocks of it in host
+memory), written only here. Guarantees: 0 <= ``used`` <= ``total``; an allocation that
+keeps the watermark leaves at least ``watermark`` blocks available
+(:attr:`~KVCacheManager.admit_low_water` records the fewest it left).
 
 Host memory is one more tier below the GPU (:class:`~sim.core.hosttier.HostTier`, owned
 here): it holds swapped KV and, with ``serving.kv_offload``, prefix entries a later hit
@@ -33,7 +30,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from sim.core.hosttier import HostTier
-from sim.core.prefix import PrefixCache
+from sim.core.prefix import PrefixCache, own_keys
 from sim.core.request import Request
 from sim.cost.memory import blocks_for, window_share
 
@@ -50,24 +47,19 @@ class PrefixHit(NamedTuple):
 
 
 NO_HIT = PrefixHit(0, 0)
-# Hashes of blocks only one request holds (see KVCacheManager.preempt), 2**32 of them a
-# request: above every block hash a trace or a generated prefix gives, a 64-bit hash
-# split into at most 2**63 block hashes (sim.core.prefix.block_hashes) staying under 2**127.
-OWN_HASHES = 1 << 128
 
 
 class KVCacheManager:
     """Free, used, cached and swapped KV blocks of one replica.
 
-    ``total_blocks`` blocks of ``block_size`` tokens; ``watermark_blocks`` are kept free
-    when admitting new work (vLLM's watermark) so a freshly admitted prompt does not
-    immediately force running requests out; ``swap_blocks`` is the host tier's size
-    (blocks) for swapped-out KV and, when ``offload`` is set (``serving.kv_offload``),
-    for prefix entries too (``write_through``, ``store_outputs``: how they are written,
-    :mod:`sim.core.hosttier`). With prefix caching on
-    (:meth:`enable_prefix_caching`) blocks of cached entries no request references count
-    as available and are evicted, least recently used first, only when an allocation
-    needs them.
+    ``total_blocks`` blocks of ``block_size`` tokens; ``watermark_blocks`` kept free when
+    admitting (vLLM's watermark) so a fresh prompt does not force running requests out
+    at once; ``swap_blocks``: the host tier's size (blocks) for swapped KV and, with
+    ``offload`` (``serving.kv_offload``), prefix entries (``write_through``,
+    ``store_outputs``: how they are written, :mod:`sim.core.hosttier`). With prefix
+    caching on (:meth:`enable_prefix_caching`) no freed block is forgotten until an
+    allocation needs it: entries no request references and freed requests' runs count
+    as available and are evicted least recently freed first.
     """
 
     __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
@@ -91,7 +83,7 @@ class KVCacheManager:
         self.window_groups = window_groups
         # A disaggregated prefill replica: its requests hold their prompts' KV only.
         self.prompt_only = prompt_only
-        self.used = 0  # blocks held by requests or by cached prefix entries
+        self.used = 0  # blocks held by requests or kept by the prefix cache
         self.host = HostTier(swap_blocks, offload, write_through, store_outputs)
         # Blocks of prefix entries moved between the tiers since the replica last priced
         # an iteration (stores of evicted entries and loads of hits).
@@ -148,12 +140,11 @@ class KVCacheManager:
         ``blocks`` blocks at most hold: 0 without such layers.
 
         vLLM's SlidingWindowManager keeps a request's pages from the last W tokens on,
-        ceil(W / block_size) + 1 at most, and frees those behind them; a request shorter
-        than its window keeps a page a block. servesim charges a request that peak, for
-        its whole life's length, from its first allocation to its last: exact while it
-        decodes past the window, a few blocks early before (its first ~W tokens), and it
-        leaves out the pages a prefill chunk holds for one step beyond the window before
-        vLLM frees them (at most the step's token budget in all)."""
+        ceil(W / block_size) + 1 at most, and frees those behind; a request shorter than
+        its window keeps a page a block. servesim charges that peak, for its whole
+        life's length, from first allocation to last: exact while it decodes past the
+        window, a few blocks early before, leaving out the pages a prefill chunk holds
+        for one step beyond the window (at most the step's token budget in all)."""
         if not self.window:
             return 0
         return window_share(self.window, self.window_groups, blocks)
@@ -270,15 +261,14 @@ class KVCacheManager:
         r.blocks = self.spans(r, tokens)
 
     def _evict(self, num_blocks: int) -> None:
-        """Evict least recently used cached entries until ``num_blocks`` blocks are free;
-        each goes down to the host tier when that keeps prefixes."""
-        pc = self.prefix
+        """Evict least recently freed cached entries and runs' blocks until ``num_blocks``
+        blocks are free; those keyed go down to the host tier when it keeps prefixes."""
+        pc, host = self.prefix, self.host
         assert pc is not None
-        host = self.host
         while self.total - self.used < num_blocks and pc.lru:
-            h = pc.evict_oldest()
-            self.used -= pc.per_hash
-            if host.keeps_prefixes:
+            gone, n = pc.evict_oldest(num_blocks - self.total + self.used)
+            self.used -= n
+            for h in gone if host.keeps_prefixes else ():
                 self.pending_io += host.evicted(h)
         if self.total - self.used < num_blocks:
             raise AssertionError(f"KV over-allocation: {num_blocks} blocks with "
@@ -287,21 +277,33 @@ class KVCacheManager:
     # -- release ----------------------------------------------------------------------
     def free(self, r: Request, copy: bool = True) -> int:
         """Return ``r``'s own blocks and drop its references to cached entries (which
-        stay cached; ``copy``: :meth:`_copy_rest` first); returns the blocks it spanned."""
-        n = r.blocks
-        own = n
-        if copy and self.host.through:
+        stay cached); returns the blocks it spanned. With prefix caching its own blocks
+        stay too where it matters, retired as a run the LRU order reaches before its
+        entries (:meth:`PrefixCache.retire`). ``copy`` false (a swap-out): its KV left
+        whole, so no write-through copy (:meth:`_copy_rest`) and no run."""
+        n = own = r.blocks
+        pc, host = self.prefix, self.host
+        if copy and host.through:
             self._copy_rest(r)
-        if r.cached:
-            pc = self.prefix
-            assert pc is not None and r.hashes is not None
-            if pc.retain:
-                own -= r.cached * pc.per_hash
-                pc.release(r.hashes[:r.cached])
-            r.cached = 0
+        if pc is not None and not pc.retain:
+            pc = None  # the GPU keeps nothing
+        if pc is not None and r.cached:
+            own -= r.cached * pc.per_hash
         if own < 0 or own > self.used:
             raise AssertionError(f"KV double free: freeing {own} of {self.used} used")
-        self.used -= own
+        kept = False
+        if pc is not None and copy and own:
+            keys: tuple[int, ...] = ()
+            if host.keeps_prefixes and not host.through:  # write-back stores runs' blocks
+                # past r's hashes (a hashed block it did not publish may be an entry)
+                keys = own_keys(r, max(r.cached, len(r.hashes or ())), min(
+                    r.computed // pc.hash_tokens, r.cached + own // pc.per_hash))
+            kept = pc.retire(own, keys)
+        if not kept:
+            self.used -= own
+        if pc is not None and r.cached:  # after its run: a request's tail goes first
+            pc.release(r.hashes[:r.cached])  # type: ignore[index]
+        r.cached = 0
         r.blocks = 0
         return n
 
@@ -336,17 +338,15 @@ class KVCacheManager:
             full = r.computed // pc.hash_tokens
             have = 0 if r.hashes is None else len(r.hashes)
             if full > have:
-                base = OWN_HASHES + (r.id << 32)
-                r.hashes = (r.hashes or ()) + tuple(range(base + have, base + full))
+                r.hashes = (r.hashes or ()) + own_keys(r, have, full)
             if full > r.cached:
                 self._publish(r, full)
         return self.free(r)
 
     def _publish(self, r: Request, full: int) -> None:
         """Cache ``r``'s first ``full`` entries (those after the ones it references)."""
-        pc = self.prefix
+        pc, host = self.prefix, self.host
         assert pc is not None and r.hashes is not None
-        host = self.host
         if pc.retain:
             entries = host.entries
             for k in range(r.cached, full):
@@ -366,8 +366,7 @@ class KVCacheManager:
         pc = self.prefix
         if pc is not None:
             tokens = r.computed if self.host.outputs else min(r.computed, r.prompt)
-            base, have = OWN_HASHES + (r.id << 32), len(r.hashes or ())
-            self.host.copy(range(base + have, base + tokens // pc.hash_tokens))
+            self.host.copy(own_keys(r, len(r.hashes or ()), tokens // pc.hash_tokens))
 
     # -- swapping ---------------------------------------------------------------------
     def swap_out(self, r: Request) -> bool:
@@ -398,3 +397,4 @@ class KVCacheManager:
             self.prefix.clear()
         self.used = 0
         self.pending_io = 0
+

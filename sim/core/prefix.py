@@ -11,11 +11,18 @@ tokens. A replica's :class:`PrefixCache` maps hashes to reference counts:
   (an entry another request made meanwhile is shared instead, and the duplicate freed);
 - entries no running request references stay cached, least recently used first out,
   and are evicted only when an allocation needs their blocks (down to the host tier,
-  :mod:`sim.core.hosttier`, when ``serving.kv_offload`` gives one).
+  :mod:`sim.core.hosttier`, when ``serving.kv_offload`` gives one);
+- a finished request's other blocks (its prompt past its hashes, its output, its last
+  partial block) are *retired* as one run: they wait their turn in the same LRU order
+  though no other request can hit them, as vLLM's block pool puts every freed block in
+  one free queue, a request's tail first, and takes the oldest. Without runs, blocks no
+  hash names would be reused before any cached entry, and cached prefixes would outlive
+  those of a real server.
 
 Blocks stay counted by the replica's :class:`~sim.core.kvmanager.KVCacheManager`, which owns
 this cache: a cached entry holds ``hash_tokens / block_size`` blocks of its ``used``
-count; unreferenced entries are ``evictable`` and count as available for admission.
+count, as does a run; unreferenced entries and runs are ``evictable`` and count as
+available for admission.
 """
 
 from __future__ import annotations
@@ -25,7 +32,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.core.request import Request
 from sim.errors import ServesimError
+
+# Hashes of blocks only one request holds (own_keys), 2**32 of them a request: above
+# every block hash a trace or a generated prefix gives, a 64-bit hash split into at most
+# 2**63 block hashes (block_hashes) staying under 2**127.
+OWN_HASHES = 1 << 128
+# Keys of retired runs, counting up from here: above every entry hash, a request's own
+# among them (under 2**161).
+RUNS = 1 << 192
 
 
 class PrefixCache:
@@ -42,13 +58,16 @@ class PrefixCache:
         self.hash_tokens = hash_tokens
         self.per_hash = hash_tokens // block_size  # KV blocks per cached entry
         self.refs: dict[int, int] = {}
-        self.lru: OrderedDict[int, None] = OrderedDict()  # unreferenced, oldest first
-        self.evictions = 0
-
-    @property
-    def evictable(self) -> int:
-        """Blocks held by entries no request references (free for the taking)."""
-        return len(self.lru) * self.per_hash
+        # Unreferenced entries and retired runs, oldest first.
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        # A retired run's blocks left and the keys of the full blocks among them (only
+        # where a write-back host tier stores what the GPU evicts; else empty).
+        self.runs: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._next_run = RUNS
+        self.evictable = 0  # blocks of unreferenced entries and of runs (for the taking)
+        # Unreferenced entries and keyed runs: what a retired run must wait behind.
+        self.held = 0
+        self.evictions = 0  # entries evicted (runs' blocks not counted)
 
     def limit(self, hashes: Sequence[int], tokens: int) -> int:
         """The most leading entries a request whose prefill would cover ``tokens`` tokens
@@ -76,6 +95,8 @@ class PrefixCache:
             n = self.refs[h]
             if n == 0:
                 del self.lru[h]
+                self.evictable -= self.per_hash
+                self.held -= 1
             self.refs[h] = n + 1
 
     def release(self, hashes: Sequence[int]) -> None:
@@ -86,6 +107,8 @@ class PrefixCache:
             self.refs[h] = n
             if n == 0:
                 self.lru[h] = None
+                self.evictable += self.per_hash
+                self.held += 1
 
     def publish(self, h: int) -> bool:
         """Register a freshly computed block run under ``h``, referenced once by its
@@ -96,18 +119,66 @@ class PrefixCache:
         self.refs[h] = 1
         return True
 
-    def evict_oldest(self) -> int:
-        """Drop the least recently used unreferenced entry and return its hash (its
-        ``per_hash`` blocks are the manager's to free, or to move to the host tier)."""
-        h, _ = self.lru.popitem(last=False)
-        del self.refs[h]
-        self.evictions += 1
-        return h
+    def retire(self, blocks: int, keys: tuple[int, ...] = ()) -> bool:
+        """Keep a freed request's ``blocks`` blocks no entry names, as one run after every
+        other unreferenced block in LRU order; ``keys`` name its full blocks (those a
+        write-back host tier would store when they are evicted, ``per_hash`` blocks
+        each), the rest being its partial and window blocks. False, keeping nothing,
+        for a run without keys with no entry or keyed run in the LRU order: every block
+        it could wait behind is unkeyed, so freeing it now changes no later eviction."""
+        if not keys and not self.held:
+            return False
+        key = self._next_run
+        self._next_run = key + 1
+        self.lru[key] = None
+        self.runs[key] = (blocks, keys)
+        self.evictable += blocks
+        self.held += bool(keys)
+        return True
+
+    def evict_oldest(self, want: int) -> tuple[tuple[int, ...], int]:
+        """Evict the least recently used unreferenced entry, or the oldest run: at least
+        ``want`` of its blocks (its partial and window blocks first, then its keyed full
+        blocks last to first, as a request's tail leaves first), all of them when none
+        is keyed (free, they are taken before anything cached: the same order); returns
+        (the hashes of what was evicted, blocks freed): the blocks are the manager's to
+        free, and the hashes' entries to move to the host tier."""
+        h = next(iter(self.lru))
+        run = self.runs.get(h)
+        if run is None:
+            del self.lru[h]
+            del self.refs[h]
+            self.evictable -= self.per_hash
+            self.held -= 1
+            self.evictions += 1
+            return (h,), self.per_hash
+        blocks, keys = run
+        per = self.per_hash
+        extra = blocks - len(keys) * per
+        gone: tuple[int, ...] = ()
+        if not keys:  # all of it: the blocks not wanted now are the next to be taken anyway
+            take = blocks
+        elif want <= extra:
+            take = want
+        else:  # whole entries' blocks, its last first
+            n = min(len(keys), -(-(want - extra) // per))
+            take, gone, keys = extra + n * per, keys[len(keys) - n:][::-1], keys[:len(keys) - n]
+        self.evictable -= take
+        if take < blocks:
+            self.runs[h] = (blocks - take, keys)
+        else:
+            del self.lru[h]
+            del self.runs[h]
+            self.held -= bool(run[1])
+        return gone, take
 
     def clear(self) -> None:
-        """Forget every entry (a fault emptied the GPU); evictions stay counted."""
+        """Forget every entry and run (a fault emptied the GPU); evictions stay counted."""
         self.refs.clear()
         self.lru.clear()
+        self.runs.clear()
+        self.evictable = 0
+        self.held = 0
 
 
 def block_hashes(hashes: np.ndarray, hash_tokens: int, block_size: int,
@@ -126,3 +197,11 @@ def block_hashes(hashes: np.ndarray, hash_tokens: int, block_size: int,
     if hashes.size and int(np.abs(hashes).max()) < (2**62) // k:
         return tuple((hashes[:, None] * k + np.arange(k)).ravel().tolist())
     return tuple(h * k + j for h in hashes.tolist() for j in range(k))  # beyond int64
+
+
+def own_keys(r: Request, start: int, stop: int) -> tuple[int, ...]:
+    """Keys unique to ``r`` for its block entries ``start`` to ``stop`` (past its prefix
+    hashes): :data:`OWN_HASHES` + ``r.id`` * 2**32 + the entry's index. No other
+    request names them."""
+    base = OWN_HASHES + (r.id << 32)
+    return tuple(range(base + start, base + stop))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -146,6 +147,19 @@ def test_truncate_rule_and_count() -> None:
     np.testing.assert_array_equal(new.prompt_tokens, [90, 40, 1, 5])
     np.testing.assert_array_equal(new.output_tokens, [10, 60, 99, 5])
     assert ch.rows_affected == 3 and "cut 3 of 4 rows (1 of them" in ch.text
+
+
+def test_truncate_cuts_prefix_hashes_to_the_shorter_prompt() -> None:
+    """Truncation had kept every hash id, so a valid trace with prefix hashes was then
+    refused for naming more blocks than the (shortened) prompt fills."""
+    hashes = tuple(np.arange(k, dtype=np.int64) for k in (4, 2))
+    t = dataclasses.replace(make(None, [40, 10], [2, 2]), prefix_hashes=hashes)
+    new, ch = truncate_to_context(t, 20, block_tokens=8)  # prompts 18 and 10: 3 and 2 blocks
+    assert [h.tolist() for h in new.prefix_hashes] == [[0, 1, 2], [0, 1]]
+    assert "1 rows' prefix hashes cut to the blocks the shorter prompt fills" in ch.text
+    sized = dataclasses.replace(t, prefix_block_tokens=5)  # the trace's own size wins
+    new, _ = truncate_to_context(sized, 20, block_tokens=8)
+    assert [len(h) for h in new.prefix_hashes] == [4, 2]
 
 
 @settings(max_examples=50, deadline=None)

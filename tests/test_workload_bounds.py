@@ -9,14 +9,19 @@ class weights of 1e308 whose probabilities came out NaN.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
 from sim.cli import main
+from sim.core.runchecks import check_hash_counts
+from sim.errors import ServesimError
+from sim.workload.requests import Requests
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "servesim_full.csv"
 LENGTHS = {"prompt": {"dist": "fixed", "value": 16}, "output": {"dist": "fixed", "value": 2}}
@@ -100,6 +105,37 @@ def test_prefix_hashes_past_the_prompt_are_refused(tmp_path: Path, capsys: Any) 
                      "0,40,2,1 2\n1,10,2,1 2 3\n")
     assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
                  str(tmp_path / "o")]) == 0
+
+
+def test_truncate_cuts_prefix_hashes_and_an_error_names_the_traces_column(
+        tmp_path: Path, capsys: Any) -> None:
+    """truncate: true had kept each row's hashes whole, so the hash check refused a valid
+    trace on a shorter-context model; its message named prefix_hash_ids for a Mooncake
+    trace, whose column is hash_ids."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n"
+                     "0,40,2,1 2 3 4 5 6 7 8 9 10\n1,10,2,1 2 3\n")
+    path = tmp_path / "s.yaml"
+    scenario = {"model": {"preset": "tiny", "max_context": 16}, "cost": COST,
+                "serving": {"prefix_caching": True, "block_size": 4},
+                "workload": {"trace": {"path": str(trace), "truncate": True}}}
+    path.write_text(yaml.safe_dump(scenario))
+    out = tmp_path / "o"
+    assert main(["simulate", str(path), "--quiet", "--no-plots", "--out", str(out)]) == 0
+    notes = json.loads((out / "summary.json").read_text())["workload_notes"]
+    assert any("1 rows' prefix hashes cut to the blocks" in n for n in notes)
+    moon = tmp_path / "m.jsonl"
+    moon.write_text('{"timestamp": 0, "input_length": 1100, "output_length": 2, '
+                    '"hash_ids": [1, 2, 3]}\n')
+    scenario["workload"] = {"trace": {"path": str(moon), "truncate": True}}
+    scenario["model"] = {"preset": "tiny", "max_context": 600}
+    path.write_text(yaml.safe_dump(scenario))
+    assert main(["simulate", str(path), "--quiet", "--no-plots", "--out", str(out)]) == 0
+    reqs = Requests(np.zeros(1), np.array([10]), np.array([2]),
+                    prefix_hashes=(np.arange(4),), prefix_block_tokens=4,
+                    hash_column="hash_ids")
+    with pytest.raises(ServesimError, match="a trace's hash_ids lists the prompt's leading"):
+        check_hash_counts(reqs, 4, "m.yaml")
 
 
 def test_an_empty_workload_says_what_left_it_empty(tmp_path: Path, capsys: Any) -> None:

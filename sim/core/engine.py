@@ -370,8 +370,8 @@ def simulate(scenario: Scenario, log_steps: bool = False, cost: CostModel | None
     # earlier ones, and so every result without faults, unchanged.
     seeds = np.random.SeedSequence(scenario.workload.seed).spawn(3)
     workload_rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
-    requests = build_requests(scenario.workload, scenario.base_dir, workload_rng,
-                              scenario.source, scenario.model.max_context)
+    requests = build_requests(scenario.workload, scenario.base_dir, workload_rng, scenario.source,
+                              scenario.model.max_context, scenario.serving.block_size)
     check_acceptance_classes(scenario, requests.class_names)
     more = supply(scenario.workload, scenario.base_dir, workload_rng, scenario.source)
     if cost is None:

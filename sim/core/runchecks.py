@@ -70,5 +70,5 @@ def check_hash_counts(requests: Requests, hash_tokens: int, source: str) -> None
         raise ServesimError(f"request {i} (row {i + 1} of the workload) names {counts[i]} "
                             f"prefix blocks of {hash_tokens} tokens, more than its "
                             f"{requests.prompt_tokens[i]}-token prompt fills "
-                            f"({room[i]}); a trace's prefix_hash_ids lists the prompt's "
-                            "leading blocks", source, "workload.trace")
+                            f"({room[i]}); a trace's {requests.hash_column} lists the "
+                            "prompt's leading blocks", source, "workload.trace")

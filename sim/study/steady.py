@@ -212,7 +212,8 @@ def floor_stats(raw: dict[str, Any], source: str, base_dir: Path | None
     sc = dataclasses.replace(sc, horizon_s=None)
     seeds = np.random.SeedSequence(sc.workload.seed).spawn(3)
     rng, router_rng = (np.random.default_rng(s) for s in seeds[:2])
-    reqs = build_requests(sc.workload, sc.base_dir, rng, sc.source, sc.model.max_context)
+    reqs = build_requests(sc.workload, sc.base_dir, rng, sc.source, sc.model.max_context,
+                          sc.serving.block_size)
     n = min(FLOOR_REQUESTS, len(reqs))
     cut: dict[str, Any] = {k: None if v is None else v[:n] for k in PER_REQUEST
                            for v in [getattr(reqs, k)]}

@@ -20,13 +20,16 @@ from sim.workload.stages import stage_trace_times, windows
 
 
 def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
-                   source: str = "<scenario>", max_context: int | None = None) -> Requests:
+                   source: str = "<scenario>", max_context: int | None = None,
+                   block_tokens: int | None = None) -> Requests:
     """Materialise the workload's requests (arrays), reading trace files if it names any.
-    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies. Arrival
+    ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies, which also
+    cuts prefix hashes in blocks of ``block_tokens`` (the KV block size) when the trace
+    does not size them. Arrival
     times that are not finite or pass :data:`MAX_TIME_S` are an error naming the key
     that made them (a NaN arrival would never be reached: the run would hang)."""
     try:
-        reqs = _build(cfg, base_dir, rng, source, max_context)
+        reqs = _build(cfg, base_dir, rng, source, max_context, block_tokens)
     except ServesimError as exc:
         raise exc.located(source) from None  # name the scenario where nothing else is
     if (cfg.concurrency is None or cfg.arrivals is not None) and len(reqs.arrival_s):
@@ -63,7 +66,7 @@ def _time_cause(cfg: WorkloadConfig) -> str:
 
 
 def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
-           source: str, max_context: int | None) -> Requests:
+           source: str, max_context: int | None, block_tokens: int | None) -> Requests:
     """:func:`build_requests` without its check of the arrival times."""
     from sim.workload import traces  # lazy: only trace workloads need the loaders
 
@@ -75,7 +78,7 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
         try:
             tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format,
                                    sort=tc.sort, rng=rng, **tc.load_options())
-            spec = tc.transforms(max_context)
+            spec = tc.transforms(max_context, block_tokens)
             # target_rate applies to the window replayed (below), not the whole trace.
             windowed = tc.target_rate is not None and tr.arrival_s is not None
             if windowed:
@@ -118,7 +121,8 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
         hashes = None if tr.prefix_hashes is None else tuple(tr.prefix_hashes[:n])
         return Requests(t[:n].copy(), tr.prompt_tokens[:n].astype(np.int64),
                         tr.output_tokens[:n].astype(np.int64), tuple(notes), prio, klass, names,
-                        hashes, tr.prefix_block_tokens if hashes is not None else None, staged)
+                        hashes, tr.prefix_block_tokens if hashes is not None else None, staged,
+                        "hash_ids" if tr.fmt == "mooncake" else "prefix_hash_ids")
 
     if cfg.concurrency is not None:
         from sim.workload.closedloop import closed_requests, first_chunk

@@ -167,8 +167,9 @@ class TraceConfig:
             raise ServesimError("give time_scale or target_rate, not both", where="target_rate")
         self.transforms(None)  # validates window and sampling keys now, at load
 
-    def transforms(self, max_context: int | None) -> Any:
-        """The :class:`sim.workload.tracetools.TraceTransforms` these keys describe."""
+    def transforms(self, max_context: int | None, block_tokens: int | None = None) -> Any:
+        """The :class:`sim.workload.tracetools.TraceTransforms` these keys describe;
+        ``block_tokens`` sizes prefix-hash blocks when the trace does not."""
         from sim.workload.tracetools import TraceTransforms
 
         return TraceTransforms(
@@ -177,6 +178,7 @@ class TraceConfig:
             time_scale=None if self.time_scale == 1.0 else self.time_scale,
             target_rate_rps=self.target_rate,
             max_context=max_context if self.truncate else None,
+            hash_block_tokens=block_tokens,
         )
 
     def load_options(self) -> dict[str, Any]:
@@ -380,6 +382,8 @@ class Requests:
     prefix_block_tokens: int | None = None
     # workload.stages: each stage's [start, end) in seconds (None: one unstaged load).
     stage_windows: tuple[tuple[float, float], ...] | None = None
+    # The trace column the hashes came from, so an error names what the user wrote.
+    hash_column: str = "prefix_hash_ids"
 
     def __len__(self) -> int:
         return len(self.arrival_s)

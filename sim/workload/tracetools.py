@@ -235,11 +235,14 @@ def repeat(trace: Trace, n: int) -> tuple[Trace, Change]:
     return dataclasses.replace(trace, **cols), Change("repeat", text, rows * (n - 1))
 
 
-def truncate_to_context(trace: Trace, max_context: int) -> tuple[Trace, Change]:
+def truncate_to_context(trace: Trace, max_context: int, block_tokens: int | None = None
+                        ) -> tuple[Trace, Change]:
     """Cap each request at ``prompt + output <= max_context`` tokens.
 
     Rule: the prompt is cut first, to ``max_context - output``; when the output alone
     needs ``>= max_context``, it is cut to ``max_context - 1`` and the prompt to 1 token.
+    A row's prefix hashes are cut to the blocks its shortened prompt still fills, blocks
+    of the trace's ``prefix_block_tokens`` or else ``block_tokens`` (the KV block size).
     ``Change.rows_affected`` is the number of rows cut.
     """
     if not isinstance(max_context, int) or max_context < 2:
@@ -252,8 +255,16 @@ def truncate_to_context(trace: Trace, max_context: int) -> tuple[Trace, Change]:
     count = int(over.sum())
     text = (f"max_context {max_context}: cut {count} of {len(trace)} rows "
             f"({int(long_out.sum())} of them had output alone >= max_context)")
+    hashes = trace.prefix_hashes
+    per_block = trace.prefix_block_tokens or block_tokens
+    if hashes is not None and per_block is not None:
+        # Ids past the shortened prompt name blocks the request no longer sends.
+        room = -(-new_p // per_block)
+        trimmed = int(sum(len(h) > r for h, r in zip(hashes, room, strict=True)))
+        hashes = tuple(h[:r] for h, r in zip(hashes, room, strict=True))
+        text += f", {trimmed} rows' prefix hashes cut to the blocks the shorter prompt fills"
     new = dataclasses.replace(trace, prompt_tokens=new_p.astype(np.int64),
-                              output_tokens=new_o.astype(np.int64))
+                              output_tokens=new_o.astype(np.int64), prefix_hashes=hashes)
     return new, Change("truncate_to_context", text, count)
 
 
@@ -268,6 +279,8 @@ class TraceTransforms:
     time_scale: float | None = bounded(None, gt=0)
     target_rate_rps: float | None = bounded(None, gt=0)
     max_context: int | None = bounded(None, ge=2)
+    # Tokens per prefix-hash block when the trace does not say (the KV block size).
+    hash_block_tokens: int | None = bounded(None, ge=1)
 
     def __post_init__(self) -> None:
         if self.window_s is not None and (
@@ -310,6 +323,6 @@ def apply_transforms(trace: Trace, spec: TraceTransforms, rng: np.random.Generat
         t, ch = target_rate(t, spec.target_rate_rps)
         changes.append(ch)
     if spec.max_context is not None:
-        t, ch = truncate_to_context(t, spec.max_context)
+        t, ch = truncate_to_context(t, spec.max_context, spec.hash_block_tokens)
         changes.append(ch)
     return t, changes

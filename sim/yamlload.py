@@ -78,44 +78,6 @@ def check_aliases(node: yaml.Node) -> None:
     _Walk().size(node)
 
 
-class ScenarioLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with two corrections for scenario files: a key given twice
-    in one mapping is an error (PyYAML keeps the last silently), and numbers are read as
-    YAML 1.2 (and JSON) read them, not as PyYAML's YAML 1.1: ``1e9`` and ``5e-1`` are
-    floats (1.1 wants a dot and a signed exponent, and leaves them strings), ``010`` is
-    ten (not octal eight), ``0o17`` is octal, and ``1:30`` or ``0b101`` are strings.
-    Underscores between digits (``1_000``) still group them, as in Python. Aliases may
-    not expand the document far past what it writes out (:func:`check_aliases`)."""
-
-    yaml_implicit_resolvers = {
-        k: [(tag, rx) for tag, rx in v
-            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                raise yaml.constructor.ConstructorError(
-                    None, None, "merge keys (<<) are not supported: write the keys out",
-                    key_node.start_mark)
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, typing.Hashable):
-                # A complex key (``? [a, b]``): no scenario key is a list or a mapping.
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is a {type(key).__name__}; keys are names",
-                    key_node.start_mark)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        check_aliases(node)
-        return super().construct_document(node)
-
-
 _DIGITS = r"[0-9](?:_?[0-9])*"
 YAML12_INT = re.compile(rf"^(?:[-+]?{_DIGITS}|0o[0-7]+|0x[0-9a-fA-F]+)$")
 YAML12_FLOAT = re.compile(
@@ -137,12 +99,63 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
     return math.nan if text == ".nan" else float(text)
 
 
-ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:int", YAML12_INT,
-                                     list("-+0123456789"))
-ScenarioLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT,
-                                     list("-+0123456789."))
-ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-ScenarioLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+def read_yaml12(loader: Any) -> None:
+    """Make the loader class ``loader`` read numbers as YAML 1.2 (and JSON) read them,
+    not as PyYAML's YAML 1.1: ``1e9`` and ``5e-1`` are floats (1.1 wants a dot and a
+    signed exponent, and leaves them strings), ``010`` is ten (not octal eight), ``0o17``
+    is octal, and ``1:30`` or ``0b101`` are strings. Underscores between digits
+    (``1_000``) still group them, as in Python."""
+    loader.yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for k, v in loader.yaml_implicit_resolvers.items()}
+    loader.add_implicit_resolver("tag:yaml.org,2002:int", YAML12_INT, list("-+0123456789"))
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT,
+                                 list("-+0123456789."))
+    loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
+
+class StrictConstructor(yaml.constructor.SafeConstructor):
+    """Construction rules every servesim YAML loader shares: a key given twice in one
+    mapping is an error naming its line (PyYAML keeps the last silently), merge keys
+    and list or mapping keys are refused, and aliases may not expand the document far
+    past what it writes out (:func:`check_aliases`). Mixed into a loader class before
+    its PyYAML base, with :func:`read_yaml12` for the number rules."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """The mapping ``node`` holds, after refusing duplicate, merge and complex keys."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise yaml.constructor.ConstructorError(
+                    None, None, "merge keys (<<) are not supported: write the keys out",
+                    key_node.start_mark)
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                # A complex key (``? [a, b]``): no servesim key is a list or a mapping.
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is a {type(key).__name__}; keys are names",
+                    key_node.start_mark)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """The document ``node`` holds, once its aliases are known to stay small."""
+        check_aliases(node)
+        return super().construct_document(node)
+
+
+class ScenarioLoader(StrictConstructor, yaml.SafeLoader):
+    """PyYAML's safe loader with the corrections scenario files need: those of
+    :class:`StrictConstructor`, and numbers read as YAML 1.2 (and JSON) read them, not as
+    PyYAML's YAML 1.1 (:func:`read_yaml12`)."""
+
+
+read_yaml12(ScenarioLoader)
 
 
 def parse_yaml(text: str) -> Any:

@@ -159,6 +159,25 @@ def test_a_profile_reads_2e_5_as_a_number_and_refuses_unknown_keys(tmp_path: Pat
         load_profile(str(path))
 
 
+def test_a_profile_refuses_a_key_given_twice_and_reads_numbers_as_a_scenario_does(
+        tmp_path: Path) -> None:
+    """A profile's loader kept the last of two equal keys silently (a dropped step
+    coefficient changes every latency) and read 040 as octal 32, where a scenario reads
+    forty."""
+    shipped = Path(__file__).resolve().parent.parent / "sim" / "data" / "profiles" / \
+        "h100-sxm-llama-3-8b-tp1-vllm.yaml"
+    text = shipped.read_text()
+    step = yaml.safe_load(text)["components"]["step"]["coef"]["const_s"]
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace(f"const_s: {step}", f"const_s: {step}, const_s: 5.0", 1))
+    line = 1 + text[:text.index(f"const_s: {step}")].count("\n")
+    with pytest.raises(ServesimError, match=rf"p.yaml: line {line}: not valid YAML: key "
+                                            "'const_s' given twice in one mapping"):
+        load_profile(str(path))
+    path.write_text(text.replace("layers: 32", "layers: 040", 1))
+    assert load_profile(str(path)).model.layers == 40
+
+
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("flops", 989, "flops: got 989; flops is in FLOP/s (for example 989e12), at least 1e+09"),
     ("mem_bw", 3350, "mem_bw: got 3350; mem_bw is in bytes/s (for example 3.35e12), at "

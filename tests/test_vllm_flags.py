@@ -166,6 +166,16 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"compilation-config": '{"cudagraph_mode": "NONE"}'}, {}, "vllm.compilation-config",
      "runs without CUDA graphs"),
     ({"cc.cudagraph_mode": "none"}, {}, "vllm.cc.cudagraph_mode", "runs without CUDA graphs"),
+    # Compilation mode (or level) 0 leaves cudagraph_mode at NONE in vLLM: these had been
+    # accepted and priced with CUDA graphs.
+    ({"compilation-config": 0}, {}, "vllm.compilation-config", "runs without CUDA graphs"),
+    ({"cc": '{"level": 0}'}, {}, "vllm.cc", "runs without CUDA graphs"),
+    ({"compilation-config": '{"mode": "NONE"}'}, {}, "vllm.compilation-config",
+     "runs without CUDA graphs"),
+    ({"compilation-config": {"mode": 0}}, {}, "vllm.compilation-config",
+     "runs without CUDA graphs"),
+    ({"O.mode": 0}, {}, "vllm.O.mode", "runs without CUDA graphs"),
+    ({"cc.level": "no_compilation"}, {}, "vllm.cc.level", "runs without CUDA graphs"),
     ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
      "vllm.kv-transfer-config.kv_connector", "prefill and decode on pools of their own are "
      "serving.policy: disaggregated"),
@@ -393,6 +403,15 @@ def test_config_files_yield_to_the_section_in_any_spelling(tmp_path) -> None:
     assert (sc.serving.prefix_caching, sc.serving.max_num_seqs) == (False, 8)
     with pytest.raises(ServesimError, match="b.yaml' names a config file of its own"):
         from_dict({**raw, "vllm": {"config": "b.yaml"}}, "<test>", tmp_path)
+
+
+def test_compilation_mode_0_with_cuda_graphs_of_its_own_is_priced() -> None:
+    """Mode 0 is refused only where it leaves vLLM without CUDA graphs: a cudagraph_mode
+    given beside it keeps them, and a nonzero level is a compilation setting."""
+    for value in ('{"mode": 0, "cudagraph_mode": "FULL"}', 3, '{"level": 3}'):
+        sc = scenario({"compilation-config": value})
+        assert sc.notes == ("vllm.compilation-config: a kernel or compilation setting, not "
+                            "priced: steps cost what vLLM's default kernels take",)
 
 
 def test_short_spellings_and_a_level_in_the_flag() -> None:

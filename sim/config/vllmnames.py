@@ -150,20 +150,37 @@ def flag_value(flag: Any, value: Any) -> Any:
     return int(name[1:]) if _LEVEL.fullmatch(name) else value
 
 
+# Compilation mode (``level`` before vLLM renamed it) 0, named NONE (NO_COMPILATION in
+# older releases): no torch.compile, and vLLM then defaults cudagraph_mode to NONE too.
+_NO_COMPILE = ("0", "NONE", "NO_COMPILATION")
+
+
 def runs_eager(name: str, value: Any) -> bool:
     """Whether a kernel setting turns CUDA graphs off, as ``enforce-eager`` does:
-    optimization level 0, or a compilation config whose ``cudagraph_mode`` is NONE."""
+    optimization level 0, compilation mode or level 0 (also vLLM's integer
+    ``compilation-config: 0``) without a ``cudagraph_mode`` of its own, or a compilation
+    config whose ``cudagraph_mode`` is NONE."""
     if name == "optimization_level":
         return str(value).strip() == "0"
     if name.endswith(".cudagraph_mode"):
         return str(value).strip().upper() == "NONE"
+    head, _, key = name.partition(".")  # -O.mode is the compilation config's, as -cc.mode
+    if head in ("compilation_config", "optimization_level") and key in ("level", "mode"):
+        return str(value).strip().upper() in _NO_COMPILE
     if name == "compilation_config":
         if isinstance(value, str):
             try:
                 value = json.loads(value)
             except ValueError:
                 return False
-        return isinstance(value, dict) and str(value.get("cudagraph_mode", "")).upper() == "NONE"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value == 0  # vLLM reads a bare number as the compilation level
+        if not isinstance(value, dict):
+            return False
+        if value.get("cudagraph_mode") is not None:  # graphs asked for, or not, outright
+            return str(value["cudagraph_mode"]).upper() == "NONE"
+        return any(str(value.get(k)).strip().upper() in _NO_COMPILE for k in ("level", "mode")
+                   if value.get(k) is not None)
     return False
 
 

@@ -110,6 +110,25 @@ def test_a_profile_built_for_another_gpu_is_refused() -> None:
     assert "A100" in build_cost(from_dict(raw, "<test>")).source
 
 
+def test_a_named_profile_takes_a_shorter_context_as_cost_measured_does() -> None:
+    """A profile named outright had refused a max_context other than its own (a server
+    limit, not a shape the kernels were timed on), while cost: measured accepted it."""
+    raw = {"model": {"preset": "llama-3-8b", "max_context": 4096, "name": "mine"},
+           "hardware": {"gpu": "h100-sxm"},
+           "cost": {"profile": "h100-sxm-llama-3-8b-tp1-vllm"},
+           "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 2,
+                        "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                    "output": {"dist": "fixed", "value": 2}}}}
+    named = build_cost(from_dict(raw, "<test>"))
+    raw["cost"] = "measured"
+    assert named.source == build_cost(from_dict(raw, "<test>")).source
+    raw["cost"] = {"profile": "h100-sxm-llama-3-8b-tp1-vllm"}
+    raw["model"] = {"preset": "llama-3-8b", "max_context": 4096, "layers": 16}
+    with pytest.raises(ServesimError, match=r"measured for another setup: model \(layers 32 "
+                                            r"!= 16\)$"):
+        build_cost(from_dict(raw, "<test>"))
+
+
 @pytest.mark.parametrize(("line", "why"), [
     ('{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_id": [1]}',
      "line 1: unknown key 'hash_id'; allowed: timestamp, input_length, output_length, "

@@ -82,6 +82,10 @@ class MeasuredConfig:
     framework: Literal["vllm", "sglang"] = "vllm"
 
 
+# ModelSpec fields no kernel's time depends on (architecture() leaves them out).
+UNTIMED = ("name", "max_context", "rope_theta")
+
+
 def architecture(model: ModelSpec) -> tuple[object, ...]:
     """What a model's kernels depend on: every dimension but its name, context length
     and rotary base."""

@@ -118,11 +118,10 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
     if c.roofline is not None:
         return RooflineCost(scenario.model, spec, tp, c.roofline, ep, skew,
                             scenario.hardware.dp)
+    from sim.cost.measured import UNTIMED, architecture, find  # lazy, as load_profile
     from sim.cost.profilefile import load_profile  # lazy: only profile scenarios pay for it
 
     if c.measured is not None:
-        from sim.cost.measured import find
-
         try:
             return load_profile(find(scenario.model, gpu_name, tp, c.measured.framework, ep,
                                      scenario.hardware.dp))
@@ -147,12 +146,14 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
                         ("dp", prof.meta.get("dp", 1), scenario.hardware.dp))
         if a != b
     ]
-    if prof.model != scenario.model:
+    if architecture(prof.model) != architecture(scenario.model):
+        # Only the shape the kernels were timed on, as cost: measured matches it: a name,
+        # a context limit (vLLM's max-model-len) or a rotary base changes no step's time.
         # The fields that differ, not two whole specs of some forty fields each.
         diff = [f"{f.name} {getattr(prof.model, f.name)!r} != "
                 f"{getattr(scenario.model, f.name)!r}"
-                for f in fields(prof.model)
-                if getattr(prof.model, f.name) != getattr(scenario.model, f.name)]
+                for f in fields(prof.model) if f.name not in UNTIMED
+                and getattr(prof.model, f.name) != getattr(scenario.model, f.name)]
         mismatch.insert(0, f"model ({', '.join(diff[:6])}"
                            f"{f', and {len(diff) - 6} more' if len(diff) > 6 else ''})")
     if mismatch:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,29 @@ def test_azure_seven_fractional_digits_are_read_to_the_tick(tmp_path: Path) -> N
     trace = traces.load_trace(_azure(tmp_path, "2023-11-16 18:15:46.0000000",
                                      "2023-11-16 18:15:46.0000001"), "azure")
     assert trace.arrival_s[1] == pytest.approx(1e-7, abs=1e-12)
+
+
+@pytest.mark.parametrize("stamp", ["2023-11-16", "2023-11-16 18:17", "2023-11-16 18:17:03.",
+                                   "2023-11-16 18:17:03 UTC"])
+def test_azure_times_without_seconds_are_refused(tmp_path: Path, stamp: str) -> None:
+    """A date alone was read as midnight and HH:MM as second 0, so a file cut to days or
+    minutes replayed as bursts without a word."""
+    path = _azure(tmp_path, "2023-11-16 18:15:46", stamp)
+    with pytest.raises(ServesimError) as err:
+        traces.load_trace(path, "azure")
+    assert str(err.value) == (
+        f"{path}: line 3: TIMESTAMP = {stamp!r} is not a date and time to the second like "
+        "'2023-11-16 18:17:03.9799600' (YYYY-MM-DD HH:MM:SS, a fraction with digits after "
+        "its dot)")
+
+
+def test_azure_iso_t_and_a_space_before_the_offset_are_read_quietly(tmp_path: Path) -> None:
+    """A space before the UTC offset had been left in, and numpy warned of it on stderr."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spaced = traces.load_trace(_azure(tmp_path, "2023-11-16 18:17:03 +01:00",
+                                          "2023-11-16T18:17:04 Z"), "azure")
+    assert list(spaced.arrival_s) == [0.0, 3601.0]
 
 
 # --- quantization_config module lists ------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -142,22 +143,33 @@ def _strip_offsets(vals: list[str], values: Sequence[str], lines: np.ndarray, sr
     for i, m in enumerate(found):
         assert m is not None  # every row is labelled, checked above
         offsets[i] = _offset_ns(m, int(lines[i]), values[i], src)
-        vals[i] = vals[i][: m.start()]
+        vals[i] = vals[i][: m.start()].rstrip()  # numpy reads a trailing space as a zone
     return offsets, zone
+
+
+# A date and a time of day to the second; the ISO 8601 'T' is read as the space is.
+_AZURE_SHAPE = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.(\d+))?")
 
 
 def _check_shape(vals: Sequence[str], values: Sequence[str], lines: np.ndarray, src: str
                  ) -> None:
-    """Refuse a value that does not begin as a date does, or has too fine a fraction."""
+    """Refuse a value that is not a date with hours, minutes and seconds, or has too fine
+    a fraction."""
     for i, v in enumerate(vals):
         # numpy reads a bare number as a year (1700000000 as the year 1,700,000,000).
         if v[4:5] != "-" or v[7:8] != "-":
             raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-"
                              f"time like {_AZURE_EXAMPLE} (epoch numbers are not read)")
-        dot = v.rfind(".")
-        if dot >= 0 and len(v) - dot - 1 > AZURE_FRACTION_DIGITS:
+        m = _AZURE_SHAPE.fullmatch(v)
+        if m is None:
+            # numpy takes a date alone as midnight and HH:MM as second 0: a file cut to
+            # days or minutes would replay as bursts without a word.
+            raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date "
+                             f"and time to the second like {_AZURE_EXAMPLE} (YYYY-MM-DD "
+                             "HH:MM:SS, a fraction with digits after its dot)")
+        if m.group(1) is not None and len(m.group(1)) > AZURE_FRACTION_DIGITS:
             raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} has "
-                             f"{len(v) - dot - 1} fractional digits; at most "
+                             f"{len(m.group(1))} fractional digits; at most "
                              f"{AZURE_FRACTION_DIGITS} are allowed (100 ns ticks, as Azure "
                              "writes times)")
 
@@ -172,7 +184,9 @@ def _timestamps_ns(values: Sequence[str], lines: np.ndarray, src: str, zone: _Zo
     offsets, zone = _strip_offsets(vals, values, lines, src, zone)
     _check_shape(vals, values, lines, src)
     try:
-        ns = np.array(vals, dtype="datetime64[ns]")
+        with warnings.catch_warnings():  # a zone left in is refused below, not warned of
+            warnings.simplefilter("ignore", UserWarning)
+            ns = np.array(vals, dtype="datetime64[ns]")
     except ValueError:
         i = first_bad(vals, lambda s: np.datetime64(s, "ns"))
         raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date-time "

@@ -138,6 +138,22 @@ def test_truncate_cuts_prefix_hashes_and_an_error_names_the_traces_column(
         check_hash_counts(reqs, 4, "m.yaml")
 
 
+@pytest.mark.parametrize("last", ["1e9", "999999999.99"])
+def test_a_trace_arrival_at_the_time_bound_is_refused_at_load_and_one_inside_it_runs(
+        tmp_path: Path, capsys: Any, last: str) -> None:
+    """An arrival at 1e9 s passed the load check (<=), and one just below it ran the clock
+    past the same bound: both ended in the engine's message, naming no trace or key."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"arrival_s,prompt_tokens,output_tokens\n1,16,2\n{last},16,2\n")
+    code = run(tmp_path, {"trace": {"path": str(trace)}})
+    err = capsys.readouterr().err
+    if last == "1e9":
+        assert code == 2 and "workload.trace: arrival times reach 1e+09 s, expected finite " \
+            "times below 1e+09 s" in err and "the trace's own arrival times are that late" in err
+    else:
+        assert code == 0, err
+
+
 def test_an_empty_workload_says_what_left_it_empty(tmp_path: Path, capsys: Any) -> None:
     """"the workload sent no request" had named no key and no cause."""
     assert run(tmp_path, {"trace": {"path": str(TRACE), "target_rate": 0.01},

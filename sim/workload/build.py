@@ -26,7 +26,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
     ``max_context`` (tokens) is the cap a trace's ``truncate: true`` applies, which also
     cuts prefix hashes in blocks of ``block_tokens`` (the KV block size) when the trace
     does not size them. Arrival
-    times that are not finite or pass :data:`MAX_TIME_S` are an error naming the key
+    times that are not finite or reach :data:`MAX_TIME_S` are an error naming the key
     that made them (a NaN arrival would never be reached: the run would hang)."""
     try:
         reqs = _build(cfg, base_dir, rng, source, max_context, block_tokens)
@@ -34,7 +34,7 @@ def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Ge
         raise exc.located(source) from None  # name the scenario where nothing else is
     if (cfg.concurrency is None or cfg.arrivals is not None) and len(reqs.arrival_s):
         with np.errstate(invalid="ignore"):
-            bad = ~(np.abs(reqs.arrival_s) <= MAX_TIME_S)
+            bad = ~(np.abs(reqs.arrival_s) < MAX_TIME_S)
         if bad.any():
             t = float(reqs.arrival_s[int(np.argmax(bad))])
             raise ServesimError(f"arrival times reach {t:.3g} s, expected finite times below "

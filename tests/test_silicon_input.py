@@ -42,6 +42,11 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     ({11: "5000"}, "tp_size: got '5000', expected a whole number from 0 to 1,024"),
     ({10: "2048", 13: "64"}, "batch_size: got '2048' clients per attention-data-parallel "
                              "rank, times 64 ranks: 131,072 clients, expected at most 65,536"),
+    # Python's digit grouping had been read (1_024 as 1024): no CSV writer emits it.
+    ({8: "1_024"}, "isl: got '1_024', expected a whole number from 0 to 1,048,576 written "
+                   "in digits alone (no _ between them)"),
+    ({14: "1_54.2"}, "silicon_ttft_ms: got '1_54.2', expected a number written in digits "
+                     "alone (no _ between them)"),
 ])
 def test_counts_out_of_range_are_refused_when_read(tmp_path: Path, cells: dict[int, str],
                                                    where: str) -> None:
@@ -50,6 +55,15 @@ def test_counts_out_of_range_are_refused_when_read(tmp_path: Path, cells: dict[i
         row[i] = value
     with pytest.raises(ServesimError, match=re.escape(f"s.csv: line 2, {where}")):
         read_rows(silicon_csv(tmp_path, [",".join(row)]))
+
+
+@pytest.mark.parametrize("nan", ["nan", "NaN", "NAN", " nan "])
+def test_a_nan_count_is_not_given_whatever_its_letter_case(tmp_path: Path, nan: str) -> None:
+    """'nan' had been a count not given and 'NaN' an error: one cell, two readings."""
+    row = FIT.split(",")
+    row[10] = nan  # batch_size
+    got = read_rows(silicon_csv(tmp_path, [",".join(row)]))[0]
+    assert got.concurrency == 0
 
 
 def test_a_row_longer_than_its_models_context_is_skipped_with_the_reason(

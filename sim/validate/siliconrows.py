@@ -92,7 +92,8 @@ def default_path() -> Path:
 # than simulated as 10^8-token prompts, or 10^9 requests that never end. Prompt and
 # output lengths: four times the longest context of any preset (262,144 tokens); a row
 # longer than its model's own context is skipped (:func:`fits_context`). Clients: the
-# row's batch_size times its attention_dp_size. 0 or an empty cell: not given.
+# row's batch_size times its attention_dp_size. 0, an empty cell or nan (any letter case,
+# as a data frame may write a missing count): not given.
 MAX_TOKENS = 1 << 20
 MAX_CLIENTS = 1 << 16
 MAX_GPUS = 1024
@@ -107,14 +108,22 @@ COLUMNS = ("id", "backend", "backend_version", "model_path", "system", "precisio
 
 
 def _int(value: str | None, default: int, top: int) -> int:
-    """A whole number in [0, ``top``] from a CSV cell ("" or nan: ``default``);
-    ValueError otherwise."""
-    if value is None or value.strip() in ("", "nan"):
+    """A whole number in [0, ``top``] from a CSV cell ("" or nan in any letter case:
+    ``default``); ValueError otherwise."""
+    if value is None or value.strip().lower() in ("", "nan"):
         return default
-    x = float(value)
+    x = _number(value)
     if not math.isfinite(x) or x != int(x) or not 0 <= x <= top:  # int(inf) would overflow
         raise ValueError(value)
     return int(x)
+
+
+def _number(value: str) -> float:
+    """``value`` as a float; ValueError for one with Python's digit underscores (1_024),
+    which ``float`` takes but a CSV writer never writes: more likely a corrupted cell."""
+    if "_" in value:
+        raise ValueError(value)
+    return float(value)
 
 
 def _records(path: Path) -> list[tuple[int, dict[str, str]]]:
@@ -183,12 +192,14 @@ def _row(r: dict[str, str], line: int, path: Path) -> Row:
         for col, (default, top) in COUNTS.items():
             n[col] = _int(r.get(col), default, top)
         col = "silicon_ttft_ms"
-        ttft = float(r.get(col) or "nan")
+        ttft = _number(r.get(col) or "nan")
         col = "silicon_tpot_ms"
-        tpot = float(r.get(col) or "nan")
+        tpot = _number(r.get(col) or "nan")
     except (TypeError, ValueError):
         what = "a number" if col.startswith("silicon_") else \
             f"a whole number from 0 to {COUNTS[col][1]:,}"
+        if "_" in str(r.get(col)):
+            what += " written in digits alone (no _ between them)"
         raise ServesimError(f"got {r.get(col)!r}, expected {what}",
                             source=str(path), where=f"line {line}, {col}") from None
     clients = n["batch_size"] * max(n["attention_dp_size"], 1)

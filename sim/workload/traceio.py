@@ -102,7 +102,10 @@ def in_int64(v: int) -> bool:
 
 
 def _int64(text: Any) -> int:
-    """``text`` as an int that a signed 64-bit integer holds (ValueError otherwise)."""
+    """``text`` as an int that a signed 64-bit integer holds (ValueError otherwise, also
+    for Python's digit grouping: 1_0 would be the same block as 10)."""
+    if "_" in str(text):
+        raise ValueError(f"{text!r} groups its digits")
     v = int(text)
     if not in_int64(v):
         raise ValueError(f"{v} is out of the int64 range")
@@ -119,6 +122,12 @@ def floats(values: Sequence[Any], lines: np.ndarray, name: str, src: str) -> np.
         # A JSON list where a number belongs can make a 2-D array instead of an error.
         i = first_bad(values, float)
         raise line_error(src, int(lines[i]), f"{name} = {values[i]!r} is not a number") from None
+    # float() takes Python's digit grouping (1_0 is 10); no trace writer emits it, so
+    # one is more likely a corrupted cell than a number meant.
+    grouped = next((i for i, v in enumerate(values) if isinstance(v, str) and "_" in v), None)
+    if grouped is not None:
+        raise line_error(src, int(lines[grouped]), f"{name} = {values[grouped]!r} is not a "
+                         "number written in digits alone (no _ between them)")
     return x
 
 
@@ -240,6 +249,8 @@ def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[n
     parts = [v.replace(";", " ").split() for v in values]
     flat = [p for ps in parts for p in ps]
     try:
+        if any("_" in p for p in flat):
+            raise ValueError("digit grouping")  # numpy would read 1_0 as 10
         ids = np.array(flat, dtype=np.int64)
     except (ValueError, OverflowError):
         for i, ps in enumerate(parts):

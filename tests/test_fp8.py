@@ -164,7 +164,7 @@ def test_hf_quantization_config_sets_the_weights_dtype(tmp_path: Path, quant: ob
 
     cfg = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
            "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
-           "vocab_size": 128256, "torch_dtype": "bfloat16"}
+           "vocab_size": 128256, "torch_dtype": "bfloat16", "max_position_embeddings": 8192}
     if quant is not None:
         cfg["quantization_config"] = quant
     (tmp_path / "config.json").write_text(json.dumps(cfg))

@@ -98,6 +98,16 @@ def test_bad_dimensions_name_the_key(tmp_path: Path, change: dict, where: str,
         from_hf_config(path)
 
 
+def test_a_config_without_max_position_embeddings_is_refused_as_missing(
+        tmp_path: Path) -> None:
+    """It had been given 8192 positions without a word; HF's own defaults differ by
+    family (Llama 2048, Qwen2 32768, Mistral 131072)."""
+    cfg = {k: v for k, v in QWEN3.items() if k != "max_position_embeddings"}
+    with pytest.raises(ServesimError, match="config.json: max_position_embeddings: required "
+                                            "key is missing"):
+        from_hf_config(write(tmp_path, cfg))
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"attention_bias": "false"}, r"attention_bias: got 'false', expected true or false"),
     ({"tie_word_embeddings": 0}, r"tie_word_embeddings: got 0, expected true or false"),

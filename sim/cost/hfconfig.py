@@ -213,7 +213,8 @@ def from_hf_config(path: Path) -> ModelSpec:
             intermediate=width or count("intermediate_size", least=1),
             vocab=count("vocab_size", least=1),
             dtype=dtype,  # type: ignore[arg-type]
-            max_context=_positions(cfg, count("max_position_embeddings", 8192, least=1), src),
+            # No default: HF's own differ by family (Llama 2048, Qwen2 32768, Mistral 131072).
+            max_context=_positions(cfg, count("max_position_embeddings", least=1), src),
             rope_theta=theta,
             qkv_bias=_flag(cfg, "attention_bias", family in _QKV_BIAS_BY_DEFAULT, src),
             tie_embeddings=_flag(cfg, "tie_word_embeddings", False, src),

@@ -46,9 +46,10 @@ def check_slo_seconds(slo: Any) -> None:
     for key in ("ttft_s", "tpot_s"):
         value, most = getattr(slo, key), SLO_BARE_MAX_S[key[:-2]]
         if value is not None and value > most:
-            raise ServesimError(f"got {value:g}, more than a {key[:-2]} target takes "
+            # Every digit given: rounded, a value just past the bound read as the bound.
+            raise ServesimError(f"got {value:.15g}, more than a {key[:-2]} target takes "
                                 f"({most:g} s): SLO targets are in seconds, so write "
-                                f"{value / 1000:g} for {value:g} ms", where=key)
+                                f"{value / 1000:.15g} for {value:.15g} ms", where=key)
 
 
 class DuplicateKeyError(ValueError):

@@ -209,6 +209,13 @@ def test_an_slo_in_milliseconds_is_refused_with_a_unit_hint(key: str, value: flo
     from_dict(scenario(slo={key: most}))  # the bound itself is taken
 
 
+def test_an_slo_just_past_its_bound_is_printed_with_every_digit() -> None:
+    """1.0000001 had been printed as 1, so the message read "got 1, more than ... (1 s)"."""
+    err = refused(scenario(slo={"tpot_s": 1.0000001}))
+    assert err.message.startswith("got 1.0000001, more than a tpot target takes (1 s)")
+    assert "write 0.0010000001 for 1.0000001 ms" in err.message
+
+
 def test_a_class_slo_in_milliseconds_is_refused() -> None:
     err = refused(workload(classes={"a": {"weight": 1, "slo": {"ttft_s": 300}}}))
     assert err.where == "workload.classes.a.slo.ttft_s"

@@ -18,6 +18,12 @@ from sim.core.engine import Engine, RunResult, build_cost
 from sim.workload.requests import Requests
 
 
+def chunk_budget(policy: str, budget: int) -> dict[str, int]:
+    """The serving key of a per-iteration token ``budget`` where ``policy`` reads one
+    (chunked), else nothing: another policy refuses the key."""
+    return {"token_budget": budget} if policy == "chunked" else {}
+
+
 def tiny_scenario(**sections: Any) -> Any:
     """A validated scenario on the tiny model with a linear cost, overridable per section."""
     raw: dict[str, Any] = {

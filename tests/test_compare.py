@@ -60,6 +60,25 @@ def test_compare_leaves_out_default_policies_the_scenario_refuses(tmp_path, caps
     assert "not 'static'" in capsys.readouterr().err
 
 
+def test_compare_keeps_a_policys_own_keys_to_its_own_runs(tmp_path, capsys):
+    """A chunk size or batch size, refused under the policies that do not read it, is put
+    back to its default in their runs, whether the scenario or a --set gives it."""
+    own = {**SCENARIO, "serving": {**SCENARIO["serving"], "policy": "chunked",
+                                   "token_budget": 64}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(own))
+    out = tmp_path / "out"
+    assert main(["compare", str(path), "--policies", "static,continuous,chunked",
+                 "--set", "serving.long_prefill_token_threshold=32", "--no-plots",
+                 "--out", str(out)]) == 0
+    assert "left out" not in capsys.readouterr().err
+    pools = {p: s["simulated"]["pools"]["both"]
+             for p, s in json.loads((out / "compare.json").read_text()).items()}
+    assert [pools[p]["token_budget"] for p in ("static", "continuous", "chunked")] == \
+        [None, None, 64]
+    assert pools["chunked"]["long_prefill_token_threshold"] == 32
+
+
 @pytest.mark.parametrize("policies, message", [
     ("continuous,fifo", "unknown policy 'fifo'; valid: chunked"),
     # A repeat would be silently one run.

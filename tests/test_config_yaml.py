@@ -4,6 +4,7 @@ not one plain folder name cannot send the outputs outside ``out/``."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,28 @@ def test_batch_waiting_is_tensorrt_llms_and_needs_policy_orca(tmp_path: Path, se
         "serving: {policy: orca, batch_wait_max_tokens_ratio: 1.5}\n"
     with pytest.raises(ServesimError, match="serving.batch_wait_max_tokens_ratio: got 1.5"):
         load(write(tmp_path, bad))
+
+
+@pytest.mark.parametrize("serving, key, message", [
+    ("{policy: continuous, token_budget: 64}", "token_budget",
+     "got 64; a per-iteration token budget applies to policy chunked only, not 'continuous' "
+     "(its iterations are bounded by max_num_batched_tokens)"),
+    ("{policy: disaggregated, token_budget: 64}", "token_budget",
+     "got 64; a per-iteration token budget applies to policy chunked only, not "
+     "'disaggregated' (a chunked pool takes its own, "
+     "disaggregated.ROLE.token_budget)"),
+    ("{policy: chunked, static_batch_size: 5}", "static_batch_size",
+     "got 5; requests per batch apply to policy static only, not 'chunked' (max_num_seqs "
+     "bounds the running requests)"),
+])
+def test_a_policys_own_key_under_another_policy_is_refused(tmp_path: Path, serving: str,
+                                                           key: str, message: str) -> None:
+    """token_budget and static_batch_size had done nothing under another policy, without
+    a word, while their siblings (long_prefill_token_threshold, batch waiting) were
+    refused."""
+    text = SCENARIO.format(name="k", rate=1) + f"serving: {serving}\n"
+    with pytest.raises(ServesimError, match=re.escape(f"serving.{key}: {message}")):
+        load(write(tmp_path, text))
 
 
 @pytest.mark.parametrize("serving, message", [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_equivalent, eager_run, lazy_and_eager, tiny_scenario
+from conftest import assert_equivalent, chunk_budget, eager_run, lazy_and_eager, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +44,7 @@ def test_lazy_decodes_equal_eager_on_random_workloads(
     rows = sorted(rows)
     extra = {"long_prefill_token_threshold": threshold} if policy == "chunked" else {}
     sc = tiny_scenario(serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
-                                "max_num_seqs": 5, "token_budget": max(budget, block),
+                                "max_num_seqs": 5, **chunk_budget(policy, max(budget, block)),
                                 "preemption": "swap" if swap else "recompute", **extra})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                    np.array([r[2] for r in rows]))

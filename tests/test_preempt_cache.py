@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from conftest import assert_equivalent, lazy_and_eager, run_both_ways, tiny_scenario
+from conftest import assert_equivalent, chunk_budget, lazy_and_eager, run_both_ways, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -89,7 +89,7 @@ def test_lazy_decodes_equal_eager_with_resumed_requests(policy: str, block: int,
                                                         hashed: bool) -> None:
     rows = sorted(rows)
     sc = tiny_scenario(serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
-                                "max_num_seqs": 5, "token_budget": max(budget, block),
+                                "max_num_seqs": 5, **chunk_budget(policy, max(budget, block)),
                                 "prefix_caching": True})
     n = len(rows)
     prompts = np.array([r[1] for r in rows])

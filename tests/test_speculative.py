@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_equivalent, lazy_and_eager, run_requests, tiny_scenario
+from conftest import assert_equivalent, chunk_budget, lazy_and_eager, run_requests, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -117,7 +117,8 @@ def test_lazy_verifies_equal_eager(policy: str, method: str, k: int, a: float, b
     rows = sorted(rows)
     sc = tiny_scenario(serving={
         "policy": policy, "block_size": block, "num_kv_blocks": blocks, "max_num_seqs": 5,
-        "token_budget": max(budget, block, k + 1), "preemption": "swap" if swap else "recompute",
+        **chunk_budget(policy, max(budget, block, k + 1)),
+        "preemption": "swap" if swap else "recompute",
         "speculative": {"method": method, "num_tokens": k, "acceptance": {"rate": a}}})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                    np.array([r[2] for r in rows]))
@@ -146,7 +147,7 @@ def test_lazy_verifies_equal_eager_with_shared_prefixes(policy: str, k: int, a: 
     rows = sorted(rows)
     sc = tiny_scenario(serving={
         "policy": policy, "block_size": block, "num_kv_blocks": blocks, "max_num_seqs": 5,
-        "token_budget": max(budget, block, k + 1), "prefix_caching": True,
+        **chunk_budget(policy, max(budget, block, k + 1)), "prefix_caching": True,
         "speculative": {"method": "eagle", "num_tokens": k, "acceptance": {"rate": a}}})
     prompts = np.array([r[1] for r in rows])
     hashes = tuple(np.arange(-(-int(p) // block) // 2, dtype=np.int64) + 1000 * (i % 2)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import assert_equivalent, eager_run, lazy_and_eager, tiny_scenario
+from conftest import assert_equivalent, chunk_budget, eager_run, lazy_and_eager, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -119,7 +119,8 @@ def test_lazy_chunks_of_verifies_equal_eager(policy: str, k: int, a: float, inte
     rows = sorted(rows)
     sc = tiny_scenario(serving={
         "policy": policy, "block_size": 4, "num_kv_blocks": blocks, "max_num_seqs": 5,
-        "token_budget": max(budget, 4, k + 1), "preemption": "swap" if swap else "recompute",
+        **chunk_budget(policy, max(budget, 4, k + 1)),
+        "preemption": "swap" if swap else "recompute",
         "stream_interval": interval, "stream_first_token": first_token,
         "speculative": {"method": "mtp", "num_tokens": k, "acceptance": {"rate": a}}})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),

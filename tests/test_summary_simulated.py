@@ -53,11 +53,9 @@ def test_no_overrides_is_an_empty_list_and_chunked_budget_is_resolved() -> None:
     pool = simulated(res)["pools"]["both"]
     assert pool["token_budget"] == 4096  # chunked's budget: max_num_batched_tokens, resolved
     assert pool["watermark"] == 0.0  # chunked keeps no admission watermark (vLLM v1)
-    res = simulate(scenario.load(QUICK, ["workload.duration_s=5", "serving.policy=continuous",
-                                         "serving.token_budget=100"]))
+    res = simulate(scenario.load(QUICK, ["workload.duration_s=5", "serving.policy=continuous"]))
     assert simulated(res)["pools"]["both"]["watermark"] == 0.01  # vLLM v0's default
-    # continuous spends no token budget: one given (as a compare of policies keeps) is
-    # not recorded as if it had been used.
+    # continuous spends no token budget (one given is refused), and none is recorded.
     assert simulated(res)["pools"]["both"]["token_budget"] is None
 
 

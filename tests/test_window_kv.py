@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import assert_equivalent, lazy_and_eager, run_both_ways, tiny_scenario
+from conftest import assert_equivalent, chunk_budget, lazy_and_eager, run_both_ways, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -115,7 +115,7 @@ def test_lazy_decodes_equal_eager_with_windows(policy: str, block: int,
     sc = tiny_scenario(
         model={**WINDOWED, "sliding_window": window},
         serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
-                 "max_num_seqs": 5, "token_budget": max(budget, block),
+                 "max_num_seqs": 5, **chunk_budget(policy, max(budget, block)),
                  "preemption": "swap" if preemption == "swap" else "recompute",
                  "prefix_caching": cached})
     lazy, eager = lazy_and_eager(sc, _requests(rows))
@@ -134,7 +134,7 @@ def test_lazy_verifies_equal_eager_with_windows(policy: str, k: int, a: float, b
     sc = tiny_scenario(
         model={**WINDOWED, "sliding_window": window},
         serving={"policy": policy, "block_size": block, "num_kv_blocks": blocks,
-                 "max_num_seqs": 5, "token_budget": max(24, block, k + 1),
+                 "max_num_seqs": 5, **chunk_budget(policy, max(24, block, k + 1)),
                  "speculative": {"method": "ngram", "num_tokens": k,
                                  "acceptance": {"rate": a}}})
     lazy, eager = lazy_and_eager(sc, _requests(rows))

@@ -5,8 +5,11 @@ refused as setting the same thing twice (:mod:`sim.config.vllmflags`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
+from sim.config.serving import POLICY_KEYS, ServingConfig
 from sim.config.vllmnames import flag_name, plain_name
 from sim.errors import ServesimError
 
@@ -38,19 +41,39 @@ def axis_key(raw: Any, axis: str) -> str:
     return f"{sect}.{key}"
 
 
-def policy_setting(raw: Any, policy: str) -> str:
-    """The ``--set`` that runs the raw scenario ``raw`` under ``policy``: its
+def policy_setting(raw: Any, policy: str) -> list[str]:
+    """The ``--set`` overrides that run the raw scenario ``raw`` under ``policy``: its
     ``serving.policy``, or, where a pasted ``enable-chunked-prefill`` flag chooses the
     policy, that flag (true for ``chunked``, false for ``continuous``: the two it can
-    choose; another policy is an error naming the flag)."""
+    choose; another policy is an error naming the flag); then each serving key of another
+    policy's own that ``raw`` sets, back at its default (a chunk size given for chunked
+    stays with chunked, where the other policies would refuse it)."""
     flags = raw.get("vllm") if isinstance(raw, dict) else None
     flag = next((f for f in flags if plain_name(f) == "enable_chunked_prefill"),
                 None) if isinstance(flags, dict) else None
     if flag is None:
-        return f"serving.policy={policy}"
-    if policy not in ("chunked", "continuous"):
+        sets = [f"serving.policy={policy}"]
+    elif policy not in ("chunked", "continuous"):
         raise ServesimError(f"chooses the policy (chunked or continuous), so {policy} cannot "
                             "run with it; leave the flag out to compare other policies",
                             where=f"vllm.{flag}")
-    on = (policy == "chunked") == (flag_name(flag) == "enable_chunked_prefill")
-    return f"vllm.{flag}={str(on).lower()}"
+    else:
+        on = (policy == "chunked") == (flag_name(flag) == "enable_chunked_prefill")
+        sets = [f"vllm.{flag}={str(on).lower()}"]
+    return sets + others_keys(raw, policy)
+
+
+def others_keys(raw: Any, policy: str) -> list[str]:
+    """``serving.KEY=DEFAULT`` for each key of :data:`POLICY_KEYS` that the raw scenario
+    ``raw`` sets and ``policy`` does not read."""
+    serving = raw.get("serving") if isinstance(raw, dict) else None
+    if not isinstance(serving, dict):
+        return []
+    defaults = {f.name: f.default for f in dataclasses.fields(ServingConfig)}
+    return [f"serving.{key}={json.dumps(defaults[key])}" for key, owner in POLICY_KEYS.items()
+            if owner != policy and serving.get(key) not in (None, defaults[key])]
+
+
+# The keys :func:`policy_setting` may set beside the policy: a study lets them replace a
+# --set of the same key in the runs of the other policies.
+POLICY_OWN_KEYS = frozenset(f"serving.{key}" for key in POLICY_KEYS)

@@ -70,6 +70,13 @@ def check_gb_s(bw: float | None, example: str) -> None:
 SWAP_SPACE_GIB = 4.0  # vLLM v0's default --swap-space
 
 
+# Serving keys that one policy alone reads, each refused under the others: a study that
+# runs a scenario under several policies puts them back to their defaults for the rest.
+POLICY_KEYS = {"token_budget": "chunked", "long_prefill_token_threshold": "chunked",
+               "static_batch_size": "static", "batch_wait_timeout_iters": "orca",
+               "batch_wait_max_tokens_ratio": "orca"}
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     """Batching policy and its limits (sequences, tokens per iteration, KV blocks).
@@ -215,6 +222,19 @@ class ServingConfig:
                                 "request's prompt tokens per iteration applies to policy "
                                 f"chunked only, not {self.policy!r}",
                                 where="long_prefill_token_threshold")
+        elif self.token_budget is not None:
+            # Another policy never reads it: a chunk size set while comparing policies
+            # would do nothing without a word.
+            why = ("a chunked pool takes its own, disaggregated.ROLE.token_budget"
+                   if self.policy == "disaggregated" else
+                   "its iterations are bounded by max_num_batched_tokens")
+            raise ServesimError(f"got {self.token_budget}; a per-iteration token budget "
+                                f"applies to policy chunked only, not {self.policy!r} "
+                                f"({why})", where="token_budget")
+        if self.static_batch_size is not None and self.policy != "static":
+            raise ServesimError(f"got {self.static_batch_size}; requests per batch apply to "
+                                f"policy static only, not {self.policy!r} (max_num_seqs "
+                                "bounds the running requests)", where="static_batch_size")
 
     def resolved_caching(self, linear_layers: int) -> tuple[ServingConfig, tuple[str, ...]]:
         """This config with ``prefix_caching: null`` (vLLM's default) made true where

@@ -180,7 +180,7 @@ def point_sets(base: dict[str, Any], key: PointKey, horizon_factor: float | None
     when it is not 0, and the horizon that cuts it."""
     refuse_closed_loop(base, "<scenario>", "a rate point")
     w = base.get("workload") or {}
-    sets = [policy_setting(base, key.policy), f"{axis_key(base, 'replicas')}={key.replicas}",
+    sets = [*policy_setting(base, key.policy), f"{axis_key(base, 'replicas')}={key.replicas}",
             f"{axis_key(base, 'tp')}={key.tp}", f"workload.seed={key.seed}"]
     where, pp = _pp_key(base)
     if key.pp != pp:

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.config.flagaxes import POLICY_OWN_KEYS, policy_setting
 from sim.config.flagaxes import axis_key as _axis_key
-from sim.config.flagaxes import policy_setting
 from sim.errors import ServesimError
 
 # A variant's name: a table cell, a CSV cell and a legend entry, so short and plain.
@@ -113,11 +113,11 @@ def run_policies(path: str | Path, policies: list[str], overrides: list[str] | N
 
     raw = load_raw(path, overrides)
     try:
-        sets = {p: [policy_setting(raw, p)] for p in policies}
+        sets = {p: policy_setting(raw, p) for p in policies}
     except ServesimError as exc:
         raise exc.located(str(path)) from None
     return run_variants(path, sets, overrides,
-                        percentiles, force, "--policies")
+                        percentiles, force, "--policies", POLICY_OWN_KEYS)
 
 
 def gpu_variants(names: list[str], raw: Any) -> dict[str, list[str]]:
@@ -190,7 +190,7 @@ def runnable(path: str, overrides: list[str] | None, policies: list[str]) -> lis
     raw = scenario.load_raw(path, overrides)
     for p in policies:
         try:
-            scenario.load(path, [*(overrides or []), policy_setting(raw, p)])
+            scenario.load(path, [*(overrides or []), *policy_setting(raw, p)])
         except ServesimError as exc:
             first = first or exc
             print(f"compare: left out {p}: {exc.message}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,18 @@ def test_spread_buckets_bounds() -> None:
         assert np.all((s[4:] >= 6) & (s[4:] < 9))
     one = np.array([5.0, 5.0])
     np.testing.assert_array_equal(spread_buckets(one, np.random.default_rng(0)), one)
+
+
+def test_spread_over_one_timestamp_is_refused(tmp_path: Path) -> None:
+    """Rows that all share a timestamp had been left together without a word: there is
+    no later timestamp or mean gap to spread them over (target_rate refuses them too)."""
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 7, "input_length": 5, "output_length": 1}\n' * 3)
+    with pytest.raises(ServesimError, match=re.escape(
+            f"{path}: spread: every row has the same timestamp, so there is no gap to "
+            "spread the rows over; leave spread out")):
+        load_trace(path, "mooncake", spread=True, rng=np.random.default_rng(0))
+    assert len(load_trace(path, "mooncake")) == 3
 
 
 def test_spread_needs_rng() -> None:

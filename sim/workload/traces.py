@@ -248,6 +248,11 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
     if arrival is not None:
         if options.get("spread"):
             assert rng is not None
+            if not (arrival != arrival[0]).any():
+                # One bucket has no next timestamp and no mean gap: nothing would move.
+                raise ServesimError("spread: every row has the same timestamp, so there is "
+                                    "no gap to spread the rows over; leave spread out",
+                                    source=src)
             arrival = spread_buckets(arrival, rng)
         if spec.rebase:
             arrival = arrival - arrival[0]

@@ -224,3 +224,17 @@ def test_filters_matching_no_row_name_the_filters_and_the_rows_there(
     assert line.endswith("no row matching --weights bf16 can be simulated; skipped: 1 prompt "
                          "plus output longer than the model's context (qwen3-32b: 40,960 "
                          "tokens)")
+
+
+def test_a_gemm_mode_beside_an_empty_or_bf16_precision_prices_those_weights(
+        tmp_path: Path) -> None:
+    # AIConfigurator's rows may leave precision empty and say fp8 in gemm_quant_mode: the
+    # mode is what the GEMMs ran; a mode servesim does not model is kept out, named.
+    cases = []
+    for precision, mode in (("", "fp8"), ("bf16", "fp8_block"), ("", "xx"), ("", "")):
+        row = FIT.replace(",h100_sxm,,agg,", f",h100_sxm,{precision},agg,") + f",{mode}"
+        cases.append(classify(read_rows(silicon_csv(tmp_path, [row],
+                                                    ("gemm_quant_mode",)))[0]))
+    assert [c.dtype for c in cases[:2]] == ["fp8", "fp8-block"]
+    assert isinstance(cases[2], str) and cases[2].startswith("unlabelled weights (xx): ")
+    assert isinstance(cases[3], Case) and cases[3].dtype == "bf16"

@@ -235,7 +235,9 @@ def classify(row: Row) -> Case | str:
         if row.precision not in FOUR_BIT_LABELS[experts]:
             return (f"{row.precision} weights of {row.model_path}: servesim models its "
                     f"released {experts} experts")
-    elif row.precision not in ("", "nan", "bf16", "bfloat16"):
+    elif mode not in ("", "nan", "bf16", "bfloat16"):
+        # The GEMM mode, where given, is what the kernels ran, whatever the precision
+        # column says (AIConfigurator's own rows may leave that empty).
         dtype = FP8_MODES.get(mode, "")
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
@@ -252,7 +254,8 @@ def classify(row: Row) -> Case | str:
         elif mode in FP4_MODES:
             dtype = FP4_MODES[mode]
         else:
-            return (f"{row.precision} weights ({row.gemm_quant_mode or 'no GEMM mode'}): "
+            return (f"{row.precision or 'unlabelled'} weights "
+                    f"({row.gemm_quant_mode or 'no GEMM mode'}): "
                     f"servesim models bf16, FP8 ({', '.join(FP8_MODES)}) and, for dense "
                     f"models, NVFP4 ({', '.join(FP4_MODES)}) weights")
     if row.system not in SYSTEM_GPUS:

@@ -64,9 +64,14 @@ class ModelExecutor:
         cap = min(max_prefill, self.capacity - 1)
         sizes = sorted({max(2, min(cap, s)) for s in (16, 128, 512, cap)})
         decodes = sorted({1, max(1, self.slots // 4), self.slots})
+        # Every position stays below the cache length: a cache sized for short requests
+        # (a trace of short ones, or a small --max-len) has fewer rows than 64 + slots.
+        last = self.capacity - 1
+        mid = min(64, self.capacity // 2)
         shapes: list[list[Entry]] = [[(0, s, 0)] for s in sizes]
-        shapes += [[(i, 1, 64 + i) for i in range(b)] for b in decodes]
-        shapes += [[(0, min(cap, 64), 64)] + [(i, 1, 64) for i in range(1, min(8, self.slots))]]
+        shapes += [[(i, 1, min(64 + i, last)) for i in range(b)] for b in decodes]
+        shapes += [[(0, max(1, min(cap, 64, self.capacity - mid)), mid)]
+                   + [(i, 1, mid) for i in range(1, min(8, self.slots))]]
         for _ in range(repeats):
             for entries in shapes:
                 self.step(entries, spread_ids(sum(k for _, k, _ in entries),

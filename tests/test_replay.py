@@ -14,7 +14,8 @@ import pytest
 import torch
 from conftest import e2e
 
-from calibrate.executor import replay_on_device
+from calibrate.executor import ModelExecutor, replay_on_device
+from calibrate.model import build_decoder
 from calibrate.replay import STEP_FIELDS, CostExecutor, VirtualClock, WallClock, run_loop
 from calibrate.replay_cli import main as replay_main
 from calibrate.replay_cli import saturation_rate, serving_config, to_record, trace_workload
@@ -22,6 +23,7 @@ from sim.core.engine import Engine
 from sim.core.request import FINISHED
 from sim.cost.models import LinearCost
 from sim.cost.presets import MODELS
+from sim.cost.shard import shard
 from sim.validate.replayfile import read_replay
 from sim.validate.validation import scenario_for
 from sim.workload.requests import Requests
@@ -223,6 +225,17 @@ def test_rejections_follow_the_simulator() -> None:
     assert res.reason == ["", "prompt_exceeds_max_num_batched_tokens", "exceeds_kv_capacity",
                           "prompt_exceeds_max_num_batched_tokens"]
     assert res.status[0] == "finished" and np.isfinite(res.finish[0])
+
+
+@pytest.mark.parametrize("capacity", [2, 20, 127])
+def test_warm_up_stays_inside_a_short_cache(capacity: int) -> None:
+    """A cache shorter than 64 + slots tokens (requests all short, or a small
+    --max-len) is warmed up without a position past its last row."""
+    with torch.inference_mode():
+        model = build_decoder(shard(MODELS["tiny"], 1), 1, capacity, "fp32",
+                              torch.device("cpu"))
+        ex = ModelExecutor(model, model.caches(64, capacity), torch.device("cpu"))
+        ex.warm_up(capacity, repeats=1)
 
 
 @e2e

@@ -42,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
                         "(default 2; guards against a busy neighbour on a shared machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", type=Path, required=True,
-                   help="profile YAML to write; the measurements CSV goes beside it")
+                   help="profile YAML to write; the measurements CSV goes beside it (an "
+                        "existing file is replaced only when calibrate wrote it)")
     p.add_argument("--refit", type=Path, default=None, metavar="CSV",
                    help="fit a profile again, without a device, from a calibration's "
                         "measurements CSV and the CSV.meta.json beside it (the model and "
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out.suffix not in (".yaml", ".yml"):
             raise ServesimError(f"got {str(args.out)!r}, expected a .yaml file", where="--out")
         _check_writable(args.out)
+        _check_replaceable(args.out, args.refit)
         if args.refit is not None:
             # Every measuring flag a refit would ignore is refused, not dropped in silence.
             defaults = parser().parse_args(["--out", "x.yaml"])
@@ -127,6 +129,32 @@ def summary(res: object) -> str:
         f"(refitted from {res.refit_of})"
         if res.refit_of else f"in {res.elapsed_s:.1f} s"))
     return "\n".join(lines)
+
+
+def _check_replaceable(out: Path, refit: Path | None) -> None:
+    """Refuse, before any timing, an ``--out`` whose profile or measurements files would
+    replace files calibrate did not write (a scenario, a trace of the same stem), or a
+    refit whose measurements would be written over the CSV it reads."""
+    from calibrate.output import (
+        is_calibration_file,
+        measurements_path,
+        meta_path,
+        staging_path,
+    )
+    from sim.cost.profilefile import profile_kind
+    from sim.files import check_replaceable_file
+
+    check_replaceable_file(out, lambda p: profile_kind(p) == "calibrate",
+                           "a profile calibrate wrote")
+    for csv_path in (measurements_path(out), staging_path(out)):
+        for path in (csv_path, meta_path(csv_path)):
+            check_replaceable_file(path, is_calibration_file,
+                                   "a calibration's measurements or their settings",
+                                   where=f"--out (its {path.name} beside it)")
+    if refit is not None and refit.exists() and \
+            refit.resolve() == staging_path(out).resolve():
+        raise ServesimError(f"got {str(out)!r}: its measurements would be written over "
+                            f"the --refit CSV being read; give another --out", where="--out")
 
 
 def _check_writable(out: Path) -> None:

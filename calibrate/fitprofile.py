@@ -16,7 +16,14 @@ from typing import Any
 from calibrate.calresult import BARS, CalibrationConfig, CalibrationResult
 from calibrate.fitsteps import fit_steps_in_situ, knots_note, layer_mean, sweep_knots
 from calibrate.grids import OPERATORS
-from calibrate.output import write_csv, write_meta, write_profile
+from calibrate.output import (
+    measurements_path,
+    settle,
+    staging_path,
+    write_csv,
+    write_meta,
+    write_profile,
+)
 from calibrate.records import Measurement
 from sim.cost.curves import Knots
 from sim.cost.gpus import GPUS
@@ -92,7 +99,7 @@ def fit_profile(cfg: CalibrationConfig, m: Measured, refit_of: str | None = None
     a fit that cannot be made is a :class:`ServesimError` naming the CSV, which is
     written first. ``refit_of``: the CSV a refit read, named in the profile's notes."""
     t0 = time.perf_counter()
-    csv_path = cfg.out.with_suffix(".csv")
+    csv_path = staging_path(cfg.out)
     write_meta(csv_path, run_meta(cfg, m))
     model, notes = m.model, list(m.notes)
     if refit_of:
@@ -131,11 +138,12 @@ def fit_profile(cfg: CalibrationConfig, m: Measured, refit_of: str | None = None
     notes.append(f"operators alone (no in_situ term) on the whole steps: mean error "
                  f"{base_errs.mean():.1%}, worst {base_errs.max():.1%}")
     bar = BARS["cuda" if cfg.device == "cuda" else "cpu"]
-    result = CalibrationResult(cfg.out, csv_path, cost, fits, m.ops + m.steps,
+    result = CalibrationResult(cfg.out, measurements_path(cfg.out), cost, fits, m.ops + m.steps,
                                float(errs.mean()), float(errs.max()),
                                m.elapsed_s + time.perf_counter() - t0,
                                m.stopped or m.stopped_steps or m.interrupted, bar, notes,
                                m.wake_fit, m.interrupted, refit_of)
     write_csv(csv_path, result.measurements)
     write_profile(cfg, result, m.info, m.layers, bar, grid_name(cfg))
+    settle(csv_path, result.csv_path)
     return result

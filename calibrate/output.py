@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,42 @@ META_SCHEMA = "servesim-calibration-meta/1"
 def meta_path(csv_path: Path) -> Path:
     """Where a calibration CSV's settings are kept: ``NAME.csv.meta.json`` beside it."""
     return csv_path.with_name(csv_path.name + ".meta.json")
+
+
+def measurements_path(out: Path) -> Path:
+    """The measurements CSV of the profile ``out``: ``NAME.csv`` beside ``NAME.yaml``."""
+    return out.with_suffix(".csv")
+
+
+def staging_path(out: Path) -> Path:
+    """Where a calibration or refit writing the profile ``out`` keeps its measurements
+    (and their settings beside them) until the profile is written: ``NAME.partial.csv``.
+    A run that fails or is stopped leaves them there, refittable, and the measurements
+    of a profile already at ``out`` stay with it."""
+    return out.with_name(out.stem + ".partial.csv")
+
+
+def settle(staging: Path, final: Path) -> None:
+    """Move the measurements at ``staging`` and their settings to ``final``."""
+    os.replace(staging, final)
+    os.replace(meta_path(staging), meta_path(final))
+
+
+def is_calibration_file(path: Path) -> bool:
+    """Whether ``path`` is a calibration's measurements CSV (its header row) or their
+    settings (their schema), the files ``calibrate --out`` may replace."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 16)
+        first = head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8")
+        if first == ",".join(CSV_COLUMNS):
+            return True
+        with path.open("rb") as f:
+            data = f.read((1 << 20) + 1)
+        meta = json.loads(data.decode("utf-8")) if len(data) <= 1 << 20 else None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and meta.get("schema") == META_SCHEMA
 
 
 def write_meta(csv_path: Path, meta: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """A profile fitted again from a calibration's saved measurements, without a device.
 
-A calibration writes every point it times to ``NAME.csv`` (every sample, to the last
-digit) and its settings to ``NAME.csv.meta.json`` as it goes, so a run cut short by a
+A calibration writes every point it times to ``NAME.partial.csv`` (every sample, to
+the last digit) and its settings to ``NAME.partial.csv.meta.json`` as it goes, renamed to
+``NAME.csv`` and ``NAME.csv.meta.json`` with the profile, so a run cut short by a
 hard time limit, or a profile written by an older fit, can be fitted again from them:
 ``servesim calibrate --refit NAME.csv --out NEW.yaml``. On a complete run's files the
 refit writes the profile the run wrote (components, fits and errors; the notes add that

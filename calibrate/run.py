@@ -28,7 +28,7 @@ from calibrate.grids import (
 )
 from calibrate.host import LoopTerms, time_loop_terms
 from calibrate.model import kv_cache_bytes
-from calibrate.output import write_csv, write_meta
+from calibrate.output import staging_path, write_csv, write_meta
 from calibrate.progress import bar as progress_bar
 from calibrate.records import Measurement
 from calibrate.rounds import time_in_rounds
@@ -245,7 +245,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     with torch.inference_mode():
         layers = _validation_layers(model, _step_layer_bytes(model, cfg.tp, step_points), device)
         bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
-        csv_path = cfg.out.with_suffix(".csv")
+        csv_path = staging_path(cfg.out)
         # The settings first, so that whatever the CSV ends up holding can be refitted.
         so_far = Measured(model, info, gpu_key, layers, grid.table_max, [], [], notes=notes)
         write_meta(csv_path, run_meta(cfg, so_far))

@@ -5,7 +5,8 @@
 #
 # Needs only python with torch, numpy, scipy and pyyaml (no simpy, no network).
 # Writes to OUTDIR, flat: one profile .yaml, one measurements .csv and its .csv.meta.json
-# (the settings `servesim calibrate --refit` needs) per model, the validation archive,
+# (the settings `servesim calibrate --refit` needs) per model (NAME.partial.csv for a run
+# stopped before its profile), the validation archive,
 # kernels-DEVICE.csv and gpu_check.log; at most 8 files. llama-3-8b
 # gets the full grid; calibration and validation stay under 8 minutes, and the kernel
 # check after them ends by 550 s (inside one 10-minute device call). A run that fails is

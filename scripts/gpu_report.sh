@@ -63,6 +63,7 @@ for csv in "$out"/cuda-*.csv; do
     [ -f "$csv" ] || { skip "own operators against the tables" "no $out/cuda-*.csv"; break; }
     model=$(basename "$csv" .csv)
     model=${model#cuda-}
+    model=${model%.partial}  # a run stopped before its profile keeps NAME.partial.csv
     step "$model's operators against $gpu-$model-tp1-vllm" \
         "$py" "$here/docs/scripts/own_vs_tables.py" "$csv" --profile "$gpu-$model-tp1-vllm"
 done

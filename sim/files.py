@@ -10,6 +10,7 @@ the ``UnicodeDecodeError`` or ``IsADirectoryError`` Python would show.
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from sim.errors import ServesimError
@@ -107,3 +108,20 @@ def too_deep(src: str, what: str) -> ServesimError:
     the parser can follow (Python's recursion limit, about 1,000 levels)."""
     return ServesimError(f"nested too deeply to read (lists or mappings about 1,000 levels "
                          f"deep); no {what} file needs more than a few levels", src)
+
+
+def check_replaceable_file(path: Path, ours: Callable[[Path], bool], what: str,
+                           where: str = "--out") -> None:
+    """Refuse (one line naming ``where`` and the file) to write over an existing ``path``
+    that ``ours`` does not recognise as a file of the kind the command writes; ``what``
+    names that kind (``a profile calibrate wrote``). A command replaces its own earlier
+    output, as the folder-writing commands replace a folder of their own outputs, and
+    nothing else: a scenario or trace given as ``--out`` by mistake is kept."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ServesimError(f"got {str(path)!r}, a folder; expected a file name", where=where)
+    if not ours(path):
+        raise ServesimError(f"got {str(path)!r}, which exists and is not {what}; it is "
+                            "replaced only when it is: give a new file name or move that "
+                            "file away", where=where)

@@ -159,3 +159,52 @@ def test_a_refit_needs_neither_torch_nor_simpy(calibrated, tmp_path: Path) -> No
     assert timing.returncode == 2 and "Traceback" not in timing.stderr
     err = timing.stderr.strip()
     assert "\n" not in err and "needs torch: install servesim[calibrate]" in err, err
+
+
+def test_a_failed_fit_keeps_the_measurements_of_the_profile_at_out(tmp_path: Path) -> None:
+    """A fit that fails keeps what it measured under NAME.partial.csv: the CSV and the
+    settings of the profile already at --out stay as they were, a pair that refits."""
+    from calibrate.calresult import CalibrationConfig
+    from calibrate.fitprofile import Measured, fit_profile
+    from sim.cost.presets import MODELS
+    from sim.errors import ServesimError
+
+    out = tmp_path / "p.yaml"
+    old_csv, old_meta = b"the earlier run's measurements\n", b'{"the earlier": "settings"}\n'
+    (tmp_path / "p.csv").write_bytes(old_csv)
+    meta_path(tmp_path / "p.csv").write_bytes(old_meta)
+    model = MODELS["tiny"]
+    with pytest.raises(ServesimError, match="measurements kept in .*p.partial.csv"):
+        fit_profile(CalibrationConfig(model=model, out=out),
+                    Measured(model, {"name": "cpu"}, None, model.layers, 512, [], []))
+    assert (tmp_path / "p.csv").read_bytes() == old_csv
+    assert meta_path(tmp_path / "p.csv").read_bytes() == old_meta
+    assert (tmp_path / "p.partial.csv").is_file()
+    assert json.loads(meta_path(tmp_path / "p.partial.csv").read_text())["layers"] == \
+        model.layers
+
+
+def test_out_replaces_only_calibrations_own_files(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--out over a scenario, or beside a trace of the same stem, is refused before any
+    timing, and the files are kept; a profile calibrate wrote is not refused."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: mine\nmodel: {preset: llama-3-8b}\n")
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,5\n")
+    base = ["--model", "tiny", "--device", "cpu", "--budget-s", "1", "--out"]
+    assert main([*base, str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert "\n" not in err.strip() and f"--out: got '{scenario}', which exists and is not " \
+        "a profile calibrate wrote" in err
+    assert main([*base, str(tmp_path / "t.yaml")]) == 2
+    assert f"--out (its t.csv beside it): got '{trace}', which exists and is not a " \
+        "calibration's measurements" in capsys.readouterr().err
+    assert scenario.read_text().startswith("name: mine") and trace.read_text().endswith("5\n")
+    from calibrate.cli import _check_replaceable
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("schema: servesim-profile/5\ncalibration: {grid: cpu-quick}\n")
+    write_csv(tmp_path / "mine.csv", [])
+    meta_path(tmp_path / "mine.csv").write_text('{"schema": "servesim-calibration-meta/1"}')
+    _check_replaceable(mine, None)

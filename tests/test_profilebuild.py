@@ -261,3 +261,27 @@ def test_an_isolated_spike_in_an_attention_table_is_screened() -> None:
                     "set to 17.1 us"]
     # One key column (latent attention's token counts): nothing to screen.
     assert screen_spikes({(1,): 1.0, (2,): 9.0, (4,): 1.0}, ("num_tokens",))[1] == []
+
+
+def test_build_replaces_only_a_profile_it_built(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--out over a scenario (or a profile calibrate wrote) is refused and the file kept;
+    over a profile profile build wrote, the build runs."""
+    from sim.cli import main
+
+    base = ["profile", "build", "--gpu", "h100-sxm", "--framework", "vllm",
+            "--model", "llama-3-8b", "--out"]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: mine\n")
+    calibrated = tmp_path / "c.yaml"
+    calibrated.write_text("schema: servesim-profile/5\ncalibration: {grid: cpu-quick}\n")
+    for path in (scenario, calibrated):
+        before = path.read_text()
+        assert main([*base, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--out: got '{path}', which exists and is not a " \
+            "profile servesim profile build wrote" in err
+        assert path.read_text() == before
+    built = tmp_path / "p.yaml"
+    assert main([*base, str(built)]) == 0
+    assert main([*base, str(built)]) == 0

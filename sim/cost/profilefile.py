@@ -87,6 +87,31 @@ class _ProfileLoader(StrictConstructor, _FAST_LOADER):  # type: ignore[misc,vali
 
 read_yaml12(_ProfileLoader)
 
+# A profile is a few kB; a file far larger is not one, and is not read whole to say so.
+_KIND_READ_LIMIT = 1 << 20
+
+
+def profile_kind(path: Path) -> str | None:
+    """Which command wrote the servesim profile at ``path``: ``calibrate``, or its
+    ``source.kind`` (``measured-kernels`` for ``servesim profile build``); None when the
+    file is not a servesim profile (unreadable, not YAML, another schema)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(_KIND_READ_LIMIT + 1)
+        if len(data) > _KIND_READ_LIMIT:
+            return None
+        doc = yaml.load(data.decode("utf-8"), Loader=_ProfileLoader)  # noqa: S506
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(
+            "servesim-profile/"):
+        return None
+    src = doc.get("source")
+    if isinstance(src, dict) and isinstance(src.get("kind"), str):
+        return str(src["kind"])
+    return "calibrate" if "calibration" in doc else "unknown"
+
+
 # Every top-level key a profile may hold (calibrate's and the table builder's).
 TOP_KEYS = ("schema", "source", "created", "device", "dtype", "tp", "ep", "dp", "model",
             "components", "validation", "calibration", "measurements")

@@ -41,12 +41,13 @@ from sim.cost.measured import (
 )
 from sim.cost.memory import kv_capacity_blocks
 from sim.cost.presets import MODELS, model_preset
-from sim.cost.profilefile import PROFILE_DIR, parse_profile
+from sim.cost.profilefile import PROFILE_DIR, parse_profile, profile_kind
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
 from sim.cost.tables.moetable import MOE_BACKENDS, ROUTINGS
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError
+from sim.files import check_replaceable_file
 
 HEADER = ("# servesim cost profile, built by `servesim profile build` from NVIDIA "
           "AIConfigurator's\n# measured kernel tables (Apache-2.0; see NOTICE)\n")
@@ -84,6 +85,8 @@ def _check_out(out: Path, hf_config: Path | None) -> None:
             out.resolve() == hf_config.resolve():
         raise ServesimError(f"got {out}, the --hf-config being read: the profile would "
                             "replace it", where="--out")
+    check_replaceable_file(out, lambda p: profile_kind(p) == "measured-kernels",
+                           "a profile servesim profile build wrote")
 
 
 def with_dtypes(model: ModelSpec, dtype: str | None, kv_dtype: str | None,

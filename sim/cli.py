@@ -20,7 +20,7 @@ from sim.errors import ServesimError
 
 
 def _simulate(argv: list[str]) -> int:
-    from sim.report.rejections import add_rejection_args, max_share, verdict
+    from sim.report.rejections import REFUSED, add_rejection_args, max_share, verdict
 
     p = ArgParser(prog="servesim simulate",
                                 description="Simulate one scenario file and report latencies.")
@@ -67,6 +67,10 @@ def _simulate(argv: list[str]) -> int:
     with _progress_bar(show, a.progress is not None) as tick:
         res = simulate(sc, progress=tick)
     summary = summarize(res, pcts)
+    refused = verdict(res, limit)
+    nothing = report.nothing_finished(summary)
+    if refused is not None or nothing:  # so that `report` on the folder says so too
+        summary[REFUSED] = str(refused) if refused is not None else nothing
     try:
         paths = report.write_run(res, summary, out, plots=not a.no_plots)
     except OSError as exc:
@@ -78,10 +82,8 @@ def _simulate(argv: list[str]) -> int:
         print("wrote " + ", ".join(str(x) for x in paths))
     # The outputs are written (requests.csv says why), but this is no result: first for
     # the limit that rejected too many requests, then for a run that finished none.
-    refused = verdict(res, limit)
     if refused is not None:
         raise refused
-    nothing = report.nothing_finished(summary)
     if nothing and not summary["requests"]["total"]:
         # Say what left the workload empty: a trace window's or a rate's notes.
         notes = "; ".join(res.requests.notes)

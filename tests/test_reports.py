@@ -403,3 +403,29 @@ def test_percentiles_keep_their_digits() -> None:
     with pytest.raises(ServesimError, match=r"percentile 99\.99999999 is given as "
                                             r"99\.999999991 and 99\.999999994, which round"):
         parse_percentiles("99.999999991,99.999999994")
+
+
+def test_a_refused_run_is_reported_as_refused(tmp_path: Path, capsys: Any) -> None:
+    """simulate, compare and sweep refuse a run that rejected too many requests after
+    writing its outputs; the folder records the refusal, and `report` opens with it
+    instead of presenting the tails of the requests that were served."""
+    path = tiny(tmp_path)
+    long = ["--set", "workload.lengths.prompt={dist: uniform, low: 8, high: 6000}",
+            "--set", "workload.num_requests=30"]
+    runs = {"simulate": ["simulate", str(path), "--quiet", *long],
+            "compare": ["compare", str(path), "--policies", "static,chunked", *long],
+            "sweep": ["sweep", str(path), "--rates", "2", "--workers", "1", "--quiet", *long]}
+    for kind, argv in runs.items():
+        out = tmp_path / kind
+        assert cli_main([*argv, "--no-plots", "--out", str(out)]) == 2, kind
+        err = capsys.readouterr().err.strip()
+        main_file = {"simulate": "summary.json", "compare": "compare.json",
+                     "sweep": "sweep.json"}[kind]
+        blob = json.loads((out / main_file).read_text())
+        refused = ([s["refused"] for s in blob.values()] if kind == "compare"
+                   else [blob["refused"]])
+        assert err == f"servesim: error: {refused[0]}", kind
+        assert cli_main(["report", str(out), "--out", str(tmp_path / f"{kind}.md")]) == 0
+        text = (tmp_path / f"{kind}.md").read_text()
+        assert f"**REFUSED: the command exited with an error after writing these outputs " \
+               f"({'; '.join(refused)})" in text, kind

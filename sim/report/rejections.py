@@ -118,6 +118,19 @@ def _kv_need(res: RunResult, role: str, prompt: np.ndarray, output: np.ndarray) 
             "or raise hardware.memory_utilization or hardware.tp)")
 
 
+# The key of summary.json (of each run in compare.json, of sweep.json) that holds the
+# error a run or grid was refused with after its outputs were written.
+REFUSED = "refused"
+
+
+def refusal_headline(refusals: list[str]) -> str:
+    """The sentence a report opens with for outputs their command refused: the figures
+    leave the rejected requests out, and so overstate the server."""
+    return (f"REFUSED: the command exited with an error after writing these outputs "
+            f"({'; '.join(refusals)}); their latencies and throughput leave the rejected "
+            "requests out and overstate the server.")
+
+
 def verdict(res: RunResult, limit: float) -> ServesimError | None:
     """The error for a run whose rejected share of arrived requests is over ``limit``
     (naming the limit to raise for its most common reason), or None."""

@@ -29,7 +29,7 @@ from typing import Any
 from sim.config.flagaxes import axis_key as _axis_key
 from sim.configtools import ArgParser, comma_items
 from sim.errors import ServesimError
-from sim.report.rejections import add_rejection_args, max_share, verdict
+from sim.report.rejections import REFUSED, add_rejection_args, max_share, verdict
 from sim.study.variants import (
     gpu_variants,
     load_named,
@@ -250,6 +250,15 @@ def main(argv: list[str]) -> int:
     first = next(iter(runs.values()))[1]
     name = first["scenario"]
     out = a.out if a.out is not None else default_out(name, "-compare", a.scenario)
+    # Each run is judged as `simulate` judges it; the verdicts go into compare.json
+    # (so that `report` on the folder says so) and the first is raised once all are written.
+    refusals = []
+    for value, (res, summary) in runs.items():
+        refused = verdict(res, limit)
+        if refused is not None:
+            refusals.append(ServesimError(f"{label} {value}: {refused.message}",
+                                          refused.source, refused.where))
+            summary[REFUSED] = str(refusals[-1])
     names, blob = _write(out, inputs, runs, table_rows, varied, label, not a.no_plots)
     if a.json:  # every run's summary alone on stdout, for a program to read
         sys.stdout.write(blob.decode())
@@ -270,10 +279,6 @@ def main(argv: list[str]) -> int:
                                   for n in s["simulated"].get("notes", ())):
             print(f"note: {note}")  # settings accepted without being priced
         print("wrote " + ", ".join(str(x) for x in paths))
-    # Each run is judged as `simulate` judges it, once all are written.
-    for value, (res, _) in runs.items():
-        refused = verdict(res, limit)
-        if refused is not None:
-            raise ServesimError(f"{label} {value}: {refused.message}", refused.source,
-                                refused.where)
+    if refusals:
+        raise refusals[0]
     return 0

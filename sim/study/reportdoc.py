@@ -20,6 +20,7 @@ from typing import Any
 from sim.errors import ServesimError
 from sim.report import human as h
 from sim.report import shapes
+from sim.report.rejections import REFUSED, refusal_headline
 from sim.study.docparts import Doc, Table, heading, pick, setup_table, slo_text
 from sim.study.studydocs import capacity_doc, sweep_doc
 
@@ -89,6 +90,11 @@ def collect(folder: Path) -> Doc:
         # What the shape check cannot say (a statistic one metric has and another
         # lacks) still ends as one line naming the file, not a traceback.
         raise shapes.unreadable(exc, kind, source) from None
+    refusals = ([str(v[REFUSED]) for v in blob.values()
+                 if isinstance(v, dict) and v.get(REFUSED)] if kind == "compare"
+                else [str(blob[REFUSED])] if blob.get(REFUSED) else [])
+    if refusals:  # the figures would otherwise read as a valid result
+        doc["answer"] = " ".join(x for x in (refusal_headline(refusals), doc["answer"]) if x)
     doc["plots"] = [(p, CAPTIONS.get(p, p)) for p in doc["plots"] if (folder / p).is_file()]
     for p, _ in doc["plots"]:
         with open(folder / p, "rb") as fh:

@@ -122,6 +122,9 @@ def main(argv: list[str]) -> int:
     limit = max_share(a)
     res = run_sweep(spec, out, a.backend, a.workers, a.ray_address, progress=show_progress(a.quiet),
                     plots=not a.no_plots, use_cache=not a.no_cache, force=a.force)
+    flagged = rejecting_points(res.points, limit, spec, a.overrides)
+    if flagged is not None:  # so that `report` on the folder says so too
+        mark_refused(out / "sweep.json", str(flagged))
     if a.json:  # the manifest and the grid (CSV column names) alone on stdout
         from sim.report.metrics import clean
 
@@ -135,10 +138,20 @@ def main(argv: list[str]) -> int:
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")
         print("wrote " + ", ".join(str(x) for x in res.paths))
-    flagged = rejecting_points(res.points, limit, spec, a.overrides)
     if flagged is not None:  # every point is written; the grid as a whole is refused
         raise flagged
     return 0
+
+
+def mark_refused(path: Path, message: str) -> None:
+    """Record in the JSON file ``path`` (a mapping) the error its outputs were refused
+    with, under :data:`sim.report.rejections.REFUSED`."""
+    from sim.report.outputs import write_atomic
+    from sim.report.rejections import REFUSED
+
+    blob = json.loads(path.read_text(encoding="utf-8"))
+    blob[REFUSED] = message
+    write_atomic(path, (json.dumps(blob, indent=2, sort_keys=True) + "\n").encode())
 
 
 def rejecting_points(points: list[Row], limit: float, spec: SweepSpec,

@@ -229,8 +229,10 @@ def test_tiny_budget_is_a_clear_error_and_keeps_measurements(tmp_path: Path, cap
         torch.set_num_threads(threads)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err
-    assert "measured points" in err and "--budget-s" in err and "p.csv" in err
-    assert (tmp_path / "p.csv").exists() and not out.exists()
+    # A failed run's measurements stay under a name of their own, refittable.
+    assert "measured points" in err and "--budget-s" in err and "p.partial.csv" in err
+    assert (tmp_path / "p.partial.csv").exists() and not out.exists()
+    assert not (tmp_path / "p.csv").exists()
 
 
 @pytest.mark.parametrize(("argv", "match"), [
@@ -382,7 +384,7 @@ def test_an_interrupt_during_the_operator_sweep_keeps_its_points(tmp_path: Path)
     assert "interrupted during the operator sweep" in rest
     assert err.strip() == "servesim calibrate: interrupted"
     assert not out.exists()
-    with (tmp_path / "p.csv").open() as f:
+    with (tmp_path / "p.partial.csv").open() as f:
         kept = list(csv.DictReader(f))
     assert 0 < len(kept) < total, (len(kept), total)
-    assert f"{len(kept)} points kept in {tmp_path / 'p.csv'}" in rest
+    assert f"{len(kept)} points kept in {tmp_path / 'p.partial.csv'}" in rest

@@ -143,6 +143,14 @@ def test_cli_capacity_writes_results(tmp_path, capsys):
     (["--slo", "ttft_p99=0.5", "--target-rate", "-1"], "--target-rate -1"),
     (["--slo", "ttft_p99=0.5", "--tol", "2"], "--tol 2"),
     (["--slo", "ttft_p99=0.5", "--target-rate", "5", "--replicas", "0"], "--replicas 0"),
+    # What the search sets for each point: an override of it would be dropped.
+    (["--slo", "ttft_p99=0.5", "--policies", "continuous", "--set", "serving.policy=static"],
+     "--policies: --set serving.policy=static: --policies sets serving.policy for each point"),
+    (["--slo", "ttft_p99=0.5", "--policies", "continuous", "--set",
+      "serving={policy: static}"],
+     "--policies: --set serving={policy: static}: --policies sets serving.policy"),
+    (["--slo", "ttft_p99=0.5", "--target-rate", "5", "--replicas", "1,2", "--set",
+      "cluster.replicas=4"], "--replicas: --set cluster.replicas=4: --replicas sets"),
 ])
 def test_cli_capacity_errors(args, needle, capsys, tmp_path):
     assert cli_main(["capacity", str(MD1), "--out", str(tmp_path), *args]) == 2

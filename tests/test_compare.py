@@ -188,3 +188,28 @@ def test_compare_gpus_bad_input_is_one_line(tmp_path, capsys, args, message):
     assert main(["compare", str(path), "--no-plots", "--out", str(tmp_path / "o"), *args]) == 2
     err = capsys.readouterr().err
     assert f"--gpus: {message}" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["--policies", "chunked,continuous", "--set", "serving={policy: static, block_size: 16}"],
+     "--policies: --set serving={policy: static, block_size: 16} sets serving.policy in the "
+     "mapping it gives serving, and --policies sets serving.policy for each run"),
+    (["--gpus", "h100-sxm", "--set", "hardware={gpu: h200, tp: 1}"],
+     "--gpus: --set hardware={gpu: h200, tp: 1} sets hardware.gpu in the mapping it gives "
+     "hardware, and --gpus sets hardware.gpu for each run"),
+    (["--variant", "a", "serving.policy=continuous", "--variant", "b", "--set",
+      "serving={policy: static}"],
+     "--variant: variant a: --set serving={policy: static} sets serving.policy in the "
+     "mapping it gives serving, and the variant sets serving.policy for each run")])
+def test_a_mapping_set_of_what_the_runs_vary_is_refused(tmp_path, capsys, argv, want):
+    """A --set of the varied key in mapping form was dropped without a word, where the
+    dotted form is refused."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    assert main(["compare", str(path), *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and want in err
+    assert not (tmp_path / "o").exists()
+    # A mapping that leaves the varied key out is the scenario's to take.
+    assert main(["compare", str(path), "--policies", "chunked,continuous", "--set",
+                 "serving={block_size: 8}", "--out", str(tmp_path / "ok"), "--no-plots"]) == 0

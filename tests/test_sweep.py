@@ -384,6 +384,21 @@ def test_cli_sweep_end_to_end(tmp_path, capsys):
                      "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.endswith(
         "--set workload.arrivals.rate=3: the sweep sets each point's rate (--rates)\n")
+    # So is one of the policy or replicas the grid sets, dotted or in mapping form.
+    for sets, want in (
+            ("workload.arrivals={process: poisson, rate: 7}",
+             "--set workload.arrivals={process: poisson, rate: 7}: the sweep sets each "
+             "point's rate (--rates)\n"),
+            ("serving.policy=static", "--policies: --set serving.policy=static: --policies "
+             "sets serving.policy for each point, so the override would be lost"),
+            ("serving={policy: static}", "--policies: --set serving={policy: static}: "
+             "--policies sets serving.policy for each point"),
+            ("cluster={replicas: 4}", "--replicas: --set cluster={replicas: 4}: --replicas "
+             "sets cluster.replicas for each point")):
+        assert cli_main(["sweep", str(MD1), "--rates", "1", "--policies", "continuous",
+                         "--replicas", "2", "--set", sets, "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and want in err, err
 
 
 def test_sweep_draws_no_progress_bar_into_a_log(tmp_path, capsys):

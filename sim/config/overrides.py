@@ -41,6 +41,27 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
+def override_sets(item: str, key: str) -> bool:
+    """Whether the ``--set`` ``item`` (``dotted.key=value``) sets the dotted ``key``:
+    the key itself, a key inside it, or a mapping above it that holds it
+    (``serving={policy: static}`` sets ``serving.policy``)."""
+    given, _, text = item.partition("=")
+    given = given.strip()
+    if given == key or given.startswith(key + "."):
+        return True
+    if not key.startswith(given + "."):
+        return False
+    try:
+        node = parse_yaml(text)
+    except yaml.YAMLError:
+        return False  # applying the overrides names the value that does not parse
+    for part in key[len(given) + 1:].split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def _value(text: str, key: str) -> Any:
     """The value of ``--set KEY=TEXT``, ``TEXT`` parsed as YAML."""
     try:

@@ -51,6 +51,7 @@ from sim.study.studyargs import (
     grid_args,
     grid_base,
     parse_ints,
+    refuse_grid_overrides,
     refuse_pinned,
 )
 from sim.study.sweep import to_csv
@@ -148,6 +149,7 @@ def main(argv: list[str]) -> int:
     """``servesim capacity FILE --slo ttft_p99=0.5 [--target-rate R] [...]``."""
     a = capacity_parser().parse_args(argv)
     slos = check_flags(a)
+    refuse_grid_overrides(a, rates=False)
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
     base, sc = grid_base(a)
     refuse_closed_loop(base, a.scenario, "capacity", paced=False)

@@ -132,6 +132,29 @@ def check_execution(a: argparse.Namespace) -> None:
                             "ray, or drop --ray-address")
 
 
+def refuse_grid_overrides(a: argparse.Namespace, rates: bool) -> None:
+    """Refuse a ``--set`` of what the grid sets for each point, dotted or inside a
+    mapping (``serving={policy: static}``): the rate (where ``rates``), and the policy
+    and replicas where ``--policies`` and ``--replicas`` are given. Each point would
+    drop it, as compare's runs would (``--tp`` and ``--pp`` replace theirs, as
+    documented)."""
+    from sim.config.overrides import override_sets
+
+    varied = [(k, "--rates") for k in ("workload.arrivals.rate", "workload.trace.target_rate")
+              if rates]
+    varied += [(k, flag) for k, flag, given in (("serving.policy", "--policies", a.policies),
+                                                ("cluster.replicas", "--replicas", a.replicas))
+               if given is not None]
+    for o in a.overrides:
+        for key, flag in varied:
+            if override_sets(o, key):
+                raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)"
+                                    if flag == "--rates" else
+                                    f"--set {o}: {flag} sets {key} for each point, so the "
+                                    "override would be lost; leave it out", where=None
+                                    if flag == "--rates" else flag)
+
+
 def grid_args(a: argparse.Namespace, sc: Scenario, flag_seeds: str = "--seeds") -> dict:
     """Policies, replicas, tp degrees and seeds from flags, defaulting to those of the
     base scenario ``sc`` (:func:`grid_base`)."""

@@ -27,6 +27,7 @@ from sim.study.studyargs import (
     grid_args,
     grid_base,
     parse_rates,
+    refuse_grid_overrides,
 )
 from sim.study.sweep import Row, SweepSpec, run_sweep
 from sim.study.sweeppoint import PointKey, point_sets, refuse_closed_loop, show_progress
@@ -97,12 +98,7 @@ def main(argv: list[str]) -> int:
     check_execution(a)
     slos = parse_slos(a.slo)
     steady = steady_from_args(a, slos, targets=False)
-    for o in a.overrides:
-        # Each point sets the arrival rate itself; an override of it would be saved with
-        # the sweep's settings and never used.
-        if o.split("=", 1)[0].strip() in ("workload.arrivals.rate",
-                                          "workload.trace.target_rate"):
-            raise ServesimError(f"--set {o}: the sweep sets each point's rate (--rates)")
+    refuse_grid_overrides(a, rates=True)
     base, sc = grid_base(a)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     check_rate(base, rates[0], f"--rates {a.rates}",

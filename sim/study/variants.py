@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.config.flagaxes import POLICY_OWN_KEYS, policy_setting
 from sim.config.flagaxes import axis_key as _axis_key
+from sim.config.overrides import override_sets
 from sim.errors import ServesimError
 
 # A variant's name: a table cell, a CSV cell and a legend entry, so short and plain.
@@ -92,6 +93,14 @@ def variant_overrides(overrides: list[str], settings: list[str], flag: str,
             raise ServesimError(f"--set {o} sets a key inside {inside}, which {flag} "
                                 "replaces whole in each run, so it would be dropped; leave "
                                 "it out", where=flag)
+        # The mapping form sets the varied key as the dotted one does, and is lost alike.
+        above = next((k for k in keys if k not in replaceable and k.startswith(key + ".")
+                      and override_sets(o, k)), None)
+        if above is not None:
+            who = "the variant" if flag == "--variant" else flag
+            raise ServesimError(f"--set {o} sets {above} in the mapping it gives {key}, and "
+                                f"{who} sets {above} for each run, so it would be lost; "
+                                f"leave {above} out of the mapping", where=flag)
         kept.append(o)
     return [*kept, *settings]
 

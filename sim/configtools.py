@@ -288,9 +288,33 @@ class ArgParser(argparse.ArgumentParser):
     wrong type or out of its bounds) raise one :class:`ServesimError` line instead of
     printing the usage block and exiting."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._given: dict[str, str] = {}
+        parser = self
+
+        class Once(argparse._StoreAction):
+            """The plain ``store`` action, refusing a second value for its option: the
+            last would otherwise win without a word (``--rates 2 --rates 4``)."""
+
+            def __call__(self, p: argparse.ArgumentParser, namespace: argparse.Namespace,
+                         values: Any, option_string: str | None = None) -> None:
+                if self.option_strings:
+                    shown = f"{option_string} " + (" ".join(map(str, values))
+                                                   if isinstance(values, list) else str(values))
+                    if self.dest in parser._given:
+                        parser.error(f"{option_string} given twice ({parser._given[self.dest]}"
+                                     f" and {shown}): it takes one value; give it once")
+                    parser._given[self.dest] = shown
+                super().__call__(p, namespace, values, option_string)
+
+        self.register("action", None, Once)
+        self.register("action", "store", Once)
+
     # Any: argparse's own signature is a set of overloads on the namespace's type.
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(sys.argv[1:] if args is None else args)  # for error()'s hints
+        self._given = {}  # dest -> the option and value that first set it
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> typing.NoReturn:

@@ -201,3 +201,19 @@ def test_a_forced_run_past_memory_ends_in_one_line(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "simulate ran out of memory" in out.stderr
+
+
+@pytest.mark.parametrize(("flag", "argv"), [
+    ("--out", ["simulate", str(QUICK), "--out", "{tmp}/a", "--out", "{tmp}/b"]),
+    ("--max-rejected-share", ["simulate", str(QUICK), "--out", "{tmp}/o",
+                              "--max-rejected-share", "0.5", "--max-rejected-share=0"]),
+    ("--rates", ["sweep", str(QUICK), "--out", "{tmp}/o", "--rates", "2", "--rates", "4"]),
+    ("--model", ["calibrate", "--model", "tiny", "--model", "tiny", "--out", "{tmp}/x.yaml"])])
+def test_an_option_of_one_value_given_twice_is_refused(
+        flag: str, argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last value had won without a word (``--rates 2 --rates 4`` ran rate 4 only)."""
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert not list(tmp_path.iterdir())
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} given twice ({flag} " in err
+    assert "it takes one value; give it once" in err

@@ -158,6 +158,12 @@ def test_several_vllm_results_are_a_level_each(tmp_path: Path,
         assert [float(r["arrival_s"]) for r in pred] == [0.0, 10.0, 20.0]
     text = capsys.readouterr().out
     assert text.count("== vLLM vllm hand-made/tiny") == 3
+    # The option repeated adds its files: none is dropped in favour of the last.
+    again = tmp_path / "again"
+    assert main(["--vllm-result", str(paths[0]), "--vllm-result", *map(str, paths[1:]),
+                 "--scenario", str(sc), "--out", str(again), "--no-plots"]) == 0
+    assert [lv["label"] for lv in json.loads((again / "validation.json").read_text())
+            ["levels"]] == ["vllm-c1", "vllm-open", "vllm-open~2"]
     # The sweep at a glance: one line a level, real / predicted p50s (ms), the verdict.
     rows = text.split("levels (real / predicted, ms):\n")[1].splitlines()
     assert rows[2].split() == ["vllm-c1", "inf", "1", "150.0", "/", "110.0", "13.0", "/",

@@ -110,8 +110,9 @@ def evaluate_replay(record: dict[str, Any], source: str, profile: str,
 def _replay_main(argv: list[str]) -> int:
     p = ArgParser(prog="servesim validate --replay",
                                 description="Compare recorded replays with the simulator.")
-    p.add_argument("--replay", nargs="+", type=Path, required=True,
-                   help="servesim-replay/1 JSON files (python -m calibrate.replay_cli)")
+    p.add_argument("--replay", nargs="+", action="extend", type=Path, required=True,
+                   help="servesim-replay/1 JSON files (python -m calibrate.replay_cli; the "
+                        "option may be repeated)")
     p.add_argument("--profile", required=True, help="the cost profile to predict with")
     common_args(p)
     a = p.parse_args(argv)

@@ -191,9 +191,9 @@ def main(argv: list[str]) -> int:
     p = ArgParser(
         prog="servesim validate --replay A --against B",
         description="Compare two real runs of the same requests: the repeatability floor.")
-    p.add_argument("--replay", nargs="+", type=Path, required=True,
-                   help="first runs: servesim-replay/1 JSON files")
-    p.add_argument("--against", nargs="+", type=Path, required=True,
+    p.add_argument("--replay", nargs="+", action="extend", type=Path, required=True,
+                   help="first runs: servesim-replay/1 JSON files (the option may be repeated)")
+    p.add_argument("--against", nargs="+", action="extend", type=Path, required=True,
                    help="second runs of the same requests, one per --replay file, in order")
     p.add_argument("--profile", default=None,
                    help="a cost profile: also say how fast each run's steps ran against it")

@@ -43,9 +43,9 @@ def vllm_parser() -> ArgParser:
     """The ``servesim validate --vllm-result`` command line."""
     p = ArgParser(prog="servesim validate --vllm-result",
                   description="Compare vLLM benchmark results with servesim.")
-    p.add_argument("--vllm-result", type=Path, nargs="+", required=True,
+    p.add_argument("--vllm-result", type=Path, nargs="+", action="extend", required=True,
                    help="JSON of vllm bench serve --save-result --save-detailed (one or more: "
-                        "a level each)")
+                        "a level each; the option may also be repeated)")
     p.add_argument("--scenario", required=True,
                    help="scenario YAML: model, hardware, cost and serving of that server")
     p.add_argument("--set", dest="overrides", action="append", default=[],

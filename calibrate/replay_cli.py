@@ -223,6 +223,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# The fractions of the predicted saturation rate replayed when neither --rate nor --load
+# is given: one level well below saturation and one near it.
+DEFAULT_LOADS = "0.5,0.85"
+
+
 def add_replay_args(p: argparse.ArgumentParser) -> None:
     """The model, device, trace, load and serving-limit options."""
     p.add_argument("--model", default=None, help="model preset, e.g. tiny or llama-3-8b")
@@ -239,8 +244,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                    help="replay at most the requests arriving in this many seconds per level "
                         f"(at least {MIN_LEVEL}), to bound the run's time")
     p.add_argument("--rate", default=None, help="req/s, comma-separated for several levels")
-    p.add_argument("--load", default="0.5,0.85",
-                   help="fractions of the profile's predicted saturation rate (when no --rate)")
+    p.add_argument("--load", default=None,
+                   help=f"fractions of the profile's predicted saturation rate (default "
+                        f"{DEFAULT_LOADS}; not with --rate)")
     p.add_argument("--profile", default=None, help="cost profile (needed for --load)")
     p.add_argument("--max-len", type=int_arg(ge=1), default=None,
                    help="cap prompt+output tokens (default: the model's context)")
@@ -261,9 +267,14 @@ def check_args(args: argparse.Namespace) -> None:
     calibrate first: a bad value found after that would cost its minute)."""
     if args.level_s is not None and not 0 < args.level_s < math.inf:
         raise ServesimError(f"got {args.level_s:g}, must be > 0 seconds", where="--level-s")
+    if args.rate and args.load is not None:
+        # --rate sets the levels itself: a --load beside it was dropped without a word.
+        raise ServesimError(f"got --load {args.load} with --rate {args.rate}: --load turns "
+                            "fractions of saturation into rates, --rate gives the rates; "
+                            "give one", where="--load")
     if args.rate:
-        positive_list(args.rate, "--rate")
-    positive_list(args.load, "--load")
+        positive_list(args.rate, "--rate", distinct=True)
+    positive_list(args.load or DEFAULT_LOADS, "--load", distinct=True)
     # The trace and its rows too (a missing file, an --offset past its end): cheap to
     # read, and found now rather than after a calibration.
     from calibrate.arch import resolve_model
@@ -284,8 +295,9 @@ def check_args(args: argparse.Namespace) -> None:
             raise ServesimError(f"profile {args.profile}: {why}", where="--profile")
 
 
-def positive_list(text: str, flag: str) -> list[float]:
-    """A comma list of finite numbers above 0 (req/s, or fractions of saturation)."""
+def positive_list(text: str, flag: str, distinct: bool = False) -> list[float]:
+    """A comma list of finite numbers above 0 (req/s, or fractions of saturation), each
+    once where ``distinct`` (a level given twice replays the same requests again)."""
     try:
         vals = [float(x) for x in str(text).split(",")]
     except ValueError:
@@ -293,6 +305,9 @@ def positive_list(text: str, flag: str) -> list[float]:
                             where=flag) from None
     if any(not (math.isfinite(v) and v > 0) for v in vals):
         raise ServesimError(f"got {text!r}, each must be a finite number above 0", where=flag)
+    if distinct and len(set(vals)) < len(vals):
+        raise ServesimError(f"got {text!r}: a level is given twice; give each once",
+                            where=flag)
     return vals
 
 
@@ -322,7 +337,7 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
         if sat is None:
             raise ServesimError("give --rate, or --profile so that --load can be turned "
                                 "into rates", where="--rate")
-        loads = list(positive_list(args.load, "--load"))
+        loads = list(positive_list(args.load or DEFAULT_LOADS, "--load"))
         rates = [sat * f for f in loads if f is not None]
     if any(not r > 0 for r in rates):
         raise ServesimError(f"rates must be > 0, got {rates}", where="--rate")

@@ -342,6 +342,9 @@ def test_a_level_length_that_is_not_positive_is_one_clear_error(tmp_path: Path,
     ("--rate", "-1", "got '-1', each must be a finite number above 0"),
     ("--rate", "2,,3", "got '2,,3', expected a comma list of numbers above 0"),
     ("--load", "0.5,inf", "got '0.5,inf', each must be a finite number above 0"),
+    # Had replayed the same level twice.
+    ("--rate", "2,2", "got '2,2': a level is given twice; give each once"),
+    ("--load", "0.5,0.50", "got '0.5,0.50': a level is given twice; give each once"),
     # The trace's rows too: read before the calibration, not after it.
     ("--offset", "99999999", "cannot take 100 rows from 99999999 of a 19366-row trace"),
     ("--requests", "20000", "cannot take 20000 rows from 0 of a 19366-row trace"),
@@ -363,6 +366,19 @@ def test_rates_and_loads_are_refused_before_anything_runs(
                flag, value, "--out", str(tmp_path / "v")])
     assert rc == 2
     assert capsys.readouterr().err.startswith(f"servesim: error: {flag}: {message}")
+    assert not (tmp_path / "v").exists()
+
+
+def test_load_beside_rate_is_refused(tmp_path: Path, capsys) -> None:
+    """--rate sets the levels; a --load beside it had been dropped without a word."""
+    from sim.cli import main
+
+    rc = main(["validate", "--device", "cpu", "--model", "tiny", "--rate", "2", "--load",
+               "0.5", "--out", str(tmp_path / "v")])
+    assert rc == 2
+    assert capsys.readouterr().err == (
+        "servesim: error: --load: got --load 0.5 with --rate 2: --load turns fractions of "
+        "saturation into rates, --rate gives the rates; give one\n")
     assert not (tmp_path / "v").exists()
 
 

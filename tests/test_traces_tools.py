@@ -267,6 +267,20 @@ def test_cli_plot_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
+def test_cli_seed_without_spread_and_a_repeated_option_are_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--seed seeds --spread only, and had been accepted without it, changing nothing;
+    an option given twice had kept its last value."""
+    trace = str(FIX / "mooncake_sample.jsonl")
+    assert main(["stats", trace, "--seed", "5"]) == 2
+    assert capsys.readouterr().err == ("servesim: error: --seed: got 5: it seeds --spread, "
+                                       "which is not given; add --spread or leave --seed out\n")
+    assert main(["stats", trace, "--spread", "--seed", "5"]) == 0
+    capsys.readouterr()
+    assert main(["stats", trace, "--model", "a", "--model", "b"]) == 2
+    assert "--model given twice (--model a and --model b)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("ext", ["png", "pdf", "svg"])
 def test_cli_plot_is_the_same_bytes_twice(tmp_path: Path, ext: str) -> None:
     # PDF and SVG carry a creation date (and SVG random ids) unless told not to.

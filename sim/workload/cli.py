@@ -19,13 +19,14 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from sim.configtools import int_arg
+from sim.configtools import ArgParser, int_arg
 from sim.errors import ServesimError
 from sim.workload.traces import FORMATS, Trace, find_trace, load_trace
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so errors stay one line."""
+class _Parser(ArgParser):
+    """argparse that raises instead of printing usage, so errors stay one line (an option
+    of one value given twice among them)."""
 
     def error(self, message: str) -> NoReturn:
         raise ServesimError(f"{message} (see servesim trace --help)", source="servesim trace")
@@ -44,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--log-type", help="burstgpt: keep only this Log Type")
         p.add_argument("--spread", action="store_true",
                        help="mooncake: spread requests within each timestamp bucket")
-        p.add_argument("--seed", type=int_arg(ge=0), default=0,
-                       help="seed for --spread (default 0)")
+        p.add_argument("--seed", type=int_arg(ge=0), default=None,
+                       help="seed for --spread (default 0); only with --spread")
         if name == "stats":
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         else:
@@ -102,9 +103,13 @@ def _load(args: argparse.Namespace) -> Trace:
     if args.log_type is not None:
         opts["log_type"] = args.log_type
     rng = None
+    if args.seed is not None and not args.spread:
+        # Nothing else is random here: a seed without --spread would change nothing.
+        raise ServesimError(f"got {args.seed}: it seeds --spread, which is not given; "
+                            "add --spread or leave --seed out", where="--seed")
     if args.spread:
         opts["spread"] = True
-        rng = np.random.default_rng(args.seed)
+        rng = np.random.default_rng(args.seed or 0)
     return load_trace(path, args.format, sort=args.sort, rng=rng, **opts)
 
 

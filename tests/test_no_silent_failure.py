@@ -157,6 +157,24 @@ def test_sweep_flags_rejecting_points_after_writing_them_all(
                  "--quiet", "--no-plots", "--allow-rejections"]) == 0
 
 
+def test_sweeps_command_for_the_worst_point_can_be_pasted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command the refusal names is quoted for a shell: a --set value with spaces
+    had been joined bare, and the pasted command failed to parse."""
+    import shlex
+
+    (tmp_path / "a dir").mkdir()
+    path = write(tmp_path / "a dir", tiny(model={"preset": "tiny", "max_context": 30}))
+    sets = "workload.lengths.output={dist: uniform, low: 2, high: 10}"
+    assert main(["sweep", str(path), "--rates", "5", "--workers", "1", "--out",
+                 str(tmp_path / "sw"), "--quiet", "--no-plots", "--set", sets]) == 2
+    command = one_line(capsys).split("`")[1]
+    argv = shlex.split(command)
+    assert argv[:3] == ["servesim", "simulate", str(path)] and sets in argv
+    assert main([*argv[1:], "--out", str(tmp_path / "one"), "--quiet"]) == 2
+    assert "model.max_context" in one_line(capsys)
+
+
 def test_compare_names_the_policy_whose_run_rejected(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, tiny(model={"preset": "tiny", "max_context": 30}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -159,14 +160,17 @@ def rejecting_points(points: list[Row], limit: float, spec: SweepSpec,
         return None
     worst = max(over, key=row_share)
     key = PointKey.of(worst)
-    sets = " ".join(f"--set {o}" for o in [*overrides,
-                                          *point_sets(spec.raw, key, spec.horizon_factor,
+    # Quoted for a shell: the command is meant to be pasted, and a user's own --set value
+    # may hold spaces or braces.
+    sets = " ".join(f"--set {shlex.quote(o)}"
+                    for o in [*overrides, *point_sets(spec.raw, key, spec.horizon_factor,
                                                       spec.start_row(key.seed))])
     source = spec.source
+    command = f"servesim simulate {shlex.quote(str(source))} {sets}"
     return ServesimError(
         f"{len(over)} of {len(points)} points rejected more than {limit:.1%} of their "
         f"arrived requests (--max-rejected-share), worst {row_share(worst):.1%} at policy "
         f"{worst['policy']}, replicas {worst['replicas']}, tp {worst['tp']}, pp "
         f"{worst['pp']}, rate "
-        f"{worst['rate']:g}; the outputs were written; `servesim simulate {source} {sets}` "
+        f"{worst['rate']:g}; the outputs were written; `{command}` "
         "names the limit to raise; --allow-rejections accepts them", source)

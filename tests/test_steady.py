@@ -261,3 +261,23 @@ def test_cli_steady_flag_errors(args, needle, tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_max_requests_below_the_start_is_refused_and_a_capped_point_noted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cap below the requests a point starts with had been exceeded without a word,
+    and a sweep point stopped by the cap short of the precision looked settled."""
+    md1 = str(MD1)
+    base = ["--set", "workload.num_requests=50", "--no-cache", "--no-plots", "--workers", "1"]
+    for cmd in (["sweep", md1, "--rates", "20"],
+                ["capacity", md1, "--slo", "ttft_p99=0.5"]):
+        assert cli_main([*cmd, *base, "--precision", "0.1", "--max-requests", "10",
+                         "--out", str(tmp_path / cmd[0])]) == 2
+        assert capsys.readouterr().err == (
+            "servesim: error: --max-requests 10: below the 50 requests each point starts "
+            "with (workload.num_requests); give at least 50, or a smaller "
+            "workload.num_requests\n")
+    assert cli_main(["sweep", md1, "--rates", "20", *base, "--precision", "0.001",
+                     "--max-requests", "100", "--out", str(tmp_path / "sw")]) == 0
+    assert "note: 1 of 1 points stopped at --max-requests (100) before their statistics " \
+           "reached ±0.1%" in capsys.readouterr().out

@@ -41,7 +41,9 @@ from sim.study.steady import (
     Steady,
     TracePlan,
     add_steady_args,
+    check_start,
     steady_from_args,
+    stopped_at_cap,
     trace_plan,
 )
 from sim.study.studyargs import (
@@ -165,6 +167,7 @@ def main(argv: list[str]) -> int:
     check_replaceable(out, CAPACITY_FILES, inputs, ("cache",))
     start = a.rate_start or default_start(base)
     steady = steady_from_args(a, slos, targets=True)
+    check_start(steady, base)
     check_rates(a, base, start, steady)
     plan = trace_plan(base, str(path), path.parent.resolve(), len(grid["seeds"]),
                       window_requests(base, start))
@@ -246,10 +249,7 @@ def measurement_notes(steady: Steady | None, plan: TracePlan | None,
                      f"{plan.rows}" + (f"; {plan.note}" if plan.note else ""))
     used = sorted(int(r["requests_used"]) for r in search if r.get("requests_used"))
     if steady is not None and used:
-        capped = sum(1 for r in search if not r.get("saturated")
-                     and (r.get("rel_halfwidth") is None
-                          or r["rel_halfwidth"] > steady.precision)
-                     and r["requests_used"] >= steady.max_requests)
+        capped = stopped_at_cap(steady, search)
         notes.append(f"steady state: first and last {steady.warmup:.0%} of arrivals left out; "
                      f"{', '.join(steady.columns)} to ±{steady.precision:.0%} (95%, batch "
                      f"means) or a clear verdict; points used {used[0]}-{used[-1]} requests "

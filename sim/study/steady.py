@@ -388,3 +388,29 @@ def steady_from_args(a: Any, slos: list[SLO], targets: bool) -> Steady | None:
     tg = tuple((s.column, s.limit_s) for s in slos
                if s.metric in STEADY_METRICS and s.stat != "max") if targets else ()
     return Steady(a.warmup, a.precision, a.max_requests, steady_columns(slos), tg)
+
+
+def check_start(steady: Steady | None, raw: Any) -> None:
+    """Refuse a ``--max-requests`` below the requests each point starts with (the base
+    scenario ``raw``'s ``workload.num_requests``): a point would run past the cap it
+    was given, without a word."""
+    from sim.errors import ServesimError
+
+    if steady is None or not steady.precision:
+        return
+    w = raw.get("workload") if isinstance(raw, dict) else None
+    n = w.get("num_requests") if isinstance(w, dict) else None
+    if isinstance(n, int) and not isinstance(n, bool) and n > steady.max_requests:
+        raise ServesimError(f"--max-requests {steady.max_requests}: below the {n} requests "
+                            "each point starts with (workload.num_requests); give at least "
+                            f"{n}, or a smaller workload.num_requests")
+
+
+def stopped_at_cap(steady: Steady, rows: list[Any], cap: int | None = None) -> int:
+    """How many of the points ``rows`` stopped growing at the cap (``cap``, else
+    ``steady.max_requests``) with statistics short of the precision: neither saturated
+    nor settled within it."""
+    cap = steady.max_requests if cap is None else cap
+    return sum(1 for r in rows if not r.get("saturated")
+               and (r.get("rel_halfwidth") is None or r["rel_halfwidth"] > steady.precision)
+               and (r.get("requests_used") or 0) >= cap)

@@ -20,7 +20,14 @@ from sim.report.outputs import default_out
 from sim.report.rejections import max_share, row_share
 from sim.report.slospec import parse_slos
 from sim.study.rates import check_rate
-from sim.study.steady import TracePlan, add_steady_args, steady_from_args, trace_plan
+from sim.study.steady import (
+    TracePlan,
+    add_steady_args,
+    check_start,
+    steady_from_args,
+    stopped_at_cap,
+    trace_plan,
+)
 from sim.study.studyargs import (
     MAX_SEEDS,
     add_execution_args,
@@ -101,6 +108,7 @@ def main(argv: list[str]) -> int:
     steady = steady_from_args(a, slos, targets=False)
     refuse_grid_overrides(a, rates=True)
     base, sc = grid_base(a)
+    check_start(steady, base)
     refuse_closed_loop(base, a.scenario, "sweep --rates")
     check_rate(base, rates[0], f"--rates {a.rates}",
                None if steady is None else steady.max_requests)
@@ -134,6 +142,13 @@ def main(argv: list[str]) -> int:
             print(f"note: {note}")
         print(f"{len(res.points)} simulations: {res.stats.computed} run, "
               f"{res.stats.cached} from the cache")
+        if steady is not None and steady.precision:
+            # A trace's replications never grow past their stretch (SweepSpec.tasks).
+            cap = min(steady.max_requests, plan.segment) if plan else steady.max_requests
+            if capped := stopped_at_cap(steady, res.points, cap):
+                print(f"note: {capped} of {len(res.points)} points stopped at "
+                      f"--max-requests ({cap}) before their statistics reached "
+                      f"±{steady.precision * 100:g}%: their rel_halfwidth is empty or above it")
         print("wrote " + ", ".join(str(x) for x in res.paths))
     if flagged is not None:  # every point is written; the grid as a whole is refused
         raise flagged

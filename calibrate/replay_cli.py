@@ -311,9 +311,12 @@ def positive_list(text: str, flag: str, distinct: bool = False) -> list[float]:
     return vals
 
 
-def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
+def prepare_levels(args: argparse.Namespace, log: Callable[[str], None],
+                   shown: str | None = None
                    ) -> tuple[ModelSpec, Workload, Any, list[float], list[float | None], Any]:
-    """(model, workload, serving, rates, loads, profile or None) from parsed arguments."""
+    """(model, workload, serving, rates, loads, profile or None) from parsed arguments;
+    ``shown``: the profile's path in messages, where it differs from ``--profile`` (a
+    profile calibrated into a temporary folder that is renamed when the run ends)."""
     from calibrate.arch import resolve_model
     from sim.cost.profilefile import load_profile
 
@@ -329,7 +332,8 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None]
         "watermark": args.watermark, "num_gpu_blocks": blocks})
     sat = saturation_rate(w, serving, spec.max_context, prof) if prof is not None else None
     if sat is not None:
-        log(f"predicted saturation: {sat:.3g} req/s for these requests ({args.profile})")
+        log(f"predicted saturation: {sat:.3g} req/s for these requests "
+            f"({shown or args.profile})")
     if args.rate:
         rates = positive_list(args.rate, "--rate")
         loads: list[float | None] = [r / sat if sat else None for r in rates]

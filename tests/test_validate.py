@@ -158,6 +158,8 @@ def test_several_vllm_results_are_a_level_each(tmp_path: Path,
         assert [float(r["arrival_s"]) for r in pred] == [0.0, 10.0, 20.0]
     text = capsys.readouterr().out
     assert text.count("== vLLM vllm hand-made/tiny") == 3
+    # --no-plots writes none, and the last line had said it wrote plots.
+    assert f"per-level CSVs in {out}\n" in text and "plots" not in text
     # The option repeated adds its files: none is dropped in favour of the last.
     again = tmp_path / "again"
     assert main(["--vllm-result", str(paths[0]), "--vllm-result", *map(str, paths[1:]),
@@ -358,3 +360,19 @@ def test_vllm_run_of_one_token_outputs_is_not_judged(tmp_path: Path,
     assert verdict["why"].startswith("no compared request has a TPOT")
     assert "TTFT/TPOT p50+p90: not judged (no compared request has a TPOT" in \
         capsys.readouterr().out
+
+
+def test_the_saturation_line_names_where_the_profile_will_be(monkeypatch) -> None:
+    """validate without --profile calibrates into its temporary folder, renamed when the
+    run ends: the line had named the temporary path, which no longer exists after."""
+    import calibrate.replay_cli as rc
+    import sim.cost.profilefile as pf
+
+    monkeypatch.setattr(pf, "load_profile", lambda ref, base=None: object())
+    monkeypatch.setattr(rc, "saturation_rate", lambda *args: 10.0)
+    args = rc.parser().parse_args(["--model", "tiny", "--requests", "5", "--profile",
+                                   "/out.tmp-1/p.yaml", "--out", "/unused"])
+    said: list[str] = []
+    rates = rc.prepare_levels(args, said.append, "/out/p.yaml")[3]
+    assert rates == [5.0, 8.5]
+    assert said == ["predicted saturation: 10 req/s for these requests (/out/p.yaml)"]

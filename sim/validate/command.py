@@ -132,7 +132,7 @@ def _replay_main(argv: list[str]) -> int:
             print_level(level)
             levels.append(level)
         finish_levels(levels, stage, {"mode": "replay"})
-    return wrote(a.out)
+    return wrote(a.out, not a.no_plots)
 
 
 def _real_main(argv: list[str]) -> int:
@@ -165,7 +165,7 @@ def _real_main(argv: list[str]) -> int:
             log(f"interrupted: what was recorded ({', '.join(kept)}) is in "
                 f"{a.out}{INTERRUPTED}; compare its replay-LABEL.json with --replay")
         raise
-    return wrote(a.out)
+    return wrote(a.out, not a.no_plots)
 
 
 def _real_levels(a: argparse.Namespace, stage: Path, log: Any, kept: list[str],
@@ -178,7 +178,8 @@ def _real_levels(a: argparse.Namespace, stage: Path, log: Any, kept: list[str],
         kept.append(made.name)
         a.profile = str(made)
         shown_profile = a.out / made.name
-    spec, w, serving, rates, loads, _ = prepare_levels(a, log)
+    spec, w, serving, rates, loads, _ = prepare_levels(
+        a, log, None if shown_profile is None else str(shown_profile))
 
     def name(rec: dict[str, Any]) -> str:
         return f"replay-{rec['label']}.json"

@@ -125,7 +125,9 @@ def finish_levels(levels: list[dict[str, Any]], stage: Path, extra: dict[str, An
         clean({**extra, "levels": levels}), indent=2, allow_nan=False) + "\n").encode())
 
 
-def wrote(out: Path) -> int:
-    """Say what was written in ``out``; the command's exit status (0)."""
-    print(f"wrote {out / 'validation.json'} and per-level CSVs and plots in {out}")
+def wrote(out: Path, plots: bool) -> int:
+    """Say what was written in ``out`` (the plots only where ``plots``: --no-plots
+    writes none); the command's exit status (0)."""
+    print(f"wrote {out / 'validation.json'} and per-level CSVs{' and plots' if plots else ''} "
+          f"in {out}")
     return 0

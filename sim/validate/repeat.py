@@ -30,7 +30,7 @@ from sim.errors import ServesimError
 from sim.files import read_text
 from sim.report import outputs as report
 from sim.report.metrics import clean
-from sim.validate.levelio import unique_label
+from sim.validate.levelio import unique_label, wrote
 from sim.validate.replayfile import ReplayRecord, model_mismatch, read_record
 from sim.validate.validation import (
     BARS,
@@ -223,5 +223,4 @@ def main(argv: list[str]) -> int:
         report.write_atomic(stage / "validation.json", (json.dumps(
             clean({"mode": "repeat", "levels": levels}), indent=2, allow_nan=False)
             + "\n").encode())
-    print(f"wrote {a.out / 'validation.json'} and per-level CSVs and plots in {a.out}")
-    return 0
+    return wrote(a.out, not a.no_plots)

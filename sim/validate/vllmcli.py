@@ -171,4 +171,4 @@ def main(argv: list[str]) -> int:
             level["files"] = write_level(stage, a.out, level["label"], real, pred,
                                          not a.no_plots)
         finish_levels([lv for lv, _, _, _ in done], stage, {"mode": "vllm"})
-    return wrote(a.out)
+    return wrote(a.out, not a.no_plots)

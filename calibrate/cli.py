@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ServesimError(f"got {args.passes}, must be at least 1", where="--passes")
         if args.out.suffix not in (".yaml", ".yml"):
             raise ServesimError(f"got {str(args.out)!r}, expected a .yaml file", where="--out")
-        _check_writable(args.out)
+        # A refit times nothing, so its folder is made only when it writes: one that fails
+        # on its CSV leaves no empty folder behind.
+        _check_writable(args.out, make=args.refit is None)
         _check_replaceable(args.out, args.refit)
         if args.refit is not None:
             # Every measuring flag a refit would ignore is refused, not dropped in silence.
@@ -157,14 +159,17 @@ def _check_replaceable(out: Path, refit: Path | None) -> None:
                             f"the --refit CSV being read; give another --out", where="--out")
 
 
-def _check_writable(out: Path) -> None:
-    """Make ``--out``'s folder now, so that one that cannot be made or written is refused
-    before the minutes of timing rather than after them (the profile and its CSV go
-    there; a file is created and removed to prove the folder takes writes)."""
+def _check_writable(out: Path, make: bool = True) -> None:
+    """Make ``--out``'s folder now (where ``make``), so that one that cannot be made or
+    written is refused before the minutes of timing rather than after them (the profile
+    and its CSV go there; a file is created and removed to prove the folder takes
+    writes). A file on its path is refused either way."""
     for above in (out.parent, *out.parent.parents):
         if above.exists() and not above.is_dir():
             raise ServesimError(f"got {str(out)!r}: {above} is a file, not a folder",
                                 where="--out")
+    if not make:
+        return
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         probe = out.parent / f".{out.name}.probe"

@@ -155,6 +155,7 @@ def is_calibration_file(path: Path) -> bool:
 
 def write_meta(csv_path: Path, meta: dict[str, Any]) -> None:
     """Write the run's settings and how far it got beside its CSV (JSON, sorted keys)."""
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
     meta_path(csv_path).write_text(
         json.dumps({"schema": META_SCHEMA, **meta}, indent=1, sort_keys=True) + "\n",
         encoding="utf-8")

@@ -208,3 +208,13 @@ def test_out_replaces_only_calibrations_own_files(tmp_path: Path,
     write_csv(tmp_path / "mine.csv", [])
     meta_path(tmp_path / "mine.csv").write_text('{"schema": "servesim-calibration-meta/1"}')
     _check_replaceable(mine, None)
+
+
+def test_a_refit_that_fails_on_its_csv_makes_no_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out's folder had been made before the CSV was read: a refit of a missing CSV
+    left an empty folder behind."""
+    out = tmp_path / "new" / "sub" / "refit.yaml"
+    assert main(["--refit", str(tmp_path / "gone.csv"), "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

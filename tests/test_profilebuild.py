@@ -140,7 +140,8 @@ def test_built_profile_loads_and_prices_a_step() -> None:
     ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp8"), "gpu": "a100-80gb"},
      "gemm_perf.parquet: no fp8 GEMM rows; dtypes: bfloat16$"),
     ({"framework": "tgi"}, "unknown framework 'tgi'; valid: vllm, sglang, trtllm"),
-    ({"version": "0.1.0"}, "no vllm 0.1.0 tables for h100-sxm; versions: 0.24.0"),
+    ({"version": "0.1.0"}, "got '0.1.0': no vllm tables of that version for h100-sxm; "
+                           "versions: 0.24.0"),
     ({"gpu": "mi300x"}, "--gpu: no tables for GPU 'mi300x'; tables exist for: a100-80gb"),
     # A head size the attention tables never measured: said, with what they have.
     ({"model": dataclasses.replace(MODELS["llama-3-8b"], head_dim=96, name="odd")},

@@ -322,3 +322,12 @@ def test_plot_prints_the_file_it_wrote(tmp_path: Path, capsys: Any) -> None:
     assert plot(tmp_path / "t.svg") == 0
     assert capsys.readouterr().out == f"wrote {tmp_path / 't.svg'}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.png", "t.svg"]
+
+
+def test_a_missing_folder_is_said_to_be_missing(tmp_path: Path, capsys: Any) -> None:
+    """A folder that does not exist had been called "not a folder"."""
+    assert cli_main(["report", str(tmp_path / "gone")]) == 2
+    assert one_error(capsys) == f"servesim: error: {tmp_path / 'gone'}: no such folder"
+    (tmp_path / "file").write_text("x")
+    assert cli_main(["report", str(tmp_path / "file")]) == 2
+    assert one_error(capsys) == f"servesim: error: {tmp_path / 'file'}: not a folder"

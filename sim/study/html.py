@@ -133,7 +133,8 @@ def main(argv: list[str]) -> int:
                    help="report file (default: DIR/report.html or DIR/report.md)")
     a = p.parse_args(argv)
     if not a.folder.is_dir():
-        raise ServesimError("not a folder", str(a.folder))
+        raise ServesimError("not a folder" if a.folder.exists() else "no such folder",
+                            str(a.folder))
     doc = collect(a.folder)
     fmt = report_format(a.format, a.out)
     out = a.out if a.out is not None else a.folder / f"report.{fmt}"

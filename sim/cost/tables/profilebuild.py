@@ -118,8 +118,9 @@ def resolve_version(spec: BuildSpec) -> str:
     if spec.version is None:
         return have[-1]
     if spec.version not in have:
-        raise ServesimError(f"no {spec.framework} {spec.version} tables for {spec.gpu}; "
-                            f"versions: {', '.join(have)}", where="--version")
+        raise ServesimError(f"got {spec.version!r}: no {spec.framework} tables of that "
+                            f"version for {spec.gpu}; versions: {', '.join(have)}",
+                            where="--version")
     return spec.version
 
 

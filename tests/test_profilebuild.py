@@ -135,6 +135,9 @@ def test_built_profile_loads_and_prices_a_step() -> None:
 @needs_tables
 @pytest.mark.parametrize(("change", "match"), [
     ({"tp": 3}, "32 query heads do not split over tp=3"),
+    # Had named only the table's file, not the option.
+    ({"tp": 16}, "^--tp: got 16: the collective tables do not time 16 GPUs on h100-sxm: "
+                 ".*no rows for 16 GPUs; measured: 2, 4, 8$"),
     ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp32")},
      "dtype 'fp32' is not built from the tables; built: bf16, fp16, fp8, fp8-block"),
     ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp8"), "gpu": "a100-80gb"},

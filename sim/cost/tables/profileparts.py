@@ -225,7 +225,12 @@ def head_and_allreduce(spec: BuildSpec, version: str, rank: Shard, g: Gemms,
     if spec.tp == 1:
         return head, {**component_entry("allreduce", dict.fromkeys(FORMS["allreduce"].coefs, 0.0)),
                       "fit": {"source": "none (tp=1)"}}, None
-    comm = load_collectives(gpu, fw, version, spec.tp)
+    try:
+        comm = load_collectives(gpu, fw, version, spec.tp)
+    except ServesimError as exc:
+        # The table's own path says little to whoever gave --tp; the option comes first.
+        raise ServesimError(f"got {spec.tp}: the collective tables do not time "
+                            f"{spec.tp} GPUs on {gpu}: {exc.message}", where="--tp") from None
     head = head + comm.gather.at(ms * rank.vocab * spec.tp * 2)
     graphed = ms <= GRAPH_TOKENS[fw]
     reduce = (2 * m.layers + 1) * comm.allreduce(ms * rank.hidden * 2, graphed)

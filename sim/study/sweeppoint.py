@@ -260,8 +260,9 @@ def resized(raw: dict[str, Any], factor: float, rate: float,
 # model's window pages taken per request from the one pool, not set aside beforehand;
 # 8: a resumed request's recomputed prompt cached as soon as it is computed, and its
 # prefix queries counted apart; 9: prefix caching on by default under chunked, so a
-# preempted request takes back the blocks the cache kept).
-CACHE_SCHEMA = 9
+# preempted request takes back the blocks the cache kept; 10: a finished request's other
+# blocks kept in the prefix cache's LRU order, as vLLM's free queue keeps them).
+CACHE_SCHEMA = 10
 
 
 def cost_fingerprint(sc: Scenario) -> str:

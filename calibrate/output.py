@@ -141,12 +141,10 @@ def is_calibration_file(path: Path) -> bool:
     settings (their schema), the files ``calibrate --out`` may replace."""
     try:
         with path.open("rb") as f:
-            head = f.read(1 << 16)
-        first = head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8")
+            data = f.read((1 << 20) + 1)  # settings are a few kB; a CSV is read for its header
+        first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8")
         if first == ",".join(CSV_COLUMNS):
             return True
-        with path.open("rb") as f:
-            data = f.read((1 << 20) + 1)
         meta = json.loads(data.decode("utf-8")) if len(data) <= 1 << 20 else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return False

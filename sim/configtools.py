@@ -283,6 +283,24 @@ def rename_alias(section: Any, name: str, alias: str) -> Any:
     return {(name if k == alias else k): v for k, v in section.items()}
 
 
+class _Once(argparse._StoreAction):
+    """The plain ``store`` action, refusing a second value for its option: the last would
+    otherwise win without a word (``--rates 2 --rates 4``). What each parse has seen is
+    the parsing :class:`ArgParser`'s own (``_given``, cleared as a parse starts)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        given = getattr(parser, "_given", None)
+        if self.option_strings and given is not None:
+            shown = f"{option_string} " + (" ".join(map(str, values))
+                                           if isinstance(values, list) else str(values))
+            if self.dest in given:
+                parser.error(f"{option_string} given twice ({given[self.dest]} and "
+                             f"{shown}): it takes one value; give it once")
+            given[self.dest] = shown
+        super().__call__(parser, namespace, values, option_string)
+
+
 class ArgParser(argparse.ArgumentParser):
     """:class:`argparse.ArgumentParser` whose errors (a missing argument, a value of the
     wrong type or out of its bounds) raise one :class:`ServesimError` line instead of
@@ -290,31 +308,14 @@ class ArgParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._given: dict[str, str] = {}
-        parser = self
-
-        class Once(argparse._StoreAction):
-            """The plain ``store`` action, refusing a second value for its option: the
-            last would otherwise win without a word (``--rates 2 --rates 4``)."""
-
-            def __call__(self, p: argparse.ArgumentParser, namespace: argparse.Namespace,
-                         values: Any, option_string: str | None = None) -> None:
-                if self.option_strings:
-                    shown = f"{option_string} " + (" ".join(map(str, values))
-                                                   if isinstance(values, list) else str(values))
-                    if self.dest in parser._given:
-                        parser.error(f"{option_string} given twice ({parser._given[self.dest]}"
-                                     f" and {shown}): it takes one value; give it once")
-                    parser._given[self.dest] = shown
-                super().__call__(p, namespace, values, option_string)
-
-        self.register("action", None, Once)
-        self.register("action", "store", Once)
+        self._given: dict[str, str] = {}  # dest -> the option and value that first set it
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
 
     # Any: argparse's own signature is a set of overloads on the namespace's type.
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(sys.argv[1:] if args is None else args)  # for error()'s hints
-        self._given = {}  # dest -> the option and value that first set it
+        self._given = {}
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> typing.NoReturn:

@@ -138,8 +138,14 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
      {"serving": {"disable_hybrid_kv_cache_manager": False}},
      "vllm.disable-hybrid-kv-cache-manager",
      "sets serving.disable_hybrid_kv_cache_manager, which the scenario sets"),
-    ({"hf-overrides": '{"rope_scaling": {"factor": 4}}'}, {}, "vllm.hf-overrides",
-     "changes the model's own config"),
+    ({"hf-overrides": '{"rope_scaling": {"factor": 4}}'}, {}, "model.hf_overrides.rope_scaling",
+     "expected a mapping that names its rope_type"),
+    ({"hf-overrides": '{"num_hidden_layers": 2}'}, {}, "model.hf_overrides.num_hidden_layers",
+     "give the changed config.json as model.hf_config"),
+    ({"hf-overrides": '["rope_scaling"]'}, {}, "vllm.hf-overrides", "expected a mapping"),
+    ({"hf-overrides": {"rope_theta": 5e5}},
+     {"model": {"preset": "tiny", "hf_overrides": {"rope_theta": 1e6}}}, "vllm.hf-overrides",
+     "sets model.hf_overrides, which the scenario sets too"),
     ({"speculative_config.method": "eagle"}, {}, "vllm.speculative_config.method",
      "dotted form of 'speculative_config' is read for kernel settings only"),
     ({"max-model-len": "2.5K"}, {}, "vllm.max-model-len", "a binary suffix (K) takes a whole"),
@@ -458,7 +464,8 @@ def test_a_longer_context_names_the_preset_that_has_it() -> None:
     raw = {"model": "llama-3-8b", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},
            "workload": WORKLOAD, "vllm": {"max-model-len": "16K"}}
     with pytest.raises(ServesimError, match=r"give at most 8,192, the preset llama-3\.1-8b \(the "
-                       r"same shape, 131,072 positions\), or a long-context"):
+                       r"same shape, 131,072 positions\), RoPE scaling that stretches it "
+                       r"\(model\.hf_overrides.*\), or a long-context"):
         from_dict(raw, "<test>")
 
 

@@ -18,6 +18,7 @@ from sim.config.disagg import DisaggConfig, check_pools, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import DEFAULT_GPU, HardwareConfig
 from sim.config.loadnotes import settings_notes
+from sim.config.modelsection import model_section
 from sim.config.overrides import load_raw
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
@@ -33,7 +34,6 @@ from sim.cost.frontend import FRONTEND_COEFS
 from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
 from sim.cost.measured import MeasuredConfig
 from sim.cost.models import LinearCost
-from sim.cost.presets import MODELS, model_preset
 from sim.cost.roofline import RooflineParams
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
@@ -113,62 +113,6 @@ class Scenario:
 
 _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "slo",
         "disaggregated", "horizon_s", "event_skipping", "admission", "faults", "vllm")
-
-
-def _model(value: Any, base_dir: Path | None) -> ModelSpec:
-    if isinstance(value, str):
-        try:
-            return model_preset(value)
-        except ServesimError as exc:
-            raise exc.located(prefix="model") from None
-    if not isinstance(value, dict):
-        raise ServesimError(f"got {value!r}, expected a preset name or a mapping", where="model")
-    spec = dict(value)
-    preset = spec.pop("preset", None)
-    hf_config = spec.pop("hf_config", None)
-    if preset is not None and hf_config is not None:
-        raise ServesimError("give preset or hf_config, not both", where="model.hf_config")
-    base: ModelSpec | None = None
-    if preset is not None:
-        if not isinstance(preset, str) or preset not in MODELS:
-            raise ServesimError(f"unknown model preset {preset!r}; valid: "
-                                f"{', '.join(sorted(MODELS))}", where="model.preset")
-        base = MODELS[preset]
-    if hf_config is not None:
-        from sim.cost.hfconfig import from_hf_config
-
-        if not isinstance(hf_config, str):
-            raise ServesimError(f"got {hf_config!r}, expected a path to a config.json",
-                                where="model.hf_config")
-        path = Path(hf_config)
-        try:
-            base = from_hf_config(path if base_dir is None else base_dir / path)
-        except ServesimError as exc:
-            raise ServesimError(f"{exc}", where="model.hf_config") from None
-    if base is None:
-        return build(ModelSpec, spec, "model")
-    model = build(ModelSpec, {**{k: getattr(base, k) for k in base.__dataclass_fields__},
-                              **spec}, "model")
-    dims = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")
-    if model.max_context > base.max_context and all(
-            getattr(model, d) == getattr(base, d) for d in dims):
-        # vLLM refuses a --max-model-len past the positions the checkpoint was trained
-        # for (its derived max_model_len) unless told to allow it at the user's risk.
-        # (A model reshaped beyond its preset's dimensions is a custom one: its own.)
-        where = "preset " + str(preset) if preset is not None else str(hf_config)
-        longer = sorted(name for name, m in MODELS.items()
-                        if m.max_context >= model.max_context
-                        and all(getattr(m, d) == getattr(base, d) for d in dims))
-        raise ServesimError(
-            f"{model.max_context:,} tokens is more than the {base.max_context:,} positions of "
-            f"the model ({where}); vLLM refuses such a max-model-len (unless "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, at the risk of wrong outputs): give at "
-            f"most {base.max_context:,}, "
-            + (f"the preset {longer[0]} (the same shape, {MODELS[longer[0]].max_context:,} "
-               "positions), " if longer else "")
-            + "or a long-context variant's config.json as model.hf_config",
-            where="model.max_context")
-    return model
 
 
 def _cost(value: Any) -> CostConfig:
@@ -271,7 +215,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         # Files written for older versions may set it; it must still be a boolean.
         convert(bool, raw.get("event_skipping", True), "event_skipping")
         check_trace_keys(raw["workload"])
-        model = _model(raw["model"], base_dir)
+        model = model_section(raw["model"], base_dir)
         serving = build(ServingConfig, serving_defaults(raw.get("serving") or {},
                                                         hardware.gpu_spec), "serving")
         resolved, said = serving.resolved_caching(model.linear_layers)

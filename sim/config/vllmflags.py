@@ -24,7 +24,8 @@ N independent copies (``cluster.replicas``). ``kv-cache-dtype fp8`` and
 dtypes (:data:`DTYPE_FLAGS`); ``speculative-config`` sets ``serving.speculative``'s method
 and k (:mod:`sim.config.vllmspec`); ``kv-offloading-size`` and the host-memory KV
 connectors of ``kv-transfer-config`` set a write-through ``serving.kv_offload``
-(:mod:`sim.config.vllmconnector`). Flags that change nothing a simulation prices (``port``,
+(:mod:`sim.config.vllmconnector`); ``hf-overrides`` (and vLLM's older ``rope-scaling``
+and ``rope-theta``) set ``model.hf_overrides``. Flags that change nothing a simulation prices (``port``,
 ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
 servesim does not model yet (other quantisations, eager mode, long partial prefills)
 is an error naming it, as is any other name and a flag whose servesim key the scenario
@@ -55,7 +56,7 @@ from sim.config.vllmnames import (
     plain_name,
     runs_eager,
 )
-from sim.config.vllmspec import merge_speculative, speculative_keys
+from sim.config.vllmspec import json_object, merge_speculative, speculative_keys
 from sim.configtools import build
 from sim.cost.gpus import GPUS, GPUSpec
 from sim.cost.presets import MODELS
@@ -251,10 +252,8 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
                          "steps cost what vLLM's default kernels take")
     elif name in HOST_TIER_FLAGS:
         host_tier_flag(name, flag, value, given, section, notes)
-    elif name == "hf_overrides":
-        raise ServesimError("changes the model's own config; give the config as it "
-                            "would read (model: {hf_config: FILE}, or the model's keys)",
-                            where=where)
+    elif name in CONFIG_FLAGS:
+        _config_override(name, value, given, section("model"), where)
     elif "." in name:
         raise ServesimError(f"vLLM's dotted form of {name.partition('.')[0]!r} is read for "
                             "kernel settings only; give the flag whole (one JSON "
@@ -263,11 +262,39 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
         known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
                         *DTYPE_FLAGS, *KERNEL, "enable_expert_parallel",
                         "speculative_config", "kv_offloading_size",
-                        "kv_offloading_backend", "kv_transfer_config"])
+                        "kv_offloading_backend", "kv_transfer_config", *CONFIG_FLAGS])
         raise ServesimError(f"unknown or not modelled vLLM flag {name!r}; understood: "
                             f"{', '.join(known)}; each boolean one also as no-FLAG "
                             "(and flags with no effect on a simulation: "
                             "docs/scenarios.md)", where=where)
+
+
+# Flags that change the model's config.json before vLLM reads it: --hf-overrides, and
+# the older --rope-scaling and --rope-theta, which vLLM (to 0.10) added to the overrides.
+CONFIG_FLAGS = ("hf_overrides", "rope_scaling", "rope_theta")
+
+
+def _config_override(name: str, value: Any, given: dict[str, tuple[str, Any]],
+                     model: dict[str, Any], where: str) -> None:
+    """Add config-changing flag ``name`` to ``model.hf_overrides``: ``hf-overrides``'s
+    keys, or ``rope-scaling``/``rope-theta`` as the key of that name. A key set twice
+    (by two flags, or by a flag and the scenario's own ``model.hf_overrides``) is an
+    error."""
+    if name == "hf_overrides":
+        new = json_object(value, where, "config.json keys")
+    else:
+        new = {name: json_object(value, where, "rope_type and factor")
+               if name == "rope_scaling" else value}
+    mine = [flag for n, (flag, _) in given.items() if n in CONFIG_FLAGS]  # as applied
+    if "hf_overrides" in model and mine[0] == given[name][0]:
+        raise ServesimError("sets model.hf_overrides, which the scenario sets too; give "
+                            "one of them", where=where)
+    current = model.setdefault("hf_overrides", {})
+    twice = [k for k in new if k in current]
+    if twice:
+        raise ServesimError(f"sets config key {twice[0]!r}, which another of "
+                            f"{', '.join(mine)} sets too; give it once", where=where)
+    current.update(new)
 
 
 def _with_config_file(flags: dict[str, Any], base_dir: Path | None

@@ -29,6 +29,7 @@ from typing import Any
 
 from sim.configtools import DuplicateKeyError, is_number, unique_keys
 from sim.cost.dtypes import SPARSE_FIELDS
+from sim.cost.hfoverrides import apply_overrides
 from sim.cost.hfquant import checkpoint_fp8_kv, unquantised_attention, weights_dtype
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
@@ -96,12 +97,13 @@ _HEAD_DIM_DEFAULTS = {"gpt_oss": 64}
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "su", "llama3")
 
 
-def _read(path: Path) -> tuple[dict[str, Any], str, str]:
-    """The language model's config in the ``config.json`` at ``path`` (unwrapped from a
-    multimodal wrapper, its quantisation config kept), the path as errors name it, and
-    its ``model_type``, checked to be a family (and, with experts, a MoE family) servesim
-    models."""
-    src = str(path)
+def _read(path: Path, overrides: dict[str, Any] | None = None
+          ) -> tuple[dict[str, Any], str, str]:
+    """The language model's config in the ``config.json`` at ``path`` (``overrides``
+    applied first, as vLLM's ``--hf-overrides``; unwrapped from a multimodal wrapper, its
+    quantisation config kept), the path as errors name it, and its ``model_type``,
+    checked to be a family (and, with experts, a MoE family) servesim models."""
+    src = str(path) if overrides is None else f"{path} with hf_overrides"
     text = read_text(path, "HuggingFace config.json")
     try:
         cfg = json.loads(text, object_pairs_hook=unique_keys)
@@ -114,6 +116,8 @@ def _read(path: Path) -> tuple[dict[str, Any], str, str]:
                             where=str(exc)) from None
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)
+    if overrides is not None:
+        cfg = apply_overrides(cfg, overrides)
     if cfg.get("model_type") in WRAPPERS and not isinstance(cfg.get("text_config"), dict):
         raise ServesimError(f"got {cfg.get('text_config')!r}: model_type "
                             f"{cfg.get('model_type')!r} wraps its language model's config "
@@ -141,11 +145,12 @@ def _read(path: Path) -> tuple[dict[str, Any], str, str]:
     return cfg, src, family
 
 
-def from_hf_config(path: Path) -> ModelSpec:
+def from_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from the HuggingFace ``config.json`` at ``path`` (one of
-    :data:`SUPPORTED_FAMILIES`); anything else, or a mixture-of-experts config of another
-    family, is an error."""
-    cfg, src, family = _read(path)
+    :data:`SUPPORTED_FAMILIES`), with vLLM-style ``overrides`` applied to it first
+    (:mod:`sim.cost.hfoverrides`); anything else, or a mixture-of-experts config of
+    another family, is an error."""
+    cfg, src, family = _read(path, overrides)
 
     def get(key: str, default: Any = None) -> Any:
         value = cfg.get(key, default)
@@ -214,7 +219,7 @@ def from_hf_config(path: Path) -> ModelSpec:
             vocab=count("vocab_size", least=1),
             dtype=dtype,  # type: ignore[arg-type]
             # No default: HF's own differ by family (Llama 2048, Qwen2 32768, Mistral 131072).
-            max_context=_positions(cfg, count("max_position_embeddings", least=1), src),
+            max_context=derived_context(cfg, count("max_position_embeddings", least=1), src),
             rope_theta=theta,
             qkv_bias=_flag(cfg, "attention_bias", family in _QKV_BIAS_BY_DEFAULT, src),
             tie_embeddings=_flag(cfg, "tie_word_embeddings", False, src),
@@ -229,7 +234,7 @@ def from_hf_config(path: Path) -> ModelSpec:
         raise exc.located(source=src) from None
 
 
-def _positions(cfg: dict[str, Any], trained: int, src: str) -> int:
+def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
     """The longest context (tokens) vLLM derives from a config: ``trained`` positions
     (max_position_embeddings) stretched by a RoPE scaling factor, except for the
     schemes whose configs already give the stretched length (Llama 3's, LongRoPE);

@@ -139,6 +139,9 @@ def test_older_rope_flags_are_overrides_too() -> None:
     with pytest.raises(ServesimError, match=r"vllm\.rope-scaling: sets config key "
                        r"'rope_scaling', which another of hf-overrides, rope-scaling sets"):
         model_of("qwen3-32b", {"hf-overrides": {"rope_scaling": YARN}, "rope-scaling": YARN})
+    # Null is each flag's default, vLLM's config files write it: no override.
+    assert model_of("qwen3-32b", {"hf-overrides": None, "rope-scaling": None}) \
+        == MODELS["qwen3-32b"]
     with pytest.raises(ServesimError, match=r"vllm\.rope-theta: sets model\.hf_overrides, "
                        r"which the scenario sets too"):
         model_of({"preset": "qwen3-32b", "hf_overrides": {}}, {"rope-theta": 1e6})

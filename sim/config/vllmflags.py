@@ -25,11 +25,11 @@ dtypes (:data:`DTYPE_FLAGS`); ``speculative-config`` sets ``serving.speculative`
 and k (:mod:`sim.config.vllmspec`); ``kv-offloading-size`` and the host-memory KV
 connectors of ``kv-transfer-config`` set a write-through ``serving.kv_offload``
 (:mod:`sim.config.vllmconnector`); ``hf-overrides`` (and vLLM's older ``rope-scaling``
-and ``rope-theta``) set ``model.hf_overrides``. Flags that change nothing a simulation prices (``port``,
-``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for something
-servesim does not model yet (other quantisations, eager mode, long partial prefills)
-is an error naming it, as is any other name and a flag whose servesim key the scenario
-also sets.
+and ``rope-theta``) set ``model.hf_overrides``. Flags that change nothing a simulation
+prices (``port``, ``served-model-name``, ..., :data:`NO_EFFECT`) are accepted; a flag for
+something servesim does not model yet (other quantisations, eager mode, long partial
+prefills) is an error naming it, as is any other name and a flag whose servesim key the
+scenario also sets.
 """
 
 from __future__ import annotations
@@ -279,7 +279,9 @@ def _config_override(name: str, value: Any, given: dict[str, tuple[str, Any]],
     """Add config-changing flag ``name`` to ``model.hf_overrides``: ``hf-overrides``'s
     keys, or ``rope-scaling``/``rope-theta`` as the key of that name. A key set twice
     (by two flags, or by a flag and the scenario's own ``model.hf_overrides``) is an
-    error."""
+    error. A null value is the flag's default: no override."""
+    if value is None:
+        return
     if name == "hf_overrides":
         new = json_object(value, where, "config.json keys")
     else:

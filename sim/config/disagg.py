@@ -17,7 +17,7 @@ from sim.config.serving import check_gb_s
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.gpus import GPUS, GPUSpec, check_dtype
-from sim.cost.memory import MemoryBudget, memory_budget
+from sim.cost.memory import MemoryBudget, memory_budget, reserve_states
 from sim.cost.pipeline import stage_layers
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
@@ -265,8 +265,14 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     # The drafter's weights load beside the target's, and its KV shares the target's
     # blocks (vLLM sizes one block pool over both models' layers).
     weights, kv_per_token = draft_memory(sv.speculative, model, pool.tp)
-    return dataclasses.replace(budget, weights=budget.weights + weights,
-                               block_bytes=budget.block_bytes + kv_per_token * sv.block_size)
+    budget = dataclasses.replace(budget, weights=budget.weights + weights,
+                                 block_bytes=budget.block_bytes + kv_per_token * sv.block_size)
+    if not model.linear_layers:
+        return budget
+    # A verify keeps a Gated DeltaNet state for each of its k + 1 positions; set aside
+    # from what the drafter's weights leave.
+    return reserve_states(budget, shard(model, pool.tp).linear_state_bytes, sv.max_num_seqs,
+                          1 + sv.speculative.num_tokens)
 
 
 def check_pools(scenario: Scenario) -> None:
@@ -307,15 +313,16 @@ def check_linear_attention(scenario: Scenario) -> None:
     """A model with Gated DeltaNet layers (``linear_layers``) is modelled on co-located
     single-stage replicas without the features whose state handling would differ from
     KV blocks': prefix caching (a hit would need the cached prefix's recurrent state),
-    swapping and a host tier, pipeline stages, data-parallel ranks, speculative decoding
-    and disaggregated pools. Errors name the key that conflicts."""
+    swapping and a host tier, pipeline stages, data-parallel ranks and disaggregated
+    pools (speculative decoding is modelled: each sequence holds 1 + k states,
+    :func:`pool_memory`, and a verify writes k more, :mod:`sim.cost.drafter`). Errors
+    name the key that conflicts."""
     model, sv, hw = scenario.model, scenario.serving, scenario.hardware
     if not model.linear_layers:
         return
     conflicts = ((sv.prefix_caching, "serving.prefix_caching", "prefix caching"),
                  (sv.preemption == "swap", "serving.preemption", "swap preemption"),
                  (sv.kv_offload is not None, "serving.kv_offload", "a host KV tier"),
-                 (sv.speculative is not None, "serving.speculative", "speculative decoding"),
                  (sv.policy == "disaggregated", "serving.policy", "disaggregated pools"),
                  (hw.pp > 1, "hardware.pp", "pipeline stages"),
                  (hw.dp > 1, "hardware.dp", "data-parallel attention"))

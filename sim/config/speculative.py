@@ -175,7 +175,9 @@ def drafter_model(spec: SpeculativeConfig, target: ModelSpec) -> ModelSpec | Non
     target's shape cut to the head's layers (its LM head shared, as both share the
     target's), attending to the whole context (a target's sliding-window layers do
     not carry into its head: gpt-oss's EAGLE-3 heads are full-attention Llama
-    layers); None for n-gram lookup, which runs no model."""
+    layers; a target's Gated DeltaNet layers do not either: Qwen3-Next's and
+    Qwen3.5's MTP module is full-attention decoder layers, with the target's output
+    gate and MLP or experts); None for n-gram lookup, which runs no model."""
     if spec.method == "draft":
         assert spec.draft_model is not None
         return MODELS[spec.draft_model]
@@ -183,7 +185,11 @@ def drafter_model(spec: SpeculativeConfig, target: ModelSpec) -> ModelSpec | Non
         return None
     return dataclasses.replace(target, name=f"{target.name}-{spec.method}-head",
                                layers=spec.head_layers, dense_layers=0, sliding_layers=0,
-                               sliding_window=0)
+                               sliding_window=0,
+                               # No Gated DeltaNet layer; ModelSpec refuses their fields
+                               # set without them.
+                               linear_layers=0, linear_key_heads=0, linear_value_heads=0,
+                               linear_key_dim=0, linear_value_dim=0, linear_conv=0)
 
 
 def draft_memory(spec: SpeculativeConfig, target: ModelSpec, tp: int) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from sim.core.dpgroup import DPGroup
 from sim.core.kvmanager import KVCacheManager
 from sim.core.replica import Replica
 from sim.core.speculation import Speculation, spec_seed_of
-from sim.cost.drafter import Drafter
+from sim.cost.drafter import Drafter, state_bandwidth
 from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
 from sim.cost.memory import MemoryBudget
@@ -34,6 +34,7 @@ from sim.cost.pipeline import StageCost
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import load_profile
 from sim.cost.roofline import RooflineParams
+from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.policies.registry import make_policy
@@ -170,17 +171,29 @@ def speculation(scenario: Scenario, gpu: GPUSpec, tp: int,
     MTP head from ``cost``, the pool's own, when that is a profile (measured kernels or
     a calibration: the target's layers and LM head); a draft model from its own shipped
     profile (:func:`draft_profile`); else the roofline (the scenario's parameters when
-    its cost is a roofline)."""
+    its cost is a roofline), as for the head of a target with Gated DeltaNet layers,
+    whose verify's extra state writes the drafter prices too (at the bandwidth of
+    ``cost``: :func:`sim.cost.drafter.state_bandwidth`)."""
     spec = scenario.serving.speculative
     if spec is None:
         return None
     params = scenario.cost.roofline or RooflineParams()
-    head, head_from = None, "its layers and LM head from the profile"
+    head, head_from, why = None, "its layers and LM head from the profile", ""
     base = cost.cost if isinstance(cost, HostOverlap) else cost  # async scheduling's wrap
-    draft = drafter_model(spec, scenario.model)
-    if isinstance(base, ProfileCost) and spec.method in ("eagle", "mtp"):
-        head = base.head(spec.head_layers)
-    elif isinstance(base, ProfileCost) and draft is not None:
-        head, head_from = draft_profile(base, draft, gpu, tp), "from its own shipped profile"
-    drafter = Drafter(draft, spec.num_tokens, gpu, tp, params, head, head_from)
+    model = scenario.model
+    draft = drafter_model(spec, model)
+    profile = base if isinstance(base, ProfileCost) else None
+    if profile is not None and spec.method in ("eagle", "mtp"):
+        if model.linear_layers:
+            # The profile's layer is the mean of Gated DeltaNet and attention layers; the
+            # head is full attention (sim.cost.drafter).
+            why = ("the profile's mean layer averages the target's Gated DeltaNet and "
+                   "attention layers; the head is full attention")
+        else:
+            head = profile.head(spec.head_layers)
+    elif profile is not None and draft is not None:
+        head, head_from = draft_profile(profile, draft, gpu, tp), "from its own shipped profile"
+    state = shard(model, tp).linear_state_bytes if model.linear_layers else 0
+    drafter = Drafter(draft, spec.num_tokens, gpu, tp, params, head, head_from, state,
+                      state_bandwidth(profile, gpu, params), why)
     return Speculation(spec, drafter, np.random.default_rng(spec_seed_of(scenario)))

@@ -70,7 +70,7 @@ class Speculation:
     def __init__(self, spec: SpeculativeConfig, drafter: Drafter, rng: np.random.Generator):
         self.k = spec.num_tokens
         self.drafter = drafter
-        self.free = drafter.model is None
+        self.free = drafter.free
         self.rng = rng
         k = self.k
 
@@ -144,8 +144,9 @@ class Speculation:
 
     def draft_time(self, batch: Batch) -> float:
         """Seconds drafting takes for the iteration ``batch`` (before it ran): the
-        drafter's price for its verifying sequences and their context
-        (:meth:`sim.cost.drafter.Drafter.step_time`, inlined: it runs every iteration)."""
+        drafter's price for its verifying sequences and their context, with their
+        verify's extra state writes (:meth:`sim.cost.drafter.Drafter.step_time`,
+        inlined: it runs every iteration)."""
         g = batch.group
         if isinstance(g, SpecDecodeSet):
             seqs, ctx = g.n, g.ctx
@@ -157,11 +158,15 @@ class Speculation:
                     seqs += 1
                     ctx += r.computed
         drafter = self.drafter
-        if not seqs or drafter.model is None:
+        if not seqs:
             return 0.0
+        # The verify's Gated DeltaNet state writes beyond a decode's (0.0 without them).
+        states = seqs * drafter.verify_state_s
+        if drafter.model is None:
+            return states
         line = drafter.lines.get(seqs)
         if line is None:
             if drafter.head is not None:  # priced step by step from the target's profile
-                return drafter.head_time(seqs, ctx)
+                return drafter.head_time(seqs, ctx) + states
             line = drafter.line(seqs)
-        return drafter.k * (line[0] + line[1] * (ctx + line[2]))
+        return drafter.k * (line[0] + line[1] * (ctx + line[2])) + states

@@ -107,6 +107,9 @@ class MemoryBudget:
     # ``state_seqs`` sequences, the most that may run at once (see linear_state_seqs).
     linear_state: int = 0
     state_seqs: int = 0
+    # States a sequence holds: 1, or 1 + k under speculative decoding of k tokens, where
+    # a verify keeps the state after each of its k + 1 positions (reserve_states).
+    state_copies: int = 1
     # Whose profile set the activation and CUDA-graph terms, in words (sim.cost.vllmmemory).
     rules: str = ""
 
@@ -178,7 +181,9 @@ class MemoryBudget:
         reserved = ({"window_blocks_per_request": self.window_request_blocks}
                     if self.window_blocks else
                     {"linear_state_gib": self.linear_state / GIB,
-                     "linear_state_seqs": self.state_seqs} if self.state_seqs else {})
+                     "linear_state_seqs": self.state_seqs,
+                     **({"linear_state_copies": self.state_copies}
+                        if self.state_copies > 1 else {})} if self.state_seqs else {})
         if self.ep > 1:
             stage = {"ep": self.ep, **stage}
         if self.dp > 1:
@@ -309,9 +314,7 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
         block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp, rules=rules.phrase)
     if model.linear_layers:
-        seqs = linear_state_seqs(d.linear_state_bytes, max_num_seqs, budget.kv)
-        return dataclasses.replace(budget, linear_state=seqs * d.linear_state_bytes,
-                                   state_seqs=seqs)
+        return reserve_states(budget, d.linear_state_bytes, max_num_seqs)
     if not (hybrid and model.sliding_layers and model.full_layers):
         return budget
     size, full, sliding = hybrid_groups(model.full_layers, model.sliding_layers,
@@ -372,6 +375,23 @@ def linear_state_seqs(state_bytes: int, max_num_seqs: int, room: float) -> int:
     if room <= 0:
         return 1
     return max(1, min(max_num_seqs, int(room * STATE_SHARE // state_bytes)))
+
+
+def reserve_states(budget: MemoryBudget, state_bytes: int, max_num_seqs: int,
+                   copies: int = 1) -> MemoryBudget:
+    """``budget`` with the Gated DeltaNet states of the sequences that may run set aside
+    (:func:`linear_state_seqs`) from the room its other terms leave (any states it set
+    aside before given back first): ``copies`` states of ``state_bytes`` bytes (one
+    GPU's, one state) a sequence.
+
+    ``copies`` is 1 + k under speculative decoding of k tokens: vLLM gives each running
+    request of a hybrid model 1 + k pages of linear-attention state then (its mamba
+    spec's speculative blocks), since a verify writes the state after each of its k + 1
+    positions so that a rejection can go back to the last accepted one."""
+    per_seq = copies * state_bytes
+    seqs = linear_state_seqs(per_seq, max_num_seqs, budget.kv + budget.linear_state)
+    return dataclasses.replace(budget, linear_state=seqs * per_seq, state_seqs=seqs,
+                               state_copies=copies)
 
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

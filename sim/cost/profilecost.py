@@ -208,7 +208,13 @@ class ProfileCost:
         speculative head drafts (an EAGLE head, DeepSeek-V3's MTP block): the per-layer
         components at ``layers`` layers, the all-reduces (priced for the whole model) in
         proportion, the LM head whole, and no per-step host work (``step``, ``host``):
-        the target's engine step pays that once. Each layer is the profile's mean layer."""
+        the target's engine step pays that once. Each layer is the profile's mean layer,
+        so a model with Gated DeltaNet layers, whose mean layer is no head's (its MTP
+        layers are full attention), is refused: its head is priced by the roofline
+        (:func:`sim.core.cluster.speculation`)."""
+        if self.model.linear_layers:
+            raise ValueError(f"{self.model.name}'s profile layer averages Gated DeltaNet and "
+                             "attention layers: no head's layer")
         share = layers / self.model.layers
         coefs = {k: dict(v) for k, v in self.coefs.items()}
         for name in SHARED_PARTS:

@@ -135,9 +135,12 @@ def spec_summary(res: RunResult) -> dict[str, Any]:
     # The run's own drafter says where its price came from (the roofline, or the
     # target's profile for a head); a result without it was priced by the roofline.
     source = res.draft_source.removeprefix("drafting: ")
+    # n-gram lookup drafts for free; a Gated DeltaNet target's verify still writes more
+    # states (the source's part after the drafting's).
+    lookup = "none (n-gram lookup)" + source.removeprefix("n-gram drafting, free")
     return {"speculative": {
         **spec.describe(),
-        "draft_cost": ("none (n-gram lookup)" if drafter is None else source or
+        "draft_cost": (lookup if drafter is None else source or
                        f"{spec.num_tokens} roofline decode steps of {drafter.name} a verify"),
         "verifies": verifies,
         "verify_tokens": tokens,

@@ -149,7 +149,9 @@ def memory_terms(m: dict[str, Any]) -> str:
             f"weights {m['weights_gib']:.2f} - activation {m['activation_gib']:.2f} - "
             f"non-torch {m['non_torch_gib']:.2f} - CUDA graphs {m['cuda_graph_gib']:.2f}"
             + (f" - linear-attention states {m['linear_state_gib']:.2f} "
-               f"({m['linear_state_seqs']} sequences, the most that run)"
+               f"({m['linear_state_seqs']} sequences, the most that run"
+               + (f", {m['linear_state_copies']} states each for speculative decoding"
+                  if "linear_state_copies" in m else "") + ")"
                if "linear_state_gib" in m else "")
             + f" -> {kv}, {m['kv_tokens']} tokens"
             + (f" (and each request's sliding-window layers, up to "

@@ -151,3 +151,10 @@ def test_a_misspelt_model_key_lists_the_source_keys_too() -> None:
     with pytest.raises(ServesimError, match=r"model\.hf_overide: unknown key 'hf_overide'; "
                        r"allowed: .*hf_config, hf_overrides, .*preset, "):
         model_of({"preset": "tiny", "hf_overide": {"rope_theta": 1e6}})
+
+
+def test_preset_override_without_rope_factor_is_refused() -> None:
+    """The preset path reads the overridden rope mapping with the same rule."""
+    with pytest.raises(ServesimError, match=r"model\.hf_overrides\.rope_scaling\.factor: "
+                       r"absent or null; a yarn rope type needs a factor"):
+        model_of({"preset": "tiny", "hf_overrides": {"rope_scaling": {"rope_type": "yarn"}}})

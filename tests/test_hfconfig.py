@@ -155,3 +155,23 @@ def test_rope_scaling_factor_must_be_a_number(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"rope_parameters\.factor: got '4'"):
         from_hf_config(write(tmp_path, {**QWEN3, "rope_parameters": {"rope_type": "yarn",
                                                                      "factor": "4"}}))
+
+
+@pytest.mark.parametrize("key, rope", [
+    ("rope_scaling", {"rope_type": "yarn"}),
+    ("rope_scaling", {"type": "linear", "factor": None}),
+    ("rope_parameters", {"rope_type": "dynamic"}),
+])
+def test_rope_scaling_without_factor_is_refused(tmp_path: Path, key: str,
+                                                rope: dict[str, object]) -> None:
+    """A yarn, linear or dynamic mapping without its factor is refused, as transformers
+    and vLLM refuse it, rather than read as unscaled."""
+    kind = rope.get("rope_type", rope.get("type"))
+    with pytest.raises(ServesimError, match=rf"config\.json: {key}\.factor: absent or null; "
+                       rf"a {kind} rope type needs a factor, a number above 0"):
+        from_hf_config(write(tmp_path, {**QWEN3, key: rope}))
+
+
+def test_default_rope_without_factor_is_unscaled(tmp_path: Path) -> None:
+    assert from_hf_config(write(tmp_path, {**QWEN3, "rope_scaling": {
+        "rope_type": "default"}})).max_context == 40960

@@ -245,8 +245,13 @@ def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
         return trained
     kind = rope.get("rope_type", rope.get("type"))
     factor = rope.get("factor")
-    if kind in ("su", "longrope", "llama3") or factor is None:
+    if kind in ("su", "longrope", "llama3") or (kind == "default" and factor is None):
         return trained
+    if factor is None:
+        # transformers' rope validation and vLLM's max-length derivation both need the
+        # factor of these types; reading none as 1 would leave the context unstretched.
+        raise ServesimError(f"absent or null; a {kind} rope type needs a factor, a number "
+                            "above 0 and below 2**20", source=src, where=f"{key}.factor")
     if (isinstance(factor, bool) or not isinstance(factor, int | float)
             or not 0 < factor < 2**20):
         raise ServesimError(f"got {factor!r}, expected a number above 0 and below 2**20",

@@ -134,6 +134,26 @@ FAULTS = [
     ("steps.exec_s[2]", None, r"steps\.exec_s\[2\]: got None, expected a finite time"),
     ("steps.end_s[2]", 0.0, r"steps\.end_s\[2\]: got 0, expected a time not before its "
                             r"start_s"),
+    # A scheduling time outside arrival..first token is a negative queueing time.
+    ("requests.first_scheduled_s[0]", -5.0, r"requests\.first_scheduled_s\[0\]: got -5\.0, "
+                                            r"before its arrival_s 0\.0; expected a time from "
+                                            r"the request's arrival to its first token$"),
+    ("requests.first_scheduled_s[1]", 1.5, r"requests\.first_scheduled_s\[1\]: got 1\.5, "
+                                           r"after its first_token_s 1\.02; expected"),
+    ("requests.first_scheduled_s[1]", float("nan"), r"requests\.first_scheduled_s\[1\]: got "
+                                                    r"nan, expected a finite time \(s\) or null"),
+    # Times are held below the bound the rest of the tool uses.
+    ("requests.finish_s[0]", 1e300, r"requests\.finish_s\[0\]: got 1e\+300, expected a time "
+                                    r"below 1e\+09 s \(31 years\)$"),
+    ("steps.end_s[8]", 1e9, r"steps\.end_s\[8\]: got 1000000000\.0, expected a time below "
+                            r"1e\+09 s"),
+    # An executor or CPU time longer than its own step is a hand edit or mixed units.
+    ("steps.exec_s[0]", 50.0, r"steps\.exec_s\[0\]: got 50, longer than its step "
+                              r"\(end_s - start_s = 0\.02 s\); expected at most that, give "
+                              r"or take 0\.001 s$"),
+    ("steps.cpu_s[4]", 5.0, r"steps\.cpu_s\[4\]: got 5, longer than its step \(end_s - "
+                            r"start_s = 0\.02 s\)"),
+    ("steps.start_s", 0, r"steps\.start_s: got 0, expected a list$"),
 ]
 
 
@@ -246,3 +266,45 @@ def test_a_bad_serving_limit_names_the_replay_file(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"a\.json.*max_num_seqs"):
         main(["--replay", str(path), "--profile", str(PROFILE), "--out",
               str(tmp_path / "out"), "--no-plots"])
+
+
+def test_scalar_step_columns_are_not_a_record_without_steps() -> None:
+    """Scalar zeros in every step column are falsy, but not a record without steps: the
+    first column is named, not read as {}."""
+    rec = record()
+    rec["steps"] = {k: 0 for k in rec["steps"]}
+    with pytest.raises(ServesimError, match=r"^r\.json: steps\.start_s: got 0, expected a "
+                                            r"list$"):
+        read_record(rec, "r.json")
+
+
+@pytest.mark.parametrize("serving, message", [
+    ({"policy": "continuous", "max_num_seq": 1},
+     r"a\.json: serving\.max_num_seq: unknown key 'max_num_seq'; allowed: .*max_num_seqs"),
+    ({"policy": "continuous", "max_num_seqs": None},
+     r"a\.json: serving\.max_num_seqs: got None, expected an integer"),
+])
+def test_an_unknown_or_null_serving_key_is_refused(tmp_path: Path, serving: dict[str, Any],
+                                                   message: str) -> None:
+    """A misspelt or null serving limit had been dropped for its default without a word
+    (a run with max_num_seq: 1 was simulated with 256 sequences)."""
+    rec = record()
+    rec["serving"] = serving
+    path = _write(tmp_path / "a.json", rec)
+    with pytest.raises(ServesimError, match=message):
+        main(["--replay", str(path), "--profile", str(PROFILE), "--out",
+              str(tmp_path / "out"), "--no-plots"])
+
+
+def test_a_record_with_every_serving_field_reads(tmp_path: Path) -> None:
+    """What the replay writes (every ServingConfig field, nulls for unset optionals) is
+    read as before."""
+    from sim.config.serving import ServingConfig
+    from sim.configtools import build
+
+    rec = record()
+    rec["serving"] = dataclasses.asdict(build(ServingConfig, {"policy": "continuous",
+                                                              "max_num_seqs": 8}, "serving"))
+    assert rec["serving"]["num_gpu_blocks"] is None
+    assert main(["--replay", str(_write(tmp_path / "a.json", rec)), "--profile", str(PROFILE),
+                 "--out", str(tmp_path / "out"), "--no-plots"]) == 0

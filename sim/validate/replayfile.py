@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import is_number
+from sim.configtools import MAX_TIME_S, is_number
 from sim.core.request import FINISHED, REJECTED, UNFINISHED
 from sim.cost.shape import StepShape
 from sim.errors import ServesimError
@@ -120,16 +120,21 @@ def _label(rec: dict[str, Any]) -> str:
 
 
 def _times(where: str, xs: list[Any], nullable: bool) -> np.ndarray:
-    """Seconds: finite numbers (null for NaN where ``nullable``)."""
+    """Seconds: finite numbers below :data:`MAX_TIME_S` in size (null for NaN where
+    ``nullable``)."""
     out = np.empty(len(xs))
     for i, x in enumerate(xs):
         if x is None and nullable:
             out[i] = np.nan
-        elif _finite(x):
-            out[i] = x
-        else:
+        elif not _finite(x):
             raise _Fault(f"{where}[{i}]", f"got {_shown(x)}, expected a finite time (s)"
                                           + (" or null" if nullable else ""))
+        elif abs(x) >= MAX_TIME_S:
+            # The bound every other time servesim reads is held to: past it no run is real.
+            raise _Fault(f"{where}[{i}]", f"got {_shown(x)}, expected a time below "
+                                          f"{MAX_TIME_S:.0e} s (31 years)")
+        else:
+            out[i] = x
     return out
 
 
@@ -197,8 +202,10 @@ def _requests(rq: Any) -> tuple[Requests, dict[str, np.ndarray]]:
 
 def _latencies(arrival: np.ndarray, cols: dict[str, np.ndarray]) -> None:
     """A finished request has its first token and finish, in order after its arrival;
-    any request's recorded times are in that order too."""
+    any request's recorded times are in that order too, its first scheduling among them
+    (after its arrival, not after its first token)."""
     first, finish, done = cols["first_token"], cols["finish"], cols["status"] == FINISHED
+    sched = cols["first_sched"]
     for key, col in (("first_token_s", first), ("finish_s", finish)):
         miss = np.flatnonzero(done & np.isnan(col))
         if miss.size:
@@ -212,11 +219,23 @@ def _latencies(arrival: np.ndarray, cols: dict[str, np.ndarray]) -> None:
             i = int(bad[0])
             raise _Fault(f"requests.{key}[{i}]", f"got {col[i]}, before {what} "
                                                  f"{before[i]} (a negative latency)")
+    with np.errstate(invalid="ignore"):
+        early, late = np.flatnonzero(sched < arrival), np.flatnonzero(sched > first)
+    for bad, rule, bound in ((early, "before its arrival_s", arrival),
+                             (late, "after its first_token_s", first)):
+        if bad.size:
+            i = int(bad[0])
+            raise _Fault(f"requests.first_scheduled_s[{i}]",
+                         f"got {sched[i]}, {rule} {bound[i]}; expected a time from the "
+                         "request's arrival to its first token")
 
 
 def _steps(st: Any) -> dict[str, np.ndarray]:
-    if st is None or (isinstance(st, dict) and not any(st.values())):
-        return {k: np.empty(0) for k in STEP_COLUMNS}  # a record without steps
+    # {} or empty columns is a record without steps; a column of scalars (0 included)
+    # is a fault that _columns names, not "no steps".
+    if st is None or (isinstance(st, dict) and all(isinstance(v, list) and not v
+                                                   for v in st.values())):
+        return {k: np.empty(0) for k in STEP_COLUMNS}
     n = _columns(st, "steps", STEP_COLUMNS, OPTIONAL_STEP_COLUMNS)
     out = {k: _times(f"steps.{k}", st[k], nullable=False)
            for k in ("start_s", "end_s", "exec_s", *OPTIONAL_STEP_COLUMNS) if k in st}
@@ -233,7 +252,28 @@ def _steps(st: Any) -> dict[str, np.ndarray]:
         if bad.any():
             i = int(np.argmax(bad))
             raise _Fault(f"steps.{k}[{i}]", f"got {out[k][i]:g}, expected {want}")
+    _within_steps(out)
     return out
+
+
+# How far (s) a step's executor or CPU time may pass its wall time, which another clock
+# measured: timer granularity and a virtual clock's rounding, never a real overrun.
+STEP_SLACK_S = 1e-3
+
+
+def _within_steps(out: dict[str, np.ndarray]) -> None:
+    """Each step's exec_s (and cpu_s) falls within the step, end_s - start_s: a longer
+    one is a hand edit or mixed units, and would price the step above its own wall."""
+    wall = out["end_s"] - out["start_s"]
+    for k in ("exec_s", "cpu_s"):
+        if k not in out:
+            continue
+        bad = np.flatnonzero(out[k] > wall + STEP_SLACK_S)
+        if bad.size:
+            i = int(bad[0])
+            raise _Fault(f"steps.{k}[{i}]", f"got {out[k][i]:g}, longer than its step "
+                                            f"(end_s - start_s = {wall[i]:g} s); expected "
+                                            f"at most that, give or take {STEP_SLACK_S:g} s")
 
 
 def _probe(x: Any) -> dict[str, Any] | None:

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from sim.config.scenario import Scenario, from_dict
-from sim.config.serving import ServingConfig
 from sim.configtools import build
 from sim.core.engine import Engine, RunResult, build_cost
 from sim.core.histogram import LogHistogram
@@ -55,11 +54,12 @@ def scenario_for(model: dict[str, Any], serving: dict[str, Any], cost: dict[str,
                  hardware: dict[str, Any] | None = None) -> Scenario:
     """A scenario of one replica with this model, serving limits and cost section, for
     the requests of a replay (:mod:`calibrate.replay`), which keeps no prefix cache: nor
-    does the scenario, whatever a record written without the key would default to."""
-    fields = {f.name for f in dataclasses.fields(ServingConfig)}
-    limits = {k: v for k, v in serving.items() if k in fields and v is not None}
+    does the scenario, whatever a record written without the key would default to.
+    ``serving`` is checked as a scenario's serving section is: an unknown key, or a null
+    where the field takes none, is an error naming ``serving.KEY`` (the callers add the
+    record's file), not a limit dropped for its default."""
     raw = {"name": name, "model": model, "cost": cost, "workload": _NO_WORKLOAD,
-           "serving": {**limits, "prefix_caching": False}}
+           "serving": {**serving, "prefix_caching": False}}
     if hardware:
         raw["hardware"] = hardware
     return from_dict(raw, f"<validate {name}>", base_dir)

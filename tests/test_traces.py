@@ -447,3 +447,43 @@ def test_the_first_bad_row_is_named_whatever_its_fault(tmp_path: Path) -> None:
         load_trace(write(tmp_path, head + "-1,10,2,0\nx,10,2,0\n"))
     with pytest.raises(ServesimError, match=r"line 3: priority = 'x' is not a number"):
         load_trace(write(tmp_path, head + "0,10,2,1\n1,10,2,x\n"))
+
+
+@pytest.mark.parametrize("first, second, bad, line", [
+    ("2000-01-01 00:00:00.000000", "2584-07-20 23:34:34.709553", "2584-07-20 23:34:34.709553", 3),
+    ("9999-12-31 23:59:59", "9999-12-31 23:59:59", "9999-12-31 23:59:59", 2),
+    ("1600-01-01 00:00:00", "1600-01-01 00:00:01", "1600-01-01 00:00:00", 2),
+    ("2262-04-11 23:47:17", "2262-04-11 23:47:18", "2262-04-11 23:47:17", 2),
+])
+def test_azure_times_outside_int64_nanoseconds_are_refused(tmp_path: Path, first: str,
+                                                           second: str, bad: str,
+                                                           line: int) -> None:
+    """numpy wraps a datetime64[ns] past 2262 (or before 1677) without an error: 584
+    years apart had been read as 1 s apart. Such a time is refused on its line."""
+    path = tmp_path / "az.csv"
+    path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n{first},100,20\n"
+                    f"{second},200,30\n")
+    with pytest.raises(ServesimError) as err:
+        load_trace(path, "azure")
+    assert str(err.value) == (f"{path}: line {line}: TIMESTAMP = '{bad}' is outside the years "
+                              "1678 to 2261 that are read (nanoseconds since 1970 in 64 bits)")
+
+
+@pytest.mark.parametrize("day", ["1678-01-01", "2261-12-31"])
+def test_azure_times_at_the_edges_of_the_years_read(tmp_path: Path, day: str) -> None:
+    path = tmp_path / "az.csv"
+    path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n{day} 00:00:00,100,20\n"
+                    f"{day} 00:00:02.5,200,30\n")
+    assert list(load_trace(path, "azure").arrival_s) == [0.0, 2.5]
+
+
+def test_an_azure_span_past_the_arrival_bound_is_refused(tmp_path: Path) -> None:
+    """Two years the reader takes, 583 years apart: the int64 difference would wrap."""
+    path = tmp_path / "az.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1678-01-01 00:00:00,100,20\n"
+                    "2261-12-31 23:59:59,200,30\n")
+    with pytest.raises(ServesimError) as err:
+        load_trace(path, "azure")
+    assert str(err.value) == (f"{path}: line 3: TIMESTAMP = '2261-12-31 23:59:59' is "
+                              "1.843e+10 s from the first row's; arrivals are read up to "
+                              "1e+09 s (31 years)")

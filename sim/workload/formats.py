@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import DuplicateKeyError, unique_keys
+from sim.configtools import MAX_TIME_S, DuplicateKeyError, unique_keys
 from sim.errors import ServesimError
 from sim.workload import traceio
 from sim.workload.traceio import (
@@ -147,6 +147,9 @@ def _strip_offsets(vals: list[str], values: Sequence[str], lines: np.ndarray, sr
     return offsets, zone
 
 
+# The whole years datetime64[ns] holds (1677-09-21 to 2262-04-11), a day's UTC offset
+# either way included.
+AZURE_YEARS = (1678, 2261)
 # A date and a time of day to the second; the ISO 8601 'T' is read as the space is.
 _AZURE_SHAPE = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.(\d+))?")
 
@@ -167,6 +170,12 @@ def _check_shape(vals: Sequence[str], values: Sequence[str], lines: np.ndarray, 
             raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is not a date "
                              f"and time to the second like {_AZURE_EXAMPLE} (YYYY-MM-DD "
                              "HH:MM:SS, a fraction with digits after its dot)")
+        if not AZURE_YEARS[0] <= int(v[:4]) <= AZURE_YEARS[1]:
+            # Past these, int64 nanoseconds wrap around without an error from numpy, and
+            # the wrapped time would be read as another arrival.
+            raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is outside the "
+                             f"years {AZURE_YEARS[0]} to {AZURE_YEARS[1]} that are read "
+                             "(nanoseconds since 1970 in 64 bits)")
         if m.group(1) is not None and len(m.group(1)) > AZURE_FRACTION_DIGITS:
             raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} has "
                              f"{len(m.group(1))} fractional digits; at most "
@@ -199,6 +208,19 @@ def _timestamps_ns(values: Sequence[str], lines: np.ndarray, src: str, zone: _Zo
     return (out if offsets is None else out - offsets), zone
 
 
+def _check_span(ns: np.ndarray, first: int, values: Sequence[str], lines: np.ndarray,
+                src: str) -> None:
+    """Refuse a time MAX_TIME_S seconds or more from the first row's: past 292 years the
+    int64 difference wraps without an error, and no arrival that far off is read."""
+    span_s = (ns.astype(np.float64) - float(first)) / 1e9
+    bad = np.flatnonzero(~(np.abs(span_s) < MAX_TIME_S))
+    if bad.size:
+        i = int(bad[0])
+        raise line_error(src, int(lines[i]), f"TIMESTAMP = {values[i]!r} is {span_s[i]:.4g} s "
+                         f"from the first row's; arrivals are read up to {MAX_TIME_S:.0e} s "
+                         "(31 years)")
+
+
 def read_azure(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]
                ) -> Iterator[Chunk]:
     """Azure LLM inference trace: arrival = TIMESTAMP - first row's TIMESTAMP, in seconds."""
@@ -210,6 +232,7 @@ def read_azure(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]
         ns, zone = _timestamps_ns(cols[it], lines, src, zone)
         if first is None:
             first = int(ns[0])
+        _check_span(ns, first, cols[it], lines, src)
         # Subtracting in int64 keeps nanosecond precision over week-long files.
         yield Chunk(lines, (ns - first).astype(np.float64) / 1e9,
                     whole(cols[ip], lines, "ContextTokens", src),

@@ -36,6 +36,7 @@ VALID: dict[str, Any] = {
 }
 TOKENS = "expected a whole number of tokens, 0 or more and below 2**53"
 SECONDS = "expected a finite number of seconds, 0 or more and below 1e9"
+DURATION = "expected null or a finite number of seconds above 0 and below 1e9"
 
 
 DROP = object()  # as an edit: the key is left out of the file
@@ -121,8 +122,20 @@ BAD = [
     (dict(request_rate=1e-308, **NO_STARTS),
      "request_rate: the requests' send times span inf s, expected less than 1e+09 s "
      "(a float second no longer resolves a latency there)"),
-    (dict(duration=math.nan, **NO_STARTS), f"duration: got nan, {SECONDS}"),
-    (dict(duration="25 s", **NO_STARTS), f"duration: got '25 s', {SECONDS}"),
+    (dict(duration=math.nan, **NO_STARTS), f"duration: got nan, {DURATION}"),
+    (dict(duration="25 s", **NO_STARTS), f"duration: got '25 s', {DURATION}"),
+    # duration is checked whether or not start_times make it unused, and 0 is no run
+    (dict(duration="abc"), f"duration: got 'abc', {DURATION}"),
+    (dict(duration=0), f"duration: got 0, {DURATION}"),
+    (dict(duration=-3.0), f"duration: got -3.0, {DURATION}"),
+    (dict(duration=True), f"duration: got True, {DURATION}"),
+    # more completed than the lists hold cannot be
+    (dict(completed=99), "completed: got 99, more than the 4 requests in the per-request "
+                         "lists; expected a whole number from 0 to 4"),
+    (dict(completed=2.5), "completed: got 2.5, expected null or a whole number of requests, "
+                          "0 or more"),
+    (dict(num_prompts="4"), "num_prompts: got '4', expected null or a whole number of "
+                            "requests, 0 or more"),
     # run facts
     (dict(request_rate=0, **NO_STARTS),
      'request_rate: got 0, expected a number of requests per second above 0, or "inf"'),
@@ -298,3 +311,37 @@ def test_start_times_out_of_order_are_taken_in_send_order_and_said() -> None:
            "in the order they were sent" in run.notes
     in_order = vllm_results.parse(changed(), "<t>")
     assert not any("earlier than" in n for n in in_order.notes)
+
+
+def test_counts_that_disagree_with_the_lists_are_noted() -> None:
+    """completed and num_prompts that disagree with the per-request lists have innocent
+    causes (a dataset with fewer prompts than asked for): a note, and the lists count."""
+    run = vllm_results.parse(changed(completed=2, num_prompts=7), "<t>")
+    assert ("the file's completed is 2, but 3 of its 4 requests completed by the "
+            "per-request lists (the lists are compared)") in run.notes
+    assert ("the file's num_prompts is 7, but its per-request lists hold 4 requests (the "
+            "lists are compared)") in run.notes
+    assert not any("the file's" in n for n in vllm_results.parse(VALID, "<t>").notes)
+    assert vllm_results.parse(changed(duration=None), "<t>").meta["duration"] is None
+
+
+def test_a_median_ttft_far_from_the_lists_is_noted(tmp_path: Path) -> None:
+    """vLLM's median_ttft_ms against the median of the lists' ttfts: 99999 ms where the
+    lists give 150 ms is said in the printed notes and validation.json."""
+    from sim.validate.vllmcli import median_disagreement
+
+    ttfts = np.array([0.15, 0.05, 0.3])
+    assert median_disagreement(150.0, ttfts) is None
+    assert median_disagreement(150.9, ttfts) is None  # within 1%: rounding
+    assert median_disagreement(None, ttfts) is None
+    assert median_disagreement(99999.0, ttfts) == (
+        "the file's median_ttft_ms 99999 is not the median of its completed requests' "
+        "ttfts (150 ms): the summary and the per-request lists disagree (another run's "
+        "summary, or other units?); the lists are compared")
+    rc, out = _cli(tmp_path, changed(median_ttft_ms=99999))
+    assert rc == 0
+    notes = json.loads((out / "validation.json").read_text())["levels"][0]["notes"]
+    assert any(n.startswith("the file's median_ttft_ms 99999 is not the median") for n in notes)
+    rc, out = _cli(tmp_path, VALID)
+    notes = json.loads((out / "validation.json").read_text())["levels"][0]["notes"]
+    assert not any("median_ttft_ms" in n for n in notes)

@@ -54,6 +54,9 @@ RULES = {
     "rate": 'a number of requests per second above 0, or "inf"',
     "burstiness": "a number above 0 (1 = Poisson; Infinity = evenly spaced)",
     "concurrency": "null or a whole number of requests, 0 (no cap) or more",
+    # vLLM's benchmark times the whole run: never 0, never a string.
+    "duration": "null or a finite number of seconds above 0 and below 1e9",
+    "count": "null or a whole number of requests, 0 or more",
     "error": 'a string ("" when the request succeeded) or null',
 }
 
@@ -248,10 +251,12 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         raise ServesimError("got 0 for a request that completed, expected at least 1 "
                             "prompt token", source=source, where=f"input_lens[{empty[0]}]")
     ttft = np.where(failed, np.nan, ttft)
+    duration, counts = _summary(data, n, int((~failed).sum()), source)
     notes = []
     if failed.any():
         notes.append(f"{int(failed.sum())} of {n} requests failed (error or no output): "
                      "counted, kept out of both sides")
+    notes += counts
     # vLLM records one gap per streamed chunk, not per token: a chunk carrying several
     # tokens (speculative decoding, a server stream interval) gives fewer, the chat
     # endpoint's role-only first chunk one more. Kept as vLLM's ITL, and said.
@@ -291,9 +296,6 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
                             where="request_rate")
     else:
         pacing = _pacing(data, rate, shape, source)
-        duration = data.get("duration")
-        if duration is not None:
-            duration = _seconds(duration, "duration", source)
         t, how = vllmclient.rebuild(n, pacing, seed, e2e_of(ttft, itls, failed),
                                     conc or None, duration)
         where = "request_rate"
@@ -326,6 +328,37 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     meta["aggregates_ms"] = vllm_aggregates(data, source)
     return VllmRun(t, prompt, output, ttft, itls, failed, how, tuple(notes), meta,
                    conc or None, earliest)
+
+
+def _summary(data: dict[str, Any], n: int, done: int, src: str
+             ) -> tuple[float | None, list[str]]:
+    """The run's ``duration`` (s, None when absent) and notes on its counts, checked
+    against the per-request lists (``n`` requests, ``done`` of them completed). What
+    cannot be is refused: a duration that is no positive time, ``completed`` above the
+    requests listed. A count that merely disagrees is said, since it has innocent
+    causes (a dataset that gave fewer prompts than ``num_prompts``, a request vLLM
+    counted as completed with no output)."""
+    duration = data.get("duration")
+    if duration is not None and (not is_number(duration) or not math.isfinite(duration)
+                                 or not 0 < duration < MAX_SPAN_S):
+        raise _refuse(duration, "duration", "duration", src)
+    notes = []
+    completed = data.get("completed")
+    if completed is not None:
+        completed = _whole(completed, "completed", src, rule="count")
+        if completed > n:
+            raise ServesimError(f"got {completed}, more than the {n} requests in the "
+                                f"per-request lists; expected a whole number from 0 to {n}",
+                                source=src, where="completed")
+        if completed != done:
+            notes.append(f"the file's completed is {completed}, but {done} of its {n} "
+                         "requests completed by the per-request lists (the lists are "
+                         "compared)")
+    prompts = data.get("num_prompts")
+    if prompts is not None and _whole(prompts, "num_prompts", src, rule="count") != n:
+        notes.append(f"the file's num_prompts is {prompts}, but its per-request lists "
+                     f"hold {n} requests (the lists are compared)")
+    return None if duration is None else float(duration), notes
 
 
 def _capped(conc: int, t: np.ndarray, rate: float | None, ramped: bool, saved: bool,

@@ -106,10 +106,35 @@ def vllm_level(path: Path, sc: Scenario, seed: int, bar: float | None, label: st
         "arrivals": run.arrivals_note, "notes": list(run.notes), "vllm": run.meta,
         "comparison": cmp, "verdict": verdict(cmp, BARS["cuda"] if bar is None else bar),
         "cross_check": check}
+    disagree = median_disagreement(agg.get("median_ttft_ms"), run.ttft_s[ok])
+    if disagree:
+        level["notes"].append(disagree)
     if (pred.status == REJECTED).any():
         level["notes"].append(f"{int((pred.status == REJECTED).sum())} requests rejected by "
                               f"the scenario's limits (see predicted-{label}.csv)")
     return level, real, pred, run
+
+
+# How far (fraction) vLLM's median TTFT may sit from the lists' before it is said: the
+# file's figure is a float of the same values, so only another run's (or another unit's)
+# figure lands past it.
+MEDIAN_TOLERANCE = 0.01
+
+
+def median_disagreement(vllm_ms: float | None, ttft_s: np.ndarray) -> str | None:
+    """A note when the file's ``median_ttft_ms`` (ms) is not the median of its completed
+    requests' TTFTs (``ttft_s``, seconds) as vLLM takes it, else None. A note, not an
+    error: a request vLLM counted apart from servesim's reading (an empty error text,
+    an output of 0) moves the median innocently; a file stitched from two runs, or
+    written in other units, moves it far, and the comparison uses the lists."""
+    if vllm_ms is None or not len(ttft_s):
+        return None
+    ours = float(np.median(ttft_s)) * 1e3
+    if abs(ours - vllm_ms) <= MEDIAN_TOLERANCE * max(ours, vllm_ms) + 1e-6:
+        return None
+    return (f"the file's median_ttft_ms {vllm_ms:g} is not the median of its completed "
+            f"requests' ttfts ({ours:.4g} ms): the summary and the per-request lists "
+            "disagree (another run's summary, or other units?); the lists are compared")
 
 
 def print_vllm_level(level: dict[str, Any], run: vllm_results.VllmRun) -> None:

@@ -175,3 +175,14 @@ def test_rope_scaling_without_factor_is_refused(tmp_path: Path, key: str,
 def test_default_rope_without_factor_is_unscaled(tmp_path: Path) -> None:
     assert from_hf_config(write(tmp_path, {**QWEN3, "rope_scaling": {
         "rope_type": "default"}})).max_context == 40960
+
+
+def test_a_count_of_2_to_the_53_is_refused_naming_the_config_key(tmp_path: Path) -> None:
+    """The reader's bound is ModelSpec's (below 2**53): the file and its key are named, not
+    the scenario's model.vocab."""
+    path = write(tmp_path, {**QWEN3, "vocab_size": 2**53})
+    with pytest.raises(ServesimError) as err:
+        from_hf_config(path)
+    assert str(err.value) == (f"{path}: vocab_size: got 9007199254740992, expected a whole "
+                              "number of at least 1 and below 2**53")
+    assert from_hf_config(write(tmp_path, {**QWEN3, "vocab_size": 2**53 - 1})).vocab == 2**53 - 1

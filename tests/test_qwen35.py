@@ -352,3 +352,36 @@ def test_sglang_builds_before_0_5_10_hold_the_first_token() -> None:
     assert [sglang_first_token_waits(v) for v in (
         "0.5.6.post2", "0.5.9", "nightly-dev", "nightly-dev-20260402-d7256eb6",
         "0.5.10.post1", "0.5.14", "")] == [True, True, True, True, False, False, False]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("num_hidden_layers", 0, "text_config.num_hidden_layers: got 0, expected a whole number "
+                             "of at least 1 and below 2**53"),
+    ("vocab_size", "big", "text_config.vocab_size: got 'big', expected a number"),
+    ("layer_types", ["full_attention"] * 3, "text_config.layer_types: expected a list of 60 "
+                                            "entries"),
+    ("rope_parameters", {"rope_type": "yarn"}, "text_config.rope_parameters.factor: absent "
+                                               "or null; a yarn rope type needs a factor"),
+])
+def test_a_wrapped_configs_errors_name_the_text_config_path(
+        tmp_path: Path, key: str, value: object, message: str) -> None:
+    """A Qwen3.5 config has these keys only under text_config: the error says so (it had
+    named num_hidden_layers, which the file's top level does not have)."""
+    cfg = json.loads(_config("qwen3.5-397b-a17b").read_text())
+    cfg["text_config"][key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError) as err:
+        from_hf_config(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_a_wrappers_own_quantization_config_keeps_its_path(tmp_path: Path) -> None:
+    """The quantization_config beside text_config is named at the top level, as written."""
+    cfg = json.loads(_config("qwen3.5-397b-a17b").read_text())
+    cfg["quantization_config"] = {"quant_method": "nonesuch"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError) as err:
+        from_hf_config(path)
+    assert str(err.value).startswith(f"{path}: quantization_config")

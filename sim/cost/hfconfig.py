@@ -95,14 +95,32 @@ _HEAD_DIM_DEFAULTS = {"gpt_oss": 64}
 # RoPE types whose effect on the context is known (HF's rope types; "su" is LongRoPE's
 # old name). vLLM refuses a type it does not know, so servesim does too.
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "su", "llama3")
+_SPEC_FIELDS = frozenset(ModelSpec.__dataclass_fields__)
+
+
+def _in_wrapper(exc: ServesimError, src: str, cfg: dict[str, Any], inner: str,
+                inherited: frozenset[str]) -> ServesimError:
+    """``exc`` with its key named as the file spells it: under ``text_config.`` when the
+    language model's config is a wrapper's (a Qwen3.5 config has no num_hidden_layers
+    at its top level). Left as it is: another file's error, a key the wrapper's own
+    level gave (its quantization_config), and a ModelSpec field that no config key
+    spells (layers, hidden)."""
+    where = exc.where or ""
+    root = where.split(".")[0].split("[")[0]
+    if (not inner or exc.source != src or not root or root in inherited
+            or where.startswith(inner) or (root in _SPEC_FIELDS and root not in cfg)):
+        return exc
+    return ServesimError(exc.message, src, inner + where)
 
 
 def _read(path: Path, overrides: dict[str, Any] | None = None
-          ) -> tuple[dict[str, Any], str, str]:
+          ) -> tuple[dict[str, Any], str, str, str, frozenset[str]]:
     """The language model's config in the ``config.json`` at ``path`` (``overrides``
     applied first, as vLLM's ``--hf-overrides``; unwrapped from a multimodal wrapper, its
-    quantisation config kept), the path as errors name it, and its ``model_type``,
-    checked to be a family (and, with experts, a MoE family) servesim models."""
+    quantisation config kept), the path as errors name it, its ``model_type``,
+    checked to be a family (and, with experts, a MoE family) servesim models, and where
+    its keys sit in the file ("text_config." in a wrapper, else "") and the keys read
+    from beside a wrapper's text_config."""
     src = str(path) if overrides is None else f"{path} with hf_overrides"
     text = read_text(path, "HuggingFace config.json")
     try:
@@ -123,13 +141,15 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
                             f"{cfg.get('model_type')!r} wraps its language model's config "
                             "in text_config, a mapping", source=src, where="text_config")
     inner = ""  # where the language model's keys are, as errors name them
+    inherited: frozenset[str] = frozenset()
     if cfg.get("model_type") in WRAPPERS:
         # A quantised release keeps its quantization_config beside the wrapper's configs.
         quant = cfg.get("quantization_config")
         cfg = dict(cfg["text_config"])
         inner = "text_config."
-        if quant is not None:
-            cfg.setdefault("quantization_config", quant)
+        if quant is not None and "quantization_config" not in cfg:
+            cfg["quantization_config"] = quant
+            inherited = frozenset({"quantization_config"})
     family = cfg.get("model_type")
     moe = [k for k in _MOE_KEYS if k in cfg]
     if family not in SUPPORTED_FAMILIES:
@@ -142,7 +162,7 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
         raise ServesimError(f"mixture-of-experts layers in a {family} config are not "
                             f"modelled; MoE families: {', '.join(MOE_KEYS)}", source=src,
                             where=f"{inner}{moe[0]}")
-    return cfg, src, family
+    return cfg, src, family, inner, inherited
 
 
 def from_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> ModelSpec:
@@ -150,7 +170,16 @@ def from_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> Model
     :data:`SUPPORTED_FAMILIES`), with vLLM-style ``overrides`` applied to it first
     (:mod:`sim.cost.hfoverrides`); anything else, or a mixture-of-experts config of
     another family, is an error."""
-    cfg, src, family = _read(path, overrides)
+    cfg, src, family, inner, inherited = _read(path, overrides)
+    try:
+        return _model_spec(path, cfg, src, family)
+    except ServesimError as exc:
+        raise _in_wrapper(exc, src, cfg, inner, inherited) from None
+
+
+def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> ModelSpec:
+    """The :class:`ModelSpec` of a language model's config ``cfg`` of ``family`` (keys
+    named in errors as ``cfg`` spells them, at ``src``)."""
 
     def get(key: str, default: Any = None) -> Any:
         value = cfg.get(key, default)
@@ -162,10 +191,11 @@ def from_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> Model
 
     def count(key: str, default: Any = None, least: int = 0) -> int:
         value = get(key, default)
-        # Past 2**53 no count of layers, heads or widths is real (and floats lose units).
-        if not math.isfinite(value) or value != int(value) or not least <= value <= 2**53:
+        # From 2**53 no count of layers, heads or widths is real (and floats lose units);
+        # ModelSpec's own bound, so the file's key is named rather than model.FIELD.
+        if not math.isfinite(value) or value != int(value) or not least <= value < 2**53:
             raise ServesimError(f"got {value!r}, expected a whole number of at least {least} "
-                                "and at most 2**53", source=src, where=key)
+                                "and below 2**53", source=src, where=key)
         return int(value)
 
     plain = _torch_dtype(cfg, src)
@@ -260,7 +290,7 @@ def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
     if base is None:
         base = trained
     if (isinstance(base, bool) or not isinstance(base, int | float) or not base >= 1
-            or base != int(base) or base > 2**53):
+            or base != int(base) or base >= 2**53):
         raise ServesimError(f"got {base!r}, expected a whole number of at least 1",
                             source=src, where=f"{key}.original_max_position_embeddings")
     return max(1, int(int(base) * factor))

@@ -101,9 +101,9 @@ def preset_overrides(model: ModelSpec, overrides: dict[str, Any], where: str) ->
            **{k: v for k, v in overrides.items() if k in CONTEXT_KEYS}}
     trained = cfg["max_position_embeddings"]
     if (not is_number(trained) or not math.isfinite(trained) or trained != int(trained)
-            or not 1 <= trained <= 2**53):
+            or not 1 <= trained < 2**53):
         raise ServesimError(f"got {trained!r}, expected a whole number of at least 1 and "
-                            "at most 2**53", where=f"{where}.max_position_embeddings")
+                            "below 2**53", where=f"{where}.max_position_embeddings")
     try:
         changes: dict[str, Any] = {"max_context": derived_context(cfg, int(trained), "")}
     except ServesimError as exc:

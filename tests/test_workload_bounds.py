@@ -99,8 +99,17 @@ def test_prefix_hashes_past_the_prompt_are_refused(tmp_path: Path, capsys: Any) 
                                     "workload": {"trace": {"path": str(trace)}}}))
     assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
                  str(tmp_path / "o")]) == 2
-    assert ("workload.trace: request 1 (row 2 of the workload) names 9 prefix blocks of 4 "
-            "tokens, more than its 10-token prompt fills (3)") in capsys.readouterr().err
+    # The trace's file and line are named (it had been "request 1 (row 2 of the workload)",
+    # counted after start_row, sorting and sampling, which cannot be found in the file).
+    assert (f"{trace}: line 3: prefix_hash_ids names 9 blocks of 4 tokens, more than its "
+            "10-token prompt fills (3); prefix_hash_ids lists the prompt's leading blocks"
+            ) in capsys.readouterr().err
+    raw = yaml.safe_load(path.read_text())
+    raw["workload"]["trace"]["start_row"] = 1
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
+                 str(tmp_path / "o")]) == 2
+    assert f"{trace}: line 3: prefix_hash_ids names 9 blocks" in capsys.readouterr().err
     trace.write_text("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n"
                      "0,40,2,1 2\n1,10,2,1 2 3\n")
     assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",

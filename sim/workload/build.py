@@ -77,7 +77,8 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
         tc = cfg.trace
         try:
             tr = traces.load_trace(traces.find_trace(tc.path, base_dir), tc.format,
-                                   sort=tc.sort, rng=rng, **tc.load_options())
+                                   sort=tc.sort, rng=rng, hash_block_tokens=block_tokens,
+                                   **tc.load_options())
             spec = tc.transforms(max_context, block_tokens)
             # target_rate applies to the window replayed (below), not the whole trace.
             windowed = tc.target_rate is not None and tr.arrival_s is not None

@@ -55,6 +55,8 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Log Type")
 # Tokens each of a Mooncake trace's hash_ids covers (its published block size).
 MOONCAKE_BLOCK_TOKENS = 512
+# The reader option load_trace sets to the KV block size (tokens), not a user's option.
+KV_BLOCK_TOKENS = "kv_block_tokens"
 
 
 def read_servesim(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]
@@ -64,8 +66,9 @@ def read_servesim(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
     f.only(SERVESIM_COLUMNS)
     ia, ip, io_ = f.require(SERVESIM_COLUMNS[:3])
     ipr, icl, ihs = (f.index.get(c) for c in SERVESIM_COLUMNS[3:])
+    per_hash = opts.get("prefix_block_tokens") or opts.get(KV_BLOCK_TOKENS)
     for lines, cols in f.chunks():
-        yield Chunk(
+        chunk = Chunk(
             lines,
             seconds(cols[ia], lines, "arrival_s", src),
             whole(cols[ip], lines, "prompt_tokens", src),
@@ -74,6 +77,23 @@ def read_servesim(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
             None if icl is None else labels(cols[icl], lines, "class", src),
             None if ihs is None else parse_hash_ids(cols[ihs], lines, src),
         )
+        if chunk.hashes is not None and per_hash:
+            _check_hash_room(chunk, per_hash, src)
+        yield chunk
+
+
+def _check_hash_room(chunk: Chunk, per_hash: int, src: str) -> None:
+    """Refuse a row whose prefix_hash_ids name more blocks of ``per_hash`` tokens than its
+    prompt fills: the ids past the prompt would be dropped without a word. Checked here,
+    where the row's line is known, rather than on the built requests."""
+    assert chunk.hashes is not None
+    for i, h in enumerate(chunk.hashes):
+        room = -(-int(chunk.prompt[i]) // per_hash)
+        if len(h) > room:
+            raise line_error(src, int(chunk.lines[i]), f"prefix_hash_ids names {len(h)} "
+                             f"blocks of {per_hash} tokens, more than its "
+                             f"{int(chunk.prompt[i])}-token prompt fills ({room}); "
+                             "prefix_hash_ids lists the prompt's leading blocks")
 
 
 def read_lengths(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]

@@ -210,14 +210,18 @@ def _assemble(chunks: list[traceio.Chunk], src: str, sort: bool, fmt: str) -> di
 
 
 def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
-               rng: np.random.Generator | None = None, **options: Any) -> Trace:
+               rng: np.random.Generator | None = None, hash_block_tokens: int | None = None,
+               **options: Any) -> Trace:
     """Load a request trace file (see the module docstring for formats and arrival rules).
 
     ``fmt`` None sniffs the format. ``sort`` stable-sorts rows by arrival instead of
     rejecting a file out of time order. ``options``: burstgpt ``model`` / ``log_type``
     filters; mooncake ``spread`` (needs ``rng``); servesim / mooncake
     ``prefix_block_tokens`` (default: Mooncake's 512; a servesim trace's None, the KV
-    block size).
+    block size). ``hash_block_tokens``: the KV block size (tokens), which sizes a
+    servesim trace's prefix_hash_ids blocks when ``prefix_block_tokens`` does not, so a
+    row naming more blocks than its prompt fills is refused on its line (None: left to
+    the engine, which has no line to name).
     """
     src = str(path)
     p = Path(path)
@@ -230,7 +234,8 @@ def load_trace(path: str | Path, fmt: str | None = None, *, sort: bool = False,
                                 f"{', '.join(FORMATS)}", source=src)
         _check_options(fmt, options, rng, src)
         spec = FORMATS[fmt]
-        chunks = list(spec.reader(p, src, options, dropped))
+        chunks = list(spec.reader(p, src, {**options, tf.KV_BLOCK_TOKENS: hash_block_tokens},
+                                  dropped))
     except UnicodeDecodeError:
         raise traceio.bad_utf8(p, src) from None
     except (OSError, EOFError) as exc:  # a damaged gzip stream, a read error

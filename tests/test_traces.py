@@ -263,6 +263,15 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
      r"line 3: prefix_hash_ids has '99999999999999999999'; expected integers from -2\*\*63"),
     (HDR + "0,5,1\n1,5," + "9" * 200_000 + "\n",
      r"line 3: not readable as CSV: field larger than field limit"),
+    # An unclosed quote is named on its own line, not the chunk's first line (2) or where
+    # the csv module's field limit ran out, thousands of lines on.
+    (HDR + "0,100,20\n0.5,100,20\n1,100,20\n1.5,\"100,20\n2,100,20\n",
+     r"t\.csv: line 5: a quoted field opens on this line and does not close "
+     r"\('1\.5,\"100,20'\); quoted fields spanning lines are not supported$"),
+    (HDR + "".join(f"{i},5,1\n" for i in range(10)) + "10,\"5,1\n"
+     + "".join(f"{i},5,1\n" for i in range(11, 20_000)),
+     r"t\.csv: line 12: a quoted field opens on this line and does not close"),
+    (HDR + "0,5,1\n1,\"5,1\n", r"t\.csv: line 3: a quoted field opens on this line"),
     ("arrival_s,prompt_tokens,output_tokens,class\n0,5,1,chat\n1,5,1, \n",
      r"line 3: class is empty; every row names its class"),
     ("", r"t\.csv: line 1: the trace file is empty"),

@@ -216,15 +216,18 @@ class CsvFile:
                 try:
                     rows = list(reader)
                 except csv.Error as exc:  # e.g. a field past the csv module's size limit
+                    self._open_quote(lines, start)
                     raise line_error(self.src, start + reader.line_num - 1,
                                f"not readable as CSV: {exc}") from None
                 if len(rows) != len(lines):
+                    self._open_quote(lines, start)
                     raise line_error(self.src, start, "a quoted field spans lines; not supported")
                 keep: list[int] = []
                 for i, row in enumerate(rows):
                     if len(row) == width:
                         keep.append(i)
                     elif any(f.strip() for f in row):
+                        self._open_quote(lines[i:i + 1], start + i)  # the file's last line
                         raise line_error(self.src, start + i,
                                    f"{len(row)} fields, expected {width} as in the header "
                                    f"(row {','.join(row)!r})")
@@ -233,6 +236,23 @@ class CsvFile:
                         rows = [rows[i] for i in keep]
                     yield start + np.asarray(keep, dtype=np.int64), list(zip(*rows, strict=True))
                 start += len(lines)
+
+    def _open_quote(self, lines: list[str], start: int) -> None:
+        """Refuse the first of ``lines`` (file line ``start`` onwards) whose quoted field
+        does not close on it. The csv module reads on past such a quote, swallowing the
+        lines after it, so the row it fails on (or the chunk's first line) is not where
+        the fault is."""
+        for i, line in enumerate(lines):
+            if line.count('"') % 2 == 0:
+                continue  # balanced quotes ("" inside a field included)
+            try:
+                next(csv.reader([line], strict=True), None)
+            except csv.Error:
+                text = line.rstrip("\r\n")
+                shown = text if len(text) <= 80 else text[:77] + "..."
+                raise line_error(self.src, start + i, f"a quoted field opens on this line and "
+                                 f"does not close ({shown!r}); quoted fields spanning lines "
+                                 "are not supported") from None
 
 
 def labels(values: Sequence[str], lines: np.ndarray, name: str, src: str) -> np.ndarray:

@@ -403,3 +403,25 @@ def test_knots_of_unequal_length_name_table_s_and_both_counts() -> None:
                                             rf"{len(lin['table_s'])} times for the "
                                             rf"{len(lin['table_at'])} counts of table_at"):
         parse_profile(data, "cut.yaml")
+
+
+@pytest.mark.parametrize("axis", ["table_at", "seqs", "kv_per_seq"])
+def test_knots_out_of_order_name_the_axis_index_and_values(axis: str) -> None:
+    """A swapped or repeated knot names its axis (grid.seqs, not "grid rows"), its index
+    and both values, as every other profile fault names index and value."""
+    import yaml
+
+    data = yaml.safe_load((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text())
+    if axis == "table_at":
+        xs, where = data["components"]["linear"]["table_at"], "components.linear.table_at"
+        xs[4] = xs[3]  # a repeated count
+    else:
+        xs = data["components"]["decode_attention"]["grid"][axis]
+        where = f"components.decode_attention.grid.{axis}"
+        xs[2], xs[3] = xs[3], xs[2]  # two swapped
+    with pytest.raises(ServesimError) as exc:
+        parse_profile(data, "p.yaml")
+    i = 4 if axis == "table_at" else 3
+    assert str(exc.value) == (f"p.yaml: {where}[{i}]: got {xs[i]:g}, not above "
+                              f"{axis}[{i - 1}] = {xs[i - 1]:g}; {axis} must be strictly "
+                              "increasing")

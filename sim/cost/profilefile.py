@@ -309,6 +309,7 @@ def _paired(xs: tuple[float, ...], ys: tuple[float, ...], where: str) -> Knots:
     if len(xs) != len(ys):  # neither list is the wrong one by itself: name both
         raise ServesimError(f"table_s has {len(ys)} times for the {len(xs)} counts of "
                             "table_at; give one time per count", where=f"{where}.table_s")
+    _increasing(xs, f"{where}.table_at")
     try:
         return Knots(xs, ys)
     except ValueError as exc:
@@ -328,6 +329,17 @@ def _frontend(comps: Mapping[str, Any]) -> Frontend:
             raise ServesimError(f"got {coefs[key]!r}, must be at most {most:g}",
                                 where=f"components.frontend.coef.{key}")
     return Frontend(**coefs)
+
+
+def _increasing(xs: tuple[float, ...], where: str) -> None:
+    """Refuse the first entry of the axis at ``where`` (knot counts, grid rows or columns)
+    that is not above the one before it, naming its index and both values: a swapped or
+    repeated knot would leave the curve undefined between them."""
+    key = where.rsplit(".", 1)[-1]
+    for i in range(1, len(xs)):
+        if xs[i] <= xs[i - 1]:
+            raise ServesimError(f"got {xs[i]:g}, not above {key}[{i - 1}] = {xs[i - 1]:g}; "
+                                f"{key} must be strictly increasing", where=f"{where}[{i}]")
 
 
 def _seconds(raw: Any, where: str, what: str) -> tuple[float, ...]:
@@ -368,6 +380,8 @@ def _grid(raw: Any, form: ComponentForm, schema: str, where: str) -> Grid:
                             where=where)
     rows = _seconds(raw["seqs"], f"{where}.seqs", "decode entries")
     cols = _seconds(raw["kv_per_seq"], f"{where}.kv_per_seq", "KV tokens per entry")
+    _increasing(rows, f"{where}.seqs")
+    _increasing(cols, f"{where}.kv_per_seq")
     if not isinstance(raw["s"], list):
         raise ServesimError("expected a list of rows of seconds", where=f"{where}.s")
     values = [_seconds(row, f"{where}.s[{i}]", "seconds") for i, row in enumerate(raw["s"])]

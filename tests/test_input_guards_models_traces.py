@@ -252,3 +252,21 @@ def test_a_tp_size_the_model_cannot_split_over_names_the_column(
     assert one_line(capsys) == (
         f"servesim: error: {csv}: line 2, tp_size: cannot simulate the row: the model's 32 "
         "query heads do not split over tp=3 (tp must divide the heads)")
+
+
+@pytest.mark.parametrize("tp, moe_tp", [("0", "4"), ("0", "0"), ("4", "2")])
+def test_a_moe_row_with_tp_0_is_incomplete_not_an_expert_split(tmp_path: Path, tp: str,
+                                                              moe_tp: str) -> None:
+    """validation.md: a row with 0 for tp is kept out as incomplete. A MiniMax-M2.5 row
+    had been reported as an expert split servesim does not model (tp 0, expert tp 4),
+    the expert-split check running first. A real odd split keeps its own reason."""
+    row = read_rows(silicon_csv(tmp_path, [
+        "r1,,vllm,0.16.0,MiniMaxAI/MiniMax-M2.5,h200_sxm,fp8,agg,128,16,2,"
+        f"{tp},1,1,89.85,12.38,fp8,{moe_tp},1"],
+        extra=("gemm_quant_mode", "moe_tp_size", "moe_ep_size")))[0]
+    why = classify(row)
+    if tp == "0":
+        assert why == "incomplete row (lengths, concurrency, tp or latencies missing)"
+    else:
+        assert why == ("experts split other than by tensor parallelism or by expert "
+                       "parallelism over the tp GPUs (tp 4, expert tp 2, expert parallelism 1)")

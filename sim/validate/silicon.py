@@ -261,6 +261,11 @@ def classify(row: Row) -> Case | str:
     if row.system not in SYSTEM_GPUS:
         return (f"system {row.system} is not compared: servesim prices public runs on "
                 f"{', '.join(sorted(set(SYSTEM_GPUS.values())))}")
+    # Before the splits are judged: a tp of 0 (or a missing length or latency) is an
+    # incomplete row, not an expert split servesim does not model.
+    if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
+            math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
+        return "incomplete row (lengths, concurrency, tp or latencies missing)"
     row = _single_node_split(row)
     if row.pp != 1 or row.attention_dp > 1 and not _dep(row, preset):
         return f"pipeline ({row.pp}) or attention-data ({row.attention_dp}) parallelism"
@@ -283,9 +288,6 @@ def classify(row: Row) -> Case | str:
         ep = row.moe_ep
     if row.backend not in SCHEDULERS:
         return f"backend {row.backend} is not modelled"
-    if min(row.isl, row.osl, row.concurrency, row.tp) < 1 or not (
-            math.isfinite(row.ttft_ms) and math.isfinite(row.tpot_ms)):
-        return "incomplete row (lengths, concurrency, tp or latencies missing)"
     fp8_kv = checkpoint_kv or row.collection == "inferencex" and any(
         (row.model_path, row.backend, gpu) in INFERENCEX_FP8_KV for gpu in (None, row.system))
     if clients != row.concurrency:

@@ -496,3 +496,20 @@ def test_an_azure_span_past_the_arrival_bound_is_refused(tmp_path: Path) -> None
     assert str(err.value) == (f"{path}: line 3: TIMESTAMP = '2261-12-31 23:59:59' is "
                               "1.843e+10 s from the first row's; arrivals are read up to "
                               "1e+09 s (31 years)")
+
+
+@pytest.mark.parametrize("header, fmt", [
+    ('"arrival_s","prompt_tokens","output_tokens"', "servesim"),
+    ('"TIMESTAMP","ContextTokens","GeneratedTokens"', "azure"),
+    ('"prompt_tokens","output_tokens"', "lengths"),
+])
+def test_a_quoted_header_is_sniffed_as_it_is_read(tmp_path: Path, header: str,
+                                                  fmt: str) -> None:
+    """pandas' QUOTE_ALL and spreadsheet exports quote the header: the format is told
+    from the columns the CSV reader sees (it had said it cannot tell the format)."""
+    path = tmp_path / "q.csv"
+    row = "2023-11-16 18:15:46,100,20" if fmt == "azure" else (
+        "100,20" if fmt == "lengths" else "0,100,20")
+    path.write_text(f"{header}\n{row}\n")
+    assert sniff_format(path) == fmt
+    assert len(load_trace(path).prompt_tokens) == 1

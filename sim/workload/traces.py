@@ -15,6 +15,7 @@ Arrival offsets: ``servesim`` files are used as written; ``azure``, ``burstgpt``
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -110,7 +111,12 @@ def sniff_format(path: str | Path) -> str:
     line_no, text = traceio.first_line(Path(path), src)
     if text.startswith("{"):
         return "mooncake"
-    cols = {c.strip() for c in text.split(",")}
+    # Read as the CSV reader reads the header (CsvFile), so a quoted header (pandas'
+    # QUOTE_ALL, a spreadsheet's export) names the same columns.
+    try:
+        cols = {c.strip() for c in next(csv.reader([text]), [])}
+    except csv.Error:
+        cols = set()
     if "arrival_s" in cols:
         return "servesim"
     if {"TIMESTAMP", "ContextTokens"} <= cols:

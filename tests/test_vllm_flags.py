@@ -474,3 +474,53 @@ def test_a_reshaped_preset_is_a_model_of_its_own_context() -> None:
     raw = {"model": {"preset": "tiny", "layers": 3, "max_context": 8192},
            "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}}, "workload": WORKLOAD}
     assert from_dict(raw, "<test>").model.max_context == 8192
+
+
+DEEP = '{"pass_config": ' + "[" * 2000 + "]" * 2000 + "}"
+
+
+@pytest.mark.parametrize("vllm, where, message", [
+    # Read as the other JSON flags are: these had raised RecursionError (H1) or been
+    # accepted with the generic note (H6).
+    ({"compilation-config": DEEP}, "vllm.compilation-config", "nested too deeply to read"),
+    ({"cc": DEEP}, "vllm.cc", "nested too deeply to read"),
+    ({"compilation-config": '{"cudagraph_mode": "NONE"'}, "vllm.compilation-config",
+     "not a JSON object (Expecting ',' delimiter at character 25)"),
+    ({"compilation-config": "[1,2]"}, "vllm.compilation-config",
+     "got [1, 2], expected a mapping (or its JSON text) with compilation settings"),
+    ({"compilation-config": '"0"'}, "vllm.compilation-config", "got '0', expected a mapping"),
+    ({"compilation-config": "NONE"}, "vllm.compilation-config", "not a JSON object"),
+    ({"compilation-config": "null"}, "vllm.compilation-config", "got None, expected a mapping"),
+    ({"compilation-config": 1.5}, "vllm.compilation-config",
+     "got 1.5, expected a mapping (or its JSON text) with compilation settings (such as "
+     "mode and cudagraph_mode), or an integer level"),
+    ({"compilation-config": '{"mode": 0, "mode": 3}'}, "vllm.compilation-config",
+     "key 'mode' given twice"),
+    ({"compilation-config": '{"cudagraph_mode": "NONE", "cudagraph_mode": "FULL"}'},
+     "vllm.compilation-config", "key 'cudagraph_mode' given twice"),
+    # Floats and booleans as a level (H7): vLLM's own coercion is not relied on.
+    ({"compilation-config": '{"mode": 0.0}'}, "vllm.compilation-config.mode",
+     "got 0.0, expected an integer (0 is no compilation) or a mode name such as NONE"),
+    ({"compilation-config": '{"level": -0.0}'}, "vllm.compilation-config.level", "got -0.0"),
+    ({"compilation-config": '{"level": false}'}, "vllm.compilation-config.level",
+     "got False, expected an integer"),
+    ({"optimization-level": 0.0}, "vllm.optimization-level", "got 0.0, expected an integer"),
+    ({"optimization-level": False}, "vllm.optimization-level", "got False, expected an integer"),
+    ({"compilation_config.level": 0.0}, "vllm.compilation_config.level", "got 0.0"),
+])
+def test_compilation_config_is_read_as_the_other_json_flags(vllm: Any, where: str,
+                                                            message: str) -> None:
+    with pytest.raises(ServesimError) as exc:
+        scenario(vllm)
+    assert f"{where}: " in str(exc.value) and message in str(exc.value)
+
+
+def test_a_bare_compilation_level_stays_a_level() -> None:
+    """vLLM's integer forms of the flag: 0 is eager (refused), others get the note."""
+    for value in ("3", " 3 ", 2):
+        sc = scenario({"compilation-config": value})
+        assert sc.notes == ("vllm.compilation-config: a kernel or compilation setting, not "
+                            "priced: steps cost what vLLM's default kernels take",)
+    for value in ("0", 0, '{"level": "0"}', {"mode": "-0"}):
+        with pytest.raises(ServesimError, match="runs without CUDA graphs"):
+            scenario({"compilation-config": value})

@@ -243,7 +243,7 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
             raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
                                 "default) so far", where=where)
     elif name in KERNEL or name.partition(".")[0] in KERNEL:
-        if runs_eager(name, value):
+        if runs_eager(name, value, where):
             raise ServesimError(f"got {value!r}: this runs without CUDA graphs, as "
                                 "enforce-eager does, which servesim does not price (its "
                                 "steps are the graph-captured kernels')", where=where)

@@ -5,10 +5,10 @@ spellings, and vLLM's human-readable integers."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
+from sim.config.vllmspec import json_object
 from sim.errors import ServesimError
 
 # vLLM flag (underscored) -> (scenario section, key).
@@ -152,36 +152,71 @@ def flag_value(flag: Any, value: Any) -> Any:
 
 # Compilation mode (``level`` before vLLM renamed it) 0, named NONE (NO_COMPILATION in
 # older releases): no torch.compile, and vLLM then defaults cudagraph_mode to NONE too.
-_NO_COMPILE = ("0", "NONE", "NO_COMPILATION")
+_NO_COMPILE = ("NONE", "NO_COMPILATION")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_MODE_NAME = re.compile(r"[A-Za-z_]+")
 
 
-def runs_eager(name: str, value: Any) -> bool:
+def _level_is_0(value: Any, where: str) -> bool:
+    """Whether a compilation ``level``/``mode`` or an optimization level ``value`` is 0
+    (NONE). vLLM reads an integer, its digits or a mode's name; a float or a boolean,
+    which vLLM's own validation may or may not coerce to 0, is refused rather than guessed
+    at. None (not set) is not 0."""
+    if value is None:
+        return False
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value == 0
+    if isinstance(value, str):
+        text = value.strip()
+        if _INTEGER.fullmatch(text):
+            return int(text) == 0
+        if _MODE_NAME.fullmatch(text):
+            return text.upper() in _NO_COMPILE
+    raise ServesimError(f"got {value!r}, expected an integer (0 is no compilation) or a "
+                        "mode name such as NONE or VLLM_COMPILE", where=where)
+
+
+def compilation_config(value: Any, where: str) -> dict[str, Any] | int | None:
+    """vLLM's ``--compilation-config`` ``value``: a mapping, its JSON text, or vLLM's bare
+    integer level (``0``, ``'3'``); None when not given. The JSON is read as the other
+    JSON flags' is (malformed text, duplicate keys and over-deep nesting refused); any
+    other value is refused, naming ``where``."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
+        return int(value.strip())
+    if isinstance(value, (str, dict)):
+        return json_object(value, where, "compilation settings (such as mode and "
+                           "cudagraph_mode), or an integer level")
+    raise ServesimError(f"got {value!r}, expected a mapping (or its JSON text) with "
+                        "compilation settings (such as mode and cudagraph_mode), or an "
+                        "integer level", where=where)
+
+
+def runs_eager(name: str, value: Any, where: str) -> bool:
     """Whether a kernel setting turns CUDA graphs off, as ``enforce-eager`` does:
     optimization level 0, compilation mode or level 0 (also vLLM's integer
     ``compilation-config: 0``) without a ``cudagraph_mode`` of its own, or a compilation
-    config whose ``cudagraph_mode`` is NONE."""
+    config whose ``cudagraph_mode`` is NONE. A level, mode or compilation config vLLM
+    would not read (malformed JSON, a float level) is an error naming ``where``."""
     if name == "optimization_level":
-        return str(value).strip() == "0"
+        return _level_is_0(value, where)
     if name.endswith(".cudagraph_mode"):
         return str(value).strip().upper() == "NONE"
     head, _, key = name.partition(".")  # -O.mode is the compilation config's, as -cc.mode
     if head in ("compilation_config", "optimization_level") and key in ("level", "mode"):
-        return str(value).strip().upper() in _NO_COMPILE
-    if name == "compilation_config":
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                return False
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value == 0  # vLLM reads a bare number as the compilation level
-        if not isinstance(value, dict):
-            return False
-        if value.get("cudagraph_mode") is not None:  # graphs asked for, or not, outright
-            return str(value["cudagraph_mode"]).upper() == "NONE"
-        return any(str(value.get(k)).strip().upper() in _NO_COMPILE for k in ("level", "mode")
-                   if value.get(k) is not None)
-    return False
+        return _level_is_0(value, where)
+    if name != "compilation_config":
+        return False
+    config = compilation_config(value, where)
+    if not isinstance(config, dict):
+        return config == 0  # vLLM reads a bare number as the compilation level
+    zero = [_level_is_0(config.get(k), f"{where}.{k}") for k in ("level", "mode")]
+    if config.get("cudagraph_mode") is not None:  # graphs asked for, or not, outright
+        return str(config["cudagraph_mode"]).upper() == "NONE"
+    return any(zero)
 
 
 _DIGITS = re.compile(r"[0-9]+")

@@ -421,6 +421,11 @@ def base(**serving: Any) -> dict[str, Any]:
      "give only kv_offload.cpu_gb"),
     ({**base(kv_offload={"cpu_gb": 1}), "hardware": {"host_memory_gb": 0}},
      "hardware.host_memory_gb", "got 0.0, must be greater than 0"),
+    # Sizes past 1 PiB: a raised host_memory_gb had let 1e300 GiB reach int(nan).
+    ({**base(kv_offload={"cpu_gb": 1e300}), "hardware": {"tp": 1, "host_memory_gb": 1e6}},
+     "serving.kv_offload.cpu_gb", "got 1e+300, must be at most 1048576"),
+    ({**base(kv_offload={"cpu_gb": 1}), "hardware": {"host_memory_gb": 1e305}},
+     "hardware.host_memory_gb", "got 1e+305, must be at most 1048576"),
 ])
 def test_bad_tiers_are_one_clear_error(raw: dict, key: str, needle: str) -> None:
     with pytest.raises(ServesimError) as info:

@@ -524,3 +524,25 @@ def test_a_bare_compilation_level_stays_a_level() -> None:
     for value in ("0", 0, '{"level": "0"}', {"mode": "-0"}):
         with pytest.raises(ServesimError, match="runs without CUDA graphs"):
             scenario({"compilation-config": value})
+
+
+@pytest.mark.parametrize("vllm, where, message", [
+    ({"kv-offloading-size": 1e300}, "vllm.kv-offloading-size",
+     "got 1e+300, expected GiB (a finite number above 0 and at most 1,048,576, 1 PiB)"),
+    ({"kv-transfer-config": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"cpu_bytes_to_use": 1e300}}},
+     "vllm.kv-transfer-config.kv_connector_extra_config.cpu_bytes_to_use",
+     "got 1e+300, expected bytes (a finite number above 0 and at most "
+     "1,125,899,906,842,624, 1 PiB)"),
+    ({"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both",
+                             "kv_connector_extra_config": {"lmcache.max_local_cpu_size":
+                                                           1e300}}},
+     "vllm.kv-transfer-config.kv_connector_extra_config.lmcache.max_local_cpu_size",
+     "got 1e+300, expected GB a rank (a finite number above 0 and at most 1,048,576, 1 PiB)"),
+])
+def test_host_tier_sizes_past_a_pebibyte_are_refused(vllm: Any, where: str,
+                                                      message: str) -> None:
+    """The flags' sizes are bounded as serving.kv_offload.cpu_gb is (H2)."""
+    with pytest.raises(ServesimError) as exc:
+        scenario(vllm, hardware={"host_memory_gb": 1e6})
+    assert f"{where}: {message}" in str(exc.value)

@@ -132,8 +132,9 @@ class HardwareConfig:
     # None: the default of the vLLM release that sizes the memory (0.92 from 0.22, 0.9
     # before: sim.cost.vllmmemory).
     memory_utilization: float | None = bounded(None, gt=0, le=1)
-    # None: the node's installed memory (sim.cost.gpus.NODE_HOST_MEMORY_GIB).
-    host_memory_gb: float | None = bounded(None, gt=0)
+    # None: the node's installed memory (sim.cost.gpus.NODE_HOST_MEMORY_GIB); at most
+    # 1 PiB, as a host tier per GPU.
+    host_memory_gb: float | None = bounded(None, gt=0, le=2**20)
     pp: int = bounded(1, ge=1)
     ep: int = bounded(1, ge=1)
     ep_imbalance: float = bounded(1.0, ge=1)

@@ -16,6 +16,9 @@ from sim.configtools import (
 )
 from sim.errors import ServesimError
 
+# The most host memory (GiB) a host tier, a swap space or a node may be given: 1 PiB.
+HOST_GIB_MAX = 2**20
+
 
 @dataclass(frozen=True)
 class KVOffloadConfig:
@@ -33,7 +36,9 @@ class KVOffloadConfig:
     full blocks are copied too, as vLLM's connector copies every full block; false:
     the prompt's alone, as LMCache does by default."""
 
-    cpu_gb: float = bounded(ge=0)
+    # At most 1 PiB a GPU, as swap_space_gib: a size past it is a slip, and 1e300 GiB
+    # would overflow the tier's block count.
+    cpu_gb: float = bounded(ge=0, le=HOST_GIB_MAX)
     bandwidth_gb_s: float | None = bounded(None, gt=0)
     overlap: bool = False
     write_policy: Literal["write_back", "write_through"] = "write_back"
@@ -101,7 +106,7 @@ class ServingConfig:
     num_kv_blocks: int | None = bounded(None, ge=1)
     # Host memory per GPU for swapped KV (GiB), when no kv_offload tier is given; a PiB
     # is beyond any host.
-    swap_space_gib: float = bounded(SWAP_SPACE_GIB, ge=0, le=2**20)
+    swap_space_gib: float = bounded(SWAP_SPACE_GIB, ge=0, le=HOST_GIB_MAX)
     # chunked: a per-iteration token budget below max_num_batched_tokens (a Sarathi-style
     # chunk size); unset, the budget is max_num_batched_tokens, as in vLLM v1.
     token_budget: int | None = bounded(None, ge=1)

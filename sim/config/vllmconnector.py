@@ -27,7 +27,6 @@ prefill pool is ``serving.policy: disaggregated``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -58,17 +57,18 @@ LMCACHE_TIERS = {"lmcache.local_disk": (None, ""), "lmcache.max_local_disk_size"
                  "lmcache.remote_url": (None, "")}
 
 
-def _size(value: Any, what: str, where: str) -> float:
-    """A positive finite number of bytes or GB (``what`` says which), refused otherwise
-    (an integer too large for a float too)."""
+def _size(value: Any, what: str, where: str, most: float) -> float:
+    """A positive finite number of bytes or GB (``what`` says which) up to ``most`` (1
+    PiB in that unit, the bound of ``serving.kv_offload.cpu_gb``), refused otherwise (an
+    integer too large for a float too)."""
     try:
         ok = (not isinstance(value, bool) and isinstance(value, int | float)
-              and 0 < float(value) < math.inf)
+              and 0 < float(value) <= most)
     except OverflowError:
         ok = False
     if not ok:
-        raise ServesimError(f"got {value!r}, expected {what} (a finite number above 0)",
-                            where=where)
+        raise ServesimError(f"got {value!r}, expected {what} (a finite number above 0 and "
+                            f"at most {int(most):,}, 1 PiB)", where=where)
     return float(value)
 
 
@@ -118,7 +118,8 @@ def _offloading(extra: dict[str, Any], tp: int, where: str
                 if "num_cpu_blocks" in extra else "")
         raise ServesimError(f"gives no cpu_bytes_to_use{hint}; give the host memory in "
                             "bytes, or use --kv-offloading-size GiB", where=where)
-    total = _size(extra["cpu_bytes_to_use"], "bytes", f"{where}.cpu_bytes_to_use")
+    total = _size(extra["cpu_bytes_to_use"], "bytes", f"{where}.cpu_bytes_to_use",
+                  2**50)
     policy = extra.get("eviction_policy", "lru")
     if policy not in ("lru", "arc"):
         raise ServesimError(f"got {policy!r}; vLLM's CPU offloading evicts by lru or arc",
@@ -146,7 +147,7 @@ def _lmcache(extra: dict[str, Any], where: str) -> tuple[dict[str, Any], list[st
     notes = []
     if "lmcache.max_local_cpu_size" in extra:
         gb = _size(extra["lmcache.max_local_cpu_size"], "GB a rank",
-                   f"{where}.lmcache.max_local_cpu_size")
+                   f"{where}.lmcache.max_local_cpu_size", 2**20)
     else:
         gb = LMCACHE_DEFAULT_GB
         notes.append(f"no lmcache.max_local_cpu_size: the host tier is LMCache's default, "
@@ -198,7 +199,7 @@ def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],
         return
     if value is None:
         return
-    value = _size(value, "GiB", where)
+    value = _size(value, "GiB", where, 2**20)
     backend = given.get("kv_offloading_backend", ("", "native"))[1]
     way = LMCACHE_WAY if backend == "lmcache" else NATIVE
     _set_tier(section("serving"), {"cpu_gb": value / _tp(given, section), **way}, where)

@@ -183,3 +183,33 @@ def test_a_profile_release_outside_the_modelled_ones_is_noted(
                   profile_scenario(tmp_path, version, num_gpu_blocks=1000)):
         assert not any(n.startswith("cost.profile") for n in quiet.notes), quiet.notes
     disagg.profile_vllm_source.cache_clear()
+
+
+# 10: num_gpu_blocks against the GPU's memory (vLLM allocates exactly the override)
+
+def blocks(n: int, **serving: Any) -> dict[str, Any]:
+    """llama-3-8b on one h100-sxm (29,135 blocks of 2 MiB by memory) with ``n`` blocks."""
+    return scenario(model="llama-3-8b", cost="roofline",
+                    hardware={"gpu": "h100-sxm", "tp": 1},
+                    serving={"policy": "chunked", "num_gpu_blocks": n, **serving})
+
+
+def test_blocks_past_the_gpus_memory_are_refused_with_the_numbers() -> None:
+    msg = str(refused(blocks(1_000_000)))
+    assert msg.startswith("s.yaml: serving.num_gpu_blocks: got 1000000 blocks of 2097152 "
+                          "bytes, 1953.12 GiB per GPU, more than the 63.24 GiB h100-sxm has "
+                          "for the KV cache (79.20 GiB less weights 14.96, ")
+    assert msg.endswith("so vLLM would fail to allocate them at start-up; give at most 32379 "
+                        "blocks, or leave it out to size the cache from memory")
+    raw = blocks(1)
+    raw["serving"] = {"policy": "disaggregated"}
+    raw["disaggregated"] = {"prefill": {"num_gpu_blocks": 40_000}}
+    assert "disaggregated.prefill.num_gpu_blocks: got 40000 blocks" in str(refused(raw))
+
+
+def test_blocks_past_the_utilization_budget_get_a_note() -> None:
+    assert notes(blocks(31_000)) == (
+        "serving.num_gpu_blocks: 31000 blocks of 2097152 bytes, 60.55 GiB per GPU, more than "
+        "the 56.91 GiB memory_utilization 0.92 leaves (29135 blocks); they fit the GPU's "
+        "memory, so vLLM allocates them and the run simulates them all",)
+    assert notes(blocks(29_135)) == ()

@@ -307,6 +307,24 @@ def check_pools(scenario: Scenario) -> None:
                 pool_memory(scenario.model, pool).fitted()
             except ServesimError as exc:
                 raise ServesimError(exc.message, where=prefix) from None
+        else:
+            blocks_override_note(scenario, pool)  # raises where the blocks cannot fit
+
+
+def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
+    """``pool``'s ``num_gpu_blocks`` against its GPU's memory
+    (:meth:`sim.cost.memory.MemoryBudget.override`): an error naming the key where they
+    cannot fit the GPU, a note where they pass the utilization budget; None without the
+    key or where they fit the budget."""
+    n = pool.serving.num_gpu_blocks
+    if n is None:
+        return None
+    pc = getattr(scenario.disaggregated, pool.role, None)
+    key = ("serving.num_gpu_blocks" if pc is None or pc.num_gpu_blocks is None
+           else f"disaggregated.{pool.role}.num_gpu_blocks")
+    budget = pool_memory(scenario.model, pool)
+    # The manager's blocks hold every full-attention group (sim.core.cluster.pool_blocks).
+    return budget.override(max(1, n // budget.window_groups[1]), key)
 
 
 def check_linear_attention(scenario: Scenario) -> None:

@@ -1,14 +1,15 @@
 """Notes for a run's summary on settings that load without error but change nothing, or
 less than they appear to: a ``faults`` section that injects no fault, priorities that no
-scheduler reads, a shared prefix that is not a whole number of blocks, and a profile
-file's vLLM release outside those whose memory rules servesim models. Each note leaves
+scheduler reads, a shared prefix that is not a whole number of blocks, a profile
+file's vLLM release outside those whose memory rules servesim models, and a
+``num_gpu_blocks`` past what ``memory_utilization`` leaves for the KV cache. Each note leaves
 every simulated number as it was; it only says what the run did with the setting."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.config.disagg import memory_version, pools, profile_vllm_source
+from sim.config.disagg import blocks_override_note, memory_version, pools, profile_vllm_source
 from sim.cost.vllmmemory import FIRST, LAST, modelled_release
 
 if TYPE_CHECKING:
@@ -20,7 +21,8 @@ def settings_notes(scenario: Scenario, raw: dict[str, Any]) -> tuple[str, ...]:
     ``scenario``; ``raw`` is the mapping it was loaded from (overrides applied), read to
     tell a section the file wrote from one left at its defaults."""
     found = (_faults_note(scenario, raw.get("faults")), _priority_note(scenario),
-             _prefix_note(scenario), _profile_version_note(scenario))
+             _prefix_note(scenario), _profile_version_note(scenario),
+             *(blocks_override_note(scenario, pool) for pool in pools(scenario)))
     return tuple(note for note in found if note is not None)
 
 

@@ -170,6 +170,30 @@ class MemoryBudget:
                "them), or choose a larger GPU"),
             where="hardware")
 
+    def override(self, blocks: int, key: str) -> str | None:
+        """Check vLLM's --num-gpu-blocks-override: ``blocks`` blocks (of ``block_bytes``
+        bytes a GPU), which vLLM allocates whatever its budget. More than the GPU holds
+        after every other term (at utilization 1) fails a real server at start-up: a
+        :class:`ServesimError` naming ``key`` with the numbers. More than
+        ``memory_utilization`` leaves, yet within the GPU: the note returned; else None."""
+        need = blocks * self.block_bytes
+        device = dataclasses.replace(self, utilization=1.0)
+        if need <= self.kv:
+            return None
+        said = f"{blocks} blocks of {self.block_bytes} bytes, {need / GIB:.2f} GiB per GPU"
+        if need > device.kv:
+            room = max(0, device.blocks)
+            raise ServesimError(
+                f"got {said}, more than the {max(0.0, device.kv) / GIB:.2f} GiB {self.gpu} "
+                f"has for the KV cache ({self.total / GIB:.2f} GiB less weights "
+                f"{self.weights / GIB:.2f}, activation {self.activation / GIB:.2f}, non-torch "
+                f"{self.non_torch / GIB:.2f}, CUDA graphs {self.cuda_graph / GIB:.2f} GiB), so "
+                f"vLLM would fail to allocate them at start-up; give at most {room} blocks, "
+                "or leave it out to size the cache from memory", where=key)
+        return (f"{key}: {said}, more than the {max(0.0, self.kv) / GIB:.2f} GiB "
+                f"memory_utilization {self.utilization:g} leaves ({self.blocks} blocks); they "
+                "fit the GPU's memory, so vLLM allocates them and the run simulates them all")
+
     def summary(self, blocks: int | None = None) -> dict[str, Any]:
         """The terms in GiB, and the replica's KV blocks and tokens (``blocks`` when a
         ``num_gpu_blocks`` override sets them; then ``kv_gib`` is what those blocks take)."""

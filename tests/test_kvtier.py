@@ -426,6 +426,10 @@ def base(**serving: Any) -> dict[str, Any]:
      "serving.kv_offload.cpu_gb", "got 1e+300, must be at most 1048576"),
     ({**base(kv_offload={"cpu_gb": 1}), "hardware": {"host_memory_gb": 1e305}},
      "hardware.host_memory_gb", "got 1e+305, must be at most 1048576"),
+    # A tier above 0 that holds no whole block had run as a 0-block tier without a word.
+    (base(kv_offload={"cpu_gb": 1e-4}), "serving.kv_offload.cpu_gb",
+     "got 0.0001 GiB per GPU, less than one KV block (262,144 bytes, 0.25 MiB per GPU), so "
+     "the tier would hold nothing; give at least 0.000244 GiB, or 0"),
 ])
 def test_bad_tiers_are_one_clear_error(raw: dict, key: str, needle: str) -> None:
     with pytest.raises(ServesimError) as info:

@@ -546,3 +546,14 @@ def test_host_tier_sizes_past_a_pebibyte_are_refused(vllm: Any, where: str,
     with pytest.raises(ServesimError) as exc:
         scenario(vllm, hardware={"host_memory_gb": 1e6})
     assert f"{where}: {message}" in str(exc.value)
+
+
+def test_a_flag_tier_under_one_block_is_refused_naming_the_flag() -> None:
+    """1e-9 GiB over tp 2 holds no 16 KiB block shard: refused, not a 0-block tier (H8)."""
+    with pytest.raises(ServesimError) as exc:
+        scenario({"kv-offloading-size": 1e-9}, hardware={"tp": 2})
+    assert str(exc.value) == (
+        "<test>: serving.kv_offload.cpu_gb: got 5e-10 GiB per GPU, less than one KV block "
+        "(16,384 bytes, 0.015625 MiB per GPU), so the tier would hold nothing; give at least "
+        "1.53e-05 GiB, or 0 (as set by vllm.kv-offloading-size, whose size is over the "
+        "tensor-parallel GPUs)")

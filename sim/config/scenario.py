@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.config.disagg import DisaggConfig, check_pools, pools
+from sim.config.disagg import DisaggConfig, check_pools, pool_memory, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import DEFAULT_GPU, HardwareConfig
 from sim.config.loadnotes import settings_notes
@@ -23,6 +23,7 @@ from sim.config.overrides import load_raw
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
 from sim.config.vllmflags import apply_vllm, pool_defaults, serving_defaults
+from sim.config.vllmnames import flag_name
 from sim.configtools import (
     bounded,
     build,
@@ -205,6 +206,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         for required in ("model", "workload"):
             if required not in raw:
                 raise ServesimError("required key is missing", where=required)
+        flag_tier = _tier_flag(raw)
         raw, notes, read = apply_vllm(raw, DEFAULT_GPU, base_dir)  # server flags, to their keys
         try:
             hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
@@ -252,7 +254,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         _check_async(scenario)
         _check_recv(scenario)
         check_pools(scenario)
-        check_host_memory(scenario)
+        check_host_memory(scenario, flag_tier)
         wl = scenario.workload
         if scenario.serving.caches_prefixes:
             check_prefix_blocks(wl, scenario.serving.block_size)
@@ -285,15 +287,35 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         raise exc.located(source) from None
 
 
-def check_host_memory(scenario: Scenario) -> None:
+def _tier_flag(raw: dict[str, Any]) -> str | None:
+    """The vLLM flag that sizes the host tier, as the section writes it (``vllm.NAME``;
+    ``the vllm section`` where a config file of its gives it), for errors on that size;
+    None where the scenario writes ``serving.kv_offload`` itself or no flag sets one."""
+    vllm, serving = raw.get("vllm"), raw.get("serving")
+    if not isinstance(vllm, dict) or (isinstance(serving, dict) and "kv_offload" in serving):
+        return None
+    sizing = ("kv_offloading_size", "kv_transfer_config")
+    return next((f"vllm.{k}" for k in vllm if flag_name(k) in sizing), "the vllm section")
+
+
+def check_host_memory(scenario: Scenario, flag_tier: str | None = None) -> None:
     """A kv_offload tier fits the host memory of a node: ``cpu_gb`` times the pool's GPUs
     on one node (all of them, up to the node's count) at most ``hardware.host_memory_gb``
-    (default: the node's installed memory)."""
+    (default: the node's installed memory); a ``cpu_gb`` above 0 holds at least one KV
+    block. ``flag_tier``: the vLLM flag that set the tier, which its errors name."""
     given = scenario.hardware.host_memory_gb
     for pool in pools(scenario):
         tier = pool.serving.kv_offload
         if tier is None:
             continue
+        block = pool_memory(scenario.model, pool).block_bytes  # one block's shard, a GPU
+        if 0 < tier.cpu_gb * 2**30 < block:
+            raise ServesimError(
+                f"got {tier.cpu_gb:g} GiB per GPU, less than one KV block ({block:,} bytes, "
+                f"{block / 2**20:g} MiB per GPU), so the tier would hold nothing; give at "
+                f"least {block / 2**30:.3g} GiB, or 0"
+                + (f" (as set by {flag_tier}, whose size is over the tensor-parallel GPUs)"
+                   if flag_tier else ""), where="serving.kv_offload.cpu_gb")
         spec = pool.gpu_spec
         cap = given if given is not None else NODE_HOST_MEMORY_GIB.get(pool.gpu)
         if cap is None:

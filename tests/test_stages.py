@@ -74,6 +74,20 @@ def test_num_requests_caps_a_staged_workload() -> None:
     assert requests_of(sc).arrival_s.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0]
 
 
+def test_a_cap_that_ends_the_stages_early_is_noted() -> None:
+    """num_requests reached in stage 1 of 3: the later stages' empty reports say why."""
+    three = [{"rate": 2, "duration_s": 2}, {"rate": 4, "duration_s": 1},
+             {"rate": 1, "duration_s": 1}]
+    rq = requests_of(tiny_scenario(workload=staged(three, num_requests=3)))
+    assert rq.notes == ("workload.num_requests (3) is reached at 1 s, in stage 1 of 3 (0 to "
+                        "2 s): stages 2 to 3 send no request; raise num_requests (or leave "
+                        "it out) to run every stage",)
+    rq = requests_of(tiny_scenario(workload=staged(three[:2], num_requests=5)))
+    assert rq.notes == ("workload.num_requests (5) is reached at 2 s, in stage 2 of 2 (2 to "
+                        "3 s): no request arrives in the rest of it",)
+    assert requests_of(tiny_scenario(workload=staged(three, num_requests=100))).notes == ()
+
+
 def test_the_summary_reports_each_stage_by_hand() -> None:
     # One request a second for 3 s, then one every 10 ms for 0.1 s (10 requests, 8
     # tokens each, 1 more token out). Stage 2's requests queue behind each other:

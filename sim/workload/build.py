@@ -16,7 +16,7 @@ from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
 from sim.workload.draw import located, sample_lengths, workload_arrivals
 from sim.workload.requests import Requests, WorkloadConfig
-from sim.workload.stages import stage_trace_times, windows
+from sim.workload.stages import cap_note, stage_trace_times, windows
 
 
 def build_requests(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
@@ -143,7 +143,11 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
         reqs = Requests(t, prompt, output, priority=prio, notes=tuple(unused))
     if cfg.stages is not None:
         assert cfg.arrivals is not None
-        reqs = dataclasses.replace(reqs, stage_windows=windows(cfg.stages, cfg.arrivals.start_s))
+        spans = windows(cfg.stages, cfg.arrivals.start_s)
+        # The cap cuts the stages short silently otherwise: its stage reports show why.
+        capped = cap_note(cfg.num_requests, reqs.arrival_s, spans)
+        reqs = dataclasses.replace(reqs, stage_windows=spans,
+                                   notes=reqs.notes + ((capped,) if capped else ()))
     if cfg.shared_prefix is not None:
         # Drawn last, so adding a shared prefix leaves every other draw unchanged.
         reqs = cfg.shared_prefix.apply(reqs, rng)

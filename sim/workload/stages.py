@@ -51,6 +51,28 @@ def windows(stages: Sequence[StageConfig], start_s: float) -> tuple[tuple[float,
     return tuple(out)
 
 
+def cap_note(cap: int | None, t: np.ndarray,
+             spans: Sequence[tuple[float, float]]) -> str | None:
+    """The note for generated staged arrivals ``t`` (s) that ``num_requests`` (``cap``)
+    ended before the last stage's end (``spans``: each stage's [start, end) s): the time
+    and stage the cap is reached in, and the stages that then send no request. None
+    where the cap was not reached."""
+    if cap is None or len(t) < cap or not len(t):
+        return None
+    last = float(t[-1])
+    k = min(int(np.searchsorted([hi for _, hi in spans], last, side="right")),
+            len(spans) - 1)
+    lo, hi = spans[k]
+    said = (f"workload.num_requests ({cap:,}) is reached at {last:.4g} s, in stage {k + 1} "
+            f"of {len(spans)} ({lo:g} to {hi:g} s)")
+    rest = len(spans) - k - 1
+    if rest == 0:
+        return f"{said}: no request arrives in the rest of it"
+    later = f"stage {k + 2} sends" if rest == 1 else f"stages {k + 2} to {len(spans)} send"
+    return (f"{said}: {later} no request; raise num_requests (or leave it out) to run "
+            "every stage")
+
+
 def stage_counts(stages: Sequence[StageConfig]) -> list[int]:
     """Requests a trace replays in each stage: rate × duration, rounded."""
     return [int(round(s.rate * s.duration_s)) for s in stages]

@@ -213,3 +213,21 @@ def test_blocks_past_the_utilization_budget_get_a_note() -> None:
         "the 56.91 GiB memory_utilization 0.92 leaves (29135 blocks); they fit the GPU's "
         "memory, so vLLM allocates them and the run simulates them all",)
     assert notes(blocks(29_135)) == ()
+
+
+def test_fault_keys_that_cannot_act_get_a_note() -> None:
+    """An empty faults section, max_retries under fail and repair_s without random
+    failures had loaded without a word (docs/reliability.md promised the first)."""
+    assert notes(scenario(faults={})) == (
+        "faults: injects no fault (no outages, failures_per_hour 0); add outages or a "
+        "failures_per_hour above 0 to inject some",)
+    outage = [{"replica": 0, "at_s": 0.1, "duration_s": 0.1}]
+    assert notes(scenario(faults={"outages": outage, "on_failure": "fail",
+                                  "max_retries": 3})) == (
+        "faults.max_retries: 3 is not used: it bounds the retries of on_failure: retry, and "
+        "under fail a lost request fails at once",)
+    assert notes(scenario(faults={"outages": outage, "repair_s": 10})) == (
+        "faults.repair_s: 10 s is not used: it is how long a random failure "
+        "(failures_per_hour) lasts, and each planned outage lasts its own duration_s",)
+    assert notes(scenario(faults={"outages": outage, "failures_per_hour": 0.1,
+                                  "repair_s": 10, "max_retries": 1})) == ()

@@ -1,9 +1,10 @@
 """Notes for a run's summary on settings that load without error but change nothing, or
-less than they appear to: a ``faults`` section that injects no fault, priorities that no
-scheduler reads, a shared prefix that is not a whole number of blocks, a profile
-file's vLLM release outside those whose memory rules servesim models, and a
-``num_gpu_blocks`` past what ``memory_utilization`` leaves for the KV cache. Each note leaves
-every simulated number as it was; it only says what the run did with the setting."""
+less than they appear to: a ``faults`` section that injects no fault (or keys of one
+that cannot act on the faults it injects), priorities that no scheduler reads, a shared
+prefix that is not a whole number of blocks, a profile file's vLLM release outside
+those whose memory rules servesim models, and a ``num_gpu_blocks`` past what
+``memory_utilization`` leaves for the KV cache. Each note leaves every simulated number
+as it was; it only says what the run did with the setting."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def settings_notes(scenario: Scenario, raw: dict[str, Any]) -> tuple[str, ...]:
     """The notes of :mod:`this module <sim.config.loadnotes>` that apply to the validated
     ``scenario``; ``raw`` is the mapping it was loaded from (overrides applied), read to
     tell a section the file wrote from one left at its defaults."""
-    found = (_faults_note(scenario, raw.get("faults")), _priority_note(scenario),
+    found = (_faults_note(scenario, raw.get("faults")),
+             *_idle_fault_keys(scenario, raw.get("faults")), _priority_note(scenario),
              _prefix_note(scenario), _profile_version_note(scenario),
              *(blocks_override_note(scenario, pool) for pool in pools(scenario)))
     return tuple(note for note in found if note is not None)
@@ -29,13 +31,31 @@ def settings_notes(scenario: Scenario, raw: dict[str, Any]) -> tuple[str, ...]:
 def _faults_note(scenario: Scenario, given: Any) -> str | None:
     """A written ``faults`` section with no outage and no failure rate: its retry and
     repair settings act only on a failure, and none happens."""
-    if not isinstance(given, dict) or not given or scenario.faults.active:
+    if not isinstance(given, dict) or scenario.faults.active:  # {} written is noted too
         return None
     idle = sorted(str(k) for k in given if k not in ("outages", "failures_per_hour"))
     return ("faults: injects no fault (no outages, failures_per_hour "
             f"{scenario.faults.failures_per_hour:g})"
             + (f"; {', '.join(idle)} act only when a replica fails" if idle else "")
             + "; add outages or a failures_per_hour above 0 to inject some")
+
+
+def _idle_fault_keys(scenario: Scenario, given: Any) -> list[str]:
+    """Keys of a written ``faults`` section that injects faults yet cannot act on them:
+    ``max_retries`` under ``on_failure: fail`` (nothing is retried), ``repair_s``
+    without random failures (a planned outage lasts its own ``duration_s``)."""
+    faults = scenario.faults
+    if not isinstance(given, dict) or not faults.active:
+        return []
+    out = []
+    if "max_retries" in given and faults.on_failure == "fail":
+        out.append(f"faults.max_retries: {faults.max_retries} is not used: it bounds the "
+                   "retries of on_failure: retry, and under fail a lost request fails at once")
+    if "repair_s" in given and faults.failures_per_hour == 0:
+        out.append(f"faults.repair_s: {faults.repair_s:g} s is not used: it is how long a "
+                   "random failure (failures_per_hour) lasts, and each planned outage "
+                   "lasts its own duration_s")
+    return out
 
 
 def _priority_note(scenario: Scenario) -> str | None:

@@ -301,3 +301,24 @@ def test_a_disaggregated_section_under_another_policy_is_noted() -> None:
     assert "note: disaggregated: not used under policy chunked" in table(summarize(res))
     assert tiny_scenario(serving={"policy": "disaggregated"},
                          disaggregated={"prefill": {"replicas": 2}}).notes == ()
+
+
+INLINE = {"name": "slowlink", "flops": 989e12, "mem_bw": 3.35e12, "mem_gb": 80,
+          "link_bw": 450e9, "host_bw": 55e9, "node_gpus": 8}
+
+
+@pytest.mark.parametrize("sections, where, got", [
+    ({"serving": {"policy": "disaggregated"}, "disaggregated": {"link": {"latency_s": 1e9}}},
+     "disaggregated.link.latency_s", "got 1e+09; latency_s is in seconds (for example "
+                                     "2e-05, InfiniBand), from 0 to 10"),
+    ({"hardware": {"gpu": {**INLINE, "link_latency_s": 1e9}}}, "hardware.gpu.link_latency_s",
+     "got 1e+09; link_latency_s is in seconds (for example 8e-06, NVLink), from 0 to 10"),
+    ({"hardware": {"gpu": {**INLINE, "net_latency_s": 1e5}}}, "hardware.gpu.net_latency_s",
+     "got 100000; net_latency_s is in seconds (for example 2e-05, InfiniBand), from 0 to 10"),
+])
+def test_link_latencies_past_ten_seconds_are_refused(sections, where, got):
+    """A 31-year link had run to nonsense results, or failed after the run naming other
+    keys."""
+    with pytest.raises(ServesimError) as err:
+        tiny_scenario(**sections)
+    assert str(err.value).endswith(f"{where}: {got}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from sim.config.gpu import InlineGPU, gpu_label, resolve_gpu
+from sim.config.gpu import InlineGPU, check_latency_s, gpu_label, resolve_gpu
 from sim.config.serving import check_gb_s
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
@@ -50,6 +50,7 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         check_gb_s(self.bandwidth_gb_s, "50, a 400 Gb/s InfiniBand port")
+        check_latency_s(self.latency_s, "latency_s", "2e-05, InfiniBand")
 
     @property
     def bandwidth(self) -> float:

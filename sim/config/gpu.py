@@ -28,6 +28,19 @@ RATE_FIELDS = (("flops", "FLOP/s", "989e12"), ("fp8_flops", "FLOP/s", "1979e12")
                ("net_bw", "bytes/s", "50e9"))
 RATE_FLOOR = {"FLOP/s": 1e9, "bytes/s": 1e6}
 OPTIONAL_RATES = ("fp8_flops", "fp4_flops")  # 0: no such tensor cores
+# The longest link latency (s) a scenario may give. Real links take microseconds (5e-6
+# across NVLink, 2e-5 over InfiniBand) and a wide-area hop well under a second; a figure
+# past 10 s is one written in micro- or milliseconds, or a slip, and would stall every
+# transfer or collective for years of simulated time.
+LATENCY_MAX_S = 10.0
+
+
+def check_latency_s(value: float | None, key: str, example: str) -> None:
+    """Refuse a link latency ``value`` (s; None: the default) above
+    :data:`LATENCY_MAX_S`, naming ``key`` and a real figure (``example``)."""
+    if value is not None and value > LATENCY_MAX_S:
+        raise ServesimError(f"got {value:g}; {key} is in seconds (for example {example}), "
+                            f"from 0 to {LATENCY_MAX_S:g}", where=key)
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,8 @@ class InlineGPU:
             raise ServesimError("give exactly one of mem_bytes (bytes) or mem_gb (GiB): the "
                                 "memory the device reports to programs",
                                 where="mem_gb" if self.mem_gb is not None else "mem_bytes")
+        check_latency_s(self.link_latency_s, "link_latency_s", "8e-06, NVLink")
+        check_latency_s(self.net_latency_s, "net_latency_s", "2e-05, InfiniBand")
         for key, unit, example in RATE_FIELDS:
             value = getattr(self, key)
             if 0 < value < RATE_FLOOR[unit] or value == 0 and key not in OPTIONAL_RATES:

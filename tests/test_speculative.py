@@ -387,6 +387,11 @@ BAD = {
     "layers_for_ngram": ("continuous", "{method: ngram, num_tokens: 2, acceptance: "
                          "{rate: 0.5}, draft_layers: 2}",
                          ["serving.speculative.draft_layers", "eagle and mtp"]),
+    # A head deeper than its target had been blamed on the hardware's memory.
+    "layers_past_the_target": ("continuous", "{method: eagle, num_tokens: 2, acceptance: "
+                               "{rate: 0.5}, draft_layers: 1000}",
+                               ["serving.speculative.draft_layers: got 1000, more than the 2 "
+                                "layers of the target tiny", "give 1 to 2"]),
     "unknown_key": ("continuous", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
                     "tokens: 3}", ["serving.speculative", "unknown key 'tokens'"]),
     "static_policy": ("static", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}}",

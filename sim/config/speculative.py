@@ -212,7 +212,8 @@ def draft_memory(spec: SpeculativeConfig, target: ModelSpec, tp: int) -> tuple[i
 
 def check_speculative(scenario: Scenario) -> None:
     """Load-time checks that need the model and hardware: a draft model shares the
-    target's vocabulary and splits over the same tp; every class named has requests of
+    target's vocabulary and splits over the same tp; an EAGLE or MTP head has at most
+    the target's layers; every class named has requests of
     that name (when the workload names its classes); errors at ``serving.speculative``."""
     spec = scenario.serving.speculative
     if spec is None:
@@ -227,6 +228,13 @@ def check_speculative(scenario: Scenario) -> None:
                                 f"{model.name} {model.vocab}: a draft model must share the "
                                 "target's tokenizer", where=f"{where}.draft_model")
         shard(draft, scenario.hardware.tp, where=f"{where}.draft_model")
+    if spec.draft_layers is not None and spec.draft_layers > model.layers:
+        # A head deeper than the model it drafts for is a slip; its weights would be
+        # blamed on the hardware by the memory check otherwise.
+        raise ServesimError(f"got {spec.draft_layers}, more than the {model.layers} layers "
+                            f"of the target {model.name}: an EAGLE or MTP head has 1 to a "
+                            f"few decoder layers; give 1 to {model.layers}",
+                            where=f"{where}.draft_layers")
     names = scenario.workload.classes
     if spec.classes and names is None and scenario.workload.trace is None:
         # Generated requests without workload.classes have no class: these acceptances

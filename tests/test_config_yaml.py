@@ -107,6 +107,11 @@ def test_a_chunk_budget_below_a_block_names_the_key_that_set_it(
     ("workload: {arrivals: {process: constant, rate: 5, start_s: 1.0e300}, lengths: "
      "{prompt: {dist: fixed, value: 8}, output: {dist: fixed, value: 2}}, num_requests: 3}",
      "workload.arrivals.start_s: got 1e+300, must be at most 1e+09"),
+    # A horizon past it had idled a 5-second run's clock out of range, then blamed
+    # arrival times, GPU figures or cost coefficients.
+    ("horizon_s: 1.0e10", "horizon_s: got 1e+10, must be greater than 0 and at most 1e+09 s "
+                          "(31 years, the most the simulated clock resolves, as for every "
+                          "workload time)"),
 ])
 def test_a_clock_past_a_billion_seconds_is_refused_not_rounded_to_zero_latencies(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], more: str, why: str) -> None:
@@ -115,6 +120,8 @@ def test_a_clock_past_a_billion_seconds_is_refused_not_rounded_to_zero_latencies
     base = SCENARIO.format(name="clock", rate=1)
     if more.startswith("cost"):
         text = base.replace("cost: {linear: {step_s: 0.01}}", more)
+    elif more.startswith("horizon_s"):
+        text = base + more + "\n"
     else:
         text = base.split("workload:")[0] + more + "\n"
     path = write(tmp_path, text)

@@ -25,6 +25,7 @@ from sim.config.speculative import check_speculative
 from sim.config.vllmflags import apply_vllm, pool_defaults, serving_defaults
 from sim.config.vllmnames import flag_name
 from sim.configtools import (
+    MAX_TIME_S,
     bounded,
     build,
     check_slo_seconds,
@@ -96,7 +97,7 @@ class Scenario:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     disaggregated: DisaggConfig = field(default_factory=DisaggConfig)
-    horizon_s: float | None = bounded(None, gt=0)
+    horizon_s: float | None = bounded(None, gt=0, le=MAX_TIME_S)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     base_dir: Path | None = None
@@ -248,6 +249,12 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             notes=notes,
             read=read,
         )
+        horizon = scenario.horizon_s
+        if horizon is not None and not 0 < horizon <= MAX_TIME_S:
+            # Past 1e9 s the run would idle its clock out of range and fail after the fact.
+            raise ServesimError(f"got {horizon:g}, must be greater than 0 and at most "
+                                f"{MAX_TIME_S:g} s (31 years, the most the simulated clock "
+                                "resolves, as for every workload time)", where="horizon_s")
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
         check_speculative(scenario)
@@ -277,9 +284,6 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                                     "under a skewed routing (servesim profile build "
                                     "--routing); ep_imbalance applies to cost: roofline",
                                     where="hardware.ep_imbalance")
-        if scenario.horizon_s is not None and scenario.horizon_s <= 0:
-            raise ServesimError(f"got {scenario.horizon_s}, must be greater than 0",
-                                where="horizon_s")
         # Only a scenario that passed every check gets notes on its settings.
         return dataclasses.replace(scenario,
                                    notes=scenario.notes + settings_notes(scenario, raw))

@@ -557,3 +557,26 @@ def test_a_flag_tier_under_one_block_is_refused_naming_the_flag() -> None:
         "(16,384 bytes, 0.015625 MiB per GPU), so the tier would hold nothing; give at least "
         "1.53e-05 GiB, or 0 (as set by vllm.kv-offloading-size, whose size is over the "
         "tensor-parallel GPUs)")
+
+
+@pytest.mark.parametrize("vllm, message", [
+    # H11: a string where an integer is meant had read as a different tp than 1.
+    ({"speculative-config": {"method": "eagle3", "num_speculative_tokens": 3,
+                             "draft_tensor_parallel_size": "1"}},
+     "vllm.speculative-config.draft_tensor_parallel_size: got '1' (a string), expected an "
+     "integer equal to the target's tp (1), or null"),
+    # -O<n> with false had been read as set (O0: false refused as eager, O3: false level 3).
+    ({"O0": False}, "vllm.O0: got False: -O0 sets optimization level 0 and takes no value; "
+                    "write O0: true, or leave it out (or give optimization-level: N)"),
+    ({"O3": None}, "vllm.O3: got None: -O3 sets optimization level 3"),
+    # An empty list had read as a mapping without a size.
+    ({"kv-transfer-config": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                             "kv_connector_extra_config": []}},
+     "vllm.kv-transfer-config.kv_connector_extra_config: got [], expected a mapping"),
+])
+def test_a_vllm_value_of_the_wrong_kind_is_named_as_given(vllm: Any, message: str) -> None:
+    serving = ({"speculative": {"acceptance": {"rate": 0.7}}} if "speculative-config" in vllm
+               else {})
+    with pytest.raises(ServesimError) as exc:
+        scenario(vllm, serving=serving)
+    assert message in str(exc.value)

@@ -95,8 +95,10 @@ def connector_tier(value: Any, tp: int, where: str) -> tuple[dict[str, Any], lis
             raise ServesimError(f"unknown or not modelled key {key!r}; understood: "
                                 f"kv_connector, kv_role, kv_connector_extra_config, "
                                 f"{', '.join(sorted(NO_EFFECT))}", where=f"{where}.{key}")
-    extra = cfg.get("kv_connector_extra_config") or {}
-    if not isinstance(extra, dict):
+    extra = cfg.get("kv_connector_extra_config")
+    if extra is None:  # not given: the connector's defaults
+        extra = {}
+    if not isinstance(extra, dict):  # an empty list too, which had read as no size
         raise ServesimError(f"got {extra!r}, expected a mapping",
                             where=f"{where}.kv_connector_extra_config")
     at = f"{where}.kv_connector_extra_config"

@@ -160,9 +160,9 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
             if name in given:
                 raise ServesimError(f"given twice (as {given[name][0]!r} and {flag!r})",
                                     where=f"vllm.{flag}")
+            given[name] = (str(flag), flag_value(flag, value))
         except ServesimError as exc:
             raise _located(exc, flag, origin(flag)) from None
-        given[name] = (str(flag), flag_value(flag, value))
     for name, (flag, value) in given.items():
         try:
             _apply_flag(name, flag, value, given, section, notes)

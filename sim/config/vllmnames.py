@@ -145,9 +145,16 @@ def plain_name(flag: Any) -> str:
 
 def flag_value(flag: Any, value: Any) -> Any:
     """The value a flag carries: its own for all but ``-O<level>``, whose level is part
-    of the flag (``O3: true`` is level 3)."""
+    of the flag (``O3: true`` is level 3); such a flag given any value but true is an
+    error, not read as set (``O0: false`` had been level 0)."""
     name = str(flag).lstrip("-")
-    return int(name[1:]) if _LEVEL.fullmatch(name) else value
+    if not _LEVEL.fullmatch(name):
+        return value
+    if value is not True:
+        raise ServesimError(f"got {value!r}: -{name} sets optimization level {name[1:]} "
+                            f"and takes no value; write {name}: true, or leave it out (or "
+                            "give optimization-level: N)", where=f"vllm.{flag}")
+    return int(name[1:])
 
 
 # Compilation mode (``level`` before vLLM renamed it) 0, named NONE (NO_COMPILATION in

@@ -84,6 +84,11 @@ def speculative_keys(value: Any, tp: Any, where: str) -> dict[str, Any]:
         if key in ("method", "num_speculative_tokens") or key in NO_EFFECT:
             continue
         if key == "draft_tensor_parallel_size":
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                kind = {str: "a string", float: "a float", bool: "a boolean"}.get(
+                    type(v), type(v).__name__)
+                raise ServesimError(f"got {v!r} ({kind}), expected an integer equal to the "
+                                    f"target's tp ({tp or 1}), or null", where=at)
             if v is not None and v != (tp or 1):
                 raise ServesimError(f"got {v!r}: servesim runs the drafter on the target's "
                                     f"{tp or 1} GPU(s), as vLLM v1 does by default", where=at)

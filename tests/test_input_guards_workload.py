@@ -185,6 +185,19 @@ def test_prefix_block_tokens_off_the_block_size_name_the_workload_key(tokens: in
     from_dict(raw)
 
 
+def test_a_shared_prefix_over_a_trace_gives_a_reason_true_of_any_trace(tmp_path: Path) -> None:
+    """The reason had said the trace brings its own hashes, false of one without them."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,64,4\n1,64,4\n")
+    raw = workload(arrivals=None, lengths=None, trace={"path": str(trace)},
+                   shared_prefix={"tokens": 64, "groups": 2, "block_tokens": 16})
+    err = refused(raw)
+    assert str(err) == ("s.yaml: workload.shared_prefix: applies to generated workloads; a "
+                        "trace's shared prefixes come from its own hash_ids or "
+                        "prefix_hash_ids column (a trace without one shares none); remove "
+                        "shared_prefix")
+
+
 # 13: calibrate --refit of a missing CSV
 
 

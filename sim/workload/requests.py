@@ -294,8 +294,11 @@ class WorkloadConfig:
     def __post_init__(self) -> None:
         check_stages(self)
         if self.trace is not None and self.shared_prefix is not None:
-            raise ServesimError("a trace brings its own prefix hashes (hash_ids, "
-                                "prefix_hash_ids); remove shared_prefix", where="shared_prefix")
+            # True of a trace with hash columns and of one without (not read yet here).
+            raise ServesimError("applies to generated workloads; a trace's shared prefixes "
+                                "come from its own hash_ids or prefix_hash_ids column (a "
+                                "trace without one shares none); remove shared_prefix",
+                                where="shared_prefix")
         if self.concurrency is not None or self.think_time_s is not None:
             check_closed(self)
             return

@@ -567,6 +567,31 @@ def test_run_over_free_memory_is_refused_with_the_figures(
     assert simulate_cli(path, tmp_path, "--force") == 0
 
 
+def test_a_trace_repeat_built_past_memory_is_refused_naming_the_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every repeated copy is built before num_requests applies: the estimate had counted
+    the 100 requests alone, and the run ran out of memory naming no key."""
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n1,8,2\n")
+    raw = tiny()
+    raw["workload"] = {"trace": {"path": "t.csv", "repeat": 10**7}, "num_requests": 100}
+    sc = load(write(tmp_path, raw))
+    assert budget.estimate(sc).trace_rows == 4 * 10**7  # 3 lines, + 1: an upper bound
+    with pytest.raises(ServesimError) as info:
+        budget.check(sc, False, free=2**30)
+    assert str(info.value) == (
+        f"{tmp_path / 's.yaml'}: workload.trace.repeat: got 10,000,000: the trace is built "
+        "in full before num_requests applies, about 4 rows x 10,000,000 = 40,000,000 rows x "
+        "200 B + 128 MiB = 7.6 GiB, and this machine has 1.0 GiB available; num_requests "
+        "(100) needs 25 copies; lower repeat, or pass --force to run it anyway")
+    # Past any run's rows the build refuses it, --force or not.
+    raw["workload"]["trace"]["repeat"] = 2**52 - 1
+    assert simulate_cli(write(tmp_path, raw), tmp_path, "--force") == 2
+    line = one_line(capsys)
+    assert ("s.yaml: workload.trace.repeat: got 4,503,599,627,370,495: 2 rows x "
+            "4,503,599,627,370,495 = 9,007,199,254,740,990 rows, more than any run holds "
+            "(2,147,483,647)") in line
+
+
 def test_huge_workloads_and_clusters_are_refused_before_they_start(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for sets in (["workload.num_requests=4000000000000"], ["cluster.replicas=100000000"],

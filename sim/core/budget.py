@@ -27,6 +27,10 @@ from sim.errors import ServesimError
 BASE_BYTES = 128 * 2**20  # interpreter, numpy, simpy, the cost model, the outputs' writer
 BYTES_PER_REQUEST = 1000  # a queued Request, its result row and its requests.csv line
 BYTES_PER_REPLICA = 40_000  # a replica's policy, KV manager, decode set and totals
+# A trace row held while the trace is transformed: every repeated copy is built before
+# num_requests keeps the first rows. 56 B measured at the peak of a 12-million-row repeat
+# of a CSV with a class column; prefix hashes (an array a row) take more.
+BYTES_PER_TRACE_ROW = 200
 # Simulated requests per wall-second of the bench's overloaded run on a busy machine
 # (the slow end; docs/performance.md's unloaded runs do 25k to 49k).
 REQUESTS_PER_S = 2_000.0
@@ -43,6 +47,7 @@ class Estimate:
     replicas: int
     peak_bytes: float
     seconds: float
+    trace_rows: float = 0.0  # rows a trace workload builds before num_requests applies
 
 
 def _trace_rows(path: Path) -> int:
@@ -94,6 +99,25 @@ def expected_requests(sc: Scenario) -> float:
     return min(cap * max(1, len(rates)), _with_margin(mean))
 
 
+def trace_rows(sc: Scenario) -> float:
+    """Rows a trace workload builds (its rows after sampling, times ``repeat``) before
+    ``num_requests`` keeps the first; 0 without a trace or when it cannot be read."""
+    t = sc.workload.trace
+    if t is None:
+        return 0.0
+    from sim.workload.traces import find_trace
+
+    try:
+        rows = float(_trace_rows(find_trace(t.path, sc.base_dir)))
+    except (ServesimError, OSError, EOFError):
+        return 0.0  # loading will say why
+    if t.sample_n is not None:
+        rows = min(rows, float(t.sample_n))
+    if t.sample_fraction is not None:
+        rows *= t.sample_fraction
+    return rows * t.repeat
+
+
 def replicas_of(sc: Scenario) -> int:
     """Replicas the run builds (both pools of a disaggregated cluster)."""
     from sim.config.disagg import pools
@@ -105,8 +129,11 @@ def estimate(sc: Scenario) -> Estimate:
     """The run's expected requests, replicas, peak memory (bytes) and time (s)."""
     n = expected_requests(sc)
     reps = replicas_of(sc)
+    rows = trace_rows(sc)
     peak = BASE_BYTES + n * BYTES_PER_REQUEST + reps * BYTES_PER_REPLICA
-    return Estimate(n, reps, peak, n / REQUESTS_PER_S)
+    # The transformed trace is freed before the run; the larger of the two peaks counts.
+    peak = max(peak, BASE_BYTES + rows * BYTES_PER_TRACE_ROW)
+    return Estimate(n, reps, peak, n / REQUESTS_PER_S, rows)
 
 
 def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -134,6 +161,9 @@ def check(sc: Scenario, force: bool, free: int | None = None) -> Estimate:
     free = available_bytes() if free is None else free
     if force or free is None or est.peak_bytes <= free:
         return est
+    rows_bytes = BASE_BYTES + est.trace_rows * BYTES_PER_TRACE_ROW
+    if rows_bytes == est.peak_bytes and est.trace_rows:
+        raise _repeat_error(sc, est, free)
     if not math.isfinite(est.requests):
         n = "unbounded"
     else:  # past 10^15 the figure is a runaway setting's: a short form reads better
@@ -146,3 +176,22 @@ def check(sc: Scenario, force: bool, free: int | None = None) -> Estimate:
         "the workload smaller (num_requests, duration_s, rate, trace repeat), or pass "
         "--force to run it anyway", sc.source,
         "cluster.replicas" if reps_bytes > max(req_bytes, BASE_BYTES) else "workload")
+
+
+def _repeat_error(sc: Scenario, est: Estimate, free: int) -> ServesimError:
+    """The refusal of a run whose trace rows, repeated in full before ``num_requests``
+    applies, would not fit in ``free`` bytes: it names ``workload.trace.repeat``, its
+    value and the copies the run needs."""
+    t = sc.workload.trace
+    assert t is not None
+    rows = est.trace_rows / t.repeat
+    cap = sc.workload.num_requests
+    copies = 0 if cap is None or rows <= 0 else math.ceil((cap + t.start_row) / rows)
+    need = (f"; num_requests ({cap:,}) needs {copies:,} cop{'y' if copies == 1 else 'ies'}"
+            if copies else "")
+    return ServesimError(
+        f"got {t.repeat:,}: the trace is built in full before num_requests applies, about "
+        f"{rows:,.0f} rows x {t.repeat:,} = {est.trace_rows:,.0f} rows x "
+        f"{BYTES_PER_TRACE_ROW} B + {BASE_BYTES // 2**20} MiB = {_gib(est.peak_bytes)}, and "
+        f"this machine has {_gib(free)} available{need}; lower repeat, or pass --force to "
+        "run it anyway", sc.source, "workload.trace.repeat")

@@ -89,6 +89,8 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
                 tr, skipped = skip_rows(tr, tc.start_row)
                 changes = [*changes, skipped]
         except ServesimError as exc:
+            if exc.where == "repeat":  # the transform names its own key
+                raise located(exc, source, "workload.trace") from None
             key = "workload.trace.start_row" if "start_row" in str(exc) else "workload.trace"
             raise located(exc, source, key) from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]

@@ -32,6 +32,10 @@ from sim.configtools import bounded
 from sim.errors import ServesimError
 from sim.workload.traces import Trace
 
+# The most rows a repeated trace may have: sim.workload.draw's MAX_ARRIVALS, the most
+# requests any run holds.
+MAX_ROWS = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Change:
@@ -222,6 +226,12 @@ def repeat(trace: Trace, n: int) -> tuple[Trace, Change]:
     """
     if not isinstance(n, int) or n < 1:
         raise ServesimError(f"repeat = {n!r}; must be an integer >= 1")
+    rows = len(trace)
+    if rows * n > MAX_ROWS:  # every copy is built before num_requests keeps the first rows
+        raise ServesimError(f"got {n:,}: {rows:,} rows x {n:,} = {rows * n:,} rows, more "
+                            f"than any run holds ({MAX_ROWS:,}); every copy is built before "
+                            "num_requests applies, so give only the copies the run needs",
+                            where="repeat")
     rows = len(trace)
     idx = np.tile(np.arange(rows), n)
     cols = _take(trace, idx)

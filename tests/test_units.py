@@ -209,3 +209,16 @@ def test_summary_of_arrivals_nanoseconds_apart_is_finite() -> None:
     res = run_requests(tiny_scenario(), [0.0, 1.874959363376289e-174], [1, 1], [1, 1])
     sat = summarize(res)["saturation"]
     assert sat["offered_rps"] > 1e170 and sat["saturated"] in (True, False)
+
+
+def test_gaps_priced_out_of_range_add_without_a_numpy_warning() -> None:
+    """Gaps near the float limit sum to inf; the run is refused after it with one line,
+    which numpy's overflow warning had preceded (H14)."""
+    import warnings
+
+    h = LogHistogram()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h.add_many(np.array([1e308, 1e308]))
+        h.add_many(np.array([1e308, 1e308]), np.array([2, 3]))
+    assert h.sum == float("inf") and h.total == 7

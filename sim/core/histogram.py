@@ -105,14 +105,17 @@ class LogHistogram:
                 return
         zero = v <= 0.0
         pos = v[~zero]
-        if w is None:
-            self.zeros += int(zero.sum())
-            self.total += int(v.size)
-            self.sum += float(v.sum())
-        else:
-            self.zeros += int(w[zero].sum())
-            self.total += int(w.sum())
-            self.sum += float((v * w).sum())
+        # Gaps priced out of range sum to inf; the run is refused once it ends (as below),
+        # so numpy's overflow warning would only print its internals before that error.
+        with np.errstate(over="ignore"):
+            if w is None:
+                self.zeros += int(zero.sum())
+                self.total += int(v.size)
+                self.sum += float(v.sum())
+            else:
+                self.zeros += int(w[zero].sum())
+                self.total += int(w.sum())
+                self.sum += float((v * w).sum())
         self.max = max(self.max, float(v.max()))
         if pos.size:
             # An infinite gap (a step priced at inf) casts to a junk bucket, clipped below;

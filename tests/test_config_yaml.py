@@ -67,6 +67,24 @@ def test_numbers_with_an_exponent_are_numbers(tmp_path: Path) -> None:
     assert sc.slo.ttft_s == 0.5
 
 
+def test_a_name_too_long_for_a_folder_is_blamed_on_name_not_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """A 300-character name had failed as '--out out/aaa...: File name too long', an
+    option the user never gave."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, SCENARIO.format(name="a" * 300, rate=1))
+    assert main(["simulate", str(path), "--no-plots", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"servesim: error: {path}: name: scenario name '{'a' * 40}\u2026' (300 characters) is "
+        "too long to name a folder under out/: at most 240 bytes, as file systems take 255 "
+        "and the run's .tmp-<pid> folder beside it adds 15; rename the scenario or give "
+        "--out DIR\n")
+    assert default_out("a" * 240) == Path("out") / ("a" * 240)
+    with pytest.raises(ServesimError, match="at most 240 bytes with '-sweep'"):
+        default_out("a" * 235, "-sweep")
+
+
 @pytest.mark.parametrize("name", ["../../tmp/evil", "a/b", "..", "a\\b", " ", " a"])
 def test_a_name_that_is_not_one_folder_cannot_choose_where_outputs_go(
         tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:

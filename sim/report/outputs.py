@@ -36,10 +36,21 @@ CSV_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_sched
                "replica", "status", "reason", "class")
 
 
+# The longest folder name (bytes) out/ takes: file systems' 255 (NAME_MAX), less the
+# ".tmp-<pid>" a run writes beside it (sim.report.folder) with room for a 10-digit pid.
+MAX_FOLDER_BYTES = 255 - 15
+
+
+def shorten(text: str, most: int = 40) -> str:
+    """``text``, or its first ``most`` characters and an ellipsis: a long name quoted in an
+    error stays readable."""
+    return text if len(text) <= most else text[:most] + "\u2026"
+
+
 def default_out(name: str, suffix: str = "", source: str | None = None) -> Path:
     """``out/NAME[SUFFIX]``, the folder a command writes to when not given ``--out``; an
     error when the scenario's name is not one plain folder name (a ``/``, ``..``), which
-    would put the outputs somewhere else."""
+    would put the outputs somewhere else, or is longer than a folder name may be."""
     folder = f"{name}{suffix}"
     # Blank or space-edged names make folders a shell listing hides ("out/ ").
     if (not name.strip() or name != name.strip() or folder in (".", "..") or "/" in folder
@@ -47,6 +58,13 @@ def default_out(name: str, suffix: str = "", source: str | None = None) -> Path:
         raise ServesimError(f"scenario name {name!r} cannot name a folder under out/ (no '/', "
                             "'\\', '..', control characters, or spaces at either end); "
                             "rename the scenario or give --out DIR", source, "name")
+    if len(folder.encode("utf-8", "surrogateescape")) > MAX_FOLDER_BYTES:
+        raise ServesimError(f"scenario name {shorten(name)!r} ({len(name):,} characters) is "
+                            f"too long to name a folder under out/: at most "
+                            f"{MAX_FOLDER_BYTES} bytes{' with ' + repr(suffix) if suffix else ''}"
+                            ", as file systems take 255 and the run's .tmp-<pid> folder "
+                            "beside it adds 15; rename the scenario or give --out DIR",
+                            source, "name")
     return Path("out") / folder
 
 

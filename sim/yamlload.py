@@ -175,4 +175,27 @@ def yaml_error(exc: yaml.YAMLError, source: str) -> ServesimError:
     problem = getattr(exc, "problem", None) or "invalid YAML"
     if isinstance(exc, AliasExpansionError):  # valid YAML, refused for its size
         return ServesimError(problem, source, where)
+    key = _long_key(mark)
+    if key:
+        return ServesimError(f"invalid YAML: a mapping key of {key:,} characters, more than "
+                             f"the {KEY_MAX:,} YAML reads as a plain key (the parser then "
+                             f"says: {problem}); shorten the key", source, where)
     return ServesimError(f"invalid YAML: {problem}", source, where)
+
+
+# PyYAML's longest plain (simple) key: past it, the ':' after a key reads as a stray one.
+KEY_MAX = 1024
+
+
+def _long_key(mark: Any) -> int:
+    """The length of the key before the ':' at ``mark`` when it is longer than
+    :data:`KEY_MAX` (the reason the parser refused that ':'); else 0."""
+    text = getattr(mark, "buffer", None)
+    if not isinstance(text, str) or mark.pointer >= len(text) or text[mark.pointer] != ":":
+        return 0
+    start = text.rfind("\n", 0, mark.pointer) + 1
+    before = text[start:mark.pointer]
+    for opener in ("{", ",", "["):  # a key in a flow mapping starts after one of these
+        before = before.rpartition(opener)[2]
+    key = before.strip().removeprefix("- ").strip()
+    return len(key) if len(key) > KEY_MAX else 0

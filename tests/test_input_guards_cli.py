@@ -356,3 +356,20 @@ def test_a_key_with_a_line_break_is_shown_escaped_on_one_line() -> None:
         from_dict(raw)
     text = str(exc.value)
     assert "\n" not in text and "hardware.gpu.\\n: unknown key" in text
+
+
+def test_a_long_value_or_key_is_shortened_in_its_error(tmp_path: Path, capsys: Any) -> None:
+    """A 200,000-character value had been echoed whole (the allowed values at the end of
+    a 200 KB line), and a key past YAML's 1,024 had got PyYAML's bare message."""
+    path = write(tmp_path, {**TINY, "serving": {"policy": "x" * 200_000}})
+    err = error_of(capsys, "simulate", str(path), "--out", str(tmp_path / "o"))
+    assert err == (f"servesim: error: {path}: serving.policy: unknown policy '{'x' * 60}"
+                   "\u2026' (200,000 characters); valid: chunked, continuous, disaggregated, "
+                   "orca, static\n")
+    path = tmp_path / "k.yaml"
+    path.write_text(yaml.safe_dump(TINY) + f"slo: {{{'k' * 2000}: 1}}\n")
+    err = error_of(capsys, "simulate", str(path), "--out", str(tmp_path / "o"))
+    assert "invalid YAML: a mapping key of 2,000 characters, more than the 1,024 YAML reads " \
+           "as a plain key (the parser then says: " in err and err.endswith("shorten the key\n")
+    assert str(ServesimError("m", "f", "a." + "b" * 300)) == \
+        f"f: a.{'b' * 58}\u2026 (302 characters): m"

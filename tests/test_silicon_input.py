@@ -86,10 +86,13 @@ def test_a_row_longer_than_its_models_context_is_skipped_with_the_reason(
 def test_a_row_that_finishes_nothing_is_null_in_the_json(tmp_path: Path) -> None:
     from sim.validate.siliconcli import main as silicon
 
-    # Llama-3.1-70B's 140 GB of weights on one 80 GB A100 under SGLang: one KV block,
-    # no request finishes, no mean latency: null, where NaN (not JSON) was written.
+    # Llama-3.1-70B on two 80 GB A100s under SGLang: 0.88 of memory less the weights
+    # leaves about 26,000 tokens of KV cache a GPU, less than one 30,000 + 2,000-token
+    # request: no request finishes, no mean latency: null, where NaN (not JSON) was
+    # written.
     starved = FIT.replace(",vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,", ",sglang,0.5,"
-                          "meta-llama/Llama-3.1-70B,a100_sxm,").replace(",8,2,1,", ",8,1,1,")
+                          "meta-llama/Llama-3.1-70B,a100_sxm,").replace(
+                              ",1024,128,8,2,1,", ",30000,2000,1,2,1,")
     csv = silicon_csv(tmp_path, [starved])
     assert silicon(["--silicon", str(csv), "--out", str(tmp_path / "o")]) == 0
     text = (tmp_path / "o" / "silicon.json").read_text()
@@ -101,6 +104,13 @@ def test_a_row_that_finishes_nothing_is_null_in_the_json(tmp_path: Path) -> None
         silicon(["--silicon", str(csv), "--out", str(tmp_path / "o2"),
                  "--fit-priors", str(tmp_path / "p.yaml")])
     assert not (tmp_path / "o2").exists() and not (tmp_path / "p.yaml").exists()
+    # On one A100 its 131 GiB of weights leave no room at all: no server ran that, and
+    # the row is named as one that cannot be simulated.
+    impossible = starved.replace(",30000,2000,1,2,1,", ",30000,2000,1,1,1,")
+    with pytest.raises(ServesimError, match=r"s\.csv: line 2: cannot simulate the row: "
+                       r"serving\.num_gpu_blocks: got 1 blocks .* beside the weights"):
+        silicon(["--silicon", str(silicon_csv(tmp_path, [impossible])),
+                 "--out", str(tmp_path / "o3")])
 
 
 def test_a_column_named_twice_is_refused(tmp_path: Path) -> None:

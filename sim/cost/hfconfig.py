@@ -31,6 +31,7 @@ from sim.configtools import DuplicateKeyError, is_number, unique_keys
 from sim.cost.dtypes import SPARSE_FIELDS
 from sim.cost.hfoverrides import apply_overrides
 from sim.cost.hfquant import checkpoint_fp8_kv, unquantised_attention, weights_dtype
+from sim.cost.rope import derived_context
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.files import read_text, too_deep
@@ -92,9 +93,6 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 # GptOssConfig's is 64 (hidden / heads would give 2880 / 64 = 45); null still means
 # hidden / heads there, as HF reads it.
 _HEAD_DIM_DEFAULTS = {"gpt_oss": 64}
-# RoPE types whose effect on the context is known (HF's rope types; "su" is LongRoPE's
-# old name). vLLM refuses a type it does not know, so servesim does too.
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "su", "llama3")
 _SPEC_FIELDS = frozenset(ModelSpec.__dataclass_fields__)
 
 
@@ -262,59 +260,6 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
-
-
-def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
-    """The longest context (tokens) vLLM derives from a config: ``trained`` positions
-    (max_position_embeddings) stretched by a RoPE scaling factor, except for the
-    schemes whose configs already give the stretched length (Llama 3's, LongRoPE);
-    YaRN scales its ``original_max_position_embeddings``."""
-    found = [(key, _rope(cfg, key, src)) for key in ("rope_scaling", "rope_parameters")]
-    key, rope = next(((k, r) for k, r in found if r is not None), ("", None))
-    if rope is None:
-        return trained
-    kind = rope.get("rope_type", rope.get("type"))
-    factor = rope.get("factor")
-    if kind in ("su", "longrope", "llama3") or (kind == "default" and factor is None):
-        return trained
-    if factor is None:
-        # transformers' rope validation and vLLM's max-length derivation both need the
-        # factor of these types; reading none as 1 would leave the context unstretched.
-        raise ServesimError(f"absent or null; a {kind} rope type needs a factor, a number "
-                            "above 0 and below 2**20", source=src, where=f"{key}.factor")
-    if (isinstance(factor, bool) or not isinstance(factor, int | float)
-            or not 0 < factor < 2**20):
-        raise ServesimError(f"got {factor!r}, expected a number above 0 and below 2**20",
-                            source=src, where=f"{key}.factor")
-    base = rope.get("original_max_position_embeddings") if kind == "yarn" else None
-    if base is None:
-        base = trained
-    if (isinstance(base, bool) or not isinstance(base, int | float) or not base >= 1
-            or base != int(base) or base >= 2**53):
-        raise ServesimError(f"got {base!r}, expected a whole number of at least 1",
-                            source=src, where=f"{key}.original_max_position_embeddings")
-    return max(1, int(int(base) * factor))
-
-
-def _rope(cfg: dict[str, Any], key: str, src: str) -> dict[str, Any] | None:
-    """The RoPE mapping under ``key`` (rope_scaling, or rope_parameters as transformers
-    v5 writes it), None when absent or null. Anything else must be a mapping naming a
-    known ``rope_type`` (or its old name ``type``): a string, number, list, true or {}
-    would otherwise leave the context unstretched without a word, and vLLM refuses a
-    mapping without a type or with one it does not know."""
-    rope = cfg.get(key)
-    if rope is None:
-        return None
-    if not isinstance(rope, dict) or not ("rope_type" in rope or "type" in rope):
-        raise ServesimError(f"got {rope!r}, expected a mapping that names its rope_type "
-                            "(e.g. {'rope_type': 'yarn', 'factor': 4.0, "
-                            "'original_max_position_embeddings': 32768}) or null",
-                            source=src, where=key)
-    name = "rope_type" if "rope_type" in rope else "type"
-    if rope[name] not in ROPE_TYPES:
-        raise ServesimError(f"got {rope[name]!r}; known rope types: {', '.join(ROPE_TYPES)}",
-                            source=src, where=f"{key}.{name}")
-    return rope
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool, src: str) -> bool:

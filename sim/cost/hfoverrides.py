@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.configtools import is_number
+from sim.cost.rope import derived_context
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 
@@ -85,8 +86,6 @@ def preset_overrides(model: ModelSpec, overrides: dict[str, Any], where: str) ->
     """Preset ``model`` (one without a shipped config.json) with ``overrides`` applied:
     its context as vLLM derives it from the overridden ``max_position_embeddings`` and
     RoPE scaling, and its ``rope_theta``; any other key is an error at ``where``."""
-    from sim.cost.hfconfig import derived_context
-
     other = [k for k in overrides if k not in (*CONTEXT_KEYS, *UNPRICED_KEYS)]
     if other:
         raise ServesimError(

@@ -172,24 +172,33 @@ class MemoryBudget:
 
     def override(self, blocks: int, key: str) -> str | None:
         """Check vLLM's --num-gpu-blocks-override: ``blocks`` blocks (of ``block_bytes``
-        bytes a GPU), which vLLM allocates whatever its budget. More than the GPU holds
-        after every other term (at utilization 1) fails a real server at start-up: a
-        :class:`ServesimError` naming ``key`` with the numbers. More than
-        ``memory_utilization`` leaves, yet within the GPU: the note returned; else None."""
+        bytes a GPU), which vLLM allocates whatever its budget. More than the GPU's memory
+        less the weights cannot be allocated by any server: a :class:`ServesimError`
+        naming ``key`` with the numbers. More than the GPU holds after servesim's
+        estimates of the other terms too (activation, non-torch, CUDA graphs, at
+        utilization 1), or only more than ``memory_utilization`` leaves: the note
+        returned (the estimates are vLLM's, and a framework sizing its own cache, as the
+        ``--silicon`` rows do, subtracts its own); else None."""
         need = blocks * self.block_bytes
-        device = dataclasses.replace(self, utilization=1.0)
         if need <= self.kv:
             return None
         said = f"{blocks} blocks of {self.block_bytes} bytes, {need / GIB:.2f} GiB per GPU"
-        if need > device.kv:
-            room = max(0, device.blocks)
+        free = self.total - self.weights
+        if need > free:
             raise ServesimError(
-                f"got {said}, more than the {max(0.0, device.kv) / GIB:.2f} GiB {self.gpu} "
-                f"has for the KV cache ({self.total / GIB:.2f} GiB less weights "
-                f"{self.weights / GIB:.2f}, activation {self.activation / GIB:.2f}, non-torch "
-                f"{self.non_torch / GIB:.2f}, CUDA graphs {self.cuda_graph / GIB:.2f} GiB), so "
-                f"vLLM would fail to allocate them at start-up; give at most {room} blocks, "
-                "or leave it out to size the cache from memory", where=key)
+                f"got {said}, more than the {max(0.0, free) / GIB:.2f} GiB {self.gpu} has "
+                f"beside the weights ({self.total / GIB:.2f} GiB less "
+                f"{self.weights / GIB:.2f}), so no server could allocate them; give at most "
+                f"{max(0, int(free // self.block_bytes))} blocks, or leave it out to size the "
+                "cache from memory", where=key)
+        device = dataclasses.replace(self, utilization=1.0)
+        if need > device.kv:
+            return (f"{key}: {said}, more than the {max(0.0, device.kv) / GIB:.2f} GiB "
+                    f"{self.gpu} has for the KV cache after weights {self.weights / GIB:.2f}, "
+                    f"activation {self.activation / GIB:.2f}, non-torch "
+                    f"{self.non_torch / GIB:.2f} and CUDA graphs {self.cuda_graph / GIB:.2f} "
+                    "GiB (vLLM's terms as servesim estimates them): vLLM would likely fail "
+                    "to allocate them at start-up; the run simulates them all")
         return (f"{key}: {said}, more than the {max(0.0, self.kv) / GIB:.2f} GiB "
                 f"memory_utilization {self.utilization:g} leaves ({self.blocks} blocks); they "
                 "fit the GPU's memory, so vLLM allocates them and the run simulates them all")

@@ -158,3 +158,59 @@ def test_preset_override_without_rope_factor_is_refused() -> None:
     with pytest.raises(ServesimError, match=r"model\.hf_overrides\.rope_scaling\.factor: "
                        r"absent or null; a yarn rope type needs a factor"):
         model_of({"preset": "tiny", "hf_overrides": {"rope_scaling": {"rope_type": "yarn"}}})
+
+
+@pytest.mark.parametrize("model, match", [
+    # A wrapper's language model reads text_config: a top-level key would change nothing.
+    ({"preset": "qwen3.5-27b", "hf_overrides": {"rope_theta": "abc"}},
+     r"model\.hf_overrides: .*qwen3\.5-27b/config\.json with hf_overrides: rope_theta: a "
+     r"qwen3_5 config takes its language model's keys from text_config, so this "
+     r"top-level key would change nothing: give it as text_config\.rope_theta"),
+    # And a plain config has no text_config to merge into.
+    ({"preset": "deepseek-v3", "hf_overrides": {"text_config": {"num_hidden_layers": 2}}},
+     r"text_config: this config keeps its keys at the top level, with no text_config"),
+    # Two quantisations for one wrapper: which one is meant is not said.
+    ({"preset": "qwen3.5-27b", "hf_overrides": {
+        "quantization_config": {"quant_method": "fp8"},
+        "text_config": {"quantization_config": {"quant_method": "modelopt",
+                                                "quant_algo": "NVFP4"}}}},
+     r"text_config\.quantization_config: a quantization_config at the top level and "
+     r"another in text_config"),
+])
+def test_overrides_at_a_level_the_model_is_not_read_from_are_refused(
+        model: dict[str, Any], match: str) -> None:
+    with pytest.raises(ServesimError, match=match):
+        model_of(model)
+
+
+def test_two_rope_names_that_differ_are_refused_and_compression_config_is_read(
+        tmp_path: Path) -> None:
+    both = {"rope_scaling": YARN, "rope_parameters": {"rope_type": "linear", "factor": 100}}
+    with pytest.raises(ServesimError, match=r"model\.hf_overrides\.rope_scaling: given beside "
+                       r"a different rope_parameters"):
+        model_of({"preset": "llama-3-8b", "hf_overrides": both})
+    # compressed-tensors' older key stands for quantization_config where that is absent, as
+    # vLLM reads it: FP8 weights, not bf16.
+    fp8 = {"quant_method": "compressed-tensors", "format": "float-quantized",
+           "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"},
+                                   "targets": ["Linear"]}}}
+    path = _llama_config(tmp_path)
+    quantised = model_of({"hf_config": str(path), "hf_overrides": {"quantization_config": fp8}})
+    assert quantised.dtype.startswith("fp8")
+    assert model_of({"hf_config": str(path),
+                     "hf_overrides": {"compression_config": fp8}}).dtype == quantised.dtype
+
+
+def test_a_dotted_set_into_a_json_text_flag_is_refused(tmp_path: Path) -> None:
+    """--set vllm.hf-overrides.KEY on a flag given as JSON text had replaced the text with
+    that key alone: the other overrides were dropped without a word."""
+    from sim.config.scenario import load
+
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps({"model": "qwen3-32b", "hardware": {"gpu": "h200"},
+                                "workload": WORKLOAD,
+                                "vllm": {"hf-overrides": json.dumps({"rope_scaling": YARN})}}))
+    assert load(path).model.max_context == 131072
+    with pytest.raises(ServesimError, match=r"vllm\.hf-overrides\.rope_theta: vllm\.hf-overrides "
+                       r"is given as text .* give the whole value instead"):
+        load(path, ["vllm.hf-overrides.rope_theta=7"])

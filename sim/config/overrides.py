@@ -80,6 +80,12 @@ def _set(out: dict[str, Any], parts: list[str], val: Any, key: str) -> None:
     for i, p in enumerate(parts[:-1]):
         if not isinstance(node.get(p), dict):
             dotted = ".".join(parts[:i + 1])
+            if parts[0] == "vllm" and i > 0 and isinstance(node.get(p), str):
+                # A JSON-valued flag given as its text (as the command line takes it):
+                # a key set inside it would replace the whole text with that key alone.
+                raise ServesimError(f"{dotted} is given as text ({node[p][:60]!r}), whose "
+                                    "keys --set does not reach one by one; give the whole "
+                                    f"value instead (--set '{dotted}={{...}}')", where=key)
             name = node.get(p, DEFAULT_GPU if dotted == "hardware.gpu" else None)
             if p == "gpu" and i > 0 and isinstance(name, str) and name in GPUS:
                 raise _table_gpu(dotted, name, p in node, key)

@@ -29,7 +29,7 @@ from typing import Any
 
 from sim.configtools import DuplicateKeyError, is_number, unique_keys
 from sim.cost.dtypes import SPARSE_FIELDS
-from sim.cost.hfoverrides import apply_overrides
+from sim.cost.hfoverrides import apply_overrides, check_levels
 from sim.cost.hfquant import checkpoint_fp8_kv, unquantised_attention, weights_dtype
 from sim.cost.rope import derived_context
 from sim.cost.specs import ModelSpec
@@ -134,6 +134,9 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
         raise ServesimError("expected a JSON object", source=src)
     if overrides is not None:
         cfg = apply_overrides(cfg, overrides)
+        wrapper = cfg.get("model_type")
+        check_levels(overrides, wrapper if wrapper in WRAPPERS else None, src)
+    cfg = _compression_as_quantization(cfg)
     if cfg.get("model_type") in WRAPPERS and not isinstance(cfg.get("text_config"), dict):
         raise ServesimError(f"got {cfg.get('text_config')!r}: model_type "
                             f"{cfg.get('model_type')!r} wraps its language model's config "
@@ -143,8 +146,13 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
     if cfg.get("model_type") in WRAPPERS:
         # A quantised release keeps its quantization_config beside the wrapper's configs.
         quant = cfg.get("quantization_config")
-        cfg = dict(cfg["text_config"])
+        cfg = _compression_as_quantization(dict(cfg["text_config"]))
         inner = "text_config."
+        if quant is not None and cfg.get("quantization_config") not in (None, quant):
+            raise ServesimError("a quantization_config at the top level and another in "
+                                "text_config: which one the checkpoint's weights use is not "
+                                "said; give one", source=src,
+                                where="text_config.quantization_config")
         if quant is not None and "quantization_config" not in cfg:
             cfg["quantization_config"] = quant
             inherited = frozenset({"quantization_config"})
@@ -161,6 +169,14 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
                             f"modelled; MoE families: {', '.join(MOE_KEYS)}", source=src,
                             where=f"{inner}{moe[0]}")
     return cfg, src, family, inner, inherited
+
+
+def _compression_as_quantization(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with its ``compression_config`` (compressed-tensors' older name) read as
+    ``quantization_config`` where that is absent, as vLLM falls back to it."""
+    if cfg.get("quantization_config") is None and cfg.get("compression_config") is not None:
+        return {**cfg, "quantization_config": cfg["compression_config"]}
+    return cfg
 
 
 def from_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> ModelSpec:

@@ -59,6 +59,29 @@ def apply_overrides(cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return out
 
 
+# The keys of a wrapper config's own level servesim reads (its language model's are in
+# text_config): overriding any other there would change nothing it prices.
+WRAPPER_LEVEL_KEYS = ("text_config", "quantization_config", "compression_config",
+                      "model_type", "architectures")
+
+
+def check_levels(overrides: dict[str, Any], wrapper: str | None, src: str) -> None:
+    """Refuse an override at a level the model is not read from: a top-level key of a
+    multimodal wrapper (``wrapper``, its model_type; None for a plain config) other than
+    :data:`WRAPPER_LEVEL_KEYS`, whose language model takes its keys from text_config, and
+    ``text_config`` on a plain config, which has none. Either would leave the run as it
+    was without a word. Errors name the key in ``src``."""
+    for key in overrides:
+        if wrapper is not None and key not in WRAPPER_LEVEL_KEYS:
+            raise ServesimError(f"a {wrapper} config takes its language model's keys from "
+                                "text_config, so this top-level key would change nothing: "
+                                f"give it as text_config.{key}", source=src, where=key)
+        if wrapper is None and key == "text_config":
+            raise ServesimError("this config keeps its keys at the top level, with no "
+                                "text_config to merge into: give them there", source=src,
+                                where=key)
+
+
 def _merged(target: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
     """``target`` with ``updates`` merged in, mapping into mapping, key by key."""
     out = dict(target)

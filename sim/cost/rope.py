@@ -22,6 +22,12 @@ def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
     schemes whose configs already give the stretched length (Llama 3's, LongRoPE);
     YaRN scales its ``original_max_position_embeddings``."""
     found = [(key, _rope(cfg, key, src)) for key in ("rope_scaling", "rope_parameters")]
+    if found[0][1] is not None and found[1][1] is not None and found[0][1] != found[1][1]:
+        # transformers v4's and v5's names for one setting: which one a server reads
+        # depends on its transformers release.
+        raise ServesimError("given beside a different rope_parameters (transformers' older "
+                            "and newer names for the same setting): give one",
+                            source=src, where="rope_scaling")
     key, rope = next(((k, r) for k, r in found if r is not None), ("", None))
     if rope is None:
         return trained

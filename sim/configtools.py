@@ -76,6 +76,17 @@ def is_number(x: object) -> TypeGuard[int | float]:
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
+def whole_count(value: Any, where: str, source: str | None = None, least: int = 0) -> int:
+    """``value`` (a number a file gave) as a count: a whole number from ``least`` to below
+    2**53, the bound of servesim's integer fields (from it no count of layers, widths or
+    positions is real, and floats lose units); anything else is an error at ``where``."""
+    if (not is_number(value) or not math.isfinite(value) or value != int(value)
+            or not least <= value < 2**53):
+        raise ServesimError(f"got {value!r}, expected a whole number of at least {least} "
+                            "and below 2**53", source=source, where=where)
+    return int(value)
+
+
 def _hints(cls: type) -> dict[str, Any]:
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import DuplicateKeyError, is_number, unique_keys
+from sim.configtools import DuplicateKeyError, is_number, unique_keys, whole_count
 from sim.cost.dtypes import SPARSE_FIELDS
 from sim.cost.hfoverrides import apply_overrides, check_levels
 from sim.cost.hfquant import checkpoint_fp8_kv, unquantised_attention, weights_dtype
@@ -204,13 +204,8 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
         return value
 
     def count(key: str, default: Any = None, least: int = 0) -> int:
-        value = get(key, default)
-        # From 2**53 no count of layers, heads or widths is real (and floats lose units);
         # ModelSpec's own bound, so the file's key is named rather than model.FIELD.
-        if not math.isfinite(value) or value != int(value) or not least <= value < 2**53:
-            raise ServesimError(f"got {value!r}, expected a whole number of at least {least} "
-                                "and below 2**53", source=src, where=key)
-        return int(value)
+        return whole_count(get(key, default), key, src, least)
 
     plain = _torch_dtype(cfg, src)
     dtype = weights_dtype(cfg.get("quantization_config"), src) or plain

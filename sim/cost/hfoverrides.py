@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import is_number
+from sim.configtools import is_number, whole_count
 from sim.cost.rope import derived_context
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
@@ -121,13 +121,10 @@ def preset_overrides(model: ModelSpec, overrides: dict[str, Any], where: str) ->
     # their context is their max_position_embeddings.
     cfg = {"max_position_embeddings": model.max_context,
            **{k: v for k, v in overrides.items() if k in CONTEXT_KEYS}}
-    trained = cfg["max_position_embeddings"]
-    if (not is_number(trained) or not math.isfinite(trained) or trained != int(trained)
-            or not 1 <= trained < 2**53):
-        raise ServesimError(f"got {trained!r}, expected a whole number of at least 1 and "
-                            "below 2**53", where=f"{where}.max_position_embeddings")
+    trained = whole_count(cfg["max_position_embeddings"], f"{where}.max_position_embeddings",
+                          least=1)
     try:
-        changes: dict[str, Any] = {"max_context": derived_context(cfg, int(trained), "")}
+        changes: dict[str, Any] = {"max_context": derived_context(cfg, trained, "")}
     except ServesimError as exc:
         raise ServesimError(exc.message, where=f"{where}.{exc.where}") from None
     theta = overrides.get("rope_theta")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.configtools import whole_count
 from sim.errors import ServesimError
 
 # RoPE types whose effect on the context is known (HF's rope types; "su" is LongRoPE's
@@ -47,11 +48,8 @@ def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
     base = rope.get("original_max_position_embeddings") if kind == "yarn" else None
     if base is None:
         base = trained
-    if (isinstance(base, bool) or not isinstance(base, int | float) or not base >= 1
-            or base != int(base) or base >= 2**53):
-        raise ServesimError(f"got {base!r}, expected a whole number of at least 1",
-                            source=src, where=f"{key}.original_max_position_embeddings")
-    return max(1, int(int(base) * factor))
+    base = whole_count(base, f"{key}.original_max_position_embeddings", src, least=1)
+    return max(1, int(base * factor))
 
 
 def _rope(cfg: dict[str, Any], key: str, src: str) -> dict[str, Any] | None:

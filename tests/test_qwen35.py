@@ -89,7 +89,8 @@ def test_states_are_set_aside_and_cap_the_running_sequences() -> None:
     assert linear_state_seqs(100, 4, 1900.0) == 4
     assert linear_state_seqs(100, 64, -5.0) == 1
     # Qwen3.5-35B-A3B in bf16 on one H200: some 50 GiB past its 65 GiB of weights, a
-    # sequence's state 61.4 MiB: fewer states than 1,024 sequences fit, and no more run.
+    # sequence's state 61.4 MiB: fewer states than 1,024 sequences fit, and no more run
+    # where the states are set aside (SGLang's pool; vLLM pages them: test_state_pool.py).
     small = MODELS["qwen3.5-35b-a3b"]
     sb = memory_budget(small, GPUS["h200"], 1, 0.92, 16, 8192, 1024)  # vLLM 0.24's default
     seqs = sb.state_seqs
@@ -98,7 +99,7 @@ def test_states_are_set_aside_and_cap_the_running_sequences() -> None:
     assert seqs == int(room * 0.9 / 1.9 // state) < 1024
     sc = from_dict({"name": "q", "model": "qwen3.5-35b-a3b",
                     "hardware": {"gpu": "h200", "tp": 1}, "cost": "roofline",
-                    "serving": {"max_num_seqs": 1024},
+                    "serving": {"max_num_seqs": 1024, "linear_state_pool": "reserved"},
                     "workload": {"concurrency": seqs + 40, "num_requests": 3 * (seqs + 40),
                                  "lengths": {"prompt": {"dist": "fixed", "value": 64},
                                              "output": {"dist": "fixed", "value": 64}}}})

@@ -72,7 +72,8 @@ def test_mtp_on_h200_simulates(model: str, cost: str) -> None:
 
 def test_each_sequence_holds_one_state_a_verified_position() -> None:
     assert shard(MODELS["qwen3.5-27b"], 1).linear_state_bytes == STATE_27B == 153_944_064
-    sc = _scenario(max_num_seqs=16)
+    # States set aside (SGLang's pool; vLLM pages them: test_state_pool.py).
+    sc = _scenario(max_num_seqs=16, linear_state_pool="reserved")
     (pool,) = pools(sc)
     b = pool_memory(sc.model, pool)
     # 16 sequences fit: each holds 1 + k = 3 states (vLLM's speculative state pages).
@@ -82,7 +83,8 @@ def test_each_sequence_holds_one_state_a_verified_position() -> None:
     assert m["linear_state_gib"] == 3 * STATE_27B * 16 / GIB
     assert (m["linear_state_seqs"], m["linear_state_copies"]) == (16, 3)
     # Without speculation: one state a sequence, and no copies key.
-    plain = from_dict({**_raw(), "serving": {"policy": "chunked", "max_num_seqs": 16}})
+    plain = from_dict({**_raw(), "serving": {"policy": "chunked", "max_num_seqs": 16,
+                                             "linear_state_pool": "reserved"}})
     b0 = pool_memory(plain.model, pools(plain)[0])
     assert b0.linear_state == STATE_27B * 16 and "linear_state_copies" not in b0.summary()
     # The head's weights load beside the target's, and its one attention layer's KV
@@ -93,7 +95,7 @@ def test_each_sequence_holds_one_state_a_verified_position() -> None:
 
 
 def test_states_past_the_share_cap_the_sequences_after_the_head_weights() -> None:
-    sc = _scenario(max_num_seqs=1024)
+    sc = _scenario(max_num_seqs=1024, linear_state_pool="reserved")
     b = pool_memory(sc.model, pools(sc)[0])
     # The room the states are set aside from is what the drafter's weights leave.
     room = b.budget - b.weights - b.activation - b.non_torch - b.cuda_graph

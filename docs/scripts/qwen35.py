@@ -2,7 +2,8 @@
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/qwen35.py
 It prints three markdown tables: the Qwen3.5 presets' sizes; one GPU's memory for
-Qwen3.5-397B-A17B on 8 B200s under vLLM's memory model; and a decode step's parts from
+Qwen3.5-397B-A17B on 8 B200s under vLLM's memory model, the states set aside (SGLang's
+layout) and paged from the KV pool (vLLM's); and a decode step's parts from
 the shipped measured profile (vLLM 0.24.0 on B200, tp 8) at growing context: the
 device's kernels and the host's work (the step prior, which vLLM's async scheduling
 overlaps with the device).
@@ -18,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.cost.gpus import GPUS  # noqa: E402
 from sim.cost.measured import find  # noqa: E402
-from sim.cost.memory import GIB, memory_budget  # noqa: E402
+from sim.cost.memory import GIB, memory_budget, state_block_size  # noqa: E402
 from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.profilefile import load_profile  # noqa: E402
 from sim.cost.shape import decode_shape  # noqa: E402
@@ -41,14 +42,19 @@ def sizes() -> None:
 
 def memory() -> None:
     m = MODELS[BIG]
-    print("\n| max_num_seqs | weights GiB | states GiB | KV GiB | KV tokens "
-          "| state MiB a sequence |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for seqs in (256, 1024):
-        b = memory_budget(m, GPUS["b200"], 8, 0.9, 16, 8192, seqs)
-        print(f"| {seqs} | {b.weights / GIB:.2f} | {b.linear_state / GIB:.2f} "
-              f"| {b.kv / GIB:.2f} | {b.kv_tokens:,} "
-              f"| {shard(m, 8).linear_state_bytes / 2**20:.2f} |")
+    size = state_block_size(m, 8, 16)
+    print("\n| states | max_num_seqs | block tokens | weights GiB | states set aside GiB "
+          "| KV GiB | KV blocks | KV tokens | blocks a request's states take |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for pool, seqs in (("set aside (SGLang)", 256), ("set aside (SGLang)", 1024),
+                       ("pages of the pool (vLLM)", 1024)):
+        shared = pool.endswith("(vLLM)")
+        b = memory_budget(m, GPUS["b200"], 8, 0.9, size if shared else 16, 8192, seqs,
+                          shared_states=shared)
+        print(f"| {pool} | {seqs} | {b.block_size} | {b.weights / GIB:.2f} "
+              f"| {b.linear_state / GIB:.2f} | {b.kv / GIB:.2f} | {b.blocks:,} "
+              f"| {b.kv_tokens:,} | {b.state_blocks} |")
+    print(f"\nstate MiB a sequence, one GPU: {shard(m, 8).linear_state_bytes / 2**20:.2f}")
 
 
 # (sequences, context a sequence): every point fits the 2.3 to 4.0 M tokens of KV above.

@@ -260,7 +260,8 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     sv = pool.serving
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
-                           pool.ep, pool.dp, pool.memory_rules, hybrid=hybrid_kv(pool))
+                           pool.ep, pool.dp, pool.memory_rules, hybrid=hybrid_kv(pool),
+                           shared_states=sv.linear_state_pool == "kv_cache")
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's
@@ -270,8 +271,11 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
                                  block_bytes=budget.block_bytes + kv_per_token * sv.block_size)
     if not model.linear_layers:
         return budget
-    # A verify keeps a Gated DeltaNet state for each of its k + 1 positions; set aside
-    # from what the drafter's weights leave.
+    # A verify keeps a Gated DeltaNet state for each of its k + 1 positions: pages of the
+    # pool (vLLM's mamba spec's speculative blocks), or set aside from what the drafter's
+    # weights leave.
+    if budget.state_groups[0]:
+        return dataclasses.replace(budget, state_copies=1 + sv.speculative.num_tokens)
     return reserve_states(budget, shard(model, pool.tp).linear_state_bytes, sv.max_num_seqs,
                           1 + sv.speculative.num_tokens)
 
@@ -325,7 +329,8 @@ def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
            else f"disaggregated.{pool.role}.num_gpu_blocks")
     budget = pool_memory(scenario.model, pool)
     # The manager's blocks hold every full-attention group (sim.core.cluster.pool_blocks).
-    return budget.override(max(1, n // budget.window_groups[1]), key)
+    return budget.override(
+        max(1, n // (budget.window_groups[1] * budget.state_groups[1])), key)
 
 
 def check_linear_attention(scenario: Scenario) -> None:

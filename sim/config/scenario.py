@@ -22,6 +22,7 @@ from sim.config.modelsection import model_section
 from sim.config.overrides import load_raw
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
+from sim.config.statepool import resolve_state_pool
 from sim.config.vllmflags import apply_vllm, pool_defaults, serving_defaults
 from sim.config.vllmnames import flag_name
 from sim.configtools import (
@@ -258,6 +259,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
         check_speculative(scenario)
+        scenario = resolve_state_pool(scenario)
         _check_async(scenario)
         _check_recv(scenario)
         check_pools(scenario)

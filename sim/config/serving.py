@@ -151,6 +151,12 @@ class ServingConfig:
     # layers (gpt-oss) keeps every layer's KV for every token, as if none slid, instead
     # of each request's window pages only (sim.cost.memory.hybrid_groups).
     disable_hybrid_kv_cache_manager: bool = False
+    # Where a model's Gated DeltaNet (linear-attention) states live: "kv_cache", pages of
+    # the KV blocks' pool, the block size raised so a page holds a layer's state (vLLM);
+    # "reserved", a pool of their own set aside for the most requests that may run
+    # (SGLang, TensorRT-LLM). Unset: reserved under SGLang's or TensorRT-LLM's measured
+    # kernels, else vLLM's (sim/config/statepool.py).
+    linear_state_pool: Literal["kv_cache", "reserved"] | None = None
     # The vLLM release whose memory profile sizes the KV cache (sim/cost/vllmmemory.py:
     # 0.11 to 0.26). Unset: the release of the measured profile's kernel tables, else
     # vLLM 0.24.0.

@@ -73,10 +73,11 @@ def host_tier(sv: ServingConfig, block_bytes: int, host_bw: float) -> tuple[int,
 def pool_blocks(sv: ServingConfig, budget: MemoryBudget) -> int:
     """KV blocks of each replica: those its memory holds, or vLLM's
     --num-gpu-blocks-override (``num_gpu_blocks``), pages of its pool, of which a block
-    of a model with sliding-window layers takes one a full-attention group."""
+    of a model with sliding-window or Gated DeltaNet layers takes one a full-attention
+    group."""
     if sv.num_gpu_blocks is None:
         return budget.fitted().blocks
-    return max(1, sv.num_gpu_blocks // budget.window_groups[1])
+    return max(1, sv.num_gpu_blocks // (budget.window_groups[1] * budget.state_groups[1]))
 
 
 def pool_kv(sv: ServingConfig, budget: MemoryBudget) -> tuple[int, dict[str, Any]]:
@@ -123,7 +124,7 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks,
                                    tier is not None, budget.window_blocks, budget.window_groups,
                                    pool.role == "prefill", sv.host_prefixes,
-                                   tier is None or tier.store_outputs),
+                                   tier is None or tier.store_outputs, budget.state_blocks),
                     sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1,
                     async_sched=overlapped)
             for i in range(pool.replicas * pool.dp)

@@ -27,26 +27,13 @@ Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
 
 from sim.core.hosttier import HostTier
-from sim.core.prefix import PrefixCache, own_keys
+from sim.core.prefix import NO_HIT, PrefixCache, PrefixHit, own_keys
 from sim.core.request import Request
 from sim.cost.memory import blocks_for, window_share
 
-
-class PrefixHit(NamedTuple):
-    """A waiting request's leading tokens found cached: ``tokens`` (a multiple of the
-    hash size), ``pinned``, the GPU blocks among them no request references now (not
-    available once it takes them), and ``loaded``, the last of those tokens, found in
-    the host tier (they need GPU blocks and a load over the host link)."""
-
-    tokens: int
-    pinned: int
-    loaded: int = 0
-
-
-NO_HIT = PrefixHit(0, 0)
+__all__ = ["NO_HIT", "KVCacheManager", "PrefixHit"]
 
 
 class KVCacheManager:
@@ -56,20 +43,25 @@ class KVCacheManager:
     admitting (vLLM's watermark) so a fresh prompt does not force running requests out
     at once; ``swap_blocks``: the host tier's size (blocks) for swapped KV and, with
     ``offload`` (``serving.kv_offload``), prefix entries (``write_through``,
-    ``store_outputs``: how they are written, :mod:`sim.core.hosttier`). With prefix
-    caching on (:meth:`enable_prefix_caching`) no freed block is forgotten until an
-    allocation needs it: entries no request references and freed requests' runs count
-    as available and are evicted least recently freed first.
+    ``store_outputs``: how they are written, :mod:`sim.core.hosttier`); ``state_blocks``:
+    the blocks a running request's Gated DeltaNet states take from the pool, as vLLM
+    pages them (0: none, or set aside beforehand). With prefix caching on
+    (:meth:`enable_prefix_caching`) no freed block is forgotten until an allocation
+    needs it: entries no request references and freed requests' runs count as
+    available and are evicted least recently freed first.
     """
 
     __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
-                 "admit_low_water", "pending_io", "window", "window_groups", "prompt_only")
+                 "admit_low_water", "pending_io", "window", "window_groups", "prompt_only",
+                 "states", "fixed")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
                  swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
                  window_groups: tuple[int, int] = (1, 1), prompt_only: bool = False,
-                 write_through: bool = False, store_outputs: bool = True) -> None:
+                 write_through: bool = False, store_outputs: bool = True,
+                 state_blocks: int = 0) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
+                or state_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
             raise ValueError("bad KV cache sizes")
         self.total = total_blocks
@@ -81,6 +73,10 @@ class KVCacheManager:
         # window_groups[0] / window_groups[1] of a block (see window_share).
         self.window = window_blocks
         self.window_groups = window_groups
+        # A Gated DeltaNet model's states under vLLM: pages of this pool a running request
+        # holds whatever its length, as its window's (window_of).
+        self.states = state_blocks
+        self.fixed = bool(window_blocks or state_blocks)
         # A disaggregated prefill replica: its requests hold their prompts' KV only.
         self.prompt_only = prompt_only
         self.used = 0  # blocks held by requests or kept by the prefix cache
@@ -133,7 +129,7 @@ class KVCacheManager:
         """Whether one request spanning ``tokens`` tokens could ever be admitted: its
         blocks (its window's among them) fit the cache less the watermark."""
         n = blocks_for(tokens, self.block_size)
-        return n + self.window_share(n) <= self.total - self.watermark
+        return n + self.window_share(n) + self.states <= self.total - self.watermark
 
     def window_share(self, blocks: int) -> int:
         """Blocks the sliding-window layers of a request whose full layers span
@@ -151,27 +147,28 @@ class KVCacheManager:
 
     def spans(self, r: Request, tokens: int) -> int:
         """Blocks ``r`` holds once its first ``tokens`` tokens have slots: a block of
-        every ``block_size`` tokens, plus its window's share (:meth:`window_of`)."""
+        every ``block_size`` tokens, plus its window's share and states (:meth:`window_of`)."""
         n = -(-tokens // self.block_size)
-        if self.window:
+        if self.fixed:
             n += self.window_of(r)
         return n
 
     def window_of(self, r: Request) -> int:
-        """``r``'s window share (:meth:`window_share`; 0 without sliding layers): of its
-        whole life's tokens, or of its prompt's on a replica that only prefills (what
-        :meth:`can_ever_hold` is asked for). It stays put while ``r`` decodes."""
+        """``r``'s blocks that do not grow with its tokens: its window share
+        (:meth:`window_share`; 0 without sliding layers) of its whole life's tokens, or of
+        its prompt's on a replica that only prefills (what :meth:`can_ever_hold` is asked
+        for), and its recurrent states' (``states``). They stay put while ``r`` decodes."""
         if not self.window:
-            return 0
+            return self.states
         life = r.prompt if self.prompt_only else r.prompt + r.output - 1
-        return self.window_share(-(-life // self.block_size))
+        return self.window_share(-(-life // self.block_size)) + self.states
 
     def blocks_needed(self, r: Request, num_tokens: int) -> int:
         """Blocks ``r`` must take for ``num_tokens`` tokens past those it has computed
         (0 or less when the blocks it holds cover them): the count
         :meth:`allocate_slots` takes without a prefix hit."""
         n = -(-(r.computed + num_tokens) // self.block_size) - r.blocks
-        if self.window:
+        if self.fixed:
             n += self.window_of(r)
         return n
 

@@ -29,11 +29,26 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from sim.core.request import Request
 from sim.errors import ServesimError
+
+
+class PrefixHit(NamedTuple):
+    """A waiting request's leading tokens found cached: ``tokens`` (a multiple of the
+    hash size), ``pinned``, the GPU blocks among them no request references now (not
+    available once it takes them), and ``loaded``, the last of those tokens, found in
+    the host tier (they need GPU blocks and a load over the host link)."""
+
+    tokens: int
+    pinned: int
+    loaded: int = 0
+
+
+NO_HIT = PrefixHit(0, 0)
 
 # Hashes of blocks only one request holds (own_keys), 2**32 of them a request: above
 # every block hash a trace or a generated prefix gives, a 64-bit hash split into at most

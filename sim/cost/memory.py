@@ -110,6 +110,9 @@ class MemoryBudget:
     # States a sequence holds: 1, or 1 + k under speculative decoding of k tokens, where
     # a verify keeps the state after each of its k + 1 positions (reserve_states).
     state_copies: int = 1
+    # vLLM's pool instead (kv_pool_states): the states are pages of the KV blocks' pool,
+    # (groups of linear layers, full-attention groups), a block holding every full group.
+    state_groups: tuple[int, int] = (0, 1)
     # Whose profile set the activation and CUDA-graph terms, in words (sim.cost.vllmmemory).
     rules: str = ""
 
@@ -133,6 +136,15 @@ class MemoryBudget:
     def kv_tokens(self) -> int:
         """Tokens those blocks hold."""
         return self.blocks * self.block_size
+
+    @property
+    def state_blocks(self) -> int:
+        """Blocks one running request's Gated DeltaNet states take from the KV pool under
+        vLLM's rules (0 when they are set aside beforehand, or without such layers): a
+        page a group of linear layers for each of its ``state_copies`` states, rounded
+        up to blocks of the full groups' pages (:func:`kv_pool_states`)."""
+        linear, full = self.state_groups
+        return -(-linear * self.state_copies // full)
 
     @property
     def window_request_blocks(self) -> int:
@@ -216,7 +228,10 @@ class MemoryBudget:
                     {"linear_state_gib": self.linear_state / GIB,
                      "linear_state_seqs": self.state_seqs,
                      **({"linear_state_copies": self.state_copies}
-                        if self.state_copies > 1 else {})} if self.state_seqs else {})
+                        if self.state_copies > 1 else {})} if self.state_seqs else
+                    {"linear_state_blocks_per_request": self.state_blocks,
+                     **({"linear_state_copies": self.state_copies}
+                        if self.state_copies > 1 else {})} if self.state_groups[0] else {})
         if self.ep > 1:
             stage = {"ep": self.ep, **stage}
         if self.dp > 1:
@@ -317,7 +332,8 @@ def activation_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int,
 def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                   block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
                   pp: int = 1, ep: int = 1, dp: int = 1,
-                  rules: MemoryRules | None = None, hybrid: bool = True) -> MemoryBudget:
+                  rules: MemoryRules | None = None, hybrid: bool = True,
+                  shared_states: bool = False) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
@@ -328,7 +344,10 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
     the activation and CUDA-graph terms (:mod:`sim.cost.vllmmemory`; default
     :data:`~sim.cost.vllmmemory.DEFAULT_VERSION`'s). ``hybrid=False``: vLLM's
     hybrid KV-cache manager turned off, so sliding-window layers keep every token's KV
-    in every block."""
+    in every block. ``shared_states``: a model's Gated DeltaNet states are pages of the
+    KV pool, as vLLM keeps them (:func:`kv_pool_states`; ``block_size`` then already
+    vLLM's raised one, :func:`state_block_size`), else set aside beforehand for the most
+    sequences that may run (:func:`reserve_states`, SGLang's and TensorRT-LLM's way)."""
     if rules is None:
         rules = memory_rules(DEFAULT_VERSION, model)
     if pp > 1:
@@ -347,6 +366,8 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
         block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp, rules=rules.phrase)
     if model.linear_layers:
+        if shared_states:
+            return kv_pool_states(budget, model, rules.group_ratio)
         return reserve_states(budget, d.linear_state_bytes, max_num_seqs)
     if not (hybrid and model.sliding_layers and model.full_layers):
         return budget
@@ -425,6 +446,36 @@ def reserve_states(budget: MemoryBudget, state_bytes: int, max_num_seqs: int,
     seqs = linear_state_seqs(per_seq, max_num_seqs, budget.kv + budget.linear_state)
     return dataclasses.replace(budget, linear_state=seqs * per_seq, state_seqs=seqs,
                                state_copies=copies)
+
+
+def state_block_size(model: ModelSpec, tp: int, align: int) -> int:
+    """Tokens of a KV block of a model with Gated DeltaNet layers on ``tp`` GPUs under
+    vLLM: the fewest, a multiple of ``align`` (the attention kernel's block multiple, 16,
+    or a larger --block-size), whose page of one attention layer (block × the layer's KV
+    bytes a token on one GPU) holds one linear layer's state (its recurrent matrices,
+    fp32 unless the checkpoint says otherwise, and its convolution window). vLLM raises
+    the block size so to give every layer one page size (its platform's hybrid block
+    alignment; Qwen3.5-27B: 784 tokens at any tp, its state 3,207,168 bytes against
+    4,096 a token on one GPU), and pads the state's page to the attention page."""
+    d = shard(model, tp)
+    token = d.kv_bytes_per_token // d.attention_layers
+    state = d.linear_state_bytes // d.linear_layers
+    return align * -(-state // (align * token))
+
+
+def kv_pool_states(budget: MemoryBudget, model: ModelSpec, ratio: float) -> MemoryBudget:
+    """``budget`` with the Gated DeltaNet states taken from the KV pool as vLLM's hybrid
+    KV-cache manager takes them: layers grouped as for sliding windows
+    (:func:`hybrid_groups`; Qwen3.5's 3:1 pattern makes one full-attention group and
+    three linear ones), one pool of equal pages, a running request holding a block a
+    ``block_size`` tokens in the full groups and one page a linear group for each
+    state it keeps (:attr:`MemoryBudget.state_blocks`). Nothing is set aside, and no
+    cap on the running requests follows: the pool bounds them."""
+    size, full, linear = hybrid_groups(model.full_layers, model.linear_layers, ratio)
+    d = shard(model, budget.tp, ep=budget.ep, dp=budget.dp)
+    layer = d.kv_bytes_per_token // d.attention_layers
+    return dataclasses.replace(budget, block_bytes=layer * full * size * budget.block_size,
+                               state_groups=(linear, full))
 
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

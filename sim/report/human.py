@@ -157,4 +157,9 @@ def memory_terms(m: dict[str, Any]) -> str:
             + (f" (and each request's sliding-window layers, up to "
                f"{m['window_blocks_per_request']} blocks of them)"
                if "window_blocks_per_request" in m else "")
+            + (f" (and each running request's linear-attention states, "
+               f"{m['linear_state_blocks_per_request']} blocks of them"
+               + (f": {m['linear_state_copies']} states for speculative decoding"
+                  if "linear_state_copies" in m else "") + ")"
+               if "linear_state_blocks_per_request" in m else "")
             + (f"; {m['sized']}" if m.get("sized") else ""))

@@ -94,7 +94,8 @@ def _kv_need(res: RunResult, role: str, prompt: np.ndarray, output: np.ndarray) 
     as its replicas count them (:meth:`sim.core.kvmanager.KVCacheManager.can_ever_hold`):
     the blocks of the tokens it holds at its peak (a prefill replica its prompt, others
     its prompt and output but the last token, plus a speculative verify's drafted slots),
-    its sliding-window pages, and the watermark kept free of them."""
+    its sliding-window pages or linear-attention states' blocks, and the watermark kept
+    free of them."""
     from sim.config.disagg import pool_memory, pools
     from sim.cost.memory import blocks_for, window_share
 
@@ -111,6 +112,9 @@ def _kv_need(res: RunResult, role: str, prompt: np.ndarray, output: np.ndarray) 
     if budget.window_blocks:
         need += window_share(budget.window_blocks, budget.window_groups, need)
         what += ", with its sliding-window layers' pages"
+    if budget.state_blocks:
+        need += budget.state_blocks
+        what += f", with its linear-attention states' {budget.state_blocks} blocks"
     total = need
     while total - int(sv.kv_watermark * total) < need:
         total += 1

@@ -342,6 +342,9 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     blocks = kv_blocks(case, serving, settings)
     if blocks is not None:
         serving["num_gpu_blocks"] = blocks
+    if case.spec.linear_layers and case.framework != "vllm":
+        # SGLang's state pool, sized by kv_blocks, beside its KV pool.
+        serving["linear_state_pool"] = "reserved"
     # A vLLM run of a release servesim models is sized as that release (sim/cost/vllmmemory.py).
     release = modelled_release(r.version) if case.framework == "vllm" else None
     if release is not None:

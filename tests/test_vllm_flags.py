@@ -438,8 +438,7 @@ def test_vllm_s_default_caching_off_where_not_modelled_is_said(more: dict, why: 
     assert sc.serving.prefix_caching is False
     assert sc.notes == (
         "prefix caching (vLLM's default) is off: servesim models it under policies "
-        "continuous and chunked, preempting by recompute or with a host tier, for models "
-        f"without linear-attention layers (here: {why}, 0 linear-attention layers)",)
+        f"continuous and chunked, preempting by recompute or with a host tier (here: {why})",)
     # The resolved default's own errors name the serving key.
     with pytest.raises(ServesimError, match="serving.kv_offload: the host tier holds"):
         scenario({}, serving={"policy": "static", "kv_offload": {"cpu_gb": 1}})

@@ -6,7 +6,8 @@ Qwen3.5-397B-A17B on 8 B200s under vLLM's memory model, the states set aside (SG
 layout) and paged from the KV pool (vLLM's); and a decode step's parts from
 the shipped measured profile (vLLM 0.24.0 on B200, tp 8) at growing context: the
 device's kernels and the host's work (the step prior, which vLLM's async scheduling
-overlaps with the device).
+overlaps with the device); and prefix caching of Qwen3.5-27B as vLLM's align mode keeps
+it, simulated on one H200 (the roofline).
 """
 
 from __future__ import annotations
@@ -76,7 +77,37 @@ def decode() -> None:
               f"| {p['step'] + p['host']:.2f} |")
 
 
+def caching() -> None:
+    """Prefix caching of Qwen3.5-27B on one H200 under vLLM's align mode: 8 groups of
+    requests sharing their first 4,096 tokens, prompts of 4,500 to 6,000, at 2 requests/s."""
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+    from sim.report.summary import summarize
+
+    print("\n| prefix caching | max_num_batched_tokens | prompt tokens hit | TTFT p50 ms "
+          "| TTFT p90 ms | evictions |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for on, budget in ((False, 8192), (True, 8192), (True, 2048)):
+        raw = {"name": "qwen35-cache", "model": "qwen3.5-27b", "cost": "roofline",
+               "hardware": {"gpu": "h200", "tp": 1},
+               "serving": {"policy": "chunked", "prefix_caching": on,
+                           "max_num_batched_tokens": budget},
+               "workload": {"arrivals": {"process": "poisson", "rate": 2.0},
+                            "num_requests": 600, "seed": 0,
+                            "shared_prefix": {"tokens": 4096, "groups": 8, "block_tokens": 16},
+                            "lengths": {"prompt": {"dist": "uniform", "low": 4500,
+                                                   "high": 6000},
+                                        "output": {"dist": "fixed", "value": 200}}}}
+        s = summarize(simulate(from_dict(raw)))
+        pc = s.get("prefix_cache") or {}
+        ttft = s["latency_s"]["ttft"]
+        print(f"| {'on' if on else 'off'} | {budget:,} | {pc.get('hit_rate', 0.0):.1%} "
+              f"| {ttft['p50'] * 1e3:.1f} | {ttft['p90'] * 1e3:.1f} "
+              f"| {pc.get('evictions', 0):,} |")
+
+
 if __name__ == "__main__":
     sizes()
     memory()
     decode()
+    caching()

@@ -336,16 +336,15 @@ def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
 def check_linear_attention(scenario: Scenario) -> None:
     """A model with Gated DeltaNet layers (``linear_layers``) is modelled on co-located
     single-stage replicas without the features whose state handling would differ from
-    KV blocks': prefix caching (a hit would need the cached prefix's recurrent state),
-    swapping and a host tier, pipeline stages, data-parallel ranks and disaggregated
-    pools (speculative decoding is modelled: each sequence holds 1 + k states,
-    :func:`pool_memory`, and a verify writes k more, :mod:`sim.cost.drafter`). Errors
-    name the key that conflicts."""
+    KV blocks': swapping and a host tier, pipeline stages, data-parallel ranks and
+    disaggregated pools (speculative decoding is modelled: each sequence holds 1 + k
+    states, :func:`pool_memory`, and a verify writes k more, :mod:`sim.cost.drafter`;
+    prefix caching as vLLM's align mode keeps it: sim/config/statepool.py). Errors name
+    the key that conflicts."""
     model, sv, hw = scenario.model, scenario.serving, scenario.hardware
     if not model.linear_layers:
         return
-    conflicts = ((sv.prefix_caching, "serving.prefix_caching", "prefix caching"),
-                 (sv.preemption == "swap", "serving.preemption", "swap preemption"),
+    conflicts = ((sv.preemption == "swap", "serving.preemption", "swap preemption"),
                  (sv.kv_offload is not None, "serving.kv_offload", "a host KV tier"),
                  (sv.policy == "disaggregated", "serving.policy", "disaggregated pools"),
                  (hw.pp > 1, "hardware.pp", "pipeline stages"),

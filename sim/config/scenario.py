@@ -265,7 +265,8 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         check_pools(scenario)
         check_host_memory(scenario, flag_tier)
         wl = scenario.workload
-        if scenario.serving.caches_prefixes:
+        if scenario.serving.caches_prefixes and scenario.serving.linear_state_pool is None:
+            # (A Gated DeltaNet model's block, vLLM's, not the user's: any hash size goes.)
             check_prefix_blocks(wl, scenario.serving.block_size)
         check_faults(scenario.faults, pools(scenario)[0].replicas,
                      scenario.horizon_s if scenario.horizon_s is not None else wl.duration_s,

@@ -250,12 +250,15 @@ class ServingConfig:
     def resolved_caching(self, linear_layers: int) -> tuple[ServingConfig, tuple[str, ...]]:
         """This config with ``prefix_caching: null`` (vLLM's default) made true where
         caching is modelled (policy continuous or chunked, preemption by recompute or a
-        host tier, a model with no linear-attention layers: ``linear_layers``), else
-        false, with a note saying so; itself when it is already true or false. Errors
+        host tier), else false, with a note saying so; itself when it is already true or
+        false, or for a model with linear-attention layers (``linear_layers``), whose
+        state pool decides it (:func:`sim.config.statepool.resolve_state_pool`). Errors
         name ``serving.KEY``."""
-        if self.prefix_caching is not None:
+        if self.prefix_caching is not None or linear_layers:
+            # A model with linear-attention layers: decided with its state pool
+            # (sim/config/statepool.py).
             return self, ()
-        on = (self.policy in ("continuous", "chunked") and not linear_layers
+        on = (self.policy in ("continuous", "chunked")
               and (self.preemption == "recompute" or self.kv_offload is not None))
         try:
             out = dataclasses.replace(self, prefix_caching=on)
@@ -265,9 +268,8 @@ class ServingConfig:
             return out, ()
         return out, (f"prefix caching (vLLM's default) is off: servesim models it under "
                      f"policies continuous and chunked, preempting by recompute or with a "
-                     f"host tier, for models without linear-attention layers (here: policy "
-                     f"{self.policy}, preemption {self.preemption}, {linear_layers} "
-                     "linear-attention layers)",)
+                     f"host tier (here: policy {self.policy}, preemption "
+                     f"{self.preemption})",)
 
     @property
     def host_prefixes(self) -> bool:

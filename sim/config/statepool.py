@@ -26,6 +26,7 @@ from sim.errors import ServesimError
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
+    from sim.config.serving import ServingConfig
 
 # Frameworks whose measured kernels imply a state pool of its own.
 RESERVING = ("sglang", "trtllm")
@@ -59,11 +60,56 @@ def resolve_state_pool(scenario: Scenario) -> Scenario:
             raise exc.located(prefix="hardware") from None
         size = state_block_size(model, tp, sv.block_size)
         if size != sv.block_size:
-            serving = dataclasses.replace(serving, block_size=size)
+            try:
+                serving = dataclasses.replace(serving, block_size=size)
+            except ServesimError as exc:  # a token budget under the raised block
+                raise ServesimError(f"{exc.message} (the block vLLM raises so a page holds "
+                                    f"a Gated DeltaNet state of model {model.name})",
+                                    where=f"serving.{exc.where}") from None
             notes = (f"serving.block_size: {sv.block_size} -> {size} tokens, as vLLM raises "
                      f"it for model {model.name}: a page of one attention layer's KV must "
                      f"hold one Gated DeltaNet layer's state "
                      f"({d.linear_state_bytes // d.linear_layers:,} bytes on each GPU), "
                      "whose pages a running request takes from the same pool "
                      "(serving.linear_state_pool: kv_cache)",)
-    return dataclasses.replace(scenario, serving=serving, notes=scenario.notes + notes)
+    serving, said = _caching(serving, model.name)
+    return dataclasses.replace(scenario, serving=serving, notes=scenario.notes + notes + said)
+
+
+def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, ...]]:
+    """``sv`` with prefix caching decided for a model with linear-attention layers: as
+    vLLM's align mode keeps it (states kept where a step ends on the block grid, prompt
+    chunks cut there: sim.policies.chunked.grid_chunk), under policy chunked with the
+    states paged from the KV pool, recompute preemption and no speculative decoding.
+    Unset (vLLM's default): on where so modelled, else off with a note; true elsewhere,
+    or with a token budget under one block (no chunk could end on the grid), an error
+    naming the key."""
+    why = ("policy chunked (vLLM v1's scheduler, which its align mode needs)"
+           if sv.policy != "chunked" else
+           "serving.linear_state_pool kv_cache (SGLang's state cache is not modelled)"
+           if sv.linear_state_pool != "kv_cache" else
+           "recompute preemption" if sv.preemption != "recompute" else
+           "no speculative decoding (not modelled with it yet)"
+           if sv.speculative is not None else "")
+    said: tuple[str, ...] = ()
+    if sv.prefix_caching is None:
+        try:  # (a host tier is refused with these layers after: check_linear_attention)
+            sv = dataclasses.replace(sv, prefix_caching=not why)
+        except ServesimError as exc:
+            raise exc.located(prefix="serving") from None
+        if why:
+            said = (f"prefix caching (vLLM's default) is off: for model {model}'s "
+                    f"linear-attention layers servesim models it with {why}",)
+    if sv.prefix_caching and why:
+        raise ServesimError(f"prefix caching for model {model}'s linear-attention layers is "
+                            f"modelled as vLLM's align mode keeps it, with {why}",
+                            where="serving.prefix_caching")
+    cap = sv.long_prefill_token_threshold
+    if sv.prefix_caching and 0 < cap < sv.block_size:
+        # (The step's budget is held to a block already: ServingConfig.)
+        raise ServesimError(f"got {cap} under prefix caching of model {model}: vLLM's align "
+                            f"mode ends a prompt's chunks on its {sv.block_size}-token "
+                            "blocks, so no chunk capped below one could ever run; give at "
+                            f"least {sv.block_size} (or 0), or turn prefix caching off",
+                            where="serving.long_prefill_token_threshold")
+    return sv, said

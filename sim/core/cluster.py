@@ -92,12 +92,11 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
     """Build the replicas of every pool, their routers and, for a disaggregated
     scenario, the hand-off from the prefill replicas to the decode pool. ``cost``
     prices the co-located pool; other pools price with their own GPU and tp."""
-    model = scenario.model
+    model, the_pools = scenario.model, pools(scenario)
     replicas: list[Replica] = []
     by_role: dict[str, list[Replica]] = {}
     routers: dict[str, Any] = {}
     memory: dict[str, dict[str, Any]] = {}
-    the_pools = pools(scenario)
     for pool in the_pools:
         sv = pool.serving
         budget = pool_memory(model, pool)
@@ -124,7 +123,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
                     KVCacheManager(blocks, sv.block_size, watermark, swap_blocks,
                                    tier is not None, budget.window_blocks, budget.window_groups,
                                    pool.role == "prefill", sv.host_prefixes,
-                                   tier is None or tier.store_outputs, budget.state_blocks),
+                                   tier is None or tier.store_outputs, budget.state_blocks,
+                                   budget.snapshot_blocks),
                     sv, pool.role, budget.block_bytes / host_bw, spec, grouped=pool.dp > 1,
                     async_sched=overlapped)
             for i in range(pool.replicas * pool.dp)

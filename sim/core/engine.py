@@ -129,13 +129,13 @@ class Engine(Outcomes):
         bs = sv.block_size
         for rep in self.entry:  # retain false: a write-through host tier alone keeps them
             rep.kv.enable_prefix_caching(bs, retain=bool(sv.prefix_caching))
-        if requests.prefix_hashes is not None:
-            # The cache hashes KV blocks, as vLLM's does; coarser trace hashes are split.
-            hash_tokens = requests.prefix_block_tokens or bs
-            check_hash_counts(requests, hash_tokens, scenario.source)
-            return [block_hashes(h, hash_tokens, bs, scenario.source)
-                    for h in requests.prefix_hashes]
-        return None
+        if requests.prefix_hashes is None:
+            return None
+        # KV blocks' hashes, as vLLM's: coarser trace hashes split, finer ones chained.
+        hash_tokens, combine = requests.prefix_block_tokens or bs, bool(self.entry[0].kv.snapshot)
+        check_hash_counts(requests, hash_tokens, scenario.source)
+        return [block_hashes(h, hash_tokens, bs, scenario.source, combine)
+                for h in requests.prefix_hashes]
 
     def _schedule_arrivals(self, requests: Requests, closed: bool) -> None:
         """When each request is sent and reaches the engine, and the routing order."""

@@ -4,7 +4,8 @@ Modelled on vLLM's: a scheduler asks :meth:`KVCacheManager.can_allocate` or call
 :meth:`~KVCacheManager.allocate_slots` for a request's new tokens (None on a shortage,
 nothing changed), :meth:`~KVCacheManager.free` when it finishes or is preempted,
 :meth:`~KVCacheManager.swap_out` / ``swap_in`` to move its KV to host memory and back,
-``computed_tokens`` / ``cache_blocks`` for the prefix cache. Nothing else changes a count.
+``computed_tokens`` / ``cache_blocks`` for the prefix cache (what a request publishes to
+it: :mod:`sim.core.kvpublish`). Nothing else changes a count.
 
 Blocks are counted, not named: block identity changes no timing. A request's share is
 kept on it (``blocks``: the blocks its tokens span, prefix-cache entries and a
@@ -26,9 +27,8 @@ Imports no SimPy: ``calibrate.replay`` runs the same manager on a device machine
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from sim.core.hosttier import HostTier
+from sim.core.kvpublish import PrefixPublishing
 from sim.core.prefix import NO_HIT, PrefixCache, PrefixHit, own_keys
 from sim.core.request import Request
 from sim.cost.memory import blocks_for, window_share
@@ -36,7 +36,7 @@ from sim.cost.memory import blocks_for, window_share
 __all__ = ["NO_HIT", "KVCacheManager", "PrefixHit"]
 
 
-class KVCacheManager:
+class KVCacheManager(PrefixPublishing):
     """Free, used, cached and swapped KV blocks of one replica.
 
     ``total_blocks`` blocks of ``block_size`` tokens; ``watermark_blocks`` kept free when
@@ -53,13 +53,13 @@ class KVCacheManager:
 
     __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
                  "admit_low_water", "pending_io", "window", "window_groups", "prompt_only",
-                 "states", "fixed")
+                 "states", "fixed", "snapshot")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
                  swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
                  window_groups: tuple[int, int] = (1, 1), prompt_only: bool = False,
                  write_through: bool = False, store_outputs: bool = True,
-                 state_blocks: int = 0) -> None:
+                 state_blocks: int = 0, snapshot_blocks: int = 0) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
                 or state_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
@@ -77,6 +77,7 @@ class KVCacheManager:
         # holds whatever its length, as its window's (window_of).
         self.states = state_blocks
         self.fixed = bool(window_blocks or state_blocks)
+        self.snapshot = snapshot_blocks  # one state's blocks, kept by the prefix cache
         # A disaggregated prefill replica: its requests hold their prompts' KV only.
         self.prompt_only = prompt_only
         self.used = 0  # blocks held by requests or kept by the prefix cache
@@ -93,7 +94,7 @@ class KVCacheManager:
         multiple of the block size); returns the cache (the router reads it). ``retain``
         false: the GPU keeps none, a write-through host tier holding them alone (the
         engine's choice; a request's ``cached`` then counts its entries on the host)."""
-        self.prefix = PrefixCache(hash_tokens, self.block_size, retain)
+        self.prefix = PrefixCache(hash_tokens, self.block_size, retain, self.snapshot)
         self.host.per_hash = self.prefix.per_hash
         return self.prefix
 
@@ -212,6 +213,8 @@ class KVCacheManager:
             assert pc is not None and r.hashes is not None
             k = (cached - hit.loaded) // pc.hash_tokens
             pc.acquire(r.hashes[:k])  # before allocating, so they are not evicted
+            if pc.state_pages:
+                pc.touch_state(r.hashes[k - 1])
             if self.host.through:  # vLLM copies GPU hits the host lacks too
                 self.host.copy(r.hashes[:k])
             r.cached = k
@@ -303,67 +306,6 @@ class KVCacheManager:
         r.cached = 0
         r.blocks = 0
         return n
-
-    def cache_blocks(self, r: Request) -> None:
-        """After ``r``'s prefill: its full prompt blocks join the prefix cache (or, when
-        another request cached the same content meanwhile, it shares that entry and its
-        own copy is freed)."""
-        pc = self.prefix
-        assert pc is not None and r.hashes is not None
-        self._publish(r, min(len(r.hashes), r.prompt // pc.hash_tokens))
-
-    def cache_computed(self, entries: Iterable[Request]) -> None:
-        """After an iteration: the requests among ``entries`` whose prompts are now
-        computed whole cache their prompt blocks (:meth:`cache_blocks`), whether or not
-        the iteration emitted their token: a resumed request's recomputed prompt is
-        cached before its next decode, which may run in a decode set."""
-        for r in entries:
-            if r.hashes is not None and r.computed >= r.prompt:
-                self.cache_blocks(r)
-
-    def preempt(self, r: Request) -> int:
-        """Free ``r``, preempted to be recomputed later; returns the blocks it spanned.
-
-        With prefix caching its computed full blocks are cached first, as vLLM's
-        cache keeps every full block it computed (hashed by content) until an
-        allocation evicts it: when ``r`` is admitted again, :meth:`computed_tokens` finds
-        those still cached and its prefill resumes after them. Blocks whose content
-        ``r``'s prefix hashes do not name (its generated tokens, or a prompt without
-        hashes) get hashes of their own, unique to ``r``: no other request shares them."""
-        pc = self.prefix
-        if pc is not None:
-            full = r.computed // pc.hash_tokens
-            have = 0 if r.hashes is None else len(r.hashes)
-            if full > have:
-                r.hashes = (r.hashes or ()) + own_keys(r, have, full)
-            if full > r.cached:
-                self._publish(r, full)
-        return self.free(r)
-
-    def _publish(self, r: Request, full: int) -> None:
-        """Cache ``r``'s first ``full`` entries (those after the ones it references)."""
-        pc, host = self.prefix, self.host
-        assert pc is not None and r.hashes is not None
-        if pc.retain:
-            entries = host.entries
-            for k in range(r.cached, full):
-                if not pc.publish(r.hashes[k]):
-                    self.used -= pc.per_hash
-                elif entries and not host.through:
-                    host.discard(r.hashes[k])  # the GPU's fresh copy replaces it
-        if host.through and full > r.cached:  # outputs' own blocks only if it keeps them
-            host.copy(r.hashes[:full if host.outputs else min(full, r.prompt // pc.hash_tokens)])
-        if full > r.cached:
-            r.cached = full
-
-    def _copy_rest(self, r: Request) -> None:
-        """Write-through, as ``r`` leaves the GPU: copy its full blocks past its prompt's
-        hashes (outputs' if the tier stores them) under keys of ``r``'s own (as
-        :meth:`preempt` gives them), which no other request names but take host room."""
-        pc = self.prefix
-        if pc is not None:
-            tokens = r.computed if self.host.outputs else min(r.computed, r.prompt)
-            self.host.copy(own_keys(r, len(r.hashes or ()), tokens // pc.hash_tokens))
 
     # -- swapping ---------------------------------------------------------------------
     def swap_out(self, r: Request) -> bool:

@@ -57,6 +57,9 @@ OWN_HASHES = 1 << 128
 # Keys of retired runs, counting up from here: above every entry hash, a request's own
 # among them (under 2**161).
 RUNS = 1 << 192
+# A Gated DeltaNet model's state snapshot at the end of the block an entry hash names:
+# this plus the hash, above every run's key.
+STATES = 1 << 256
 
 
 class PrefixCache:
@@ -64,9 +67,14 @@ class PrefixCache:
     ``hash_tokens`` tokens, blocks of ``block_size`` tokens. The block counts it implies
     are kept by its :class:`~sim.core.kvmanager.KVCacheManager`."""
 
-    def __init__(self, hash_tokens: int, block_size: int, retain: bool = True) -> None:
-        if hash_tokens % block_size:
+    def __init__(self, hash_tokens: int, block_size: int, retain: bool = True,
+                 state_pages: int = 0) -> None:
+        if hash_tokens % block_size or state_pages < 0:
             raise ValueError("hash_tokens must be a multiple of block_size")
+        # A model with Gated DeltaNet layers: a hit must end where a snapshot of the
+        # recurrent states is kept (STATES + the hash of the block it ends), each
+        # ``state_pages`` blocks, unreferenced from the start (add_state).
+        self.state_pages = state_pages
         # False: the GPU keeps no entry (vLLM's --no-enable-prefix-caching under a
         # write-through host tier, which then holds every prefix; sim.core.kvmanager).
         self.retain = retain
@@ -94,7 +102,9 @@ class PrefixCache:
         prefill would cover ``tokens`` tokens; hits stop short of its last token."""
         limit = min(len(hashes), (tokens - 1) // self.hash_tokens)
         refs = self.refs
+        states = self.state_pages
         k = unref = 0
+        best = (0, 0)
         while k < limit:
             n = refs.get(hashes[k])
             if n is None:
@@ -102,7 +112,31 @@ class PrefixCache:
             if n == 0:
                 unref += self.per_hash
             k += 1
-        return k, unref
+            if states and STATES + hashes[k - 1] in refs:
+                # A Gated DeltaNet model resumes a hit's recurrence from a snapshot: the
+                # hit ends at the last entry with one (vLLM's hybrid coordinator settles
+                # on the longest prefix every group of layers holds).
+                best = (k, unref)
+        return best if states else (k, unref)
+
+    def has_state(self, h: int) -> bool:
+        """Whether the state snapshot at the end of the block ``h`` names is kept."""
+        return STATES + h in self.refs
+
+    def add_state(self, h: int) -> None:
+        """Keep the state snapshot at the end of the block ``h`` names (not kept yet),
+        unreferenced (the request that wrote it has moved on to a page of its own), the
+        newest in LRU order. The caller counts its ``state_pages`` blocks as used."""
+        key = STATES + h
+        self.refs[key] = 0
+        self.lru[key] = None
+        self.evictable += self.state_pages
+        self.held += 1
+
+    def touch_state(self, h: int) -> None:
+        """A hit resumed from the snapshot at the end of the block ``h`` names: the newest
+        in LRU order now."""
+        self.lru.move_to_end(STATES + h)
 
     def acquire(self, hashes: Sequence[int]) -> None:
         """Reference these cached entries (a hit)."""
@@ -163,8 +197,11 @@ class PrefixCache:
         if run is None:
             del self.lru[h]
             del self.refs[h]
-            self.evictable -= self.per_hash
             self.held -= 1
+            if h >= STATES - (1 << 63):  # a state snapshot (of any hash): no host tier keeps one
+                self.evictable -= self.state_pages
+                return (), self.state_pages
+            self.evictable -= self.per_hash
             self.evictions += 1
             return (h,), self.per_hash
         blocks, keys = run
@@ -197,13 +234,18 @@ class PrefixCache:
 
 
 def block_hashes(hashes: np.ndarray, hash_tokens: int, block_size: int,
-                 source: str = "<scenario>") -> tuple[int, ...]:
+                 source: str = "<scenario>", combine: bool = False) -> tuple[int, ...]:
     """A request's prefix hashes at KV-block granularity, as vLLM hashes its prompt: each
     hash naming ``hash_tokens`` tokens (a Mooncake trace's 512) becomes
     ``hash_tokens / block_size`` block hashes, ``h * k + j`` for its j-th block (distinct
     for distinct (h, j)). Two requests that share a coarse block then share each of its
-    blocks, and a prompt's full blocks inside a partly filled coarse block are cached."""
+    blocks, and a prompt's full blocks inside a partly filled coarse block are cached.
+    ``combine``: blocks that are not a whole part of a hash (a Gated DeltaNet model's,
+    hundreds of tokens under vLLM) are named by :func:`chained_blocks` instead of
+    refused."""
     if hash_tokens % block_size:
+        if combine:
+            return chained_blocks(hashes.tolist(), hash_tokens, block_size)
         raise ServesimError(f"prefix blocks of {hash_tokens} tokens are not a multiple of "
                             f"block_size {block_size}", source, "serving.block_size")
     k = hash_tokens // block_size
@@ -212,6 +254,25 @@ def block_hashes(hashes: np.ndarray, hash_tokens: int, block_size: int,
     if hashes.size and int(np.abs(hashes).max()) < (2**62) // k:
         return tuple((hashes[:, None] * k + np.arange(k)).ravel().tolist())
     return tuple(h * k + j for h in hashes.tolist() for j in range(k))  # beyond int64
+
+
+def chained_blocks(hashes: list[int], hash_tokens: int, block_size: int) -> tuple[int, ...]:
+    """Keys of the KV blocks of ``block_size`` tokens that prefix hashes of
+    ``hash_tokens`` tokens each cover whole: block j's key is Python's hash of block j -
+    1's key and the hashes of every span its tokens overlap, so two prompts share block j
+    exactly when they share every span up to its last token, as vLLM's chained block
+    hashes do (a span two prompts share only in part counts as differing). Deterministic:
+    an int tuple's hash does not depend on the interpreter's hash seed."""
+    out: list[int] = []
+    key = 0
+    j = 0
+    while True:
+        last = ((j + 1) * block_size - 1) // hash_tokens
+        if last >= len(hashes):
+            return tuple(out)
+        key = hash((key, *hashes[j * block_size // hash_tokens:last + 1]))
+        out.append(key)
+        j += 1
 
 
 def own_keys(r: Request, start: int, stop: int) -> tuple[int, ...]:

@@ -147,6 +147,14 @@ class MemoryBudget:
         return -(-linear * self.state_copies // full)
 
     @property
+    def snapshot_blocks(self) -> int:
+        """Blocks one kept state snapshot takes under vLLM's rules (a page a group of
+        linear layers; 0 without such layers or with the states set aside): what a
+        prefix cache keeps where a step ends on the block grid."""
+        linear, full = self.state_groups
+        return -(-linear // full)
+
+    @property
     def window_request_blocks(self) -> int:
         """The most blocks one request's sliding-window layers hold (0 without them)."""
         return window_share(self.window_blocks, self.window_groups, self.window_blocks)

@@ -55,6 +55,10 @@ class Chunked:
         # Tokens a steady decode computes: 1, or with speculative decoding k + 1 (its
         # pending token and the drafted ones), all counted against the budget as vLLM does.
         self.width = cfg.decode_width
+        # A Gated DeltaNet model's prefix cache (vLLM's align mode): prompt chunks end on
+        # the block grid (grid_chunk); 0 otherwise.
+        self.grid = (cfg.block_size if cfg.prefix_caching and cfg.linear_state_pool == "kv_cache"
+                     else 0)
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Any prompt can be chunked; only the KV capacity (checked by the replica) limits."""
@@ -81,13 +85,10 @@ class Chunked:
         cap = self.cap
         while i < len(running) and budget > 0:
             r = running[i]
-            n = r.prompt + r.generated - r.computed
-            if n == 1 and r.generated:
-                n = self.width  # a steady decode; a verify cut by the budget drafts fewer
-            if n > budget:
-                n = budget
-            if n > cap:
-                n = cap
+            n = self._tokens(r, budget)
+            if not n:  # its chunk cannot end on the block grid within the budget left
+                i += 1
+                continue
             if not grow(state, r, n, victims):
                 if state.in_flight:
                     # Micro-batches in flight hold the blocks (vLLM would preempt the newer
@@ -111,6 +112,8 @@ class Chunked:
             r = waiting[0]
             hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
             n = min(r.prompt + r.generated - r.computed - hit.tokens, budget, cap)
+            if self.grid and not (n := grid_chunk(r, r.computed + hit.tokens, n, self.grid)):
+                break
             if kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
                 break
             waiting.popleft()
@@ -119,3 +122,30 @@ class Chunked:
             budget -= n
             seqs += 1
         return batch
+
+    def _tokens(self, r: Request, budget: int) -> int:
+        """Tokens running request ``r`` computes this iteration, ``budget`` left: its
+        steady decode's width, or the next chunk of what it has left (both within the
+        budget and the per-request cap), a chunk ending on the block grid under a Gated
+        DeltaNet model's prefix cache (:func:`grid_chunk`; 0: none in reach)."""
+        n = r.prompt + r.generated - r.computed
+        if n == 1 and r.generated:
+            n = self.width  # a steady decode; a verify cut by the budget drafts fewer
+        n = min(n, budget, self.cap)
+        if self.grid and r.computed < max(r.prompt, r.prompt + r.generated - 1):
+            return grid_chunk(r, r.computed, n, self.grid)
+        return n
+
+
+def grid_chunk(r: Request, start: int, n: int, size: int) -> int:
+    """The most of ``n`` prompt tokens from ``start`` that ``r`` may compute in a step
+    under vLLM's align mode, which keeps a Gated DeltaNet model's states only where a
+    step ends on a multiple of the block ``size``: before the last such multiple of its
+    tokens, a chunk ends on one (0 when none is in reach) and stops at that last one;
+    past it, the tail of fewer than ``size`` tokens goes in one chunk."""
+    end = r.prompt + r.generated
+    last = end - end % size
+    if start >= last:
+        return n
+    stop = min(start + n, last)
+    return max(0, stop - stop % size - start)

@@ -1,0 +1,140 @@
+"""Prefix caching of a model with Gated DeltaNet layers as vLLM's align mode keeps it:
+prompt chunks cut on the block grid, a state snapshot kept where a step ends on it, a
+hit resuming only from a kept snapshot, trace hashes of any size chained into the
+model's large blocks, and what is refused or turned off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sim.config.scenario import from_dict
+from sim.core.engine import simulate
+from sim.core.kvmanager import KVCacheManager
+from sim.core.prefix import chained_blocks
+from sim.core.request import Request
+from sim.errors import ServesimError
+from sim.policies.chunked import grid_chunk
+from sim.report.summary import summarize
+
+N = 784  # Qwen3.5-27B's block under vLLM (test_state_pool.py)
+
+
+def _raw(prompt: int = 2000, shared: dict[str, Any] | None = None, rate: float = 0.05,
+         n: int = 3, **serving: Any) -> dict[str, Any]:
+    wl: dict[str, Any] = {"arrivals": {"process": "poisson", "rate": rate},
+                          "num_requests": n, "seed": 0,
+                          "lengths": {"prompt": {"dist": "fixed", "value": prompt},
+                                      "output": {"dist": "fixed", "value": 4}}}
+    if shared is not None:
+        wl["shared_prefix"] = shared
+    return {"name": "q", "model": "qwen3.5-27b", "hardware": {"gpu": "h200", "tp": 1},
+            "cost": "roofline", "serving": {"policy": "chunked", **serving}, "workload": wl}
+
+
+def _chunks(res: Any) -> list[int]:
+    """Every prompt chunk the run computed (entries of more than one token), in order."""
+    assert res.step_log is not None
+    return [n for step in res.step_log for _, n, _ in step[3] if n > 1]
+
+
+def test_grid_chunk_by_hand() -> None:
+    r = Request(0, 0.0, 2000, 4)
+    # Before the last multiple of 784 in its tokens (1,568), a chunk ends on the grid:
+    assert grid_chunk(r, 0, 8192, N) == 1568  # cut at the last one
+    assert grid_chunk(r, 0, 1000, N) == 784   # rounded down
+    assert grid_chunk(r, 0, 700, N) == 0      # none in reach: not this step
+    assert grid_chunk(r, 784, 8192, N) == 784
+    assert grid_chunk(r, 1568, 432, N) == 432  # the tail, whole (or what fits)
+    assert grid_chunk(r, 1568, 100, N) == 100
+    # A resumed request's tokens are its prompt and what it generated.
+    s = Request(1, 0.0, 1000, 700)
+    s.generated = 600
+    assert grid_chunk(s, 0, 8192, N) == 1568
+
+
+def test_a_prompt_prefills_in_two_steps_cut_at_the_grid() -> None:
+    on = simulate(from_dict(_raw(n=1)), log_steps=True)
+    off = simulate(from_dict(_raw(n=1, prefix_caching=False)), log_steps=True)
+    assert _chunks(on) == [1568, 432]
+    assert _chunks(off) == [2000]
+    assert on.first_token[0] > off.first_token[0]
+
+
+def test_a_hit_resumes_from_the_snapshot_where_the_chunk_ended() -> None:
+    # One group shares its first 2,048 tokens; a request's first chunk ends at 1,568
+    # (inside them), so the next request, arriving after it finished, hits 1,568 tokens
+    # and prefills its last 432 in one step.
+    res = simulate(from_dict(_raw(shared={"tokens": 2048, "groups": 1, "block_tokens": 16})),
+                   log_steps=True)
+    s = summarize(res)
+    assert s["prefix_cache"]["hit_tokens"] == 2 * 1568
+    assert _chunks(res) == [1568, 432, 432, 432]
+
+
+def test_no_snapshot_inside_the_shared_part_no_hit() -> None:
+    # Prompts of 3,000: the first chunk ends at 2,352, past the 2,048 shared tokens: the
+    # blocks before it are cached but no state is kept at their ends, so nothing hits.
+    res = simulate(from_dict(_raw(prompt=3000,
+                                  shared={"tokens": 2048, "groups": 1, "block_tokens": 16})))
+    assert summarize(res)["prefix_cache"]["hit_tokens"] == 0
+
+
+def test_snapshots_are_counted_and_evictable_by_hand() -> None:
+    kv = KVCacheManager(20, N, state_blocks=3, snapshot_blocks=3)
+    pc = kv.enable_prefix_caching(N)
+    assert pc.state_pages == 3
+    r = Request(0, 0.0, 2000, 4)
+    r.hashes = (11, 12)
+    assert kv.allocate_slots(r, 1568) == 2 + 3  # two blocks of tokens, three of states
+    r.computed = 1568
+    kv.cache_computed([r])  # the step ended on the grid after block 2: a snapshot
+    assert (kv.used, pc.evictable) == (8, 3)
+    assert kv.allocate_slots(r, 432) == 1
+    r.computed = 2000
+    kv.cache_computed([r])  # the prompt's two full blocks join the cache
+    kv.free(r)
+    # Same blocks, same snapshot: a hit of 1,568 tokens, its two blocks unreferenced.
+    s = Request(1, 1.0, 2000, 4)
+    s.hashes = (11, 12)
+    hit = kv.computed_tokens(s)
+    assert (hit.tokens, hit.pinned) == (1568, 2)
+    # Same first block but no snapshot after it: no hit.
+    t = Request(2, 1.0, 2000, 4)
+    t.hashes = (11, 99)
+    assert kv.computed_tokens(t).tokens == 0
+    # Evicting everything frees the snapshot's three blocks too.
+    assert kv.allocate_blocks(kv.available)
+    assert kv.used == 20 and pc.evictable == 0 and not pc.has_state(12)
+
+
+def test_hashes_of_other_sizes_chain_into_blocks() -> None:
+    # 512-token hashes (a Mooncake trace's) over 784-token blocks: block 0 spans hashes
+    # 0-1, block 1 hashes 1-3; a third block would need hash 4.
+    a = chained_blocks([1, 2, 3, 4], 512, N)
+    b = chained_blocks([1, 2, 30, 4], 512, N)
+    assert len(a) == 2 and a[0] == b[0] and a[1] != b[1]
+    assert a == chained_blocks([1, 2, 3, 4], 512, N)  # the same keys every run
+
+
+def test_what_is_refused_or_turned_off() -> None:
+    for serving, match in (
+            ({"policy": "continuous"}, "policy chunked"),
+            ({"linear_state_pool": "reserved"}, "linear_state_pool kv_cache"),
+            ({"speculative": {"method": "mtp", "num_tokens": 2, "acceptance": {"rate": 0.7}}},
+             "no speculative decoding")):
+        with pytest.raises(ServesimError, match=rf"serving\.prefix_caching.*{match}"):
+            from_dict(_raw(prefix_caching=True, **serving))
+        sc = from_dict(_raw(**serving))  # vLLM's default: off, and said (v0's: off)
+        assert sc.serving.prefix_caching is False
+        assert serving.get("policy") == "continuous" or any(
+            "prefix caching (vLLM's default) is off" in n and match in n for n in sc.notes)
+    with pytest.raises(ServesimError, match=r"serving\.long_prefill_token_threshold: got "
+                                            r"500 .*784-token blocks"):
+        from_dict(_raw(long_prefill_token_threshold=500))
+    from_dict(_raw(long_prefill_token_threshold=500, prefix_caching=False))
+    # A step's budget under the raised block is refused with or without the cache.
+    with pytest.raises(ServesimError, match=r"serving\.max_num_batched_tokens: got 512.*"
+                                            r"block_size 784 \(the block vLLM raises"):
+        from_dict(_raw(max_num_batched_tokens=512, prefix_caching=False))

@@ -387,3 +387,26 @@ def test_a_wrappers_own_quantization_config_keeps_its_path(tmp_path: Path) -> No
     with pytest.raises(ServesimError) as err:
         from_hf_config(path)
     assert str(err.value).startswith(f"{path}: quantization_config")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"layer_types": ["full_attention"] * 60},
+     "text_config.layer_types: got 0 linear_attention and 60 full_attention layers: a "
+     "qwen3_5_moe_text model is modelled with both kinds"),
+    ({"layer_types": ["linear_attention"] * 60},
+     "text_config.layer_types: got 60 linear_attention and 0 full_attention layers"),
+    ({"layer_types": None, "full_attention_interval": 1},
+     "text_config.full_attention_interval: got 1 (0 of the 60 layers linear_attention)"),
+])
+def test_layers_of_one_kind_are_refused_naming_the_config_key(
+        tmp_path: Path, change: dict[str, object], message: str) -> None:
+    """All softmax-attention or all Gated DeltaNet layers are refused naming the file's key
+    and what it gave (the error had named servesim's linear_layers and linear_key_heads)."""
+    cfg = json.loads(_config("qwen3.5-397b-a17b").read_text())
+    cfg["text_config"].update(change)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError) as err:
+        from_hf_config(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+    assert "linear_key_heads" not in str(err.value)

@@ -429,9 +429,19 @@ def _gdn_fields(cfg: dict[str, Any], family: Any, layers: int, count: Any,
     if types is not None:
         linear = _layer_types(types, layers, ("linear_attention", "full_attention"),
                               src).count("linear_attention")
+        key, value = "layer_types", f"{linear} linear_attention and {layers - linear} " \
+            "full_attention layers"
     else:
         every = count("full_attention_interval", least=1)
         linear = layers - layers // every
+        key, value = "full_attention_interval", f"{every!r} ({linear} of the {layers} " \
+            "layers linear_attention)"
+    if not 0 < linear < layers:
+        # Both kinds are what a Gated DeltaNet family's layers are modelled as; one kind
+        # alone is another architecture.
+        raise ServesimError(f"got {value}: a {family} model is modelled with both kinds, at "
+                            "least one linear_attention (Gated DeltaNet) layer and one "
+                            "full_attention layer", source=src, where=key)
     state = cfg.get("mamba_ssm_dtype", "float32")
     if not isinstance(state, str) or state not in _STATE_DTYPES:
         raise ServesimError(f"got {state!r}; modelled: {', '.join(_STATE_DTYPES)}",

@@ -336,3 +336,29 @@ def test_override_keeps_the_terms_in_the_summary() -> None:
     b = memory_budget(MODELS["tiny"], GPUS["h100-sxm"], 1, 0.92, 4, 256, 256)
     assert free == b.summary() and free["kv_blocks_from"] == "memory"
     assert dataclasses.asdict(b)["total"] == 85_045_477_376
+
+
+def test_a_rotary_table_that_does_not_fit_asks_for_a_shorter_context() -> None:
+    """Llama-3-8B stretched to 2**29 positions at tp 8: its rotary table (2**29 x 128 x
+    2 B = 128 GiB) is what does not fit, and every GPU keeps it whole, so the error asks
+    for a shorter context rather than more GPUs."""
+    scenario = {"model": {"preset": "llama-3-8b", "max_context": 2**29,
+                          "hf_overrides": {"max_position_embeddings": 8192,
+                                           "rope_scaling": {"rope_type": "linear",
+                                                            "factor": 65536.0}}},
+                "hardware": {"gpu": "h100-sxm", "tp": 8},
+                "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
+                             "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                         "output": {"dist": "fixed", "value": 2}},
+                             "num_requests": 1}}
+    with pytest.raises(ServesimError) as err:
+        from_dict(scenario)
+    text = str(err.value)
+    assert text.endswith("under one KV block (262144 bytes); of the weights, the rotary "
+                         "cos/sin table of 536,870,912 positions takes 128.00 GiB, which "
+                         "every GPU keeps whole (more GPUs do not shrink it): give a shorter "
+                         "context (model.max_context, or a smaller max_position_embeddings or "
+                         "RoPE factor in hf_overrides)")
+    assert "raise tp" not in text and "\n" not in text
+    # A context whose table fits runs.
+    assert from_dict({**scenario, "model": {**scenario["model"], "max_context": 2**24}})

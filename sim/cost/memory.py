@@ -115,6 +115,10 @@ class MemoryBudget:
     state_groups: tuple[int, int] = (0, 1)
     # Whose profile set the activation and CUDA-graph terms, in words (sim.cost.vllmmemory).
     rules: str = ""
+    # The rotary cos/sin table's bytes within ``weights`` and its positions: every GPU
+    # keeps it whole (rotary_table_bytes), so more GPUs do not shrink it.
+    rotary: int = 0
+    rotary_positions: int = 0
 
     @property
     def budget(self) -> float:
@@ -182,13 +186,25 @@ class MemoryBudget:
                else "")
             + f"leaves "
             f"{g(self.kv)} GiB, under one KV block ({self.block_bytes} bytes); "
-            + (f"the weights alone take more than the {g(self.budget)} GiB: raise tp (or pp, "
+            + (self._rotary_advice() or (
+               f"the weights alone take more than the {g(self.budget)} GiB: raise tp (or pp, "
                "ep) or memory_utilization, or choose a larger GPU"
                if self.weights + self.non_torch >= self.budget else
                "raise tp or memory_utilization, lower serving.max_num_seqs or "
                "max_num_batched_tokens (the activation and CUDA-graph terms grow with "
-               "them), or choose a larger GPU"),
+               "them), or choose a larger GPU")),
             where="hardware")
+
+    def _rotary_advice(self) -> str:
+        """What to change when the rotary table is what does not fit (one block would
+        fit without it): its positions and size, and a shorter context; else ""."""
+        if not self.rotary or dataclasses.replace(
+                self, weights=self.weights - self.rotary).blocks < 1:
+            return ""
+        return (f"of the weights, the rotary cos/sin table of {self.rotary_positions:,} "
+                f"positions takes {self.rotary / GIB:.2f} GiB, which every GPU keeps whole "
+                "(more GPUs do not shrink it): give a shorter context (model.max_context, "
+                "or a smaller max_position_embeddings or RoPE factor in hf_overrides)")
 
     def override(self, blocks: int, key: str) -> str | None:
         """Check vLLM's --num-gpu-blocks-override: ``blocks`` blocks (of ``block_bytes``
@@ -262,7 +278,13 @@ def weight_bytes(model: ModelSpec, tp: int, ep: int = 1, dp: int = 1) -> int:
     ``ep``: expert parallelism, over ``dp`` data-parallel attention ranks
     (:func:`sim.cost.shard.expert_shard`)."""
     d = shard(model, tp, ep=ep, dp=dp)
-    return d.weight_bytes + model.max_context * model.rotary_dim * model.act_bytes
+    return d.weight_bytes + rotary_table_bytes(model)
+
+
+def rotary_table_bytes(model: ModelSpec) -> int:
+    """Bytes of the rotary cos/sin table one GPU keeps: ``max_context`` positions ×
+    ``rotary_dim`` elements at the activations' dtype, whole on every GPU."""
+    return model.max_context * model.rotary_dim * model.act_bytes
 
 
 def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) -> int:
@@ -282,7 +304,7 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, k: int, ep: int = 1) 
     own = table * ((k == 0) + last) + d.hidden * last
     params = part.params - whole + own
     linear = part.stack_params
-    rotary = model.max_context * model.rotary_dim * model.act_bytes
+    rotary = rotary_table_bytes(model)
     return (part.stack_bytes(d.dtype_bytes, d.expert_dtype_bytes, d.qkv_dtype_bytes)
             + (params - linear) * d.act_bytes + rotary)
 
@@ -372,7 +394,8 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
         # A GPU among others keeps communicators (tensor-parallel, or experts' dispatch).
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp * dp > 1 else 0),
         cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
-        block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp, rules=rules.phrase)
+        block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp, rules=rules.phrase,
+        rotary=rotary_table_bytes(model), rotary_positions=model.max_context)
     if model.linear_layers:
         if shared_states:
             return kv_pool_states(budget, model, rules.group_ratio)
@@ -505,7 +528,8 @@ def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: fl
         non_torch=NON_TORCH_BYTES + NON_TORCH_TP_BYTES,
         cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
         block_bytes=d.kv_bytes_per_token // d.layers * layers * block_size, pp=pp, stage=k,
-        ep=ep, rules=rules.phrase)
+        ep=ep, rules=rules.phrase, rotary=rotary_table_bytes(model),
+        rotary_positions=model.max_context)
 
 
 def kv_capacity_blocks(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,

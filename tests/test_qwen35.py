@@ -410,3 +410,61 @@ def test_layers_of_one_kind_are_refused_naming_the_config_key(
         from_hf_config(path)
     assert str(err.value).startswith(f"{path}: {message}")
     assert "linear_key_heads" not in str(err.value)
+
+
+def test_partial_rotary_factor_sizes_the_rotary_table(tmp_path: Path) -> None:
+    """Qwen3.5 turns a quarter of each 256-wide head (rope_parameters' partial_rotary_factor
+    0.25): its rotary cos/sin table is 262,144 x 64 x 2 B = 32 MiB a GPU, not 128."""
+    from sim.cost.memory import rotary_table_bytes
+
+    m = MODELS["qwen3.5-27b"]
+    assert (m.rope_dim, m.rotary_dim) == (64, 64)
+    assert rotary_table_bytes(m) == 262_144 * 64 * 2
+    assert MODELS["minimax-m2.5"].rotary_dim == 64  # its rotary_dim key
+    cfg = json.loads(_config("qwen3.5-27b").read_text())
+    text = cfg["text_config"]
+    del text["rope_parameters"]["partial_rotary_factor"]
+    text["partial_rotary_factor"] = 0.5  # beside the other keys, as Qwen3-Next gives it
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert from_hf_config(path).rotary_dim == 128
+    text["rope_parameters"]["partial_rotary_factor"] = 0.25
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError, match=r"text_config.rope_parameters.partial_rotary_"
+                                            r"factor: got 0.25 beside partial_rotary_factor "
+                                            r"0.5: which one"):
+        from_hf_config(path)
+    text["partial_rotary_factor"] = 0
+    del text["rope_parameters"]["partial_rotary_factor"]
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ServesimError, match=r"text_config.partial_rotary_factor: got 0, "
+                                            r"expected a number above 0 and at most 1"):
+        from_hf_config(path)
+
+
+def test_num_gpu_blocks_bound_counts_the_running_sequences_states() -> None:
+    """Qwen3.5-27B on one H200: 81,920 blocks of 1 MiB (80 GiB) fit the 89.67 GiB beside
+    the weights, but not beside the states of the 256 sequences that may run (256 x
+    146.8 MiB = 36.70 GiB), set aside as SGLang does; 40,000 blocks fit and the memory
+    line counts all 256 states. (Paged from the pool, vLLM's way, the blocks hold them.)"""
+    raw: dict = {"name": "q", "model": "qwen3.5-27b", "hardware": {"gpu": "h200", "tp": 1},
+                 "cost": "roofline",
+                 "serving": {"policy": "chunked", "max_num_seqs": 256,
+                             "num_gpu_blocks": 81_920, "linear_state_pool": "reserved"},
+                 "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
+                              "lengths": {"prompt": {"dist": "fixed", "value": 100},
+                                          "output": {"dist": "fixed", "value": 10}},
+                              "num_requests": 2, "seed": 0}}
+    with pytest.raises(ServesimError) as err:
+        from_dict(raw)
+    assert str(err.value).startswith(
+        "<scenario>: serving.num_gpu_blocks: got 81920 blocks of 1048576 bytes, 80.00 GiB per "
+        "GPU, more than the 52.97 GiB h200 has beside the weights and the linear-attention "
+        "states of 256 sequences (serving.max_num_seqs) at 0.143 GiB each, 36.70 GiB")
+    assert "give at most 54239 blocks, or lower serving.max_num_seqs" in str(err.value)
+    raw["serving"]["num_gpu_blocks"] = 40_000
+    from sim.report.summary import summarize
+
+    mem = summarize(simulate(from_dict(raw)))["memory"]["both"]
+    assert (mem["kv_blocks"], mem["linear_state_seqs"]) == (40_000, 256)
+    assert mem["linear_state_gib"] == pytest.approx(256 * 153_944_064 / 2**30)

@@ -6,6 +6,7 @@ refused with these layers."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -214,3 +215,65 @@ def test_the_verify_state_term_is_small_beside_the_head() -> None:
     assert sp is not None
     assert 0 < sp.drafter.verify_state_time(8) < 1e-3
     assert np.isfinite(sp.drafter.draft_time(8, 8 * 512))
+
+
+def _with_mtp_layers(tmp_path: Any, n: int) -> dict[str, Any]:
+    """A scenario of Qwen3.5-27B's config with ``n`` MTP modules (mtp_num_hidden_layers)."""
+    import json
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "sim/data/models/qwen3.5-27b/config.json"
+    cfg = json.loads(src.read_text())
+    cfg["text_config"]["mtp_num_hidden_layers"] = n
+    path = tmp_path / f"mtp{n}.json"
+    path.write_text(json.dumps(cfg))
+    return {**_raw(max_num_seqs=16), "model": {"hf_config": str(path)}}
+
+
+def test_mtp_modules_load_whole_and_run_one_a_step(tmp_path: Any) -> None:
+    """vLLM builds every MTP module a checkpoint ships and runs one a drafted token (module
+    step % modules): three modules take three modules' weights and KV, and a draft step
+    still costs one module's."""
+    one, three = (from_dict(_with_mtp_layers(tmp_path, n)) for n in (1, 3))
+    assert (one.model.mtp_layers, three.model.mtp_layers) == (1, 3)
+    spec = three.serving.speculative
+    assert spec is not None
+    w1, kv1 = draft_memory(spec, one.model, 1)
+    w3, kv3 = draft_memory(spec, three.model, 1)
+    assert (w3, kv3) == (3 * w1, 3 * kv1)
+    b1, b3 = (pool_memory(sc.model, pools(sc)[0]) for sc in (one, three))
+    assert b3.weights - b1.weights == 2 * w1
+    head1, head3 = drafter_model(spec, one.model), drafter_model(spec, three.model)
+    assert head1 is not None and head3 is not None
+    assert head3.layers == head1.layers == 1
+    assert dataclasses.replace(head3, mtp_layers=1) == head1
+    # The presets (one module each) price as before: the head of one layer.
+    assert MODELS["qwen3.5-27b"].mtp_layers == 1
+    assert drafter_model(spec, MODELS["qwen3.5-27b"]).layers == 1  # type: ignore[union-attr]
+
+
+def test_mtp_token_counts_vllm_refuses_are_refused(tmp_path: Any) -> None:
+    raw = _with_mtp_layers(tmp_path, 2)
+    raw["serving"]["speculative"]["num_tokens"] = 3
+    with pytest.raises(ServesimError, match=r"serving.speculative.num_tokens: got 3 with 2 MTP "
+                                            r"modules in .*: more tokens than modules must be "
+                                            r"a multiple of 2"):
+        from_dict(raw)
+    raw["serving"]["speculative"]["num_tokens"] = 4
+    assert from_dict(raw)
+    with pytest.raises(ServesimError, match=r"serving.speculative.method: got method mtp, but "
+                                            r"kimi-k2.5's config ships no multi-token-"
+                                            r"prediction module"):
+        from_dict({**_raw(), "model": "kimi-k2.5", "hardware": {"gpu": "h200", "tp": 8}})
+
+
+def test_a_draft_model_with_gated_deltanet_layers_is_refused() -> None:
+    draft = {"method": "draft", "draft_model": "qwen3.5-27b", "num_tokens": 2,
+             "acceptance": {"rate": 0.7}}
+    raw = {**_raw(speculative=draft), "model": "qwen3.5-397b-a17b-fp8",
+           "hardware": {"gpu": "h200", "tp": 8}}
+    with pytest.raises(ServesimError, match=r"serving.speculative.draft_model: draft model "
+                                            r"qwen3.5-27b has 48 linear-attention \(Gated "
+                                            r"DeltaNet\) layers, whose per-sequence states a "
+                                            r"draft model keeps are not modelled"):
+        from_dict(raw)

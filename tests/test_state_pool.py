@@ -94,8 +94,8 @@ def test_the_pool_bounds_the_running_requests_by_hand() -> None:
     assert s["requests"]["finished"] == 60 and s["preemptions"] == 0
     # Set aside (SGLang's way) the same bytes are 50 x 49 blocks of 16 tokens for the
     # attention KV alone (67 a request), the states outside them: all 20 run.
-    r = simulate(from_dict(_raw(num_gpu_blocks=50 * 49, linear_state_pool="reserved")),
-                 log_steps=True)
+    r = simulate(from_dict(_raw(num_gpu_blocks=50 * 49, linear_state_pool="reserved",
+                                max_num_seqs=20)), log_steps=True)
     assert r.step_log is not None and max(len(step[3]) for step in r.step_log) == 20
 
 

@@ -329,8 +329,12 @@ def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
            else f"disaggregated.{pool.role}.num_gpu_blocks")
     budget = pool_memory(scenario.model, pool)
     # The manager's blocks hold every full-attention group (sim.core.cluster.pool_blocks).
+    # With the states set aside, every sequence that may run holds its states beside the
+    # blocks (the override does not cap the running sequences: sim.core.cluster); paged
+    # from the pool (vLLM's way), they are among the blocks.
     return budget.override(
-        max(1, n // (budget.window_groups[1] * budget.state_groups[1])), key)
+        max(1, n // (budget.window_groups[1] * budget.state_groups[1])), key,
+        pool.serving.max_num_seqs)
 
 
 def check_linear_attention(scenario: Scenario) -> None:

@@ -196,18 +196,52 @@ def draft_memory(spec: SpeculativeConfig, target: ModelSpec, tp: int) -> tuple[i
     """(weight bytes, KV bytes per token) the drafter adds on one GPU of ``tp``: a draft
     model's whole weights and KV; a head's projections plus the hidden-state fusion
     (2·hidden × hidden, as EAGLE and DeepSeek-V3's MTP module both have) and its layers'
-    KV, its embedding and LM head being the target's. (0, 0) for n-gram lookup."""
+    KV, its embedding and LM head being the target's. (0, 0) for n-gram lookup.
+
+    An MTP drafter loads every module the checkpoint ships (``target.mtp_layers``), each
+    with its own KV, though a draft step runs one: vLLM's MTP models build all of them
+    and pick module ``step % modules`` a drafted token, so the price of a step
+    (:func:`drafter_model`) stays one module's."""
     from sim.cost.memory import weight_bytes
 
     model = drafter_model(spec, target)
     if model is None:
         return 0, 0
+    modules = max(1, target.mtp_layers) if spec.method == "mtp" else 1
+    if modules > 1:
+        model = dataclasses.replace(model, layers=model.layers * modules)
     d = shard(model, tp)
     if spec.method == "draft":
         return weight_bytes(model, tp), d.kv_bytes_per_token
-    fusion = 2 * model.hidden * model.hidden * model.act_bytes
+    fusion = modules * 2 * model.hidden * model.hidden * model.act_bytes
     return (d.stack_bytes(model.dtype_bytes, model.expert_dtype_bytes, model.qkv_dtype_bytes)
             + fusion, d.kv_bytes_per_token)
+
+
+def check_drafter(spec: SpeculativeConfig, model: ModelSpec) -> None:
+    """Method ``mtp`` needs the model's checkpoint to ship MTP modules, and, where it
+    drafts more tokens than the modules, a multiple of their count (vLLM refuses other
+    counts, as it cycles through the modules one a drafted token); a draft model with
+    Gated DeltaNet layers is refused (its own recurrent states are not modelled).
+    Errors at ``serving.speculative``."""
+    where = "serving.speculative"
+    n, k = model.mtp_layers, spec.num_tokens
+    if spec.method == "mtp" and n == 0:
+        raise ServesimError(f"got method mtp, but {model.name}'s config ships no "
+                            "multi-token-prediction module (num_nextn_predict_layers or "
+                            "mtp_num_hidden_layers 0); use eagle, draft or ngram",
+                            where=f"{where}.method")
+    if spec.method == "mtp" and k > n and k % n:
+        raise ServesimError(f"got {k} with {n} MTP modules in {model.name}: more tokens than "
+                            f"modules must be a multiple of {n} (vLLM runs the modules in "
+                            f"turn and refuses other counts); give 1 to {n} or a multiple "
+                            f"of {n}", where=f"{where}.num_tokens")
+    draft = drafter_model(spec, model) if spec.method == "draft" else None
+    if draft is not None and draft.linear_layers:
+        raise ServesimError(f"draft model {draft.name} has {draft.linear_layers} "
+                            "linear-attention (Gated DeltaNet) layers, whose per-sequence "
+                            "states a draft model keeps are not modelled; choose a draft "
+                            "model without them, or method mtp", where=f"{where}.draft_model")
 
 
 def check_speculative(scenario: Scenario) -> None:
@@ -228,6 +262,7 @@ def check_speculative(scenario: Scenario) -> None:
                                 f"{model.name} {model.vocab}: a draft model must share the "
                                 "target's tokenizer", where=f"{where}.draft_model")
         shard(draft, scenario.hardware.tp, where=f"{where}.draft_model")
+    check_drafter(spec, model)
     if spec.draft_layers is not None and spec.draft_layers > model.layers:
         # A head deeper than the model it drafts for is a slip; its weights would be
         # blamed on the hardware by the memory check otherwise.

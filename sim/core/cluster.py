@@ -84,6 +84,11 @@ def pool_kv(sv: ServingConfig, budget: MemoryBudget) -> tuple[int, dict[str, Any
     """(KV blocks of each replica, the memory summary a run reports for its pool):
     :func:`pool_blocks` and :meth:`~sim.cost.memory.MemoryBudget.summary` of them."""
     blocks = pool_blocks(sv, budget)
+    if sv.num_gpu_blocks and budget.state_seqs:
+        # The override leaves max_num_seqs as given: that many sequences hold states.
+        per_seq = budget.linear_state // budget.state_seqs
+        budget = dataclasses.replace(budget, linear_state=per_seq * sv.max_num_seqs,
+                                     state_seqs=sv.max_num_seqs)
     return blocks, budget.summary(blocks if sv.num_gpu_blocks else None)
 
 

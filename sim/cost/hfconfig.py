@@ -268,9 +268,58 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
             **attention,
             **mla,  # type: ignore[arg-type]
             **_gdn_fields(cfg, family, layers, count, src),
+            **_rope_dim(cfg, head_dim, bool(mla), src),
+            **_mtp_layers(cfg, count),
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
+
+
+def _rope_dim(cfg: dict[str, Any], head_dim: int, mla: bool, src: str) -> dict[str, Any]:
+    """``rope_dim`` where the rotary embedding turns part of each head: a
+    ``partial_rotary_factor`` (beside the other keys, or in ``rope_parameters`` where
+    transformers v5 puts it) of the head size, as vLLM's int(head_dim x factor), or
+    MiniMax-M2's ``rotary_dim``; empty for the whole head, and under latent attention
+    (whose rotary part is qk_rope_head_dim)."""
+    rope = cfg.get("rope_parameters")
+    given = {key: value for key, value in (
+        ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
+        ("rope_parameters.partial_rotary_factor",
+         rope.get("partial_rotary_factor") if isinstance(rope, dict) else None))
+        if value is not None}
+    if len(set(map(repr, given.values()))) > 1:
+        raise ServesimError(f"got {given['rope_parameters.partial_rotary_factor']!r} beside "
+                            f"partial_rotary_factor {given['partial_rotary_factor']!r}: which "
+                            "one the model uses is not said; give one",
+                            source=src, where="rope_parameters.partial_rotary_factor")
+    dim = head_dim
+    for key, factor in given.items():
+        if not is_number(factor) or not 0 < factor <= 1:
+            raise ServesimError(f"got {factor!r}, expected a number above 0 and at most 1 "
+                                "(the share of each head the rotary embedding turns)",
+                                source=src, where=key)
+        dim = int(head_dim * factor)
+    if cfg.get("rotary_dim") is not None:
+        dim = whole_count(cfg["rotary_dim"], "rotary_dim", src, 1)
+        if dim > head_dim:
+            raise ServesimError(f"got {dim}, must be at most the head size ({head_dim})",
+                                source=src, where="rotary_dim")
+    if mla or dim >= head_dim:
+        return {}
+    if dim < 1:
+        raise ServesimError(f"got {next(iter(given.values()))!r}: under one element of a "
+                            f"{head_dim}-wide head", source=src, where=next(iter(given)))
+    return {"rope_dim": dim}
+
+
+def _mtp_layers(cfg: dict[str, Any], count: Any) -> dict[str, Any]:
+    """``mtp_layers``: the multi-token-prediction modules a config says its checkpoint
+    ships, ``num_nextn_predict_layers`` (DeepSeek-V3, GLM, MiMo) or
+    ``mtp_num_hidden_layers`` (Qwen3-Next, Qwen3.5); empty where neither is given."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if cfg.get(key) is not None:
+            return {"mtp_layers": count(key)}
+    return {}
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool, src: str) -> bool:

@@ -206,37 +206,48 @@ class MemoryBudget:
                 "(more GPUs do not shrink it): give a shorter context (model.max_context, "
                 "or a smaller max_position_embeddings or RoPE factor in hf_overrides)")
 
-    def override(self, blocks: int, key: str) -> str | None:
+    def override(self, blocks: int, key: str, running: int = 0) -> str | None:
         """Check vLLM's --num-gpu-blocks-override: ``blocks`` blocks (of ``block_bytes``
-        bytes a GPU), which vLLM allocates whatever its budget. More than the GPU's memory
-        less the weights cannot be allocated by any server: a :class:`ServesimError`
-        naming ``key`` with the numbers. More than the GPU holds after servesim's
-        estimates of the other terms too (activation, non-torch, CUDA graphs, at
-        utilization 1), or only more than ``memory_utilization`` leaves: the note
-        returned (the estimates are vLLM's, and a framework sizing its own cache, as the
-        ``--silicon`` rows do, subtracts its own); else None."""
+        bytes a GPU), which vLLM allocates whatever its budget, beside the Gated DeltaNet
+        states of the ``running`` sequences that may run (a model with such layers: each
+        holds ``state_copies`` states the whole time it runs). More than the GPU's memory
+        less the weights and those states cannot be allocated by any server: a
+        :class:`ServesimError` naming ``key`` with the numbers. More than the GPU holds
+        after servesim's estimates of the other terms too (activation, non-torch, CUDA
+        graphs, at utilization 1), or only more than ``memory_utilization`` leaves: the
+        note returned (the estimates are vLLM's, and a framework sizing its own cache, as
+        the ``--silicon`` rows do, subtracts its own); else None."""
+        per_seq = self.linear_state // self.state_seqs if self.state_seqs else 0
+        held = dataclasses.replace(self, linear_state=per_seq * running) if per_seq else self
         need = blocks * self.block_bytes
-        if need <= self.kv:
+        if need <= held.kv:
             return None
         said = f"{blocks} blocks of {self.block_bytes} bytes, {need / GIB:.2f} GiB per GPU"
-        free = self.total - self.weights
+        states = held.linear_state
+        free = self.total - self.weights - states
         if need > free:
+            beside = (f" and the linear-attention states of {running} sequences "
+                      f"(serving.max_num_seqs) at {per_seq / GIB:.3f} GiB each, "
+                      f"{states / GIB:.2f} GiB" if states else "")
             raise ServesimError(
                 f"got {said}, more than the {max(0.0, free) / GIB:.2f} GiB {self.gpu} has "
-                f"beside the weights ({self.total / GIB:.2f} GiB less "
-                f"{self.weights / GIB:.2f}), so no server could allocate them; give at most "
-                f"{max(0, int(free // self.block_bytes))} blocks, or leave it out to size the "
-                "cache from memory", where=key)
-        device = dataclasses.replace(self, utilization=1.0)
+                f"beside the weights{beside} ({self.total / GIB:.2f} GiB less "
+                f"{self.weights / GIB:.2f}" + (f" and {states / GIB:.2f}" if states else "")
+                + "), so no server could allocate them; give at most "
+                f"{max(0, int(free // self.block_bytes))} blocks"
+                + (", or lower serving.max_num_seqs" if states else "")
+                + ", or leave it out to size the cache from memory", where=key)
+        device = dataclasses.replace(held, utilization=1.0)
         if need > device.kv:
             return (f"{key}: {said}, more than the {max(0.0, device.kv) / GIB:.2f} GiB "
                     f"{self.gpu} has for the KV cache after weights {self.weights / GIB:.2f}, "
                     f"activation {self.activation / GIB:.2f}, non-torch "
                     f"{self.non_torch / GIB:.2f} and CUDA graphs {self.cuda_graph / GIB:.2f} "
-                    "GiB (vLLM's terms as servesim estimates them): vLLM would likely fail "
+                    + (f"and linear-attention states {states / GIB:.2f} " if states else "")
+                    + "GiB (vLLM's terms as servesim estimates them): vLLM would likely fail "
                     "to allocate them at start-up; the run simulates them all")
-        return (f"{key}: {said}, more than the {max(0.0, self.kv) / GIB:.2f} GiB "
-                f"memory_utilization {self.utilization:g} leaves ({self.blocks} blocks); they "
+        return (f"{key}: {said}, more than the {max(0.0, held.kv) / GIB:.2f} GiB "
+                f"memory_utilization {self.utilization:g} leaves ({held.blocks} blocks); they "
                 "fit the GPU's memory, so vLLM allocates them and the run simulates them all")
 
     def summary(self, blocks: int | None = None) -> dict[str, Any]:

@@ -129,33 +129,36 @@ MODELS["glm-5"] = _llama(
 # attention, shared expert, dense MLP and LM head in bf16, so the preset's expert_dtype
 # is int4 (priced at 4.125 bits a weight, groups of 128: 4.5 with Kimi's groups of 32,
 # 7% more expert bytes) and its shared expert counted with the routed ones (int4; bf16
-# in the release: 2.6B weights). The vision tower is not modelled.
+# in the release: 2.6B weights). The vision tower is not modelled; the release ships no
+# multi-token-prediction module (num_nextn_predict_layers 0).
 MODELS["kimi-k2.5"] = _llama(
     name="kimi-k2.5", layers=61, hidden=7168, heads=64, kv_heads=64, head_dim=192,
     intermediate=18432, vocab=163840, max_context=262144, rope_theta=50000.0, experts=384,
     experts_per_token=8, expert_intermediate=2048, shared_experts=1, dense_layers=1,
     expert_dtype="int4", kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
-    qk_nope_head_dim=128, v_head_dim=128)
+    qk_nope_head_dim=128, v_head_dim=128, mtp_layers=0)
 # MiniMax-M2.5 (sim/data/models/minimax-m2.5/config.json): grouped-query attention (48
 # heads of 128, 8 KV heads), every layer 256 SwiGLU experts of width 1536, 8 a token, no
 # shared expert; queries and keys normalised over all heads at once (use_qk_norm,
 # qk_norm_type per_layer). Released with FP8 weights in 128 x 128 blocks (router and LM head kept
 # 16-bit), so the preset is fp8-block as shipped. Its three multi-token-prediction
-# modules (use_mtp) are left out, as DeepSeek-V3's.
+# modules (use_mtp) are left out, as DeepSeek-V3's. The rotary embedding turns 64 of each
+# head's 128 elements (rotary_dim).
 MODELS["minimax-m2.5"] = _llama(
     name="minimax-m2.5", layers=62, hidden=3072, heads=48, kv_heads=8, head_dim=128,
     intermediate=1536, vocab=200064, dtype="fp8-block", max_context=196608,
     rope_theta=5000000.0, experts=256, experts_per_token=8, expert_intermediate=1536,
-    layer_qk_norm=True)
+    layer_qk_norm=True, rope_dim=64)
 # Qwen3.5 (sim/data/models/qwen3.5-*/config.json, their text_config): every fourth layer
 # softmax attention (head size 256, a sigmoid gate on its output, 2 to 4 KV heads), the
 # other three Gated DeltaNet (16 key heads and 32 to 64 value heads of 128, a 4-wide
 # convolution, an fp32 state). The MoE releases route to 8 or 10 of 256 or 512 experts
 # plus one shared expert of the same width in every layer. Left out as for DeepSeek-V3:
-# the multi-token-prediction layer (mtp_num_hidden_layers 1) and the vision tower.
+# the multi-token-prediction layer (mtp_num_hidden_layers 1) and the vision tower. The
+# rotary embedding turns a quarter of each head (partial_rotary_factor 0.25): 64.
 _QWEN35 = dict(head_dim=256, vocab=248320, max_context=262144, rope_theta=10000000.0,
                linear_key_heads=16, linear_key_dim=128, linear_value_dim=128, linear_conv=4,
-               attn_output_gate=True)
+               attn_output_gate=True, rope_dim=64)
 MODELS.update({
     "qwen3.5-27b": _llama(name="qwen3.5-27b", layers=64, linear_layers=48, hidden=5120,
                           heads=24, kv_heads=4, intermediate=17408, linear_value_heads=48,

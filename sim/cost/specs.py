@@ -83,7 +83,17 @@ class ModelSpec(Projections):
     ``linear_conv`` - 1 inputs of its short convolution (activations' dtype).
     ``linear_key_heads`` heads of keys and queries are shared by groups of value heads.
     ``attn_output_gate``: the attention layers' q_proj also makes a sigmoid gate per head
-    for their output."""
+    for their output.
+
+    ``rope_dim``: the elements of each query and key head the rotary embedding turns,
+    when only part of the head (Qwen3.5's ``partial_rotary_factor`` 0.25 of 256, 64;
+    MiniMax-M2's ``rotary_dim`` 64 of 128); 0: the whole head. It sizes the rotary
+    cos/sin table (:attr:`rotary_dim`), and nothing a step computes.
+
+    ``mtp_layers``: the multi-token-prediction modules the checkpoint ships
+    (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``; 1 where nothing says, 0
+    where it ships none): an ``mtp`` drafter loads them all and runs one a drafted token
+    (:func:`sim.config.speculative.draft_memory`); it prices nothing of the model itself."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -126,6 +136,8 @@ class ModelSpec(Projections):
     attn_output_gate: bool = False
     linear_state_dtype: StateDtype = "fp32"
     qkv_dtype: ExpertDtype = ""
+    mtp_layers: int = bounded(1, ge=0)
+    rope_dim: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:
         self._check_newer()
@@ -164,6 +176,10 @@ class ModelSpec(Projections):
             raise ServesimError(f"got 0 while {other} is {getattr(self, other)}; set both "
                                 "(the window in tokens and how many layers use it) or "
                                 "neither", where=unset)
+        if self.rope_dim > self.head_dim or (self.rope_dim and self.mla):
+            raise ServesimError(f"got {self.rope_dim}, must be at most head_dim "
+                                f"({self.head_dim}), and 0 with latent attention (whose "
+                                "rotary part is qk_rope_head_dim)", where="rope_dim")
         if self.expert_dtype and not self.experts:
             raise ServesimError(f"got {self.expert_dtype!r} for a dense model (experts is "
                                 f"0); set dtype instead", where="expert_dtype")
@@ -325,9 +341,10 @@ class ModelSpec(Projections):
 
     @property
     def rotary_dim(self) -> int:
-        """Elements of each position's rotary cos/sin table row: the head size, or with MLA
-        the rotary part of the key (``qk_rope_head_dim``)."""
-        return self.qk_rope_head_dim if self.mla else self.head_dim
+        """Elements of each position's rotary cos/sin table row: the rotary part of a head
+        (``rope_dim``, or the whole head size), or with MLA the rotary part of the key
+        (``qk_rope_head_dim``)."""
+        return self.qk_rope_head_dim if self.mla else self.rope_dim or self.head_dim
 
     @property
     def weight_bytes(self) -> int:
@@ -359,7 +376,7 @@ NEWER_FIELDS = ("kv_dtype", "experts", "experts_per_token", "expert_intermediate
                 "index_n_heads", "index_head_dim", "layer_qk_norm",
                 "linear_layers", "linear_key_heads", "linear_value_heads", "linear_key_dim",
                 "linear_value_dim", "linear_conv", "attn_output_gate", "linear_state_dtype",
-                "qkv_dtype")
+                "qkv_dtype", "mtp_layers", "rope_dim")
 DENSE = ModelSpec(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=1, intermediate=1, vocab=1)
 
 

@@ -199,12 +199,9 @@ def test_the_rest_is_still_refused_with_speculation(serving: dict[str, Any], whe
                                             rf"whose per-sequence state is not modelled "
                                             rf"with {what} yet"):
         _scenario(**serving)
-    # Prefix caching with them is not modelled yet: off by default, and said; refused
-    # when asked for.
-    assert _scenario().serving.prefix_caching is False
-    with pytest.raises(ServesimError, match=r"serving\.prefix_caching: .* align mode keeps "
-                                            r"it, with no speculative decoding"):
-        _scenario(prefix_caching=True)
+    # Prefix caching with them is modelled (vLLM's align mode, tests/test_state_prefix.py):
+    # on by default, as vLLM has it.
+    assert _scenario().serving.prefix_caching is True
 
 
 def test_the_verify_state_term_is_small_beside_the_head() -> None:

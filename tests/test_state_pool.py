@@ -51,6 +51,9 @@ def test_block_size_as_vllm_raises_it() -> None:
     assert state_block_size(dataclasses.replace(Q27, kv_dtype="fp8"), 1, 16) == 1568
     # A larger --block-size is the multiple: 13 x 64.
     assert state_block_size(Q27, 1, 64) == 832
+    # Drafting 2 tokens keeps 2 more convolution inputs: 10,240 x 2 x 2 bytes more,
+    # 3,248,128 / 4,096 = 793 tokens, 50 x 16.
+    assert state_block_size(Q27, 1, 16, 2) == 800
 
 
 def test_blocks_hold_the_attention_layers_and_requests_take_state_pages() -> None:

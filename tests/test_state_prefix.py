@@ -12,7 +12,7 @@ import pytest
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
 from sim.core.kvmanager import KVCacheManager
-from sim.core.prefix import chained_blocks
+from sim.core.prefix import PrefixCache, chained_blocks
 from sim.core.request import Request
 from sim.errors import ServesimError
 from sim.policies.chunked import grid_chunk
@@ -33,10 +33,11 @@ def _raw(prompt: int = 2000, shared: dict[str, Any] | None = None, rate: float =
             "cost": "roofline", "serving": {"policy": "chunked", **serving}, "workload": wl}
 
 
-def _chunks(res: Any) -> list[int]:
-    """Every prompt chunk the run computed (entries of more than one token), in order."""
+def _chunks(res: Any, over: int = 1) -> list[int]:
+    """Every prompt chunk the run computed (entries of more than ``over`` tokens: a
+    verify of k drafted tokens computes k + 1), in order."""
     assert res.step_log is not None
-    return [n for step in res.step_log for _, n, _ in step[3] if n > 1]
+    return [n for step in res.step_log for _, n, _ in step[3] if n > over]
 
 
 def test_grid_chunk_by_hand() -> None:
@@ -121,9 +122,7 @@ def test_hashes_of_other_sizes_chain_into_blocks() -> None:
 def test_what_is_refused_or_turned_off() -> None:
     for serving, match in (
             ({"policy": "continuous"}, "policy chunked"),
-            ({"linear_state_pool": "reserved"}, "linear_state_pool kv_cache"),
-            ({"speculative": {"method": "mtp", "num_tokens": 2, "acceptance": {"rate": 0.7}}},
-             "no speculative decoding")):
+            ({"linear_state_pool": "reserved"}, "linear_state_pool kv_cache")):
         with pytest.raises(ServesimError, match=rf"serving\.prefix_caching.*{match}"):
             from_dict(_raw(prefix_caching=True, **serving))
         sc = from_dict(_raw(**serving))  # vLLM's default: off, and said (v0's: off)
@@ -138,3 +137,43 @@ def test_what_is_refused_or_turned_off() -> None:
     with pytest.raises(ServesimError, match=r"serving\.max_num_batched_tokens: got 512.*"
                                             r"block_size 784 \(the block vLLM raises"):
         from_dict(_raw(max_num_batched_tokens=512, prefix_caching=False))
+
+
+MTP = {"method": "mtp", "num_tokens": 2, "acceptance": {"rate": 0.7}}
+
+
+def test_an_mtp_head_backs_the_last_cut_off_a_block() -> None:
+    # Drafting 2 tokens widens the convolution window by 2: an 800-token block
+    # (test_state_pool.py). The last cut comes a block before the last boundary, so a
+    # hit keeps a full block past its snapshot when it gives up its last block.
+    r = Request(0, 0.0, 2000, 4)
+    assert grid_chunk(r, 0, 8192, 800, 800) == 800
+    assert grid_chunk(r, 800, 1200, 800, 800) == 1200
+    res = simulate(from_dict(_raw(shared={"tokens": 2048, "groups": 1, "block_tokens": 16},
+                                  speculative=dict(MTP))), log_steps=True)
+    assert res.scenario.serving.block_size == 800
+    # The first request: 800 then 1,200; each later one hits 800 (two blocks cached, the
+    # snapshot after the first) and prefills its last 1,200 at once.
+    assert _chunks(res, over=3) == [800, 1200, 1200, 1200]
+    assert summarize(res)["prefix_cache"]["hit_tokens"] == 2 * 800
+
+
+def test_a_head_s_hit_gives_up_its_last_block() -> None:
+    plain, headed = PrefixCache(16, 16), PrefixCache(16, 16, drop_last=True)
+    for pc in (plain, headed):
+        for h in (11, 12, 13):
+            pc.publish(h)
+    assert plain.match((11, 12, 13), 100) == (3, 0)
+    assert headed.match((11, 12, 13), 100) == (2, 0)
+    # With states: a snapshot after the third block only. Without a head the hit ends
+    # there; with one it needs a snapshot a block earlier, and there is none.
+    s_plain = PrefixCache(16, 16, state_pages=3)
+    s_head = PrefixCache(16, 16, state_pages=3, drop_last=True)
+    for pc in (s_plain, s_head):
+        for h in (11, 12, 13):
+            pc.publish(h)
+        pc.add_state(13)
+    assert s_plain.match((11, 12, 13), 100) == (3, 0)
+    assert s_head.match((11, 12, 13), 100) == (0, 0)
+    s_head.add_state(12)
+    assert s_head.match((11, 12, 13), 100) == (2, 0)

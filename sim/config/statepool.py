@@ -58,7 +58,8 @@ def resolve_state_pool(scenario: Scenario) -> Scenario:
             d = shard(model, tp)
         except ServesimError as exc:
             raise exc.located(prefix="hardware") from None
-        size = state_block_size(model, tp, sv.block_size)
+        spec = sv.speculative
+        size = state_block_size(model, tp, sv.block_size, 0 if spec is None else spec.num_tokens)
         if size != sv.block_size:
             try:
                 serving = dataclasses.replace(serving, block_size=size)
@@ -80,7 +81,7 @@ def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, .
     """``sv`` with prefix caching decided for a model with linear-attention layers: as
     vLLM's align mode keeps it (states kept where a step ends on the block grid, prompt
     chunks cut there: sim.policies.chunked.grid_chunk), under policy chunked with the
-    states paged from the KV pool, recompute preemption and no speculative decoding.
+    states paged from the KV pool and recompute preemption.
     Unset (vLLM's default): on where so modelled, else off with a note; true elsewhere,
     or with a token budget under one block (no chunk could end on the grid), an error
     naming the key."""
@@ -88,9 +89,7 @@ def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, .
            if sv.policy != "chunked" else
            "serving.linear_state_pool kv_cache (SGLang's state cache is not modelled)"
            if sv.linear_state_pool != "kv_cache" else
-           "recompute preemption" if sv.preemption != "recompute" else
-           "no speculative decoding (not modelled with it yet)"
-           if sv.speculative is not None else "")
+           "recompute preemption" if sv.preemption != "recompute" else "")
     said: tuple[str, ...] = ()
     if sv.prefix_caching is None:
         try:  # (a host tier is refused with these layers after: check_linear_attention)

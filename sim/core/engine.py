@@ -27,7 +27,7 @@ from sim.core.clients import Clients, keep
 from sim.core.cluster import build_cluster
 from sim.core.faults import Faults
 from sim.core.histogram import LogHistogram
-from sim.core.prefix import block_hashes
+from sim.core.prefix import HEADS, block_hashes
 from sim.core.progress import Tick, run_clock
 from sim.core.request import PENDING, REJECTED, TIMED_OUT, Request
 from sim.core.result import Outcomes, RunResult, close_pending
@@ -119,16 +119,16 @@ class Engine(Outcomes):
 
     def _prefix_hashes(self, scenario: Scenario, requests: Requests
                        ) -> list[tuple[int, ...]] | None:
-        """Turn on the entry replicas' prefix caches when the scenario asks; the
-        requests' prefix hashes as tuples (None when caching is off, or when the
-        requests carry none: every prompt is then its own, and the caches, on, find
-        nothing to share, as a server's do on unique prompts; the summary says so)."""
+        """Turn on the entry replicas' prefix caches when the scenario asks; the requests'
+        prefix hashes as tuples (None when caching is off, or when they carry none: every
+        prompt its own, the caches find nothing to share; the summary says so)."""
         sv = scenario.serving
         if not sv.caches_prefixes:
             return None
         bs = sv.block_size
+        drop = sv.speculative is not None and sv.speculative.method in HEADS
         for rep in self.entry:  # retain false: a write-through host tier alone keeps them
-            rep.kv.enable_prefix_caching(bs, retain=bool(sv.prefix_caching))
+            rep.kv.enable_prefix_caching(bs, bool(sv.prefix_caching), drop)
         if requests.prefix_hashes is None:
             return None
         # KV blocks' hashes, as vLLM's: coarser trace hashes split, finer ones chained.

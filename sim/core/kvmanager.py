@@ -89,12 +89,14 @@ class KVCacheManager(PrefixPublishing):
         # The fewest available blocks an allocation keeping the watermark left behind.
         self.admit_low_water = total_blocks
 
-    def enable_prefix_caching(self, hash_tokens: int, retain: bool = True) -> PrefixCache:
+    def enable_prefix_caching(self, hash_tokens: int, retain: bool = True,
+                              drop_last: bool = False) -> PrefixCache:
         """Keep prompt blocks by content hash, each hash naming ``hash_tokens`` tokens (a
         multiple of the block size); returns the cache (the router reads it). ``retain``
         false: the GPU keeps none, a write-through host tier holding them alone (the
-        engine's choice; a request's ``cached`` then counts its entries on the host)."""
-        self.prefix = PrefixCache(hash_tokens, self.block_size, retain, self.snapshot)
+        engine's choice; a request's ``cached`` then counts its entries on the host).
+        ``drop_last``: an EAGLE or MTP drafter's hits give up their last block."""
+        self.prefix = PrefixCache(hash_tokens, self.block_size, retain, self.snapshot, drop_last)
         self.host.per_hash = self.prefix.per_hash
         return self.prefix
 

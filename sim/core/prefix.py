@@ -60,6 +60,9 @@ RUNS = 1 << 192
 # A Gated DeltaNet model's state snapshot at the end of the block an entry hash names:
 # this plus the hash, above every run's key.
 STATES = 1 << 256
+# Speculative methods whose hits drop their last block (vLLM's full-attention manager
+# pops it for an EAGLE-style drafter, which must recompute that block's hidden states).
+HEADS = ("eagle", "mtp")
 
 
 class PrefixCache:
@@ -68,13 +71,15 @@ class PrefixCache:
     are kept by its :class:`~sim.core.kvmanager.KVCacheManager`."""
 
     def __init__(self, hash_tokens: int, block_size: int, retain: bool = True,
-                 state_pages: int = 0) -> None:
+                 state_pages: int = 0, drop_last: bool = False) -> None:
         if hash_tokens % block_size or state_pages < 0:
             raise ValueError("hash_tokens must be a multiple of block_size")
         # A model with Gated DeltaNet layers: a hit must end where a snapshot of the
         # recurrent states is kept (STATES + the hash of the block it ends), each
         # ``state_pages`` blocks, unreferenced from the start (add_state).
         self.state_pages = state_pages
+        # An EAGLE or MTP drafter (HEADS): a hit gives up its last matched entry.
+        self.drop_last = drop_last
         # False: the GPU keeps no entry (vLLM's --no-enable-prefix-caching under a
         # write-through host tier, which then holds every prefix; sim.core.kvmanager).
         self.retain = retain
@@ -102,22 +107,28 @@ class PrefixCache:
         prefill would cover ``tokens`` tokens; hits stop short of its last token."""
         limit = min(len(hashes), (tokens - 1) // self.hash_tokens)
         refs = self.refs
-        states = self.state_pages
-        k = unref = 0
+        states, drop = self.state_pages, self.drop_last
+        k = unref = before = 0
         best = (0, 0)
         while k < limit:
             n = refs.get(hashes[k])
             if n is None:
                 break
+            before = unref
             if n == 0:
                 unref += self.per_hash
             k += 1
-            if states and STATES + hashes[k - 1] in refs:
+            if states:
                 # A Gated DeltaNet model resumes a hit's recurrence from a snapshot: the
-                # hit ends at the last entry with one (vLLM's hybrid coordinator settles
-                # on the longest prefix every group of layers holds).
-                best = (k, unref)
-        return best if states else (k, unref)
+                # hit ends at the last entry with one, one entry short of the run under
+                # an EAGLE or MTP head (vLLM's hybrid coordinator settles on the longest
+                # prefix every group of layers holds).
+                j, u = (k - 1, before) if drop else (k, unref)
+                if j and STATES + hashes[j - 1] in refs:
+                    best = (j, u)
+        if states:
+            return best
+        return (k - 1, before) if drop and k else (k, unref)
 
     def has_state(self, h: int) -> bool:
         """Whether the state snapshot at the end of the block ``h`` names is kept."""

@@ -490,7 +490,7 @@ def reserve_states(budget: MemoryBudget, state_bytes: int, max_num_seqs: int,
                                state_copies=copies)
 
 
-def state_block_size(model: ModelSpec, tp: int, align: int) -> int:
+def state_block_size(model: ModelSpec, tp: int, align: int, spec_tokens: int = 0) -> int:
     """Tokens of a KV block of a model with Gated DeltaNet layers on ``tp`` GPUs under
     vLLM: the fewest, a multiple of ``align`` (the attention kernel's block multiple, 16,
     or a larger --block-size), whose page of one attention layer (block × the layer's KV
@@ -498,10 +498,14 @@ def state_block_size(model: ModelSpec, tp: int, align: int) -> int:
     fp32 unless the checkpoint says otherwise, and its convolution window). vLLM raises
     the block size so to give every layer one page size (its platform's hybrid block
     alignment; Qwen3.5-27B: 784 tokens at any tp, its state 3,207,168 bytes against
-    4,096 a token on one GPU), and pads the state's page to the attention page."""
+    4,096 a token on one GPU), and pads the state's page to the attention page. Under
+    speculative decoding of ``spec_tokens`` tokens the convolution window keeps that many
+    inputs more (vLLM's Gated DeltaNet state shape takes them), so the page may grow: 800
+    tokens for Qwen3.5-27B drafting 2."""
     d = shard(model, tp)
     token = d.kv_bytes_per_token // d.attention_layers
-    state = d.linear_state_bytes // d.linear_layers
+    state = (d.linear_state_bytes // d.linear_layers
+             + d.linear_conv_dim * spec_tokens * d.act_bytes)
     return align * -(-state // (align * token))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sim.core.prefix import HEADS
 from sim.core.request import Request
 from sim.policies.base import Batch, ReplicaState, grow
 
@@ -59,6 +60,10 @@ class Chunked:
         # the block grid (grid_chunk); 0 otherwise.
         self.grid = (cfg.block_size if cfg.prefix_caching and cfg.linear_state_pool == "kv_cache"
                      else 0)
+        # An EAGLE or MTP head: a hit loses its last block (sim.core.prefix), so the last
+        # cut comes a block earlier (grid_chunk's ``back``).
+        spec = cfg.speculative
+        self.back = self.grid if spec is not None and spec.method in HEADS else 0
 
     def reject_reason(self, prompt: int, output: int, state: ReplicaState) -> str | None:
         """Any prompt can be chunked; only the KV capacity (checked by the replica) limits."""
@@ -112,7 +117,8 @@ class Chunked:
             r = waiting[0]
             hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
             n = min(r.prompt + r.generated - r.computed - hit.tokens, budget, cap)
-            if self.grid and not (n := grid_chunk(r, r.computed + hit.tokens, n, self.grid)):
+            if self.grid and not (n := grid_chunk(r, r.computed + hit.tokens, n, self.grid,
+                                                  self.back)):
                 break
             if kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
                 break
@@ -133,18 +139,19 @@ class Chunked:
             n = self.width  # a steady decode; a verify cut by the budget drafts fewer
         n = min(n, budget, self.cap)
         if self.grid and r.computed < max(r.prompt, r.prompt + r.generated - 1):
-            return grid_chunk(r, r.computed, n, self.grid)
+            return grid_chunk(r, r.computed, n, self.grid, self.back)
         return n
 
 
-def grid_chunk(r: Request, start: int, n: int, size: int) -> int:
+def grid_chunk(r: Request, start: int, n: int, size: int, back: int = 0) -> int:
     """The most of ``n`` prompt tokens from ``start`` that ``r`` may compute in a step
     under vLLM's align mode, which keeps a Gated DeltaNet model's states only where a
     step ends on a multiple of the block ``size``: before the last such multiple of its
-    tokens, a chunk ends on one (0 when none is in reach) and stops at that last one;
-    past it, the tail of fewer than ``size`` tokens goes in one chunk."""
+    tokens (``back`` tokens before it under an EAGLE or MTP head, whose hits drop their
+    last block), a chunk ends on one (0 when none is in reach) and stops at that last
+    one; past it, what is left goes in one chunk."""
     end = r.prompt + r.generated
-    last = end - end % size
+    last = max(end - end % size - back, 0)
     if start >= last:
         return n
     stop = min(start + n, last)

@@ -177,3 +177,16 @@ def test_a_head_s_hit_gives_up_its_last_block() -> None:
     assert s_head.match((11, 12, 13), 100) == (0, 0)
     s_head.add_state(12)
     assert s_head.match((11, 12, 13), 100) == (2, 0)
+
+
+@pytest.mark.parametrize("mode", ["none", "align", "all"])
+def test_vllm_s_mamba_cache_mode_flag_changes_nothing(mode: str) -> None:
+    raw = _raw()
+    raw["vllm"] = {"mamba-cache-mode": mode, "enable-prefix-caching": True}
+    sc = from_dict(raw)
+    base = from_dict(_raw())
+    assert (sc.serving.prefix_caching, sc.serving.block_size) == (True, 784)
+    assert sc.serving == base.serving
+    raw["vllm"]["mamba-cache-mode"] = "dense"
+    with pytest.raises(ServesimError, match=r"vllm\.mamba-cache-mode"):
+        from_dict(raw)

@@ -67,10 +67,11 @@ def resolve_state_pool(scenario: Scenario) -> Scenario:
                 raise ServesimError(f"{exc.message} (the block vLLM raises so a page holds "
                                     f"a Gated DeltaNet state of model {model.name})",
                                     where=f"serving.{exc.where}") from None
+            state = (d.linear_state_bytes // d.linear_layers
+                     + (0 if spec is None else d.linear_conv_dim * spec.num_tokens * d.act_bytes))
             notes = (f"serving.block_size: {sv.block_size} -> {size} tokens, as vLLM raises "
                      f"it for model {model.name}: a page of one attention layer's KV must "
-                     f"hold one Gated DeltaNet layer's state "
-                     f"({d.linear_state_bytes // d.linear_layers:,} bytes on each GPU), "
+                     f"hold one Gated DeltaNet layer's state ({state:,} bytes on each GPU), "
                      "whose pages a running request takes from the same pool "
                      "(serving.linear_state_pool: kv_cache)",)
     serving, said = _caching(serving, model.name)
@@ -83,8 +84,8 @@ def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, .
     chunks cut there: sim.policies.chunked.grid_chunk), under policy chunked with the
     states paged from the KV pool and recompute preemption.
     Unset (vLLM's default): on where so modelled, else off with a note; true elsewhere,
-    or with a token budget under one block (no chunk could end on the grid), an error
-    naming the key."""
+    or with a long_prefill_token_threshold under one block (no chunk could end on the
+    grid), an error naming the key."""
     why = ("policy chunked (vLLM v1's scheduler, which its align mode needs)"
            if sv.policy != "chunked" else
            "serving.linear_state_pool kv_cache (SGLang's state cache is not modelled)"

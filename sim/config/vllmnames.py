@@ -47,6 +47,10 @@ ONLY: dict[str, tuple[Any, ...]] = {
     # How data-parallel ranks dispatch tokens to the experts: an all-gather and a
     # reduce-scatter (vLLM's default) is what servesim prices (sim/core/dpgroup.py).
     "all2all_backend": ("allgather_reducescatter",),
+    # A Gated DeltaNet model caches as "align" whatever is given: "none" (the default)
+    # turns into it when prefix caching is on, and "all" falls back to it for these
+    # layers (only Mamba2 kernels keep states inside a step); nothing else reads it.
+    "mamba_cache_mode": ("none", "align", "all"),
 }
 # Flags that set the model's dtypes: vLLM's value -> (model key, servesim's value).
 DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {

@@ -188,5 +188,52 @@ def test_vllm_s_mamba_cache_mode_flag_changes_nothing(mode: str) -> None:
     assert (sc.serving.prefix_caching, sc.serving.block_size) == (True, 784)
     assert sc.serving == base.serving
     raw["vllm"]["mamba-cache-mode"] = "dense"
-    with pytest.raises(ServesimError, match=r"vllm\.mamba-cache-mode"):
+    with pytest.raises(ServesimError, match=r"vllm\.mamba-cache-mode: got 'dense': servesim "
+                                            r"models only none or align or all$"):
         from_dict(raw)
+
+
+def _first_chunk(total: int) -> tuple[KVCacheManager, PrefixCache, Request]:
+    """A manager of ``total`` blocks of 784 tokens, a request without prefix hashes whose
+    first chunk (1,568 tokens, ending on the grid) has just run."""
+    kv = KVCacheManager(total, N, state_blocks=3, snapshot_blocks=3)
+    pc = kv.enable_prefix_caching(N)
+    r = Request(0, 0.0, 2000, 4)
+    assert kv.allocate_slots(r, 1568) == 5
+    r.computed = 1568
+    kv.cache_computed([r])
+    assert r.hashes is not None and len(r.hashes) == 2
+    return kv, pc, r
+
+
+def test_a_preempted_request_resumes_from_its_own_snapshot() -> None:
+    # The snapshot at the chunk's end takes keys of its own (vLLM hashes every block)
+    # and 3 blocks.
+    kv, pc, r = _first_chunk(20)
+    assert kv.used == 8 and pc.has_state(r.hashes[1])  # type: ignore[index]
+    kv.preempt(r)
+    r.computed = 0  # (the replica resets it)
+    assert kv.computed_tokens(r).tokens == 1568
+    # No room for a snapshot at the chunk's end (6 blocks): at preemption its own state
+    # pages become the snapshot, as vLLM frees the state page with its hash.
+    kv, pc, s = _first_chunk(6)
+    assert kv.used == 5 and not pc.has_state(s.hashes[1])  # type: ignore[index]
+    kv.preempt(s)
+    # Its two blocks and three state pages stay, all cached and evictable.
+    assert (kv.used, pc.evictable) == (5, 5) and pc.has_state(s.hashes[1])  # type: ignore[index]
+    s.computed = 0
+    hit = kv.computed_tokens(s)
+    assert (hit.tokens, hit.pinned) == (1568, 2)
+
+
+def test_a_tiny_cache_does_not_thrash_its_prompts() -> None:
+    # 20 blocks of 784 tokens, prompts of 4,500 to 6,000 (about 10 blocks each with their
+    # states): a request preempted while its prompt runs resumes after its computed
+    # blocks; it had been preempted and recomputed from scratch step after step (4,223
+    # preemptions over 100 requests).
+    raw = _raw(prompt=5000, rate=4.0, n=40, num_gpu_blocks=20)
+    raw["workload"]["lengths"] = {"prompt": {"dist": "uniform", "low": 4500, "high": 6000},
+                                  "output": {"dist": "uniform", "low": 1, "high": 400}}
+    s = summarize(simulate(from_dict(raw)))
+    assert s["requests"]["finished"] == 40
+    assert s["preemptions"] < 40

@@ -102,8 +102,9 @@ def test_prefix_hashes_past_the_prompt_are_refused(tmp_path: Path, capsys: Any) 
     # The trace's file and line are named (it had been "request 1 (row 2 of the workload)",
     # counted after start_row, sorting and sampling, which cannot be found in the file).
     assert (f"{trace}: line 3: prefix_hash_ids names 9 blocks of 4 tokens, more than its "
-            "10-token prompt fills (3); prefix_hash_ids lists the prompt's leading blocks"
-            ) in capsys.readouterr().err
+            "10-token prompt fills (3); prefix_hash_ids lists the prompt's leading blocks "
+            "(of serving.block_size tokens each unless workload.trace.prefix_block_tokens "
+            "says otherwise)") in capsys.readouterr().err
     raw = yaml.safe_load(path.read_text())
     raw["workload"]["trace"]["start_row"] = 1
     path.write_text(yaml.safe_dump(raw))

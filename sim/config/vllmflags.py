@@ -239,9 +239,11 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
         _dtype_flag(name, value, section("model"), where)
     elif name in ONLY:
         if value not in ONLY[name]:
-            allowed = " or ".join("null" if v is None else str(v) for v in ONLY[name])
-            raise ServesimError(f"got {value!r}: servesim models only {allowed} (vLLM's "
-                                "default) so far", where=where)
+            values = ONLY[name]
+            allowed = " or ".join("null" if v is None else str(v) for v in values)
+            raise ServesimError(f"got {value!r}: servesim models only {allowed}"
+                                + (" (vLLM's default) so far" if len(values) == 1 else ""),
+                                where=where)
     elif name in KERNEL or name.partition(".")[0] in KERNEL:
         if runs_eager(name, value, where):
             raise ServesimError(f"got {value!r}: this runs without CUDA graphs, as "

@@ -51,24 +51,27 @@ class PrefixPublishing:
         the iteration emitted their token: a resumed request's recomputed prompt is
         cached before its next decode, which may run in a decode set."""
         pc = self.prefix
+        grid = pc.hash_tokens if pc is not None and pc.state_pages else 0
         for r in entries:
-            if r.hashes is not None:
-                if pc is not None and pc.state_pages and not r.computed % pc.hash_tokens:
-                    self._keep_state(r, r.computed // pc.hash_tokens)
-                if r.computed >= r.prompt:
-                    self.cache_blocks(r)
+            if grid and 0 < r.computed <= r.prompt and not r.computed % grid:
+                self._keep_state(r, r.computed // grid)
+            if r.hashes is not None and r.computed >= r.prompt:
+                self.cache_blocks(r)
 
     def _keep_state(self, r: Request, k: int) -> None:
-        """``r``'s step ended on the block grid, after its ``k``-th block: keep the states
-        there, a snapshot a later hit may resume from (vLLM's align mode keeps the state
-        where a step ends on a block boundary), unless ``k`` is past ``r``'s hashes (no
-        other request names the block) or no room is left for it."""
+        """``r``'s prefill step ended on the block grid, after its ``k``-th block: keep the
+        states there, a snapshot a later hit may resume from (vLLM's align mode keeps the
+        state where a step ends on a block boundary), unless no room is left for it. A
+        block past ``r``'s prefix hashes gets a key of its own (:func:`own_keys`, as
+        :meth:`preempt` gives them), as vLLM hashes every block: no other request names
+        it, but ``r`` finds it again if it is preempted."""
         pc = self.prefix
-        assert pc is not None and r.hashes is not None
+        assert pc is not None
         need = pc.state_pages
-        if not 0 < k <= len(r.hashes):
-            return
-        h = r.hashes[k - 1]
+        have = len(r.hashes or ())
+        if k > have:
+            r.hashes = (r.hashes or ()) + own_keys(r, have, k)
+        h = r.hashes[k - 1]  # type: ignore[index]
         if pc.has_state(h):
             pc.touch_state(h)
         elif self.available >= need:
@@ -85,7 +88,10 @@ class PrefixPublishing:
         allocation evicts it: when ``r`` is admitted again, :meth:`computed_tokens` finds
         those still cached and its prefill resumes after them. Blocks whose content
         ``r``'s prefix hashes do not name (its generated tokens, or a prompt without
-        hashes) get hashes of their own, unique to ``r``: no other request shares them."""
+        hashes) get hashes of their own, unique to ``r``: no other request shares them.
+        A Gated DeltaNet model's request whose last step ended on the block grid leaves
+        its states there as a snapshot: vLLM frees that state page with its hash, so the
+        resumed request starts after the block (its pages change hands, not counts)."""
         pc = self.prefix
         if pc is not None:
             full = r.computed // pc.hash_tokens
@@ -94,6 +100,11 @@ class PrefixPublishing:
                 r.hashes = (r.hashes or ()) + own_keys(r, have, full)
             if full > r.cached:
                 self._publish(r, full)
+            if pc.state_pages and full and not r.computed % pc.hash_tokens:
+                h = r.hashes[full - 1]  # type: ignore[index]
+                if not pc.has_state(h):
+                    pc.add_state(h)
+                    r.blocks -= pc.state_pages  # the cache's now, still used
         return self.free(r)
 
     def _publish(self, r: Request, full: int) -> None:

@@ -78,14 +78,16 @@ def read_servesim(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
             None if ihs is None else parse_hash_ids(cols[ihs], lines, src),
         )
         if chunk.hashes is not None and per_hash:
-            _check_hash_room(chunk, per_hash, src)
+            _check_hash_room(chunk, per_hash, src, "prefix_block_tokens" not in opts)
         yield chunk
 
 
-def _check_hash_room(chunk: Chunk, per_hash: int, src: str) -> None:
+def _check_hash_room(chunk: Chunk, per_hash: int, src: str, kv_block: bool = False) -> None:
     """Refuse a row whose prefix_hash_ids name more blocks of ``per_hash`` tokens than its
     prompt fills: the ids past the prompt would be dropped without a word. Checked here,
-    where the row's line is known, rather than on the built requests."""
+    where the row's line is known, rather than on the built requests. ``kv_block``: the
+    size is the KV block's (the trace gives none), which the error says, with the key
+    that sets another."""
     assert chunk.hashes is not None
     for i, h in enumerate(chunk.hashes):
         room = -(-int(chunk.prompt[i]) // per_hash)
@@ -93,7 +95,10 @@ def _check_hash_room(chunk: Chunk, per_hash: int, src: str) -> None:
             raise line_error(src, int(chunk.lines[i]), f"prefix_hash_ids names {len(h)} "
                              f"blocks of {per_hash} tokens, more than its "
                              f"{int(chunk.prompt[i])}-token prompt fills ({room}); "
-                             "prefix_hash_ids lists the prompt's leading blocks")
+                             "prefix_hash_ids lists the prompt's leading blocks"
+                             + (" (of serving.block_size tokens each unless "
+                                "workload.trace.prefix_block_tokens says otherwise)"
+                                if kv_block else ""))
 
 
 def read_lengths(path: Path, src: str, opts: dict[str, Any], dropped: Counter[str]

@@ -98,7 +98,8 @@ def assert_equivalent(a: Any, b: Any) -> None:
 
     assert a.step_log == b.step_log
     assert requests_csv(a) == requests_csv(b)
-    for field in ("first_sched", "first_token", "finish", "preemptions", "status"):
+    for field in ("first_sched", "first_token", "finish", "preemptions", "status",
+                  "verifies", "verify_tokens"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     assert a.itl.counts.tolist() == b.itl.counts.tolist()
     assert (a.itl.total, a.itl.zeros, a.itl.max) == (b.itl.total, b.itl.zeros, b.itl.max)

@@ -5,6 +5,7 @@ TPOT, KV slots for the drafted tokens, and one clear line for each bad setting."
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,10 @@ def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: floa
     assert sp["verify_tokens"] == n * 1999  # every token after the first, none beyond
     from sim.report.outputs import table
 
-    assert f"(acceptance rate {a:g} expects {expected:.3f})" in table(summarize(res))
+    line = table(summarize(res))
+    assert f"verifies (acceptance rate {a:g} expects {expected:.3f}); drafting:" in line
+    # No class has an acceptance of its own: no per-class breakdown.
+    assert "classes" not in sp and "expected_tokens_per_verify_of_classes" not in sp
 
 
 # -- verifies request by request equal the aggregate ---------------------------------------
@@ -158,6 +162,10 @@ def test_lazy_verifies_equal_eager_with_shared_prefixes(policy: str, k: int, a: 
     assert_equivalent(lazy, eager)
     counts = summarize(lazy)["requests"]
     assert counts["finished"] + counts["rejected"] == len(rows)
+    # Every request that ran finished: its own counts add up to the replicas' totals.
+    assert lazy.verifies is not None and lazy.verify_tokens is not None
+    assert int(lazy.verifies.sum()) == sum(s.spec_verifies for s in lazy.replica_stats)
+    assert int(lazy.verify_tokens.sum()) == sum(s.spec_tokens for s in lazy.replica_stats)
 
 
 def test_shipped_scenario_lazy_equal_eager() -> None:
@@ -327,21 +335,81 @@ def test_verify_takes_kv_slots_for_its_drafted_tokens() -> None:
     assert res.status.tolist() == [1, 2] and res.reason[1] == "exceeds_kv_capacity"
 
 
-def test_per_class_acceptance() -> None:
-    classes = {"code": {"weight": 1}, "chat": {"weight": 1}}
-    lengths = {"prompt": {"dist": "fixed", "value": 8}, "output": {"dist": "fixed", "value": 41}}
-    spec = {"method": "ngram", "num_tokens": 3, "acceptance": {"rate": 0.0},
-            "classes": {"code": {"rate": 1.0}}}
-    sc = tiny_scenario(serving={"policy": "chunked", "speculative": spec},
-                       workload={"arrivals": {"process": "constant", "rate": 1.0},
-                                 "lengths": lengths, "classes": classes, "num_requests": 20,
-                                 "seed": 1})
-    res = simulate(sc)
+def class_spec_scenario(rate: float, classes: dict[str, Any], output: int,
+                        num_requests: int, arrival_rate: float = 1.0) -> Any:
+    """Chunked n-gram speculation (k = 3) at top-level ``rate`` with per-class
+    acceptances ``classes``, on a workload of classes chat and code (equal weights),
+    8-token prompts and ``output``-token outputs, constant arrivals."""
+    spec = {"method": "ngram", "num_tokens": 3, "acceptance": {"rate": rate},
+            "classes": classes}
+    lengths = {"prompt": {"dist": "fixed", "value": 8},
+               "output": {"dist": "fixed", "value": output}}
+    return tiny_scenario(serving={"policy": "chunked", "speculative": spec,
+                                  "max_num_batched_tokens": 4096},
+                         workload={"arrivals": {"process": "constant", "rate": arrival_rate},
+                                   "lengths": lengths, "num_requests": num_requests,
+                                   "classes": {"code": {"weight": 1}, "chat": {"weight": 1}},
+                                   "seed": 1})
+
+
+@pytest.mark.parametrize("given", [{"rate": 1.0}, {"mean_length": 4.0},
+                                   {"distribution": [0.0, 0.0, 0.0, 1.0]}])
+def test_per_class_acceptance(given: dict[str, Any]) -> None:
+    # Each way of giving code every drafted token accepted: 40 tokens after the first in
+    # 10 verifies of 4; chat at rate 0 takes 40 verifies of 1.
+    res = simulate(class_spec_scenario(0.0, {"code": given}, 41, 20))
     sp = summarize(res)["speculative"]
     code = int((res.requests.klass == res.requests.class_names.index("code")).sum())
-    # Code: 40 tokens in 10 verifies of 4; chat: 40 verifies of 1.
-    assert sp["verifies"] == code * 10 + (20 - code) * 40
-    assert sp["classes"] == {"code": {"rate": 1.0, "expected_tokens_per_verify": 4.0}}
+    chat = 20 - code
+    assert 0 < code < 20
+    assert sp["verifies"] == code * 10 + chat * 40
+    # As summary.json writes it (a distribution's tuple as a list).
+    assert json.loads(json.dumps(sp["classes"])) == {
+        "code": {**given, "acceptance_from": "class", "expected_tokens_per_verify": 4.0,
+                 "verifies": code * 10, "verify_tokens": code * 40,
+                 "mean_tokens_per_verify": 4.0},
+        "chat": {"rate": 0.0, "acceptance_from": "scenario", "expected_tokens_per_verify": 1.0,
+                 "verifies": chat * 40, "verify_tokens": chat * 40,
+                 "mean_tokens_per_verify": 1.0}}
+    # Set against the classes' own expectations, weighted by their verifies.
+    mixed = (code * 10 * 4.0 + chat * 40 * 1.0) / sp["verifies"]
+    assert sp["expected_tokens_per_verify_of_classes"] == pytest.approx(mixed, rel=1e-12)
+    assert sp["mean_tokens_per_verify"] == pytest.approx(mixed, rel=1e-12)
+
+
+def test_each_class_meets_its_own_closed_form() -> None:
+    # Rates 0.5 (the scenario's, chat) and 0.9 (code's own), k = 3: a verify emits
+    # (1 - 0.5^4) / 0.5 = 1.875 and (1 - 0.9^4) / 0.1 = 3.439 tokens on average. 40
+    # requests of 2,000 output tokens, one at a time: each class's mean within 1% of its
+    # own formula, every token after the first emitted by a verify.
+    from sim.report.outputs import table
+
+    res = simulate(class_spec_scenario(0.5, {"code": {"rate": 0.9}}, 2000, 40, 0.05))
+    s = summarize(res)
+    assert s["latency_s"]["e2e"]["max"] < 20  # each request alone (arrivals 20 s apart)
+    sp = s["speculative"]
+    chat, code = sp["classes"]["chat"], sp["classes"]["code"]
+    assert chat["expected_tokens_per_verify"] == pytest.approx(1.875, rel=1e-12)
+    assert code["expected_tokens_per_verify"] == pytest.approx(3.439, rel=1e-12)
+    assert chat["mean_tokens_per_verify"] == pytest.approx(1.875, rel=0.01)
+    assert code["mean_tokens_per_verify"] == pytest.approx(3.439, rel=0.01)
+    codes = int((res.requests.klass == res.requests.class_names.index("code")).sum())
+    assert code["verify_tokens"] == codes * 1999
+    assert chat["verify_tokens"] == (40 - codes) * 1999
+    assert chat["verifies"] + code["verifies"] == sp["verifies"]
+    # The run's mixed mean is far from the scenario rate's 1.875, close to the classes'.
+    assert sp["mean_tokens_per_verify"] > 1.875 * 1.1
+    assert sp["mean_tokens_per_verify"] == pytest.approx(
+        sp["expected_tokens_per_verify_of_classes"], rel=0.01)
+    line = next(x for x in table(s).splitlines() if x.startswith("speculative:"))
+    assert (f"chat {chat['mean_tokens_per_verify']:.3f} over {chat['verifies']} verifies "
+            "(acceptance rate 0.5 expects 1.875)") in line
+    assert (f"code {code['mean_tokens_per_verify']:.3f} over {code['verifies']} verifies "
+            "(acceptance rate 0.9 expects 3.439)") in line
+    # The run's mean is set against the classes' expectation, not the scenario rate's.
+    assert (f"{sp['verifies']} verifies (the classes' acceptances expect "
+            f"{sp['expected_tokens_per_verify_of_classes']:.3f})") in line
+    assert f"{sp['verifies']} verifies (acceptance rate" not in line
 
 
 # -- bad input ------------------------------------------------------------------------------

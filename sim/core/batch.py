@@ -152,4 +152,5 @@ def verify(r: Request, n: int) -> int:
     r.verifies += 1
     r.computed += m
     r.generated += m
+    r.verified += m
     return m

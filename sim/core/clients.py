@@ -288,8 +288,9 @@ class Clients:
 
 # The engine's per-request arrays (None where a run does not keep one).
 PER_REQUEST = ("first_sched", "first_token", "finish", "preemptions", "replica_of", "status",
-               "reason", "prefill_of")
-FILL = {"preemptions": 0, "replica_of": -1, "status": PENDING, "reason": "", "prefill_of": -1}
+               "reason", "prefill_of", "verifies", "verify_tokens")
+FILL = {"preemptions": 0, "replica_of": -1, "status": PENDING, "reason": "", "prefill_of": -1,
+        "verifies": 0, "verify_tokens": 0}
 
 
 def grow(engine: Engine, more: Requests) -> None:

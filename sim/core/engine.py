@@ -61,7 +61,7 @@ class Engine(Outcomes):
         self.requests = requests
         self.env = simpy.Environment()
         n = len(requests)
-        super().__init__(n)
+        super().__init__(n, scenario.serving.speculative is not None)
         self.replica_of = np.full(n, -1, dtype=np.int64)
         self.reason = np.full(n, "", dtype=object)
         self.step_log: list[tuple[Any, ...]] | None = [] if log_steps else None
@@ -353,12 +353,12 @@ class Engine(Outcomes):
             scenario=self.scenario, requests=self.requests, first_sched=self.first_sched,
             first_token=first_token, finish=finish, preemptions=self.preemptions,
             replica=self.replica_of, status=self.status, reason=self.reason, itl=itl,
-            replica_stats=[r.stats for r in self.replicas],
+            replica_stats=[r.stats for r in self.replicas], verifies=self.verifies,
             end_s=float(end), step_log=self.step_log, prefill_replica=self.prefill_of,
             **({} if self.faults is None else self.faults.outcome()),
             frontend=self.frontend, clients=stats, cost_source=self.cost_source,
             draft_source=next((r.spec.drafter.source for r in self.replicas if r.spec), ""),
-            memory=self.memory, seen_s=seen,
+            memory=self.memory, seen_s=seen, verify_tokens=self.verify_tokens,
         )
 
 

@@ -33,8 +33,10 @@ class Request:
     With speculative decoding, ``draws`` holds the tokens each of its verify iterations
     emits before capping (1 to k + 1, drawn when it was routed; with their running sums,
     :class:`sim.core.speculation.Speculation`) and ``verifies`` counts the ones it ran, so
-    its n-th verify takes the n-th of its draws however it is reached; ``path`` is the
-    path its first join would lay, when worked out ahead (:mod:`sim.core.specplan`).
+    its n-th verify takes the n-th of its draws however it is reached, and ``verified``
+    the tokens they emitted (its others came from prefills, or decodes the budget cut
+    to one token); ``path`` is the path its first join would lay, when worked out ahead
+    (:mod:`sim.core.specplan`).
     An iteration emits a token for this request when it brings
     ``computed`` up to ``prompt + generated``: the end of a (re)prefill, or a decode step.
     Static attributes live in the run's numpy arrays; this object is dropped on finish.
@@ -42,7 +44,7 @@ class Request:
 
     __slots__ = ("id", "arrival", "prompt", "output", "computed", "generated", "blocks",
                  "last_token", "scheduled", "priority", "swapped", "hashes", "cached", "sync",
-                 "draws", "verifies", "admitted", "path", "sent")
+                 "draws", "verifies", "verified", "admitted", "path", "sent")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, priority: int = 0):
         self.id = rid
@@ -61,6 +63,7 @@ class Request:
         self.sync = -1  # tick it joined its replica's DecodeSet (sim/core/decodeset.py); -1: none
         self.draws: Any = None  # (chunk tokens, running sums, first index): speculation
         self.verifies = 0
+        self.verified = 0  # output tokens its verifies emitted
         # Its replica's admission count when it last entered running: preemption picks the
         # newest by this, whatever the order a pipeline hands requests back in.
         self.admitted = 0

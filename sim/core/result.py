@@ -75,6 +75,11 @@ class RunResult:
     # When each request reached the engine (s): its send time plus the frontend's request
     # delay; NaN for one never delivered. None: the engine saw requests as they were sent.
     seen_s: np.ndarray | None = None
+    # With speculative decoding, each finished request's verifies and the output tokens
+    # they emitted (counts of its last placement; 0 for one that did not finish). None
+    # without speculative decoding.
+    verifies: np.ndarray | None = None
+    verify_tokens: np.ndarray | None = None
 
 
 class Outcomes:
@@ -83,9 +88,10 @@ class Outcomes:
     ``status`` one of :mod:`sim.core.request`'s codes. ``response_s`` (s) is how long
     after the engine's last token its client has the answer (0 here; the engine's
     frontend sets it). ``tells_ends``: whether :meth:`ended` must hear of every finish
-    (a closed loop's clients)."""
+    (a closed loop's clients). With ``speculative``, ``verifies`` and ``verify_tokens``
+    count each finished request's verifies and the tokens they emitted (None without)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, speculative: bool = False) -> None:
         self.first_sched = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
@@ -93,6 +99,8 @@ class Outcomes:
         self.status = np.full(n, PENDING, dtype=np.int8)
         self.response_s = 0.0
         self.tells_ends = False
+        self.verifies = np.zeros(n, dtype=np.int64) if speculative else None
+        self.verify_tokens = np.zeros(n, dtype=np.int64) if speculative else None
 
     def scheduled(self, r: Request, now: float) -> None:
         """``r`` was admitted at ``now`` (s); the first admission is its scheduling time."""
@@ -112,14 +120,20 @@ class Outcomes:
 def finish_requests(done: Sequence[Request], now: float, kv: KVCacheManager,
                     out: Outcomes) -> None:
     """Finish ``done`` (each has emitted its last token at ``now``, s): free its KV and
-    its prefix-cache references, record its finish time and status, and tell
-    its client. The caller drops them from its running list."""
+    its prefix-cache references, record its finish time and status (with speculative
+    decoding, its verifies and their tokens too), and tell its client. The caller drops
+    them from its running list."""
     finish = out.finish
     status = out.status
     for r in done:
         kv.free(r)
         finish[r.id] = now
         status[r.id] = FINISHED
+    verifies, tokens = out.verifies, out.verify_tokens
+    if verifies is not None and tokens is not None:
+        for r in done:
+            verifies[r.id] = r.verifies
+            tokens[r.id] = r.verified
     if out.tells_ends:
         client_s = now + out.response_s
         for r in done:

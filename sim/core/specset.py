@@ -181,6 +181,7 @@ class SpecDecodeSet:
             c = self.computed_at(r, d)
             blocks_at = self.computed_at(r, d - 1) + self.q
             r.generated += c - r.computed
+            r.verified += c - r.computed
             r.computed = c
             r.verifies += d
             self.kv.settle(r, max(blocks_at, (r.blocks - self.kv.window_of(r)) * self.bs))
@@ -292,6 +293,7 @@ class SpecDecodeSet:
             c = r.computed + left
             gone += c
             r.generated += left
+            r.verified += left
             r.computed = c
             r.verifies += m + 1
             kv.settle(r, last * bs)

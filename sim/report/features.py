@@ -122,7 +122,8 @@ def spec_summary(res: RunResult) -> dict[str, Any]:
     """Speculative decoding (present only when the scenario sets it): the setting, the
     expected tokens per verify its acceptance gives, and the run's verifies (one per
     sequence and iteration) with the tokens they emitted and their mean, capped where a
-    request's output ran out."""
+    request's output ran out. When classes have their own acceptance, ``classes`` holds
+    every workload class's (:func:`spec_classes`)."""
     spec = res.scenario.serving.speculative
     if spec is None:
         return {}
@@ -145,4 +146,38 @@ def spec_summary(res: RunResult) -> dict[str, Any]:
         "verifies": verifies,
         "verify_tokens": tokens,
         "mean_tokens_per_verify": tokens / verifies if verifies else None,
+        **spec_classes(res),
     }}
+
+
+def spec_classes(res: RunResult) -> dict[str, Any]:
+    """Each workload class's verifies against its own acceptance, when the scenario gives
+    some class one (empty otherwise): per class its acceptance (``acceptance_from``:
+    ``class`` for its own, ``scenario`` for the top-level one it falls back to), the
+    tokens a verify of it is expected to emit, and the verifies of its finished requests
+    with the tokens they emitted and their mean; beside them
+    ``expected_tokens_per_verify_of_classes``, the classes' expectations weighted by
+    those verifies, which is what the run's mean is to be set against."""
+    spec = res.scenario.serving.speculative
+    req = res.requests
+    if (spec is None or not spec.classes or req.klass is None or res.verifies is None
+            or res.verify_tokens is None):
+        return {}
+    k = spec.num_tokens
+    out: dict[str, Any] = {}
+    weighted = total = 0.0
+    for c, name in enumerate(req.class_names):
+        acc = spec.classes.get(name, spec.acceptance)
+        mine = req.klass == c
+        verifies = int(res.verifies[mine].sum())
+        tokens = int(res.verify_tokens[mine].sum())
+        expected = acc.mean_tokens(k)
+        weighted += verifies * expected
+        total += verifies
+        out[name] = {**acc.describe(),
+                     "acceptance_from": "class" if name in spec.classes else "scenario",
+                     "expected_tokens_per_verify": expected, "verifies": verifies,
+                     "verify_tokens": tokens,
+                     "mean_tokens_per_verify": tokens / verifies if verifies else None}
+    return {"classes": out,
+            "expected_tokens_per_verify_of_classes": weighted / total if total else None}

@@ -225,11 +225,7 @@ def table(summary: dict[str, Any]) -> str:
     lines.extend(tier_lines(summary))
     sp = summary.get("speculative")
     if sp is not None:
-        lines.append(f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "
-                     f"{cell(sp['mean_tokens_per_verify'], '.3f')} tokens a verify over "
-                     f"{sp['verifies']} verifies (acceptance {_phrase(sp['acceptance'])} "
-                     "expects "
-                     f"{sp['expected_tokens_per_verify']:.3f}); drafting: {sp['draft_cost']}")
+        lines.append(spec_line(sp))
     lines.extend(memory_lines(summary.get("memory", {})))
     lines.extend(reliability_lines(summary))
     if "classes" in summary:
@@ -262,6 +258,26 @@ def tier_lines(summary: dict[str, Any]) -> list[str]:
             f"{mean(h['stored_gib_per_gpu']):.1f} GiB stored a GPU; "
             f"{h['dropped_entries']} entries dropped; {kt['transfer_s']:.3g} s of "
             "iterations moving blocks"]
+
+
+def spec_line(sp: dict[str, Any]) -> str:
+    """The ``speculative:`` line: the mean tokens a verify emitted against what the
+    acceptance expects; with per-class acceptances, against the classes' expectation
+    weighted by their verifies, then each class's mean against its own acceptance's."""
+    head = (f"speculative: {sp['method']}, {sp['num_tokens']} drafted; "
+            f"{cell(sp['mean_tokens_per_verify'], '.3f')} tokens a verify over "
+            f"{sp['verifies']} verifies ")
+    tail = f"; drafting: {sp['draft_cost']}"
+    if "expected_tokens_per_verify_of_classes" not in sp:
+        return (head + f"(acceptance {_phrase(sp['acceptance'])} expects "
+                f"{sp['expected_tokens_per_verify']:.3f})" + tail)
+    keys = ("rate", "mean_length", "distribution")
+    parts = [f"{name} {cell(c['mean_tokens_per_verify'], '.3f')} over {c['verifies']} verifies "
+             f"(acceptance {_phrase({k: c[k] for k in keys if k in c})} expects "
+             f"{c['expected_tokens_per_verify']:.3f})" for name, c in sp["classes"].items()]
+    return (head + "(the classes' acceptances expect "
+            f"{cell(sp['expected_tokens_per_verify_of_classes'], '.3f')}); per class, over "
+            "its finished requests: " + ", ".join(parts) + tail)
 
 
 def _phrase(given: dict[str, Any]) -> str:

@@ -192,7 +192,8 @@ def test_spec_errors() -> None:
 
 @pytest.mark.parametrize(("key", "value", "where"), [
     # (Prefix caching is modelled under vLLM's layout: tests/test_state_prefix.py.)
-    ("serving.kv_offload", {"cpu_gb": 1}, "serving.kv_offload"),
+    ("serving.kv_offload", {"cpu_gb": 1, "write_policy": "write_through"},
+     "serving.kv_offload"),
     ("serving.preemption", "swap", "serving.preemption"),
     ("hardware.pp", 2, "hardware.pp"),
 ])

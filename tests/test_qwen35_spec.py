@@ -199,9 +199,10 @@ def test_the_rest_is_still_refused_with_speculation(serving: dict[str, Any], whe
                                             rf"whose per-sequence state is not modelled "
                                             rf"with {what} yet"):
         _scenario(**serving)
-    # Prefix caching with them is modelled (vLLM's align mode, tests/test_state_prefix.py):
-    # on by default, as vLLM has it.
-    assert _scenario().serving.prefix_caching is True
+    # Prefix caching with them is modelled (vLLM's align mode, tests/test_state_prefix.py)
+    # when asked for; off by default, as vLLM leaves it for these models.
+    assert _scenario().serving.prefix_caching is False
+    assert _scenario(prefix_caching=True).serving.prefix_caching is True
 
 
 def test_the_verify_state_term_is_small_beside_the_head() -> None:

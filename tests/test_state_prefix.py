@@ -29,8 +29,10 @@ def _raw(prompt: int = 2000, shared: dict[str, Any] | None = None, rate: float =
                                       "output": {"dist": "fixed", "value": 4}}}
     if shared is not None:
         wl["shared_prefix"] = shared
+    # Prefix caching asked for, as vLLM needs it to be for these models (its default: off).
     return {"name": "q", "model": "qwen3.5-27b", "hardware": {"gpu": "h200", "tp": 1},
-            "cost": "roofline", "serving": {"policy": "chunked", **serving}, "workload": wl}
+            "cost": "roofline",
+            "serving": {"policy": "chunked", "prefix_caching": True, **serving}, "workload": wl}
 
 
 def _chunks(res: Any, over: int = 1) -> list[int]:
@@ -120,15 +122,25 @@ def test_hashes_of_other_sizes_chain_into_blocks() -> None:
 
 
 def test_what_is_refused_or_turned_off() -> None:
+    # vLLM's default for these models: off, and said.
+    raw = _raw()
+    del raw["serving"]["prefix_caching"]
+    sc = from_dict(raw)
+    assert sc.serving.prefix_caching is False
+    assert ("prefix caching is off: vLLM leaves it off for a model with linear-attention "
+            "layers (qwen3.5-27b) unless --enable-prefix-caching asks for it "
+            "(serving.prefix_caching: true, modelled as its align mode)") in sc.notes
     for serving, match in (
             ({"policy": "continuous"}, "policy chunked"),
             ({"linear_state_pool": "reserved"}, "linear_state_pool kv_cache")):
         with pytest.raises(ServesimError, match=rf"serving\.prefix_caching.*{match}"):
-            from_dict(_raw(prefix_caching=True, **serving))
-        sc = from_dict(_raw(**serving))  # vLLM's default: off, and said (v0's: off)
+            from_dict(_raw(**serving))
+        raw = _raw(**serving)
+        del raw["serving"]["prefix_caching"]
+        sc = from_dict(raw)
         assert sc.serving.prefix_caching is False
         assert serving.get("policy") == "continuous" or any(
-            "prefix caching (vLLM's default) is off" in n and match in n for n in sc.notes)
+            "prefix caching is off" in n and match in n for n in sc.notes)
     with pytest.raises(ServesimError, match=r"serving\.long_prefill_token_threshold: got "
                                             r"500 .*784-token blocks"):
         from_dict(_raw(long_prefill_token_threshold=500))
@@ -182,6 +194,7 @@ def test_a_head_s_hit_gives_up_its_last_block() -> None:
 @pytest.mark.parametrize("mode", ["none", "align", "all"])
 def test_vllm_s_mamba_cache_mode_flag_changes_nothing(mode: str) -> None:
     raw = _raw()
+    del raw["serving"]["prefix_caching"]
     raw["vllm"] = {"mamba-cache-mode": mode, "enable-prefix-caching": True}
     sc = from_dict(raw)
     base = from_dict(_raw())

@@ -83,9 +83,11 @@ def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, .
     vLLM's align mode keeps it (states kept where a step ends on the block grid, prompt
     chunks cut there: sim.policies.chunked.grid_chunk), under policy chunked with the
     states paged from the KV pool and recompute preemption.
-    Unset (vLLM's default): on where so modelled, else off with a note; true elsewhere,
-    or with a long_prefill_token_threshold under one block (no chunk could end on the
-    grid), an error naming the key."""
+    Unset: off, with a note, as vLLM leaves it for these models unless asked (a
+    maintainer's word in vllm-project/vllm#38988, 2026-05: "we disable it by default now";
+    its PR #46778 calls it opt-in). True where it is not modelled, or with a
+    long_prefill_token_threshold under one block (no chunk could end on the grid), an
+    error naming the key."""
     why = ("policy chunked (vLLM v1's scheduler, which its align mode needs)"
            if sv.policy != "chunked" else
            "serving.linear_state_pool kv_cache (SGLang's state cache is not modelled)"
@@ -93,13 +95,16 @@ def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, .
            "recompute preemption" if sv.preemption != "recompute" else "")
     said: tuple[str, ...] = ()
     if sv.prefix_caching is None:
+        # vLLM leaves it off for hybrid models unless asked (its own default).
         try:  # (a host tier is refused with these layers after: check_linear_attention)
-            sv = dataclasses.replace(sv, prefix_caching=not why)
+            sv = dataclasses.replace(sv, prefix_caching=False)
         except ServesimError as exc:
             raise exc.located(prefix="serving") from None
-        if why:
-            said = (f"prefix caching (vLLM's default) is off: for model {model}'s "
-                    f"linear-attention layers servesim models it with {why}",)
+        said = (f"prefix caching is off: vLLM leaves it off for a model with linear-attention "
+                f"layers ({model}) unless --enable-prefix-caching asks for it "
+                "(serving.prefix_caching: true, "
+                + ("modelled as its align mode)" if not why else f"which servesim models "
+                   f"with {why})"),)
     if sv.prefix_caching and why:
         raise ServesimError(f"prefix caching for model {model}'s linear-attention layers is "
                             f"modelled as vLLM's align mode keeps it, with {why}",

@@ -131,3 +131,18 @@ def test_budget_default_keeps_states_set_aside() -> None:
     # memory_budget's own default (silicon's SGLang sizing reads it) stays SGLang's.
     b = memory_budget(Q27, GPUS["h200"], 1, 0.9, 16, 8192, 64)
     assert b.state_seqs == 64 and b.state_blocks == 0
+
+
+@pytest.mark.parametrize(("gpu", "model", "tp", "size"), [
+    ("h200", "qwen3.5-27b", 1, 784), ("b200", "qwen3.5-27b", 1, 800),
+    ("b300", "qwen3.5-27b", 1, 800), ("rtx-pro-6000", "qwen3.5-27b", 1, 784),
+    ("b200", "qwen3.5-397b-a17b", 8, 544), ("h200", "qwen3.5-397b-a17b", 8, 528),
+])
+def test_blackwell_aligns_the_block_to_32_tokens(gpu: str, model: str, tp: int,
+                                                  size: int) -> None:
+    # Heads of 256 under FlashInfer on compute capability 10.x: 32-token alignment, so
+    # 783 tokens' worth of state takes 25 x 32 = 800 (49 x 16 = 784 elsewhere); the
+    # 397B model's 525 tokens' worth 17 x 32 = 544 (33 x 16 = 528).
+    raw = _raw()
+    raw["model"], raw["hardware"] = model, {"gpu": gpu, "tp": tp}
+    assert from_dict(raw).serving.block_size == size

@@ -43,7 +43,7 @@ def sizes() -> None:
 
 def memory() -> None:
     m = MODELS[BIG]
-    size = state_block_size(m, 8, 16)
+    size = state_block_size(m, 8, 32)  # heads of 256 on a B200: 32-token alignment
     print("\n| states | max_num_seqs | block tokens | weights GiB | states set aside GiB "
           "| KV GiB | KV blocks | KV tokens | blocks a request's states take |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from sim.config.gpu import GPUChoice, gpu_label, is_inline
 from sim.cost.memory import state_block_size
 from sim.cost.shard import shard
 from sim.errors import ServesimError
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
 
 # Frameworks whose measured kernels imply a state pool of its own.
 RESERVING = ("sglang", "trtllm")
+# Blackwell data-centre GPUs (compute capability 10.x), where vLLM aligns a hybrid
+# model's raised block to 32 tokens, not 16, for attention heads of 256 under FlashInfer
+# (its default there: FlashInfer does not run head size 256 with 16-token pages,
+# flashinfer-ai/flashinfer#1993).
+SM100 = ("b200", "b300", "gb200", "gb300")
 
 
 def resolve_state_pool(scenario: Scenario) -> Scenario:
@@ -59,7 +65,10 @@ def resolve_state_pool(scenario: Scenario) -> Scenario:
         except ServesimError as exc:
             raise exc.located(prefix="hardware") from None
         spec = sv.speculative
-        size = state_block_size(model, tp, sv.block_size, 0 if spec is None else spec.num_tokens)
+        align = sv.block_size
+        if model.head_dim == 256 and is_table_gpu(scenario.hardware.gpu, SM100):
+            align = max(align, 32)
+        size = state_block_size(model, tp, align, 0 if spec is None else spec.num_tokens)
         if size != sv.block_size:
             try:
                 serving = dataclasses.replace(serving, block_size=size)
@@ -118,3 +127,9 @@ def _caching(sv: ServingConfig, model: str) -> tuple[ServingConfig, tuple[str, .
                             f"least {sv.block_size} (or 0), or turn prefix caching off",
                             where="serving.long_prefill_token_threshold")
     return sv, said
+
+
+def is_table_gpu(choice: GPUChoice, names: tuple[str, ...]) -> bool:
+    """Whether the scenario's GPU is one of the table GPUs ``names`` (an inline GPU never
+    is: its compute capability is not described)."""
+    return not is_inline(choice) and gpu_label(choice) in names

@@ -45,7 +45,8 @@ class KVCacheManager(PrefixPublishing):
     ``offload`` (``serving.kv_offload``), prefix entries (``write_through``,
     ``store_outputs``: how they are written, :mod:`sim.core.hosttier`); ``state_blocks``:
     the blocks a running request's Gated DeltaNet states take from the pool, as vLLM
-    pages them (0: none, or set aside beforehand). With prefix caching on
+    pages them (0: none, or set aside beforehand), ``snapshot_blocks`` one state's, kept
+    by the prefix cache where a step ends on the block grid. With prefix caching on
     (:meth:`enable_prefix_caching`) no freed block is forgotten until an allocation
     needs it: entries no request references and freed requests' runs count as
     available and are evicted least recently freed first.
@@ -61,7 +62,7 @@ class KVCacheManager(PrefixPublishing):
                  write_through: bool = False, store_outputs: bool = True,
                  state_blocks: int = 0, snapshot_blocks: int = 0) -> None:
         if (total_blocks < 1 or block_size < 1 or swap_blocks < 0 or window_blocks < 0
-                or state_blocks < 0
+                or state_blocks < 0 or snapshot_blocks < 0
                 or not 0 <= watermark_blocks <= total_blocks or min(window_groups) < 1):
             raise ValueError("bad KV cache sizes")
         self.total = total_blocks

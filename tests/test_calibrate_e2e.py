@@ -154,7 +154,9 @@ def test_every_sample_is_kept_and_the_oom_point_recorded(calibrated) -> None:
               for n in {n for n, _ in med} for idle in IDLE_S if idle > 0]
     coef = wake["coef"]
     assert min(IDLE_S[1:]) / 10 <= coef["tau_s"] <= max(IDLE_S) * 10
-    assert 0 <= coef["max_s"] <= 10 * max(0.0, *(e for _, e in excess)) + 1e-9
+    # (The coefficient and the CSV's medians are both written to 6 significant digits: a
+    # fit at its bound may read up to 1e-5 of it above the bound the medians give.)
+    assert 0 <= coef["max_s"] <= 10 * max(0.0, *(e for _, e in excess)) * (1 + 1e-5) + 1e-9
     fit_err = statistics.fmean(abs(wake_curve(i, coef["max_s"], coef["tau_s"]) - e)
                                for i, e in excess)
     assert wake["fit"]["mean_abs_err_s"] == pytest.approx(fit_err, rel=1e-2, abs=1e-7)

@@ -579,3 +579,32 @@ def test_a_vllm_value_of_the_wrong_kind_is_named_as_given(vllm: Any, message: st
     with pytest.raises(ServesimError) as exc:
         scenario(vllm, serving=serving)
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize(("gpu", "tokens", "seqs"), [("h100-sxm", 16384, 2048),
+                                                     ("a100-80gb", 4096, 512)])
+def test_throughput_mode_doubles_the_unset_batch_limits(gpu: str, tokens: int,
+                                                        seqs: int) -> None:
+    # vLLM's --performance-mode throughput doubles its default limits for the GPU
+    # (8,192 and 1,024 on an H100, 2,048 and 256 on an A100), not the ones given.
+    sc = scenario({"performance-mode": "throughput"}, hardware={"gpu": gpu})
+    assert (sc.serving.max_num_batched_tokens, sc.serving.max_num_seqs) == (tokens, seqs)
+    given = scenario({"performance-mode": "throughput", "max-num-batched-tokens": 4096},
+                     hardware={"gpu": gpu})
+    assert (given.serving.max_num_batched_tokens, given.serving.max_num_seqs) == (4096, seqs)
+    balanced = scenario({"performance-mode": "balanced"}, hardware={"gpu": gpu})
+    assert (balanced.serving.max_num_batched_tokens * 2, balanced.serving.max_num_seqs * 2) \
+        == (tokens, seqs) and balanced.notes == ()
+
+
+def test_interactivity_mode_is_said_unpriced_and_other_modes_refused() -> None:
+    sc = scenario({"performance-mode": "interactivity"})
+    assert sc.notes == ("serving.performance_mode: interactivity captures CUDA graphs at "
+                        "finer batch sizes, which is not priced: steps cost what vLLM's "
+                        "default kernels take",)
+    with pytest.raises(ServesimError, match=r"performance_mode"):
+        scenario({"performance-mode": "fastest"})
+    with pytest.raises(ServesimError, match=r"serving\.performance_mode: got 'throughput': "
+                                            r"vLLM v1's performance mode applies to policy "
+                                            r"chunked"):
+        scenario({}, serving={"policy": "continuous", "performance_mode": "throughput"})

@@ -23,9 +23,17 @@ def settings_notes(scenario: Scenario, raw: dict[str, Any]) -> tuple[str, ...]:
     tell a section the file wrote from one left at its defaults."""
     found = (_faults_note(scenario, raw.get("faults")),
              *_idle_fault_keys(scenario, raw.get("faults")), _priority_note(scenario),
-             _prefix_note(scenario), _profile_version_note(scenario),
+             _prefix_note(scenario), _profile_version_note(scenario), _mode_note(scenario),
              *(blocks_override_note(scenario, pool) for pool in pools(scenario)))
     return tuple(note for note in found if note is not None)
+
+
+def _mode_note(scenario: Scenario) -> str | None:
+    """vLLM's interactivity mode, whose finer CUDA-graph capture is not priced."""
+    if scenario.serving.performance_mode != "interactivity":
+        return None
+    return ("serving.performance_mode: interactivity captures CUDA graphs at finer batch "
+            "sizes, which is not priced: steps cost what vLLM's default kernels take")
 
 
 def _faults_note(scenario: Scenario, given: Any) -> str | None:

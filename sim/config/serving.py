@@ -157,6 +157,11 @@ class ServingConfig:
     # (SGLang, TensorRT-LLM). Unset: reserved under SGLang's or TensorRT-LLM's measured
     # kernels, else vLLM's (sim/config/statepool.py).
     linear_state_pool: Literal["kv_cache", "reserved"] | None = None
+    # vLLM's --performance-mode (from 0.17): "throughput" doubles the default
+    # max_num_batched_tokens and max_num_seqs where the scenario leaves them unset
+    # (sim.config.vllmflags.serving_defaults); "interactivity" captures CUDA graphs at
+    # finer batch sizes, which is not priced (a note says so); "balanced" changes nothing.
+    performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced"
     # The vLLM release whose memory profile sizes the KV cache (sim/cost/vllmmemory.py:
     # 0.11 to 0.26). Unset: the release of the measured profile's kernel tables, else
     # vLLM 0.24.0.
@@ -242,6 +247,10 @@ class ServingConfig:
             raise ServesimError(f"got {self.token_budget}; a per-iteration token budget "
                                 f"applies to policy chunked only, not {self.policy!r} "
                                 f"({why})", where="token_budget")
+        if self.performance_mode != "balanced" and self.policy != "chunked":
+            raise ServesimError(f"got {self.performance_mode!r}: vLLM v1's performance mode "
+                                f"applies to policy chunked (its scheduler), not "
+                                f"{self.policy!r}", where="performance_mode")
         if self.static_batch_size is not None and self.policy != "static":
             raise ServesimError(f"got {self.static_batch_size}; requests per batch apply to "
                                 f"policy static only, not {self.policy!r} (max_num_seqs "

@@ -378,7 +378,7 @@ def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:
     batch limits for the GPU even when chunked prefill is turned off, no watermark, and
     prefix caching on where servesim models it (``None``:
     :meth:`sim.config.serving.ServingConfig.resolved_caching`)."""
-    tokens, seqs = batch_defaults(gpu_name)
+    tokens, seqs = mode_defaults(serving, gpu_name)
     serving.setdefault("policy", "chunked")
     serving.setdefault("max_num_batched_tokens", tokens)
     serving.setdefault("max_num_seqs", seqs)
@@ -389,13 +389,23 @@ def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:
 def serving_defaults(serving: Any, gpu_name: str | GPUSpec) -> Any:
     """The ``serving`` section with vLLM v1's defaults filled in where the section leaves
     them unset and its policy is ``chunked`` (the default): the batch limits for
-    ``gpu_name``, and prefix caching on where servesim models it (``None``, resolved by
+    ``gpu_name`` (doubled under ``performance_mode: throughput``, as vLLM doubles them),
+    and prefix caching on where servesim models it (``None``, resolved by
     :meth:`sim.config.serving.ServingConfig.resolved_caching`), as ``vllm serve`` caches
     by default. ``serving`` itself otherwise (other policies keep the dataclass defaults,
     prefix caching off as vLLM v0's default was, and a section that is not a mapping is
     left for validation to refuse)."""
     if not isinstance(serving, dict) or serving.get("policy", "chunked") != "chunked":
         return serving
-    tokens, seqs = batch_defaults(gpu_name)
+    tokens, seqs = mode_defaults(serving, gpu_name)
     return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "prefix_caching": None,
             **serving}
+
+
+def mode_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> tuple[int, int]:
+    """:func:`batch_defaults`, both doubled under ``performance_mode: throughput`` as
+    vLLM's scheduler config doubles its defaults then (values given stay as given)."""
+    tokens, seqs = batch_defaults(gpu_name)
+    if serving.get("performance_mode") == "throughput":
+        return 2 * tokens, 2 * seqs
+    return tokens, seqs

@@ -29,6 +29,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "max_num_partial_prefills": ("serving", "max_num_partial_prefills"),
     "async_scheduling": ("serving", "async_scheduling"),
     "stream_interval": ("serving", "stream_interval"),
+    "performance_mode": ("serving", "performance_mode"),
     "disable_hybrid_kv_cache_manager": ("serving", "disable_hybrid_kv_cache_manager"),
 }
 # Other spellings of a servesim key that count as setting it.

@@ -64,6 +64,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "stream_interval", 1),
                                 ("serving", "stream_first_token", True),
                                 ("serving", "disable_hybrid_kv_cache_manager", False),
+                                ("serving", "performance_mode", "balanced"),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
         if fields[section].get(key) == unset:

@@ -608,3 +608,24 @@ def test_interactivity_mode_is_said_unpriced_and_other_modes_refused() -> None:
                                             r"vLLM v1's performance mode applies to policy "
                                             r"chunked"):
         scenario({}, serving={"policy": "continuous", "performance_mode": "throughput"})
+
+
+def test_kv_cache_memory_bytes_size_the_cache_in_blocks() -> None:
+    # Llama-3-8B on one H100: a 16-token block is 32 layers x 8 KV heads x 128 x 2 (K, V)
+    # x 2 bytes x 16 = 2 MiB, so 10 GiB hold 5,120 blocks whatever memory_utilization says.
+    raw = {"name": "q", "model": "llama-3-8b", "cost": "roofline",
+           "hardware": {"gpu": "h100-sxm", "memory_utilization": 0.5},
+           "vllm": {"kv-cache-memory-bytes": "10G"},
+           "workload": WORKLOAD}
+    sc = from_dict(raw, "<test>")
+    assert sc.serving.num_gpu_blocks == 5120
+    assert ("serving.kv_cache_memory_bytes: 10,737,418,240 bytes a GPU hold 5,120 KV blocks "
+            "of 2,097,152 bytes (vLLM sizes its cache from them and does not read "
+            "gpu_memory_utilization), run as serving.num_gpu_blocks") in sc.notes
+    both = {**raw, "serving": {"num_gpu_blocks": 100}}
+    with pytest.raises(ServesimError, match=r"serving\.kv_cache_memory_bytes: got "
+                                            r"10,737,418,240 beside serving\.num_gpu_blocks"):
+        from_dict(both, "<test>")
+    with pytest.raises(ServesimError, match=r"serving\.kv_cache_memory_bytes: got 1,000 "
+                                            r"bytes, under one KV block \(2,097,152"):
+        from_dict({**raw, "vllm": {"kv-cache-memory-bytes": 1000}}, "<test>")

@@ -316,6 +316,43 @@ def check_pools(scenario: Scenario) -> None:
             blocks_override_note(scenario, pool)  # raises where the blocks cannot fit
 
 
+def kv_bytes_blocks(scenario: Scenario) -> Scenario:
+    """``scenario`` with ``serving.kv_cache_memory_bytes`` (vLLM's --kv-cache-memory-bytes)
+    turned into the ``num_gpu_blocks`` those bytes hold on each GPU, as vLLM sizes its
+    cache from them without reading ``gpu_memory_utilization``, and a note saying so;
+    ``scenario`` itself without the key. Given with ``num_gpu_blocks``, under a
+    disaggregated layout, or too small for one block: an error naming the key."""
+    sv = scenario.serving
+    size = sv.kv_cache_memory_bytes
+    if size is None:
+        return scenario
+    key = "serving.kv_cache_memory_bytes"
+    if sv.num_gpu_blocks is not None:
+        raise ServesimError(f"got {size:,} beside serving.num_gpu_blocks "
+                            f"{sv.num_gpu_blocks:,}: each sets the KV cache's size; give one",
+                            where=key)
+    if sv.policy == "disaggregated":
+        raise ServesimError(f"got {size:,} under policy disaggregated: size each pool's "
+                            "cache with disaggregated.ROLE.num_gpu_blocks", where=key)
+    (pool,) = pools(scenario)
+    try:
+        budget = pool_memory(scenario.model, pool)
+    except ServesimError as exc:  # a tp the model does not split over
+        raise exc.located(prefix="hardware") from None
+    # One block of vLLM's pool on one GPU: a page of each layer of one group.
+    page = budget.block_bytes // (budget.window_groups[1] * budget.state_groups[1])
+    blocks = size // page
+    if blocks < 1:
+        raise ServesimError(f"got {size:,} bytes, under one KV block ({page:,} bytes on "
+                            f"each GPU for model {scenario.model.name})", where=key)
+    note = (f"{key}: {size:,} bytes a GPU hold {blocks:,} KV blocks of {page:,} bytes "
+            "(vLLM sizes its cache from them and does not read gpu_memory_utilization), "
+            "run as serving.num_gpu_blocks")
+    return dataclasses.replace(scenario,
+                               serving=dataclasses.replace(sv, num_gpu_blocks=blocks),
+                               notes=scenario.notes + (note,))
+
+
 def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
     """``pool``'s ``num_gpu_blocks`` against its GPU's memory
     (:meth:`sim.cost.memory.MemoryBudget.override`): an error naming the key where they

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.config.disagg import DisaggConfig, check_pools, pool_memory, pools
+from sim.config.disagg import DisaggConfig, check_pools, kv_bytes_blocks, pool_memory, pools
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import DEFAULT_GPU, HardwareConfig
 from sim.config.loadnotes import settings_notes
@@ -259,7 +259,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         # A tp that cannot shard the model, or a model that does not fit, is a load-time
         # error with the numbers.
         check_speculative(scenario)
-        scenario = resolve_state_pool(scenario)
+        scenario = kv_bytes_blocks(resolve_state_pool(scenario))
         _check_async(scenario)
         _check_recv(scenario)
         check_pools(scenario)

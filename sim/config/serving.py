@@ -162,6 +162,10 @@ class ServingConfig:
     # (sim.config.vllmflags.serving_defaults); "interactivity" captures CUDA graphs at
     # finer batch sizes, which is not priced (a note says so); "balanced" changes nothing.
     performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced"
+    # vLLM's --kv-cache-memory-bytes: the KV cache's bytes on each GPU, memory_utilization
+    # then not read; loaded as the num_gpu_blocks they hold (sim.config.disagg.
+    # kv_bytes_blocks). At most a PiB.
+    kv_cache_memory_bytes: int | None = bounded(None, ge=1, le=2**50)
     # The vLLM release whose memory profile sizes the KV cache (sim/cost/vllmmemory.py:
     # 0.11 to 0.26). Unset: the release of the measured profile's kernel tables, else
     # vLLM 0.24.0.

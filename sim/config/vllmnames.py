@@ -30,6 +30,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "async_scheduling": ("serving", "async_scheduling"),
     "stream_interval": ("serving", "stream_interval"),
     "performance_mode": ("serving", "performance_mode"),
+    "kv_cache_memory_bytes": ("serving", "kv_cache_memory_bytes"),
     "disable_hybrid_kv_cache_manager": ("serving", "disable_hybrid_kv_cache_manager"),
 }
 # Other spellings of a servesim key that count as setting it.
@@ -122,7 +123,7 @@ ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
            "dpa": "data_parallel_address", "dpp": "data_parallel_rpc_port",
            "dpb": "data_parallel_backend"}
 # Flags taking vLLM's human-readable integers (1k = 1,000, 1K = 1,024).
-HUMAN_INTS = frozenset(("max_model_len", "max_num_batched_tokens"))
+HUMAN_INTS = frozenset(("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"))
 # Host KV offloading (vLLM's OffloadingConnector or LMCache): the backends it names.
 OFFLOAD_BACKENDS = ("native", "lmcache")
 

@@ -52,7 +52,8 @@ def scenario_digest(scenario: Any) -> str:
     for section, key in (("workload", "concurrency"), ("workload", "think_time_s"),
                          ("workload", "stages"), ("serving", "kv_offload"),
                          ("serving", "async_scheduling"), ("hardware", "host_memory_gb"),
-                         ("serving", "vllm_version"), ("serving", "linear_state_pool")):
+                         ("serving", "vllm_version"), ("serving", "linear_state_pool"),
+                         ("serving", "kv_cache_memory_bytes")):
         if fields[section].get(key) is None:
             fields[section].pop(key, None)
     # Keys added later, hashed only when they differ from their old, implicit value.

@@ -32,6 +32,11 @@ from sim.errors import ServesimError
 NON_TORCH = 171_798_691  # int(0.16 GiB)
 NON_TORCH_TP = 440_234_147  # int(0.41 GiB)
 CUDA_GRAPHS = 783_831_531  # int(0.73 GiB)
+# One short request: the scenarios below fail on memory before any runs.
+ONE_REQUEST = {"arrivals": {"process": "poisson", "rate": 1.0},
+               "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                           "output": {"dist": "fixed", "value": 2}},
+               "num_requests": 1}
 
 
 def test_constants_are_the_logged_figures() -> None:
@@ -258,10 +263,7 @@ def test_a_release_before_0_14_runs_without_async_scheduling() -> None:
 def test_model_that_does_not_fit_names_every_term() -> None:
     with pytest.raises(ServesimError) as err:
         from_dict({"model": "llama-3-70b", "hardware": {"gpu": "l40s"},
-                   "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
-                                "lengths": {"prompt": {"dist": "fixed", "value": 8},
-                                            "output": {"dist": "fixed", "value": 2}},
-                                "num_requests": 1}})
+                   "workload": ONE_REQUEST})
     text = str(err.value)
     assert text.startswith("<scenario>: hardware: model llama-3-70b does not fit on l40s")
     # chunked on a 48 GB GPU: vLLM v1's 2048 tokens and 256 sequences, sized as vLLM 0.24.0
@@ -281,11 +283,7 @@ def test_model_that_fits_but_for_its_batch_terms_names_the_limits() -> None:
     # the activation peak of 65,536 batched tokens does not (65,536 x 2 B x (3 x 8,192 +
     # 3 x 14,336) = 8.25 GiB); what lowers it are the batch limits (8,192 fit).
     scenario = {"model": "llama-3-70b", "hardware": {"gpu": "h100-sxm", "tp": 2},
-                "serving": {"max_num_batched_tokens": 65_536},
-                "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
-                             "lengths": {"prompt": {"dist": "fixed", "value": 8},
-                                         "output": {"dist": "fixed", "value": 2}},
-                             "num_requests": 1}}
+                "serving": {"max_num_batched_tokens": 65_536}, "workload": ONE_REQUEST}
     with pytest.raises(ServesimError) as err:
         from_dict(scenario)
     text = str(err.value)
@@ -346,11 +344,7 @@ def test_a_rotary_table_that_does_not_fit_asks_for_a_shorter_context() -> None:
                           "hf_overrides": {"max_position_embeddings": 8192,
                                            "rope_scaling": {"rope_type": "linear",
                                                             "factor": 65536.0}}},
-                "hardware": {"gpu": "h100-sxm", "tp": 8},
-                "workload": {"arrivals": {"process": "poisson", "rate": 1.0},
-                             "lengths": {"prompt": {"dist": "fixed", "value": 8},
-                                         "output": {"dist": "fixed", "value": 2}},
-                             "num_requests": 1}}
+                "hardware": {"gpu": "h100-sxm", "tp": 8}, "workload": ONE_REQUEST}
     with pytest.raises(ServesimError) as err:
         from_dict(scenario)
     text = str(err.value)

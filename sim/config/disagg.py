@@ -340,7 +340,7 @@ def kv_bytes_blocks(scenario: Scenario) -> Scenario:
     except ServesimError as exc:  # a tp the model does not split over
         raise exc.located(prefix="hardware") from None
     # One block of vLLM's pool on one GPU: a page of each layer of one group.
-    page = budget.block_bytes // (budget.window_groups[1] * budget.state_groups[1])
+    page = budget.block_bytes // budget.groups_per_block
     blocks = size // page
     if blocks < 1:
         raise ServesimError(f"got {size:,} bytes, under one KV block ({page:,} bytes on "
@@ -369,9 +369,7 @@ def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
     # With the states set aside, every sequence that may run holds its states beside the
     # blocks (the override does not cap the running sequences: sim.core.cluster); paged
     # from the pool (vLLM's way), they are among the blocks.
-    return budget.override(
-        max(1, n // (budget.window_groups[1] * budget.state_groups[1])), key,
-        pool.serving.max_num_seqs)
+    return budget.override(max(1, n // budget.groups_per_block), key, pool.serving.max_num_seqs)
 
 
 def check_linear_attention(scenario: Scenario) -> None:

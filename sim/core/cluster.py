@@ -77,7 +77,7 @@ def pool_blocks(sv: ServingConfig, budget: MemoryBudget) -> int:
     group."""
     if sv.num_gpu_blocks is None:
         return budget.fitted().blocks
-    return max(1, sv.num_gpu_blocks // (budget.window_groups[1] * budget.state_groups[1]))
+    return max(1, sv.num_gpu_blocks // budget.groups_per_block)
 
 
 def pool_kv(sv: ServingConfig, budget: MemoryBudget) -> tuple[int, dict[str, Any]]:

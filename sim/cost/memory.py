@@ -151,6 +151,14 @@ class MemoryBudget:
         return -(-linear * self.state_copies // full)
 
     @property
+    def groups_per_block(self) -> int:
+        """Blocks of vLLM's pool (one page of each layer of one group) in one of the
+        manager's blocks, which hold every full-attention group: a count vLLM gives in
+        its blocks (--num-gpu-blocks-override) divides by this. 1 for a model whose
+        layers all attend in full."""
+        return self.window_groups[1] * self.state_groups[1]
+
+    @property
     def snapshot_blocks(self) -> int:
         """Blocks one kept state snapshot takes under vLLM's rules (a page a group of
         linear layers; 0 without such layers or with the states set aside): what a

@@ -312,7 +312,7 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
     else:
         free = settings.get("free_fraction", FREE_FRACTION[case.framework])
         kv = free * (b.total - b.weights - b.activation)
-    return max(int(kv // b.block_bytes) * b.window_groups[1], 1)  # pages, as vLLM counts
+    return max(int(kv // b.block_bytes) * b.groups_per_block, 1)  # pages, as vLLM counts
 
 
 def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:

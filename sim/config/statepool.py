@@ -21,7 +21,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from sim.config.gpu import GPUChoice, gpu_label, is_inline
-from sim.cost.memory import state_block_size
+from sim.cost.memory import layer_state_bytes, state_block_size
 from sim.cost.shard import shard
 from sim.errors import ServesimError
 
@@ -61,14 +61,15 @@ def resolve_state_pool(scenario: Scenario) -> Scenario:
     if kind == "kv_cache":
         tp = scenario.hardware.tp
         try:
-            d = shard(model, tp)
+            shard(model, tp)
         except ServesimError as exc:
             raise exc.located(prefix="hardware") from None
         spec = sv.speculative
+        drafted = 0 if spec is None else spec.num_tokens
         align = sv.block_size
         if model.head_dim == 256 and is_table_gpu(scenario.hardware.gpu, SM100):
             align = max(align, 32)
-        size = state_block_size(model, tp, align, 0 if spec is None else spec.num_tokens)
+        size = state_block_size(model, tp, align, drafted)
         if size != sv.block_size:
             try:
                 serving = dataclasses.replace(serving, block_size=size)
@@ -76,8 +77,7 @@ def resolve_state_pool(scenario: Scenario) -> Scenario:
                 raise ServesimError(f"{exc.message} (the block vLLM raises so a page holds "
                                     f"a Gated DeltaNet state of model {model.name})",
                                     where=f"serving.{exc.where}") from None
-            state = (d.linear_state_bytes // d.linear_layers
-                     + (0 if spec is None else d.linear_conv_dim * spec.num_tokens * d.act_bytes))
+            state = layer_state_bytes(model, tp, drafted)
             notes = (f"serving.block_size: {sv.block_size} -> {size} tokens, as vLLM raises "
                      f"it for model {model.name}: a page of one attention layer's KV must "
                      f"hold one Gated DeltaNet layer's state ({state:,} bytes on each GPU), "

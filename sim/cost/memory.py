@@ -512,9 +512,15 @@ def state_block_size(model: ModelSpec, tp: int, align: int, spec_tokens: int = 0
     tokens for Qwen3.5-27B drafting 2."""
     d = shard(model, tp)
     token = d.kv_bytes_per_token // d.attention_layers
-    state = (d.linear_state_bytes // d.linear_layers
-             + d.linear_conv_dim * spec_tokens * d.act_bytes)
-    return align * -(-state // (align * token))
+    return align * -(-layer_state_bytes(model, tp, spec_tokens) // (align * token))
+
+
+def layer_state_bytes(model: ModelSpec, tp: int, spec_tokens: int = 0) -> int:
+    """One Gated DeltaNet layer's state of one sequence on one of ``tp`` GPUs (bytes), as
+    vLLM shapes it: the recurrent matrices and the convolution window, which keeps
+    ``spec_tokens`` more inputs under speculative decoding."""
+    d = shard(model, tp)
+    return d.linear_state_bytes // d.linear_layers + d.linear_conv_dim * spec_tokens * d.act_bytes
 
 
 def kv_pool_states(budget: MemoryBudget, model: ModelSpec, ratio: float) -> MemoryBudget:

@@ -77,7 +77,8 @@ def scenario(method: str, cost: Any = "measured", policy: str = "continuous") ->
 
 def test_a_measured_run_drafts_from_its_profile_step_by_step() -> None:
     # One request, every draft accepted: each verify step costs the profile's price of its
-    # shape (1 entry of k + 1 = 3 tokens) plus two draft steps of the profile's head.
+    # shape (1 decode entry of k + 1 = 3 tokens reading its context once) plus two draft
+    # steps of the profile's head.
     sc = scenario("eagle")
     cost = build_cost(sc)
     assert isinstance(cost, ProfileCost)
@@ -86,7 +87,7 @@ def test_a_measured_run_drafts_from_its_profile_step_by_step() -> None:
     verifies = [e for e in res.step_log if e[3][0][1] == 3]
     assert [e[3][0][2] for e in verifies] == [64, 67, 70]  # 1 + 3 + 3 + 1 (capped)
     for (_, t0, t1, ((_, q, ctx),)) in verifies:
-        shape = StepShape(1, q, ctx, 1, q, q * ctx + q * (q + 1) // 2, 0)
+        shape = StepShape(1, q, ctx, 0, 0, 0, ctx + 1)
         draft = head.step_time(decode(1, ctx)) + head.step_time(decode(1, ctx + 1))
         assert t1 - t0 == pytest.approx(cost.step_time(shape) + draft, rel=1e-9)
     spec = summarize(res)["speculative"]
@@ -112,7 +113,7 @@ def test_a_draft_model_drafts_from_its_own_shipped_profile() -> None:
     res = run_requests(sc, [0.0], [64], [8])
     verifies = [e for e in res.step_log if e[3][0][1] == 3]
     for (_, t0, t1, ((_, q, ctx),)) in verifies:
-        shape = StepShape(1, q, ctx, 1, q, q * ctx + q * (q + 1) // 2, 0)
+        shape = StepShape(1, q, ctx, 0, 0, 0, ctx + 1)
         want = cost.step_time(shape) + whole.decode_run(1, ctx, 2)
         assert t1 - t0 == pytest.approx(want, rel=1e-9)
     assert summarize(res)["speculative"]["draft_cost"] == (

@@ -29,7 +29,9 @@ from sim.core.request import Request
 from sim.core.speculation import Speculation
 from sim.cost.drafter import Drafter
 from sim.cost.gpus import gpu
+from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams
+from sim.cost.shape import StepShape, batch_shape
 from sim.report.metrics import per_request
 from sim.report.outputs import requests_csv
 from sim.report.summary import summarize
@@ -545,3 +547,28 @@ def test_a_class_the_traces_rows_never_carry_is_an_error(
     err = capsys.readouterr().err
     assert err == (f"servesim: error: {path}: serving.speculative.classes: no requests of "
                    "class 'code'; the workload's classes: chat\n")
+
+
+def test_a_verify_is_a_decode_entry_reading_its_context_once() -> None:
+    # A steady decode (one pending token) verifying k + 1 = 4 tokens is a decode entry: its
+    # 4 tokens go through the projections, and it attends to its context as a decode does
+    # (engines run verifies on their decode kernels). A 4-token chunk of a prompt stays a
+    # prefill entry: pairs 4 * 40 + 4 * 5 / 2.
+    verify = Request(0, 0.0, 100, 50)
+    verify.computed, verify.generated = 120, 21
+    chunk = Request(1, 0.0, 100, 50)
+    chunk.computed = 40
+    assert batch_shape({verify: 4, chunk: 4}) == StepShape(2, 8, 160, 1, 4, 170, 121)
+    assert batch_shape({verify: 1}) == StepShape(1, 1, 120, 0, 0, 0, 121)
+    # DeepSeek-V3 on 8 H200s (roofline), 32 sequences of 4,000 tokens: the verify step's
+    # attention is the decode step's, not the prefill chunk's (which up-projects every
+    # cached latent), but for writing 3 more tokens' KV each; its projections carry the 4
+    # tokens of each.
+    cost = RooflineCost(MODELS["deepseek-v3"], gpu("h200"), 8, RooflineParams())
+    ctx = 32 * 4000
+    plain = cost.parts(StepShape(32, 32, ctx, 0, 0, 0, ctx + 32))
+    verifies = cost.parts(StepShape(32, 128, ctx, 0, 0, 0, ctx + 32))
+    as_chunks = cost.parts(StepShape(32, 128, ctx, 32, 128, 4 * ctx + 32 * 10, 0))
+    assert verifies["attention"] == pytest.approx(plain["attention"], rel=1e-3)
+    assert verifies["attention"] < as_chunks["attention"] / 5
+    assert verifies["linear"] == as_chunks["linear"] > plain["linear"]

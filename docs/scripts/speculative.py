@@ -23,7 +23,7 @@ from sim.config.scenario import from_dict  # noqa: E402
 from sim.config.speculative import mean_for_rate  # noqa: E402
 from sim.core.cluster import speculation  # noqa: E402
 from sim.core.engine import build_cost, simulate  # noqa: E402
-from sim.cost.shape import decode_shape, shape_of  # noqa: E402
+from sim.cost.shape import decode_shape, verify_shape  # noqa: E402
 from sim.report.summary import summarize  # noqa: E402
 
 K = 3
@@ -57,7 +57,7 @@ def step_table(batches: list[int], rates: list[float]) -> list[dict[str, Any]]:
     rows = []
     for b in batches:
         plain = cost.step_time(decode_shape(b, b * CONTEXT))
-        verify = cost.step_time(shape_of([(K + 1, CONTEXT)] * b))
+        verify = cost.step_time(verify_shape(b, K + 1, b * CONTEXT))
         draft = sp.drafter.step_time(b, b * CONTEXT)
         row: dict[str, Any] = {"batch": b, "plain_ms": plain * 1e3, "verify_ms": verify * 1e3,
                                "draft_ms": draft * 1e3, "plain_tok_s": b / plain}

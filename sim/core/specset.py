@@ -48,7 +48,7 @@ class SpecDecodeSet:
     ``prev_held``), corrected by ``fix[T]``: the blocks members leaving at T held (no
     longer counted at T) less those members joining at T held already."""
 
-    __slots__ = ("kv", "bs", "q", "tri", "stats", "tick", "n", "ctx", "sums", "prev_held",
+    __slots__ = ("kv", "bs", "q", "stats", "tick", "n", "ctx", "sums", "prev_held",
                  "now", "fix", "trim", "origin", "horizon", "paths", "finish_at", "fresh",
                  "last_end", "emitted", "interval", "ends", "itl", "first")
 
@@ -57,7 +57,6 @@ class SpecDecodeSet:
         self.kv = kv
         self.bs = kv.block_size
         self.q = q
-        self.tri = q * (q + 1) // 2  # causal pairs among one verify's own tokens
         self.stats = stats
         self.tick = 0
         self.n = 0
@@ -236,11 +235,11 @@ class SpecDecodeSet:
 
     def shape(self) -> StepShape:
         """The step shape of the members' verifies: k + 1 new tokens after each one's
-        context (the entries :func:`sim.cost.shape.shape_of` would count)."""
-        n, q, ctx = self.n, self.q, self.ctx
-        new = n * q
+        context, each a decode entry (as :func:`sim.cost.shape.batch_shape` counts a
+        verify listed in the batch)."""
+        n, ctx = self.n, self.ctx
         # Built as a plain tuple: the named tuple's own constructor is a Python call.
-        return tuple.__new__(StepShape, (n, new, ctx, n, new, q * ctx + n * self.tri, 0))
+        return tuple.__new__(StepShape, (n, n * self.q, ctx, 0, 0, 0, ctx + n))
 
     def end_step(self, itl: LogHistogram, now: float) -> list[Request] | None:
         """The iteration that included the set ended at ``now`` (s): every member emitted

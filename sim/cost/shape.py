@@ -26,6 +26,11 @@ class StepShape(NamedTuple):
     - ``prefill_pairs``: causal query-key pairs of those entries,
       sum of new·ctx + new·(new+1)/2.
     - ``decode_kv``: KV tokens the decode entries attend to, sum of ctx + 1.
+
+    A speculative verify (k + 1 new tokens of a steady decode) is a decode entry: it
+    counts in ``seqs`` and its tokens in ``new_tokens``, not in the prefill fields, and
+    adds ctx + 1 to ``decode_kv`` (:func:`batch_shape`). Decode tokens,
+    ``new_tokens - prefill_tokens``, then exceed ``decode_seqs``.
     """
 
     seqs: Any
@@ -38,23 +43,29 @@ class StepShape(NamedTuple):
 
     @property
     def decode_seqs(self) -> Any:
-        """Entries with exactly one new token."""
+        """Decode entries: one new token, or a speculative verify's."""
         return self.seqs - self.prefill_seqs
 
 
 def shape_of(entries: Iterable[tuple[int, int]]) -> StepShape:
-    """The :class:`StepShape` of ``entries``, an iterable of (new_tokens, context_before)."""
+    """The :class:`StepShape` of ``entries``, an iterable of (new_tokens, context_before):
+    an entry of one new token a decode, of more a prefill (chunk)."""
+    return _counted((n, c, n <= 1) for n, c in entries)
+
+
+def _counted(entries: Iterable[tuple[int, int, bool]]) -> StepShape:
+    """The :class:`StepShape` of (new_tokens, context_before, is_decode) entries."""
     seqs = new = ctx = p_seqs = p_tok = pairs = d_kv = 0
-    for n, c in entries:
+    for n, c, decode in entries:
         seqs += 1
         new += n
         ctx += c
-        if n > 1:
+        if decode:
+            d_kv += c + 1
+        else:
             p_seqs += 1
             p_tok += n
             pairs += n * c + n * (n + 1) // 2
-        else:
-            d_kv += c + 1
     return StepShape(seqs, new, ctx, p_seqs, p_tok, pairs, d_kv)
 
 
@@ -63,6 +74,19 @@ def decode_shape(seqs: int, context_tokens: int) -> StepShape:
     return StepShape(seqs, seqs, context_tokens, 0, 0, 0, context_tokens + seqs)
 
 
+def verify_shape(seqs: int, width: int, context_tokens: int) -> StepShape:
+    """Shape of a step of ``seqs`` speculative verifies of ``width`` tokens each (k + 1)
+    after ``context_tokens`` cached between them: decode entries (:func:`batch_shape`)."""
+    return StepShape(seqs, seqs * width, context_tokens, 0, 0, 0, context_tokens + seqs)
+
+
 def batch_shape(batch: Mapping[Request, int]) -> StepShape:
-    """The :class:`StepShape` of a batch ({request: new_tokens}; see :func:`shape_of`)."""
-    return shape_of((n, r.computed) for r, n in batch.items())
+    """The :class:`StepShape` of a batch ({request: new_tokens}; see :func:`shape_of`),
+    where a speculative verify (a steady decode's pending token and its drafted ones,
+    more than one new token) is a decode entry: its new tokens count, and it attends to
+    its context as a decode does (``decode_kv`` gains its context + 1), since engines run
+    verifies on their decode kernels, one read of each sequence's KV with the k + 1
+    queries beside it (vLLM's attention backends that treat speculation as decode, the
+    latent-attention ones among them; TensorRT-LLM's generation kernels for MTP)."""
+    return _counted((n, r.computed, n <= 1 or r.prompt + r.generated - r.computed == 1)
+                    for r, n in batch.items())

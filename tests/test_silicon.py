@@ -298,3 +298,30 @@ def test_a_vllm_row_with_an_fp8_kv_cache_sizes_its_cache_in_fp8(tmp_path: Path) 
     bf16 = memory_budget(dataclasses.replace(case.spec, kv_dtype="auto"), GPUS["h200"], 1, 0.9,
                          sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs).blocks
     assert fp8 == 2 * bf16 or fp8 == 2 * bf16 + 1
+
+
+@pytest.mark.parametrize(("backend", "version", "measured", "source", "mtp"), [
+    # The day InferenceX ran its TensorRT-LLM MTP configurations on release 1.1.0rc2.post2.
+    ("trtllm", "1.1.0rc2.post2", "2026-01-14", "source_file=2026-04-06.csv", True),
+    # Its plain runs of the same release, a month before.
+    ("trtllm", "1.1.0rc2.post2", "2025-12-15", "db-dump/2026-04-27", False),
+    # Only the MTP configurations ran 1.2.0rc6.post3, on any day.
+    ("trtllm", "1.2.0rc6.post3", "2026-02-05", "source_file=2026-03-25.csv", True),
+    ("trtllm", "1.2.0rc6.post2", "2026-01-29", "source_file=2026-03-25.csv", False),
+    # Another framework on that day, and another collection, are not those runs.
+    ("sglang", "1.1.0rc2.post2", "2026-01-14", "source_file=2026-04-06.csv", False),
+    ("trtllm", "1.1.0rc2.post2", "2026-01-14", "source_file=/u/gap/q.csv", False),
+])
+def test_inferencex_mtp_runs_are_kept_out_with_their_reason(
+        tmp_path: Path, backend: str, version: str, measured: str, source: str,
+        mtp: bool) -> None:
+    row = (f"x,{source}; model=DeepSeek-R1; measured={measured}T00:00:00.000Z,{backend},"
+           f"{version},deepseek-ai/DeepSeek-R1,h200_sxm,fp8,agg,1024,8192,4,8,1,,494,7.1")
+    read = read_rows(csv(tmp_path, row))[0]
+    assert read.measured == measured and read.unlabelled_mtp == mtp
+    got = classify(read)
+    if mtp:
+        assert isinstance(got, str) and got.startswith("speculative decoding (multi-token "
+                                                       "prediction) that the row does not")
+    else:
+        assert isinstance(got, Case) and got.model == "deepseek-r1"

@@ -220,6 +220,10 @@ def classify(row: Row) -> Case | str:
         return f"mode {row.mode!r}: neither agg (one pool) nor disagg"
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
+    if row.unlabelled_mtp:
+        return ("speculative decoding (multi-token prediction) that the row does not "
+                "label: InferenceX's TensorRT-LLM MTP recipe, whose acceptance the sample "
+                "does not record")
     dtype = "bf16"
     qkv = ""  # the query/key/value projections' where the checkpoint keeps them apart
     checkpoint_kv = False  # the checkpoint's own FP8 KV cache

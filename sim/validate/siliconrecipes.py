@@ -17,7 +17,7 @@ from sim.cost.presets import MODELS
 from sim.cost.vllmmemory import memory_rules, modelled_release
 from sim.report.metrics import per_request
 from sim.validate.hybridruns import QWEN35_PATHS, qwen35_recipe, sglang_state_pool
-from sim.validate.siliconrows import FP4_MODES, SYSTEM_GPUS, Row
+from sim.validate.siliconrows import DEEPSEEK_PATHS, FP4_MODES, SYSTEM_GPUS, Row
 
 if TYPE_CHECKING:
     from sim.validate.silicon import Case
@@ -91,8 +91,8 @@ FREE_FRACTION = {"trtllm": 0.9}
 # fraction at tp 4 for 8,192/1,024; batch waiting (batch_wait_timeout_iters 40,
 # batch_wait_max_tokens_ratio 0.8) at 64 to 255 clients of 1,024/1,024; stream_interval
 # 10 (on H200 too, dsr1_fp8_h200_trt.sh, whose MoE backend is CUTLASS, the kernel its
-# tables time).
-DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
+# tables time). The rows: those of DEEPSEEK_PATHS (sim.validate.siliconrows).
+
 # Its MiniMax-M2.5 recipes (single_node/minimaxm2.5_fp8_{b200,h200,h100}.sh) run vLLM at
 # --gpu-memory-utilization 0.95 on B200 and H200 (0.90 on H100), and on H100 with
 # --max-num-seqs 256 (both stored versions of the H100 script); their other settings

@@ -30,6 +30,20 @@ FP4_MODES = {"nvfp4": "nvfp4"}
 # exports lack (expert parallelism 4 at 4 to 16 clients), and one differs from its twin
 # by 4% in TTFT (checked 2026-12-03).
 INFERENCEX_COPIES = frozenset({"source_file=qwen3.5-397b-gap-analysis.csv"})
+# InferenceX's TensorRT-LLM DeepSeek-R1 runs that drafted with multi-token prediction (its
+# ``dsr1_*_trt_mtp.sh`` recipes: three draft tokens without data-parallel attention, one
+# with it), which its exports do not label: (release, day measured; "" any day). Its
+# configuration of late January 2026 had an MTP and a plain entry for each of FP8 on H200,
+# FP8 on B200 and FP4 on B200, all on release 1.1.0rc2.post2; the runs measured on
+# 2026-01-14 hold exactly the setups of the MTP entries (for H200 FP8 all 21, which include
+# 128 and 256 clients, which the plain entry never ran; for B200 setups only the MTP entries
+# list), the runs of 2025-12-15 those of the plain ones, and at 4 clients the former's time
+# per output token is about half the latter's (7.1 against 13.7 ms on H200, 1,024/8,192).
+# Only the B200 MTP entries moved to release 1.2.0rc6.post3 (its change log: PRs #632 and
+# #642; the plain ones went to 1.2.0rc6.post2, #594 and #620).
+MTP_RUNS = frozenset({("1.1.0rc2.post2", "2026-01-14"), ("1.2.0rc6.post3", "")})
+# DeepSeek-V3 and R1, one architecture (InferenceX's DeepSeek-R1 runs, some exports name V3).
+DEEPSEEK_PATHS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,22 @@ class Row:
             r"source_file=\d{4}-\d{2}-\d{2}\.csv", self.source) is not None
         copied = self.source.partition(";")[0] in INFERENCEX_COPIES
         return "inferencex" if inferencex or copied else "aic"
+
+    @property
+    def measured(self) -> str:
+        """The day the run was measured (``YYYY-MM-DD``) as its source field records it
+        (``measured=...``), or "" where it does not."""
+        found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", self.source)
+        return found.group(1) if found else ""
+
+    @property
+    def unlabelled_mtp(self) -> bool:
+        """Whether the row is one of InferenceX's TensorRT-LLM DeepSeek runs that drafted
+        with multi-token prediction, which the export does not say (:data:`MTP_RUNS`)."""
+        if self.backend != "trtllm" or self.model_path not in DEEPSEEK_PATHS or \
+                self.collection != "inferencex":
+            return False
+        return (self.version, self.measured) in MTP_RUNS or (self.version, "") in MTP_RUNS
 
     @property
     def held_out(self) -> bool:

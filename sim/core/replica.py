@@ -106,7 +106,8 @@ class Replica:
         if lazy:
             self.group = (DecodeSet(kv, policy.reserves_kv, n, self.itl, self.first_chunk)
                           if spec is None else SpecDecodeSet(kv, spec.k + 1, self.stats, n,
-                                                             self.itl, self.first_chunk))
+                                                             self.itl, self.first_chunk,
+                                                             policy.reserves_kv))
         recv = serving.scheduler_recv_interval if serving is not None else 1
         self.gate = intake_gate(recv, async_sched) if self.entry else None
         # A profile's price for the first step after an idle spell (sim.cost.profile).

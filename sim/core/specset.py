@@ -13,6 +13,9 @@ when it joins if no plan covered it. An iteration then reads one slot: its block
 reserve, and afterwards the tokens by which the members' summed context grows. The step
 shape follows from that sum (every member verifies k + 1 tokens after its context).
 Leaving at its finish tick costs nothing more; a flush (preemption) empties the ring.
+Under a policy that reserves a request's whole-life KV at admission (``orca``) the set
+is ``reserved``: members hold every block their verifies write from the start, so the
+per-tick block sums go unread and no member takes or settles a block.
 Inter-token gaps: one per member per iteration, however many tokens it brought (as
 vLLM's benchmark counts ITL per streamed chunk); with chunked streaming one per chunk,
 worked out from the iterations' end times when a member leaves or is settled
@@ -46,18 +49,24 @@ class SpecDecodeSet:
     verifies, plus one); ``trim[T]``: tokens capped verifies at T do not emit. The
     blocks tick T needs are those held at T less those held at T − 1 (kept as
     ``prev_held``), corrected by ``fix[T]``: the blocks members leaving at T held (no
-    longer counted at T) less those members joining at T held already."""
+    longer counted at T) less those members joining at T held already. ``reserved``:
+    members hold their whole life's blocks and their last verify's k drafted slots from
+    admission (as :class:`sim.core.decodeset.DecodeSet`'s reserved mode): none taken."""
 
-    __slots__ = ("kv", "bs", "q", "stats", "tick", "n", "ctx", "sums", "prev_held",
-                 "now", "fix", "trim", "origin", "horizon", "paths", "finish_at", "fresh",
-                 "last_end", "emitted", "interval", "ends", "itl", "first")
+    __slots__ = ("kv", "bs", "q", "stats", "reserved", "tick", "n", "ctx", "sums",
+                 "prev_held", "now", "fix", "trim", "origin", "horizon", "paths", "finish_at",
+                 "fresh", "last_end", "emitted", "interval", "ends", "itl", "first")
 
     def __init__(self, kv: KVCacheManager, q: int, stats: ReplicaStats, interval: int = 1,
-                 itl: LogHistogram | None = None, first: FirstTokens | None = None) -> None:
+                 itl: LogHistogram | None = None, first: FirstTokens | None = None,
+                 reserved: bool = False) -> None:
         self.kv = kv
         self.bs = kv.block_size
         self.q = q
         self.stats = stats
+        # Policies that reserve whole-life KV at admission (orca): members never take a
+        # block while verifying, and free what they reserved when they finish.
+        self.reserved = reserved
         self.tick = 0
         self.n = 0
         self.ctx = 0  # members' computed tokens, summed, as of this tick
@@ -84,9 +93,14 @@ class SpecDecodeSet:
     # -- membership ---------------------------------------------------------------------
     def joinable(self, r: Request) -> bool:
         """Whether ``r`` is a steady decode (one pending token, its first token out, more
-        to come) with draws."""
-        return (r.prompt + r.generated - r.computed == 1 and 0 < r.generated < r.output
-                and r.draws is not None)
+        to come) with draws; reserved, one holding the blocks of its whole life and of its
+        last verify's k drafted tokens."""
+        if not (r.prompt + r.generated - r.computed == 1 and 0 < r.generated < r.output
+                and r.draws is not None):
+            return False
+        # prompt + output - 1 + k tokens: the slots its last verify may write.
+        return (not self.reserved or (r.blocks - self.kv.window_of(r)) * self.bs
+                >= r.prompt + r.output + self.q - 2)
 
     def join(self, r: Request) -> None:
         """Make ``r`` (a steady decode, fields exact now) a member from this tick on: add
@@ -102,9 +116,10 @@ class SpecDecodeSet:
         if p is not None:
             r.path = None
             # Planned for its first join: its prompt computed, its first token out, no
-            # blocks past those its first verify reaches, this replica's block size.
+            # blocks past those its first verify reaches (reserved: its blocks go unread),
+            # this replica's block size.
             if (p[6] != bs or r.verifies or r.generated != 1 or c0 != r.prompt
-                    or b0 > (c0 + q + bs - 1) // bs):
+                    or (b0 > (c0 + q + bs - 1) // bs and not self.reserved)):
                 p = None
         if p is None:
             tokens, sums, a = r.draws
@@ -121,9 +136,10 @@ class SpecDecodeSet:
             # Its last verify is capped at what it owes: taken off when that tick ends.
             trim = self.trim
             trim[end - 1] = trim.get(end - 1, 0) + over
-        fix = self.fix
-        fix[t] = fix.get(t, 0) - b0
-        fix[end] = fix.get(end, 0) + last
+        if not self.reserved:
+            fix = self.fix
+            fix[t] = fix.get(t, 0) - b0
+            fix[end] = fix.get(end, 0) + last
         self.paths[r.id] = (off, ticks - 1, left, last)
         self.n += 1
         self.ctx += c0
@@ -178,12 +194,13 @@ class SpecDecodeSet:
                 verify_sends(r, self.ends, tick, self._cum(r, d), self.interval, gaps,
                              self.first)
             c = self.computed_at(r, d)
-            blocks_at = self.computed_at(r, d - 1) + self.q
+            if not self.reserved:  # reserved: it keeps the blocks it was admitted with
+                blocks_at = self.computed_at(r, d - 1) + self.q
+                self.kv.settle(r, max(blocks_at, (r.blocks - self.kv.window_of(r)) * self.bs))
             r.generated += c - r.computed
             r.verified += c - r.computed
             r.computed = c
             r.verifies += d
-            self.kv.settle(r, max(blocks_at, (r.blocks - self.kv.window_of(r)) * self.bs))
             if self.ends is None:
                 r.last_token = self.last_end
         del self.paths[r.id]
@@ -225,9 +242,10 @@ class SpecDecodeSet:
         if n:
             t = self.tick
             packed = self.sums.item(t - self.origin)
-            need = (packed >> SHIFT) - self.prev_held + self.fix.pop(t, 0)
-            if need and not self.kv.allocate_blocks(need):
-                return False
+            if not self.reserved:
+                need = (packed >> SHIFT) - self.prev_held + self.fix.pop(t, 0)
+                if need and not self.kv.allocate_blocks(need):
+                    return False
             # Nothing writes this tick's sums before the iteration ends (joins come after).
             self.now = packed
             batch.group = self
@@ -281,6 +299,7 @@ class SpecDecodeSet:
         of the path laid when it joined, and take them out of the set."""
         paths = self.paths
         kv, bs = self.kv, self.bs
+        settle = not self.reserved  # reserved: blocks stay as reserved until freed
         gone = 0
         ends = self.ends
         gaps: list[float] = []
@@ -295,7 +314,8 @@ class SpecDecodeSet:
             r.verified += left
             r.computed = c
             r.verifies += m + 1
-            kv.settle(r, last * bs)
+            if settle:
+                kv.settle(r, last * bs)
             if ends is None:
                 r.last_token = now
             r.sync = -1

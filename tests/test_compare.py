@@ -40,8 +40,8 @@ def test_compare_writes_a_side_by_side_table(tmp_path, capsys):
 
 
 def test_compare_leaves_out_default_policies_the_scenario_refuses(tmp_path, capsys):
-    # Speculative decoding runs under continuous and chunked only: the default list's
-    # other three are left out, each named with its reason, and the two run.
+    # Speculative decoding runs under continuous, orca and chunked only: the default
+    # list's other two are left out, each named with its reason, and the three run.
     spec = {**SCENARIO, "serving": {**SCENARIO["serving"], "speculative": {
         "method": "ngram", "num_tokens": 2, "acceptance": {"rate": 0.5}}}}
     path = tmp_path / "s.yaml"
@@ -49,11 +49,12 @@ def test_compare_leaves_out_default_policies_the_scenario_refuses(tmp_path, caps
     out = tmp_path / "out"
     assert main(["compare", str(path), "--no-plots", "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    for p in ("static", "orca", "disaggregated"):
+    for p in ("static", "disaggregated"):
         assert (f"compare: left out {p}: speculative decoding is modelled for policies "
-                f"continuous and chunked, not '{p}'") in err
+                f"continuous, orca and chunked, not '{p}'") in err
+    assert "left out orca" not in err
     with open(out / "compare.csv") as f:
-        assert [r["policy"] for r in csv.DictReader(f)] == ["continuous", "chunked"]
+        assert [r["policy"] for r in csv.DictReader(f)] == ["continuous", "orca", "chunked"]
     # Asked for by name, a refused policy is the error it always was.
     assert main(["compare", str(path), "--policies", "static,chunked", "--no-plots",
                  "--out", str(tmp_path / "o2")]) == 2

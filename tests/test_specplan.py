@@ -92,10 +92,12 @@ def test_rows_go_only_to_the_planned_order() -> None:
     assert not pl.take(3, 10)[0]
 
 
-@pytest.mark.parametrize("policy", ["continuous", "chunked"])
-def test_a_run_plans_the_paths_of_requests_routed_in_order(policy: str) -> None:
+@pytest.mark.parametrize("policy", ["continuous", "orca", "chunked"])
+def test_a_run_plans_the_paths_of_requests_routed_in_order(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_speculative import spec_scenario
 
+    import sim.core.specset as specset
     from sim.core.engine import simulate
     from sim.core.speculation import Speculation
 
@@ -106,6 +108,13 @@ def test_a_run_plans_the_paths_of_requests_routed_in_order(policy: str) -> None:
         init(self, *args)  # type: ignore[arg-type]
         made.append(self)
 
+    alone: list[int] = []  # joins that worked their path out alone
+
+    def count(*args: object) -> object:
+        alone.append(1)
+        return path(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(specset, "path", count)
     Speculation.__init__ = keep  # type: ignore[method-assign]
     try:
         simulate(spec_scenario(policy, workload={
@@ -115,3 +124,7 @@ def test_a_run_plans_the_paths_of_requests_routed_in_order(policy: str) -> None:
     finally:
         Speculation.__init__ = init  # type: ignore[method-assign]
     assert len(made) == 1 and made[0].planned == 300 and made[0].planning
+    # Each request joined the decode set once, with its planned path; under orca too,
+    # whose members hold their whole life's blocks (which the plan does not count) from
+    # admission: the reserved set never reads a path's blocks.
+    assert not alone

@@ -84,7 +84,7 @@ def test_draws_follow_the_acceptance() -> None:
     assert end - first == pytest.approx(400_000 / ((1 - 0.6 ** 4) / 0.4), rel=0.01)
 
 
-@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+@pytest.mark.parametrize("policy", ["continuous", "orca", "chunked"])
 @pytest.mark.parametrize(("a", "k"), [(0.6, 3), (0.8, 5)])
 def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: float,
                                                             k: int) -> None:
@@ -111,7 +111,8 @@ def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: floa
 # -- verifies request by request equal the aggregate ---------------------------------------
 @settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(["continuous", "chunked"]), st.sampled_from(["ngram", "mtp", "eagle"]),
+@given(st.sampled_from(["continuous", "orca", "chunked"]),
+       st.sampled_from(["ngram", "mtp", "eagle"]),
        st.integers(1, 5), st.floats(0, 1), st.integers(1, 8),
        st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 60)),
                 min_size=1, max_size=14),
@@ -119,12 +120,15 @@ def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: floa
 def test_lazy_verifies_equal_eager(policy: str, method: str, k: int, a: float, block: int,
                                    rows: list[tuple[float, int, int]], blocks: int,
                                    swap: bool, budget: int) -> None:
-    # Small caches force preemptions (the set flushes); small budgets cut verifies short.
+    # Small caches force preemptions (the set flushes); small budgets cut verifies short
+    # (chunked) or hold prompts back behind verifies counted whole (orca, whose reserved
+    # set never flushes: it never preempts).
     rows = sorted(rows)
+    budgets = ({"max_num_batched_tokens": 2 * budget} if policy == "orca"
+               else chunk_budget(policy, max(budget, block, k + 1)))
     sc = tiny_scenario(serving={
         "policy": policy, "block_size": block, "num_kv_blocks": blocks, "max_num_seqs": 5,
-        **chunk_budget(policy, max(budget, block, k + 1)),
-        "preemption": "swap" if swap else "recompute",
+        **budgets, "preemption": "swap" if swap else "recompute",
         "speculative": {"method": method, "num_tokens": k, "acceptance": {"rate": a}}})
     req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
                    np.array([r[2] for r in rows]))
@@ -229,6 +233,41 @@ def test_step_log_of_one_request_every_draft_accepted() -> None:
     assert res.finish[0] == pytest.approx(0.018 + 3 * 0.014)
     # No overshoot: the last verify emitted only the one token still owed.
     assert summarize(res)["speculative"]["verify_tokens"] == 9
+
+
+def test_orca_reserves_the_last_verifys_slots_and_counts_verifies_whole() -> None:
+    # Orca, rate 1, k = 2, budget 12 tokens, blocks of 4. A (prompt 8, output 5) is
+    # admitted with prompt + output - 1 + k = 14 tokens' slots: 4 blocks (its last verify
+    # writes position 13), where 12 tokens (3 blocks) would do without speculation. B
+    # (prompt 10, output 2) arrives during A's prefill: each of A's verifies counts 3
+    # tokens against the budget, leaving 9, so B waits until A is gone. A's verifies
+    # emit 3, then the 1 still owed; B's one verify the 1 it owes.
+    sc = spec_scenario("orca", k=2, acceptance={"rate": 1.0}, max_num_batched_tokens=12)
+    runs = [run_requests(sc, [0.0, 0.001], [8, 10], [5, 2], lazy_decodes=lazy)
+            for lazy in (True, False)]
+    for res in runs:
+        assert [(round(e[1], 9), round(e[2], 9), e[3]) for e in res.step_log] == [
+            (0.0, 0.018, ((0, 8, 0),)),          # 10 + 8 ms
+            (0.018, 0.031, ((0, 3, 8),)),        # 10 + 3 ms: B's 10 > 12 - 3
+            (0.031, 0.044, ((0, 3, 11),)),       # still 3 counted, 1 emitted
+            (0.044, 0.064, ((1, 10, 0),)),
+            (0.064, 0.077, ((1, 3, 10),))]
+        np.testing.assert_allclose(res.first_token, [0.018, 0.064], atol=1e-12)
+        np.testing.assert_allclose(res.finish, [0.044, 0.077], atol=1e-12)
+        assert res.verify_tokens.tolist() == [4, 1] and res.verifies.tolist() == [2, 1]
+        # Blocks are booked as each iteration starts, after its admissions: 4 held from
+        # A's prefill on (B's 10 + 2 - 1 + 2 = 13 tokens: 4 blocks too), none ever taken
+        # while verifying.
+        stats = res.replica_stats[0]
+        assert stats.kv_peak == 4
+        assert stats.kv_block_s == pytest.approx(4 * 0.077, rel=1e-12)
+    assert requests_csv(runs[0]) == requests_csv(runs[1])
+    # Without speculation A's decode counts 1: B's 10 tokens fit beside it at once, and
+    # each request holds 3 blocks.
+    plain = tiny_scenario(serving={"policy": "orca", "max_num_batched_tokens": 12})
+    res = run_requests(plain, [0.0, 0.001], [8, 10], [5, 2])
+    assert res.step_log[1][3] == ((0, 1, 8), (1, 10, 0))
+    assert res.replica_stats[0].kv_peak == 6
 
 
 def test_light_load_tpot_falls_by_the_mean_accepted_length_net_of_verify_cost() -> None:
@@ -465,7 +504,12 @@ BAD = {
     "unknown_key": ("continuous", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
                     "tokens: 3}", ["serving.speculative", "unknown key 'tokens'"]),
     "static_policy": ("static", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}}",
-                      ["serving.speculative", "continuous and chunked", "'static'"]),
+                      ["serving.speculative", "continuous, orca and chunked", "'static'"]),
+    # An orca iteration counts every verify whole against max_num_batched_tokens.
+    "orca_budget_under_a_verify": ("orca\n  max_num_batched_tokens: 8",
+                                   "{method: ngram, num_tokens: 8, acceptance: {rate: 0.5}}",
+                                   ["serving.speculative.num_tokens: got num_tokens 8: a "
+                                    "verify of 9 tokens exceeds the token budget 8"]),
     "unknown_class": ("chunked", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
                       "classes: {code: {rate: 0.9}}}",
                       ["serving.speculative.classes", "code"]),

@@ -317,17 +317,21 @@ class ServingConfig:
                                 f"kv_offload.cpu_gb", where="swap_space_gib")
 
     def _check_speculative(self, spec: SpeculativeConfig) -> None:
-        """Speculation runs under the iteration-level policies, and a chunked budget
-        must hold one whole verify (the pending token and every drafted one)."""
+        """Speculation runs under the iteration-level policies, and a chunked or orca
+        budget must hold one whole verify (the pending token and every drafted one)."""
         if self.policy not in SPECULATIVE_POLICIES:
+            *rest, last = SPECULATIVE_POLICIES
             raise ServesimError(
                 f"speculative decoding is modelled for policies "
-                f"{' and '.join(SPECULATIVE_POLICIES)}, not {self.policy!r}",
+                f"{', '.join(rest)} and {last}, not {self.policy!r}",
                 where="speculative")
-        if self.policy == "chunked" and self.chunk_budget < spec.num_tokens + 1:
+        # Both count a verify's k + 1 tokens against their per-iteration token budget.
+        budget = {"chunked": self.chunk_budget,
+                  "orca": self.max_num_batched_tokens}.get(self.policy)
+        if budget is not None and budget < spec.num_tokens + 1:
             raise ServesimError(f"got num_tokens {spec.num_tokens}: a verify of "
                                 f"{spec.num_tokens + 1} tokens exceeds the token budget "
-                                f"{self.chunk_budget}", where="speculative.num_tokens")
+                                f"{budget}", where="speculative.num_tokens")
         cap = self.long_prefill_token_threshold
         if cap and cap < spec.num_tokens + 1:
             # The decode set verifies k + 1 tokens a sequence, uncapped.
@@ -355,4 +359,4 @@ class ServingConfig:
         return 0.0 if self.watermark is None else self.watermark
 
 
-SPECULATIVE_POLICIES = ("continuous", "chunked")
+SPECULATIVE_POLICIES = ("continuous", "orca", "chunked")

@@ -3,6 +3,8 @@
 Both take ``prompt + output - 1`` tokens' worth of blocks when a request is admitted,
 as FasterTransformer and Orca (which predates paged attention) do, so neither ever
 preempts; the price is a KV cache that holds fewer requests than paging would allow.
+Under ``orca`` with speculative decoding the reservation also covers the k slots of the
+drafted tokens a request's last verify writes past its last kept token.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ if TYPE_CHECKING:
     from sim.config.serving import ServingConfig
 
 
-def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs: int) -> Batch:
+def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs: int,
+                        lookahead: int = 0) -> Batch:
     """Add waiting requests to ``batch`` in queue order, each with its whole prompt and
-    its whole-life KV reserved, while the batch holds fewer than ``max_seqs`` sequences,
-    the prompts fit ``tokens`` (new tokens left this iteration) and the KV cache keeps
-    its watermark free."""
+    its whole-life KV plus ``lookahead`` tokens' slots (speculation's k drafted tokens,
+    else 0) reserved, while the batch holds fewer than ``max_seqs`` sequences, the
+    prompts fit ``tokens`` (new tokens left this iteration) and the KV cache keeps its
+    watermark free."""
     waiting = state.waiting
     kv = state.kv
     # Every running request decodes in these policies, so the running list counts the
@@ -33,7 +37,7 @@ def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs
     while waiting and len(state.running) < max_seqs:
         r = waiting[0]
         if r.prompt > tokens or kv.allocate_slots(
-                r, r.prompt, lookahead_tokens=whole_life_tokens(r) - r.prompt,
+                r, r.prompt, lookahead_tokens=whole_life_tokens(r) - r.prompt + lookahead,
                 keep_watermark=True) is None:
             break
         waiting.popleft()
@@ -43,16 +47,17 @@ def admit_whole_prompts(state: ReplicaState, batch: Batch, tokens: int, max_seqs
     return batch
 
 
-def whole_prompts_fitting(state: ReplicaState, tokens: int, max_seqs: int) -> int:
-    """Prompt tokens :func:`admit_whole_prompts` would admit now: the same checks in the
-    same order (sequence limit, token budget, whole-life KV keeping the watermark free),
-    nothing changed."""
+def whole_prompts_fitting(state: ReplicaState, tokens: int, max_seqs: int,
+                          lookahead: int = 0) -> int:
+    """Prompt tokens :func:`admit_whole_prompts` would admit now with the same
+    ``lookahead``: the same checks in the same order (sequence limit, token budget,
+    whole-life KV plus lookahead keeping the watermark free), nothing changed."""
     kv = state.kv
     room = kv.available - kv.watermark
     seqs = len(state.running)
     total = 0
     for r in state.waiting:
-        need = kv.blocks_needed(r, whole_life_tokens(r))
+        need = kv.blocks_needed(r, whole_life_tokens(r) + lookahead)
         if seqs >= max_seqs or r.prompt > tokens or need > room:
             break
         room -= need
@@ -110,6 +115,12 @@ class Orca:
     ``max_num_batched_tokens`` (TensorRT-LLM's ``PyExecutor._waiting_requests``). So
     prompts gather into fewer, larger prefills at the price of their first tokens. With
     nothing decoding, prompts never wait.
+
+    With speculative decoding (k drafted tokens) each running request verifies k + 1
+    tokens an iteration and counts all of them against the token budget and the batch
+    waiting's ratio (TensorRT-LLM counts a generation request's draft tokens in
+    ``max_num_tokens``), and admission reserves k slots past the whole life for the
+    drafted tokens of the request's last verify.
     """
 
     lazy_decodes = True  # running requests are steady decodes between iterations
@@ -118,6 +129,8 @@ class Orca:
     def __init__(self, cfg: ServingConfig):
         self.max_seqs = cfg.max_num_seqs
         self.max_tokens = cfg.max_num_batched_tokens
+        self.width = cfg.decode_width  # tokens a decode computes (speculation: k + 1)
+        self.lookahead = self.width - 1  # k: the last verify's drafted slots
         self.wait_iters = cfg.batch_wait_timeout_iters
         self.wait_tokens = cfg.batch_wait_max_tokens_ratio * cfg.max_num_batched_tokens
         self.waits = bool(cfg.batch_wait_timeout_iters or cfg.batch_wait_max_tokens_ratio)
@@ -130,18 +143,21 @@ class Orca:
     def schedule(self, state: ReplicaState) -> Batch:
         """Decode every running request and add the whole prefills that fit (unless
         batch waiting holds them back this iteration)."""
-        batch = decode_all(state, Batch())  # blocks were reserved at admission: none taken
-        budget = self.max_tokens - len(state.running)
+        # Blocks were reserved at admission: none taken.
+        batch = decode_all(state, Batch(), self.width)
+        budget = self.max_tokens - len(state.running) * self.width
         if self.waits and state.running and state.waiting and self._hold(state, budget):
             return batch
-        return admit_whole_prompts(state, batch, budget, self.max_seqs)
+        return admit_whole_prompts(state, batch, budget, self.max_seqs, self.lookahead)
 
     def _hold(self, state: ReplicaState, budget: int) -> bool:
-        """Whether batch waiting holds back the prompts that would join this iteration."""
-        prompts = whole_prompts_fitting(state, budget, self.max_seqs)
+        """Whether batch waiting holds back the prompts that would join this iteration
+        (``budget``: the tokens the decodes leave)."""
+        prompts = whole_prompts_fitting(state, budget, self.max_seqs, self.lookahead)
         if not prompts:
             return False
-        if self.held >= self.wait_iters or prompts + len(state.running) >= self.wait_tokens:
+        decodes = self.max_tokens - budget  # k + 1 tokens a decode
+        if self.held >= self.wait_iters or prompts + decodes >= self.wait_tokens:
             self.held = 0
             return False
         self.held += 1

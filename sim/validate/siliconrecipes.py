@@ -386,11 +386,18 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
 
 def predict(case: Case, cost: Any, seed: int = 0) -> tuple[float, float, str]:
     """(mean TTFT ms, mean TPOT ms, note) of ``case`` simulated with ``cost``."""
+    return predict_raw(scenario_raw(case, seed), cost, f"<silicon line {case.row.line}>")
+
+
+def predict_raw(raw: dict[str, Any], cost: Any, source: str = "<silicon row>"
+                ) -> tuple[float, float, str]:
+    """(mean TTFT ms, mean TPOT ms, note) of the scenario mapping ``raw`` (a row's, as
+    :func:`scenario_raw` gives it, changed or not) simulated with ``cost``; errors name
+    ``source``."""
     from sim.config.scenario import from_dict
     from sim.core.engine import simulate
 
-    sc = from_dict(scenario_raw(case, seed), f"<silicon line {case.row.line}>")
-    res = simulate(sc, cost=cost)
+    res = simulate(from_dict(raw, source), cost=cost)
     lat = per_request(res)
     done = res.status == FINISHED
     note = "" if done.all() else f"{int((~done).sum())} of {len(done)} requests not finished"

@@ -1,10 +1,10 @@
 """The shape of one batch iteration: the only thing a cost model sees.
 
 A batch is a set of entries (new_tokens, context_before): a decode entry has
-new_tokens == 1; a prefill (or prefill chunk) has new_tokens > 1 and may start after
-context already in the KV cache. Cost models read these aggregates, never requests.
-Every field may also be a numpy array (one element per step) so a run of steps can be
-costed in one vectorised call.
+new_tokens == 1 (or, a speculative verify, k + 1: :func:`batch_shape`); a prefill (or
+prefill chunk) has new_tokens > 1 and may start after context already in the KV cache.
+Cost models read these aggregates, never requests. Every field may also be a numpy
+array (one element per step) so a run of steps can be costed in one vectorised call.
 """
 
 from __future__ import annotations

@@ -417,6 +417,13 @@ def base(**serving: Any) -> dict[str, Any]:
     (base(kv_offload={"cpu_gb": 1, "size": 2}), "serving.kv_offload.size", "unknown key"),
     (base(kv_offload={"cpu_gb": 1}, prefix_caching=False), "serving.kv_offload",
      "with none of them it would stay empty"),
+    # Orca and static reserve whole lives and never swap: the tier had been accepted
+    # with swap and stayed empty.
+    (base(kv_offload={"cpu_gb": 1}, policy="orca", prefix_caching=False, preemption="swap"),
+     "serving.kv_offload", "policy 'orca' reserves each request's whole KV at admission "
+                           "and never preempts, so a host tier would stay empty"),
+    (base(kv_offload={"cpu_gb": 1}, policy="static", prefix_caching=False, preemption="swap"),
+     "serving.kv_offload", "policy 'static' reserves"),
     (base(kv_offload={"cpu_gb": 1}, swap_space_gib=8), "serving.swap_space_gib",
      "give only kv_offload.cpu_gb"),
     ({**base(kv_offload={"cpu_gb": 1}), "hardware": {"host_memory_gb": 0}},

@@ -307,7 +307,11 @@ def test_a_write_through_tier_alone_is_a_prefix_cache_and_the_others_are_errors(
                         kv_offload={"cpu_gb": 8, "write_policy": "write_through"}), "s.yaml")
     assert sc.serving.caches_prefixes and not sc.serving.prefix_caching
     with pytest.raises(ServesimError, match=r"serving\.kv_offload\.write_policy.*"
-                                            r"continuous and chunked, not 'orca'"):
+                                            r"continuous and chunked, not 'disaggregated'"):
+        from_dict(base(policy="disaggregated", kv_offload={
+            "cpu_gb": 8, "write_policy": "write_through"}), "s.yaml")
+    # orca refuses any tier: it never preempts and keeps no prefix cache.
+    with pytest.raises(ServesimError, match=r"serving\.kv_offload: policy 'orca' reserves"):
         from_dict(base(policy="orca", kv_offload={"cpu_gb": 8,
                                                   "write_policy": "write_through"}), "s.yaml")
     with pytest.raises(ServesimError, match="write_policy"):

@@ -299,6 +299,13 @@ class ServingConfig:
 
     def _check_offload(self) -> None:
         """A host tier needs something to hold, and is sized by kv_offload alone."""
+        if self.policy in ("static", "orca"):
+            # They reserve a request's whole KV at admission, so none is ever preempted
+            # (swapped), and neither keeps a prefix cache to evict from.
+            raise ServesimError(f"policy {self.policy!r} reserves each request's whole KV "
+                                f"at admission and never preempts, so a host tier would "
+                                f"stay empty; kv_offload is modelled for continuous and "
+                                f"chunked", where="kv_offload")
         if self.prefix_caching is False and self.preemption != "swap" \
                 and not self.host_prefixes:
             raise ServesimError("the host tier holds prefix-cache entries (prefix_caching: "

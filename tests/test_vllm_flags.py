@@ -439,8 +439,11 @@ def test_vllm_s_default_caching_off_where_not_modelled_is_said(more: dict, why: 
     assert sc.notes == (
         "prefix caching (vLLM's default) is off: servesim models it under policies "
         f"continuous and chunked, preempting by recompute or with a host tier (here: {why})",)
-    # The resolved default's own errors name the serving key.
+    # The resolved default's own errors name the serving key (static and orca refuse a
+    # host tier before the default is read).
     with pytest.raises(ServesimError, match="serving.kv_offload: the host tier holds"):
+        scenario({}, serving={"policy": "disaggregated", "kv_offload": {"cpu_gb": 1}})
+    with pytest.raises(ServesimError, match="serving.kv_offload: policy 'static' reserves"):
         scenario({}, serving={"policy": "static", "kv_offload": {"cpu_gb": 1}})
 
 

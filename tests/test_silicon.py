@@ -323,5 +323,8 @@ def test_inferencex_mtp_runs_are_kept_out_with_their_reason(
     if mtp:
         assert isinstance(got, str) and got.startswith("speculative decoding (multi-token "
                                                        "prediction) that the row does not")
+        # docs/scripts/mtp_rows.py asks for the plain recipe's case to add the drafting.
+        plain = classify(read, mtp_as_plain=True)
+        assert isinstance(plain, Case) and plain.model == "deepseek-r1"
     else:
         assert isinstance(got, Case) and got.model == "deepseek-r1"

@@ -43,9 +43,7 @@ DRAFTS = 3
 def mtp_case(row: Row) -> Case | None:
     """The case of ``row`` as its MTP recipe ran it, or None for one with data-parallel
     attention."""
-    # The same row, not marked as an MTP run, classified as the plain recipe's.
-    plain = classify(dataclasses.replace(row, source=row.source.replace("measured=", "at="),
-                                         version=row.version + "-plain"))
+    plain = classify(row, mtp_as_plain=True)
     if not isinstance(plain, Case) or plain.dp > 1:
         return None
     moe = "auto" if plain.gpu == "h200" or plain.dtype != "nvfp4" else "trtllm-gen"

@@ -212,15 +212,17 @@ class Case:
                                                  or MODELS[self.model].expert_dtype))
 
 
-def classify(row: Row) -> Case | str:
-    """The :class:`Case` of ``row``, or why servesim does not simulate it."""
+def classify(row: Row, mtp_as_plain: bool = False) -> Case | str:
+    """The :class:`Case` of ``row``, or why servesim does not simulate it. An unlabelled
+    MTP run (:attr:`Row.unlabelled_mtp`) is kept out unless ``mtp_as_plain``, which gives
+    it the case of its plain recipe (for docs/scripts/mtp_rows.py to add the drafting)."""
     if row.mode == "disagg":
         return "disaggregated serving (prefill and decode pools of their own)"
     if row.mode != "agg":
         return f"mode {row.mode!r}: neither agg (one pool) nor disagg"
     if row.model_path not in MODEL_PRESETS:
         return f"model {row.model_path} has no preset in servesim"
-    if row.unlabelled_mtp:
+    if row.unlabelled_mtp and not mtp_as_plain:
         return ("speculative decoding (multi-token prediction) that the row does not "
                 "label: InferenceX's TensorRT-LLM MTP recipe, whose acceptance the sample "
                 "does not record")

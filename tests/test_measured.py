@@ -57,7 +57,8 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
     assert "cost: measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling" in table(s)
     sg = from_dict(scenario(cost={"measured": {"framework": "sglang"}},
                             hardware={"gpu": "h200", "tp": 2}))
-    assert build_cost(sg).source == "measured kernels: SGLang 0.5.14 on H200-SXM"
+    assert build_cost(sg).source == ("measured kernels: SGLang 0.5.14 on H200-SXM; decode "
+                                     "batches over 256 without CUDA graphs")
     roof = summarize(simulate(from_dict(scenario(cost="roofline"))))
     assert roof["cost_source"].startswith("analytic roofline")
 

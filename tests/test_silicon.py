@@ -188,6 +188,8 @@ def test_inferencex_vllm_rows_overlap_the_step_priors(tmp_path: Path) -> None:
     own overlap leaves) pay them in full."""
     import dataclasses
 
+    from sim.cost.eager import EagerSteps, Graphs
+    from sim.cost.models import unwrapped
     from sim.cost.overlap import HostOverlap
     from sim.cost.priors import Priors
     from sim.cost.shape import decode_shape, shape_of
@@ -206,9 +208,13 @@ def test_inferencex_vllm_rows_overlap_the_step_priors(tmp_path: Path) -> None:
     assert over.step_time(long) == pytest.approx(over.cost.step_time(long) - 1.02e-3,
                                                  rel=1e-12)
     assert not isinstance(_cost(aic, p), HostOverlap)
-    assert _cost(aic, p).coefs["step"]["const_s"] == 1e-3
+    assert unwrapped(_cost(aic, p)).coefs["step"]["const_s"] == 1e-3
     trt = dataclasses.replace(plain, framework="trtllm")
-    assert _cost(trt, p).coefs["step"]["per_seq_s"] == 2e-5
+    assert unwrapped(_cost(trt, p)).coefs["step"]["per_seq_s"] == 2e-5
+    # TensorRT-LLM runs its prefill steps without CUDA graphs (sim/cost/eager.py).
+    eager = _cost(trt, p)
+    assert isinstance(eager, EagerSteps) and eager.graphs == Graphs("decode")
+    assert not isinstance(over.cost, EagerSteps)  # vLLM graphs every step
     # Each row pays its own collection's per-request latency.
     both = dataclasses.replace(p, aic_request_s=0.05)
     assert _cost(aic, both).frontend.request_s == 0.05

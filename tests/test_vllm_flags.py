@@ -166,22 +166,6 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"config": "missing.yaml"}, {}, "vllm.config", "missing.yaml"),
     ({"config": None}, {}, "vllm.config", "got None, expected the path of a vLLM YAML config"),
     ({"max-model-len": "\u00b2"}, {}, "model.max_context", "expected an integer"),
-    ({"optimization-level": 0}, {}, "vllm.optimization-level",
-     "runs without CUDA graphs, as enforce-eager does"),
-    ({"O0": True}, {}, "vllm.O0", "runs without CUDA graphs"),
-    ({"compilation-config": '{"cudagraph_mode": "NONE"}'}, {}, "vllm.compilation-config",
-     "runs without CUDA graphs"),
-    ({"cc.cudagraph_mode": "none"}, {}, "vllm.cc.cudagraph_mode", "runs without CUDA graphs"),
-    # Compilation mode (or level) 0 leaves cudagraph_mode at NONE in vLLM: these had been
-    # accepted and priced with CUDA graphs.
-    ({"compilation-config": 0}, {}, "vllm.compilation-config", "runs without CUDA graphs"),
-    ({"cc": '{"level": 0}'}, {}, "vllm.cc", "runs without CUDA graphs"),
-    ({"compilation-config": '{"mode": "NONE"}'}, {}, "vllm.compilation-config",
-     "runs without CUDA graphs"),
-    ({"compilation-config": {"mode": 0}}, {}, "vllm.compilation-config",
-     "runs without CUDA graphs"),
-    ({"O.mode": 0}, {}, "vllm.O.mode", "runs without CUDA graphs"),
-    ({"cc.level": "no_compilation"}, {}, "vllm.cc.level", "runs without CUDA graphs"),
     ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
      "vllm.kv-transfer-config.kv_connector", "prefill and decode on pools of their own are "
      "serving.policy: disaggregated"),
@@ -524,8 +508,33 @@ def test_a_bare_compilation_level_stays_a_level() -> None:
         assert sc.notes == ("vllm.compilation-config: a kernel or compilation setting, not "
                             "priced: steps cost what vLLM's default kernels take",)
     for value in ("0", 0, '{"level": "0"}', {"mode": "-0"}):
-        with pytest.raises(ServesimError, match="runs without CUDA graphs"):
-            scenario({"compilation-config": value})
+        assert scenario({"compilation-config": value}).serving.cuda_graphs == "none"
+
+
+EAGER_FLAGS = [{"enforce-eager": True}, {"optimization-level": 0}, {"O0": True},
+               {"compilation-config": '{"cudagraph_mode": "NONE"}'},
+               {"cc.cudagraph_mode": "none"},
+               # Compilation mode (or level) 0 leaves cudagraph_mode at NONE in vLLM.
+               {"compilation-config": 0}, {"cc": '{"level": 0}'},
+               {"compilation-config": '{"mode": "NONE"}'},
+               {"compilation-config": {"mode": 0}}, {"O.mode": 0},
+               {"cc.level": "no_compilation"}]
+
+
+@pytest.mark.parametrize("vllm", EAGER_FLAGS)
+def test_flags_that_turn_cuda_graphs_off_run_every_step_eager(vllm: Any) -> None:
+    sc = scenario(vllm)
+    assert (sc.serving.cuda_graphs, sc.notes) == ("none", ())
+    with pytest.raises(ServesimError, match=r"turns CUDA graphs off, while the scenario sets "
+                                            r"serving.cuda_graphs 'all'"):
+        scenario(vllm, serving={"cuda_graphs": "all"})
+
+
+def test_enforce_eager_false_and_two_eager_flags_agree() -> None:
+    assert scenario({"enforce-eager": False}).serving.cuda_graphs == "auto"
+    assert scenario({"enforce-eager": True, "O0": True}).serving.cuda_graphs == "none"
+    with pytest.raises(ServesimError, match="vllm.enforce-eager: got 'yes', expected true"):
+        scenario({"enforce-eager": "yes"})
 
 
 @pytest.mark.parametrize("vllm, where, message", [

@@ -139,6 +139,14 @@ class ServingConfig:
     # Unset: vLLM's own default (on for policy chunked since vLLM 0.14; the module says
     # when it is off).
     async_scheduling: bool | None = None
+    # Which steps replay CUDA graphs (sim/cost/eager.py): "auto", the serving framework's
+    # default; "all"; "decode", decode-only steps (TensorRT-LLM's default); "none", as
+    # vLLM's --enforce-eager. A step without graphs costs at least the host's dispatch
+    # of its kernels.
+    cuda_graphs: Literal["auto", "all", "decode", "none"] = "auto"
+    # SGLang's --cuda-graph-max-bs: decode batches of more sequences run without graphs.
+    # Unset: SGLang's default under its measured kernels, else no cap.
+    cuda_graph_max_bs: int | None = bounded(None, ge=1)
     # vLLM's --stream-interval: the server sends the first token at once, then the output
     # in chunks of this many tokens (and what is left when the request finishes). Client
     # ITL is one gap a chunk; TTFT, TPOT and E2E do not move (sim/core/streaming.py).

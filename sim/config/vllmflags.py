@@ -197,6 +197,17 @@ def _located(exc: ServesimError, flag: str, from_file: Path | None) -> ServesimE
     return ServesimError(exc.message, str(from_file), exc.where.removeprefix("vllm."))
 
 
+def _no_graphs(serving: dict[str, Any], where: str) -> None:
+    """Set ``serving.cuda_graphs: none`` for a flag at ``where`` that turns CUDA graphs
+    off (enforce-eager, or a compilation setting that does as much); another value the
+    scenario gives is a conflict."""
+    if serving.get("cuda_graphs", "none") != "none":
+        raise ServesimError(f"turns CUDA graphs off, while the scenario sets "
+                            f"serving.cuda_graphs {serving['cuda_graphs']!r}; give one of "
+                            "them", where=where)
+    serving["cuda_graphs"] = "none"
+
+
 def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, Any]],
                 section: Callable[[str], dict[str, Any]], notes: list[str]) -> None:
     """Move vLLM flag ``name`` (spelt ``flag``, its value ``value``) into the scenario
@@ -244,12 +255,15 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
             raise ServesimError(f"got {value!r}: servesim models only {allowed}"
                                 + (" (vLLM's default) so far" if len(values) == 1 else ""),
                                 where=where)
+    elif name == "enforce_eager":
+        if not isinstance(value, bool):
+            raise ServesimError(f"got {value!r}, expected true or false", where=where)
+        if value:
+            _no_graphs(section("serving"), where)
     elif name in KERNEL or name.partition(".")[0] in KERNEL:
         if runs_eager(name, value, where):
-            raise ServesimError(f"got {value!r}: this runs without CUDA graphs, as "
-                                "enforce-eager does, which servesim does not price (its "
-                                "steps are the graph-captured kernels')", where=where)
-        if value is not None:
+            _no_graphs(section("serving"), where)
+        elif value is not None:
             notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
                          "steps cost what vLLM's default kernels take")
     elif name in HOST_TIER_FLAGS:
@@ -262,6 +276,7 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
                             "mapping)", where=where)
     elif name not in NO_EFFECT:
         known = sorted([*MAPPED, "enable_chunked_prefill", "scheduling_policy", *ONLY,
+                        "enforce_eager",
                         *DTYPE_FLAGS, *KERNEL, "enable_expert_parallel",
                         "speculative_config", "kv_offloading_size",
                         "kv_offloading_backend", "kv_transfer_config", *CONFIG_FLAGS])

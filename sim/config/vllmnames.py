@@ -39,7 +39,6 @@ SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
 # Flags accepted only at the value servesim models (vLLM's default).
 ONLY: dict[str, tuple[Any, ...]] = {
     "dtype": ("auto", "bfloat16", "float16", "half"),
-    "enforce_eager": (False,),
     "max_long_partial_prefills": (1,),
     # NCCL in place of the custom all-reduce: slower collectives than the tables time.
     "disable_custom_all_reduce": (False,),

@@ -28,7 +28,7 @@ from sim.cost.drafter import Drafter, state_bandwidth
 from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
 from sim.cost.memory import MemoryBudget
-from sim.cost.models import CostModel, build_cost
+from sim.cost.models import CostModel, build_cost, unwrapped
 from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
 from sim.cost.profilecost import ProfileCost
@@ -185,7 +185,7 @@ def speculation(scenario: Scenario, gpu: GPUSpec, tp: int,
         return None
     params = scenario.cost.roofline or RooflineParams()
     head, head_from, why = None, "its layers and LM head from the profile", ""
-    base = cost.cost if isinstance(cost, HostOverlap) else cost  # async scheduling's wrap
+    base = unwrapped(cost)  # under async scheduling's overlap and the eager floor
     model = scenario.model
     draft = drafter_model(spec, model)
     profile = base if isinstance(base, ProfileCost) else None

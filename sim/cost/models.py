@@ -12,10 +12,12 @@ Every model accepts numpy arrays in the shape's fields and then returns an array
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sim.configtools import bounded
+from sim.cost.eager import EagerSteps, default_graphs, dispatch_s
 from sim.cost.frontend import NO_FRONTEND, Frontend
 from sim.cost.gpus import GPUS, GPUSpec, gpu, gpu_of_device
 from sim.cost.overlap import HostOverlap, async_scheduling
@@ -88,14 +90,48 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
     loaded profile), for its hardware or for a pool's GPU (a table name or its figures)
     and ``tp`` when given; its host work overlapped with the device where the replicas
     run vLLM's async scheduling (:mod:`sim.cost.overlap`)."""
-    cost = _build_cost(scenario, pool_gpu, tp)
+    base = _build_cost(scenario, pool_gpu, tp)
+    cost = eager_steps(scenario, base, _gpu_spec(scenario, pool_gpu), tp or scenario.hardware.tp)
     if not async_scheduling(scenario) or not hasattr(cost, "host_terms"):
         return cost
-    if scenario.serving.async_scheduling is None and _framework(cost) not in (None, "vllm"):
+    if scenario.serving.async_scheduling is None and _framework(base) not in (None, "vllm"):
         # An SGLang or TensorRT-LLM profile named by path prices its own framework's
         # steps, as `cost: measured` with that framework does.
         return cost
     return HostOverlap(cost)
+
+
+def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int) -> Any:
+    """``cost`` with the steps that run without CUDA graphs floored at the host's
+    dispatch (:class:`sim.cost.eager.EagerSteps`): which ones by ``serving.cuda_graphs``
+    and ``serving.cuda_graph_max_bs``, or the default of the framework whose kernels
+    price ``cost`` (vLLM's where none is said); ``cost`` itself where every step is
+    graphed."""
+    sv = scenario.serving
+    src = getattr(cost, "meta", {}).get("source")
+    version = src.get("version") if isinstance(src, dict) else None
+    graphs = default_graphs(_framework(cost), None if version is None else str(version),
+                            scenario.model, spec, tp)
+    if sv.cuda_graphs != "auto":
+        graphs = dataclasses.replace(graphs, mode=sv.cuda_graphs)
+    if sv.cuda_graph_max_bs is not None:
+        graphs = dataclasses.replace(graphs, max_decode_seqs=sv.cuda_graph_max_bs)
+    return EagerSteps(cost, graphs, dispatch_s(scenario.model)) if graphs.floored else cost
+
+
+def unwrapped(cost: Any) -> Any:
+    """The model under async scheduling's overlap and the eager-step floor."""
+    while isinstance(cost, (HostOverlap, EagerSteps)):
+        cost = cost.cost
+    return cost
+
+
+def _gpu_spec(scenario: Scenario, pool_gpu: str | GPUSpec | None) -> GPUSpec:
+    """The GPU a pool runs on: ``pool_gpu`` (a table name or its figures), else the
+    scenario's."""
+    if pool_gpu is None:
+        return scenario.hardware.gpu_spec
+    return gpu(pool_gpu) if isinstance(pool_gpu, str) else pool_gpu
 
 
 def _framework(cost: Any) -> str | None:
@@ -108,8 +144,7 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
                 tp: int | None) -> CostModel:
     """:func:`build_cost` before async scheduling's overlap."""
     c = scenario.cost
-    spec = (scenario.hardware.gpu_spec if pool_gpu is None
-            else gpu(pool_gpu) if isinstance(pool_gpu, str) else pool_gpu)
+    spec = _gpu_spec(scenario, pool_gpu)
     gpu_name = spec.name
     tp = tp or scenario.hardware.tp
     ep, skew = scenario.hardware.ep, scenario.hardware.ep_imbalance

@@ -53,7 +53,8 @@ def scenario_digest(scenario: Any) -> str:
                          ("workload", "stages"), ("serving", "kv_offload"),
                          ("serving", "async_scheduling"), ("hardware", "host_memory_gb"),
                          ("serving", "vllm_version"), ("serving", "linear_state_pool"),
-                         ("serving", "kv_cache_memory_bytes")):
+                         ("serving", "kv_cache_memory_bytes"),
+                         ("serving", "cuda_graph_max_bs")):
         if fields[section].get(key) is None:
             fields[section].pop(key, None)
     # Keys added later, hashed only when they differ from their old, implicit value.
@@ -66,6 +67,7 @@ def scenario_digest(scenario: Any) -> str:
                                 ("serving", "stream_first_token", True),
                                 ("serving", "disable_hybrid_kv_cache_manager", False),
                                 ("serving", "performance_mode", "balanced"),
+                                ("serving", "cuda_graphs", "auto"),
                                 ("hardware", "pp", 1), ("hardware", "ep", 1),
                                 ("hardware", "ep_imbalance", 1.0), ("hardware", "dp", 1)):
         if fields[section].get(key) == unset:

@@ -28,7 +28,9 @@ import yaml
 from scipy.optimize import least_squares
 
 from sim.cost.dtypes import FOUR_BIT_WEIGHTS
+from sim.cost.eager import EagerSteps, default_graphs, dispatch_s
 from sim.cost.frontend import Frontend
+from sim.cost.gpus import gpu
 from sim.cost.overlap import HostOverlap
 from sim.cost.priors import KEYS, LENGTHS, Priors
 from sim.cost.profilecost import ProfileCost
@@ -85,8 +87,13 @@ def _cost(case: Case, p: Priors) -> Any:
     collection's per-request latency (:meth:`Priors.for_collection`), and its host work
     overlapped with the device where the run did so (:data:`OVERLAPPED_HOST`)."""
     p = p.for_collection(case.row.collection)
-    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.tp, case.ep,
-                                 case.moe_backend, case.dp), p)
+    cost: Any = with_priors(base_cost(case.framework, case.gpu, case.spec, case.tp,
+                                      case.ep, case.moe_backend, case.dp), p)
+    # The steps the row's release ran without CUDA graphs (sim/cost/eager.py).
+    graphs = default_graphs(case.framework, case.row.version, case.spec, gpu(case.gpu),
+                            case.row.tp)
+    if graphs.floored:
+        cost = EagerSteps(cost, graphs, dispatch_s(case.spec))
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
         return HostOverlap(cost)
     return cost

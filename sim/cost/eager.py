@@ -1,0 +1,217 @@
+"""Steps a server runs without CUDA graphs: the host's kernel dispatch as a floor.
+
+A step replayed from a CUDA graph reaches the GPU in one launch. A step that is not
+(every step under vLLM's ``--enforce-eager``; the prefill steps of TensorRT-LLM, which
+graphs generation-only iterations, and of SGLang before 0.5.10, which graphed only
+decode batches until piecewise graphs became its default; decode batches above the
+largest captured size) is issued op by op from Python. The GPU runs each kernel as soon
+as it is issued, so the device work cannot end before the host has issued all of it:
+such a step costs its serving-loop host work plus the *longer* of its device work and
+the model's dispatch time. A large prefill hides the dispatch under its kernels; a short
+prompt, a prompt's last chunk or a small decode batch is set by it.
+
+Dispatch time is priced per decoder layer from two public measurements, taken as
+whole-step times of host-bound steps (the eager step's time is then the host's):
+
+- a dense layer: SGLang's own benchmark of Llama-3-8B at one sequence without CUDA
+  graphs, 8.23 ms a decode step with its FlashInfer attention (sgl-project/sglang PR
+  1401, September 2024; 7.35 ms graphed): 8.23 / 32 ms a layer;
+- a layer of latent attention and routed experts (DeepSeek-V3 and its family): SGLang's
+  DeepSeek-V3 forward of one new token, 82.64 ms eager against 23.10 ms graphed
+  (sgl-project/sglang PR 12160, October 2025): what is left of 82.64 ms after its three
+  dense layers, over its 58 expert layers.
+
+Any other layer (grouped-query attention with experts, Gated DeltaNet, sliding window)
+is priced as a dense layer, for want of a measurement: a lower bound where its layer
+issues more kernels. How these figures were checked against public end-to-end runs:
+docs/models.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from sim.cost.shape import StepShape
+
+if TYPE_CHECKING:
+    from sim.cost.gpus import GPUSpec
+    from sim.cost.specs import ModelSpec
+
+# Seconds of host dispatch a decoder layer takes without CUDA graphs (module doc).
+DENSE_LAYER_S = 8.23e-3 / 32
+LATENT_EXPERT_LAYER_S = (82.64e-3 - 3 * DENSE_LAYER_S) / 58
+
+# Which steps replay CUDA graphs: "all" (vLLM's default: decode and mixed batches, the
+# latter piecewise), "decode" (decode-only steps: TensorRT-LLM; SGLang before 0.5.10),
+# "none" (vLLM's --enforce-eager, SGLang's --disable-cuda-graph).
+GraphMode = Literal["all", "decode", "none"]
+GRAPH_MODES: tuple[str, ...] = ("auto", "all", "decode", "none")
+# SGLang's first release that graphs prefills by default (piecewise graphs, PR 16331).
+SGLANG_PREFILL_GRAPHS = (0, 5, 10)
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def dispatch_s(model: ModelSpec) -> float:
+    """Seconds the host takes to issue one forward pass of ``model`` op by op: per
+    decoder layer, :data:`LATENT_EXPERT_LAYER_S` for a layer with latent attention and
+    routed experts, :data:`DENSE_LAYER_S` for any other."""
+    if model.kv_lora_rank and model.experts:
+        expert_layers = model.layers - model.dense_layers
+        return expert_layers * LATENT_EXPERT_LAYER_S + model.dense_layers * DENSE_LAYER_S
+    return model.layers * DENSE_LAYER_S
+
+
+@dataclass(frozen=True)
+class Graphs:
+    """Which steps of a replica replay CUDA graphs: ``mode`` (see :data:`GraphMode`),
+    and decode-only steps of at most ``max_decode_seqs`` sequences (0: any number)."""
+
+    mode: GraphMode
+    max_decode_seqs: int = 0
+
+    @property
+    def floored(self) -> bool:
+        """Whether any step runs without graphs (else nothing needs pricing)."""
+        return self.mode != "all" or self.max_decode_seqs > 0
+
+    @property
+    def phrase(self) -> str:
+        """What runs without graphs, in a few words (for the cost's source phrase)."""
+        if self.mode == "none":
+            return "no CUDA graphs (eager steps)"
+        eager = [] if self.mode == "all" else ["prefill steps"]
+        if self.max_decode_seqs:
+            eager.append(f"decode batches over {self.max_decode_seqs}")
+        return f"{' and '.join(eager)} without CUDA graphs"
+
+    def graphed(self, shape: StepShape) -> Any:
+        """Whether a step of ``shape`` replays a graph (a bool, or an array of them)."""
+        if self.mode == "none":
+            return False if type(shape.seqs) is int else np.zeros(np.shape(shape.seqs), bool)
+        decode = shape.prefill_seqs == 0
+        if self.max_decode_seqs:
+            decode = decode & (shape.seqs <= self.max_decode_seqs)
+        if self.mode == "decode":
+            return decode
+        return decode | (shape.prefill_seqs > 0)
+
+
+def sglang_decode_cap(gpu: GPUSpec, tp: int) -> int:
+    """SGLang's default ``--cuda-graph-max-bs``: the largest decode batch it captures, by
+    the GPU's memory (GiB) and tp, as its server arguments tier it."""
+    gib = gpu.mem_bytes / 2**30
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 80 if tp >= 4 else 24
+    if gib < 60:
+        return 160 if tp >= 4 else 32
+    if gib < 160:
+        return 512 if tp >= 4 else 256
+    return 512
+
+
+def sglang_graphs_prefill(version: str | None, model: ModelSpec) -> bool:
+    """Whether an SGLang release graphs prefill steps by default: from 0.5.10 (a nightly
+    build from 2026-03-02, when the change merged), except for gpt-oss, for which it
+    turns piecewise graphs off. A release that cannot be read (None, a custom build)
+    counts as the newest."""
+    if model.attention_sinks:
+        return False
+    if not version:
+        return True
+    m = _RELEASE.match(version.strip())
+    if m is not None:
+        return tuple(int(g) for g in m.groups()) >= SGLANG_PREFILL_GRAPHS
+    day = re.search(r"(20\d{6})", version)
+    return day is None or day.group(1) >= "20260302"
+
+
+def default_graphs(framework: str | None, version: str | None, model: ModelSpec,
+                   gpu: GPUSpec, tp: int) -> Graphs:
+    """The steps ``framework`` (None: vLLM's) replays from graphs by default: vLLM all of
+    them (those over its largest captured size run compiled code, whose dispatch is not
+    priced); TensorRT-LLM decode-only steps, however many sequences (InferenceX's recipes
+    size ``cuda_graph_config`` to the batch); SGLang decode batches up to
+    :func:`sglang_decode_cap`, and prefill steps from 0.5.10."""
+    if framework == "trtllm":
+        return Graphs("decode")
+    if framework == "sglang":
+        mode: GraphMode = "all" if sglang_graphs_prefill(version, model) else "decode"
+        return Graphs(mode, sglang_decode_cap(gpu, tp))
+    return Graphs("all")
+
+
+class EagerSteps:
+    """``cost`` with the steps ``graphs`` does not replay floored at ``dispatch``
+    seconds of device work: such a step costs ``host + max(step − host, dispatch)``,
+    where ``host`` is the wrapped model's serving-loop work (``host_terms()``, none
+    without it). ``frontend``, ``wake_time``, ``experts_time`` and ``host_terms`` are
+    the wrapped model's, so async scheduling's overlap may wrap this one in turn."""
+
+    def __init__(self, cost: Any, graphs: Graphs, dispatch: float):
+        self.cost = cost
+        self.graphs = graphs
+        self.dispatch = float(dispatch)
+        self._step = cost.step_time
+        const, per_seq, per_group, groups = (cost.host_terms() if hasattr(cost, "host_terms")
+                                             else (0.0, 0.0, 0.0, 0.0))
+        self._terms = (float(const), float(per_seq), float(per_group), float(groups))
+        self.frontend = cost.frontend
+        self.wake_time = getattr(cost, "wake_time", None)
+        split = getattr(cost, "stage_split", None)
+        # A pipeline prices each stage's share of the layers (sim.cost.pipeline).
+        self.stage_split = None if split is None else self._stage_split
+
+    @property
+    def source(self) -> str:
+        """Where the prices come from, in one phrase."""
+        return f"{self.cost.source}; {self.graphs.phrase}"
+
+    def host_terms(self) -> tuple[float, float, float, float]:
+        """The wrapped model's serving-loop host work (see
+        :meth:`sim.cost.profilecost.ProfileCost.host_terms`)."""
+        return self._terms
+
+    def host_time(self, shape: StepShape) -> Any:
+        """Serving-loop host seconds of a step of ``shape`` (numbers or arrays)."""
+        const, per_seq, per_group, groups = self._terms
+        mn: Any = min if type(shape.seqs) is int else np.minimum
+        return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
+
+    def experts_time(self, tokens: int) -> float:
+        """The wrapped model's (data-parallel attention: the shared experts' seconds)."""
+        return float(self.cost.experts_time(tokens))
+
+    def step_time(self, shape: StepShape) -> Any:
+        """Seconds one iteration of ``shape`` takes (the class doc)."""
+        t = self._step(shape)
+        if type(shape.seqs) is int:
+            if self.graphs.graphed(shape):
+                return t
+            h = self.host_time(shape)
+            d = t - h
+            return h + (d if d > self.dispatch else self.dispatch)
+        h = self.host_time(shape)
+        return np.where(self.graphs.graphed(shape), t, h + np.maximum(t - h, self.dispatch))
+
+    def step_time_plus(self, shape: StepShape, extra_s: float) -> float:
+        """Seconds of one iteration of ``shape`` (Python ints) whose device work runs
+        ``extra_s`` seconds longer (a data-parallel rank's shared experts)."""
+        t = float(self._step(shape)) + extra_s
+        if self.graphs.graphed(shape):
+            return t
+        h = float(self.host_time(shape))
+        return h + max(t - h, self.dispatch)
+
+    def _stage_split(self, shape: StepShape) -> tuple[float, float, float]:
+        """The wrapped model's split of a step (layer work, last stage's, shared), the
+        layer work floored at the dispatch when the step runs without graphs."""
+        layer, last, shared = self.cost.stage_split(shape)
+        if self.graphs.graphed(shape):
+            return layer, last, shared
+        return max(layer, self.dispatch), last, shared

@@ -78,6 +78,16 @@ def test_the_serving_loops_host_work_stays_outside_the_floor() -> None:
     assert eager.host_terms() == cost.host_terms()
 
 
+def test_a_data_parallel_ranks_experts_sit_under_the_same_floor() -> None:
+    # Four decodes (1.04 ms) and 2 ms of the group's experts: 3.04 ms of device work,
+    # under the 5 ms dispatch, which they are issued within; 4 ms more of experts go past.
+    d = decode_shape(4, 400)
+    for eager in (EagerSteps(LINEAR, Graphs("none"), 5e-3),
+                  HostOverlap(EagerSteps(LINEAR, Graphs("none"), 5e-3))):
+        assert eager.step_time_plus(d, 2e-3) == 5e-3
+        assert eager.step_time_plus(d, 6e-3) == pytest.approx(7.04e-3, rel=1e-12)
+
+
 @pytest.mark.parametrize("gpu, tp, cap", [("h200", 1, 256), ("h200", 8, 512),
                                           ("h100-sxm", 2, 256), ("b200", 1, 512),
                                           ("l40s", 1, 32), ("l40s", 4, 160),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.cost.eager import EagerSteps
 from sim.cost.shape import StepShape
 from sim.cost.vllmmemory import version_tuple
 
@@ -86,6 +87,9 @@ class HostOverlap:
         ``extra_s`` seconds longer (a data-parallel rank's shared experts): the longer of
         that device work and the host work."""
         h = self.host_time(shape)
+        if isinstance(self.cost, EagerSteps):
+            # The longer device work may still sit under the dispatch floor.
+            return max(self.cost.step_time_plus(shape, extra_s) - h, h)
         return max(self._step(shape) - h + extra_s, h)
 
     def experts_time(self, tokens: int) -> float:

@@ -191,9 +191,18 @@ class EagerSteps:
         """Seconds one iteration of ``shape`` takes (the class doc)."""
         t = self._step(shape)
         if type(shape.seqs) is int:
-            if self.graphs.graphed(shape):
+            # One step, the hot path of every simulated iteration: Graphs.graphed and
+            # host_time written out.
+            g = self.graphs
+            if shape.prefill_seqs:
+                if g.mode == "all":
+                    return t
+            elif g.mode != "none" and (not g.max_decode_seqs or shape.seqs <= g.max_decode_seqs):
                 return t
-            h = self.host_time(shape)
+            const, per_seq, per_group, groups = self._terms
+            h = const + per_seq * shape.seqs
+            if per_group:
+                h += per_group * min(shape.decode_seqs, groups)
             d = t - h
             return h + (d if d > self.dispatch else self.dispatch)
         h = self.host_time(shape)

@@ -160,3 +160,22 @@ def test_a_graph_mode_servesim_does_not_know_is_refused() -> None:
 
     with pytest.raises(ServesimError, match="cuda_graphs"):
         steps({"cuda_graphs": "piecewise"})
+
+
+def test_a_server_without_graphs_sets_no_graph_memory_aside() -> None:
+    """vLLM's --enforce-eager captures no graph, so the 0.73 GiB estimate a release with
+    one sets aside (0.21 on its V1 model runner) goes to the KV cache."""
+    from sim.config.disagg import pool_memory, pools
+    from sim.cost.memory import CUDA_GRAPH_BYTES
+
+    def budget(serving: dict[str, Any]) -> Any:
+        raw = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"}, "cost": "measured",
+               "workload": WORKLOAD, "serving": {"vllm_version": "0.21.0", **serving}}
+        sc = from_dict(raw, "<test>")
+        return pool_memory(sc.model, pools(sc)[0])
+
+    graphed, eager = budget({}), budget({"cuda_graphs": "none"})
+    assert (graphed.cuda_graph, eager.cuda_graph) == (CUDA_GRAPH_BYTES, 0)
+    assert eager.kv - graphed.kv == CUDA_GRAPH_BYTES
+    assert eager.blocks == (graphed.kv + CUDA_GRAPH_BYTES) // graphed.block_bytes
+    assert budget({"cuda_graphs": "decode"}).cuda_graph == CUDA_GRAPH_BYTES

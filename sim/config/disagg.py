@@ -261,7 +261,8 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     budget = memory_budget(model, pool.gpu_spec, pool.tp, pool.memory_utilization,
                            sv.block_size, sv.max_num_batched_tokens, sv.max_num_seqs, pool.pp,
                            pool.ep, pool.dp, pool.memory_rules, hybrid=hybrid_kv(pool),
-                           shared_states=sv.linear_state_pool == "kv_cache")
+                           shared_states=sv.linear_state_pool == "kv_cache",
+                           graphs=sv.cuda_graphs != "none")
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's

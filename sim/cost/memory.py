@@ -382,7 +382,7 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
                   block_size: int, max_num_batched_tokens: int, max_num_seqs: int,
                   pp: int = 1, ep: int = 1, dp: int = 1,
                   rules: MemoryRules | None = None, hybrid: bool = True,
-                  shared_states: bool = False) -> MemoryBudget:
+                  shared_states: bool = False, graphs: bool = True) -> MemoryBudget:
     """Every term of one GPU's memory and the replica's KV blocks (see :class:`MemoryBudget`
     and the constants above); call :meth:`MemoryBudget.fitted` to require one block.
     With ``pp`` > 1 stages, the budget of the stage with the fewest KV blocks (vLLM
@@ -396,12 +396,14 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
     in every block. ``shared_states``: a model's Gated DeltaNet states are pages of the
     KV pool, as vLLM keeps them (:func:`kv_pool_states`; ``block_size`` then already
     vLLM's raised one, :func:`state_block_size`), else set aside beforehand for the most
-    sequences that may run (:func:`reserve_states`, SGLang's and TensorRT-LLM's way)."""
+    sequences that may run (:func:`reserve_states`, SGLang's and TensorRT-LLM's way).
+    ``graphs=False``: the server captures no CUDA graph (vLLM's ``--enforce-eager``), so
+    no graph estimate is set aside."""
     if rules is None:
         rules = memory_rules(DEFAULT_VERSION, model)
     if pp > 1:
         stages = [stage_budget(model, gpu, tp, memory_utilization, block_size,
-                               max_num_batched_tokens, max_num_seqs, pp, k, ep, rules)
+                               max_num_batched_tokens, max_num_seqs, pp, k, ep, rules, graphs)
                   for k in range(pp)]
         return min(stages, key=lambda b: (b.blocks, b.kv))
     d = shard(model, tp, ep=ep, dp=dp)
@@ -412,7 +414,8 @@ def memory_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: f
                                     dp=dp, rules=rules),
         # A GPU among others keeps communicators (tensor-parallel, or experts' dispatch).
         non_torch=NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp * dp > 1 else 0),
-        cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
+        cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate and graphs else 0,
+        block_size=block_size,
         block_bytes=d.kv_bytes_per_token * block_size, ep=ep, dp=dp, rules=rules.phrase,
         rotary=rotary_table_bytes(model), rotary_positions=model.max_context)
     if model.linear_layers:
@@ -540,7 +543,8 @@ def kv_pool_states(budget: MemoryBudget, model: ModelSpec, ratio: float) -> Memo
 
 def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: float,
                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int, pp: int,
-                 k: int, ep: int = 1, rules: MemoryRules | None = None) -> MemoryBudget:
+                 k: int, ep: int = 1, rules: MemoryRules | None = None,
+                 graphs: bool = True) -> MemoryBudget:
     """One GPU of pipeline stage ``k``: its own weights (:func:`stage_weight_bytes`), the
     layers' profiling peak (the sampler's only on the last stage), the non-torch memory
     with its communicators (NCCL's for the stage-to-stage sends as for tensor
@@ -555,7 +559,8 @@ def stage_budget(model: ModelSpec, gpu: GPUSpec, tp: int, memory_utilization: fl
         activation=activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs,
                                     sampler=k == pp - 1, ep=ep, rules=rules),
         non_torch=NON_TORCH_BYTES + NON_TORCH_TP_BYTES,
-        cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate else 0, block_size=block_size,
+        cuda_graph=CUDA_GRAPH_BYTES if rules.graph_estimate and graphs else 0,
+        block_size=block_size,
         block_bytes=d.kv_bytes_per_token // d.layers * layers * block_size, pp=pp, stage=k,
         ep=ep, rules=rules.phrase, rotary=rotary_table_bytes(model),
         rotary_positions=model.max_context)

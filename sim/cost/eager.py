@@ -49,7 +49,6 @@ LATENT_EXPERT_LAYER_S = (82.64e-3 - 3 * DENSE_LAYER_S) / 58
 # latter piecewise), "decode" (decode-only steps: TensorRT-LLM; SGLang before 0.5.10),
 # "none" (vLLM's --enforce-eager, SGLang's --disable-cuda-graph).
 GraphMode = Literal["all", "decode", "none"]
-GRAPH_MODES: tuple[str, ...] = ("auto", "all", "decode", "none")
 # SGLang's first release that graphs prefills by default (piecewise graphs, PR 16331).
 SGLANG_PREFILL_GRAPHS = (0, 5, 10)
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")

@@ -179,3 +179,15 @@ def test_a_server_without_graphs_sets_no_graph_memory_aside() -> None:
     assert eager.kv - graphed.kv == CUDA_GRAPH_BYTES
     assert eager.blocks == (graphed.kv + CUDA_GRAPH_BYTES) // graphed.block_bytes
     assert budget({"cuda_graphs": "decode"}).cuda_graph == CUDA_GRAPH_BYTES
+
+
+def test_a_linear_cost_without_graphs_stays_synchronous() -> None:
+    """The linear model has no host work to overlap: wrapping it for eager steps must not
+    turn async scheduling's overlap (and its one-step wait) on."""
+    def built(graphs: str) -> Any:
+        raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.02}}, "workload": WORKLOAD,
+               "serving": {"cuda_graphs": graphs}}
+        return build_cost(from_dict(raw, "<test>"))
+
+    assert not isinstance(built("none"), HostOverlap) and isinstance(built("none"), EagerSteps)
+    assert built("all") == LinearCost(step_s=0.02)

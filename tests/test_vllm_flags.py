@@ -5,6 +5,7 @@ does not model is refused by name."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -486,7 +487,7 @@ DEEP = '{"pass_config": ' + "[" * 2000 + "]" * 2000 + "}"
      "vllm.compilation-config", "key 'cudagraph_mode' given twice"),
     # Floats and booleans as a level (H7): vLLM's own coercion is not relied on.
     ({"compilation-config": '{"mode": 0.0}'}, "vllm.compilation-config.mode",
-     "got 0.0, expected an integer (0 is no compilation) or a mode name such as NONE"),
+     "got 0.0, expected an integer from 0 (no compilation) to 3 or a mode name such as NONE"),
     ({"compilation-config": '{"level": -0.0}'}, "vllm.compilation-config.level", "got -0.0"),
     ({"compilation-config": '{"level": false}'}, "vllm.compilation-config.level",
      "got False, expected an integer"),
@@ -528,6 +529,50 @@ def test_flags_that_turn_cuda_graphs_off_run_every_step_eager(vllm: Any) -> None
     with pytest.raises(ServesimError, match=r"turns CUDA graphs off, while the scenario sets "
                                             r"serving.cuda_graphs 'all'"):
         scenario(vllm, serving={"cuda_graphs": "all"})
+
+
+@pytest.mark.parametrize("vllm, graphs", [
+    # A cudagraph_mode named anywhere decides over a compilation level of 0 anywhere, as
+    # vLLM derives the mode from the level only when it is unset: the same settings as
+    # one mapping, as dotted keys, or beside -O0.
+    ({"compilation-config": {"mode": 0, "cudagraph_mode": "PIECEWISE"}}, "all"),
+    ({"compilation-config.mode": 0, "compilation-config.cudagraph_mode": "PIECEWISE"}, "all"),
+    ({"cc.level": 0, "cc.cudagraph_mode": "FULL_AND_PIECEWISE"}, "all"),
+    ({"O0": True, "compilation-config": {"cudagraph_mode": "FULL"}}, "all"),
+    ({"compilation-config": {"cudagraph_mode": "full_decode_only"}}, "decode"),
+    ({"cc.cudagraph_mode": " NONE "}, "none"),
+    ({"compilation-config": {"cudagraph_mode": " NONE "}}, "none"),
+    # Not set: says nothing of graphs.
+    ({"compilation-config.cudagraph_mode": None}, "auto"),
+    ({"compilation-config": {"cudagraph_mode": None}}, "auto"),
+])
+def test_each_spelling_of_a_graph_mode_lands_alike(vllm: Any, graphs: str) -> None:
+    assert scenario(vllm).serving.cuda_graphs == graphs
+
+
+@pytest.mark.parametrize("vllm, more, message", [
+    ({"cc.cudagraph_mode": 5}, {}, "got 5; vLLM's CUDA graph modes are NONE, "
+     "FULL_DECODE_ONLY, PIECEWISE, FULL, FULL_AND_PIECEWISE"),
+    ({"compilation-config": {"cudagraph_mode": ["NONE"]}}, {}, "got ['NONE']; vLLM's CUDA"),
+    ({"compilation-config": {"cudagraph_mode": 0}}, {}, "got 0; vLLM's CUDA graph modes"),
+    ({"optimization-level": -1}, {}, "got -1, expected an integer from 0 (no compilation) "
+     "to 3"),
+    ({"compilation-config": 7}, {}, "got 7, expected an integer from 0"),
+    ({"compilation-config": {"cudagraph_mode": "FULL"}}, {"serving": {"cuda_graphs": "none"}},
+     "asks for CUDA graphs 'all', while the scenario sets serving.cuda_graphs 'none'"),
+    ({"enforce-eager": True, "cc.cudagraph_mode": "FULL_DECODE_ONLY"}, {},
+     "while the scenario sets serving.cuda_graphs"),
+])
+def test_graph_modes_vllm_would_not_read_or_that_conflict_are_refused(
+        vllm: Any, more: dict, message: str) -> None:
+    with pytest.raises(ServesimError, match=re.escape(message)):
+        scenario(vllm, **more)
+
+
+def test_a_decode_cap_without_graphs_is_refused() -> None:
+    with pytest.raises(ServesimError, match="serving.cuda_graph_max_bs: got 64, but "
+                                            "cuda_graphs is none"):
+        scenario({}, serving={"cuda_graphs": "none", "cuda_graph_max_bs": 64})
 
 
 def test_enforce_eager_false_and_two_eager_flags_agree() -> None:

@@ -190,6 +190,10 @@ class ServingConfig:
                 check_version(self.vllm_version)
             except ServesimError as exc:
                 raise exc.located(prefix="vllm_version") from None
+        if self.cuda_graphs == "none" and self.cuda_graph_max_bs is not None:
+            raise ServesimError(f"got {self.cuda_graph_max_bs}, but cuda_graphs is none: no "
+                                "decode batch replays a graph; leave one of them out",
+                                where="cuda_graph_max_bs")
         if self.policy not in POLICIES:
             raise ServesimError(
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",

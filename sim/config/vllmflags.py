@@ -52,9 +52,9 @@ from sim.config.vllmnames import (
     SAME,
     flag_name,
     flag_value,
+    graph_setting,
     human_int,
     plain_name,
-    runs_eager,
 )
 from sim.config.vllmspec import json_object, merge_speculative, speculative_keys
 from sim.configtools import build
@@ -197,15 +197,16 @@ def _located(exc: ServesimError, flag: str, from_file: Path | None) -> ServesimE
     return ServesimError(exc.message, str(from_file), exc.where.removeprefix("vllm."))
 
 
-def _no_graphs(serving: dict[str, Any], where: str) -> None:
-    """Set ``serving.cuda_graphs: none`` for a flag at ``where`` that turns CUDA graphs
-    off (enforce-eager, or a compilation setting that does as much); another value the
-    scenario gives is a conflict."""
-    if serving.get("cuda_graphs", "none") != "none":
-        raise ServesimError(f"turns CUDA graphs off, while the scenario sets "
-                            f"serving.cuda_graphs {serving['cuda_graphs']!r}; give one of "
-                            "them", where=where)
-    serving["cuda_graphs"] = "none"
+def _graphs(serving: dict[str, Any], mode: str, where: str) -> None:
+    """Set ``serving.cuda_graphs`` to ``mode`` for the flag at ``where`` (enforce-eager,
+    or a compilation setting that decides CUDA graphs); another value the scenario or
+    another flag gives is a conflict (``auto`` yields)."""
+    current = serving.get("cuda_graphs", "auto")
+    if current not in ("auto", mode):
+        what = "turns CUDA graphs off" if mode == "none" else f"asks for CUDA graphs {mode!r}"
+        raise ServesimError(f"{what}, while the scenario sets serving.cuda_graphs "
+                            f"{current!r}; give one of them", where=where)
+    serving["cuda_graphs"] = mode
 
 
 def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, Any]],
@@ -259,11 +260,12 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
         if not isinstance(value, bool):
             raise ServesimError(f"got {value!r}, expected true or false", where=where)
         if value:
-            _no_graphs(section("serving"), where)
+            _graphs(section("serving"), "none", where)
     elif name in KERNEL or name.partition(".")[0] in KERNEL:
-        if runs_eager(name, value, where):
-            _no_graphs(section("serving"), where)
-        elif value is not None:
+        graphs = graph_setting(name, value, where, given)
+        if graphs is not None:
+            _graphs(section("serving"), graphs, where)
+        if graphs in (None, "all") and value is not None:
             notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
                          "steps cost what vLLM's default kernels take")
     elif name in HOST_TIER_FLAGS:

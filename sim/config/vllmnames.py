@@ -176,16 +176,16 @@ def _level_is_0(value: Any, where: str) -> bool:
     at. None (not set) is not 0."""
     if value is None:
         return False
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
         return value == 0
     if isinstance(value, str):
         text = value.strip()
-        if _INTEGER.fullmatch(text):
+        if _INTEGER.fullmatch(text) and 0 <= int(text) <= 3:
             return int(text) == 0
         if _MODE_NAME.fullmatch(text):
             return text.upper() in _NO_COMPILE
-    raise ServesimError(f"got {value!r}, expected an integer (0 is no compilation) or a "
-                        "mode name such as NONE or VLLM_COMPILE", where=where)
+    raise ServesimError(f"got {value!r}, expected an integer from 0 (no compilation) to 3 "
+                        "or a mode name such as NONE or VLLM_COMPILE", where=where)
 
 
 def compilation_config(value: Any, where: str) -> dict[str, Any] | int | None:
@@ -207,28 +207,69 @@ def compilation_config(value: Any, where: str) -> dict[str, Any] | int | None:
                         "integer level", where=where)
 
 
-def runs_eager(name: str, value: Any, where: str) -> bool:
-    """Whether a kernel setting turns CUDA graphs off, as ``enforce-eager`` does:
-    optimization level 0, compilation mode or level 0 (also vLLM's integer
-    ``compilation-config: 0``) without a ``cudagraph_mode`` of its own, or a compilation
-    config whose ``cudagraph_mode`` is NONE. A level, mode or compilation config vLLM
-    would not read (malformed JSON, a float level) is an error naming ``where``."""
-    if name == "optimization_level":
-        return _level_is_0(value, where)
-    if name.endswith(".cudagraph_mode"):
-        return str(value).strip().upper() == "NONE"
+# vLLM's CUDA graph modes (CUDAGraphMode) and the steps each replays, as
+# serving.cuda_graphs names them: decode-only steps alone, or all of them (the piecewise
+# and full modes differ in kernels, which are not priced).
+GRAPH_MODES = {"NONE": "none", "FULL_DECODE_ONLY": "decode", "PIECEWISE": "all",
+               "FULL": "all", "FULL_AND_PIECEWISE": "all"}
+
+
+def _graph_mode(value: Any, where: str) -> str | None:
+    """``serving.cuda_graphs`` for a ``cudagraph_mode`` value (None: not set); a value
+    that is not one of vLLM's mode names is an error naming ``where``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().upper() in GRAPH_MODES:
+        return GRAPH_MODES[value.strip().upper()]
+    raise ServesimError(f"got {value!r}; vLLM's CUDA graph modes are "
+                        f"{', '.join(GRAPH_MODES)}", where=where)
+
+
+def _names_graph_mode(given: dict[str, tuple[str, Any]]) -> bool:
+    """Whether some flag of ``given`` (name -> (flag, value)) names a ``cudagraph_mode``
+    outright, which then decides whatever compilation level another flag gives, as
+    vLLM derives the mode from the level only when it is unset."""
+    for name, (_, value) in given.items():
+        if name.endswith(".cudagraph_mode") and value is not None:
+            return True
+        if name == "compilation_config":
+            try:
+                config = compilation_config(value, "")
+            except ServesimError:
+                continue  # refused, naming the flag, when that flag is read
+            if isinstance(config, dict) and config.get("cudagraph_mode") is not None:
+                return True
+    return False
+
+
+def graph_setting(name: str, value: Any, where: str,
+                  given: dict[str, tuple[str, Any]]) -> str | None:
+    """The ``serving.cuda_graphs`` a kernel setting asks for: its ``cudagraph_mode``
+    where it names one (NONE: "none", as enforce-eager; FULL_DECODE_ONLY: "decode"; the
+    others "all"); "none" for optimization level 0 or compilation mode or level 0 (also
+    vLLM's integer ``compilation-config: 0``) unless some flag of ``given`` names a
+    ``cudagraph_mode``; None where it says nothing of graphs. A level, mode or
+    compilation config vLLM would not read (malformed JSON, a float level, an unknown
+    graph mode) is an error naming ``where``."""
+    explicit = _names_graph_mode(given)
     head, _, key = name.partition(".")  # -O.mode is the compilation config's, as -cc.mode
-    if head in ("compilation_config", "optimization_level") and key in ("level", "mode"):
-        return _level_is_0(value, where)
+    if name == "optimization_level" or (head in ("compilation_config", "optimization_level")
+                                        and key in ("level", "mode")):
+        return "none" if _level_is_0(value, where) and not explicit else None
+    if name.endswith(".cudagraph_mode"):
+        return _graph_mode(value, where)
     if name != "compilation_config":
-        return False
+        return None
     config = compilation_config(value, where)
     if not isinstance(config, dict):
-        return config == 0  # vLLM reads a bare number as the compilation level
+        # vLLM reads a bare number as the compilation level.
+        return "none" if config is not None and _level_is_0(config, where) and not explicit \
+            else None
     zero = [_level_is_0(config.get(k), f"{where}.{k}") for k in ("level", "mode")]
-    if config.get("cudagraph_mode") is not None:  # graphs asked for, or not, outright
-        return str(config["cudagraph_mode"]).upper() == "NONE"
-    return any(zero)
+    mode = _graph_mode(config.get("cudagraph_mode"), f"{where}.cudagraph_mode")
+    if mode is not None:  # graphs asked for, or not, outright
+        return mode
+    return "none" if any(zero) and not explicit else None
 
 
 _DIGITS = re.compile(r"[0-9]+")

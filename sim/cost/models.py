@@ -92,8 +92,8 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
     run vLLM's async scheduling (:mod:`sim.cost.overlap`)."""
     base = _build_cost(scenario, pool_gpu, tp)
     cost = eager_steps(scenario, base, _gpu_spec(scenario, pool_gpu), tp or scenario.hardware.tp)
-    if not async_scheduling(scenario) or not hasattr(cost, "host_terms"):
-        return cost
+    if not async_scheduling(scenario) or not hasattr(base, "host_terms"):
+        return cost  # a model without host work (the linear one) has nothing to overlap
     if scenario.serving.async_scheduling is None and _framework(base) not in (None, "vllm"):
         # An SGLang or TensorRT-LLM profile named by path prices its own framework's
         # steps, as `cost: measured` with that framework does.

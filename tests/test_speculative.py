@@ -33,7 +33,7 @@ from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, batch_shape
 from sim.report.metrics import per_request
-from sim.report.outputs import requests_csv
+from sim.report.outputs import requests_csv, table
 from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
@@ -268,6 +268,22 @@ def test_orca_reserves_the_last_verifys_slots_and_counts_verifies_whole() -> Non
     res = run_requests(plain, [0.0, 0.001], [8, 10], [5, 2])
     assert res.step_log[1][3] == ((0, 1, 8), (1, 10, 0))
     assert res.replica_stats[0].kv_peak == 6
+
+
+def test_orca_verifies_past_the_token_budget_are_counted_and_said() -> None:
+    # Orca, k = 3, a budget of 16 tokens: five 1-token prompts fit it at once (5 tokens),
+    # then each iteration verifies all five (5 x 4 = 20 tokens), where TensorRT-LLM would
+    # leave one out. At acceptance 1 each 9-token output takes two verifies of 4 after
+    # its prompt's token: two iterations over the budget, counted and said.
+    sc = spec_scenario("orca", k=3, acceptance={"rate": 1.0}, max_num_batched_tokens=16)
+    res = run_requests(sc, [0.0] * 5, [1] * 5, [9] * 5)
+    assert [sum(e[1] for e in step[3]) for step in res.step_log] == [5, 20, 20]
+    batch = summarize(res)["batch"]
+    assert (batch["over_budget_iterations"], batch["token_budget"]) == (2, 16)
+    assert "note: 2 iterations computed more than the 16-token budget" in table(summarize(res))
+    # Within the budget (four requests: 16 tokens a verify iteration), nothing is said.
+    fits = summarize(run_requests(sc, [0.0] * 4, [1] * 4, [9] * 4))
+    assert "over_budget_iterations" not in fits["batch"]
 
 
 def test_light_load_tpot_falls_by_the_mean_accepted_length_net_of_verify_cost() -> None:

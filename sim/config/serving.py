@@ -365,6 +365,14 @@ class ServingConfig:
         return 1 if self.speculative is None else self.speculative.num_tokens + 1
 
     @property
+    def iteration_budget(self) -> int:
+        """The tokens an iteration may compute under this policy, as vLLM v1 and
+        TensorRT-LLM schedule them (``chunk_budget`` under chunked,
+        ``max_num_batched_tokens`` under orca), 0 for the policies without one."""
+        return {"chunked": self.chunk_budget,
+                "orca": self.max_num_batched_tokens}.get(self.policy, 0)
+
+    @property
     def chunk_budget(self) -> int:
         """The chunked policy's tokens per iteration: ``token_budget`` if given, else
         ``max_num_batched_tokens`` (vLLM v1)."""

@@ -138,6 +138,7 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             DPGroup(engine, members[g:g + pool.dp], pool_cost)
         for rep in members:
             rep.stats.block_bytes = budget.block_bytes
+            rep.stats.token_limit = sv.iteration_budget
         replicas += members
         by_role[pool.role] = members
         routers[pool.role] = ROUTERS[pool.router](rng)

@@ -15,7 +15,7 @@ class ReplicaStats:
                  "prefix_evictions", "block_bytes", "host_total", "host_hit_tokens",
                  "host_io_s", "host_stored", "host_loaded", "host_dropped", "spec_verifies",
                  "spec_tokens", "until", "until_used", "resumed_query_tokens",
-                 "resumed_hit_tokens")
+                 "resumed_hit_tokens", "token_limit", "over_budget")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
@@ -40,6 +40,11 @@ class ReplicaStats:
         self.host_dropped = 0
         self.spec_verifies = 0  # speculative verifies run (one per sequence and iteration)
         self.spec_tokens = 0  # tokens those emitted
+        # The policy's tokens an iteration (0: none), and the iterations that computed more:
+        # every running sequence decodes (or verifies k + 1 tokens) each iteration, where
+        # vLLM's and TensorRT-LLM's schedulers would leave those past the budget out.
+        self.token_limit = 0
+        self.over_budget = 0
         self.iterations = 0
         self.busy_s = 0.0
         self.batch_seqs = 0
@@ -75,6 +80,8 @@ class ReplicaStats:
         self.busy_s += dt
         self.batch_seqs += seqs
         self.batch_tokens += tokens
+        if self.token_limit and tokens > self.token_limit:
+            self.over_budget += 1
         self.kv_block_s += used * dt
         if used > self.kv_peak:
             self.kv_peak = used

@@ -181,3 +181,14 @@ def spec_classes(res: RunResult) -> dict[str, Any]:
                      "mean_tokens_per_verify": tokens / verifies if verifies else None}
     return {"classes": out,
             "expected_tokens_per_verify_of_classes": weighted / total if total else None}
+
+
+def over_budget(stats: Any, budget: int) -> dict[str, Any]:
+    """The iterations that computed more tokens than the policy's per-iteration budget
+    (``budget``: chunked's token budget, orca's max_num_batched_tokens), present only when
+    some did: every running sequence decodes, or verifies its k + 1 tokens, each
+    iteration, where vLLM and TensorRT-LLM would leave the verifies past the budget out
+    until a later one, so such a run's steps are larger than the server's."""
+    n = sum(s.over_budget for s in stats)
+    return {"over_budget_iterations": n, "token_budget": budget} if n else {}
+

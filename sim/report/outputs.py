@@ -213,6 +213,11 @@ def table(summary: dict[str, Any]) -> str:
                  f"/ {cell(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/{unit}, mean use {cell(kv['mean_utilization'], '.1%')}, peak "
                  f"{cell(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+    if b.get("over_budget_iterations"):
+        lines.append(f"note: {b['over_budget_iterations']} iterations computed more than the "
+                     f"{b['token_budget']}-token budget (every running sequence's decode or "
+                     "verify, which vLLM and TensorRT-LLM would cut to the budget); lower "
+                     "max_num_seqs or raise the budget for steps the server would run")
     pc = summary.get("prefix_cache")
     if pc is not None:
         lines.append(f"prefix cache: {pc['hit_tokens']} of {pc['prefill_tokens']} prefill "

@@ -10,6 +10,7 @@ from sim.core.engine import RunResult
 from sim.core.request import FINISHED, NOT_ARRIVED, REJECTED, UNFINISHED
 from sim.report.features import (
     fault_summary,
+    over_budget,
     prefix_summary,
     spec_summary,
     tier_summary,
@@ -113,6 +114,7 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
             "iterations": iters,
             "mean_seqs": sum(s.batch_seqs for s in stats) / iters if iters else None,
             "mean_tokens": sum(s.batch_tokens for s in stats) / iters if iters else None,
+            **over_budget(stats, sc.serving.iteration_budget),
         },
         "kv": {
             "blocks_per_replica": [s.kv_total for s in stats],

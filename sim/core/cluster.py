@@ -137,8 +137,7 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         for g in range(0, len(members) if pool.dp > 1 else 0, pool.dp):
             DPGroup(engine, members[g:g + pool.dp], pool_cost)
         for rep in members:
-            rep.stats.block_bytes = budget.block_bytes
-            rep.stats.token_limit = sv.iteration_budget
+            rep.stats.block_bytes, rep.stats.token_limit = budget.block_bytes, sv.iteration_budget
         replicas += members
         by_role[pool.role] = members
         routers[pool.role] = ROUTERS[pool.router](rng)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sim.cost.eager import EagerSteps, default_graphs, dispatch_s  # noqa: E402
+from sim.cost.eager import default_graphs, floored  # noqa: E402
 from sim.cost.gpus import GPUS  # noqa: E402
 from sim.cost.priors import framework_priors  # noqa: E402
 from sim.cost.roofline import RooflineCost, RooflineParams  # noqa: E402
@@ -54,11 +53,10 @@ def main() -> None:
         for c in with_lengths([c for c in cases if c.framework == fw],
                               priors.aic_client_lengths):
             r = c.row
-            roof: Any = RooflineCost(c.spec, GPUS[c.gpu], r.tp, RooflineParams(), ep=c.ep)
             # The roofline stands for the same server: its eager steps too.
-            graphs = default_graphs(c.framework, r.version, c.spec, GPUS[c.gpu], r.tp)
-            if graphs.floored:
-                roof = EagerSteps(roof, graphs, dispatch_s(c.spec))
+            roof = floored(RooflineCost(c.spec, GPUS[c.gpu], r.tp, RooflineParams(), ep=c.ep),
+                           default_graphs(c.framework, r.version, c.spec, GPUS[c.gpu], r.tp),
+                           c.spec)
             errs = []
             for cost in (_cost(c, priors), roof):
                 ttft, tpot, _ = predict(c, cost)

@@ -344,10 +344,9 @@ class ServingConfig:
                 f"speculative decoding is modelled for policies "
                 f"{', '.join(rest)} and {last}, not {self.policy!r}",
                 where="speculative")
-        # Both count a verify's k + 1 tokens against their per-iteration token budget.
-        budget = {"chunked": self.chunk_budget,
-                  "orca": self.max_num_batched_tokens}.get(self.policy)
-        if budget is not None and budget < spec.num_tokens + 1:
+        # Chunked and orca count a verify's k + 1 tokens against their per-iteration budget.
+        budget = self.iteration_budget
+        if budget and budget < spec.num_tokens + 1:
             raise ServesimError(f"got num_tokens {spec.num_tokens}: a verify of "
                                 f"{spec.num_tokens + 1} tokens exceeds the token budget "
                                 f"{budget}", where="speculative.num_tokens")

@@ -54,6 +54,15 @@ SGLANG_PREFILL_GRAPHS = (0, 5, 10)
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
+def host_seconds(terms: tuple[float, ...], shape: StepShape) -> Any:
+    """Serving-loop host seconds of a step of ``shape`` (numbers or arrays) from a cost
+    model's ``host_terms()``: (fixed s, s per sequence, s per decode group, group count
+    cap)."""
+    const, per_seq, per_group, groups = terms
+    mn: Any = min if type(shape.seqs) is int else np.minimum
+    return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
+
+
 def dispatch_s(model: ModelSpec) -> float:
     """Seconds the host takes to issue one forward pass of ``model`` op by op: per
     decoder layer, :data:`LATENT_EXPERT_LAYER_S` for a layer with latent attention and
@@ -178,9 +187,7 @@ class EagerSteps:
 
     def host_time(self, shape: StepShape) -> Any:
         """Serving-loop host seconds of a step of ``shape`` (numbers or arrays)."""
-        const, per_seq, per_group, groups = self._terms
-        mn: Any = min if type(shape.seqs) is int else np.minimum
-        return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
+        return host_seconds(self._terms, shape)
 
     def experts_time(self, tokens: int) -> float:
         """The wrapped model's (data-parallel attention: the shared experts' seconds)."""
@@ -223,3 +230,9 @@ class EagerSteps:
         if self.graphs.graphed(shape):
             return layer, last, shared
         return max(layer, self.dispatch), last, shared
+
+
+def floored(cost: Any, graphs: Graphs, model: ModelSpec) -> Any:
+    """``cost`` with the steps ``graphs`` does not replay floored at ``model``'s dispatch
+    (:class:`EagerSteps`); ``cost`` itself where every step replays one."""
+    return EagerSteps(cost, graphs, dispatch_s(model)) if graphs.floored else cost

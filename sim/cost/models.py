@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sim.configtools import bounded
-from sim.cost.eager import EagerSteps, default_graphs, dispatch_s
+from sim.cost.eager import EagerSteps, default_graphs, floored
 from sim.cost.frontend import NO_FRONTEND, Frontend
 from sim.cost.gpus import GPUS, GPUSpec, gpu, gpu_of_device
 from sim.cost.overlap import HostOverlap, async_scheduling
@@ -116,7 +116,7 @@ def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int) -> Any:
         graphs = dataclasses.replace(graphs, mode=sv.cuda_graphs)
     if sv.cuda_graph_max_bs is not None:
         graphs = dataclasses.replace(graphs, max_decode_seqs=sv.cuda_graph_max_bs)
-    return EagerSteps(cost, graphs, dispatch_s(scenario.model)) if graphs.floored else cost
+    return floored(cost, graphs, scenario.model)
 
 
 def unwrapped(cost: Any) -> Any:

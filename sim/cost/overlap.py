@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sim.cost.eager import EagerSteps
+from sim.cost.eager import EagerSteps, host_seconds
 from sim.cost.shape import StepShape
 from sim.cost.vllmmemory import version_tuple
 
@@ -74,9 +74,7 @@ class HostOverlap:
 
     def host_time(self, shape: StepShape) -> Any:
         """Host seconds of a step of ``shape`` (numbers or arrays)."""
-        const, per_seq, per_group, groups = self._terms
-        mn: Any = min if type(shape.seqs) is int else np.minimum
-        return const + per_seq * shape.seqs + per_group * mn(shape.decode_seqs, groups)
+        return host_seconds(self._terms, shape)
 
     def device_time(self, shape: StepShape) -> Any:
         """Seconds of the device step alone (the step without its host work)."""

@@ -71,7 +71,7 @@ def _counted(entries: Iterable[tuple[int, int, bool]]) -> StepShape:
 
 def decode_shape(seqs: int, context_tokens: int) -> StepShape:
     """Shape of a decode-only step of ``seqs`` sequences holding ``context_tokens`` in cache."""
-    return StepShape(seqs, seqs, context_tokens, 0, 0, 0, context_tokens + seqs)
+    return verify_shape(seqs, 1, context_tokens)
 
 
 def verify_shape(seqs: int, width: int, context_tokens: int) -> StepShape:
@@ -88,5 +88,4 @@ def batch_shape(batch: Mapping[Request, int]) -> StepShape:
     verifies on their decode kernels, one read of each sequence's KV with the k + 1
     queries beside it (vLLM's attention backends that treat speculation as decode, the
     latent-attention ones among them; TensorRT-LLM's generation kernels for MTP)."""
-    return _counted((n, r.computed, n <= 1 or r.prompt + r.generated - r.computed == 1)
-                    for r, n in batch.items())
+    return _counted((n, r.computed, n <= 1 or r.pending_tokens == 1) for r, n in batch.items())

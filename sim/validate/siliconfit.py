@@ -28,7 +28,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from sim.cost.dtypes import FOUR_BIT_WEIGHTS
-from sim.cost.eager import EagerSteps, default_graphs, dispatch_s
+from sim.cost.eager import default_graphs, floored
 from sim.cost.frontend import Frontend
 from sim.cost.gpus import gpu
 from sim.cost.overlap import HostOverlap
@@ -87,13 +87,11 @@ def _cost(case: Case, p: Priors) -> Any:
     collection's per-request latency (:meth:`Priors.for_collection`), and its host work
     overlapped with the device where the run did so (:data:`OVERLAPPED_HOST`)."""
     p = p.for_collection(case.row.collection)
-    cost: Any = with_priors(base_cost(case.framework, case.gpu, case.spec, case.tp,
-                                      case.ep, case.moe_backend, case.dp), p)
+    cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.tp, case.ep,
+                                 case.moe_backend, case.dp), p)
     # The steps the row's release ran without CUDA graphs (sim/cost/eager.py).
-    graphs = default_graphs(case.framework, case.row.version, case.spec, gpu(case.gpu),
-                            case.row.tp)
-    if graphs.floored:
-        cost = EagerSteps(cost, graphs, dispatch_s(case.spec))
+    cost = floored(cost, default_graphs(case.framework, case.row.version, case.spec,
+                                        gpu(case.gpu), case.row.tp), case.spec)
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
         return HostOverlap(cost)
     return cost

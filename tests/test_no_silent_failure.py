@@ -272,7 +272,7 @@ BASES: dict[str, dict[str, Any]] = {
         serving={"policy": "chunked", "prefix_caching": True, "block_size": 4,
                  "kv_offload": {"cpu_gb": 1, "bandwidth_gb_s": 10}}),
     "serving.speculative": tiny(serving={"policy": "chunked", "block_size": 4, "speculative": {
-        "method": "mtp", "num_tokens": 2, "draft_layers": 1, "acceptance": {"rate": 0.5}}}),
+        "method": "eagle", "num_tokens": 2, "draft_layers": 1, "acceptance": {"rate": 0.5}}}),
     "serving.speculative.classes": tiny(
         workload={"arrivals": {"process": "poisson", "rate": 20}, "num_requests": 12,
                   "classes": {"a": {"weight": 1, "lengths": {"prompt": UNI, "output": FIX}}}},

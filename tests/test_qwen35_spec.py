@@ -260,8 +260,8 @@ def test_mtp_token_counts_vllm_refuses_are_refused(tmp_path: Any) -> None:
     raw["serving"]["speculative"]["num_tokens"] = 4
     assert from_dict(raw)
     with pytest.raises(ServesimError, match=r"serving.speculative.method: got method mtp, but "
-                                            r"kimi-k2.5's config ships no multi-token-"
-                                            r"prediction module"):
+                                            r"kimi-k2.5 has no multi-token-prediction module "
+                                            r"a server drafts with \(model.mtp_layers 0"):
         from_dict({**_raw(), "model": "kimi-k2.5", "hardware": {"gpu": "h200", "tp": 8}})
 
 

@@ -65,8 +65,11 @@ def scenario(method: str, cost: Any = "measured", policy: str = "continuous") ->
     spec = {"method": method, "num_tokens": 2, "acceptance": {"rate": 1.0}}
     if method == "draft":
         spec["draft_model"] = "llama-3-8b"
+    model: Any = "llama-3-70b" if method == "draft" else "llama-3-8b"
+    if method == "mtp":  # as if its checkpoint shipped an MTP module
+        model = {"preset": model, "mtp_layers": 1}
     return from_dict({
-        "name": "spec-profile", "model": "llama-3-70b" if method == "draft" else "llama-3-8b",
+        "name": "spec-profile", "model": model,
         "hardware": {"gpu": "h100-sxm", "tp": 4 if method == "draft" else 1},
         "cost": cost, "serving": {"policy": policy, "speculative": spec},
         "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 1,

@@ -32,6 +32,7 @@ from sim.cost.gpus import gpu
 from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, batch_shape
+from sim.errors import ServesimError
 from sim.report.metrics import per_request
 from sim.report.outputs import requests_csv, table
 from sim.report.summary import summarize
@@ -41,9 +42,12 @@ from sim.workload.requests import Requests
 def spec_scenario(policy: str = "continuous", method: str = "ngram", k: int = 3,
                   acceptance: dict[str, Any] | None = None,
                   workload: dict[str, Any] | None = None, **serving: Any) -> Any:
-    """The tiny model under a linear cost, speculating with ``method``."""
+    """The tiny model under a linear cost, speculating with ``method`` (with ``mtp``, a
+    tiny model whose checkpoint ships one MTP module)."""
     spec = {"method": method, "num_tokens": k, "acceptance": acceptance or {"rate": 0.6}}
-    more = {} if workload is None else {"workload": workload}
+    more: dict[str, Any] = {} if workload is None else {"workload": workload}
+    if method == "mtp":
+        more["model"] = {"preset": "tiny", "mtp_layers": 1}
     return tiny_scenario(serving={"policy": policy, "speculative": spec, **serving}, **more)
 
 
@@ -108,6 +112,31 @@ def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: floa
     assert "classes" not in sp and "expected_tokens_per_verify_of_classes" not in sp
 
 
+def test_only_checkpoints_that_ship_mtp_modules_draft_with_them(tmp_path: Path) -> None:
+    # The presets' configs: DeepSeek's and GLM-5's num_nextn_predict_layers 1, Qwen3.5's
+    # mtp_num_hidden_layers 1, Kimi-K2.5's 0; Llama, Qwen3, Mixtral, gpt-oss name none, and
+    # MiniMax-M2.5's num_mtp_modules has no vLLM drafter.
+    with_mtp = {name for name, m in MODELS.items() if m.mtp_layers}
+    assert with_mtp == {"deepseek-v3", "deepseek-r1", "deepseek-v3.2", "glm-5", "qwen3.5-27b",
+                        "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
+                        "qwen3.5-397b-a17b-fp8"}
+    assert all(MODELS[n].mtp_layers == 1 for n in with_mtp)
+    from sim.cost.hfconfig import from_hf_config
+
+    llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+             "vocab_size": 1000, "max_position_embeddings": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llama))
+    assert from_hf_config(path).mtp_layers == 0
+    path.write_text(json.dumps({**llama, "num_nextn_predict_layers": 2}))
+    assert from_hf_config(path).mtp_layers == 2
+    with pytest.raises(ServesimError, match=r"serving.speculative.method: got method mtp, but "
+                                            r"llama-3-8b has no multi-token-prediction"):
+        tiny_scenario(model="llama-3-8b", serving={"speculative": {
+            "method": "mtp", "num_tokens": 1, "acceptance": {"rate": 0.5}}})
+
+
 # -- verifies request by request equal the aggregate ---------------------------------------
 @settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "40")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
@@ -126,7 +155,7 @@ def test_lazy_verifies_equal_eager(policy: str, method: str, k: int, a: float, b
     rows = sorted(rows)
     budgets = ({"max_num_batched_tokens": 2 * budget} if policy == "orca"
                else chunk_budget(policy, max(budget, block, k + 1)))
-    sc = tiny_scenario(serving={
+    sc = tiny_scenario(model={"preset": "tiny", "mtp_layers": 1}, serving={
         "policy": policy, "block_size": block, "num_kv_blocks": blocks, "max_num_seqs": 5,
         **budgets, "preemption": "swap" if swap else "recompute",
         "speculative": {"method": method, "num_tokens": k, "acceptance": {"rate": a}}})
@@ -517,6 +546,12 @@ BAD = {
                                "{rate: 0.5}, draft_layers: 1000}",
                                ["serving.speculative.draft_layers: got 1000, more than the 2 "
                                 "layers of the target tiny", "give 1 to 2"]),
+    # A model whose checkpoint ships no MTP module (the tiny preset's config names none).
+    "mtp_without_modules": ("continuous", "{method: mtp, num_tokens: 2, acceptance: "
+                            "{rate: 0.5}}",
+                            ["serving.speculative.method: got method mtp, but tiny has no "
+                             "multi-token-prediction module", "deepseek-v3, deepseek-v3.2, "
+                             "glm-5", "use eagle, draft or ngram"]),
     "unknown_key": ("continuous", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}, "
                     "tokens: 3}", ["serving.speculative", "unknown key 'tokens'"]),
     "static_policy": ("static", "{method: ngram, num_tokens: 2, acceptance: {rate: 0.5}}",

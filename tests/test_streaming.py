@@ -117,7 +117,7 @@ def test_lazy_chunks_of_verifies_equal_eager(policy: str, k: int, a: float, inte
     # Verifies emit 1 to k + 1 tokens: a chunk goes out after the verify that brings N
     # unsent ones. Small budgets cut verifies short; small caches force flushes.
     rows = sorted(rows)
-    sc = tiny_scenario(serving={
+    sc = tiny_scenario(model={"preset": "tiny", "mtp_layers": 1}, serving={
         "policy": policy, "block_size": 4, "num_kv_blocks": blocks, "max_num_seqs": 5,
         **chunk_budget(policy, max(budget, 4, k + 1)),
         "preemption": "swap" if swap else "recompute",

@@ -240,7 +240,7 @@ def test_speculative_config_sets_method_and_k_beside_the_scenarios_acceptance(
         method: str, ours: str) -> None:
     text = json.dumps({"method": method, "model": "org/head", "num_speculative_tokens": 3,
                        "prompt_lookup_max": 4})
-    sc = scenario({"speculative-config": text},
+    sc = scenario({"speculative-config": text}, model={"preset": "tiny", "mtp_layers": 1},
                   serving={"speculative": {"acceptance": {"rate": 0.6}}})
     spec = sc.serving.speculative
     assert spec is not None

@@ -227,9 +227,11 @@ def check_drafter(spec: SpeculativeConfig, model: ModelSpec) -> None:
     where = "serving.speculative"
     n, k = model.mtp_layers, spec.num_tokens
     if spec.method == "mtp" and n == 0:
-        raise ServesimError(f"got method mtp, but {model.name}'s config ships no "
-                            "multi-token-prediction module (num_nextn_predict_layers or "
-                            "mtp_num_hidden_layers 0); use eagle, draft or ngram",
+        with_mtp = ", ".join(sorted(name for name, m in MODELS.items() if m.mtp_layers))
+        raise ServesimError(f"got method mtp, but {model.name} has no multi-token-prediction "
+                            "module a server drafts with (model.mtp_layers 0; a config.json "
+                            "gives them as num_nextn_predict_layers or mtp_num_hidden_layers); "
+                            f"use eagle, draft or ngram, or a model with them ({with_mtp})",
                             where=f"{where}.method")
     if spec.method == "mtp" and k > n and k % n:
         raise ServesimError(f"got {k} with {n} MTP modules in {model.name}: more tokens than "

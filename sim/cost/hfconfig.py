@@ -315,7 +315,8 @@ def _rope_dim(cfg: dict[str, Any], head_dim: int, mla: bool, src: str) -> dict[s
 def _mtp_layers(cfg: dict[str, Any], count: Any) -> dict[str, Any]:
     """``mtp_layers``: the multi-token-prediction modules a config says its checkpoint
     ships, ``num_nextn_predict_layers`` (DeepSeek-V3, GLM, MiMo) or
-    ``mtp_num_hidden_layers`` (Qwen3-Next, Qwen3.5); empty where neither is given."""
+    ``mtp_num_hidden_layers`` (Qwen3-Next, Qwen3.5); empty (none) where neither is given.
+    MiniMax-M2's ``num_mtp_modules`` is not read: no vLLM MTP drafter loads them."""
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
         if cfg.get(key) is not None:
             return {"mtp_layers": count(key)}

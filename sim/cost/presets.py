@@ -94,14 +94,15 @@ MODELS.update({
 # one shared expert of width 2048. The release's weights are FP8 with 128 x 128 block
 # scales (quantization_config), so the preset's dtype is what it ships: fp8-block.
 # Its multi-token-prediction layer (num_nextn_predict_layers 1, the checkpoint's other
-# 14B) is left out: vLLM loads it only as a speculative drafter. DeepSeek-R1 is the same
+# 14B) is left out of the weights: vLLM loads it only as a speculative drafter (method
+# mtp, mtp_layers 1). DeepSeek-R1 is the same
 # shape (its config.json differs only in transformers_version).
 MODELS["deepseek-v3"] = _llama(
     name="deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=128, head_dim=192,
     intermediate=18432, vocab=129280, dtype="fp8-block", max_context=163840,
     rope_theta=10000.0, experts=256, experts_per_token=8, expert_intermediate=2048,
     shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=1536,
-    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, mtp_layers=1)
 MODELS["deepseek-r1"] = dataclasses.replace(MODELS["deepseek-v3"], name="deepseek-r1")
 # DeepSeek-V3.2 (sim/data/models/deepseek-v3.2/config.json): DeepSeek-V3's shape and
 # FP8 release with DeepSeek sparse attention, an indexer of 64 heads of 128 choosing the
@@ -115,14 +116,15 @@ MODELS["deepseek-v3.2"] = dataclasses.replace(
 # latent, with DeepSeek sparse attention: each query attends to the 2,048 cached tokens
 # its indexer (32 heads of 128) ranks first. The FP8 release quantises the projections
 # in 128 x 128 blocks but the indexer's weights_proj (kept bf16: 15M weights, priced at
-# FP8 here). Its multi-token-prediction layer is left out, as DeepSeek-V3's.
+# FP8 here). Its multi-token-prediction layer is left out of the weights and drafts
+# under method mtp, as DeepSeek-V3's.
 MODELS["glm-5"] = _llama(
     name="glm-5", layers=78, hidden=6144, heads=64, kv_heads=64, head_dim=256,
     intermediate=12288, vocab=154880, dtype="fp8-block", max_context=202752,
     rope_theta=1000000.0, experts=256, experts_per_token=8, expert_intermediate=2048,
     shared_experts=1, dense_layers=3, kv_lora_rank=512, q_lora_rank=2048,
     qk_rope_head_dim=64, qk_nope_head_dim=192, v_head_dim=256, index_topk=2048,
-    index_n_heads=32, index_head_dim=128)
+    index_n_heads=32, index_head_dim=128, mtp_layers=1)
 # Kimi-K2.5 (sim/data/models/kimi-k2.5/config.json, its text_config): DeepSeek-V3's
 # layout at 64 heads and 384 routed experts, one dense layer first. Released with its
 # routed experts quantised to 4-bit integers (compressed-tensors, groups of 32) and
@@ -136,14 +138,16 @@ MODELS["kimi-k2.5"] = _llama(
     intermediate=18432, vocab=163840, max_context=262144, rope_theta=50000.0, experts=384,
     experts_per_token=8, expert_intermediate=2048, shared_experts=1, dense_layers=1,
     expert_dtype="int4", kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
-    qk_nope_head_dim=128, v_head_dim=128, mtp_layers=0)
+    qk_nope_head_dim=128, v_head_dim=128)
 # MiniMax-M2.5 (sim/data/models/minimax-m2.5/config.json): grouped-query attention (48
 # heads of 128, 8 KV heads), every layer 256 SwiGLU experts of width 1536, 8 a token, no
 # shared expert; queries and keys normalised over all heads at once (use_qk_norm,
 # qk_norm_type per_layer). Released with FP8 weights in 128 x 128 blocks (router and LM head kept
 # 16-bit), so the preset is fp8-block as shipped. Its three multi-token-prediction
-# modules (use_mtp) are left out, as DeepSeek-V3's. The rotary embedding turns 64 of each
-# head's 128 elements (rotary_dim).
+# modules (use_mtp, num_mtp_modules) are left out, and method mtp is refused for it
+# (mtp_layers 0): vLLM's MTP drafters (its MTP model types: DeepSeek's, GLM's, Qwen3-Next's
+# and Qwen3.5's, MiMo's, ...) have no MiniMax-M2 one. The rotary embedding turns 64 of
+# each head's 128 elements (rotary_dim).
 MODELS["minimax-m2.5"] = _llama(
     name="minimax-m2.5", layers=62, hidden=3072, heads=48, kv_heads=8, head_dim=128,
     intermediate=1536, vocab=200064, dtype="fp8-block", max_context=196608,
@@ -154,11 +158,12 @@ MODELS["minimax-m2.5"] = _llama(
 # other three Gated DeltaNet (16 key heads and 32 to 64 value heads of 128, a 4-wide
 # convolution, an fp32 state). The MoE releases route to 8 or 10 of 256 or 512 experts
 # plus one shared expert of the same width in every layer. Left out as for DeepSeek-V3:
-# the multi-token-prediction layer (mtp_num_hidden_layers 1) and the vision tower. The
+# the multi-token-prediction layer (mtp_num_hidden_layers 1; it drafts under method mtp)
+# and the vision tower. The
 # rotary embedding turns a quarter of each head (partial_rotary_factor 0.25): 64.
 _QWEN35 = dict(head_dim=256, vocab=248320, max_context=262144, rope_theta=10000000.0,
                linear_key_heads=16, linear_key_dim=128, linear_value_dim=128, linear_conv=4,
-               attn_output_gate=True, rope_dim=64)
+               attn_output_gate=True, rope_dim=64, mtp_layers=1)
 MODELS.update({
     "qwen3.5-27b": _llama(name="qwen3.5-27b", layers=64, linear_layers=48, hidden=5120,
                           heads=24, kv_heads=4, intermediate=17408, linear_value_heads=48,

@@ -90,10 +90,10 @@ class ModelSpec(Projections):
     MiniMax-M2's ``rotary_dim`` 64 of 128); 0: the whole head. It sizes the rotary
     cos/sin table (:attr:`rotary_dim`), and nothing a step computes.
 
-    ``mtp_layers``: the multi-token-prediction modules the checkpoint ships
-    (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``; 1 where nothing says, 0
-    where it ships none): an ``mtp`` drafter loads them all and runs one a drafted token
-    (:func:`sim.config.speculative.draft_memory`); it prices nothing of the model itself."""
+    ``mtp_layers``: the multi-token-prediction modules a server drafts with (the config's
+    ``num_nextn_predict_layers`` or ``mtp_num_hidden_layers``; 0 where it names none):
+    an ``mtp`` drafter loads them all and runs one a drafted token, and is refused with
+    none (:mod:`sim.config.speculative`); it prices nothing of the model itself."""
 
     layers: int = bounded(ge=1)
     hidden: int = bounded(ge=1)
@@ -136,7 +136,7 @@ class ModelSpec(Projections):
     attn_output_gate: bool = False
     linear_state_dtype: StateDtype = "fp32"
     qkv_dtype: ExpertDtype = ""
-    mtp_layers: int = bounded(1, ge=0)
+    mtp_layers: int = bounded(0, ge=0)
     rope_dim: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.errors import ServesimError
 
-HOST_S, PER_SEQ_S = 0.00114194, 5.00589e-05
+HOST_S, PER_SEQ_S = 0.00101736, 5.18994e-05
 WORKLOAD = {"arrivals": {"process": "constant", "rate": 1.0},
             "lengths": {"prompt": {"dist": "fixed", "value": 64},
                         "output": {"dist": "fixed", "value": 4}},

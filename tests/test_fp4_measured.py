@@ -74,8 +74,8 @@ def test_profile_build_reads_the_nvfp4_gemm_rows(tmp_path: Path) -> None:
     src = built["source"]
     assert src["kernels"]["linear_gemm"] == "FlashInferCuteDslNvFp4LinearKernel"
     assert any(n.startswith("nvfp4 projections from the nvfp4 GEMM rows") for n in src["notes"])
-    # The LM head stays bf16: its GEMM comes from the bf16 rows.
-    assert src["kernels"]["gemm"] == "torch.nn.functional.linear"
+    # The LM head stays bf16: its GEMM comes from the bf16 rows (SGLang's, random weights).
+    assert src["kernels"]["gemm"] == "sglang_torch_linear"
     out = tmp_path / "p.yaml"
     with pytest.raises(ServesimError, match=r"--dtype: nvfp4 projections run on FP4 tensor "
                                             r"cores, which h100-sxm lacks.*GPUs with them: "

@@ -99,13 +99,13 @@ def test_vllm_b300_latent_attention_reads_b200s_module_rows() -> None:
     # vLLM 0.24.0's B300 whole-module MLA rows are about twice its B200 ones where the
     # other frameworks' MLA kernels time the two GPUs alike: a B300 build takes B200's
     # rows less B200's projection prices, so its attention terms equal B200's.
-    from sim.cost.tables.gemmtable import gemm_table
+    from sim.cost.tables.gemmtable import projection_gemms
     from sim.cost.tables.mlaattn import mla_attention
     from sim.cost.tables.profileparts import attention_gemms
 
     rank = shard(K, 4)
     att = {g: mla_attention(g, "vllm", "0.24.0", K, rank, "fp8",
-                            gemm_table(g, "vllm", "0.24.0", "bf16").table,
+                            projection_gemms(g, "vllm", "0.24.0", "bf16")[0].table,
                             attention_gemms(rank)) for g in ("b200", "b300")}
     np.testing.assert_array_equal(np.asarray(att["b300"].grid.values),
                                   np.asarray(att["b200"].grid.values))

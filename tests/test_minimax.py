@@ -97,7 +97,7 @@ def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
     heads, split around its all-reduce under tp."""
     import numpy as np
 
-    from sim.cost.tables.gemmtable import gemm_table, projection_gemms
+    from sim.cost.tables.gemmtable import projection_gemms
     from sim.cost.tables.moetable import moe_times
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
     from sim.cost.tables.profileparts import LAYER_ELEMENTWISE_KERNELS, attention_gemms
@@ -105,7 +105,7 @@ def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
     data = build_profile(BuildSpec(M, "b200", "vllm", 4))
     rank = shard(M, 4)
     proj = projection_gemms("b200", "vllm", "0.24.0", "fp8-block")[0].table
-    bf16 = gemm_table("b200", "vllm", "0.24.0", "bf16").table
+    bf16 = projection_gemms("b200", "vllm", "0.24.0", "bf16")[0].table  # SGLang's rows
     experts = float(moe_times("b200", "vllm", "0.24.0", M, 4, 1).at(np.array([1.0]))[0])
     src = data["source"]["derived"]
     width = 8 * 1536 // 4  # 8 experts a token, each a quarter on this GPU

@@ -75,7 +75,8 @@ def test_tables_list_what_exists_and_follow_reuse() -> None:
 @needs_tables
 def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
     """A model whose four projections lie on the measured grid: each knot of the linear
-    component is the four table rows at that m plus the documented elementwise term."""
+    component is the four table rows at that m plus the documented elementwise term. A
+    vLLM build's bf16 rows are SGLang's (random weights; vLLM's own time unwritten ones)."""
     from sim.cost.presets import MODELS
     from sim.cost.tables.kerneltables import load_table
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
@@ -84,8 +85,10 @@ def test_linear_knots_are_the_table_rows_summed_by_hand() -> None:
     # QKV n = (32 + 2*8)*128 = 6144, o n = k = 4096, gate+up n = 16384, down k = 8192.
     model = dataclasses.replace(MODELS["llama-3-8b"], intermediate=8192, name="grid-model")
     data = build_profile(BuildSpec(model, "h100-sxm", "vllm", 1))
-    rows = load_table("h100-sxm", "gemm", "vllm", "0.24.0", "gemm_perf").where(
-        gemm_dtype="bfloat16", kernel_source="torch.nn.functional.linear").columns
+    rows = load_table("h100-sxm", "gemm", "sglang", "0.5.14", "gemm_perf").where(
+        gemm_dtype="bfloat16", kernel_source="sglang_torch_linear").columns
+    assert any(n.startswith("bf16 GEMMs priced from sglang 0.5.14's bfloat16 rows") and
+               "weights never written" in n for n in data["source"]["notes"])
 
     def ms(m: int, n: int, k: int) -> float:
         hit = (rows["m"] == m) & (rows["n"] == n) & (rows["k"] == k)
@@ -289,3 +292,30 @@ def test_build_replaces_only_a_profile_it_built(tmp_path: Path,
     built = tmp_path / "p.yaml"
     assert main([*base, str(built)]) == 0
     assert main([*base, str(built)]) == 0
+
+
+@needs_tables
+@pytest.mark.parametrize("gpu", ["h200", "b200", "a100-80gb"])
+def test_vllms_bf16_rows_run_fast_only_where_compute_bound(gpu: str) -> None:
+    """Why vLLM builds borrow SGLang's bf16 rows: both time torch's F.linear at the same
+    shapes, SGLang's with random weights, vLLM's with weights never written. Values move
+    the power a tensor-core GEMM draws, so the two agree where a GEMM is memory-bound and
+    vLLM's alone runs fast where it is compute-bound (medians over n x k >= 4096^2)."""
+    import numpy as np
+
+    from sim.cost.tables.kerneltables import coverage, load_table
+
+    def rows(fw: str) -> dict[tuple[int, int, int], float]:
+        c = load_table(gpu, "gemm", fw, coverage()[gpu][fw][-1], "gemm_perf").where(
+            gemm_dtype="bfloat16").columns
+        return {(int(m), int(n), int(k)): float(t) for m, n, k, t in
+                zip(c["m"], c["n"], c["k"], c["latency"], strict=True) if n * k >= 4096 ** 2}
+
+    vllm, sglang = rows("vllm"), rows("sglang")
+    both = [s for s in vllm if s in sglang]
+
+    def ratio(lo: int, hi: int) -> float:
+        return float(np.median([sglang[s] / vllm[s] for s in both if lo <= s[0] <= hi]))
+
+    assert 0.99 < ratio(1, 128) < 1.02
+    assert ratio(256, 1 << 20) > 1.04

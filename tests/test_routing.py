@@ -90,7 +90,8 @@ def test_build_routing_flag_reaches_the_profile(tmp_path) -> None:
     import yaml
 
     notes = yaml.safe_load(out.read_text())["source"]["notes"]
-    assert ", balanced routing, tp 1," in notes[0]
+    assert any(n.startswith("MoE layer: ") and ", balanced routing, tp 1," in n
+               for n in notes)
 
 
 @needs_tables

@@ -29,7 +29,7 @@ from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 # - step overheads and the frontend: vLLM's priors, fitted on public end-to-end runs
 #   (sim/data/priors.yaml, `servesim validate --silicon --fit-priors`).
 # tests/test_roofline_fit.py checks both against a fresh fit.
-VLLM_FRONTEND = Frontend(request_s=0.00567536)
+VLLM_FRONTEND = Frontend(request_s=0.00638164)
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class RooflineParams:
     attention_flops_efficiency: float = bounded(0.418, gt=0, le=1)
     fp8_flops_efficiency: float = bounded(0.52, gt=0, le=1)
     moe_flops_efficiency: float = bounded(0.393, gt=0, le=1)
-    step_overhead_s: float = bounded(0.00114194, ge=0)
-    per_seq_overhead_s: float = bounded(5.00589e-05, ge=0)
+    step_overhead_s: float = bounded(0.00101736, ge=0)
+    per_seq_overhead_s: float = bounded(5.18994e-05, ge=0)
     kernel_floor_s: float = bounded(4.76e-6, ge=0)
     attention_floor_s: float = bounded(1.173e-5, ge=0)
     frontend: Frontend = VLLM_FRONTEND

@@ -192,14 +192,30 @@ def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource
                       str(dev[0]) if dev is not None and len(dev) else gpu)
 
 
-# Weight dtypes whose GEMM rows one framework's collection times inconsistently, and the
-# framework whose rows of the same kernel library price them instead. vLLM's fp8_block
-# rows (DeepGemmFp8BlockScaledMMKernel) are 5-6x slower than SGLang's and TensorRT-LLM's
-# DeepGEMM rows at 17-256 tokens on H100 and H200 and 15-21x on B200 (medians over the
-# shapes all three timed), and contradict vLLM's own MLA module rows: on one B200 its
-# whole DeepSeek-V3 attention block at tp 8 takes 0.054 ms for one decode entry, where
-# its GEMM rows price the block's three projections alone at 0.81 ms (SGLang's: 0.031).
-BORROWED_GEMMS = {("vllm", "fp8-block"): "sglang"}
+# Weight dtypes whose GEMM rows one framework's collection times unlike a served model,
+# the framework whose rows of the same kernel library price them instead, and why (a
+# profile's notes say it).
+#
+# fp8-block: vLLM's rows (DeepGemmFp8BlockScaledMMKernel) are 5-6x slower than SGLang's
+# and TensorRT-LLM's DeepGEMM rows at 17-256 tokens on H100 and H200 and 15-21x on B200
+# (medians over the shapes all three timed), and contradict vLLM's own MLA module rows:
+# on one B200 its whole DeepSeek-V3 attention block at tp 8 takes 0.054 ms for one
+# decode entry, where its GEMM rows price the block's three projections alone at 0.81
+# ms (SGLang's: 0.031).
+#
+# bf16: both collections time the same call, torch's F.linear on bf16 tensors, but
+# vLLM's leaves the layer's weights as allocated (never written), where SGLang's draws
+# them at random, as trained weights look to the hardware. Values change the power a
+# tensor-core GEMM draws and so the clock it holds under the power limit (zeros draw
+# least), so only compute-bound rows differ: SGLang's over vLLM's, the median over the
+# shapes both timed with n x k >= 4096^2, is 1.00-1.01 at 1-128 tokens on every GPU but
+# H100 (1.04), and from 256 tokens 1.07 on A100 and H100, 1.09 H200, 1.05 B200, 1.06
+# B300, 1.13 L40S, 1.02 RTX PRO 6000, 1.05 GB200 and 1.04 GB300.
+BORROWED_GEMMS = {("vllm", "fp8-block"): ("sglang", "times them 5-6x slower than the same "
+                                                    "library's rows of SGLang and "
+                                                    "TensorRT-LLM"),
+                  ("vllm", "bf16"): ("sglang", "times them with weights never written, "
+                                               "which draw less power than trained ones")}
 
 
 # Collections whose per-tensor FP8 GEMM rows time, inside each call, the quantisation of
@@ -246,7 +262,7 @@ def projection_gemms(gpu: str, framework: str, version: str,
     the named framework on the same GPU (when it times that dtype there); and the
     framework and version it came from. Rows of :data:`QUANT_IN_ROWS` come less their
     input quantisation (:func:`input_quant_seconds`), never below the fastest bf16 row."""
-    donor = BORROWED_GEMMS.get((framework, dtype))
+    donor = BORROWED_GEMMS.get((framework, dtype), (None, ""))[0]
     have = coverage().get(gpu, {}).get(donor, []) if donor else []
     if donor is not None and have:
         try:

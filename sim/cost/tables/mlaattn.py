@@ -54,7 +54,7 @@ from sim.cost.tables.attntables import (
     rows_at_heads,
 )
 from sim.cost.tables.commtable import Curve
-from sim.cost.tables.gemmtable import GemmTable, gemm_table, projection_gemms
+from sim.cost.tables.gemmtable import GemmTable, projection_gemms
 from sim.cost.tables.kerneltables import Table, load_table
 from sim.cost.tables.windowattn import ModelAttention
 from sim.errors import ServesimError
@@ -256,7 +256,7 @@ def module_errors(gpu: str, framework: str, version: str, model: ModelSpec, rank
     at every point both measured, for ``gemm_dtype`` projections. The builder never
     reads the modules, so this is a held-out check of the composition."""
     servesim_dtype = {"fp8_block": "fp8-block", "bfloat16": "bf16"}[gemm_dtype]
-    gemm = gemm_table(gpu, framework, version, servesim_dtype).table
+    gemm = projection_gemms(gpu, framework, version, servesim_dtype)[0].table  # as built
     att = mla_attention(gpu, framework, version, model, rank, kv_dtype, gemm, projections)
 
     pre = {(float(b), float(t)): float(s) for b, t, s in

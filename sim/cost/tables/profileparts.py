@@ -21,7 +21,12 @@ from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_attention
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers
-from sim.cost.tables.gemmtable import GemmSource, GemmTable, gemm_table, projection_gemms
+from sim.cost.tables.gemmtable import (
+    BORROWED_GEMMS,
+    GemmSource,
+    GemmTable,
+    projection_gemms,
+)
 from sim.cost.tables.kerneltables import (
     TABLE_DTYPES,
     load_table,
@@ -144,11 +149,12 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
     ``notes``."""
     m, fw, gpu = spec.model, spec.framework, spec.gpu
     # The LM head and the memory-bound kernels run in bf16 whatever the weights' dtype.
-    source = gemm_table(gpu, fw, version, "bf16")
+    source, bf16_fw, bf16_version = projection_gemms(gpu, fw, version, "bf16")
     gemm = source.table
     # FP8 and NVFP4 projections are priced from their own GEMM rows, the rest from bf16's.
     lin_source, lin_fw, lin_version = (projection_gemms(gpu, fw, version, m.dtype)
-                                       if m.dtype in QUANT_VARIANTS else (source, fw, version))
+                                       if m.dtype in QUANT_VARIANTS
+                                       else (source, bf16_fw, bf16_version))
     lin_gemm, lin_kernel = lin_source.table, lin_source.kernel
     if m.dtype in QUANT_VARIANTS and lin_source.input_quant_s:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
@@ -160,10 +166,14 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")
-    if lin_fw != fw:
-        notes.append(f"{fw}'s own {TABLE_DTYPES[m.dtype]} GEMM rows are inconsistent with "
-                     f"its other tables (sim/cost/tables/gemmtable.py): the projections are "
-                     f"priced from {lin_fw} {lin_version}'s rows of the same library")
+    borrowed = [("bf16", bf16_fw, bf16_version)] + (
+        [(m.dtype, lin_fw, lin_version)] if m.dtype in QUANT_VARIANTS else [])
+    for dtype, by, by_version in borrowed:
+        if by != fw:
+            what = "projections" if dtype in QUANT_VARIANTS else "bf16 GEMMs"
+            notes.append(f"{what} priced from {by} {by_version}'s {TABLE_DTYPES[dtype]} rows of "
+                         f"the same library: {fw}'s own table {BORROWED_GEMMS[(fw, dtype)][1]} "
+                         "(sim/cost/tables/gemmtable.py)")
     qkv_gemm = qkv_table(m, gpu, fw, version, lin_gemm, notes)
     if fw == "vllm":
         # vLLM V1 pads every step of up to its largest CUDA-graph size to a captured size.

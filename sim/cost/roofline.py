@@ -37,15 +37,15 @@ class RooflineParams:
     """User-tunable knobs of the roofline model: efficiencies (fractions of the GPU's
     datasheet peak), kernel floors and overheads (seconds)."""
 
-    flops_efficiency: float = bounded(0.767, gt=0, le=1)
-    bandwidth_efficiency: float = bounded(0.811, gt=0, le=1)
+    flops_efficiency: float = bounded(0.686, gt=0, le=1)
+    bandwidth_efficiency: float = bounded(0.815, gt=0, le=1)
     attention_flops_efficiency: float = bounded(0.418, gt=0, le=1)
-    fp8_flops_efficiency: float = bounded(0.52, gt=0, le=1)
-    moe_flops_efficiency: float = bounded(0.393, gt=0, le=1)
+    fp8_flops_efficiency: float = bounded(0.523, gt=0, le=1)
+    moe_flops_efficiency: float = bounded(0.398, gt=0, le=1)
     step_overhead_s: float = bounded(0.00101736, ge=0)
     per_seq_overhead_s: float = bounded(5.18994e-05, ge=0)
-    kernel_floor_s: float = bounded(4.76e-6, ge=0)
-    attention_floor_s: float = bounded(1.173e-5, ge=0)
+    kernel_floor_s: float = bounded(5.09e-6, ge=0)
+    attention_floor_s: float = bounded(1.174e-5, ge=0)
     frontend: Frontend = VLLM_FRONTEND
 
 

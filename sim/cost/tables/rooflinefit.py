@@ -35,7 +35,7 @@ from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.shard import shard
 from sim.cost.tables.attntables import decode_grid, select
-from sim.cost.tables.gemmtable import gemm_table
+from sim.cost.tables.gemmtable import gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import GPU_DIRS, HELD_OUT_DIRS, coverage
 from sim.cost.tables.moetable import moe_times
 from sim.cost.tables.profileparts import attention_table, layer_gemms
@@ -94,7 +94,7 @@ def moe_points(gpu: str, framework: str = "vllm") -> Points:
     (component ``linear``): its attention GEMMs from the bf16 GEMM table and its MoE
     layer from the MoE table (:mod:`sim.cost.tables.moetable`), all layers."""
     version = coverage()[gpu][framework][-1]
-    gemm = gemm_table(gpu, framework, version, "bf16").table
+    gemm = projection_gemms(gpu, framework, version, "bf16")[0].table  # as profiles price
     shapes, models, secs = [], [], []
     for name, tp in MOE_SHAPES:
         m = MODELS[name]
@@ -133,7 +133,7 @@ def _big(points: Points) -> np.ndarray:
 def measured_points(gpu: str, framework: str = "vllm") -> Points:
     """The tables' kernel times of every :data:`SHAPES` model on ``gpu``."""
     version = coverage()[gpu][framework][-1]
-    gemm = gemm_table(gpu, framework, version, "bf16").table
+    gemm = projection_gemms(gpu, framework, version, "bf16")[0].table  # as profiles price
     comp: list[str] = []
     shapes: list[StepShape] = []
     models: list[tuple[str, int]] = []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sim.config.scenario import from_dict
-from sim.config.vllmflags import batch_defaults
+from sim.config.vllmdefaults import batch_defaults
 from sim.core.engine import simulate
 from sim.errors import ServesimError
 

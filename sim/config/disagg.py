@@ -79,7 +79,7 @@ class PoolConfig:
     ``replicas`` and ``router`` from ``cluster``, ``gpu``, ``tp`` and
     ``memory_utilization`` from ``hardware``, the limits and ``watermark`` from
     ``serving`` (a ``chunked`` pool's unset ones from vLLM v1's defaults for its GPU:
-    :func:`sim.config.vllmflags.pool_defaults`).
+    :func:`sim.config.vllmdefaults.pool_defaults`).
     ``gpu_memory_utilization`` and ``num_kv_blocks`` are accepted aliases of
     ``memory_utilization`` and ``num_gpu_blocks``. ``gpu`` is a table GPU's name or an
     inline GPU (:class:`sim.config.gpu.InlineGPU`)."""

@@ -23,7 +23,8 @@ from sim.config.overrides import load_raw
 from sim.config.serving import ServingConfig
 from sim.config.speculative import check_speculative
 from sim.config.statepool import resolve_state_pool
-from sim.config.vllmflags import apply_vllm, pool_defaults, serving_defaults
+from sim.config.vllmdefaults import pool_defaults, serving_defaults
+from sim.config.vllmflags import apply_vllm
 from sim.config.vllmnames import flag_name
 from sim.configtools import (
     MAX_TIME_S,

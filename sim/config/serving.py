@@ -88,7 +88,7 @@ class ServingConfig:
 
     The default policy is ``chunked``, vLLM v1's scheduler. A scenario file that leaves
     ``max_num_seqs`` or ``max_num_batched_tokens`` unset under ``chunked`` gets the values
-    ``vllm serve`` picks for the scenario's GPU (:func:`sim.config.vllmflags.serving_defaults`);
+    ``vllm serve`` picks for the scenario's GPU (:func:`sim.config.vllmdefaults.serving_defaults`);
     the field defaults below are what other policies, and code building this class
     directly, get. ``watermark`` unset is 0 for ``chunked`` (v1's KV manager keeps no
     admission reserve) and 0.01 for the others (vLLM v0's default).
@@ -167,7 +167,7 @@ class ServingConfig:
     linear_state_pool: Literal["kv_cache", "reserved"] | None = None
     # vLLM's --performance-mode (from 0.17): "throughput" doubles the default
     # max_num_batched_tokens and max_num_seqs where the scenario leaves them unset
-    # (sim.config.vllmflags.serving_defaults); "interactivity" captures CUDA graphs at
+    # (sim.config.vllmdefaults.serving_defaults); "interactivity" captures CUDA graphs at
     # finer batch sizes, which is not priced (a note says so); "balanced" changes nothing.
     performance_mode: Literal["balanced", "interactivity", "throughput"] = "balanced"
     # vLLM's --kv-cache-memory-bytes: the KV cache's bytes on each GPU, memory_utilization

@@ -40,8 +40,8 @@ from typing import Any
 
 import yaml
 
-from sim.config.gpu import InlineGPU
 from sim.config.vllmconnector import HOST_TIER_FLAGS, host_tier_flag
+from sim.config.vllmdefaults import raw_gpu, v1_defaults
 from sim.config.vllmnames import (
     DTYPE_FLAGS,
     HUMAN_INTS,
@@ -57,8 +57,6 @@ from sim.config.vllmnames import (
     plain_name,
 )
 from sim.config.vllmspec import json_object, merge_speculative, speculative_keys
-from sim.configtools import build
-from sim.cost.gpus import GPUS, GPUSpec
 from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -79,49 +77,6 @@ def section_mapping(name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ServesimError(f"got {value!r}, expected a mapping", where=name)
     return dict(value)
-
-
-def batch_defaults(gpu: str | GPUSpec) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) ``vllm serve`` picks on this GPU (a table
-    name or an inline GPU's figures)."""
-    spec = GPUS.get(gpu) if isinstance(gpu, str) else gpu
-    big = spec is not None and spec.mem_bytes >= 70 * 2**30 and "a100" not in spec.name
-    return (8192, 1024) if big else (2048, 256)
-
-
-def pool_defaults(disagg: Any, serving: Any, gpu: str | GPUSpec) -> Any:
-    """The ``disaggregated`` section with vLLM v1's defaults filled into each pool whose
-    policy is ``chunked``, where neither the pool nor ``serving`` sets them: the batch
-    limits ``vllm serve`` picks for the pool's GPU (``gpu``, the scenario's, unless the
-    pool names its own) and v1's watermark of 0. Otherwise such a pool took the
-    defaults of ``serving.policy: disaggregated`` (vLLM v0's: 256 sequences, a 1%
-    watermark). Sections that are not mappings are left for validation to refuse."""
-    if not isinstance(disagg, dict) or not isinstance(serving, dict) or \
-            serving.get("policy") != "disaggregated":
-        return disagg
-    out = dict(disagg)
-    for role in ("prefill", "decode"):
-        pool = out.get(role)
-        if not isinstance(pool, dict) or pool.get("policy") != "chunked":
-            continue
-        tokens, seqs = batch_defaults(_raw_gpu(pool["gpu"]) if pool.get("gpu") else gpu)
-        given = {k: serving[k] for k in ("max_num_batched_tokens", "max_num_seqs", "watermark")
-                 if serving.get(k) is not None}
-        out[role] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "watermark": 0.0,
-                     **given, **pool}
-    return out
-
-
-def _raw_gpu(value: Any) -> str | GPUSpec:
-    """``hardware.gpu`` as the file gives it, before validation: a name, or an inline
-    mapping's figures (a bad mapping counts as an unknown GPU here; validation then
-    names its fault)."""
-    if not isinstance(value, dict):
-        return str(value)
-    try:
-        return build(InlineGPU, value).spec
-    except ServesimError:
-        return ""
 
 
 def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = None
@@ -168,7 +123,7 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
             _apply_flag(name, flag, value, given, section, notes)
         except ServesimError as exc:
             raise _located(exc, flag, origin(flag)) from None
-    _v1_defaults(section("serving"), _raw_gpu(section("hardware").get("gpu", default_gpu)))
+    v1_defaults(section("serving"), raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
     return out, tuple(notes), files
@@ -388,41 +343,3 @@ def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],
     tp = given.get("tensor_parallel_size", ("", None))[1]
     tp = tp if tp is not None else hardware.get("tp", 1)
     hardware["ep"] = tp * dp if isinstance(tp, int) and not isinstance(tp, bool) else tp
-
-
-def _v1_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> None:
-    """What ``vllm serve`` (V1) uses where neither the flags nor the scenario say: its
-    batch limits for the GPU even when chunked prefill is turned off, no watermark, and
-    prefix caching on where servesim models it (``None``:
-    :meth:`sim.config.serving.ServingConfig.resolved_caching`)."""
-    tokens, seqs = mode_defaults(serving, gpu_name)
-    serving.setdefault("policy", "chunked")
-    serving.setdefault("max_num_batched_tokens", tokens)
-    serving.setdefault("max_num_seqs", seqs)
-    serving.setdefault("watermark", 0.0)
-    serving.setdefault("prefix_caching", None)
-
-
-def serving_defaults(serving: Any, gpu_name: str | GPUSpec) -> Any:
-    """The ``serving`` section with vLLM v1's defaults filled in where the section leaves
-    them unset and its policy is ``chunked`` (the default): the batch limits for
-    ``gpu_name`` (doubled under ``performance_mode: throughput``, as vLLM doubles them),
-    and prefix caching on where servesim models it (``None``, resolved by
-    :meth:`sim.config.serving.ServingConfig.resolved_caching`), as ``vllm serve`` caches
-    by default. ``serving`` itself otherwise (other policies keep the dataclass defaults,
-    prefix caching off as vLLM v0's default was, and a section that is not a mapping is
-    left for validation to refuse)."""
-    if not isinstance(serving, dict) or serving.get("policy", "chunked") != "chunked":
-        return serving
-    tokens, seqs = mode_defaults(serving, gpu_name)
-    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "prefix_caching": None,
-            **serving}
-
-
-def mode_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> tuple[int, int]:
-    """:func:`batch_defaults`, both doubled under ``performance_mode: throughput`` as
-    vLLM's scheduler config doubles its defaults then (values given stay as given)."""
-    tokens, seqs = batch_defaults(gpu_name)
-    if serving.get("performance_mode") == "throughput":
-        return 2 * tokens, 2 * seqs
-    return tokens, seqs

@@ -168,8 +168,23 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"config": None}, {}, "vllm.config", "got None, expected the path of a vLLM YAML config"),
     ({"max-model-len": "\u00b2"}, {}, "model.max_context", "expected an integer"),
     ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
-     "vllm.kv-transfer-config.kv_connector", "prefill and decode on pools of their own are "
-     "serving.policy: disaggregated"),
+     "vllm.kv-transfer-config.kv_connector", "describe the pair as serving.policy: "
+     "disaggregated with its disaggregated: section"),
+    ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}},
+     {"serving": {"policy": "disaggregated"}}, "vllm.kv-transfer-config.kv_role",
+     "the flags stand for both pools' servers, and NixlConnector runs them with kv_role "
+     "kv_both"),
+    ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                             "kv_connector_module_path": "my.mod"}},
+     {"serving": {"policy": "disaggregated"}},
+     "vllm.kv-transfer-config.kv_connector_module_path", "unknown or not modelled key"),
+    ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                             "kv_connector_extra_config": [1]}},
+     {"serving": {"policy": "disaggregated"}},
+     "vllm.kv-transfer-config.kv_connector_extra_config", "expected a mapping"),
+    ({"kv-transfer-config": {"kv_connector": "P2pNcclConnector", "kv_role": "kv_producer"}},
+     {"serving": {"policy": "disaggregated"}}, "vllm.kv-transfer-config.kv_connector",
+     "NixlConnector as the transfer of serving.policy: disaggregated"),
     ({"kv-transfer-config": '{"kv_connector": "LMCacheConnectorV1", "kv_role": '
                             '"kv_producer"}'}, {},
      "vllm.kv-transfer-config.kv_role", "a producer or consumer role"),
@@ -212,6 +227,25 @@ def test_bad_flags_name_themselves(vllm: Any, more: dict, where: str, message: s
     with pytest.raises(ServesimError) as exc:
         scenario(vllm, **more)
     assert where in str(exc.value) and message in str(exc.value)
+
+
+def test_nixl_flags_read_as_the_transfer_of_a_disaggregated_layout() -> None:
+    # One flag set for both pools' servers, as vLLM's P/D examples launch them: the
+    # transfer is the layout's own, priced on its link, so the run is the one without
+    # the flag, with a note saying what was read and what not priced.
+    layout = {"serving": {"policy": "disaggregated"},
+              "disaggregated": {"link": {"kind": "infiniband"}}}
+    cfg = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda",
+           "kv_connector_extra_config": {"backends": ["UCX"]}}
+    pasted = scenario({"kv-transfer-config": json.dumps(cfg), "max-num-seqs": 8}, **layout)
+    plain = scenario({"max-num-seqs": 8}, **layout)
+    assert pasted.serving.policy == "disaggregated" and pasted.serving.kv_offload is None
+    assert ("vllm.kv-transfer-config: NixlConnector: the prefill-to-decode KV transfer of "
+            "serving.policy disaggregated, priced on disaggregated.link; not priced: "
+            "backends, kv_buffer_device") in pasted.notes
+    a, b = simulate(pasted), simulate(plain)
+    assert a.first_token.tolist() == b.first_token.tolist()
+    assert a.finish.tolist() == b.finish.tolist()
 
 
 def test_flag_values_are_validated_where_they_land() -> None:

@@ -20,9 +20,14 @@ loading them back for a later request with the same prefix (:mod:`sim.core.hostt
 Both need ``kv_role: kv_both``. Settings servesim does not price (a CPU block size,
 LMCache's chunk size, another eviction policy, LMCache's other switches) are accepted
 with a note; tiers below host memory (LMCache's disk or remote backends, vLLM's tiering
-spec) and every other connector (prefill-decode transfer: ``NixlConnector``,
-``P2pNcclConnector``, Mooncake, or producer and consumer roles) are errors: a separate
-prefill pool is ``serving.policy: disaggregated``.
+spec) are errors.
+
+``NixlConnector`` (``kv_role: kv_both``) sends a request's KV from a prefill server to a
+decode server. A flag set holding it is read as both pools' of a scenario that describes
+them (``serving.policy: disaggregated`` and its ``disaggregated:`` section), the transfer
+priced on that section's link, with a note; without that layout it is an error saying
+so, as is every other connector (``P2pNcclConnector``, Mooncake, or a producer or
+consumer role, which describe one side of the pair).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ HOST_TIER_FLAGS = ("kv_offloading_size", "kv_offloading_backend", "kv_transfer_c
 
 OFFLOADING = "OffloadingConnector"
 LMCACHE = "LMCacheConnectorV1"
+NIXL = "NixlConnector"
 # LMCache's default host cache per worker (GB), lmcache/v1/config.py's max_local_cpu_size.
 LMCACHE_DEFAULT_GB = 5.0
 # Top-level keys of vLLM's KVTransferConfig that change nothing an offloading connector
@@ -82,14 +88,24 @@ def connector_tier(value: Any, tp: int, where: str) -> tuple[dict[str, Any], lis
     if name not in (OFFLOADING, LMCACHE):
         raise ServesimError(f"got connector {name!r}: servesim models the host-memory KV "
                             f"connectors {OFFLOADING} and {LMCACHE} (a write-through "
-                            "serving.kv_offload tier); prefill and decode on pools of their "
-                            "own are serving.policy: disaggregated",
-                            where=f"{where}.kv_connector")
+                            f"serving.kv_offload tier), and {NIXL} as the transfer of "
+                            "serving.policy: disaggregated (prefill and decode on pools of "
+                            "their own)", where=f"{where}.kv_connector")
     if cfg.get("kv_role") != "kv_both":
         raise ServesimError(f"got {cfg.get('kv_role')!r}: {name} keeps KV in host memory "
                             "with kv_role kv_both; a producer or consumer role sends KV "
                             "between prefill and decode servers (serving.policy: "
                             "disaggregated)", where=f"{where}.kv_role")
+    extra = _extra_config(cfg, where)
+    at = f"{where}.kv_connector_extra_config"
+    if name == OFFLOADING:
+        return _offloading(extra, tp, at)
+    return _lmcache(extra, at)
+
+
+def _extra_config(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The connector's ``kv_connector_extra_config`` (empty when not given: its defaults),
+    after refusing a key of ``cfg`` servesim neither reads nor knows to change nothing."""
     for key in cfg:
         if key not in ("kv_connector", "kv_role", "kv_connector_extra_config", *NO_EFFECT):
             raise ServesimError(f"unknown or not modelled key {key!r}; understood: "
@@ -97,14 +113,11 @@ def connector_tier(value: Any, tp: int, where: str) -> tuple[dict[str, Any], lis
                                 f"{', '.join(sorted(NO_EFFECT))}", where=f"{where}.{key}")
     extra = cfg.get("kv_connector_extra_config")
     if extra is None:  # not given: the connector's defaults
-        extra = {}
+        return {}
     if not isinstance(extra, dict):  # an empty list too, which had read as no size
         raise ServesimError(f"got {extra!r}, expected a mapping",
                             where=f"{where}.kv_connector_extra_config")
-    at = f"{where}.kv_connector_extra_config"
-    if name == OFFLOADING:
-        return _offloading(extra, tp, at)
-    return _lmcache(extra, at)
+    return extra
 
 
 def _offloading(extra: dict[str, Any], tp: int, where: str
@@ -184,9 +197,41 @@ def host_tier_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str,
         if "kv_offloading_size" in given:
             raise ServesimError("kv-offloading-size sets the connector up too; give one of "
                                 "them", where=where)
+        if _is_nixl(value, where):
+            notes.append(f"{where}: {nixl_transfer(value, section('serving'), where)}")
+            return
         tier, more = connector_tier(value, _tp(given, section), where)
         _set_tier(section("serving"), tier, where)
         notes.extend(f"{where}: {n}" for n in more)
+
+
+def _is_nixl(value: Any, where: str) -> bool:
+    """Whether the ``kv-transfer-config`` flag ``value`` names NIXL's connector."""
+    cfg = json_object(value, where, "kv_connector and kv_role")
+    return cfg.get("kv_connector") == NIXL
+
+
+def nixl_transfer(value: Any, serving: dict[str, Any], where: str) -> str:
+    """The note for a ``kv-transfer-config`` of :data:`NIXL`: the prefill-to-decode
+    transfer of the scenario's disaggregated layout (``serving``: the scenario's section,
+    whose policy must be ``disaggregated``), priced on its link; errors name ``where``
+    (the flag) and the key."""
+    cfg = json_object(value, where, "kv_connector and kv_role")
+    if serving.get("policy") != "disaggregated":
+        raise ServesimError(f"got connector {NIXL!r}, which sends each request's KV from a "
+                            "prefill server to a decode server: describe the pair as "
+                            "serving.policy: disaggregated with its disaggregated: section "
+                            "(the pools and their link), whose transfer the flag is then "
+                            "read as", where=f"{where}.kv_connector")
+    if cfg.get("kv_role") != "kv_both":
+        raise ServesimError(f"got {cfg.get('kv_role')!r}: the flags stand for both pools' "
+                            f"servers, and {NIXL} runs them with kv_role kv_both",
+                            where=f"{where}.kv_role")
+    extra = _extra_config(cfg, where)
+    unpriced = sorted({*extra, *(k for k in cfg if k in NO_EFFECT)})
+    return (f"{NIXL}: the prefill-to-decode KV transfer of serving.policy disaggregated, "
+            "priced on disaggregated.link" + (f"; not priced: {', '.join(unpriced)}"
+                                               if unpriced else ""))
 
 
 def _offload(name: str, value: Any, given: dict[str, tuple[str, Any]],

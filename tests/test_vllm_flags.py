@@ -101,7 +101,11 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
     ({"pipeline-parallel-size": 2}, {"hardware": {"pp": 2}}, "vllm.pipeline-parallel-size",
      "sets hardware.pp, which the scenario sets too"),
     ({"quantization": "bitsandbytes"}, {}, "vllm.quantization",
-     "servesim models null, fp8, awq, awq_marlin, gptq, gptq_marlin, modelopt_fp4"),
+     "dequantised to 16 bits for every GEMM, a kernel no public table times, and users "
+     "report it slower than the 16-bit model; servesim models null, fp8, awq, awq_marlin, "
+     "gptq, gptq_marlin, modelopt_fp4"),
+    ({"quantization": "gguf"}, {}, "vllm.quantization",
+     "got 'gguf'; servesim models null, fp8"),
     ({"speculative-config": "{}"}, {}, "vllm.speculative-config", "needs method"),
     ({"speculative-config": "{method: eagle}"}, {}, "vllm.speculative-config",
      "not a JSON object"),

@@ -50,6 +50,7 @@ from sim.config.vllmnames import (
     NO_EFFECT,
     ONLY,
     SAME,
+    UNPRICED_QUANT,
     flag_name,
     flag_value,
     graph_setting,
@@ -311,7 +312,9 @@ def _dtype_flag(name: str, value: Any, model: dict[str, Any], where: str) -> Non
     choices = DTYPE_FLAGS[name]
     if value not in choices:
         allowed = ", ".join("null" if v is None else str(v) for v in choices)
-        raise ServesimError(f"got {value!r}; servesim models {allowed}", where=where)
+        why = UNPRICED_QUANT.get(value) if isinstance(value, str) else None
+        raise ServesimError(f"got {value!r}" + (f": {why}" if why else "") +
+                            f"; servesim models {allowed}", where=where)
     target = choices[value]
     if target is None:
         return

@@ -67,6 +67,12 @@ DTYPE_FLAGS: dict[str, dict[Any, tuple[str, str] | None]] = {
                      "awq_marlin": ("dtype", "int4"), "gptq": ("dtype", "int4"),
                      "gptq_marlin": ("dtype", "int4"), "modelopt_fp4": ("dtype", "nvfp4")},
 }
+# Why a quantisation vLLM knows is not priced (added to the error that refuses it).
+UNPRICED_QUANT = {
+    "bitsandbytes": "its 4-bit NF4 weights are dequantised to 16 bits for every GEMM, a "
+                    "kernel no public table times, and users report it slower than the "
+                    "16-bit model",
+}
 # Boolean flags vLLM also takes negated (``--no-enable-prefix-caching``, as argparse's
 # BooleanOptionalAction spells them, and as its --config files write them).
 NEGATABLE = frozenset((

@@ -78,12 +78,12 @@ def _size(value: Any, what: str, where: str, most: float) -> float:
     return float(value)
 
 
-def connector_tier(value: Any, tp: int, where: str) -> tuple[dict[str, Any], list[str]]:
+def connector_tier(cfg: dict[str, Any], tp: int, where: str
+                   ) -> tuple[dict[str, Any], list[str]]:
     """``serving.kv_offload`` (a write-through tier of ``cpu_gb`` GiB per GPU, over ``tp``
-    tensor-parallel GPUs) for the ``kv-transfer-config`` flag ``value``, and notes on
-    what it leaves unpriced (each to follow the flag's name). Errors name ``where`` (the
-    flag) and the key."""
-    cfg = json_object(value, where, "kv_connector and kv_role")
+    tensor-parallel GPUs) for the ``kv-transfer-config`` flag's mapping ``cfg``, and notes
+    on what it leaves unpriced (each to follow the flag's name). Errors name ``where``
+    (the flag) and the key."""
     name = cfg.get("kv_connector")
     if name not in (OFFLOADING, LMCACHE):
         raise ServesimError(f"got connector {name!r}: servesim models the host-memory KV "
@@ -197,26 +197,20 @@ def host_tier_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str,
         if "kv_offloading_size" in given:
             raise ServesimError("kv-offloading-size sets the connector up too; give one of "
                                 "them", where=where)
-        if _is_nixl(value, where):
-            notes.append(f"{where}: {nixl_transfer(value, section('serving'), where)}")
+        cfg = json_object(value, where, "kv_connector and kv_role")
+        if cfg.get("kv_connector") == NIXL:
+            notes.append(f"{where}: {nixl_transfer(cfg, section('serving'), where)}")
             return
-        tier, more = connector_tier(value, _tp(given, section), where)
+        tier, more = connector_tier(cfg, _tp(given, section), where)
         _set_tier(section("serving"), tier, where)
         notes.extend(f"{where}: {n}" for n in more)
 
 
-def _is_nixl(value: Any, where: str) -> bool:
-    """Whether the ``kv-transfer-config`` flag ``value`` names NIXL's connector."""
-    cfg = json_object(value, where, "kv_connector and kv_role")
-    return cfg.get("kv_connector") == NIXL
-
-
-def nixl_transfer(value: Any, serving: dict[str, Any], where: str) -> str:
-    """The note for a ``kv-transfer-config`` of :data:`NIXL`: the prefill-to-decode
-    transfer of the scenario's disaggregated layout (``serving``: the scenario's section,
-    whose policy must be ``disaggregated``), priced on its link; errors name ``where``
-    (the flag) and the key."""
-    cfg = json_object(value, where, "kv_connector and kv_role")
+def nixl_transfer(cfg: dict[str, Any], serving: dict[str, Any], where: str) -> str:
+    """The note for a ``kv-transfer-config`` mapping ``cfg`` of :data:`NIXL`: the
+    prefill-to-decode transfer of the scenario's disaggregated layout (``serving``: the
+    scenario's section, whose policy must be ``disaggregated``), priced on its link;
+    errors name ``where`` (the flag) and the key."""
     if serving.get("policy") != "disaggregated":
         raise ServesimError(f"got connector {NIXL!r}, which sends each request's KV from a "
                             "prefill server to a decode server: describe the pair as "

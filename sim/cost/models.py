@@ -108,8 +108,7 @@ def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int) -> Any:
     price ``cost`` (vLLM's where none is said); ``cost`` itself where every step is
     graphed."""
     sv = scenario.serving
-    src = getattr(cost, "meta", {}).get("source")
-    version = src.get("version") if isinstance(src, dict) else None
+    version = _source(cost).get("version")
     graphs = default_graphs(_framework(cost), None if version is None else str(version),
                             scenario.model, spec, tp)
     if sv.cuda_graphs != "auto":
@@ -134,10 +133,15 @@ def _gpu_spec(scenario: Scenario, pool_gpu: str | GPUSpec | None) -> GPUSpec:
     return gpu(pool_gpu) if isinstance(pool_gpu, str) else pool_gpu
 
 
+def _source(cost: Any) -> dict[str, Any]:
+    """A profile's ``source`` mapping (empty for another model, or a profile without one)."""
+    source = getattr(cost, "meta", {}).get("source")
+    return source if isinstance(source, dict) else {}
+
+
 def _framework(cost: Any) -> str | None:
     """The serving framework a profile's kernels were measured under (None: not said)."""
-    source = getattr(cost, "meta", {}).get("source")
-    return source.get("framework") if isinstance(source, dict) else None
+    return _source(cost).get("framework")
 
 
 def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
@@ -172,7 +176,7 @@ def _build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None,
         raise exc.located(scenario.source, None if named else "cost.profile") from None
     # A tables profile names its GPU; a calibrated one the device torch reported (a CPU
     # or a GPU the table lacks: not compared).
-    tables = (prof.meta.get("source") or {}).get("kind") == "measured-kernels"
+    tables = _source(prof).get("kind") == "measured-kernels"
     measured_on = prof.device if tables else gpu_of_device(prof.device) or gpu_name
     mismatch = [
         f"{k} {a!r} != {b!r}"

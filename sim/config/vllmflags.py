@@ -138,10 +138,16 @@ def _negated(flag: str, value: Any) -> tuple[str, Any]:
                             where=f"vllm.{flag}")
     name = plain_name(flag)
     if name != flag_name(flag):
-        if not isinstance(value, bool):
-            raise ServesimError(f"got {value!r}, expected true or false", where=f"vllm.{flag}")
-        value = not value
+        value = not _switch(value, f"vllm.{flag}")
     return name, value
+
+
+def _switch(value: Any, where: str) -> bool:
+    """A true/false flag's value; anything else (a string such as "false", a number) is
+    refused rather than read by its truthiness."""
+    if not isinstance(value, bool):
+        raise ServesimError(f"got {value!r}, expected true or false", where=where)
+    return value
 
 
 def _located(exc: ServesimError, flag: str, from_file: Path | None) -> ServesimError:
@@ -192,12 +198,11 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
                                 where=where)
         section("serving")["priority"] = value == "priority"
     elif name == "enable_chunked_prefill":
-        if not isinstance(value, bool):
-            raise ServesimError(f"got {value!r}, expected true or false", where=where)
+        chunked = _switch(value, where)
         if "policy" in section("serving"):
             raise ServesimError("sets serving.policy, which the scenario sets too; give "
                                 "one of them", where=where)
-        section("serving")["policy"] = "chunked" if value else "continuous"
+        section("serving")["policy"] = "chunked" if chunked else "continuous"
     elif name == "enable_expert_parallel":
         _expert_parallel(value, given, section("hardware"), where)
     elif name == "speculative_config":
@@ -213,9 +218,7 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
                                 + (" (vLLM's default) so far" if len(values) == 1 else ""),
                                 where=where)
     elif name == "enforce_eager":
-        if not isinstance(value, bool):
-            raise ServesimError(f"got {value!r}, expected true or false", where=where)
-        if value:
+        if _switch(value, where):
             _graphs(section("serving"), "none", where)
     elif name in KERNEL or name.partition(".")[0] in KERNEL:
         graphs = graph_setting(name, value, where, given)
@@ -333,9 +336,7 @@ def _expert_parallel(value: Any, given: dict[str, tuple[str, Any]],
     """``--enable-expert-parallel``: ``hardware.ep`` = tp x data-parallel size, vLLM's
     expert-parallel group (the data-parallel size itself is ``hardware.dp``, set with
     the other mapped flags)."""
-    if not isinstance(value, bool):
-        raise ServesimError(f"got {value!r}, expected true or false", where=where)
-    if not value:
+    if not _switch(value, where):
         return
     dp = given.get("data_parallel_size", ("", 1))[1]
     if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:

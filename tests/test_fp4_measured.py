@@ -38,10 +38,16 @@ def test_shipped_nvfp4_profiles_are_picked_and_faster_than_fp8() -> None:
     w8 = build_cost(from_dict(_scenario({"preset": "llama-3.1-70b", "dtype": "fp8"})))
     assert w4.source == ("measured kernels: vLLM 0.24.0 on B200-SXM; nvfp4 weights on FP4 "
                          "tensor cores; async scheduling")
-    # A light decode step reads the projections' weights: about half FP8's bytes. A long
-    # prefill runs on FP4 tensor cores, faster than FP8 but not twice as fast.
-    light = decode_shape(1, 1024)
-    assert 1.4 < w8.step_time(light) / w4.step_time(light) < 2.0
+    # A light decode step reads the projections' weights: NVFP4 holds 0.56 of FP8's
+    # bytes, but the tables' small-batch FP4 kernel runs further below the bandwidth (6.5
+    # against 8.7 ms of projections a step on two B200s), so the step is about 1.25x
+    # faster, alike at one and at eight sequences (vLLM's FP8 rows time 1-16 tokens on
+    # one grid: sim.cost.tables.gemmtable.ONE_GRID). A long prefill runs on FP4 tensor
+    # cores, faster than FP8 but not twice as fast.
+    light, eight = decode_shape(1, 1024), decode_shape(8, 1024)
+    one = w8.step_time(light) / w4.step_time(light)
+    assert 1.15 < one < 1.6
+    assert w8.step_time(eight) / w4.step_time(eight) == pytest.approx(one, rel=0.1)
     long = shape_of([(8192, 0)])
     assert 1.2 < w8.step_time(long) / w4.step_time(long) < 2.0
 

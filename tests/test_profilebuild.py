@@ -319,3 +319,55 @@ def test_vllms_bf16_rows_run_fast_only_where_compute_bound(gpu: str) -> None:
 
     assert 0.99 < ratio(1, 128) < 1.02
     assert ratio(256, 1 << 20) > 1.04
+
+
+def test_one_grid_prices_the_rows_of_one_tile_grid_at_their_median() -> None:
+    """Rows the kernel runs on one grid of tiles become their median, shape by shape (a
+    spike on one row is out of it); rows outside the range keep their times."""
+    g = synthetic_gemm()
+    spiked = g.cube.copy()
+    spiked[0] *= 1.8  # the 1-token row, as vLLM's sm100 FP8 rows time it
+    t = GemmTable(g.ms, g.ns, g.ks, spiked).one_grid(1, 2)
+    # Two rows in the range: their median is their mean, 1.4x the 1-token truth plus
+    # half the 2-token row; the 16-token row is untouched.
+    np.testing.assert_allclose(t.cube[0], (1.8 * g.cube[0] + g.cube[1]) / 2)
+    np.testing.assert_allclose(t.cube[1], t.cube[0])
+    np.testing.assert_array_equal(t.cube[2], g.cube[2])
+    # Three rows in range, the 1-token one ten times its truth (above the 16-token row at
+    # every shape): the median of the three is the 16-token row, for all three.
+    tenfold = g.cube.copy()
+    tenfold[0] *= 10
+    three = GemmTable(g.ms, g.ns, g.ks, tenfold).one_grid(1, 16)
+    for i in range(3):
+        np.testing.assert_array_equal(three.cube[i], g.cube[2])
+    np.testing.assert_array_equal(GemmTable(g.ms, g.ns, g.ks, spiked).one_grid(3, 8).cube,
+                                  spiked)  # no row in range: unchanged
+
+
+@needs_tables
+@pytest.mark.parametrize("gpu", ["b200", "gb300"])
+def test_vllms_sm100_fp8_rows_of_one_tile_grid_price_as_one(gpu: str) -> None:
+    """vLLM's FP8 GEMM on sm100 runs 1-16 tokens on one grid of tiles; its rows agree from
+    2 to 16 tokens but time 1 token 1.6-1.9x slower. The table as read prices 1-16 tokens
+    at their median; an H200 (sm90, no 1-token excess) is read as published."""
+    from sim.cost.tables.gemmtable import gemm_table
+    from sim.cost.tables.kerneltables import coverage, load_table
+
+    version = coverage()[gpu]["vllm"][-1]
+    c = load_table(gpu, "gemm", "vllm", version, "gemm_perf").where(
+        gemm_dtype="fp8").columns
+    raw = {(int(m), int(n), int(k)): float(t) / 1e3 for m, n, k, t in
+           zip(c["m"], c["n"], c["k"], c["latency"], strict=True)}
+    big = sorted({(n, k) for m, n, k in raw if m == 1 and n * k >= 4096 ** 2
+                  and all((mm, n, k) in raw for mm in range(1, 17))})
+    excess = [raw[(1, n, k)] / float(np.median([raw[(m, n, k)] for m in range(2, 17)]))
+              for n, k in big]
+    assert np.median(excess) > 1.5
+    t = gemm_table(gpu, "vllm", version, "fp8").table
+    for n, k in big[:20]:
+        want = float(np.median([raw[(m, n, k)] for m in range(1, 17)]))
+        for m in (1, 2, 9, 16):
+            assert t.at(m, n, k) == pytest.approx(want, rel=1e-12)
+        assert t.at(32, n, k) == pytest.approx(raw[(32, n, k)], rel=1e-12)
+    h200 = gemm_table("h200", "vllm", coverage()["h200"]["vllm"][-1], "fp8").table
+    assert h200.at(1, 8192, 8192) != h200.at(2, 8192, 8192)

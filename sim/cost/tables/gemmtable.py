@@ -99,6 +99,18 @@ class GemmTable:
         keep = (self.ms <= 8) | (self.ms > limit) | (self.ms % 8 == 0)
         return GemmTable(self.ms[keep], self.ns, self.ks, self.cube[keep])
 
+    def one_grid(self, lo: int, hi: int) -> GemmTable:
+        """This table with its rows from ``lo`` to ``hi`` tokens, which the kernel runs
+        on one and the same grid of tiles (:data:`ONE_GRID`), each replaced by the median
+        of those rows at the same (n, k): one time repeated, so a row far from the others
+        is the collection's, not the kernel's."""
+        same = (self.ms >= lo) & (self.ms <= hi)
+        if not same.any():
+            return self
+        cube = self.cube.copy()
+        cube[same] = np.median(self.cube[same], axis=0)
+        return GemmTable(self.ms, self.ns, self.ks, cube)
+
     def times(self, n: float, k: float) -> np.ndarray:
         """Seconds of an (m × k)·(k × n) product at every m of :attr:`ms`."""
         return self._times(self.ns, self.ks, self.cube, n, k)
@@ -177,9 +189,25 @@ class GemmSource:
     input_quant_s: float = 0.0
 
 
+# Token ranges a framework's kernel for a dtype runs on one grid of tiles on some GPUs:
+# (framework, dtype) -> (GPUs, first and last token count). vLLM's per-tensor FP8 GEMM on
+# sm100 GPUs (csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm100_fp8_dispatch.cuh) takes
+# one configuration for 1-16 tokens, which swaps the operands and holds the tokens in a
+# single 32-wide tile, so every count from 1 to 16 launches the same tiles over the same
+# weights. Its rows say the same from 2 to 16 tokens (each a median 1.00 of the 16 rows'
+# median over shapes of n x k >= 4096^2, on all four GPUs), but time 1 token at a median
+# 1.63x (B200), 1.71x (B300), 1.88x (GB200) and 1.85x (GB300) of it; and B200's rows put
+# scattered shapes 1.3-2.0x above it at 2-16 tokens (the 90th percentile of several
+# counts). No other collection's rows show a 1-token excess (their median 0.97-1.03).
+ONE_GRID: dict[tuple[str, str], tuple[frozenset[str], int, int]] = {
+    ("vllm", "fp8"): (frozenset({"b200", "b300", "gb200", "gb300"}), 1, 16)}
+
+
 @lru_cache(maxsize=16)
 def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource:
-    """The GEMM table of ``dtype`` (servesim's name), read once per process."""
+    """The GEMM table of ``dtype`` (servesim's name), read once per process; where
+    :data:`ONE_GRID` says its kernel runs a range of token counts on one grid, those
+    rows priced as one (:meth:`GemmTable.one_grid`)."""
     table = load_table(gpu, "gemm", framework, version, "gemm_perf")
     want = TABLE_DTYPES[dtype]
     rows = table.where(gemm_dtype=want)
@@ -188,7 +216,9 @@ def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource
                             f"{', '.join(table.values('gemm_dtype'))}")
     kernel = default_kernel(rows)
     dev = rows.columns.get("device")
-    return GemmSource(GemmTable.from_table(rows.where(kernel_source=kernel)), kernel,
+    gemm = GemmTable.from_table(rows.where(kernel_source=kernel))
+    gpus, lo, hi = ONE_GRID.get((framework, dtype), (frozenset(), 0, 0))
+    return GemmSource(gemm.one_grid(lo, hi) if gpu in gpus else gemm, kernel,
                       str(dev[0]) if dev is not None and len(dev) else gpu)
 
 

@@ -23,6 +23,7 @@ from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_atte
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers
 from sim.cost.tables.gemmtable import (
     BORROWED_GEMMS,
+    ONE_GRID,
     GemmSource,
     GemmTable,
     projection_gemms,
@@ -166,6 +167,12 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")
+    grid_gpus, lo, hi = ONE_GRID.get((lin_fw, m.dtype), (frozenset(), 0, 0))
+    if m.dtype in QUANT_VARIANTS and gpu in grid_gpus:
+        notes.append(f"{m.dtype} projections' rows at {lo}-{hi} tokens priced at their "
+                     f"median for each shape: {FRAMEWORK_NAMES[lin_fw]}'s kernel runs them "
+                     "on one grid of tiles, and the rows time 1 token 1.6-1.9x above the "
+                     "others (ONE_GRID, sim/cost/tables/gemmtable.py)")
     borrowed = [("bf16", bf16_fw, bf16_version)] + (
         [(m.dtype, lin_fw, lin_version)] if m.dtype in QUANT_VARIANTS else [])
     for dtype, by, by_version in borrowed:

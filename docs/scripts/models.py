@@ -174,6 +174,24 @@ def fp8_runs() -> list[dict[str, Any]]:
     return rows
 
 
+def fp4_steps() -> dict[str, list[tuple[float, float]]]:
+    """Llama-3.1-70B on two B200s in bf16, FP8 and NVFP4 weights: (measured, roofline)
+    ms of an 8,192-token prefill, a decode of one sequence and of 64 at 1,024 tokens."""
+    shapes = (shape_of([(8192, 0)]), decode_shape(1, 1024), decode_shape(64, 1024))
+    out = {}
+    for dtype in ("bf16", "fp8", "nvfp4"):
+        costs = [build_cost(from_dict({
+            "model": {"preset": "llama-3.1-70b", "dtype": dtype},
+            "hardware": {"gpu": "b200", "tp": 2}, "cost": cost,
+            "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 4,
+                         "lengths": {"prompt": {"dist": "fixed", "value": 256},
+                                     "output": {"dist": "fixed", "value": 8}}}}))
+            for cost in ("measured", "roofline")]
+        out[dtype] = [(costs[0].step_time(x) * 1e3, costs[1].step_time(x) * 1e3)
+                      for x in shapes]
+    return out
+
+
 def plot(curves: dict[str, list[float]]) -> None:
     """docs/img/models_moe_decode.png."""
     import matplotlib
@@ -249,6 +267,10 @@ def main() -> None:
     for r in fp8_runs():
         print(f"| {r['dtype']} | {r['prefill_8192_ms']:.1f} | {r['ttft_p50_ms']:.1f} | "
               f"{r['tpot_p50_ms']:.2f} | {r['source']} |")
+    print("\n| weights | prefill of 8,192 tokens | decode, 1 sequence at 1,024 | "
+          "decode, 64 at 1,024 |\n|---|---:|---:|---:|")
+    for dtype, cells in fp4_steps().items():
+        print(f"| {dtype} | " + " | ".join(f"{a:.2f} / {b:.2f}" for a, b in cells) + " |")
     plot(curves)
     print(f"\nwrote {IMG / 'models_moe_decode.png'}")
 

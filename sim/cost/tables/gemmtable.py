@@ -198,7 +198,8 @@ class GemmSource:
 # median over shapes of n x k >= 4096^2, on all four GPUs), but time 1 token at a median
 # 1.63x (B200), 1.71x (B300), 1.88x (GB200) and 1.85x (GB300) of it; and B200's rows put
 # scattered shapes 1.3-2.0x above it at 2-16 tokens (the 90th percentile of several
-# counts). No other collection's rows show a 1-token excess (their median 0.97-1.03).
+# counts). No other collection's rows show a 1-token excess (SGLang's and TensorRT-LLM's
+# on the same GPUs, vLLM's on H100 and H200: 1 token a median 0.97-1.00 of 8 tokens).
 ONE_GRID: dict[tuple[str, str], tuple[frozenset[str], int, int]] = {
     ("vllm", "fp8"): (frozenset({"b200", "b300", "gb200", "gb300"}), 1, 16)}
 

@@ -31,6 +31,7 @@ anything else reads the cube.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -179,14 +180,16 @@ class GemmTable:
 @dataclass(frozen=True)
 class GemmSource:
     """A GEMM table as read: the table, its kernel (the one with most rows), the device
-    name the collection reports, and ``input_quant_s``: seconds taken off each call for
+    name the collection reports, ``input_quant_s``: seconds taken off each call for
     the input's quantisation the rows time and the served model does not run
-    (:data:`QUANT_IN_ROWS`)."""
+    (:data:`QUANT_IN_ROWS`), and ``one_grid``: the (first, last) token counts read as one
+    time (:data:`ONE_GRID`; None: every row as published)."""
 
     table: GemmTable
     kernel: str
     device: str
     input_quant_s: float = 0.0
+    one_grid: tuple[int, int] | None = None
 
 
 # Token ranges a framework's kernel for a dtype runs on one grid of tiles on some GPUs:
@@ -218,9 +221,11 @@ def gemm_table(gpu: str, framework: str, version: str, dtype: str) -> GemmSource
     kernel = default_kernel(rows)
     dev = rows.columns.get("device")
     gemm = GemmTable.from_table(rows.where(kernel_source=kernel))
+    device = str(dev[0]) if dev is not None and len(dev) else gpu
     gpus, lo, hi = ONE_GRID.get((framework, dtype), (frozenset(), 0, 0))
-    return GemmSource(gemm.one_grid(lo, hi) if gpu in gpus else gemm, kernel,
-                      str(dev[0]) if dev is not None and len(dev) else gpu)
+    if gpu in gpus:
+        return GemmSource(gemm.one_grid(lo, hi), kernel, device, one_grid=(lo, hi))
+    return GemmSource(gemm, kernel, device)
 
 
 # Weight dtypes whose GEMM rows one framework's collection times unlike a served model,
@@ -315,5 +320,6 @@ def _without_input_quant(gpu: str, framework: str, version: str, dtype: str) -> 
     quant = input_quant_seconds(table, dtype)
     floor = float(np.min(table.where(gemm_dtype="bfloat16").columns["latency"])) / 1e3
     t = source.table
-    return GemmSource(GemmTable(t.ms, t.ns, t.ks, np.maximum(t.cube - quant, floor)),
-                      source.kernel, source.device, quant)
+    return dataclasses.replace(
+        source, table=GemmTable(t.ms, t.ns, t.ks, np.maximum(t.cube - quant, floor)),
+        input_quant_s=quant)

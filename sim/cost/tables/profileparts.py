@@ -6,6 +6,7 @@ components, and the formatting every component shares. Assembled into a profile 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,6 @@ from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_atte
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers
 from sim.cost.tables.gemmtable import (
     BORROWED_GEMMS,
-    ONE_GRID,
     GemmSource,
     GemmTable,
     projection_gemms,
@@ -167,8 +167,8 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
         notes.append(f"{m.dtype} projections from the {TABLE_DTYPES[m.dtype]} GEMM rows "
                      f"({lin_kernel}), taken to include quantising their input; LM head, "
                      "norms and activations in bf16")
-    grid_gpus, lo, hi = ONE_GRID.get((lin_fw, m.dtype), (frozenset(), 0, 0))
-    if m.dtype in QUANT_VARIANTS and gpu in grid_gpus:
+    if lin_source.one_grid is not None:
+        lo, hi = lin_source.one_grid
         notes.append(f"{m.dtype} projections' rows at {lo}-{hi} tokens priced at their "
                      f"median for each shape: {FRAMEWORK_NAMES[lin_fw]}'s kernel runs them "
                      "on one grid of tiles, and the rows time 1 token 1.6-1.9x above the "
@@ -189,7 +189,7 @@ def gemm_tables(spec: BuildSpec, version: str, notes: list[str]) -> Gemms:
         padded: dict[int, GemmTable] = {}
         gemm, lin_gemm, qkv_gemm = (padded.setdefault(id(t), t.graph_padded(GRAPH_TOKENS[fw]))
                                     for t in (gemm, lin_gemm, qkv_gemm))
-        source = GemmSource(gemm, source.kernel, source.device, source.input_quant_s)
+        source = dataclasses.replace(source, table=gemm)
     big = float(gemm.ns[gemm.ns <= 16384][-1])
     bandwidth = big * big * 2 / float(gemm.times(big, big)[0])  # m = 1: weight-bound
     return Gemms(source, lin_gemm, lin_kernel, lin_fw, lin_version, qkv_gemm,

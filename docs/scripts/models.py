@@ -28,10 +28,11 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def scenario(model: Any, gpu: str, tp: int, rate: float = 1.0, n: int = 200,
-             prompt: int = 1024, output: int = 128) -> Any:
-    """``model`` on ``tp`` GPUs of ``gpu``, the shipped measured profile, vLLM v1's
-    scheduler, Poisson arrivals of fixed-length requests."""
-    return from_dict({"model": model, "hardware": {"gpu": gpu, "tp": tp}, "cost": "measured",
+             prompt: int = 1024, output: int = 128, cost: str = "measured") -> Any:
+    """``model`` on ``tp`` GPUs of ``gpu``, priced by ``cost`` (the shipped measured
+    profile unless told), vLLM v1's scheduler, Poisson arrivals of fixed-length
+    requests."""
+    return from_dict({"model": model, "hardware": {"gpu": gpu, "tp": tp}, "cost": cost,
                       "vllm": {},
                       "workload": {"arrivals": {"process": "poisson", "rate": rate},
                                    "num_requests": n, "seed": 1,
@@ -180,13 +181,8 @@ def fp4_steps() -> dict[str, list[tuple[float, float]]]:
     shapes = (shape_of([(8192, 0)]), decode_shape(1, 1024), decode_shape(64, 1024))
     out = {}
     for dtype in ("bf16", "fp8", "nvfp4"):
-        costs = [build_cost(from_dict({
-            "model": {"preset": "llama-3.1-70b", "dtype": dtype},
-            "hardware": {"gpu": "b200", "tp": 2}, "cost": cost,
-            "workload": {"arrivals": {"process": "poisson", "rate": 1.0}, "num_requests": 4,
-                         "lengths": {"prompt": {"dist": "fixed", "value": 256},
-                                     "output": {"dist": "fixed", "value": 8}}}}))
-            for cost in ("measured", "roofline")]
+        costs = [build_cost(scenario({"preset": "llama-3.1-70b", "dtype": dtype}, "b200", 2,
+                                     cost=cost)) for cost in ("measured", "roofline")]
         out[dtype] = [(costs[0].step_time(x) * 1e3, costs[1].step_time(x) * 1e3)
                       for x in shapes]
     return out

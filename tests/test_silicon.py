@@ -53,6 +53,21 @@ def test_inferencex_recipes_set_the_kv_cache(tmp_path: Path, model: str, backend
     assert isinstance(case, Case) and case.kv_dtype == kv
 
 
+@pytest.mark.parametrize(("backend", "version", "label", "dtype", "kv"), [
+    ("trtllm", "1.0.0rc3", "fp8", "fp8", "fp8"),  # the ModelOpt export's own FP8 cache
+    ("trtllm", "1.0.0rc3", "fp8_block", "fp8-block", "auto"),  # Qwen's release: none
+    ("trtllm", "1.0.0rc3", "", "bf16", "auto"),
+    ("vllm", "0.12.0", "fp8", "fp8", "auto"),  # auto meant bf16 before PR 29980
+])
+def test_per_tensor_fp8_qwen3_32b_runs_take_the_exports_kv_cache_under_tensorrt_llm(
+        tmp_path: Path, backend: str, version: str, label: str, dtype: str, kv: str) -> None:
+    row = (f"x,source_file=/u/aic-auto-gap-analysis/data/h100_sxm/{backend}/{version}/q.csv,"
+           f"{backend},{version},Qwen/Qwen3-32B,h100_sxm,{label},agg,4096,256,64,1,1,,1639,102")
+    case = classify(read_rows(csv(tmp_path, row))[0])
+    assert isinstance(case, Case) and (case.dtype, case.kv_dtype) == (dtype, kv)
+    assert case.spec.kv_dtype == kv and case.row.collection == "aic"
+
+
 def test_rows_are_read_and_classified_with_reasons(tmp_path: Path) -> None:
     rows = read_rows(csv(tmp_path, *ROWS))
     assert [r.line for r in rows] == [2, 3, 4, 5, 6, 7, 8, 9, 10]

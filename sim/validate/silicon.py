@@ -82,6 +82,20 @@ CHECKPOINT_DTYPES = {"Qwen/Qwen3-235B-A22B-FP8": "fp8-block",
                      "Qwen/Qwen3.5-397B-A17B": "fp8-block",
                      # InferenceX's GLM-5 FP8 recipes serve zai-org/GLM-5-FP8 (128 x 128).
                      "zhipuai/GLM-5": "fp8-block"}
+# Dense models whose per-tensor FP8 rows ran a ModelOpt export, by the framework that
+# ran them: Qwen's own FP8 release of Qwen3-32B is block-scaled, so AIConfigurator's
+# per-tensor rows of it are taken to have served the export its model list names
+# Qwen/Qwen3-32B-FP8-Static-PerTensor (its hf_quant_config.json ships in
+# aiconfigurator-core 0.12.0: quant_algo FP8, kv_cache_quant_algo FP8). TensorRT-LLM
+# takes a checkpoint's FP8 KV cache when the run leaves the cache's dtype at auto (its
+# quantization guide); vLLM only since PR 29980 (:func:`sim.cost.hfquant.
+# checkpoint_fp8_kv`), later than the 0.12.0 of its rows. A bf16 cache could not
+# have held what TensorRT-LLM 1.0.0rc3's rows ran unqueued: 64 clients of 4,096-token
+# prompts and 256-token outputs on one H100 (79 GiB) hold 251k-279k tokens (lengths
+# drawn in [0.8 L, L] or exact), 61-68 GiB in bf16 beside 32 GiB of weights; they
+# measured 1.6 s TTFT, as at 128 output tokens, and 3.8 s only at 512 (265k-295k
+# tokens), where an FP8 cache of 0.9 of the free memory (264k tokens) fills.
+MODELOPT_FP8_KV = frozenset({("Qwen/Qwen3-32B", "trtllm")})
 # Mixtures of experts whose FP4 rows' checkpoint is known, as (the other projections'
 # dtype, the experts' dtype, the KV cache's). InferenceX's MiniMax-M2.5 FP4 recipes
 # (minimaxm2.5_fp4_{b200,b300}.sh) serve nvidia/MiniMax-M2.5-NVFP4, quantised by ModelOpt's
@@ -247,6 +261,7 @@ def classify(row: Row, mtp_as_plain: bool = False) -> Case | str:
         dtype = FP8_MODES.get(mode, "")
         if dtype:
             dtype = CHECKPOINT_DTYPES.get(row.model_path, dtype)
+            checkpoint_kv = dtype == "fp8" and (row.model_path, row.backend) in MODELOPT_FP8_KV
         elif mode in FP4_MODES and row.model_path in QKV_BF16_CHECKPOINTS and \
                 row.collection == "inferencex":
             dtype, qkv, checkpoint_kv = FP4_MODES[mode], "bf16", True

@@ -22,7 +22,8 @@ SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h20
 # models, whose FP4 releases (NVIDIA's Llama-3.1-70B-Instruct-FP4, Qwen3-32B-NVFP4) quantise
 # every projection. A mixture of experts' FP4 row does not say which of its projections
 # the checkpoint it ran keeps at 4 bits (the experts alone, or attention too): that comes
-# from the checkpoint its recipe serves (:data:`sim.validate.silicon.NVFP4_MOE_CHECKPOINTS`).
+# from the checkpoint its recipe serves
+# (:data:`sim.validate.siliconcheckpoints.NVFP4_MOE_CHECKPOINTS`).
 FP4_MODES = {"nvfp4": "nvfp4"}
 # AIConfigurator's files whose rows are InferenceX's runs: of the 76 rows of its Qwen3.5
 # gap analysis, 68 have the measured TTFT and TPOT of an InferenceX row of the same setup

@@ -47,7 +47,7 @@ from calibrate.timing import is_oom
 from calibrate.wake import time_wake_on
 from calibrate.wakefit import fit_wake
 from sim.config.serving import ServingConfig
-from sim.cost.memory import blocks_for
+from sim.cost.kvpages import blocks_for
 
 # Distinct batch sizes need this many intervals each to make a point.
 MIN_SAMPLES = 3

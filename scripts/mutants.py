@@ -86,7 +86,7 @@ FAULTS: tuple[Fault, ...] = (
           "if avail - need < (self.watermark + 1 if keep_watermark else 0):",
           ("tests/test_watermark.py",),
           "a request that leaves exactly the watermark free is admitted (vLLM: >=)"),
-    Fault("blocks-for-off-by-one", "sim/cost/memory.py",
+    Fault("blocks-for-off-by-one", "sim/cost/kvpages.py",
           "return -(-tokens // block_size)", "return tokens // block_size + 1",
           ("tests/test_kv_handworked.py",),
           "a prompt that fills its last block exactly needs no extra block"),

@@ -218,7 +218,7 @@ def test_hybrid_kv_capacity_pools_both_kinds_of_layer_hand_worked() -> None:
 ])
 def test_hybrid_groups_as_vllm_pads_them(full: int, sliding: int, ratio: float,
                                          groups: tuple[int, int, int]) -> None:
-    from sim.cost.memory import hybrid_groups
+    from sim.cost.kvpages import hybrid_groups
 
     assert hybrid_groups(full, sliding, ratio) == groups
 

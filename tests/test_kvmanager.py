@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sim.core.engine import Engine, build_cost
 from sim.core.kvmanager import NO_HIT, KVCacheManager
 from sim.core.request import FINISHED, Request
-from sim.cost.memory import blocks_for
+from sim.cost.kvpages import blocks_for
 from sim.workload.requests import Requests
 
 EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
@@ -69,7 +69,7 @@ OP = st.tuples(st.sampled_from(["admit", "grow", "free", "swap", "resume", "publ
 def test_manager_invariants_on_random_operations(total: int, bs: int, wm: float, swap: int,
                                                  caching: bool, ops: list[tuple],
                                                  window: tuple[int, tuple[int, int]]) -> None:
-    # window: a sliding-window model's pages a request (sim.cost.memory.hybrid_groups).
+    # window: a sliding-window model's pages a request (sim.cost.kvpages.hybrid_groups).
     kv = KVCacheManager(total, bs, int(wm * total), swap, window_blocks=window[0],
                         window_groups=window[1])
 

@@ -25,7 +25,7 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.prefix import OWN_HASHES
 from sim.core.request import FINISHED, REJECTED, Request
 from sim.cost.gpus import GPUS, NODE_HOST_MEMORY_GIB
-from sim.cost.memory import blocks_for
+from sim.cost.kvpages import blocks_for
 from sim.errors import ServesimError
 from sim.report.setup import scenario_digest
 from sim.report.summary import summarize

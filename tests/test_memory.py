@@ -18,13 +18,13 @@ from sim.config.scenario import from_dict
 from sim.cost.gpus import GPUS
 from sim.cost.memory import (
     CUDA_GRAPH_BYTES,
-    GIB,
     NON_TORCH_BYTES,
     NON_TORCH_TP_BYTES,
     activation_bytes,
     memory_budget,
     weight_bytes,
 )
+from sim.cost.memorybudget import GIB
 from sim.cost.presets import MODELS
 from sim.cost.vllmmemory import memory_rules, uses_v2_runner
 from sim.errors import ServesimError

@@ -15,7 +15,8 @@ from sim.config.scenario import from_dict
 from sim.core.engine import simulate
 from sim.cost.gpus import GPUS
 from sim.cost.hfconfig import from_hf_config
-from sim.cost.memory import GIB, memory_budget, weight_bytes
+from sim.cost.memory import memory_budget, weight_bytes
+from sim.cost.memorybudget import GIB
 from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of

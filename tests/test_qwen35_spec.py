@@ -20,7 +20,8 @@ from sim.core.cluster import speculation
 from sim.core.engine import simulate
 from sim.core.request import Request
 from sim.cost.gpus import GPUS
-from sim.cost.memory import GIB, STATE_SHARE
+from sim.cost.memory import STATE_SHARE
+from sim.cost.memorybudget import GIB
 from sim.cost.models import build_cost
 from sim.cost.presets import MODELS
 from sim.cost.profilecost import ProfileCost

@@ -16,7 +16,8 @@ from sim.config.scenario import MeasuredConfig, from_dict
 from sim.config.statepool import resolve_state_pool
 from sim.core.engine import simulate
 from sim.cost.gpus import GPUS
-from sim.cost.memory import memory_budget, state_block_size
+from sim.cost.kvpages import state_block_size
+from sim.cost.memory import memory_budget
 from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.report.human import memory_terms

@@ -12,7 +12,8 @@ from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import KVCacheManager
 from sim.core.request import Request
 from sim.cost.gpus import GPUS
-from sim.cost.memory import blocks_for, kv_capacity_blocks
+from sim.cost.kvpages import blocks_for
+from sim.cost.memory import kv_capacity_blocks
 from sim.cost.models import LinearCost
 from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams

@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from sim.cost.gpus import GPUS  # noqa: E402
+from sim.cost.kvpages import state_block_size  # noqa: E402
 from sim.cost.measured import find  # noqa: E402
-from sim.cost.memory import GIB, memory_budget, state_block_size  # noqa: E402
+from sim.cost.memory import memory_budget  # noqa: E402
+from sim.cost.memorybudget import GIB  # noqa: E402
 from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.profilefile import load_profile  # noqa: E402
 from sim.cost.shape import decode_shape  # noqa: E402

@@ -17,7 +17,8 @@ from sim.config.serving import check_gb_s
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.gpus import GPUS, GPUSpec, check_dtype
-from sim.cost.memory import MemoryBudget, memory_budget, reserve_states
+from sim.cost.memory import memory_budget, reserve_states
+from sim.cost.memorybudget import MemoryBudget
 from sim.cost.pipeline import stage_layers
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
@@ -356,7 +357,7 @@ def kv_bytes_blocks(scenario: Scenario) -> Scenario:
 
 def blocks_override_note(scenario: Scenario, pool: Pool) -> str | None:
     """``pool``'s ``num_gpu_blocks`` against its GPU's memory
-    (:meth:`sim.cost.memory.MemoryBudget.override`): an error naming the key where they
+    (:meth:`sim.cost.memorybudget.MemoryBudget.override`): an error naming the key where they
     cannot fit the GPU, a note where they pass the utilization budget; None without the
     key or where they fit the budget."""
     n = pool.serving.num_gpu_blocks

@@ -157,7 +157,7 @@ class ServingConfig:
     stream_first_token: bool = True
     # vLLM's --disable-hybrid-kv-cache-manager: a model with sliding-window and full
     # layers (gpt-oss) keeps every layer's KV for every token, as if none slid, instead
-    # of each request's window pages only (sim.cost.memory.hybrid_groups).
+    # of each request's window pages only (sim.cost.kvpages.hybrid_groups).
     disable_hybrid_kv_cache_manager: bool = False
     # Where a model's Gated DeltaNet (linear-attention) states live: "kv_cache", pages of
     # the KV blocks' pool, the block size raised so a page holds a layer's state (vLLM);

@@ -9,7 +9,7 @@ two ways:
   group of linear layers (1 + k of them under speculative decoding of k tokens) beside
   its attention blocks, and nothing is set aside beforehand. Every page being one size,
   vLLM raises the attention block size until one attention layer's page holds one
-  linear layer's state (:func:`sim.cost.memory.state_block_size`): 784 tokens for
+  linear layer's state (:func:`sim.cost.kvpages.state_block_size`): 784 tokens for
   Qwen3.5-27B, where an attention model's block is 16.
 - SGLang keeps them in a pool of their own, sized for the most requests that may run
   beside the KV pool (TensorRT-LLM's state manager likewise), and the block size stays.
@@ -21,7 +21,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from sim.config.gpu import GPUChoice, gpu_label, is_inline
-from sim.cost.memory import layer_state_bytes, state_block_size
+from sim.cost.kvpages import layer_state_bytes, state_block_size
 from sim.cost.shard import shard
 from sim.errors import ServesimError
 

@@ -27,7 +27,7 @@ from sim.core.speculation import Speculation, spec_seed_of
 from sim.cost.drafter import Drafter, state_bandwidth
 from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
-from sim.cost.memory import MemoryBudget
+from sim.cost.memorybudget import MemoryBudget
 from sim.cost.models import CostModel, build_cost, unwrapped
 from sim.cost.overlap import HostOverlap
 from sim.cost.pipeline import StageCost
@@ -82,7 +82,7 @@ def pool_blocks(sv: ServingConfig, budget: MemoryBudget) -> int:
 
 def pool_kv(sv: ServingConfig, budget: MemoryBudget) -> tuple[int, dict[str, Any]]:
     """(KV blocks of each replica, the memory summary a run reports for its pool):
-    :func:`pool_blocks` and :meth:`~sim.cost.memory.MemoryBudget.summary` of them."""
+    :func:`pool_blocks` and :meth:`~sim.cost.memorybudget.MemoryBudget.summary` of them."""
     blocks = pool_blocks(sv, budget)
     if sv.num_gpu_blocks and budget.state_seqs:
         # The override leaves max_num_seqs as given: that many sequences hold states.

@@ -31,7 +31,7 @@ from sim.core.hosttier import HostTier
 from sim.core.kvpublish import PrefixPublishing
 from sim.core.prefix import NO_HIT, PrefixCache, PrefixHit, own_keys
 from sim.core.request import Request
-from sim.cost.memory import blocks_for, window_share
+from sim.cost.kvpages import blocks_for, window_share
 
 __all__ = ["NO_HIT", "KVCacheManager", "PrefixHit"]
 
@@ -68,7 +68,7 @@ class KVCacheManager(PrefixPublishing):
         self.total = total_blocks
         self.block_size = block_size
         self.watermark = watermark_blocks
-        # A model with sliding-window and full layers (sim.cost.memory.hybrid_groups):
+        # A model with sliding-window and full layers (sim.cost.kvpages.hybrid_groups):
         # a block holds the full layers' KV of block_size tokens, and a request's
         # sliding layers hold at most ``window`` pages of the same pool, each page
         # window_groups[0] / window_groups[1] of a block (see window_share).

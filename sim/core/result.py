@@ -70,7 +70,7 @@ class RunResult:
     # (sim.cost.drafter.Drafter.source of the decoding replicas); "" without.
     draft_source: str = ""
     # Each pool's GPU memory terms and KV blocks per replica, by role ("both", or
-    # "prefill" and "decode"): :meth:`sim.cost.memory.MemoryBudget.summary`'s mapping.
+    # "prefill" and "decode"): :meth:`sim.cost.memorybudget.MemoryBudget.summary`'s mapping.
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     # When each request reached the engine (s): its send time plus the frontend's request
     # delay; NaN for one never delivered. None: the engine saw requests as they were sent.

@@ -141,7 +141,7 @@ def cost_phrase(simulated: dict[str, Any]) -> str:
 
 def memory_terms(m: dict[str, Any]) -> str:
     """One pool's memory as vLLM divides one GPU (GiB) and the KV capacity, in one line:
-    a ``memory`` entry of a summary (:meth:`sim.cost.memory.MemoryBudget.summary`)."""
+    a ``memory`` entry of a summary (:meth:`sim.cost.memorybudget.MemoryBudget.summary`)."""
     kv = (f"KV {m['kv_gib']:.2f} GiB = {m['kv_blocks']} blocks"
           if m["kv_blocks_from"] == "memory" else
           f"KV set by num_gpu_blocks: {m['kv_blocks']} blocks ({m['kv_gib']:.2f} GiB)")

@@ -97,7 +97,7 @@ def _kv_need(res: RunResult, role: str, prompt: np.ndarray, output: np.ndarray) 
     its sliding-window pages or linear-attention states' blocks, and the watermark kept
     free of them."""
     from sim.config.disagg import pool_memory, pools
-    from sim.cost.memory import blocks_for, window_share
+    from sim.cost.kvpages import blocks_for, window_share
 
     pool = next(p for p in pools(res.scenario) if p.role == role)
     sv = pool.serving

@@ -114,7 +114,7 @@ class MaxRate:
     mean: float
     ci: float | None
     pp: int = 1  # pipeline stages per replica
-    # Each pool's memory terms and KV blocks (sim.cost.memory.MemoryBudget.summary), by
+    # Each pool's memory terms and KV blocks (sim.cost.memorybudget.MemoryBudget.summary), by
     # role; the tokens one replica's KV cache holds (its decode pool's when split).
     memory: dict[str, Any] | None = None
     kv_tokens: int | None = None

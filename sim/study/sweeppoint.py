@@ -336,7 +336,7 @@ def describe_base(base: dict[str, Any], source: str, base_dir: Path | None, pric
 def shape_memory(base: dict[str, Any], source: str, base_dir: Path | None,
                  key: PointKey) -> dict[str, Any]:
     """Each pool's memory terms and KV blocks, by role, of the point ``key`` (a
-    :meth:`sim.cost.memory.MemoryBudget.summary`, as a run's summary gives them: the
+    :meth:`sim.cost.memorybudget.MemoryBudget.summary`, as a run's summary gives them: the
     memory-derived blocks, or ``num_gpu_blocks``). A replica's memory depends on its
     policy, tp and pp, not on the rate, the seed or how many replicas there are."""
     from sim.config.disagg import pool_memory, pools

@@ -46,8 +46,8 @@ class MemoryBudget:
     # A model with full and sliding-window layers (gpt-oss): the blocks hold the full
     # layers' KV (their groups, as vLLM pads them: sim.cost.kvpages.hybrid_groups), and
     # each request also holds its window's blocks of the sliding layers from the same
-    # pool, at most
-    # ``window_blocks`` (sim.core.kvmanager.KVCacheManager); 0 for any other model.
+    # pool, at most ``window_blocks`` (sim.core.kvmanager.KVCacheManager); 0 for any
+    # other model.
     window_blocks: int = 0
     # The sliding layers' groups over the full layers' (a block of the pool holds one
     # group; the manager's blocks hold all full groups): a window costs this share.

@@ -1,6 +1,8 @@
 """Numbers of docs/policies.md, "Measured: the shipped Azure conversation trace": every
 policy on scenarios/quickstart.yaml, the variants its footnotes name, the TPOT of three
-policies as the trace's rate rises, and the figures the prose quotes.
+policies as the trace's rate rises, and the figures the prose quotes; and of its
+"Streaming in chunks": the quickstart and scenarios/speculative-eagle.yaml at several
+stream intervals.
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/quickstart_compare.py
 Each run is what ``servesim simulate scenarios/quickstart.yaml --set ...`` (or ``servesim
@@ -56,6 +58,24 @@ def row(label: str, s: dict[str, Any]) -> str:
             (f" | {good:.3f} |" if good < 0.1 else f" | {good:.1f} |"))
 
 
+def streaming() -> None:
+    """The stream-interval table and the speculative scenario's chunked gaps."""
+    print("\n| N | TTFT p50 / p99 | TPOT p50 / p99 | ITL p50 | ITL p99 | ITL max |\n"
+          "|---:|---|---|---:|---:|---:|")
+    for n in (1, 5, 20):
+        s = run(f"serving.stream_interval={n}")
+        print(f"| {n} | {lat(s, 'ttft', 'p50')} / {lat(s, 'ttft', 'p99')} | "
+              f"{lat(s, 'tpot', 'p50')} / {lat(s, 'tpot', 'p99')} | {lat(s, 'itl', 'p50')} | "
+              f"{lat(s, 'itl', 'p99')} | {lat(s, 'itl', 'max')} |")
+    eagle = ROOT / "scenarios" / "speculative-eagle.yaml"
+    for n in (1, 5):
+        s = summarize(simulate(load(eagle, [f"serving.stream_interval={n}"])))
+        print(f"speculative-eagle.yaml, N = {n}: ITL p50 / p99 / max "
+              f"{ms(s, 'itl', 'p50'):.1f} / {ms(s, 'itl', 'p99'):.1f} / "
+              f"{ms(s, 'itl', 'max'):.1f} ms; TTFT p50 {ms(s, 'ttft', 'p50'):.1f}, "
+              f"TPOT p50 {ms(s, 'tpot', 'p50'):.2f} ms")
+
+
 def main() -> None:
     print("| policy | GPUs | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p99 | E2E p99 | "
           "goodput req/s |\n|---|---|---|---|---|---|---|---|---|")
@@ -97,6 +117,7 @@ def main() -> None:
                 print(f"  {name}: TTFT p99 {ms(s, 'ttft', 'p99') / 1e3:.2f} s, TPOT p99 "
                       f"{ms(s, 'tpot', 'p99'):.1f} ms, preemptions {s['preemptions']}, "
                       f"saturated {s['saturation']['saturated']}")
+    streaming()
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ def _simulate(argv: list[str]) -> int:
     from sim.core.budget import check
     from sim.core.engine import simulate
     from sim.report import outputs as report
+    from sim.report import printed
     from sim.report.folder import check_replaceable
     from sim.report.metrics import PERCENTILES, parse_percentiles
     from sim.report.summary import summarize
@@ -68,7 +69,7 @@ def _simulate(argv: list[str]) -> int:
         res = simulate(sc, progress=tick)
     summary = summarize(res, pcts)
     refused = verdict(res, limit)
-    nothing = report.nothing_finished(summary)
+    nothing = printed.nothing_finished(summary)
     if refused is not None or nothing:  # so that `report` on the folder says so too
         summary[REFUSED] = str(refused) if refused is not None else nothing
     try:
@@ -78,7 +79,7 @@ def _simulate(argv: list[str]) -> int:
     if a.json:  # the summary alone on stdout, for a program to read
         sys.stdout.write(report.summary_json(summary).decode())
     elif not a.quiet:
-        print(report.table(summary))
+        print(printed.table(summary))
         print("wrote " + ", ".join(str(x) for x in paths))
     # The outputs are written (requests.csv says why), but this is no result: first for
     # the limit that rejected too many requests, then for a run that finished none.

@@ -19,7 +19,8 @@ from sim.core.engine import Engine, build_cost, simulate
 from sim.core.request import FINISHED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
 from sim.report.metrics import per_request
-from sim.report.outputs import requests_csv, summary_json, table
+from sim.report.outputs import requests_csv, summary_json
+from sim.report.printed import table
 from sim.report.summary import summarize
 from sim.workload.requests import Requests
 

@@ -289,7 +289,7 @@ def test_a_disaggregated_section_under_another_policy_is_noted() -> None:
     # Without serving.policy: disaggregated the pools are not run: one co-located
     # replica serves, and the summary says the section went unused.
     from sim.core.engine import simulate
-    from sim.report.outputs import table
+    from sim.report.printed import table
     from sim.report.summary import summarize
 
     sc = tiny_scenario(serving={"policy": "chunked"},

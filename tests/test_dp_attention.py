@@ -25,7 +25,7 @@ from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import decode_shape, shape_of
 from sim.errors import ServesimError
-from sim.report.outputs import table
+from sim.report.printed import table
 from sim.report.summary import summarize
 from sim.workload.requests import Requests
 

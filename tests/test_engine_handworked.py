@@ -149,7 +149,8 @@ def test_horizon_leaves_unfinished_requests_counted():
 
 def test_requests_due_after_the_horizon_are_counted_apart_and_judged_in_nothing():
     from sim.core.request import NOT_ARRIVED, UNFINISHED
-    from sim.report.outputs import requests_csv, table
+    from sim.report.outputs import requests_csv
+    from sim.report.printed import table
     from sim.report.summary import summarize
 
     sc = tiny_scenario(horizon_s=0.1, slo={"ttft_s": 0.05})

@@ -25,7 +25,7 @@ from sim.cli import main
 from sim.config.scenario import from_dict, load
 from sim.cost.profilefile import load_profile
 from sim.errors import ServesimError
-from sim.report.outputs import class_table, table
+from sim.report.printed import class_table, table
 from sim.report.stagereport import stage_table
 from sim.report.texttable import right_columns
 

@@ -25,7 +25,7 @@ from sim.core.kvmanager import KVCacheManager
 from sim.core.prefix import OWN_HASHES
 from sim.core.request import Request
 from sim.errors import ServesimError
-from sim.report.outputs import table
+from sim.report.printed import table
 from sim.report.setup import scenario_digest
 from sim.report.summary import summarize
 

@@ -20,7 +20,7 @@ from sim.core.engine import build_cost, simulate
 from sim.cost.measured import find, shipped
 from sim.cost.presets import MODELS
 from sim.errors import ServesimError
-from sim.report.outputs import table
+from sim.report.printed import table
 from sim.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -317,7 +317,7 @@ def test_gpu_memory_utilization_alias() -> None:
 def test_override_keeps_the_terms_in_the_summary() -> None:
     from conftest import run_requests
 
-    from sim.report.outputs import table
+    from sim.report.printed import table
     from sim.report.summary import summarize
 
     res = run_requests(tiny_scenario(serving={"num_gpu_blocks": 9}), [0.0], [8], [2])

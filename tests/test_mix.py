@@ -14,7 +14,8 @@ from sim.config import scenario
 from sim.configtools import build
 from sim.core.engine import simulate
 from sim.errors import ServesimError
-from sim.report.outputs import CSV_COLUMNS, requests_csv, table
+from sim.report.outputs import CSV_COLUMNS, requests_csv
+from sim.report.printed import table
 from sim.report.summary import summarize
 from sim.workload.build import build_requests
 from sim.workload.requests import WorkloadConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.report.outputs import nothing_finished
+from sim.report.printed import nothing_finished
 
 SCENARIO = """\
 name: t

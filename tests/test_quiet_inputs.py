@@ -282,7 +282,7 @@ def test_a_calibrated_profile_of_another_gpu_is_refused(tmp_path: Path, device: 
 
 
 def test_long_percentile_labels_keep_their_columns_apart(tmp_path: Path) -> None:
-    from sim.report.outputs import table
+    from sim.report.printed import table
 
     lengths = {"prompt": {"dist": "fixed", "value": 20}, "output": {"dist": "fixed", "value": 2}}
     raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01, "per_new_token_s": 0.001}},

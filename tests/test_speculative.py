@@ -34,7 +34,8 @@ from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, batch_shape
 from sim.errors import ServesimError
 from sim.report.metrics import per_request
-from sim.report.outputs import requests_csv, table
+from sim.report.outputs import requests_csv
+from sim.report.printed import table
 from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
@@ -104,7 +105,7 @@ def test_long_run_mean_tokens_per_verify_is_the_closed_form(policy: str, a: floa
     assert sp["expected_tokens_per_verify"] == pytest.approx(expected, rel=1e-12)
     assert sp["mean_tokens_per_verify"] == pytest.approx(expected, rel=0.01)
     assert sp["verify_tokens"] == n * 1999  # every token after the first, none beyond
-    from sim.report.outputs import table
+    from sim.report.printed import table
 
     line = table(summarize(res))
     assert f"verifies (acceptance rate {a:g} expects {expected:.3f}); drafting:" in line
@@ -468,7 +469,7 @@ def test_each_class_meets_its_own_closed_form() -> None:
     # (1 - 0.5^4) / 0.5 = 1.875 and (1 - 0.9^4) / 0.1 = 3.439 tokens on average. 40
     # requests of 2,000 output tokens, one at a time: each class's mean within 1% of its
     # own formula, every token after the first emitted by a verify.
-    from sim.report.outputs import table
+    from sim.report.printed import table
 
     res = simulate(class_spec_scenario(0.5, {"code": {"rate": 0.9}}, 2000, 40, 0.05))
     s = summarize(res)

@@ -16,7 +16,8 @@ from conftest import tiny_scenario
 from sim.config.scenario import load
 from sim.core.engine import simulate
 from sim.errors import ServesimError
-from sim.report.outputs import table, write_run
+from sim.report.outputs import write_run
+from sim.report.printed import table
 from sim.report.summary import summarize
 from sim.workload.build import build_requests
 from sim.workload.stages import StageConfig, stage_trace_times, windows

@@ -348,7 +348,7 @@ def test_real_flag_sets_run_whole() -> None:
         f"vllm.{f}: a kernel or compilation setting, not priced: steps cost what vLLM's "
         "default kernels take" for f in ("max-cudagraph-capture-size",
                                          "cc.pass_config.fuse_allreduce_rms"))
-    from sim.report.outputs import table
+    from sim.report.printed import table
     from sim.report.summary import summarize
 
     s = summarize(simulate(sc))

@@ -266,7 +266,7 @@ class Pipeline:
         _, batch, members, busy, used, seqs, tokens = f
         rep.in_flight -= seqs
         # Only this module puts a decode set in flight: the replica's DecodeSet (a
-        # pipeline never speculates: sim.config.disagg.check_pipeline).
+        # pipeline never speculates: sim.config.combinations.check_pipeline).
         travelled = cast(DecodeSet | None, batch.group)
         home = cast(DecodeSet | None, rep.group)
         if travelled is not None and home is not None:

@@ -20,7 +20,7 @@ from sim.cost.profile import FORMS
 from sim.cost.roofline import RooflineCost, RooflineParams
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.cost.shard import shard
-from sim.cost.tables.profileparts import attention_gemms
+from sim.cost.tables.layergemms import attention_gemms
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, classify
 from sim.validate.siliconrecipes import recipe, scenario_raw

@@ -100,8 +100,8 @@ def test_vllm_b300_latent_attention_reads_b200s_module_rows() -> None:
     # other frameworks' MLA kernels time the two GPUs alike: a B300 build takes B200's
     # rows less B200's projection prices, so its attention terms equal B200's.
     from sim.cost.tables.gemmtable import projection_gemms
+    from sim.cost.tables.layergemms import attention_gemms
     from sim.cost.tables.mlaattn import mla_attention
-    from sim.cost.tables.profileparts import attention_gemms
 
     rank = shard(K, 4)
     att = {g: mla_attention(g, "vllm", "0.24.0", K, rank, "fp8",

@@ -98,9 +98,10 @@ def test_linear_knot_is_projections_experts_and_router_by_hand() -> None:
     import numpy as np
 
     from sim.cost.tables.gemmtable import projection_gemms
+    from sim.cost.tables.layergemms import attention_gemms
     from sim.cost.tables.moetable import moe_times
     from sim.cost.tables.profilebuild import BuildSpec, build_profile
-    from sim.cost.tables.profileparts import LAYER_ELEMENTWISE_KERNELS, attention_gemms
+    from sim.cost.tables.profileparts import LAYER_ELEMENTWISE_KERNELS
 
     data = build_profile(BuildSpec(M, "b200", "vllm", 4))
     rank = shard(M, 4)

@@ -14,7 +14,7 @@ from conftest import needs_tables, silicon_csv
 
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
-from sim.cost.tables.profileparts import attention_gemms
+from sim.cost.tables.layergemms import attention_gemms
 from sim.validate.silicon import Case, classify
 from sim.validate.siliconrecipes import recipe, running_cap, scenario_raw
 from sim.validate.siliconrows import read_rows

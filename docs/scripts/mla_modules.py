@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim.cost.presets import MODELS  # noqa: E402
 from sim.cost.shard import shard  # noqa: E402
+from sim.cost.tables.layergemms import attention_gemms  # noqa: E402
 from sim.cost.tables.mlaattn import module_errors  # noqa: E402
-from sim.cost.tables.profileparts import attention_gemms  # noqa: E402
 
 
 def main() -> None:

@@ -37,8 +37,9 @@ from sim.cost.shard import shard
 from sim.cost.tables.attntables import decode_grid, select
 from sim.cost.tables.gemmtable import gemm_table, projection_gemms
 from sim.cost.tables.kerneltables import GPU_DIRS, HELD_OUT_DIRS, coverage
+from sim.cost.tables.layergemms import layer_gemms
 from sim.cost.tables.moetable import moe_times
-from sim.cost.tables.profileparts import attention_table, layer_gemms
+from sim.cost.tables.profileparts import attention_table
 from sim.errors import ServesimError
 
 # (model, tp) whose kernels are compared, when the model's heads split over tp.

@@ -20,7 +20,8 @@ What vLLM writes for a failed request, and so what stays accepted: ``output_lens
 came before the failure), ``itls`` empty or the gaps streamed before the failure, and
 in ``errors`` a message (empty when the HTTP status carried no reason, which is why no
 output alone marks a request failed). Anything vLLM never writes is refused with one
-line naming the key, the request's index, the value and the rule (:data:`RULES`).
+line naming the key, the request's index, the value and the rule
+(:data:`sim.validate.vllmfields.RULES`).
 """
 
 from __future__ import annotations
@@ -33,32 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import MAX_INT, MAX_TIME_S, DuplicateKeyError, is_number, unique_keys
+from sim.configtools import DuplicateKeyError, is_number, unique_keys
 from sim.errors import ServesimError
 from sim.files import read_text, too_deep
-from sim.validate import vllmclient
+from sim.validate import vllmclient, vllmfields
+from sim.validate.vllmfields import MAX_SPAN_S, RULES
 
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
-
-# The rules for each field, stated once; every refusal quotes one of them.
-RULES = {
-    # vLLM counts tokens in whole numbers; a failed request's output is written as 0.
-    # Past 2**53 a count is no real length and would overflow the int64 arrays.
-    "tokens": "a whole number of tokens, 0 or more and below 2**53",
-    # Client-side perf_counter differences: never negative, never NaN; a latency of
-    # years is no measurement (and a sum of such overflows).
-    "seconds": "a finite number of seconds, 0 or more and below 1e9",
-    # perf_counter readings: only their differences mean anything, so any finite value.
-    "clock": "a finite number (a send time in seconds)",
-    "ms": "a finite number of milliseconds, 0 or more",
-    "rate": 'a number of requests per second above 0, or "inf"',
-    "burstiness": "a number above 0 (1 = Poisson; Infinity = evenly spaced)",
-    "concurrency": "null or a whole number of requests, 0 (no cap) or more",
-    # vLLM's benchmark times the whole run: never 0, never a string.
-    "duration": "null or a finite number of seconds above 0 and below 1e9",
-    "count": "null or a whole number of requests, 0 or more",
-    "error": 'a string ("" when the request succeeded) or null',
-}
 
 AGGREGATES = tuple(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
                    for s in ("mean", "median", "p90", "p99"))
@@ -102,34 +84,6 @@ def e2e_of(ttft_s: np.ndarray, itls_s: list[list[float]], failed: np.ndarray) ->
     return np.where(failed, np.nan, ttft_s + total)
 
 
-def _refuse(x: Any, rule: str, where: str, src: str | None, hint: str = "") -> ServesimError:
-    """The one-line error for value ``x`` at ``where`` breaking ``RULES[rule]``."""
-    return ServesimError(f"got {x!r}, expected {RULES[rule]}{hint}", source=src, where=where)
-
-
-def _whole(x: Any, where: str, src: str | None, rule: str = "tokens") -> int:
-    """A count: whole (1000.0 counts as 1000), 0 or more, below 2**53."""
-    whole = is_number(x) and (isinstance(x, int) or (math.isfinite(x) and x.is_integer()))
-    if not whole or not 0 <= x < MAX_INT:
-        raise _refuse(x, rule, where, src)
-    return int(x)
-
-
-# The longest span of send times (s) a run may have: the simulated clock's bound, past
-# which a float second no longer resolves a latency (and no benchmark runs 30 years).
-MAX_SPAN_S = MAX_TIME_S
-
-
-def _seconds(x: Any, where: str, src: str | None, rule: str = "seconds",
-             hint: str = "") -> float:
-    """A latency (or, with ``rule="ms"``, an aggregate): finite and 0 or more (a latency
-    below :data:`MAX_SPAN_S` too)."""
-    limit = MAX_SPAN_S if rule == "seconds" else math.inf
-    if not is_number(x) or not math.isfinite(x) or not 0 <= x < limit:
-        raise _refuse(x, rule, where, src, hint)
-    return float(x)
-
-
 def _per_request(data: dict[str, Any], key: str, n: int, src: str) -> list[Any] | None:
     """``data[key]`` as a list of ``n`` entries, or None where absent or null (and not
     one of :data:`REQUIRED`)."""
@@ -141,63 +95,6 @@ def _per_request(data: dict[str, Any], key: str, n: int, src: str) -> list[Any] 
         raise ServesimError(f"got {got}, expected a list of {n} entries, one per request "
                             "(as many as input_lens)", source=src, where=key)
     return v
-
-
-def _rate(x: Any, src: str | None) -> float | None:
-    """``request_rate`` in req/s (inf for vLLM's ``"inf"``), or None where absent."""
-    if x is None:
-        return None
-    if x == "inf" or (is_number(x) and x > 0 and not math.isnan(x)):
-        return float(x)
-    raise _refuse(x, "rate", "request_rate", src)
-
-
-def _burstiness(x: Any, src: str | None) -> float:
-    """vLLM's gamma shape; absent (older vLLM, before the option) means Poisson, 1."""
-    if x is None:
-        return 1.0
-    if not is_number(x) or math.isnan(x) or not x > 0:
-        raise _refuse(x, "burstiness", "burstiness", src)
-    return float(x)
-
-
-# vLLM's ramp-up strategies (``--ramp-up-strategy``).
-RAMPS = ("linear", "exponential")
-
-
-def _pacing(data: dict[str, Any], rate: float, shape: float, src: str) -> vllmclient.Pacing:
-    """How the client paced the requests: ``request_rate`` and ``burstiness``, or the
-    ramp-up that vLLM writes with ``request_rate`` "inf" (its strategy and start and end
-    rates, checked as vLLM's client checks them)."""
-    kind = data.get("ramp_up_strategy")
-    if kind is None:
-        return vllmclient.Pacing(rate, shape)
-    if kind not in RAMPS:
-        raise ServesimError(f"got {kind!r}, expected one of {', '.join(RAMPS)} (vLLM's "
-                            "--ramp-up-strategy)", source=src, where="ramp_up_strategy")
-    if not math.isinf(rate):
-        raise ServesimError(f"got {rate:g} with a {kind} ramp-up, expected \"inf\": vLLM's "
-                            "client refuses a request rate beside a ramp-up",
-                            source=src, where="request_rate")
-    ends = []
-    for key in ("ramp_up_start_rps", "ramp_up_end_rps"):
-        x = data.get(key)
-        if not is_number(x) or not math.isfinite(x) or x < 0:
-            raise ServesimError(f"got {x!r}, expected a number of requests per second, 0 "
-                                f"or more (a {kind} ramp-up needs it)", source=src, where=key)
-        ends.append(float(x))
-    start, end = ends
-    # vLLM's client refuses both before it sends anything (a ramp from 0 would give
-    # request 0 no rate), so no run of it has them.
-    if start == 0:
-        raise ServesimError(f"got 0 with {kind} ramp-up, expected a start above 0 "
-                            "(vLLM's client cannot pace request 0 at 0 req/s)",
-                            source=src, where="ramp_up_start_rps")
-    if not end > start:
-        raise ServesimError(f"got {end:g} with a start of {start:g} req/s, expected an end "
-                            "above the start, as vLLM's client requires",
-                            source=src, where="ramp_up_end_rps")
-    return vllmclient.Pacing(math.inf, shape, (str(kind), start, end))
 
 
 def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
@@ -219,11 +116,11 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     if n == 0:
         raise ServesimError("the result holds no requests", source=source, where="input_lens")
     cols = {k: _per_request(data, k, n, source) or [] for k in REQUIRED}
-    prompt = np.array([_whole(x, f"input_lens[{i}]", source)
+    prompt = np.array([vllmfields.whole(x, f"input_lens[{i}]", source)
                        for i, x in enumerate(cols["input_lens"])], dtype=np.int64)
-    output = np.array([_whole(x, f"output_lens[{i}]", source)
+    output = np.array([vllmfields.whole(x, f"output_lens[{i}]", source)
                        for i, x in enumerate(cols["output_lens"])], dtype=np.int64)
-    ttft = np.array([_seconds(x, f"ttfts[{i}]", source,
+    ttft = np.array([vllmfields.seconds(x, f"ttfts[{i}]", source,
                               hint=" (vLLM writes 0.0 for a request that failed)")
                      for i, x in enumerate(cols["ttfts"])], dtype=float)
     itls: list[list[float]] = []
@@ -231,11 +128,11 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         if not isinstance(g, list):
             raise ServesimError(f"got {g!r}, expected a list of seconds (empty for a "
                                 "request that failed)", source=source, where=f"itls[{i}]")
-        itls.append([_seconds(x, f"itls[{i}][{j}]", source) for j, x in enumerate(g)])
+        itls.append([vllmfields.seconds(x, f"itls[{i}][{j}]", source) for j, x in enumerate(g)])
     errors = _per_request(data, "errors", n, source) or [None] * n
     for i, e in enumerate(errors):
         if e is not None and not isinstance(e, str):
-            raise _refuse(e, "error", f"errors[{i}]", source)
+            raise vllmfields.refuse(e, "error", f"errors[{i}]", source)
     # vLLM writes output 0 for every failed request, and an error message that can be
     # empty (an HTTP status without a reason): either marks the request failed.
     failed = np.array([bool(e) for e in errors]) | (output < 1)
@@ -271,17 +168,18 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
                      "serving.stream_interval)")
     given = conc = data.get("max_concurrency")
     if conc is not None:
-        conc = given = _whole(conc, "max_concurrency", source, rule="concurrency")
+        conc = given = vllmfields.whole(conc, "max_concurrency", source, rule="concurrency")
         if conc > n:
             # More clients than requests: the cap never holds one back, as with n clients.
             notes.append(f"max_concurrency {conc} is more than the {n} requests: it never "
                          f"holds one back, so the run is predicted with {n} clients")
             conc = n
-    rate = _rate(data.get("request_rate"), source)
-    shape = _burstiness(data.get("burstiness"), source)
+    rate = vllmfields.request_rate(data.get("request_rate"), source)
+    shape = vllmfields.burstiness(data.get("burstiness"), source)
     starts = _per_request(data, "start_times", n, source)
     if starts is not None:
-        raw = np.array([_clock(x, f"start_times[{i}]", source) for i, x in enumerate(starts)])
+        raw = np.array([vllmfields.clock(x, f"start_times[{i}]", source)
+                        for i, x in enumerate(starts)])
         t = raw - raw.min()
         how = "arrivals from the saved start_times"
         where = "start_times"
@@ -295,7 +193,7 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
                             f"rebuilt; expected {RULES['rate']}", source=source,
                             where="request_rate")
     else:
-        pacing = _pacing(data, rate, shape, source)
+        pacing = vllmfields.pacing(data, rate, shape, source)
         t, how = vllmclient.rebuild(n, pacing, seed, e2e_of(ttft, itls, failed),
                                     conc or None, duration)
         where = "request_rate"
@@ -341,11 +239,11 @@ def _summary(data: dict[str, Any], n: int, done: int, src: str
     duration = data.get("duration")
     if duration is not None and (not is_number(duration) or not math.isfinite(duration)
                                  or not 0 < duration < MAX_SPAN_S):
-        raise _refuse(duration, "duration", "duration", src)
+        raise vllmfields.refuse(duration, "duration", "duration", src)
     notes = []
     completed = data.get("completed")
     if completed is not None:
-        completed = _whole(completed, "completed", src, rule="count")
+        completed = vllmfields.whole(completed, "completed", src, rule="count")
         if completed > n:
             raise ServesimError(f"got {completed}, more than the {n} requests in the "
                                 f"per-request lists; expected a whole number from 0 to {n}",
@@ -355,7 +253,7 @@ def _summary(data: dict[str, Any], n: int, done: int, src: str
                          "requests completed by the per-request lists (the lists are "
                          "compared)")
     prompts = data.get("num_prompts")
-    if prompts is not None and _whole(prompts, "num_prompts", src, rule="count") != n:
+    if prompts is not None and vllmfields.whole(prompts, "num_prompts", src, rule="count") != n:
         notes.append(f"the file's num_prompts is {prompts}, but its per-request lists "
                      f"hold {n} requests (the lists are compared)")
     return None if duration is None else float(duration), notes
@@ -380,13 +278,6 @@ def _capped(conc: int, t: np.ndarray, rate: float | None, ramped: bool, saved: b
         if not paced:
             how = "request_rate inf: every request due at 0 s"
     return (t.copy() if paced else np.zeros(len(t))), note, how
-
-
-def _clock(x: Any, where: str, src: str | None) -> float:
-    """A send time (perf_counter seconds): any finite number."""
-    if not is_number(x) or not math.isfinite(x):
-        raise _refuse(x, "clock", where, src)
-    return float(x)
 
 
 def _last_line(text: str) -> str:
@@ -414,5 +305,5 @@ def load(path: str | Path, seed: int = 0) -> VllmRun:
 def vllm_aggregates(data: dict[str, Any], source: str | None = None) -> dict[str, float]:
     """vLLM's own summary figures (ms) found in the file, for a cross-check; absent or
     null ones are left out, any other value must be a finite number of ms, 0 or more."""
-    return {k: _seconds(data[k], k, source, rule="ms") for k in AGGREGATES
+    return {k: vllmfields.seconds(data[k], k, source, rule="ms") for k in AGGREGATES
             if data.get(k) is not None}

@@ -22,10 +22,10 @@ from sim.study.steady import (
     half_width,
     point_done,
     steady_stats,
-    trace_plan,
 )
 from sim.study.sweep import read_csv
 from sim.study.sweeppoint import PointKey, point_raw, read_raw
+from sim.study.traceplan import trace_plan
 from sim.workload.traces import load_trace
 from sim.workload.tracetools import skip_rows
 

@@ -39,12 +39,10 @@ from sim.study.ratesearch import MIN_TOL, Search, check_tol
 from sim.study.steady import (
     STEADY_COLUMNS,
     Steady,
-    TracePlan,
     add_steady_args,
     check_start,
     steady_from_args,
     stopped_at_cap,
-    trace_plan,
 )
 from sim.study.studyargs import (
     MAX_SEEDS,
@@ -64,6 +62,7 @@ from sim.study.sweeppoint import (
     refuse_closed_loop,
     show_progress,
 )
+from sim.study.traceplan import TracePlan, trace_plan
 
 Row = dict[str, Any]
 

@@ -16,9 +16,10 @@ from sim.report.rejections import row_share
 from sim.report.slospec import SLO, all_met, unmet
 from sim.study.pointrun import PointCache, RunStats, point_words, run_points
 from sim.study.rates import MAX_RATE, arrived, empty_point_error, rate_floor
-from sim.study.steady import Steady, TracePlan
+from sim.study.steady import Steady
 from sim.study.sweep import ci95
 from sim.study.sweeppoint import PointKey, make_task
+from sim.study.traceplan import TracePlan
 
 Row = dict[str, Any]
 

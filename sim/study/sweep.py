@@ -44,11 +44,7 @@ from sim.study.rates import (
     arrived,
     empty_point_error,
 )
-from sim.study.steady import (
-    STEADY_COLUMNS,
-    Steady,
-    TracePlan,
-)
+from sim.study.steady import STEADY_COLUMNS, Steady
 from sim.study.sweeppoint import (
     KEY_COLUMNS,
     METRIC_COLUMNS,
@@ -59,6 +55,7 @@ from sim.study.sweeppoint import (
     make_task,
     shape_memory,
 )
+from sim.study.traceplan import TracePlan
 
 GROUP_COLUMNS = ("policy", "replicas", "tp", "pp", "rate")
 Row = dict[str, Any]

@@ -21,12 +21,10 @@ from sim.report.rejections import max_share, row_share
 from sim.report.slospec import parse_slos
 from sim.study.rates import check_rate
 from sim.study.steady import (
-    TracePlan,
     add_steady_args,
     check_start,
     steady_from_args,
     stopped_at_cap,
-    trace_plan,
 )
 from sim.study.studyargs import (
     MAX_SEEDS,
@@ -39,6 +37,7 @@ from sim.study.studyargs import (
 )
 from sim.study.sweep import Row, SweepSpec, run_sweep
 from sim.study.sweeppoint import PointKey, point_sets, refuse_closed_loop, show_progress
+from sim.study.traceplan import TracePlan, trace_plan
 
 
 def summary_table(grid: list[Row]) -> str:

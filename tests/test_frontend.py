@@ -188,7 +188,7 @@ def test_jitter_delays_each_request_by_its_own_seeded_draw() -> None:
 def test_a_partial_roofline_frontend_keeps_the_prior_it_leaves_out() -> None:
     # Left out, request_s keeps vLLM's fitted 15.9 ms, as an efficiency left out keeps
     # its default: a jitter setting does not silently zero the prior.
-    from sim.cost.roofline import VLLM_FRONTEND
+    from sim.cost.rooflineparams import VLLM_FRONTEND
 
     wl = {"arrivals": {"process": "poisson", "rate": 1}, "num_requests": 1,
           "lengths": {"prompt": {"dist": "fixed", "value": 8},

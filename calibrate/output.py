@@ -20,7 +20,7 @@ import yaml
 from calibrate.grids import DENSE_LINEAR, OPERATORS, WHOLE_STEP, Point
 from calibrate.records import Measurement, Timing
 from sim.cost.profile import FORMS, WAKE_FORMULA
-from sim.cost.profilefile import SCHEMA
+from sim.cost.profilekeys import SCHEMA
 from sim.errors import ServesimError
 
 if TYPE_CHECKING:

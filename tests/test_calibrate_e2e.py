@@ -33,7 +33,8 @@ from calibrate.timing import Timer, TimingConfig
 from calibrate.wake import IDLE_S
 from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS, wake_curve
-from sim.cost.profilefile import SCHEMA, load_profile
+from sim.cost.profilefile import load_profile
+from sim.cost.profilekeys import SCHEMA
 from sim.cost.shape import StepShape, shape_of
 from sim.cost.shard import shard
 

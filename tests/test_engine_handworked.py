@@ -243,7 +243,7 @@ def test_wake_is_paid_alike_with_lazy_and_eager_decodes(tmp_path):
     from sim.config.scenario import from_dict
     from sim.cost.presets import MODELS
     from sim.cost.profile import FORMS
-    from sim.cost.profilefile import SCHEMA
+    from sim.cost.profilekeys import SCHEMA
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}
     coefs["step"].update(const_s=0.01, per_new_token_s=0.001)

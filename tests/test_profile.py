@@ -16,7 +16,8 @@ import yaml
 from sim.cost.presets import MODELS
 from sim.cost.profile import FORMS, wake_curve
 from sim.cost.profilecost import ProfileCost
-from sim.cost.profilefile import PROFILE_DIR, SCHEMA, load_profile, parse_profile
+from sim.cost.profilefile import PROFILE_DIR, load_profile, parse_profile
+from sim.cost.profilekeys import SCHEMA
 from sim.cost.shape import StepShape, decode_shape, shape_of
 from sim.errors import ServesimError
 

@@ -165,7 +165,7 @@ def test_profile_gives_each_runs_speed(tmp_path: Path, capsys: pytest.CaptureFix
     import yaml
 
     from sim.cost.profile import FORMS
-    from sim.cost.profilefile import SCHEMA
+    from sim.cost.profilekeys import SCHEMA
     from sim.cost.shape import StepShape, decode_shape, shape_of
 
     coefs = {k: dict.fromkeys(f.coefs, 0.0) for k, f in FORMS.items()}

@@ -44,7 +44,7 @@ from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.presets import MODELS
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
-from sim.cost.profilefile import SCHEMA
+from sim.cost.profilekeys import SCHEMA
 from sim.cost.shard import ep_note, shard
 from sim.cost.specs import ModelSpec, recorded_fields
 from sim.cost.tables.kerneltables import (

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.configtools import ArgParser, float_arg, int_arg
+from sim.cliargs import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 
 # The flags that set what a run measures; a refit takes them from the run's settings.

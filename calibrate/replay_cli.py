@@ -28,7 +28,7 @@ import torch
 
 from calibrate.executor import device_executor, replay_on_device
 from calibrate.replay import SCHEMA, STEP_FIELDS, CostExecutor, ReplayResult, VirtualClock, run_loop
-from sim.configtools import ArgParser, float_arg, int_arg
+from sim.cliargs import ArgParser, float_arg, int_arg
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sim.configtools import ArgParser
+from sim.cliargs import ArgParser
 from sim.errors import ServesimError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import comma_items
+from sim.cliargs import comma_items
 from sim.core.engine import RunResult
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import float_arg
+from sim.cliargs import float_arg
 from sim.core.request import NOT_ARRIVED, REJECTED
 from sim.core.result import RunResult
 from sim.errors import ServesimError

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.cliargs import ArgParser, float_arg, int_arg
 from sim.config.scenario import input_files
-from sim.configtools import ArgParser, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header
 from sim.report.folder import check_replaceable, replaced_folder

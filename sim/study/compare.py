@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.cliargs import ArgParser, comma_items
 from sim.config.flagaxes import axis_key as _axis_key
-from sim.configtools import ArgParser, comma_items
 from sim.errors import ServesimError
 from sim.report.rejections import REFUSED, add_rejection_args, max_share, verdict
 from sim.study.variants import (

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import ArgParser
+from sim.cliargs import ArgParser
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
 from sim.study.reportdoc import collect

@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sim.cliargs import comma_items, float_arg, int_arg
 from sim.config.scenario import Scenario, from_dict
-from sim.configtools import comma_items, float_arg, int_arg
 from sim.errors import ServesimError
 from sim.report.rejections import add_rejection_args
 from sim.study.rates import (

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import ArgParser, int_arg
+from sim.cliargs import ArgParser, int_arg
 from sim.errors import ServesimError
 from sim.report.csvmeta import csv_header
 from sim.report.outputs import default_out

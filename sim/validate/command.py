@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import ArgParser
+from sim.cliargs import ArgParser
 from sim.core.engine import build_cost
 from sim.errors import ServesimError
 from sim.files import read_text

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import ArgParser
+from sim.cliargs import ArgParser
 from sim.core.engine import RunResult
 from sim.errors import ServesimError
 from sim.files import read_text

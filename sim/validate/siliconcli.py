@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import ArgParser, int_arg
+from sim.cliargs import ArgParser, int_arg
 from sim.cost.priors import PRIORS_FILE, framework_priors
 from sim.errors import ServesimError
 from sim.validate.silicon import Case, classify, fits_context, tables_cover

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.cliargs import ArgParser, int_arg
 from sim.config.scenario import Scenario
-from sim.configtools import ArgParser, int_arg
 from sim.core.engine import RunResult
 from sim.core.request import FINISHED, REJECTED
 from sim.errors import ServesimError

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from sim.configtools import ArgParser, int_arg
+from sim.cliargs import ArgParser, int_arg
 from sim.errors import ServesimError
 from sim.workload.traces import FORMATS, Trace, find_trace, load_trace
 

@@ -20,7 +20,7 @@ from typing import Any, get_args
 
 import yaml
 
-from sim.configtools import ArgParser, int_arg
+from sim.cliargs import ArgParser, int_arg
 from sim.cost.dtypes import Dtype, ExpertDtype, KVDtype
 from sim.cost.gpus import GPUS
 from sim.cost.measured import (

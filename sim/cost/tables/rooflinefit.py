@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from sim.configtools import ArgParser
+from sim.cliargs import ArgParser
 from sim.cost.gpus import GPUS
 from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams

@@ -28,7 +28,7 @@ from sim.cost.priors import framework_priors  # noqa: E402
 from sim.cost.roofline import RooflineCost, RooflineParams  # noqa: E402
 from sim.validate.silicon import Case, classify, tables_cover  # noqa: E402
 from sim.validate.siliconfit import _cost, weights, with_lengths  # noqa: E402
-from sim.validate.siliconrecipes import predict  # noqa: E402
+from sim.validate.siliconpredict import predict  # noqa: E402
 from sim.validate.siliconrows import default_path, read_rows  # noqa: E402
 
 

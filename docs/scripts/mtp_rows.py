@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sim.cost.priors import framework_priors  # noqa: E402
 from sim.validate.silicon import Case, classify  # noqa: E402
 from sim.validate.siliconfit import _cost  # noqa: E402
-from sim.validate.siliconrecipes import predict_raw, scenario_raw  # noqa: E402
+from sim.validate.siliconpredict import predict_raw  # noqa: E402
+from sim.validate.siliconrecipes import scenario_raw  # noqa: E402
 from sim.validate.siliconrows import Row, default_path, read_rows  # noqa: E402
 
 RATES = (0.0, 0.5, 0.6, 0.7, 0.8)  # 0: no speculation

@@ -37,7 +37,7 @@ from sim.cost.profilecost import ProfileCost
 from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.validate.silicon import Case
-from sim.validate.siliconrecipes import predict
+from sim.validate.siliconpredict import predict
 
 # How fitted priors name the installed sample (another CSV: the path it was given as).
 DATA = "silicon_sample.csv"

@@ -6,16 +6,11 @@ publishes them (:func:`recipe`), the MoE kernel a recipe forces
 
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from sim.core.request import FINISHED
 from sim.cost.presets import MODELS
 from sim.cost.vllmmemory import memory_rules, modelled_release
-from sim.report.metrics import per_request
 from sim.validate.hybridruns import QWEN35_PATHS, qwen35_recipe, sglang_state_pool
 from sim.validate.siliconrows import DEEPSEEK_PATHS, FP4_MODES, SYSTEM_GPUS, Row
 
@@ -382,29 +377,3 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
                      "lengths": {"prompt": lengths(r.isl), "output": lengths(r.osl)},
                      "num_requests": REQUESTS_PER_CLIENT * r.concurrency, "seed": seed},
     }
-
-
-def predict(case: Case, cost: Any, seed: int = 0) -> tuple[float, float, str]:
-    """(mean TTFT ms, mean TPOT ms, note) of ``case`` simulated with ``cost``."""
-    return predict_raw(scenario_raw(case, seed), cost, f"<silicon line {case.row.line}>")
-
-
-def predict_raw(raw: dict[str, Any], cost: Any, source: str = "<silicon row>"
-                ) -> tuple[float, float, str]:
-    """(mean TTFT ms, mean TPOT ms, note) of the scenario mapping ``raw`` (a row's, as
-    :func:`scenario_raw` gives it, changed or not) simulated with ``cost``; errors name
-    ``source``."""
-    from sim.config.scenario import from_dict
-    from sim.core.engine import simulate
-
-    res = simulate(from_dict(raw, source), cost=cost)
-    lat = per_request(res)
-    done = res.status == FINISHED
-    note = "" if done.all() else f"{int((~done).sum())} of {len(done)} requests not finished"
-    ttft = lat["ttft"][done]
-    tpot = lat["tpot"][done & np.isfinite(lat["tpot"])]
-    return _mean_ms(ttft), _mean_ms(tpot), note
-
-
-def _mean_ms(x: np.ndarray) -> float:
-    return float(np.mean(x)) * 1e3 if x.size else math.nan

@@ -24,8 +24,8 @@ from sim.cost.rooflineparams import (
     RooflineParams,
 )
 from sim.cost.shape import StepShape
-from sim.cost.shard import Shard, ep_note, shard
-from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
+from sim.cost.shard import QK_NORM_BYTES, Shard, ep_note, qk_norm_allreduces, shard
+from sim.cost.specs import ModelSpec
 
 
 class RooflineCost:

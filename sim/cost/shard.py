@@ -1,6 +1,7 @@
 """One GPU's share of a model under tensor and expert parallelism: :func:`shard` (the one
 sharding function, for the simulator's KV capacity, cost and transfers and for
-calibration alike) and :func:`expert_shard`.
+calibration alike), :func:`expert_shard`, and the all-reduce a layer-wide query/key norm
+adds under tensor parallelism (:func:`qk_norm_allreduces`).
 """
 
 from __future__ import annotations
@@ -246,3 +247,15 @@ def ep_note(ep: int, imbalance: float = 1.0) -> str:
         return ""
     skew = f", busiest GPU {imbalance:g}x the mean tokens" if imbalance != 1 else ""
     return f"; expert parallelism ep={ep}{skew}"
+
+
+# Bytes a token that a layer-wide query/key norm (``layer_qk_norm``) all-reduces under
+# tensor parallelism: its queries' and its keys' partial sums of squares, fp32 each.
+QK_NORM_BYTES = 8
+
+
+def qk_norm_allreduces(model: ModelSpec, tp: int) -> int:
+    """All-reduces a layer adds for a layer-wide query/key norm at tensor parallelism
+    ``tp``: 1 where ``model.layer_qk_norm`` and ``tp > 1`` (the norm waits for every GPU's
+    sums of squares, of :data:`QK_NORM_BYTES` a token), else 0."""
+    return int(model.layer_qk_norm and tp > 1)

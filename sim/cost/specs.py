@@ -388,14 +388,3 @@ def recorded_fields(model: ModelSpec) -> dict[str, Any]:
         if fields[key] == getattr(DENSE, key):
             fields.pop(key)
     return fields
-
-# Bytes a token that a layer-wide query/key norm (``layer_qk_norm``) all-reduces under
-# tensor parallelism: its queries' and its keys' partial sums of squares, fp32 each.
-QK_NORM_BYTES = 8
-
-
-def qk_norm_allreduces(model: ModelSpec, tp: int) -> int:
-    """All-reduces a layer adds for a layer-wide query/key norm at tensor parallelism
-    ``tp``: 1 where ``model.layer_qk_norm`` and ``tp > 1`` (the norm waits for every GPU's
-    sums of squares, of :data:`QK_NORM_BYTES` a token), else 0."""
-    return int(model.layer_qk_norm and tp > 1)

@@ -17,8 +17,8 @@ from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.profile import FORMS, GRID_FORMULA
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape
-from sim.cost.shard import Shard
-from sim.cost.specs import QK_NORM_BYTES, ModelSpec, qk_norm_allreduces
+from sim.cost.shard import QK_NORM_BYTES, Shard, qk_norm_allreduces
+from sim.cost.specs import ModelSpec
 from sim.cost.tables.commtable import Collectives, load_collectives
 from sim.cost.tables.dsaattn import dense_knots, fit_sparse_prefill, sparse_attention
 from sim.cost.tables.gdntable import gdn_times, with_linear_layers

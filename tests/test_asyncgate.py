@@ -79,6 +79,31 @@ def test_an_idle_replica_schedules_a_request_at_once() -> None:
     np.testing.assert_allclose(res.first_sched, [0.0, 1.0], atol=1e-12)
 
 
+def test_requests_reaching_an_idle_replica_together_share_its_first_iteration() -> None:
+    # A, B and C (8 + 2 tokens each) reach the idle replica at the same instant, 0 s:
+    # the engine wakes on the first and reads its input queue, where the other two
+    # already are, so all three prefill in one step, 0-34 ms (10 ms + 24 tokens), and
+    # decode together 34-47 ms. Held as arrivals at a busy replica, B and C would wait
+    # for A's prefill and the step after it.
+    res = run([0.0, 0.0, 0.0], [8, 8, 8], [2, 2, 2], overlap=True)
+    assert steps(res) == [
+        (0, 0.0, 0.034, ((0, 8, 0), (1, 8, 0), (2, 8, 0))),
+        (0, 0.034, 0.047, ((0, 1, 8), (1, 1, 8), (2, 1, 8))),
+    ]
+    np.testing.assert_allclose(res.first_sched, [0.0, 0.0, 0.0], atol=1e-12)
+
+
+def test_equal_closed_loop_clients_stay_in_step() -> None:
+    # Three clients whose requests are all alike (8 + 2 tokens) end together at 47 ms and
+    # send together: each round's three prompts reach the idle replica at one instant and
+    # share one prefill, round after round (47-81 ms, 94-128 ms).
+    res = run([0.0] * 9, [8] * 9, [2] * 9, overlap=True, workload={"concurrency": 3})
+    log = steps(res)
+    assert [len(s[3]) for s in log] == [3] * 6
+    assert [s[1] for s in log[::2]] == [0.0, 0.047, 0.094]
+    assert log[2] == (0, 0.047, 0.081, ((3, 8, 0), (4, 8, 0), (5, 8, 0)))
+
+
 def test_a_replica_with_nothing_else_to_run_reads_at_once() -> None:
     # A (8 + 1) prefills 0-18 ms and is done: no step was scheduled ahead of it, so B
     # (arrived at 10 ms, during it) is read when it ends and prefills at 18 ms.

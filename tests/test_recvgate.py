@@ -55,6 +55,15 @@ def test_an_idle_replica_reads_a_request_at_once() -> None:
     np.testing.assert_allclose(res.first_sched, [0.0, 1.0], atol=1e-12)
 
 
+def test_requests_reaching_an_idle_replica_together_are_read_together() -> None:
+    # A and B (8 + 2 tokens) reach the idle replica at the same instant: its scheduler
+    # reads every request it has been sent, so both prefill in the first step, 0-26 ms
+    # (10 ms + 16 tokens), rather than B waiting out the interval behind A.
+    res = run_requests(gated(30), [0.0, 0.0], [8, 8], [2, 2])
+    assert steps(res)[0] == (0, 0.0, 0.026, ((0, 8, 0), (1, 8, 0)))
+    np.testing.assert_allclose(res.first_sched, [0.0, 0.0], atol=1e-12)
+
+
 def test_held_requests_count_against_the_waiting_queue_limit() -> None:
     # A runs from 0 s; B (30 ms) is held behind the interval; C (35 ms) finds the one
     # waiting place taken by B and is refused, as SGLang's queue would refuse it.

@@ -10,7 +10,9 @@ which runs after step n + 1. It waits the rest of step n and all of step n + 1, 
 step more than under a synchronous loop, which schedules step n + 1 only once step n
 has ended. An idle engine blocks on its input queue and schedules a request the
 moment it comes, so one that reaches an idle replica is not held; nor is one when
-the replica has nothing else to run (no step n + 1 was scheduled ahead).
+the replica has nothing else to run (no step n + 1 was scheduled ahead). Woken, the
+engine reads everything its queue holds before it schedules, so requests that reach
+an idle replica at the same instant share its first step (``Gate.woken``).
 
 :class:`AsyncGate` holds the requests routed to a replica while an iteration runs and
 hands them to its waiting queue one iteration later. Held requests count as the

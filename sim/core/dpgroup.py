@@ -61,6 +61,8 @@ class DPGroup:
         self.idle = False
         for r in self.ranks:
             r.idle = False
+            if r.gate is not None:
+                r.gate.woken = True
             if r.entry:
                 self.engine.replica_busy()
         self._wakeup.succeed()

@@ -9,7 +9,8 @@ in it, and a read resets the counter to 0. So during a run of decode steps a req
 routed to the replica waits, unseen by the scheduler, until up to N decode steps have
 ended: about (N - 1) / 2 on average. A scheduler with nothing to run loops without
 pausing and reads at once, so a request reaching an idle replica is taken in
-immediately, as are requests held when the replica runs out of work.
+immediately (with any others that reach it at that instant), as are requests held
+when the replica runs out of work.
 
 Requests routed here but not yet taken in are :attr:`RecvGate.held`: they count as the
 replica's (outstanding tokens, the waiting-queue limit, a crash's losses) but no policy
@@ -38,10 +39,14 @@ class Gate:
     what is due into the waiting queue, and :meth:`note` sees the iteration chosen.
     :class:`RecvGate` here and :class:`sim.core.asyncgate.AsyncGate` decide what is due."""
 
-    __slots__ = ("held",)
+    __slots__ = ("held", "woken")
 
     def __init__(self) -> None:
         self.held: list[Request] = []
+        # Its replica was woken by an arrival and has not scheduled yet: a scheduler that
+        # wakes reads its whole input queue, so requests that reach the replica at that
+        # same instant go straight to its waiting queue, not to ``held``.
+        self.woken = False
 
     def __len__(self) -> int:
         return len(self.held)
@@ -69,6 +74,7 @@ class Gate:
     def schedule(self, rep: Replica) -> Batch:
         """:meth:`sim.core.replica.Replica.schedule` behind the gate: read what is due,
         let client timeouts expire, ask the policy, and note the iteration it chose."""
+        self.woken = False
         self.tick(rep)
         timeouts = rep.engine.timeouts
         if timeouts is not None:

@@ -112,8 +112,7 @@ class Replica:
         self.gate = intake_gate(recv, async_sched) if self.entry else None
         # A profile's price for the first step after an idle spell (sim.cost.profile).
         self._wake_time: Callable[[float], float] | None = getattr(cost, "wake_time", None)
-        # Sequences in micro-batches in flight (pipeline stages: sim/core/pipeline.py);
-        # they count against max_num_seqs. Always 0 on a single-stage replica.
+        # Sequences in pipeline micro-batches in flight: they count against max_num_seqs.
         self.in_flight = 0
         self._admissions = 0  # requests admitted so far (each one's Request.admitted)
         self.pipe = (Pipeline(self, cost, lazy, policy.reserves_kv)
@@ -129,10 +128,9 @@ class Replica:
 
     # -- what the router and policies call -------------------------------------------
     def enqueue(self, r: Request) -> None:
-        """Accept a routed request into the waiting queue (or, while busy behind a recv
-        interval or async scheduling, the gate's held list: sim/core/recvgate.py,
-        sim/core/asyncgate.py); wake the process if idle."""
-        if self.gate is not None and not self.idle:
+        """Accept a routed request into the waiting queue (or the gate's held list while an
+        iteration runs: sim/core/recvgate.py, sim/core/asyncgate.py); wake it if idle."""
+        if self.gate is not None and not self.idle and not self.gate.woken:
             self.gate.held.append(r)
         else:
             self.queue(r)
@@ -158,6 +156,8 @@ class Replica:
         if self.dp is not None:
             return self.dp.wake()
         self.idle = False
+        if self.gate is not None:
+            self.gate.woken = True
         if self.entry:
             self.engine.replica_busy()
         self._wakeup.succeed()

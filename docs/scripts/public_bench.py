@@ -13,6 +13,9 @@ from the block count the run's own server log printed (and without async schedul
 else (0.10.2, whose logs are not published) as the nearest modelled release, 0.11.0.
 Nothing was fitted to these runs.
 
+A second table holds closed-loop runs (``--max-concurrency`` clients, each sending its
+next request when the last one ends), simulated as that many clients.
+
 Usage: python docs/scripts/public_bench.py
 """
 
@@ -72,6 +75,48 @@ RUNS: list[tuple[Any, ...]] = [
 # Releases servesim does not model, sized as the nearest one that it does.
 SIZED_AS = {"0.10.2": "0.11.0"}
 
+# A public report of closed-loop `vllm bench serve`-style runs (its metric names) of
+# Qwen2.5-7B-Instruct on one L40S 48GB under vLLM 0.30.0, random prompts of fixed
+# lengths, --max-model-len 8192, --gpu-memory-utilization 0.90, temperature 0, one run
+# each. It is a GitHub markdown page titled "Findings" (sections E1-E4); the stored
+# copy read for this table does not name its repository. Its prompt counts are not
+# given. Left out: its E4 run with prefix caching on, whose shared prefix was warmed
+# before the run (not a plain server).
+L40S_FINDINGS = "a public 'Findings' page: Qwen2.5-7B-Instruct, 1x L40S, vLLM 0.30.0"
+# (label, prompt tokens, output tokens, clients, prefix caching, measured median TTFT
+# ms, median TPOT ms, requests/s).
+CLIENT_RUNS: list[tuple[str, int, int, int, bool, float, float, float]] = [
+    ("E1 512/128, 1 client", 512, 128, 1, True, 53.4, 20.12, 0.383),
+    ("E1 512/128, 4 clients", 512, 128, 4, True, 163.7, 21.03, 1.408),
+    ("E1 512/128, 8 clients", 512, 128, 8, True, 226.7, 21.53, 2.603),
+    ("E1 512/128, 16 clients", 512, 128, 16, True, 365.4, 22.91, 4.435),
+    ("E2 512/64, 4 clients", 512, 64, 4, True, 135.2, 21.44, 2.687),
+    ("E2 4096/64, 4 clients", 4096, 64, 4, True, 791.4, 28.32, 1.547),
+    ("E3 512/64, 4 clients", 512, 64, 4, True, 153.6, 21.42, 2.676),
+    ("E3 512/512, 4 clients", 512, 512, 4, True, 158.3, 21.10, 0.365),
+    ("E4 2048/64, 4 clients, no prefix cache", 2048, 64, 4, False, 464.0, 23.43, 2.039),
+]
+# Requests a client sends in the simulation (the report does not give its counts):
+# enough that the first wave, every client starting at once, is a small share.
+REQUESTS_PER_CLIENT = 40
+
+
+def client_scenario(run: tuple[Any, ...]) -> dict[str, Any]:
+    """The scenario of one closed-loop L40S run: vLLM's defaults for a 48 GB GPU (2,048
+    batched tokens, 256 sequences), its memory sized as vLLM 0.24.0 sizes it (0.30 is
+    outside the modelled releases; the cache holds every client's request either way)
+    and async scheduling, vLLM's default since 0.14."""
+    label, isl, osl, clients, caching = run[:5]
+    return {"name": label, "model": {"preset": "qwen2.5-7b", "max_context": 8192},
+            "cost": "measured",
+            "hardware": {"gpu": "l40s", "tp": 1, "memory_utilization": 0.9},
+            "serving": {"policy": "chunked", "prefix_caching": caching,
+                        "vllm_version": "0.24.0"},
+            "workload": {"concurrency": clients,
+                         "num_requests": REQUESTS_PER_CLIENT * clients,
+                         "lengths": {"prompt": {"dist": "fixed", "value": isl},
+                                     "output": {"dist": "fixed", "value": osl}}}}
+
 
 def scenario(run: tuple[Any, ...], release: str | None) -> dict[str, Any]:
     """The scenario of one run, its memory sized as ``release`` (or the log's blocks)."""
@@ -122,6 +167,21 @@ def main() -> None:
                   f"| {tpot:.1f} / {p:.1f} ({p / tpot - 1:+.0%}) "
                   f"| {dur:,.0f} / {span:,.0f} | {s['kv']['blocks_per_replica'][0]:,} "
                   f"| {s['preemptions']:,} |", flush=True)
+
+    print(f"\nClosed-loop clients ({L40S_FINDINGS}):\n")
+    print("| run | TTFT p50 ms: measured / simulated | TPOT p50 ms | requests/s |")
+    print("|---|---|---|---|")
+    for run in CLIENT_RUNS:
+        ttft, tpot, rate = run[-3:]
+        res = simulate(from_dict(client_scenario(run), "<public bench>"))
+        s = summarize(res)
+        lat = s["latency_s"]
+        t, p = lat["ttft"]["p50"] * 1e3, lat["tpot"]["p50"] * 1e3
+        done = res.finish[np.isfinite(res.finish)]
+        r = len(done) / float(done.max())
+        print(f"| {run[0]} | {ttft:,.1f} / {t:,.1f} ({t / ttft - 1:+.0%}) "
+              f"| {tpot:.2f} / {p:.2f} ({p / tpot - 1:+.0%}) "
+              f"| {rate:.3f} / {r:.3f} ({r / rate - 1:+.0%}) |", flush=True)
 
 
 if __name__ == "__main__":

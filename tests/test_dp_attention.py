@@ -87,6 +87,25 @@ def test_an_idle_rank_takes_an_arrival_at_the_groups_next_iteration() -> None:
     assert res.first_sched[1] == first[2] > 0.001 + sc.cost.roofline.frontend.request_s
 
 
+def test_requests_reaching_idle_ranks_together_share_their_first_iteration() -> None:
+    # Under async scheduling, four prompts reach the idle group at one instant, two a rank
+    # (round robin): the group wakes on the first, and every rank reads its whole queue
+    # before it schedules, so all four prefill in the first iteration, none held a step.
+    sc = from_dict({"model": "tiny-moe", "cost": {"roofline": {}},
+                    "hardware": {"gpu": "h100-sxm", "tp": 1, "dp": 2, "ep": 2},
+                    "serving": {"policy": "chunked", "async_scheduling": True},
+                    "cluster": {"router": "round_robin"},
+                    "workload": {"arrivals": {"process": "constant", "rate": 1.0},
+                                 "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                             "output": {"dist": "fixed", "value": 2}},
+                                 "num_requests": 1}}, "<test>")
+    res = run_requests(sc, [0.0] * 4, [8] * 4, [2] * 4)
+    log = sorted(res.step_log or [], key=lambda e: (e[1], e[0]))
+    assert [(e[0], sorted(x[0] for x in e[3])) for e in log[:2]] == [(0, [0, 2]), (1, [1, 3])]
+    assert log[0][1] == log[1][1]
+    np.testing.assert_array_equal(res.first_sched, [log[0][1]] * 4)
+
+
 def test_lazy_and_eager_decodes_give_the_same_run() -> None:
     sc = scenario()
     rng = np.random.default_rng(3)

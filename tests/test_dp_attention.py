@@ -33,12 +33,13 @@ MOE = MODELS["qwen3-30b-a3b"]
 H100 = GPUS["h100-sxm"]
 
 
-def scenario(**hardware: Any) -> Any:
+def scenario(serving: dict[str, Any] | None = None, **hardware: Any) -> Any:
     """tiny-moe on two H100 ranks of tp 1 sharing its experts, priced synchronously (no
-    async scheduling), vLLM v0's prefill-first policy, a round-robin router."""
+    async scheduling), vLLM v0's prefill-first policy, a round-robin router; ``serving``
+    replaces that policy section."""
     raw = {"model": "tiny-moe", "cost": {"roofline": {}},
            "hardware": {"gpu": "h100-sxm", "tp": 1, "dp": 2, "ep": 2, **hardware},
-           "serving": {"policy": "continuous", "async_scheduling": False},
+           "serving": serving or {"policy": "continuous", "async_scheduling": False},
            "cluster": {"router": "round_robin"},
            "workload": {"arrivals": {"process": "constant", "rate": 1.0},
                         "lengths": {"prompt": {"dist": "fixed", "value": 8},
@@ -91,14 +92,7 @@ def test_requests_reaching_idle_ranks_together_share_their_first_iteration() -> 
     # Under async scheduling, four prompts reach the idle group at one instant, two a rank
     # (round robin): the group wakes on the first, and every rank reads its whole queue
     # before it schedules, so all four prefill in the first iteration, none held a step.
-    sc = from_dict({"model": "tiny-moe", "cost": {"roofline": {}},
-                    "hardware": {"gpu": "h100-sxm", "tp": 1, "dp": 2, "ep": 2},
-                    "serving": {"policy": "chunked", "async_scheduling": True},
-                    "cluster": {"router": "round_robin"},
-                    "workload": {"arrivals": {"process": "constant", "rate": 1.0},
-                                 "lengths": {"prompt": {"dist": "fixed", "value": 8},
-                                             "output": {"dist": "fixed", "value": 2}},
-                                 "num_requests": 1}}, "<test>")
+    sc = scenario(serving={"policy": "chunked", "async_scheduling": True})
     res = run_requests(sc, [0.0] * 4, [8] * 4, [2] * 4)
     log = sorted(res.step_log or [], key=lambda e: (e[1], e[0]))
     assert [(e[0], sorted(x[0] for x in e[3])) for e in log[:2]] == [(0, [0, 2]), (1, [1, 3])]

@@ -48,6 +48,15 @@ class ArgParser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(sys.argv[1:] if args is None else args)  # for error()'s hints
         self._given = {}
+        for arg in self._argv:
+            if arg == "--":
+                break
+            if arg.startswith("-") and arg.endswith("=--"):
+                # argparse drops a value of '--' (the end-of-flags marker) and hands the
+                # flag an empty list, which no flag reader expects.
+                flag = arg[:-3]
+                self.error(f"{arg}: '--' is not a value for {flag}; it marks the end of "
+                           "the flags")
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> typing.NoReturn:
@@ -69,6 +78,8 @@ class ArgParser(argparse.ArgumentParser):
         argv = getattr(self, "_argv", [])
         names = flags.split("/")
         for i, arg in enumerate(argv[:-1]):
+            if arg in names and argv[i + 1] == "--":
+                return f"{arg} --: '--' marks the end of the flags, so {arg} has no value"
             if arg in names and argv[i + 1].startswith("-"):
                 return (f"{arg} {argv[i + 1]}: a value that begins with '-' reads as a "
                         f"flag; write it {arg}={argv[i + 1]}")

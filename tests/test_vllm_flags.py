@@ -170,7 +170,7 @@ def test_a_pasted_flag_set_runs_with_its_token_budget(budget: int, ttft: float) 
      "vllm.kv-offloading-size", "sets serving.kv_offload, which the scenario sets too"),
     ({"config": "missing.yaml"}, {}, "vllm.config", "missing.yaml"),
     ({"config": None}, {}, "vllm.config", "got None, expected the path of a vLLM YAML config"),
-    ({"max-model-len": "\u00b2"}, {}, "model.max_context", "expected an integer"),
+    ({"max-model-len": "\u00b2"}, {}, "vllm.max-model-len", "expected an integer, optionally"),
     ({"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {},
      "vllm.kv-transfer-config.kv_connector", "describe the pair as serving.policy: "
      "disaggregated with its disaggregated: section"),

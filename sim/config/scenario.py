@@ -119,6 +119,18 @@ _TOP = ("name", "model", "hardware", "cost", "serving", "cluster", "workload", "
         "disaggregated", "horizon_s", "event_skipping", "admission", "faults", "vllm")
 
 
+def _section(raw: dict[str, Any], key: str) -> Any:
+    """The scenario's ``key`` section: {} when absent or null (a section left empty or
+    all commented out); a value of another kind is refused here, where ``or {}`` would
+    have read 0, "" or [] as the defaults without a word."""
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ServesimError(f"got {value!r}, expected a mapping", where=key)
+    return value
+
+
 def _cost(value: Any) -> CostConfig:
     if value in ("roofline", None):
         return CostConfig(roofline=RooflineParams())
@@ -211,8 +223,9 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
                 raise ServesimError("required key is missing", where=required)
         flag_tier = _tier_flag(raw)
         raw, notes, read = apply_vllm(raw, DEFAULT_GPU, base_dir)  # server flags, to their keys
+        hw_section = _section(raw, "hardware")
         try:
-            hw_raw = rename_alias(raw.get("hardware") or {}, "memory_utilization",
+            hw_raw = rename_alias(hw_section, "memory_utilization",
                                   "gpu_memory_utilization")
         except ServesimError as exc:
             raise exc.located(prefix="hardware") from None
@@ -221,11 +234,11 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         convert(bool, raw.get("event_skipping", True), "event_skipping")
         check_trace_keys(raw["workload"])
         model = model_section(raw["model"], base_dir)
-        serving = build(ServingConfig, serving_defaults(raw.get("serving") or {},
+        serving = build(ServingConfig, serving_defaults(_section(raw, "serving"),
                                                         hardware.gpu_spec), "serving")
         resolved, said = serving.resolved_caching(model.linear_layers)
         notes += said
-        if raw.get("disaggregated") and resolved.policy != "disaggregated":
+        if _section(raw, "disaggregated") and resolved.policy != "disaggregated":
             # Kept, not refused: compare --policies runs one file under several policies.
             notes += (f"disaggregated: not used under policy {resolved.policy}; its pools "
                       "run under serving.policy: disaggregated",)
@@ -236,15 +249,15 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             hardware=hardware,
             cost=_cost(raw.get("cost")),
             serving=resolved,
-            cluster=build(ClusterConfig, raw.get("cluster") or {}, "cluster"),
-            slo=build(SLOConfig, raw.get("slo") or {}, "slo"),
+            cluster=build(ClusterConfig, _section(raw, "cluster"), "cluster"),
+            slo=build(SLOConfig, _section(raw, "slo"), "slo"),
             disaggregated=build(DisaggConfig,
-                                pool_defaults(raw.get("disaggregated") or {},
-                                              raw.get("serving") or {}, hardware.gpu_spec),
+                                pool_defaults(_section(raw, "disaggregated"),
+                                              _section(raw, "serving"), hardware.gpu_spec),
                                 "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
-            admission=build(AdmissionConfig, raw.get("admission") or {}, "admission"),
-            faults=build(FaultsConfig, raw.get("faults") or {}, "faults"),
+            admission=build(AdmissionConfig, _section(raw, "admission"), "admission"),
+            faults=build(FaultsConfig, _section(raw, "faults"), "faults"),
             base_dir=base_dir,
             source=source,
             overrides=tuple(overrides),

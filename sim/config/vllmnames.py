@@ -287,8 +287,8 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
 def human_int(value: Any, where: str, auto: bool = False) -> Any:
     """``value`` as vLLM reads a human-readable integer: ``32k`` is 32,000 and ``32K``
     32,768 (a decimal only before a lowercase suffix); with ``auto``, ``auto`` or -1 give
-    None (vLLM's automatic choice). Anything else is returned as given, for the key's own
-    validation to name."""
+    None (vLLM's automatic choice). Text of another form is an error naming ``where``; a
+    value that is not text is returned as given, for the key's own validation to name."""
     if auto and (value == -1 or (isinstance(value, str) and value.strip().lower() in
                                  ("auto", "-1"))):
         return None
@@ -296,7 +296,14 @@ def human_int(value: Any, where: str, auto: bool = False) -> Any:
         return value
     m = _HUMAN.fullmatch(value.strip())
     if m is None:
-        return int(value) if _DIGITS.fullmatch(value.strip()) else value
+        if _DIGITS.fullmatch(value.strip()):
+            return int(value)
+        # Refused here, naming the flag as written: the scenario key it lands on takes
+        # plain integers only and would not say that vLLM's suffixes are allowed.
+        raise ServesimError(f"got {value!r}, expected an integer, optionally with vLLM's "
+                            "suffix k, m or g (x 1000, 1000^2, 1000^3; '1.5k' allowed) or "
+                            "K, M or G (x 1024, 1024^2, 1024^3)"
+                            + (", or auto" if auto else ""), where=where)
     number, suffix = m.groups()
     if suffix in _DECIMAL:
         return int(float(number) * _DECIMAL[suffix])

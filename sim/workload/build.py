@@ -59,6 +59,10 @@ def _time_cause(cfg: WorkloadConfig) -> str:
     if key == "workload.trace":
         return ("the trace's own arrival times are that late (times from an epoch? rebase "
                 "them to start near 0)")
+    if key == "workload.arrivals" and cfg.arrivals is not None and cfg.arrivals.rate is not None:
+        a = cfg.arrivals
+        return (f"the arrival rate ({a.rate:g} req/s) is too low or start_s ({a.start_s:g} s) "
+                "too late")
     return {"workload.trace.target_rate": "the target rate is too low for the trace",
             "workload.trace.time_scale": "the time scale stretches the trace that far",
             "workload.stages": "a stage's rate or duration is out of range"}.get(

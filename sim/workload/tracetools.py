@@ -97,8 +97,12 @@ def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
     with np.errstate(over="ignore"):  # an overflow is refused once the arrivals are built
         new = a * factor
     text = (f"time_scale x{factor:g}: span {readable(a[-1] - a[0], 1)} s -> "
-            f"{readable(new[-1] - new[0], 1)} s, mean rate {readable(mean_rate(a), 3)} -> "
-            f"{readable(mean_rate(new), 3)} req/s")
+            f"{readable(new[-1] - new[0], 1)} s, ")
+    if np.isfinite(mean_rate(a)):
+        text += f"mean rate {readable(mean_rate(a), 3)} -> {readable(mean_rate(new), 3)} req/s"
+    else:  # one row, or rows at one instant: no rate, only the instant moves
+        text += (f"every arrival at one time, {readable(a[0], 1)} s -> "
+                 f"{readable(new[0], 1)} s (no mean rate)")
     return dataclasses.replace(trace, arrival_s=new), Change("time_scale", text, len(trace))
 
 
@@ -239,6 +243,12 @@ def repeat(trace: Trace, n: int) -> tuple[Trace, Change]:
     if trace.arrival_s is not None:
         a = _arrivals(trace, "repeat", min_rows=1 if n == 1 else 2)
         span = float(a[-1] - a[0])
+        if n > 1 and not span > 0:
+            raise ServesimError(f"repeat = {n}: every arrival is at the same time "
+                                f"({readable(float(a[0]), 1)} s), so a copy's shift (the "
+                                "trace's span plus a mean gap) is 0 and the copies would "
+                                "all arrive at that instant; give the rows distinct times",
+                                source=trace.source)
         shift = span + span / (rows - 1) if rows > 1 else 0.0
         cols["arrival_s"] = (a[None, :] + shift * np.arange(n)[:, None]).ravel()
         text += f", each copy shifted {shift:.1f} s"

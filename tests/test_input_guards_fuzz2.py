@@ -1,0 +1,116 @@
+"""Inputs a second fuzzing pass (2026-12-06, about 2,700 cases over scenarios, traces,
+config.json files, profiles and every command's flags) found blowing up, accepted
+silently, or refused with a message that did not name what was wrong: each is now one
+error line naming the file, key and value, or handled as the docs say.
+
+Found: ``--flag=--`` (argparse hands the flag an empty list: a traceback in every
+command, and ``validate --rate=--`` dropped); a top-level section given 0, "", [] or
+false read as absent (the defaults, without a word); a one-row trace's ``time_scale``
+note printing "mean rate nan"; ``repeat`` stacking every copy of a trace whose rows
+share one time at that instant; a bad human-readable integer in the ``vllm`` section
+blamed on the scenario key, which does not take vLLM's suffixes; and an arrival rate
+too low for the clock not saying what rate was given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_input_guards_cli import TINY, WORKLOAD, error_of, write
+
+from sim.cli import main
+from sim.config.scenario import from_dict
+from sim.errors import ServesimError
+
+
+@pytest.mark.parametrize(("command", "flag"), [
+    ("simulate", "--percentiles"), ("simulate", "--out"), ("sweep", "--rates"),
+    ("sweep", "--seeds"), ("compare", "--variant"), ("capacity", "--tp"),
+])
+def test_a_flag_given_double_dash_is_refused_not_a_traceback(
+        tmp_path: Path, capsys: Any, command: str, flag: str) -> None:
+    path = str(write(tmp_path, TINY))
+    err = error_of(capsys, command, path, f"{flag}=--")
+    assert err == (f"servesim: error: {flag}=--: '--' is not a value for {flag}; it marks the "
+                   f"end of the flags (see servesim {command} --help)\n")
+
+
+def test_the_spaced_double_dash_does_not_advise_the_form_that_fails(
+        tmp_path: Path, capsys: Any) -> None:
+    path = str(write(tmp_path, TINY))
+    err = error_of(capsys, "simulate", path, "--percentiles", "--")
+    assert err == ("servesim: error: --percentiles --: '--' marks the end of the flags, so "
+                   "--percentiles has no value (see servesim simulate --help)\n")
+
+
+def test_validate_does_not_drop_a_rate_given_double_dash(capsys: Any) -> None:
+    # Before, argparse's empty list left --rate unset: a full replay at the default load.
+    err = error_of(capsys, "validate", "--device", "cpu", "--model", "tiny", "--rate=--")
+    assert "--rate=--: '--' is not a value for --rate" in err
+
+
+@pytest.mark.parametrize("section", ["hardware", "serving", "cluster", "slo", "admission",
+                                     "faults", "disaggregated"])
+@pytest.mark.parametrize("value", [0, "", [], False])
+def test_a_section_of_the_wrong_kind_is_refused_even_when_empty(section: str,
+                                                               value: Any) -> None:
+    with pytest.raises(ServesimError) as info:
+        from_dict({**TINY, section: value}, "s.yaml")
+    assert str(info.value) == f"s.yaml: {section}: got {value!r}, expected a mapping"
+
+
+def test_an_empty_section_still_means_its_defaults() -> None:
+    # `serving:` with every key commented out is YAML's null: the defaults, as before.
+    a = from_dict({**TINY, "serving": None, "hardware": None, "slo": None})
+    b = from_dict(TINY)
+    assert (a.serving, a.hardware, a.slo) == (b.serving, b.hardware, b.slo)
+
+
+def test_time_scale_of_a_trace_at_one_instant_prints_no_nan(tmp_path: Path,
+                                                             capsys: Any) -> None:
+    (tmp_path / "one.csv").write_text("arrival_s,prompt_tokens,output_tokens\n2,8,2\n")
+    raw = {**TINY, "workload": {"trace": {"path": "one.csv", "time_scale": 5}}}
+    out = tmp_path / "o"
+    assert main(["simulate", str(write(tmp_path, raw)), "--out", str(out), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    want = ("time_scale x5: span 0.0 s -> 0.0 s, every arrival at one time, 2.0 s -> 10.0 s "
+            "(no mean rate)")
+    assert want in printed and "nan" not in printed
+    assert "nan" not in (out / "summary.json").read_text()
+
+
+def test_repeat_of_a_trace_at_one_instant_is_refused(tmp_path: Path, capsys: Any) -> None:
+    trace = tmp_path / "same.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n0,8,2\n0,8,2\n")
+    raw = {**TINY, "workload": {"trace": {"path": "same.csv", "repeat": 3}}}
+    err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
+    assert err == (f"servesim: error: {trace}: repeat = 3: every arrival is at the same time "
+                   "(0.0 s), so a copy's shift (the trace's span plus a mean gap) is 0 and the "
+                   "copies would all arrive at that instant; give the rows distinct times\n")
+    raw["workload"]["trace"]["repeat"] = 1  # one copy: nothing to shift
+    assert main(["simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o1"),
+                 "--no-plots"]) == 0
+
+
+@pytest.mark.parametrize(("flag", "value"), [("max-model-len", "32q"),
+                                             ("kv-cache-memory-bytes", "10X"),
+                                             ("max-num-batched-tokens", "8kk")])
+def test_a_bad_human_readable_integer_names_the_vllm_flag(flag: str, value: str) -> None:
+    raw = {**TINY, "vllm": {flag: value}}
+    with pytest.raises(ServesimError) as info:
+        from_dict(raw, "s.yaml")
+    text = str(info.value)
+    assert text.startswith(f"s.yaml: vllm.{flag}: got {value!r}, expected an integer, "
+                           "optionally with vLLM's suffix k, m or g"), text
+    assert text.endswith(", or auto") == (flag == "max-model-len")
+
+
+def test_an_arrival_rate_too_low_for_the_clock_says_the_rate(tmp_path: Path,
+                                                            capsys: Any) -> None:
+    raw = {**TINY, "workload": {**WORKLOAD, "arrivals": {"process": "poisson",
+                                                         "rate": 1e-300}}}
+    err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
+    assert err.endswith("the arrival rate (1e-300 req/s) is too low or start_s (0 s) too "
+                        "late\n"), err

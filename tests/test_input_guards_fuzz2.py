@@ -8,12 +8,14 @@ command, and ``validate --rate=--`` dropped); a top-level section given 0, "", [
 false read as absent (the defaults, without a word); a one-row trace's ``time_scale``
 note printing "mean rate nan"; ``repeat`` stacking every copy of a trace whose rows
 share one time at that instant; a bad human-readable integer in the ``vllm`` section
-blamed on the scenario key, which does not take vLLM's suffixes; and an arrival rate
-too low for the clock not saying what rate was given.
+blamed on the scenario key, which does not take vLLM's suffixes; an arrival rate too
+low for the clock not saying what rate was given; and a profile whose coefficient ran
+the clock out blamed on arrival times first, naming neither the cost model nor its file.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +116,19 @@ def test_an_arrival_rate_too_low_for_the_clock_says_the_rate(tmp_path: Path,
     err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
     assert err.endswith("the arrival rate (1e-300 req/s) is too low or start_s (0 s) too "
                         "late\n"), err
+
+
+def test_a_profile_priced_out_of_range_is_named_by_the_clock_error(tmp_path: Path,
+                                                                  capsys: Any) -> None:
+    shipped = Path(__file__).resolve().parent.parent / "sim/data/profiles"
+    text = (shipped / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()
+    # The step's fixed cost (the profile's first const_s) priced at 1e30 s.
+    text, n = re.subn(r"const_s: [0-9.e+-]+,", "const_s: 1.0e+30,", text, count=1)
+    assert n == 1
+    (tmp_path / "p.yaml").write_text(text)
+    raw = {**TINY, "model": "llama-3-8b", "cost": {"profile": "p.yaml"}}
+    err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
+    # Before, it listed arrival times first and named neither the cost model nor its file.
+    assert err.endswith("a GPU figure or a cost coefficient of the cost model (measured "
+                        "kernels: vLLM 0.24.0 on H100-SXM; async scheduling, read from "
+                        "p.yaml) is out of range\n"), err

@@ -50,12 +50,20 @@ def within_clock(res: RunResult) -> RunResult:
     if math.isfinite(end) and end <= CLOCK_LIMIT_S:
         return res
     busy = [r.busy_s for r in res.replica_stats]
+    priced = not all(map(math.isfinite, busy)) or max(busy, default=0.0) > MAX_TIME_S
     why = ("steps were priced at infinite or NaN seconds" if not all(map(math.isfinite, busy))
            else f"the busiest replica computed for {max(busy, default=0.0):.3g} s")
+    # Name the cost model (and its file) when the steps themselves ran the clock out: the
+    # scenario is often fine and the profile it reads is not.
+    cost = res.cost_source or "the cost model"
+    if res.scenario.cost.profile is not None:
+        cost += f", read from {res.scenario.cost.profile}"
+    cause = (f"a GPU figure or a cost coefficient of the cost model ({cost}) is out of range"
+             if priced else "an arrival time (start_s, think_time_s, a trace's arrival_s), "
+             f"a GPU figure or a cost coefficient ({cost}) is out of range")
     raise ServesimError(f"the simulated clock reached {end:.3g} s, past {CLOCK_LIMIT_S:.0e} s "
-                        f"(63 years), where time stops resolving a step ({why}): an arrival "
-                        "time (start_s, think_time_s, a trace's arrival_s), a GPU figure or a "
-                        "cost coefficient is out of range", res.scenario.source)
+                        f"(63 years), where time stops resolving a step ({why}): {cause}",
+                        res.scenario.source)
 
 
 def check_hash_counts(requests: Requests, hash_tokens: int, source: str) -> None:

@@ -48,16 +48,25 @@ class ArgParser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(sys.argv[1:] if args is None else args)  # for error()'s hints
         self._given = {}
-        for arg in self._argv:
+        self._check_values(self._argv)
+        return super().parse_known_args(args, namespace)
+
+    def _check_values(self, argv: list[str]) -> None:
+        """Refuse a flag's value of '--' or '' before argparse reads it: argparse drops a
+        value of '--' (the end-of-flags marker) and hands the flag an empty list, which no
+        flag reader expects, and an empty text reads as a path '.' or no items at all."""
+        for i, arg in enumerate(argv):
             if arg == "--":
-                break
-            if arg.startswith("-") and arg.endswith("=--"):
-                # argparse drops a value of '--' (the end-of-flags marker) and hands the
-                # flag an empty list, which no flag reader expects.
-                flag = arg[:-3]
+                return
+            flag, eq, value = arg.partition("=")
+            action = self._option_string_actions.get(flag) if arg.startswith("-") else None
+            if action is None or action.nargs == 0:
+                continue
+            if eq and value == "--":
                 self.error(f"{arg}: '--' is not a value for {flag}; it marks the end of "
                            "the flags")
-        return super().parse_known_args(args, namespace)
+            if (value if eq else argv[i + 1] if i + 1 < len(argv) else None) == "":
+                self.error(f"{flag}: got an empty value; give {flag} a value")
 
     def error(self, message: str) -> typing.NoReturn:
         # "argument --tol: got 2, must be ..." reads "--tol 2: must be ...", as the

@@ -95,7 +95,7 @@ def test_compare_unknown_policy_is_a_one_line_error(tmp_path, capsys, policies, 
 
 @pytest.mark.parametrize("flag, value, message", [
     # Empty is not the default list; an empty item had been skipped without a word.
-    ("--policies", "", "--policies : an empty item; expected a comma list of policies"),
+    ("--policies", "", "--policies: got an empty value; give --policies a value"),
     ("--policies", "continuous,,chunked", "--policies continuous,,chunked: an empty item"),
     ("--gpus", "h100-sxm,,b200", "--gpus h100-sxm,,b200: an empty item"),
     ("--gpus", ",", "--gpus ,: an empty item"),

@@ -4,7 +4,7 @@ silently, or refused with a message that did not name what was wrong: each is no
 error line naming the file, key and value, or handled as the docs say.
 
 Found: ``--flag=--`` (argparse hands the flag an empty list: a traceback in every
-command, and ``validate --rate=--`` dropped); a top-level section given 0, "", [] or
+command, and ``validate --rate=--`` dropped) and ``--out ""`` (read as the path "."); a top-level section given 0, "", [] or
 false read as absent (the defaults, without a word); a one-row trace's ``time_scale``
 note printing "mean rate nan"; ``repeat`` stacking every copy of a trace whose rows
 share one time at that instant; a bad human-readable integer in the ``vllm`` section
@@ -132,3 +132,13 @@ def test_a_profile_priced_out_of_range_is_named_by_the_clock_error(tmp_path: Pat
     assert err.endswith("a GPU figure or a cost coefficient of the cost model (measured "
                         "kernels: vLLM 0.24.0 on H100-SXM; async scheduling, read from "
                         "p.yaml) is out of range\n"), err
+
+
+@pytest.mark.parametrize("argv", [["--out", ""], ["--out="], ["--percentiles", ""]])
+def test_an_empty_flag_value_is_refused_by_name(tmp_path: Path, capsys: Any,
+                                                argv: list[str]) -> None:
+    # `--out ""` had been read as the path "." (the working folder).
+    flag = argv[0].rstrip("=")
+    err = error_of(capsys, "simulate", str(write(tmp_path, TINY)), *argv)
+    assert err == (f"servesim: error: {flag}: got an empty value; give {flag} a value (see "
+                   "servesim simulate --help)\n")

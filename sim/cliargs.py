@@ -54,10 +54,14 @@ class ArgParser(argparse.ArgumentParser):
     def _check_values(self, argv: list[str]) -> None:
         """Refuse a flag's value of '--' or '' before argparse reads it: argparse drops a
         value of '--' (the end-of-flags marker) and hands the flag an empty list, which no
-        flag reader expects, and an empty text reads as a path '.' or no items at all."""
+        flag reader expects, and an empty text reads as a path '.' or no items at all
+        (a positional argument too: an empty scenario path was the folder '.')."""
         for i, arg in enumerate(argv):
             if arg == "--":
                 return
+            if arg == "":  # a flag's own empty value is named at the flag, below
+                self.error("got an empty argument (''), where a file, folder or value "
+                           "belongs")
             flag, eq, value = arg.partition("=")
             action = self._option_string_actions.get(flag) if arg.startswith("-") else None
             if action is None or action.nargs == 0:

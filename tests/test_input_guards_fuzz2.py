@@ -4,7 +4,8 @@ silently, or refused with a message that did not name what was wrong: each is no
 error line naming the file, key and value, or handled as the docs say.
 
 Found: ``--flag=--`` (argparse hands the flag an empty list: a traceback in every
-command, and ``validate --rate=--`` dropped) and ``--out ""`` (read as the path "."); a top-level section given 0, "", [] or
+command, and ``validate --rate=--`` dropped), and an empty argument (``--out ""`` and
+an empty scenario path read as the folder "."); a top-level section given 0, "", [] or
 false read as absent (the defaults, without a word); a one-row trace's ``time_scale``
 note printing "mean rate nan"; ``repeat`` stacking every copy of a trace whose rows
 share one time at that instant; a bad human-readable integer in the ``vllm`` section
@@ -142,3 +143,10 @@ def test_an_empty_flag_value_is_refused_by_name(tmp_path: Path, capsys: Any,
     err = error_of(capsys, "simulate", str(write(tmp_path, TINY)), *argv)
     assert err == (f"servesim: error: {flag}: got an empty value; give {flag} a value (see "
                    "servesim simulate --help)\n")
+
+
+def test_an_empty_positional_argument_is_refused(capsys: Any) -> None:
+    # An empty scenario path had been read as the folder '.': "is a directory".
+    err = error_of(capsys, "simulate", "--no-plots", "")
+    assert err == ("servesim: error: got an empty argument (''), where a file, folder or "
+                   "value belongs (see servesim simulate --help)\n")

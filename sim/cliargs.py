@@ -63,7 +63,7 @@ class ArgParser(argparse.ArgumentParser):
                 self.error("got an empty argument (''), where a file, folder or value "
                            "belongs")
             flag, eq, value = arg.partition("=")
-            action = self._option_string_actions.get(flag) if arg.startswith("-") else None
+            action = self._flag_action(flag) if arg.startswith("-") else None
             if action is None or action.nargs == 0:
                 continue
             if eq and value == "--":
@@ -71,6 +71,15 @@ class ArgParser(argparse.ArgumentParser):
                            "the flags")
             if (value if eq else argv[i + 1] if i + 1 < len(argv) else None) == "":
                 self.error(f"{flag}: got an empty value; give {flag} a value")
+
+    def _flag_action(self, flag: str) -> argparse.Action | None:
+        """The action ``flag`` names: its own, or the one flag it abbreviates (argparse
+        takes a unique prefix of a long flag); None for no flag or an ambiguous prefix."""
+        actions = self._option_string_actions
+        if flag in actions:
+            return actions[flag]
+        found = {actions[s] for s in actions if flag.startswith("--") and s.startswith(flag)}
+        return found.pop() if len(found) == 1 else None
 
     def error(self, message: str) -> typing.NoReturn:
         # "argument --tol: got 2, must be ..." reads "--tol 2: must be ...", as the

@@ -31,6 +31,7 @@ from sim.errors import ServesimError
 @pytest.mark.parametrize(("command", "flag"), [
     ("simulate", "--percentiles"), ("simulate", "--out"), ("sweep", "--rates"),
     ("sweep", "--seeds"), ("compare", "--variant"), ("capacity", "--tp"),
+    ("simulate", "--percent"),  # argparse takes a unique prefix of a flag
 ])
 def test_a_flag_given_double_dash_is_refused_not_a_traceback(
         tmp_path: Path, capsys: Any, command: str, flag: str) -> None:

@@ -69,7 +69,8 @@ class ArgParser(argparse.ArgumentParser):
             if eq and value == "--":
                 self.error(f"{arg}: '--' is not a value for {flag}; it marks the end of "
                            "the flags")
-            if (value if eq else argv[i + 1] if i + 1 < len(argv) else None) == "":
+            given = value if eq else argv[i + 1] if i + 1 < len(argv) else None
+            if given == "":
                 self.error(f"{flag}: got an empty value; give {flag} a value")
 
     def _flag_action(self, flag: str) -> argparse.Action | None:

@@ -234,11 +234,13 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         convert(bool, raw.get("event_skipping", True), "event_skipping")
         check_trace_keys(raw["workload"])
         model = model_section(raw["model"], base_dir)
-        serving = build(ServingConfig, serving_defaults(_section(raw, "serving"),
-                                                        hardware.gpu_spec), "serving")
+        serving_raw = _section(raw, "serving")
+        serving = build(ServingConfig, serving_defaults(serving_raw, hardware.gpu_spec),
+                        "serving")
         resolved, said = serving.resolved_caching(model.linear_layers)
         notes += said
-        if _section(raw, "disaggregated") and resolved.policy != "disaggregated":
+        disagg_raw = _section(raw, "disaggregated")
+        if disagg_raw and resolved.policy != "disaggregated":
             # Kept, not refused: compare --policies runs one file under several policies.
             notes += (f"disaggregated: not used under policy {resolved.policy}; its pools "
                       "run under serving.policy: disaggregated",)
@@ -252,8 +254,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
             cluster=build(ClusterConfig, _section(raw, "cluster"), "cluster"),
             slo=build(SLOConfig, _section(raw, "slo"), "slo"),
             disaggregated=build(DisaggConfig,
-                                pool_defaults(_section(raw, "disaggregated"),
-                                              _section(raw, "serving"), hardware.gpu_spec),
+                                pool_defaults(disagg_raw, serving_raw, hardware.gpu_spec),
                                 "disaggregated"),
             horizon_s=convert(float | None, raw.get("horizon_s"), "horizon_s"),
             admission=build(AdmissionConfig, _section(raw, "admission"), "admission"),

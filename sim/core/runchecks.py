@@ -50,9 +50,10 @@ def within_clock(res: RunResult) -> RunResult:
     if math.isfinite(end) and end <= CLOCK_LIMIT_S:
         return res
     busy = [r.busy_s for r in res.replica_stats]
-    priced = not all(map(math.isfinite, busy)) or max(busy, default=0.0) > MAX_TIME_S
-    why = ("steps were priced at infinite or NaN seconds" if not all(map(math.isfinite, busy))
-           else f"the busiest replica computed for {max(busy, default=0.0):.3g} s")
+    finite, top = all(map(math.isfinite, busy)), max(busy, default=0.0)
+    priced = not finite or top > MAX_TIME_S
+    why = ("steps were priced at infinite or NaN seconds" if not finite
+           else f"the busiest replica computed for {top:.3g} s")
     # Name the cost model (and its file) when the steps themselves ran the clock out: the
     # scenario is often fine and the profile it reads is not.
     cost = res.cost_source or "the cost model"

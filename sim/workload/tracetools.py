@@ -98,8 +98,9 @@ def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
         new = a * factor
     text = (f"time_scale x{factor:g}: span {readable(a[-1] - a[0], 1)} s -> "
             f"{readable(new[-1] - new[0], 1)} s, ")
-    if np.isfinite(mean_rate(a)):
-        text += f"mean rate {readable(mean_rate(a), 3)} -> {readable(mean_rate(new), 3)} req/s"
+    rate = mean_rate(a)
+    if np.isfinite(rate):
+        text += f"mean rate {readable(rate, 3)} -> {readable(mean_rate(new), 3)} req/s"
     else:  # one row, or rows at one instant: no rate, only the instant moves
         text += (f"every arrival at one time, {readable(a[0], 1)} s -> "
                  f"{readable(new[0], 1)} s (no mean rate)")

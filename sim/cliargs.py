@@ -123,11 +123,28 @@ def _in_bounds(v: float, gt: float | None, ge: float | None, lt: float | None,
             and (lt is None or v < lt) and (le is None or v <= le))
 
 
+def ascii_float(text: str) -> float:
+    """``float(text)``, for ``text`` in ASCII alone (ValueError otherwise): ``float``
+    also reads other scripts' digits (Arabic-Indic, full-width), which a flag more
+    likely got by mistake than meant."""
+    if not text.isascii():
+        raise ValueError(text)
+    return float(text)
+
+
+def ascii_int(text: str) -> int:
+    """``int(text)``, for ``text`` in ASCII alone (ValueError otherwise; as
+    :func:`ascii_float`)."""
+    if not text.isascii():
+        raise ValueError(text)
+    return int(text)
+
+
 def int_arg(ge: int | None = None, le: int | None = None) -> typing.Callable[[str], int]:
     """An argparse ``type``: a whole number within [ge, le] (either may be None)."""
     def parse(text: str) -> int:
         try:
-            v = int(text)
+            v = ascii_int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"got {text!r}, expected a whole number") from None
         if not _in_bounds(v, None, ge, None, le):
@@ -142,7 +159,7 @@ def float_arg(gt: float | None = None, ge: float | None = None, lt: float | None
     """An argparse ``type``: a finite number within the given bounds."""
     def parse(text: str) -> float:
         try:
-            v = float(text)
+            v = ascii_float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
         if not math.isfinite(v) or not _in_bounds(v, gt, ge, lt, le):

@@ -151,3 +151,27 @@ def test_an_empty_positional_argument_is_refused(capsys: Any) -> None:
     err = error_of(capsys, "simulate", "--no-plots", "")
     assert err == ("servesim: error: got an empty argument (''), where a file, folder or "
                    "value belongs (see servesim simulate --help)\n")
+
+
+# float() and int() read any script's digits: Arabic-Indic 1 (U+0661) and 50 (U+0665
+# U+0660), full-width 1 (U+FF11). No one types them meaning a number; they had been read
+# as 1 and 50 by every numeric flag, and by vLLM's human-readable integers.
+@pytest.mark.parametrize(("command", "argv", "message"), [
+    ("sweep", ["--seeds", "\u0661"], "--seeds \u0661: expected a whole number"),
+    ("sweep", ["--rates", "\u0661,2"], "--rates \u0661,2: expected START:STOP:STEP or a "
+                                       "comma list of rates"),
+    ("sweep", ["--rates", "1:\uff11:1"], "--rates 1:\uff11:1: expected START:STOP:STEP"),
+    ("simulate", ["--percentiles", "\u0665\u0660,99"],
+     "--percentiles \u0665\u0660,99: expected a comma list of percentiles"),
+])
+def test_a_flag_refuses_another_scripts_digits(tmp_path: Path, capsys: Any, command: str,
+                                               argv: list[str], message: str) -> None:
+    err = error_of(capsys, command, str(write(tmp_path, TINY)), *argv)
+    assert err.startswith(f"servesim: error: {message}"), err
+
+
+def test_a_human_readable_integer_refuses_another_scripts_digits() -> None:
+    raw = {**TINY, "vllm": {"max-model-len": "\u0663\u0662k"}}  # Arabic-Indic 32k
+    with pytest.raises(ServesimError, match=r"^s\.yaml: vllm\.max-model-len: got "
+                                            "'\u0663\u0662k', expected an integer"):
+        from_dict(raw, "s.yaml")

@@ -44,9 +44,14 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
                              "rank, times 64 ranks: 131,072 clients, expected at most 65,536"),
     # Python's digit grouping had been read (1_024 as 1024): no CSV writer emits it.
     ({8: "1_024"}, "isl: got '1_024', expected a whole number from 0 to 1,048,576 written "
-                   "in digits alone (no _ between them)"),
-    ({14: "1_54.2"}, "silicon_ttft_ms: got '1_54.2', expected a number written in digits "
-                     "alone (no _ between them)"),
+                   "in ASCII digits alone (0-9, no _ between them)"),
+    ({14: "1_54.2"}, "silicon_ttft_ms: got '1_54.2', expected a number written in ASCII "
+                     "digits alone (0-9, no _ between them)"),
+    # Another script's digits had been read as numbers (float() takes them).
+    ({9: "\u0665\u0661\u0662"}, "osl: got '\u0665\u0661\u0662', expected a whole number "
+                                  "from 0 to 1,048,576 written in ASCII digits alone"),
+    ({15: "\uff11\uff12"}, "silicon_tpot_ms: got '\uff11\uff12', expected a number "
+                            "written in ASCII digits alone"),
 ])
 def test_counts_out_of_range_are_refused_when_read(tmp_path: Path, cells: dict[int, str],
                                                    where: str) -> None:

@@ -239,11 +239,18 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
     (HDR + "0,5,1\n1,abc,1\n", r"line 3: prompt_tokens = 'abc' is not a number"),
     # Python's digit grouping had been read: 1_0 as 10, 1_000 as 1000.
     (HDR + "0,5,1\n1_0,1000,1\n", r"^[^\n]*t\.csv: line 3: arrival_s = '1_0' is not a "
-     r"number written in digits alone \(no _ between them\)$"),
+     r"number written in ASCII digits alone \(0-9, no _ between them\)$"),
     (HDR + "0,1_000,1\n", r"line 2: prompt_tokens = '1_000' is not a number written in "
-     r"digits alone"),
+     r"ASCII digits alone"),
+    # Another script's digits had been read as numbers: Arabic-Indic 512, full-width 1.
+    (HDR + "0,\u0665\u0661\u0662,1\n", r"line 2: prompt_tokens = '\u0665\u0661\u0662' is "
+     r"not a number written in ASCII digits alone"),
+    (HDR + "0,5,1\n\uff11,5,1\n", r"line 3: arrival_s = '\uff11' is not a number written "
+     r"in ASCII digits alone"),
     ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1 1_0\n",
      r"line 2: prefix_hash_ids has '1_0'; expected integers"),
+    ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1 \u0661\n",
+     r"line 2: prefix_hash_ids has '\u0661'; expected integers"),
     (HDR + "0,5,1\n1,,1\n", r"line 3: prompt_tokens = '' is not a number"),
     (HDR + "0,5\n", r"line 2: 2 fields, expected 3"),
     ("arrival_s,prompt_tokens\n0,5\n", r"line 1: missing column\(s\) output_tokens"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.cliargs import comma_items
+from sim.cliargs import ascii_float, comma_items
 from sim.core.engine import RunResult
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
@@ -44,7 +44,7 @@ def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ..
     ascending order; a bad list is an error naming ``flag``, the value and what is allowed."""
     allowed = "a comma list of percentiles above 0 and at most 100, e.g. 50,90,99,99.9"
     try:
-        vals = [float(x) for x in comma_items(text, flag, allowed)]
+        vals = [ascii_float(x) for x in comma_items(text, flag, allowed)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected {allowed}") from None
     if not vals or any(not (math.isfinite(v) and 0 < v <= 100) for v in vals):

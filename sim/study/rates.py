@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sim.cliargs import ascii_float
 from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
 
@@ -56,7 +57,7 @@ def rate_problem(rate: float) -> str | None:
 def rate_arg(text: str) -> float:
     """An argparse ``type`` for a rate flag: a number of requests/s within the range."""
     try:
-        v = float(text)
+        v = ascii_float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"got {text!r}, expected a number of "
                                          "requests/s") from None

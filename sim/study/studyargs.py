@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.cliargs import comma_items, float_arg, int_arg
+from sim.cliargs import ascii_float, ascii_int, comma_items, float_arg, int_arg
 from sim.config.scenario import Scenario, from_dict
 from sim.errors import ServesimError
 from sim.report.rejections import add_rejection_args
@@ -38,7 +38,7 @@ def parse_rates(text: str, flag: str = "--rates") -> list[float]:
         if ":" in text:
             rates = _range_rates(text, flag)
         else:
-            rates = [float(x) for x in comma_items(text, flag, RATES_ALLOWED)]
+            rates = [ascii_float(x) for x in comma_items(text, flag, RATES_ALLOWED)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected {RATES_ALLOWED}") from None
     for r in rates:
@@ -54,7 +54,7 @@ def parse_rates(text: str, flag: str = "--rates") -> list[float]:
 
 def _range_rates(text: str, flag: str) -> list[float]:
     """The rates of ``START:STOP:STEP``; each part's fault named on its own."""
-    parts = [float(x) for x in text.split(":")]
+    parts = [ascii_float(x) for x in text.split(":")]
     if len(parts) != 3:
         raise ValueError
     start, stop, step = parts
@@ -82,7 +82,7 @@ def parse_ints(text: str, flag: str) -> list[int]:
     """A comma list of positive integers (replicas, tp degrees)."""
     allowed = "a comma list of positive integers, e.g. 1,2,4"
     try:
-        vals = [int(x) for x in comma_items(text, flag, allowed)]
+        vals = [ascii_int(x) for x in comma_items(text, flag, allowed)]
     except ValueError:
         raise ServesimError(f"{flag} {text}: expected {allowed}") from None
     if not vals or any(v < 1 for v in vals) or len(set(vals)) != len(vals):

@@ -150,9 +150,10 @@ def _int(value: str | None, default: int, top: int) -> int:
 
 
 def _number(value: str) -> float:
-    """``value`` as a float; ValueError for one with Python's digit underscores (1_024),
-    which ``float`` takes but a CSV writer never writes: more likely a corrupted cell."""
-    if "_" in value:
+    """``value`` as a float; ValueError for one with Python's digit underscores (1_024)
+    or another script's digits (Arabic-Indic, full-width), which ``float`` takes but a CSV
+    writer never writes: more likely a corrupted cell."""
+    if "_" in value or not value.isascii():
         raise ValueError(value)
     return float(value)
 
@@ -229,8 +230,9 @@ def _row(r: dict[str, str], line: int, path: Path) -> Row:
     except (TypeError, ValueError):
         what = "a number" if col.startswith("silicon_") else \
             f"a whole number from 0 to {COUNTS[col][1]:,}"
-        if "_" in str(r.get(col)):
-            what += " written in digits alone (no _ between them)"
+        cell = str(r.get(col))
+        if "_" in cell or not cell.isascii():
+            what += " written in ASCII digits alone (0-9, no _ between them)"
         raise ServesimError(f"got {r.get(col)!r}, expected {what}",
                             source=str(path), where=f"line {line}, {col}") from None
     clients = n["batch_size"] * max(n["attention_dp_size"], 1)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.cliargs import ascii_float
 from sim.config.scenario import Scenario, from_dict
 from sim.configtools import build
 from sim.core.engine import Engine, RunResult, build_cost
@@ -167,7 +168,7 @@ def compare(real: RunResult, pred: RunResult) -> dict[str, Any]:
 def bar_value(text: str) -> float:
     """``--bar``'s value: a relative error above 0 (0.15 is 15%); argparse's type."""
     try:
-        bar = float(text)
+        bar = ascii_float(text)
     except ValueError:
         bar = float("nan")
     if not bar > 0 or not np.isfinite(bar):

@@ -104,8 +104,8 @@ def in_int64(v: int) -> bool:
 def _int64(text: Any) -> int:
     """``text`` as an int that a signed 64-bit integer holds (ValueError otherwise, also
     for Python's digit grouping: 1_0 would be the same block as 10)."""
-    if "_" in str(text):
-        raise ValueError(f"{text!r} groups its digits")
+    if "_" in str(text) or not str(text).isascii():
+        raise ValueError(f"{text!r} is not written in ASCII digits alone")
     v = int(text)
     if not in_int64(v):
         raise ValueError(f"{v} is out of the int64 range")
@@ -122,12 +122,14 @@ def floats(values: Sequence[Any], lines: np.ndarray, name: str, src: str) -> np.
         # A JSON list where a number belongs can make a 2-D array instead of an error.
         i = first_bad(values, float)
         raise line_error(src, int(lines[i]), f"{name} = {values[i]!r} is not a number") from None
-    # float() takes Python's digit grouping (1_0 is 10); no trace writer emits it, so
-    # one is more likely a corrupted cell than a number meant.
-    grouped = next((i for i, v in enumerate(values) if isinstance(v, str) and "_" in v), None)
-    if grouped is not None:
-        raise line_error(src, int(lines[grouped]), f"{name} = {values[grouped]!r} is not a "
-                         "number written in digits alone (no _ between them)")
+    # float() takes Python's digit grouping (1_0 is 10) and any script's digits (Arabic-
+    # Indic, full-width); no trace writer emits either, so one is more likely a corrupted
+    # cell than a number meant.
+    odd = next((i for i, v in enumerate(values)
+                if isinstance(v, str) and ("_" in v or not v.isascii())), None)
+    if odd is not None:
+        raise line_error(src, int(lines[odd]), f"{name} = {values[odd]!r} is not a number "
+                         "written in ASCII digits alone (0-9, no _ between them)")
     return x
 
 
@@ -269,8 +271,9 @@ def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[n
     parts = [v.replace(";", " ").split() for v in values]
     flat = [p for ps in parts for p in ps]
     try:
-        if any("_" in p for p in flat):
-            raise ValueError("digit grouping")  # numpy would read 1_0 as 10
+        if any("_" in p or not p.isascii() for p in flat):
+            # numpy would read 1_0 as 10, and another script's digits as numbers
+            raise ValueError("not ASCII digits alone")
         ids = np.array(flat, dtype=np.int64)
     except (ValueError, OverflowError):
         for i, ps in enumerate(parts):

@@ -14,7 +14,9 @@ else (0.10.2, whose logs are not published) as the nearest modelled release, 0.1
 Nothing was fitted to these runs.
 
 A second table holds closed-loop runs (``--max-concurrency`` clients, each sending its
-next request when the last one ends), simulated as that many clients.
+next request when the last one ends), simulated as that many clients. A third holds a
+tiny model's runs on one H100 (Poisson arrivals, and every prompt at once), simulated
+with a profile built from the same kernel tables (which needs the ``measured`` extra).
 
 Usage: python docs/scripts/public_bench.py
 """
@@ -100,6 +102,30 @@ CLIENT_RUNS: list[tuple[str, int, int, int, bool, float, float, float]] = [
 # enough that the first wave, every client starting at once, is a small share.
 REQUESTS_PER_CLIENT = 40
 
+# Qwen3-0.6B (bf16) on one H100 80GB HBM3 under vLLM 0.19.0, `vllm serve
+# --gpu-memory-utilization 0.5 --max-model-len 2048`, `vllm bench serve` random dataset,
+# 512 prompt and 128 output tokens, 500 prompts, after a 100-prompt warm-up, seeds 42, 99
+# and 7: github.com/ovg-project/kvcached, benchmarks/bench_layout (sweep_results, runs
+# "A_vanilla_inf" and "F_vanilla_r16", plain vLLM without kvcached).
+KVCACHED = "github.com/ovg-project/kvcached benchmarks/bench_layout/sweep_results"
+# The model's shape (its config.json's figures).
+QWEN3_06B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+             "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+             "vocab_size": 151936, "max_position_embeddings": 40960,
+             "rope_theta": 1000000, "rms_norm_eps": 1e-06, "tie_word_embeddings": True,
+             "attention_bias": False, "hidden_act": "silu", "torch_dtype": "bfloat16"}
+# (label, request rate (None: every prompt at once), per seed 42, 99, 7: (median TTFT
+# ms, median TPOT ms, median ITL ms, p99 ITL ms, requests/s)).
+TINY_RUNS: list[tuple[str, float | None, list[tuple[float, float, float, float, float]]]] = [
+    ("Poisson 16 req/s", 16.0, [(36.03, 2.399, 2.032, 12.69, 15.879),
+                                (35.63, 2.394, 2.048, 12.80, 15.870),
+                                (35.87, 2.383, 2.034, 12.76, 15.853)]),
+    ("500 prompts at once", None, [(2869.8, 5.713, 4.515, 26.15, 92.595),
+                                   (2833.6, 5.851, 4.758, 25.04, 96.988),
+                                   (2968.3, 5.068, 4.355, 24.00, 95.162)]),
+]
+
 
 def client_scenario(run: tuple[Any, ...]) -> dict[str, Any]:
     """The scenario of one closed-loop L40S run: vLLM's defaults for a 48 GB GPU (2,048
@@ -141,6 +167,61 @@ def scenario(run: tuple[Any, ...], release: str | None) -> dict[str, Any]:
                                      "output": {"dist": "fixed", "value": osl}}}}
 
 
+def tiny_scenario(run: tuple[Any, ...], config: Path, profile: Path, seed: int,
+                  graphs: str) -> dict[str, Any]:
+    """One tiny-model run: vLLM 0.19's defaults for an 80 GB GPU, memory sized as 0.19
+    sizes it, the prompts Poisson at the run's rate or all sent at once; ``graphs``:
+    ``serving.cuda_graphs``."""
+    label, rate = run[:2]
+    load: dict[str, Any] = ({"arrivals": {"process": "poisson", "rate": rate}}
+                            if rate is not None else {"concurrency": 500})
+    return {"name": label, "model": {"hf_config": str(config), "max_context": 2048},
+            "cost": {"profile": str(profile)},
+            "hardware": {"gpu": "h100-sxm", "tp": 1, "memory_utilization": 0.5},
+            "serving": {"policy": "chunked", "prefix_caching": True,
+                        "vllm_version": "0.19.0", "cuda_graphs": graphs},
+            "workload": {"num_requests": 500, "seed": seed, **load,
+                         "lengths": {"prompt": {"dist": "fixed", "value": 512},
+                                     "output": {"dist": "fixed", "value": 128}}}}
+
+
+def tiny_table() -> None:
+    """The third table: Qwen3-0.6B on one H100, each seed simulated (as graphed, and
+    with steps that hold a prompt priced without CUDA graphs)."""
+    import json
+    import tempfile
+
+    from sim.cli import main as cli
+    from sim.config.scenario import from_dict
+    from sim.core.engine import simulate
+    from sim.report.summary import summarize
+
+    print(f"\nA tiny model on one H100 ({KVCACHED}):\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        config, profile = Path(tmp) / "config.json", Path(tmp) / "profile.yaml"
+        config.write_text(json.dumps(QWEN3_06B))
+        if cli(["profile", "build", "--gpu", "h100-sxm", "--framework", "vllm",
+                "--hf-config", str(config), "--tp", "1", "--out", str(profile)]) != 0:
+            print("(not built: the profile builder needs the measured extra)")
+            return
+        print("| run | seed | CUDA graphs | TTFT p50 ms: measured / simulated | TPOT p50 ms "
+              "| ITL p50 ms | ITL p99 ms | requests/s |")
+        print("|---|---:|---|---|---|---|---|---|")
+        for run in TINY_RUNS:
+            for seed, meas in zip((42, 99, 7), run[2], strict=True):
+                for graphs in ("all", "decode"):
+                    s = summarize(simulate(from_dict(
+                        tiny_scenario(run, config, profile, seed, graphs), "<public bench>")))
+                    lat = s["latency_s"]
+                    sim = (lat["ttft"]["p50"] * 1e3, lat["tpot"]["p50"] * 1e3,
+                           lat["itl"]["p50"] * 1e3, lat["itl"]["p99"] * 1e3,
+                           s["throughput"]["requests_per_s"])
+                    cells = " | ".join(f"{m:,.{d}f} / {x:,.{d}f} ({x / m - 1:+.0%})"
+                                       for m, x, d in zip(meas, sim, (1, 2, 2, 1, 1),
+                                                          strict=True))
+                    print(f"| {run[0]} | {seed} | {graphs} | {cells} |", flush=True)
+
+
 def main() -> None:
     from sim.config.scenario import from_dict
     from sim.core.engine import simulate
@@ -180,6 +261,8 @@ def main() -> None:
         print(f"| {run[0]} | {ttft:,.1f} / {t:,.1f} ({t / ttft - 1:+.0%}) "
               f"| {tpot:.2f} / {p:.2f} ({p / tpot - 1:+.0%}) "
               f"| {rate:.3f} / {r:.3f} ({r / rate - 1:+.0%}) |", flush=True)
+
+    tiny_table()
 
 
 if __name__ == "__main__":

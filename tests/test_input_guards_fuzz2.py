@@ -175,3 +175,25 @@ def test_a_human_readable_integer_refuses_another_scripts_digits() -> None:
     with pytest.raises(ServesimError, match=r"^s\.yaml: vllm\.max-model-len: got "
                                             "'\u0663\u0662k', expected an integer"):
         from_dict(raw, "s.yaml")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # A TensorRT-LLM profile runs its prefill steps eagerly while the phrase said vLLM.
+    (("  framework: vllm", "  framework: trtllm"),
+     "source.phrase: got 'measured kernels: vLLM 0.24.0 on H100-SXM', but source.framework "
+     "'trtllm' and source.version '0.24.0' make it begin 'measured kernels: TensorRT-LLM "
+     "0.24.0'"),
+    # vLLM 0.12 sizes memory and schedules unlike 0.24, which the phrase still named.
+    (("  version: 0.24.0", "  version: 0.12.0"),
+     "source.phrase: got 'measured kernels: vLLM 0.24.0 on H100-SXM', but source.framework "
+     "'vllm' and source.version '0.12.0' make it begin 'measured kernels: vLLM 0.12.0'"),
+])
+def test_a_profile_whose_phrase_names_another_framework_is_refused(
+        tmp_path: Path, capsys: Any, edit: tuple[str, str], message: str) -> None:
+    shipped = Path(__file__).resolve().parent.parent / "sim/data/profiles"
+    text = (shipped / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text()
+    assert text.count(edit[0] + "\n") == 1
+    (tmp_path / "p.yaml").write_text(text.replace(edit[0] + "\n", edit[1] + "\n"))
+    raw = {**TINY, "model": "llama-3-8b", "cost": {"profile": "p.yaml"}}
+    err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
+    assert err.endswith(f"p.yaml: {message}\n"), err

@@ -123,8 +123,10 @@ TOP_KEYS = ("schema", "source", "created", "device", "dtype", "tp", "ep", "dp", 
 
 
 # The serving frameworks whose kernels a measured profile may be built from (its
-# source.framework decides defaults such as async scheduling, so a misspelling matters).
-FRAMEWORKS = ("vllm", "sglang", "trtllm")
+# source.framework decides defaults such as async scheduling, so a misspelling matters),
+# and each one's name as the profile's phrase writes it.
+FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+FRAMEWORKS = tuple(FRAMEWORK_NAMES)
 
 
 def _check_source(src: Any, device_name: str) -> None:
@@ -140,12 +142,31 @@ def _check_source(src: Any, device_name: str) -> None:
         raise ServesimError(f"got {fw!r}; allowed: {', '.join(FRAMEWORKS)}",
                             where="source.framework")
     if src.get("kind") == "measured-kernels":
+        _check_phrase(src)
         if device_name not in GPUS:
             raise ServesimError(f"got {device_name!r}, not a GPU of the table; allowed: "
                                 f"{', '.join(sorted(GPUS))}", where="device.name")
         if src.get("gpu", device_name) != device_name:
             raise ServesimError(f"got {src.get('gpu')!r}, but device.name is "
                                 f"{device_name!r}", where="source.gpu")
+
+
+def _check_phrase(src: dict[str, Any]) -> None:
+    """A measured profile's ``source.phrase``, which every summary prints as the cost's
+    source, must name the framework and version whose defaults the run takes from
+    ``source.framework`` and ``source.version`` (an edited profile could say vLLM while
+    running TensorRT-LLM's eager prefill steps)."""
+    fw, phrase, version = src.get("framework"), src.get("phrase"), src.get("version")
+    if fw is None or not isinstance(phrase, str):
+        return
+    named = f"measured kernels: {FRAMEWORK_NAMES[fw]}"
+    if version is not None:
+        named += f" {version}"
+    if not (phrase + " ").startswith(named + " "):
+        raise ServesimError(f"got {phrase!r}, but source.framework {fw!r}"
+                            + (f" and source.version {version!r}" if version is not None
+                               else "") + f" make it begin {named!r}",
+                            where="source.phrase")
 
 
 def parse_profile(data: Any, source: str) -> ProfileCost:

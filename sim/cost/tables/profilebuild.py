@@ -44,6 +44,7 @@ from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.presets import MODELS
 from sim.cost.priors import Priors, framework_priors
 from sim.cost.profile import FORMS
+from sim.cost.profilefile import FRAMEWORK_NAMES
 from sim.cost.profilekeys import SCHEMA
 from sim.cost.shard import ep_note, shard
 from sim.cost.specs import ModelSpec, recorded_fields
@@ -64,7 +65,6 @@ from sim.cost.tables.profilefmt import (
     tokens_shape,
 )
 from sim.cost.tables.profileparts import (
-    FRAMEWORK_NAMES,
     attention_components,
     gemm_tables,
     head_and_allreduce,

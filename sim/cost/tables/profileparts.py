@@ -15,6 +15,7 @@ import numpy as np
 
 from sim.cost.measured import QUANT_VARIANTS
 from sim.cost.profile import FORMS, GRID_FORMULA
+from sim.cost.profilefile import FRAMEWORK_NAMES
 from sim.cost.profilefit import fit_component
 from sim.cost.shape import StepShape
 from sim.cost.shard import QK_NORM_BYTES, Shard, qk_norm_allreduces
@@ -55,7 +56,6 @@ from sim.errors import ServesimError
 if TYPE_CHECKING:
     from sim.cost.tables.profilebuild import BuildSpec
 
-FRAMEWORK_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # The most tokens a step runs as a CUDA graph under each framework's defaults.
 GRAPH_TOKENS = {"vllm": 512, "sglang": 256, "trtllm": 128}
 # The tables' KV-cache dtype for each of servesim's (``auto`` is the activations' bf16).

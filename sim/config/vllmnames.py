@@ -144,7 +144,7 @@ def flag_name(flag: Any) -> str:
     return ALIASES.get(head, head) + dot + rest
 
 
-_LEVEL = re.compile(r"O\d")
+_LEVEL = re.compile(r"O[0-9]")  # \d would take any script's digit
 
 
 def plain_name(flag: Any) -> str:
@@ -279,7 +279,7 @@ def graph_setting(name: str, value: Any, where: str,
 
 
 _DIGITS = re.compile(r"[0-9]+")
-_HUMAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG])")  # \d: any scripts digits
+_HUMAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG])")  # not \d, which takes any script's digits
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
 

@@ -197,3 +197,12 @@ def test_a_profile_whose_phrase_names_another_framework_is_refused(
     raw = {**TINY, "model": "llama-3-8b", "cost": {"profile": "p.yaml"}}
     err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
     assert err.endswith(f"p.yaml: {message}\n"), err
+
+
+def test_an_optimization_level_flag_takes_ascii_digits_alone() -> None:
+    # -O followed by an Arabic-Indic 3 had been read as optimization level 3.
+    raw = {**TINY, "vllm": {"O\u0663": True}}
+    with pytest.raises(ServesimError, match="^s\\.yaml: vllm\\.O\u0663: unknown or not "
+                                            "modelled vLLM flag 'O\u0663'"):
+        from_dict(raw, "s.yaml")
+    from_dict({**TINY, "vllm": {"O3": True}}, "s.yaml")  # the ASCII level still reads

@@ -138,12 +138,14 @@ def test_a_priority_class_listed_twice_is_refused() -> None:
 
 def profile_at(tmp: Path, version: Any) -> Path:
     """The shipped H100 Llama-3-8B vLLM profile with its ``source.version`` replaced
-    (None: removed)."""
+    (None: removed), and the phrase naming it, as a profile built from that release's
+    tables would (a phrase naming another release is refused at load)."""
     data = yaml.safe_load((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text())
     if version is None:
         del data["source"]["version"]
     else:
         data["source"]["version"] = version
+        data["source"]["phrase"] = f"measured kernels: vLLM {version} on H100-SXM"
     path = tmp / "profile.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sim.errors import ServesimError
 from sim.files import read_text
+from sim.workload.traceio import plain_digits
 
 # The GPU of each of the sample's systems.
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200",
@@ -150,10 +151,10 @@ def _int(value: str | None, default: int, top: int) -> int:
 
 
 def _number(value: str) -> float:
-    """``value`` as a float; ValueError for one with Python's digit underscores (1_024)
-    or another script's digits (Arabic-Indic, full-width), which ``float`` takes but a CSV
-    writer never writes: more likely a corrupted cell."""
-    if "_" in value or not value.isascii():
+    """``value`` as a float; ValueError for text that is not
+    :func:`~sim.workload.traceio.plain_digits` (1_024, another script's digits), which
+    ``float`` takes but a CSV writer never writes."""
+    if not plain_digits(value):
         raise ValueError(value)
     return float(value)
 
@@ -230,8 +231,7 @@ def _row(r: dict[str, str], line: int, path: Path) -> Row:
     except (TypeError, ValueError):
         what = "a number" if col.startswith("silicon_") else \
             f"a whole number from 0 to {COUNTS[col][1]:,}"
-        cell = str(r.get(col))
-        if "_" in cell or not cell.isascii():
+        if not plain_digits(str(r.get(col))):
             what += " written in ASCII digits alone (0-9, no _ between them)"
         raise ServesimError(f"got {r.get(col)!r}, expected {what}",
                             source=str(path), where=f"line {line}, {col}") from None

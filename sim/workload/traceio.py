@@ -101,10 +101,27 @@ def in_int64(v: int) -> bool:
     return -(2**63) <= v < 2**63
 
 
+def plain_digits(text: str) -> bool:
+    """Whether ``text`` is free of what Python's number readers take but no trace or CSV
+    writer writes: digit grouping (``1_0`` reads as 10) and another script's digits
+    (Arabic-Indic, full-width). Either is more likely a corrupted cell than a number
+    meant. Cells may be joined and checked at once: neither can form across a join."""
+    return "_" not in text and text.isascii()
+
+
+def _text_of(values: Sequence[Any]) -> str:
+    """The text cells of ``values`` joined (one pass in C, not a Python loop per cell;
+    a JSON reader's values may hold numbers among them, which are left out)."""
+    try:
+        return "".join(values)
+    except TypeError:
+        return "".join(v for v in values if isinstance(v, str))
+
+
 def _int64(text: Any) -> int:
     """``text`` as an int that a signed 64-bit integer holds (ValueError otherwise, also
-    for Python's digit grouping: 1_0 would be the same block as 10)."""
-    if "_" in str(text) or not str(text).isascii():
+    for text that is not :func:`plain_digits`: 1_0 would be the same block as 10)."""
+    if not plain_digits(str(text)):
         raise ValueError(f"{text!r} is not written in ASCII digits alone")
     v = int(text)
     if not in_int64(v):
@@ -122,12 +139,10 @@ def floats(values: Sequence[Any], lines: np.ndarray, name: str, src: str) -> np.
         # A JSON list where a number belongs can make a 2-D array instead of an error.
         i = first_bad(values, float)
         raise line_error(src, int(lines[i]), f"{name} = {values[i]!r} is not a number") from None
-    # float() takes Python's digit grouping (1_0 is 10) and any script's digits (Arabic-
-    # Indic, full-width); no trace writer emits either, so one is more likely a corrupted
-    # cell than a number meant.
-    odd = next((i for i, v in enumerate(values)
-                if isinstance(v, str) and ("_" in v or not v.isascii())), None)
-    if odd is not None:
+    # float() takes Python's digit grouping and any script's digits: plain_digits.
+    if not plain_digits(_text_of(values)):
+        odd = next(i for i, v in enumerate(values)
+                   if isinstance(v, str) and not plain_digits(v))
         raise line_error(src, int(lines[odd]), f"{name} = {values[odd]!r} is not a number "
                          "written in ASCII digits alone (0-9, no _ between them)")
     return x
@@ -271,8 +286,7 @@ def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[n
     parts = [v.replace(";", " ").split() for v in values]
     flat = [p for ps in parts for p in ps]
     try:
-        if any("_" in p or not p.isascii() for p in flat):
-            # numpy would read 1_0 as 10, and another script's digits as numbers
+        if not plain_digits("".join(flat)):  # numpy would read them as numbers
             raise ValueError("not ASCII digits alone")
         ids = np.array(flat, dtype=np.int64)
     except (ValueError, OverflowError):

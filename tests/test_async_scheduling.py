@@ -14,7 +14,7 @@ import pytest
 from sim.config.scenario import from_dict
 from sim.core.engine import simulate
 from sim.cost.gpus import GPUS
-from sim.cost.models import build_cost
+from sim.cost.models import build_cost, unwrapped
 from sim.cost.overlap import HostOverlap, async_scheduling
 from sim.cost.presets import MODELS
 from sim.cost.roofline import RooflineCost, RooflineParams
@@ -113,9 +113,10 @@ def test_measured_profiles_of_other_frameworks_stay_synchronous() -> None:
                       "cost": "measured", "workload": WORKLOAD})
     cost = build_cost(vllm)
     assert isinstance(cost, HostOverlap)
-    assert cost.source == "measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling"
+    assert cost.source == ("measured kernels: vLLM 0.24.0 on H100-SXM; steps over 512 tokens "
+                           "without CUDA graphs; async scheduling")
     # A measured profile's host work is its step priors (the embedding read is device work).
-    coef = cost.cost.coefs["step"]
+    coef = unwrapped(cost).coefs["step"]
     d = decode_shape(7, 700)
     assert cost.host_time(d) == pytest.approx(coef["const_s"] + 7 * coef["per_seq_s"],
                                               rel=1e-12)

@@ -19,6 +19,7 @@ from sim.cost.eager import (
     dispatch_s,
     sglang_decode_cap,
     sglang_graphs_prefill,
+    vllm_capture_tokens,
 )
 from sim.cost.gpus import GPUS
 from sim.cost.models import LinearCost, build_cost
@@ -57,11 +58,34 @@ def test_a_step_without_graphs_costs_the_longer_of_its_work_and_the_dispatch() -
     assert capped.step_time(shape_of([(100, 0)])) == pytest.approx(2e-3, rel=1e-12)
 
 
+def test_a_step_past_the_largest_capture_size_waits_on_the_dispatch() -> None:
+    # vLLM graphs steps of up to 512 tokens (decode-only whole, mixed piecewise); a
+    # larger one, of any kind, runs without a graph: 1 ms + 10 us a token, or 10 ms.
+    eager = EagerSteps(LINEAR, Graphs("all", max_tokens=512), 10e-3)
+    assert eager.step_time(shape_of([(500, 0), (1, 9)])) == pytest.approx(6.01e-3, rel=1e-12)
+    assert eager.step_time(shape_of([(511, 0), (1, 9)])) == pytest.approx(6.12e-3, rel=1e-12)
+    assert eager.step_time(shape_of([(512, 0), (1, 9)])) == 10e-3  # 513 tokens
+    assert eager.step_time(decode_shape(512, 512)) == pytest.approx(6.12e-3, rel=1e-12)
+    assert eager.step_time(decode_shape(600, 600)) == 10e-3
+    assert eager.step_time(shape_of([(2000, 0)])) == pytest.approx(21e-3, rel=1e-12)
+    assert eager.graphs.phrase == "steps over 512 tokens without CUDA graphs"
+
+
+@pytest.mark.parametrize(("seqs", "batched", "k", "tokens"), [
+    (1024, 8192, 0, 512), (256, 8192, 0, 512), (128, 8192, 0, 256), (4, 8192, 0, 8),
+    (64, 8192, 3, 512), (16, 8192, 3, 128), (1024, 256, 0, 256)])
+def test_vllms_largest_capture_size(seqs: int, batched: int, k: int, tokens: int) -> None:
+    # min(2 x max_num_seqs x (1 + k), 512, max_num_batched_tokens), as
+    # vllm/config/vllm.py sets it when no capture size is given.
+    assert vllm_capture_tokens(seqs, batched, k) == tokens
+
+
 def test_arrays_price_as_the_steps_one_by_one() -> None:
     shapes = [decode_shape(4, 400), decode_shape(600, 6000), shape_of([(100, 0)]),
               shape_of([(1000, 0), (1, 10)])]
     arrays = StepShape(*(np.array(v) for v in zip(*shapes, strict=True)))
-    for graphs in (Graphs("none"), Graphs("decode"), Graphs("all", 500)):
+    for graphs in (Graphs("none"), Graphs("decode"), Graphs("all", 500),
+                   Graphs("all", max_tokens=512), Graphs("decode", 0, 600)):
         eager = EagerSteps(LINEAR, graphs, 5e-3)
         assert list(eager.step_time(arrays)) == [eager.step_time(s) for s in shapes]
 
@@ -109,6 +133,8 @@ def test_each_frameworks_default() -> None:
     llama, h200 = MODELS["llama-3-8b"], GPUS["h200"]
     assert default_graphs(None, None, llama, h200, 1) == Graphs("all")
     assert default_graphs("vllm", "0.24.0", llama, h200, 1) == Graphs("all")
+    assert default_graphs("vllm", "0.24.0", llama, h200, 1, 512) == Graphs("all", 0, 512)
+    assert default_graphs("sglang", "0.5.10", llama, h200, 1, 512) == Graphs("all", 256)
     assert default_graphs("trtllm", "1.2.0", llama, h200, 8) == Graphs("decode")
     assert default_graphs("sglang", "0.5.9", llama, h200, 8) == Graphs("decode", 512)
     assert default_graphs("sglang", "0.5.10", llama, h200, 1) == Graphs("all", 256)
@@ -145,8 +171,8 @@ def test_the_cost_names_what_runs_without_graphs() -> None:
                "workload": WORKLOAD, "serving": serving, **more}
         return build_cost(from_dict(raw, "<test>"))
 
-    assert built({}).source == ("measured kernels: vLLM 0.24.0 on H100-SXM; async "
-                                "scheduling")
+    assert built({}).source == ("measured kernels: vLLM 0.24.0 on H100-SXM; steps over 512 "
+                                "tokens without CUDA graphs; async scheduling")
     assert built({"cuda_graphs": "none"}).source == (
         "measured kernels: vLLM 0.24.0 on H100-SXM; no CUDA graphs (eager steps); async "
         "scheduling")
@@ -191,3 +217,34 @@ def test_a_linear_cost_without_graphs_stays_synchronous() -> None:
 
     assert not isinstance(built("none"), HostOverlap) and isinstance(built("none"), EagerSteps)
     assert built("all") == LinearCost(step_s=0.02)
+
+
+def test_a_scenario_prices_its_steps_past_vllms_capture_size() -> None:
+    """Kernel-priced models (the tables, the roofline) take vLLM's largest capture size
+    from the scenario's limits; a linear model times no kernels and keeps every step."""
+    def built(model: str, cost: Any, **serving: Any) -> Any:
+        raw = {"model": model, "hardware": {"gpu": "h100-sxm"}, "cost": cost,
+               "workload": WORKLOAD, "serving": {"async_scheduling": False, **serving}}
+        return build_cost(from_dict(raw, "<test>"))
+
+    roof = built("tiny", "roofline")  # vLLM v1 on an H100: 1,024 sequences, 512 tokens
+    assert isinstance(roof, EagerSteps) and roof.graphs == Graphs("all", 0, 512)
+    assert built("tiny", "roofline", max_num_seqs=100).graphs == Graphs("all", 0, 200)
+    spec = built("tiny", "roofline", max_num_seqs=16,
+                 speculative={"method": "ngram", "num_tokens": 3,
+                              "acceptance": {"rate": 0.5}})
+    assert spec.graphs == Graphs("all", 0, 128)  # 16 sequences verifying 4 tokens, x2
+    assert built("tiny", "roofline", cuda_graph_max_tokens=64).graphs == Graphs("all", 0, 64)
+    assert built("tiny", "roofline", policy="continuous").graphs == Graphs("all", 0, 512)
+    # The tiny model's 2 layers dispatch in 0.514375 ms: a 600-token step of its
+    # microseconds of device work waits on it; a 512-token one does not.
+    base = roof.cost
+    host = roof.host_time(shape_of([(600, 0)]))
+    assert roof.step_time(shape_of([(600, 0)])) == pytest.approx(host + 2 * DENSE_LAYER_S,
+                                                                rel=1e-12)
+    assert roof.step_time(shape_of([(512, 0)])) == base.step_time(shape_of([(512, 0)]))
+    assert built("tiny", {"linear": {"step_s": 1e-3}}) == LinearCost(step_s=1e-3)
+    # A linear model floors steps past a capture size the scenario gives.
+    capped = built("tiny", {"linear": {"step_s": 1e-4}}, cuda_graph_max_tokens=32)
+    assert capped.step_time(shape_of([(64, 0)])) == pytest.approx(2 * DENSE_LAYER_S)
+    assert capped.step_time(shape_of([(32, 0)])) == pytest.approx(1e-4)

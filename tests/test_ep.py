@@ -163,15 +163,16 @@ def test_disaggregated_with_ep_is_refused() -> None:
 
 def test_measured_picks_the_ep_profile_and_lists_others() -> None:
     from sim.cost.measured import find
-    from sim.cost.models import build_cost
+    from sim.cost.models import build_cost, unwrapped
 
     assert find(Q235, "h200", 8, "vllm", 8) == "h200-qwen3-235b-a22b-tp8-ep8-vllm"
     assert find(Q235, "h200", 8, "vllm") == "h200-qwen3-235b-a22b-tp8-vllm"
     raw = _raw(ep=8)
     raw["cost"] = "measured"
     cost = build_cost(from_dict(raw))
-    assert cost.cost.meta["ep"] == 8  # the profile, under async scheduling's overlap
-    assert cost.source.endswith("expert parallelism ep=8; async scheduling")
+    assert unwrapped(cost).meta["ep"] == 8  # the profile, under async scheduling's overlap
+    assert cost.source.endswith("expert parallelism ep=8; steps over 512 tokens without CUDA "
+                                "graphs; async scheduling")
     raw["hardware"].update(tp=4, ep=4)
     with pytest.raises(ServesimError, match="shipped with expert parallelism there: vllm tp 1 "
                                             "dp 8 ep 8, vllm tp 8 ep 8"):

@@ -37,7 +37,8 @@ def test_shipped_nvfp4_profiles_are_picked_and_faster_than_fp8() -> None:
     w4 = build_cost(from_dict(_scenario({"preset": "llama-3.1-70b", "dtype": "nvfp4"})))
     w8 = build_cost(from_dict(_scenario({"preset": "llama-3.1-70b", "dtype": "fp8"})))
     assert w4.source == ("measured kernels: vLLM 0.24.0 on B200-SXM; nvfp4 weights on FP4 "
-                         "tensor cores; async scheduling")
+                         "tensor cores; steps over 512 tokens without CUDA graphs; async "
+                         "scheduling")
     # A light decode step reads the projections' weights: NVFP4 holds 0.56 of FP8's
     # bytes, but the tables' small-batch FP4 kernel runs further below the bandwidth (6.5
     # against 8.7 ms of projections a step on two B200s), so the step is about 1.25x

@@ -126,7 +126,8 @@ def test_measured_fp8_profiles_ship_and_are_picked() -> None:
     bf16 = build_cost(from_dict(scenario(cost="measured")))
     w8 = build_cost(from_dict(scenario(model={"preset": "llama-3.1-8b", "dtype": "fp8"},
                                        cost="measured")))
-    assert w8.source == "measured kernels: vLLM 0.24.0 on H100-SXM; fp8 weights; async scheduling"
+    assert w8.source == ("measured kernels: vLLM 0.24.0 on H100-SXM; fp8 weights; steps over "
+                         "512 tokens without CUDA graphs; async scheduling")
     # The tables' FP8 GEMMs: a long prefill 1.3-1.5x faster than bf16, not 2x.
     ratio = bf16.step_time(shape_of([(8192, 0)])) / w8.step_time(shape_of([(8192, 0)]))
     assert 1.2 < ratio < 1.6

@@ -303,7 +303,8 @@ def test_a_gpt_oss_run_says_how_its_experts_run(tmp_path: Path) -> None:
 
     sc = from_dict(_scenario("gpt-oss-20b", "h100-sxm"))
     s = summarize(simulate(sc))
-    assert s["cost_source"].endswith("mxfp4 experts, weight-only (w4a16); async scheduling")
+    assert s["cost_source"].endswith("mxfp4 experts, weight-only (w4a16); steps over 512 "
+                                     "tokens without CUDA graphs; async scheduling")
 
     assert s["requests"]["finished"] == 5
     assert s["memory"]["both"]["window_blocks_per_request"] == 9

@@ -163,6 +163,7 @@ def test_cost_measured_picks_the_gpt_oss_profile_and_sliding_is_cheaper() -> Non
     from sim.config.scenario import from_dict
     from sim.core.engine import build_cost, simulate
     from sim.cost.measured import find, shipped
+    from sim.cost.models import unwrapped
     from sim.cost.shape import decode_shape
     from sim.report.summary import summarize
 
@@ -175,10 +176,11 @@ def test_cost_measured_picks_the_gpt_oss_profile_and_sliding_is_cheaper() -> Non
                                  "lengths": {"prompt": {"dist": "fixed", "value": 512},
                                              "output": {"dist": "fixed", "value": 16}}}})
     cost = build_cost(sc)
-    assert cost.source.endswith("mxfp4 experts, weight-only (w4a16); async scheduling")
+    assert cost.source.endswith("mxfp4 experts, weight-only (w4a16); steps over 512 tokens "
+                                "without CUDA graphs; async scheduling")
     assert summarize(simulate(sc))["requests"]["finished"] == 20
     # Past the window a decode's attention grows with the full layers only.
-    a8, a16 = (cost.cost.breakdown(decode_shape(8, 8 * n))["decode_attention"]
+    a8, a16 = (unwrapped(cost).breakdown(decode_shape(8, 8 * n))["decode_attention"]
                for n in (8192, 16384))
     assert a8 < a16 < 2 * a8
     with pytest.raises(ServesimError, match="no measured profile for gpt-oss-120b at tp=2 "

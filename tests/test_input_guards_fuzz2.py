@@ -132,8 +132,8 @@ def test_a_profile_priced_out_of_range_is_named_by_the_clock_error(tmp_path: Pat
     err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
     # Before, it listed arrival times first and named neither the cost model nor its file.
     assert err.endswith("a GPU figure or a cost coefficient of the cost model (measured "
-                        "kernels: vLLM 0.24.0 on H100-SXM; async scheduling, read from "
-                        "p.yaml) is out of range\n"), err
+                        "kernels: vLLM 0.24.0 on H100-SXM; steps over 512 tokens without CUDA "
+                        "graphs; async scheduling, read from p.yaml) is out of range\n"), err
 
 
 @pytest.mark.parametrize("argv", [["--out", ""], ["--out="], ["--percentiles", ""]])

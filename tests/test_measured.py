@@ -18,6 +18,7 @@ from conftest import needs_tables
 from sim.config.scenario import from_dict
 from sim.core.engine import build_cost, simulate
 from sim.cost.measured import find, shipped
+from sim.cost.models import unwrapped
 from sim.cost.presets import MODELS
 from sim.errors import ServesimError
 from sim.report.printed import table
@@ -53,8 +54,10 @@ def test_measured_matches_by_architecture_and_names_its_source() -> None:
     assert find(MODELS["llama-3.1-8b"], "h100-sxm", 1, "vllm") == "h100-sxm-llama-3-8b-tp1-vllm"
     res = simulate(from_dict(scenario(model="llama-3.1-8b")))
     s = summarize(res)
-    assert s["cost_source"] == "measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling"
-    assert "cost: measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling" in table(s)
+    phrase = ("measured kernels: vLLM 0.24.0 on H100-SXM; steps over 512 tokens without CUDA "
+              "graphs; async scheduling")
+    assert s["cost_source"] == phrase
+    assert f"cost: {phrase}" in table(s)
     sg = from_dict(scenario(cost={"measured": {"framework": "sglang"}},
                             hardware={"gpu": "h200", "tp": 2}))
     assert build_cost(sg).source == ("measured kernels: SGLang 0.5.14 on H200-SXM; decode "
@@ -177,10 +180,11 @@ def test_disaggregated_pools_each_price_with_their_own_measured_profile() -> Non
     eng = Engine(sc, reqs, entry_cost(sc), np.random.default_rng(1))
     res = eng.run()
     assert (res.status == FINISHED).all()
-    assert [(r.role, r.cost.tp, r.cost.source) for r in eng.replicas] == [
-        ("prefill", 4, "measured kernels: vLLM 0.24.0 on H100-SXM"),
-        ("decode", 2, "measured kernels: vLLM 0.24.0 on H200-SXM")]
-    assert res.cost_source == "measured kernels: vLLM 0.24.0 on H100-SXM"
+    eager = "; steps over 512 tokens without CUDA graphs"
+    assert [(r.role, unwrapped(r.cost).tp, r.cost.source) for r in eng.replicas] == [
+        ("prefill", 4, "measured kernels: vLLM 0.24.0 on H100-SXM" + eager),
+        ("decode", 2, "measured kernels: vLLM 0.24.0 on H200-SXM" + eager)]
+    assert res.cost_source == "measured kernels: vLLM 0.24.0 on H100-SXM" + eager
 
 
 def test_sweep_cache_key_follows_an_input_file_edited_in_place(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from sim.core.request import Request
 from sim.cost.gpus import GPUS
 from sim.cost.memory import STATE_SHARE
 from sim.cost.memorybudget import GIB
-from sim.cost.models import build_cost
+from sim.cost.models import build_cost, unwrapped
 from sim.cost.presets import MODELS
 from sim.cost.profilecost import ProfileCost
 from sim.cost.roofline import RooflineParams
@@ -145,7 +145,7 @@ def test_verify_state_writes_at_a_measured_profiles_bandwidth() -> None:
     cost = build_cost(sc, gpu, 1)
     sp = speculation(sc, gpu, 1, cost)
     assert sp is not None
-    base = getattr(cost, "cost", cost)
+    base = unwrapped(cost)
     assert isinstance(base, ProfileCost)
     bw = base.meta["source"]["derived"]["bandwidth_bytes_s"]
     assert sp.drafter.verify_state_s == pytest.approx(2 * STATE_27B / bw, rel=1e-12)

@@ -114,7 +114,8 @@ def test_simulate_report_opens_with_the_answer(folders: dict[str, Path]) -> None
     text = (folders["simulate"] / "report.html").read_text()
     s = json.loads((folders["simulate"] / "summary.json").read_text())
     lat, sat = s["latency_s"], s["saturation"]
-    cost = "measured kernels: vLLM 0.24.0 on H100-SXM; async scheduling"
+    cost = ("measured kernels: vLLM 0.24.0 on H100-SXM; steps over 512 tokens without CUDA "
+            "graphs; async scheduling")
     assert s["cost_source"] == cost
     want = (f"Llama-3-8B on 1× H100-SXM (tp 1; {cost}), chunked policy: at "
             f"{sat['offered_rps']:.3g} req/s offered, TTFT p99 "

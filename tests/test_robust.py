@@ -46,7 +46,10 @@ def test_tenfold_overload_is_saturated_counted_and_holds_only_waiting_requests()
     reqs = build_requests(sc.workload, sc.base_dir, rng, sc.source, sc.model.max_context)
     # A 50 ms frontend (AIConfigurator's harness measured about that), so that the few
     # requests sent in its last 50 ms before the horizon are still on their way.
-    cost = build_cost(sc).replace(frontend=Frontend(request_s=0.05))
+    from sim.cost.models import eager_steps, unwrapped
+
+    profile = unwrapped(build_cost(sc)).replace(frontend=Frontend(request_s=0.05))
+    cost = eager_steps(sc, profile, sc.hardware.gpu_spec, sc.hardware.tp)
     eng = Engine(sc, reqs, cost, np.random.default_rng(0), fault_seed=fault_seed_of(sc))
     res = eng.run()
     s = summarize(res)

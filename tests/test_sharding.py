@@ -80,15 +80,16 @@ def test_allreduce_across_nodes_is_priced_on_the_network() -> None:
 def _roofline(tp: int):
     """The tiny model's roofline cost on ``tp`` H100s, built from a scenario as a run does."""
     from sim.config.scenario import from_dict
-    from sim.cost.models import build_cost
+    from sim.cost.models import build_cost, unwrapped
 
-    return build_cost(from_dict({
+    # The roofline itself, under the floor of steps past vLLM's largest capture size.
+    return unwrapped(build_cost(from_dict({
         "model": "tiny", "hardware": {"gpu": "h100-sxm", "tp": tp},
         "cost": {"roofline": {}}, "serving": {"async_scheduling": False},
         "workload": {"arrivals": {"process": "constant", "rate": 1.0},
                      "lengths": {"prompt": {"dist": "fixed", "value": 8},
                                  "output": {"dist": "fixed", "value": 2}},
-                     "num_requests": 1}}))
+                     "num_requests": 1}})))
 
 
 @pytest.mark.parametrize(("tp", "fixed_s", "per_token_s"), [

@@ -216,7 +216,7 @@ def test_inferencex_vllm_rows_overlap_the_step_priors(tmp_path: Path) -> None:
     p = Priors(step_const_s=1e-3, step_per_seq_s=2e-5, request_s=0.01)
     over = _cost(plain, p)
     assert isinstance(over, HostOverlap) and over.frontend.request_s == 0.01
-    assert over.cost.coefs["step"]["const_s"] == 1e-3
+    assert unwrapped(over).coefs["step"]["const_s"] == 1e-3
     long, one = shape_of([(8192, 0)]), decode_shape(1, 100)
     assert over.host_time(one) == pytest.approx(1e-3 + 2e-5, rel=1e-12)
     # A long prefill hides the host work; the priors are not added to it.
@@ -229,7 +229,8 @@ def test_inferencex_vllm_rows_overlap_the_step_priors(tmp_path: Path) -> None:
     # TensorRT-LLM runs its prefill steps without CUDA graphs (sim/cost/eager.py).
     eager = _cost(trt, p)
     assert isinstance(eager, EagerSteps) and eager.graphs == Graphs("decode")
-    assert not isinstance(over.cost, EagerSteps)  # vLLM graphs every step
+    # vLLM graphs every step of up to 512 tokens (1,024 sequences, 8,192 a step).
+    assert isinstance(over.cost, EagerSteps) and over.cost.graphs == Graphs("all", max_tokens=512)
     # Each row pays its own collection's per-request latency.
     both = dataclasses.replace(p, aic_request_s=0.05)
     assert _cost(aic, both).frontend.request_s == 0.05

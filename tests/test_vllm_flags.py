@@ -344,16 +344,17 @@ def test_real_flag_sets_run_whole() -> None:
     assert sc.hardware.tp == 2 and sc.model.max_context == 1024
     assert sc.serving.max_num_batched_tokens == 4000
     assert sc.serving.kv_offload is not None and sc.serving.kv_offload.cpu_gb == 32.0
-    assert sc.notes == tuple(
-        f"vllm.{f}: a kernel or compilation setting, not priced: steps cost what vLLM's "
-        "default kernels take" for f in ("max-cudagraph-capture-size",
-                                         "cc.pass_config.fuse_allreduce_rms"))
+    # The capture size bounds the graphed steps (sim/config/vllmcapture.py), priced; the
+    # fusion pass is not.
+    assert sc.serving.cuda_graph_max_tokens == 2048
+    assert sc.notes == ("vllm.cc.pass_config.fuse_allreduce_rms: a kernel or compilation "
+                        "setting, not priced: steps cost what vLLM's default kernels take",)
     from sim.report.printed import table
     from sim.report.summary import summarize
 
     s = summarize(simulate(sc))
     assert s["simulated"]["notes"] == list(sc.notes)
-    assert "\nnote: vllm.max-cudagraph-capture-size: a kernel" in table(s)
+    assert "\nnote: vllm.cc.pass_config.fuse_allreduce_rms: a kernel" in table(s)
     # auto (or -1): the model's own context, from which vLLM's fitting starts.
     assert scenario({"max-model-len": "auto"}).model.max_context == scenario({}).model.max_context
     assert "notes" not in summarize(simulate(scenario({})))["simulated"]
@@ -724,3 +725,64 @@ def test_kv_cache_memory_bytes_size_the_cache_in_blocks() -> None:
     with pytest.raises(ServesimError, match=r"serving\.kv_cache_memory_bytes: got 1,000 "
                                             r"bytes, under one KV block \(2,097,152"):
         from_dict({**raw, "vllm": {"kv-cache-memory-bytes": 1000}}, "<test>")
+
+
+@pytest.mark.parametrize(("flags", "tokens"), [
+    ({"max-cudagraph-capture-size": 1024}, 1024),
+    ({"max-cudagraph-capture-size": "96"}, 96),
+    ({"-cc.max_cudagraph_capture_size": 128}, 128),
+    ({"cc.cudagraph_capture_sizes": [1, 2, 48]}, 48),
+    ({"compilation-config": '{"cudagraph_capture_sizes": [1, 2, 48]}'}, 48),
+    ({"compilation-config": {"max_cudagraph_capture_size": 64,
+                             "cudagraph_capture_sizes": [8, 64]}}, 64),
+    # The older scheduler flag: one value N captures 1, 2, 4 and multiples of 8 to N.
+    ({"cuda-graph-sizes": [300]}, 296),
+    ({"cuda-graph-sizes": 5}, 4),
+    ({"cuda-graph-sizes": "1 2 64"}, 64),
+    ({"cuda-graph-sizes": [1, 2, 100]}, 100),
+])
+def test_a_capture_size_flag_bounds_the_graphed_steps(flags: dict[str, Any],
+                                                      tokens: int) -> None:
+    sc = scenario(flags)
+    assert sc.serving.cuda_graph_max_tokens == tokens
+    assert sc.notes == ()  # priced: nothing to say is left out
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"max-cudagraph-capture-size": 0},
+     "vllm.max-cudagraph-capture-size: got 0, expected a positive whole number of tokens"),
+    ({"max-cudagraph-capture-size": True}, "got True, expected a positive whole number"),
+    ({"max-cudagraph-capture-size": [64]}, "got [64], expected a positive whole number"),
+    ({"cuda-graph-sizes": [8, "x"]},
+     "vllm.cuda-graph-sizes: got [8, 'x'], expected positive whole numbers of tokens"),
+    ({"cuda-graph-sizes": [8, -16]}, "expected positive whole numbers of tokens"),
+    ({"compilation-config": {"max_cudagraph_capture_size": 64,
+                             "cudagraph_capture_sizes": [1, 48]}},
+     "vllm.compilation-config: max_cudagraph_capture_size 64 is not the largest of "
+     "cudagraph_capture_sizes (48)"),
+    ({"max-cudagraph-capture-size": 64, "cuda-graph-sizes": [128]},
+     "vllm.cuda-graph-sizes: sets the largest CUDA-graph capture size to 128 tokens, while "
+     "serving.cuda_graph_max_tokens is 64"),
+])
+def test_a_capture_size_vllm_would_not_read_is_refused(flags: dict[str, Any],
+                                                       message: str) -> None:
+    with pytest.raises(ServesimError, match=re.escape(message)):
+        scenario(flags)
+
+
+def test_a_capture_size_meets_the_scenarios_own_and_eager_mode() -> None:
+    with pytest.raises(ServesimError, match="serving.cuda_graph_max_tokens is 32"):
+        scenario({"max-cudagraph-capture-size": 64}, serving={"cuda_graph_max_tokens": 32})
+    assert scenario({"max-cudagraph-capture-size": 64},
+                    serving={"cuda_graph_max_tokens": 64}).serving.cuda_graph_max_tokens == 64
+    # Under enforce-eager vLLM captures nothing and reads no size: said, not refused.
+    eager = scenario({"enforce-eager": True, "max-cudagraph-capture-size": 64})
+    assert (eager.serving.cuda_graphs, eager.serving.cuda_graph_max_tokens) == ("none", None)
+    assert eager.notes == ("vllm: CUDA graphs are off, so the capture size given is not read",)
+    # The scenario's own key beside eager steps is refused, as cuda_graph_max_bs is.
+    with pytest.raises(ServesimError, match="serving.cuda_graph_max_tokens: got 32, but "
+                                            "cuda_graphs is none"):
+        scenario({}, serving={"cuda_graph_max_tokens": 32, "cuda_graphs": "none"})
+    # An empty list is not read (releases differ on it), and a note says so.
+    empty = scenario({"cuda-graph-sizes": []})
+    assert empty.serving.cuda_graph_max_tokens is None and len(empty.notes) == 1

@@ -167,11 +167,11 @@ def scenario(run: tuple[Any, ...], release: str | None) -> dict[str, Any]:
                                      "output": {"dist": "fixed", "value": osl}}}}
 
 
-def tiny_scenario(run: tuple[Any, ...], config: Path, profile: Path, seed: int,
-                  graphs: str) -> dict[str, Any]:
-    """One tiny-model run: vLLM 0.19's defaults for an 80 GB GPU, memory sized as 0.19
-    sizes it, the prompts Poisson at the run's rate or all sent at once; ``graphs``:
-    ``serving.cuda_graphs``."""
+def tiny_scenario(run: tuple[Any, ...], config: Path, profile: Path,
+                  seed: int) -> dict[str, Any]:
+    """One tiny-model run: vLLM 0.19's defaults for an 80 GB GPU (its CUDA graphs too:
+    steps of up to 512 tokens), memory sized as 0.19 sizes it, the prompts Poisson at the
+    run's rate or all sent at once."""
     label, rate = run[:2]
     load: dict[str, Any] = ({"arrivals": {"process": "poisson", "rate": rate}}
                             if rate is not None else {"concurrency": 500})
@@ -179,15 +179,14 @@ def tiny_scenario(run: tuple[Any, ...], config: Path, profile: Path, seed: int,
             "cost": {"profile": str(profile)},
             "hardware": {"gpu": "h100-sxm", "tp": 1, "memory_utilization": 0.5},
             "serving": {"policy": "chunked", "prefix_caching": True,
-                        "vllm_version": "0.19.0", "cuda_graphs": graphs},
+                        "vllm_version": "0.19.0"},
             "workload": {"num_requests": 500, "seed": seed, **load,
                          "lengths": {"prompt": {"dist": "fixed", "value": 512},
                                      "output": {"dist": "fixed", "value": 128}}}}
 
 
 def tiny_table() -> None:
-    """The third table: Qwen3-0.6B on one H100, each seed simulated (as graphed, and
-    with steps that hold a prompt priced without CUDA graphs)."""
+    """The third table: Qwen3-0.6B on one H100, each seed simulated."""
     import json
     import tempfile
 
@@ -204,22 +203,20 @@ def tiny_table() -> None:
                 "--hf-config", str(config), "--tp", "1", "--out", str(profile)]) != 0:
             print("(not built: the profile builder needs the measured extra)")
             return
-        print("| run | seed | CUDA graphs | TTFT p50 ms: measured / simulated | TPOT p50 ms "
+        print("| run | seed | TTFT p50 ms: measured / simulated | TPOT p50 ms "
               "| ITL p50 ms | ITL p99 ms | requests/s |")
-        print("|---|---:|---|---|---|---|---|---|")
+        print("|---|---:|---|---|---|---|---|")
         for run in TINY_RUNS:
             for seed, meas in zip((42, 99, 7), run[2], strict=True):
-                for graphs in ("all", "decode"):
-                    s = summarize(simulate(from_dict(
-                        tiny_scenario(run, config, profile, seed, graphs), "<public bench>")))
-                    lat = s["latency_s"]
-                    sim = (lat["ttft"]["p50"] * 1e3, lat["tpot"]["p50"] * 1e3,
-                           lat["itl"]["p50"] * 1e3, lat["itl"]["p99"] * 1e3,
-                           s["throughput"]["requests_per_s"])
-                    cells = " | ".join(f"{m:,.{d}f} / {x:,.{d}f} ({x / m - 1:+.0%})"
-                                       for m, x, d in zip(meas, sim, (1, 2, 2, 1, 1),
-                                                          strict=True))
-                    print(f"| {run[0]} | {seed} | {graphs} | {cells} |", flush=True)
+                s = summarize(simulate(from_dict(
+                    tiny_scenario(run, config, profile, seed), "<public bench>")))
+                lat = s["latency_s"]
+                sim = (lat["ttft"]["p50"] * 1e3, lat["tpot"]["p50"] * 1e3,
+                       lat["itl"]["p50"] * 1e3, lat["itl"]["p99"] * 1e3,
+                       s["throughput"]["requests_per_s"])
+                cells = " | ".join(f"{m:,.{d}f} / {x:,.{d}f} ({x / m - 1:+.0%})"
+                                   for m, x, d in zip(meas, sim, (1, 2, 2, 1, 1), strict=True))
+                print(f"| {run[0]} | {seed} | {cells} |", flush=True)
 
 
 def main() -> None:

@@ -147,6 +147,11 @@ class ServingConfig:
     # SGLang's --cuda-graph-max-bs: decode batches of more sequences run without graphs.
     # Unset: SGLang's default under its measured kernels, else no cap.
     cuda_graph_max_bs: int | None = bounded(None, ge=1)
+    # vLLM's --max-cudagraph-capture-size: steps of more new tokens run without graphs.
+    # Unset: vLLM's default where vLLM serves, min(2 x max_num_seqs x (1 + drafted
+    # tokens), 512, max_num_batched_tokens) (sim.cost.eager.vllm_capture_tokens); no cap
+    # under SGLang's or TensorRT-LLM's measured kernels.
+    cuda_graph_max_tokens: int | None = bounded(None, ge=1)
     # vLLM's --stream-interval: the server sends the first token at once, then the output
     # in chunks of this many tokens (and what is left when the request finishes). Client
     # ITL is one gap a chunk; TTFT, TPOT and E2E do not move (sim/core/streaming.py).
@@ -194,6 +199,10 @@ class ServingConfig:
             raise ServesimError(f"got {self.cuda_graph_max_bs}, but cuda_graphs is none: no "
                                 "decode batch replays a graph; leave one of them out",
                                 where="cuda_graph_max_bs")
+        if self.cuda_graphs == "none" and self.cuda_graph_max_tokens is not None:
+            raise ServesimError(f"got {self.cuda_graph_max_tokens}, but cuda_graphs is none: "
+                                "no step replays a graph; leave one of them out",
+                                where="cuda_graph_max_tokens")
         if self.policy not in POLICIES:
             raise ServesimError(
                 f"unknown policy {self.policy!r}; valid: {', '.join(sorted(POLICIES))}",

@@ -40,6 +40,9 @@ from typing import Any
 
 import yaml
 
+from sim.config.vllmcapture import CONFIG_KEYS as CAPTURE_KEYS
+from sim.config.vllmcapture import FLAGS as CAPTURE_FLAGS
+from sim.config.vllmcapture import capture_size
 from sim.config.vllmconnector import HOST_TIER_FLAGS, host_tier_flag
 from sim.config.vllmdefaults import raw_gpu, v1_defaults
 from sim.config.vllmnames import (
@@ -51,6 +54,7 @@ from sim.config.vllmnames import (
     ONLY,
     SAME,
     UNPRICED_QUANT,
+    compilation_config,
     flag_name,
     flag_value,
     graph_setting,
@@ -124,7 +128,14 @@ def apply_vllm(raw: dict[str, Any], default_gpu: str, base_dir: Path | None = No
             _apply_flag(name, flag, value, given, section, notes)
         except ServesimError as exc:
             raise _located(exc, flag, origin(flag)) from None
-    v1_defaults(section("serving"), raw_gpu(section("hardware").get("gpu", default_gpu)))
+    serving = section("serving")
+    own = out.get("serving")
+    if (serving.get("cuda_graphs") == "none" and "cuda_graph_max_tokens" in serving
+            and not (isinstance(own, dict) and "cuda_graph_max_tokens" in own)):
+        # vLLM reads no capture size when it captures no graph (enforce-eager).
+        del serving["cuda_graph_max_tokens"]
+        notes.append("vllm: CUDA graphs are off, so the capture size given is not read")
+    v1_defaults(serving, raw_gpu(section("hardware").get("gpu", default_gpu)))
     for name, value in sections.items():
         out[name] = value
     return out, tuple(notes), files
@@ -169,6 +180,25 @@ def _graphs(serving: dict[str, Any], mode: str, where: str) -> None:
         raise ServesimError(f"{what}, while the scenario sets serving.cuda_graphs "
                             f"{current!r}; give one of them", where=where)
     serving["cuda_graphs"] = mode
+
+
+def _capture(serving: dict[str, Any], size: int, where: str) -> None:
+    """Set ``serving.cuda_graph_max_tokens`` to ``size`` for the flag at ``where``;
+    another value the scenario or another flag gives is a conflict."""
+    current = serving.get("cuda_graph_max_tokens")
+    if current is not None and current != size:
+        raise ServesimError(f"sets the largest CUDA-graph capture size to {size} tokens, "
+                            f"while serving.cuda_graph_max_tokens is {current!r} (from the "
+                            "scenario or another flag); give one of them", where=where)
+    serving["cuda_graph_max_tokens"] = size
+
+
+def _only_capture(name: str, value: Any) -> bool:
+    """Whether kernel flag ``name`` sets capture sizes and nothing else (then priced)."""
+    if name in CAPTURE_FLAGS or name.partition(".")[2] in CAPTURE_KEYS:
+        return True
+    config = compilation_config(value, "") if name == "compilation_config" else None
+    return isinstance(config, dict) and bool(config) and set(config) <= set(CAPTURE_KEYS)
 
 
 def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, Any]],
@@ -224,7 +254,11 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
         graphs = graph_setting(name, value, where, given)
         if graphs is not None:
             _graphs(section("serving"), graphs, where)
-        if graphs in (None, "all") and value is not None:
+        size = capture_size(name, value, where)
+        if size is not None:
+            _capture(section("serving"), size, where)
+        if graphs in (None, "all") and value is not None and (
+                size is None or not _only_capture(name, value)):
             notes.append(f"vllm.{flag}: a kernel or compilation setting, not priced: "
                          "steps cost what vLLM's default kernels take")
     elif name in HOST_TIER_FLAGS:

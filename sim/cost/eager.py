@@ -3,12 +3,14 @@
 A step replayed from a CUDA graph reaches the GPU in one launch. A step that is not
 (every step under vLLM's ``--enforce-eager``; the prefill steps of TensorRT-LLM, which
 graphs generation-only iterations, and of SGLang before 0.5.10, which graphed only
-decode batches until piecewise graphs became its default; decode batches above the
-largest captured size) is issued op by op from Python. The GPU runs each kernel as soon
-as it is issued, so the device work cannot end before the host has issued all of it:
-such a step costs its serving-loop host work plus the *longer* of its device work and
-the model's dispatch time. A large prefill hides the dispatch under its kernels; a short
-prompt, a prompt's last chunk or a small decode batch is set by it.
+decode batches until piecewise graphs became its default; SGLang's decode batches above
+its largest captured size; vLLM's steps of more tokens than its largest capture size,
+512 by default, which run torch.compile's code unreplayed) is issued op by op from
+Python. The GPU runs each kernel as soon as it is issued, so the device work cannot end
+before the host has issued all of it: such a step costs its serving-loop host work plus
+the *longer* of its device work and the model's dispatch time. A large prefill hides
+the dispatch under its kernels; a short prompt, a prompt's last chunk or a small decode
+batch is set by it.
 
 Dispatch time is priced per decoder layer from two public measurements, taken as
 whole-step times of host-bound steps (the eager step's time is then the host's):
@@ -23,13 +25,16 @@ whole-step times of host-bound steps (the eager step's time is then the host's):
 
 Any other layer (grouped-query attention with experts, Gated DeltaNet, sliding window)
 is priced as a dense layer, for want of a measurement: a lower bound where its layer
-issues more kernels. How these figures were checked against public end-to-end runs:
-docs/models.md.
+issues more kernels. vLLM's compiled code without a graph is priced as eager Python: no
+public measurement times its dispatch alone (one set of public runs, held out, puts a
+small Qwen3's at more; docs/validation.md). How these figures were checked against
+public end-to-end runs: docs/models.md.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,6 +54,9 @@ LATENT_EXPERT_LAYER_S = (82.64e-3 - 3 * DENSE_LAYER_S) / 58
 # latter piecewise), "decode" (decode-only steps: TensorRT-LLM; SGLang before 0.5.10),
 # "none" (vLLM's --enforce-eager, SGLang's --disable-cuda-graph).
 GraphMode = Literal["all", "decode", "none"]
+# The most tokens vLLM's default capture sizes reach (vllm/config/vllm.py,
+# _set_cudagraph_sizes), whatever max_num_seqs allows.
+VLLM_CAPTURE_MAX = 512
 # SGLang's first release that graphs prefills by default (piecewise graphs, PR 16331).
 SGLANG_PREFILL_GRAPHS = (0, 5, 10)
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
@@ -76,15 +84,17 @@ def dispatch_s(model: ModelSpec) -> float:
 @dataclass(frozen=True)
 class Graphs:
     """Which steps of a replica replay CUDA graphs: ``mode`` (see :data:`GraphMode`),
-    and decode-only steps of at most ``max_decode_seqs`` sequences (0: any number)."""
+    decode-only steps of at most ``max_decode_seqs`` sequences (0: any number), and
+    steps of at most ``max_tokens`` new tokens (vLLM's largest capture size; 0: any)."""
 
     mode: GraphMode
     max_decode_seqs: int = 0
+    max_tokens: int = 0
 
     @property
     def floored(self) -> bool:
         """Whether any step runs without graphs (else nothing needs pricing)."""
-        return self.mode != "all" or self.max_decode_seqs > 0
+        return self.mode != "all" or self.max_decode_seqs > 0 or self.max_tokens > 0
 
     @property
     def phrase(self) -> str:
@@ -94,6 +104,8 @@ class Graphs:
         eager = [] if self.mode == "all" else ["prefill steps"]
         if self.max_decode_seqs:
             eager.append(f"decode batches over {self.max_decode_seqs}")
+        if self.max_tokens:
+            eager.append(f"steps over {self.max_tokens} tokens")
         return f"{' and '.join(eager)} without CUDA graphs"
 
     def graphed(self, shape: StepShape) -> Any:
@@ -103,9 +115,19 @@ class Graphs:
         decode = shape.prefill_seqs == 0
         if self.max_decode_seqs:
             decode = decode & (shape.seqs <= self.max_decode_seqs)
-        if self.mode == "decode":
-            return decode
-        return decode | (shape.prefill_seqs > 0)
+        graphed = decode if self.mode == "decode" else decode | (shape.prefill_seqs > 0)
+        if self.max_tokens:
+            graphed = graphed & (shape.new_tokens <= self.max_tokens)
+        return graphed
+
+
+def vllm_capture_tokens(max_num_seqs: int, max_num_batched_tokens: int,
+                        spec_tokens: int = 0) -> int:
+    """vLLM's default largest CUDA-graph capture size (tokens): twice the tokens of a
+    decode batch of ``max_num_seqs`` sequences, each verifying ``spec_tokens`` drafted
+    tokens besides its own, at most 512 and at most ``max_num_batched_tokens``. A step
+    of more tokens runs torch.compile's code without a graph."""
+    return min(max_num_seqs * (1 + spec_tokens) * 2, VLLM_CAPTURE_MAX, max_num_batched_tokens)
 
 
 def sglang_decode_cap(gpu: GPUSpec, tp: int) -> int:
@@ -140,18 +162,19 @@ def sglang_graphs_prefill(version: str | None, model: ModelSpec) -> bool:
 
 
 def default_graphs(framework: str | None, version: str | None, model: ModelSpec,
-                   gpu: GPUSpec, tp: int) -> Graphs:
-    """The steps ``framework`` (None: vLLM's) replays from graphs by default: vLLM all of
-    them (those over its largest captured size run compiled code, whose dispatch is not
-    priced); TensorRT-LLM decode-only steps, however many sequences (InferenceX's recipes
-    size ``cuda_graph_config`` to the batch); SGLang decode batches up to
+                   gpu: GPUSpec, tp: int, capture_tokens: int = 0) -> Graphs:
+    """The steps ``framework`` (None: vLLM's) replays from graphs by default: vLLM every
+    step of at most ``capture_tokens`` tokens (its largest capture size,
+    :func:`vllm_capture_tokens`; 0: every step), decode-only ones whole and mixed ones
+    piecewise; TensorRT-LLM decode-only steps, however many sequences (InferenceX's
+    recipes size ``cuda_graph_config`` to the batch); SGLang decode batches up to
     :func:`sglang_decode_cap`, and prefill steps from 0.5.10."""
     if framework == "trtllm":
         return Graphs("decode")
     if framework == "sglang":
         mode: GraphMode = "all" if sglang_graphs_prefill(version, model) else "decode"
         return Graphs(mode, sglang_decode_cap(gpu, tp))
-    return Graphs("all")
+    return Graphs("all", max_tokens=capture_tokens)
 
 
 class EagerSteps:
@@ -166,6 +189,10 @@ class EagerSteps:
         self.graphs = graphs
         self.dispatch = float(dispatch)
         self._step = cost.step_time
+        # The hot path's test, read once: steps of at most this many tokens (vLLM's
+        # capture size; else any) that are graphed whatever their kind.
+        self._cap = graphs.max_tokens or sys.maxsize
+        self._every = graphs.mode == "all" and not graphs.max_decode_seqs
         const, per_seq, per_group, groups = (cost.host_terms() if hasattr(cost, "host_terms")
                                              else (0.0, 0.0, 0.0, 0.0))
         self._terms = (float(const), float(per_seq), float(per_group), float(groups))
@@ -199,12 +226,16 @@ class EagerSteps:
         if type(shape.seqs) is int:
             # One step, the hot path of every simulated iteration: Graphs.graphed and
             # host_time written out.
-            g = self.graphs
-            if shape.prefill_seqs:
-                if g.mode == "all":
+            if shape.new_tokens <= self._cap:
+                if self._every:
                     return t
-            elif g.mode != "none" and (not g.max_decode_seqs or shape.seqs <= g.max_decode_seqs):
-                return t
+                g = self.graphs
+                if shape.prefill_seqs:
+                    if g.mode == "all":
+                        return t
+                elif g.mode != "none" and (not g.max_decode_seqs
+                                           or shape.seqs <= g.max_decode_seqs):
+                    return t
             const, per_seq, per_group, groups = self._terms
             h = const + per_seq * shape.seqs
             if per_group:

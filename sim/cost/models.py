@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sim.configtools import bounded
-from sim.cost.eager import EagerSteps, default_graphs, floored
+from sim.cost.eager import EagerSteps, default_graphs, floored, vllm_capture_tokens
 from sim.cost.frontend import NO_FRONTEND, Frontend
 from sim.cost.gpus import GPUS, GPUSpec, gpu, gpu_of_device
 from sim.cost.overlap import HostOverlap, async_scheduling
@@ -103,18 +103,27 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
 
 def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int) -> Any:
     """``cost`` with the steps that run without CUDA graphs floored at the host's
-    dispatch (:class:`sim.cost.eager.EagerSteps`): which ones by ``serving.cuda_graphs``
-    and ``serving.cuda_graph_max_bs``, or the default of the framework whose kernels
-    price ``cost`` (vLLM's where none is said); ``cost`` itself where every step is
-    graphed."""
+    dispatch (:class:`sim.cost.eager.EagerSteps`): which ones by ``serving.cuda_graphs``,
+    ``serving.cuda_graph_max_bs`` and (vLLM) ``serving.cuda_graph_max_tokens``, or the
+    default of the framework whose kernels price ``cost`` (vLLM's where none is said);
+    ``cost`` itself where every step is graphed."""
     sv = scenario.serving
     version = _source(cost).get("version")
+    # vLLM's largest capture size bounds the graphed steps of a model that prices a GPU's
+    # kernels (tables, roofline); a linear model or a calibrated profile times no kernels
+    # apart from the steps they make.
+    kernels = isinstance(cost, RooflineCost) or _source(cost).get("kind") == "measured-kernels"
+    capture = vllm_capture_tokens(sv.max_num_seqs, sv.max_num_batched_tokens,
+                                  sv.speculative.num_tokens if sv.speculative else 0
+                                  ) if kernels else 0
     graphs = default_graphs(_framework(cost), None if version is None else str(version),
-                            scenario.model, spec, tp)
+                            scenario.model, spec, tp, capture)
     if sv.cuda_graphs != "auto":
         graphs = dataclasses.replace(graphs, mode=sv.cuda_graphs)
     if sv.cuda_graph_max_bs is not None:
         graphs = dataclasses.replace(graphs, max_decode_seqs=sv.cuda_graph_max_bs)
+    if sv.cuda_graph_max_tokens is not None:
+        graphs = dataclasses.replace(graphs, max_tokens=sv.cuda_graph_max_tokens)
     return floored(cost, graphs, scenario.model)
 
 

@@ -38,6 +38,7 @@ from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.validate.silicon import Case
 from sim.validate.siliconpredict import predict
+from sim.validate.siliconrecipes import capture_tokens
 
 # How fitted priors name the installed sample (another CSV: the path it was given as).
 DATA = "silicon_sample.csv"
@@ -90,8 +91,9 @@ def _cost(case: Case, p: Priors) -> Any:
     cost = with_priors(base_cost(case.framework, case.gpu, case.spec, case.tp, case.ep,
                                  case.moe_backend, case.dp), p)
     # The steps the row's release ran without CUDA graphs (sim/cost/eager.py).
+    capture = capture_tokens(case) if case.framework == "vllm" else 0
     cost = floored(cost, default_graphs(case.framework, case.row.version, case.spec,
-                                        gpu(case.gpu), case.row.tp), case.spec)
+                                        gpu(case.gpu), case.row.tp, capture), case.spec)
     if case.row.collection == "inferencex" and case.framework in OVERLAPPED_HOST:
         return HostOverlap(cost)
     return cost

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from sim.cost.eager import vllm_capture_tokens
 from sim.cost.presets import MODELS
 from sim.cost.vllmmemory import memory_rules, modelled_release
 from sim.validate.hybridruns import QWEN35_PATHS, qwen35_recipe, sglang_state_pool
@@ -308,6 +309,17 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
         free = settings.get("free_fraction", FREE_FRACTION[case.framework])
         kv = free * (b.total - b.weights - b.activation)
     return max(int(kv // b.block_bytes) * b.groups_per_block, 1)  # pages, as vLLM counts
+
+
+def capture_tokens(case: Case) -> int:
+    """The largest CUDA-graph capture size (tokens) of ``case``'s vLLM server, from its
+    sequence and token limits as :func:`scenario_raw` sets them (vLLM's default rule,
+    :func:`sim.cost.eager.vllm_capture_tokens`; the rows record no speculation)."""
+    serving = SCHEDULERS[case.framework](case.gpu)
+    settings = recipe(case)
+    seqs = int(settings.get("max_num_seqs", serving["max_num_seqs"]))
+    tokens = int(settings.get("max_num_batched_tokens", serving["max_num_batched_tokens"]))
+    return vllm_capture_tokens(seqs, tokens)
 
 
 def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:

@@ -248,3 +248,28 @@ def test_a_scenario_prices_its_steps_past_vllms_capture_size() -> None:
     capped = built("tiny", {"linear": {"step_s": 1e-4}}, cuda_graph_max_tokens=32)
     assert capped.step_time(shape_of([(64, 0)])) == pytest.approx(2 * DENSE_LAYER_S)
     assert capped.step_time(shape_of([(32, 0)])) == pytest.approx(1e-4)
+
+
+def test_each_disaggregated_pool_takes_the_capture_size_of_its_own_limits() -> None:
+    import numpy as np
+
+    from sim.core.engine import Engine, entry_cost
+    from sim.workload.build import build_requests
+
+    raw = {"model": "tiny", "hardware": {"gpu": "h100-sxm"}, "cost": "roofline",
+           "workload": WORKLOAD, "serving": {"policy": "disaggregated"},
+           "disaggregated": {"prefill": {"replicas": 1, "max_num_seqs": 64},
+                             "decode": {"replicas": 1, "max_num_seqs": 200}}}
+    sc = from_dict(raw, "<test>")
+    reqs = build_requests(sc.workload, None, np.random.default_rng(0))
+    eng = Engine(sc, reqs, entry_cost(sc), np.random.default_rng(1))
+
+    def graphs(cost: Any) -> Graphs:
+        while not isinstance(cost, EagerSteps):
+            cost = cost.cost
+        return cost.graphs
+
+    # 2 x 64 and 2 x 200 tokens (under 512): each pool's own max_num_seqs.
+    assert [(r.role, graphs(r.cost)) for r in eng.replicas] == [
+        ("prefill", Graphs("all", 0, 128)), ("decode", Graphs("all", 0, 400))]
+    assert graphs(entry_cost(sc)) == Graphs("all", 0, 128)

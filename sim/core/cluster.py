@@ -112,7 +112,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
             sv = dataclasses.replace(sv, max_num_seqs=budget.state_seqs)
         blocks, memory[pool.role] = pool_kv(sv, budget)
         watermark = int(sv.kv_watermark * blocks)
-        pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp)
+        pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp,
+                                                                 pool.serving)
         spec = speculation(scenario, pool.gpu_spec, pool.tp, pool_cost)
         # vLLM's async scheduling (its host work overlapped: sim/cost/models.py build_cost)
         # also delays a request reaching a busy replica by an iteration.

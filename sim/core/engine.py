@@ -386,7 +386,7 @@ def entry_cost(scenario: Scenario) -> CostModel:
     """The cost model of the pool requests enter: the co-located replicas', or a
     disaggregated scenario's prefill pool's (its GPU and tp, not ``hardware``'s)."""
     entry = pools(scenario)[0]
-    return build_cost(scenario, entry.gpu_spec, entry.tp)
+    return build_cost(scenario, entry.gpu_spec, entry.tp, entry.serving)
 
 
 def jitter_seed_of(scenario: Scenario) -> np.random.SeedSequence:

@@ -27,6 +27,7 @@ from sim.errors import ServesimError
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
+    from sim.config.serving import ServingConfig
 
 
 class CostModel(Protocol):
@@ -85,13 +86,15 @@ class LinearCost:
 
 
 def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
-               tp: int | None = None) -> CostModel:
+               tp: int | None = None, serving: ServingConfig | None = None) -> CostModel:
     """The scenario's cost model (a shipped measured profile, roofline, linear, or a
-    loaded profile), for its hardware or for a pool's GPU (a table name or its figures)
-    and ``tp`` when given; its host work overlapped with the device where the replicas
-    run vLLM's async scheduling (:mod:`sim.cost.overlap`)."""
+    loaded profile), for its hardware or for a pool's GPU (a table name or its figures),
+    ``tp`` and ``serving`` limits (a disaggregated pool's) when given; its host work
+    overlapped with the device where the replicas run vLLM's async scheduling
+    (:mod:`sim.cost.overlap`)."""
     base = _build_cost(scenario, pool_gpu, tp)
-    cost = eager_steps(scenario, base, _gpu_spec(scenario, pool_gpu), tp or scenario.hardware.tp)
+    cost = eager_steps(scenario, base, _gpu_spec(scenario, pool_gpu),
+                       tp or scenario.hardware.tp, serving)
     if not async_scheduling(scenario) or not hasattr(base, "host_terms"):
         return cost  # a model without host work (the linear one) has nothing to overlap
     if scenario.serving.async_scheduling is None and _framework(base) not in (None, "vllm"):
@@ -101,13 +104,15 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
     return HostOverlap(cost)
 
 
-def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int) -> Any:
+def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int,
+                serving: ServingConfig | None = None) -> Any:
     """``cost`` with the steps that run without CUDA graphs floored at the host's
     dispatch (:class:`sim.cost.eager.EagerSteps`): which ones by ``serving.cuda_graphs``,
     ``serving.cuda_graph_max_bs`` and (vLLM) ``serving.cuda_graph_max_tokens``, or the
-    default of the framework whose kernels price ``cost`` (vLLM's where none is said);
-    ``cost`` itself where every step is graphed."""
-    sv = scenario.serving
+    default of the framework whose kernels price ``cost`` (vLLM's where none is said),
+    its capture size from the sequence and token limits of ``serving`` (a pool's; the
+    scenario's where None); ``cost`` itself where every step is graphed."""
+    sv = serving or scenario.serving
     version = _source(cost).get("version")
     # vLLM's largest capture size bounds the graphed steps of a model that prices a GPU's
     # kernels (tables, roofline); a linear model or a calibrated profile times no kernels

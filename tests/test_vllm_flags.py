@@ -751,6 +751,9 @@ def test_a_capture_size_flag_bounds_the_graphed_steps(flags: dict[str, Any],
 @pytest.mark.parametrize(("flags", "message"), [
     ({"max-cudagraph-capture-size": 0},
      "vllm.max-cudagraph-capture-size: got 0, expected a positive whole number of tokens"),
+    ({"max-cudagraph-capture-size": 2**60},
+     f"vllm.max-cudagraph-capture-size: got {2**60}, expected a positive whole number of "
+     "tokens below 2**53"),
     ({"max-cudagraph-capture-size": True}, "got True, expected a positive whole number"),
     ({"max-cudagraph-capture-size": [64]}, "got [64], expected a positive whole number"),
     ({"cuda-graph-sizes": [8, "x"]},

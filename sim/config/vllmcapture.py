@@ -92,9 +92,9 @@ def _sizes(value: Any, where: str, one: bool) -> list[int]:
     for v in items:
         if isinstance(v, str) and _DIGITS.fullmatch(v.strip()):
             v = int(v.strip())
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            what = "a positive whole number of tokens" if one else \
-                "positive whole numbers of tokens (one, or a list of them)"
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v < 2**53:
+            what = "a positive whole number of tokens below 2**53" if one else \
+                "positive whole numbers of tokens below 2**53 (one, or a list of them)"
             raise ServesimError(f"got {value!r}, expected {what}", where=where)
         out.append(v)
     return out

@@ -1,4 +1,4 @@
-"""The largest CUDA-graph capture size a vLLM server's flags set: ``serving.cuda_graph_max_tokens``.
+"""The largest CUDA-graph capture size vLLM's flags set (``serving.cuda_graph_max_tokens``).
 
 vLLM replays CUDA graphs only for steps of at most its largest capture size in tokens;
 a larger step runs torch.compile's code without a graph (sim/cost/eager.py prices its
@@ -39,8 +39,7 @@ def capture_size(name: str, value: Any, where: str) -> int | None:
     """The largest capture size (tokens) vLLM flag ``name`` (vLLM's Python name, dotted
     for a compilation-config key) sets with ``value``; None where it sets none (another
     kernel setting, a compilation config without these keys, a null value: vLLM's
-    default). A value vLLM would not
-    read as sizes is an error naming ``where``."""
+    default). A value vLLM would not read as sizes is an error naming ``where``."""
     if value is None:
         return None  # the flag's default
     head, _, key = name.partition(".")

@@ -105,8 +105,7 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
     for pool in the_pools:
         sv = pool.serving
         budget = pool_memory(model, pool)
-        if budget.state_seqs and budget.state_seqs < sv.max_num_seqs and \
-                sv.num_gpu_blocks is None:
+        if budget.state_seqs and budget.state_seqs < sv.max_num_seqs and sv.num_gpu_blocks is None:
             # No more sequences run than have a linear-attention state set aside (a
             # num_gpu_blocks override sizes the KV pool alone; max_num_seqs then caps).
             sv = dataclasses.replace(sv, max_num_seqs=budget.state_seqs)

@@ -311,27 +311,29 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
     return max(int(kv // b.block_bytes) * b.groups_per_block, 1)  # pages, as vLLM counts
 
 
+def _limits(case: Case) -> tuple[dict[str, Any], dict[str, float]]:
+    """``case``'s framework's scheduler settings with its recipe's sequence and token
+    limits in them, and the recipe (:func:`recipe`)."""
+    serving = SCHEDULERS[case.framework](case.gpu)
+    settings = recipe(case)
+    for key in ("max_num_batched_tokens", "max_num_seqs"):
+        if key in settings:
+            serving[key] = int(settings[key])
+    return serving, settings
+
+
 def capture_tokens(case: Case) -> int:
     """The largest CUDA-graph capture size (tokens) of ``case``'s vLLM server, from its
     sequence and token limits as :func:`scenario_raw` sets them (vLLM's default rule,
     :func:`sim.cost.eager.vllm_capture_tokens`; the rows record no speculation)."""
-    serving = SCHEDULERS[case.framework](case.gpu)
-    settings = recipe(case)
-    seqs = int(settings.get("max_num_seqs", serving["max_num_seqs"]))
-    tokens = int(settings.get("max_num_batched_tokens", serving["max_num_batched_tokens"]))
-    return vllm_capture_tokens(seqs, tokens)
+    serving, _ = _limits(case)
+    return vllm_capture_tokens(serving["max_num_seqs"], serving["max_num_batched_tokens"])
 
 
 def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
     """The scenario mapping that stands for ``case``'s benchmark run."""
     r = case.row
-    serving = SCHEDULERS[case.framework](case.gpu)
-    settings = recipe(case)
-    tokens = settings.get("max_num_batched_tokens")
-    if tokens is not None:
-        serving["max_num_batched_tokens"] = int(tokens)
-    if "max_num_seqs" in settings:
-        serving["max_num_seqs"] = int(settings["max_num_seqs"])
+    serving, settings = _limits(case)
     for key in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
                 "scheduler_recv_interval", "stream_interval"):
         if key in settings:

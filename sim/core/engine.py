@@ -47,17 +47,17 @@ class Engine(Outcomes):
 
     ``cost`` prices the co-located replicas; a disaggregated scenario's pools build
     their own from their GPU and tp (a linear cost is shared). ``lazy_decodes=False``
-    turns off the decode sets (same results, slower). A closed loop's ``supply`` draws
+    turns off the decode sets, ``skip_events=False`` gives every iteration its own SimPy
+    event (:mod:`sim.core.quiet`): same results, slower. A closed loop's ``supply`` draws
     more requests when its clients have sent all of ``requests`` (only ``duration_s``
     bounds them); None: there are no more."""
 
     def __init__(self, scenario: Scenario, requests: Requests, cost: CostModel,
                  rng: np.random.Generator, log_steps: bool = False,
                  fault_seed: np.random.SeedSequence | None = None, lazy_decodes: bool = True,
-                 supply: Callable[[], Requests] | None = None):
+                 supply: Callable[[], Requests] | None = None, skip_events: bool = True):
         self.scenario = scenario
-        # False: every policy decodes request by request (tests compare the two ways).
-        self.lazy_decodes = lazy_decodes
+        self.lazy_decodes, self.skip_events = lazy_decodes, skip_events  # the class doc
         self.requests = requests
         self.env = simpy.Environment()
         n = len(requests)

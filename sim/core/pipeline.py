@@ -37,6 +37,7 @@ import simpy
 
 from sim.core.batch import Batch, advance
 from sim.core.decodeset import DecodeSet
+from sim.core.quiet import limits
 from sim.core.request import Request
 from sim.cost.pipeline import StageCost
 
@@ -65,7 +66,7 @@ class Pipeline:
         self.stage_times = cost.stage_times
         scenario = rep.engine.scenario
         # The only replica's micro-batches may complete without events of their own.
-        self.solo = scenario.cluster.replicas == 1
+        self.solo = rep.engine.skip_events and scenario.cluster.replicas == 1
         horizon = scenario.horizon_s
         self.horizon = math.inf if horizon is None else horizon
         if lazy:
@@ -132,15 +133,8 @@ class Pipeline:
     def _limits(self) -> tuple[float, float]:
         """(limit, reach) in s: a micro-batch leaving the last stage before ``limit``,
         when SimPy's clock would read at most ``reach``, with no request waiting, is
-        delivered without an event: nothing but this process could act or look before
-        it. So: the only replica (no other process reads it), no arrival due (the engine
-        delivers those at this process's events), before the horizon, and nobody waiting
-        (an admission reads the clock). ``reach``: twice SimPy's clock now, so that the
-        one timeout catching up lands on the clock exactly (Sterbenz: the difference
-        is exact)."""
-        if not self.solo:
-            return -math.inf, -math.inf
-        return min(self.rep.engine.next_due, self.horizon), 2.0 * self.rep.env.now
+        delivered without an event (:func:`sim.core.quiet.limits`)."""
+        return limits(self.rep.engine, self.solo, self.horizon)
 
     def _schedule(self, now: float, idle_since: float | None) -> bool:
         """Ask the policy for a batch and send it into the pipeline at ``now`` (s);

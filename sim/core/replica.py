@@ -1,4 +1,5 @@
-"""One serving replica: a SimPy process running one batch iteration per event.
+"""One serving replica: a SimPy process running one batch iteration per event (or, on
+the only replica, without one where nothing else could tell: :mod:`sim.core.quiet`).
 
 Each iteration is four steps, each a method that can be called alone:
 :meth:`Replica.schedule` (the policy returns the whole iteration as a
@@ -22,6 +23,7 @@ them together.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -36,12 +38,13 @@ from sim.core.histogram import LogHistogram
 from sim.core.kvmanager import NO_HIT, KVCacheManager, PrefixHit
 from sim.core.pipeline import Pipeline
 from sim.core.prefix import PrefixCache
+from sim.core.quiet import limits
 from sim.core.replicastats import ReplicaStats
 from sim.core.request import Request
 from sim.core.result import finish_requests
 from sim.core.specset import SpecDecodeSet
 from sim.core.speculation import Speculation
-from sim.core.streaming import send
+from sim.core.streaming import stamp
 from sim.cost.pipeline import StageCost
 from sim.cost.shape import StepShape
 
@@ -277,13 +280,14 @@ class Replica:
             if done is not None:
                 self.finish(done, now)
         if batch.verified:
-            # Verifies emitted more than the one token each that _stamp counts.
+            # Verifies emitted more than the one token each that stamp() counts.
             self.outstanding -= batch.accepted - batch.verified
             self.stats.spec_verifies += batch.verified
             self.stats.spec_tokens += batch.accepted
         emitted, finished = em
         if emitted:
-            self._stamp(emitted, now)
+            self.outstanding -= stamp(emitted, now, self.engine.first_token,
+                                      self.stream_interval, self.first_chunk, self.itl)
             if finished:
                 self.finish(finished, now)
             if self.handoff is not None:
@@ -296,40 +300,24 @@ class Replica:
                 if r.sync < 0 and own.joinable(r):
                     own.join(r)
 
-    def _stamp(self, emitted: Sequence[Request], now: float) -> None:
-        """Record the tokens ``emitted`` (listed entries, in batch order) at ``now`` (s)."""
-        first_token, interval = self.engine.first_token, self.stream_interval
-        gaps: list[float] = []
-        for r in emitted:
-            if r.generated == 1:
-                if self.first_chunk is None:  # else the first chunk's send sets it
-                    first_token[r.id] = now
-                self.outstanding -= r.prompt
-            if interval > 1:
-                send(r, now, interval, gaps, self.first_chunk)  # a gap a chunk
-            else:
-                if r.generated != 1:
-                    gaps.append(now - r.last_token)
-                r.last_token = now
-        if gaps:
-            self.itl.extend(gaps)
-        self.outstanding -= len(emitted)
-
     # -- the process -----------------------------------------------------------------
     def _run(self) -> Any:
-        """Schedule, price, sleep, advance and deliver, one iteration per event."""
-        env = self.env
-        stats = self.stats
-        engine = self.engine
-        log = engine.step_log
-        dispatch = engine.dispatch
+        """Schedule, price, sleep, advance and deliver, one iteration per event, or without
+        one where nothing outside the replica could tell (:func:`sim.core.quiet.limits`)."""
+        env, stats, engine = self.env, self.stats, self.engine
+        log, dispatch = engine.step_log, engine.dispatch
         schedule, price, deliver = self.schedule, self.price, self.deliver
+        solo = engine.skip_events and len(engine.replicas) == 1 and self.role == "both"
+        horizon = engine.scenario.horizon_s or math.inf
         idle_since: float | None = None
         now = env.now  # the clock, kept here: reading SimPy's is a Python call
+        limit, reach = limits(engine, solo, horizon)
         while True:
             batch = schedule()
             shape = batch.shape()
             if not shape.seqs:
+                if now != env.now:
+                    yield env.timeout(now - env.now)  # SimPy's clock caught up, exactly
                 if idle_since is None:
                     idle_since = now
                 try:
@@ -339,6 +327,7 @@ class Replica:
                     now = env.now
                     continue
                 now = env.now
+                limit, reach = limits(engine, solo, horizon)
                 continue
             dt = price(shape, None if idle_since is None else now - idle_since, batch)
             idle_since = None
@@ -351,11 +340,16 @@ class Replica:
             stats.book(dt, shape.seqs, shape.new_tokens, used, end)
             if log is not None:
                 log.append((self.index, now, end, tuple(batch.log_entries(self.running))))
+            if end < limit and end <= reach and not self.waiting and not self.gate:
+                deliver(batch, advance(batch), end)  # no event: nobody else could look
+                now = end
+                continue
+            if now != env.now:
+                yield env.timeout(now - env.now)
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
-                # A fault (sim/core/faults.py) struck mid-iteration: crash() emptied the replica;
-                # only the part of the iteration that ran was busy.
+                # A fault (sim/core/faults.py): crash() emptied it; only the part that ran was busy.
                 now = env.now
                 stats.cut_short(end - now, used)
                 continue
@@ -363,6 +357,7 @@ class Replica:
                 dispatch(end)
             if self.inbox:
                 self.pull()
+            limit, reach = limits(engine, solo, horizon)
             deliver(batch, advance(batch), end)
             now = end
 

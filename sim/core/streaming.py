@@ -31,10 +31,12 @@ they emitted (:func:`verify_sends`).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
+from sim.core.histogram import LogHistogram
 from sim.core.request import Request
 
 
@@ -170,3 +172,28 @@ def verify_sends(r: Request, ends: EndTimes, tick: int, cum: np.ndarray, interva
         sent = g0 + int(cum[i])
         i = int(cum.searchsorted(sent - g0 + interval))
     _finish(r, ends, tick, g0 + int(cum[-1]), sent, prev, gaps, first)
+
+
+def stamp(emitted: Sequence[Request], now: float, first_token: np.ndarray, interval: int,
+          first: FirstTokens | None, itl: LogHistogram) -> int:
+    """Record the tokens ``emitted`` (a replica's listed entries, in batch order) at
+    ``now`` (s): first-token times into ``first_token`` (by request id; with ``first``,
+    its first chunk's send sets them instead), inter-token gaps into ``itl``, one a send
+    (``interval``: tokens a chunk). Returns the tokens the replica no longer owes for
+    them: one each, and the prompt of each first token."""
+    gaps: list[float] = []
+    owed = len(emitted)
+    for r in emitted:
+        if r.generated == 1:
+            if first is None:
+                first_token[r.id] = now
+            owed += r.prompt
+        if interval > 1:
+            send(r, now, interval, gaps, first)  # a gap a chunk
+        else:
+            if r.generated != 1:
+                gaps.append(now - r.last_token)
+            r.last_token = now
+    if gaps:
+        itl.extend(gaps)
+    return owed

@@ -10,7 +10,8 @@ one when all of these hold:
 - it ends before the next arrival is due (the engine routes arrivals at the replica's
   own events; a closed loop, client timeouts or faults leave ``next_due`` at −inf:
   never) and before the horizon;
-- nobody is waiting to be admitted (an admission stamps SimPy's clock);
+- nobody is waiting to be admitted, nor held at the replica's intake gate (vLLM's async
+  scheduling, SGLang's receive interval): an admission stamps SimPy's clock;
 - SimPy's clock would read at most twice what it reads now (``reach``).
 
 The process then keeps the clock SimPy would read had every iteration had its event

@@ -53,10 +53,10 @@ def same_both_ways(sc: Any, req: Requests) -> tuple[int, int, int]:
     return len(a.step_log or []), ea, eb
 
 
-def _azure(policy: str, rate: float, replicas: int = 1,
+def _azure(policy: str, rate: float, replicas: int = 1, pp: int = 1,
            **serving: Any) -> tuple[Any, Requests]:
     """Llama-3-8B on H100s (roofline), 300 Azure conversations, Poisson at ``rate``."""
-    sc = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm"},
+    sc = from_dict({"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "pp": pp},
                     "serving": {"policy": policy, **serving},
                     "cluster": {"replicas": replicas},
                     "workload": {"arrivals": {"process": "poisson", "rate": rate},
@@ -76,6 +76,14 @@ def test_a_busy_replica_skips_most_events_and_changes_nothing() -> None:
         # One event per iteration and per arrival the timer delivers, at least.
         assert every > iterations
         assert skipping < every - iterations // 2, (policy, iterations, skipping, every)
+
+
+def test_a_pipeline_follows_the_same_switch() -> None:
+    # A 2-stage replica's micro-batches skip their events by the same rule, and
+    # skip_events=False gives each its own, with the same outputs.
+    sc, req = _azure("chunked", 17.0, pp=2)
+    _, skipping, every = same_both_ways(sc, req)
+    assert skipping < every // 2
 
 
 def test_two_replicas_skip_nothing() -> None:

@@ -29,7 +29,6 @@ next decode).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -64,11 +63,6 @@ class Pipeline:
         self.flight: list[Flight] = []
         self.wake = cost.wake_time
         self.stage_times = cost.stage_times
-        scenario = rep.engine.scenario
-        # The only replica's micro-batches may complete without events of their own.
-        self.solo = rep.engine.skip_events and scenario.cluster.replicas == 1
-        horizon = scenario.horizon_s
-        self.horizon = math.inf if horizon is None else horizon
         if lazy:
             rep.group = DecodeSet(rep.kv, reserves_kv, rep.stream_interval, rep.itl,
                                   rep.first_chunk)
@@ -134,7 +128,7 @@ class Pipeline:
         """(limit, reach) in s: a micro-batch leaving the last stage before ``limit``,
         when SimPy's clock would read at most ``reach``, with no request waiting, is
         delivered without an event (:func:`sim.core.quiet.limits`)."""
-        return limits(self.rep.engine, self.solo, self.horizon)
+        return limits(self.rep.engine)
 
     def _schedule(self, now: float, idle_since: float | None) -> bool:
         """Ask the policy for a batch and send it into the pipeline at ``now`` (s);

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from sim.core.engine import Engine
 
 
-def limits(engine: Engine, solo: bool, horizon: float) -> tuple[float, float]:
-    """(limit, reach) in seconds, read at one of the process's events: a step that ends
-    before ``limit`` with SimPy's clock then at most ``reach`` may end without an event
-    (module docstring); (−inf, −inf) unless ``solo`` (the run's only replica, the
-    shortcut allowed). ``horizon``: the run's (inf: none)."""
-    if not solo:
+def limits(engine: Engine) -> tuple[float, float]:
+    """(limit, reach) in seconds, read at one of a replica process's events: a step that
+    ends before ``limit`` with SimPy's clock then at most ``reach`` may end without an
+    event (module docstring); (−inf, −inf) unless the engine runs one replica and allows
+    the shortcut (``Engine.skip_events``)."""
+    if not (engine.skip_events and len(engine.replicas) == 1):
         return -math.inf, -math.inf
-    return min(engine.next_due, horizon), 2.0 * engine.env.now
+    horizon = engine.scenario.horizon_s
+    return min(engine.next_due, math.inf if horizon is None else horizon), 2.0 * engine.env.now

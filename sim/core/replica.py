@@ -23,7 +23,6 @@ them together.
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -307,11 +306,9 @@ class Replica:
         env, stats, engine = self.env, self.stats, self.engine
         log, dispatch = engine.step_log, engine.dispatch
         schedule, price, deliver = self.schedule, self.price, self.deliver
-        solo = engine.skip_events and len(engine.replicas) == 1 and self.role == "both"
-        horizon = engine.scenario.horizon_s or math.inf
         idle_since: float | None = None
         now = env.now  # the clock, kept here: reading SimPy's is a Python call
-        limit, reach = limits(engine, solo, horizon)
+        limit, reach = limits(engine)
         while True:
             batch = schedule()
             shape = batch.shape()
@@ -327,7 +324,7 @@ class Replica:
                     now = env.now
                     continue
                 now = env.now
-                limit, reach = limits(engine, solo, horizon)
+                limit, reach = limits(engine)
                 continue
             dt = price(shape, None if idle_since is None else now - idle_since, batch)
             idle_since = None
@@ -357,7 +354,7 @@ class Replica:
                 dispatch(end)
             if self.inbox:
                 self.pull()
-            limit, reach = limits(engine, solo, horizon)
+            limit, reach = limits(engine)
             deliver(batch, advance(batch), end)
             now = end
 

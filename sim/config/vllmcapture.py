@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sim.config.vllmnames import compilation_config
+from sim.config.vllmnames import DIGITS, compilation_config
 from sim.errors import ServesimError
 
 # Keys of vLLM's compilation config that set the capture sizes.
@@ -32,7 +32,6 @@ CONFIG_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
 FLAGS = ("max_cudagraph_capture_size", "cuda_graph_sizes")
 # The dotted prefixes that address the compilation config (-cc. and -O.).
 _CONFIG_HEADS = ("compilation_config", "optimization_level")
-_DIGITS = re.compile(r"[0-9]+")  # not \d, which takes any script's digits
 
 
 def capture_size(name: str, value: Any, where: str) -> int | None:
@@ -89,7 +88,7 @@ def _sizes(value: Any, where: str, one: bool) -> list[int]:
         items = [value]
     out: list[int] = []
     for v in items:
-        if isinstance(v, str) and _DIGITS.fullmatch(v.strip()):
+        if isinstance(v, str) and DIGITS.fullmatch(v.strip()):
             v = int(v.strip())
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v < 2**53:
             what = "a positive whole number of tokens below 2**53" if one else \

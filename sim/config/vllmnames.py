@@ -278,7 +278,7 @@ def graph_setting(name: str, value: Any, where: str,
     return "none" if any(zero) and not explicit else None
 
 
-_DIGITS = re.compile(r"[0-9]+")
+DIGITS = re.compile(r"[0-9]+")  # a plain count; not \d, which takes any script's digits
 _HUMAN = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgG])")  # not \d, which takes any script's digits
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
@@ -296,7 +296,7 @@ def human_int(value: Any, where: str, auto: bool = False) -> Any:
         return value
     m = _HUMAN.fullmatch(value.strip())
     if m is None:
-        if _DIGITS.fullmatch(value.strip()):
+        if DIGITS.fullmatch(value.strip()):
             return int(value)
         # Refused here, naming the flag as written: the scenario key it lands on takes
         # plain integers only and would not say that vLLM's suffixes are allowed.

@@ -11,7 +11,8 @@ Step log entries: (replica, start_s, end_s, ((request id, new tokens, context), 
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from conftest import tiny_scenario
 from sim.core.engine import Engine
 from sim.core.request import FAILED, FINISHED, REJECTED
 from sim.cost.models import LinearCost, build_cost
-from sim.cost.overlap import HostOverlap
+from sim.cost.overlap import HostOverlap, late_intake
 from sim.workload.requests import Requests
 
 
@@ -31,11 +32,18 @@ class NoHostWork(LinearCost):
         return 0.0, 0.0, 0.0, 0
 
 
+class TensorRTLike(NoHostWork):
+    """The same cost, seen as a measured TensorRT-LLM profile (its source's framework)."""
+
+    meta: ClassVar[dict[str, Any]] = {"source": {"framework": "trtllm"}}
+
+
 def run(arrivals: list[float], prompts: list[int], outputs: list[int], overlap: bool,
-        **sections: Any) -> Any:
-    sc = tiny_scenario(serving={"policy": "chunked"}, **sections)
+        kind: type[NoHostWork] = NoHostWork, **sections: Any) -> Any:
+    sc = tiny_scenario(serving={"policy": "chunked", **sections.pop("serving", {})},
+                       **sections)
     linear = build_cost(sc)
-    cost: Any = NoHostWork(linear.step_s, linear.per_new_token_s)
+    cost: Any = kind(linear.step_s, linear.per_new_token_s)
     if overlap:
         cost = HostOverlap(cost)
     req = Requests(np.array(arrivals, dtype=float), np.array(prompts, dtype=np.int64),
@@ -133,7 +141,45 @@ def test_a_fault_loses_the_held_requests_too() -> None:
     assert res.status.tolist() == [FAILED, FAILED, FAILED]
 
 
-def test_a_measured_vllm_scenario_runs_the_gate_and_sglang_does_not() -> None:
+def test_a_tensorrt_llm_loop_reads_a_step_late_unless_async_scheduling_is_off() -> None:
+    # TensorRT-LLM's executor overlaps its loop by default: the first test's log, with
+    # no host-work overlap priced (its fitted priors are net of it), only the intake.
+    arrivals, prompts, outputs = [0.0, 0.025], [8, 8], [10, 2]
+    res = run(arrivals, prompts, outputs, overlap=False, kind=TensorRTLike)
+    assert steps(res)[3] == (0, 0.04, 0.059, ((0, 1, 10), (1, 8, 0)))
+    assert res.first_sched[1] == pytest.approx(0.04, abs=1e-12)
+    off = run(arrivals, prompts, outputs, overlap=False, kind=TensorRTLike,
+              serving={"async_scheduling": False})
+    assert steps(off)[2] == (0, 0.029, 0.048, ((0, 1, 9), (1, 8, 0)))
+
+
+def loop(framework: str | None, pp: int = 1, method: str | None = None,
+         linear_layers: int = 0, async_scheduling: bool | None = None) -> bool:
+    """late_intake for a scenario of these settings, the overlap not priced."""
+    spec = None if method is None else SimpleNamespace(method=method)
+    sc = SimpleNamespace(serving=SimpleNamespace(async_scheduling=async_scheduling,
+                                                 speculative=spec),
+                         hardware=SimpleNamespace(pp=pp),
+                         model=SimpleNamespace(linear_layers=linear_layers))
+    return late_intake(sc, framework, priced=False)  # type: ignore[arg-type]
+
+
+def test_which_loops_read_a_step_late() -> None:
+    for fw in ("sglang", "trtllm"):
+        assert loop(fw)
+        assert not loop(fw, async_scheduling=False)
+        assert not loop(fw, pp=2)  # both run pipeline stages with a loop of their own
+    # vLLM's and a model's without a framework: only where the overlap is priced.
+    assert not loop("vllm") and not loop(None)
+    assert late_intake(SimpleNamespace(), "vllm", priced=True)  # type: ignore[arg-type]
+    # SGLang keeps its loop synchronous with speculation (spec v1) and for a model with
+    # linear-attention layers (its Mamba cache strategy beside the radix cache).
+    assert not loop("sglang", method="eagle") and not loop("sglang", linear_layers=45)
+    assert loop("trtllm", method="mtp") and not loop("trtllm", method="ngram")
+    assert loop("trtllm", linear_layers=45)
+
+
+def test_measured_scenarios_run_the_gate_where_their_framework_loop_overlaps() -> None:
     from sim.config.scenario import from_dict
     from sim.core.asyncgate import AsyncGate
     from sim.core.recvgate import RecvGate
@@ -151,5 +197,8 @@ def test_a_measured_vllm_scenario_runs_the_gate_and_sglang_does_not() -> None:
 
     assert isinstance(gate("vllm"), AsyncGate)
     assert gate("vllm", async_scheduling=False) is None
-    assert gate("sglang") is None
-    assert isinstance(gate("sglang", scheduler_recv_interval=4), RecvGate)
+    assert isinstance(gate("sglang"), AsyncGate)
+    assert gate("sglang", async_scheduling=False) is None
+    recv = gate("sglang", scheduler_recv_interval=4)
+    assert isinstance(recv, RecvGate) and recv.lag
+    assert not gate("sglang", scheduler_recv_interval=4, async_scheduling=False).lag

@@ -8,14 +8,17 @@ Step log entries: (replica, start_s, end_s, ((request id, new tokens, context), 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
+from sim.core.engine import Engine
 from sim.core.request import FAILED, FINISHED, REJECTED
+from sim.cost.models import LinearCost, build_cost
 from sim.errors import ServesimError
+from sim.workload.requests import Requests
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:
@@ -101,3 +104,35 @@ def test_an_interval_with_pipeline_stages_is_refused() -> None:
         tiny_scenario(serving={"scheduler_recv_interval": 10, "policy": "chunked"},
                       hardware={"pp": 2})
     assert "serving.scheduler_recv_interval" in str(exc.value)
+
+
+class SGLangLike(LinearCost):
+    """The tiny scenario's linear cost, seen as a measured SGLang profile: SGLang's
+    overlap scheduler (its default) makes the interval's reads a step late."""
+
+    meta: ClassVar[dict[str, Any]] = {"source": {"framework": "sglang"}}
+
+
+def test_an_overlapped_loop_reads_only_what_came_before_the_last_step() -> None:
+    # As the first test, but B arrives at 45 ms, during A's third decode (40-51 ms),
+    # after the loop had read (nothing) for the step after it. A synchronous loop reads B
+    # at 51 ms (the counter at 3) and prefills it 51-69 ms. An overlapped loop's read at
+    # 51 ms takes only what arrived before 40 ms: B waits for the next read, three decode
+    # steps on (84 ms), and prefills 84-102 ms.
+    sc = gated(3)
+    linear = build_cost(sc)
+    req = Requests(np.array([0.0, 0.045]), np.array([8, 8], dtype=np.int64),
+                   np.array([10, 2], dtype=np.int64))
+    res = Engine(sc, req, SGLangLike(linear.step_s, linear.per_new_token_s),
+                 np.random.default_rng(0), True).run()
+    assert steps(res)[3:9] == [
+        (0, 0.04, 0.051, ((0, 1, 10),)),
+        (0, 0.051, 0.062, ((0, 1, 11),)),
+        (0, 0.062, 0.073, ((0, 1, 12),)),
+        (0, 0.073, 0.084, ((0, 1, 13),)),
+        (0, 0.084, 0.102, ((1, 8, 0),)),
+        (0, 0.102, 0.114, ((0, 1, 14), (1, 1, 8))),
+    ]
+    sync = run_requests(gated(3), [0.0, 0.045], [8, 8], [10, 2])
+    assert steps(sync)[4] == (0, 0.051, 0.069, ((1, 8, 0),))
+    assert (res.status == FINISHED).all() and (sync.status == FINISHED).all()

@@ -137,7 +137,8 @@ class ServingConfig:
     # vLLM's --async-scheduling: the host schedules step n+1 while the device runs step n,
     # so a step costs the longer of its host and device work (sim/cost/overlap.py).
     # Unset: vLLM's own default (on for policy chunked since vLLM 0.14; the module says
-    # when it is off).
+    # when it is off); with an SGLang or TensorRT-LLM profile their overlapped loops'
+    # one-step intake alone (sim/cost/overlap.py late_intake), which false turns off.
     async_scheduling: bool | None = None
     # Which steps replay CUDA graphs (sim/cost/eager.py): "auto", the serving framework's
     # default; "all"; "decode", decode-only steps (TensorRT-LLM's default); "none", as

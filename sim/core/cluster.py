@@ -28,8 +28,7 @@ from sim.cost.drafter import Drafter, state_bandwidth
 from sim.cost.gpus import GPUSpec
 from sim.cost.measured import find
 from sim.cost.memorybudget import MemoryBudget
-from sim.cost.models import CostModel, build_cost, unwrapped
-from sim.cost.overlap import HostOverlap
+from sim.cost.models import CostModel, build_cost, reads_late, unwrapped
 from sim.cost.pipeline import StageCost
 from sim.cost.profilecost import ProfileCost
 from sim.cost.profilefile import load_profile
@@ -114,9 +113,8 @@ def build_cluster(engine: Engine, scenario: Scenario, cost: CostModel,
         pool_cost = cost if pool.role == "both" else build_cost(scenario, pool.gpu_spec, pool.tp,
                                                                  pool.serving)
         spec = speculation(scenario, pool.gpu_spec, pool.tp, pool_cost)
-        # vLLM's async scheduling (its host work overlapped: sim/cost/models.py build_cost)
-        # also delays a request reaching a busy replica by an iteration.
-        overlapped = isinstance(pool_cost, HostOverlap)
+        # An overlapped loop reads a request reaching a busy replica an iteration late.
+        overlapped = reads_late(scenario, pool_cost)
         if pool.pp > 1:
             # A replica of pp stages prices each stage of a micro-batch (sim/core/pipeline.py).
             pool_cost = StageCost(pool_cost, model, pool.gpu_spec, pool.tp, pool.pp)

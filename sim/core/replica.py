@@ -66,8 +66,9 @@ class Replica:
     the host-link time (s) to move one block (per-GPU shard) between GPU and host, which
     matters when ``serving.preemption`` is ``swap`` or a ``kv_offload`` tier holds
     prefix entries. ``spec``: the run's speculative decoding (None: none), which draws
-    each routed request's acceptance and prices drafting. ``async_sched``: vLLM's async
-    scheduling, under which a request reaching a busy replica joins the iteration after
+    each routed request's acceptance and prices drafting. ``async_sched``: a loop that
+    schedules a step ahead (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap
+    schedulers), under which a request reaching a busy replica joins the iteration after
     next (sim/core/asyncgate.py; entry replicas, as SGLang's recv interval).
     """
 

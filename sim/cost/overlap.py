@@ -18,7 +18,8 @@ scheduler (policy ``chunked``) unless pipeline stages or a speculative method ot
 than EAGLE/MTP turn it off, as vLLM 0.14 does, unless ``serving.vllm_version`` names a
 release before 0.14, and unless the cost is a measured profile of SGLang or
 TensorRT-LLM (their own loops overlap already, and their fitted priors are what is left
-after it).
+after it). Those loops still read a request that reaches a busy replica a step late, as
+vLLM's does: :func:`late_intake` says which replicas run so.
 """
 
 from __future__ import annotations
@@ -51,6 +52,39 @@ def async_scheduling(scenario: Scenario) -> bool:
         return False  # a release before async scheduling was on by default
     measured = scenario.cost.measured
     return measured is None or measured.framework == "vllm"
+
+
+# Frameworks whose own serving loop schedules step n + 1 before step n ends by default:
+# SGLang's overlap scheduler (``event_loop_overlap``; ``--disable-overlap-schedule``
+# turns it off) and TensorRT-LLM's PyTorch executor (``_executor_loop_overlap``;
+# ``disable_overlap_scheduler``). Their measured profiles' priors are fitted net of the
+# overlap, so only the intake's one-step wait is theirs to add (:func:`late_intake`).
+OVERLAPPED_LOOPS = frozenset(("sglang", "trtllm"))
+
+
+def late_intake(scenario: Scenario, framework: str | None, priced: bool) -> bool:
+    """Whether a replica of ``scenario`` whose steps a ``framework`` profile prices
+    (None: not a measured profile) reads a request that reaches it busy a step late
+    (:mod:`sim.core.asyncgate`): under vLLM's async scheduling, where the overlap is
+    ``priced`` (:class:`HostOverlap` wraps the cost), and under SGLang's and TensorRT-LLM's
+    overlapped loops, on unless ``serving.async_scheduling`` says otherwise (false: the
+    server runs its loop synchronously; true: priced as vLLM's, so ``priced``), the
+    replica has pipeline stages (both run those with a loop of their own), speculation
+    keeps SGLang's loop synchronous (as SGLang does unless its spec-v2 path is chosen)
+    or is a method other than EAGLE/MTP under TensorRT-LLM, or an SGLang model has
+    linear-attention layers (its default Mamba cache strategy with the radix cache
+    turns the overlap off)."""
+    if priced:
+        return True
+    s = scenario.serving
+    if s.async_scheduling is not None or framework not in OVERLAPPED_LOOPS:
+        return False
+    if scenario.hardware.pp > 1:
+        return False
+    if s.speculative is not None and (framework == "sglang"
+                                      or s.speculative.method not in ASYNC_SPECULATIVE):
+        return False
+    return not (framework == "sglang" and scenario.model.linear_layers)
 
 
 class HostOverlap:

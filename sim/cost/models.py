@@ -97,7 +97,7 @@ def build_cost(scenario: Scenario, pool_gpu: str | GPUSpec | None = None,
                        tp or scenario.hardware.tp, serving)
     if not async_scheduling(scenario) or not hasattr(base, "host_terms"):
         return cost  # a model without host work (the linear one) has nothing to overlap
-    if scenario.serving.async_scheduling is None and framework(base) not in (None, "vllm"):
+    if scenario.serving.async_scheduling is None and _framework(base) not in (None, "vllm"):
         # An SGLang or TensorRT-LLM profile named by path prices its own framework's
         # steps, as `cost: measured` with that framework does.
         return cost
@@ -121,7 +121,7 @@ def eager_steps(scenario: Scenario, cost: Any, spec: GPUSpec, tp: int,
     capture = vllm_capture_tokens(sv.max_num_seqs, sv.max_num_batched_tokens,
                                   sv.speculative.num_tokens if sv.speculative else 0
                                   ) if kernels else 0
-    graphs = default_graphs(framework(cost), None if version is None else str(version),
+    graphs = default_graphs(_framework(cost), None if version is None else str(version),
                             scenario.model, spec, tp, capture)
     if sv.cuda_graphs != "auto":
         graphs = dataclasses.replace(graphs, mode=sv.cuda_graphs)
@@ -137,7 +137,7 @@ def reads_late(scenario: Scenario, cost: Any) -> bool:
     loop that reads a request reaching them busy a step late: vLLM's async scheduling
     (its overlap priced), SGLang's and TensorRT-LLM's overlapped loops
     (:func:`sim.cost.overlap.late_intake`)."""
-    return late_intake(scenario, framework(unwrapped(cost)), isinstance(cost, HostOverlap))
+    return late_intake(scenario, _framework(unwrapped(cost)), isinstance(cost, HostOverlap))
 
 
 def unwrapped(cost: Any) -> Any:
@@ -161,7 +161,7 @@ def _source(cost: Any) -> dict[str, Any]:
     return source if isinstance(source, dict) else {}
 
 
-def framework(cost: Any) -> str | None:
+def _framework(cost: Any) -> str | None:
     """The serving framework a profile's kernels were measured under (None: not said)."""
     return _source(cost).get("framework")
 

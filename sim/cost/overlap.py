@@ -39,14 +39,21 @@ if TYPE_CHECKING:
 ASYNC_SPECULATIVE = frozenset(("eagle", "mtp"))
 
 
+def _synchronous(scenario: Scenario) -> bool:
+    """Whether ``scenario``'s settings keep any framework's loop from overlapping:
+    pipeline stages (each framework runs those with a loop of its own) or a speculative
+    method other than EAGLE/MTP (vLLM 0.14 and TensorRT-LLM overlap only those)."""
+    spec = scenario.serving.speculative
+    return scenario.hardware.pp > 1 or (spec is not None
+                                        and spec.method not in ASYNC_SPECULATIVE)
+
+
 def async_scheduling(scenario: Scenario) -> bool:
     """Whether ``scenario``'s replicas overlap host work with the device (module doc)."""
     s = scenario.serving
     if s.async_scheduling is not None:
         return s.async_scheduling
-    if s.policy != "chunked" or scenario.hardware.pp > 1:
-        return False
-    if s.speculative is not None and s.speculative.method not in ASYNC_SPECULATIVE:
+    if s.policy != "chunked" or _synchronous(scenario):
         return False
     if s.vllm_version is not None and version_tuple(s.vllm_version) < (0, 14):
         return False  # a release before async scheduling was on by default
@@ -77,14 +84,13 @@ def late_intake(scenario: Scenario, framework: str | None, priced: bool) -> bool
     if priced:
         return True
     s = scenario.serving
-    if s.async_scheduling is not None or framework not in OVERLAPPED_LOOPS:
+    if (s.async_scheduling is not None or framework not in OVERLAPPED_LOOPS
+            or _synchronous(scenario)):
         return False
-    if scenario.hardware.pp > 1:
-        return False
-    if s.speculative is not None and (framework == "sglang"
-                                      or s.speculative.method not in ASYNC_SPECULATIVE):
-        return False
-    return not (framework == "sglang" and scenario.model.linear_layers)
+    # SGLang's loop stays synchronous with any speculation (spec v1) and beside a
+    # linear-attention model's Mamba cache.
+    return not (framework == "sglang"
+                and (s.speculative is not None or bool(scenario.model.linear_layers)))
 
 
 class HostOverlap:

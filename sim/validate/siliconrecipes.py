@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sim.cost.eager import vllm_capture_tokens
 from sim.cost.presets import MODELS
 from sim.cost.vllmmemory import memory_rules, modelled_release
+from sim.validate.aicgenerator import aic_recipe
 from sim.validate.hybridruns import QWEN35_PATHS, qwen35_recipe, sglang_state_pool
 from sim.validate.siliconrows import DEEPSEEK_PATHS, FP4_MODES, SYSTEM_GPUS, Row
 
@@ -124,10 +125,11 @@ def recipe(case: Case) -> dict[str, float]:
     ``gpu_memory_utilization``), ``max_num_seqs``, TensorRT-LLM's ``batch_wait_timeout_iters`` and
     ``batch_wait_max_tokens_ratio``, and SGLang's ``scheduler_recv_interval``,
     ``stream_interval`` and ``max_running`` (``--max-running-requests``: see
-    :func:`running_cap`)."""
+    :func:`running_cap`); for AIConfigurator's own runs, those its generator gave them
+    (:func:`sim.validate.aicgenerator.aic_recipe`: ``mixed_chunk``)."""
     r = case.row
     if r.collection != "inferencex":
-        return {}
+        return aic_recipe(case)
     if r.model_path in QWEN35_PATHS and case.framework == "sglang":
         own = case.expert_dtype if case.expert_dtype != MODELS[case.model].expert_dtype else ""
         return {k: v for k, v in qwen35_recipe(case.gpu, case.dtype, r.concurrency,
@@ -319,6 +321,8 @@ def _limits(case: Case) -> tuple[dict[str, Any], dict[str, float]]:
     for key in ("max_num_batched_tokens", "max_num_seqs"):
         if key in settings:
             serving[key] = int(settings[key])
+    if settings.get("mixed_chunk"):
+        serving["policy"] = "orca"  # SGLang's mixed chunks (sim.validate.aicgenerator)
     return serving, settings
 
 
@@ -340,7 +344,8 @@ def scenario_raw(case: Case, seed: int = 0) -> dict[str, Any]:
             serving[key] = settings[key]
     if case.framework == "sglang" and "stream_interval" in settings:
         serving["stream_first_token"] = not sglang_first_token_waits(r.version)
-    if case.framework == "sglang" and r.isl + r.osl > serving["max_num_batched_tokens"]:
+    if case.framework == "sglang" and serving["policy"] == "continuous" and \
+            r.isl + r.osl > serving["max_num_batched_tokens"]:
         # servesim's continuous policy (vLLM v0's rules) refuses a request that could not
         # be recomputed in one step; SGLang takes it (its prompt fits one prefill batch).
         serving["max_num_batched_tokens"] = r.isl + r.osl

@@ -45,12 +45,14 @@ def tiny_scenario(**sections: Any) -> Any:
 
 
 def run_requests(scenario: Any, arrivals: list[float], prompts: list[int], outputs: list[int],
-                 log_steps: bool = True, lazy_decodes: bool = True) -> RunResult:
-    """Run ``scenario`` on exactly these requests (seconds, tokens)."""
+                 log_steps: bool = True, lazy_decodes: bool = True,
+                 cost: Any = None) -> RunResult:
+    """Run ``scenario`` on exactly these requests (seconds, tokens), priced by ``cost``
+    (None: the scenario's own, :func:`build_cost`)."""
     req = Requests(np.array(arrivals, dtype=float), np.array(prompts, dtype=np.int64),
                    np.array(outputs, dtype=np.int64))
-    return Engine(scenario, req, build_cost(scenario), np.random.default_rng(0), log_steps,
-                  lazy_decodes=lazy_decodes).run()
+    return Engine(scenario, req, build_cost(scenario) if cost is None else cost,
+                  np.random.default_rng(0), log_steps, lazy_decodes=lazy_decodes).run()
 
 
 def run_both_ways(scenario: Any, arrivals: list[float], prompts: list[int],

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from conftest import tiny_scenario
+from conftest import run_requests, tiny_scenario
 
 from sim.core.engine import Engine
 from sim.core.request import FAILED, FINISHED, REJECTED
@@ -46,9 +46,7 @@ def run(arrivals: list[float], prompts: list[int], outputs: list[int], overlap: 
     cost: Any = kind(linear.step_s, linear.per_new_token_s)
     if overlap:
         cost = HostOverlap(cost)
-    req = Requests(np.array(arrivals, dtype=float), np.array(prompts, dtype=np.int64),
-                   np.array(outputs, dtype=np.int64))
-    return Engine(sc, req, cost, np.random.default_rng(0), True).run()
+    return run_requests(sc, arrivals, prompts, outputs, cost=cost)
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:

@@ -14,11 +14,9 @@ import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
-from sim.core.engine import Engine
 from sim.core.request import FAILED, FINISHED, REJECTED
 from sim.cost.models import LinearCost, build_cost
 from sim.errors import ServesimError
-from sim.workload.requests import Requests
 
 
 def steps(res: Any) -> list[tuple[Any, ...]]:
@@ -121,10 +119,8 @@ def test_an_overlapped_loop_reads_only_what_came_before_the_last_step() -> None:
     # steps on (84 ms), and prefills 84-102 ms.
     sc = gated(3)
     linear = build_cost(sc)
-    req = Requests(np.array([0.0, 0.045]), np.array([8, 8], dtype=np.int64),
-                   np.array([10, 2], dtype=np.int64))
-    res = Engine(sc, req, SGLangLike(linear.step_s, linear.per_new_token_s),
-                 np.random.default_rng(0), True).run()
+    res = run_requests(sc, [0.0, 0.045], [8, 8], [10, 2],
+                       cost=SGLangLike(linear.step_s, linear.per_new_token_s))
     assert steps(res)[3:9] == [
         (0, 0.04, 0.051, ((0, 1, 10),)),
         (0, 0.051, 0.062, ((0, 1, 11),)),

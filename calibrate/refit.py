@@ -12,6 +12,7 @@ it is a refit), because it fits the same numbers with the same code
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,8 @@ def _check(meta: dict[str, Any], where: str) -> None:
         raise bad("device", "cpu or cuda")
     if type(meta["quick"]) is not bool:
         raise bad("quick", "true or false")
-    if type(meta["budget_s"]) not in (int, float) or not meta["budget_s"] > 0:
-        raise bad("budget_s", "seconds greater than 0")
+    if type(meta["budget_s"]) not in (int, float) or not 0 < meta["budget_s"] < math.inf:
+        raise bad("budget_s", "seconds greater than 0 (finite)")
     if meta["gpu"] is not None and not isinstance(meta["gpu"], str):
         raise bad("gpu", "a GPU name or null")
     if meta["gpu_key"] is not None and (not isinstance(meta["gpu_key"], str)
@@ -59,8 +60,9 @@ def _check(meta: dict[str, Any], where: str) -> None:
     notes = meta.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise bad("notes", "a list of strings")
-    if type(meta.get("elapsed_s", 0.0)) not in (int, float):
-        raise bad("elapsed_s", "seconds")
+    elapsed = meta.get("elapsed_s", 0.0)
+    if type(elapsed) not in (int, float) or not 0 <= elapsed < math.inf:
+        raise bad("elapsed_s", "seconds, at least 0 (finite)")
 
 
 def wake_of(rows: list[Measurement]) -> tuple[dict[str, float] | None, dict[str, float] | None]:
@@ -88,6 +90,11 @@ def refit(csv_path: Path, out: Path) -> CalibrationResult:
         model = build(ModelSpec, meta["model"], "model")
     except ServesimError as exc:
         raise ServesimError(str(exc), source=where) from None
+    if meta["layers"] > model.layers:
+        # Whole steps are timed at the model's layers, or fewer where memory runs short.
+        raise ServesimError(f"layers: got {meta['layers']}, more than the model's "
+                            f"{model.layers} (model.layers); expected at most that",
+                            source=where)
     cfg = CalibrationConfig(model=model, out=out, device=meta["device"], dtype=model.dtype,
                             tp=meta["tp"], budget_s=meta["budget_s"], quick=meta["quick"],
                             gpu=meta["gpu"], progress=False, seed=meta["seed"],

@@ -92,6 +92,28 @@ def serving_config(values: dict[str, Any]) -> Any:
     return build(ServingConfig, {k: v for k, v in values.items() if v is not None}, "serving")
 
 
+# The flag of each serving setting the replay takes from its command line.
+FLAGS = {"policy": "--policy", "max_num_seqs": "--max-num-seqs",
+         "max_num_batched_tokens": "--max-num-batched-tokens", "token_budget": "--token-budget",
+         "block_size": "--block-size", "watermark": "--watermark",
+         "num_gpu_blocks": "--num-kv-blocks"}
+
+
+def serving_of(args: argparse.Namespace, max_len: int) -> Any:
+    """The replay's serving settings from its flags (``max_len``: tokens a request may
+    span); a value they refuse is one error naming its flag, not the scenario key."""
+    blocks = args.num_kv_blocks or args.max_num_seqs * -(-max_len // args.block_size)
+    try:
+        return serving_config({
+            "policy": args.policy, "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": args.max_num_batched_tokens or max_len,
+            "token_budget": args.token_budget, "block_size": args.block_size,
+            "watermark": args.watermark, "num_gpu_blocks": blocks})
+    except ServesimError as exc:
+        key = (exc.where or "").removeprefix("serving.")
+        raise ServesimError(exc.message, exc.source, FLAGS.get(key, exc.where)) from None
+
+
 def saturation_rate(w: Workload, serving: Any, max_context: int, cost: Any) -> float:
     """Requests/s the cost model predicts the loop sustains: every request queued at 0 s,
     90% of them finished over the time that took (the drain tail left out)."""
@@ -99,9 +121,38 @@ def saturation_rate(w: Workload, serving: Any, max_context: int, cost: Any) -> f
                    CostExecutor(cost), VirtualClock())
     done = np.sort(res.finish[np.isfinite(res.finish)])
     if done.size == 0:
-        raise ServesimError("no request of the workload can finish under these limits")
+        raise ServesimError(f"none of the {len(w.prompt)} requests can finish under these "
+                            f"limits: {refusals(res.reason, serving)}")
     k = max(1, int(math.ceil(0.9 * done.size)))
     return k / float(done[k - 1])
+
+
+# The flag that sets each limit a request may be refused for (the simulator's reasons).
+LIMITS = {"exceeds_context": "--max-len",
+          "exceeds_kv_capacity": "--num-kv-blocks",
+          "prompt_exceeds_max_num_batched_tokens": "--max-num-batched-tokens",
+          "recompute_exceeds_max_num_batched_tokens": "--max-num-batched-tokens"}
+
+
+def refusals(reasons: list[str], serving: Any) -> str:
+    """Why requests were refused, counted by reason, each with the flag that sets its
+    limit and that limit's value (``serving``: the replay's settings)."""
+    blocks = serving.num_gpu_blocks
+    now = {"--num-kv-blocks": f"{blocks} block{'s' if blocks != 1 else ''} of "
+                              f"{serving.block_size} tokens",
+           "--max-num-batched-tokens": f"{serving.max_num_batched_tokens} tokens"}
+    counts: dict[str, int] = {}
+    for why in reasons:
+        if why:
+            counts[why] = counts.get(why, 0) + 1
+    if not counts:
+        return "none was refused, and none finished"
+    parts = []
+    for why, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        flag = LIMITS.get(why)
+        hint = f" (raise {flag}{', now ' + now[flag] if flag in now else ''})" if flag else ""
+        parts.append(f"{n} refused as {why}{hint}")
+    return "; ".join(parts)
 
 
 def to_record(res: ReplayResult, meta: dict[str, Any]) -> dict[str, Any]:
@@ -284,6 +335,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ServesimError(f"got {args.max_len}, above model {spec.name}'s context of "
                             f"{spec.max_context} tokens; give at most that", where="--max-len")
     trace_workload(args.trace, args.requests, args.max_len or spec.max_context, args.offset)
+    serving_of(args, args.max_len or spec.max_context)
     if args.profile:
         # A profile of another model would be found out only after the real run.
         from sim.cost.profilefile import load_profile
@@ -324,12 +376,7 @@ def prepare_levels(args: argparse.Namespace, log: Callable[[str], None],
     prof = load_profile(args.profile, Path.cwd()) if args.profile else None
     max_len = args.max_len or spec.max_context  # check_args refused one above the context
     w = trace_workload(args.trace, args.requests, max_len, args.offset)
-    blocks = args.num_kv_blocks or args.max_num_seqs * -(-max_len // args.block_size)
-    serving = serving_config({
-        "policy": args.policy, "max_num_seqs": args.max_num_seqs,
-        "max_num_batched_tokens": args.max_num_batched_tokens or max_len,
-        "token_budget": args.token_budget, "block_size": args.block_size,
-        "watermark": args.watermark, "num_gpu_blocks": blocks})
+    serving = serving_of(args, max_len)
     sat = saturation_rate(w, serving, spec.max_context, prof) if prof is not None else None
     if sat is not None:
         log(f"predicted saturation: {sat:.3g} req/s for these requests "

@@ -9,6 +9,7 @@ the ``UnicodeDecodeError`` or ``IsADirectoryError`` Python would show.
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -125,3 +126,15 @@ def check_replaceable_file(path: Path, ours: Callable[[Path], bool], what: str,
         raise ServesimError(f"got {str(path)!r}, which exists and is not {what}; it is "
                             "replaced only when it is: give a new file name or move that "
                             "file away", where=where)
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as text every output can hold (UTF-8 JSON, a report, a plot's title):
+    bytes of a file name that are not UTF-8, which Python keeps as lone surrogates, are
+    written as ``\\xNN`` escapes (``sc\\xff.yaml``); a name that is UTF-8 comes back as
+    it is."""
+    text = os.fspath(path)
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file-name byte stands for
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")

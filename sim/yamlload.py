@@ -143,10 +143,30 @@ class StrictConstructor(yaml.constructor.SafeConstructor):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        """The string ``node`` holds, after refusing half a character: a ``\\uD800`` to
+        ``\\uDFFF`` escape in a double-quoted string is one half of a surrogate pair,
+        which no UTF-8 output (a printed table, a report, a plot) can write."""
+        text = super().construct_yaml_str(node)
+        bad = _SURROGATE.search(text)
+        if bad is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the escape \\u{ord(bad.group()):04x} is half of a UTF-16 "
+                "surrogate pair, not a character; write the character itself or its "
+                "\\U00XXXXXX escape", node.start_mark)
+        return text
+
     def construct_document(self, node: yaml.Node) -> Any:
         """The document ``node`` holds, once its aliases are known to stay small."""
         check_aliases(node)
         return super().construct_document(node)
+
+
+# Strings (keys too) are built by the check above; a subclass's loader copies the table.
+StrictConstructor.yaml_constructors = {
+    **yaml.constructor.SafeConstructor.yaml_constructors,
+    "tag:yaml.org,2002:str": StrictConstructor.construct_yaml_str}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ScenarioLoader(StrictConstructor, yaml.SafeLoader):

@@ -20,7 +20,8 @@ SIM = Path(__file__).parents[1] / "sim"
 # The core's state (requests, the KV manager, the prefix cache, histograms) sits below
 # the policies, which read and ask it; the core's machinery (engine, replicas, decode
 # set, clients, faults) sits above them and runs them.
-BASE = ("sim.errors", "sim.configtools", "sim.cliargs", "sim.files", "sim.yamlload")
+BASE = ("sim.errors", "sim.configtools", "sim.cliargs", "sim.files", "sim.yamlload",
+        "sim.figures")
 CORE_STATE = ("sim.core.request", "sim.core.kvmanager", "sim.core.kvpublish", "sim.core.prefix",
               "sim.core.hosttier",
               "sim.core.histogram", "sim.core.replicastats", "sim.core.batch")

@@ -101,7 +101,15 @@ def test_refit_names_a_bad_setting_and_its_value(calibrated, tmp_path: Path,
              ("gpu_key", [], "gpu_key: got [], expected null or one of"),
              ("device", "tpu", "device: got 'tpu', expected cpu or cuda"),
              ("quick", 1, "quick: got 1, expected true or false"),
-             ("model", {**good["model"], "layers": "x"}, "model.layers")]
+             ("model", {**good["model"], "layers": "x"}, "model.layers"),
+             # Not numbers a run writes: a profile would carry them on (elapsed_s: .nan).
+             ("elapsed_s", float("nan"), "elapsed_s: got nan, expected seconds, at least 0"),
+             ("elapsed_s", -2.5, "elapsed_s: got -2.5, expected seconds, at least 0"),
+             ("budget_s", float("inf"), "budget_s: got inf, expected seconds greater than 0"),
+             # More layers timed than the model has: its whole steps were not this model's.
+             ("layers", good["model"]["layers"] + 1,
+              f"layers: got {good['model']['layers'] + 1}, more than the model's "
+              f"{good['model']['layers']} (model.layers)")]
     for key, value, want in cases:
         meta_path(lone).write_text(json.dumps({**good, key: value}))
         assert main(["--refit", str(lone), "--out", str(tmp_path / "o" / "p.yaml")]) == 2, key

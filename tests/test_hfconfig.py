@@ -186,3 +186,16 @@ def test_a_count_of_2_to_the_53_is_refused_naming_the_config_key(tmp_path: Path)
     assert str(err.value) == (f"{path}: vocab_size: got 9007199254740992, expected a whole "
                               "number of at least 1 and below 2**53")
     assert from_hf_config(write(tmp_path, {**QWEN3, "vocab_size": 2**53 - 1})).vocab == 2**53 - 1
+
+
+@pytest.mark.parametrize("kv", [5, 128])
+def test_kv_heads_that_do_not_divide_the_heads_are_named_by_the_files_key(
+        tmp_path: Path, kv: int) -> None:
+    """The error names num_key_value_heads, the key the user edits, not the model
+    spec's kv_heads field."""
+    path = write(tmp_path, {**QWEN3, "num_key_value_heads": kv})
+    with pytest.raises(ServesimError) as err:
+        from_hf_config(path)
+    assert str(err.value) == (f"{path}: num_key_value_heads: got {kv}: num_attention_heads "
+                              f"{QWEN3['num_attention_heads']} is not a multiple of it (each "
+                              "KV head serves an equal group of query heads)")

@@ -427,3 +427,22 @@ def test_knots_out_of_order_name_the_axis_index_and_values(axis: str) -> None:
     assert str(exc.value) == (f"p.yaml: {where}[{i}]: got {xs[i]:g}, not above "
                               f"{axis}[{i - 1}] = {xs[i - 1]:g}; {axis} must be strictly "
                               "increasing")
+
+
+@pytest.mark.parametrize("axis", ["table_at", "seqs", "kv_per_seq"])
+def test_a_fractional_knot_count_is_refused(axis: str) -> None:
+    """Knots sit at whole token, sequence or context counts (every shipped profile's
+    do): a fraction there, a hand edit, had been read as a count."""
+    import yaml
+
+    data = yaml.safe_load((PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml").read_text())
+    if axis == "table_at":
+        xs, where = data["components"]["linear"]["table_at"], "components.linear.table_at"
+    else:
+        xs = data["components"]["decode_attention"]["grid"][axis]
+        where = f"components.decode_attention.grid.{axis}"
+    xs[1] = (xs[0] + xs[1]) / 2 + 0.5 if (xs[0] + xs[1]) % 2 == 0 else (xs[0] + xs[1]) / 2
+    with pytest.raises(ServesimError) as exc:
+        parse_profile(data, "p.yaml")
+    assert str(exc.value).startswith(f"p.yaml: {where}[1]: got {xs[1]!r}, must be a whole "
+                                     "number >= 1 (")

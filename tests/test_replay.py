@@ -24,6 +24,7 @@ from sim.core.request import FINISHED
 from sim.cost.models import LinearCost
 from sim.cost.presets import MODELS
 from sim.cost.shard import shard
+from sim.errors import ServesimError
 from sim.validate.replayfile import read_replay
 from sim.validate.validation import scenario_for
 from sim.workload.requests import Requests
@@ -351,6 +352,10 @@ def test_a_level_length_that_is_not_positive_is_one_clear_error(tmp_path: Path,
     # Had been cut to the context without a word.
     ("--max-len", "999999", "got 999999, above model tiny's context of 4096 tokens; give at "
                             "most that"),
+    # Serving settings, named by their flag: had been found after the calibration, named
+    # by the scenario key the flag fills.
+    ("--token-budget", "16", "got 16; a per-iteration token budget applies to policy "
+                             "chunked only, not 'continuous'"),
     # Had been found only after the real run, when the profile priced it.
     ("--profile", str(ROOT / "sim" / "data" / "profiles" / "h100-sxm-llama-3-8b-tp1-vllm.yaml"),
      f"profile {ROOT}/sim/data/profiles/h100-sxm-llama-3-8b-tp1-vllm.yaml: it was measured "
@@ -367,6 +372,24 @@ def test_rates_and_loads_are_refused_before_anything_runs(
     assert rc == 2
     assert capsys.readouterr().err.startswith(f"servesim: error: {flag}: {message}")
     assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.parametrize(("limits", "why"), [
+    ({"num_kv_blocks": 1}, "5 refused as exceeds_kv_capacity (raise --num-kv-blocks, now 1 "
+                           "block of 16 tokens)"),
+    ({"max_num_batched_tokens": 10}, "5 refused as prompt_exceeds_max_num_batched_tokens "
+                                     "(raise --max-num-batched-tokens, now 10 tokens)"),
+])
+def test_a_workload_no_request_of_which_can_finish_says_which_limit(
+        limits: dict[str, int], why: str) -> None:
+    """Every request refused: the error counts the reasons and names the flag of each
+    limit with its value, not only that none can finish."""
+    w = trace_workload("azure_2023_conv", 5, 2048)
+    sv = serving_config({"policy": "continuous", "max_num_seqs": 4, "block_size": 16,
+                         "max_num_batched_tokens": 2048, "num_kv_blocks": 128, **limits})
+    with pytest.raises(ServesimError) as exc:
+        saturation_rate(w, sv, 4096, LinearCost(**COST))
+    assert exc.value.message == f"none of the 5 requests can finish under these limits: {why}"
 
 
 def test_load_beside_rate_is_refused(tmp_path: Path, capsys) -> None:

@@ -182,7 +182,18 @@ CASES = [
     ("sweep", csv_edit(set_cell(3, "seeds", "")),
      r"sweep\.csv: line 3: .*column seeds is '', expected a finite number;"),
     ("sweep", csv_edit(set_cell(2, "ttft_p99_s", "n/a")),
-     r"sweep\.csv: line 2: .*column ttft_p99_s is 'n/a', expected a number or empty;"),
+     r"sweep\.csv: line 2: .*column ttft_p99_s is 'n/a', expected a finite number or empty;"),
+    # NaN and infinities: servesim writes null (JSON) or an empty cell (CSV) for a
+    # missing value, so one of them was written elsewhere; printed it would read "nan ms".
+    ("simulate", edit_json("summary.json", set_key("latency_s.ttft.p50", float("nan"))),
+     r"summary\.json: cannot read it: NaN is not a value servesim writes \(a "
+     r"missing value is null\)$"),
+    ("compare", edit_json("compare.json", set_key("chunked.latency_s.ttft.p99", float("inf"))),
+     r"compare\.json: cannot read it: Infinity is not a value servesim writes"),
+    ("sweep", csv_edit(set_cell(2, "ttft_p50_s", "nan")),
+     r"sweep\.csv: line 2: .*column ttft_p50_s is 'nan', expected a finite number or empty;"),
+    ("sweep", csv_edit(set_cell(2, "rate_rps", "inf")),
+     r"sweep\.csv: line 2: .*column rate_rps is 'inf', expected a finite number;"),
     # A damaged plot would be embedded as a broken image without a word.
     ("simulate", write("ttft_tpot_cdf.png", "x"),
      r"ttft_tpot_cdf\.png: not a PNG image \(it starts b'x'\); run the command again"),

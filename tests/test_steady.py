@@ -263,6 +263,19 @@ def test_cli_steady_flag_errors(args, needle, tmp_path, capsys):
     assert len(err) == 1 and needle in err[0]
 
 
+def test_max_requests_without_precision_is_refused(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """sweep measures each point once unless --precision is given: a --max-requests
+    beside no precision bounded nothing and had been dropped without a word."""
+    assert cli_main(["sweep", str(MD1), "--rates", "20", "--max-requests", "100",
+                     "--out", str(tmp_path / "sw")]) == 2
+    assert capsys.readouterr().err == (
+        "servesim: error: --max-requests 100: bounds the requests a point grows to under "
+        "--precision, which is 0 (each point runs once over workload.num_requests); give "
+        "--precision too, or leave --max-requests out\n")
+    assert not (tmp_path / "sw").exists()
+
+
 def test_max_requests_below_the_start_is_refused_and_a_capped_point_noted(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A cap below the requests a point starts with had been exceeded without a word,

@@ -232,8 +232,11 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
     (HDR + "0,0,1\n", r"line 2: prompt_tokens = '0'; must be a whole number >= 1"),
     (HDR + "0,5,-3\n", r"line 2: output_tokens = '-3'; must be a whole number >= 1"),
     (HDR + "0,99999999999999999999,5\n",
-     r"line 2: prompt_tokens = '99999999999999999999'; must be a whole number >= 1 and at most "
+     r"line 2: prompt_tokens = '99999999999999999999'; must be a whole number >= 1 and below "
      r"2\*\*53"),
+    # 2**53 + 1 reads as the float 2**53: had passed an "at most 2**53" rule, rounded.
+    (HDR + "0,10,5\n1,9007199254740993,5\n", r"line 3: prompt_tokens = '9007199254740993'; "
+     r"must be a whole number >= 1 and below 2\*\*53"),
     (HDR + "0,5,2.5\n", r"line 2: output_tokens = '2.5'; must be a whole number"),
     (HDR + "0,5,nan\n", r"line 2: output_tokens = 'nan'; must be a whole number"),
     (HDR + "0,5,1\n1,abc,1\n", r"line 3: prompt_tokens = 'abc' is not a number"),

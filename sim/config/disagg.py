@@ -269,8 +269,12 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
     # The drafter's weights load beside the target's, and its KV shares the target's
     # blocks (vLLM sizes one block pool over both models' layers).
     weights, kv_per_token = draft_memory(sv.speculative, model, pool.tp)
+    spec = sv.speculative
+    drafter = (f"serving.speculative.draft_model {spec.draft_model}" if spec.draft_model
+               else f"serving.speculative.method {spec.method}")
     budget = dataclasses.replace(budget, weights=budget.weights + weights,
-                                 block_bytes=budget.block_bytes + kv_per_token * sv.block_size)
+                                 block_bytes=budget.block_bytes + kv_per_token * sv.block_size,
+                                 draft_weights=weights, drafter=drafter)
     if not model.linear_layers:
         return budget
     # A verify keeps a Gated DeltaNet state for each of its k + 1 positions: pages of the

@@ -222,7 +222,7 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
             layers=layers,
             hidden=hidden,
             heads=heads,
-            kv_heads=count("num_key_value_heads", heads, least=1),
+            kv_heads=_kv_heads(count("num_key_value_heads", heads, least=1), heads, src),
             head_dim=head_dim,
             intermediate=width or count("intermediate_size", least=1),
             vocab=count("vocab_size", least=1),
@@ -243,6 +243,17 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
         )
     except ServesimError as exc:
         raise exc.located(source=src) from None
+
+
+def _kv_heads(kv: int, heads: int, src: str) -> int:
+    """``num_key_value_heads``, once it divides ``num_attention_heads`` (each KV head
+    serves an equal group of query heads, as vLLM's attention requires): named by the
+    file's keys rather than the model spec's fields."""
+    if heads % kv:
+        raise ServesimError(f"got {kv}: num_attention_heads {heads} is not a multiple of it "
+                            "(each KV head serves an equal group of query heads)",
+                            source=src, where="num_key_value_heads")
+    return kv
 
 
 def _rope_dim(cfg: dict[str, Any], head_dim: int, mla: bool, src: str) -> dict[str, Any]:

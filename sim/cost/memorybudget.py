@@ -72,6 +72,10 @@ class MemoryBudget:
     # keeps it whole (rotary_table_bytes), so more GPUs do not shrink it.
     rotary: int = 0
     rotary_positions: int = 0
+    # A speculative drafter's weights within ``weights`` and its name in words (a draft
+    # model's preset, or the method's heads): named when the model does not fit.
+    draft_weights: int = 0
+    drafter: str = ""
 
     @property
     def budget(self) -> float:
@@ -141,7 +145,10 @@ class MemoryBudget:
         raise ServesimError(
             f"model {self.model} does not fit on {self.gpu} with {where}: per GPU "
             f"{g(self.total)} GiB x memory_utilization {self.utilization} = {g(self.budget)} GiB"
-            f", less weights {g(self.weights)}, activation {g(self.activation)}, non-torch "
+            f", less weights {g(self.weights)}"
+            + (f" ({g(self.draft_weights)} of them the drafter's, {self.drafter})"
+               if self.draft_weights else "")
+            + f", activation {g(self.activation)}, non-torch "
             f"{g(self.non_torch)}, CUDA graphs {g(self.cuda_graph)} GiB, "
             + (f"linear-attention states {g(self.linear_state)} GiB, " if self.linear_state
                else "")

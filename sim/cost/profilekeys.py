@@ -96,7 +96,7 @@ def read_experts(comp: Any) -> Knots:
         raise ServesimError("expected a mapping with table_at (tokens) and table_s "
                             "(seconds)", where=where)
     ys = read_seconds(comp["table_s"], f"{where}.table_s", "seconds")
-    return paired(read_seconds(comp["table_at"], f"{where}.table_at", "token counts"), ys, where)
+    return paired(read_counts(comp["table_at"], f"{where}.table_at", "token counts"), ys, where)
 
 
 def paired(xs: tuple[float, ...], ys: tuple[float, ...], where: str) -> Knots:
@@ -148,6 +148,17 @@ def read_seconds(raw: Any, where: str, what: str) -> tuple[float, ...]:
     return tuple(float(v) for v in raw)
 
 
+def read_counts(raw: Any, where: str, what: str) -> tuple[float, ...]:
+    """A non-empty list of whole numbers >= 1 (knots' token or sequence counts: a
+    fraction of a token is no batch any step runs)."""
+    xs = read_seconds(raw, where, what)
+    for i, v in enumerate(xs):
+        if v != int(v):
+            raise ServesimError(f"got {raw[i]!r}, must be a whole number >= 1 ({what})",
+                                where=f"{where}[{i}]")
+    return xs
+
+
 def read_knots(comp: Mapping[str, Any], form: ComponentForm, schema: str, where: str) -> Knots:
     if schema == READS[0]:
         raise ServesimError(f"measured tables need schema {READS[1]!r} or later",
@@ -161,7 +172,7 @@ def read_knots(comp: Mapping[str, Any], form: ComponentForm, schema: str, where:
         return Knots.counts(ys)
     if READS.index(schema) < READS.index(SCHEMA):
         raise ServesimError(f"table_at needs schema {SCHEMA!r}", where=f"{where}.table_at")
-    return paired(read_seconds(comp["table_at"], f"{where}.table_at", f"{form.table} counts"),
+    return paired(read_counts(comp["table_at"], f"{where}.table_at", f"{form.table} counts"),
                    ys, where)
 
 
@@ -174,8 +185,8 @@ def read_grid(raw: Any, form: ComponentForm, schema: str, where: str) -> Grid:
     if not isinstance(raw, dict) or set(raw) != {"seqs", "kv_per_seq", "s"}:
         raise ServesimError(f"got {raw!r}; expected a mapping of seqs, kv_per_seq and s",
                             where=where)
-    rows = read_seconds(raw["seqs"], f"{where}.seqs", "decode entries")
-    cols = read_seconds(raw["kv_per_seq"], f"{where}.kv_per_seq", "KV tokens per entry")
+    rows = read_counts(raw["seqs"], f"{where}.seqs", "decode entries")
+    cols = read_counts(raw["kv_per_seq"], f"{where}.kv_per_seq", "KV tokens per entry")
     check_increasing(rows, f"{where}.seqs")
     check_increasing(cols, f"{where}.kv_per_seq")
     if not isinstance(raw["s"], list):

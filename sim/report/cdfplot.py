@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.engine import RunResult
+from sim.figures import plain_text, pyplot
 from sim.report.human import ms
 from sim.report.metrics import class_targets, per_request
 from sim.report.plots import save_png
@@ -93,14 +94,13 @@ def _finish(ax: Any, title: str, drew: bool) -> None:
                 ha="center", va="center", color="gray")
 
 
+@plain_text
 def plot_cdfs(runs: dict[str, RunResult], path: Path, title: str | None = None) -> Curves:
     """TTFT and TPOT CDFs (log time axis, ms) of ``runs`` (legend label -> run), overlaid,
     with p50/p99 dots, SLO lines and (one run of a mixed workload) per-class curves, as a
     PNG at ``path``; ``title`` (what was simulated) heads the figure. Returns each drawn
     series' data by gid."""
-    from sim.report.plots import _plt
-
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6 if title else 4.2))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     one = next(iter(runs.values())) if len(runs) == 1 else None

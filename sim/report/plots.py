@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sim.figures import plain_text, pyplot
 from sim.report.slospec import SLO
 
 Row = dict[str, Any]
@@ -22,15 +23,6 @@ Curves = dict[str, tuple[list[float], list[float]]]
 STAT_STYLES = {"p50": ":", "p90": "--", "p99": "-"}
 LATENCIES = (("ttft", "TTFT (time to first token)"), ("tpot", "TPOT (time per output token)"),
              ("e2e", "E2E (end-to-end latency)"))
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def config_label(row: Row) -> str:
@@ -90,7 +82,7 @@ def save_png(fig: Any, path: Path) -> None:
     the matplotlib version in its metadata, and close it."""
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    _plt().close(fig)
+    pyplot().close(fig)
     os.replace(tmp, path)
 
 
@@ -133,10 +125,11 @@ def _mark_saturated(ax: Any, gid: str, rows: list[Row], col: str, scale: float,
                 markersize=9, mew=2, gid=gid)
 
 
+@plain_text
 def latency_vs_rate(grid: list[Row], slos: list[SLO], scenario_slo: dict[str, float],
                     path: Path) -> Curves:
     """p50/p90/p99 TTFT, TPOT and E2E (ms, log) against request rate, with SLO lines."""
-    plt = _plt()
+    plt = pyplot()
     configs = by_config(grid)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -184,9 +177,10 @@ def latency_vs_rate(grid: list[Row], slos: list[SLO], scenario_slo: dict[str, fl
     return curves
 
 
+@plain_text
 def throughput_vs_rate(grid: list[Row], path: Path) -> Curves:
     """Throughput and goodput (req/s) and output tokens/s against offered request rate."""
-    plt = _plt()
+    plt = pyplot()
     configs = by_config(grid)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -228,10 +222,11 @@ def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return best[::-1]
 
 
+@plain_text
 def frontier(grid: list[Row], slos: list[SLO], path: Path) -> Curves:
     """p99 TTFT and TPOT (ms, log) against output tokens/s, one curve per configuration,
     and the Pareto frontier over every unsaturated point of every configuration."""
-    plt = _plt()
+    plt = pyplot()
     configs = by_config(grid)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -277,10 +272,11 @@ def sweep_plots(grid: list[Row], slos: list[SLO], scenario_slo: dict[str, float]
     return paths
 
 
+@plain_text
 def capacity_plot(search: list[Row], slos: list[SLO], max_rates: list[Row], path: Path) -> Curves:
     """Each SLO's metric (ms, log) at every rate the search tried on one replica (dots pass,
     crosses fail), the target, and each candidate's maximum rate with its 95% CI band."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(slos), figsize=(6.5 * len(slos), 6.2), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     one = [r for r in search if int(r["replicas"]) == 1]

@@ -14,6 +14,7 @@ from sim.core.engine import RunResult
 from sim.cost.dtypes import SPARSE_FIELDS
 from sim.cost.frontend import FRONTEND_COEFS, NO_FRONTEND
 from sim.cost.specs import ModelSpec, recorded_fields
+from sim.files import shown
 from sim.report.metrics import clean
 
 # serving.kv_offload keys added after the section (key, default), left out where default.
@@ -190,7 +191,7 @@ def describe_scenario(sc: Scenario, cost_source: str,
             per_pool[pool.role]["kv_blocks_per_replica"] = kv_blocks[start:start + ranks]
         start += pool.replicas * pool.dp
     return {
-        "file": sc.source,
+        "file": shown(sc.source),
         "sha256": scenario_digest(sc),
         "overrides": list(sc.overrides),
         "servesim_version": package_version(),

@@ -261,16 +261,29 @@ def unreadable(exc: Exception, kind: str, source: str) -> ServesimError:
     return ServesimError(_not(SPECS[kind][0], f"unexpected content ({cause})", kind), source)
 
 
-def _cell_ok(cell: str, finite: bool, required: bool) -> bool:
-    """Whether a sweep.csv cell reads as the report needs: a number (finite where the
-    report counts with it), or empty where the column may lack a value."""
+def _no_constant(name: str) -> float:
+    """``json.loads``'s hook for NaN, Infinity and -Infinity, which servesim never
+    writes (it writes null where a value is missing): a file holding one was made or
+    edited elsewhere, and the report would print it as ``nan ms``."""
+    raise ValueError(f"{name} is not a value servesim writes (a missing value is null)")
+
+
+def load_json(text: str) -> Any:
+    """``text`` parsed as JSON, refusing NaN and infinities (``ValueError``)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _cell_ok(cell: str, required: bool) -> bool:
+    """Whether a sweep.csv cell reads as the report needs: a finite number, or empty
+    where the column may lack a value."""
     if cell == "":
         return not required
     try:
         v = float(cell)
     except ValueError:
         return False
-    return math.isfinite(v) or not finite
+    # sweep.csv leaves a missing value empty: nan or inf in a cell was written elsewhere.
+    return math.isfinite(v)
 
 
 def read_sweep_csv(path: Path, slo_columns: list[str]) -> str:
@@ -313,10 +326,8 @@ def read_sweep_csv(path: Path, slo_columns: list[str]) -> str:
         row = dict(zip(head, cells, strict=True))
         for c in numeric:
             required = c in SWEEP_NEEDED
-            finite = required or c == "pp"
-            if not _cell_ok(row[c], finite, required):
-                want = ("a finite number" if finite else "a number") + (
-                    "" if required else " or empty")
+            if not _cell_ok(row[c], required):
+                want = "a finite number" + ("" if required else " or empty")
                 raise bad(f"column {csv_header(c)} is {row[c]!r}, expected {want}",
                           f"line {n}")
     return text

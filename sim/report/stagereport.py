@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.result import RunResult
+from sim.figures import plain_text, pyplot
 from sim.report.metrics import per_request
 from sim.report.plots import save_png
 from sim.report.texttable import cell, left_width, ms_cell, right_columns
@@ -40,14 +41,13 @@ def stage_table(stages: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+@plain_text
 def plot_over_time(res: RunResult, path: Path) -> None:
     """Each request's TTFT and TPOT (ms, log scale) against its arrival time (s), with
     a rolling median and the stage boundaries labelled by their rate, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
+
+    plt = pyplot()
 
     lat = per_request(res)
     arr = res.requests.arrival_s

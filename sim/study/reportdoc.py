@@ -13,7 +13,6 @@ A document is a plain mapping: ``title``, ``subtitle``, ``answer``, ``lines``, `
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +67,9 @@ def kind_of(folder: Path) -> tuple[str, dict[str, Any]]:
         f = folder / name
         if f.is_file():
             try:
-                return kind, json.loads(f.read_text())
+                return kind, shapes.load_json(f.read_text())
             except (OSError, ValueError, RecursionError) as exc:
-                raise ServesimError(f"cannot read {name}: {exc}", str(folder)) from None
+                raise ServesimError(f"cannot read it: {exc}", str(f)) from None
     raise ServesimError("no summary.json, compare.json, sweep.json or capacity.json here; "
                         "give the --out folder of servesim simulate, compare, sweep or "
                         "capacity", str(folder))
@@ -224,7 +223,7 @@ def variants_of(folder: Path) -> dict[str, list[str]] | None:
     if not path.is_file():
         return None
     try:
-        meta = json.loads(path.read_text())
+        meta = shapes.load_json(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
         raise ServesimError(f"cannot read it: {exc}", str(path)) from None
     varied = meta.get("varied") if isinstance(meta, dict) else None

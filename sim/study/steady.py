@@ -54,6 +54,7 @@ STEADY_COLUMNS = ("requests_used", "discarded_requests", "rel_halfwidth")
 FLOOR_REQUESTS = 500  # requests run alone for the zero-load floor
 FLOOR_GAP_S = 1e6  # seconds between them: longer than any one request takes alone
 FLOOR_METRICS = ("ttft", "tpot", "e2e")  # queueing is zero alone; ITL has no record
+MAX_REQUESTS = 64000  # the most a point grows to under --precision, unless --max-requests
 # Fields of sim.workload.requests.Requests with one entry per request (besides arrivals).
 PER_REQUEST = ("prompt_tokens", "output_tokens", "priority", "klass", "prefix_hashes")
 
@@ -73,7 +74,7 @@ class Steady:
 
     warmup: float = 0.1
     precision: float = 0.1
-    max_requests: int = 64000
+    max_requests: int = MAX_REQUESTS
     columns: tuple[str, ...] = ("ttft_p99", "tpot_p99")
     targets: tuple[tuple[str, float], ...] = ()
 
@@ -280,8 +281,9 @@ def add_steady_args(p: Any, precision: float, warmup: float) -> None:
                    help="relative 95%% half-width (batch means) the SLO statistics must "
                         "reach; a point doubles its requests until they do, up to "
                         f"--max-requests (default {precision:g}; 0: one run per point)")
-    p.add_argument("--max-requests", type=int, default=64000, metavar="N",
-                   help="most requests a point grows to (default 64000)")
+    p.add_argument("--max-requests", type=int, default=None, metavar="N",
+                   help=f"most requests a point grows to under --precision (default "
+                        f"{MAX_REQUESTS})")
 
 
 def steady_from_args(a: Any, slos: list[SLO], targets: bool) -> Steady | None:
@@ -295,13 +297,20 @@ def steady_from_args(a: Any, slos: list[SLO], targets: bool) -> Steady | None:
     if not (math.isfinite(a.precision) and 0 <= a.precision < 1):
         raise ServesimError(f"--precision {a.precision}: must be from 0 (off) to below 1 "
                             "(a relative half-width, e.g. 0.1)")
-    if a.max_requests < 1:
+    if a.max_requests is not None and a.max_requests < 1:
         raise ServesimError(f"--max-requests {a.max_requests}: must be at least 1")
+    if a.max_requests is not None and a.precision == 0:
+        # It bounds how far a point grows to reach --precision; without that it did nothing.
+        raise ServesimError(f"--max-requests {a.max_requests}: bounds the requests a point "
+                            "grows to under --precision, which is 0 (each point runs once "
+                            "over workload.num_requests); give --precision too, or leave "
+                            "--max-requests out")
     if a.warmup == 0 and a.precision == 0:
         return None
+    most = MAX_REQUESTS if a.max_requests is None else a.max_requests
     tg = tuple((s.column, s.limit_s) for s in slos
                if s.metric in STEADY_METRICS and s.stat != "max") if targets else ()
-    return Steady(a.warmup, a.precision, a.max_requests, steady_columns(slos), tg)
+    return Steady(a.warmup, a.precision, most, steady_columns(slos), tg)
 
 
 def check_start(steady: Steady | None, raw: Any) -> None:

@@ -158,10 +158,11 @@ def whole(values: Sequence[Any], lines: np.ndarray, name: str, src: str,
         i = first_bad(values, float)
         whole(values[:i], lines[:i], name, src, minimum)
         raise
-    # Whole-valued floats such as "12.0" are accepted; anything else is named.
+    # Whole-valued floats such as "12.0" are accepted; anything else is named. Read as
+    # float64, 2**53 + 1 rounds to 2**53: a count is kept below it, where each is exact.
     rule = ("a whole number" + (f" >= {minimum}" if minimum is not None else "")
-            + " and at most 2**53")
-    bad = ~np.isfinite(x) | (x != np.floor(x)) | (np.abs(x) > 2.0**53)
+            + " and below 2**53")
+    bad = ~np.isfinite(x) | (x != np.floor(x)) | (np.abs(x) >= 2.0**53)
     if minimum is not None:
         bad |= x < minimum
     if bad.any():

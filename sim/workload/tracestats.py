@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.figures import plain_text, pyplot
+from sim.files import shown
 from sim.workload.traces import Trace
 
 PERCENTILES = (50, 90, 99)
@@ -103,13 +105,10 @@ _FIXED_METADATA: dict[str, dict[str, None]] = {
 }
 
 
+@plain_text
 def plot_trace(trace: Trace, out: str | Path, title: str | None = None) -> Path:
     """Write a PNG: arrival rate over time, and prompt / output length histograms."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     ax = axes[0]
     if trace.arrival_s is not None and len(trace) >= 2 and trace.arrival_s[-1] > trace.arrival_s[0]:
@@ -129,7 +128,7 @@ def plot_trace(trace: Trace, out: str | Path, title: str | None = None) -> Path:
         ax.set_ylabel("requests")
         ax.set_title(f"{key.split('_')[0]} lengths: mean {x.mean():.0f}, "
                      f"p99 {np.percentile(x, 99):.0f}")
-    fig.suptitle(title or f"{Path(trace.source).name}: {len(trace):,} requests")
+    fig.suptitle(title or f"{shown(Path(trace.source).name)}: {len(trace):,} requests")
     fig.tight_layout()
     path = Path(out)
     # No dates, versions or random ids in the file: the same trace gives the same bytes.

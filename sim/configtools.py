@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from typing import Any, Literal, TypeGuard, TypeVar, Union, get_args, get_origin
@@ -47,6 +48,48 @@ def check_slo_seconds(slo: Any) -> None:
             raise ServesimError(f"got {value:.15g}, more than a {key[:-2]} target takes "
                                 f"({most:g} s): SLO targets are in seconds, so write "
                                 f"{value / 1000:.15g} for {value:.15g} ms", where=key)
+
+
+# A \uD800-\uDFFF escape in JSON text, and the half character it leaves when unpaired.
+_HALF_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_HALF = re.compile("[\ud800-\udfff]")
+
+
+def half_character(text: str, doc: Any) -> str | None:
+    """Where ``doc``, ``text`` parsed as JSON, holds half of a UTF-16 surrogate pair (a
+    ``\\uD800``-``\\uDFFF`` escape without its partner), as a key path (``a.b[2]``; ``""``
+    for the top level), or None. No UTF-8 output (a printed table, a report, a plot) can
+    write one, so a reader refuses it rather than fail at the end of a run. A paired
+    escape (an emoji, as ``json.dumps`` writes one) reads as one character and passes;
+    text without such escapes is not walked."""
+    if _HALF_ESCAPE.search(text) is None:
+        return None
+    return _half_in(doc, "")
+
+
+def _half_in(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if _HALF.search(value) else None
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        at = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+        if isinstance(key, str) and _HALF.search(key):
+            return at
+        found = _half_in(item, at)
+        if found is not None:
+            return found
+    return None
+
+
+def refuse_half_character(text: str, doc: Any, source: str, prefix: str = "") -> None:
+    """Raise a one-line :class:`ServesimError` naming ``source`` and the key when
+    ``doc`` (``text`` parsed as JSON) holds half a character (:func:`half_character`)."""
+    where = half_character(text, doc)
+    if where is not None:
+        raise ServesimError("a \\uD800-\\uDFFF escape here is half of a UTF-16 surrogate "
+                            "pair, not a character; write the character itself or its "
+                            "pair of escapes", source, (prefix + where) or None)
 
 
 class DuplicateKeyError(ValueError):

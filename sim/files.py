@@ -138,3 +138,24 @@ def shown(path: str | Path) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no file-name byte stands for
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# File systems' longest name (bytes; NAME_MAX on Linux and macOS), and what the commands
+# add to an output's name for the temporary file or folder they write first (".tmp-<pid>"
+# with room for a 10-digit pid; ".NAME.tmp").
+NAME_MAX = 255
+TEMP_BYTES = 15
+
+
+def check_name_length(path: Path, where: str) -> None:
+    """Refuse, in one line naming ``where`` (``--out``), an output ``path`` one of whose
+    names is longer than a file system takes once the command's temporary name is built
+    from it: found before the run rather than when its outputs are written."""
+    for i, part in enumerate(path.parts):
+        most = NAME_MAX - (TEMP_BYTES if i == len(path.parts) - 1 else 0)
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > most:
+            raise ServesimError(f"a name of {size} bytes ({shown(part[:40])}...) in the path; "
+                                f"file systems take {NAME_MAX} bytes a name, and the last one "
+                                f"here at most {NAME_MAX - TEMP_BYTES} (the run writes a "
+                                "temporary name beside it first)", where=where)

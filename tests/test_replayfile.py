@@ -88,6 +88,8 @@ FAULTS = [
     ("load", "high", r"load: got 'high', expected null or a finite number >= 0"),
     ("label", "a/b", r"label: got 'a/b', expected a name .* without /"),
     ("label", "a\x00b", r"label: got 'a\\x00b'"),
+    # 100 characters but 400 bytes: past what a file name holds once it names the outputs.
+    ("label", "\U0001F600" * 100, r"label: got a JSON str, expected a name of 1 to 100 bytes"),
     ("notes", "x", r"notes: got 'x', expected a list of text"),
     ("probe", [1], r"probe: got \[1\], expected an object or null"),
     ("probe.before_s", ..., r"probe\.before_s: got None, expected an object"),

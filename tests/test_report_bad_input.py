@@ -194,6 +194,11 @@ CASES = [
      r"sweep\.csv: line 2: .*column ttft_p50_s is 'nan', expected a finite number or empty;"),
     ("sweep", csv_edit(set_cell(2, "rate_rps", "inf")),
      r"sweep\.csv: line 2: .*column rate_rps is 'inf', expected a finite number;"),
+    # Half a UTF-16 surrogate pair: servesim writes none; reported, it had stopped the
+    # report's writing with a UnicodeEncodeError.
+    ("simulate", edit_json("summary.json", set_key("scenario", "a\ud800")),
+     r"summary\.json: cannot read it: scenario: a \\uD800-\\uDFFF escape is half of a "
+     r"UTF-16 surrogate pair, not a character servesim writes$"),
     # A damaged plot would be embedded as a broken image without a word.
     ("simulate", write("ttft_tpot_cdf.png", "x"),
      r"ttft_tpot_cdf\.png: not a PNG image \(it starts b'x'\); run the command again"),

@@ -89,8 +89,25 @@ def test_burstgpt_filters_and_failed_rows_counted() -> None:
 
 
 def test_burstgpt_unknown_model_names_the_models_seen() -> None:
-    with pytest.raises(ServesimError, match=r"'gpt-4' matches no row.*ChatGPT, GPT-4"):
+    with pytest.raises(ServesimError, match=r"'gpt-4' matches no row.*'ChatGPT', 'GPT-4'"):
         load_trace(FIX / "burstgpt_sample.csv", model="gpt-4")
+
+
+def test_burstgpt_unknown_model_lists_a_few_models_quoted(tmp_path: Path) -> None:
+    """A file of 5,000 models had listed them all on one 314 KB line, and a model's
+    control characters (an ESC colouring the terminal) went to it raw."""
+    rows = [f"{i},model-{i:04d},10,20,30,Conversation log" for i in range(500)]
+    rows.append("600,a\x1b[31mRED,10,20,30,Conversation log")
+    path = tmp_path / "b.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    + "\n".join(rows) + "\n")
+    with pytest.raises(ServesimError) as err:
+        load_trace(path, model="nope")
+    # Sorted: the escape-coloured model first, quoted with its ESC escaped.
+    listed = ", ".join(["'a\\x1b[31mRED'", *(f"'model-{i:04d}'" for i in range(19))])
+    assert str(err.value) == (f"{path}: model 'nope' matches no row; the file has: {listed} "
+                              "and 481 more")
+    assert "\x1b" not in str(err.value)
 
 
 def test_mooncake_hashes_and_rebase() -> None:

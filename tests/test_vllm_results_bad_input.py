@@ -109,6 +109,11 @@ BAD = [
     (dict(ttfts=None),
      "ttfts: got None, expected a list of 4 entries, one per request (as many as input_lens)"),
     (dict(input_lens="100"), "input_lens: got '100', expected a list of prompt lengths"),
+    # Text heading the printed table and copied into validation.json: a NaN date had
+    # become null there, a line break had split the table's title.
+    (dict(date=math.nan), "date: got nan, expected text on one line (or null)"),
+    (dict(model_id="a\nb"), "model_id: got 'a\\nb', expected text on one line (or null)"),
+    (dict(backend={"x": 1}), "backend: got {'x': 1}, expected text on one line (or null)"),
     (dict(input_lens=[]), "input_lens: the result holds no requests"),
     (dict(input_lens__1=0), "input_lens[1]: got 0 for a request that completed, expected "
                             "at least 1 prompt token"),

@@ -28,7 +28,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import DuplicateKeyError, is_number, unique_keys, whole_count
+from sim.configtools import (
+    DuplicateKeyError,
+    is_number,
+    refuse_half_character,
+    unique_keys,
+    whole_count,
+)
 from sim.cost.hffamilies import (
     MOE_KEYS,
     attention_fields,
@@ -102,6 +108,7 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
                             where=str(exc)) from None
     if not isinstance(cfg, dict):
         raise ServesimError("expected a JSON object", source=src)
+    refuse_half_character(text, cfg, src)
     if overrides is not None:
         cfg = apply_overrides(cfg, overrides)
         wrapper = cfg.get("model_type")

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from sim.errors import ServesimError
+from sim.files import check_name_length, shown
 
 _SIBLING = re.compile(r"\.(tmp|old)-(\d+)")
 
@@ -94,6 +95,7 @@ def check_replaceable(out: Path, marks: tuple[str, ...],
     the folder the command's only when nothing else is there (a cache that an
     interrupted run left, and that another command's folder may hold too)."""
     out = Path(out)
+    check_name_length(out, f"--out {shown(out)}")
     try:
         mode = out.stat().st_mode
     except FileNotFoundError:

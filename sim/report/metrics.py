@@ -20,6 +20,7 @@ from sim.cliargs import ascii_float, comma_items
 from sim.core.engine import RunResult
 from sim.core.request import FAILED, FINISHED, NOT_ARRIVED, REJECTED, TIMED_OUT, UNFINISHED
 from sim.errors import ServesimError
+from sim.files import shown
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -207,11 +208,15 @@ def stage_summaries(res: RunResult, lat: dict[str, np.ndarray],
 
 
 def clean(value: Any) -> Any:
-    """``value`` with NaN and infinities replaced by None, recursively (for strict JSON)."""
+    """``value`` with NaN and infinities replaced by None, recursively (for strict JSON),
+    and a file name's bytes that are not UTF-8 written as ``\\xNN`` escapes
+    (:func:`sim.files.shown`), in keys and values: no output holds half a character."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, str):
+        return value if value.isascii() else shown(value)
     if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
+        return {clean(k) if isinstance(k, str) else k: clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [clean(v) for v in value]
     return value

@@ -53,9 +53,12 @@ def default_out(name: str, suffix: str = "", source: str | None = None) -> Path:
     folder = f"{name}{suffix}"
     # Blank or space-edged names make folders a shell listing hides ("out/ ").
     if (not name.strip() or name != name.strip() or folder in (".", "..") or "/" in folder
-            or "\\" in folder or any(ord(c) < 32 for c in folder)):
+            or "\\" in folder or not folder.isprintable()):
+        # isprintable: no control (\x7f, \x85), line-separator or format (U+202E, which
+        # reverses how a listing reads) characters, only those of a plain name.
         raise ServesimError(f"scenario name {name!r} cannot name a folder under out/ (no '/', "
-                            "'\\', '..', control characters, or spaces at either end); "
+                            "'\\', '..', control or format characters, or spaces at either "
+                            "end); "
                             "rename the scenario or give --out DIR", source, "name")
     if len(folder.encode("utf-8", "surrogateescape")) > MAX_FOLDER_BYTES:
         raise ServesimError(f"scenario name {shorten(name)!r} ({len(name):,} characters) is "

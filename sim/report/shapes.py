@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.configtools import is_number
+from sim.configtools import half_character, is_number
 from sim.errors import ServesimError
 from sim.files import decode
 from sim.report.csvmeta import csv_header, internal_name
@@ -269,8 +269,14 @@ def _no_constant(name: str) -> float:
 
 
 def load_json(text: str) -> Any:
-    """``text`` parsed as JSON, refusing NaN and infinities (``ValueError``)."""
-    return json.loads(text, parse_constant=_no_constant)
+    """``text`` parsed as JSON, refusing NaN and infinities and half a UTF-16
+    surrogate pair (``ValueError``: servesim writes none of them)."""
+    doc = json.loads(text, parse_constant=_no_constant)
+    where = half_character(text, doc)
+    if where is not None:
+        raise ValueError(f"{where or 'the top level'}: a \\uD800-\\uDFFF escape is half of "
+                         "a UTF-16 surrogate pair, not a character servesim writes")
+    return doc
 
 
 def _cell_ok(cell: str, required: bool) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sim.cliargs import ascii_float
 from sim.configtools import SLO_BARE_MAX_S
 from sim.errors import ServesimError
 
@@ -61,7 +62,7 @@ def parse_seconds(text: str, flag: str, item: str) -> float:
     elif t.endswith("s"):
         t = t[:-1]
     try:
-        v = float(t) * scale
+        v = ascii_float(t) * scale  # not float(): it reads full-width and Arabic digits
     except ValueError:
         raise ServesimError(f"{flag} {item}: {text!r} is not a number of seconds "
                             "(e.g. 0.5 or 500ms)") from None

@@ -18,6 +18,7 @@ from typing import Any
 
 from sim.cliargs import ArgParser
 from sim.errors import ServesimError
+from sim.files import check_name_length
 from sim.report.outputs import write_atomic
 from sim.study.reportdoc import collect
 
@@ -84,6 +85,7 @@ def _check_out(out: Path, folder: Path) -> None:
     """Refuse a report path that is one of the run's own files (a summary, a CSV, a
     plot) in ``folder`` or below: writing there would destroy what the report reads.
     A report written before (.html, .md) may be replaced."""
+    check_name_length(out, "--out")
     try:
         target, root = out.resolve(), folder.resolve()
     except OSError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from sim.config.scenario import Scenario, from_dict
+from sim.configtools import is_number
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
 from sim.report.slospec import METRICS, STATS
@@ -191,16 +192,25 @@ class PointCache:
                                     str(folder)) from None
 
     def get(self, task: PointTask) -> dict[str, float | None] | None:
-        """The cached row of ``task``, or None (also for an unreadable, partial file)."""
+        """The cached row of ``task``, or None: also for an unreadable or partial file,
+        and for a row that is not one :meth:`put` writes (a value that is not a finite
+        number or null, a negative count), which the point then runs again rather than
+        carry into the sweep's tables."""
         if self.folder is None:
             return None
         path = self.folder / f"{task.digest}.json"
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(), parse_constant=_not_written)
         except (OSError, ValueError):
             return None
         row = data.get("row") if isinstance(data, dict) else None
-        return row if isinstance(row, dict) and set(METRIC_COLUMNS) <= set(row) else None
+        if not (isinstance(row, dict) and set(METRIC_COLUMNS) <= set(row)):
+            return None
+        for key, v in row.items():
+            if v is not None and not (is_number(v) and math.isfinite(v)
+                                      and (v >= 0 or key not in COUNTS)):
+                return None
+        return row
 
     def put(self, task: PointTask, row: dict[str, float | None]) -> None:
         """Store ``row`` atomically, with the point's key for whoever reads the folder."""
@@ -209,6 +219,16 @@ class PointCache:
         blob = {"key": dict(zip(KEY_COLUMNS, task.key.values(), strict=True)), "row": row}
         write_atomic(self.folder / f"{task.digest}.json",
                      (json.dumps(blob, sort_keys=True, allow_nan=False) + "\n").encode())
+
+
+# Cached columns that count (requests, preemptions): never below zero.
+COUNTS = ("arrived", "finished", "rejected", "unfinished", "preemptions")
+
+
+def _not_written(name: str) -> float:
+    """``json.loads``' hook for NaN and infinities, which :meth:`PointCache.put` never
+    writes (``allow_nan=False``)."""
+    raise ValueError(name)
 
 
 @dataclass

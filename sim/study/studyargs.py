@@ -91,11 +91,18 @@ def parse_ints(text: str, flag: str) -> list[int]:
 
 
 def parse_names(text: str, flag: str) -> list[str]:
-    """A comma list of names (policies); checked against the registry when points are built."""
+    """A comma list of distinct policy names, each one the registry knows (an unknown one
+    is named with the valid ones, in one line, before any point is built)."""
+    from sim.policies.registry import POLICIES
+
     allowed = "distinct names separated by commas"
     vals = comma_items(text, flag, allowed)
     if not vals or len(set(vals)) != len(vals):
-        raise ServesimError(f"{flag} {text}: expected {allowed}")
+        raise ServesimError(f"got {text!r}: expected {allowed}", where=flag)
+    unknown = [v for v in vals if v not in POLICIES]
+    if unknown:
+        raise ServesimError(f"got {text!r}: unknown policy {unknown[0]!r}; valid: "
+                            f"{', '.join(sorted(POLICIES))}", where=flag)
     return vals
 
 

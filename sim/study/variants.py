@@ -148,7 +148,8 @@ def gpu_variants(names: list[str], raw: Any) -> dict[str, list[str]]:
         if gpu not in GPUS:
             raise ServesimError(f"unknown gpu {gpu!r}; valid: {', '.join(sorted(GPUS))}",
                                 where="--gpus")
-        if colon and not (tp.isdigit() and int(tp) >= 1):
+        # ASCII digits alone: isdigit() and int() take other scripts' (Arabic-Indic 2).
+        if colon and not (tp.isascii() and tp.isdigit() and int(tp) >= 1):
             raise ServesimError(f"got {name!r}: after a GPU, ':' takes its tensor-parallel "
                                 "degree, a whole number from 1 (e.g. h100-sxm:2)",
                                 where="--gpus")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.cliargs import ArgParser
+from sim.configtools import refuse_half_character
 from sim.core.engine import build_cost
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -124,6 +125,7 @@ def _replay_main(argv: list[str]) -> int:
                 record = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
+            refuse_half_character(text, record, str(f))
             level, real, pred, matched = evaluate_replay(record, str(f), a.profile, a.bar)
             # Two runs of one level: keep both files' outputs.
             level["label"] = unique_label(level["label"], {lv["label"] for lv in levels})

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from sim.cliargs import ArgParser
+from sim.configtools import refuse_half_character
 from sim.core.engine import RunResult
 from sim.errors import ServesimError
-from sim.files import read_text
+from sim.files import read_text, shown
 from sim.report import outputs as report
 from sim.report.metrics import clean
 from sim.validate.levelio import unique_label, wrote
@@ -54,9 +55,11 @@ def load_record(path: Path) -> Any:
     unreadable files are errors."""
     text = read_text(path, "replay")
     try:
-        return json.loads(text)
+        record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"cannot read replay: {exc}", source=str(path)) from None
+    refuse_half_character(text, record, str(path))
+    return record
 
 
 def recorded_run(record: Any, source: str) -> tuple[RunResult, ReplayRecord]:
@@ -170,8 +173,8 @@ def _compare_pair(fa: Path, fb: Path, prof: Any, bar: float | None, out: Path,
     cmp = against(first, second)
     factors = speeds([ra.steps, rb.steps], prof) if prof is not None else []
     # Two runs of one level are usually files of one name in two folders.
-    curves = {f"first run ({fa.parent.name}/{fa.name})": first,
-              f"second run ({fb.parent.name}/{fb.name})": second}
+    curves = {f"first run ({shown(fa.parent.name)}/{shown(fa.name)})": first,
+              f"second run ({shown(fb.parent.name)}/{shown(fb.name)})": second}
     files = report.write_compared(out if stage is None else stage, label,
                                   {"first": first, "second": second}, curves if plots else None)
     print(table(cmp, f"== {label}: {fa} against {fb}"))

@@ -110,10 +110,11 @@ def _shown(x: Any) -> str:
 
 def _label(rec: dict[str, Any]) -> str:
     x = rec.get("label", "level")
-    bad = not isinstance(x, str) or not x or x in (".", "..") or len(x) > 100 or any(
-        c in "/\\" or ord(c) < 32 for c in x)
+    # Bytes, not characters: 100 emoji are 400 bytes, past what a file name holds.
+    bad = not isinstance(x, str) or not x or x in (".", "..") or len(
+        x.encode("utf-8", "surrogatepass")) > 100 or any(c in "/\\" or ord(c) < 32 for c in x)
     if bad:
-        raise _Fault("label", f"got {_shown(x)}, expected a name of 1 to 100 characters "
+        raise _Fault("label", f"got {_shown(x)}, expected a name of 1 to 100 bytes (UTF-8) "
                               "without / or \\ or control characters (it names the "
                               "level's output files)")
     return x

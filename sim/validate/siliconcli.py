@@ -54,6 +54,11 @@ def main(argv: list[str]) -> int:
     path = Path(a.silicon) if a.silicon else default_path()
     data = str(path) if a.silicon else DATA
     check_priors_path(a.fit_priors, path, a.out)
+    from sim.report.folder import check_replaceable
+    from sim.validate.validation import VALIDATE_FILES
+
+    # --out is checked before the minutes of simulation, not only when they are written.
+    check_replaceable(a.out, VALIDATE_FILES, [path])
     rows = read_rows(path)
     cases, skipped = select(rows, a.framework, a.weights, path)
     if a.limit is not None:
@@ -77,7 +82,6 @@ def main(argv: list[str]) -> int:
     from sim.report.folder import replaced_folder
     from sim.report.metrics import clean
     from sim.report.outputs import write_atomic
-    from sim.validate.validation import VALIDATE_FILES
 
     with replaced_folder(a.out, VALIDATE_FILES, inputs=[path]) as stage:
         # A row none of whose requests finished has no mean: null, not NaN (not JSON).

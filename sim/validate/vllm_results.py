@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import DuplicateKeyError, is_number, unique_keys
+from sim.configtools import DuplicateKeyError, is_number, refuse_half_character, unique_keys
 from sim.errors import ServesimError
 from sim.files import read_text, too_deep
 from sim.validate import vllmclient, vllmfields
@@ -218,6 +218,12 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
         earliest, note, how = _capped(conc, t, rate, data.get("ramp_up_strategy") is not None,
                                       where == "start_times", how)
         notes.append(note)
+    for name in ("date", "backend", "model_id"):
+        # Text vLLM writes: they head the printed table and go into validation.json.
+        text = data.get(name)
+        if text is not None and not (isinstance(text, str) and text.isprintable()):
+            raise ServesimError(f"got {text!r}, expected text on one line (or null)",
+                                source, name)
     meta = {k: data.get(k) for k in ("date", "backend", "model_id", "num_prompts",
                                      "duration", "completed")}
     # As the file gave them (validated), but vLLM's way for inf: strict JSON has none.
@@ -299,6 +305,7 @@ def load(path: str | Path, seed: int = 0) -> VllmRun:
         raise ServesimError(f"not valid JSON: {exc}", source=str(p)) from None
     except RecursionError:
         raise too_deep(str(p), "vLLM benchmark result") from None
+    refuse_half_character(text, data, str(p))
     return parse(data, str(p), seed)
 
 

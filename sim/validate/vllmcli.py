@@ -22,7 +22,7 @@ from sim.config.scenario import Scenario
 from sim.core.engine import RunResult
 from sim.core.request import FINISHED, REJECTED
 from sim.errors import ServesimError
-from sim.report.folder import replaced_folder
+from sim.report.folder import check_replaceable, replaced_folder
 from sim.report.metrics import distribution
 from sim.validate import vllm_results
 from sim.validate.levelio import common_args, finish_levels, unique_label, write_level, wrote
@@ -57,14 +57,23 @@ def vllm_parser() -> ArgParser:
     return p
 
 
+# The most bytes of a file's name a level's label keeps: the label names the level's
+# output files (predicted-LABEL.csv), which a file system caps at 255 bytes.
+LABEL_BYTES = 100
+
+
 def labels(paths: list[Path]) -> list[str]:
     """Each file's level label: ``vllm`` for one file; ``vllm-STEM`` for several (the
-    file's name without ``.json``), ``~2``, ``~3``... after a name already taken."""
+    file's name without ``.json``, its first :data:`LABEL_BYTES` bytes: each level's
+    ``source`` keeps the whole path), ``~2``, ``~3``... after a name already taken."""
     if len(paths) == 1:
         return ["vllm"]
     out: list[str] = []
     for p in paths:
-        out.append(unique_label(f"vllm-{p.name.removesuffix('.json')}", out))
+        stem = p.name.removesuffix(".json")
+        while len(stem.encode("utf-8", "surrogateescape")) > LABEL_BYTES:
+            stem = stem[:-1]
+        out.append(unique_label(f"vllm-{stem}", out))
     return out
 
 
@@ -184,6 +193,8 @@ def main(argv: list[str]) -> int:
     a = vllm_parser().parse_args(argv)
     sc = scenario_mod.load(a.scenario, a.overrides)
     files: list[Path] = a.vllm_result
+    # --out is checked before the runs too, not only when their outputs are written.
+    check_replaceable(a.out, VALIDATE_FILES, [*files, a.scenario])
     # Every file is read and predicted before anything is written.
     done = [vllm_level(f, sc, a.seed, a.bar, label)
             for f, label in zip(files, labels(files), strict=True)]

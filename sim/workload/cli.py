@@ -21,6 +21,7 @@ import numpy as np
 
 from sim.cliargs import ArgParser, int_arg
 from sim.errors import ServesimError
+from sim.files import check_name_length
 from sim.workload.traces import FORMATS, Trace, find_trace, load_trace
 
 
@@ -65,6 +66,7 @@ def plot_path(text: str) -> Path:
     (as matplotlib would name it). Checked before the trace is loaded, so a folder, a
     missing folder or an extension matplotlib cannot write is one error naming --out."""
     out = Path(text)
+    check_name_length(out, "--out")
     if out.is_dir():
         raise ServesimError(f"--out is a folder; give a file in it, e.g. {out / 'trace.png'}",
                             source=str(out))

@@ -300,10 +300,16 @@ def read_burstgpt(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                     whole(rsp, sub, "Response tokens", src))
     for key, want in (("model", model), ("log_type", log_type)):
         if want is not None and want not in seen[key]:
+            # Quoted (a control character stays escaped) and, past a few, counted.
+            has = [repr(v) for v in sorted(seen[key])]
+            shown = ", ".join(has[:LISTED]) + (f" and {len(has) - LISTED:,} more"
+                                               if len(has) > LISTED else "")
             raise ServesimError(f"{key} {want!r} matches no row; the file has: "
-                                f"{', '.join(sorted(seen[key])) or 'no rows'}", source=src)
+                                f"{shown or 'no rows'}", source=src)
 
 
+# Values of a BurstGPT column an error lists before it counts the rest.
+LISTED = 20
 # Where a reader counts a field it leaves unread (a key of its ``dropped`` counter).
 UNUSED = "unused:"
 # Fields AIPerf's mooncake_trace rows may carry besides the four servesim reads (its

@@ -45,7 +45,7 @@ def trace_stats(trace: Trace) -> dict[str, Any]:
             rate = len(a) / span
             cv = float(gaps.std() / gaps.mean())
     return {
-        "source": trace.source,
+        "source": shown(trace.source),
         "format": trace.fmt,
         "rows": len(trace),
         "span_s": span,

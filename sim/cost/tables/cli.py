@@ -47,7 +47,7 @@ from sim.cost.specs import ModelSpec
 from sim.cost.tables.moetable import MOE_BACKENDS, ROUTINGS
 from sim.cost.tables.profilebuild import BuildSpec, build_profile, profile_name, resolve_version
 from sim.errors import ServesimError
-from sim.files import check_replaceable_file
+from sim.files import check_name_length, check_replaceable_file
 
 HEADER = ("# servesim cost profile, built by `servesim profile build` from NVIDIA "
           "AIConfigurator's\n# measured kernel tables (Apache-2.0; see NOTICE)\n")
@@ -78,6 +78,7 @@ def _check_out(out: Path, hf_config: Path | None) -> None:
     if out.suffix not in (".yaml", ".yml"):
         raise ServesimError(f"got {out}, expected a .yaml or .yml file name (a profile is "
                             "YAML)", where="--out")
+    check_name_length(out, "--out")
     if out.is_dir():
         raise ServesimError(f"got {out}, a folder; expected the profile's file name",
                             where="--out")

@@ -5,6 +5,11 @@ files and priors all come through here. A missing file, a folder where a file be
 file we may not read, an empty file, a compressed file, binary content and text that is
 not UTF-8 each raise :class:`ServesimError` naming the file and what to do, instead of
 the ``UnicodeDecodeError`` or ``IsADirectoryError`` Python would show.
+
+File names on their way out too: :func:`shown` writes a name's non-UTF-8 bytes so that
+any output holds it, :func:`check_name_length` refuses an output name the file system
+would refuse only once the run is done, and :func:`check_replaceable_file` keeps a
+command from writing over a file it did not make.
 """
 
 from __future__ import annotations

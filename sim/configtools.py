@@ -82,14 +82,14 @@ def _half_in(value: Any, path: str) -> str | None:
     return None
 
 
-def refuse_half_character(text: str, doc: Any, source: str, prefix: str = "") -> None:
+def refuse_half_character(text: str, doc: Any, source: str) -> None:
     """Raise a one-line :class:`ServesimError` naming ``source`` and the key when
     ``doc`` (``text`` parsed as JSON) holds half a character (:func:`half_character`)."""
     where = half_character(text, doc)
     if where is not None:
         raise ServesimError("a \\uD800-\\uDFFF escape here is half of a UTF-16 surrogate "
                             "pair, not a character; write the character itself or its "
-                            "pair of escapes", source, (prefix + where) or None)
+                            "pair of escapes", source, where or None)
 
 
 class DuplicateKeyError(ValueError):

@@ -173,3 +173,23 @@ def test_digits_of_other_scripts_are_refused_by_every_flag(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and flag in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_whose_every_request_is_rejected_plots_without_warnings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No request finished: the token panel had no line, and matplotlib printed its own
+    UserWarning (no artists for the legend) into the command's output."""
+    import warnings
+
+    sc = tmp_path / "s.yaml"
+    sc.write_text("name: rej\nmodel: llama-3-8b\nhardware: {gpu: h100-sxm}\ncost: roofline\n"
+                  "vllm: {max-model-len: 1000}\nworkload:\n  arrivals: {process: poisson, "
+                  "rate: 2}\n  lengths: {prompt: {dist: fixed, value: 2000}, output: "
+                  "{dist: fixed, value: 100}}\n  num_requests: 20\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["sweep", str(sc), "--rates", "1,2", "--quiet", "--allow-rejections",
+                     "--workers", "1", "--out", str(tmp_path / "o")]) == 0
+    assert [str(w.message) for w in seen if issubclass(w.category, UserWarning)] == []
+    assert (tmp_path / "o" / "throughput_vs_rate.png").read_bytes().startswith(b"\x89PNG")
+    capsys.readouterr()

@@ -203,10 +203,13 @@ def throughput_vs_rate(grid: list[Row], path: Path) -> Curves:
     ax1.set_title("Throughput (solid) and goodput within per-request SLO (dashed)")
     ax2.set_ylabel("output tokens/s")
     ax2.set_title("Output token throughput")
+    # Every request rejected: no tokens to draw (and no legend for matplotlib to warn of).
+    _empty_note(ax2, "no request finished")
     for ax in (ax1, ax2):
         ax.set_xlabel("offered request rate (requests/s, whole cluster)")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     curves = _curves(fig)
     save_png(fig, path)

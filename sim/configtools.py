@@ -19,6 +19,7 @@ import typing
 from typing import Any, Literal, TypeGuard, TypeVar, Union, get_args, get_origin
 
 from sim.errors import ServesimError
+from sim.yamlload import HALF_CHARACTER
 
 # The scenario YAML loader lives in sim.yamlload; its parse_yaml was long imported from here.
 from sim.yamlload import parse_yaml as parse_yaml
@@ -50,9 +51,8 @@ def check_slo_seconds(slo: Any) -> None:
                                 f"{value / 1000:.15g} for {value:.15g} ms", where=key)
 
 
-# A \uD800-\uDFFF escape in JSON text, and the half character it leaves when unpaired.
+# A \uD800-\uDFFF escape in JSON text (its unpaired half is yamlload.HALF_CHARACTER).
 _HALF_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_HALF = re.compile("[\ud800-\udfff]")
 
 
 def half_character(text: str, doc: Any) -> str | None:
@@ -69,12 +69,12 @@ def half_character(text: str, doc: Any) -> str | None:
 
 def _half_in(value: Any, path: str) -> str | None:
     if isinstance(value, str):
-        return path if _HALF.search(value) else None
+        return path if HALF_CHARACTER.search(value) else None
     items = (value.items() if isinstance(value, dict)
              else enumerate(value) if isinstance(value, list) else ())
     for key, item in items:
         at = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
-        if isinstance(key, str) and _HALF.search(key):
+        if isinstance(key, str) and HALF_CHARACTER.search(key):
             return at
         found = _half_in(item, at)
         if found is not None:

@@ -148,7 +148,7 @@ class StrictConstructor(yaml.constructor.SafeConstructor):
         ``\\uDFFF`` escape in a double-quoted string is one half of a surrogate pair,
         which no UTF-8 output (a printed table, a report, a plot) can write."""
         text = super().construct_yaml_str(node)
-        bad = _SURROGATE.search(text)
+        bad = HALF_CHARACTER.search(text)
         if bad is not None:
             raise yaml.constructor.ConstructorError(
                 None, None, f"the escape \\u{ord(bad.group()):04x} is half of a UTF-16 "
@@ -166,7 +166,8 @@ class StrictConstructor(yaml.constructor.SafeConstructor):
 StrictConstructor.yaml_constructors = {
     **yaml.constructor.SafeConstructor.yaml_constructors,
     "tag:yaml.org,2002:str": StrictConstructor.construct_yaml_str}
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# Half of a UTF-16 surrogate pair: a code point no UTF-8 text holds (JSON readers too).
+HALF_CHARACTER = re.compile("[\ud800-\udfff]")
 
 
 class ScenarioLoader(StrictConstructor, yaml.SafeLoader):

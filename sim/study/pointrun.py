@@ -16,6 +16,7 @@ from sim.config.scenario import Scenario, from_dict
 from sim.configtools import is_number
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
+from sim.report.shapes import load_json
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import point_done, steady_stats
 from sim.study.sweeppoint import (
@@ -200,7 +201,7 @@ class PointCache:
             return None
         path = self.folder / f"{task.digest}.json"
         try:
-            data = json.loads(path.read_text(), parse_constant=_not_written)
+            data = load_json(path.read_text())  # NaN, Infinity: not what put writes
         except (OSError, ValueError):
             return None
         row = data.get("row") if isinstance(data, dict) else None
@@ -223,12 +224,6 @@ class PointCache:
 
 # Cached columns that count (requests, preemptions): never below zero.
 COUNTS = ("arrived", "finished", "rejected", "unfinished", "preemptions")
-
-
-def _not_written(name: str) -> float:
-    """``json.loads``' hook for NaN and infinities, which :meth:`PointCache.put` never
-    writes (``allow_nan=False``)."""
-    raise ValueError(name)
 
 
 @dataclass

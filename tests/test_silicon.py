@@ -350,3 +350,24 @@ def test_inferencex_mtp_runs_are_kept_out_with_their_reason(
         assert isinstance(plain, Case) and plain.model == "deepseek-r1"
     else:
         assert isinstance(got, Case) and got.model == "deepseek-r1"
+
+
+def test_a_run_exported_under_several_ids_counts_once_in_the_medians() -> None:
+    from sim.validate.siliconfit import summary
+
+    # One run, exported three times: two ids labelled DeepSeek-R1, one DeepSeek-V3, and a
+    # mean that differs in its last bit between exports. Two other runs beside it.
+    run = {"framework": "sglang", "version": "0.5.9", "dtype": "fp8-block", "gpu": "h200",
+           "tp": 8, "isl": 1024, "osl": 8192, "concurrency": 64, "split": "test",
+           "ttft_ms": 264.8804558055417, "tpot_ms": 15.855620048654977,
+           "ttft_err": 0.1, "tpot_err": 0.02}
+    copies = [{**run, "id": "a", "model": "deepseek-r1"},
+              {**run, "id": "b", "model": "deepseek-r1", "tpot_ms": 15.855620048654975},
+              {**run, "id": "c", "model": "deepseek-v3"}]
+    others = [{**run, "id": "d", "concurrency": 128, "ttft_err": -0.5, "tpot_err": 0.3},
+              {**run, "id": "e", "ttft_ms": 300.0, "ttft_err": 0.6, "tpot_err": -0.4}]
+    m = summary(copies + others)["sglang fp8"]["test"]
+    # Counted by row the median would be 0.1 (three of five); by run it is 0.5.
+    assert (m["ttft"]["rows"], m["ttft"]["runs"]) == (5, 3)
+    assert m["ttft"]["median"] == pytest.approx(0.5)
+    assert m["tpot"]["median"] == pytest.approx(0.3)

@@ -206,7 +206,9 @@ def _print(records: list[dict[str, Any]], stats: dict[str, Any], skipped: dict[s
     for fw, by in stats.items():
         for split, m in by.items():
             if m["ttft"]["rows"]:
-                print(f"{fw:<7} {split:<4} rows {m['ttft']['rows']:>3}: median |err| TTFT "
+                rows, runs = m["ttft"]["rows"], m["ttft"]["runs"]
+                counted = "" if runs == rows else f" ({runs} runs)"
+                print(f"{fw:<7} {split:<4} rows {rows:>3}{counted}: median |err| TTFT "
                       f"{_pct(m['ttft']['median'])}, TPOT {_pct(m['tpot']['median'])}; p90 "
                       f"TTFT {_pct(m['ttft']['p90'])}, TPOT {_pct(m['tpot']['p90'])}")
 

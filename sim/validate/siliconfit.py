@@ -249,12 +249,34 @@ def write_priors(path: Path, fitted: dict[str, tuple[Priors, int, str]],
                             where=f"--fit-priors {path}") from None
 
 
-def _stats(errs: list[float]) -> dict[str, float | int | None]:
-    e = np.abs(np.asarray(errs, dtype=float))
-    e = e[np.isfinite(e)]
-    if not e.size:
-        return {"rows": 0, "median": None, "p90": None}
-    return {"rows": int(e.size), "median": float(np.median(e)), "p90": float(np.percentile(e, 90))}
+# What makes two records one measured run: its setup and both measured means. The
+# model's name is not among them: InferenceX's exports label some DeepSeek runs R1 in
+# one file and V3 in another (one architecture, every figure equal to the last digit).
+RUN_FIELDS = ("framework", "version", "gpu", "tp", "ep", "dp", "isl", "osl", "concurrency",
+              "dtype", "expert_dtype", "qkv_dtype", "kv_dtype", "linear_layers", "ttft_ms",
+              "tpot_ms")
+
+
+def run_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """The measured run a record is of (:data:`RUN_FIELDS`): a CSV that exports one run
+    under several ids gives several records with one key. Times are compared to nine
+    significant digits, as exports of one run differ in the last bit of a mean."""
+    return tuple(float(f"{v:.9g}") if isinstance(v, float) else v
+                 for v in (record.get(k) for k in RUN_FIELDS))
+
+
+def _stats(records: list[dict[str, Any]], metric: str) -> dict[str, float | int | None]:
+    """``rows``: records with a finite ``<metric>_err``; median and p90 of |error| over
+    the distinct runs among them (``runs``, :func:`run_key`), so that a run exported
+    several times counts once."""
+    rows = [r for r in records if r[f"{metric}_err"] is not None
+            and np.isfinite(r[f"{metric}_err"])]
+    runs = {run_key(r): abs(r[f"{metric}_err"]) for r in reversed(rows)}  # the first kept
+    if not runs:
+        return {"rows": 0, "runs": 0, "median": None, "p90": None}
+    e = np.asarray(list(runs.values()), dtype=float)
+    return {"rows": len(rows), "runs": int(e.size), "median": float(np.median(e)),
+            "p90": float(np.percentile(e, 90))}
 
 
 def evaluate(cases: list[Case], priors: dict[str, Priors]) -> list[dict[str, Any]]:
@@ -318,11 +340,11 @@ def _kind(g: str) -> str:
 
 
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and p90 |relative error| by group (:func:`group`) and split, over all bf16
-    rows (``all``), all FP8 rows (``all fp8``), all of each 4-bit expert dtype, and the
-    rows served with expert parallelism (``expert parallel``) and those of them with
-    data-parallel attention (``data-parallel attention``), also counted in their
-    group)."""
+    """Median and p90 |relative error| by group (:func:`group`) and split, each measured
+    run once (:func:`run_key`), over all bf16 rows (``all``), all FP8 rows (``all fp8``),
+    all of each 4-bit expert dtype, and the rows served with expert parallelism
+    (``expert parallel``) and those of them with data-parallel attention
+    (``data-parallel attention``), also counted in their group)."""
     out: dict[str, Any] = {}
     groups = sorted({group(r) for r in records})
     wholes = ["all"] + [f"all {k}" for k in sorted({_kind(g) for g in groups} - {""})]
@@ -335,6 +357,5 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
                 group(r) == g or g.startswith("all") and _kind(group(r)) == _kind(g)
                 or g == "expert parallel" and r.get("ep", 1) > 1
                 or g == "data-parallel attention" and r.get("dp", 1) > 1)]
-            out.setdefault(g, {})[split] = {m: _stats([r[f"{m}_err"] for r in sel])
-                                            for m in ("ttft", "tpot")}
+            out.setdefault(g, {})[split] = {m: _stats(sel, m) for m in ("ttft", "tpot")}
     return out

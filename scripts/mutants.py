@@ -52,8 +52,8 @@ class Fault:
 
 FAULTS: tuple[Fault, ...] = (
     Fault("chunked-admits-after-preempting", "sim/policies/chunked.py",
-          "            state.requeue(victims)\n            return batch\n",
-          "            state.requeue(victims)\n",
+          "                return self.schedule(state)\n            return batch\n",
+          "                return self.schedule(state)\n",
           ("tests/test_chunked_preemption.py",),
           "vLLM v1 admits nothing in an iteration that preempted: a victim would walk "
           "straight back into the space it gave up"),

@@ -53,6 +53,27 @@ def test_lazy_decodes_equal_eager_on_random_workloads(
     assert_equivalent(lazy, eager)
 
 
+@settings(max_examples=int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 8),
+       st.lists(st.tuples(st.floats(0, 0.3), st.integers(1, 40), st.integers(1, 40),
+                          st.integers(0, 2)), min_size=2, max_size=14),
+       st.integers(8, 60), st.integers(2, 24))
+def test_lazy_decodes_equal_eager_under_priority_preemption(
+        block: int, rows: list[tuple], blocks: int, budget: int) -> None:
+    # chunked's priority policy may preempt a member of the decode aggregate (the
+    # largest class, latest arrival), so the aggregate decodes only in iterations that
+    # preempt nobody.
+    rows = sorted(rows)
+    sc = tiny_scenario(serving={"policy": "chunked", "block_size": block, "priority": True,
+                                "num_kv_blocks": blocks, "max_num_seqs": 5,
+                                **chunk_budget("chunked", max(budget, block))})
+    req = Requests(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                   np.array([r[2] for r in rows]), priority=np.array([r[3] for r in rows]))
+    lazy, eager = lazy_and_eager(sc, req)
+    assert_equivalent(lazy, eager)
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 @pytest.mark.parametrize("policy", [*LAZY_POLICIES, "disaggregated"])
 def test_shipped_scenarios_lazy_equal_eager(name: str, policy: str) -> None:

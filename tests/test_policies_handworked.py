@@ -189,6 +189,38 @@ def test_priority_orders_admission_then_arrival(policy):
     assert [s[3][0][0] for s in res.step_log if s[3][0][1] > 1] == [0, 1, 2]
 
 
+def test_chunked_priority_preempts_the_lowest_class_as_vllm_v1_does():
+    # 5 blocks of 4 tokens. L (class 1) prefills alone, then decodes beside H's (class 0)
+    # prefill: 3 + 2 blocks, the cache full. At 37 ms L's decode (context 9) fits its
+    # third block, but H's (context 8) needs a sixth: vLLM v1's priority policy preempts
+    # the running request of the largest class, latest arrival, L, though it was given
+    # its decode earlier in the same iteration: the decode is taken back and H decodes
+    # alone (10 + 1 ms). L comes back once H is done: 10 tokens, its first prompt block
+    # still cached (H's two new blocks evicted the other two), so 6 recomputed.
+    sc = tiny_scenario(serving={"policy": "chunked", "num_kv_blocks": 5, "priority": True})
+    res = _run_with_priority(sc, [0.0, 0.001], [8, 8], [6, 6], [1, 0])
+    assert steps(res) == [
+        (0, 0.0, 0.018, ((0, 8, 0),)),
+        (0, 0.018, 0.037, ((0, 1, 8), (1, 8, 0))),
+        (0, 0.037, 0.048, ((1, 1, 8),)),
+        (0, 0.048, 0.059, ((1, 1, 9),)),
+        (0, 0.059, 0.07, ((1, 1, 10),)),
+        (0, 0.07, 0.081, ((1, 1, 11),)),
+        (0, 0.081, 0.092, ((1, 1, 12),)),
+        (0, 0.092, 0.108, ((0, 6, 4),)),
+        (0, 0.108, 0.119, ((0, 1, 10),)),
+        (0, 0.119, 0.13, ((0, 1, 11),)),
+        (0, 0.13, 0.141, ((0, 1, 12),)),
+    ]
+    assert res.preemptions.tolist() == [1, 0]
+    np.testing.assert_allclose(res.finish, [0.141, 0.092], atol=1e-12)
+    # First come, first served, the newest running request (H) yields instead.
+    sc = tiny_scenario(serving={"policy": "chunked", "num_kv_blocks": 5})
+    res = _run_with_priority(sc, [0.0, 0.001], [8, 8], [6, 6], [1, 0])
+    assert steps(res)[2] == (0, 0.037, 0.048, ((0, 1, 9),))
+    assert res.preemptions.tolist() == [0, 1]
+
+
 # -- routers ------------------------------------------------------------------------
 def test_power_of_two_choices_picks_the_lighter_of_two():
     # With two replicas both are always sampled: it acts as least_outstanding.

@@ -35,11 +35,13 @@ class DecodeGroup(Protocol):
     # more with speculative decoding).
     emitted: int
 
-    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False) -> bool:
+    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False,
+                spare: int = 0) -> bool:
         """Take the blocks every member's next token needs, if the members are all of
         ``running`` (with ``prefix``: its leading entries) and the blocks fit without
-        preemption, and include the group in ``batch`` (when it has members); True when
-        they did."""
+        preemption with ``spare`` more left over (blocks the caller's other running
+        requests will take), and include the group in ``batch`` (when it has members);
+        True when they did."""
         ...
 
     def flush(self, running: list[Request]) -> None:

@@ -140,12 +140,13 @@ class DecodeSet:
         self.fresh = []
 
     # -- one iteration ------------------------------------------------------------------
-    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False) -> bool:
+    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False,
+                spare: int = 0) -> bool:
         """Decode every member this iteration if the members are all of ``running`` (or,
         with ``prefix``, its leading entries) and the blocks they need fit without
-        preemption (evicting cached prefixes if need be, as request by request): take
-        those blocks and include the set in ``batch`` (when it has members). False: the
-        caller must flush and decode request by request."""
+        preemption (evicting cached prefixes if need be, as request by request), ``spare``
+        more blocks besides: take those blocks and include the set in ``batch`` (when it
+        has members). False: the caller must flush and decode request by request."""
         n = self.n
         # Members join in running order and only non-members are admitted after them,
         # so they lead the list; checked at the seam, cheaply.
@@ -154,6 +155,8 @@ class DecodeSet:
             return False
         if n:
             need = self.phase[self.tick % self.bs]
+            if spare and not self.kv.can_allocate(need + spare):
+                return False
             if need and not self.kv.allocate_blocks(need):
                 return False
             batch.group = self

@@ -232,9 +232,11 @@ class SpecDecodeSet:
         self.fresh = []
 
     # -- one iteration ------------------------------------------------------------------
-    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False) -> bool:
+    def reserve(self, running: list[Request], batch: Batch, prefix: bool = False,
+                spare: int = 0) -> bool:
         """As :meth:`sim.core.decodeset.DecodeSet.reserve`: include every member's verify
-        in ``batch`` if the members lead ``running`` and their blocks fit."""
+        in ``batch`` if the members lead ``running`` and their blocks fit, ``spare`` more
+        besides."""
         n = self.n
         if n != len(running) and (not prefix or n > len(running) or running[n].sync >= 0
                                   or (n and running[n - 1].sync < 0)):
@@ -242,6 +244,11 @@ class SpecDecodeSet:
         if n:
             t = self.tick
             packed = self.sums.item(t - self.origin)
+            if spare:
+                need = 0 if self.reserved else \
+                    (packed >> SHIFT) - self.prev_held + self.fix.get(t, 0)
+                if not self.kv.can_allocate(need + spare):
+                    return False
             if not self.reserved:
                 need = (packed >> SHIFT) - self.prev_held + self.fix.pop(t, 0)
                 if need and not self.kv.allocate_blocks(need):

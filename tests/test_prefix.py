@@ -84,6 +84,27 @@ def test_concurrent_identical_prefixes_share_one_copy() -> None:
     assert rep.kv.used == 2
 
 
+def test_chunked_caches_blocks_as_it_schedules_them_as_vllm_v1_does() -> None:
+    # vLLM v1 caches a prompt's full blocks when it schedules them: B, admitted in the
+    # same pass as A with the same two hashes, hits the 8 tokens A computes in that very
+    # step and prefills only its last 4 (10 + 12 + 4 ms; 34 ms with both prompts whole).
+    _, res = run({"policy": "chunked"}, [0.0, 0.0], [12, 12], [2, 2], [[7, 8], [7, 8]])
+    assert steps(res) == [
+        (0, 0.0, 0.026, ((0, 12, 0), (1, 4, 8))),
+        (0, 0.026, 0.038, ((0, 1, 12), (1, 1, 12))),
+    ]
+    assert summarize(res)["prefix_cache"]["hit_tokens"] == 8
+    # A part-way through its prompt: its first 8-token chunk is cached as it is
+    # scheduled, so B, arriving during that step, hits it beside A's last chunk.
+    _, res = run({"policy": "chunked", "token_budget": 8}, [0.0, 0.005], [12, 12], [2, 2],
+                 [[7, 8], [7, 8]])
+    assert steps(res) == [
+        (0, 0.0, 0.018, ((0, 8, 0),)),
+        (0, 0.018, 0.036, ((0, 4, 8), (1, 4, 8))),
+        (0, 0.036, 0.048, ((0, 1, 12), (1, 1, 12))),
+    ]
+
+
 def test_unreferenced_entries_are_evicted_lru_when_space_is_needed() -> None:
     # 6 blocks. A caches [1, 2] (2 blocks), then B (no hashes in common, prompt 16 = 4
     # blocks + 1 to decode) needs 5: the LRU entry goes first, then the next.

@@ -45,6 +45,23 @@ class PrefixPublishing:
         assert pc is not None and r.hashes is not None
         self._publish(r, min(len(r.hashes), r.prompt // pc.hash_tokens))
 
+    def cache_scheduled(self, r: Request, tokens: int) -> None:
+        """vLLM v1 caches a request's full prompt blocks as it schedules them (its
+        KV-cache manager's ``allocate_slots``), before the step computes them: a request
+        admitted later in the same pass, or in a later step while ``r`` is part-way
+        through its prompt, hits them. ``r``'s entries within its first ``tokens`` tokens
+        (its computed tokens once the step ends) join the cache now. Without a GPU cache
+        (a host tier alone), for a Gated DeltaNet model's cache (whose states are kept
+        where a step ends) and with a write-through host tier (which copies computed
+        blocks), blocks are published after the step instead (:meth:`cache_computed`)."""
+        pc = self.prefix
+        if pc is None or not pc.retain or r.hashes is None or pc.state_pages or \
+                self.host.through:
+            return
+        full = min(len(r.hashes), min(tokens, r.prompt) // pc.hash_tokens)
+        if full > r.cached:
+            self._publish(r, full)
+
     def cache_computed(self, entries: Iterable[Request]) -> None:
         """After an iteration: the requests among ``entries`` whose prompts are now
         computed whole cache their prompt blocks (:meth:`cache_blocks`), whether or not

@@ -9,6 +9,8 @@ tokens. A replica's :class:`PrefixCache` maps hashes to reference counts:
   prompt's last token, whose logits are needed, as vLLM does);
 - when its prefill completes, the request's remaining full prompt blocks join the cache
   (an entry another request made meanwhile is shared instead, and the duplicate freed);
+  under vLLM v1's scheduler (``chunked``) they join as they are scheduled instead
+  (:meth:`~sim.core.kvmanager.KVCacheManager.cache_scheduled`);
 - entries no running request references stay cached, least recently used first out,
   and are evicted only when an allocation needs their blocks (down to the host tier,
   :mod:`sim.core.hosttier`, when ``serving.kv_offload`` gives one);

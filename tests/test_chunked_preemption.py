@@ -3,9 +3,10 @@
 The rules under test (sim/policies/chunked.py, as vLLM v1's scheduler has them): when a running
 request cannot grow, the newest running request not yet in this batch is preempted;
 when the request being scheduled is itself the newest, it is preempted (v1 does not
-shrink its chunk to the blocks it could still fill); and no waiting request is admitted
+shrink its chunk to the blocks it could still fill); no waiting request is admitted
 in an iteration that preempted, so a victim does not walk straight back into the space
-it just gave up.
+it just gave up; and from vLLM 0.19 a waiting request is admitted only when its whole
+sequence's blocks fit.
 
 Cost in every case: 10 ms per step + 1 ms per new token (linear), block size 4 (see
 conftest.tiny_scenario), token budget 8. Step log entries: (replica, start_s, end_s,
@@ -82,14 +83,17 @@ def test_newest_request_preempts_itself_rather_than_shrinking_its_chunk():
 
 
 def test_a_request_preempted_twice_while_an_older_one_grows():
-    # As above, but A runs longer (6 out). At 47 ms A (context 6, 2 blocks) decodes and
+    # vLLM before 0.19 (--no-scheduler-reserve-full-isl), which admits a request whose
+    # first chunk fits. As above, but A runs longer (6 out). At 47 ms A (context 6, 2
+    # blocks) decodes and
     # B is admitted again with a 7-token chunk (2 of the 3 free blocks): 18 ms. At 65 ms
     # A still fits its 2 blocks (context 7), but B's next 7 tokens need 4 blocks and 1
     # is free: B, the newest, is preempted a second time and A decodes alone (11 ms).
     # At 76 ms A takes its 3rd block (context 8) and B a fresh 7-token chunk (2 blocks);
     # A's 6th token finishes it at 94 ms. B computes its other 9 tokens (8 + 1), its
     # first token at 123 ms, and decodes once.
-    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 5})
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 5,
+                                "scheduler_reserve_full_isl": False})
     res = run_both_ways(sc, [0.0, 0.0], [4, 16], [6, 2])
     assert steps(res) == [
         (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
@@ -105,6 +109,37 @@ def test_a_request_preempted_twice_while_an_older_one_grows():
     assert res.preemptions.tolist() == [0, 2]
     np.testing.assert_allclose(res.first_token, [0.018, 0.123], atol=1e-12)
     np.testing.assert_allclose(res.finish, [0.094, 0.134], atol=1e-12)
+
+
+def test_from_vllm_0_19_a_request_waits_until_its_whole_prompt_fits():
+    # The same requests under vLLM's default from 0.19 (scheduler_reserve_full_isl): at
+    # 0 ms B's 16 tokens need 4 of the 4 blocks A leaves, so it is admitted; at 36 ms it
+    # preempts itself as above (a running request is not gated). From 47 ms A holds 2
+    # blocks and B's whole prompt needs 4 of the 3 free: B waits, and A decodes alone
+    # (11 ms a step) to its 6th token at 80 ms. B then prefills 8 + 8 tokens (18 ms
+    # each) and decodes once: preempted once, not twice, and done 7 ms sooner.
+    for serving in ({}, {"vllm_version": "0.19.0"}):
+        sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 5,
+                                    **serving})
+        res = run_both_ways(sc, [0.0, 0.0], [4, 16], [6, 2])
+        assert steps(res) == [
+            (0, 0.0, 0.018, ((0, 4, 0), (1, 4, 0))),
+            (0, 0.018, 0.036, ((0, 1, 4), (1, 7, 4))),
+            (0, 0.036, 0.047, ((0, 1, 5),)),
+            (0, 0.047, 0.058, ((0, 1, 6),)),
+            (0, 0.058, 0.069, ((0, 1, 7),)),
+            (0, 0.069, 0.08, ((0, 1, 8),)),
+            (0, 0.08, 0.098, ((1, 8, 0),)),
+            (0, 0.098, 0.116, ((1, 8, 8),)),
+            (0, 0.116, 0.127, ((1, 1, 16),)),
+        ]
+        assert res.preemptions.tolist() == [0, 1]
+        np.testing.assert_allclose(res.finish, [0.08, 0.127], atol=1e-12)
+    # A release before 0.19 admits on the first chunk (the test above).
+    sc = tiny_scenario(serving={**NO_CACHE, "token_budget": 8, "num_kv_blocks": 5,
+                                "vllm_version": "0.18.0"})
+    res = run_both_ways(sc, [0.0, 0.0], [4, 16], [6, 2])
+    assert res.preemptions.tolist() == [0, 2]
 
 
 def test_long_prefill_token_threshold_caps_each_request_per_iteration():

@@ -65,6 +65,9 @@ def test_negated_boolean_flags_as_vllm_config_files_write_them() -> None:
     assert on.serving.async_scheduling is True
     off = scenario({"no-async-scheduling": True, "no-enable-chunked-prefill": True})
     assert (off.serving.async_scheduling, off.serving.policy) == (False, "continuous")
+    gated = scenario({"no-scheduler-reserve-full-isl": True})
+    assert gated.serving.scheduler_reserve_full_isl is False
+    assert not gated.serving.reserves_full_isl and scenario({}).serving.reserves_full_isl
     with pytest.raises(ServesimError, match=r"vllm.no-async-scheduling: given twice \(as "
                                             r"'async-scheduling' and 'no-async-scheduling'\)"):
         scenario({"async-scheduling": True, "no-async-scheduling": False})

@@ -152,8 +152,10 @@ def scenario(run: tuple[Any, ...], release: str | None) -> dict[str, Any]:
         serving["vllm_version"] = release
     else:
         # 0.10.1.1, outside the modelled releases: its loop without async scheduling
-        # (vLLM's default from 0.14), as a release named before 0.14 runs.
+        # (vLLM's default from 0.14) and its admission on a first chunk (the whole
+        # sequence's gate came in 0.19), as a release named before 0.14 runs.
         serving["async_scheduling"] = False
+        serving["scheduler_reserve_full_isl"] = False
     if tokens is not None:
         serving["max_num_batched_tokens"] = tokens
     if blocks is not None:

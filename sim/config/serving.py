@@ -184,6 +184,10 @@ class ServingConfig:
     # 0.11 to 0.26). Unset: the release of the measured profile's kernel tables, else
     # vLLM 0.24.0.
     vllm_version: str | None = None
+    # vLLM's --scheduler-reserve-full-isl (from 0.19, on by default): a waiting request
+    # is admitted only when blocks for its whole sequence so far fit, not just its first
+    # chunk (policy chunked). Unset: on unless vllm_version is a release before 0.19.
+    scheduler_reserve_full_isl: bool | None = None
 
     def __post_init__(self) -> None:
         from sim.policies.registry import POLICIES
@@ -388,6 +392,16 @@ class ServingConfig:
         if self.token_budget is not None:
             return self.token_budget
         return self.max_num_batched_tokens
+
+    @property
+    def reserves_full_isl(self) -> bool:
+        """Whether admission under ``chunked`` needs the whole sequence's blocks free
+        (``scheduler_reserve_full_isl`` resolved by ``vllm_version``)."""
+        if self.scheduler_reserve_full_isl is not None:
+            return self.scheduler_reserve_full_isl
+        from sim.cost.vllmmemory import version_tuple
+
+        return self.vllm_version is None or version_tuple(self.vllm_version) >= (0, 19)
 
     @property
     def kv_watermark(self) -> float:

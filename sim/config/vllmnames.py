@@ -32,6 +32,7 @@ MAPPED: dict[str, tuple[str, str]] = {
     "performance_mode": ("serving", "performance_mode"),
     "kv_cache_memory_bytes": ("serving", "kv_cache_memory_bytes"),
     "disable_hybrid_kv_cache_manager": ("serving", "disable_hybrid_kv_cache_manager"),
+    "scheduler_reserve_full_isl": ("serving", "scheduler_reserve_full_isl"),
 }
 # Other spellings of a servesim key that count as setting it.
 SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
@@ -83,7 +84,7 @@ NEGATABLE = frozenset((
     "enable_lora", "enable_prompt_tokens_details", "enable_server_load_tracking",
     "enable_force_include_usage", "enable_request_id_headers",
     "disable_hybrid_kv_cache_manager", "enable_reasoning", "language_model_only",
-    "data_parallel_hybrid_lb", "data_parallel_external_lb",
+    "data_parallel_hybrid_lb", "data_parallel_external_lb", "scheduler_reserve_full_isl",
 ))
 # Flags that change nothing a simulation prices.
 NO_EFFECT = frozenset((

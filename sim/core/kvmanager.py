@@ -193,6 +193,21 @@ class KVCacheManager(PrefixPublishing):
                 return PrefixHit((k + j) * pc.hash_tokens, unref, j * pc.hash_tokens)
         return PrefixHit(k * pc.hash_tokens, unref)
 
+    def fits_whole(self, r: Request, hit: PrefixHit = NO_HIT, keep_watermark: bool = False
+                   ) -> bool:
+        """Whether the blocks of ``r``'s whole sequence so far (prompt and output, past
+        ``hit``) fit now, leaving the watermark free if asked: vLLM's admission gate from
+        0.19 (``--scheduler-reserve-full-isl``), which a first chunk's blocks alone do not
+        pass. Changes nothing."""
+        cached = hit.tokens
+        need = self.blocks_needed(r, r.prompt + r.generated - r.computed)
+        if cached:
+            need -= (cached - hit.loaded) // self.block_size
+        pc = self.prefix
+        free = self.total - self.used
+        avail = free + pc.evictable - hit.pinned if pc is not None else free
+        return avail - need >= (self.watermark if keep_watermark else 0)
+
     # -- allocation -------------------------------------------------------------------
     def allocate_slots(self, r: Request, num_new_tokens: int, hit: PrefixHit = NO_HIT,
                        lookahead_tokens: int = 0, keep_watermark: bool = False) -> int | None:

@@ -39,7 +39,9 @@ class Chunked:
     in the iteration giving its tokens back; when the request is its own victim no later
     running request is scheduled in that iteration (:func:`grow_by_priority`). No
     admission happens in an iteration that preempted (as vLLM v1), so a victim is not
-    re-admitted into the space it just gave up.
+    re-admitted into the space it just gave up; and from vLLM 0.19
+    (``scheduler_reserve_full_isl``) a waiting request is admitted only when the blocks of
+    its whole sequence so far fit.
     """
 
     # A request's running entry is a steady decode once its last chunk emitted, and
@@ -65,6 +67,8 @@ class Chunked:
         # admission, so it may be a member of the decode aggregate: the aggregate runs
         # only in iterations that preempt nobody (_after).
         self.priority = cfg.priority
+        # vLLM from 0.19 admits a request only when its whole sequence's blocks fit.
+        self.whole = cfg.reserves_full_isl
         # A Gated DeltaNet model's prefix cache (vLLM's align mode): prompt chunks end on
         # the block grid (grid_chunk); 0 otherwise.
         self.grid = (cfg.block_size if cfg.prefix_caching and cfg.linear_state_pool == "kv_cache"
@@ -158,7 +162,8 @@ class Chunked:
             if self.grid and not (n := grid_chunk(r, r.computed + hit.tokens, n, self.grid,
                                                   self.back)):
                 break
-            if kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
+            if self.whole and not kv.fits_whole(r, hit, keep_watermark=True) or \
+                    kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
                 break
             waiting.popleft()
             state.admit(r, hit)

@@ -55,7 +55,8 @@ def scenario_digest(scenario: Any) -> str:
                          ("serving", "async_scheduling"), ("hardware", "host_memory_gb"),
                          ("serving", "vllm_version"), ("serving", "linear_state_pool"),
                          ("serving", "kv_cache_memory_bytes"),
-                         ("serving", "cuda_graph_max_bs"), ("serving", "cuda_graph_max_tokens")):
+                         ("serving", "cuda_graph_max_bs"), ("serving", "cuda_graph_max_tokens"),
+                         ("serving", "scheduler_reserve_full_isl")):
         if fields[section].get(key) is None:
             fields[section].pop(key, None)
     # Keys added later, hashed only when they differ from their old, implicit value.

@@ -1,10 +1,10 @@
 """The simulation: requests arrive, a router spreads them over replicas, replicas iterate.
 
-Arrivals are delivered lazily: every event first hands the router all arrivals up to
-its own time (:meth:`Engine.dispatch`), before any replica changes state at that time.
-So an arrival at exactly an iteration boundary is visible to that boundary's
-scheduling decision, whatever order SimPy processes same-time events in, and a
-separate arrival timer runs only while some replica is idle and must be woken.
+Arrivals are delivered lazily: every event first hands the router all arrivals up to its
+own time (:meth:`Engine.dispatch`), before any replica changes state at that time. So an
+arrival at exactly an iteration boundary is visible to that boundary's scheduling
+decision, whatever order SimPy processes same-time events in, and a separate arrival
+timer runs only while some replica is idle and must be woken.
 
 A request arrives at the engine the frontend's request delay after its client sent it
 (sim/cost/frontend.py); arrivals are routed in (engine time, id) order. Closed-loop clients
@@ -129,6 +129,7 @@ class Engine(Outcomes):
         drop = sv.speculative is not None and sv.speculative.method in HEADS
         for rep in self.entry:  # retain false: a write-through host tier alone keeps them
             rep.kv.enable_prefix_caching(bs, bool(sv.prefix_caching), drop)
+            rep.kv.shares = requests.prefix_hashes is not None
         if requests.prefix_hashes is None:
             return None
         # KV blocks' hashes, as vLLM's: coarser trace hashes split, finer ones chained.
@@ -301,8 +302,7 @@ class Engine(Outcomes):
             self._timer_wait.succeed()
 
     def _arrival_timer(self) -> Any:
-        env = self.env
-        arrival = self._due
+        env, arrival = self.env, self._due
         n = len(arrival)
         while self._next < n:
             if self._idle == 0:

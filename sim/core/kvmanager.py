@@ -54,7 +54,7 @@ class KVCacheManager(PrefixPublishing):
 
     __slots__ = ("total", "block_size", "watermark", "used", "host", "prefix",
                  "admit_low_water", "pending_io", "window", "window_groups", "prompt_only",
-                 "states", "fixed", "snapshot")
+                 "states", "fixed", "snapshot", "shares")
 
     def __init__(self, total_blocks: int, block_size: int, watermark_blocks: int = 0,
                  swap_blocks: int = 0, offload: bool = False, window_blocks: int = 0,
@@ -87,6 +87,9 @@ class KVCacheManager(PrefixPublishing):
         # an iteration (stores of evicted entries and loads of hits).
         self.pending_io = 0
         self.prefix: PrefixCache | None = None
+        # Whether requests carry prefix hashes another request may hit (the engine sets
+        # it): only then is caching blocks as they are scheduled worth a look.
+        self.shares = False
         # The fewest available blocks an allocation keeping the watermark left behind.
         self.admit_low_water = total_blocks
 
@@ -193,29 +196,18 @@ class KVCacheManager(PrefixPublishing):
                 return PrefixHit((k + j) * pc.hash_tokens, unref, j * pc.hash_tokens)
         return PrefixHit(k * pc.hash_tokens, unref)
 
-    def fits_whole(self, r: Request, hit: PrefixHit = NO_HIT, keep_watermark: bool = False
-                   ) -> bool:
-        """Whether the blocks of ``r``'s whole sequence so far (prompt and output, past
-        ``hit``) fit now, leaving the watermark free if asked: vLLM's admission gate from
-        0.19 (``--scheduler-reserve-full-isl``), which a first chunk's blocks alone do not
-        pass. Changes nothing."""
-        cached = hit.tokens
-        need = self.blocks_needed(r, r.prompt + r.generated - r.computed)
-        if cached:
-            need -= (cached - hit.loaded) // self.block_size
-        pc = self.prefix
-        free = self.total - self.used
-        avail = free + pc.evictable - hit.pinned if pc is not None else free
-        return avail - need >= (self.watermark if keep_watermark else 0)
-
     # -- allocation -------------------------------------------------------------------
     def allocate_slots(self, r: Request, num_new_tokens: int, hit: PrefixHit = NO_HIT,
-                       lookahead_tokens: int = 0, keep_watermark: bool = False) -> int | None:
+                       lookahead_tokens: int = 0, keep_watermark: bool = False,
+                       full_sequence_must_fit: bool = False) -> int | None:
         """Give ``r`` the blocks its next ``num_new_tokens`` tokens (after ``hit.tokens``
         taken from the prefix cache, see :meth:`computed_tokens`) and ``lookahead_tokens``
         more need; returns the blocks newly taken (0 when it already holds them), or None
         when they do not fit (leaving the watermark free if asked), changing nothing.
-        Blocks of a hit's host part are among those taken: they are loaded into them."""
+        Blocks of a hit's host part are among those taken: they are loaded into them.
+        ``full_sequence_must_fit``: None unless the blocks of ``r``'s whole sequence so far
+        (prompt and output) would fit too, vLLM's admission gate from 0.19
+        (``--scheduler-reserve-full-isl``)."""
         cached = hit.tokens
         need = self.blocks_needed(r, cached + num_new_tokens + lookahead_tokens)
         if cached:
@@ -225,8 +217,15 @@ class KVCacheManager(PrefixPublishing):
         pc = self.prefix
         free = self.total - self.used
         avail = free + pc.evictable - hit.pinned if pc is not None else free
-        if avail - need < (self.watermark if keep_watermark else 0):
+        low = self.watermark if keep_watermark else 0
+        if avail - need < low:
             return None
+        if full_sequence_must_fit:
+            whole = self.blocks_needed(r, r.prompt + r.generated - r.computed)
+            if cached:
+                whole -= (cached - hit.loaded) // self.block_size
+            if avail - whole < low:
+                return None
         if cached:
             assert pc is not None and r.hashes is not None
             k = (cached - hit.loaded) // pc.hash_tokens

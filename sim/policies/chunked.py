@@ -96,12 +96,32 @@ class Chunked:
                 return self.schedule(state)
             return batch
         kv = state.kv
-        if kv.prefix is not None:
+        if kv.shares:
             # vLLM v1 caches a prompt's full blocks as it schedules them, so a request
             # admitted below may hit blocks another computes in this very step.
             for r, n in batch.items():
                 kv.cache_scheduled(r, r.computed + n)
-        return self._admit(state, batch, budget)
+        # Waiting requests in queue order, each with as much of its prompt as fits.
+        waiting = state.waiting
+        seqs = len(state.running) + state.in_flight
+        while waiting and budget > 0 and seqs < self.max_seqs:
+            r = waiting[0]
+            hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
+            n = min(r.prompt + r.generated - r.computed - hit.tokens, budget, self.cap)
+            if self.grid and not (n := grid_chunk(r, r.computed + hit.tokens, n, self.grid,
+                                                  self.back)):
+                break
+            if kv.allocate_slots(r, n, hit, keep_watermark=True,
+                                 full_sequence_must_fit=self.whole) is None:
+                break
+            waiting.popleft()
+            state.admit(r, hit)
+            if kv.shares:
+                kv.cache_scheduled(r, r.computed + n)
+            batch[r] = n
+            budget -= n
+            seqs += 1
+        return batch
 
     def _running(self, state: ReplicaState, batch: Batch, victims: list[Request]) -> int:
         """Give the running requests their decodes and chunks in ``batch``, preempting
@@ -148,31 +168,6 @@ class Chunked:
             budget -= n
             i += 1
         return budget
-
-    def _admit(self, state: ReplicaState, batch: Batch, budget: int) -> Batch:
-        """Admit waiting requests in queue order with as much of their prompts as
-        ``budget`` tokens allow, while their blocks and the sequence limit do."""
-        waiting = state.waiting
-        kv = state.kv
-        seqs = len(state.running) + state.in_flight
-        while waiting and budget > 0 and seqs < self.max_seqs:
-            r = waiting[0]
-            hit = kv.computed_tokens(r)  # leading tokens in the prefix cache
-            n = min(r.prompt + r.generated - r.computed - hit.tokens, budget, self.cap)
-            if self.grid and not (n := grid_chunk(r, r.computed + hit.tokens, n, self.grid,
-                                                  self.back)):
-                break
-            if self.whole and not kv.fits_whole(r, hit, keep_watermark=True) or \
-                    kv.allocate_slots(r, n, hit, keep_watermark=True) is None:
-                break
-            waiting.popleft()
-            state.admit(r, hit)
-            if kv.prefix is not None:
-                kv.cache_scheduled(r, r.computed + n)
-            batch[r] = n
-            budget -= n
-            seqs += 1
-        return batch
 
     def _after(self, state: ReplicaState, start: int, budget: int) -> int:
         """Blocks the running requests past the first ``start`` take this iteration,

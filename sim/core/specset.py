@@ -244,15 +244,15 @@ class SpecDecodeSet:
         if n:
             t = self.tick
             packed = self.sums.item(t - self.origin)
-            if spare:
-                need = 0 if self.reserved else \
-                    (packed >> SHIFT) - self.prev_held + self.fix.get(t, 0)
-                if not self.kv.can_allocate(need + spare):
-                    return False
             if not self.reserved:
-                need = (packed >> SHIFT) - self.prev_held + self.fix.pop(t, 0)
+                need = (packed >> SHIFT) - self.prev_held + self.fix.get(t, 0)
+                if spare and not self.kv.can_allocate(need + spare):
+                    return False
+                self.fix.pop(t, None)
                 if need and not self.kv.allocate_blocks(need):
                     return False
+            elif spare and not self.kv.can_allocate(spare):
+                return False
             # Nothing writes this tick's sums before the iteration ends (joins come after).
             self.now = packed
             batch.group = self

@@ -16,7 +16,11 @@ from sim.errors import ServesimError
 
 
 def resolve_model(preset: str | None, hf_config: Path | None) -> ModelSpec:
-    """The model named by ``--model`` or described by ``--hf-config`` (which wins)."""
+    """The model named by ``--model`` or described by ``--hf-config``; both at once is an
+    error (which of the two was meant?)."""
+    if hf_config is not None and preset is not None:
+        raise ServesimError(f"got --model {preset} as well: give --model PRESET or "
+                            "--hf-config FILE, not both", where="--hf-config")
     if hf_config is not None:
         return from_hf_config(hf_config)
     if preset is None:

@@ -12,6 +12,7 @@ twice (:func:`sim.yamlload.parse_yaml`). Nothing here touches the filesystem.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
@@ -19,7 +20,7 @@ import typing
 from typing import Any, Literal, TypeGuard, TypeVar, Union, get_args, get_origin
 
 from sim.errors import ServesimError
-from sim.yamlload import HALF_CHARACTER
+from sim.yamlload import HALF_CHARACTER, MAX_DIGITS, long_number
 
 # The scenario YAML loader lives in sim.yamlload; its parse_yaml was long imported from here.
 from sim.yamlload import parse_yaml as parse_yaml
@@ -105,6 +106,39 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKeyError(key)
         out[key] = value
     return out
+
+
+def _whole(text: str) -> int:
+    """``json.loads``' ``parse_int``: the number, or :class:`LongNumber` past
+    :data:`MAX_DIGITS` digits (Python refuses past 4,300 with an error naming no place)."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_DIGITS:
+        raise LongNumber(digits)
+    return int(text)
+
+
+class LongNumber(ValueError):
+    """A JSON text holds a whole number of ``digits`` digits, more than
+    :data:`MAX_DIGITS`."""
+
+    def __init__(self, digits: int):
+        super().__init__(digits)
+        self.digits = digits
+
+
+def load_json(text: str, unique: bool = True) -> Any:
+    """``text`` parsed as JSON, refusing (with :class:`DuplicateKeyError`, unless not
+    ``unique``) a key given twice, and a whole number of more than :data:`MAX_DIGITS`
+    digits as a ``json.JSONDecodeError`` at that number's place, so every reader reports
+    it as it reports other bad JSON."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys if unique else None,
+                          parse_int=_whole)
+    except LongNumber as exc:
+        digits = exc.digits
+        pos = next((m.start() for m in re.finditer(r"[0-9]+", text)
+                    if m.end() - m.start() == digits), 0)
+        raise json.JSONDecodeError(long_number(digits), text, pos) from None
 
 
 def is_number(x: object) -> TypeGuard[int | float]:

@@ -85,8 +85,24 @@ YAML12_FLOAT = re.compile(
     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
 
+# The most digits a whole number servesim reads may have, in YAML and in JSON: no count,
+# seed, hash or time needs more than 2**63 (19 digits), Python reads none past 4,300, and
+# past 308 one no longer converts to a float. A longer literal is a slip.
+MAX_DIGITS = 100
+
+
+def long_number(digits: int) -> str:
+    """The problem with a whole number of ``digits`` digits (past :data:`MAX_DIGITS`)."""
+    return (f"a whole number of {digits:,} digits; no value servesim reads needs more "
+            f"than {MAX_DIGITS}")
+
+
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     text = str(loader.construct_scalar(node)).replace("_", "")
+    digits = len(text.lstrip("+-"))
+    if digits > MAX_DIGITS:
+        raise yaml.constructor.ConstructorError(None, None, long_number(digits),
+                                                node.start_mark)
     if text.startswith(("0o", "0x")):
         return int(text[2:], 8 if text[1] == "o" else 16)
     return int(text)

@@ -145,3 +145,10 @@ def test_bad_hf_config_is_one_clear_line(tmp_path: Path, cfg: object, match: str
 def test_unknown_preset() -> None:
     with pytest.raises(ServesimError, match="unknown model preset 'llama-9'.*tiny"):
         resolve_model("llama-9", None)
+
+
+def test_a_preset_and_a_config_at_once_are_refused(tmp_path: Path) -> None:
+    """--hf-config had won and --model been dropped without a word."""
+    with pytest.raises(ServesimError, match=r"--hf-config: got --model tiny as well: give "
+                                            r"--model PRESET or --hf-config FILE, not both"):
+        resolve_model("tiny", tmp_path / "config.json")

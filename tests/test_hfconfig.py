@@ -199,3 +199,37 @@ def test_kv_heads_that_do_not_divide_the_heads_are_named_by_the_files_key(
     assert str(err.value) == (f"{path}: num_key_value_heads: got {kv}: num_attention_heads "
                               f"{QWEN3['num_attention_heads']} is not a multiple of it (each "
                               "KV head serves an equal group of query heads)")
+
+
+def test_a_whole_number_of_more_than_100_digits_is_bad_json(tmp_path: Path) -> None:
+    """Unused keys too: Python refuses to read a 5,000-digit integer with an error that
+    names no place, and a 400-digit one does not convert to a float."""
+    for key, digits in (("num_hidden_layers", 400), ("unused_key", 5000)):
+        path = write(tmp_path, QWEN3)
+        path.write_text(path.read_text()[:-1] + f', "{key}": {"7" * digits}}}')
+        with pytest.raises(ServesimError, match=rf"config.json: not valid JSON: a whole "
+                                                rf"number of {digits:,} digits; no value "
+                                                r"servesim reads needs more than 100"):
+            from_hf_config(path)
+
+
+@pytest.mark.parametrize(("quant", "where", "got"), [
+    ({"kv_cache_quant_algo": "NVFP4"}, "kv_cache_quant_algo", "'NVFP4'"),
+    ({"kv_cache_quant_algo": "int8"}, "kv_cache_quant_algo", "'int8'"),
+    ({"kv_cache_scheme": {"type": "int", "num_bits": 8}}, "kv_cache_scheme",
+     "\"{'type': 'int', 'num_bits': 8}\""),
+])
+def test_a_kv_cache_other_than_fp8_is_refused(tmp_path: Path, quant: dict[str, object],
+                                              where: str, got: str) -> None:
+    """A checkpoint's calibrated KV cache is FP8 or none: any other had been priced as a
+    16-bit cache without a word."""
+    base = {"quant_method": "modelopt", "quant_algo": "FP8"}
+    ok = from_hf_config(write(tmp_path, {**QWEN3, "quantization_config": {
+        **base, "kv_cache_quant_algo": "FP8"}}))
+    assert ok.kv_dtype == "fp8"
+    plain = from_hf_config(write(tmp_path, {**QWEN3, "quantization_config": {
+        **base, "kv_cache_quant_algo": None}}))
+    assert plain.kv_dtype != "fp8"
+    with pytest.raises(ServesimError, match=rf"quantization_config\.{where}: got {got}; "
+                                            r"servesim models a checkpoint's FP8 KV cache"):
+        from_hf_config(write(tmp_path, {**QWEN3, "quantization_config": {**base, **quant}}))

@@ -404,6 +404,10 @@ def test_percentiles_keep_their_digits() -> None:
     with pytest.raises(ServesimError, match=r"percentile 99\.99999999 is given as "
                                             r"99\.999999991 and 99\.999999994, which round"):
         parse_percentiles("99.999999991,99.999999994")
+    # One past ten digits would head its column as another percentile.
+    with pytest.raises(ServesimError, match=r"percentile 99\.9999999999999 has more than 10 "
+                                            r"significant digits and would be labelled p100"):
+        parse_percentiles("50,99.9999999999999")
 
 
 def test_a_refused_run_is_reported_as_refused(tmp_path: Path, capsys: Any) -> None:

@@ -266,6 +266,29 @@ def test_fewer_gaps_than_tokens_read_and_are_noted() -> None:
     assert not any("chunk" in n for n in vllm_results.parse(VALID, "<t>").notes)
 
 
+def test_more_gaps_than_tokens_are_refused() -> None:
+    """A chunk carries at least one token: up to one gap a token reads (the chat
+    endpoint's role-only first chunk gives output, not output - 1), one more is refused."""
+    run = vllm_results.parse(changed(itls__0=[0.01] * 5), "<t>")
+    assert "request 0: 5 gaps for 5 tokens" in " ".join(run.notes)
+    with pytest.raises(ServesimError, match=r"<t>: itls\[0\]: 6 gaps for 5 output tokens "
+                                            r"\(output_lens\[0\]\); a streamed chunk carries "
+                                            r"at least one token"):
+        vllm_results.parse(changed(itls__0=[0.01] * 6), "<t>")
+
+
+def test_a_whole_number_of_more_than_100_digits_is_bad_json(tmp_path: Path) -> None:
+    """Python reads no integer past 4,300 digits (a ValueError naming no place) and none
+    past 308 converts to a float (an OverflowError): refused as bad JSON, with its place."""
+    for digits in (101, 400, 5000):
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps(VALID).replace('"ttfts": [0.15', f'"ttfts": [{"9" * digits}'))
+        with pytest.raises(ServesimError, match=rf"not valid JSON: a whole number of "
+                                                rf"{digits:,} digits; no value servesim reads "
+                                                r"needs more than 100: line 1 column \d+"):
+            vllm_results.load(path)
+
+
 def _cli(tmp_path: Path, data: dict[str, Any]) -> tuple[int, Path]:
     result = tmp_path / "result.json"
     result.write_text(json.dumps(data))

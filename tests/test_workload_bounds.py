@@ -49,6 +49,9 @@ CASES = [
       "stages": [{"rate": 1e20, "duration_s": 1}]},
      r"workload\.stages\[0\]\.rate: rate 1e\+20 req/s from 0 to 1 s would send about "
      r"1e\+20 requests, more than any run holds"),
+    ({"arrivals": {"process": "poisson"}, "lengths": LENGTHS,
+      "stages": [{"rate": 1, "duration_s": 1e-300}]},
+     r"workload\.stages\[0\]\.duration_s: got 1e-300, must be at least 0\.001"),
     ({"concurrency": 2, "think_time_s": 1e308, "lengths": LENGTHS, "num_requests": 4},
      r"workload\.think_time_s: got 1e\+308, must be less than 1e\+09"),
 ]
@@ -172,3 +175,46 @@ def test_an_empty_workload_says_what_left_it_empty(tmp_path: Path, capsys: Any) 
     assert err.startswith(f"servesim: error: {tmp_path}/s.yaml: workload: the workload sent "
                           "no request (target_rate 0.01 req/s: no request arrives before "
                           "duration_s): raise num_requests, duration_s or the rate"), err
+
+
+def test_a_whole_number_of_more_than_100_digits_is_refused_where_it_is_written(
+        tmp_path: Path, capsys: Any) -> None:
+    """A 400-digit rate had ended in an OverflowError (no float holds it), a 5,000-digit
+    seed in Python's ValueError for integers past 4,300 digits: tracebacks both."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"model": "tiny", "cost": COST, "workload": {
+        "arrivals": {"process": "poisson", "rate": 5}, "lengths": LENGTHS,
+        "num_requests": 4}}).replace("rate: 5", "rate: 1" + "0" * 400))
+    assert main(["simulate", str(path), "--quiet", "--no-plots", "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"servesim: error: {path}: line \d+: invalid YAML: a whole number "
+                        r"of 401 digits; no value servesim reads needs more than 100\n", err), err
+    assert run(tmp_path, {"arrivals": {"process": "poisson", "rate": 5}, "lengths": LENGTHS,
+                          "num_requests": 4}, "--set", "workload.seed=" + "9" * 5000) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 400, err
+    assert "workload.seed: cannot parse value '999" in err
+    assert "a whole number of 5,000 digits; no value servesim reads needs more than 100" in err
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 16, "output_length": 2})
+                     + "\n" + '{"timestamp": ' + "9" * 400 + ', "input_length": 16, '
+                     '"output_length": 2}\n')
+    assert run(tmp_path, {"trace": {"path": str(trace), "format": "mooncake"}}) == 2
+    err = capsys.readouterr().err
+    assert f"{trace}: line 2: not a JSON object (a whole number of 400 digits" in err, err
+    # A hundred digits still read, and meet the key's own rule.
+    assert run(tmp_path, {"arrivals": {"process": "poisson", "rate": 5}, "lengths": LENGTHS,
+                          "num_requests": 4, "seed": int("9" * 100)}) == 2
+    assert "workload.seed: got 999" in capsys.readouterr().err
+
+
+def test_trace_tools_refuse_a_span_no_run_reads(tmp_path: Path, capsys: Any) -> None:
+    """simulate refuses arrivals past 1e9 s; trace stats had printed a 300-digit span."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n1e300,20,2\n")
+    assert main(["trace", "stats", str(trace)]) == 2
+    assert capsys.readouterr().err == (f"servesim: error: {trace}: arrival times span 1e+300 "
+                                       "s, past the 1e+09 s (31 years) a run reads\n")
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n999999999,20,2\n")
+    assert main(["trace", "stats", str(trace)]) == 0

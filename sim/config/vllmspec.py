@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sim.configtools import DuplicateKeyError, unique_keys
+from sim.configtools import DuplicateKeyError, load_json
 from sim.errors import ServesimError
 
 # vLLM's method -> servesim's (names ending in "mtp" are matched apart).
@@ -40,7 +40,7 @@ def json_object(value: Any, where: str, expected: str) -> dict[str, Any]:
     takes; anything else is refused, naming ``where`` and the keys ``expected``."""
     if isinstance(value, str):
         try:
-            value = json.loads(value, object_pairs_hook=unique_keys)
+            value = load_json(value)
         except json.JSONDecodeError as e:
             raise ServesimError(f"not a JSON object ({e.msg} at character {e.pos}): "
                                 f"{value!r}", where=where) from None

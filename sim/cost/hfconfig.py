@@ -31,8 +31,8 @@ from typing import Any
 from sim.configtools import (
     DuplicateKeyError,
     is_number,
+    load_json,
     refuse_half_character,
-    unique_keys,
     whole_count,
 )
 from sim.cost.hffamilies import (
@@ -98,7 +98,7 @@ def _read(path: Path, overrides: dict[str, Any] | None = None
     src = str(path) if overrides is None else f"{path} with hf_overrides"
     text = read_text(path, "HuggingFace config.json")
     try:
-        cfg = json.loads(text, object_pairs_hook=unique_keys)
+        cfg = load_json(text)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"not valid JSON: {exc}", source=src) from None
     except RecursionError:
@@ -196,7 +196,7 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
     # The dtypes a checkpoint sets apart: its QKV projections' and its KV cache's.
     kept_apart: dict[str, Any] = ({"qkv_dtype": plain} if kept == "qkv" and plain != dtype
                                   else {})
-    if checkpoint_fp8_kv(cfg.get("quantization_config")):
+    if checkpoint_fp8_kv(cfg.get("quantization_config"), src):
         kept_apart["kv_dtype"] = "fp8"
     layers = count("num_hidden_layers", least=1)
     attention = attention_fields(cfg, family, layers, src)

@@ -75,19 +75,32 @@ def unquantised_attention(quant: Any, src: str) -> str:
     return "qkv"
 
 
-def checkpoint_fp8_kv(quant: Any) -> bool:
+def checkpoint_fp8_kv(quant: Any, src: str = "") -> bool:
     """Whether a ``quantization_config`` calibrates an FP8 KV cache: ModelOpt's
     ``kv_cache_quant_algo: FP8``, or an 8-bit float ``kv_cache_scheme`` (compressed-tensors,
     and ModelOpt exports in its layout). vLLM's ``--kv-cache-dtype auto`` takes the
     checkpoint's FP8 cache since vllm-project/vllm PR 29980 (December 2025); before, auto
-    meant the activations' dtype."""
+    meant the activations' dtype. Any other cache a checkpoint names (an NVFP4 or int8
+    one) is an error naming the key, where it would otherwise be priced as 16-bit unsaid."""
     if not isinstance(quant, dict):
         return False
-    if str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8":
+    where = "quantization_config"
+    algo = quant.get("kv_cache_quant_algo")
+    if algo is not None and str(algo).upper() not in ("FP8", "", "NONE"):
+        raise ServesimError(f"got {algo!r}; servesim models a checkpoint's FP8 KV cache "
+                            "(FP8) or none (null)", source=src,
+                            where=f"{where}.kv_cache_quant_algo")
+    if str(algo or "").upper() == "FP8":
         return True
     scheme = quant.get("kv_cache_scheme")
-    return isinstance(scheme, dict) and scheme.get("type") == "float" and \
-        scheme.get("num_bits") == 8
+    if scheme is None:
+        return False
+    if isinstance(scheme, dict) and scheme.get("type") == "float" and \
+            scheme.get("num_bits") == 8:
+        return True
+    raise ServesimError(f"got {str(scheme)[:80]!r}; servesim models a checkpoint's FP8 KV "
+                        "cache ({'type': 'float', 'num_bits': 8}) or none (null)",
+                        source=src, where=f"{where}.kv_cache_scheme")
 
 
 def weights_dtype(quant: Any, src: str) -> str | None:

@@ -58,6 +58,13 @@ def parse_percentiles(text: str, flag: str = "--percentiles") -> tuple[float, ..
                f"is given as {' and '.join(same)}, which round to the same label (10 "
                "significant digits)")
         raise ServesimError(f"{flag} {text}: percentile {twice[1:]} {why}; expected {allowed}")
+    blurred = next((v for v, k in zip(vals, keys, strict=True) if float(k[1:]) != v), None)
+    if blurred is not None:
+        # Its column and summary.json key would name another percentile (p100 for
+        # 99.9999999999999).
+        raise ServesimError(f"{flag} {text}: percentile {blurred!r} has more than 10 "
+                            f"significant digits and would be labelled {stat_key(blurred)}; "
+                            f"expected {allowed}")
     return tuple(sorted(vals))
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.cliargs import ArgParser
-from sim.configtools import refuse_half_character
+from sim.configtools import load_json, refuse_half_character
 from sim.core.engine import build_cost
 from sim.errors import ServesimError
 from sim.files import read_text
@@ -122,7 +122,7 @@ def _replay_main(argv: list[str]) -> int:
         for f in a.replay:
             text = read_text(f, "replay")
             try:
-                record = json.loads(text)
+                record = load_json(text, unique=False)
             except json.JSONDecodeError as exc:
                 raise ServesimError(f"cannot read replay: {exc}", source=str(f)) from None
             refuse_half_character(text, record, str(f))

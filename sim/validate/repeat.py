@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.cliargs import ArgParser
-from sim.configtools import refuse_half_character
+from sim.configtools import load_json, refuse_half_character
 from sim.core.engine import RunResult
 from sim.errors import ServesimError
 from sim.files import read_text, shown
@@ -55,7 +55,7 @@ def load_record(path: Path) -> Any:
     unreadable files are errors."""
     text = read_text(path, "replay")
     try:
-        record = json.loads(text)
+        record = load_json(text, unique=False)
     except json.JSONDecodeError as exc:
         raise ServesimError(f"cannot read replay: {exc}", source=str(path)) from None
     refuse_half_character(text, record, str(path))

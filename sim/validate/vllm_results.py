@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import DuplicateKeyError, is_number, refuse_half_character, unique_keys
+from sim.configtools import DuplicateKeyError, is_number, load_json, refuse_half_character
 from sim.errors import ServesimError
 from sim.files import read_text, too_deep
 from sim.validate import vllmclient, vllmfields
@@ -158,6 +158,14 @@ def parse(data: Any, source: str, seed: int = 0) -> VllmRun:
     # tokens (speculative decoding, a server stream interval) gives fewer, the chat
     # endpoint's role-only first chunk one more. Kept as vLLM's ITL, and said.
     done = [int(i) for i in np.flatnonzero(~failed)]
+    over = next((i for i in done if len(itls[i]) > output[i]), None)
+    if over is not None:
+        # A chunk carries at least one token: more gaps than tokens is no run's record.
+        raise ServesimError(f"{len(itls[over])} gaps for {output[over]} output tokens "
+                            f"(output_lens[{over}]); a streamed chunk carries at least one "
+                            "token, so at most one gap a token (the chat endpoint's "
+                            "role-only first chunk included)", source=source,
+                            where=f"itls[{over}]")
     off = [i for i in done if len(itls[i]) != output[i] - 1]
     if off:
         k = off[0]
@@ -298,7 +306,7 @@ def load(path: str | Path, seed: int = 0) -> VllmRun:
     p = Path(path)
     text = read_text(p, "vLLM benchmark result")
     try:
-        data = json.loads(text, object_pairs_hook=unique_keys)
+        data = load_json(text)
     except DuplicateKeyError as exc:
         raise ServesimError(f"an object names {exc} twice", source=str(p)) from None
     except json.JSONDecodeError as exc:

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from sim.cliargs import ArgParser, int_arg
+from sim.configtools import MAX_TIME_S
 from sim.errors import ServesimError
 from sim.files import check_name_length
 from sim.workload.traces import FORMATS, Trace, find_trace, load_trace
@@ -112,7 +113,14 @@ def _load(args: argparse.Namespace) -> Trace:
     if args.spread:
         opts["spread"] = True
         rng = np.random.default_rng(args.seed or 0)
-    return load_trace(path, args.format, sort=args.sort, rng=rng, **opts)
+    trace = load_trace(path, args.format, sort=args.sort, rng=rng, **opts)
+    t = trace.arrival_s
+    span = float(np.ptp(t)) if t is not None and len(t) else 0.0
+    if not span < MAX_TIME_S:
+        # simulate refuses such a trace; its statistics and plot would be of no run.
+        raise ServesimError(f"arrival times span {span:.3g} s, past the "
+                            f"{MAX_TIME_S:.0e} s (31 years) a run reads", source=str(path))
+    return trace
 
 
 def main(argv: list[str]) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.configtools import MAX_TIME_S, DuplicateKeyError, unique_keys
+from sim.configtools import MAX_TIME_S, DuplicateKeyError, load_json
 from sim.errors import ServesimError
 from sim.workload import traceio
 from sim.workload.traceio import (
@@ -334,7 +334,7 @@ def read_mooncake(path: Path, src: str, opts: dict[str, Any], dropped: Counter[s
                 if not text.strip():
                     continue
                 try:
-                    rec = json.loads(text, object_pairs_hook=unique_keys)
+                    rec = load_json(text)
                 except DuplicateKeyError as exc:
                     raise line_error(src, i, f"names {exc} twice") from None
                 except json.JSONDecodeError as exc:

@@ -33,12 +33,18 @@ if TYPE_CHECKING:
     from sim.workload.requests import WorkloadConfig
 
 
+# The shortest stage (s).
+MIN_STAGE_S = 1e-3
+
+
 @dataclass(frozen=True)
 class StageConfig:
     """One stage: ``rate`` requests per second for ``duration_s`` seconds."""
 
     rate: float = bounded(gt=0)
-    duration_s: float = bounded(gt=0)
+    # A stage shorter than a millisecond holds a request or none: its offered rate would
+    # be that request over a sliver of time, no load a server sees.
+    duration_s: float = bounded(ge=MIN_STAGE_S)
 
 
 def windows(stages: Sequence[StageConfig], start_s: float) -> tuple[tuple[float, float], ...]:

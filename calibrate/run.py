@@ -27,13 +27,20 @@ from calibrate.grids import (
     whole_step_points,
 )
 from calibrate.host import LoopTerms, time_loop_terms
-from calibrate.model import kv_cache_bytes
+from calibrate.model import build_decoder, kv_cache_bytes
 from calibrate.output import staging_path, write_csv, write_meta
 from calibrate.progress import bar as progress_bar
 from calibrate.records import Measurement
 from calibrate.rounds import time_in_rounds
 from calibrate.sweeps import Bench, step_cache_size
-from calibrate.timing import Timer, TimingConfig, device_info, keep_host_memory, pin_cores
+from calibrate.timing import (
+    Timer,
+    TimingConfig,
+    device_info,
+    host_memory_available,
+    keep_host_memory,
+    pin_cores,
+)
 from sim.cost.gpus import GPUS, gpu_of_device
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
@@ -82,6 +89,35 @@ def _validation_layers(model: ModelSpec, layer_bytes: float, device: torch.devic
     else:
         room = 4e9  # keep CPU runs modest whatever the host has
     return max(1, min(model.layers, int(room // max(layer_bytes, 1.0))))
+
+
+# The share of the host's available memory a CPU calibration may plan to take: the rest
+# is for the operators' inputs and outputs, the fit, and whatever else the host runs.
+HOST_SHARE = 0.8
+
+
+def check_host_memory(model: ModelSpec, tp: int, dtype: str, step_layers: int,
+                      layer_bytes: float, room: float | None) -> None:
+    """On a CPU, refuse a model whose two copies (the operators' one-layer model and the
+    whole steps' ``step_layers``-deep one, each with its embedding and LM head, the
+    latter's layers ``layer_bytes`` each with their KV caches) would not fit the host's
+    available memory: building them had run the host out of memory (a traceback, or
+    the kernel killing the process) after the budget was long spent. ``room``: the
+    host's available bytes (:func:`calibrate.timing.host_memory_available`; None: not
+    known, nothing is checked)."""
+    if room is None:
+        return
+    meta = build_decoder(shard(model, tp), 1, 1, dtype, torch.device("meta"))
+    whole = sum(p.numel() * p.element_size() for p in meta.parameters())
+    layer = sum(p.numel() * p.element_size() for p in meta.layers[0].parameters())
+    need = 2 * (whole - layer) + layer + step_layers * layer_bytes
+    if need > HOST_SHARE * room:
+        raise ServesimError(
+            f"{model.name} in {dtype} needs about {need / 2**30:.1f} GiB of host memory to "
+            f"calibrate on the CPU (its embedding and LM head twice, and {step_layers + 1} "
+            f"layer(s) with their KV caches), more than {HOST_SHARE:.0%} of the "
+            f"{room / 2**30:.1f} GiB available; calibrate it on a GPU (--device cuda), or "
+            "a smaller model on the CPU")
 
 
 def _step_layer_bytes(model: ModelSpec, tp: int, step_points: list[Point]) -> float:
@@ -243,8 +279,19 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
     timer = Timer(device, _timing(cfg.quick))
     step_points = whole_step_points(model, grid)
     with torch.inference_mode():
-        layers = _validation_layers(model, _step_layer_bytes(model, cfg.tp, step_points), device)
-        bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
+        layer_bytes = _step_layer_bytes(model, cfg.tp, step_points)
+        layers = _validation_layers(model, layer_bytes, device)
+        if device.type == "cpu":
+            check_host_memory(model, cfg.tp, dtype, layers, layer_bytes,
+                              host_memory_available())
+        try:
+            bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise ServesimError(f"out of memory building {model.name} in {dtype} on "
+                                f"{device.type}; calibrate a smaller model, or on a larger "
+                                "device") from None
         csv_path = staging_path(cfg.out)
         # The settings first, so that whatever the CSV ends up holding can be refitted.
         so_far = Measured(model, info, gpu_key, layers, grid.table_max, [], [], notes=notes)

@@ -33,6 +33,19 @@ _MMAP_MAX = 32 * 2**20      # glibc's ceiling for the mmap threshold on 64-bit h
 _TRIM_NEVER = 2**30
 
 
+def host_memory_available() -> float | None:
+    """Bytes of host memory a new allocation can take now (Linux's ``MemAvailable``), None
+    where the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def keep_host_memory() -> bool:
     """Make glibc keep freed memory for reuse (as a caching allocator would); True if set.
 

@@ -152,3 +152,20 @@ def test_a_preset_and_a_config_at_once_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ServesimError, match=r"--hf-config: got --model tiny as well: give "
                                             r"--model PRESET or --hf-config FILE, not both"):
         resolve_model("tiny", tmp_path / "config.json")
+
+
+def test_a_model_too_large_for_the_hosts_memory_is_refused_before_it_is_built() -> None:
+    """llama-3-70b in fp32 on a CPU had been built anyway: the host ran out of memory (a
+    traceback from the allocator, or the kernel killing the process) long after the
+    budget was spent. Its embedding and LM head alone are 4.2 GB each."""
+    from calibrate.run import check_host_memory
+
+    big = MODELS["llama-3-70b"]
+    with pytest.raises(ServesimError, match=r"llama-3-70b in fp32 needs about 2[0-9]\.\d GiB "
+                                            r"of host memory to calibrate on the CPU .* more "
+                                            r"than 80% of the 22\.0 GiB available; calibrate "
+                                            r"it on a GPU"):
+        check_host_memory(big, 1, "fp32", 1, 3.6e9, 22.0 * 2**30)
+    check_host_memory(big, 1, "fp32", 1, 3.6e9, 64.0 * 2**30)  # room enough
+    check_host_memory(big, 1, "fp32", 1, 3.6e9, None)  # the host does not say
+    check_host_memory(MODELS["tiny"], 1, "fp32", 2, 1e6, 1.0 * 2**30)

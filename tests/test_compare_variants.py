@@ -125,3 +125,19 @@ def test_variants_of_other_models_are_titled_so(scenario, tmp_path):
     doc = (out / "report.md").read_text()
     assert doc.startswith("# var: several models in 2 variants (llama, mistral)")
     assert "**several models in 2 variants of the scenario on the same 120 requests" in doc
+
+
+def test_a_variant_its_cost_model_refuses_is_named(tmp_path, capsys):
+    """A profile of another tp is refused when the variant's run prices it, after loading:
+    the error had not said which variant."""
+    from pathlib import Path
+
+    profile = Path(__file__).resolve().parents[1] / "sim/data/profiles/" \
+        "h100-sxm-llama-3-8b-tp1-vllm.yaml"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "cost": {"profile": str(profile)}}))
+    assert main(["compare", str(path), "--no-plots", "--out", str(tmp_path / "out"),
+                 "--variant", "one", "--variant", "wide", "hardware.tp=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error: ") and "variant wide: " in err, err
+    assert err.count("\n") == 1, err

@@ -335,5 +335,5 @@ def test_what_is_not_built_or_run_is_one_line(tmp_path: Path,
     assert main(["profile", "build", "--model", "qwen3-32b", "--dtype", "int4", "--gpu",
                  "b200", "--out", str(tmp_path / "p.yaml")]) == 2
     assert capsys.readouterr().err.strip() == (
-        "servesim: error: --dtype: dtype 'int4' is not built from the tables; built: bf16, "
-        "fp16, fp8, fp8-block, nvfp4")
+        "servesim: error: --dtype: dtype 'int4' (of qwen3-32b, unless --dtype set it) is not "
+        "built from the tables; built: bf16, fp16, fp8, fp8-block, nvfp4: give one with --dtype")

@@ -623,3 +623,21 @@ def test_progress_bar_changes_no_output(tmp_path: Path,
                          (out / "summary.json").read_bytes()))
             assert ("simulate" in cap.err) == (flag == "--progress")
         assert outs[0] == outs[1]
+
+
+def test_a_setting_that_cannot_act_is_said(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A prefix-affinity router without a prefix cache, and a planned outage set after the
+    run's end, had run without a word ("faults: 0 outage(s)")."""
+    raw = tiny(cluster={"replicas": 2, "router": "prefix_affinity"},
+               faults={"outages": [{"replica": 0, "at_s": 1e5, "duration_s": 1}]})
+    raw["serving"] = {**raw.get("serving", {}), "prefix_caching": False}
+    assert main(["simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "out"),
+                 "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: cluster.router: prefix_affinity finds no prefix cache (prefix caching is "
+            "off), so it routes each request to the replica with the fewest outstanding "
+            "tokens, as least_outstanding does") in out
+    assert "faults: 0 outage(s) (1 planned to begin after the run ended: none happened)" in out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["faults"]["planned_after_run"] == 1

@@ -142,7 +142,9 @@ def test_built_profile_loads_and_prices_a_step() -> None:
     ({"tp": 16}, "^--tp: got 16: the collective tables do not time 16 GPUs on h100-sxm: "
                  ".*no rows for 16 GPUs; measured: 2, 4, 8$"),
     ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp32")},
-     "dtype 'fp32' is not built from the tables; built: bf16, fp16, fp8, fp8-block"),
+     # The model's own dtype where --dtype was not given (tiny's fp32): said so.
+     r"dtype 'fp32' \(of llama-3-8b, unless --dtype set it\) is not built from the tables; "
+     "built: bf16, fp16, fp8, fp8-block, nvfp4: give one with --dtype"),
     ({"model": dataclasses.replace(MODELS["llama-3-8b"], dtype="fp8"), "gpu": "a100-80gb"},
      "gemm_perf.parquet: no fp8 GEMM rows; dtypes: bfloat16$"),
     ({"framework": "tgi"}, "unknown framework 'tgi'; valid: vllm, sglang, trtllm"),

@@ -72,8 +72,9 @@ def test_two_runs_differ_by_exactly_their_scaling(tmp_path: Path,
     out = capsys.readouterr().out
     assert "differ by up to 20.0% (more than the 15% bar)" in out
     assert (tmp_path / "o" / "first-below-4rps.csv").is_file()
-    # A run against itself differs by nothing.
-    assert main(["--replay", str(a), "--against", str(a), "--out", str(tmp_path / "s"),
+    # A run against its copy differs by nothing.
+    twin = write(tmp_path / "twin.json", record())
+    assert main(["--replay", str(a), "--against", str(twin), "--out", str(tmp_path / "s"),
                  "--no-plots", "--bar", "0.1"]) == 0
     same = json.loads((tmp_path / "s" / "validation.json").read_text())["levels"][0]
     assert same["comparison"]["worst"] == 0.0 and same["within"] is True
@@ -102,7 +103,8 @@ def test_unfinished_or_single_token_runs_are_not_judged(tmp_path: Path,
     ones["requests"]["output_tokens"] = [1, 1, 1, 1]
     ones["requests"]["finish_s"] = ones["requests"]["first_token_s"]
     c = write(tmp_path / "c.json", ones)
-    assert main(["--replay", str(c), "--against", str(c), "--out", str(tmp_path / "p"),
+    c2 = write(tmp_path / "c2.json", ones)
+    assert main(["--replay", str(c), "--against", str(c2), "--out", str(tmp_path / "p"),
                  "--no-plots"]) == 0
     assert "not compared (no request finished in both runs with a TTFT and a TPOT" in \
         capsys.readouterr().out
@@ -110,8 +112,14 @@ def test_unfinished_or_single_token_runs_are_not_judged(tmp_path: Path,
 
 def test_one_first_run_against_two_keeps_both_pairs_files(tmp_path: Path) -> None:
     a = write(tmp_path / "a.json", record())
+    copy = write(tmp_path / "copy.json", record())
     b = write(tmp_path / "b.json", record(tpot_scale=1.1))
-    assert main(["--replay", str(a), str(a), "--against", str(a), str(b),
+    # A file against itself would differ by 0% whatever it holds.
+    with pytest.raises(ServesimError, match=r"--against: got .*a\.json, the --replay file "
+                                            r"itself; give a second run of the same requests"):
+        main(["--replay", str(a), "--against", str(tmp_path / "." / "a.json"),
+              "--out", str(tmp_path / "o"), "--no-plots"])
+    assert main(["--replay", str(a), str(a), "--against", str(copy), str(b),
                  "--out", str(tmp_path / "o"), "--no-plots"]) == 0
     levels = json.loads((tmp_path / "o" / "validation.json").read_text())["levels"]
     assert [lv["label"] for lv in levels] == ["below-4rps", "below-4rps~2"]

@@ -175,6 +175,8 @@ def test_a_long_prompts_step_counts_read() -> None:
     """A 64k-token prompt's causal pairs pass 2**31: a step's counts are bounded only by
     what a float holds exactly."""
     rec = record()
+    for key in ("new_tokens", "prefill_tokens"):
+        rec["steps"][key][0] = 65536
     rec["steps"]["prefill_pairs"][0] = 65536 * 65537 // 2
     assert read_record(rec, "r.json").steps["prefill_pairs"][0] == 65536 * 65537 // 2
     rec["steps"]["prefill_pairs"][0] = 2**53
@@ -310,3 +312,42 @@ def test_a_record_with_every_serving_field_reads(tmp_path: Path) -> None:
     assert rec["serving"]["num_gpu_blocks"] is None
     assert main(["--replay", str(_write(tmp_path / "a.json", rec)), "--profile", str(PROFILE),
                  "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"prefill_tokens": 5000}, r"steps\.prefill_tokens\[0\]: got 5000, expected at most its "
+                               r"new_tokens"),
+    ({"prefill_seqs": 7}, r"steps\.prefill_seqs\[0\]: got 7, expected at most its seqs"),
+    ({"prefill_pairs": 99}, r"steps\.prefill_pairs\[0\]: got 99, expected from 1 a prefill "
+                            r"token"),
+    ({"prefill_pairs": 10**9}, r"steps\.prefill_pairs\[0\]: got 1e\+09"),
+    ({"decode_kv": 0, "index": 1}, r"steps\.decode_kv\[1\]: got 0, expected from 1 to its "
+                                   r"context \+ 1"),
+    ({"context_tokens": 0, "index": 1}, r"steps\.decode_kv\[1\]: got 101"),
+    ({"new_tokens": 0, "index": 1}, r"steps\.new_tokens\[1\]: got 0, expected at least one"),
+    ({"start_s": 0.005, "index": 1}, r"steps\.start_s\[1\]: got 0\.005, before the previous "
+                                     r"step's end_s 0\.02; steps run one after another"),
+])
+def test_a_steps_counts_that_disagree_are_refused(edit: dict[str, float], message: str) -> None:
+    """A step's shape fields had been read one by one: a prefill of 5,000 tokens in a
+    step of 100, a decode attending more KV than its context holds, or steps out of time
+    order were priced as given (the speed diagnostic moved from 2.31x to 1.57x)."""
+    rec = record()
+    edit = dict(edit)
+    i = int(edit.pop("index", 0))
+    for key, value in edit.items():
+        rec["steps"][key][i] = value
+    with pytest.raises(ServesimError, match=message):
+        read_record(rec, "r.json")
+
+
+@pytest.mark.parametrize(("status", "key"), [("rejected", "first_scheduled_s"),
+                                             ("unfinished", "finish_s")])
+def test_a_status_its_times_contradict_is_refused(status: str, key: str) -> None:
+    """A rejected request never ran and an unfinished one never finished: either with
+    the times of a finished one had been counted by its status alone."""
+    rec = record()
+    rec["requests"]["status"][1] = status
+    with pytest.raises(ServesimError, match=rf"requests\.{key}\[1\]: got [0-9.]+ for a request "
+                                            rf"{status}, expected null"):
+        read_record(rec, "r.json")

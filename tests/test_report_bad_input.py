@@ -137,6 +137,11 @@ CASES = [
      r"summary\.json: kv\.blocks_per_replica: .*is \[\], expected a non-empty list"),
     ("simulate", edit_json("summary.json", set_key("classes", None)),
      r"summary\.json: classes: .*is null, expected a mapping of class names"),
+    # A count below 0, or not whole, had been printed ("-3 sent").
+    ("simulate", edit_json("summary.json", set_key("requests.total", -3)),
+     r"summary\.json: requests\.total: .*is -3, expected a whole number of 0 or more, or null"),
+    ("simulate", edit_json("summary.json", set_key("requests.finished", 2.5)),
+     r"summary\.json: requests\.finished: .*is 2\.5, expected a whole number"),
     # What the shape check cannot say still ends as one line naming the file.
     ("simulate", edit_json("summary.json", drop_stat),
      r"summary\.json: not a servesim simulate summary: unexpected content "

@@ -529,7 +529,14 @@ DEEP = '{"pass_config": ' + "[" * 2000 + "]" * 2000 + "}"
      "vllm.compilation-config", "key 'cudagraph_mode' given twice"),
     # Floats and booleans as a level (H7): vLLM's own coercion is not relied on.
     ({"compilation-config": '{"mode": 0.0}'}, "vllm.compilation-config.mode",
-     "got 0.0, expected an integer from 0 (no compilation) to 3 or a mode name such as NONE"),
+     "got 0.0, expected an integer from 0 (no compilation) to 3 or a mode name (NONE, "
+     "NO_COMPILATION, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE, VLLM_COMPILE, DYNAMO_AS_IS, "
+     "DYNAMO_ONCE, PIECEWISE)"),
+    # Any other word is no mode vLLM reads; it had passed with the not-priced note.
+    ({"compilation-config": '{"mode": "fast"}'}, "vllm.compilation-config.mode",
+     "got 'fast', expected an integer from 0"),
+    ({"O": "fast"}, "vllm.O", "got 'fast', expected an integer from 0"),
+    ({"compilation_config.level": "x"}, "vllm.compilation_config.level", "got 'x'"),
     ({"compilation-config": '{"level": -0.0}'}, "vllm.compilation-config.level", "got -0.0"),
     ({"compilation-config": '{"level": false}'}, "vllm.compilation-config.level",
      "got False, expected an integer"),

@@ -24,6 +24,7 @@ def settings_notes(scenario: Scenario, raw: dict[str, Any]) -> tuple[str, ...]:
     found = (_faults_note(scenario, raw.get("faults")),
              *_idle_fault_keys(scenario, raw.get("faults")), _priority_note(scenario),
              _prefix_note(scenario), _profile_version_note(scenario), _mode_note(scenario),
+             _affinity_note(scenario),
              *(blocks_override_note(scenario, pool) for pool in pools(scenario)))
     return tuple(note for note in found if note is not None)
 
@@ -78,6 +79,15 @@ def _priority_note(scenario: Scenario) -> str | None:
         return None
     return (f"{', '.join(keys)}: priorities are drawn but not used, as requests are "
             "admitted in arrival order; set serving.priority: true to admit by priority")
+
+
+def _affinity_note(scenario: Scenario) -> str | None:
+    """A prefix-affinity router with no prefix cache to read: it routes by load alone."""
+    if scenario.cluster.router != "prefix_affinity" or scenario.serving.caches_prefixes:
+        return None
+    return ("cluster.router: prefix_affinity finds no prefix cache (prefix caching is off), "
+            "so it routes each request to the replica with the fewest outstanding tokens, "
+            "as least_outstanding does")
 
 
 def _prefix_note(scenario: Scenario) -> str | None:

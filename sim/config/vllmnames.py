@@ -172,8 +172,11 @@ def flag_value(flag: Any, value: Any) -> Any:
 # Compilation mode (``level`` before vLLM renamed it) 0, named NONE (NO_COMPILATION in
 # older releases): no torch.compile, and vLLM then defaults cudagraph_mode to NONE too.
 _NO_COMPILE = ("NONE", "NO_COMPILATION")
+# The other names vLLM's CompilationMode (and CompilationLevel before it) gives levels 1
+# to 3: any other word is no level vLLM reads.
+_COMPILE = ("STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE", "DYNAMO_AS_IS",
+            "DYNAMO_ONCE", "PIECEWISE")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_MODE_NAME = re.compile(r"[A-Za-z_]+")
 
 
 def _level_is_0(value: Any, where: str) -> bool:
@@ -189,10 +192,11 @@ def _level_is_0(value: Any, where: str) -> bool:
         text = value.strip()
         if _INTEGER.fullmatch(text) and 0 <= int(text) <= 3:
             return int(text) == 0
-        if _MODE_NAME.fullmatch(text):
+        if text.upper() in (*_NO_COMPILE, *_COMPILE):
             return text.upper() in _NO_COMPILE
     raise ServesimError(f"got {value!r}, expected an integer from 0 (no compilation) to 3 "
-                        "or a mode name such as NONE or VLLM_COMPILE", where=where)
+                        f"or a mode name ({', '.join((*_NO_COMPILE, *_COMPILE))})",
+                        where=where)
 
 
 def compilation_config(value: Any, where: str) -> dict[str, Any] | int | None:

@@ -33,8 +33,12 @@ def fault_summary(res: RunResult, lat: dict[str, np.ndarray],
     retries = res.retries if res.retries is not None else np.zeros(len(status), np.int64)
     failed = status == FAILED
     hit = retries > 0
+    # Planned outages set to begin after the run's end: none happened, which the count
+    # of outages alone would not say.
+    late = sum(o.at_s > hi for o in res.scenario.faults.outages)
     return {"faults": {
         "outages": len(overlap),
+        **({"planned_after_run": late} if late else {}),
         "downtime_s": float(sum(max(x, 0.0) for x in overlap)),
         # Each loss either scheduled a retry or failed the request on the spot.
         "requests_lost": int(retries.sum()) + int((res.reason[failed] == "replica_failure").sum()),

@@ -225,7 +225,9 @@ def reliability_lines(summary: dict[str, Any]) -> list[str]:
             v = lat[group]["e2e"][k]
             return "-" if v is None else f"{v * 1e3:.0f}"
 
-        out.append(f"faults: {f['outages']} outage(s), {f['downtime_s']:.0f} s down; "
+        late = f.get("planned_after_run", 0)
+        after = f" ({late} planned to begin after the run ended: none happened)" if late else ""
+        out.append(f"faults: {f['outages']} outage(s){after}, {f['downtime_s']:.0f} s down; "
                    f"{f['requests_lost']} lost, {f['requests_retried']} retried, "
                    f"{f['requests_failed']} failed; e2e p50/p99 ms affected "
                    f"{ms('affected', 'p50')}/{ms('affected', 'p99')}, others "

@@ -71,6 +71,9 @@ ANY = Leaf("a value", lambda v: True)
 NUMBER = Leaf("a number", is_number)
 NUMBER_OR_NULL = Leaf("a number or null", lambda v: v is None or is_number(v))
 TEXT = Leaf("a string", lambda v: isinstance(v, str))
+# A count of requests: a report had printed "-3 sent".
+COUNT_OR_NULL = Leaf("a whole number of 0 or more, or null", lambda v: v is None or (
+    is_number(v) and math.isfinite(v) and v >= 0 and float(v).is_integer()))
 
 STATS = Each(NUMBER_OR_NULL, "statistic names (p50, p99, mean) to seconds or null")
 CLASS_STATS = Each(NUMBER_OR_NULL, "statistic names to seconds or null", ("p50", "p99"))
@@ -93,7 +96,7 @@ SIMULATED = {
 }
 CLASS = {
     "latency_s": {"ttft": CLASS_STATS, "tpot": CLASS_STATS},
-    "requests": {"total": NUMBER_OR_NULL, "finished": NUMBER_OR_NULL},
+    "requests": {"total": COUNT_OR_NULL, "finished": COUNT_OR_NULL},
     "throughput": {"goodput_requests_per_s": NUMBER_OR_NULL,
                    "slo_attainment": NUMBER_OR_NULL, "slo": SLO_LIMITS},
 }
@@ -101,10 +104,10 @@ CLASS = {
 SUMMARY = {
     "latency_s": Each(STATS, "metric names to their statistics",
                       ("ttft", "tpot", "itl", "e2e")),
-    "requests": {"total": NUMBER_OR_NULL, "finished": NUMBER_OR_NULL,
-                 "rejected": NUMBER_OR_NULL,
-                 **{k: May(NUMBER_OR_NULL) for k in ("unfinished", "timed_out", "failed",
-                                                     "not_arrived")}},
+    "requests": {"total": COUNT_OR_NULL, "finished": COUNT_OR_NULL,
+                 "rejected": COUNT_OR_NULL,
+                 **{k: May(COUNT_OR_NULL) for k in ("unfinished", "timed_out", "failed",
+                                                    "not_arrived")}},
     "throughput": {"requests_per_s": NUMBER_OR_NULL, "output_tokens_per_s": NUMBER_OR_NULL,
                    "output_tokens_per_s_per_gpu": May(NUMBER_OR_NULL),
                    "prompt_tokens_per_s": May(NUMBER_OR_NULL),

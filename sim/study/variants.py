@@ -46,27 +46,35 @@ def run_variants(path: str | Path, variants: dict[str, list[str]],
 
     return run_loaded({label: scenario.load(path, variant_overrides(overrides or [], settings,
                                                                      flag, replaceable))
-                        for label, settings in variants.items()}, percentiles, force)
+                        for label, settings in variants.items()}, percentiles, force,
+                      {"--policies": "policy", "--gpus": "GPU"}.get(flag, "variant"))
 
 
 def run_loaded(loaded: dict[str, Any], percentiles: tuple[float, ...] | None,
-                force: bool) -> dict[str, tuple[Any, dict[str, Any]]]:
+                force: bool, what: str = "variant") -> dict[str, tuple[Any, dict[str, Any]]]:
     """Run each loaded scenario, its memory estimate checked first (``force``: not
     refused): {label: (RunResult, summary)}, ``percentiles`` those of each summary's
-    latencies (default: the summary's own)."""
+    latencies (default: the summary's own). An error names the run's label, as ``what``
+    (a variant, a policy, a GPU) it is."""
     from sim.core.budget import check
     from sim.core.engine import simulate
     from sim.report.metrics import PERCENTILES
     from sim.report.summary import summarize
 
-    for sc in loaded.values():
-        check(sc, force)  # every memory estimate before any run
     out = {}
-    for label, sc in loaded.items():
-        res = simulate(sc)
-        summary = summarize(res, percentiles or PERCENTILES)
-        summary["gpus"] = gpus(sc)
-        out[label] = (res, summary)
+    for stage in ("check", "run"):  # every memory estimate before any run
+        for label, sc in loaded.items():
+            try:
+                if stage == "check":
+                    check(sc, force)
+                    continue
+                res = simulate(sc)
+            except ServesimError as exc:  # which variant's cost model refused it, say
+                raise ServesimError(f"{what} {label}: {exc.message}", exc.source,
+                                    exc.where) from None
+            summary = summarize(res, percentiles or PERCENTILES)
+            summary["gpus"] = gpus(sc)
+            out[label] = (res, summary)
     return out
 
 
@@ -187,7 +195,7 @@ def run_gpus(path: str | Path, names: list[str], overrides: list[str] | None = N
         tps = ",".join(n.partition(":")[2] for n in names if ":" in n)
         refuse_pinned(sc, "--gpus", ",".join(names), "gpu")
         refuse_pinned(sc, "--gpus", tps, "tp")
-    return run_loaded(loaded, percentiles, force)
+    return run_loaded(loaded, percentiles, force, "GPU")
 
 
 def runnable(path: str, overrides: list[str] | None, policies: list[str]) -> list[str]:

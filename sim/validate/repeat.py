@@ -209,6 +209,10 @@ def main(argv: list[str]) -> int:
     if len(a.replay) != len(a.against):
         raise ServesimError(f"got {len(a.replay)} --replay and {len(a.against)} --against "
                             "files; give one second run per first run", where="--against")
+    for fa, fb in zip(a.replay, a.against, strict=True):
+        if fa.resolve() == fb.resolve():  # it would differ from itself by 0%, always
+            raise ServesimError(f"got {fb}, the --replay file itself; give a second run "
+                                "of the same requests", where="--against")
     prof = None
     if a.profile is not None:
         from sim.cost.profilefile import load_profile

@@ -207,6 +207,14 @@ def _latencies(arrival: np.ndarray, cols: dict[str, np.ndarray]) -> None:
     (after its arrival, not after its first token)."""
     first, finish, done = cols["first_token"], cols["finish"], cols["status"] == FINISHED
     sched = cols["first_sched"]
+    # A rejected request never ran; an unfinished one has no finish.
+    for key, col, code in (("first_scheduled_s", sched, REJECTED), ("first_token_s", first,
+                           REJECTED), ("finish_s", finish, REJECTED),
+                           ("finish_s", finish, UNFINISHED)):
+        odd = np.flatnonzero((cols["status"] == code) & ~np.isnan(col))
+        if odd.size:
+            raise _Fault(f"requests.{key}[{int(odd[0])}]", f"got {col[odd[0]]} for a request "
+                         f"{STATUSES[list(_CODES.values()).index(code)]}, expected null")
     for key, col in (("first_token_s", first), ("finish_s", finish)):
         miss = np.flatnonzero(done & np.isnan(col))
         if miss.size:
@@ -254,7 +262,36 @@ def _steps(st: Any) -> dict[str, np.ndarray]:
             i = int(np.argmax(bad))
             raise _Fault(f"steps.{k}[{i}]", f"got {out[k][i]:g}, expected {want}")
     _within_steps(out)
+    _step_shapes(out)
     return out
+
+
+def _step_shapes(out: dict[str, np.ndarray]) -> None:
+    """Each step's counts agree with each other (:class:`StepShape`: prefill entries and
+    tokens among all, at least one token a decode entry and two a prefill one, a decode's
+    attended KV its context plus one, a prefill's pairs between one a token and every
+    token against the context and itself), and the steps follow one another in time."""
+    seqs, new, ctx, pseqs, ptok, pairs, kv = (out[k] for k in StepShape._fields)
+    decodes = seqs - pseqs
+    for key, bad, want in (
+            ("prefill_seqs", pseqs > seqs, "at most its seqs"),
+            ("prefill_tokens", (ptok > new) | (ptok < 2 * pseqs),
+             "at most its new_tokens, and at least 2 a prefill entry"),
+            ("new_tokens", new - ptok < decodes, "at least one a decode entry beside its "
+             "prefill_tokens"),
+            ("decode_kv", (kv < decodes) | (kv > ctx + decodes),
+             "from 1 to its context + 1 a decode entry (context_tokens)"),
+            ("prefill_pairs", (pairs < ptok) | (pairs > ptok * ctx + ptok * (ptok + 1) / 2),
+             "from 1 a prefill token to each against its context and itself")):
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _Fault(f"steps.{key}[{i}]", f"got {out[key][i]:g}, expected {want}")
+    back = np.flatnonzero(out["start_s"][1:] < out["end_s"][:-1] - STEP_SLACK_S)
+    if back.size:
+        i = int(back[0]) + 1
+        raise _Fault(f"steps.start_s[{i}]", f"got {out['start_s'][i]:g}, before the previous "
+                                            f"step's end_s {out['end_s'][i - 1]:g}; steps "
+                                            "run one after another, in time order")
 
 
 # How far (s) a step's executor or CPU time may pass its wall time, which another clock

@@ -129,8 +129,10 @@ def _check_spec(spec: BuildSpec) -> None:
     without FP4 tensor cores, data-parallel attention for a dense model."""
     m, gpu = spec.model, spec.gpu
     if m.dtype not in TABLE_DTYPES:
-        raise ServesimError(f"dtype {m.dtype!r} is not built from the tables; built: "
-                            f"{', '.join(TABLE_DTYPES)}", where="--dtype")
+        # The model's own dtype where --dtype was not given (tiny is fp32): say so.
+        raise ServesimError(f"dtype {m.dtype!r} (of {m.name}, unless --dtype set it) is not "
+                            f"built from the tables; built: {', '.join(TABLE_DTYPES)}: give "
+                            "one with --dtype", where="--dtype")
     if m.dtype == "nvfp4" and not GPUS[gpu].fp4_flops:
         with_fp4 = ", ".join(g for g in GPUS if GPUS[g].fp4_flops)
         raise ServesimError(f"nvfp4 projections run on FP4 tensor cores, which {gpu} lacks, "

@@ -88,6 +88,9 @@ def _profile(tmp_path: Path, **edits: Any) -> Path:
                                    "they must be the same"),
     ({"device__name": "h999"}, "device.name", "got 'h999', not a GPU of the table"),
     ({"source__gpu": "h200"}, "source.gpu", "got 'h200', but device.name is 'h100-sxm'"),
+    # Any kind had loaded as measured kernels, its phrase printed as the cost's source.
+    ({"source__kind": "guesswork"}, "source.kind", "got 'guesswork'; allowed: "
+                                                   "measured-kernels"),
 ])
 def test_a_profiles_source_and_dtype_are_checked(tmp_path: Path, edits: dict[str, Any],
                                                  where: str, why: str) -> None:

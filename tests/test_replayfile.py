@@ -351,3 +351,13 @@ def test_a_status_its_times_contradict_is_refused(status: str, key: str) -> None
     with pytest.raises(ServesimError, match=rf"requests\.{key}\[1\]: got [0-9.]+ for a request "
                                             rf"{status}, expected null"):
         read_record(rec, "r.json")
+
+
+def test_a_model_key_no_model_has_is_refused() -> None:
+    """Serving's unknown keys were refused and the model's dropped: a misspelt dimension
+    would have gone unchecked against the profile."""
+    rec = record()
+    rec["model"]["bogus"] = 3
+    with pytest.raises(ServesimError, match=r"r\.json: model\.bogus: not a field of a model "
+                                            r"description"):
+        read_record(rec, "r.json")

@@ -137,6 +137,11 @@ def _check_source(src: Any, device_name: str) -> None:
         return  # calibrated profiles say where they ran under device and calibration
     if not isinstance(src, dict):
         raise ServesimError(f"got {src!r}, expected a mapping", where="source")
+    kind = src.get("kind")
+    if kind is not None and kind != "measured-kernels":
+        # Any other kind had loaded as measured kernels, and its phrase been printed.
+        raise ServesimError(f"got {kind!r}; allowed: measured-kernels (servesim profile "
+                            "build; a calibrated profile has no source)", where="source.kind")
     fw = src.get("framework")
     if fw is not None and fw not in FRAMEWORKS:
         raise ServesimError(f"got {fw!r}; allowed: {', '.join(FRAMEWORKS)}",

@@ -21,6 +21,7 @@ import numpy as np
 from sim.configtools import MAX_TIME_S, is_number
 from sim.core.request import FINISHED, REJECTED, UNFINISHED
 from sim.cost.shape import StepShape
+from sim.cost.specs import ModelSpec
 from sim.errors import ServesimError
 from sim.workload.requests import Requests
 
@@ -208,13 +209,13 @@ def _latencies(arrival: np.ndarray, cols: dict[str, np.ndarray]) -> None:
     first, finish, done = cols["first_token"], cols["finish"], cols["status"] == FINISHED
     sched = cols["first_sched"]
     # A rejected request never ran; an unfinished one has no finish.
-    for key, col, code in (("first_scheduled_s", sched, REJECTED), ("first_token_s", first,
-                           REJECTED), ("finish_s", finish, REJECTED),
-                           ("finish_s", finish, UNFINISHED)):
-        odd = np.flatnonzero((cols["status"] == code) & ~np.isnan(col))
+    for key, col, st in (("first_scheduled_s", sched, "rejected"), ("first_token_s", first,
+                         "rejected"), ("finish_s", finish, "rejected"),
+                         ("finish_s", finish, "unfinished")):
+        odd = np.flatnonzero((cols["status"] == _CODES[st]) & ~np.isnan(col))
         if odd.size:
-            raise _Fault(f"requests.{key}[{int(odd[0])}]", f"got {col[odd[0]]} for a request "
-                         f"{STATUSES[list(_CODES.values()).index(code)]}, expected null")
+            raise _Fault(f"requests.{key}[{int(odd[0])}]",
+                         f"got {col[odd[0]]} for a request {st}, expected null")
     for key, col in (("first_token_s", first), ("finish_s", finish)):
         miss = np.flatnonzero(done & np.isnan(col))
         if miss.size:
@@ -267,14 +268,11 @@ def _steps(st: Any) -> dict[str, np.ndarray]:
 
 
 def _step_shapes(out: dict[str, np.ndarray]) -> None:
-    """Each step's counts agree with each other (:class:`StepShape`: prefill entries and
-    tokens among all, at least one token a decode entry and two a prefill one, a decode's
-    attended KV its context plus one, a prefill's pairs between one a token and every
-    token against the context and itself), and the steps follow one another in time."""
+    """Each step's counts agree with each other (:class:`StepShape`; each rule's words
+    below), and the steps follow one another in time."""
     seqs, new, ctx, pseqs, ptok, pairs, kv = (out[k] for k in StepShape._fields)
     decodes = seqs - pseqs
-    for key, bad, want in (
-            ("prefill_seqs", pseqs > seqs, "at most its seqs"),
+    for key, bad, want in (("prefill_seqs", pseqs > seqs, "at most its seqs"),
             ("prefill_tokens", (ptok > new) | (ptok < 2 * pseqs),
              "at most its new_tokens, and at least 2 a prefill entry"),
             ("new_tokens", new - ptok < decodes, "at least one a decode entry beside its "
@@ -290,8 +288,7 @@ def _step_shapes(out: dict[str, np.ndarray]) -> None:
     if back.size:
         i = int(back[0]) + 1
         raise _Fault(f"steps.start_s[{i}]", f"got {out['start_s'][i]:g}, before the previous "
-                                            f"step's end_s {out['end_s'][i - 1]:g}; steps "
-                                            "run one after another, in time order")
+                     f"step's end_s {out['end_s'][i - 1]:g}; steps run one after another")
 
 
 # How far (s) a step's executor or CPU time may pass its wall time, which another clock
@@ -366,6 +363,9 @@ def read_record(record: Any, source: str) -> ReplayRecord:
         model = _mapping(record, "model", required=True)
         if not isinstance(model.get("name"), str):
             raise _Fault("model.name", f"got {_shown(model.get('name'))}, expected text")
+        odd = sorted(set(model) - {f.name for f in dataclasses.fields(ModelSpec)})
+        if odd:  # as serving's keys are: a misspelt dimension would go unchecked
+            raise _Fault(f"model.{odd[0]}", "not a field of a model description")
         requests, cols = _requests(record.get("requests"))
         return ReplayRecord(
             label=label, level=level, rate_rps=_opt_number(record, "rate_rps", 0.0, True),

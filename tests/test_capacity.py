@@ -156,3 +156,25 @@ def test_cli_capacity_errors(args, needle, capsys, tmp_path):
     assert cli_main(["capacity", str(MD1), "--out", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_requests_their_clients_gave_up_on_count_against_a_rate() -> None:
+    """With admission.timeout_s, requests abandoned before service had been left out of
+    a point's verdict (its latencies are the finished requests'): a queue that sheds
+    work by timeouts passed at any rate, and capacity reported 3,100 req/s of a server
+    that serves 4.7. Now they count as requests not served, and past 5% of those that
+    arrived as saturation, as simulate's verdict has them."""
+    from sim.config.scenario import from_dict
+    from sim.study.pointrun import run_scenario
+
+    raw = read_raw(MD1, ["workload.num_requests=400", "admission.timeout_s=0.03"])
+    over = run_scenario(from_dict({**raw, "workload": {**raw["workload"],
+                                   "arrivals": {"process": "poisson", "rate": 80.0}}},
+                                  str(MD1), MD1.parent))
+    assert over["timed_out"] and over["timed_out"] > 0.05 * 400
+    assert over["saturated"] == 1.0 and over["failed"] == 0.0
+    # M/D/1 at 1/D = 50 req/s: with 30 ms of patience no rate near it loses under 1%.
+    s = Search(raw, str(MD1), MD1.parent, parse_slos(["ttft_p99=1"]), [0], PointCache(None),
+               workers=1)
+    (m,) = run_capacity(s, ["continuous"], [1], start=30.0, tol=0.02).max_rates
+    assert 0 < m.mean < 30.0

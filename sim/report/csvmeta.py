@@ -69,6 +69,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "finished": ("count", "requests finished"),
     "rejected": ("count", "requests rejected"),
     "unfinished": ("count", "requests still in service when the run ended"),
+    "timed_out": ("count", "requests whose clients gave up waiting (admission.timeout_s)"),
+    "failed": ("count", "requests lost to a replica fault and not retried"),
     "throughput_rps": ("req/s", "requests finished per second of the run"),
     "output_tps": ("tok/s", "output tokens per second of the run"),
     "output_tps_per_gpu": ("tok/s", "output tokens per second of the run over its GPUs "

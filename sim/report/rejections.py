@@ -68,11 +68,18 @@ def share(rejected: float, arrived: float) -> float:
     return rejected / arrived if arrived > 0 else 0.0
 
 
-def row_share(row: dict[str, Any]) -> float:
-    """A sweep point's rejected share: rejected over finished + rejected + unfinished
-    (the row holds no timed-out or failed counts, so with those this reads high)."""
-    rej = row.get("rejected") or 0.0
-    return share(rej, rej + (row.get("finished") or 0.0) + (row.get("unfinished") or 0.0))
+def row_share(row: dict[str, Any], kinds: tuple[str, ...] = ("rejected",)) -> float:
+    """A sweep point's share of its arrived requests that ended as ``kinds`` (by default
+    rejected; :data:`NOT_SERVED` adds those timed out and failed)."""
+    ended = sum(row.get(k) or 0.0 for k in kinds)
+    rest = sum(row.get(k) or 0.0 for k in ("finished", "rejected", "unfinished", "timed_out",
+                                           "failed") if k not in kinds)
+    return share(ended, ended + rest)
+
+
+# The ways a request ends unserved: refused at arrival, given up on by its client
+# (admission.timeout_s), lost to a replica fault.
+NOT_SERVED = ("rejected", "timed_out", "failed")
 
 
 def _need(kind: str, role: str, prompt: np.ndarray, output: np.ndarray, res: RunResult) -> str:

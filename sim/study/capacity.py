@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ServesimError
+from sim.report.rejections import NOT_SERVED, row_share
 from sim.report.slospec import SLO, all_met
 from sim.study.pointrun import point_words
 from sim.study.rates import arrived, empty_point_error
@@ -82,7 +83,8 @@ def check_config(s: Search, policy: str, replicas: int, tp: int, rate: float,
             raise empty_point_error(s.raw, r["rate"], point_words(PointKey.of(r),
                                                                   s._start_row(r["seed"])))
     agg = aggregate(rows)[0]
-    ok = not any(r["saturated"] for r in rows) and all_met(s.slos, agg)
+    ok = not any(r["saturated"] or row_share(r, NOT_SERVED) > s.max_rejected_share
+                 for r in rows) and all_met(s.slos, agg)
     return Config(policy, replicas, tp, ok, agg, pp)
 
 

@@ -16,6 +16,7 @@ from sim.config.scenario import Scenario, from_dict
 from sim.configtools import is_number
 from sim.errors import ServesimError
 from sim.report.outputs import write_atomic
+from sim.report.overload import SATURATION_SHARE
 from sim.report.shapes import load_json
 from sim.report.slospec import METRICS, STATS
 from sim.study.steady import point_done, steady_stats
@@ -69,6 +70,10 @@ def row_of(summary: dict[str, Any], arrival_span_s: float,
                else rq["unfinished"] > 0)
     saturated = backlog or (
         growth_s is not None and growth_s > SATURATION_GROWTH * arrival_span_s)
+    # Requests refused at arrival or abandoned by their clients past the share the run's
+    # own verdict allows: saturated, as simulate says (their queueing delays, never
+    # measured, are not in the quarters' comparison).
+    saturated = saturated or summary["saturation"]["refused_fraction"] > SATURATION_SHARE
     if "faults" in summary or (summary.get("workload") or {}).get("paced"):
         # An outage breaks the quarters' comparison: a queue built while a replica was
         # down can leave the second quarter's delays above the last's though the run
@@ -86,6 +91,8 @@ def row_of(summary: dict[str, Any], arrival_span_s: float,
         "finished": float(rq["finished"]),
         "rejected": float(rq["rejected"]),
         "unfinished": float(rq["unfinished"]),
+        "timed_out": float(rq.get("timed_out", 0)),
+        "failed": float(rq.get("failed", 0)),
         "preemptions": float(summary["preemptions"]),
         "busy_fraction": _num(summary["busy_fraction"]),
         "kv_peak_utilization": _num(summary["kv"]["peak_utilization"]),
@@ -223,7 +230,8 @@ class PointCache:
 
 
 # Cached columns that count (requests, preemptions): never below zero.
-COUNTS = ("arrived", "finished", "rejected", "unfinished", "preemptions")
+COUNTS = ("arrived", "finished", "rejected", "unfinished", "timed_out", "failed",
+          "preemptions")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from sim.config.scenario import from_dict
 from sim.errors import ServesimError
-from sim.report.rejections import row_share
+from sim.report.rejections import NOT_SERVED, row_share
 from sim.report.slospec import SLO, all_met, unmet
 from sim.study.pointrun import PointCache, RunStats, point_words, run_points
 from sim.study.rates import MAX_RATE, arrived, empty_point_error, rate_floor
@@ -83,7 +83,9 @@ class Search:
         for t in tasks:
             r = {"policy": t.key.policy, "replicas": t.key.replicas, "tp": t.key.tp,
                  "pp": t.key.pp, "rate": t.key.rate, "seed": t.key.seed, **rows[t.digest]}
-            r["pass"] = passes(self.slos, r) and row_share(r) <= self.max_rejected_share
+            # Timed out or failed count as rejected do: requests the point did not serve.
+            r["pass"] = passes(self.slos, r) and \
+                row_share(r, NOT_SERVED) <= self.max_rejected_share
             out.append(r)
         self.log += out
         return out
@@ -237,9 +239,9 @@ def _misses(s: Search, row: Row) -> str:
     why = unmet(s.slos, row)
     if row.get("saturated"):
         why.append("the waiting queue kept growing")
-    share = row_share(row)
+    share = row_share(row, NOT_SERVED)
     if share > s.max_rejected_share:
-        why.append(f"{share:.1%} of requests rejected (at most "
+        why.append(f"{share:.1%} of requests rejected, timed out or failed (at most "
                    f"{s.max_rejected_share:.1%} allowed)")
     return ", ".join(why)
 

@@ -44,7 +44,8 @@ KEY_COLUMNS = ("policy", "replicas", "tp", "pp", "rate", "seed")
 LATENCY_COLUMNS = tuple(f"{m}_{s}" for m in METRICS for s in STATS)
 OTHER_COLUMNS = ("throughput_rps", "output_tps", "goodput_rps", "slo_attainment", "offered_rps",
                  "throughput_ratio", "queue_growth_s", "finished", "rejected", "unfinished",
-                 "preemptions", "busy_fraction", "kv_peak_utilization", "span_s", "saturated")
+                 "timed_out", "failed", "preemptions", "busy_fraction", "kv_peak_utilization",
+                 "span_s", "saturated")
 METRIC_COLUMNS = LATENCY_COLUMNS + OTHER_COLUMNS
 # A point is saturated when its mean queueing delay grew, from the second to the last
 # quarter of the arrivals, by more than this fraction of the arrival span: a queue that

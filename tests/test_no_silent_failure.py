@@ -641,3 +641,25 @@ def test_a_setting_that_cannot_act_is_said(tmp_path: Path,
     assert "faults: 0 outage(s) (1 planned to begin after the run ended: none happened)" in out
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["faults"]["planned_after_run"] == 1
+
+
+def test_the_named_value_admits_every_request_its_key_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under vLLM v0's rules a request is refused for its prompt, and once that fits for
+    its recompute (prompt + output - 1): both reasons name max_num_batched_tokens. The
+    error had asked for the longest prompt (95 here), which still refused 12 of 40."""
+    raw = tiny(serving={"policy": "continuous", "block_size": 4, "max_num_batched_tokens": 64,
+                        "max_num_seqs": 4})
+    raw["workload"] = {**raw["workload"], "num_requests": 40,
+                       "lengths": {"prompt": {"dist": "uniform", "low": 10, "high": 100},
+                                   "output": {"dist": "fixed", "value": 20}}}
+    path = write(tmp_path, raw)
+    assert simulate_cli(path, tmp_path) == 2
+    line = one_line(capsys)
+    assert "prompt_exceeds_max_num_batched_tokens" in line
+    assert "recompute_exceeds_max_num_batched_tokens" in line
+    need = int(line.split("to at least ")[1].split()[0])
+    assert "(the longest prompt + output - 1" in line
+    assert simulate_cli(path, tmp_path, "--set", f"serving.max_num_batched_tokens={need}") == 0
+    assert simulate_cli(path, tmp_path, "--set",
+                        f"serving.max_num_batched_tokens={need - 1}") == 2

@@ -11,7 +11,9 @@ error too (HTTP 400 for a prompt over the context), so a capacity figure that dr
 silently would overstate the server.
 
 The error names, for the reason that rejected the most requests, the scenario key that
-set the limit and the value that would have admitted every request rejected for it.
+set the limit and the value that would have admitted every request rejected for a reason
+that key sets (a prompt refused under vLLM v0's rules is checked for its recompute once
+it fits, so both reasons' requests need the recompute's value).
 """
 
 from __future__ import annotations
@@ -160,7 +162,14 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
         # The entry pool of a disaggregated scenario is its prefill pool.
         role = "prefill"
         key = key.replace("serving.", "disaggregated.prefill.")
-    pick = rejected & (res.reason == top)
+    # Every reason the same key set: a request refused for its prompt is checked for its
+    # recompute once the prompt fits, so the value must admit both (the most a
+    # recompute needs where one of them is among the reasons).
+    same = [r for r in map(str, reasons) if _LIMITS.get(r, ("", ""))[0] == _LIMITS.get(
+        top, ("", ""))[0]] if key else [top]
+    if "recompute" in {_LIMITS[r][1] for r in same if r in _LIMITS}:
+        kind = "recompute"
+    pick = rejected & np.isin(res.reason, same)
     prompt = res.requests.prompt_tokens[pick]
     output = res.requests.output_tokens[pick]
     by = ", ".join(f"{reasons[i]} {counts[i]}" for i in order)

@@ -663,3 +663,24 @@ def test_the_named_value_admits_every_request_its_key_refused(
     assert simulate_cli(path, tmp_path, "--set", f"serving.max_num_batched_tokens={need}") == 0
     assert simulate_cli(path, tmp_path, "--set",
                         f"serving.max_num_batched_tokens={need - 1}") == 2
+
+
+def test_a_table_of_the_few_that_finished_says_so(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """97 of 100 requests abandoned by their clients (or cut by a horizon) had left a
+    latency table of the 3 that finished, printed as any other."""
+    raw = tiny(serving={"policy": "chunked", "max_num_seqs": 1},
+               admission={"timeout_s": 0.05})
+    raw["workload"] = {**raw["workload"], "num_requests": 100,
+                       "arrivals": {"process": "poisson", "rate": 200.0}}
+    path = write(tmp_path, raw)
+    assert main(["simulate", str(path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    finished = json.loads((tmp_path / "out" / "summary.json").read_text())["requests"]["finished"]
+    assert 0 < finished < 50
+    assert (f"note: only {finished} of the 100 arrived requests finished; the latencies "
+            "below are theirs alone") in out
+    raw["admission"] = {}
+    assert main(["simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "out"),
+                 "--no-plots"]) == 0
+    assert "latencies below are theirs alone" not in capsys.readouterr().out

@@ -34,6 +34,12 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(f"requests: {rq['total']} total, {rq['finished']} finished, "
                  f"{rq['rejected']} rejected{f' ({reasons})' if reasons else ''}, "
                  f"{rq['unfinished']} unfinished{ended}")
+    arrived = rq["total"] - (rq.get("not_arrived") or 0)
+    if 0 < rq["finished"] < arrived / 2:
+        # A horizon, a fault or timeouts left most requests without a latency: the table
+        # is of the few that finished, which its numbers alone would not say.
+        lines.append(f"note: only {rq['finished']} of the {arrived} arrived requests "
+                     "finished; the latencies below are theirs alone")
     # What building the workload changed or left out (a trace's dropped rows, a
     # transform, a closed loop's unsent requests): on screen too, not only in the JSON.
     lines.extend(f"workload: {note}" for note in summary.get("workload_notes", ()))

@@ -15,6 +15,7 @@ import torch
 
 from calibrate.model import Decoder, KVCache, build_decoder, kv_cache_bytes, prepare, spread_ids
 from calibrate.replay import Entry, ReplayResult, WallClock, run_loop
+from calibrate.timing import is_oom
 from sim.cost.dtypes import FP8_WEIGHTS
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
@@ -43,7 +44,7 @@ class ModelExecutor:
             model = build_decoder(shard(spec, 1), spec.layers, capacity, dtype, device, seed)
             return cls(model, model.caches(slots, capacity), device)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
-            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+            if not is_oom(exc):
                 raise
             raise ServesimError(
                 f"out of memory building {spec.name} with a KV cache of {slots} slots x "

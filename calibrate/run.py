@@ -38,6 +38,7 @@ from calibrate.timing import (
     TimingConfig,
     device_info,
     host_memory_available,
+    is_oom,
     keep_host_memory,
     pin_cores,
 )
@@ -287,7 +288,7 @@ def _calibrate(cfg: CalibrationConfig) -> CalibrationResult:
         try:
             bench = Bench(dims, model.layers, model.max_context, dtype, device, timer, layers)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
-            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+            if not is_oom(exc):
                 raise
             raise ServesimError(f"out of memory building {model.name} in {dtype} on "
                                 f"{device.type}; calibrate a smaller model, or on a larger "

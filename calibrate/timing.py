@@ -98,10 +98,13 @@ class TimingConfig:
 
 
 def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is the device (or host) running out of memory."""
+    """True when ``exc`` is the device (or host) running out of memory: CUDA's "out of
+    memory", or the CPU allocator's "can't allocate memory"."""
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text
+                                              or "can't allocate memory" in text)
 
 
 class Timer:

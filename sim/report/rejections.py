@@ -165,9 +165,9 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
     # Every reason the same key set: a request refused for its prompt is checked for its
     # recompute once the prompt fits, so the value must admit both (the most a
     # recompute needs where one of them is among the reasons).
-    same = [r for r in map(str, reasons) if _LIMITS.get(r, ("", ""))[0] == _LIMITS.get(
-        top, ("", ""))[0]] if key else [top]
-    if "recompute" in {_LIMITS[r][1] for r in same if r in _LIMITS}:
+    same = [r for r in map(str, reasons) if r in _LIMITS and _LIMITS[r][0] == _LIMITS[top][0]
+            ] if key else [top]
+    if any(_LIMITS[r][1] == "recompute" for r in same if r in _LIMITS):
         kind = "recompute"
     pick = rejected & np.isin(res.reason, same)
     prompt = res.requests.prompt_tokens[pick]

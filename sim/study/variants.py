@@ -14,13 +14,16 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sim.config.flagaxes import POLICY_OWN_KEYS, policy_setting
 from sim.config.flagaxes import axis_key as _axis_key
 from sim.config.overrides import override_sets
 from sim.errors import ServesimError
+
+T = TypeVar("T")
 
 # A variant's name: a table cell, a CSV cell and a legend entry, so short and plain.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,39}")
@@ -61,21 +64,24 @@ def run_loaded(loaded: dict[str, Any], percentiles: tuple[float, ...] | None,
     from sim.report.metrics import PERCENTILES
     from sim.report.summary import summarize
 
+    for label, sc in loaded.items():
+        named(what, label, check, sc, force)  # every memory estimate before any run
     out = {}
-    for stage in ("check", "run"):  # every memory estimate before any run
-        for label, sc in loaded.items():
-            try:
-                if stage == "check":
-                    check(sc, force)
-                    continue
-                res = simulate(sc)
-            except ServesimError as exc:  # which variant's cost model refused it, say
-                raise ServesimError(f"{what} {label}: {exc.message}", exc.source,
-                                    exc.where) from None
-            summary = summarize(res, percentiles or PERCENTILES)
-            summary["gpus"] = gpus(sc)
-            out[label] = (res, summary)
+    for label, sc in loaded.items():
+        res = named(what, label, simulate, sc)  # which one's cost model refused it, say
+        summary = summarize(res, percentiles or PERCENTILES)
+        summary["gpus"] = gpus(sc)
+        out[label] = (res, summary)
     return out
+
+
+def named(what: str, label: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, an error it raises prefixed with the run it was for (``what`` it is:
+    a variant, a policy, a GPU; and its ``label``)."""
+    try:
+        return fn(*args)
+    except ServesimError as exc:
+        raise ServesimError(f"{what} {label}: {exc.message}", exc.source, exc.where) from None
 
 
 def variant_overrides(overrides: list[str], settings: list[str], flag: str,
@@ -264,14 +270,10 @@ def load_named(path: str | Path, variants: dict[str, list[str]],
     difference of nothing)."""
     from sim.config import scenario
 
-    loaded: dict[str, Any] = {}
-    for name, settings in variants.items():
-        try:
-            loaded[name] = scenario.load(path, variant_overrides(overrides or [], settings,
-                                                                 "--variant"))
-        except ServesimError as exc:
-            raise ServesimError(f"variant {name}: {exc.message}", exc.source,
-                                exc.where) from None
+    # The settings are checked inside: their errors name the variant too.
+    loaded = {name: named("variant", name, lambda s=settings: scenario.load(
+        path, variant_overrides(overrides or [], s, "--variant")))
+        for name, settings in variants.items()}
     seen: list[tuple[Any, str]] = []
     for name, sc in loaded.items():
         same = dataclasses.replace(sc, overrides=())

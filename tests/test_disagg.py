@@ -322,3 +322,19 @@ def test_link_latencies_past_ten_seconds_are_refused(sections, where, got):
     with pytest.raises(ServesimError) as err:
         tiny_scenario(**sections)
     assert str(err.value).endswith(f"{where}: {got}")
+
+
+def test_a_prefill_pool_does_not_refuse_a_request_for_its_decode_recompute():
+    """A prefill replica emits the first token and hands the request on: it never decodes,
+    so never recomputes prompt + output - 1 tokens. Under continuous its pool had refused
+    every request whose prompt and output passed its token budget (17 > 12 here); the
+    decode pool, which may preempt and recompute, still checks."""
+    pools = {"prefill": {"policy": "continuous", "max_num_batched_tokens": 12},
+             "decode": {"policy": "chunked"}}
+    res = run_requests(disagg(**pools), [0.0], [8], [10])
+    assert res.status.tolist() == [FINISHED]
+    assert res.prefill_replica is not None and res.prefill_replica.tolist() == [0]
+    pools["decode"] = {"policy": "continuous", "max_num_batched_tokens": 12}
+    res = run_requests(disagg(**pools), [0.0], [8], [10])
+    assert res.status.tolist() == [REJECTED]
+    assert res.reason.tolist() == ["decode_recompute_exceeds_max_num_batched_tokens"]

@@ -7,12 +7,16 @@ tokens, context before), ...)).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import run_requests, tiny_scenario
 
 from sim.core.engine import Engine, build_cost
 from sim.core.request import FINISHED
+from sim.errors import ServesimError
+from sim.report.summary import summarize
 from sim.workload.requests import Requests
 
 
@@ -163,9 +167,33 @@ def test_swap_preemption_moves_kv_to_host_and_back():
 
 
 def test_swap_without_host_space_falls_back_to_recompute():
-    sc = tiny_scenario(serving={"num_kv_blocks": 6, "preemption": "swap", "swap_space_gib": 0})
+    # Two blocks of swap space (2 x 8192 B): B's three do not fit, so it recomputes, and
+    # the summary says which way each preemption went.
+    sc = tiny_scenario(serving={"num_kv_blocks": 6, "preemption": "swap",
+                                "swap_space_gib": 2 * 8192 / 2**30})
     res = run_requests(sc, [0.0, 0.0], [8, 8], [6, 6])
     assert steps(res)[-1] == (0, 0.085, 0.108, ((1, 13, 0),))
+    assert summarize(res)["swap"] == {"swapped": 0, "recomputed": 1}
+    roomy = run_requests(dataclasses.replace(sc, serving=dataclasses.replace(
+        sc.serving, swap_space_gib=3 * 8192 / 2**30)), [0.0, 0.0], [8, 8], [6, 6])
+    assert summarize(roomy)["swap"] == {"swapped": 1, "recomputed": 0}
+    assert "swap" not in summarize(run_requests(tiny_scenario(serving={"num_kv_blocks": 6}),
+                                                [0.0, 0.0], [8, 8], [6, 6]))
+
+
+def test_a_swap_space_under_one_block_or_past_the_host_is_refused():
+    """A swap space holding no block had sent every preemption to recompute unsaid; one of
+    more than 70% of the node's memory is one vLLM v0 refuses to start with."""
+    with pytest.raises(ServesimError, match=r"serving\.swap_space_gib: got 0 GiB per GPU under "
+                       r"preemption: swap, less than one KV block \(8,192 bytes"):
+        tiny_scenario(serving={"preemption": "swap", "swap_space_gib": 0})
+    tiny_scenario(serving={"preemption": "recompute", "swap_space_gib": 0})
+    with pytest.raises(ServesimError, match=r"got 80 GiB per GPU x 2 tensor-parallel GPU\(s\) = "
+                       r"160 GiB, more than 70% of the 200 GiB of hardware.host_memory_gb"):
+        tiny_scenario(serving={"preemption": "swap", "swap_space_gib": 80},
+                      hardware={"tp": 2, "host_memory_gb": 200})
+    tiny_scenario(serving={"preemption": "swap", "swap_space_gib": 70},
+                  hardware={"tp": 2, "host_memory_gb": 200})
 
 
 # -- priority -----------------------------------------------------------------------

@@ -28,16 +28,19 @@ EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "60"))
        blocks=st.integers(4, 48),
        seqs=st.integers(1, 6),
        tokens=st.sampled_from([16, 32, 64, 256]),
-       swap_gib=st.sampled_from([0.0, 1e-5, 4.0]),
+       swap_blocks=st.sampled_from([1, 3, 1 << 19]),
        priority=st.booleans(),
        replicas=st.integers(1, 3),
        router=st.sampled_from(["power_of_two", "least_outstanding"]),
        reqs=st.lists(st.tuples(st.sampled_from([0.0, 0.001, 0.02]), st.integers(1, 60),
                                st.integers(1, 20), st.integers(0, 2)), min_size=1, max_size=16))
 def test_invariants_with_swap_priority_and_pools(policy: str, block_size: int, blocks: int,
-                                                 seqs: int, tokens: int, swap_gib: float,
+                                                 seqs: int, tokens: int, swap_blocks: int,
                                                  priority: bool, replicas: int, router: str,
                                                  reqs: list[Any]) -> None:
+    # A swap space of whole blocks (the tiny model's KV is 2048 B a token): one or three
+    # leave most preempted requests to recompute, 2**19 none.
+    swap_gib = swap_blocks * 2048 * block_size / 2**30
     sc = tiny_scenario(serving={"policy": policy, "block_size": block_size,
                                 "num_kv_blocks": blocks, "max_num_seqs": seqs,
                                 "max_num_batched_tokens": tokens, "preemption": "swap",
@@ -54,7 +57,7 @@ def test_invariants_with_swap_priority_and_pools(policy: str, block_size: int, b
     for rep in eng.replicas:
         assert rep.kv.in_use == 0 and rep.kv.available == rep.kv.total  # cached ones free
         assert not rep.waiting and not rep.running and not rep.inbox
-        assert rep.kv.swap_free == int(swap_gib * 2**30 // (2048 * block_size))
+        assert rep.kv.swap_free == swap_blocks
     generated = [0] * n
     last_end: dict[int, float] = {}
     for replica, start, end, entries in res.step_log:

@@ -105,9 +105,11 @@ def test_oversized_requests_are_rejected_with_their_reason(policy: str) -> None:
 def test_requests_that_each_fill_the_whole_cache_terminate(policy: str, preemption: str) -> None:
     # Each request needs every one of the 10 blocks at its end (prompt 20 + output 21 - 1
     # = 40 tokens): they can only run one after another, with preemptions on the way.
-    # The run must end with all of them finished, never loop.
+    # The run must end with all of them finished, never loop. The host holds one block
+    # (4 tokens x 2048 B), less than any preempted request's KV: swapping falls back to
+    # recompute, as it does when the swap space is full.
     sc = tiny_scenario(serving={"policy": policy, "num_kv_blocks": 10, "block_size": 4,
-                                "preemption": preemption, "swap_space_gib": 0.0})
+                                "preemption": preemption, "swap_space_gib": 8192 / 2**30})
     res = run_requests(sc, [0.0] * 6, [20] * 6, [21] * 6)
     assert (res.status == FINISHED).all()
     # Bounded work: at most one restart per request per other request.

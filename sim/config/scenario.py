@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.config.disagg import DisaggConfig, check_pools, kv_bytes_blocks, pool_memory, pools
+from sim.config.disagg import (
+    DisaggConfig,
+    Pool,
+    check_pools,
+    kv_bytes_blocks,
+    pool_memory,
+    pools,
+)
 from sim.config.faults import FaultsConfig, check_faults
 from sim.config.gpu import DEFAULT_GPU, HardwareConfig
 from sim.config.loadnotes import settings_notes
@@ -329,6 +336,8 @@ def check_host_memory(scenario: Scenario, flag_tier: str | None = None) -> None:
     for pool in pools(scenario):
         tier = pool.serving.kv_offload
         if tier is None:
+            if pool.serving.preemption == "swap":
+                check_swap_space(scenario, pool, given)
             continue
         block = pool_memory(scenario.model, pool).block_bytes  # one block's shard, a GPU
         if 0 < tier.cpu_gb * 2**30 < block:
@@ -352,6 +361,31 @@ def check_host_memory(scenario: Scenario, flag_tier: str | None = None) -> None:
                 f"got {tier.cpu_gb:g} GiB per GPU x {on_node} GPUs on a node = "
                 f"{tier.cpu_gb * on_node:g} GiB, more than the {cap:g} GiB of {source}; "
                 f"lower cpu_gb, or set hardware.host_memory_gb", where="serving.kv_offload.cpu_gb")
+
+
+def check_swap_space(scenario: Scenario, pool: Pool, given: float | None) -> None:
+    """``preemption: swap`` has a swap space of at least one KV block a GPU (a smaller one
+    had sent every preemption to recompute unsaid) and, as vLLM v0 checks at start-up,
+    the swap space of a server's tensor-parallel GPUs within 70% of the node's host
+    memory (``given``, or the node's installed memory where on record)."""
+    gib = pool.serving.swap_space_gib
+    block = pool_memory(scenario.model, pool).block_bytes
+    if gib * 2**30 < block:
+        raise ServesimError(
+            f"got {gib:g} GiB per GPU under preemption: swap, less than one KV block "
+            f"({block:,} bytes, {block / 2**20:g} MiB per GPU), so every preempted request "
+            f"would recompute; give at least {block / 2**30:.3g} GiB, or preemption: "
+            "recompute", where="serving.swap_space_gib")
+    cap = given if given is not None else NODE_HOST_MEMORY_GIB.get(pool.gpu)
+    on_node = min(pool.tp, pool.gpu_spec.node_gpus)
+    if cap is not None and gib * on_node > 0.7 * cap:
+        source = ("hardware.host_memory_gb" if given is not None
+                  else f"the installed memory of a {pool.gpu} node")
+        raise ServesimError(f"got {gib:g} GiB per GPU x {on_node} tensor-parallel GPU(s) = "
+                            f"{gib * on_node:g} GiB, more than 70% of the {cap:g} GiB of "
+                            f"{source}, which vLLM refuses as too large a swap space; lower "
+                            "swap_space_gib, or set hardware.host_memory_gb",
+                            where="serving.swap_space_gib")
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:

@@ -213,6 +213,7 @@ class Replica:
         swap its KV moves to host memory (when the host has room, else recompute)."""
         if self.swap and r.computed and self.kv.swap_out(r):
             self.swap_s += r.swapped * self.swap_block_s
+            self.stats.swapped_out += 1
         else:
             self.kv.preempt(r)  # with prefix caching, its computed blocks stay cached
             r.computed = 0
@@ -221,9 +222,13 @@ class Replica:
 
     def fits_ever(self, prompt: int, output: int) -> str | None:
         """Why a request of these lengths can never finish on this replica, or None.
-        A prefill replica holds only the prompt's KV."""
-        tokens = prompt if self.role == "prefill" else prompt + output - 1 + self.lookahead
-        if not self.kv.can_ever_hold(tokens):
+        A prefill replica holds only the prompt's KV and emits only the first token, so
+        no request of its is preempted for the output it never decodes."""
+        if self.role == "prefill":
+            if not self.kv.can_ever_hold(prompt):
+                return "exceeds_kv_capacity"
+            return self.policy.reject_reason(prompt, 1, self)
+        if not self.kv.can_ever_hold(prompt + output - 1 + self.lookahead):
             return "exceeds_kv_capacity"
         return self.policy.reject_reason(prompt, output, self)
 

@@ -15,7 +15,7 @@ class ReplicaStats:
                  "prefix_evictions", "block_bytes", "host_total", "host_hit_tokens",
                  "host_io_s", "host_stored", "host_loaded", "host_dropped", "spec_verifies",
                  "spec_tokens", "until", "until_used", "resumed_query_tokens",
-                 "resumed_hit_tokens", "token_limit", "over_budget")
+                 "resumed_hit_tokens", "token_limit", "over_budget", "swapped_out")
 
     def __init__(self, kv_total: int = 0, role: str = "both") -> None:
         self.kv_total = kv_total
@@ -52,6 +52,7 @@ class ReplicaStats:
         self.kv_block_s = 0.0
         self.kv_peak = 0
         self.preemptions = 0
+        self.swapped_out = 0  # of those, preemptions whose KV went to host memory
         # When the last iteration booked ahead of its end ends (s), and the KV blocks it
         # held: a horizon that falls inside it counts only the part before (clip).
         self.until = 0.0

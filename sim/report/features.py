@@ -122,6 +122,20 @@ def tier_summary(res: RunResult) -> dict[str, Any]:
     }}
 
 
+def swap_summary(res: RunResult) -> dict[str, Any]:
+    """``swap``, present only where a pool preempts by swap: the preemptions whose KV went
+    to host memory and those recomputed instead, as the host had no room for it (or, by
+    vLLM v0's rule, nothing of it was computed yet)."""
+    from sim.config.disagg import pools
+
+    if all(p.serving.preemption != "swap" for p in pools(res.scenario)):
+        return {}
+    stats = res.replica_stats
+    swapped = sum(s.swapped_out for s in stats)
+    return {"swap": {"swapped": swapped,
+                     "recomputed": sum(s.preemptions for s in stats) - swapped}}
+
+
 def spec_summary(res: RunResult) -> dict[str, Any]:
     """Speculative decoding (present only when the scenario sets it): the setting, the
     expected tokens per verify its acceptance gives, and the run's verifies (one per

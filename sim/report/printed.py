@@ -81,7 +81,8 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(f"batch: {b['iterations']} iterations, mean {cell(b['mean_seqs'], '.1f')} seqs "
                  f"/ {cell(b['mean_tokens'], '.1f')} tokens; KV: {blocks} "
                  f"blocks/{unit}, mean use {cell(kv['mean_utilization'], '.1%')}, peak "
-                 f"{cell(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}")
+                 f"{cell(kv['peak_utilization'], '.1%')}; preemptions {summary['preemptions']}"
+                 + swap_phrase(summary.get("swap")))
     if b.get("over_budget_iterations"):
         lines.append(f"note: {b['over_budget_iterations']} iterations computed more than the "
                      f"{b['token_budget']}-token budget (every running sequence's decode or "
@@ -132,6 +133,16 @@ def tier_lines(summary: dict[str, Any]) -> list[str]:
             f"{mean(h['stored_gib_per_gpu']):.1f} GiB stored a GPU; "
             f"{h['dropped_entries']} entries dropped; {kt['transfer_s']:.3g} s of "
             "iterations moving blocks"]
+
+
+def swap_phrase(sw: dict[str, Any] | None) -> str:
+    """The preemptions' split under ``preemption: swap`` ("" without it), so that a run
+    whose host swap space filled says how many preempted requests recomputed instead."""
+    if not sw or not (sw["swapped"] or sw["recomputed"]):
+        return ""
+    return (f" ({sw['swapped']} swapped to host memory, {sw['recomputed']} recomputed: "
+            "the swap space had no room or nothing was computed)" if sw["recomputed"]
+            else " (all swapped to host memory)")
 
 
 def spec_line(sp: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from sim.report.features import (
     over_budget,
     prefix_summary,
     spec_summary,
+    swap_summary,
     tier_summary,
     unused_hashes,
 )
@@ -126,6 +127,7 @@ def summarize(res: RunResult, percentiles: tuple[float, ...] = PERCENTILES) -> d
         # Per pool: one GPU's memory terms (GiB) and each replica's KV blocks and tokens.
         **({"memory": res.memory} if res.memory else {}),
         "preemptions": int(res.preemptions.sum()),
+        **swap_summary(res),
         **prefix_summary(res),
         **tier_summary(res),
         **spec_summary(res),

@@ -266,3 +266,26 @@ def test_a_failure_rate_that_would_draw_millions_of_outages_is_one_error() -> No
     plan = outage_plan(FaultsConfig(failures_per_hour=2.0, repair_s=60.0), 2, 3600.0,
                        np.random.SeedSequence(0))
     assert all(all(up - down == 60.0 for down, up in ws) for ws in plan)
+
+
+def test_a_horizon_past_the_run_draws_no_more_failures() -> None:
+    """Random failures are drawn while the workload sends, cut at a horizon that comes
+    first. A horizon the run never reached had drawn failures through the drain too, so a
+    sweep's point (whose horizon only bounds an overloaded run) differed from simulate's
+    run of the same scenario."""
+    from sim.core.engine import simulate
+
+    sections: dict[str, Any] = {
+        "cluster": {"replicas": 2, "router": "round_robin"},
+        "faults": {"failures_per_hour": 1800.0, "repair_s": 0.5, "detection_s": 0.01},
+        "workload": {"arrivals": {"process": "constant", "rate": 10.0}, "num_requests": 40,
+                     "lengths": {"prompt": {"dist": "fixed", "value": 8},
+                                 "output": {"dist": "fixed", "value": 400}}}}
+    plain = simulate(tiny_scenario(**sections))
+    far = simulate(tiny_scenario(**sections, horizon_s=1000.0))
+    last = float(plain.requests.arrival_s[-1])
+    assert plain.outages and all(down < last for _, down, _ in plain.outages)
+    assert far.outages == plain.outages
+    np.testing.assert_array_equal(far.finish, plain.finish)
+    cut = simulate(tiny_scenario(**sections, horizon_s=last / 2))
+    assert cut.outages == tuple(o for o in plain.outages if o[1] < last / 2)

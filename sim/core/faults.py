@@ -62,14 +62,18 @@ class Faults:
         arrivals = engine.requests.arrival_s
         horizon = engine.scenario.horizon_s
         wl = engine.scenario.workload
-        if horizon is not None:
-            end = horizon
-        elif wl.concurrency is not None:
-            # Closed-loop send times are not known before the run: until the clients stop
-            # (check_faults makes rate-based faults need one of the two).
+        # Failures are drawn while the workload sends: until the last arrival, or until
+        # closed-loop clients stop (their send times are not known before the run;
+        # check_faults makes rate-based faults need duration_s or a horizon), cut at the
+        # horizon where it comes first. A horizon the run never reaches changes nothing,
+        # so a sweep's point (whose horizon only bounds an overloaded run) draws the same
+        # failures as simulate.
+        if wl.concurrency is not None:
             end = wl.duration_s if wl.duration_s is not None else math.inf
         else:
             end = float(arrivals[-1]) if len(arrivals) else 0.0
+        if horizon is not None:
+            end = min(end, horizon)
         n = len(engine.entry)
         try:
             self.plan = outage_plan(cfg, n, end, seed)

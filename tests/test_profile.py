@@ -214,21 +214,28 @@ def tabled_data() -> dict:
 def test_measured_table_replaces_formula_at_its_counts(tmp_path: Path) -> None:
     cost = load_profile(str(write(tmp_path, tabled_data())))
     plain = load_profile(str(write(tmp_path, profile_data(), "plain.yaml")))
-    # Three decodes: 3 new tokens (table 7e-4 per layer), 3 sequences (past the head's table).
+    # Three decodes: 3 new tokens (table 7e-4 per layer), 3 sequences (past the head's
+    # table: its last row, 6e-4 at 2, times the formula's growth from 2 to 3, none here).
     s = decode_shape(3, 300)
     parts, base = cost.breakdown(s), plain.breakdown(s)
     assert parts["linear"] == pytest.approx(32 * 7e-4, rel=1e-12)
-    assert parts["lm_head"] == base["lm_head"] == pytest.approx(1e-5 + max(1e-4, 3e-6))
+    assert base["lm_head"] == pytest.approx(1e-5 + max(1e-4, 3e-6))
+    assert parts["lm_head"] == pytest.approx(6e-4, rel=1e-12)
     assert cost.step_time(s) - plain.step_time(s) == pytest.approx(
-        32 * (7e-4 - (1e-5 + max(2e-4, 3e-6))), rel=1e-9)
-    # Four tokens cost less than three, as measured; five fall back to the formula.
+        32 * (7e-4 - (1e-5 + max(2e-4, 3e-6))) + 6e-4 - (1e-5 + max(1e-4, 3e-6)), rel=1e-9)
+    # Four tokens cost less than three, as measured; past them the formula's growth from
+    # the last row, so five tokens cost no less than four (the formula alone had dropped
+    # to base_linear(plain, 5) where the table stops).
     assert cost.breakdown(decode_shape(4, 300))["linear"] == pytest.approx(32 * 4e-4)
-    assert cost.breakdown(decode_shape(5, 300))["linear"] == base_linear(plain, 5)
+    assert cost.breakdown(decode_shape(5, 300))["linear"] == pytest.approx(
+        32 * 4e-4 * base_linear(plain, 5) / base_linear(plain, 4), rel=1e-12)
     assert cost.breakdown(decode_shape(2, 10))["lm_head"] == pytest.approx(6e-4)
     # A 300-token prefill is far past the linear table; its one sequence's head row is not.
     big = shape_of([(300, 0)])
     parts, base = cost.breakdown(big), plain.breakdown(big)
-    assert parts["linear"] == base["linear"] and parts["lm_head"] == 2e-4
+    assert parts["linear"] == pytest.approx(
+        32 * 4e-4 * base["linear"] / base_linear(plain, 4), rel=1e-12)
+    assert parts["lm_head"] == 2e-4
 
 
 def base_linear(cost: ProfileCost, n: int) -> float:
@@ -446,3 +453,41 @@ def test_a_fractional_knot_count_is_refused(axis: str) -> None:
         parse_profile(data, "p.yaml")
     assert str(exc.value).startswith(f"p.yaml: {where}[1]: got {xs[1]!r}, must be a whole "
                                      "number >= 1 (")
+
+
+@pytest.mark.parametrize("name, counts", [
+    # Past the GEMM knots (32,768 tokens) the formula had priced alone: a 32,769-token
+    # prefill came to 13.2 s after 19.9 s at 32,768 on an L40S.
+    ("l40s-qwen3-32b-tp1-sglang-fp8", (32768, 32769, 40000, 65536)),
+    # Below a sparse-attention table's first knot (4 tokens) the formula had priced a
+    # 3-token prefill at 9.2 ms against 53.9 ms at 4.
+    ("b200-deepseek-v3.2-tp8-sglang", (2, 3, 4, 5)),
+    # Four L40S: the all-reduce had crossed from the custom kernel's table to NCCL's at
+    # 8 MiB, 241 ms at 1,024 tokens and 181 ms at 1,025 (sim/cost/tables/commtable.py).
+    ("l40s-llama-3-8b-tp4-sglang", (1024, 1025, 2048)),
+])
+def test_measured_prices_do_not_jump_where_the_knots_end(name: str,
+                                                         counts: tuple[int, ...]) -> None:
+    cost = load_profile(str(PROFILE_DIR / f"{name}.yaml"))
+    times = [cost.step_time(shape_of([(n, 0)])) for n in counts]
+    assert times == sorted(times)
+    for a, b, na, nb in zip(times, times[1:], counts, counts[1:], strict=False):
+        # At most as a prefill's attention grows, or a GEMM tile edge (1,024 -> 1,025).
+        assert b / a <= max((nb / na) ** 2, 1.1)
+    # One shape at a time and as an array give the same floats.
+    arrays = StepShape(*(np.asarray(v) for v in zip(*(shape_of([(n, 0)]) for n in counts),
+                                                   strict=True)))
+    assert cost.step_time(arrays).tolist() == times
+
+
+def test_a_knotted_component_is_held_below_its_first_knot_and_scaled_past_its_last() -> None:
+    from sim.cost.curves import Knots
+
+    k = Knots((4.0, 8.0), (2.0, 3.0))
+    assert k.outside(2.0, 0.5, 6.0) == 2.0  # held at the first knot's time
+    assert k.outside(0.0, 0.5, 6.0) == 0.5  # no count: the formula's (a gate's zero)
+    assert k.outside(16.0, 12.0, 6.0) == 3.0 * 12.0 / 6.0  # the formula's growth from 8
+    assert k.outside(16.0, 12.0, None) == 12.0 == k.outside(16.0, 12.0, 0.0)
+    x = np.array([0.0, 2.0, 4.0, 6.0, 8.0, 16.0])
+    f = np.array([0.5, 0.5, 9.0, 9.0, 9.0, 12.0])
+    assert k.over_edges(x, f, 6.0).tolist() == [0.5, 2.0, 2.0, 2.5, 3.0, 6.0]

@@ -61,6 +61,31 @@ class Knots:
         x0, y0 = xs[i - 1], self.ys[i - 1]
         return y0 + (self.ys[i] - y0) * (x - x0) / (xs[i] - x0)
 
+    def outside(self, x: float, formula: float, edge: float | None) -> float:
+        """Seconds at a count ``x`` outside the knots, where a component's formula gives
+        ``formula``: from one count up to the first knot, the first knot's time (a kernel
+        on fewer rows is no cheaper); past the last knot the formula's value scaled to
+        meet the last knot (``edge``: the formula at the last knot's count), so the price
+        does not jump where the measurements end; else, or without an ``edge`` above 0,
+        the formula's own."""
+        if x > self.xs[-1]:
+            if edge is not None and edge > 0:
+                return self.ys[-1] * formula / edge
+            return formula
+        if x >= 1:
+            return self.ys[0]
+        return formula
+
+    def over_edges(self, x: Any, formula: Any, edge: float | None) -> Any:
+        """:meth:`outside` and the knots inside their range, for an array of counts ``x``
+        and the formula's values ``formula`` at them (the same floats as one count at a
+        time)."""
+        x = np.asarray(x, dtype=float)
+        formula = np.asarray(formula, dtype=float)
+        past = self.ys[-1] * formula / edge if edge is not None and edge > 0 else formula
+        out = np.where(x > self.xs[-1], past, np.where(x >= 1, self.ys[0], formula))
+        return self.over(x, out)
+
     def over(self, x: Any, otherwise: Any) -> Any:
         """Seconds at each count of array ``x``: the knots inside their range,
         ``otherwise`` (an array or a number) outside it."""

@@ -43,6 +43,22 @@ def _light(name: str, form: ComponentForm, grids: Mapping[str, Grid]) -> bool:
     return name not in grids and bool(form.reads) and set(form.reads) <= LIGHT_READS
 
 
+def knot_edges(knots: Mapping[str, Knots],
+               coefs: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Per knotted component whose formula reads its knots' count alone (the linear
+    layers', the LM head's, the all-reduce's), the formula's seconds at its last knot:
+    past it a price is the formula's scaled to meet that knot
+    (:meth:`sim.cost.curves.Knots.outside`). A formula that reads more (a prefill's
+    context) has no single value there and prices past its knots unscaled."""
+    out: dict[str, float] = {}
+    for name, k in knots.items():
+        form = FORMS[name]
+        if form.reads == (form.table,):
+            shape = StepShape(*(k.xs[-1] if f == form.table else 0 for f in StepShape._fields))
+            out[name] = float(form.evaluate(coefs[name], shape, SCALAR))
+    return out
+
+
 def _zero(form: ComponentForm, coef: Mapping[str, float]) -> bool:
     """Whether a formula is zero for every shape (all its seconds coefficients are 0)."""
     return all(coef[k] == 0.0 for k in form.coefs if k not in form.knees)
@@ -78,6 +94,7 @@ class ProfileCost:
         self.knots = {k: v if isinstance(v, Knots) else Knots.counts(v)
                       for k, v in (knots or {}).items() if (v.xs if isinstance(v, Knots) else v)}
         self.grids = dict(grids or {})
+        self._edges = knot_edges(self.knots, self.coefs)
         self.wake = {k: float(v) for k, v in (wake or {}).items()}
         self.frontend = frontend
         self.meta: dict[str, Any] = meta or {}
@@ -125,11 +142,14 @@ class ProfileCost:
             return from_grid
         knots = self.knots.get(name)
         if knots is not None:
-            count = form.table
+            count, edge = form.table, self._edges.get(name)
 
             def from_knots(s: StepShape) -> float:
-                t = knots.at(getattr(s, count))
-                return (evaluate(coef, s, SCALAR) if t is None else t) * layers
+                x = getattr(s, count)
+                t = knots.at(x)
+                if t is None:
+                    t = knots.outside(x, evaluate(coef, s, SCALAR), edge)
+                return t * layers
             return from_knots
         if form.gate:
             # Every term is zero without the gate's count: skipping it is exact.
@@ -149,7 +169,8 @@ class ProfileCost:
         else:
             t = form.evaluate(self.coefs[name], shape, ARRAY)
             if name in self.knots:
-                t = self.knots[name].over(getattr(shape, form.table), t)
+                t = self.knots[name].over_edges(getattr(shape, form.table), t,
+                                                self._edges.get(name))
         return t * self.model.layers if form.per_layer else t
 
     def breakdown(self, shape: StepShape) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Collective latencies from the public tables: tensor-parallel all-reduce and gather.
 
 A serving framework all-reduces a layer's activations with its own custom kernel
-while the message is small (vLLM and SGLang up to 8 MiB; TensorRT-LLM's plugin at any
-size) and with NCCL above; inside a CUDA graph (decode-sized steps) the custom kernel
-is cheaper than when launched eagerly (prefill-sized steps). The tables time both:
+while the message is small (vLLM and SGLang up to 8 MiB, and not at all over more than
+two GPUs joined by PCIe alone; TensorRT-LLM's plugin at any size) and with NCCL above;
+inside a CUDA graph (decode-sized steps) the custom kernel is cheaper than when launched
+eagerly (prefill-sized steps). The tables time both:
 ``custom_allreduce_perf`` per framework (``backend`` ``*_graph`` / ``*_eager``) and
 ``nccl_perf`` (``all_reduce``, ``all_gather``) per NCCL version, over 2, 4 or 8 GPUs
 of one node, in milliseconds. Their ``message_size`` counts elements, not bytes: the
@@ -29,6 +30,13 @@ MIB = 2**20
 # Largest message a framework's custom all-reduce takes; above it NCCL runs (None: the
 # custom kernel at every size).
 CUSTOM_MAX_BYTES: dict[str, int | None] = {"vllm": 8 * MIB, "sglang": 8 * MIB, "trtllm": None}
+# GPUs (servesim's names) whose servers join them by PCIe alone, with no NVLink between
+# every pair (sim.cost.gpus). vLLM's custom all-reduce turns itself off over more than
+# two such GPUs ("not supported on more than two PCIe-only GPUs", custom_all_reduce.py),
+# and SGLang's, taken from it, does the same: their all-reduces then run on NCCL at
+# every size.
+PCIE_ONLY = frozenset({"l40s", "rtx-pro-6000", "h100-pcie", "l4", "a10g"})
+PCIE_CUSTOM_OFF = frozenset({"vllm", "sglang"})
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,7 @@ class Collectives:
 
     framework: str
     gpus: int
+    custom_max: int | None
     graph: Curve
     eager: Curve
     nccl: Curve
@@ -99,7 +108,7 @@ class Collectives:
         """Seconds of one all-reduce of each message (bytes), graph-captured where
         ``in_graph``."""
         custom = np.where(in_graph, self.graph.at(nbytes), self.eager.at(nbytes))
-        limit = CUSTOM_MAX_BYTES.get(self.framework)
+        limit = self.custom_max
         if limit is None:
             return custom
         return np.where(np.asarray(nbytes) <= limit, custom, self.nccl.at(nbytes))
@@ -126,9 +135,15 @@ def load_collectives(gpu: str, framework: str, version: str, gpus: int) -> Colle
         eager = _curve(custom.where(backend=eager_name), gpus, "allreduce_dtype")
     else:
         graph = eager = _curve(custom, gpus, "allreduce_dtype")
-    return Collectives(framework, gpus, graph, eager,
+    limit = CUSTOM_MAX_BYTES.get(framework)
+    custom_source = f"{framework} {custom.version}"
+    if gpu in PCIE_ONLY and gpus > 2 and framework in PCIE_CUSTOM_OFF:
+        limit = 0
+        custom_source = (f"none ({framework} keeps its custom all-reduce off over more than "
+                         "two PCIe-only GPUs: NCCL at every size)")
+    return Collectives(framework, gpus, limit, graph, eager,
                        _curve(nccl.where(op_name="all_reduce"), gpus, "nccl_dtype"),
                        _curve(nccl.where(op_name="all_gather"), gpus, "nccl_dtype"),
                        _curve(nccl.where(op_name="reduce_scatter"), gpus, "nccl_dtype"),
-                       {"custom_allreduce": f"{framework} {custom.version}",
+                       {"custom_allreduce": custom_source,
                         "nccl": f"nccl {nccl.version}"})

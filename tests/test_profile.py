@@ -491,3 +491,33 @@ def test_a_knotted_component_is_held_below_its_first_knot_and_scaled_past_its_la
     x = np.array([0.0, 2.0, 4.0, 6.0, 8.0, 16.0])
     f = np.array([0.5, 0.5, 9.0, 9.0, 9.0, 12.0])
     assert k.over_edges(x, f, 6.0).tolist() == [0.5, 2.0, 2.0, 2.5, 3.0, 6.0]
+
+
+def test_decode_attention_reads_its_kv_no_faster_than_memory_allows() -> None:
+    """The tables time one layer, whose KV (67 MB at 4 x 4,096 tokens of Llama-3-8B)
+    fits an L40S's 96 MB L2; a step's 32 layers each read their own from DRAM. The grid
+    had priced it 3.3x faster than 4 x 4,096 x 128 KiB at the L40S's peak 864 GB/s."""
+    cost = load_profile(str(PROFILE_DIR / "l40s-llama-3-8b-tp1-sglang.yaml"))
+    bw = 864e9
+    kv_token = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, bf16
+    s = decode_shape(4, 4 * 4095)  # each entry reads its 4,095 cached tokens and its own
+    floor = 4 * 4096 * kv_token / bw
+    assert cost.breakdown(s)["decode_attention"] == pytest.approx(floor, rel=1e-12)
+    assert floor > 2.4e-3 > 3 * cost.grids["decode_attention"].at(4, 4096) * 32
+    # Where the grid is slower than the floor (one short sequence) it prices as before.
+    one = decode_shape(1, 128)
+    grid = cost.grids["decode_attention"].at(1, 129) * 32  # 128 cached and its own
+    assert cost.breakdown(one)["decode_attention"] == pytest.approx(grid, rel=1e-12)
+    assert grid > 128 * kv_token / bw
+    # A run of draft-sized steps (sim.cost.profilecost.ProfileCost.decode_run) sums the
+    # steps it stands for, the floor included.
+    steps = [decode_shape(4, 4 * 4095 + i * 4) for i in range(3)]
+    assert cost.decode_run(4, 4 * 4096 - 4, 3) == pytest.approx(
+        sum(cost.step_time(s) for s in steps), rel=1e-12)
+    # No floor where a layer reads fewer than every cached token; on an H100 the grid is
+    # above it everywhere.
+    assert load_profile(str(PROFILE_DIR / "b200-gpt-oss-20b-tp1-vllm.yaml")).kv_floor == 0.0
+    h100 = load_profile(str(PROFILE_DIR / "h100-sxm-llama-3-8b-tp1-vllm.yaml"))
+    for b, c in ((1, 129), (4, 4096), (64, 4096), (256, 16384)):
+        assert h100.breakdown(decode_shape(b, b * (c - 1)))["decode_attention"] == \
+            h100.grids["decode_attention"].at(b, c) * 32

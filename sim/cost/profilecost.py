@@ -20,9 +20,12 @@ import numpy as np
 
 from sim.cost.curves import Grid, Knots
 from sim.cost.frontend import NO_FRONTEND, Frontend
+from sim.cost.gpus import GPUS
 from sim.cost.profile import ARRAY, FORMS, SCALAR, ComponentForm, wake_curve
 from sim.cost.shape import StepShape
+from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
+from sim.errors import ServesimError
 
 
 def _total(parts: Any) -> Any:
@@ -59,6 +62,24 @@ def knot_edges(knots: Mapping[str, Knots],
     return out
 
 
+def kv_read_floor(model: ModelSpec, tp: int, device: str) -> float:
+    """Seconds per cached token below which a step's decode attention cannot read its KV:
+    the rank's KV bytes per token over every attention layer, over the peak memory
+    bandwidth of ``device`` (:data:`sim.cost.gpus.GPUS`). The tables time one layer, whose
+    KV may sit in L2 (96 MB on an L40S), where a step's layers each read their own from
+    DRAM. 0 (no floor) on a device not in the GPU table (a CPU calibration), or where a
+    layer reads fewer than every cached token (sliding windows, sparse attention)."""
+    gpu = GPUS.get(device)
+    if gpu is None or model.sliding_layers or model.index_topk:
+        return 0.0
+    bw = gpu.mem_bw
+    try:
+        per_token = shard(model, tp).kv_bytes_per_token
+    except ServesimError:
+        return 0.0
+    return per_token / float(bw)
+
+
 def _zero(form: ComponentForm, coef: Mapping[str, float]) -> bool:
     """Whether a formula is zero for every shape (all its seconds coefficients are 0)."""
     return all(coef[k] == 0.0 for k in form.coefs if k not in form.knees)
@@ -77,6 +98,8 @@ class ProfileCost:
     arrays in any shape field. ``experts``: in a profile of one data-parallel attention
     rank (``meta["dp"]`` > 1), the routed experts' seconds at counts of the whole group's
     new tokens, which the components then leave out (:meth:`experts_time`).
+    ``kv_floor``: seconds per cached token of the decode entries below which decode
+    attention is never priced (:func:`kv_read_floor`; 0: none).
     """
 
     def __init__(self, model: ModelSpec, tp: int, device: str, dtype: str,
@@ -95,6 +118,7 @@ class ProfileCost:
                       for k, v in (knots or {}).items() if (v.xs if isinstance(v, Knots) else v)}
         self.grids = dict(grids or {})
         self._edges = knot_edges(self.knots, self.coefs)
+        self.kv_floor = kv_read_floor(model, tp, device)
         self.wake = {k: float(v) for k, v in (wake or {}).items()}
         self.frontend = frontend
         self.meta: dict[str, Any] = meta or {}
@@ -136,9 +160,15 @@ class ProfileCost:
         coef, evaluate = self.coefs[name], form.evaluate
         grid = self.grids.get(name)
         if grid is not None:
+            floor = self.kv_floor
+
             def from_grid(s: StepShape) -> float:
                 d = s.seqs - s.prefill_seqs
-                return grid.at(d, s.decode_kv / d) * layers if d > 0 else 0.0
+                if d <= 0:
+                    return 0.0
+                t = grid.at(d, s.decode_kv / d) * layers
+                f = s.decode_kv * floor
+                return f if f > t else t
             return from_grid
         knots = self.knots.get(name)
         if knots is not None:
@@ -166,6 +196,9 @@ class ProfileCost:
                 t = np.where(d > 0, grid.over(np.maximum(d, 1.0),
                                               np.asarray(shape.decode_kv) / np.maximum(d, 1.0)),
                              0.0)
+            if form.per_layer:
+                floor = np.where(d > 0, np.asarray(shape.decode_kv) * self.kv_floor, 0.0)
+                return np.maximum(t * self.model.layers, floor)
         else:
             t = form.evaluate(self.coefs[name], shape, ARRAY)
             if name in self.knots:
@@ -281,8 +314,22 @@ class ProfileCost:
     def _grid_run(self, name: str, form: ComponentForm) -> Callable[[int, int, int], float]:
         """A grid component over a run of decode steps (see :meth:`decode_run`)."""
         grid, layers = self.grids[name], self.model.layers if form.per_layer else 1
-        # Step i's entries hold context/seqs + 1 + i tokens each: one column unit apart.
-        return lambda seqs, context, k: grid.run_at(seqs, context / seqs + 1, k) * layers
+        floor = self.kv_floor
+
+        def run(seqs: int, context: int, k: int) -> float:
+            # Step i's entries hold context/seqs + 1 + i tokens each: one column unit apart.
+            first, last = context + seqs, context + k * seqs
+            if (first * floor <= grid.at(seqs, first / seqs) * layers
+                    and last * floor <= grid.at(seqs, last / seqs) * layers):
+                return grid.run_at(seqs, context / seqs + 1, k) * layers
+            # The KV-read floor binds somewhere in the run: step by step.
+            total = 0.0
+            for i in range(k):
+                kv = first + i * seqs
+                t, f = grid.at(seqs, kv / seqs) * layers, kv * floor
+                total += f if f > t else t
+            return total
+        return run
 
     def stage_split(self, shape: StepShape) -> tuple[float, float, float]:
         """Seconds of one step of ``shape`` (Python ints) as a pipeline divides them

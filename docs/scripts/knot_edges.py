@@ -1,5 +1,5 @@
 """How a measured component is priced past its last knot, checked on held-out knots
-(docs/measured-profiles.md, "How the tables are interpolated").
+(docs/measured-profiles.md, "Interpolation, and its measured error").
 
 Re-run from the repository root:  .venv/bin/python docs/scripts/knot_edges.py
 For every shipped profile (sim/data/profiles/*.yaml; no kernel tables needed) and each

@@ -177,6 +177,12 @@ def test_swap_without_host_space_falls_back_to_recompute():
     roomy = run_requests(dataclasses.replace(sc, serving=dataclasses.replace(
         sc.serving, swap_space_gib=3 * 8192 / 2**30)), [0.0, 0.0], [8, 8], [6, 6])
     assert summarize(roomy)["swap"] == {"swapped": 1, "recomputed": 0}
+    from sim.report.printed import table
+    from sim.study.reportdoc import _run_table
+
+    assert "preemptions 1 (0 swapped to host memory, 1 recomputed: " in table(summarize(res))
+    rows = dict(_run_table(summarize(roomy))[1])
+    assert rows["preemptions"] == "1 (1 swapped to host memory, 0 recomputed)"
     assert "swap" not in summarize(run_requests(tiny_scenario(serving={"num_kv_blocks": 6}),
                                                 [0.0, 0.0], [8, 8], [6, 6]))
 

@@ -120,6 +120,7 @@ SUMMARY = {
            "block_size": ANY, "mean_utilization": NUMBER_OR_NULL,
            "peak_utilization": NUMBER_OR_NULL},
     "preemptions": NUMBER_OR_NULL,
+    "swap": May({"swapped": COUNT_OR_NULL, "recomputed": COUNT_OR_NULL}, null=False),
     "span_s": NUMBER_OR_NULL,
     "policy": ANY,
     "saturation": {"saturated": ANY, "offered_rps": May(NUMBER_OR_NULL, null=False),

@@ -168,12 +168,20 @@ def _run_table(s: dict[str, Any]) -> Table:
         ["KV cache", f"{h.count(kv['blocks_per_replica'][0])} blocks of "
                      f"{kv['block_size']} tokens per replica; mean use "
                      f"{h.pct(kv['mean_utilization'])}, peak {h.pct(kv['peak_utilization'])}"],
-        ["preemptions", h.count(s["preemptions"])],
+        ["preemptions", h.count(s["preemptions"]) + _swap_split(s.get("swap"))],
         ["simulated span", f"{h.number(s['span_s'])} s"],
     ]
     sat = s.get("saturation") or {}
     rows.append(["saturated", f"yes: {_backlog(sat)}" if sat.get("saturated") else "no"])
     return ["", "value"], rows, {len(rows) - 1} if sat.get("saturated") else set()
+
+
+def _swap_split(sw: dict[str, Any] | None) -> str:
+    """Under ``preemption: swap``, how the preemptions went ("" otherwise)."""
+    if not sw or sw["swapped"] is None or sw["recomputed"] is None:
+        return ""
+    return (f" ({h.count(sw['swapped'])} swapped to host memory, "
+            f"{h.count(sw['recomputed'])} recomputed)")
 
 
 def _class_table(classes: dict[str, Any]) -> Table:

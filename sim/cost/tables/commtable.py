@@ -92,7 +92,9 @@ class Collectives:
     ``graph`` and ``eager`` are the custom all-reduce inside and outside a CUDA graph
     (the same curve when the table does not tell them apart); ``nccl`` NCCL's
     all-reduce, ``gather`` NCCL's all-gather (message = the gathered total),
-    ``scatter`` NCCL's reduce-scatter (message = the total reduced)."""
+    ``scatter`` NCCL's reduce-scatter (message = the total reduced). ``custom_max``: the
+    largest message (bytes) the custom kernel takes, NCCL above it (None: the custom
+    kernel at every size; 0: NCCL at every size)."""
 
     framework: str
     gpus: int

@@ -348,15 +348,13 @@ def check_host_memory(scenario: Scenario, flag_tier: str | None = None) -> None:
                 + (f" (as set by {flag_tier}, whose size is over the tensor-parallel GPUs)"
                    if flag_tier else ""), where="serving.kv_offload.cpu_gb")
         spec = pool.gpu_spec
-        cap = given if given is not None else NODE_HOST_MEMORY_GIB.get(pool.gpu)
+        cap, source = _node_memory(pool, given)
         if cap is None:
             raise ServesimError(f"the inline GPU {pool.gpu!r} has no installed host memory "
                                 f"on record; set hardware.host_memory_gb (GiB per node of "
                                 f"{spec.node_gpus} GPUs)", where="hardware.host_memory_gb")
         on_node = min(pool.replicas * pool.tp * pool.dp, spec.node_gpus)
         if tier.cpu_gb * on_node > cap:
-            source = ("hardware.host_memory_gb" if given is not None
-                      else f"the installed memory of a {pool.gpu} node")
             raise ServesimError(
                 f"got {tier.cpu_gb:g} GiB per GPU x {on_node} GPUs on a node = "
                 f"{tier.cpu_gb * on_node:g} GiB, more than the {cap:g} GiB of {source}; "
@@ -376,16 +374,23 @@ def check_swap_space(scenario: Scenario, pool: Pool, given: float | None) -> Non
             f"({block:,} bytes, {block / 2**20:g} MiB per GPU), so every preempted request "
             f"would recompute; give at least {block / 2**30:.3g} GiB, or preemption: "
             "recompute", where="serving.swap_space_gib")
-    cap = given if given is not None else NODE_HOST_MEMORY_GIB.get(pool.gpu)
+    cap, source = _node_memory(pool, given)
     on_node = min(pool.tp, pool.gpu_spec.node_gpus)
     if cap is not None and gib * on_node > 0.7 * cap:
-        source = ("hardware.host_memory_gb" if given is not None
-                  else f"the installed memory of a {pool.gpu} node")
         raise ServesimError(f"got {gib:g} GiB per GPU x {on_node} tensor-parallel GPU(s) = "
                             f"{gib * on_node:g} GiB, more than 70% of the {cap:g} GiB of "
                             f"{source}, which vLLM refuses as too large a swap space; lower "
                             "swap_space_gib, or set hardware.host_memory_gb",
                             where="serving.swap_space_gib")
+
+
+def _node_memory(pool: Pool, given: float | None) -> tuple[float | None, str]:
+    """GiB of host memory on one of ``pool``'s nodes (``given``: hardware.host_memory_gb,
+    else the node's installed memory; None where neither is known) and what it is, as
+    errors name it."""
+    if given is not None:
+        return given, "hardware.host_memory_gb"
+    return NODE_HOST_MEMORY_GIB.get(pool.gpu), f"the installed memory of a {pool.gpu} node"
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Scenario:

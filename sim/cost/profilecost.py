@@ -315,6 +315,9 @@ class ProfileCost:
         """A grid component over a run of decode steps (see :meth:`decode_run`)."""
         grid, layers = self.grids[name], self.model.layers if form.per_layer else 1
         floor = self.kv_floor
+        if not floor:
+            # Step i's entries hold context/seqs + 1 + i tokens each: one column unit apart.
+            return lambda seqs, context, k: grid.run_at(seqs, context / seqs + 1, k) * layers
 
         def run(seqs: int, context: int, k: int) -> float:
             # Step i's entries hold context/seqs + 1 + i tokens each: one column unit apart.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sim.config.combinations import check_combinations
 from sim.config.gpu import InlineGPU, check_latency_s, gpu_label, resolve_gpu
 from sim.config.serving import check_gb_s
+from sim.config.sglangpool import as_sglang, sglang_fraction, sglang_release
 from sim.config.speculative import draft_memory
 from sim.configtools import bounded, resolve_alias
 from sim.cost.gpus import GPUS, GPUSpec, check_dtype
@@ -147,6 +148,9 @@ class Pool:
     # How vLLM's profile sizes this pool's KV cache (sim.cost.vllmmemory); None: the
     # default release's rules.
     memory_rules: MemoryRules | None = None
+    # SGLang's kernels price the pool: (their release, whether memory_utilization was
+    # given), and its memory is divided as SGLang does (sim.config.sglangpool).
+    sglang: tuple[str, bool] | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -206,23 +210,31 @@ def _profile_version(ref: str, base_dir: str | None) -> str | None:
     return None if src is None else modelled_release(str(src.get("version")))
 
 
-def _memory(scenario: Scenario, gpu: str, utilization: float | None
-            ) -> tuple[float, MemoryRules]:
-    """A pool's memory utilization (the release's default unless one is given) and its
-    release's rules."""
-    spec = scenario.serving.speculative
+def _memory(scenario: Scenario, choice: str | InlineGPU, utilization: float | None, tp: int,
+            pp: int = 1, dp: int = 1) -> tuple[float, MemoryRules, tuple[str, bool] | None]:
+    """A pool's memory utilization (the release's default unless one is given), its
+    vLLM release's rules, and (release, given) where SGLang's kernels price it, whose
+    default share is SGLang's mem_fraction_static (:mod:`sim.config.sglangpool`)."""
+    spec, gpu = scenario.serving.speculative, gpu_label(choice)
     rules = memory_rules(memory_version(scenario, gpu), scenario.model,
                          None if spec is None else spec.method)
-    return (rules.utilization if utilization is None else utilization), rules
+    release = sglang_release(scenario, gpu)
+    if release is None:
+        return (rules.utilization if utilization is None else utilization), rules, None
+    if utilization is None:
+        return (sglang_fraction(scenario, release, resolve_gpu(choice), tp, pp, dp), rules,
+                (release, False))
+    return utilization, rules, (release, True)
 
 
 def pools(scenario: Scenario) -> list[Pool]:
     """The scenario's pools: one co-located pool, or prefill then decode pools."""
     hw, sv, cl = scenario.hardware, scenario.serving, scenario.cluster
     if sv.policy != "disaggregated":
-        util, rules = _memory(scenario, gpu_label(hw.gpu), hw.memory_utilization)
+        util, rules, sg = _memory(scenario, hw.gpu, hw.memory_utilization, hw.tp, hw.pp,
+                                  hw.dp)
         return [Pool("both", cl.replicas, gpu_label(hw.gpu), hw.tp, util, sv,
-                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep, hw.dp, rules)]
+                     cl.router, resolve_gpu(hw.gpu), hw.pp, hw.ep, hw.dp, rules, sg)]
     out = []
     for role in ("prefill", "decode"):
         pc: PoolConfig = getattr(scenario.disaggregated, role)
@@ -234,11 +246,11 @@ def pools(scenario: Scenario) -> list[Pool]:
         except ServesimError as exc:
             raise exc.located(prefix=f"disaggregated.{role}") from None
         choice = pc.gpu or hw.gpu
-        util, rules = _memory(scenario, gpu_label(choice),
-                              pc.memory_utilization or hw.memory_utilization)
+        util, rules, sg = _memory(scenario, choice,
+                                  pc.memory_utilization or hw.memory_utilization, pc.tp or hw.tp)
         out.append(Pool(role, pc.replicas or cl.replicas, gpu_label(choice), pc.tp or hw.tp,
                         util, serving, pc.router or cl.router, resolve_gpu(choice),
-                        memory_rules=rules))
+                        memory_rules=rules, sglang=sg))
     return out
 
 
@@ -264,6 +276,8 @@ def pool_memory(model: ModelSpec, pool: Pool) -> MemoryBudget:
                            pool.ep, pool.dp, pool.memory_rules, hybrid=hybrid_kv(pool),
                            shared_states=sv.linear_state_pool == "kv_cache",
                            graphs=sv.cuda_graphs != "none")
+    if pool.sglang is not None:
+        budget = as_sglang(budget, *pool.sglang)
     if sv.speculative is None:
         return budget
     # The drafter's weights load beside the target's, and its KV shares the target's

@@ -65,11 +65,12 @@ SCHEDULERS: dict[str, Any] = {
 # How much of a GPU each framework gives its KV cache by default, beside the weights:
 # - vLLM: servesim's memory model (sim.cost.memory: 0.9 of the reported memory less weights,
 #   profiled activations, non-torch and CUDA-graph memory);
-# - SGLang: mem_fraction_static (about 0.88 on 80 GB parts) of the memory holds weights
-#   and the KV pool, activations and graphs living in the rest;
+# - SGLang: mem_fraction_static of the memory holds weights and the KV pool, activations
+#   and graphs living in the rest; the run's recipe's, else the release's own default for
+#   the GPU and parallelism (sim.cost.sglangmemory: 0.835 on one H100 from 0.5.3);
 # - TensorRT-LLM: free_gpu_memory_fraction 0.9 of what is free after the weights and
 #   the activation buffers are allocated.
-STATIC_FRACTION = {"sglang": 0.88}
+STATIC_FRACTION = frozenset({"sglang"})
 FREE_FRACTION = {"trtllm": 0.9}
 
 
@@ -289,6 +290,7 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
     starvation it had)."""
     from sim.cost.gpus import GPUS
     from sim.cost.memory import memory_budget
+    from sim.cost.sglangmemory import sglang_static_fraction
     from sim.cost.shard import shard
 
     if case.framework not in STATIC_FRACTION and case.framework not in FREE_FRACTION:
@@ -299,7 +301,8 @@ def kv_blocks(case: Case, serving: dict[str, Any], settings: dict[str, float]) -
                       serving["max_num_seqs"], ep=case.ep, dp=case.dp,
                       rules=memory_rules("0.16.0", case.spec))
     if case.framework in STATIC_FRACTION:
-        static = settings.get("static_fraction", STATIC_FRACTION[case.framework])
+        static = settings.get("static_fraction") or sglang_static_fraction(
+            case.row.version, GPUS[case.gpu], case.spec, case.row.tp, dp=case.dp)
         kv = static * b.total - b.weights
         if case.spec.linear_layers:
             # SGLang's state pool beside the KV pool; it also bounds the running requests.

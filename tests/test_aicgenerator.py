@@ -76,3 +76,41 @@ def test_mixed_chunks_spread_a_closed_loops_cohort(tmp_path: Path) -> None:
     # so the 24 start decoding in 12 pairs and finish at 12 instants.
     assert finishes_of_first_cycle(case(tmp_path, "0.5.1.post1", osl=64)) == 1
     assert finishes_of_first_cycle(case(tmp_path, "0.5.6.post2", osl=64)) == 12
+
+
+def trt_case(tmp_path: Path, version: str = "1.0.0rc3", clients: int = 24,
+             source: str = "") -> Case:
+    """A Llama-3.1-8B row on one H100 under TensorRT-LLM ``version``, 1,000-token prompts,
+    AIConfigurator's collection unless ``source`` says otherwise."""
+    src = source or f"source_file=/u/aic-auto-gap-analysis/data/h100_sxm/trtllm/{version}/l.csv"
+    row = (f"t,{src},trtllm,{version},meta-llama/Llama-3.1-8B-Instruct,h100_sxm,,agg,1000,128,"
+           f"{clients},1,1,,300,20")
+    c = classify(read_rows(silicon_csv(tmp_path, [row]))[0])
+    assert isinstance(c, Case)
+    return c
+
+
+def test_tensorrt_llms_generator_sizes_the_batch_and_the_step_from_the_prompt(
+        tmp_path: Path) -> None:
+    # trtllm.rule: max_batch_size raised to 512 (doubled from 512 clients up), max_num_tokens
+    # that plus the prompt plus 1,500, up to a multiple of 32: 512 + 1,000 + 1,500 = 3,012
+    # -> 3,040; at 600 clients 1,200 + 2,500 = 3,700 -> 3,712.
+    serving = scenario_raw(trt_case(tmp_path))["serving"]
+    assert (serving["policy"], serving["max_num_batched_tokens"],
+            serving["max_num_seqs"]) == ("orca", 3040, 512)
+    serving = scenario_raw(trt_case(tmp_path, clients=600))["serving"]
+    assert (serving["max_num_batched_tokens"], serving["max_num_seqs"]) == (3712, 1200)
+    # InferenceX's runs keep TensorRT-LLM's defaults (their recipes, where known, aside).
+    ix = trt_case(tmp_path, source="db-dump/2026; c")
+    assert aic_recipe(ix) == {}
+    assert scenario_raw(ix)["serving"]["max_num_batched_tokens"] == 8192
+
+
+def test_the_1_0_0rc3_template_gives_the_kv_cache_0_8_of_free_memory(tmp_path: Path) -> None:
+    # extra_engine_args.1.0.0rc3.yaml.j2 defaults free_gpu_memory_fraction to 0.80, later
+    # templates (1.2.0rc6.post1) to 0.90, TensorRT-LLM's own default.
+    old = scenario_raw(trt_case(tmp_path))["serving"]["num_gpu_blocks"]
+    new = scenario_raw(trt_case(tmp_path, "1.2.0rc6.post1"))["serving"]["num_gpu_blocks"]
+    assert aic_recipe(trt_case(tmp_path))["free_fraction"] == 0.8
+    assert "free_fraction" not in aic_recipe(trt_case(tmp_path, "1.2.0rc6.post1"))
+    assert abs(old - new * 0.8 / 0.9) <= 1

@@ -103,8 +103,8 @@ def test_silicon_fp4_rows_of_dense_models_and_minimax_are_simulated(tmp_path: Pa
             "b200_sxm,fp4,agg,1024,1024,8,2,1,1,90,20,nvfp4",
             "b,db-dump/2026-04-27,vllm,0.19.0,MiniMaxAI/MiniMax-M2.5,b200_sxm,fp4,agg,1024,1024,"
             "8,2,1,1,90,20,nvfp4",
-            "c,x,trtllm,1.3.0rc5,nvidia/Qwen3-32B-NVFP4,b200_sxm,fp4,agg,15000,500,13,2,1,1,719,"
-            "13,nvfp4",
+            "c,db-dump/2026-04-27,trtllm,1.3.0rc5,nvidia/Qwen3-32B-NVFP4,b200_sxm,fp4,agg,15000,"
+            "500,13,2,1,1,719,13,nvfp4",
             "d,source_file=2026-04-06.csv; model=DeepSeek-R1,sglang,,deepseek-ai/DeepSeek-R1,"
             "b200_sxm,fp4,agg,1024,1024,8,8,1,1,90,20,nvfp4"]
     a, b, c, d = (classify(r)
@@ -134,6 +134,11 @@ def test_silicon_fp4_rows_of_dense_models_and_minimax_are_simulated(tmp_path: Pa
     # A prompt longer than TensorRT-LLM's default token budget ran, so the run had room
     # for it in one step: the scenario gives it that (orca refuses it otherwise).
     assert isinstance(c, Case) and scenario_raw(c)["serving"]["max_num_batched_tokens"] == 15000
+    # The same run in AIConfigurator's collection had its generator's budget, 512 sequences
+    # plus the prompt plus 1,500 tokens, rounded up to 32 (sim/validate/aicgenerator.py).
+    aic = dataclasses.replace(c, row=dataclasses.replace(c.row, source="x"))
+    assert aic.row.collection == "aic"
+    assert scenario_raw(aic)["serving"]["max_num_batched_tokens"] == 17024
 
 
 @needs_tables

@@ -48,7 +48,8 @@ def _large(gpu: str) -> bool:
 #   chunked_prefill_size 8192 tokens; token-granular KV pages (block 1).
 # - TensorRT-LLM (PyTorch backend): in-flight batching mixes whole context requests with
 #   generation in one step (chunked context off by default), max_num_tokens 8192,
-#   32-token KV blocks.
+#   32-token KV blocks (AIConfigurator's own runs: its generator's limits instead,
+#   sim.validate.aicgenerator).
 SCHEDULERS: dict[str, Any] = {
     "vllm": lambda gpu: {"policy": "chunked",
                          "max_num_batched_tokens": 8192 if _large(gpu) else 2048,

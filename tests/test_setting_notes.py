@@ -168,9 +168,9 @@ def profile_scenario(tmp: Path, version: Any, **serving: Any) -> Scenario:
 ])
 def test_a_profile_release_outside_the_modelled_ones_is_noted(
         version: Any, shown: str, tmp_path: Path) -> None:
-    from sim.config import disagg
+    from sim.cost import profilefile
 
-    disagg.profile_vllm_source.cache_clear()  # each test writes its own file at one path
+    profilefile.profile_source.cache_clear()  # each test writes its own file at one path
     sc = profile_scenario(tmp_path, version)
     said = (f"cost.profile: profile.yaml {shown} the vLLM releases whose memory rules "
             f"servesim models ({FIRST[0]}.{FIRST[1]} to {LAST[0]}.{LAST[1]}); the KV cache "
@@ -179,12 +179,12 @@ def test_a_profile_release_outside_the_modelled_ones_is_noted(
     # The note changes nothing: the default release still sizes the cache.
     rules = pools(sc)[0].memory_rules
     assert rules is not None and rules.version == DEFAULT_VERSION
-    disagg.profile_vllm_source.cache_clear()
+    profilefile.profile_source.cache_clear()
     for quiet in (profile_scenario(tmp_path, "0.24.0"),
                   profile_scenario(tmp_path, version, vllm_version="0.24.0"),
                   profile_scenario(tmp_path, version, num_gpu_blocks=1000)):
         assert not any(n.startswith("cost.profile") for n in quiet.notes), quiet.notes
-    disagg.profile_vllm_source.cache_clear()
+    profilefile.profile_source.cache_clear()
 
 
 # 10: num_gpu_blocks against the GPU's memory (vLLM allocates exactly the override)

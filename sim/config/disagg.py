@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from sim.config.combinations import check_combinations
@@ -21,6 +20,7 @@ from sim.configtools import bounded, resolve_alias
 from sim.cost.gpus import GPUS, GPUSpec, check_dtype
 from sim.cost.memory import memory_budget, reserve_states
 from sim.cost.memorybudget import MemoryBudget
+from sim.cost.profilefile import profile_source
 from sim.cost.shard import shard
 from sim.cost.specs import ModelSpec
 from sim.cost.vllmmemory import DEFAULT_VERSION, MemoryRules, memory_rules, version_tuple
@@ -182,23 +182,12 @@ def memory_version(scenario: Scenario, gpu: str) -> str:
     return found or DEFAULT_VERSION
 
 
-@lru_cache(maxsize=64)
 def profile_vllm_source(ref: str, base_dir: str | None) -> dict[str, Any] | None:
-    """The ``source`` section of a profile file built from vLLM's kernel tables, read as
-    the cost model reads the file (None: not vLLM's, or a file it cannot read: loading
-    the cost model says what is wrong with it). Cached and shared: read, never change."""
-    from pathlib import Path
-
-    from sim.cost.profilefile import load_profile
-
-    try:
-        # A calibrated profile records no source (it was timed, not built from tables).
-        src = load_profile(ref, None if base_dir is None else Path(base_dir)).meta.get("source")
-    except ServesimError:
-        return None
-    if not isinstance(src, dict) or src.get("framework") != "vllm":
-        return None
-    return src
+    """The ``source`` section of a profile file built from vLLM's kernel tables
+    (:func:`sim.cost.profilefile.profile_source`; None: not vLLM's, or a file it cannot
+    read: loading the cost model says what is wrong with it). Shared: read, never change."""
+    src = profile_source(ref, base_dir)
+    return src if src is not None and src.get("framework") == "vllm" else None
 
 
 def _profile_version(ref: str, base_dir: str | None) -> str | None:

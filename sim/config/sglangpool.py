@@ -12,31 +12,15 @@ the kernels' SGLang release derives for the GPU and parallelism.
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sim.cost.memorybudget import MemoryBudget
+from sim.cost.profilefile import profile_source
 from sim.cost.sglangmemory import sglang_static_fraction
-from sim.errors import ServesimError
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
     from sim.cost.gpus import GPUSpec
-
-
-@lru_cache(maxsize=64)
-def _source(ref: str, base_dir: str | None) -> dict[str, Any] | None:
-    """A profile file's ``source`` section (None: none, or a file the cost model will
-    refuse with its own error). Cached and shared: read, never change."""
-    from pathlib import Path
-
-    from sim.cost.profilefile import load_profile
-
-    try:
-        src = load_profile(ref, None if base_dir is None else Path(base_dir)).meta.get("source")
-    except ServesimError:
-        return None
-    return src if isinstance(src, dict) else None
 
 
 def sglang_release(scenario: Scenario, gpu: str) -> str | None:
@@ -50,12 +34,12 @@ def sglang_release(scenario: Scenario, gpu: str) -> str | None:
 
         stem = next((r.stem for r in shipped() if r.gpu == gpu and r.framework == "sglang"),
                     None)
-        src = None if stem is None else _source(stem, None)
+        src = None if stem is None else profile_source(stem, None)
         # No SGLang profile on this GPU: cost: measured refuses the scenario, naming them.
         return None if src is None else str(src.get("version") or "")
     if cost.profile is not None:
         base = scenario.base_dir
-        src = _source(cost.profile, None if base is None else str(base))
+        src = profile_source(cost.profile, None if base is None else str(base))
         if src is not None and src.get("framework") == "sglang":
             return str(src.get("version") or "")
     return None
@@ -69,9 +53,10 @@ def sglang_fraction(scenario: Scenario, release: str, gpu: GPUSpec, tp: int, pp:
     ``cuda_graph_max_bs`` (else SGLang's), its drafting method."""
     sv = scenario.serving
     spec = None if sv.speculative is None else sv.speculative.method
-    bs = None if sv.cuda_graphs == "none" else sv.cuda_graph_max_bs
+    # SGLang reserves for its graph batch size whether or not it captures graphs; with
+    # cuda_graphs none the key is unset (refused beside it) and SGLang's default counts.
     return sglang_static_fraction(release or None, gpu, scenario.model, tp * dp, pp=pp, dp=dp,
-                                  graph_bs=bs, speculative=spec)
+                                  graph_bs=sv.cuda_graph_max_bs, speculative=spec)
 
 
 def as_sglang(budget: MemoryBudget, release: str, given: bool) -> MemoryBudget:

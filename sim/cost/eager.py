@@ -152,13 +152,21 @@ def sglang_graphs_prefill(version: str | None, model: ModelSpec) -> bool:
     counts as the newest."""
     if model.attention_sinks:
         return False
+    return sglang_since(version, SGLANG_PREFILL_GRAPHS, "20260302")
+
+
+def sglang_since(version: str | None, first: tuple[int, int, int], day: str) -> bool:
+    """Whether SGLang build ``version`` has a change first released in ``first`` (major,
+    minor, patch) and merged on ``day`` (``YYYYMMDD``): by its release number, else by
+    the date a nightly build's name carries; a name with neither (None, a custom build
+    such as ``nightly-dev``) counts as the newest."""
     if not version:
         return True
     m = _RELEASE.match(version.strip())
     if m is not None:
-        return tuple(int(g) for g in m.groups()) >= SGLANG_PREFILL_GRAPHS
-    day = re.search(r"(20\d{6})", version)
-    return day is None or day.group(1) >= "20260302"
+        return tuple(int(g) for g in m.groups()) >= first
+    found = re.search(r"(20\d{6})", version)
+    return found is None or found.group(1) >= day
 
 
 def default_graphs(framework: str | None, version: str | None, model: ModelSpec,

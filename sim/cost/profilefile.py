@@ -15,6 +15,7 @@ Only yaml and pure ``sim`` modules are imported: no torch, no simpy.
 from __future__ import annotations
 
 import difflib
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,17 @@ def load_profile(ref: str, base_dir: Path | None = None) -> ProfileCost:
     except RecursionError:
         raise too_deep(str(path), "cost profile") from None
     return parse_profile(data, str(path))
+
+
+@lru_cache(maxsize=64)
+def profile_source(ref: str, base_dir: str | None) -> dict[str, Any] | None:
+    """The ``source`` section of the profile ``ref`` (``base_dir`` as :func:`load_profile`
+    takes it, as a string), read as the cost model reads the file; None where it has none
+    (a calibrated profile: timed, not built from tables) or cannot be read (loading the
+    cost model says what is wrong). Read once per process for the configuration's
+    questions (whose kernels, which release); the result is shared: read, never change."""
+    try:
+        src = load_profile(ref, None if base_dir is None else Path(base_dir)).meta.get("source")
+    except ServesimError:
+        return None
+    return src if isinstance(src, dict) else None

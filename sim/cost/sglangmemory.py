@@ -26,10 +26,9 @@ an H100), which moves the fraction by about 0.001. Pure: no I/O.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
-from sim.cost.eager import sglang_decode_cap, sglang_graphs_prefill
+from sim.cost.eager import sglang_decode_cap, sglang_graphs_prefill, sglang_since
 
 if TYPE_CHECKING:
     from sim.cost.gpus import GPUSpec
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
 SUMMED_RESERVE = (0, 5, 3)
 # Its merge day: a nightly build from then on has the summed reserve.
 SUMMED_RESERVE_DAY = "20250927"
-_RELEASE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
-_DAY = re.compile(r"(20\d{6})")
 _GIB = 1024.0  # MiB
 
 
@@ -48,13 +45,9 @@ def summed_reserve(version: str | None) -> bool:
     """Whether an SGLang release sums its memory reserve term by term (0.5.3 and later)
     rather than by tier. A name that is neither a release nor a dated build (None, a
     custom build such as ``nightly-dev``) counts as the newest."""
-    if not version:
-        return True
-    m = _RELEASE.match(version.strip())
-    if m is not None:
-        return tuple(int(g) for g in m.groups()) >= SUMMED_RESERVE
-    day = _DAY.search(version)
-    return day is None or day.group(1) >= SUMMED_RESERVE_DAY
+    # Release names may carry a leading "v" (v0.5.2), which the shared reader does not take.
+    return sglang_since(version and version.strip().removeprefix("v"), SUMMED_RESERVE,
+                        SUMMED_RESERVE_DAY)
 
 
 def sglang_chunk(gpu: GPUSpec) -> int:

@@ -205,6 +205,18 @@ def _describe(tp: Any) -> str:
     return f"one of {text}" if literal else text
 
 
+
+def printable(value: Any, where: str) -> str:
+    """``value`` as a string of printable characters (a name that titles printed output,
+    reports and plots: a control character would reach the terminal raw), or a located
+    :class:`ServesimError`."""
+    text = convert(str, value, where)
+    if not text.isprintable():
+        raise ServesimError(f"got {text!r}: it titles printed output, reports and plots; "
+                            "use printable characters (no control, line-break or format "
+                            "characters)", where=where)
+    return text
+
 def convert(tp: Any, value: Any, where: str) -> Any:
     """Convert a parsed YAML ``value`` to type ``tp`` or raise a located :class:`ServesimError`."""
     origin = get_origin(tp)

@@ -222,3 +222,23 @@ def test_batch_waiting_with_one_limit_alone_is_refused(tmp_path: Path, serving: 
     both = SCENARIO.format(name="w", rate=1) + \
         "serving: {policy: orca, batch_wait_timeout_iters: 20, batch_wait_max_tokens_ratio: 0.9}\n"
     assert load(write(tmp_path, both)).serving.batch_wait_timeout_iters == 20
+
+
+@pytest.mark.parametrize("name", ["a\x1b[31mred", "two\nlines", "tab\there", "rtl\u202eevil"])
+def test_a_name_that_would_reach_the_terminal_raw_is_refused_with_out_too(
+        tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # It titles the printed summary, reports and plots: with --out it once printed as is
+    # (an escape sequence recoloured the terminal), without --out it was refused.
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(name=json_quoted(name), rate=1))
+    assert main(["simulate", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: name: got {name!r}: it titles printed output" in err
+    assert not (tmp_path / "o").exists()
+
+
+def json_quoted(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar (JSON's escapes are YAML's)."""
+    import json
+
+    return json.dumps(text)

@@ -90,9 +90,11 @@ def test_repeat_of_a_trace_at_one_instant_is_refused(tmp_path: Path, capsys: Any
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n0,8,2\n0,8,2\n")
     raw = {**TINY, "workload": {"trace": {"path": "same.csv", "repeat": 3}}}
     err = error_of(capsys, "simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o"))
-    assert err == (f"servesim: error: {trace}: repeat = 3: every arrival is at the same time "
-                   "(0.0 s), so a copy's shift (the trace's span plus a mean gap) is 0 and the "
-                   "copies would all arrive at that instant; give the rows distinct times\n")
+    # At the scenario's key, the trace in words (it had named the trace file alone).
+    assert err == (f"servesim: error: {tmp_path}/s.yaml: workload.trace.repeat: got 3: every "
+                   f"arrival of {trace} is at the same time (0.0 s), so a copy's shift (the "
+                   "trace's span plus a mean gap) is 0 and the copies would all arrive at that "
+                   "instant; give the rows distinct times\n")
     raw["workload"]["trace"]["repeat"] = 1  # one copy: nothing to shift
     assert main(["simulate", str(write(tmp_path, raw)), "--out", str(tmp_path / "o1"),
                  "--no-plots"]) == 0

@@ -91,6 +91,12 @@ def test_a_class_name_yaml_reads_as_no_string_is_refused(tmp_path: Path, capsys:
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_class_name_with_a_non_ascii_letter_is_refused_saying_ascii() -> None:
+    # The rule is ASCII letters; the message said "letters" and refused "café".
+    with pytest.raises(ServesimError, match=r"class name 'café': use ASCII letters, digits"):
+        from_dict(workload(classes={"café": {"weight": 1}}))
+
+
 def test_a_quoted_class_name_is_kept_as_written() -> None:
     sc = from_dict(workload(classes={"null": {"weight": 1}, "1e3": {"weight": 1}}))
     assert sc.workload.classes is not None and list(sc.workload.classes) == ["null", "1e3"]

@@ -131,6 +131,19 @@ def test_kv_and_token_budget_limits_are_named(tmp_path: Path,
     assert "exceeds_kv_capacity 12" in line
     assert ("raise serving.num_gpu_blocks (now 10; vLLM's --num-gpu-blocks-override) to at "
             "least 12 blocks of 4 tokens" in line)
+    # A cache sized as SGLang sizes it has no vLLM override behind the key: the advice
+    # names SGLang's memory fraction instead of vLLM's flag.
+    sg = {"name": "g", "model": "llama-3-8b", "cost": {"measured": {"framework": "sglang"}},
+          "hardware": {"gpu": "h100-sxm", "memory_utilization": 0.19},
+          "workload": {"arrivals": {"process": "constant", "rate": 10.0},
+                       "lengths": {"prompt": {"dist": "fixed", "value": 1000},
+                                   "output": {"dist": "fixed", "value": 8}},
+                       "num_requests": 4}}
+    assert simulate_cli(write(tmp_path, sg), tmp_path) == 2
+    line = one_line(capsys)
+    assert ("raise serving.num_gpu_blocks to at least 63 blocks of 16 tokens (1007 tokens, "
+            "the longest request; or raise hardware.memory_utilization (SGLang's "
+            "--mem-fraction-static) or hardware.tp)") in line and "vLLM" not in line
     raw = tiny(serving={"policy": "chunked", "block_size": 4, "max_num_batched_tokens": 16})
     raw["workload"]["lengths"]["prompt"] = {"dist": "fixed", "value": 20}
     raw["serving"]["policy"] = "continuous"

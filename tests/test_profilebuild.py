@@ -373,3 +373,22 @@ def test_vllms_sm100_fp8_rows_of_one_tile_grid_price_as_one(gpu: str) -> None:
         assert t.at(32, n, k) == pytest.approx(raw[(32, n, k)], rel=1e-12)
     h200 = gemm_table("h200", "vllm", coverage()["h200"]["vllm"][-1], "fp8").table
     assert h200.at(1, 8192, 8192) != h200.at(2, 8192, 8192)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    # A folder that does not exist had been created (a typo at / made a new root folder).
+    (["--model", "llama-3-8b", "--out", "{tmp}/no/such/p.yaml"],
+     "--out: got {tmp}/no/such/p.yaml, in {tmp}/no/such, which is not a folder; create it "
+     "first"),
+    # An unknown preset had been reported without the flag that named it.
+    (["--model", "bogus", "--out", "{tmp}/p.yaml"], "--model: unknown model preset 'bogus'"),
+])
+def test_build_refuses_before_building_naming_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+        message: str) -> None:
+    from sim.cli import main
+
+    argv = [a.format(tmp=tmp_path) for a in args]
+    assert main(["profile", "build", "--gpu", "h100-sxm", *argv]) == 2
+    assert f"servesim: error: {message.format(tmp=tmp_path)}" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists() and not (tmp_path / "p.yaml").exists()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sim.cli import main as cli_main
+from sim.errors import ServesimError
 from sim.report.slospec import parse_slos
 from sim.study.capacity import run_capacity
 from sim.study.pointrun import PointCache
@@ -138,8 +139,9 @@ def test_skip_rows_keeps_gaps_from_the_first_arrival(tmp_path):
     assert out.arrival_s.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert out.prompt_tokens.tolist() == [14, 15, 16, 10, 11, 12]
     assert change.rows_affected == 4 and "start_row 4" in str(change)
-    with pytest.raises(Exception, match="start_row = 10, but the trace has 10 rows"):
+    with pytest.raises(ServesimError, match="got 10, but .*t.csv has 10 rows") as e:
         skip_rows(tr, 10)
+    assert e.value.where == "start_row"
 
 
 def test_trace_plan_counts_windows_that_do_not_overlap(tmp_path):

@@ -285,6 +285,13 @@ HDR = "arrival_s,prompt_tokens,output_tokens\n"
     (HDR + "0,5,1,\n", r"line 2: 4 fields, expected 3"),
     ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1 x\n",
      r"line 2: prefix_hash_ids has 'x'"),
+    # An empty item between ';' (an id lost) had been dropped: "1;;;;2" read as 2 ids.
+    ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,32,1,1;2\n0,32,1,\"1;;;;2\"\n",
+     r"line 3: prefix_hash_ids has an empty item in '1;;;;2'; expected integers separated"),
+    ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,32,1,;\n",
+     r"line 2: prefix_hash_ids has an empty item in ';'"),
+    ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,32,1,1;2;\n",
+     r"line 2: prefix_hash_ids has an empty item in '1;2;'"),
     ("arrival_s,prompt_tokens,output_tokens,prefix_hash_ids\n0,5,1,1\n1,5,1,2 "
      "99999999999999999999\n",
      r"line 3: prefix_hash_ids has '99999999999999999999'; expected integers from -2\*\*63"),
@@ -362,8 +369,10 @@ def test_unknown_format_lists_valid(tmp_path: Path) -> None:
 
 
 def test_option_not_for_format(tmp_path: Path) -> None:
-    with pytest.raises(ServesimError, match="option 'model' does not apply to format 'azure'"):
+    # At the option's key, so a scenario names workload.trace.model, not the trace file.
+    with pytest.raises(ServesimError, match="a trace of format 'azure'") as e:
         load_trace(FIX / "azure_2023_sample.csv", model="x")
+    assert e.value.where == "model" and e.value.source is None
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

@@ -340,3 +340,37 @@ def test_a_trace_cut_short_says_how_many_rows_it_replays(tmp_path: Path, bounds:
     assert cut == ([] if note is None else [note])
     assert len(req.arrival_s) == (int(note.split()[3]) if note and "first" in note
                                   else 2 if extra else 5)
+
+
+@pytest.mark.parametrize("extra, key, pattern", [
+    ({"time_scale": 1e308}, "time_scale", r"x1e\+308 takes the arrival times past a float"),
+    ({"time_scale": 5e-324}, "time_scale", "into one instant"),
+    ({"sample_n": 1000}, "sample_n", r"sample of 1000 rows is impossible .*t\.csv\)"),
+    ({"sample_fraction": 1e-300}, "sample_fraction", "sample of 0 rows"),
+    ({"window_s": [100, 200]}, "window_s", "holds no rows"),
+    ({"start_row": 5}, "start_row", r"got 5, but .*t\.csv has 5 rows"),
+    ({"spread": True}, "spread", "the options of that format: prefix_block_tokens"),
+])
+def test_a_trace_key_the_trace_cannot_take_is_named_in_the_scenario(
+        tmp_path: Path, extra: dict, key: str, pattern: str) -> None:
+    # The value to change is the scenario's key: the error names the scenario file and
+    # workload.trace.<key>, the trace file only in its words (an overflowing time scale
+    # once replayed a lone request, its rate printed as inf).
+    from sim.config.scenario import from_dict
+    from sim.workload.build import build_requests
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{t},8,2\n" for t in range(5)))
+    sc = from_dict({"model": "tiny", "workload": {"trace": {"path": str(trace), **extra},
+                                                  "duration_s": 900}}, "<test>")
+    with pytest.raises(ServesimError, match=pattern) as e:
+        build_requests(sc.workload, None, np.random.default_rng(0), source="s.yaml")
+    assert (e.value.source, e.value.where) == ("s.yaml", f"workload.trace.{key}")
+
+
+def test_cli_names_the_flag_a_format_does_not_take(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats", str(FIX / "azure_2023_sample.csv"), "--spread"]) == 2
+    err = capsys.readouterr().err
+    assert "--spread: applies to mooncake traces only" in err and "prefix_block" not in err

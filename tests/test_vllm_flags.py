@@ -735,6 +735,13 @@ def test_kv_cache_memory_bytes_size_the_cache_in_blocks() -> None:
     with pytest.raises(ServesimError, match=r"serving\.kv_cache_memory_bytes: got 1,000 "
                                             r"bytes, under one KV block \(2,097,152"):
         from_dict({**raw, "vllm": {"kv-cache-memory-bytes": 1000}}, "<test>")
+    # More than the GPU holds beside the weights: refused at the key given, in bytes (it
+    # was refused as serving.num_gpu_blocks, a key the scenario never set, in blocks).
+    with pytest.raises(ServesimError, match=r"serving\.kv_cache_memory_bytes: got "
+                                            r"999,000,000,000 bytes, 930\.39 GiB per GPU, more "
+                                            r"than the 64\.25 GiB .* give at most "
+                                            r"68,981,620,736 bytes"):
+        from_dict({**raw, "vllm": {"kv-cache-memory-bytes": 999_000_000_000}}, "<test>")
 
 
 @pytest.mark.parametrize(("flags", "tokens"), [
@@ -799,3 +806,43 @@ def test_a_capture_size_meets_the_scenarios_own_and_eager_mode() -> None:
     # An empty list is not read (releases differ on it), and a note says so.
     empty = scenario({"cuda-graph-sizes": []})
     assert empty.serving.cuda_graph_max_tokens is None and len(empty.notes) == 1
+
+
+@pytest.mark.parametrize("vllm, pattern", [
+    # vLLM's CacheConfig takes these block sizes only; 7 once ran with exit 0.
+    ({"block-size": 7}, r"vllm\.block-size: got 7; vLLM's --block-size takes 1, 8, 16, "
+                        r"32, 64, 128 or 256"),
+    ({"block-size": True}, r"vllm\.block-size: got True"),
+    # vLLM's scheduler config refuses a step's token limit under max_num_seqs.
+    ({"max-num-seqs": 4096, "max-num-batched-tokens": 256},
+     r"max_num_batched_tokens: got 256, below max_num_seqs 4096: vLLM refuses"),
+])
+def test_flags_vllm_would_refuse_are_refused(vllm: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ServesimError, match=pattern):
+        scenario(vllm)
+
+
+def test_every_block_size_vllm_takes_is_taken() -> None:
+    for size in (1, 8, 16, 32, 64, 128, 256):
+        assert scenario({"block-size": size}).serving.block_size == size
+
+
+def test_a_token_limit_below_the_default_sequence_limit_is_refused_as_vllm_does() -> None:
+    # max_num_seqs left to vllm serve's default on an H100 (1,024): 512 tokens a step is
+    # below it, which vLLM refuses at start-up; 1,024 is the least it takes.
+    with pytest.raises(ServesimError, match="got 512, below max_num_seqs 1024"):
+        scenario({"max-num-batched-tokens": 512}, hardware={"gpu": "h100-sxm"})
+    sv = scenario({"max-num-batched-tokens": 1024}, hardware={"gpu": "h100-sxm"}).serving
+    assert (sv.max_num_batched_tokens, sv.max_num_seqs) == (1024, 1024)
+    # In the serving section both given is refused; a token limit alone keeps servesim's
+    # own reading (the sequence limit defaulted beside it), and other policies are not
+    # vLLM v1's scheduler: the check is chunked's.
+    raw = {"model": "tiny", "cost": {"linear": {"step_s": 0.01}}, "workload": WORKLOAD,
+           "serving": {"max_num_seqs": 4096, "max_num_batched_tokens": 16}}
+    with pytest.raises(ServesimError, match=r"serving\.max_num_batched_tokens: got 16, "
+                                            "below max_num_seqs 4096"):
+        from_dict(raw, "<test>")
+    raw["serving"] = {"max_num_batched_tokens": 64}
+    assert from_dict(raw, "<test>").serving.max_num_batched_tokens == 64
+    raw["serving"] = {"policy": "continuous", "max_num_seqs": 64, "max_num_batched_tokens": 32}
+    assert from_dict(raw, "<test>").serving.max_num_batched_tokens == 32

@@ -373,3 +373,20 @@ def test_a_median_ttft_far_from_the_lists_is_noted(tmp_path: Path) -> None:
     rc, out = _cli(tmp_path, VALID)
     notes = json.loads((out / "validation.json").read_text())["levels"][0]["notes"]
     assert not any("median_ttft_ms" in n for n in notes)
+
+
+def test_one_result_file_given_twice_is_refused(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # It had become two levels of one run ("vllm-ok" and "vllm-ok~2"), weighing it twice.
+    _cli(tmp_path, VALID)
+    capsys.readouterr()
+    result, scenario = tmp_path / "result.json", tmp_path / "s.yaml"
+    other = tmp_path / "sub" / ".." / "result.json"
+    (tmp_path / "sub").mkdir()
+    out = tmp_path / "out2"
+    assert main(["validate", "--vllm-result", str(result), str(other), "--scenario",
+                 str(scenario), "--out", str(out), "--no-plots"]) == 2
+    line = one_line(capsys)
+    assert f"--vllm-result: got {other} twice (also as {result}); give each result file " \
+           "once" in line, line
+    assert not out.exists()

@@ -341,6 +341,9 @@ def kv_bytes_blocks(scenario: Scenario) -> Scenario:
     if blocks < 1:
         raise ServesimError(f"got {size:,} bytes, under one KV block ({page:,} bytes on "
                             f"each GPU for model {scenario.model.name})", where=key)
+    # Bytes no GPU holds beside the weights are refused here, in the bytes given.
+    budget.override(max(1, blocks // budget.groups_per_block), key, pool.serving.max_num_seqs,
+                    given_bytes=size)
     note = (f"{key}: {size:,} bytes a GPU hold {blocks:,} KV blocks of {page:,} bytes "
             "(vLLM sizes its cache from them and does not read gpu_memory_utilization), "
             "run as serving.num_gpu_blocks")

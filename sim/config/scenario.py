@@ -39,6 +39,7 @@ from sim.configtools import (
     build,
     check_slo_seconds,
     convert,
+    printable,
     rename_alias,
 )
 from sim.cost.frontend import FRONTEND_COEFS
@@ -114,8 +115,7 @@ class Scenario:
     # The ``--set`` overrides applied on loading, as given (already part of the fields
     # above; kept so that a summary can say what was asked).
     overrides: tuple[str, ...] = ()
-    # What loading accepted without pricing it (a vLLM kernel flag) or that changes less
-    # than it seems to (sim.config.loadnotes), for the summary.
+    # What loading accepted unpriced or that changes less than it seems (loadnotes).
     notes: tuple[str, ...] = ()
     # Files loading read beside those the keys name (a vLLM config file): an output
     # folder keeps them, and a study's cache covers their bytes (input_files).
@@ -136,6 +136,7 @@ def _section(raw: dict[str, Any], key: str) -> Any:
     if not isinstance(value, dict):
         raise ServesimError(f"got {value!r}, expected a mapping", where=key)
     return value
+
 
 
 def _cost(value: Any) -> CostConfig:
@@ -254,7 +255,7 @@ def from_dict(raw: Any, source: str = "<scenario>", base_dir: Path | None = None
         scenario = Scenario(
             model=model,
             workload=build(WorkloadConfig, raw["workload"], "workload"),
-            name=convert(str, raw.get("name", "scenario"), "name"),
+            name=printable(raw.get("name", "scenario"), "name"),
             hardware=hardware,
             cost=_cost(raw.get("cost")),
             serving=resolved,

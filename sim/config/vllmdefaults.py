@@ -81,6 +81,7 @@ def serving_defaults(serving: Any, gpu_name: str | GPUSpec) -> Any:
     left for validation to refuse)."""
     if not isinstance(serving, dict) or serving.get("policy", "chunked") != "chunked":
         return serving
+    check_limits(serving)
     tokens, seqs = mode_defaults(serving, gpu_name)
     return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "prefix_caching": None,
             **serving}
@@ -93,3 +94,19 @@ def mode_defaults(serving: dict[str, Any], gpu_name: str | GPUSpec) -> tuple[int
     if serving.get("performance_mode") == "throughput":
         return 2 * tokens, 2 * seqs
     return tokens, seqs
+
+
+def check_limits(serving: dict[str, Any]) -> None:
+    """Refuse what vLLM's scheduler config refuses where a scenario (or a ``vllm`` flag
+    set, whose unset limits take ``vllm serve``'s defaults) gives both: a step's token
+    limit under the running-sequence limit (each running sequence takes at least a token
+    a step). Values of the wrong type are left for validation to name."""
+    tokens, seqs = serving.get("max_num_batched_tokens"), serving.get("max_num_seqs")
+    if not isinstance(tokens, int) or not isinstance(seqs, int) or \
+            isinstance(tokens, bool) or isinstance(seqs, bool):
+        return
+    if tokens < seqs:
+        raise ServesimError(f"got {tokens}, below max_num_seqs {seqs}: vLLM refuses a "
+                            "step's token limit under its running-sequence limit; raise "
+                            "max_num_batched_tokens or lower max_num_seqs",
+                            where="serving.max_num_batched_tokens")

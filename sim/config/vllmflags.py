@@ -54,6 +54,7 @@ from sim.config.vllmnames import (
     ONLY,
     SAME,
     UNPRICED_QUANT,
+    VLLM_BLOCK_SIZES,
     compilation_config,
     flag_name,
     flag_value,
@@ -213,6 +214,10 @@ def _apply_flag(name: str, flag: str, value: Any, given: dict[str, tuple[str, An
         value = human_int(value, where, auto=name == "max_model_len")
         if value is None:
             return  # auto: the model's own context, as vLLM's fitting starts from
+    if name == "block_size" and (isinstance(value, bool) or value not in VLLM_BLOCK_SIZES):
+        raise ServesimError(f"got {value!r}; vLLM's --block-size takes "
+                            f"{', '.join(map(str, VLLM_BLOCK_SIZES[:-1]))} or "
+                            f"{VLLM_BLOCK_SIZES[-1]}", where=where)
     if name in MAPPED:
         sect, key = (("hardware", "dp") if name == "data_parallel_size" and shared
                      else MAPPED[name])

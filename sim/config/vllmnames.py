@@ -34,6 +34,9 @@ MAPPED: dict[str, tuple[str, str]] = {
     "disable_hybrid_kv_cache_manager": ("serving", "disable_hybrid_kv_cache_manager"),
     "scheduler_reserve_full_isl": ("serving", "scheduler_reserve_full_isl"),
 }
+# The KV block sizes vLLM's --block-size takes (its CacheConfig's BlockSize; 256 since
+# 0.11): a pasted flag set vLLM would refuse is refused here too.
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # Other spellings of a servesim key that count as setting it.
 SAME = {("hardware", "memory_utilization"): ("gpu_memory_utilization",),
          ("serving", "num_gpu_blocks"): ("num_kv_blocks",)}

@@ -174,7 +174,8 @@ class MemoryBudget:
                 "(more GPUs do not shrink it): give a shorter context (model.max_context, "
                 "or a smaller max_position_embeddings or RoPE factor in hf_overrides)")
 
-    def override(self, blocks: int, key: str, running: int = 0) -> str | None:
+    def override(self, blocks: int, key: str, running: int = 0,
+                 given_bytes: int | None = None) -> str | None:
         """Check vLLM's --num-gpu-blocks-override: ``blocks`` blocks (of ``block_bytes``
         bytes a GPU), which vLLM allocates whatever its budget, beside the Gated DeltaNet
         states of the ``running`` sequences that may run (a model with such layers: each
@@ -190,7 +191,9 @@ class MemoryBudget:
         need = blocks * self.block_bytes
         if need <= held.kv:
             return None
-        said = f"{blocks} blocks of {self.block_bytes} bytes, {need / GIB:.2f} GiB per GPU"
+        # A size given in bytes (--kv-cache-memory-bytes) is spoken of in bytes.
+        said = (f"{given_bytes:,} bytes, {given_bytes / GIB:.2f} GiB per GPU" if given_bytes
+                else f"{blocks} blocks of {self.block_bytes} bytes, {need / GIB:.2f} GiB per GPU")
         states = held.linear_state
         free = self.total - self.weights - states
         if need > free:
@@ -202,7 +205,8 @@ class MemoryBudget:
                 f"beside the weights{beside} ({self.total / GIB:.2f} GiB less "
                 f"{self.weights / GIB:.2f}" + (f" and {states / GIB:.2f}" if states else "")
                 + "), so no server could allocate them; give at most "
-                f"{max(0, int(free // self.block_bytes))} blocks"
+                + (f"{max(0, int(free // self.block_bytes)) * self.block_bytes:,} bytes"
+                   if given_bytes else f"{max(0, int(free // self.block_bytes))} blocks")
                 + (", or lower serving.max_num_seqs" if states else "")
                 + ", or leave it out to size the cache from memory", where=key)
         device = dataclasses.replace(held, utilization=1.0)

@@ -127,8 +127,10 @@ def _kv_need(res: RunResult, role: str, prompt: np.ndarray, output: np.ndarray) 
     total = need
     while total - int(sv.kv_watermark * total) < need:
         total += 1
+    util = ("hardware.memory_utilization (SGLang's --mem-fraction-static)"
+            if pool.sglang is not None else "hardware.memory_utilization")
     return (f"to at least {total} blocks of {sv.block_size} tokens ({tokens} tokens, {what}; "
-            "or raise hardware.memory_utilization or hardware.tp)")
+            f"or raise {util} or hardware.tp)")
 
 
 # The key of summary.json (of each run in compare.json, of sweep.json) that holds the
@@ -173,7 +175,9 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
     prompt = res.requests.prompt_tokens[pick]
     output = res.requests.output_tokens[pick]
     by = ", ".join(f"{reasons[i]} {counts[i]}" for i in order)
-    said = [x for x in (_current(res, key), _vllm_flag(key)) if x]
+    # A cache SGLang's way sizes has no vLLM block override behind the key.
+    flag = "" if kind == "kv" and _sglang_sized(res, role) else _vllm_flag(key)
+    said = [x for x in (_current(res, key), flag) if x]
     now = f" ({'; '.join(said)})" if said else ""
     fix = f"raise {key}{now} {_need(kind, role, prompt, output, res)}" if key else \
         "see requests.csv"
@@ -181,6 +185,14 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
         f"{n_rej} of {n_arr} arrived requests rejected ({s:.1%}; {by}), over the "
         f"{limit:.1%} allowed (--max-rejected-share): {fix}; the outputs were written; "
         "--allow-rejections accepts the run", res.scenario.source, key or None)
+
+
+def _sglang_sized(res: RunResult, role: str) -> bool:
+    """Whether the ``role`` pool's KV cache is sized as SGLang sizes it (a scenario priced
+    by SGLang's kernels, :mod:`sim.config.sglangpool`)."""
+    from sim.config.disagg import pools
+
+    return any(p.sglang is not None for p in pools(res.scenario) if role in (p.role, "both"))
 
 
 def _vllm_flag(key: str) -> str:

@@ -193,6 +193,15 @@ def main(argv: list[str]) -> int:
     a = vllm_parser().parse_args(argv)
     sc = scenario_mod.load(a.scenario, a.overrides)
     files: list[Path] = a.vllm_result
+    seen: dict[Path, Path] = {}
+    for f in files:
+        # One file twice would be two levels of one run, weighing it twice in the sweep.
+        key = f.resolve()
+        if key in seen:
+            raise ServesimError(f"got {f} twice" + (f" (also as {seen[key]})"
+                                                    if str(seen[key]) != str(f) else "")
+                                + "; give each result file once", where="--vllm-result")
+        seen[key] = f
     # --out is checked before the runs too, not only when their outputs are written.
     check_replaceable(a.out, VALIDATE_FILES, [*files, a.scenario])
     # Every file is read and predicted before anything is written.

@@ -93,10 +93,10 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
                 tr, skipped = skip_rows(tr, tc.start_row)
                 changes = [*changes, skipped]
         except ServesimError as exc:
-            if exc.where == "repeat":  # the transform names its own key
-                raise located(exc, source, "workload.trace") from None
-            key = "workload.trace.start_row" if "start_row" in str(exc) else "workload.trace"
-            raise located(exc, source, key) from None
+            if exc.where is not None and exc.source is None:
+                # A transformation's (or start_row's) error names its key under the section.
+                raise exc.located(source, "workload.trace") from None
+            raise located(exc, source, "workload.trace") from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
         notes += [f"{tr.source}: {n} rows carry {name}, which servesim does not read (each "
                   "row is one request at its timestamp)" for name, n in tr.unused.items()]

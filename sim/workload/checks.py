@@ -43,7 +43,8 @@ def check_classes(cfg: WorkloadConfig) -> None:
         raise ServesimError("got an empty mapping; give at least one class", where="classes")
     for name in classes:
         if not NAME.fullmatch(name):
-            raise ServesimError(f"class name {name!r}: use letters, digits, '_', '.' or '-'",
+            raise ServesimError(f"class name {name!r}: use ASCII letters, digits, '_', '.' "
+                                "or '-'",
                                 where=f"classes.{name}")
     if cfg.priority is not None:
         raise ServesimError("with classes, give each class its own priority "

@@ -113,7 +113,15 @@ def _load(args: argparse.Namespace) -> Trace:
     if args.spread:
         opts["spread"] = True
         rng = np.random.default_rng(args.seed or 0)
-    trace = load_trace(path, args.format, sort=args.sort, rng=rng, **opts)
+    try:
+        trace = load_trace(path, args.format, sort=args.sort, rng=rng, **opts)
+    except ServesimError as exc:
+        if exc.where in opts:  # an option this file's format lacks: name its flag
+            flag = "--" + exc.where.replace("_", "-")
+            takers = [f for f, spec in FORMATS.items() if exc.where in spec.options]
+            raise ServesimError(f"applies to {' and '.join(takers)} traces only, and {path} "
+                                "is not one (give --format if it is)", where=flag) from None
+        raise
     t = trace.arrival_s
     span = float(np.ptp(t)) if t is not None and len(t) else 0.0
     if not span < MAX_TIME_S:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -282,8 +283,17 @@ def labels(values: Sequence[str], lines: np.ndarray, name: str, src: str) -> np.
     return np.array(out, dtype=np.str_)
 
 
+# A ';'-separated list with nothing (or only spaces) between two separators or at an end.
+_EMPTY_ITEM = re.compile(r"(?:^|;)\s*(?:;|$)")
+
 def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[np.ndarray]:
     """Parse ``prefix_hash_ids`` cells (ints separated by spaces or ``;``) into int64 arrays."""
+    for i, v in enumerate(values):
+        if ";" in v and _EMPTY_ITEM.search(v):
+            # An id lost between separators would shift every later block's hash.
+            raise line_error(src, int(lines[i]), f"prefix_hash_ids has an empty item in "
+                             f"{v!r}; expected integers separated by spaces or ';', none "
+                             "empty")
     parts = [v.replace(";", " ").split() for v in values]
     flat = [p for ps in parts for p in ps]
     try:

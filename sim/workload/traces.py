@@ -135,8 +135,10 @@ def _check_options(fmt: str, options: dict[str, Any], rng: np.random.Generator |
     allowed = FORMATS[fmt].options
     for key, value in options.items():
         if key not in allowed:
-            raise ServesimError(f"option {key!r} does not apply to format {fmt!r}; allowed: "
-                                f"{', '.join(allowed) or 'none'}", source=src)
+            # At the option's key: the value to drop is the caller's, not the file's.
+            raise ServesimError(f"does not apply to {src}, a trace of format {fmt!r}; the "
+                                f"options of that format: {', '.join(allowed) or 'none'}",
+                                where=key)
         if key in ("model", "log_type") and not isinstance(value, str):
             raise ServesimError(f"option {key} = {value!r}; expected a string", source=src)
         if key == "spread" and not isinstance(value, bool):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +95,18 @@ def time_scale(trace: Trace, factor: float) -> tuple[Trace, Change]:
     a = _arrivals(trace, "time_scale")
     if not factor > 0 or not np.isfinite(factor):
         raise ServesimError(f"time_scale = {factor!r}; must be a number > 0")
-    with np.errstate(over="ignore"):  # an overflow is refused once the arrivals are built
+    with np.errstate(over="ignore", under="ignore"):
         new = a * factor
+    # Past a float's range every time is inf (and the gaps NaN); below it distinct times
+    # collapse to one instant, an infinite rate: either way nothing a run could replay.
+    if not np.isfinite(new).all():
+        raise ServesimError(f"x{factor:g} takes the arrival times past a float's range "
+                            f"(the trace's run to {readable(float(a[-1]), 1)} s); give a "
+                            "factor that keeps them finite")
+    if a[-1] > a[0] and not np.isfinite(mean_rate(new)):
+        raise ServesimError(f"x{factor:g} squeezes the trace's {readable(float(a[-1] - a[0]), 1)}"
+                            " s of arrivals into one instant (an infinite rate); give a larger "
+                            "factor")
     text = (f"time_scale x{factor:g}: span {readable(a[-1] - a[0], 1)} s -> "
             f"{readable(new[-1] - new[0], 1)} s, ")
     rate = mean_rate(a)
@@ -192,8 +203,8 @@ def skip_rows(trace: Trace, start_row: int) -> tuple[Trace, Change]:
     the rows). Replications of a sweep point start at different rows this way."""
     n = len(trace)
     if start_row >= n:
-        raise ServesimError(f"start_row = {start_row}, but the trace has {n} rows (after "
-                            "its transformations); it must be below that", source=trace.source)
+        raise ServesimError(f"got {start_row}, but {trace.source} has {n} rows (after its "
+                            "transformations); it must be below that", where="start_row")
     cols = _take(trace, np.arange(start_row, n))
     a = trace.arrival_s
     if a is not None:
@@ -245,11 +256,11 @@ def repeat(trace: Trace, n: int) -> tuple[Trace, Change]:
         a = _arrivals(trace, "repeat", min_rows=1 if n == 1 else 2)
         span = float(a[-1] - a[0])
         if n > 1 and not span > 0:
-            raise ServesimError(f"repeat = {n}: every arrival is at the same time "
-                                f"({readable(float(a[0]), 1)} s), so a copy's shift (the "
+            raise ServesimError(f"got {n}: every arrival of {trace.source} is at the same "
+                                f"time ({readable(float(a[0]), 1)} s), so a copy's shift (the "
                                 "trace's span plus a mean gap) is 0 and the copies would "
                                 "all arrive at that instant; give the rows distinct times",
-                                source=trace.source)
+                                where="repeat")
         shift = span + span / (rows - 1) if rows > 1 else 0.0
         cols["arrival_s"] = (a[None, :] + shift * np.arange(n)[:, None]).ravel()
         text += f", each copy shifted {shift:.1f} s"
@@ -324,26 +335,37 @@ class TraceTransforms:
 def apply_transforms(trace: Trace, spec: TraceTransforms, rng: np.random.Generator | None = None
                      ) -> tuple[Trace, list[Change]]:
     """Apply ``spec`` to ``trace`` in the fixed order; return the result and its changes."""
-    changes: list[Change] = []
-    t = trace
+    steps: list[tuple[str, Callable[[Trace], tuple[Trace, Change]]]] = []
     if spec.window_s is not None:
-        t, ch = window(t, spec.window_s[0], spec.window_s[1])
-        changes.append(ch)
+        w = spec.window_s
+        steps.append(("window_s", lambda t: window(t, w[0], w[1])))
     if spec.needs_rng():
         if rng is None:
             raise ServesimError("sampling a trace needs a seeded random generator")
-        t, ch = sample(t, spec.sample_fraction, spec.sample_n, rng=rng)
-        changes.append(ch)
+        g = rng
+        steps.append(("sample_n" if spec.sample_n is not None else "sample_fraction",
+                      lambda t: sample(t, spec.sample_fraction, spec.sample_n, rng=g)))
     if spec.repeat > 1:
-        t, ch = repeat(t, spec.repeat)
-        changes.append(ch)
+        steps.append(("repeat", lambda t: repeat(t, spec.repeat)))
     if spec.time_scale is not None:
-        t, ch = time_scale(t, spec.time_scale)
-        changes.append(ch)
+        factor = spec.time_scale
+        steps.append(("time_scale", lambda t: time_scale(t, factor)))
     if spec.target_rate_rps is not None:
-        t, ch = target_rate(t, spec.target_rate_rps)
-        changes.append(ch)
+        rate = spec.target_rate_rps
+        steps.append(("target_rate", lambda t: target_rate(t, rate)))
     if spec.max_context is not None:
-        t, ch = truncate_to_context(t, spec.max_context, spec.hash_block_tokens)
+        context = spec.max_context
+        steps.append(("truncate", lambda t: truncate_to_context(t, context,
+                                                                spec.hash_block_tokens)))
+    changes: list[Change] = []
+    t = trace
+    for key, step in steps:
+        try:
+            t, ch = step(t)
+        except ServesimError as exc:
+            # Named at the scenario's key (the caller adds the section), the trace in words:
+            # the value to change is the key's, not a line of the trace file.
+            said = f" ({exc.source})" if exc.source and exc.source not in exc.message else ""
+            raise ServesimError(exc.message + said, where=exc.where or key) from None
         changes.append(ch)
     return t, changes

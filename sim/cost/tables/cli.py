@@ -69,7 +69,10 @@ def _model(args: argparse.Namespace) -> ModelSpec:
         return from_hf_config(args.hf_config)
     if args.model is None:
         raise ServesimError("give --model PRESET or --hf-config FILE")
-    return model_preset(args.model)
+    try:
+        return model_preset(args.model)
+    except ServesimError as exc:
+        raise ServesimError(exc.message, where=exc.where or "--model") from None
 
 
 def _check_out(out: Path, hf_config: Path | None) -> None:
@@ -82,6 +85,10 @@ def _check_out(out: Path, hf_config: Path | None) -> None:
     if out.is_dir():
         raise ServesimError(f"got {out}, a folder; expected the profile's file name",
                             where="--out")
+    if not out.parent.is_dir():
+        # A mistyped folder would otherwise be created, the profile left where nobody looks.
+        raise ServesimError(f"got {out}, in {out.parent}, which is not a folder; create it "
+                            "first", where="--out")
     if hf_config is not None and out.exists() and hf_config.exists() and \
             out.resolve() == hf_config.resolve():
         raise ServesimError(f"got {out}, the --hf-config being read: the profile would "
@@ -178,7 +185,6 @@ def _build(argv: list[str]) -> int:
     start = time.perf_counter()
     text = profile_text(build_profile(spec))
     try:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ServesimError(f"cannot write: {exc.strerror}", str(a.out)) from None

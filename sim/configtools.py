@@ -47,9 +47,11 @@ def check_slo_seconds(slo: Any) -> None:
         value, most = getattr(slo, key), SLO_BARE_MAX_S[key[:-2]]
         if value is not None and value > most:
             # Every digit given: rounded, a value just past the bound read as the bound.
+            # The hint only where the value read as milliseconds is a target it takes.
+            hint = (f", so write {value / 1000:.15g} for {value:.15g} ms"
+                    if value / 1000 <= most else "")
             raise ServesimError(f"got {value:.15g}, more than a {key[:-2]} target takes "
-                                f"({most:g} s): SLO targets are in seconds, so write "
-                                f"{value / 1000:.15g} for {value:.15g} ms", where=key)
+                                f"({most:g} s): SLO targets are in seconds{hint}", where=key)
 
 
 # A \uD800-\uDFFF escape in JSON text (its unpaired half is yamlload.HALF_CHARACTER).

@@ -158,6 +158,20 @@ def test_cli_capacity_errors(args, needle, capsys, tmp_path):
     assert len(err) == 1 and needle in err[0]
 
 
+def test_a_planned_outage_past_replica_0_is_refused_with_the_searchs_reason(capsys, tmp_path):
+    # The shipped faults-n-plus-1.yaml (an outage of replica 1) had failed every capacity
+    # run with "the cluster has 1 replica(s)", though the file gives 3: the search's own
+    # one-replica step was the reason, which the error did not say.
+    path = ROOT / "scenarios" / "faults-n-plus-1.yaml"
+    assert cli_main(["capacity", str(path), "--slo", "ttft_p99=2", "--seeds", "1",
+                     "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"servesim: error: {path}: faults.outages[0].replica: got replica 1: capacity measures "
+        "each candidate's highest rate on one replica (replica 0)"), err
+    assert "--redundancy K" in err[0] and not (tmp_path / "o").exists()
+
+
 def test_requests_their_clients_gave_up_on_count_against_a_rate() -> None:
     """With admission.timeout_s, requests abandoned before service had been left out of
     a point's verdict (its latencies are the finished requests'): a queue that sheds

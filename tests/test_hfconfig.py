@@ -89,13 +89,23 @@ def test_scenario_reads_hf_config_beside_it(tmp_path: Path) -> None:
     ({"num_hidden_layers": -3}, "num_hidden_layers", "got -3, expected a whole number of at "
                                                      "least 1"),
     ({"vocab_size": 0}, "vocab_size", "got 0, expected a whole number of at least 1"),
-    ({"num_hidden_layers": None}, "num_hidden_layers", "required key is missing"),
+    ({"num_hidden_layers": None}, "num_hidden_layers", "got null for a required number"),
 ])
 def test_bad_dimensions_name_the_key(tmp_path: Path, change: dict, where: str,
                                      says: str) -> None:
     path = write(tmp_path, {**QWEN3, **change})
     with pytest.raises(ServesimError, match=f"config.json: {where}: {says}"):
         from_hf_config(path)
+
+
+def test_null_reads_as_unset_where_huggingface_has_a_default(tmp_path: Path) -> None:
+    # num_key_value_heads: null is num_attention_heads in HuggingFace's configs (as an
+    # absent key is here); it had been refused as "required key is missing". rope_theta
+    # null takes the absent key's 10000.
+    spec = from_hf_config(write(tmp_path, {**QWEN3, "num_key_value_heads": None,
+                                           "rope_theta": None}))
+    assert (spec.kv_heads, spec.heads, spec.rope_theta) == (spec.heads, QWEN3[
+        "num_attention_heads"], 10000.0)
 
 
 def test_a_config_without_max_position_embeddings_is_refused_as_missing(
@@ -157,6 +167,21 @@ def test_rope_scaling_factor_must_be_a_number(tmp_path: Path) -> None:
                                                                      "factor": "4"}}))
 
 
+@pytest.mark.parametrize("rope, says", [
+    # A stretch below 1 shrank the context (1e-9 left one token, blamed on max_context).
+    ({"rope_type": "yarn", "factor": 1e-9, "original_max_position_embeddings": 4096},
+     r"got 1e-09: a yarn factor stretches the trained context and must be at least 1"),
+    ({"type": "linear", "factor": 0.5}, r"got 0\.5: a linear factor stretches"),
+    # Llama 3's factor sets its frequencies: a string was never read.
+    ({"rope_type": "llama3", "factor": "x", "original_max_position_embeddings": 8192},
+     r"got 'x', expected a number above 0 and below 2\*\*20"),
+])
+def test_a_rope_factor_that_cannot_stretch_is_refused(tmp_path: Path, rope: dict[str, object],
+                                                      says: str) -> None:
+    with pytest.raises(ServesimError, match=rf"config\.json: rope_scaling\.factor: {says}"):
+        from_hf_config(write(tmp_path, {**QWEN3, "rope_scaling": rope}))
+
+
 @pytest.mark.parametrize("key, rope", [
     ("rope_scaling", {"rope_type": "yarn"}),
     ("rope_scaling", {"type": "linear", "factor": None}),
@@ -168,7 +193,7 @@ def test_rope_scaling_without_factor_is_refused(tmp_path: Path, key: str,
     and vLLM refuse it, rather than read as unscaled."""
     kind = rope.get("rope_type", rope.get("type"))
     with pytest.raises(ServesimError, match=rf"config\.json: {key}\.factor: absent or null; "
-                       rf"a {kind} rope type needs a factor, a number above 0"):
+                       rf"a {kind} rope type needs a factor, a number of at least 1"):
         from_hf_config(write(tmp_path, {**QWEN3, key: rope}))
 
 
@@ -233,3 +258,38 @@ def test_a_kv_cache_other_than_fp8_is_refused(tmp_path: Path, quant: dict[str, o
     with pytest.raises(ServesimError, match=rf"quantization_config\.{where}: got {got}; "
                                             r"servesim models a checkpoint's FP8 KV cache"):
         from_hf_config(write(tmp_path, {**QWEN3, "quantization_config": {**base, **quant}}))
+
+
+@pytest.mark.parametrize(("model", "edit", "says"), [
+    # Each had named the model spec's field (dense_layers, linear_value_heads) or, for a
+    # null routed width, the shared expert's key that was right.
+    ("deepseek-v3", lambda c: c.update(first_k_dense_replace=61),
+     "first_k_dense_replace: got 61, must be below layers (61)"),
+    ("qwen3.5-27b", lambda c: c["text_config"].update(linear_num_value_heads=47),
+     "text_config.linear_num_value_heads: linear_num_value_heads=47 is not a multiple of "
+     "linear_num_key_heads=16"),
+    ("qwen3.5-35b-a3b", lambda c: c["text_config"].update(moe_intermediate_size=None),
+     "text_config.moe_intermediate_size: got null for a required number"),
+])
+def test_an_error_names_the_config_key_not_the_model_field(tmp_path: Path, model: str,
+                                                           edit, says: str) -> None:
+    import json
+
+    shipped = Path(__file__).parent.parent / "sim" / "data" / "models" / model / "config.json"
+    cfg = json.loads(shipped.read_text())
+    edit(cfg)
+    path = write(tmp_path, cfg)
+    with pytest.raises(ServesimError) as err:
+        from_hf_config(path)
+    assert str(err.value) == f"{path}: {says}"
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_hf_config_path_is_refused_as_empty(value: str) -> None:
+    from sim.config.scenario import from_dict
+
+    # It had been read as the scenario's folder: "<dir>: is a directory".
+    with pytest.raises(ServesimError, match=rf"model\.hf_config: got {value!r}, expected a "
+                                            "path to a config.json"):
+        from_dict({"model": {"hf_config": value}, "workload": {"trace": {
+            "path": "azure_2023_conv"}}}, "<test>")

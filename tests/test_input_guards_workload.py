@@ -235,6 +235,14 @@ def test_an_slo_just_past_its_bound_is_printed_with_every_digit() -> None:
     assert "write 0.0010000001 for 1.0000001 ms" in err.message
 
 
+@pytest.mark.parametrize("value", [1e9, 61000])
+def test_an_slo_that_is_not_milliseconds_either_gets_no_milliseconds_hint(value: float) -> None:
+    # 1e9 had been told "write 1000000 for 1000000000 ms", a target itself refused.
+    err = refused(scenario(slo={"ttft_s": value}))
+    assert err.message == (f"got {value:.15g}, more than a ttft target takes (60 s): SLO "
+                           "targets are in seconds")
+
+
 def test_a_class_slo_in_milliseconds_is_refused() -> None:
     err = refused(workload(classes={"a": {"weight": 1, "slo": {"ttft_s": 300}}}))
     assert err.where == "workload.classes.a.slo.ttft_s"

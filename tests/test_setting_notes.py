@@ -127,6 +127,18 @@ def test_priorities_no_scheduler_reads_get_a_note(workload: dict[str, Any], keys
     assert not any("priorit" in n for n in notes(raw))
 
 
+def test_admission_by_priority_with_no_priority_to_read_gets_a_note(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It changed nothing without a word: every request had priority 0.
+    raw = scenario({})
+    raw["serving"]["priority"] = True
+    said = ("serving.priority: true, but the workload gives no priorities (workload.priority, "
+            "a class's priority, or a trace's priority column): every request has priority "
+            "0, so admission stays in arrival order")
+    assert said in notes(raw)
+    assert f"note: {said}" in printed(raw, tmp_path, capsys)
+
+
 def test_a_priority_class_listed_twice_is_refused() -> None:
     err = refused(scenario({"priority": {"classes": [0, 1, 0], "weights": [1, 1, 1]}}))
     assert err.where == "workload.priority.classes"

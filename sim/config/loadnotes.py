@@ -68,13 +68,18 @@ def _idle_fault_keys(scenario: Scenario, given: Any) -> list[str]:
 
 
 def _priority_note(scenario: Scenario) -> str | None:
-    """Priorities the workload draws while the replicas admit in arrival order."""
-    if scenario.serving.priority:
-        return None
+    """Priorities the workload draws while the replicas admit in arrival order, or
+    admission by priority with no priority to read."""
     wl = scenario.workload
     keys = (["workload.priority"] if wl.priority is not None else []) + [
         f"workload.classes.{name}.priority" for name, c in (wl.classes or {}).items()
         if c.priority is not None]
+    if scenario.serving.priority:
+        if keys or wl.trace is not None:  # a trace may carry a priority column
+            return None
+        return ("serving.priority: true, but the workload gives no priorities "
+                "(workload.priority, a class's priority, or a trace's priority column): "
+                "every request has priority 0, so admission stays in arrival order")
     if not keys:
         return None
     return (f"{', '.join(keys)}: priorities are drawn but not used, as requests are "

@@ -46,7 +46,8 @@ def model_section(value: Any, base_dir: Path | None) -> ModelSpec:
                                 f"{', '.join(sorted(MODELS))}", where="model.preset")
         base = MODELS[preset]
     if hf_config is not None:
-        if not isinstance(hf_config, str):
+        if not isinstance(hf_config, str) or not hf_config.strip():
+            # An empty path would resolve to the scenario's own folder ("is a directory").
             raise ServesimError(f"got {hf_config!r}, expected a path to a config.json",
                                 where="model.hf_config")
         path = Path(hf_config)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from sim.configtools import (
     whole_count,
 )
 from sim.cost.hffamilies import (
+    GDN_KEYS,
     MOE_KEYS,
     attention_fields,
     config_flag,
@@ -71,6 +73,10 @@ _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _HEAD_DIM_DEFAULTS = {"gpt_oss": 64}
 _SPEC_FIELDS = frozenset(ModelSpec.__dataclass_fields__)
 
+
+
+# The model spec's fields a config key sets under another name, for its errors.
+FIELD_KEYS = {"dense_layers": "first_k_dense_replace", **GDN_KEYS}
 
 def _in_wrapper(exc: ServesimError, src: str, cfg: dict[str, Any], inner: str,
                 inherited: frozenset[str]) -> ServesimError:
@@ -173,9 +179,14 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
     named in errors as ``cfg`` spells them, at ``src``)."""
 
     def get(key: str, default: Any = None) -> Any:
-        value = cfg.get(key, default)
+        value = cfg.get(key)
+        if value is None and default is not None:
+            # HuggingFace's configs read null as unset (num_key_value_heads: null is
+            # num_attention_heads), so null takes the default an absent key does.
+            return default
         if value is None:
-            raise ServesimError("required key is missing", source=src, where=key)
+            raise ServesimError("required key is missing" if key not in cfg else
+                                "got null for a required number", source=src, where=key)
         if not is_number(value):
             raise ServesimError(f"got {value!r}, expected a number", source=src, where=key)
         return value
@@ -249,7 +260,13 @@ def _model_spec(path: Path, cfg: dict[str, Any], src: str, family: str) -> Model
             **_mtp_layers(cfg, count),
         )
     except ServesimError as exc:
-        raise exc.located(source=src) from None
+        # A model spec's field is named by the config key it came from.
+        key = FIELD_KEYS.get(exc.where or "")
+        if key is None:
+            raise exc.located(source=src) from None
+        message = re.sub(r"\b(" + "|".join(FIELD_KEYS) + r")\b",
+                         lambda m: FIELD_KEYS[m.group(1)], exc.message)
+        raise ServesimError(message, src, key) from None
 
 
 def _kv_heads(kv: int, heads: int, src: str) -> int:

@@ -85,7 +85,9 @@ def moe_fields(cfg: dict[str, Any], family: Any, count: Any, src: str) -> dict[s
         dense = len(only)
     shared = 0
     if family in GDN_FAMILIES and cfg.get("shared_expert_intermediate_size"):
-        # One shared expert (with a sigmoid gate of hidden weights, not counted).
+        # One shared expert (with a sigmoid gate of hidden weights, not counted); the
+        # routed width checked first, so a null one is named as itself.
+        count(width_key, least=1)
         if cfg["shared_expert_intermediate_size"] != cfg.get(width_key):
             raise ServesimError(f"got {cfg['shared_expert_intermediate_size']!r}: a shared "
                                 f"expert is modelled at the routed experts' width "

@@ -34,17 +34,23 @@ def derived_context(cfg: dict[str, Any], trained: int, src: str) -> int:
         return trained
     kind = rope.get("rope_type", rope.get("type"))
     factor = rope.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float)
+                               or not 0 < factor < 2**20):
+        # Checked whatever the type: Llama 3's scaling reads it for its frequencies too.
+        raise ServesimError(f"got {factor!r}, expected a number above 0 and below 2**20",
+                            source=src, where=f"{key}.factor")
     if kind in ("su", "longrope", "llama3") or (kind == "default" and factor is None):
         return trained
     if factor is None:
         # transformers' rope validation and vLLM's max-length derivation both need the
         # factor of these types; reading none as 1 would leave the context unstretched.
         raise ServesimError(f"absent or null; a {kind} rope type needs a factor, a number "
-                            "above 0 and below 2**20", source=src, where=f"{key}.factor")
-    if (isinstance(factor, bool) or not isinstance(factor, int | float)
-            or not 0 < factor < 2**20):
-        raise ServesimError(f"got {factor!r}, expected a number above 0 and below 2**20",
-                            source=src, where=f"{key}.factor")
+                            "of at least 1 and below 2**20", source=src, where=f"{key}.factor")
+    if factor < 1:
+        # A stretch that shrinks: transformers warns that such a factor must be at least
+        # 1, and vLLM would cut the context by it (1e-9 left one token).
+        raise ServesimError(f"got {factor!r}: a {kind} factor stretches the trained context "
+                            "and must be at least 1", source=src, where=f"{key}.factor")
     base = rope.get("original_max_position_embeddings") if kind == "yarn" else None
     if base is None:
         base = trained

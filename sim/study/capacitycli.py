@@ -51,6 +51,7 @@ from sim.study.studyargs import (
     grid_args,
     grid_base,
     parse_ints,
+    refuse_fixed_outages,
     refuse_grid_overrides,
     refuse_pinned,
 )
@@ -154,6 +155,7 @@ def main(argv: list[str]) -> int:
     allowed = parse_ints(a.replicas, "--replicas") if a.replicas is not None else None
     base, sc = grid_base(a)
     refuse_closed_loop(base, a.scenario, "capacity", paced=False)
+    refuse_fixed_outages(sc, a.scenario)
     grid = grid_args(argparse.Namespace(**{**vars(a), "replicas": None}), sc)
     path = Path(a.scenario)
     if "disaggregated" in grid["policies"]:

@@ -244,3 +244,19 @@ def refuse_pinned(sc: Scenario, flag: str, given: Any, key: str,
                             f"({pinned}), so {what} would change no pool; leave {key} out "
                             "of one or both pools to let it, or vary the pools with --set",
                             where=flag)
+
+
+def refuse_fixed_outages(sc: Scenario, source: str) -> None:
+    """A capacity search first finds each candidate's highest rate on one replica:
+    refuse a planned outage of another replica, which that search has no replica to
+    strike (the check of cluster sizes alone would name one replica, not the search's
+    reason). Random failures (per replica) and outages of replica 0 are measured."""
+    for k, o in enumerate(sc.faults.outages):
+        if o.replica > 0:
+            raise ServesimError(f"got replica {o.replica}: capacity measures each "
+                                "candidate's highest rate on one replica (replica 0) before "
+                                "sizing the cluster, so a planned outage of another replica "
+                                "has none to strike there; size spares with --redundancy K "
+                                "(the target met with K replicas down), or run simulate or "
+                                "sweep on the whole cluster", source,
+                                f"faults.outages[{k}].replica")

@@ -207,7 +207,6 @@ def _describe(tp: Any) -> str:
     return f"one of {text}" if literal else text
 
 
-
 def printable(value: Any, where: str) -> str:
     """``value`` as a string of printable characters (a name that titles printed output,
     reports and plots: a control character would reach the terminal raw), or a located
@@ -218,6 +217,7 @@ def printable(value: Any, where: str) -> str:
                             "use printable characters (no control, line-break or format "
                             "characters)", where=where)
     return text
+
 
 def convert(tp: Any, value: Any, where: str) -> Any:
     """Convert a parsed YAML ``value`` to type ``tp`` or raise a located :class:`ServesimError`."""

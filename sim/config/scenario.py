@@ -138,7 +138,6 @@ def _section(raw: dict[str, Any], key: str) -> Any:
     return value
 
 
-
 def _cost(value: Any) -> CostConfig:
     if value in ("roofline", None):
         return CostConfig(roofline=RooflineParams())

@@ -74,9 +74,9 @@ _HEAD_DIM_DEFAULTS = {"gpt_oss": 64}
 _SPEC_FIELDS = frozenset(ModelSpec.__dataclass_fields__)
 
 
-
 # The model spec's fields a config key sets under another name, for its errors.
 FIELD_KEYS = {"dense_layers": "first_k_dense_replace", **GDN_KEYS}
+
 
 def _in_wrapper(exc: ServesimError, src: str, cfg: dict[str, Any], inner: str,
                 inherited: frozenset[str]) -> ServesimError:

@@ -286,6 +286,7 @@ def labels(values: Sequence[str], lines: np.ndarray, name: str, src: str) -> np.
 # A ';'-separated list with nothing (or only spaces) between two separators or at an end.
 _EMPTY_ITEM = re.compile(r"(?:^|;)\s*(?:;|$)")
 
+
 def parse_hash_ids(values: Sequence[str], lines: np.ndarray, src: str) -> list[np.ndarray]:
     """Parse ``prefix_hash_ids`` cells (ints separated by spaces or ``;``) into int64 arrays."""
     for i, v in enumerate(values):

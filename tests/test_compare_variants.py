@@ -141,3 +141,24 @@ def test_a_variant_its_cost_model_refuses_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("servesim: error: ") and "variant wide: " in err, err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("setting, pinned", [
+    ("hardware.tp=2", "tp"), ("cluster.replicas=2", "replicas"), ("hardware.gpu=h200", "gpu")])
+def test_variants_of_a_key_the_disaggregated_pools_pin_are_one_run(tmp_path, capsys, setting,
+                                                                    pinned):
+    # Both pools set tp, GPU and replicas: the scenario's own value reaches neither, so
+    # the two variants had run alike under two names (--tp, --replicas and --gpus refuse it).
+    pool = {"replicas": 1, "gpu": "h100-sxm", "tp": 1, "policy": "continuous"}
+    raw = {**SCENARIO, "serving": {"policy": "disaggregated"},
+           "disaggregated": {"prefill": pool, "decode": pool, "link": {"kind": "nvlink"}}}
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "o"
+    assert main(["compare", str(path), "--no-plots", "--out", str(out), "--variant", "a",
+                 "--variant", "b", setting]) == 2
+    err = capsys.readouterr().err
+    assert (f"--variant: variants a and b run the same scenario (no setting against "
+            f"{setting}): the disaggregated pools set their own tp, gpu, replicas, which the "
+            "scenario's do not reach; make each one differ") in err, err
+    assert pinned in err and not out.exists()

@@ -292,6 +292,23 @@ def test_the_default_gpu_is_named_when_set_reaches_into_it(tmp_path: Path,
     assert f"{path}: hardware.gpu.mem_bw: hardware.gpu is unset, so 'h100-sxm', a GPU" in err
 
 
+def test_set_into_a_list_item_says_to_give_the_whole_list(tmp_path: Path,
+                                                         capsys: Any) -> None:
+    # The list had been replaced by a mapping {'0': {...}}, refused as a value the file
+    # never had ("faults.outages: got {'0': {'at_s': 3}}").
+    raw = {**TINY, "cluster": {"replicas": 2},
+           "faults": {"outages": [{"replica": 1, "at_s": 1, "duration_s": 2}]}}
+    path = write(tmp_path, raw)
+    err = error_of(capsys, "simulate", str(path), "--set", "faults.outages.0.at_s=3",
+                   "--out", str(tmp_path / "o"))
+    assert err == (f"servesim: error: {path}: faults.outages.0.at_s: faults.outages is a "
+                   "list, whose items --set does not reach one by one; give the whole list "
+                   "instead (--set 'faults.outages=[...]')\n")
+    assert main(["simulate", str(path), "--set",
+                 "faults.outages=[{replica: 1, at_s: 3, duration_s: 2}]", "--quiet",
+                 "--no-plots", "--out", str(tmp_path / "o")]) == 0
+
+
 def test_a_list_key_given_a_number_says_a_list_of_numbers(tmp_path: Path,
                                                          capsys: Any) -> None:
     (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n")

@@ -80,6 +80,11 @@ def _set(out: dict[str, Any], parts: list[str], val: Any, key: str) -> None:
     for i, p in enumerate(parts[:-1]):
         if not isinstance(node.get(p), dict):
             dotted = ".".join(parts[:i + 1])
+            if isinstance(node.get(p), list):
+                # It would be replaced by a mapping of the key set (faults.outages.0.at_s).
+                raise ServesimError(f"{dotted} is a list, whose items --set does not reach "
+                                    "one by one; give the whole list instead "
+                                    f"(--set '{dotted}=[...]')", where=key)
             if parts[0] == "vllm" and i > 0 and isinstance(node.get(p), str):
                 # A JSON-valued flag given as its text (as the command line takes it):
                 # a key set inside it would replace the whole text with that key alone.

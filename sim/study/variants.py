@@ -276,12 +276,37 @@ def load_named(path: str | Path, variants: dict[str, list[str]],
         for name, settings in variants.items()}
     seen: list[tuple[Any, str]] = []
     for name, sc in loaded.items():
-        same = dataclasses.replace(sc, overrides=())
+        same = _as_run(sc)
         earlier = next((n for s, n in seen if s == same), None)
         if earlier is not None:
+            given = dataclasses.replace(loaded[earlier], overrides=()) != \
+                dataclasses.replace(sc, overrides=())
+            pins = [k for k in ("tp", "gpu", "replicas")
+                    if sc.serving.policy == "disaggregated" and sc.disaggregated.pinned(k)]
+            why = (f": the disaggregated pools set their own {', '.join(pins)}, which the "
+                   "scenario's do not reach" if given and pins else "")
             raise ServesimError(f"variants {earlier} and {name} run the same scenario "
                                 f"({' '.join(variants[earlier]) or 'no setting'} against "
-                                f"{' '.join(variants[name]) or 'no setting'}); make each "
-                                "one differ", where="--variant")
+                                f"{' '.join(variants[name]) or 'no setting'}){why}; make "
+                                "each one differ", where="--variant")
         seen.append((same, name))
     return loaded
+
+
+def _as_run(sc: Any) -> Any:
+    """``sc`` as it runs, for telling variants apart: without its ``--set`` record, and
+    under a disaggregated layout without the scenario's tp, GPU or replica count where
+    both pools set their own (they reach no pool, so variants of them run alike)."""
+    same = dataclasses.replace(sc, overrides=())
+    if sc.serving.policy != "disaggregated":
+        return same
+    hw, cl, pins = same.hardware, same.cluster, sc.disaggregated.pinned
+    if pins("tp") is not None:
+        hw = dataclasses.replace(hw, tp=1)
+    if pins("gpu") is not None:
+        from sim.config.gpu import DEFAULT_GPU
+
+        hw = dataclasses.replace(hw, gpu=DEFAULT_GPU)
+    if pins("replicas") is not None:
+        cl = dataclasses.replace(cl, replicas=1)
+    return dataclasses.replace(same, hardware=hw, cluster=cl, notes=())

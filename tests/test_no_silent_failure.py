@@ -580,6 +580,42 @@ def test_run_over_free_memory_is_refused_with_the_figures(
     assert simulate_cli(path, tmp_path, "--force") == 0
 
 
+def test_requests_no_prefill_replica_took_name_the_pools_own_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The prefill pool sets its replicas: the advice had been "raise cluster.replicas
+    # (now 1; vLLM's --data-parallel-size)", which reaches no pool.
+    raw = tiny(serving={"policy": "disaggregated"},
+               disaggregated={"prefill": {"replicas": 1, "policy": "continuous"},
+                              "decode": {"replicas": 1, "policy": "continuous"}},
+               faults={"outages": [{"replica": 0, "at_s": 0, "duration_s": 1e6}],
+                       "on_failure": "fail"})
+    raw["workload"]["num_requests"] = 100  # 10 s: past the 5 s the router takes to notice
+    assert simulate_cli(write(tmp_path, raw), tmp_path) == 2
+    line = one_line(capsys)
+    assert ": disaggregated.prefill.replicas: " in line and "no_replica_up" in line
+    assert "raise disaggregated.prefill.replicas (now 1) " in line and "cluster" not in line
+
+
+@pytest.mark.parametrize(("layout", "key"), [
+    ({"cluster": {"replicas": 10**6}}, "cluster.replicas"),
+    # A disaggregated pool's own count had been blamed on cluster.replicas, unset there.
+    ({"serving": {"policy": "disaggregated"}, "disaggregated": {
+        "prefill": {"replicas": 1, "policy": "continuous"},
+        "decode": {"replicas": 10**6, "policy": "continuous"}}}, "disaggregated.decode.replicas"),
+    ({"serving": {"policy": "disaggregated"}, "cluster": {"replicas": 10**6},
+      "disaggregated": {"prefill": {"policy": "continuous"},
+                        "decode": {"policy": "continuous"}}}, "cluster.replicas"),
+])
+def test_replicas_past_memory_are_blamed_on_the_key_that_set_them(
+        tmp_path: Path, layout: dict[str, Any], key: str) -> None:
+    raw = tiny()
+    raw.update(layout)
+    sc = load(write(tmp_path, raw))
+    with pytest.raises(ServesimError) as info:
+        budget.check(sc, False, free=2**30)
+    assert info.value.where == key and "replicas x 40000 B" in info.value.message
+
+
 def test_a_trace_repeat_built_past_memory_is_refused_naming_the_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every repeated copy is built before num_requests applies: the estimate had counted

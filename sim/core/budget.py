@@ -175,7 +175,19 @@ def check(sc: Scenario, force: bool, free: int | None = None) -> Estimate:
         f"{BASE_BYTES // 2**20} MiB) and this machine has {_gib(free)} available; make "
         "the workload smaller (num_requests, duration_s, rate, trace repeat), or pass "
         "--force to run it anyway", sc.source,
-        "cluster.replicas" if reps_bytes > max(req_bytes, BASE_BYTES) else "workload")
+        _replica_key(sc) if reps_bytes > max(req_bytes, BASE_BYTES) else "workload")
+
+
+def _replica_key(sc: Scenario) -> str:
+    """The key that sets the most replicas: a disaggregated pool's own count where it
+    gives one (the pool of more replicas), else ``cluster.replicas``."""
+    from sim.config.disagg import pools
+
+    if sc.serving.policy != "disaggregated":
+        return "cluster.replicas"
+    pool = max(pools(sc), key=lambda p: p.replicas)
+    own = getattr(sc.disaggregated, pool.role).replicas
+    return f"disaggregated.{pool.role}.replicas" if own is not None else "cluster.replicas"
 
 
 def _repeat_error(sc: Scenario, est: Estimate, free: int) -> ServesimError:

@@ -161,9 +161,12 @@ def verdict(res: RunResult, limit: float) -> ServesimError | None:
     key, kind = _LIMITS.get(top, ("", "shed"))
     role = "decode" if top.startswith("decode_") else "both"
     if res.scenario.serving.policy == "disaggregated" and role == "both":
-        # The entry pool of a disaggregated scenario is its prefill pool.
+        # The entry pool of a disaggregated scenario is its prefill pool (its own replica
+        # count where it sets one: cluster.replicas would then change nothing).
         role = "prefill"
         key = key.replace("serving.", "disaggregated.prefill.")
+        if key == "cluster.replicas" and res.scenario.disaggregated.prefill.replicas:
+            key = "disaggregated.prefill.replicas"
     # Every reason the same key set: a request refused for its prompt is checked for its
     # recompute once the prompt fits, so the value must admit both (the most a
     # recompute needs where one of them is among the reasons).

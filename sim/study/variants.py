@@ -281,8 +281,7 @@ def load_named(path: str | Path, variants: dict[str, list[str]],
         if earlier is not None:
             given = dataclasses.replace(loaded[earlier], overrides=()) != \
                 dataclasses.replace(sc, overrides=())
-            pins = [k for k in ("tp", "gpu", "replicas")
-                    if sc.serving.policy == "disaggregated" and sc.disaggregated.pinned(k)]
+            pins = _pinned_keys(sc)
             why = (f": the disaggregated pools set their own {', '.join(pins)}, which the "
                    "scenario's do not reach" if given and pins else "")
             raise ServesimError(f"variants {earlier} and {name} run the same scenario "
@@ -293,20 +292,25 @@ def load_named(path: str | Path, variants: dict[str, list[str]],
     return loaded
 
 
+def _pinned_keys(sc: Any) -> list[str]:
+    """The scenario's own keys (tp, gpu, replicas) that both disaggregated pools set for
+    themselves, so that they reach neither; none outside a disaggregated layout."""
+    if sc.serving.policy != "disaggregated":
+        return []
+    return [k for k in ("tp", "gpu", "replicas") if sc.disaggregated.pinned(k) is not None]
+
+
 def _as_run(sc: Any) -> Any:
     """``sc`` as it runs, for telling variants apart: without its ``--set`` record, and
     under a disaggregated layout without the scenario's tp, GPU or replica count where
     both pools set their own (they reach no pool, so variants of them run alike)."""
+    from sim.config.gpu import DEFAULT_GPU
+
     same = dataclasses.replace(sc, overrides=())
     if sc.serving.policy != "disaggregated":
         return same
-    hw, cl, pins = same.hardware, same.cluster, sc.disaggregated.pinned
-    if pins("tp") is not None:
-        hw = dataclasses.replace(hw, tp=1)
-    if pins("gpu") is not None:
-        from sim.config.gpu import DEFAULT_GPU
-
-        hw = dataclasses.replace(hw, gpu=DEFAULT_GPU)
-    if pins("replicas") is not None:
-        cl = dataclasses.replace(cl, replicas=1)
+    pins = _pinned_keys(sc)
+    hw = dataclasses.replace(same.hardware, **{k: v for k, v in (("tp", 1), ("gpu", DEFAULT_GPU))
+                                               if k in pins})
+    cl = dataclasses.replace(same.cluster, replicas=1) if "replicas" in pins else same.cluster
     return dataclasses.replace(same, hardware=hw, cluster=cl, notes=())

@@ -93,9 +93,8 @@ def _build(cfg: WorkloadConfig, base_dir: Path | None, rng: np.random.Generator,
                 tr, skipped = skip_rows(tr, tc.start_row)
                 changes = [*changes, skipped]
         except ServesimError as exc:
-            if exc.where is not None and exc.source is None:
-                # A transformation's (or start_row's) error names its key under the section.
-                raise exc.located(source, "workload.trace") from None
+            # A transformation's (or start_row's) error names its key under the section;
+            # one inside the trace file keeps the file and line it names.
             raise located(exc, source, "workload.trace") from None
         notes = [f"{tr.source}: dropped {n} rows ({why})" for why, n in tr.dropped.items()]
         notes += [f"{tr.source}: {n} rows carry {name}, which servesim does not read (each "

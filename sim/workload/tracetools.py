@@ -335,37 +335,40 @@ class TraceTransforms:
 def apply_transforms(trace: Trace, spec: TraceTransforms, rng: np.random.Generator | None = None
                      ) -> tuple[Trace, list[Change]]:
     """Apply ``spec`` to ``trace`` in the fixed order; return the result and its changes."""
-    steps: list[tuple[str, Callable[[Trace], tuple[Trace, Change]]]] = []
+    changes: list[Change] = []
+    t = trace
     if spec.window_s is not None:
-        w = spec.window_s
-        steps.append(("window_s", lambda t: window(t, w[0], w[1])))
+        t, ch = _at("window_s", window, t, spec.window_s[0], spec.window_s[1])
+        changes.append(ch)
     if spec.needs_rng():
         if rng is None:
             raise ServesimError("sampling a trace needs a seeded random generator")
-        g = rng
-        steps.append(("sample_n" if spec.sample_n is not None else "sample_fraction",
-                      lambda t: sample(t, spec.sample_fraction, spec.sample_n, rng=g)))
+        key = "sample_n" if spec.sample_n is not None else "sample_fraction"
+        t, ch = _at(key, sample, t, spec.sample_fraction, spec.sample_n, rng=rng)
+        changes.append(ch)
     if spec.repeat > 1:
-        steps.append(("repeat", lambda t: repeat(t, spec.repeat)))
+        t, ch = _at("repeat", repeat, t, spec.repeat)
+        changes.append(ch)
     if spec.time_scale is not None:
-        factor = spec.time_scale
-        steps.append(("time_scale", lambda t: time_scale(t, factor)))
+        t, ch = _at("time_scale", time_scale, t, spec.time_scale)
+        changes.append(ch)
     if spec.target_rate_rps is not None:
-        rate = spec.target_rate_rps
-        steps.append(("target_rate", lambda t: target_rate(t, rate)))
+        t, ch = _at("target_rate", target_rate, t, spec.target_rate_rps)
+        changes.append(ch)
     if spec.max_context is not None:
-        context = spec.max_context
-        steps.append(("truncate", lambda t: truncate_to_context(t, context,
-                                                                spec.hash_block_tokens)))
-    changes: list[Change] = []
-    t = trace
-    for key, step in steps:
-        try:
-            t, ch = step(t)
-        except ServesimError as exc:
-            # Named at the scenario's key (the caller adds the section), the trace in words:
-            # the value to change is the key's, not a line of the trace file.
-            said = f" ({exc.source})" if exc.source and exc.source not in exc.message else ""
-            raise ServesimError(exc.message + said, where=exc.where or key) from None
+        t, ch = _at("truncate", truncate_to_context, t, spec.max_context,
+                    spec.hash_block_tokens)
         changes.append(ch)
     return t, changes
+
+
+def _at(key: str, step: Callable[..., tuple[Trace, Change]], *args: Any,
+        **kwargs: Any) -> tuple[Trace, Change]:
+    """``step(*args, **kwargs)``, its error named at the scenario's ``key`` (the caller
+    adds the section) with the trace in its words: the value to change is the key's, not
+    a line of the trace file."""
+    try:
+        return step(*args, **kwargs)
+    except ServesimError as exc:
+        said = f" ({exc.source})" if exc.source and exc.source not in exc.message else ""
+        raise ServesimError(exc.message + said, where=exc.where or key) from None
